@@ -1,0 +1,55 @@
+import { z } from 'zod';
+
+/**
+ * The task spec an agent proposes (DESIGN §5). Names are final; unknown keys are refused.
+ * Policy (which executables, env names, card and time limits) is checked separately and reported as
+ * findings, so that a spec that parses but breaks policy can still be saved as a draft and fixed.
+ */
+
+/** Largest serialized spec accepted, in bytes (UTF-8 of its JSON). */
+export const MAX_SPEC_BYTES = 256 * 1024;
+
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+
+/** A relative path beneath the task's output dir: no absolute paths, no `..`, no empty segments. */
+export const OutputPathSchema = z
+  .string()
+  .min(1)
+  .max(512)
+  .refine((p) => !p.startsWith('/') && !p.startsWith('\\'), {
+    message: 'must be relative to the output dir, e.g. "results/metrics.json"',
+  })
+  .refine((p) => !p.split(/[\\/]/).some((seg) => seg === '..' || seg === ''), {
+    message: 'must not contain ".." or empty segments, e.g. "results/metrics.json"',
+  })
+  .refine((p) => !p.includes('\0'), { message: 'must not contain NUL' });
+
+/** The task spec. */
+export const TaskSpecSchema = z.strictObject({
+  title: z.string().min(1).max(200),
+  objective: z.string().min(1).max(8000),
+  success_criteria: z.string().min(1).max(8000),
+  cards: z.strictObject({
+    count: z.number().int().min(1).max(64),
+    model: z.string().min(1).max(128).optional(),
+    min_memory_mib: z.number().int().min(1).optional(),
+  }),
+  worker: z.string().min(1).max(128).optional(),
+  priority: z.number().int().min(0).max(100).optional(),
+  runtime: z.strictObject({
+    kind: z.literal('process'),
+    argv: z.array(z.string().max(8192)).min(1).max(1024),
+    env: z.record(z.string().regex(ENV_NAME, 'env names look like MY_VAR'), z.string().max(32768)).optional(),
+  }),
+  outputs: z
+    .array(z.strictObject({ path: OutputPathSchema, required: z.boolean() }))
+    .max(64)
+    .default([]),
+  time_limit_seconds: z.number().int().min(1).max(604800),
+  notes: z.string().max(65536).optional(),
+});
+
+/** A parsed, validated task spec. */
+export type TaskSpec = z.infer<typeof TaskSpecSchema>;
+/** A task spec as a client may send it (defaults not yet applied). */
+export type TaskSpecInput = z.input<typeof TaskSpecSchema>;

@@ -1,0 +1,232 @@
+import { z } from 'zod';
+import { TaskSpecSchema } from './task-spec.js';
+import {
+  DESTRUCTIVE,
+  defineTool,
+  IdempotencyKeySchema,
+  MUTATING,
+  PageInput,
+  READ_ONLY,
+  READERS,
+  WaitTimeoutSchema,
+} from './tool-def.js';
+import {
+  FindingSchema,
+  ProposalStateSchema,
+  ProposalSummarySchema,
+  ProposalViewSchema,
+  ReviewDecisionSchema,
+  ReviewViewSchema,
+  TimeSchema,
+} from './views.js';
+
+/** Tools an agent uses to propose work and a reviewer uses to judge it (DESIGN §10). */
+
+const RevisionResultSchema = z.object({
+  proposal_id: z.string(),
+  revision_id: z.string(),
+  revision_number: z.number().int(),
+  digest: z.string(),
+  state: ProposalStateSchema,
+  findings: z.array(FindingSchema),
+  confirmable: z.boolean(),
+  next_action: z.string(),
+});
+
+const ProposalIdSchema = z.string().min(1).max(128).describe('The proposal id, e.g. prop_01J…');
+const RevisionIdSchema = z.string().min(1).max(128).describe('The revision id, e.g. rev_01J…');
+
+/** create_proposal */
+export const createProposalTool = defineTool({
+  name: 'create_proposal',
+  title: 'Propose a GPU task',
+  description:
+    'Saves a task spec as revision 1 of a new DRAFT proposal and returns policy findings. Fix error findings with revise_proposal, then call confirm_revision to send it to review. Nothing runs until an independent reviewer approves.',
+  roles: ['submitter'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({ spec: TaskSpecSchema, idempotency_key: IdempotencyKeySchema }),
+  output: RevisionResultSchema,
+});
+
+/** revise_proposal */
+export const reviseProposalTool = defineTool({
+  name: 'revise_proposal',
+  title: 'Revise a proposal',
+  description:
+    'Adds a new immutable revision with a full replacement spec to a DRAFT or CHANGES_REQUESTED proposal (which becomes DRAFT). Returns the new revision id and its findings.',
+  roles: ['submitter'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({
+    proposal_id: ProposalIdSchema,
+    spec: TaskSpecSchema,
+    idempotency_key: IdempotencyKeySchema,
+  }),
+  output: RevisionResultSchema,
+});
+
+/** confirm_revision */
+export const confirmRevisionTool = defineTool({
+  name: 'confirm_revision',
+  title: 'Send a revision to review',
+  description:
+    'Confirms the current revision of a DRAFT proposal: it goes IN_REVIEW. Refused while the revision has error findings or if revision_id is not the current one.',
+  roles: ['submitter'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({
+    proposal_id: ProposalIdSchema,
+    revision_id: RevisionIdSchema,
+    idempotency_key: IdempotencyKeySchema,
+  }),
+  output: z.object({
+    proposal_id: z.string(),
+    revision_id: z.string(),
+    state: ProposalStateSchema,
+    next_action: z.string(),
+  }),
+});
+
+/** get_proposal */
+export const getProposalTool = defineTool({
+  name: 'get_proposal',
+  title: 'Read a proposal',
+  description:
+    'Returns a proposal: state, current revision and spec, findings, reviews and the task it became.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ proposal_id: ProposalIdSchema }),
+  output: z.object({ proposal: ProposalViewSchema }),
+});
+
+/** list_proposals */
+export const listProposalsTool = defineTool({
+  name: 'list_proposals',
+  title: 'List proposals',
+  description: 'Lists proposals you can see, newest first. Submitters see their own.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ state: ProposalStateSchema.optional(), ...PageInput }),
+  output: z.object({ proposals: z.array(ProposalSummarySchema), next_cursor: z.string().nullable() }),
+});
+
+/** wait_for_proposal */
+export const waitForProposalTool = defineTool({
+  name: 'wait_for_proposal',
+  title: 'Wait for a review decision',
+  description:
+    'Returns as soon as the proposal is no longer IN_REVIEW (approved, changes requested, rejected, …) or after timeout_seconds (≤ 25) with timed_out: true. Call it in a loop while waiting for a reviewer.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ proposal_id: ProposalIdSchema, timeout_seconds: WaitTimeoutSchema }),
+  output: z.object({ proposal: ProposalViewSchema, timed_out: z.boolean() }),
+});
+
+/** cancel_proposal */
+export const cancelProposalTool = defineTool({
+  name: 'cancel_proposal',
+  title: 'Withdraw a proposal',
+  description: 'Cancels a proposal that is not yet decided (DRAFT, IN_REVIEW or CHANGES_REQUESTED).',
+  roles: ['submitter', 'operator'],
+  mutating: true,
+  annotations: DESTRUCTIVE,
+  input: z.strictObject({ proposal_id: ProposalIdSchema, idempotency_key: IdempotencyKeySchema }),
+  output: z.object({ proposal_id: z.string(), state: ProposalStateSchema }),
+});
+
+/** list_review_queue */
+export const listReviewQueueTool = defineTool({
+  name: 'list_review_queue',
+  title: 'Proposals awaiting review',
+  description:
+    'Lists proposals IN_REVIEW, oldest first, with the revision and digest to judge. Your own proposals are marked: you may not review them.',
+  roles: ['reviewer', 'operator'],
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ ...PageInput }),
+  output: z.object({
+    items: z.array(
+      z.object({
+        proposal_id: z.string(),
+        revision_id: z.string(),
+        revision_number: z.number().int(),
+        digest: z.string(),
+        title: z.string(),
+        owner: z.string(),
+        cards: z.number().int(),
+        confirmed_at: TimeSchema,
+        errors: z.number().int(),
+        warnings: z.number().int(),
+        own: z.boolean(),
+      }),
+    ),
+    next_cursor: z.string().nullable(),
+  }),
+});
+
+/** get_revision */
+export const getRevisionTool = defineTool({
+  name: 'get_revision',
+  title: 'Read one revision for review',
+  description:
+    'Returns one revision: its spec, digest and findings, and the diff against the previous revision, so a reviewer sees exactly what changed.',
+  roles: ['reviewer', 'operator'],
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ proposal_id: ProposalIdSchema, revision_id: RevisionIdSchema }),
+  output: z.object({
+    proposal_id: z.string(),
+    proposal_state: ProposalStateSchema,
+    owner: z.string(),
+    revision: z.object({
+      revision_id: z.string(),
+      number: z.number().int(),
+      digest: z.string(),
+      spec: TaskSpecSchema,
+      findings: z.array(FindingSchema),
+      created_at: TimeSchema,
+      confirmed_at: TimeSchema.nullable(),
+      current: z.boolean(),
+    }),
+    previous: z.object({ revision_id: z.string(), number: z.number().int(), digest: z.string() }).nullable(),
+    diff: z.array(
+      z.object({ path: z.string(), before: z.unknown().optional(), after: z.unknown().optional() }),
+    ),
+    reviews: z.array(ReviewViewSchema),
+  }),
+});
+
+/** submit_review */
+export const submitReviewTool = defineTool({
+  name: 'submit_review',
+  title: 'Approve, request changes or reject',
+  description:
+    'Judges one exact revision (id and digest). APPROVE creates a QUEUED task from that revision; REQUEST_CHANGES sends it back to its owner; REJECT ends it. You may never review your own proposal.',
+  roles: ['reviewer', 'operator'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({
+    proposal_id: ProposalIdSchema,
+    revision_id: RevisionIdSchema,
+    revision_digest: z
+      .string()
+      .regex(/^[0-9a-f]{64}$/)
+      .optional()
+      .describe('The digest you judged (from get_revision); if given it must match.'),
+    decision: ReviewDecisionSchema,
+    comments: z.string().min(1).max(20000).describe('What you checked and why; required for every decision.'),
+    idempotency_key: IdempotencyKeySchema,
+  }),
+  output: z.object({
+    review_id: z.string(),
+    proposal_id: z.string(),
+    revision_id: z.string(),
+    decision: ReviewDecisionSchema,
+    state: ProposalStateSchema,
+    task_id: z.string().nullable(),
+  }),
+});

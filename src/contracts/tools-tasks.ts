@@ -1,0 +1,127 @@
+import { z } from 'zod';
+import {
+  DESTRUCTIVE,
+  defineTool,
+  IdempotencyKeySchema,
+  PageInput,
+  READ_ONLY,
+  READERS,
+  WaitTimeoutSchema,
+} from './tool-def.js';
+import { TaskStateSchema, TaskSummarySchema, TaskViewSchema } from './views.js';
+
+/** Tools to follow, cancel and read the results of tasks (DESIGN §10). */
+
+const TaskIdSchema = z.string().min(1).max(128).describe('The task id, e.g. task_01J…');
+
+/** get_task */
+export const getTaskTool = defineTool({
+  name: 'get_task',
+  title: 'Read a task',
+  description:
+    'Returns a task: state, why it waits (reason, position), its worker, cards and lease_epoch, and exit code / failure_reason once done.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ task_id: TaskIdSchema }),
+  output: z.object({ task: TaskViewSchema }),
+});
+
+/** list_tasks */
+export const listTasksTool = defineTool({
+  name: 'list_tasks',
+  title: 'List tasks',
+  description: 'Lists tasks you can see, newest first. Submitters see their own.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ state: TaskStateSchema.optional(), ...PageInput }),
+  output: z.object({ tasks: z.array(TaskSummarySchema), next_cursor: z.string().nullable() }),
+});
+
+/** wait_for_task */
+export const waitForTaskTool = defineTool({
+  name: 'wait_for_task',
+  title: 'Wait for a task to finish',
+  description:
+    'Returns as soon as the task is COMPLETED, FAILED, CANCELLED or needs reconciliation, or after timeout_seconds (≤ 25) with timed_out: true. Call it in a loop.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ task_id: TaskIdSchema, timeout_seconds: WaitTimeoutSchema }),
+  output: z.object({ task: TaskViewSchema, timed_out: z.boolean() }),
+});
+
+/** cancel_task */
+export const cancelTaskTool = defineTool({
+  name: 'cancel_task',
+  title: 'Cancel a task',
+  description:
+    'Cancels a queued task at once; a running task is stopped (SIGTERM, grace, SIGKILL) and becomes CANCELLED once the worker confirms cleanup.',
+  roles: ['submitter', 'operator'],
+  mutating: true,
+  annotations: DESTRUCTIVE,
+  input: z.strictObject({ task_id: TaskIdSchema, idempotency_key: IdempotencyKeySchema }),
+  output: z.object({ task: TaskViewSchema }),
+});
+
+/** get_task_logs */
+export const getTaskLogsTool = defineTool({
+  name: 'get_task_logs',
+  title: 'Read task logs',
+  description:
+    'Returns a task’s stdout or stderr from a byte offset (page with next_offset), or its last tail_lines lines. Logs stream while the task runs.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({
+    task_id: TaskIdSchema,
+    stream: z.enum(['stdout', 'stderr']).optional().describe('Default stdout.'),
+    offset: z.number().int().min(0).optional().describe('Byte offset to read from (default 0).'),
+    tail_lines: z
+      .number()
+      .int()
+      .min(1)
+      .max(10000)
+      .optional()
+      .describe('Return only the last N lines instead.'),
+    max_bytes: z.number().int().min(1).max(1048576).optional().describe('Default 65536.'),
+  }),
+  output: z.object({
+    task_id: z.string(),
+    stream: z.enum(['stdout', 'stderr']),
+    offset: z.number().int(),
+    next_offset: z.number().int(),
+    total_bytes: z.number().int(),
+    data: z.string(),
+    complete: z.boolean(),
+  }),
+});
+
+/** get_task_outputs */
+export const getTaskOutputsTool = defineTool({
+  name: 'get_task_outputs',
+  title: 'Read task outputs',
+  description:
+    'Lists the declared output files a task returned (path, size, sha256). With path, returns that file’s content (utf-8 text, or base64 for binary), up to max_bytes.',
+  roles: READERS,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({
+    task_id: TaskIdSchema,
+    path: z.string().min(1).max(512).optional(),
+    max_bytes: z.number().int().min(1).max(8388608).optional().describe('Default 1048576.'),
+  }),
+  output: z.object({
+    task_id: z.string(),
+    outputs: z.array(z.object({ path: z.string(), size: z.number().int(), sha256: z.string() })),
+    file: z
+      .object({
+        path: z.string(),
+        encoding: z.enum(['utf8', 'base64']),
+        content: z.string(),
+        truncated: z.boolean(),
+      })
+      .nullable(),
+  }),
+});

@@ -1,0 +1,143 @@
+import { z } from 'zod';
+import { TaskSpecSchema } from './task-spec.js';
+
+/**
+ * What the broker returns: the views shared by MCP structured results and REST bodies. Field names are
+ * the domain's, snake_case; times are ISO-8601 strings; unknown values are null, never omitted.
+ */
+
+/** ISO-8601 time. */
+export const TimeSchema = z.string();
+const NullableTime = TimeSchema.nullable();
+
+/** A policy finding. */
+export const FindingSchema = z.object({
+  severity: z.enum(['error', 'warning']),
+  code: z.string(),
+  path: z.string(),
+  message: z.string(),
+  hint: z.string(),
+});
+
+/** The proposal states. */
+export const ProposalStateSchema = z.enum([
+  'DRAFT',
+  'IN_REVIEW',
+  'CHANGES_REQUESTED',
+  'APPROVED',
+  'REJECTED',
+  'CANCELLED',
+  'EXPIRED',
+]);
+
+/** The task states. */
+export const TaskStateSchema = z.enum([
+  'QUEUED',
+  'ASSIGNED',
+  'RUNNING',
+  'FINALIZING',
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'RECONCILIATION_REQUIRED',
+]);
+
+/** Review decisions. */
+export const ReviewDecisionSchema = z.enum(['APPROVE', 'REQUEST_CHANGES', 'REJECT']);
+
+/** A review as shown to the proposal's owner and to reviewers. */
+export const ReviewViewSchema = z.object({
+  review_id: z.string(),
+  revision_id: z.string(),
+  revision_digest: z.string(),
+  reviewer: z.string(),
+  decision: ReviewDecisionSchema,
+  comments: z.string(),
+  created_at: TimeSchema,
+});
+
+/** A revision's identity and policy result. */
+export const RevisionSummarySchema = z.object({
+  revision_id: z.string(),
+  number: z.number().int(),
+  digest: z.string(),
+  confirmed: z.boolean(),
+  findings: z.array(FindingSchema),
+  confirmable: z.boolean(),
+});
+
+/** A proposal with its current revision's spec. */
+export const ProposalViewSchema = z.object({
+  proposal_id: z.string(),
+  state: ProposalStateSchema,
+  title: z.string(),
+  owner: z.string(),
+  current_revision: RevisionSummarySchema,
+  revision_count: z.number().int(),
+  spec: TaskSpecSchema,
+  task_id: z.string().nullable(),
+  reviews: z.array(ReviewViewSchema),
+  created_at: TimeSchema,
+  updated_at: TimeSchema,
+  expires_at: NullableTime,
+  next_action: z.string(),
+});
+/** A proposal view. */
+export type ProposalView = z.infer<typeof ProposalViewSchema>;
+
+/** One line of a proposal listing. */
+export const ProposalSummarySchema = z.object({
+  proposal_id: z.string(),
+  state: ProposalStateSchema,
+  title: z.string(),
+  owner: z.string(),
+  revision_number: z.number().int(),
+  task_id: z.string().nullable(),
+  updated_at: TimeSchema,
+});
+/** A proposal summary. */
+export type ProposalSummary = z.infer<typeof ProposalSummarySchema>;
+
+/** A card bound to a task's lease. */
+export const TaskCardSchema = z.object({ index: z.number().int(), uuid: z.string() });
+
+/** A task. `reason` and `position` are set while it waits; `failure_reason` once it failed. */
+export const TaskViewSchema = z.object({
+  task_id: z.string(),
+  proposal_id: z.string(),
+  revision_id: z.string(),
+  spec_digest: z.string(),
+  title: z.string(),
+  owner: z.string(),
+  state: TaskStateSchema,
+  desired: z.enum(['run', 'cancel']),
+  reason: z.record(z.string(), z.unknown()).nullable(),
+  position: z.number().int().nullable(),
+  failure_reason: z.string().nullable(),
+  exit_code: z.number().int().nullable(),
+  signal: z.string().nullable(),
+  worker_id: z.string().nullable(),
+  lease_epoch: z.number().int().nullable(),
+  cards: z.array(TaskCardSchema),
+  simulated: z.boolean().nullable(),
+  created_at: TimeSchema,
+  approved_at: TimeSchema,
+  started_at: NullableTime,
+  finished_at: NullableTime,
+  next_action: z.string(),
+});
+/** A task view. */
+export type TaskView = z.infer<typeof TaskViewSchema>;
+
+/** One line of a task listing. */
+export const TaskSummarySchema = z.object({
+  task_id: z.string(),
+  title: z.string(),
+  owner: z.string(),
+  state: TaskStateSchema,
+  failure_reason: z.string().nullable(),
+  position: z.number().int().nullable(),
+  updated_at: TimeSchema,
+});
+/** A task summary. */
+export type TaskSummary = z.infer<typeof TaskSummarySchema>;

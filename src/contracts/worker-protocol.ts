@@ -1,0 +1,220 @@
+import { z } from 'zod';
+import { CardSampleSchema, ProviderSchema } from './sample.js';
+import { TaskSpecSchema } from './task-spec.js';
+
+/**
+ * The worker protocol (DESIGN §8, docs/worker-protocol.md): JSON messages over WSS, one zod
+ * discriminated union per direction on `type`.
+ *
+ * Sequencing: every message except `hello`, `welcome`, `ack` and `error` carries `seq`, numbered per
+ * sender boot (`boot_id`). The receiver processes a message only if its seq is above the highest it has
+ * processed for that boot id, acknowledges it either way, and drops duplicates. The sender keeps
+ * unacknowledged messages (worker: its SQLite outbox; master: its outbox table) and resends them, in
+ * order, after reconnecting.
+ */
+
+/** Version of this protocol. A peer speaking another version is refused at `hello`. */
+export const PROTOCOL_VERSION = 1;
+
+/** Largest log chunk a worker sends in one message, in bytes. */
+export const MAX_LOG_CHUNK_BYTES = 64 * 1024;
+/** Largest single output file a worker uploads, in bytes. */
+export const MAX_OUTPUT_FILE_BYTES = 8 * 1024 * 1024;
+/** Largest WebSocket message either side accepts (base64 of the largest output plus framing). */
+export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
+
+const Id = z.string().min(1).max(128);
+
+/** Why an execution failed. */
+export const FailureReasonSchema = z.enum([
+  'EXIT_NONZERO',
+  'KILLED_BY_SIGNAL',
+  'TIMED_OUT',
+  'OOM_KILLED',
+  'SETUP_FAILED',
+  'OUTPUT_MISSING',
+  'WORKER_LOST',
+  'CLEANUP_UNCONFIRMED',
+  'STALE_EPOCH',
+  'CANCELLED',
+]);
+/** Why an execution failed. */
+export type FailureReason = z.infer<typeof FailureReasonSchema>;
+
+/** A card bound to a lease: its index on the worker and its uuid as sampled. */
+export const LeasedCardSchema = z.object({ index: z.number().int().min(0), uuid: z.string().min(1) });
+/** A card bound to a lease. */
+export type LeasedCard = z.infer<typeof LeasedCardSchema>;
+
+/** Everything a worker needs to run one execution; nothing else is shared with the master. */
+export const ExecutionPlanSchema = z.object({
+  task_id: Id,
+  execution_id: Id,
+  assignment_id: Id,
+  lease_epoch: z.number().int().min(1),
+  cards: z.array(LeasedCardSchema).min(1).max(64),
+  spec: TaskSpecSchema,
+  spec_digest: z.string().regex(/^[0-9a-f]{64}$/),
+  kill_grace_seconds: z.number().min(0).max(600),
+  cleanup_timeout_seconds: z.number().min(0).max(3600),
+});
+/** Everything a worker needs to run one execution. */
+export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;
+
+/** An output file as recorded after upload. */
+export const OutputRecordSchema = z.object({
+  path: z.string().min(1).max(512),
+  size: z.number().int().min(0),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+});
+/** An output file as recorded after upload. */
+export type OutputRecord = z.infer<typeof OutputRecordSchema>;
+
+/** Phases an execution reports, in order; `rejected` and `cleanup_failed` are terminal failures. */
+export const ExecutionPhaseSchema = z.enum([
+  'accepted',
+  'rejected',
+  'started',
+  'exited',
+  'cleaned',
+  'cleanup_failed',
+]);
+/** An execution phase. */
+export type ExecutionPhase = z.infer<typeof ExecutionPhaseSchema>;
+
+/** What a worker still knows about an execution when it says hello. */
+export const KnownExecutionSchema = z.object({
+  execution_id: Id,
+  task_id: Id,
+  lease_epoch: z.number().int().min(1),
+  phase: ExecutionPhaseSchema,
+});
+
+const Sequenced = {
+  protocol_version: z.literal(PROTOCOL_VERSION),
+  boot_id: Id,
+  seq: z.number().int().min(1),
+};
+
+/** worker → master: opens a session. */
+export const HelloSchema = z.object({
+  type: z.literal('hello'),
+  protocol_version: z.number().int(),
+  worker_id: Id,
+  boot_id: Id,
+  version: z.string().max(64),
+  hostname: z.string().max(255),
+  provider: ProviderSchema,
+  cards: z.array(CardSampleSchema).max(64),
+  executions: z.array(KnownExecutionSchema).max(1024),
+  /** Highest master seq this worker has processed, per master boot id, so the master resends the rest. */
+  master_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
+});
+
+/** worker → master: a sample of all cards, or why sampling failed. */
+export const SampleMessageSchema = z.object({
+  type: z.literal('sample'),
+  ...Sequenced,
+  sampled_at: z.number().int(),
+  cards: z.array(CardSampleSchema).max(64),
+  sampler_error: z.string().max(4096).nullable(),
+});
+
+/** worker → master: an execution changed phase. */
+export const ExecutionMessageSchema = z.object({
+  type: z.literal('execution'),
+  ...Sequenced,
+  execution_id: Id,
+  task_id: Id,
+  lease_epoch: z.number().int().min(1),
+  phase: ExecutionPhaseSchema,
+  exit_code: z.number().int().nullable().optional(),
+  signal: z.string().max(32).nullable().optional(),
+  failure_reason: FailureReasonSchema.nullable().optional(),
+  outputs: z.array(OutputRecordSchema).max(64).optional(),
+  detail: z.string().max(4096).optional(),
+});
+
+/** worker → master: a chunk of stdout or stderr at a byte offset. */
+export const LogMessageSchema = z.object({
+  type: z.literal('log'),
+  ...Sequenced,
+  execution_id: Id,
+  stream: z.enum(['stdout', 'stderr']),
+  offset: z.number().int().min(0),
+  data: z.string().max(MAX_LOG_CHUNK_BYTES * 2),
+});
+
+/** worker → master: one declared output file's bytes. */
+export const OutputMessageSchema = z.object({
+  type: z.literal('output'),
+  ...Sequenced,
+  execution_id: Id,
+  lease_epoch: z.number().int().min(1),
+  path: z.string().min(1).max(512),
+  size: z.number().int().min(0).max(MAX_OUTPUT_FILE_BYTES),
+  sha256: z.string().regex(/^[0-9a-f]{64}$/),
+  content_base64: z.string(),
+});
+
+/** Either direction: acknowledges one sequenced message. */
+export const AckSchema = z.object({ type: z.literal('ack'), boot_id: Id, seq: z.number().int().min(1) });
+
+/** Either direction: a message could not be processed. Never closes the connection by itself. */
+export const ProtocolErrorSchema = z.object({
+  type: z.literal('error'),
+  code: z.string().max(64),
+  message: z.string().max(4096),
+  ref_seq: z.number().int().optional(),
+});
+
+/** Every message a worker may send. */
+export const WorkerMessageSchema = z.discriminatedUnion('type', [
+  HelloSchema,
+  SampleMessageSchema,
+  ExecutionMessageSchema,
+  LogMessageSchema,
+  OutputMessageSchema,
+  AckSchema,
+  ProtocolErrorSchema,
+]);
+/** A message from a worker. */
+export type WorkerMessage = z.infer<typeof WorkerMessageSchema>;
+
+/** master → worker: the session is open. */
+export const WelcomeSchema = z.object({
+  type: z.literal('welcome'),
+  protocol_version: z.literal(PROTOCOL_VERSION),
+  worker_id: Id,
+  master_boot_id: Id,
+  sample_interval_ms: z.number().int().min(100),
+  /** Highest worker seq the master has processed, per worker boot id, so the worker resends the rest. */
+  worker_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
+});
+
+/** master → worker: run this plan. */
+export const AssignSchema = z.object({ type: z.literal('assign'), ...Sequenced, plan: ExecutionPlanSchema });
+
+/** master → worker: stop this execution (SIGTERM, grace, SIGKILL). */
+export const CancelSchema = z.object({
+  type: z.literal('cancel'),
+  ...Sequenced,
+  execution_id: Id,
+  lease_epoch: z.number().int().min(1),
+  reason: z.string().max(1024),
+});
+
+/** master → worker: report what you know about this execution. */
+export const QuerySchema = z.object({ type: z.literal('query'), ...Sequenced, execution_id: Id });
+
+/** Every message the master may send. */
+export const MasterMessageSchema = z.discriminatedUnion('type', [
+  WelcomeSchema,
+  AssignSchema,
+  CancelSchema,
+  QuerySchema,
+  AckSchema,
+  ProtocolErrorSchema,
+]);
+/** A message from the master. */
+export type MasterMessage = z.infer<typeof MasterMessageSchema>;

@@ -1,0 +1,106 @@
+import { readFileSync } from 'node:fs';
+import { z } from 'zod';
+import { BrokerError } from '../contracts/errors.js';
+import { PolicySchema } from '../contracts/policy.js';
+
+/**
+ * The master's configuration: one JSON file (`--config FILE`) validated here, unknown keys refused,
+ * overridden by CLI flags for the common settings.
+ */
+
+/** Timing knobs, all in seconds unless named otherwise. */
+export const TimingSchema = z.strictObject({
+  sample_interval_ms: z.number().int().min(100).max(60000).default(2000),
+  worker_offline_seconds: z.number().min(1).max(3600).default(15),
+  lease_grace_seconds: z.number().min(0).max(86400).default(60),
+  kill_grace_seconds: z.number().min(0).max(600).default(10),
+  cleanup_timeout_seconds: z.number().min(0).max(3600).default(30),
+  proposal_ttl_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(31536000)
+    .default(7 * 86400),
+  sweep_interval_ms: z.number().int().min(10).max(60000).default(1000),
+});
+
+/** Scheduling knobs. */
+export const SchedulingConfigSchema = z.strictObject({
+  vram_threshold_pct: z.number().min(0).max(100).default(2),
+  reservation_after_seconds: z
+    .number()
+    .min(0)
+    .max(86400 * 7)
+    .default(300),
+  max_concurrent_cards_per_owner: z.number().int().min(1).nullable().default(null),
+  max_queued_tasks_per_owner: z.number().int().min(1).nullable().default(null),
+});
+
+/** The whole master config file. */
+export const MasterConfigSchema = z.strictObject({
+  listen: z.string().default('127.0.0.1:8443'),
+  tls: z
+    .strictObject({
+      mode: z.enum(['auto', 'off']).default('auto'),
+      sans: z.array(z.string().min(1)).max(64).default([]),
+    })
+    .default({ mode: 'auto', sans: [] }),
+  allowed_origins: z.array(z.string()).max(64).default([]),
+  policy: PolicySchema.default(PolicySchema.parse({})),
+  timing: TimingSchema.default(TimingSchema.parse({})),
+  scheduling: SchedulingConfigSchema.default(SchedulingConfigSchema.parse({})),
+});
+
+/** A validated master config. */
+export type MasterConfig = z.infer<typeof MasterConfigSchema>;
+/** Master config as written in a file (defaults not applied). */
+export type MasterConfigInput = z.input<typeof MasterConfigSchema>;
+
+/** Reads and validates a config file; a bad file is a clear error naming the key. */
+export function loadConfigFile(path: string): MasterConfig {
+  let raw: unknown;
+  try {
+    raw = JSON.parse(readFileSync(path, 'utf8'));
+  } catch (err) {
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `cannot read config ${path}: ${(err as Error).message}`,
+      'Pass a JSON file.',
+    );
+  }
+  return parseConfig(raw, path);
+}
+
+/** Validates a config value (from a file or built in code). */
+export function parseConfig(raw: unknown, source = 'config'): MasterConfig {
+  const parsed = MasterConfigSchema.safeParse(raw);
+  if (!parsed.success) {
+    const issues = parsed.error.issues.map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`).join('; ');
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `invalid ${source}: ${issues}`,
+      'See docs/operations.md for the config keys.',
+    );
+  }
+  return parsed.data;
+}
+
+/** Splits `HOST:PORT` (IPv6 in brackets) into its parts. */
+export function parseListen(listen: string): { host: string; port: number } {
+  const m = /^(?:\[([^\]]+)\]|([^:]+)):(\d{1,5})$/.exec(listen);
+  if (!m)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `bad listen address "${listen}"`,
+      'Use HOST:PORT, e.g. 127.0.0.1:8443',
+    );
+  const host = (m[1] ?? m[2])!;
+  const port = Number(m[3]);
+  if (port > 65535) throw new BrokerError('INVALID_INPUT', `bad port in "${listen}"`, 'Ports are 0..65535.');
+  return { host, port };
+}
+
+/** True for addresses only this machine can reach; plain HTTP is allowed only there. */
+export function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || /^127\.\d{1,3}\.\d{1,3}\.\d{1,3}$/.test(host);
+}
