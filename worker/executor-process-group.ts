@@ -1,0 +1,124 @@
+import { readdir, readFile } from 'node:fs/promises';
+
+/**
+ * Process-group and cgroup probes for the executor (Linux). A task runs as the leader of its own process
+ * group, so the group id is the task's pid and one signal reaches every process it forked that stayed in
+ * the group.
+ */
+
+/** A process still alive in a task's group. */
+export interface GroupMember {
+  readonly pid: number;
+  /** The command name from /proc (at most 15 characters); `?` where /proc cannot tell. */
+  readonly name: string;
+}
+
+/**
+ * Sends `signal` to every process in group `pgid`. Returns false when the group no longer exists;
+ * never throws, because the group may vanish at any moment.
+ */
+export function signalGroup(pgid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(-pgid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The live (non-zombie) processes of group `pgid`; empty when the group is gone.
+ *
+ * `kill(-pgid, 0)` alone is not enough: an orphaned child becomes a zombie that only its new parent can
+ * reap, and where PID 1 is not an init that reaps (many containers) zombies stay in the group for ever
+ * although they hold no memory and no card. So a group that still answers signals is looked up in /proc
+ * and counts as gone when all it has left are zombies.
+ */
+export async function liveGroupMembers(pgid: number): Promise<GroupMember[]> {
+  try {
+    process.kill(-pgid, 0);
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ESRCH') return [];
+    // EPERM: something in the group is not ours to signal; look it up like any other survivor.
+  }
+  let entries: string[];
+  try {
+    entries = await readdir('/proc');
+  } catch {
+    // Without /proc the signal probe is all there is: the group answered, so it is alive.
+    return [{ pid: pgid, name: '?' }];
+  }
+  const members: GroupMember[] = [];
+  await Promise.all(
+    entries
+      .filter((e) => /^[0-9]+$/.test(e))
+      .map(async (e) => {
+        let stat: string;
+        try {
+          stat = await readFile(`/proc/${e}/stat`, 'utf8');
+        } catch {
+          return; // exited while we looked
+        }
+        // The command name may contain spaces and parentheses; the fields after the last ')' do not.
+        const close = stat.lastIndexOf(')');
+        const fields = stat.slice(close + 2).split(' ');
+        const state = fields[0];
+        const pgrp = Number(fields[2]);
+        if (pgrp === pgid && state !== 'Z' && state !== 'X') {
+          members.push({ pid: Number(e), name: stat.slice(stat.indexOf('(') + 1, close) });
+        }
+      }),
+  );
+  return members.sort((a, b) => a.pid - b.pid);
+}
+
+/** Where the kernel counts OOM kills for a cgroup, and the count when the probe was made. */
+export interface OomProbe {
+  readonly file: string;
+  readonly baseline: number;
+}
+
+/**
+ * Finds the OOM-kill counter of the cgroup `pid` belongs to (cgroup v2 `memory.events`, else v1
+ * `memory.oom_control`; both have an `oom_kill N` line) and reads it. Null where there is none
+ * (not Linux, no memory controller, kernel too old); OOM is then reported as a plain SIGKILL.
+ */
+export async function probeOomKills(pid: number | 'self'): Promise<OomProbe | null> {
+  let cgroups: string;
+  try {
+    cgroups = await readFile(`/proc/${pid}/cgroup`, 'utf8');
+  } catch {
+    return null;
+  }
+  const candidates: string[] = [];
+  for (const line of cgroups.split('\n')) {
+    const [, controllers, path] = line.match(/^[0-9]+:([^:]*):(.*)$/) ?? [];
+    if (path === undefined) continue;
+    const rel = path === '/' ? '' : path;
+    if (controllers === '') candidates.push(`/sys/fs/cgroup${rel}/memory.events`);
+    if (controllers?.split(',').includes('memory')) {
+      // Without a cgroup namespace a container sees its host path here but has its own cgroup mounted
+      // at the root, so try both.
+      candidates.push(
+        `/sys/fs/cgroup/memory${rel}/memory.oom_control`,
+        '/sys/fs/cgroup/memory/memory.oom_control',
+      );
+    }
+  }
+  for (const file of candidates) {
+    const count = await readOomKillCount(file);
+    if (count !== null) return { file, baseline: count };
+  }
+  return null;
+}
+
+/** The `oom_kill` counter in `file`, or null when it cannot be read. */
+export async function readOomKillCount(file: string): Promise<number | null> {
+  try {
+    const text = await readFile(file, 'utf8');
+    const m = text.match(/^oom_kill ([0-9]+)$/m);
+    return m?.[1] === undefined ? null : Number(m[1]);
+  } catch {
+    return null;
+  }
+}

@@ -1,0 +1,361 @@
+import Database from 'better-sqlite3';
+import type {
+  ExecutionPhase,
+  ExecutionPlan,
+  FailureReason,
+  OutputRecord,
+} from '../src/contracts/worker-protocol.js';
+import { ExecutionPlanSchema } from '../src/contracts/worker-protocol.js';
+
+/**
+ * The worker's own small SQLite file (DESIGN §8): what must survive a worker restart.
+ *
+ *   card_epochs   per card, the highest lease epoch seen; an assign or cancel below it is STALE_EPOCH
+ *   executions    what the worker knows about each execution (reported in `hello`)
+ *   outbox        outgoing sequenced messages, kept until the master acknowledges them
+ *   outbox_seqs   the last seq handed out per worker boot; kept apart from the outbox so that pruning
+ *                 acknowledged messages can never make a seq be issued twice
+ *   master_marks  the highest master seq processed per master boot id, to drop resent duplicates
+ *
+ * Every method is synchronous (better-sqlite3), so each one is atomic on its own; `transaction` groups
+ * several, e.g. "epoch check + execution record + master mark" for one incoming assign.
+ */
+
+/** Schema migrations; index i takes the file from user_version i to i + 1. Append only, never edit. */
+const MIGRATIONS: readonly string[] = [
+  `
+  CREATE TABLE card_epochs (
+    card_index INTEGER PRIMARY KEY CHECK (card_index >= 0),
+    epoch INTEGER NOT NULL CHECK (epoch >= 1)
+  );
+  CREATE TABLE executions (
+    execution_id TEXT PRIMARY KEY,
+    task_id TEXT NOT NULL,
+    lease_epoch INTEGER NOT NULL CHECK (lease_epoch >= 1),
+    phase TEXT NOT NULL
+      CHECK (phase IN ('accepted', 'rejected', 'started', 'exited', 'cleaned', 'cleanup_failed')),
+    plan_json TEXT NOT NULL,
+    result_json TEXT,
+    created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL
+  );
+  CREATE INDEX executions_unfinished ON executions (created_at)
+    WHERE phase NOT IN ('rejected', 'cleaned', 'cleanup_failed');
+  CREATE TABLE outbox (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    boot_id TEXT NOT NULL,
+    seq INTEGER NOT NULL CHECK (seq >= 1),
+    message_json TEXT NOT NULL,
+    created_at INTEGER NOT NULL,
+    acked_at INTEGER,
+    UNIQUE (boot_id, seq)
+  );
+  CREATE INDEX outbox_unacked ON outbox (id) WHERE acked_at IS NULL;
+  CREATE TABLE outbox_seqs (
+    boot_id TEXT PRIMARY KEY,
+    last_seq INTEGER NOT NULL CHECK (last_seq >= 0)
+  );
+  CREATE TABLE master_marks (
+    boot_id TEXT PRIMARY KEY,
+    seq INTEGER NOT NULL CHECK (seq >= 0),
+    updated_at INTEGER NOT NULL
+  );
+  `,
+];
+
+/** The schema version this code writes (PRAGMA user_version). */
+export const LOCAL_STORE_SCHEMA_VERSION = MIGRATIONS.length;
+
+/** How many master boot ids a `hello` may carry (contracts: `master_marks` max 16). */
+const MAX_MASTER_MARKS = 16;
+
+/** Result of an epoch check: accepted, or refused naming the card whose mark is higher. */
+export type EpochCheck =
+  | { readonly ok: true }
+  | {
+      readonly ok: false;
+      readonly code: 'STALE_EPOCH';
+      readonly card_index: number;
+      readonly recorded_epoch: number;
+    };
+
+/** What the worker keeps of an execution's outcome (the bytes of outputs are not kept here). */
+export interface ExecutionSummary {
+  readonly exit_code: number | null;
+  readonly signal: string | null;
+  readonly failure_reason: FailureReason | null;
+  readonly outputs: readonly OutputRecord[];
+  readonly cleaned?: boolean;
+  readonly detail?: string;
+}
+
+/** One execution as the worker knows it. */
+export interface ExecutionRecord {
+  readonly execution_id: string;
+  readonly task_id: string;
+  readonly lease_epoch: number;
+  readonly phase: ExecutionPhase;
+  readonly plan: ExecutionPlan;
+  readonly result: ExecutionSummary | null;
+  readonly created_at: number;
+  readonly updated_at: number;
+}
+
+/** One outgoing message waiting for (or holding) its acknowledgement. */
+export interface OutboxEntry {
+  readonly boot_id: string;
+  readonly seq: number;
+  /** The message as built by the caller, with its `boot_id` and `seq`. */
+  readonly message: unknown;
+  readonly created_at: number;
+}
+
+/** A highest processed seq for one master boot. */
+export interface MasterMark {
+  readonly boot_id: string;
+  readonly seq: number;
+}
+
+/** Options for opening the store; `now` exists so tests can control timestamps. */
+export interface LocalStoreOptions {
+  /** Milliseconds since the epoch; defaults to Date.now. */
+  readonly now?: () => number;
+}
+
+/** The worker's local store; see the module comment. Close it when done. */
+export interface LocalStore {
+  /**
+   * Refuses with STALE_EPOCH if any of `cardIndexes` has a recorded epoch above `epoch` (equal is
+   * accepted, so re-delivering the same assign is harmless); otherwise raises all their marks to `epoch`.
+   * Atomic: either every mark is raised or none is. Call it before any side effect of the message.
+   */
+  checkAndRaiseEpoch(cardIndexes: readonly number[], epoch: number): EpochCheck;
+  /** The recorded epoch of one card, or 0 when none was ever seen. */
+  getCardEpoch(cardIndex: number): number;
+  /**
+   * Inserts an execution, or updates its phase (and result, when one is given). The plan, task id and
+   * epoch of an existing record are never replaced: an execution's plan is immutable.
+   */
+  upsertExecution(record: {
+    plan: ExecutionPlan;
+    phase: ExecutionPhase;
+    result?: ExecutionSummary | null;
+  }): ExecutionRecord;
+  /** One execution, or null. */
+  getExecution(executionId: string): ExecutionRecord | null;
+  /** Executions not yet in a terminal phase (rejected, cleaned, cleanup_failed), oldest first. */
+  listUnfinishedExecutions(): ExecutionRecord[];
+  /**
+   * Appends a message for `bootId` with the next seq of that boot, atomically. `build` receives the seq
+   * and returns the message to store (it should carry `boot_id` and `seq`).
+   */
+  appendOutbox(bootId: string, build: (seq: number) => unknown): OutboxEntry;
+  /** Marks one message acknowledged; returns whether it was waiting. */
+  ackOutbox(bootId: string, seq: number): boolean;
+  /** Marks every message of `bootId` up to `seq` acknowledged (from `welcome.worker_marks`); returns how many. */
+  ackOutboxThrough(bootId: string, seq: number): number;
+  /** Unacknowledged messages in the order they were appended (older boots first), at most `limit`. */
+  listUnackedOutbox(limit?: number): OutboxEntry[];
+  /** Deletes acknowledged messages acknowledged before `before` (ms); returns how many. */
+  pruneOutbox(before: number): number;
+  /** The highest seq processed from master boot `bootId`, or 0. */
+  getMasterMark(bootId: string): number;
+  /** Records `seq` as processed for `bootId` if above the mark; returns whether it was (false = duplicate). */
+  raiseMasterMark(bootId: string, seq: number): boolean;
+  /** The most recently advanced marks (at most 16), for `hello.master_marks`. */
+  listMasterMarks(): MasterMark[];
+  /** Runs `fn` in one immediate transaction (nested calls become savepoints). */
+  transaction<T>(fn: () => T): T;
+  /** Closes the file. */
+  close(): void;
+}
+
+interface ExecutionRow {
+  execution_id: string;
+  task_id: string;
+  lease_epoch: number;
+  phase: ExecutionPhase;
+  plan_json: string;
+  result_json: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+interface OutboxRow {
+  boot_id: string;
+  seq: number;
+  message_json: string;
+  created_at: number;
+}
+
+/** Opens (creating and migrating as needed) the store at `path`; `:memory:` for tests. */
+export function openLocalStore(path: string, opts: LocalStoreOptions = {}): LocalStore {
+  const now = opts.now ?? Date.now;
+  const db = new Database(path);
+  try {
+    db.pragma('journal_mode = WAL');
+    db.pragma('synchronous = NORMAL');
+    db.pragma('foreign_keys = ON');
+    db.pragma('busy_timeout = 5000');
+    migrate(db);
+  } catch (err) {
+    db.close();
+    throw err;
+  }
+
+  const stmts = {
+    cardEpoch: db.prepare<[number], { epoch: number }>('SELECT epoch FROM card_epochs WHERE card_index = ?'),
+    raiseCard: db.prepare<[number, number]>(
+      `INSERT INTO card_epochs (card_index, epoch) VALUES (?, ?)
+       ON CONFLICT (card_index) DO UPDATE SET epoch = max(epoch, excluded.epoch)`,
+    ),
+    upsertExecution: db.prepare<[string, string, number, string, string, string | null, number, number]>(
+      `INSERT INTO executions (execution_id, task_id, lease_epoch, phase, plan_json, result_json, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (execution_id) DO UPDATE SET
+         phase = excluded.phase,
+         result_json = coalesce(excluded.result_json, result_json),
+         updated_at = excluded.updated_at`,
+    ),
+    getExecution: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    unfinished: db.prepare<[], ExecutionRow>(
+      `SELECT * FROM executions WHERE phase NOT IN ('rejected', 'cleaned', 'cleanup_failed')
+       ORDER BY created_at, execution_id`,
+    ),
+    nextSeq: db.prepare<[string], { last_seq: number }>(
+      `INSERT INTO outbox_seqs (boot_id, last_seq) VALUES (?, 1)
+       ON CONFLICT (boot_id) DO UPDATE SET last_seq = last_seq + 1
+       RETURNING last_seq`,
+    ),
+    insertOutbox: db.prepare<[string, number, string, number]>(
+      'INSERT INTO outbox (boot_id, seq, message_json, created_at) VALUES (?, ?, ?, ?)',
+    ),
+    ack: db.prepare<[number, string, number]>(
+      'UPDATE outbox SET acked_at = ? WHERE boot_id = ? AND seq = ? AND acked_at IS NULL',
+    ),
+    ackThrough: db.prepare<[number, string, number]>(
+      'UPDATE outbox SET acked_at = ? WHERE boot_id = ? AND seq <= ? AND acked_at IS NULL',
+    ),
+    unacked: db.prepare<[number], OutboxRow>(
+      'SELECT boot_id, seq, message_json, created_at FROM outbox WHERE acked_at IS NULL ORDER BY id LIMIT ?',
+    ),
+    prune: db.prepare<[number]>('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
+    masterMark: db.prepare<[string], { seq: number }>('SELECT seq FROM master_marks WHERE boot_id = ?'),
+    raiseMaster: db.prepare<[string, number, number]>(
+      `INSERT INTO master_marks (boot_id, seq, updated_at) VALUES (?, ?, ?)
+       ON CONFLICT (boot_id) DO UPDATE SET seq = excluded.seq, updated_at = excluded.updated_at
+       WHERE excluded.seq > seq`,
+    ),
+    listMaster: db.prepare<[number], MasterMark>(
+      'SELECT boot_id, seq FROM master_marks ORDER BY updated_at DESC, boot_id LIMIT ?',
+    ),
+    pruneMaster: db.prepare<[number]>(
+      `DELETE FROM master_marks WHERE boot_id NOT IN
+         (SELECT boot_id FROM master_marks ORDER BY updated_at DESC, boot_id LIMIT ?)`,
+    ),
+  };
+
+  const getCardEpoch = (cardIndex: number): number => stmts.cardEpoch.get(cardIndex)?.epoch ?? 0;
+  const getExecution = (id: string): ExecutionRecord | null => {
+    const row = stmts.getExecution.get(id);
+    return row === undefined ? null : toExecutionRecord(row);
+  };
+
+  const checkAndRaiseEpoch = db.transaction((cardIndexes: readonly number[], epoch: number): EpochCheck => {
+    // Check every card before raising any, so a refusal leaves no mark behind.
+    for (const card of cardIndexes) {
+      const recorded = getCardEpoch(card);
+      if (recorded > epoch)
+        return { ok: false, code: 'STALE_EPOCH', card_index: card, recorded_epoch: recorded };
+    }
+    for (const card of cardIndexes) stmts.raiseCard.run(card, epoch);
+    return { ok: true };
+  });
+
+  const upsertExecution = db.transaction(
+    (record: { plan: ExecutionPlan; phase: ExecutionPhase; result?: ExecutionSummary | null }) => {
+      const { plan } = record;
+      const t = now();
+      const result = record.result == null ? null : JSON.stringify(record.result);
+      stmts.upsertExecution.run(
+        plan.execution_id,
+        plan.task_id,
+        plan.lease_epoch,
+        record.phase,
+        JSON.stringify(plan),
+        result,
+        t,
+        t,
+      );
+      return getExecution(plan.execution_id)!;
+    },
+  );
+
+  const appendOutbox = db.transaction((bootId: string, build: (seq: number) => unknown): OutboxEntry => {
+    const seq = stmts.nextSeq.get(bootId)!.last_seq;
+    const message = build(seq);
+    const created = now();
+    stmts.insertOutbox.run(bootId, seq, JSON.stringify(message), created);
+    return { boot_id: bootId, seq, message, created_at: created };
+  });
+
+  const raiseMasterMark = db.transaction((bootId: string, seq: number): boolean => {
+    const changed = stmts.raiseMaster.run(bootId, seq, now()).changes > 0;
+    // A hello carries at most 16 marks; older master boots are long gone and will not resend.
+    if (changed) stmts.pruneMaster.run(MAX_MASTER_MARKS);
+    return changed;
+  });
+
+  return {
+    checkAndRaiseEpoch: (cards, epoch) => checkAndRaiseEpoch.immediate(cards, epoch),
+    getCardEpoch,
+    upsertExecution: (record) => upsertExecution.immediate(record),
+    getExecution,
+    listUnfinishedExecutions: () => stmts.unfinished.all().map(toExecutionRecord),
+    appendOutbox: (bootId, build) => appendOutbox.immediate(bootId, build),
+    ackOutbox: (bootId, seq) => stmts.ack.run(now(), bootId, seq).changes > 0,
+    ackOutboxThrough: (bootId, seq) => stmts.ackThrough.run(now(), bootId, seq).changes,
+    listUnackedOutbox: (limit = 10_000) =>
+      stmts.unacked.all(limit).map((r) => ({
+        boot_id: r.boot_id,
+        seq: r.seq,
+        message: JSON.parse(r.message_json) as unknown,
+        created_at: r.created_at,
+      })),
+    pruneOutbox: (before) => stmts.prune.run(before).changes,
+    getMasterMark: (bootId) => stmts.masterMark.get(bootId)?.seq ?? 0,
+    raiseMasterMark: (bootId, seq) => raiseMasterMark.immediate(bootId, seq),
+    listMasterMarks: () => stmts.listMaster.all(MAX_MASTER_MARKS),
+    transaction: (fn) => db.transaction(fn).immediate(),
+    close: () => db.close(),
+  };
+}
+
+function migrate(db: Database.Database): void {
+  const version = db.pragma('user_version', { simple: true }) as number;
+  if (version > MIGRATIONS.length) {
+    throw new Error(
+      `local store schema version ${version} is newer than this worker understands (${MIGRATIONS.length}); upgrade the worker`,
+    );
+  }
+  for (let v = version; v < MIGRATIONS.length; v++) {
+    db.transaction(() => {
+      db.exec(MIGRATIONS[v]!);
+      db.pragma(`user_version = ${v + 1}`);
+    }).immediate();
+  }
+}
+
+function toExecutionRecord(row: ExecutionRow): ExecutionRecord {
+  return {
+    execution_id: row.execution_id,
+    task_id: row.task_id,
+    lease_epoch: row.lease_epoch,
+    phase: row.phase,
+    // Parsed, not cast: a damaged file must fail loudly rather than hand the worker a bad plan.
+    plan: ExecutionPlanSchema.parse(JSON.parse(row.plan_json)),
+    result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}
