@@ -1,0 +1,43 @@
+import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
+
+/**
+ * Lease state machine (DESIGN §6). A card is never free on a guess: only a cleanup receipt or an audited
+ * operator reconcile releases a card.
+ *
+ * States:
+ * - `ACTIVE`: the lease binds its cards to one execution.
+ * - `RELEASING`: the execution ended; waiting for the worker's cleanup receipt.
+ * - `RELEASED` (terminal): cleanup confirmed; the cards are free.
+ * - `QUARANTINED`: cleanup not confirmed in time, or the worker was lost; the cards stay out of the pool.
+ */
+export const LEASE_STATES = ['ACTIVE', 'RELEASING', 'RELEASED', 'QUARANTINED'] as const;
+/** A lease state. */
+export type LeaseState = (typeof LEASE_STATES)[number];
+
+/** Events that move a lease. */
+export const LEASE_EVENTS = ['execution_ended', 'cleaned', 'quarantine', 'reconcile_release'] as const;
+/** A lease event. */
+export type LeaseEvent = (typeof LEASE_EVENTS)[number];
+
+/** The lease transition table; docs/state-machines.md shows it. */
+export const LEASE_TABLE: TransitionTable<LeaseState, LeaseEvent> = {
+  ACTIVE: { execution_ended: 'RELEASING', cleaned: 'RELEASED', quarantine: 'QUARANTINED' },
+  RELEASING: { cleaned: 'RELEASED', quarantine: 'QUARANTINED' },
+  QUARANTINED: { cleaned: 'RELEASED', reconcile_release: 'RELEASED' },
+  RELEASED: {},
+};
+
+/** Applies an event to a lease state. */
+export function transitionLease(
+  state: LeaseState,
+  event: LeaseEvent,
+): TransitionResult<LeaseState, LeaseEvent> {
+  return applyTransition(LEASE_TABLE, state, event);
+}
+
+/** `lease_epoch` for a new lease: 1 + the highest epoch ever issued for any of its cards; never reused. */
+export function nextLeaseEpoch(highestEpochPerCard: readonly number[]): number {
+  let max = 0;
+  for (const e of highestEpochPerCard) if (e > max) max = e;
+  return max + 1;
+}

@@ -1,0 +1,194 @@
+import type { Policy } from '../contracts/policy.js';
+import type { TaskSpec } from '../contracts/task-spec.js';
+
+/**
+ * Policy findings for one revision (DESIGN §5). `error` findings block confirmation; `warning` findings
+ * are shown to the reviewer. Every finding teaches: it says what is wrong and what a valid value looks like.
+ */
+
+/** How serious a finding is. */
+export type FindingSeverity = 'error' | 'warning';
+
+/** One policy finding. */
+export interface Finding {
+  severity: FindingSeverity;
+  code: string;
+  /** Where in the spec, as a dotted path (`runtime.argv[0]`). */
+  path: string;
+  message: string;
+  hint: string;
+}
+
+/** Facts the shell gathers before the pure check: sha256 of files the spec names (null = unreadable). */
+export interface PolicyFacts {
+  fileDigests: Readonly<Record<string, string | null>>;
+}
+
+/** Env names the broker sets itself; a spec may never set them. */
+const RESERVED_ENV =
+  /^(GPU_BROKER_.*|CUDA_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$/;
+/** Env names that usually carry secrets; specs are read by reviewers and stored forever. */
+const SECRET_ENV = /(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL)/i;
+
+/** Evaluates `spec` against `policy`. Pure: file digests come in through `facts`. */
+export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFacts): Finding[] {
+  const findings: Finding[] = [];
+  const add = (severity: FindingSeverity, code: string, path: string, message: string, hint: string) =>
+    findings.push({ severity, code, path, message, hint });
+
+  checkExecutable(spec, policy, facts, add);
+
+  for (const name of Object.keys(spec.runtime.env ?? {})) {
+    if (RESERVED_ENV.test(name)) {
+      add(
+        'error',
+        'ENV_RESERVED',
+        `runtime.env.${name}`,
+        `${name} is set by the broker for every task`,
+        'Remove it: the worker sets CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES and GPU_BROKER_* to the leased cards.',
+      );
+    } else if (policy.refused_env.includes(name)) {
+      add(
+        'error',
+        'ENV_REFUSED',
+        `runtime.env.${name}`,
+        `${name} is refused by policy`,
+        `Remove it. Refused names: ${policy.refused_env.join(', ')}.`,
+      );
+    } else if (SECRET_ENV.test(name)) {
+      add(
+        'warning',
+        'ENV_LOOKS_SECRET',
+        `runtime.env.${name}`,
+        `${name} looks like a secret`,
+        'Specs are stored and shown to reviewers; never put credentials in a spec.',
+      );
+    }
+  }
+
+  if (spec.cards.count > policy.max_cards) {
+    add(
+      'error',
+      'TOO_MANY_CARDS',
+      'cards.count',
+      `${spec.cards.count} cards requested; policy allows at most ${policy.max_cards}`,
+      `Use cards.count between 1 and ${policy.max_cards}.`,
+    );
+  }
+  if (spec.time_limit_seconds > policy.max_time_limit_seconds) {
+    add(
+      'error',
+      'TIME_LIMIT_TOO_LONG',
+      'time_limit_seconds',
+      `${spec.time_limit_seconds} s requested; policy allows at most ${policy.max_time_limit_seconds} s`,
+      `Use time_limit_seconds between 1 and ${policy.max_time_limit_seconds}.`,
+    );
+  }
+  if (spec.outputs.length === 0) {
+    add(
+      'warning',
+      'NO_OUTPUTS',
+      'outputs',
+      'no outputs declared; only logs will come back',
+      'Declare files the run writes under $GPU_BROKER_OUTPUT_DIR, e.g. [{"path":"result.json","required":true}].',
+    );
+  }
+  if (!spec.notes || spec.notes.trim().length === 0) {
+    add(
+      'warning',
+      'NO_NOTES',
+      'notes',
+      'no notes for the reviewer',
+      'Explain in notes why the run needs GPUs, what could go wrong and what the reviewer should check.',
+    );
+  }
+  return findings;
+}
+
+function checkExecutable(
+  spec: TaskSpec,
+  policy: Policy,
+  facts: PolicyFacts,
+  add: (s: FindingSeverity, code: string, path: string, message: string, hint: string) => void,
+): void {
+  const argv = spec.runtime.argv;
+  const exe = argv[0] ?? '';
+  if (!exe.startsWith('/')) {
+    add(
+      'error',
+      'EXECUTABLE_NOT_ABSOLUTE',
+      'runtime.argv[0]',
+      `"${exe}" is not an absolute path`,
+      'argv[0] must be an allowed absolute path such as "/usr/bin/python3"; no shell runs the command.',
+    );
+    return;
+  }
+  const script = argv[1];
+  const scriptRule = policy.scripts.find((s) => s.interpreter === exe && s.script === script);
+  if (scriptRule) {
+    const actual = facts.fileDigests[scriptRule.script];
+    if (actual !== scriptRule.sha256) {
+      add(
+        'error',
+        'SCRIPT_DIGEST_MISMATCH',
+        'runtime.argv[1]',
+        actual == null
+          ? `${scriptRule.script} cannot be read on the master to check its pin`
+          : `${scriptRule.script} has sha256 ${actual}, policy pins ${scriptRule.sha256}`,
+        'The pinned script changed or is missing; ask an operator to update the pin.',
+      );
+    }
+    return;
+  }
+  const exeRule = policy.executables.find((e) => e.path === exe);
+  if (!exeRule) {
+    const allowed = [
+      ...policy.executables.map((e) => e.path),
+      ...policy.scripts.map((s) => `${s.interpreter} ${s.script}`),
+    ];
+    add(
+      'error',
+      'EXECUTABLE_NOT_ALLOWED',
+      'runtime.argv[0]',
+      `${exe} is not an allowed executable`,
+      allowed.length > 0
+        ? `Allowed: ${allowed.join('; ')}. An operator can allow more in the config's policy.executables, e.g. {"path": "${exe}"}.`
+        : `No executables are allowed yet. An operator adds {"path": "${exe}"} to policy.executables in the master config (--config FILE).`,
+    );
+    return;
+  }
+  if (exeRule.sha256 !== undefined) {
+    const actual = facts.fileDigests[exe];
+    if (actual == null) {
+      add(
+        'warning',
+        'EXECUTABLE_PIN_UNVERIFIED',
+        'runtime.argv[0]',
+        `${exe} is pinned but cannot be read on the master`,
+        'The worker checks the pin again before running it.',
+      );
+    } else if (actual !== exeRule.sha256) {
+      add(
+        'error',
+        'EXECUTABLE_DIGEST_MISMATCH',
+        'runtime.argv[0]',
+        `${exe} has sha256 ${actual}, policy pins ${exeRule.sha256}`,
+        'The pinned executable changed; ask an operator to update the pin.',
+      );
+    }
+  }
+}
+
+/** The files whose digests `evaluatePolicy` needs for this spec. */
+export function filesToDigest(spec: TaskSpec, policy: Policy): string[] {
+  const files = new Set<string>();
+  const [exe, script] = spec.runtime.argv;
+  if (exe && policy.executables.some((e) => e.path === exe && e.sha256)) files.add(exe);
+  for (const s of policy.scripts) if (s.interpreter === exe && s.script === script) files.add(s.script);
+  return [...files];
+}
+
+/** True when no finding blocks confirmation. */
+export function isConfirmable(findings: readonly Finding[]): boolean {
+  return !findings.some((f) => f.severity === 'error');
+}

@@ -1,0 +1,131 @@
+import type { WaitReason } from './scheduling.js';
+
+/**
+ * Constructors for every {@link WaitReason}, so that each code always carries the same fields and a
+ * message written for the agent that reads it: what blocks the task and what would unblock it.
+ */
+
+/** What a task asks for, in words ("8 cards", "2 cards of model "H100" with ≥ 81920 MiB"). */
+export function describeNeed(need: number, model: string | null, minMemoryMib: number | null): string {
+  let text = plural(need, 'card');
+  if (model !== null) text += ` of model "${model}"`;
+  if (minMemoryMib !== null) text += ` with ≥ ${minMemoryMib} MiB`;
+  return text;
+}
+
+/** Enough matching cards exist, but not enough are free on one worker right now. */
+export function waitingForCards(need: number, eligible: number, free: number): WaitReason {
+  return {
+    code: 'waiting_for_cards',
+    need,
+    eligible,
+    free,
+    message:
+      `Needs ${plural(need, 'card')} on one worker; at most ${free} matching ${free === 1 ? 'is' : 'are'} free ` +
+      `on any worker (${eligible} eligible in all). It starts when running tasks release enough cards.`,
+  };
+}
+
+/** It would fit, but the free cards are held for an aged task ahead of it in the queue. */
+export function reservedForOlderTask(taskPosition: number, workerId: string): WaitReason {
+  return {
+    code: 'reserved_for_older_task',
+    task_position: taskPosition,
+    worker_id: workerId,
+    message:
+      `The free cards it could use on ${workerId} are reserved for the task at queue position ` +
+      `${taskPosition}, which has waited longer; it runs after that task starts or more cards free up.`,
+  };
+}
+
+/** This aged task holds free cards and waits for the rest on the same worker. */
+export function holdingReservation(workerId: string, held: number, need: number): WaitReason {
+  return {
+    code: 'holding_reservation',
+    worker_id: workerId,
+    held,
+    need,
+    message:
+      `Waited past the reservation time, so it holds ${held} of the ${plural(need, 'card')} it needs on ` +
+      `${workerId}; later tasks cannot take them. It starts when the rest are released there.`,
+  };
+}
+
+/** The pinned worker is offline or draining. */
+export function workerOffline(workerId: string, draining: boolean): WaitReason {
+  return {
+    code: 'worker_offline',
+    worker_id: workerId,
+    draining,
+    message: draining
+      ? `Pinned to worker ${workerId}, which an operator is draining; it waits until the worker is undrained, or drop the pin.`
+      : `Pinned to worker ${workerId}, which is offline; it waits until the worker reconnects, or drop the pin.`,
+  };
+}
+
+/** Every worker with enough matching cards is offline or draining. */
+export function workersOffline(need: number, offline: number, draining: number): WaitReason {
+  return {
+    code: 'workers_offline',
+    need,
+    offline,
+    draining,
+    message:
+      `Every worker with ${plural(need, 'matching card')} is unavailable (${offline} offline, ` +
+      `${draining} draining); it waits until one is back.`,
+  };
+}
+
+/** No worker the task may use has enough matching cards, in any state: it cannot start as specified. */
+export function noMatchingWorker(
+  needText: string,
+  need: number,
+  largest: number,
+  pinned: string | null,
+): WaitReason {
+  const where = pinned === null ? 'any worker' : `worker ${pinned}`;
+  return {
+    code: 'no_matching_worker',
+    need,
+    largest,
+    message:
+      `Needs ${needText} on one worker, but ${where} has at most ${largest}. It cannot start as specified: ` +
+      `lower cards.count, relax cards.model or cards.min_memory_mib, or change the pinned worker.`,
+  };
+}
+
+/** Unknown pinned worker: nothing of that id is enrolled. */
+export function unknownPinnedWorker(need: number, workerId: string): WaitReason {
+  return {
+    code: 'no_matching_worker',
+    need,
+    largest: 0,
+    message: `Pinned to worker ${workerId}, which is not enrolled; pin an enrolled worker or drop the pin.`,
+  };
+}
+
+/** Cordons are what keep it off every usable worker. */
+export function cordoned(need: number, uncordoned: number): WaitReason {
+  return {
+    code: 'cordoned',
+    need,
+    uncordoned,
+    message:
+      `Needs ${plural(need, 'card')} on one worker, but cordons leave at most ${uncordoned} matching on any ` +
+      `usable worker; it waits until an operator uncordons cards.`,
+  };
+}
+
+/** Granting it would take its owner past the per-owner card limit. */
+export function quotaExceeded(limit: number, inUse: number, need: number): WaitReason {
+  const message =
+    need > limit
+      ? `Needs ${plural(need, 'card')}, more than the per-owner limit of ${limit}; it can never start as specified.`
+      : `Its owner holds ${plural(inUse, 'card')}; ${need} more would exceed the per-owner limit of ${limit}. ` +
+        `It starts when the owner's other tasks release cards.`;
+  return { code: 'quota_exceeded', limit, in_use: inUse, need, message };
+}
+
+function plural(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}

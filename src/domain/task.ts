@@ -1,0 +1,101 @@
+import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
+
+/**
+ * Task state machine (DESIGN §6). Desired state (`run` | `cancel`) is a separate field; these are
+ * observed states.
+ *
+ * States:
+ * - `QUEUED`: approved, waiting for cards; carries a `reason` and a queue position.
+ * - `ASSIGNED`: a lease was granted and the plan sent; the worker has not reported `started`.
+ * - `RUNNING`: the worker reported the process started.
+ * - `FINALIZING`: the process exited and outputs were collected; waiting for the cleanup receipt.
+ * - `COMPLETED` (terminal): exit 0, outputs present, cleanup confirmed.
+ * - `FAILED` (terminal): see `failure_reason`.
+ * - `CANCELLED` (terminal): cancelled by its owner or an operator (cleanup confirmed if it ran).
+ * - `RECONCILIATION_REQUIRED`: the fate of the execution is unknown (worker lost past grace); only a
+ *   worker report or an operator reconcile leaves it.
+ */
+export const TASK_STATES = [
+  'QUEUED',
+  'ASSIGNED',
+  'RUNNING',
+  'FINALIZING',
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'RECONCILIATION_REQUIRED',
+] as const;
+/** A task state. */
+export type TaskState = (typeof TASK_STATES)[number];
+
+/** Events that move a task. */
+export const TASK_EVENTS = [
+  'lease_granted',
+  'worker_rejected',
+  'started',
+  'exited',
+  'cleaned_success',
+  'cleaned_failure',
+  'cleaned_cancelled',
+  'cleanup_failed',
+  'cancel_queued',
+  'worker_lost',
+  'reconcile_completed',
+  'reconcile_failed',
+  'reconcile_cancelled',
+] as const;
+/** A task event. */
+export type TaskEvent = (typeof TASK_EVENTS)[number];
+
+/** The task transition table; docs/state-machines.md shows it. */
+export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
+  QUEUED: { lease_granted: 'ASSIGNED', cancel_queued: 'CANCELLED' },
+  ASSIGNED: {
+    started: 'RUNNING',
+    exited: 'FINALIZING',
+    worker_rejected: 'FAILED',
+    worker_lost: 'RECONCILIATION_REQUIRED',
+    cleanup_failed: 'FAILED',
+  },
+  RUNNING: { exited: 'FINALIZING', worker_lost: 'RECONCILIATION_REQUIRED', cleanup_failed: 'FAILED' },
+  FINALIZING: {
+    cleaned_success: 'COMPLETED',
+    cleaned_failure: 'FAILED',
+    cleaned_cancelled: 'CANCELLED',
+    cleanup_failed: 'FAILED',
+    worker_lost: 'RECONCILIATION_REQUIRED',
+  },
+  RECONCILIATION_REQUIRED: {
+    started: 'RUNNING',
+    exited: 'FINALIZING',
+    cleaned_success: 'COMPLETED',
+    cleaned_failure: 'FAILED',
+    cleaned_cancelled: 'CANCELLED',
+    cleanup_failed: 'FAILED',
+    worker_rejected: 'FAILED',
+    reconcile_completed: 'COMPLETED',
+    reconcile_failed: 'FAILED',
+    reconcile_cancelled: 'CANCELLED',
+  },
+  COMPLETED: {},
+  FAILED: {},
+  CANCELLED: {},
+};
+
+/** Applies an event to a task state. */
+export function transitionTask(state: TaskState, event: TaskEvent): TransitionResult<TaskState, TaskEvent> {
+  return applyTransition(TASK_TABLE, state, event);
+}
+
+/** True once a task can no longer change. */
+export function isTerminalTask(state: TaskState): boolean {
+  return Object.keys(TASK_TABLE[state]).length === 0;
+}
+
+/** States in which a task holds (or may hold) cards through a lease. */
+export const TASK_STATES_HOLDING_CARDS: readonly TaskState[] = [
+  'ASSIGNED',
+  'RUNNING',
+  'FINALIZING',
+  'RECONCILIATION_REQUIRED',
+];

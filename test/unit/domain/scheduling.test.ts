@@ -1,0 +1,323 @@
+import { describe, expect, it } from 'vitest';
+import {
+  type CardView,
+  decide,
+  type QueuedTaskView,
+  type SchedulingConfig,
+  type SchedulingSnapshot,
+  type WorkerView,
+} from '../../../src/domain/scheduling.js';
+import { modelMatches } from '../../../src/domain/scheduling-pool.js';
+
+const NOW = 10_000_000;
+const CONFIG: SchedulingConfig = {
+  sample_interval_ms: 2000,
+  vram_threshold_pct: 2,
+  reservation_after_seconds: 600,
+  max_concurrent_cards_per_owner: null,
+};
+
+function card(index: number, over: Partial<CardView> = {}): CardView {
+  return {
+    index,
+    model: 'NVIDIA H100 80GB HBM3',
+    memory_used_mib: 0,
+    memory_total_mib: 81559,
+    health: 'ok',
+    health_reasons: [],
+    processes: [],
+    simulated: false,
+    cordoned: false,
+    leased: false,
+    quarantined: false,
+    broker_pids: [],
+    ...over,
+  };
+}
+
+/** A worker with `n` cards; `leased` lists the indexes held by running tasks. */
+function worker(
+  worker_id: string,
+  n: number,
+  over: Partial<WorkerView> = {},
+  leased: number[] = [],
+): WorkerView {
+  const cards = Array.from({ length: n }, (_, i) => card(i, { leased: leased.includes(i) }));
+  return {
+    worker_id,
+    online: true,
+    draining: false,
+    sampled_at: NOW - 500,
+    sampler_error: null,
+    cards,
+    ...over,
+  };
+}
+
+let seq = 0;
+function task(count: number, over: Partial<QueuedTaskView> = {}): QueuedTaskView {
+  seq++;
+  return {
+    task_id: `t${String(seq).padStart(5, '0')}`,
+    owner: 'alice',
+    priority: 0,
+    approved_at: NOW - 1000 + seq,
+    cards: { count },
+    ...over,
+  };
+}
+
+function snapshot(workers: WorkerView[], tasks: QueuedTaskView[], config: Partial<SchedulingConfig> = {}) {
+  return {
+    workers,
+    tasks,
+    running_cards_by_owner: {},
+    config: { ...CONFIG, ...config },
+  } satisfies SchedulingSnapshot;
+}
+
+function grantOf(d: ReturnType<typeof decide>, t: QueuedTaskView) {
+  return d.grants.find((g) => g.task_id === t.task_id);
+}
+
+function reasonOf(d: ReturnType<typeof decide>, t: QueuedTaskView) {
+  return d.waiting.find((w) => w.task_id === t.task_id)?.reason;
+}
+
+describe('decide: placement', () => {
+  it('puts a task on the worker with the fewest free cards that still fit, ties to the lower id', () => {
+    const w1 = worker('w1', 8, {}, [0, 1, 2, 3]); // 4 free
+    const w2 = worker('w2', 8, {}, [0, 1, 2, 3, 4, 5]); // 2 free
+    const w3 = worker('w3', 8); // 8 free
+    const two = task(2);
+    const three = task(3);
+    const d = decide(snapshot([w3, w1, w2], [two, three]), NOW);
+    expect(grantOf(d, two)).toEqual({ task_id: two.task_id, worker_id: 'w2', card_indexes: [6, 7] });
+    expect(grantOf(d, three)).toEqual({ task_id: three.task_id, worker_id: 'w1', card_indexes: [4, 5, 6] });
+    const tie = decide(snapshot([worker('b', 2), worker('a', 2)], [task(1)]), NOW);
+    expect(tie.grants[0]?.worker_id).toBe('a');
+  });
+
+  it('takes the lowest free indexes', () => {
+    const d = decide(snapshot([worker('w1', 8, {}, [1, 3])], [task(4)]), NOW);
+    expect(d.grants[0]?.card_indexes).toEqual([0, 2, 4, 5]);
+  });
+
+  it('orders by priority, then approval time, then task id', () => {
+    const late = task(1, { approved_at: NOW - 10 });
+    const early = task(1, { approved_at: NOW - 20 });
+    const urgent = task(1, { approved_at: NOW - 5, priority: 5 });
+    const sameA = task(1, { task_id: 'a', approved_at: NOW - 20 });
+    const d = decide(snapshot([worker('w1', 1)], [late, early, urgent, sameA]), NOW);
+    expect(d.grants.map((g) => g.task_id)).toEqual([urgent.task_id]);
+    expect(d.waiting.map((w) => [w.task_id, w.position])).toEqual([
+      ['a', 1],
+      [early.task_id, 2],
+      [late.task_id, 3],
+    ]);
+  });
+
+  it('backfills smaller tasks onto cards an earlier task cannot use yet', () => {
+    const big = task(8);
+    const small = [task(1), task(1)];
+    const d = decide(snapshot([worker('w1', 8, {}, [0, 1, 2, 3])], [big, ...small]), NOW);
+    expect(d.grants.map((g) => g.card_indexes)).toEqual([[4], [5]]);
+    expect(reasonOf(d, big)).toMatchObject({ code: 'waiting_for_cards', need: 8, eligible: 4, free: 2 });
+    expect(d.reservations).toEqual([]);
+  });
+
+  it('never gives a draining worker new work', () => {
+    const d = decide(snapshot([worker('w1', 8, { draining: true }), worker('w2', 8)], [task(2)]), NOW);
+    expect(d.grants[0]?.worker_id).toBe('w2');
+    const only = decide(snapshot([worker('w1', 8, { draining: true })], [task(2)]), NOW);
+    expect(only.grants).toEqual([]);
+    expect(only.waiting[0]?.reason).toMatchObject({ code: 'workers_offline', offline: 0, draining: 1 });
+  });
+});
+
+describe('decide: reservations', () => {
+  /**
+   * Runs passes on one full 8-card worker: each pass the oldest lease ends and one new 1-card task
+   * arrives, so without reservations every freed card is taken again at once.
+   */
+  function stream(bigCount: number, reservationAfter: number, passes: number): number | null {
+    const w = worker('w1', 8, {}, [0, 1, 2, 3, 4, 5, 6, 7]);
+    const leases = [0, 1, 2, 3, 4, 5, 6, 7];
+    const big = task(bigCount, { approved_at: NOW - 3_600_000 });
+    let queue: QueuedTaskView[] = [big];
+    let now = NOW;
+    for (let pass = 0; pass < passes; pass++) {
+      now += 1000;
+      w.sampled_at = now;
+      const ended = leases.shift();
+      if (ended !== undefined) (w.cards[ended] as CardView).leased = false;
+      queue.push(task(1, { approved_at: now }));
+      const d = decide(snapshot([w], queue, { reservation_after_seconds: reservationAfter }), now);
+      if (grantOf(d, big) !== undefined) return pass;
+      for (const g of d.grants) {
+        for (const i of g.card_indexes) (w.cards[i] as CardView).leased = true;
+        leases.push(...g.card_indexes);
+      }
+      queue = queue.filter((t) => grantOf(d, t) === undefined);
+    }
+    return null;
+  }
+
+  it('lets a stream of 1-card tasks starve a young 8-card task (backfill alone)', () => {
+    expect(stream(8, 1_000_000, 30)).toBeNull();
+  });
+
+  it('reserves cards so an aged 8-card or 4-card task starts despite the stream', () => {
+    expect(stream(8, 600, 30)).toBe(7);
+    expect(stream(4, 600, 30)).toBe(3);
+  });
+
+  it('holds the free cards of the worker where the aged task fits first and tells later tasks why', () => {
+    const aged = task(8, { approved_at: NOW - 601_000 });
+    const later = task(1);
+    // w1 has 3 free + 5 leased: it fits once those leases end. w2 has 5 free, but 3 cards busy with a
+    // foreign process that may never leave, so it is not where the aged task will fit first.
+    const w1 = worker('w1', 8, {}, [0, 1, 2, 3, 4]);
+    const w2 = worker('w2', 8);
+    for (const c of w2.cards.slice(0, 3)) c.processes = [{ pid: 7, name: 'foreign', used_memory_mib: 900 }];
+    const d = decide(snapshot([w1, w2], [aged, later]), NOW);
+    expect(d.reservations).toEqual([{ task_id: aged.task_id, worker_id: 'w1', card_indexes: [5, 6, 7] }]);
+    expect(reasonOf(d, aged)).toMatchObject({
+      code: 'holding_reservation',
+      worker_id: 'w1',
+      held: 3,
+      need: 8,
+    });
+    // The later 1-card task backfills onto w2, which the aged task cannot use.
+    expect(grantOf(d, later)?.worker_id).toBe('w2');
+    const blocked = task(2);
+    const d2 = decide(snapshot([w1, worker('w2', 8, {}, [0, 1, 2, 3, 4, 5, 6, 7])], [aged, blocked]), NOW);
+    expect(reasonOf(d2, blocked)).toMatchObject({
+      code: 'reserved_for_older_task',
+      task_position: 1,
+      worker_id: 'w1',
+    });
+  });
+
+  it('prefers the worker with the most free matching cards for the reservation', () => {
+    const aged = task(8, { approved_at: NOW - 601_000 });
+    const w1 = worker('w1', 8, {}, [0, 1, 2, 3, 4, 5]);
+    const w2 = worker('w2', 8, {}, [0, 1, 2, 3]);
+    const d = decide(snapshot([w1, w2], [aged]), NOW);
+    expect(d.reservations).toEqual([{ task_id: aged.task_id, worker_id: 'w2', card_indexes: [4, 5, 6, 7] }]);
+  });
+
+  it('lets a higher-priority task take cards before the aged task reserves them', () => {
+    const aged = task(8, { approved_at: NOW - 601_000 });
+    const urgent = task(1, { priority: 9 });
+    const d = decide(snapshot([worker('w1', 8, {}, [0, 1, 2, 3])], [aged, urgent]), NOW);
+    expect(grantOf(d, urgent)?.card_indexes).toEqual([4]);
+    expect(d.reservations[0]?.card_indexes).toEqual([5, 6, 7]);
+  });
+});
+
+describe('decide: requirements', () => {
+  it('matches models case-insensitively on whole words and honours min_memory_mib', () => {
+    expect(modelMatches('NVIDIA A100-SXM4-80GB', 'a100')).toBe(true);
+    expect(modelMatches('NVIDIA A100-SXM4-80GB', 'A100-SXM4')).toBe(true);
+    expect(modelMatches('NVIDIA A100-SXM4-80GB', 'A10')).toBe(false);
+    expect(modelMatches('DCU K100_AI', 'k100')).toBe(true);
+    const a10 = worker('a10', 2);
+    for (const c of a10.cards) Object.assign(c, { model: 'NVIDIA A10', memory_total_mib: 24576 });
+    const a100 = worker('a100', 2);
+    for (const c of a100.cards) c.model = 'NVIDIA A100-SXM4-80GB';
+    const wantsA10 = task(1, { cards: { count: 1, model: 'a10' } });
+    const wantsBig = task(1, { cards: { count: 1, min_memory_mib: 40000 } });
+    const d = decide(snapshot([a10, a100], [wantsA10, wantsBig]), NOW);
+    expect(grantOf(d, wantsA10)?.worker_id).toBe('a10');
+    expect(grantOf(d, wantsBig)?.worker_id).toBe('a100');
+    const none = task(1, { cards: { count: 1, model: 'H200' } });
+    expect(reasonOf(decide(snapshot([a10, a100], [none]), NOW), none)).toMatchObject({
+      code: 'no_matching_worker',
+      need: 1,
+      largest: 0,
+    });
+  });
+
+  it('says no worker can ever fit a task larger than every worker', () => {
+    const d = decide(snapshot([worker('w1', 8), worker('w2', 4)], [task(16)]), NOW);
+    expect(d.waiting[0]?.reason).toMatchObject({ code: 'no_matching_worker', need: 16, largest: 8 });
+  });
+
+  it('runs a pinned task only on its worker, and says when that worker is away', () => {
+    const pinned = task(1, { worker: 'w2' });
+    const d = decide(snapshot([worker('w1', 1), worker('w2', 8)], [pinned]), NOW);
+    expect(grantOf(d, pinned)?.worker_id).toBe('w2');
+    const off = decide(snapshot([worker('w1', 8), worker('w2', 8, { online: false })], [pinned]), NOW);
+    expect(off.grants).toEqual([]);
+    expect(reasonOf(off, pinned)).toMatchObject({ code: 'worker_offline', worker_id: 'w2', draining: false });
+    const drain = decide(snapshot([worker('w2', 8, { draining: true })], [pinned]), NOW);
+    expect(reasonOf(drain, pinned)).toMatchObject({ code: 'worker_offline', draining: true });
+    const gone = decide(snapshot([worker('w1', 8)], [pinned]), NOW);
+    expect(reasonOf(gone, pinned)).toMatchObject({ code: 'no_matching_worker', largest: 0 });
+  });
+
+  it('says when cordons are what keep a task off every worker', () => {
+    const w = worker('w1', 8);
+    (w.cards[3] as CardView).cordoned = true;
+    const d = decide(snapshot([w], [task(8)]), NOW);
+    expect(d.waiting[0]?.reason).toMatchObject({ code: 'cordoned', need: 8, uncordoned: 7 });
+  });
+});
+
+describe('decide: card eligibility', () => {
+  it('does not schedule on a stale sample or a failing sampler', () => {
+    const stale = decide(snapshot([worker('w1', 8, { sampled_at: NOW - 6001 })], [task(1)]), NOW);
+    expect(stale.grants).toEqual([]);
+    expect(stale.waiting[0]?.reason).toMatchObject({ code: 'waiting_for_cards', eligible: 0, free: 0 });
+    const failing = decide(snapshot([worker('w1', 8, { sampler_error: 'hy-smi exited 1' })], [task(1)]), NOW);
+    expect(failing.grants).toEqual([]);
+  });
+
+  it('skips cards busy with a foreign process or VRAM over the threshold', () => {
+    const w = worker('w1', 3);
+    (w.cards[0] as CardView).processes = [{ pid: 1, name: 'other', used_memory_mib: 10 }];
+    (w.cards[1] as CardView).memory_used_mib = 2000; // 2.5 % of 81559 MiB
+    const d = decide(snapshot([w], [task(1), task(1)]), NOW);
+    expect(d.grants.map((g) => g.card_indexes)).toEqual([[2]]);
+  });
+});
+
+describe('decide: quota', () => {
+  it('skips tasks that would take their owner over the limit, counting this pass', () => {
+    const tasks = [task(1), task(1), task(1, { owner: 'bob' })];
+    const snap = { ...snapshot([worker('w1', 8)], tasks, { max_concurrent_cards_per_owner: 4 }) };
+    snap.running_cards_by_owner = { alice: 3 };
+    const d = decide(snap, NOW);
+    expect(d.grants.map((g) => g.task_id)).toEqual([tasks[0]?.task_id, tasks[2]?.task_id]);
+    expect(d.waiting).toMatchObject([
+      {
+        task_id: tasks[1]?.task_id,
+        position: 1,
+        reason: { code: 'quota_exceeded', limit: 4, in_use: 4, need: 1 },
+      },
+    ]);
+  });
+});
+
+describe('decide: performance', () => {
+  it('handles 64 workers × 8 cards with 10,000 queued 1-card tasks well within budget', () => {
+    const workers = Array.from({ length: 64 }, (_, i) => worker(`w${String(i).padStart(2, '0')}`, 8));
+    const tasks = Array.from({ length: 10_000 }, (_, i) =>
+      task(1, { owner: `o${i % 50}`, approved_at: NOW - i }),
+    );
+    const snap = snapshot(workers, tasks, { max_concurrent_cards_per_owner: 64 });
+    const times: number[] = [];
+    let d = decide(snap, NOW);
+    for (let i = 0; i < 7; i++) {
+      const start = performance.now();
+      d = decide(snap, NOW);
+      times.push(performance.now() - start);
+    }
+    times.sort((a, b) => a - b);
+    expect(d.grants).toHaveLength(512);
+    expect(d.waiting).toHaveLength(9488);
+    // Budget is ~50 ms; the bound is loose because the test machine is shared.
+    expect(times[3]).toBeLessThan(100);
+  });
+});
