@@ -1,0 +1,131 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { BrokerError } from '../contracts/errors.js';
+import { sha256Hex } from '../platform/digest.js';
+import type { Principal, Role } from '../store/principals-repo.js';
+import { ROLES } from '../store/principals-repo.js';
+import type { BrokerDeps } from './deps.js';
+
+/**
+ * Tokens and principals (DESIGN §4). A token is 32 random bytes, shown once, stored only as its sha256.
+ */
+
+/** Prefix that makes a leaked token easy to recognise and grep for. */
+export const TOKEN_PREFIX = 'gpb_';
+
+/** Creates a principal and returns its token (the only time the token exists in clear). */
+export function createPrincipal(
+  deps: Pick<BrokerDeps, 'store' | 'clock' | 'ids'>,
+  input: { name: string; roles: readonly string[]; worker_id?: string | undefined },
+  actor = 'local-admin',
+): { principal: Principal; token: string } {
+  const roles = [...new Set(input.roles)];
+  const bad = roles.filter((r) => !(ROLES as readonly string[]).includes(r));
+  if (bad.length > 0 || roles.length === 0)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `unknown role(s): ${bad.join(', ') || '(none given)'}`,
+      `Roles are ${ROLES.join(', ')}.`,
+    );
+  if (!/^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/.test(input.name))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `bad principal name "${input.name}"`,
+      'Use 1-64 letters, digits, ".", "_" or "-".',
+    );
+  const isWorker = roles.includes('worker');
+  if (isWorker && roles.length > 1)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'a worker token holds only the worker role',
+      'Create separate tokens for people and workers.',
+    );
+  if (isWorker !== (input.worker_id !== undefined))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'worker tokens need --worker-id, and only worker tokens take it',
+      'e.g. --role worker --worker-id gpu-host-1',
+    );
+  const token = TOKEN_PREFIX + randomBytes(32).toString('base64url');
+  const now = deps.clock.now();
+  const principal: Principal = {
+    id: deps.ids('prin'),
+    name: input.name,
+    roles: roles as Role[],
+    worker_id: input.worker_id ?? null,
+    created_at: now,
+    revoked_at: null,
+  };
+  deps.store.transaction(() => {
+    if (deps.store.principals.findByName(input.name))
+      throw new BrokerError(
+        'CONFLICT',
+        `a principal named "${input.name}" exists`,
+        'Pick another name or revoke the old one.',
+      );
+    deps.store.principals.insert({ ...principal, token_hash: sha256Hex(token) });
+    deps.store.audit.append({
+      at: now,
+      actor,
+      action: 'principal.created',
+      subject_type: 'principal',
+      subject_id: principal.id,
+      data: { name: principal.name, roles: principal.roles, worker_id: principal.worker_id },
+    });
+  });
+  return { principal, token };
+}
+
+/** Revokes a principal's token by name. */
+export function revokePrincipal(
+  deps: Pick<BrokerDeps, 'store' | 'clock'>,
+  name: string,
+  actor = 'local-admin',
+): void {
+  deps.store.transaction(() => {
+    const p = deps.store.principals.findByName(name);
+    if (!p || !deps.store.principals.revoke(name, deps.clock.now()))
+      throw new BrokerError('NOT_FOUND', `no live principal named "${name}"`, 'See `gpu-broker token list`.');
+    deps.store.audit.append({
+      at: deps.clock.now(),
+      actor,
+      action: 'principal.revoked',
+      subject_type: 'principal',
+      subject_id: p.id,
+      data: { name },
+    });
+  });
+}
+
+/** Resolves a bearer token to its live principal, or throws UNAUTHENTICATED. */
+export function authenticate(deps: Pick<BrokerDeps, 'store'>, token: string | undefined): Principal {
+  const fail = () =>
+    new BrokerError(
+      'UNAUTHENTICATED',
+      'missing, unknown or revoked token',
+      'Send "Authorization: Bearer <token>" with a live token.',
+    );
+  if (!token || token.length > 512) throw fail();
+  const hash = sha256Hex(token);
+  const found = deps.store.principals.findByTokenHash(hash);
+  // The lookup is by hash of a 256-bit random token; the comparison is constant-time regardless.
+  if (!found || !timingSafeEqual(Buffer.from(found.token_hash), Buffer.from(hash))) throw fail();
+  if (found.principal.revoked_at !== null) throw fail();
+  return found.principal;
+}
+
+/** Pulls the token out of an `Authorization: Bearer …` header. */
+export function bearerToken(header: string | undefined): string | undefined {
+  if (!header) return undefined;
+  const m = /^Bearer\s+(\S+)\s*$/i.exec(header);
+  return m?.[1];
+}
+
+/** True if the principal holds any of `roles`. */
+export function hasAnyRole(p: Principal, roles: readonly string[]): boolean {
+  return p.roles.some((r) => roles.includes(r));
+}
+
+/** Reviewers and operators read every proposal and task; submitters only their own. */
+export function canReadAll(p: Principal): boolean {
+  return p.roles.includes('reviewer') || p.roles.includes('operator');
+}

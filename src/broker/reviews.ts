@@ -1,0 +1,206 @@
+import { BrokerError } from '../contracts/errors.js';
+import { REVIEW_DECISIONS, type ReviewDecision } from '../domain/proposal.js';
+import { diffSpecs } from '../domain/spec-diff.js';
+import type { Principal } from '../store/principals-repo.js';
+import type { TaskRecord } from '../store/tasks-repo.js';
+import type { BrokerDeps } from './deps.js';
+import { loadVisibleProposal, moveProposal } from './proposals.js';
+import { TASKS_TOPIC, taskTopic } from './tasks.js';
+import { iso, principalName, reviewView } from './views.js';
+
+/** Use cases of reviewers: the review queue, reading one revision with its diff, and deciding. */
+
+/** list_review_queue: proposals IN_REVIEW, oldest first. */
+export function listReviewQueue(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: { limit?: number | undefined; cursor?: string | undefined },
+) {
+  const limit = q.limit ?? 50;
+  const rows = deps.store.db
+    .prepare<[string, number], { id: string }>(
+      "SELECT id FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
+    )
+    .all(q.cursor ?? '', limit + 1);
+  const page = rows.slice(0, limit);
+  return {
+    items: page.map(({ id }) => {
+      const p = deps.store.proposals.get(id)!;
+      const r = deps.store.proposals.revision(p.current_revision_id)!;
+      return {
+        proposal_id: p.id,
+        revision_id: r.id,
+        revision_number: r.number,
+        digest: r.digest,
+        title: r.spec.title,
+        owner: principalName(deps.store, p.owner_id),
+        cards: r.spec.cards.count,
+        confirmed_at: iso(r.confirmed_at ?? p.updated_at),
+        errors: r.findings.filter((f) => f.severity === 'error').length,
+        warnings: r.findings.filter((f) => f.severity === 'warning').length,
+        own: p.owner_id === principal.id,
+      };
+    }),
+    next_cursor: rows.length > limit ? (page[page.length - 1]?.id ?? null) : null,
+  };
+}
+
+/** get_revision: one revision, its findings, and the diff against the previous revision. */
+export function getRevision(deps: BrokerDeps, principal: Principal, proposalId: string, revisionId: string) {
+  const p = loadVisibleProposal(deps, principal, proposalId);
+  const r = deps.store.proposals.revision(revisionId);
+  if (!r || r.proposal_id !== p.id)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no revision ${revisionId} in proposal ${proposalId}`,
+      'get_proposal lists the current revision.',
+    );
+  const prev = r.number > 1 ? deps.store.proposals.revisionByNumber(p.id, r.number - 1) : undefined;
+  return {
+    proposal_id: p.id,
+    proposal_state: p.state,
+    owner: principalName(deps.store, p.owner_id),
+    revision: {
+      revision_id: r.id,
+      number: r.number,
+      digest: r.digest,
+      spec: r.spec,
+      findings: r.findings,
+      created_at: iso(r.created_at),
+      confirmed_at: iso(r.confirmed_at),
+      current: r.id === p.current_revision_id,
+    },
+    previous: prev ? { revision_id: prev.id, number: prev.number, digest: prev.digest } : null,
+    diff: prev ? diffSpecs(prev.spec, r.spec) : [],
+    reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
+  };
+}
+
+/** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
+export function submitReview(
+  deps: BrokerDeps,
+  principal: Principal,
+  input: {
+    proposal_id: string;
+    revision_id: string;
+    revision_digest?: string | undefined;
+    decision: ReviewDecision;
+    comments: string;
+  },
+) {
+  const p = loadVisibleProposal(deps, principal, input.proposal_id);
+  // Independence first: whatever else is wrong, a proposer never judges its own proposal.
+  if (p.owner_id === principal.id)
+    throw new BrokerError(
+      'SELF_REVIEW_FORBIDDEN',
+      'you submitted this proposal and may not review it',
+      'Ask another reviewer; independence is the point of review.',
+    );
+  const r = deps.store.proposals.revision(input.revision_id);
+  if (!r || r.proposal_id !== p.id)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no revision ${input.revision_id} in proposal ${p.id}`,
+      'Use list_review_queue.',
+    );
+  if (p.state !== 'IN_REVIEW')
+    throw new BrokerError(
+      'INVALID_STATE',
+      `proposal ${p.id} is ${p.state}, not IN_REVIEW`,
+      'Only proposals in review can be judged.',
+      { state: p.state },
+    );
+  if (r.id !== p.current_revision_id || r.confirmed_at === null)
+    throw new BrokerError(
+      'STALE_REVISION',
+      `revision ${r.id} is not the revision under review`,
+      `Judge the current revision ${p.current_revision_id} (get_revision shows it).`,
+      { current_revision_id: p.current_revision_id },
+    );
+  if (input.revision_digest !== undefined && input.revision_digest !== r.digest)
+    throw new BrokerError(
+      'STALE_REVISION',
+      'revision_digest does not match the revision',
+      'Read the revision again with get_revision.',
+    );
+
+  const now = deps.clock.now();
+  const reviewId = deps.ids('rvw');
+  deps.store.proposals.insertReview({
+    id: reviewId,
+    proposal_id: p.id,
+    revision_id: r.id,
+    revision_digest: r.digest,
+    reviewer_id: principal.id,
+    decision: input.decision,
+    comments: input.comments,
+    created_at: now,
+  });
+  let taskId: string | null = null;
+  if (input.decision === 'APPROVE') {
+    const limit = deps.config.scheduling.max_queued_tasks_per_owner;
+    if (limit !== null && deps.store.tasks.countQueuedByOwner(p.owner_id) >= limit)
+      throw new BrokerError(
+        'QUOTA_EXCEEDED',
+        `the owner already has ${limit} queued task(s)`,
+        'Approve again once some of them have run.',
+      );
+    taskId = deps.ids('task');
+    const task: TaskRecord = {
+      id: taskId,
+      proposal_id: p.id,
+      revision_id: r.id,
+      owner_id: p.owner_id,
+      spec: r.spec,
+      spec_digest: r.digest,
+      priority: r.spec.priority ?? 0,
+      state: 'QUEUED',
+      desired: 'run',
+      reason: { code: 'pending_scheduling', message: 'waiting for the scheduler' },
+      position: null,
+      failure_reason: null,
+      exit_code: null,
+      signal: null,
+      approved_at: now,
+      created_at: now,
+      updated_at: now,
+      started_at: null,
+      finished_at: null,
+    };
+    deps.store.tasks.insert(task);
+    deps.store.audit.append({
+      at: now,
+      actor: principal.name,
+      action: 'task.created',
+      subject_type: 'task',
+      subject_id: taskId,
+      data: { proposal_id: p.id, revision_id: r.id, spec_digest: r.digest, state: 'QUEUED' },
+    });
+    const id = taskId;
+    deps.store.afterCommit(() => {
+      deps.notifier.notify(taskTopic(id));
+      deps.notifier.notify(TASKS_TOPIC);
+    });
+  }
+  const next = moveProposal(
+    deps,
+    p,
+    REVIEW_DECISIONS[input.decision],
+    principal.name,
+    taskId ? { task_id: taskId } : {},
+    {
+      review_id: reviewId,
+      revision_id: r.id,
+      digest: r.digest,
+      decision: input.decision,
+    },
+  );
+  return {
+    review_id: reviewId,
+    proposal_id: p.id,
+    revision_id: r.id,
+    decision: input.decision,
+    state: next.state,
+    task_id: taskId,
+  };
+}

@@ -1,0 +1,135 @@
+import { BrokerError } from '../contracts/errors.js';
+import type { TaskView } from '../contracts/views.js';
+import { isTerminalTask, type TaskEvent, type TaskState, transitionTask } from '../domain/task.js';
+import type { Principal } from '../store/principals-repo.js';
+import type { TaskRecord } from '../store/tasks-repo.js';
+import type { BrokerDeps } from './deps.js';
+import { canReadAll } from './principals.js';
+import { type PlacementLookup, taskSummary, taskView } from './views.js';
+
+/** Use cases of tasks: read, list, wait, and the one function that moves a task's state. */
+
+/** Topic notified whenever a task changes. */
+export const taskTopic = (id: string) => `task:${id}`;
+/** Topic notified whenever any task is created or changes (scheduler, dashboard). */
+export const TASKS_TOPIC = 'tasks';
+
+/** Loads a task the principal may see; others' tasks are NOT_FOUND (no existence leak). */
+export function loadVisibleTask(deps: BrokerDeps, principal: Principal, id: string): TaskRecord {
+  const t = deps.store.tasks.get(id);
+  if (!t || (t.owner_id !== principal.id && !canReadAll(principal)))
+    throw new BrokerError('NOT_FOUND', `no task ${id}`, 'Check the id; list_tasks shows yours.');
+  return t;
+}
+
+/** Fields a transition may set besides the state. */
+export type TaskChanges = Partial<
+  Pick<
+    TaskRecord,
+    'desired' | 'reason' | 'position' | 'failure_reason' | 'exit_code' | 'signal' | 'started_at'
+  >
+>;
+
+/**
+ * Applies a task event with compare-and-set, stamps finished_at on terminal states, appends the audit
+ * row and schedules notifications. The only place a task's state is assigned.
+ */
+export function moveTask(
+  deps: Pick<BrokerDeps, 'store' | 'clock' | 'notifier'>,
+  t: TaskRecord,
+  event: TaskEvent,
+  actor: string,
+  changes: TaskChanges = {},
+  data: Record<string, unknown> = {},
+): TaskRecord {
+  const tr = transitionTask(t.state, event);
+  if (!tr.ok)
+    throw new BrokerError(
+      'INVALID_STATE',
+      `task ${t.id} is ${t.state}; "${event}" is not allowed there`,
+      tr.allowed.length ? `From ${t.state}: ${tr.allowed.join(', ')}.` : `${t.state} is final.`,
+      { state: t.state },
+    );
+  const now = deps.clock.now();
+  const leavingQueue = t.state === 'QUEUED';
+  const next: TaskRecord = {
+    ...t,
+    ...(leavingQueue ? { reason: null, position: null } : {}),
+    ...changes,
+    state: tr.to,
+    updated_at: now,
+    finished_at: isTerminalTask(tr.to) ? now : null,
+  };
+  if (!deps.store.tasks.update(next, t.state))
+    throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
+  deps.store.audit.append({
+    at: now,
+    actor,
+    action: `task.${event}`,
+    subject_type: 'task',
+    subject_id: t.id,
+    data: { from: t.state, to: tr.to, ...data },
+  });
+  deps.store.afterCommit(() => {
+    deps.notifier.notify(taskTopic(t.id));
+    deps.notifier.notify(TASKS_TOPIC);
+  });
+  return next;
+}
+
+/** get_task. */
+export function getTask(
+  deps: BrokerDeps,
+  principal: Principal,
+  taskId: string,
+  placement: PlacementLookup,
+): TaskView {
+  return taskView(deps.store, loadVisibleTask(deps, principal, taskId), placement);
+}
+
+/** list_tasks. */
+export function listTasks(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: { state?: TaskState | undefined; limit?: number | undefined; cursor?: string | undefined },
+) {
+  const limit = q.limit ?? 50;
+  const rows = deps.store.tasks.list({
+    limit: limit + 1,
+    ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
+    ...(q.state ? { state: q.state } : {}),
+    ...(q.cursor ? { before_id: q.cursor } : {}),
+  });
+  const page = rows.slice(0, limit);
+  return {
+    tasks: page.map((t) => taskSummary(deps.store, t)),
+    next_cursor: rows.length > limit ? (page[page.length - 1]?.id ?? null) : null,
+  };
+}
+
+/** States in which wait_for_task returns at once. */
+const SETTLED: ReadonlySet<TaskState> = new Set([
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'RECONCILIATION_REQUIRED',
+]);
+
+/** wait_for_task: returns when the task settles or after the timeout. */
+export async function waitForTask(
+  deps: BrokerDeps,
+  principal: Principal,
+  taskId: string,
+  timeoutSeconds: number,
+  placement: PlacementLookup,
+  signal?: AbortSignal,
+): Promise<{ task: TaskView; timed_out: boolean }> {
+  const deadline = Date.now() + timeoutSeconds * 1000;
+  for (;;) {
+    const t = loadVisibleTask(deps, principal, taskId);
+    if (SETTLED.has(t.state)) return { task: taskView(deps.store, t, placement), timed_out: false };
+    const left = deadline - Date.now();
+    if (left <= 0 || signal?.aborted) return { task: taskView(deps.store, t, placement), timed_out: true };
+    await deps.notifier.waitFor(taskTopic(taskId), left, signal);
+  }
+}

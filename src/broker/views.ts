@@ -1,0 +1,166 @@
+import type { ProposalSummary, ProposalView, TaskSummary, TaskView } from '../contracts/views.js';
+import { isConfirmable } from '../domain/policy.js';
+import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../store/proposals-repo.js';
+import type { Store } from '../store/store.js';
+import type { TaskRecord } from '../store/tasks-repo.js';
+
+/** Mappers from stored records to the views every edge returns. */
+
+/** ISO time, or null. */
+export function iso(ms: number): string;
+export function iso(ms: number | null): string | null;
+export function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
+/** The name of a principal id (ids are never shown to other principals). */
+export function principalName(store: Store, id: string): string {
+  return store.principals.findById(id)?.name ?? 'unknown';
+}
+
+/** What the owner should do next, in words an agent can act on. */
+function proposalNextAction(p: ProposalRecord, current: RevisionRecord): string {
+  switch (p.state) {
+    case 'DRAFT':
+      return isConfirmable(current.findings)
+        ? `Call confirm_revision with proposal_id ${p.id} and revision_id ${current.id} to send it to review.`
+        : 'Fix the error findings with revise_proposal (a full replacement spec), then confirm_revision.';
+    case 'IN_REVIEW':
+      return 'An independent reviewer must decide; call wait_for_proposal (it returns when the state changes).';
+    case 'CHANGES_REQUESTED':
+      return 'Read the latest review comments, then revise_proposal and confirm_revision again.';
+    case 'APPROVED':
+      return `Approved: task ${p.task_id} is queued. Call wait_for_task, then get_task_logs / get_task_outputs.`;
+    case 'REJECTED':
+      return 'Rejected: read the review comments. Create a new proposal only if the objection can be addressed.';
+    default:
+      return 'Nothing to do; create a new proposal if the work is still needed.';
+  }
+}
+
+/** A review as shown. */
+export function reviewView(store: Store, r: ReviewRecord): ProposalView['reviews'][number] {
+  return {
+    review_id: r.id,
+    revision_id: r.revision_id,
+    revision_digest: r.revision_digest,
+    reviewer: principalName(store, r.reviewer_id),
+    decision: r.decision,
+    comments: r.comments,
+    created_at: iso(r.created_at),
+  };
+}
+
+/** The full proposal view. */
+export function proposalView(store: Store, p: ProposalRecord): ProposalView {
+  const current = store.proposals.revision(p.current_revision_id);
+  if (!current) throw new Error(`proposal ${p.id} has no current revision`);
+  return {
+    proposal_id: p.id,
+    state: p.state,
+    title: current.spec.title,
+    owner: principalName(store, p.owner_id),
+    current_revision: {
+      revision_id: current.id,
+      number: current.number,
+      digest: current.digest,
+      confirmed: current.confirmed_at !== null,
+      findings: current.findings,
+      confirmable: isConfirmable(current.findings),
+    },
+    revision_count: current.number,
+    spec: current.spec,
+    task_id: p.task_id,
+    reviews: store.proposals.reviews(p.id).map((r) => reviewView(store, r)),
+    created_at: iso(p.created_at),
+    updated_at: iso(p.updated_at),
+    expires_at: iso(p.expires_at),
+    next_action: proposalNextAction(p, current),
+  };
+}
+
+/** A proposal listing line. */
+export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummary {
+  const current = store.proposals.revision(p.current_revision_id);
+  return {
+    proposal_id: p.id,
+    state: p.state,
+    title: current?.spec.title ?? '',
+    owner: principalName(store, p.owner_id),
+    revision_number: current?.number ?? 0,
+    task_id: p.task_id,
+    updated_at: iso(p.updated_at),
+  };
+}
+
+/** Where a task runs: filled from its latest lease once the scheduler placed it. */
+export interface TaskPlacement {
+  worker_id: string;
+  lease_epoch: number;
+  cards: Array<{ index: number; uuid: string }>;
+  simulated: boolean | null;
+}
+
+/** Looks up a task's placement; set by the scheduling module at startup (null before issue 3 wiring). */
+export type PlacementLookup = (taskId: string) => TaskPlacement | null;
+
+function taskNextAction(t: TaskRecord): string {
+  switch (t.state) {
+    case 'QUEUED':
+      return 'Waiting for cards (see reason and position); call wait_for_task.';
+    case 'ASSIGNED':
+    case 'RUNNING':
+    case 'FINALIZING':
+      return 'Running; call wait_for_task, or get_task_logs to follow output.';
+    case 'COMPLETED':
+      return 'Done: read get_task_outputs and get_task_logs.';
+    case 'FAILED':
+      return 'Failed: read failure_reason and get_task_logs with stream "stderr".';
+    case 'CANCELLED':
+      return 'Cancelled; nothing more will run.';
+    case 'RECONCILIATION_REQUIRED':
+      return 'The outcome is unknown (worker lost); an operator must reconcile. wait_for_task returns when resolved.';
+  }
+}
+
+/** The full task view. */
+export function taskView(store: Store, t: TaskRecord, placement: PlacementLookup): TaskView {
+  const where = placement(t.id);
+  return {
+    task_id: t.id,
+    proposal_id: t.proposal_id,
+    revision_id: t.revision_id,
+    spec_digest: t.spec_digest,
+    title: t.spec.title,
+    owner: principalName(store, t.owner_id),
+    state: t.state,
+    desired: t.desired,
+    reason: t.reason,
+    position: t.position,
+    failure_reason: t.failure_reason,
+    exit_code: t.exit_code,
+    signal: t.signal,
+    worker_id: where?.worker_id ?? null,
+    lease_epoch: where?.lease_epoch ?? null,
+    cards: where?.cards ?? [],
+    simulated: where?.simulated ?? null,
+    created_at: iso(t.created_at),
+    approved_at: iso(t.approved_at),
+    started_at: iso(t.started_at),
+    finished_at: iso(t.finished_at),
+    next_action: taskNextAction(t),
+  };
+}
+
+/** A task listing line. */
+export function taskSummary(store: Store, t: TaskRecord): TaskSummary {
+  return {
+    task_id: t.id,
+    title: t.spec.title,
+    owner: principalName(store, t.owner_id),
+    state: t.state,
+    failure_reason: t.failure_reason,
+    position: t.position,
+    updated_at: iso(t.updated_at),
+  };
+}

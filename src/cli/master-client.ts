@@ -1,0 +1,115 @@
+import { randomUUID } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { BrokerError, type ErrorBody } from '../contracts/errors.js';
+import { createCaTrustingFetch } from '../platform/tls.js';
+import type { CliIo } from './io.js';
+
+/**
+ * How CLI commands talk to a running master: REST over HTTPS with a bearer token, trusting the master's
+ * CA. Connection settings come from flags, then GPU_BROKER_URL / GPU_BROKER_TOKEN(_FILE) / GPU_BROKER_CA_FILE.
+ */
+
+/** Flags every remote command accepts. */
+export const REMOTE_OPTIONS = {
+  url: { type: 'string' },
+  token: { type: 'string' },
+  'token-file': { type: 'string' },
+  'ca-file': { type: 'string' },
+  json: { type: 'boolean' },
+} as const;
+
+/** A connected client. */
+export interface MasterClient {
+  get<T = unknown>(path: string): Promise<T>;
+  post<T = unknown>(path: string, body: unknown): Promise<T>;
+  close(): Promise<void>;
+}
+
+/** Settings resolved from flags and environment. */
+export interface RemoteSettings {
+  url: string;
+  token: string;
+  caFile?: string | undefined;
+}
+
+/** Resolves connection settings; throws a clear error for what is missing. */
+export function remoteSettings(values: Record<string, unknown>, io: CliIo): RemoteSettings {
+  const url = (values['url'] as string | undefined) ?? io.env['GPU_BROKER_URL'];
+  if (!url)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'no master URL',
+      'Pass --url https://host:8443 or set GPU_BROKER_URL.',
+    );
+  let token = (values['token'] as string | undefined) ?? undefined;
+  const tokenFile = (values['token-file'] as string | undefined) ?? io.env['GPU_BROKER_TOKEN_FILE'];
+  if (!token && tokenFile) token = readFileSync(tokenFile, 'utf8').trim();
+  token ??= io.env['GPU_BROKER_TOKEN'];
+  if (!token)
+    throw new BrokerError('INVALID_INPUT', 'no token', 'Pass --token-file FILE, or set GPU_BROKER_TOKEN.');
+  const caFile = (values['ca-file'] as string | undefined) ?? io.env['GPU_BROKER_CA_FILE'];
+  return { url: url.replace(/\/+$/, ''), token, caFile };
+}
+
+/** Opens a client for the settings. */
+export function connectMaster(s: RemoteSettings): MasterClient {
+  const trusting = s.caFile ? createCaTrustingFetch(readFileSync(s.caFile, 'utf8')) : null;
+  const doFetch = trusting?.fetch ?? globalThis.fetch;
+  const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+    const headers: Record<string, string> = { authorization: `Bearer ${s.token}` };
+    if (method === 'POST') {
+      headers['content-type'] = 'application/json';
+      headers['idempotency-key'] = randomUUID();
+    }
+    let res: Response;
+    try {
+      res = await doFetch(`${s.url}${path}`, {
+        method,
+        headers,
+        ...(method === 'POST' ? { body: JSON.stringify(body ?? {}) } : {}),
+      });
+    } catch (err) {
+      const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+      throw new BrokerError(
+        'UNAVAILABLE',
+        `cannot reach ${s.url}: ${cause?.code ?? cause?.message ?? (err as Error).message}`,
+        cause?.code?.includes('CERT') || cause?.code?.includes('SIGNATURE')
+          ? 'Pass --ca-file with the master’s CA (printed at start).'
+          : 'Is the master running at that URL?',
+      );
+    }
+    const text = await res.text();
+    const json = text ? (JSON.parse(text) as unknown) : {};
+    if (!res.ok) {
+      const e = (json as { error?: ErrorBody }).error;
+      throw new BrokerError(
+        e?.code ?? 'INTERNAL',
+        e?.message ?? `HTTP ${res.status}`,
+        e?.hint ?? '',
+        e?.details,
+      );
+    }
+    return json as T;
+  };
+  return {
+    get: (path) => call('GET', path),
+    post: (path, body) => call('POST', path, body),
+    close: async () => {
+      await trusting?.close();
+    },
+  };
+}
+
+/** Runs `fn` with a connected client and closes it afterwards. */
+export async function withMaster<T>(
+  values: Record<string, unknown>,
+  io: CliIo,
+  fn: (c: MasterClient) => Promise<T>,
+): Promise<T> {
+  const client = connectMaster(remoteSettings(values, io));
+  try {
+    return await fn(client);
+  } finally {
+    await client.close();
+  }
+}

@@ -1,0 +1,105 @@
+import { parseArgs } from 'node:util';
+import { BrokerError } from '../contracts/errors.js';
+import type { CommandRunner } from './io.js';
+import { REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { emit, reportError, table } from './output.js';
+
+const DECISIONS: Record<string, string> = {
+  approve: 'APPROVE',
+  'request-changes': 'REQUEST_CHANGES',
+  reject: 'REJECT',
+};
+
+interface QueueItem {
+  proposal_id: string;
+  revision_id: string;
+  revision_number: number;
+  title: string;
+  owner: string;
+  cards: number;
+  errors: number;
+  warnings: number;
+  own: boolean;
+}
+
+/** `gpu-broker review list|show|approve|request-changes|reject` for people who review. */
+export const run: CommandRunner = async (argv, io) => {
+  const [sub, ...rest] = argv;
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: { ...REMOTE_OPTIONS, revision: { type: 'string' }, comment: { type: 'string' } },
+  });
+  try {
+    return await withMaster(values, io, async (c) => {
+      if (sub === 'list') {
+        const q = await c.get<{ items: QueueItem[] }>('/api/v1/review-queue');
+        emit(io, values.json, q, () =>
+          q.items.length === 0
+            ? 'nothing awaits review'
+            : table(
+                ['PROPOSAL', 'REV', 'REVISION_ID', 'CARDS', 'OWNER', 'FINDINGS', 'TITLE'],
+                q.items.map((i) => [
+                  i.proposal_id,
+                  i.revision_number,
+                  i.revision_id,
+                  i.cards,
+                  i.own ? `${i.owner} (you)` : i.owner,
+                  `${i.errors}E/${i.warnings}W`,
+                  i.title,
+                ]),
+              ),
+        );
+        return 0;
+      }
+      const proposalId = positionals[0];
+      if (!proposalId)
+        throw new BrokerError(
+          'INVALID_INPUT',
+          'which proposal?',
+          `gpu-broker review ${sub ?? 'show'} PROPOSAL_ID`,
+        );
+      if (sub === 'show') {
+        const p = await c.get<{ proposal: { current_revision: { revision_id: string } } }>(
+          `/api/v1/proposals/${encodeURIComponent(proposalId)}`,
+        );
+        const revisionId = values.revision ?? p.proposal.current_revision.revision_id;
+        const r = await c.get<Record<string, unknown>>(
+          `/api/v1/proposals/${encodeURIComponent(proposalId)}/revisions/${encodeURIComponent(revisionId)}`,
+        );
+        emit(io, values.json, r, () => JSON.stringify(r, null, 2));
+        return 0;
+      }
+      const decision = sub ? DECISIONS[sub] : undefined;
+      if (!decision)
+        throw new BrokerError(
+          'INVALID_INPUT',
+          `unknown subcommand "${sub ?? ''}"`,
+          'gpu-broker review list|show|approve|request-changes|reject',
+        );
+      if (!values.revision || !values.comment)
+        throw new BrokerError(
+          'INVALID_INPUT',
+          '--revision and --comment are required',
+          'You judge one exact revision; say why.',
+        );
+      const out = await c.post<{ state: string; task_id: string | null }>(
+        `/api/v1/proposals/${encodeURIComponent(proposalId)}/reviews`,
+        {
+          revision_id: values.revision,
+          decision,
+          comments: values.comment,
+        },
+      );
+      emit(
+        io,
+        values.json,
+        out,
+        () => `${proposalId}: ${out.state}${out.task_id ? ` → task ${out.task_id}` : ''}`,
+      );
+      return 0;
+    });
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};

@@ -1,0 +1,78 @@
+import { parseArgs } from 'node:util';
+import { createPrincipal, revokePrincipal } from '../broker/principals.js';
+import { BrokerError } from '../contracts/errors.js';
+import type { CommandRunner } from './io.js';
+import { DATA_DIR_OPTION, withLocalStore } from './local.js';
+import { emit, reportError, table } from './output.js';
+
+/** `gpu-broker token create|list|revoke`: local admin on the master's data dir. */
+export const run: CommandRunner = async (argv, io) => {
+  const [sub, ...rest] = argv;
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: {
+      ...DATA_DIR_OPTION,
+      name: { type: 'string' },
+      role: { type: 'string', multiple: true },
+      'worker-id': { type: 'string' },
+    },
+  });
+  try {
+    return await withLocalStore(values, io, ({ store, clock, ids }) => {
+      switch (sub) {
+        case 'create': {
+          if (!values.name)
+            throw new BrokerError(
+              'INVALID_INPUT',
+              '--name is required',
+              'e.g. token create --name alice-agent --role submitter',
+            );
+          const { principal, token } = createPrincipal(
+            { store, clock, ids },
+            { name: values.name, roles: values.role ?? [], worker_id: values['worker-id'] },
+          );
+          emit(
+            io,
+            values.json,
+            { name: principal.name, roles: principal.roles, worker_id: principal.worker_id, token },
+            () =>
+              `${token}\n(token for ${principal.name} [${principal.roles.join(', ')}]; shown once, store it now)`,
+          );
+          return 0;
+        }
+        case 'list': {
+          const list = store.principals.list().map((p) => ({
+            name: p.name,
+            roles: p.roles,
+            worker_id: p.worker_id,
+            created_at: new Date(p.created_at).toISOString(),
+            revoked: p.revoked_at !== null,
+          }));
+          emit(io, values.json, { principals: list }, () =>
+            table(
+              ['NAME', 'ROLES', 'WORKER', 'CREATED', 'REVOKED'],
+              list.map((p) => [p.name, p.roles.join(','), p.worker_id, p.created_at, p.revoked ? 'yes' : '']),
+            ),
+          );
+          return 0;
+        }
+        case 'revoke': {
+          const name = positionals[0] ?? values.name;
+          if (!name) throw new BrokerError('INVALID_INPUT', 'which token?', 'gpu-broker token revoke NAME');
+          revokePrincipal({ store, clock }, name);
+          emit(io, values.json, { name, revoked: true }, () => `revoked ${name}`);
+          return 0;
+        }
+        default:
+          throw new BrokerError(
+            'INVALID_INPUT',
+            `unknown subcommand "${sub ?? ''}"`,
+            'gpu-broker token create|list|revoke',
+          );
+      }
+    });
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};

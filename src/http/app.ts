@@ -1,0 +1,50 @@
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import type { BrokerDeps } from '../broker/deps.js';
+import type { BoundTool } from '../broker/dispatch.js';
+import { registerMcpRoute } from '../mcp/route.js';
+import { McpCatalog } from '../mcp/server.js';
+import { authHook } from './auth.js';
+import { installErrorHandling } from './errors.js';
+import { registerRestRoutes } from './rest.js';
+
+/** The path workers connect to over WSS. */
+export const WORKER_CONNECT_PATH = '/api/v1/workers/connect';
+
+/** Options of the HTTP app. */
+export interface AppOptions {
+  tools: readonly BoundTool[];
+  https?: { key: string; cert: string } | undefined;
+  /** Extra registrations (WSS hub, dashboard, metrics) run after the core routes. */
+  extend?: ((app: FastifyInstance) => void | Promise<void>) | undefined;
+  onToolCall?: ((tool: string, ms: number, ok: boolean) => void) | undefined;
+  /** Health details beyond the basics (e.g. audit chain, workers). */
+  health?: (() => Record<string, unknown>) | undefined;
+}
+
+/** Builds the master's fastify app without listening (tests use `inject()` or listen themselves). */
+export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.logger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: 1024 * 1024,
+    ...(opts.https ? { https: opts.https } : {}),
+  }) as unknown as FastifyInstance;
+  app.decorateRequest('principal', null);
+  installErrorHandling(app, deps.logger);
+  app.addHook('onRequest', authHook(deps, WORKER_CONNECT_PATH));
+
+  app.get('/healthz', async (_req, reply) => {
+    const extra = opts.health?.() ?? {};
+    const healthy = Object.values(extra).every(
+      (v) => typeof v !== 'object' || v === null || (v as { ok?: boolean }).ok !== false,
+    );
+    reply.code(healthy ? 200 : 503);
+    return { status: healthy ? 'ok' : 'degraded', ...extra };
+  });
+
+  const catalog = new McpCatalog(opts.tools);
+  registerMcpRoute(app, deps, catalog, opts.onToolCall);
+  registerRestRoutes(app, deps, new Map(opts.tools.map((t) => [t.def.name, t])));
+  await opts.extend?.(app);
+  return app;
+}

@@ -1,0 +1,37 @@
+import type { FastifyError, FastifyInstance } from 'fastify';
+import { BrokerError, HTTP_STATUS, toErrorBody } from '../contracts/errors.js';
+import type { Logger } from '../platform/logger.js';
+
+/** Maps every error to `{error: {code, message, hint, retryable}}` with the status from the one table. */
+export function installErrorHandling(app: FastifyInstance, logger: Logger): void {
+  app.setErrorHandler<FastifyError>((err, _req, reply) => {
+    let mapped: BrokerError;
+    if (err instanceof BrokerError) mapped = err;
+    else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+      mapped = new BrokerError(
+        'PAYLOAD_TOO_LARGE',
+        'request body too large',
+        'Specs are limited to 256 KiB; bodies to 1 MiB.',
+      );
+    else if (err.code?.startsWith('FST_ERR_CTP') || err.statusCode === 400 || err.validation)
+      mapped = new BrokerError(
+        'INVALID_INPUT',
+        `bad request: ${err.message}`,
+        'Send a JSON body with Content-Type: application/json.',
+      );
+    else {
+      logger.error({ err }, 'unhandled error');
+      return reply.code(500).send({ error: toErrorBody(err) });
+    }
+    return reply.code(HTTP_STATUS[mapped.code]).send({ error: mapped.toBody() });
+  });
+  app.setNotFoundHandler((req, reply) => {
+    reply.code(404).send({
+      error: new BrokerError(
+        'NOT_FOUND',
+        `no route ${req.method} ${req.url.split('?')[0]}`,
+        'See docs/mcp-tools.md for the REST routes.',
+      ).toBody(),
+    });
+  });
+}

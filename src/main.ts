@@ -1,0 +1,146 @@
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import type { FastifyInstance } from 'fastify';
+import type { BrokerDeps } from './broker/deps.js';
+import { Notifier } from './broker/notifier.js';
+import { createPrincipal } from './broker/principals.js';
+import { expireProposals } from './broker/proposals.js';
+import { coreTools } from './broker/tool-catalog.js';
+import { BrokerError } from './contracts/errors.js';
+import { buildApp } from './http/app.js';
+import { type Clock, systemClock } from './platform/clock.js';
+import { isLoopback, type MasterConfig, parseListen } from './platform/config.js';
+import { createIdGenerator } from './platform/ids.js';
+import { createLogger, type Logger } from './platform/logger.js';
+import { ensureDevTls } from './platform/tls.js';
+import { Store } from './store/store.js';
+
+/**
+ * Composition root of the master (`gpu-broker serve`): opens the store, bootstraps the operator token,
+ * prepares TLS, builds the app, starts the sweepers and listens. The CLI is the only caller that exits.
+ */
+
+/** Options for starting a master. */
+export interface MasterOptions {
+  dataDir: string;
+  config: MasterConfig;
+  logger?: Logger;
+  clock?: Clock;
+}
+
+/** A running master. */
+export interface RunningMaster {
+  url: string;
+  caCertPath: string | null;
+  operatorTokenPath: string;
+  /** Set only when this start created the operator token (first start). */
+  bootstrappedOperatorToken: string | null;
+  deps: BrokerDeps;
+  app: FastifyInstance;
+  close(): Promise<void>;
+}
+
+/** File holding the bootstrap operator token, mode 0600. */
+export const OPERATOR_TOKEN_FILE = 'operator.token';
+
+/** Opens the store in a data dir (creating the dir, mode 0700). */
+export function openStore(dataDir: string): Store {
+  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+  return Store.open(join(dataDir, 'broker.db'));
+}
+
+/** Creates the first operator on an empty database and writes its token file; no-op afterwards. */
+export function bootstrapOperator(
+  deps: Pick<BrokerDeps, 'store' | 'clock' | 'ids'>,
+  dataDir: string,
+): string | null {
+  if (deps.store.principals.list().length > 0) return null;
+  const { token } = createPrincipal(deps, { name: 'operator', roles: ['operator'] }, 'bootstrap');
+  const path = join(dataDir, OPERATOR_TOKEN_FILE);
+  writeFileSync(path, `${token}\n`, { mode: 0o600 });
+  chmodSync(path, 0o600);
+  return token;
+}
+
+/** Starts a master and resolves once it listens. */
+export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
+  const dataDir = resolve(opts.dataDir);
+  const { config } = opts;
+  const { host, port } = parseListen(config.listen);
+  if (config.tls.mode === 'off' && !isLoopback(host))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `--tls off is refused on ${host}: plain HTTP only on a loopback address`,
+      'Keep TLS on (the default) or listen on 127.0.0.1.',
+    );
+  const logger = opts.logger ?? createLogger();
+  const store = openStore(dataDir);
+  const deps: BrokerDeps = {
+    store,
+    clock: opts.clock ?? systemClock,
+    ids: createIdGenerator(),
+    config,
+    notifier: new Notifier(),
+    logger,
+    placement: () => null,
+  };
+  const bootstrapped = bootstrapOperator(deps, dataDir);
+  const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;
+
+  let auditCache = { at: 0, value: { ok: true } as Record<string, unknown> };
+  const app = await buildApp(deps, {
+    tools: coreTools(),
+    https: tls ? { key: tls.key, cert: tls.cert } : undefined,
+    health: () => {
+      if (Date.now() - auditCache.at > 5000) {
+        const v = store.audit.verify();
+        auditCache = {
+          at: Date.now(),
+          value: v.ok
+            ? { ok: true, events: v.events }
+            : { ok: false, first_bad_seq: v.first_bad_seq, problem: v.problem },
+        };
+      }
+      return { audit: auditCache.value };
+    },
+  });
+
+  const sweeper = setInterval(() => {
+    try {
+      expireProposals(deps);
+    } catch (err) {
+      logger.error({ err }, 'sweep failed');
+    }
+  }, config.timing.sweep_interval_ms);
+  sweeper.unref();
+
+  await app.listen({ host, port });
+  const addr = app.server.address();
+  const boundPort = typeof addr === 'object' && addr ? addr.port : port;
+  const urlHost = host.includes(':') ? `[${host}]` : host === '0.0.0.0' ? '127.0.0.1' : host;
+  const url = `${tls ? 'https' : 'http'}://${urlHost}:${boundPort}`;
+  return {
+    url,
+    caCertPath: tls?.caCertPath ?? null,
+    operatorTokenPath: join(dataDir, OPERATOR_TOKEN_FILE),
+    bootstrappedOperatorToken: bootstrapped,
+    deps,
+    app,
+    async close() {
+      clearInterval(sweeper);
+      await app.close();
+      store.close();
+    },
+  };
+}
+
+/** Reads a token file (trimmed), with a clear error when missing. */
+export function readTokenFile(path: string): string {
+  if (!existsSync(path))
+    throw new BrokerError(
+      'NOT_FOUND',
+      `token file ${path} does not exist`,
+      'Create one with `gpu-broker token create`.',
+    );
+  return readFileSync(path, 'utf8').trim();
+}

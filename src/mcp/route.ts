@@ -1,0 +1,66 @@
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
+import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
+import type { FastifyInstance } from 'fastify';
+import type { BrokerDeps } from '../broker/deps.js';
+import { BrokerError } from '../contracts/errors.js';
+import { isAllowedOrigin } from '../http/origin.js';
+import { createMcpServer, type McpCatalog } from './server.js';
+
+/**
+ * `/mcp`: Streamable HTTP in stateless JSON mode — a fresh server and transport per POST, nothing to
+ * sweep, forward-compatible with the session-less 2026 protocol revision. GET/DELETE answer 405 as the
+ * SDK's stateless example does (docs/decisions/0001-stateless-mcp.md).
+ */
+export function registerMcpRoute(
+  app: FastifyInstance,
+  deps: BrokerDeps,
+  catalog: McpCatalog,
+  onToolCall?: (tool: string, ms: number, ok: boolean) => void,
+): void {
+  app.post('/mcp', async (req, reply) => {
+    if (!isAllowedOrigin(req.headers.origin, req.headers.host, deps.config.allowed_origins))
+      throw new BrokerError(
+        'FORBIDDEN',
+        `Origin ${req.headers.origin} is not allowed`,
+        'Add it to allowed_origins in the master config if it is yours.',
+      );
+    const principal = req.principal!;
+    const server = createMcpServer(deps, catalog, principal, onToolCall);
+    const transport = new StreamableHTTPServerTransport({ enableJsonResponse: true });
+    reply.raw.on('close', () => {
+      void transport.close();
+      void server.close();
+    });
+    await server.connect(transport);
+    const raw = req.raw as typeof req.raw & { auth?: AuthInfo };
+    raw.auth = {
+      token: 'redacted',
+      clientId: principal.name,
+      scopes: principal.roles,
+      extra: { principal_id: principal.id },
+    };
+    reply.hijack();
+    await transport.handleRequest(raw, reply.raw, req.body);
+  });
+  const notAllowed = async () => {
+    throw new BrokerError(
+      'INVALID_STATE',
+      'this MCP endpoint is stateless: only POST is served',
+      'Send JSON-RPC requests with POST.',
+    );
+  };
+  app.get('/mcp', async (_req, reply) => {
+    reply
+      .code(405)
+      .header('Allow', 'POST')
+      .send({
+        error: {
+          code: 'INVALID_STATE',
+          message: 'method not allowed; use POST',
+          hint: 'Stateless MCP: POST only.',
+          retryable: false,
+        },
+      });
+  });
+  app.delete('/mcp', notAllowed);
+}

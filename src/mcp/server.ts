@@ -1,0 +1,123 @@
+import { Server } from '@modelcontextprotocol/sdk/server/index.js';
+import {
+  CallToolRequestSchema,
+  type CallToolResult,
+  ListToolsRequestSchema,
+  type Tool,
+} from '@modelcontextprotocol/sdk/types.js';
+import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
+import { z } from 'zod';
+import type { BrokerDeps } from '../broker/deps.js';
+import { type BoundTool, invokeTool } from '../broker/dispatch.js';
+import { hasAnyRole } from '../broker/principals.js';
+import { BrokerError, toErrorBody } from '../contracts/errors.js';
+import type { Principal } from '../store/principals-repo.js';
+
+/**
+ * The MCP surface over the shared tool catalog. We use the SDK's low-level `Server` instead of
+ * `McpServer.registerTool` so that (1) input errors come back as our typed `{code, message, hint,
+ * retryable}` results rather than the SDK's generic "-32602 Input validation error" text, and (2) the
+ * JSON Schemas are converted once at startup instead of on every stateless request
+ * (docs/decisions/0002-low-level-mcp-server.md).
+ */
+
+const SERVER_INFO = { name: 'gpu-broker', version: '0.1.0' };
+const validator = new AjvJsonSchemaValidator();
+
+/** A tool's MCP listing entry, computed once. */
+interface Listed {
+  tool: BoundTool;
+  entry: Tool;
+}
+
+/** The catalog with its MCP listing, built once per process. */
+export class McpCatalog {
+  private readonly listed: Listed[];
+  private readonly byName: Map<string, BoundTool>;
+
+  constructor(tools: readonly BoundTool[]) {
+    this.byName = new Map(tools.map((t) => [t.def.name, t]));
+    this.listed = tools.map((tool) => ({
+      tool,
+      entry: {
+        name: tool.def.name,
+        title: tool.def.title,
+        description: tool.def.description,
+        inputSchema: z.toJSONSchema(tool.def.input, {
+          target: 'draft-7',
+          io: 'input',
+        }) as Tool['inputSchema'],
+        outputSchema: z.toJSONSchema(tool.def.output, {
+          target: 'draft-7',
+          io: 'output',
+        }) as Tool['outputSchema'],
+        annotations: { title: tool.def.title, ...tool.def.annotations },
+      },
+    }));
+  }
+
+  /** Tools this principal may call (tools/list hides the rest). */
+  visibleTo(principal: Principal): Tool[] {
+    return this.listed.filter((l) => hasAnyRole(principal, l.tool.def.roles)).map((l) => l.entry);
+  }
+
+  /** A tool by name. */
+  get(name: string): BoundTool | undefined {
+    return this.byName.get(name);
+  }
+}
+
+/** Turns a use-case result or error into an MCP tool result. */
+export function toCallToolResult(
+  outcome: { ok: true; value: unknown } | { ok: false; error: unknown },
+): CallToolResult {
+  if (outcome.ok) {
+    return {
+      content: [{ type: 'text', text: JSON.stringify(outcome.value) }],
+      structuredContent: outcome.value as Record<string, unknown>,
+    };
+  }
+  return { isError: true, content: [{ type: 'text', text: JSON.stringify(toErrorBody(outcome.error)) }] };
+}
+
+/** Builds an MCP server bound to one principal (stateless: one per HTTP request). */
+export function createMcpServer(
+  deps: BrokerDeps,
+  catalog: McpCatalog,
+  principal: Principal,
+  onToolCall?: (tool: string, ms: number, ok: boolean) => void,
+): Server {
+  const server = new Server(SERVER_INFO, {
+    capabilities: { tools: { listChanged: false } },
+    jsonSchemaValidator: validator,
+    instructions:
+      'gpu-broker: propose GPU tasks for independent review, then follow them. Start with list_cards, then create_proposal → confirm_revision → wait_for_proposal → wait_for_task.',
+  });
+  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: catalog.visibleTo(principal) }));
+  server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
+    const started = performance.now();
+    const tool = catalog.get(req.params.name);
+    let result: CallToolResult;
+    try {
+      if (!tool)
+        throw new BrokerError(
+          'NOT_FOUND',
+          `no tool named ${req.params.name}`,
+          'tools/list shows the tools your token may call.',
+        );
+      const value = await invokeTool(
+        tool,
+        { deps, principal, signal: extra.signal },
+        req.params.arguments ?? {},
+      );
+      result = toCallToolResult({ ok: true, value });
+    } catch (error) {
+      if (!(error instanceof BrokerError))
+        deps.logger.error({ err: error, tool: req.params.name }, 'tool call failed');
+      result = toCallToolResult({ ok: false, error });
+    }
+    onToolCall?.(req.params.name, performance.now() - started, result.isError !== true);
+    return result;
+  });
+  return server;
+}

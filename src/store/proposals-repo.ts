@@ -1,0 +1,182 @@
+import type { TaskSpec } from '../contracts/task-spec.js';
+import type { Finding } from '../domain/policy.js';
+import type { ProposalState, ReviewDecision } from '../domain/proposal.js';
+import type { Db } from './db.js';
+
+/** A proposal row. */
+export interface ProposalRecord {
+  id: string;
+  owner_id: string;
+  state: ProposalState;
+  current_revision_id: string;
+  task_id: string | null;
+  created_at: number;
+  updated_at: number;
+  expires_at: number | null;
+}
+
+/** An immutable revision. */
+export interface RevisionRecord {
+  id: string;
+  proposal_id: string;
+  number: number;
+  spec: TaskSpec;
+  digest: string;
+  findings: Finding[];
+  created_by: string;
+  created_at: number;
+  confirmed_at: number | null;
+}
+
+/** One review decision on one revision. */
+export interface ReviewRecord {
+  id: string;
+  proposal_id: string;
+  revision_id: string;
+  revision_digest: string;
+  reviewer_id: string;
+  decision: ReviewDecision;
+  comments: string;
+  created_at: number;
+}
+
+interface RevisionRow extends Omit<RevisionRecord, 'spec' | 'findings'> {
+  spec: string;
+  findings: string;
+}
+
+function toRevision(row: RevisionRow): RevisionRecord {
+  return { ...row, spec: JSON.parse(row.spec) as TaskSpec, findings: JSON.parse(row.findings) as Finding[] };
+}
+
+/** Filter for listing proposals, newest first. */
+export interface ProposalListQuery {
+  owner_id?: string;
+  state?: ProposalState;
+  before_id?: string;
+  limit: number;
+}
+
+/** Proposals, their revisions and reviews. */
+export class ProposalsRepo {
+  private readonly s;
+
+  constructor(private readonly db: Db) {
+    this.s = {
+      get: db.prepare<[string], ProposalRecord>('SELECT * FROM proposals WHERE id = ?'),
+      insert: db.prepare(
+        `INSERT INTO proposals (id, owner_id, state, current_revision_id, task_id, created_at, updated_at, expires_at)
+         VALUES (@id, @owner_id, @state, @current_revision_id, @task_id, @created_at, @updated_at, @expires_at)`,
+      ),
+      update: db.prepare(
+        `UPDATE proposals SET state = @state, current_revision_id = @current_revision_id, task_id = @task_id,
+           updated_at = @updated_at, expires_at = @expires_at
+         WHERE id = @id AND state = @expected_state`,
+      ),
+      insertRevision: db.prepare(
+        `INSERT INTO revisions (id, proposal_id, number, spec, digest, findings, created_by, created_at, confirmed_at)
+         VALUES (@id, @proposal_id, @number, @spec, @digest, @findings, @created_by, @created_at, NULL)`,
+      ),
+      confirmRevision: db.prepare(
+        'UPDATE revisions SET confirmed_at = ? WHERE id = ? AND confirmed_at IS NULL',
+      ),
+      revision: db.prepare<[string], RevisionRow>('SELECT * FROM revisions WHERE id = ?'),
+      revisionByNumber: db.prepare<[string, number], RevisionRow>(
+        'SELECT * FROM revisions WHERE proposal_id = ? AND number = ?',
+      ),
+      revisions: db.prepare<[string], RevisionRow>(
+        'SELECT * FROM revisions WHERE proposal_id = ? ORDER BY number',
+      ),
+      insertReview: db.prepare(
+        `INSERT INTO reviews (id, proposal_id, revision_id, revision_digest, reviewer_id, decision, comments, created_at)
+         VALUES (@id, @proposal_id, @revision_id, @revision_digest, @reviewer_id, @decision, @comments, @created_at)`,
+      ),
+      reviews: db.prepare<[string], ReviewRecord>(
+        'SELECT * FROM reviews WHERE proposal_id = ? ORDER BY created_at, id',
+      ),
+      expired: db.prepare<[number, number], ProposalRecord>(
+        'SELECT * FROM proposals WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?',
+      ),
+    };
+  }
+
+  /** The proposal with this id. */
+  get(id: string): ProposalRecord | undefined {
+    return this.s.get.get(id);
+  }
+
+  /** Inserts a new proposal. */
+  insert(p: ProposalRecord): void {
+    this.s.insert.run(p);
+  }
+
+  /**
+   * Compare-and-set update: applies only if the stored state is still `expectedState`. Returns false
+   * when another writer moved the proposal first; the caller re-reads and decides again.
+   */
+  update(p: ProposalRecord, expectedState: ProposalState): boolean {
+    return this.s.update.run({ ...p, expected_state: expectedState }).changes === 1;
+  }
+
+  /** Inserts an immutable revision. */
+  insertRevision(r: RevisionRecord): void {
+    this.s.insertRevision.run({ ...r, spec: JSON.stringify(r.spec), findings: JSON.stringify(r.findings) });
+  }
+
+  /** Marks a revision confirmed (once). */
+  confirmRevision(revisionId: string, now: number): boolean {
+    return this.s.confirmRevision.run(now, revisionId).changes === 1;
+  }
+
+  /** A revision by id. */
+  revision(id: string): RevisionRecord | undefined {
+    const row = this.s.revision.get(id);
+    return row ? toRevision(row) : undefined;
+  }
+
+  /** A revision by its number within a proposal. */
+  revisionByNumber(proposalId: string, number: number): RevisionRecord | undefined {
+    const row = this.s.revisionByNumber.get(proposalId, number);
+    return row ? toRevision(row) : undefined;
+  }
+
+  /** All revisions of a proposal, oldest first. */
+  revisions(proposalId: string): RevisionRecord[] {
+    return this.s.revisions.all(proposalId).map(toRevision);
+  }
+
+  /** Inserts a review. */
+  insertReview(r: ReviewRecord): void {
+    this.s.insertReview.run(r);
+  }
+
+  /** Reviews of a proposal, oldest first. */
+  reviews(proposalId: string): ReviewRecord[] {
+    return this.s.reviews.all(proposalId);
+  }
+
+  /** Proposals whose expiry has passed, oldest first. */
+  expiredBy(now: number, limit: number): ProposalRecord[] {
+    return this.s.expired.all(now, limit);
+  }
+
+  /** Lists proposals newest first with an id cursor. */
+  list(q: ProposalListQuery): ProposalRecord[] {
+    const where: string[] = [];
+    const args: Array<string | number> = [];
+    if (q.owner_id !== undefined) {
+      where.push('owner_id = ?');
+      args.push(q.owner_id);
+    }
+    if (q.state !== undefined) {
+      where.push('state = ?');
+      args.push(q.state);
+    }
+    if (q.before_id !== undefined) {
+      where.push('id < ?');
+      args.push(q.before_id);
+    }
+    const sql = `SELECT * FROM proposals ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
+    return this.db.prepare<unknown[], ProposalRecord>(sql).all(...args, q.limit);
+  }
+}

@@ -1,0 +1,68 @@
+import { AuditRepo } from './audit-repo.js';
+import { type Db, openDb } from './db.js';
+import { IdempotencyRepo } from './idempotency-repo.js';
+import { PrincipalsRepo } from './principals-repo.js';
+import { ProposalsRepo } from './proposals-repo.js';
+import { TasksRepo } from './tasks-repo.js';
+
+/**
+ * The master's store: one SQLite connection and its repositories. `transaction` runs a function
+ * atomically (better-sqlite3 is synchronous, so read → decide → write cannot interleave with another
+ * request); callbacks registered with `afterCommit` run only once the outermost transaction committed,
+ * which is when notifications (wake waiters, send worker messages) may go out.
+ */
+export class Store {
+  readonly principals: PrincipalsRepo;
+  readonly proposals: ProposalsRepo;
+  readonly tasks: TasksRepo;
+  readonly idempotency: IdempotencyRepo;
+  readonly audit: AuditRepo;
+  private pending: Array<() => void> = [];
+  private depth = 0;
+
+  constructor(readonly db: Db) {
+    this.principals = new PrincipalsRepo(db);
+    this.proposals = new ProposalsRepo(db);
+    this.tasks = new TasksRepo(db);
+    this.idempotency = new IdempotencyRepo(db);
+    this.audit = new AuditRepo(db);
+  }
+
+  /** Opens the database file (or `:memory:`) and migrates it. */
+  static open(path: string): Store {
+    return new Store(openDb(path));
+  }
+
+  /** Runs `fn` in a transaction (a savepoint when nested); after-commit callbacks run on success. */
+  transaction<T>(fn: () => T): T {
+    this.depth++;
+    const mark = this.pending.length;
+    let result: T;
+    try {
+      result = this.db.transaction(fn)();
+    } catch (err) {
+      this.depth--;
+      // Callbacks registered by the part that rolled back must never run.
+      this.pending.length = mark;
+      throw err;
+    }
+    this.depth--;
+    if (this.depth === 0) {
+      const callbacks = this.pending;
+      this.pending = [];
+      for (const cb of callbacks) cb();
+    }
+    return result;
+  }
+
+  /** Defers `cb` until the current outermost transaction commits (runs now if none is open). */
+  afterCommit(cb: () => void): void {
+    if (this.depth === 0) cb();
+    else this.pending.push(cb);
+  }
+
+  /** Closes the database. */
+  close(): void {
+    this.db.close();
+  }
+}

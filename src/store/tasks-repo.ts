@@ -1,0 +1,145 @@
+import type { TaskSpec } from '../contracts/task-spec.js';
+import type { TaskState } from '../domain/task.js';
+import type { Db } from './db.js';
+
+/** A task row. `reason` is the machine-readable wait reason while queued. */
+export interface TaskRecord {
+  id: string;
+  proposal_id: string;
+  revision_id: string;
+  owner_id: string;
+  spec: TaskSpec;
+  spec_digest: string;
+  priority: number;
+  state: TaskState;
+  desired: 'run' | 'cancel';
+  reason: Record<string, unknown> | null;
+  position: number | null;
+  failure_reason: string | null;
+  exit_code: number | null;
+  signal: string | null;
+  approved_at: number;
+  created_at: number;
+  updated_at: number;
+  started_at: number | null;
+  finished_at: number | null;
+}
+
+interface TaskRow extends Omit<TaskRecord, 'spec' | 'reason'> {
+  spec: string;
+  reason: string | null;
+}
+
+function toTask(row: TaskRow): TaskRecord {
+  return {
+    ...row,
+    spec: JSON.parse(row.spec) as TaskSpec,
+    reason: row.reason === null ? null : (JSON.parse(row.reason) as Record<string, unknown>),
+  };
+}
+
+function toRow(t: TaskRecord): TaskRow {
+  return { ...t, spec: JSON.stringify(t.spec), reason: t.reason === null ? null : JSON.stringify(t.reason) };
+}
+
+/** Filter for listing tasks, newest first. */
+export interface TaskListQuery {
+  owner_id?: string;
+  state?: TaskState;
+  before_id?: string;
+  limit: number;
+}
+
+/** Tasks. */
+export class TasksRepo {
+  private readonly s;
+
+  constructor(private readonly db: Db) {
+    this.s = {
+      get: db.prepare<[string], TaskRow>('SELECT * FROM tasks WHERE id = ?'),
+      insert: db.prepare(
+        `INSERT INTO tasks (id, proposal_id, revision_id, owner_id, spec, spec_digest, priority, state, desired, reason,
+           position, failure_reason, exit_code, signal, approved_at, created_at, updated_at, started_at, finished_at)
+         VALUES (@id, @proposal_id, @revision_id, @owner_id, @spec, @spec_digest, @priority, @state, @desired, @reason,
+           @position, @failure_reason, @exit_code, @signal, @approved_at, @created_at, @updated_at, @started_at, @finished_at)`,
+      ),
+      update: db.prepare(
+        `UPDATE tasks SET state = @state, desired = @desired, reason = @reason, position = @position,
+           failure_reason = @failure_reason, exit_code = @exit_code, signal = @signal, updated_at = @updated_at,
+           started_at = @started_at, finished_at = @finished_at
+         WHERE id = @id AND state = @expected_state`,
+      ),
+      setQueueInfo: db.prepare('UPDATE tasks SET reason = ?, position = ? WHERE id = ? AND state = ?'),
+      byState: db.prepare<[string], TaskRow>(
+        'SELECT * FROM tasks WHERE state = ? ORDER BY priority DESC, approved_at, id',
+      ),
+      countQueuedByOwner: db.prepare<[string], { n: number }>(
+        "SELECT count(*) AS n FROM tasks WHERE owner_id = ? AND state = 'QUEUED'",
+      ),
+      countByState: db.prepare<[], { state: TaskState; n: number }>(
+        'SELECT state, count(*) AS n FROM tasks GROUP BY state',
+      ),
+    };
+  }
+
+  /** The task with this id. */
+  get(id: string): TaskRecord | undefined {
+    const row = this.s.get.get(id);
+    return row ? toTask(row) : undefined;
+  }
+
+  /** Inserts a task. */
+  insert(t: TaskRecord): void {
+    this.s.insert.run(toRow(t));
+  }
+
+  /** Compare-and-set update on the state column; false when another writer moved the task first. */
+  update(t: TaskRecord, expectedState: TaskState): boolean {
+    return this.s.update.run({ ...toRow(t), expected_state: expectedState }).changes === 1;
+  }
+
+  /** Records a queued task's wait reason and position (not a state change). */
+  setQueueInfo(id: string, reason: Record<string, unknown> | null, position: number | null): void {
+    this.s.setQueueInfo.run(reason === null ? null : JSON.stringify(reason), position, id, 'QUEUED');
+  }
+
+  /** Tasks in one state, in scheduling order (priority, then approval time). */
+  inState(state: TaskState): TaskRecord[] {
+    return this.s.byState.all(state).map(toTask);
+  }
+
+  /** How many queued tasks an owner has. */
+  countQueuedByOwner(ownerId: string): number {
+    return this.s.countQueuedByOwner.get(ownerId)?.n ?? 0;
+  }
+
+  /** Task counts per state. */
+  countByState(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const r of this.s.countByState.all()) out[r.state] = r.n;
+    return out;
+  }
+
+  /** Lists tasks newest first with an id cursor. */
+  list(q: TaskListQuery): TaskRecord[] {
+    const where: string[] = [];
+    const args: Array<string | number> = [];
+    if (q.owner_id !== undefined) {
+      where.push('owner_id = ?');
+      args.push(q.owner_id);
+    }
+    if (q.state !== undefined) {
+      where.push('state = ?');
+      args.push(q.state);
+    }
+    if (q.before_id !== undefined) {
+      where.push('id < ?');
+      args.push(q.before_id);
+    }
+    const sql = `SELECT * FROM tasks ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
+    return this.db
+      .prepare<unknown[], TaskRow>(sql)
+      .all(...args, q.limit)
+      .map(toTask);
+  }
+}
