@@ -1,0 +1,168 @@
+import { readFile } from 'node:fs/promises';
+import type { Readable, Writable } from 'node:stream';
+import { parseArgs } from 'node:util';
+import { packageRoot } from '../src/platform/package-root.js';
+import { createCaTrustingFetch } from '../src/platform/tls.js';
+import { runStdioBridge } from './stdio-bridge.js';
+
+/**
+ * `gpu-broker mcp-stdio --url URL [--token-env NAME] [--ca-file FILE]`: argument and environment
+ * handling around {@link runStdioBridge}. The token is read only from an environment variable, never
+ * from argv, where `ps` and shell history would show it.
+ */
+
+/** What the command needs from its process: the protocol streams, stderr, env and a stop signal. */
+export interface StdioBridgeCommandIo {
+  /** MCP messages from the harness. */
+  stdin: Readable;
+  /** MCP messages to the harness; nothing else is ever written here. */
+  stdout: Writable;
+  /** Diagnostics. */
+  stderr: (text: string) => void;
+  /** The environment: GPU_BROKER_URL, GPU_BROKER_CA_FILE and the token variable. */
+  env: Readonly<Record<string, string | undefined>>;
+  /** Resolves on SIGTERM/SIGINT. */
+  stopSignal?: Promise<void>;
+}
+
+/** Usage text of the command. */
+export const STDIO_BRIDGE_USAGE = `usage: gpu-broker mcp-stdio --url URL [--token-env NAME] [--ca-file FILE]
+
+Serves the master's MCP tools on stdin/stdout for harnesses that only run stdio MCP servers.
+  --url URL         the master, e.g. https://gpu-host:8443 (default: $GPU_BROKER_URL)
+  --token-env NAME  environment variable holding the bearer token (default: GPU_BROKER_TOKEN)
+  --ca-file FILE    CA certificate to trust for the master (default: $GPU_BROKER_CA_FILE)
+`;
+
+/** Runs the bridge; resolves with 0 when it ends normally, 2 on a usage error, 1 on a setup error. */
+export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeCommandIo): Promise<number> {
+  const fail = (code: number, message: string): number => {
+    io.stderr(`gpu-broker mcp-stdio: ${message}\n`);
+    return code;
+  };
+  if (argv.some((a) => a === '--token' || a.startsWith('--token='))) {
+    return fail(
+      2,
+      'the token is never taken from the command line (ps and shell history would show it); ' +
+        'export it as GPU_BROKER_TOKEN, or name another variable with --token-env',
+    );
+  }
+  let values: {
+    url?: string | undefined;
+    'token-env'?: string | undefined;
+    'ca-file'?: string | undefined;
+    help?: boolean | undefined;
+  };
+  try {
+    ({ values } = parseArgs({
+      args: argv,
+      options: {
+        url: { type: 'string' },
+        'token-env': { type: 'string' },
+        'ca-file': { type: 'string' },
+        help: { type: 'boolean', short: 'h' },
+      },
+      strict: true,
+      allowPositionals: false,
+    }));
+  } catch (err) {
+    return fail(2, `${(err as Error).message}\n${STDIO_BRIDGE_USAGE}`);
+  }
+  if (values.help) {
+    io.stderr(STDIO_BRIDGE_USAGE);
+    return 0;
+  }
+
+  const rawUrl = values.url ?? io.env['GPU_BROKER_URL'];
+  if (!rawUrl) return fail(2, `--url is required (or set GPU_BROKER_URL)\n${STDIO_BRIDGE_USAGE}`);
+  let mcpUrl: URL;
+  try {
+    mcpUrl = mcpEndpoint(rawUrl);
+  } catch (err) {
+    return fail(2, (err as Error).message);
+  }
+
+  const tokenEnv = values['token-env'] ?? 'GPU_BROKER_TOKEN';
+  const token = io.env[tokenEnv]?.trim();
+  if (!token) {
+    return fail(
+      2,
+      `no token: set ${tokenEnv} (create one with: gpu-broker token create --name NAME --role submitter)`,
+    );
+  }
+
+  const caFile = values['ca-file'] ?? io.env['GPU_BROKER_CA_FILE'];
+  let trusting: ReturnType<typeof createCaTrustingFetch> | undefined;
+  if (caFile) {
+    let caPem: string;
+    try {
+      caPem = await readFile(caFile, 'utf8');
+    } catch (err) {
+      return fail(1, `cannot read --ca-file ${caFile}: ${(err as Error).message}`);
+    }
+    if (caPem.includes('PRIVATE KEY')) {
+      return fail(
+        1,
+        `${caFile} contains a private key; pass the CA certificate (<data-dir>/tls/ca.pem) instead`,
+      );
+    }
+    if (!caPem.includes('BEGIN CERTIFICATE')) return fail(1, `${caFile} holds no PEM certificate`);
+    trusting = createCaTrustingFetch(caPem);
+  }
+
+  const log = (line: string) => io.stderr(`gpu-broker mcp-stdio: ${line}\n`);
+  try {
+    await runStdioBridge({
+      mcpUrl,
+      token,
+      tokenSource: tokenEnv,
+      stdin: io.stdin,
+      stdout: io.stdout,
+      log,
+      version: await packageVersion(),
+      ...(trusting ? { fetch: trusting.fetch } : {}),
+      ...(io.stopSignal ? { stop: io.stopSignal } : {}),
+    });
+    return 0;
+  } catch (err) {
+    return fail(1, (err as Error).message);
+  } finally {
+    await trusting?.close();
+  }
+}
+
+/**
+ * The `/mcp` endpoint for a master URL given with or without the `/mcp` suffix. A bearer token must
+ * not cross the network in clear, so plain `http:` is accepted only for loopback hosts, as the master
+ * itself only listens without TLS there (DESIGN §12).
+ */
+export function mcpEndpoint(raw: string): URL {
+  let url: URL;
+  try {
+    url = new URL(raw);
+  } catch {
+    throw new Error(`not a URL: ${raw} (expected e.g. https://gpu-host:8443)`);
+  }
+  if (url.username || url.password)
+    throw new Error('the URL must not contain credentials; the token goes in an env var');
+  if (url.search || url.hash) throw new Error('the URL must not have a query or fragment');
+  const loopback = ['localhost', '127.0.0.1', '[::1]'].includes(url.hostname);
+  if (url.protocol !== 'https:' && !(url.protocol === 'http:' && loopback)) {
+    throw new Error(
+      `${url.protocol}// is not allowed for ${url.host}: use https:// (plain http only on loopback)`,
+    );
+  }
+  const path = url.pathname.replace(/\/+$/, '');
+  url.pathname = path.endsWith('/mcp') ? path : `${path}/mcp`;
+  return url;
+}
+
+async function packageVersion(): Promise<string> {
+  try {
+    const pkg = JSON.parse(await readFile(`${packageRoot()}/package.json`, 'utf8')) as { version?: unknown };
+    return typeof pkg.version === 'string' ? pkg.version : '0.0.0';
+  } catch {
+    // The bridge must run even from an unusual install layout; the version is informational.
+    return '0.0.0';
+  }
+}
