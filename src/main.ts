@@ -1,11 +1,17 @@
 import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import type { BrokerDeps } from './broker/deps.js';
+import { workloadPath, workloadSha256 } from '../qualification/workload-result.js';
+import type { AuditStatus, BrokerDeps } from './broker/deps.js';
+import { Fleet } from './broker/fleet.js';
+import { CARDS_TOPIC } from './broker/leases.js';
+import { sweepExecutions } from './broker/liveness.js';
 import { Notifier } from './broker/notifier.js';
 import { createPrincipal } from './broker/principals.js';
 import { expireProposals } from './broker/proposals.js';
-import { coreTools } from './broker/tool-catalog.js';
+import { Scheduler } from './broker/scheduler.js';
+import { TASKS_TOPIC } from './broker/tasks.js';
+import { brokerTools } from './broker/tool-catalog.js';
 import { BrokerError } from './contracts/errors.js';
 import { buildApp } from './http/app.js';
 import { type Clock, systemClock } from './platform/clock.js';
@@ -14,6 +20,7 @@ import { createIdGenerator } from './platform/ids.js';
 import { createLogger, type Logger } from './platform/logger.js';
 import { ensureDevTls } from './platform/tls.js';
 import { Store } from './store/store.js';
+import { WorkerHub } from './ws/hub.js';
 
 /**
  * Composition root of the master (`gpu-broker serve`): opens the store, bootstraps the operator token,
@@ -75,39 +82,63 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     );
   const logger = opts.logger ?? createLogger();
   const store = openStore(dataDir);
+  const clock = opts.clock ?? systemClock;
+  const ids = createIdGenerator();
+  let auditCache: { at: number; value: AuditStatus } = { at: 0, value: { ok: true, events: 0 } };
+  const fleet = new Fleet(config.timing.worker_offline_seconds * 1000, clock.now());
+  // The hub and the scheduler need deps and deps needs them: closures break the cycle.
+  let hub: WorkerHub | undefined;
+  let scheduler: Scheduler | undefined;
   const deps: BrokerDeps = {
     store,
-    clock: opts.clock ?? systemClock,
-    ids: createIdGenerator(),
-    config,
+    clock,
+    ids,
+    config: withBundledWorkload(config),
     notifier: new Notifier(),
     logger,
-    placement: () => null,
-  };
-  const bootstrapped = bootstrapOperator(deps, dataDir);
-  const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;
-
-  let auditCache = { at: 0, value: { ok: true } as Record<string, unknown> };
-  const app = await buildApp(deps, {
-    tools: coreTools(),
-    https: tls ? { key: tls.key, cert: tls.cert } : undefined,
-    health: () => {
+    observe: { placement: (id) => scheduler!.placement(id), queueInfo: (id) => scheduler!.queueInfo(id) },
+    auditStatus: () => {
       if (Date.now() - auditCache.at > 5000) {
         const v = store.audit.verify();
         auditCache = {
           at: Date.now(),
           value: v.ok
             ? { ok: true, events: v.events }
-            : { ok: false, first_bad_seq: v.first_bad_seq, problem: v.problem },
+            : { ok: false, events: v.events, detail: `seq ${v.first_bad_seq}: ${v.problem}` },
         };
       }
-      return { audit: auditCache.value };
+      return auditCache.value;
     },
+    cluster: {
+      fleet,
+      link: { bootId: ids('boot'), flush: (w) => hub!.flush(w) },
+      requestPass: () => scheduler!.requestPass(),
+    },
+  };
+  hub = new WorkerHub(deps, fleet, deps.cluster.link.bootId);
+  scheduler = new Scheduler(deps, fleet, hub);
+  hub.hooks = scheduler;
+  const sched = scheduler;
+  const unsubscribe = deps.notifier.onAny((topic) => {
+    if (topic === TASKS_TOPIC || topic === CARDS_TOPIC) sched.requestPass();
+  });
+  const bootstrapped = bootstrapOperator(deps, dataDir);
+  const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;
+
+  const app = await buildApp(deps, {
+    tools: brokerTools(),
+    https: tls ? { key: tls.key, cert: tls.cert } : undefined,
+    health: () => {
+      return { audit: deps.auditStatus(), workers: { connected: hub!.connectedWorkers().length } };
+    },
+    extend: (a) => hub!.attach(a),
   });
 
   const sweeper = setInterval(() => {
     try {
       expireProposals(deps);
+      sweepExecutions(deps, fleet);
+      sched.requestPass();
     } catch (err) {
       logger.error({ err }, 'sweep failed');
     }
@@ -128,10 +159,22 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     app,
     async close() {
       clearInterval(sweeper);
+      unsubscribe();
       await app.close();
       store.close();
     },
   };
+}
+
+/**
+ * The bundled qualification workload is always allowed, pinned by its sha256 (DESIGN §5: with no config
+ * file nothing else is). It runs under Debian's /usr/bin/python3, where python3-torch installs.
+ */
+export function withBundledWorkload(config: MasterConfig): MasterConfig {
+  const script = workloadPath();
+  if (config.policy.scripts.some((s) => s.script === script)) return config;
+  const rule = { interpreter: '/usr/bin/python3', script, sha256: workloadSha256() };
+  return { ...config, policy: { ...config.policy, scripts: [...config.policy.scripts, rule] } };
 }
 
 /** Reads a token file (trimmed), with a clear error when missing. */

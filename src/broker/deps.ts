@@ -3,8 +3,10 @@ import type { MasterConfig } from '../platform/config.js';
 import type { IdGenerator } from '../platform/ids.js';
 import type { Logger } from '../platform/logger.js';
 import type { Store } from '../store/store.js';
+import type { Fleet } from './fleet.js';
 import type { Notifier } from './notifier.js';
-import type { PlacementLookup } from './views.js';
+import type { TaskObserver } from './views.js';
+import type { WorkerLink } from './worker-link.js';
 
 /** Everything a use case needs, passed as one plain object (no DI container). */
 export interface BrokerDeps {
@@ -14,6 +16,24 @@ export interface BrokerDeps {
   config: MasterConfig;
   notifier: Notifier;
   logger: Logger;
-  /** Where a task runs (from its lease); wired by the scheduling module. */
-  placement: PlacementLookup;
+  /** Derived task facts (placement, queue reason and position), owned by the scheduler. */
+  observe: TaskObserver;
+  /** Workers: live sessions and samples, the outbox link, and the scheduler's trigger. */
+  cluster: ClusterRuntime;
+  /** The audit chain's integrity, re-verified at most every few seconds. */
+  auditStatus: () => AuditStatus;
+}
+
+/** Result of the periodic audit-chain check. */
+export interface AuditStatus {
+  ok: boolean;
+  events: number;
+  detail?: string;
+}
+
+/** The live half of the cluster that use cases need. */
+export interface ClusterRuntime {
+  fleet: Fleet;
+  link: WorkerLink;
+  requestPass(): void;
 }

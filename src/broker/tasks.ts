@@ -5,7 +5,7 @@ import type { Principal } from '../store/principals-repo.js';
 import type { TaskRecord } from '../store/tasks-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { canReadAll } from './principals.js';
-import { type PlacementLookup, taskSummary, taskView } from './views.js';
+import { taskSummary, taskView } from './views.js';
 
 /** Use cases of tasks: read, list, wait, and the one function that moves a task's state. */
 
@@ -78,13 +78,8 @@ export function moveTask(
 }
 
 /** get_task. */
-export function getTask(
-  deps: BrokerDeps,
-  principal: Principal,
-  taskId: string,
-  placement: PlacementLookup,
-): TaskView {
-  return taskView(deps.store, loadVisibleTask(deps, principal, taskId), placement);
+export function getTask(deps: BrokerDeps, principal: Principal, taskId: string): TaskView {
+  return taskView(deps.store, loadVisibleTask(deps, principal, taskId), deps.observe);
 }
 
 /** list_tasks. */
@@ -102,7 +97,7 @@ export function listTasks(
   });
   const page = rows.slice(0, limit);
   return {
-    tasks: page.map((t) => taskSummary(deps.store, t)),
+    tasks: page.map((t) => taskSummary(deps.store, t, deps.observe)),
     next_cursor: rows.length > limit ? (page[page.length - 1]?.id ?? null) : null,
   };
 }
@@ -121,15 +116,14 @@ export async function waitForTask(
   principal: Principal,
   taskId: string,
   timeoutSeconds: number,
-  placement: PlacementLookup,
   signal?: AbortSignal,
 ): Promise<{ task: TaskView; timed_out: boolean }> {
   const deadline = Date.now() + timeoutSeconds * 1000;
   for (;;) {
     const t = loadVisibleTask(deps, principal, taskId);
-    if (SETTLED.has(t.state)) return { task: taskView(deps.store, t, placement), timed_out: false };
+    if (SETTLED.has(t.state)) return { task: taskView(deps.store, t, deps.observe), timed_out: false };
     const left = deadline - Date.now();
-    if (left <= 0 || signal?.aborted) return { task: taskView(deps.store, t, placement), timed_out: true };
+    if (left <= 0 || signal?.aborted) return { task: taskView(deps.store, t, deps.observe), timed_out: true };
     await deps.notifier.waitFor(taskTopic(taskId), left, signal);
   }
 }

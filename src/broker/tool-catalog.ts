@@ -1,5 +1,15 @@
+import * as C from '../contracts/tools-cluster.js';
 import * as P from '../contracts/tools-proposals.js';
 import * as T from '../contracts/tools-tasks.js';
+import {
+  cancelTask,
+  getQueue,
+  listCards,
+  listWorkers,
+  reconcileTask,
+  setCordon,
+  setDraining,
+} from './cluster.js';
 import type { BoundTool } from './dispatch.js';
 import { bindTool } from './dispatch.js';
 import {
@@ -12,13 +22,15 @@ import {
   waitForProposal,
 } from './proposals.js';
 import { getRevision, listReviewQueue, submitReview } from './reviews.js';
+import { getStatus } from './status.js';
+import { getTaskLogs, getTaskOutputs } from './task-results.js';
 import { getTask, listTasks, waitForTask } from './tasks.js';
 
 /** Default wait when a client gives no timeout_seconds. */
 const DEFAULT_WAIT_SECONDS = 20;
 
-/** The proposal, review and task-reading tools, bound to their use cases. */
-export function coreTools(): BoundTool[] {
+/** Every tool, bound to its use case. MCP and REST both serve this list. */
+export function brokerTools(): BoundTool[] {
   return [
     bindTool(P.createProposalTool, ({ deps, principal }, i) => createProposal(deps, principal, i.spec)),
     bindTool(P.reviseProposalTool, ({ deps, principal }, i) =>
@@ -43,18 +55,31 @@ export function coreTools(): BoundTool[] {
     ),
     bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
     bindTool(T.getTaskTool, ({ deps, principal }, i) => ({
-      task: getTask(deps, principal, i.task_id, deps.placement),
+      task: getTask(deps, principal, i.task_id),
     })),
     bindTool(T.listTasksTool, ({ deps, principal }, i) => listTasks(deps, principal, i)),
     bindTool(T.waitForTaskTool, ({ deps, principal, signal }, i) =>
-      waitForTask(
-        deps,
-        principal,
-        i.task_id,
-        i.timeout_seconds ?? DEFAULT_WAIT_SECONDS,
-        deps.placement,
-        signal,
-      ),
+      waitForTask(deps, principal, i.task_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+    ),
+    bindTool(T.cancelTaskTool, ({ deps, principal }, i) => cancelTask(deps, principal, i.task_id)),
+    bindTool(T.getTaskLogsTool, ({ deps, principal }, i) => getTaskLogs(deps, principal, i)),
+    bindTool(T.getTaskOutputsTool, ({ deps, principal }, i) => getTaskOutputs(deps, principal, i)),
+    bindTool(C.listCardsTool, ({ deps, principal }, i) => listCards(deps, principal, i.worker_id)),
+    bindTool(C.getQueueTool, ({ deps, principal }) => getQueue(deps, principal)),
+    bindTool(C.listWorkersTool, ({ deps }) => listWorkers(deps)),
+    bindTool(C.drainWorkerTool, ({ deps, principal }, i) => setDraining(deps, principal, i.worker_id, true)),
+    bindTool(C.undrainWorkerTool, ({ deps, principal }, i) =>
+      setDraining(deps, principal, i.worker_id, false),
+    ),
+    bindTool(C.cordonCardTool, ({ deps, principal }, i) =>
+      setCordon(deps, principal, i.worker_id, i.index, true, i.reason),
+    ),
+    bindTool(C.uncordonCardTool, ({ deps, principal }, i) =>
+      setCordon(deps, principal, i.worker_id, i.index, false),
+    ),
+    bindTool(C.getStatusTool, ({ deps, principal }) => getStatus(deps, principal)),
+    bindTool(C.reconcileTaskTool, ({ deps, principal }, i) =>
+      reconcileTask(deps, principal, i.task_id, i.resolution, i.reason),
     ),
   ];
 }

@@ -101,8 +101,13 @@ export interface TaskPlacement {
   simulated: boolean | null;
 }
 
-/** Looks up a task's placement; set by the scheduling module at startup (null before issue 3 wiring). */
-export type PlacementLookup = (taskId: string) => TaskPlacement | null;
+/** Live facts about tasks that are derived, not stored: where each runs and why each waits. */
+export interface TaskObserver {
+  /** Where a task runs (its latest lease), or null before it was placed. */
+  placement(taskId: string): TaskPlacement | null;
+  /** A queued task's wait reason and 1-based position from the latest scheduling pass. */
+  queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null;
+}
 
 function taskNextAction(t: TaskRecord): string {
   switch (t.state) {
@@ -124,8 +129,9 @@ function taskNextAction(t: TaskRecord): string {
 }
 
 /** The full task view. */
-export function taskView(store: Store, t: TaskRecord, placement: PlacementLookup): TaskView {
-  const where = placement(t.id);
+export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): TaskView {
+  const where = observe.placement(t.id);
+  const queued = t.state === 'QUEUED' ? observe.queueInfo(t.id) : null;
   return {
     task_id: t.id,
     proposal_id: t.proposal_id,
@@ -135,8 +141,8 @@ export function taskView(store: Store, t: TaskRecord, placement: PlacementLookup
     owner: principalName(store, t.owner_id),
     state: t.state,
     desired: t.desired,
-    reason: t.reason,
-    position: t.position,
+    reason: queued?.reason ?? (t.state === 'QUEUED' ? t.reason : null),
+    position: queued?.position ?? null,
     failure_reason: t.failure_reason,
     exit_code: t.exit_code,
     signal: t.signal,
@@ -153,14 +159,14 @@ export function taskView(store: Store, t: TaskRecord, placement: PlacementLookup
 }
 
 /** A task listing line. */
-export function taskSummary(store: Store, t: TaskRecord): TaskSummary {
+export function taskSummary(store: Store, t: TaskRecord, observe: TaskObserver): TaskSummary {
   return {
     task_id: t.id,
     title: t.spec.title,
     owner: principalName(store, t.owner_id),
     state: t.state,
     failure_reason: t.failure_reason,
-    position: t.position,
+    position: t.state === 'QUEUED' ? (observe.queueInfo(t.id)?.position ?? null) : null,
     updated_at: iso(t.updated_at),
   };
 }

@@ -39,6 +39,7 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'GET', url: '/api/v1/cards', tool: 'list_cards' },
   { method: 'GET', url: '/api/v1/queue', tool: 'get_queue' },
   { method: 'GET', url: '/api/v1/workers', tool: 'list_workers' },
+  { method: 'GET', url: '/api/v1/status', tool: 'get_status' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/drain', tool: 'drain_worker' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/undrain', tool: 'undrain_worker' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/cards/:index/cordon', tool: 'cordon_card' },

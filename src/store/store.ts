@@ -1,9 +1,13 @@
 import { AuditRepo } from './audit-repo.js';
 import { type Db, openDb } from './db.js';
 import { IdempotencyRepo } from './idempotency-repo.js';
+import { LeasesRepo } from './leases-repo.js';
+import { LogsRepo } from './logs-repo.js';
+import { OutboxRepo } from './outbox-repo.js';
 import { PrincipalsRepo } from './principals-repo.js';
 import { ProposalsRepo } from './proposals-repo.js';
 import { TasksRepo } from './tasks-repo.js';
+import { WorkersRepo } from './workers-repo.js';
 
 /**
  * The master's store: one SQLite connection and its repositories. `transaction` runs a function
@@ -17,6 +21,10 @@ export class Store {
   readonly tasks: TasksRepo;
   readonly idempotency: IdempotencyRepo;
   readonly audit: AuditRepo;
+  readonly workers: WorkersRepo;
+  readonly leases: LeasesRepo;
+  readonly logs: LogsRepo;
+  readonly outbox: OutboxRepo;
   private pending: Array<() => void> = [];
   private depth = 0;
 
@@ -26,6 +34,10 @@ export class Store {
     this.tasks = new TasksRepo(db);
     this.idempotency = new IdempotencyRepo(db);
     this.audit = new AuditRepo(db);
+    this.workers = new WorkersRepo(db);
+    this.leases = new LeasesRepo(db);
+    this.logs = new LogsRepo(db);
+    this.outbox = new OutboxRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */

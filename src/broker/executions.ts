@@ -1,0 +1,196 @@
+import { createHash } from 'node:crypto';
+import type { z } from 'zod';
+import { BrokerError } from '../contracts/errors.js';
+import type {
+  ExecutionMessageSchema,
+  LogMessageSchema,
+  OutputMessageSchema,
+} from '../contracts/worker-protocol.js';
+import type { TaskEvent } from '../domain/task.js';
+import type { ExecutionPhaseRecord, ExecutionRecord } from '../store/leases-repo.js';
+import type { BrokerDeps } from './deps.js';
+import { moveLease } from './leases.js';
+import { moveTask, taskTopic } from './tasks.js';
+
+/**
+ * What the master does with a worker's reports about an execution (DESIGN §§6, 8, 9). Every report is
+ * fenced: it must come from the execution's worker and carry the execution's lease_epoch. Reports are
+ * idempotent: a phase the execution already passed is acknowledged and ignored.
+ */
+
+type ExecutionMessage = z.infer<typeof ExecutionMessageSchema>;
+type LogMessage = z.infer<typeof LogMessageSchema>;
+type OutputMessage = z.infer<typeof OutputMessageSchema>;
+
+/** Order of phases; a report for an earlier phase than recorded is stale. */
+const PHASE_ORDER: Record<ExecutionPhaseRecord, number> = {
+  assigned: 0,
+  accepted: 1,
+  rejected: 5,
+  started: 2,
+  exited: 3,
+  cleaned: 5,
+  cleanup_failed: 5,
+};
+
+function fenced(deps: BrokerDeps, workerId: string, executionId: string, epoch: number): ExecutionRecord {
+  const e = deps.store.leases.execution(executionId);
+  if (!e || e.worker_id !== workerId)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no execution ${executionId} on worker ${workerId}`,
+      'The master has no record of it.',
+    );
+  if (e.lease_epoch !== epoch)
+    throw new BrokerError(
+      'STALE_EPOCH',
+      `execution ${executionId} has lease_epoch ${e.lease_epoch}, report says ${epoch}`,
+      'Stale report ignored.',
+    );
+  return e;
+}
+
+/** Moves the task if its table allows the event from where it is; a terminal task is left alone. */
+function tryMoveTask(
+  deps: BrokerDeps,
+  taskId: string,
+  event: TaskEvent,
+  changes: Parameters<typeof moveTask>[4] = {},
+  data = {},
+) {
+  const t = deps.store.tasks.get(taskId);
+  if (!t) return;
+  try {
+    moveTask(deps, t, event, 'worker', changes, data);
+  } catch (err) {
+    if (err instanceof BrokerError && err.code === 'INVALID_STATE') {
+      deps.logger.info(
+        { task_id: taskId, state: t.state, event },
+        'late worker report ignored by task state machine',
+      );
+      return;
+    }
+    throw err;
+  }
+}
+
+/** Handles an `execution` report. Call inside a transaction. */
+export function handleExecutionReport(deps: BrokerDeps, workerId: string, msg: ExecutionMessage): void {
+  const e = fenced(deps, workerId, msg.execution_id, msg.lease_epoch);
+  const done = PHASE_ORDER[e.phase] >= 5;
+  if (done || PHASE_ORDER[msg.phase] <= PHASE_ORDER[e.phase]) return; // duplicate or stale: already applied
+  const now = deps.clock.now();
+  const next: ExecutionRecord = { ...e, phase: msg.phase, updated_at: now };
+  const task = deps.store.tasks.get(e.task_id)!;
+  const lease = deps.store.leases.lease(e.lease_id)!;
+  switch (msg.phase) {
+    case 'accepted':
+      break;
+    case 'started':
+      tryMoveTask(deps, e.task_id, 'started', { started_at: now });
+      break;
+    case 'rejected': {
+      next.failure_reason = msg.failure_reason ?? 'SETUP_FAILED';
+      next.detail = msg.detail ?? null;
+      tryMoveTask(
+        deps,
+        e.task_id,
+        'worker_rejected',
+        { failure_reason: next.failure_reason },
+        { detail: msg.detail },
+      );
+      // Nothing ran: the worker refused before any side effect, so the cards are as clean as before.
+      if (lease.state !== 'RELEASED')
+        moveLease(deps, lease, 'cleaned', 'worker', `rejected: ${next.failure_reason}`);
+      break;
+    }
+    case 'exited': {
+      const outputs = msg.outputs ?? [];
+      const stored = new Map(deps.store.logs.outputs(e.id).map((o) => [o.path, o.sha256]));
+      const missing = task.spec.outputs
+        .filter((o) => o.required && stored.get(o.path) === undefined)
+        .map((o) => o.path);
+      const mismatched = outputs.filter((o) => stored.get(o.path) !== o.sha256).map((o) => o.path);
+      let failure = msg.failure_reason ?? null;
+      if (!failure && (missing.length > 0 || mismatched.length > 0)) failure = 'OUTPUT_MISSING';
+      Object.assign(next, {
+        exit_code: msg.exit_code ?? null,
+        signal: msg.signal ?? null,
+        failure_reason: failure,
+        outputs: outputs.filter((o) => stored.get(o.path) === o.sha256),
+        detail: msg.detail ?? (missing.length ? `missing required outputs: ${missing.join(', ')}` : null),
+      });
+      tryMoveTask(
+        deps,
+        e.task_id,
+        'exited',
+        { exit_code: next.exit_code, signal: next.signal, failure_reason: failure },
+        { failure_reason: failure },
+      );
+      if (lease.state === 'ACTIVE') moveLease(deps, lease, 'execution_ended', 'worker');
+      break;
+    }
+    case 'cleaned': {
+      if (lease.state !== 'RELEASED') moveLease(deps, lease, 'cleaned', 'worker', 'cleanup receipt');
+      const t = deps.store.tasks.get(e.task_id)!;
+      const failure = t.failure_reason ?? e.failure_reason;
+      const event: TaskEvent =
+        failure === 'CANCELLED' || (t.desired === 'cancel' && failure !== null)
+          ? 'cleaned_cancelled'
+          : failure
+            ? 'cleaned_failure'
+            : 'cleaned_success';
+      tryMoveTask(deps, e.task_id, event);
+      break;
+    }
+    case 'cleanup_failed': {
+      next.detail = msg.detail ?? 'cleanup not confirmed';
+      if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
+        moveLease(deps, lease, 'quarantine', 'worker', next.detail);
+      tryMoveTask(
+        deps,
+        e.task_id,
+        'cleanup_failed',
+        { failure_reason: 'CLEANUP_UNCONFIRMED' },
+        { detail: next.detail },
+      );
+      break;
+    }
+  }
+  deps.store.leases.updateExecution(next);
+  deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+}
+
+/** Stores a log chunk at its byte offset. Call inside a transaction. */
+export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessage): void {
+  const e = deps.store.leases.execution(msg.execution_id);
+  if (!e || e.worker_id !== workerId)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no execution ${msg.execution_id} on worker ${workerId}`,
+      'Log dropped.',
+    );
+  deps.store.logs.putChunk(e.id, msg.stream, msg.offset, Buffer.from(msg.data, 'utf8'));
+  deps.store.afterCommit(() => deps.notifier.notify(`logs:${e.task_id}`));
+}
+
+/** Stores an output file after checking its size and sha256 (trust no worker). Call inside a transaction. */
+export function handleOutputUpload(deps: BrokerDeps, workerId: string, msg: OutputMessage): void {
+  const e = fenced(deps, workerId, msg.execution_id, msg.lease_epoch);
+  const task = deps.store.tasks.get(e.task_id)!;
+  if (!task.spec.outputs.some((o) => o.path === msg.path))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `output ${msg.path} was not declared by the task`,
+      'Only declared outputs are accepted.',
+    );
+  const content = Buffer.from(msg.content_base64, 'base64');
+  const sha = createHash('sha256').update(content).digest('hex');
+  if (content.length !== msg.size || sha !== msg.sha256)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `output ${msg.path} does not match its size/sha256`,
+      'Upload refused.',
+    );
+  deps.store.logs.putOutput(e.id, { path: msg.path, size: msg.size, sha256: sha }, content, deps.clock.now());
+}

@@ -1,0 +1,238 @@
+import type { CardSample } from '../contracts/sample.js';
+import { type CardState, deriveCardState } from '../domain/card-state.js';
+import type { CardView, SchedulingConfig, WorkerView } from '../domain/scheduling.js';
+import type { Store } from '../store/store.js';
+import type { KnownCard, WorkerRecord } from '../store/workers-repo.js';
+
+/**
+ * What the master knows about its workers right now. Sessions and samples are observed state and live
+ * in memory (a restart makes every sample stale anyway); durable facts — enrolment, draining, cordons,
+ * leases — come from the store. Card state is derived from both each time, never stored.
+ */
+
+/** Live facts about one worker. */
+export interface LiveWorker {
+  worker_id: string;
+  connected: boolean;
+  boot_id: string | null;
+  last_message_at: number | null;
+  /** When the latest sample arrived, on the master's clock (worker clocks may be skewed). */
+  sampled_at: number | null;
+  sampler_error: string | null;
+  cards: CardSample[];
+  /** Since when the worker has been offline (null while online); grace periods count from here. */
+  offline_since: number | null;
+}
+
+/** A card as listed to people and agents. */
+export interface CardListing {
+  worker_id: string;
+  index: number;
+  uuid: string;
+  model: string;
+  state: CardState;
+  reasons: string[];
+  simulated: boolean;
+  memory_used_mib: number | null;
+  memory_total_mib: number | null;
+  utilization_pct: number | null;
+  temperature_c: number | null;
+  power_w: number | null;
+  health: string;
+  task_id: string | null;
+  owner_id: string | null;
+  lease_epoch: number | null;
+  cordon_reason: string | null;
+}
+
+/** In-memory registry of worker sessions and samples. */
+export class Fleet {
+  private readonly live = new Map<string, LiveWorker>();
+
+  constructor(
+    private readonly offlineAfterMs: number,
+    startedAt: number,
+  ) {
+    this.startedAt = startedAt;
+  }
+
+  private readonly startedAt: number;
+
+  private entry(workerId: string): LiveWorker {
+    let w = this.live.get(workerId);
+    if (!w) {
+      // A worker known from the store but not yet seen by this process counts as offline since start.
+      w = {
+        worker_id: workerId,
+        connected: false,
+        boot_id: null,
+        last_message_at: null,
+        sampled_at: null,
+        sampler_error: null,
+        cards: [],
+        offline_since: this.startedAt,
+      };
+      this.live.set(workerId, w);
+    }
+    return w;
+  }
+
+  /** A session opened with `hello`. */
+  connected(workerId: string, bootId: string, cards: CardSample[], now: number): void {
+    const w = this.entry(workerId);
+    Object.assign(w, { connected: true, boot_id: bootId, last_message_at: now, offline_since: null });
+    if (cards.length > 0) Object.assign(w, { cards, sampled_at: now, sampler_error: null });
+  }
+
+  /** Any message arrived. */
+  touched(workerId: string, now: number): void {
+    const w = this.entry(workerId);
+    w.last_message_at = now;
+    if (w.connected) w.offline_since = null;
+  }
+
+  /** A sample arrived. Returns true when something scheduling depends on changed. */
+  sampled(workerId: string, cards: CardSample[], samplerError: string | null, now: number): boolean {
+    const w = this.entry(workerId);
+    const before = JSON.stringify([
+      w.sampler_error,
+      w.cards.map((c) => [c.uuid, c.memory_used_mib, c.health, c.processes.length]),
+    ]);
+    w.sampled_at = now;
+    w.sampler_error = samplerError;
+    if (samplerError === null) w.cards = cards;
+    const after = JSON.stringify([
+      w.sampler_error,
+      w.cards.map((c) => [c.uuid, c.memory_used_mib, c.health, c.processes.length]),
+    ]);
+    return before !== after;
+  }
+
+  /** The session closed. */
+  disconnected(workerId: string, bootId: string | null, now: number): void {
+    const w = this.entry(workerId);
+    if (bootId !== null && w.boot_id !== bootId) return; // an older session closing after a newer one opened
+    w.connected = false;
+    w.offline_since ??= now;
+  }
+
+  /** Online: connected and heard from within the offline window. */
+  isOnline(workerId: string, now: number): boolean {
+    const w = this.live.get(workerId);
+    return !!w && w.connected && w.last_message_at !== null && now - w.last_message_at <= this.offlineAfterMs;
+  }
+
+  /** Marks silent workers offline; returns the ids that just went offline. */
+  sweep(now: number): string[] {
+    const went: string[] = [];
+    for (const w of this.live.values()) {
+      if (w.offline_since === null && !this.isOnline(w.worker_id, now)) {
+        w.offline_since =
+          w.connected && w.last_message_at !== null ? w.last_message_at + this.offlineAfterMs : now;
+        went.push(w.worker_id);
+      }
+    }
+    return went;
+  }
+
+  /** Live facts about a worker (offline since master start if never seen). */
+  get(workerId: string): LiveWorker {
+    return this.entry(workerId);
+  }
+
+  /** Builds the scheduler's view of every enrolled worker. */
+  workerViews(store: Store, now: number): WorkerView[] {
+    const cordoned = new Set(store.workers.cordons().map((c) => `${c.worker_id}/${c.card_index}`));
+    const leased = new Map<string, string>();
+    for (const c of store.leases.liveCards()) leased.set(`${c.worker_id}/${c.card_index}`, c.state);
+    return store.workers.list().map((rec) => {
+      const w = this.entry(rec.id);
+      const cards = cardsOf(rec, w);
+      return {
+        worker_id: rec.id,
+        online: this.isOnline(rec.id, now),
+        draining: rec.draining,
+        sampled_at: w.sampled_at,
+        sampler_error: w.sampler_error,
+        cards: cards.map((c): CardView => {
+          const key = `${rec.id}/${c.index}`;
+          const leaseState = leased.get(key);
+          return {
+            index: c.index,
+            model: c.model,
+            memory_used_mib: c.memory_used_mib,
+            memory_total_mib: c.memory_total_mib,
+            health: c.health,
+            health_reasons: c.health_reasons,
+            processes: c.processes,
+            simulated: c.simulated,
+            cordoned: cordoned.has(key),
+            leased: leaseState === 'ACTIVE' || leaseState === 'RELEASING',
+            quarantined: leaseState === 'QUARANTINED',
+            broker_pids: [],
+          };
+        }),
+      };
+    });
+  }
+
+  /** Every card with its derived state, for list_cards, status and the dashboard. */
+  listCards(
+    store: Store,
+    now: number,
+    config: Pick<SchedulingConfig, 'sample_interval_ms' | 'vram_threshold_pct'>,
+  ): CardListing[] {
+    const cordons = new Map(store.workers.cordons().map((c) => [`${c.worker_id}/${c.card_index}`, c.reason]));
+    const leases = new Map(store.leases.liveCards().map((c) => [`${c.worker_id}/${c.card_index}`, c]));
+    const out: CardListing[] = [];
+    const views = this.workerViews(store, now);
+    for (const rec of store.workers.list()) {
+      const w = this.entry(rec.id);
+      const view = views.find((v) => v.worker_id === rec.id)!;
+      for (const c of cardsOf(rec, w)) {
+        const cardView = view.cards.find((v) => v.index === c.index)!;
+        const derived = deriveCardState({ card: cardView, worker: view }, now, config);
+        const lease = leases.get(`${rec.id}/${c.index}`);
+        out.push({
+          worker_id: rec.id,
+          index: c.index,
+          uuid: c.uuid,
+          model: c.model,
+          state: derived.state,
+          reasons: derived.reasons,
+          simulated: c.simulated,
+          memory_used_mib: c.memory_used_mib,
+          memory_total_mib: c.memory_total_mib,
+          utilization_pct: c.utilization_pct,
+          temperature_c: c.temperature_c,
+          power_w: c.power_w,
+          health: c.health,
+          task_id: lease?.task_id ?? null,
+          owner_id: lease?.owner_id ?? null,
+          lease_epoch: lease?.lease_epoch ?? null,
+          cordon_reason: cordons.get(`${rec.id}/${c.index}`) ?? null,
+        });
+      }
+    }
+    return out;
+  }
+}
+
+/** The latest sampled cards, or the identities remembered from the store when there is no sample. */
+function cardsOf(rec: WorkerRecord, w: LiveWorker): CardSample[] {
+  if (w.cards.length > 0) return w.cards;
+  return rec.cards.map((k: KnownCard) => ({
+    index: k.index,
+    uuid: k.uuid,
+    model: k.model,
+    memory_used_mib: null,
+    memory_total_mib: k.memory_total_mib,
+    utilization_pct: null,
+    temperature_c: null,
+    power_w: null,
+    health: 'unknown',
+    health_reasons: [],
+    processes: [],
+    simulated: k.simulated,
+  }));
+}

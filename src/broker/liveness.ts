@@ -1,0 +1,59 @@
+import type { BrokerDeps } from './deps.js';
+import type { Fleet } from './fleet.js';
+import { moveLease } from './leases.js';
+import { moveTask } from './tasks.js';
+
+/**
+ * The deadline sweep for executions (runs every `sweep_interval_ms`; deadlines are computed from stored
+ * times, so a master restart loses none):
+ *  - a worker silent past `worker_offline_seconds` is offline; its executions get `lease_grace_seconds`
+ *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
+ *    freed on a guess;
+ *  - an execution that exited but whose cleanup receipt is overdue (cleanup timeout plus the offline
+ *    window for the report to arrive) has its lease quarantined and its task failed CLEANUP_UNCONFIRMED.
+ * Returns how many executions it moved.
+ */
+export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
+  const now = deps.clock.now();
+  const { lease_grace_seconds, cleanup_timeout_seconds, worker_offline_seconds } = deps.config.timing;
+  let moved = 0;
+  fleet.sweep(now);
+  deps.store.transaction(() => {
+    for (const e of deps.store.leases.unfinished()) {
+      const live = fleet.get(e.worker_id);
+      const task = deps.store.tasks.get(e.task_id);
+      const lease = deps.store.leases.lease(e.lease_id);
+      if (!task || !lease) continue;
+      if (live.offline_since !== null && now - live.offline_since >= lease_grace_seconds * 1000) {
+        if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
+          moveTask(
+            deps,
+            task,
+            'worker_lost',
+            'sweeper',
+            {},
+            { worker_id: e.worker_id, offline_since: live.offline_since },
+          );
+          moved++;
+        }
+        if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
+          moveLease(deps, lease, 'quarantine', 'sweeper', 'worker lost past grace');
+        continue;
+      }
+      const overdueAt = e.updated_at + (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000;
+      if (e.phase === 'exited' && lease.state === 'RELEASING' && now >= overdueAt) {
+        moveLease(deps, lease, 'quarantine', 'sweeper', 'cleanup receipt overdue');
+        if (task.state === 'FINALIZING')
+          moveTask(deps, task, 'cleanup_failed', 'sweeper', { failure_reason: 'CLEANUP_UNCONFIRMED' });
+        deps.store.leases.updateExecution({
+          ...e,
+          phase: 'cleanup_failed',
+          detail: 'cleanup receipt overdue',
+          updated_at: now,
+        });
+        moved++;
+      }
+    }
+  });
+  return moved;
+}

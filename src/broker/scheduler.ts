@@ -1,0 +1,214 @@
+import type { ExecutionPlan } from '../contracts/worker-protocol.js';
+import { nextLeaseEpoch } from '../domain/lease.js';
+import { decide, type SchedulingDecision, type SchedulingSnapshot } from '../domain/scheduling.js';
+import type { LeaseRecord } from '../store/leases-repo.js';
+import type { BrokerDeps } from './deps.js';
+import type { Fleet } from './fleet.js';
+import { moveTask } from './tasks.js';
+import type { TaskObserver, TaskPlacement } from './views.js';
+import { enqueueForWorker, type WorkerLink } from './worker-link.js';
+
+/**
+ * The imperative half of scheduling (DESIGN §7). Each pass:
+ *  1. snapshot — queued tasks and leases from SQLite, sessions and samples from the fleet;
+ *  2. decide   — the pure `decide(snapshot, now)` returns grants and wait reasons as data;
+ *  3. apply    — one transaction; each grant re-checks (compare-and-set) that its task is still QUEUED
+ *                and, through the unique index on live lease cards, that its cards are still free;
+ *                a grant that fails the check is skipped and the next pass decides again;
+ *  4. publish  — wait reasons and positions go to memory (derived data, recomputed every pass) and
+ *                the assign messages leave through the outbox once the transaction committed.
+ * Passes are event-driven (approval, release, connect, sample change) and coalesced: many requests
+ * in one tick run one pass. A 1 s sweep also requests one for time-based reservations.
+ */
+export class Scheduler implements TaskObserver {
+  private queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
+  private pending = false;
+  private running = false;
+  /** Durations of recent passes in ms (for the benchmark and metrics). */
+  readonly passDurations: number[] = [];
+
+  constructor(
+    private readonly deps: BrokerDeps,
+    private readonly fleet: Fleet,
+    private readonly link: WorkerLink,
+  ) {}
+
+  /** Asks for a pass soon; requests in the same tick share one pass. */
+  requestPass(): void {
+    if (this.pending) return;
+    this.pending = true;
+    setImmediate(() => {
+      this.pending = false;
+      try {
+        this.runPass();
+      } catch (err) {
+        this.deps.logger.error({ err }, 'scheduling pass failed');
+      }
+    });
+  }
+
+  /** Runs one pass now; returns the decision (tests and the benchmark read it). */
+  runPass(): SchedulingDecision {
+    if (this.running) throw new Error('scheduling pass re-entered');
+    this.running = true;
+    const started = performance.now();
+    try {
+      const now = this.deps.clock.now();
+      const snapshot = this.snapshot(now);
+      const decision = decide(snapshot, now);
+      let conflicts = 0;
+      this.deps.store.transaction(() => {
+        for (const grant of decision.grants) {
+          try {
+            this.deps.store.transaction(() =>
+              this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
+            );
+          } catch (err) {
+            conflicts++;
+            this.deps.logger.warn({ err, task_id: grant.task_id }, 'grant not applied; deciding again');
+          }
+        }
+      });
+      const queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
+      for (const w of decision.waiting)
+        queue.set(w.task_id, { reason: { ...w.reason }, position: w.position });
+      this.queue = queue;
+      if (conflicts > 0) this.requestPass();
+      return decision;
+    } finally {
+      this.running = false;
+      this.passDurations.push(performance.now() - started);
+      if (this.passDurations.length > 1000) this.passDurations.splice(0, 500);
+    }
+  }
+
+  /** Step 1: everything `decide` reads. */
+  snapshot(now: number): SchedulingSnapshot {
+    const { store, config } = this.deps;
+    const running: Record<string, number> = {};
+    for (const c of store.leases.liveCards()) {
+      if (c.state !== 'QUARANTINED') running[c.owner_id] = (running[c.owner_id] ?? 0) + 1;
+    }
+    return {
+      tasks: store.tasks
+        .inState('QUEUED')
+        .filter((t) => t.desired === 'run')
+        .map((t) => ({
+          task_id: t.id,
+          owner: t.owner_id,
+          priority: t.priority,
+          approved_at: t.approved_at,
+          cards: {
+            count: t.spec.cards.count,
+            model: t.spec.cards.model,
+            min_memory_mib: t.spec.cards.min_memory_mib,
+          },
+          worker: t.spec.worker,
+        })),
+      workers: this.fleet.workerViews(store, now),
+      running_cards_by_owner: running,
+      config: {
+        sample_interval_ms: config.timing.sample_interval_ms,
+        vram_threshold_pct: config.scheduling.vram_threshold_pct,
+        reservation_after_seconds: config.scheduling.reservation_after_seconds,
+        max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
+      },
+    };
+  }
+
+  /** Step 3 for one grant: lease with a fresh epoch, execution, task → ASSIGNED, assign in the outbox. */
+  private applyGrant(taskId: string, workerId: string, indexes: number[]): void {
+    const { store, clock, ids, config } = this.deps;
+    const task = store.tasks.get(taskId);
+    if (!task || task.state !== 'QUEUED' || task.desired !== 'run') return;
+    const sampled = this.fleet.get(workerId).cards;
+    const cards = indexes.map((index) => {
+      const uuid = sampled.find((c) => c.index === index)?.uuid;
+      if (!uuid) throw new Error(`card ${workerId}/${index} has no sampled uuid`);
+      return { index, uuid };
+    });
+    const now = clock.now();
+    const lease: LeaseRecord = {
+      id: ids('lease'),
+      task_id: taskId,
+      worker_id: workerId,
+      lease_epoch: nextLeaseEpoch(store.leases.epochsOf(workerId, indexes)),
+      state: 'ACTIVE',
+      reason: null,
+      created_at: now,
+      updated_at: now,
+      released_at: null,
+      cards,
+    };
+    store.leases.insertLease(lease); // the unique index refuses a card that is already live
+    const executionId = ids('exec');
+    const assignmentId = ids('asg');
+    store.leases.insertExecution({
+      id: executionId,
+      task_id: taskId,
+      lease_id: lease.id,
+      assignment_id: assignmentId,
+      worker_id: workerId,
+      lease_epoch: lease.lease_epoch,
+      phase: 'assigned',
+      exit_code: null,
+      signal: null,
+      failure_reason: null,
+      outputs: null,
+      detail: null,
+      created_at: now,
+      updated_at: now,
+      offline_since: null,
+    });
+    store.audit.append({
+      at: now,
+      actor: 'scheduler',
+      action: 'lease.granted',
+      subject_type: 'lease',
+      subject_id: lease.id,
+      data: {
+        task_id: taskId,
+        worker_id: workerId,
+        lease_epoch: lease.lease_epoch,
+        cards,
+        execution_id: executionId,
+        assignment_id: assignmentId,
+      },
+    });
+    moveTask(
+      this.deps,
+      task,
+      'lease_granted',
+      'scheduler',
+      {},
+      { worker_id: workerId, lease_epoch: lease.lease_epoch, execution_id: executionId },
+    );
+    const plan: ExecutionPlan = {
+      task_id: taskId,
+      execution_id: executionId,
+      assignment_id: assignmentId,
+      lease_epoch: lease.lease_epoch,
+      cards,
+      spec: task.spec,
+      spec_digest: task.spec_digest,
+      kill_grace_seconds: config.timing.kill_grace_seconds,
+      cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
+    };
+    enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
+  }
+
+  /** Where a task runs: its newest lease. */
+  placement(taskId: string): TaskPlacement | null {
+    const lease = this.deps.store.leases.latestLeaseForTask(taskId);
+    if (!lease) return null;
+    const sampled = this.fleet.get(lease.worker_id).cards;
+    const known = sampled.length > 0 ? sampled : (this.deps.store.workers.get(lease.worker_id)?.cards ?? []);
+    const simulated = known.length > 0 ? known.every((c) => c.simulated) : null;
+    return { worker_id: lease.worker_id, lease_epoch: lease.lease_epoch, cards: lease.cards, simulated };
+  }
+
+  /** A queued task's reason and position from the latest pass. */
+  queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null {
+    return this.queue.get(taskId) ?? null;
+  }
+}

@@ -1,0 +1,82 @@
+import type { Principal } from '../store/principals-repo.js';
+import type { BrokerDeps } from './deps.js';
+import { canReadAll } from './principals.js';
+
+/** The cluster's health at a glance: live leases, task counts and the alerts an operator acts on. */
+export function getStatus(deps: BrokerDeps, principal: Principal) {
+  const now = deps.clock.now();
+  const alerts: Array<{
+    kind:
+      | 'card_quarantined'
+      | 'sampler_error'
+      | 'worker_offline'
+      | 'task_needs_reconciliation'
+      | 'audit_chain_broken';
+    severity: 'warning' | 'critical';
+    subject: string;
+    message: string;
+    action: string;
+  }> = [];
+  const leases = deps.store.leases.liveLeases();
+  for (const l of leases) {
+    if (l.state === 'QUARANTINED')
+      alerts.push({
+        kind: 'card_quarantined',
+        severity: 'critical',
+        subject: `${l.worker_id}:${l.cards.map((c) => c.index).join(',')}`,
+        message: `cards held by quarantined lease ${l.id} (task ${l.task_id}): ${l.reason ?? 'cleanup not confirmed'}`,
+        action: `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${l.task_id} --resolution FAILED --reason "…"`,
+      });
+  }
+  for (const w of deps.store.workers.list()) {
+    const live = deps.cluster.fleet.get(w.id);
+    if (!deps.cluster.fleet.isOnline(w.id, now))
+      alerts.push({
+        kind: 'worker_offline',
+        severity: 'warning',
+        subject: w.id,
+        message: `worker ${w.id} is offline${live.offline_since !== null ? ` since ${new Date(live.offline_since).toISOString()}` : ''}`,
+        action:
+          'Check the worker process and its network; running tasks wait lease_grace_seconds, then need reconciliation.',
+      });
+    else if (live.sampler_error)
+      alerts.push({
+        kind: 'sampler_error',
+        severity: 'warning',
+        subject: w.id,
+        message: `worker ${w.id} cannot sample its cards: ${live.sampler_error}`,
+        action: 'Its cards are UNKNOWN and not scheduled; check nvidia-smi / hy-smi on the host.',
+      });
+  }
+  for (const t of deps.store.tasks.inState('RECONCILIATION_REQUIRED'))
+    alerts.push({
+      kind: 'task_needs_reconciliation',
+      severity: 'critical',
+      subject: t.id,
+      message: `task ${t.id} lost its worker; its outcome is unknown`,
+      action: `If the worker will not come back: gpu-broker reconcile ${t.id} --resolution FAILED --reason "…"`,
+    });
+  const audit = deps.auditStatus();
+  if (!audit.ok)
+    alerts.push({
+      kind: 'audit_chain_broken',
+      severity: 'critical',
+      subject: 'audit_events',
+      message: audit.detail ?? 'audit chain broken',
+      action: 'Run gpu-broker audit verify and investigate the named row.',
+    });
+  const readAll = canReadAll(principal);
+  return {
+    tasks_by_state: deps.store.tasks.countByState(),
+    leases: leases.map((l) => ({
+      lease_id: l.id,
+      task_id: readAll || deps.store.tasks.get(l.task_id)?.owner_id === principal.id ? l.task_id : null,
+      worker_id: l.worker_id,
+      cards: l.cards.map((c) => c.index),
+      lease_epoch: l.lease_epoch,
+      state: l.state,
+      reason: l.reason,
+    })),
+    alerts,
+  };
+}

@@ -1,0 +1,129 @@
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { join } from 'node:path';
+import { parseArgs } from 'node:util';
+import { startWorker } from '../../worker/daemon.js';
+import { selectSampler } from '../../worker/samplers/select-sampler.js';
+import { authenticate, createPrincipal } from '../broker/principals.js';
+import { startMaster } from '../main.js';
+import type { CommandRunner } from './io.js';
+import { dataDirOf } from './local.js';
+import { reportError } from './output.js';
+import { configFromFlags, SERVE_OPTIONS } from './serve.js';
+
+/**
+ * `gpu-broker start`: the quick start. Initialises the data dir, starts the master and one local worker
+ * in this process (real cards when nvidia-smi or hy-smi work, clearly labelled simulated cards
+ * otherwise), makes an agent (submitter) and a reviewer token on first start, and prints the MCP client
+ * configuration for Claude Code, Codex and stdio-only harnesses.
+ */
+
+/** Reads a token file if its token still authenticates; otherwise creates the principal anew. */
+function ensureToken(
+  deps: Parameters<typeof createPrincipal>[0],
+  file: string,
+  name: string,
+  roles: string[],
+  workerId?: string,
+): string {
+  if (existsSync(file)) {
+    const token = readFileSync(file, 'utf8').trim();
+    try {
+      authenticate(deps, token);
+      return token;
+    } catch {
+      // revoked or from another database: make a new one below
+    }
+  }
+  let unique = name;
+  for (let i = 2; deps.store.principals.findByName(unique); i++) unique = `${name}-${i}`;
+  const { token } = createPrincipal(deps, { name: unique, roles, worker_id: workerId }, 'start');
+  writeFileSync(file, `${token}\n`, { mode: 0o600 });
+  return token;
+}
+
+/** The `start` command. */
+export const run: CommandRunner = async (argv, io) => {
+  const { values } = parseArgs({
+    args: argv,
+    options: { ...SERVE_OPTIONS, gpus: { type: 'string' }, id: { type: 'string' } },
+  });
+  try {
+    const dataDir = dataDirOf(values, io);
+    const master = await startMaster({ dataDir, config: configFromFlags(values) });
+    const deps = master.deps;
+    const workerId =
+      values.id ??
+      `local-${hostname()
+        .toLowerCase()
+        .replace(/[^a-z0-9._-]/g, '-')}`;
+    const workerToken = ensureToken(
+      deps,
+      join(dataDir, 'worker.token'),
+      'local-worker',
+      ['worker'],
+      workerId,
+    );
+    const agentTokenFile = join(dataDir, 'agent.token');
+    const reviewerTokenFile = join(dataDir, 'reviewer.token');
+    ensureToken(deps, agentTokenFile, 'agent', ['submitter']);
+    ensureToken(deps, reviewerTokenFile, 'reviewer', ['reviewer']);
+
+    const choice = await selectSampler({ gpus: values.gpus ?? 'auto', env: io.env, simSeed: workerId });
+    const worker = await startWorker({
+      masterUrl: master.url,
+      token: workerToken,
+      workerId,
+      dataDir: join(dataDir, 'worker'),
+      sampler: choice.sampler,
+      ...(master.caCertPath ? { ca: readFileSync(master.caCertPath, 'utf8') } : {}),
+      logger: deps.logger.child({ component: 'worker' }),
+    });
+    const ca = master.caCertPath;
+    const mcpUrl = `${master.url}/mcp`;
+    const banner = [
+      '',
+      `gpu-broker is running at ${master.url}`,
+      `  data dir:        ${dataDir}`,
+      ca ? `  CA certificate:  ${ca}` : '  TLS:             off (loopback only)',
+      `  operator token:  ${master.operatorTokenPath}`,
+      `  agent token:     ${agentTokenFile}   (role submitter)`,
+      `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
+      `  local worker:    ${workerId} — ${choice.simulated ? `${choice.summary} (these are NOT real GPUs)` : choice.summary}`,
+      '',
+      'Connect an agent (in the agent’s shell):',
+      `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,
+      ca ? `  export NODE_EXTRA_CA_CERTS=${ca} SSL_CERT_FILE=${ca}` : '',
+      '',
+      'Claude Code:',
+      `  claude mcp add --transport http gpu-broker ${mcpUrl} --header "Authorization: Bearer \${GPU_BROKER_TOKEN}"`,
+      '',
+      'Codex (~/.codex/config.toml):',
+      '  [mcp_servers.gpu-broker]',
+      `  url = "${mcpUrl}"`,
+      '  bearer_token_env_var = "GPU_BROKER_TOKEN"',
+      '  tool_timeout_sec = 60',
+      '',
+      'Any stdio-only MCP client:',
+      `  command: gpu-broker mcp-stdio --url ${master.url}${ca ? ` --ca-file ${ca}` : ''}   (env GPU_BROKER_TOKEN)`,
+      '',
+      'Review proposals as a person:',
+      `  GPU_BROKER_URL=${master.url} GPU_BROKER_TOKEN_FILE=${reviewerTokenFile}${ca ? ` GPU_BROKER_CA_FILE=${ca}` : ''} gpu-broker review list`,
+      '',
+      'By default only the bundled qualification workload may run; allow more executables in a config',
+      'file (policy.executables) and pass --config FILE. Ctrl-C stops everything.',
+      '',
+    ];
+    io.stderr(banner.filter((l, i, a) => !(l === '' && a[i - 1] === '')).join('\n'));
+    if (values.json)
+      io.stdout(
+        `${JSON.stringify({ url: master.url, ca_file: ca, worker_id: workerId, simulated: choice.simulated, sampler: choice.summary, agent_token_file: agentTokenFile, reviewer_token_file: reviewerTokenFile, operator_token_file: master.operatorTokenPath })}\n`,
+      );
+    await io.stopSignal;
+    await worker.close();
+    await master.close();
+    return 0;
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};

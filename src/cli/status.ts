@@ -1,0 +1,137 @@
+import { parseArgs } from 'node:util';
+import type { CommandRunner } from './io.js';
+import { REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { emit, reportError, table } from './output.js';
+
+interface Worker {
+  worker_id: string;
+  provider: string;
+  simulated: boolean;
+  online: boolean;
+  draining: boolean;
+  cards: number;
+  sampler_error: string | null;
+  hostname: string;
+}
+interface Card {
+  worker_id: string;
+  index: number;
+  model: string;
+  state: string;
+  simulated: boolean;
+  memory_used_mib: number | null;
+  memory_total_mib: number | null;
+  utilization_pct: number | null;
+  task_id: string | null;
+  lease_epoch: number | null;
+}
+interface QueueItem {
+  position: number | null;
+  task_id: string | null;
+  title: string | null;
+  cards: number;
+  reason: { code?: string; message?: string } | null;
+}
+interface Status {
+  tasks_by_state: Record<string, number>;
+  leases: Array<{
+    lease_id: string;
+    task_id: string | null;
+    worker_id: string;
+    cards: number[];
+    lease_epoch: number;
+    state: string;
+    reason: string | null;
+  }>;
+  alerts: Array<{ severity: string; kind: string; message: string; action: string }>;
+}
+
+/** `gpu-broker status`: workers, cards, queue, leases and alerts in one screen. */
+export const run: CommandRunner = async (argv, io) => {
+  const { values } = parseArgs({ args: argv, options: REMOTE_OPTIONS });
+  try {
+    return await withMaster(values, io, async (c) => {
+      const [workers, cards, queue, status] = await Promise.all([
+        c.get<{ workers: Worker[] }>('/api/v1/workers'),
+        c.get<{ cards: Card[] }>('/api/v1/cards'),
+        c.get<{ tasks: QueueItem[] }>('/api/v1/queue'),
+        c.get<Status>('/api/v1/status'),
+      ]);
+      const all = { workers: workers.workers, cards: cards.cards, queue: queue.tasks, ...status };
+      emit(io, values.json, all, () =>
+        [
+          'WORKERS',
+          table(
+            ['WORKER', 'HOST', 'PROVIDER', 'ONLINE', 'DRAINING', 'CARDS', 'SAMPLER'],
+            workers.workers.map((w) => [
+              w.worker_id,
+              w.hostname,
+              w.simulated ? 'sim (SIMULATED)' : w.provider,
+              w.online ? 'yes' : 'NO',
+              w.draining ? 'yes' : '',
+              w.cards,
+              w.sampler_error ?? 'ok',
+            ]),
+          ),
+          '',
+          'CARDS',
+          table(
+            ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH'],
+            cards.cards.map((k) => [
+              k.worker_id,
+              k.index,
+              k.simulated ? `${k.model} (sim)` : k.model,
+              k.state,
+              k.memory_total_mib ? `${k.memory_used_mib ?? '?'}/${k.memory_total_mib} MiB` : '?',
+              k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,
+              k.task_id,
+              k.lease_epoch,
+            ]),
+          ),
+          '',
+          `QUEUE (${queue.tasks.length})`,
+          queue.tasks.length
+            ? table(
+                ['POS', 'TASK', 'CARDS', 'REASON'],
+                queue.tasks.map((q) => [
+                  q.position,
+                  q.task_id ?? '(other owner)',
+                  q.cards,
+                  q.reason?.message ?? q.reason?.code,
+                ]),
+              )
+            : '  empty',
+          '',
+          `LEASES (${status.leases.length} live)`,
+          status.leases.length
+            ? table(
+                ['LEASE', 'TASK', 'WORKER', 'CARDS', 'EPOCH', 'STATE'],
+                status.leases.map((l) => [
+                  l.lease_id,
+                  l.task_id,
+                  l.worker_id,
+                  l.cards.join(','),
+                  l.lease_epoch,
+                  l.state,
+                ]),
+              )
+            : '  none',
+          '',
+          `TASKS  ${
+            Object.entries(status.tasks_by_state)
+              .map(([k, v]) => `${k}=${v}`)
+              .join('  ') || 'none'
+          }`,
+          '',
+          `ALERTS (${status.alerts.length})`,
+          ...(status.alerts.length
+            ? status.alerts.map((a) => `  [${a.severity}] ${a.kind}: ${a.message}\n      → ${a.action}`)
+            : ['  none']),
+        ].join('\n'),
+      );
+      return 0;
+    });
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};

@@ -1,0 +1,150 @@
+import { readFileSync } from 'node:fs';
+import { hostname } from 'node:os';
+import { resolve } from 'node:path';
+import { parseArgs } from 'node:util';
+import { workerConnectUrl } from '../../worker/connection.js';
+import { startWorker } from '../../worker/daemon.js';
+import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
+import { BrokerError } from '../contracts/errors.js';
+import { createLogger } from '../platform/logger.js';
+import type { CliIo, CommandRunner } from './io.js';
+import { reportError } from './output.js';
+
+/**
+ * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
+ * [--data-dir DIR] [--ca-file FILE] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops
+ * it cleanly (running executions are cancelled and reported). Says first whether the cards are real
+ * or simulated.
+ */
+
+const USAGE =
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--json]';
+
+const OPTIONS = {
+  url: { type: 'string' },
+  'token-file': { type: 'string' },
+  id: { type: 'string' },
+  gpus: { type: 'string' },
+  'data-dir': { type: 'string' },
+  'ca-file': { type: 'string' },
+  json: { type: 'boolean' },
+} as const;
+
+/** Env var holding the worker token when --token-file is not given. */
+const TOKEN_ENV = 'GPU_BROKER_WORKER_TOKEN';
+
+/** `gpu-broker worker`: see the module comment. */
+export const run: CommandRunner = async (argv, io) => {
+  let values: ReturnType<typeof parse>['values'];
+  try {
+    values = parse(argv).values;
+  } catch (err) {
+    return reportError(io, false, new BrokerError('INVALID_INPUT', (err as Error).message, USAGE));
+  }
+  try {
+    const settings = resolveSettings(values, io);
+    const choice = await selectSampler({ gpus: settings.gpus, env: io.env, simSeed: settings.workerId });
+    const logger = createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info');
+    const worker = await startWorker({
+      masterUrl: settings.url,
+      token: settings.token,
+      workerId: settings.workerId,
+      dataDir: settings.dataDir,
+      sampler: choice.sampler,
+      logger,
+      ...(settings.ca === undefined ? {} : { ca: settings.ca }),
+    });
+    const cards = worker.latestCards();
+    const count = cards === null ? null : cards.length;
+    const summary = choice.simulated
+      ? `SIMULATED cards: sim:${count ?? '?'} — ${choice.summary.replace(/^SIMULATED cards:\s*/, '')}`
+      : `real cards: ${choice.provider} (${count === null ? 'no sample yet' : `${count} card${count === 1 ? '' : 's'}`})`;
+    if (values.json) {
+      io.stdout(
+        `${JSON.stringify({
+          worker_id: worker.workerId,
+          boot_id: worker.bootId,
+          provider: choice.provider,
+          simulated: choice.simulated,
+          cards: count,
+          summary,
+          data_dir: settings.dataDir,
+        })}\n`,
+      );
+    } else {
+      io.stderr(
+        `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ndata dir: ${settings.dataDir}\n`,
+      );
+    }
+    await (io.stopSignal ?? new Promise<void>(() => undefined));
+    await worker.close();
+    return 0;
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};
+
+function parse(argv: string[]) {
+  return parseArgs({ args: argv, options: OPTIONS, allowPositionals: false });
+}
+
+interface Settings {
+  url: string;
+  token: string;
+  workerId: string;
+  gpus: string;
+  dataDir: string;
+  ca?: string;
+}
+
+function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
+  const url = values.url ?? io.env['GPU_BROKER_URL'];
+  if (!url) throw new BrokerError('INVALID_INPUT', 'no master URL', `Pass --url https://host:8443. ${USAGE}`);
+  let token: string | undefined;
+  if (values['token-file']) {
+    try {
+      token = readFileSync(values['token-file'], 'utf8').trim();
+    } catch (err) {
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `cannot read --token-file ${values['token-file']}: ${(err as Error).message}`,
+        'Create a worker token on the master with `gpu-broker token create --role worker --worker-id ID`.',
+      );
+    }
+  } else {
+    token = io.env[TOKEN_ENV]?.trim();
+  }
+  if (!token)
+    throw new BrokerError('INVALID_INPUT', 'no worker token', `Pass --token-file FILE, or set ${TOKEN_ENV}.`);
+  const caFile = values['ca-file'] ?? io.env['GPU_BROKER_CA_FILE'];
+  let ca: string | undefined;
+  if (caFile) {
+    try {
+      ca = readFileSync(caFile, 'utf8');
+    } catch (err) {
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `cannot read --ca-file ${caFile}: ${(err as Error).message}`,
+        'Pass the CA certificate the master printed at start (ca.pem).',
+      );
+    }
+  }
+  try {
+    // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
+    workerConnectUrl(url);
+    parseGpusOption(values.gpus ?? 'auto');
+  } catch (err) {
+    throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
+  }
+  const workerId = values.id ?? hostname();
+  if (workerId.length < 1 || workerId.length > 128)
+    throw new BrokerError('INVALID_INPUT', '--id must be 1 to 128 characters', USAGE);
+  return {
+    url,
+    token,
+    workerId,
+    gpus: values.gpus ?? 'auto',
+    dataDir: resolve(values['data-dir'] ?? '.gpu-broker-worker'),
+    ...(ca === undefined ? {} : { ca }),
+  };
+}

@@ -1,0 +1,236 @@
+import { z } from 'zod';
+import { DESTRUCTIVE, defineTool, EVERYONE, IdempotencyKeySchema, MUTATING, READ_ONLY } from './tool-def.js';
+import { TaskViewSchema, TimeSchema } from './views.js';
+
+/** Tools to see the cluster (everyone) and to operate it (operators). DESIGN §10. */
+
+const WorkerIdSchema = z.string().min(1).max(128).describe('The worker id, e.g. gpu-host-1');
+
+/** Derived card states. */
+export const CardStateSchema = z.enum([
+  'AVAILABLE',
+  'LEASED',
+  'BUSY_FOREIGN',
+  'UNHEALTHY',
+  'CORDONED',
+  'QUARANTINED',
+  'UNKNOWN',
+]);
+
+/** A card as listed. `simulated: true` cards are not real GPUs. */
+export const CardListingSchema = z.object({
+  worker_id: z.string(),
+  index: z.number().int(),
+  uuid: z.string(),
+  model: z.string(),
+  state: CardStateSchema,
+  reasons: z.array(z.string()),
+  simulated: z.boolean(),
+  memory_used_mib: z.number().nullable(),
+  memory_total_mib: z.number().nullable(),
+  utilization_pct: z.number().nullable(),
+  temperature_c: z.number().nullable(),
+  power_w: z.number().nullable(),
+  health: z.string(),
+  task_id: z.string().nullable(),
+  lease_epoch: z.number().int().nullable(),
+  cordon_reason: z.string().nullable(),
+});
+
+/** list_cards */
+export const listCardsTool = defineTool({
+  name: 'list_cards',
+  title: 'List GPU cards',
+  description:
+    'Lists every card of every worker with its derived state (AVAILABLE, LEASED, BUSY_FOREIGN, UNHEALTHY, CORDONED, QUARANTINED, UNKNOWN), model, memory and whether it is simulated. Use it to size a spec (cards.count, cards.model).',
+  roles: EVERYONE,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ worker_id: WorkerIdSchema.optional() }),
+  output: z.object({ cards: z.array(CardListingSchema), simulated_only: z.boolean() }),
+});
+
+/** get_queue */
+export const getQueueTool = defineTool({
+  name: 'get_queue',
+  title: 'Show the queue',
+  description:
+    'Queued tasks in scheduling order with each one’s position and wait reason. Other owners’ tasks are anonymised.',
+  roles: EVERYONE,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({}),
+  output: z.object({
+    tasks: z.array(
+      z.object({
+        position: z.number().int().nullable(),
+        task_id: z.string().nullable(),
+        own: z.boolean(),
+        title: z.string().nullable(),
+        cards: z.number().int(),
+        priority: z.number().int(),
+        approved_at: TimeSchema,
+        reason: z.record(z.string(), z.unknown()).nullable(),
+      }),
+    ),
+  }),
+});
+
+/** A worker as listed. */
+export const WorkerListingSchema = z.object({
+  worker_id: z.string(),
+  hostname: z.string(),
+  provider: z.enum(['nvidia', 'hy', 'sim']),
+  simulated: z.boolean(),
+  online: z.boolean(),
+  draining: z.boolean(),
+  cards: z.number().int(),
+  sampler_error: z.string().nullable(),
+  version: z.string(),
+  last_seen_at: TimeSchema,
+  offline_since: TimeSchema.nullable(),
+});
+
+/** list_workers */
+export const listWorkersTool = defineTool({
+  name: 'list_workers',
+  title: 'List workers',
+  description:
+    'Lists GPU hosts: online, draining, provider (nvidia, hy, or sim for simulated cards), sampler errors.',
+  roles: EVERYONE,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({}),
+  output: z.object({ workers: z.array(WorkerListingSchema) }),
+});
+
+const WorkerResult = z.object({ worker_id: z.string(), draining: z.boolean() });
+
+/** drain_worker */
+export const drainWorkerTool = defineTool({
+  name: 'drain_worker',
+  title: 'Drain a worker',
+  description: 'Stops granting new tasks to a worker; running tasks finish. Reverse with undrain_worker.',
+  roles: ['operator'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({ worker_id: WorkerIdSchema, idempotency_key: IdempotencyKeySchema }),
+  output: WorkerResult,
+});
+
+/** undrain_worker */
+export const undrainWorkerTool = defineTool({
+  name: 'undrain_worker',
+  title: 'Undrain a worker',
+  description: 'Lets the scheduler grant tasks to a drained worker again.',
+  roles: ['operator'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({ worker_id: WorkerIdSchema, idempotency_key: IdempotencyKeySchema }),
+  output: WorkerResult,
+});
+
+const CardRef = {
+  worker_id: WorkerIdSchema,
+  index: z.number().int().min(0).max(255).describe('Card index on the worker'),
+};
+const CordonResult = z.object({
+  worker_id: z.string(),
+  index: z.number().int(),
+  cordoned: z.boolean(),
+  reason: z.string().nullable(),
+});
+
+/** cordon_card */
+export const cordonCardTool = defineTool({
+  name: 'cordon_card',
+  title: 'Cordon a card',
+  description: 'Takes a card out of scheduling (a running task keeps it until it ends).',
+  roles: ['operator'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({
+    ...CardRef,
+    reason: z.string().max(1000).optional(),
+    idempotency_key: IdempotencyKeySchema,
+  }),
+  output: CordonResult,
+});
+
+/** uncordon_card */
+export const uncordonCardTool = defineTool({
+  name: 'uncordon_card',
+  title: 'Uncordon a card',
+  description: 'Returns a cordoned card to scheduling.',
+  roles: ['operator'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({ ...CardRef, idempotency_key: IdempotencyKeySchema }),
+  output: CordonResult,
+});
+
+/** reconcile_task */
+export const reconcileTaskTool = defineTool({
+  name: 'reconcile_task',
+  title: 'Reconcile a task',
+  description:
+    'Operator decision for a task whose fate is unknown (RECONCILIATION_REQUIRED) or whose lease is QUARANTINED: records the outcome and releases its cards after you checked them. Audited.',
+  roles: ['operator'],
+  mutating: true,
+  annotations: DESTRUCTIVE,
+  input: z.strictObject({
+    task_id: z.string().min(1).max(128),
+    resolution: z
+      .enum(['COMPLETED', 'FAILED', 'CANCELLED'])
+      .describe('The outcome to record if the task is still undecided.'),
+    reason: z
+      .string()
+      .min(1)
+      .max(2000)
+      .describe('What you checked (e.g. "host rebooted, cards idle in nvidia-smi").'),
+    idempotency_key: IdempotencyKeySchema,
+  }),
+  output: z.object({ task: TaskViewSchema, lease_released: z.boolean() }),
+});
+
+/** An alert an operator should act on. */
+export const AlertSchema = z.object({
+  kind: z.enum([
+    'card_quarantined',
+    'sampler_error',
+    'worker_offline',
+    'task_needs_reconciliation',
+    'audit_chain_broken',
+  ]),
+  severity: z.enum(['warning', 'critical']),
+  subject: z.string(),
+  message: z.string(),
+  action: z.string(),
+});
+
+/** get_status */
+export const getStatusTool = defineTool({
+  name: 'get_status',
+  title: 'Cluster status and alerts',
+  description:
+    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, tasks needing reconciliation, a broken audit chain.',
+  roles: EVERYONE,
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({}),
+  output: z.object({
+    tasks_by_state: z.record(z.string(), z.number().int()),
+    leases: z.array(
+      z.object({
+        lease_id: z.string(),
+        task_id: z.string().nullable(),
+        worker_id: z.string(),
+        cards: z.array(z.number().int()),
+        lease_epoch: z.number().int(),
+        state: z.enum(['ACTIVE', 'RELEASING', 'RELEASED', 'QUARANTINED']),
+        reason: z.string().nullable(),
+      }),
+    ),
+    alerts: z.array(AlertSchema),
+  }),
+});

@@ -1,0 +1,209 @@
+import type { FailureReason, OutputRecord } from '../contracts/worker-protocol.js';
+import type { LeaseState } from '../domain/lease.js';
+import type { Db } from './db.js';
+
+/** A lease row with its cards. */
+export interface LeaseRecord {
+  id: string;
+  task_id: string;
+  worker_id: string;
+  lease_epoch: number;
+  state: LeaseState;
+  reason: string | null;
+  created_at: number;
+  updated_at: number;
+  released_at: number | null;
+  cards: Array<{ index: number; uuid: string }>;
+}
+
+/** Where an execution stands as the worker reported it. */
+export type ExecutionPhaseRecord =
+  | 'assigned'
+  | 'accepted'
+  | 'rejected'
+  | 'started'
+  | 'exited'
+  | 'cleaned'
+  | 'cleanup_failed';
+
+/** An execution row. */
+export interface ExecutionRecord {
+  id: string;
+  task_id: string;
+  lease_id: string;
+  assignment_id: string;
+  worker_id: string;
+  lease_epoch: number;
+  phase: ExecutionPhaseRecord;
+  exit_code: number | null;
+  signal: string | null;
+  failure_reason: FailureReason | null;
+  outputs: OutputRecord[] | null;
+  detail: string | null;
+  created_at: number;
+  updated_at: number;
+  offline_since: number | null;
+}
+
+interface LeaseRow extends Omit<LeaseRecord, 'cards'> {}
+interface ExecutionRow extends Omit<ExecutionRecord, 'outputs'> {
+  outputs: string | null;
+}
+
+/** A live lease's card, for scheduling snapshots. */
+export interface LiveLeaseCard {
+  lease_id: string;
+  task_id: string;
+  owner_id: string;
+  worker_id: string;
+  card_index: number;
+  lease_epoch: number;
+  state: LeaseState;
+}
+
+const toExecution = (r: ExecutionRow): ExecutionRecord => ({
+  ...r,
+  outputs: r.outputs === null ? null : (JSON.parse(r.outputs) as OutputRecord[]),
+});
+
+/** Leases, their cards, per-card epochs, and executions. */
+export class LeasesRepo {
+  private readonly s;
+
+  constructor(db: Db) {
+    this.s = {
+      epoch: db.prepare<[string, number], { epoch: number }>(
+        'SELECT epoch FROM card_epochs WHERE worker_id = ? AND card_index = ?',
+      ),
+      setEpoch: db.prepare(
+        'INSERT INTO card_epochs (worker_id, card_index, epoch) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET epoch = max(epoch, excluded.epoch)',
+      ),
+      insertLease: db.prepare(
+        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at)
+         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at)`,
+      ),
+      insertCard: db.prepare(
+        'INSERT INTO lease_cards (lease_id, worker_id, card_index, card_uuid, live) VALUES (?, ?, ?, ?, 1)',
+      ),
+      lease: db.prepare<[string], LeaseRow>('SELECT * FROM leases WHERE id = ?'),
+      leaseCards: db.prepare<[string], { index: number; uuid: string }>(
+        'SELECT card_index AS "index", card_uuid AS uuid FROM lease_cards WHERE lease_id = ? ORDER BY card_index',
+      ),
+      latestLeaseForTask: db.prepare<[string], LeaseRow>(
+        'SELECT * FROM leases WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1',
+      ),
+      updateLease: db.prepare(
+        'UPDATE leases SET state = @state, reason = @reason, updated_at = @updated_at, released_at = @released_at WHERE id = @id AND state = @expected_state',
+      ),
+      releaseCards: db.prepare('UPDATE lease_cards SET live = 0 WHERE lease_id = ?'),
+      liveCards: db.prepare<[], LiveLeaseCard>(
+        `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, c.card_index, l.lease_epoch, l.state
+         FROM lease_cards c JOIN leases l ON l.id = c.lease_id JOIN tasks t ON t.id = l.task_id WHERE c.live = 1`,
+      ),
+      liveLeases: db.prepare<[], LeaseRow>(
+        "SELECT * FROM leases WHERE state <> 'RELEASED' ORDER BY created_at",
+      ),
+      insertExecution: db.prepare(
+        `INSERT INTO executions (id, task_id, lease_id, assignment_id, worker_id, lease_epoch, phase, exit_code, signal,
+           failure_reason, outputs, detail, created_at, updated_at, offline_since)
+         VALUES (@id, @task_id, @lease_id, @assignment_id, @worker_id, @lease_epoch, @phase, @exit_code, @signal,
+           @failure_reason, @outputs, @detail, @created_at, @updated_at, @offline_since)`,
+      ),
+      execution: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE id = ?'),
+      executionForLease: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE lease_id = ?'),
+      updateExecution: db.prepare(
+        `UPDATE executions SET phase = @phase, exit_code = @exit_code, signal = @signal, failure_reason = @failure_reason,
+           outputs = @outputs, detail = @detail, updated_at = @updated_at, offline_since = @offline_since WHERE id = @id`,
+      ),
+      unfinishedForWorker: db.prepare<[string], ExecutionRow>(
+        "SELECT * FROM executions WHERE worker_id = ? AND phase NOT IN ('rejected','cleaned','cleanup_failed') ORDER BY created_at",
+      ),
+      unfinished: db.prepare<[], ExecutionRow>(
+        "SELECT * FROM executions WHERE phase NOT IN ('rejected','cleaned','cleanup_failed') ORDER BY created_at",
+      ),
+    };
+  }
+
+  /** Highest epoch issued per card (0 if never leased). */
+  epochsOf(workerId: string, indexes: readonly number[]): number[] {
+    return indexes.map((i) => this.s.epoch.get(workerId, i)?.epoch ?? 0);
+  }
+
+  /** Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index. */
+  insertLease(l: LeaseRecord): void {
+    this.s.insertLease.run({ ...l, cards: undefined });
+    for (const c of l.cards) {
+      this.s.insertCard.run(l.id, l.worker_id, c.index, c.uuid);
+      this.s.setEpoch.run(l.worker_id, c.index, l.lease_epoch);
+    }
+  }
+
+  /** One lease with its cards. */
+  lease(id: string): LeaseRecord | undefined {
+    const r = this.s.lease.get(id);
+    return r ? { ...r, cards: this.s.leaseCards.all(r.id) } : undefined;
+  }
+
+  /** The newest lease of a task. */
+  latestLeaseForTask(taskId: string): LeaseRecord | undefined {
+    const r = this.s.latestLeaseForTask.get(taskId);
+    return r ? { ...r, cards: this.s.leaseCards.all(r.id) } : undefined;
+  }
+
+  /** Compare-and-set lease update; releasing frees its cards in the same statement group. */
+  updateLease(l: LeaseRecord, expected: LeaseState): boolean {
+    const ok =
+      this.s.updateLease.run({
+        id: l.id,
+        state: l.state,
+        reason: l.reason,
+        updated_at: l.updated_at,
+        released_at: l.released_at,
+        expected_state: expected,
+      }).changes === 1;
+    if (ok && l.state === 'RELEASED') this.s.releaseCards.run(l.id);
+    return ok;
+  }
+
+  /** Cards held by live (non-released) leases. */
+  liveCards(): LiveLeaseCard[] {
+    return this.s.liveCards.all();
+  }
+
+  /** Live leases. */
+  liveLeases(): LeaseRecord[] {
+    return this.s.liveLeases.all().map((r) => ({ ...r, cards: this.s.leaseCards.all(r.id) }));
+  }
+
+  /** Inserts an execution. */
+  insertExecution(e: ExecutionRecord): void {
+    this.s.insertExecution.run({ ...e, outputs: e.outputs === null ? null : JSON.stringify(e.outputs) });
+  }
+
+  /** One execution. */
+  execution(id: string): ExecutionRecord | undefined {
+    const r = this.s.execution.get(id);
+    return r ? toExecution(r) : undefined;
+  }
+
+  /** The execution of a lease. */
+  executionForLease(leaseId: string): ExecutionRecord | undefined {
+    const r = this.s.executionForLease.get(leaseId);
+    return r ? toExecution(r) : undefined;
+  }
+
+  /** Updates an execution. */
+  updateExecution(e: ExecutionRecord): void {
+    this.s.updateExecution.run({ ...e, outputs: e.outputs === null ? null : JSON.stringify(e.outputs) });
+  }
+
+  /** A worker's executions that have not finished. */
+  unfinishedForWorker(workerId: string): ExecutionRecord[] {
+    return this.s.unfinishedForWorker.all(workerId).map(toExecution);
+  }
+
+  /** All unfinished executions. */
+  unfinished(): ExecutionRecord[] {
+    return this.s.unfinished.all().map(toExecution);
+  }
+}

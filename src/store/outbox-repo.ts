@@ -1,0 +1,77 @@
+import type { Db } from './db.js';
+
+/** An unacknowledged message to a worker. */
+export interface OutboxEntry {
+  id: number;
+  worker_id: string;
+  boot_id: string;
+  seq: number;
+  body: Record<string, unknown>;
+}
+
+/**
+ * The master's outbox: messages to workers, written in the same transaction as the decision that caused
+ * them, kept until the worker acknowledges them, and resent in order after a reconnect.
+ */
+export class OutboxRepo {
+  private readonly s;
+
+  constructor(db: Db) {
+    this.s = {
+      maxSeq: db.prepare<[string], { seq: number | null }>(
+        'SELECT max(seq) AS seq FROM master_outbox WHERE boot_id = ?',
+      ),
+      insert: db.prepare(
+        'INSERT INTO master_outbox (worker_id, boot_id, seq, body, created_at) VALUES (?, ?, ?, ?, ?)',
+      ),
+      unacked: db.prepare<
+        [string],
+        { id: number; worker_id: string; boot_id: string; seq: number; body: string }
+      >(
+        'SELECT id, worker_id, boot_id, seq, body FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL ORDER BY id',
+      ),
+      ack: db.prepare(
+        'UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND boot_id = ? AND seq = ? AND acked_at IS NULL',
+      ),
+      ackThrough: db.prepare(
+        'UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND boot_id = ? AND seq <= ? AND acked_at IS NULL',
+      ),
+      prune: db.prepare('DELETE FROM master_outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
+    };
+  }
+
+  /** Appends a message for a worker, numbering it in this master boot's sequence. */
+  append(
+    workerId: string,
+    bootId: string,
+    build: (seq: number) => Record<string, unknown>,
+    now: number,
+  ): OutboxEntry {
+    const seq = (this.s.maxSeq.get(bootId)?.seq ?? 0) + 1;
+    const body = build(seq);
+    const info = this.s.insert.run(workerId, bootId, seq, JSON.stringify(body), now);
+    return { id: Number(info.lastInsertRowid), worker_id: workerId, boot_id: bootId, seq, body };
+  }
+
+  /** Unacknowledged messages for a worker, oldest first. */
+  unacked(workerId: string): OutboxEntry[] {
+    return this.s.unacked
+      .all(workerId)
+      .map((r) => ({ ...r, body: JSON.parse(r.body) as Record<string, unknown> }));
+  }
+
+  /** Marks one message acknowledged. */
+  ack(workerId: string, bootId: string, seq: number, now: number): boolean {
+    return this.s.ack.run(now, workerId, bootId, seq).changes === 1;
+  }
+
+  /** Marks every message up to `seq` of a boot acknowledged (the worker's `master_marks`). */
+  ackThrough(workerId: string, bootId: string, seq: number, now: number): number {
+    return this.s.ackThrough.run(now, workerId, bootId, seq).changes;
+  }
+
+  /** Deletes messages acknowledged before `before`. */
+  prune(before: number): number {
+    return this.s.prune.run(before).changes;
+  }
+}

@@ -1,0 +1,140 @@
+import type { Provider } from '../contracts/sample.js';
+import type { Db } from './db.js';
+
+/** A card's identity as last reported by its worker. */
+export interface KnownCard {
+  index: number;
+  uuid: string;
+  model: string;
+  memory_total_mib: number | null;
+  simulated: boolean;
+}
+
+/** A worker row. Liveness is tracked in memory by the hub; `last_seen_at` survives restarts. */
+export interface WorkerRecord {
+  id: string;
+  hostname: string;
+  provider: Provider;
+  version: string;
+  boot_id: string;
+  cards: KnownCard[];
+  draining: boolean;
+  first_seen_at: number;
+  last_seen_at: number;
+}
+
+/** A cordoned card. */
+export interface CordonRecord {
+  worker_id: string;
+  card_index: number;
+  reason: string;
+  actor: string;
+  created_at: number;
+}
+
+interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining'> {
+  cards: string;
+  draining: number;
+}
+
+const toWorker = (r: WorkerRow): WorkerRecord => ({
+  ...r,
+  cards: JSON.parse(r.cards) as KnownCard[],
+  draining: r.draining === 1,
+});
+
+/** Workers, cordons and the per-boot high-water marks of processed worker messages. */
+export class WorkersRepo {
+  private readonly s;
+
+  constructor(db: Db) {
+    this.s = {
+      get: db.prepare<[string], WorkerRow>('SELECT * FROM workers WHERE id = ?'),
+      all: db.prepare<[], WorkerRow>('SELECT * FROM workers ORDER BY id'),
+      upsert: db.prepare(
+        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, draining, first_seen_at, last_seen_at)
+         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, 0, @now, @now)
+         ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
+           version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards, last_seen_at = excluded.last_seen_at`,
+      ),
+      setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
+      seen: db.prepare('UPDATE workers SET last_seen_at = ? WHERE id = ?'),
+      setDraining: db.prepare('UPDATE workers SET draining = ? WHERE id = ?'),
+      cordons: db.prepare<[], CordonRecord>('SELECT * FROM cordons ORDER BY worker_id, card_index'),
+      cordon: db.prepare(
+        'INSERT INTO cordons (worker_id, card_index, reason, actor, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET reason = excluded.reason, actor = excluded.actor',
+      ),
+      uncordon: db.prepare('DELETE FROM cordons WHERE worker_id = ? AND card_index = ?'),
+      mark: db.prepare<[string, string], { seq: number }>(
+        'SELECT seq FROM worker_marks WHERE worker_id = ? AND boot_id = ?',
+      ),
+      setMark: db.prepare(
+        'INSERT INTO worker_marks (worker_id, boot_id, seq, updated_at) VALUES (?, ?, ?, ?) ON CONFLICT DO UPDATE SET seq = max(seq, excluded.seq), updated_at = excluded.updated_at',
+      ),
+      marks: db.prepare<[string], { boot_id: string; seq: number }>(
+        'SELECT boot_id, seq FROM worker_marks WHERE worker_id = ? ORDER BY updated_at DESC LIMIT 16',
+      ),
+    };
+  }
+
+  /** One worker. */
+  get(id: string): WorkerRecord | undefined {
+    const r = this.s.get.get(id);
+    return r ? toWorker(r) : undefined;
+  }
+
+  /** Every worker ever seen. */
+  list(): WorkerRecord[] {
+    return this.s.all.all().map(toWorker);
+  }
+
+  /** Records a hello. */
+  upsertOnHello(w: Omit<WorkerRecord, 'draining' | 'first_seen_at' | 'last_seen_at'>, now: number): void {
+    this.s.upsert.run({ ...w, cards: JSON.stringify(w.cards), now });
+  }
+
+  /** Replaces the known card identities. */
+  setCards(id: string, cards: KnownCard[]): void {
+    this.s.setCards.run(JSON.stringify(cards), id);
+  }
+
+  /** Stamps the last time a message arrived. */
+  touch(id: string, now: number): void {
+    this.s.seen.run(now, id);
+  }
+
+  /** Sets or clears draining; false when the worker is unknown. */
+  setDraining(id: string, draining: boolean): boolean {
+    return this.s.setDraining.run(draining ? 1 : 0, id).changes === 1;
+  }
+
+  /** Every cordon. */
+  cordons(): CordonRecord[] {
+    return this.s.cordons.all();
+  }
+
+  /** Cordons a card (idempotent). */
+  cordon(c: CordonRecord): void {
+    this.s.cordon.run(c.worker_id, c.card_index, c.reason, c.actor, c.created_at);
+  }
+
+  /** Removes a cordon; false if there was none. */
+  uncordon(workerId: string, index: number): boolean {
+    return this.s.uncordon.run(workerId, index).changes === 1;
+  }
+
+  /** Highest processed seq for a worker boot (0 if none). */
+  mark(workerId: string, bootId: string): number {
+    return this.s.mark.get(workerId, bootId)?.seq ?? 0;
+  }
+
+  /** Raises the processed mark. */
+  raiseMark(workerId: string, bootId: string, seq: number, now: number): void {
+    this.s.setMark.run(workerId, bootId, seq, now);
+  }
+
+  /** The most recent marks, sent in `welcome`. */
+  marks(workerId: string): Array<{ boot_id: string; seq: number }> {
+    return this.s.marks.all(workerId);
+  }
+}

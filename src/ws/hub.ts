@@ -1,0 +1,340 @@
+import type { IncomingMessage } from 'node:http';
+import type { Duplex } from 'node:stream';
+import type { FastifyInstance } from 'fastify';
+import { type WebSocket, WebSocketServer } from 'ws';
+import type { BrokerDeps } from '../broker/deps.js';
+import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/executions.js';
+import type { Fleet } from '../broker/fleet.js';
+import { CARDS_TOPIC } from '../broker/leases.js';
+import { authenticate, bearerToken } from '../broker/principals.js';
+import { enqueueForWorker, type WorkerLink } from '../broker/worker-link.js';
+import { BrokerError } from '../contracts/errors.js';
+import type { CardSample } from '../contracts/sample.js';
+import {
+  MAX_MESSAGE_BYTES,
+  PROTOCOL_VERSION,
+  type WorkerMessage,
+  WorkerMessageSchema,
+} from '../contracts/worker-protocol.js';
+import { WORKER_CONNECT_PATH } from '../http/app.js';
+
+/**
+ * The worker hub (DESIGN §8): one WSS session per worker on the master's port. It authenticates the
+ * upgrade with a worker token bound to one worker id, sequences and de-duplicates messages, applies each
+ * through a broker use case in one transaction together with the raised high-water mark, acknowledges,
+ * and flushes the durable outbox. A newer session for the same worker replaces the older one
+ * (deterministic: newest wins, the old socket is closed with 4000). Nothing a worker sends can crash
+ * the master: a bad message gets an `error` reply and is logged.
+ */
+
+interface Session {
+  ws: WebSocket;
+  workerId: string;
+  /** The worker process's boot id from hello; null until hello. */
+  bootId: string | null;
+  /** Highest outbox row id sent on this session. */
+  sentUpTo: number;
+}
+
+/** Close codes the hub uses. */
+export const CLOSE_REPLACED = 4000;
+export const CLOSE_PROTOCOL = 4002;
+
+/** Hooks the hub calls on the scheduler. */
+export interface HubHooks {
+  requestPass(): void;
+}
+
+/** The hub. Implements the WorkerLink the broker uses to reach workers. */
+export class WorkerHub implements WorkerLink {
+  private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES });
+  private readonly sessions = new Map<string, Session>();
+  private readonly lastTouchWrite = new Map<string, number>();
+  hooks: HubHooks = { requestPass: () => {} };
+
+  constructor(
+    private readonly deps: BrokerDeps,
+    private readonly fleet: Fleet,
+    readonly bootId: string,
+  ) {}
+
+  /** Attaches the upgrade handler to the app's server and closes sessions before the app closes. */
+  attach(app: FastifyInstance): void {
+    app.server.on('upgrade', (req: IncomingMessage, socket: Duplex, head: Buffer) =>
+      this.upgrade(req, socket, head),
+    );
+    app.addHook('preClose', async () => {
+      for (const s of this.sessions.values()) s.ws.close(1001, 'master shutting down');
+      this.wss.close();
+    });
+  }
+
+  /** Ids of workers with an open session. */
+  connectedWorkers(): string[] {
+    return [...this.sessions.keys()];
+  }
+
+  /** Sends the worker's unsent outbox entries over its session, in order. */
+  flush(workerId: string): void {
+    const s = this.sessions.get(workerId);
+    if (!s || s.bootId === null || s.ws.readyState !== s.ws.OPEN) return;
+    for (const entry of this.deps.store.outbox.unacked(workerId)) {
+      if (entry.id <= s.sentUpTo) continue;
+      s.ws.send(JSON.stringify(entry.body));
+      s.sentUpTo = entry.id;
+    }
+  }
+
+  private upgrade(req: IncomingMessage, socket: Duplex, head: Buffer): void {
+    const path = (req.url ?? '').split('?')[0];
+    if (path !== WORKER_CONNECT_PATH) {
+      socket.end('HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n');
+      return;
+    }
+    let workerId: string;
+    try {
+      const principal = authenticate(this.deps, bearerToken(req.headers.authorization));
+      if (!principal.roles.includes('worker') || !principal.worker_id)
+        throw new BrokerError(
+          'FORBIDDEN',
+          'not a worker token',
+          'Create one with --role worker --worker-id ID.',
+        );
+      workerId = principal.worker_id;
+    } catch (err) {
+      const status =
+        err instanceof BrokerError && err.code === 'FORBIDDEN' ? '403 Forbidden' : '401 Unauthorized';
+      socket.end(
+        `HTTP/1.1 ${status}\r\nConnection: close\r\nWWW-Authenticate: Bearer\r\nContent-Length: 0\r\n\r\n`,
+      );
+      return;
+    }
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.open(ws, workerId));
+  }
+
+  private open(ws: WebSocket, workerId: string): void {
+    const old = this.sessions.get(workerId);
+    if (old) old.ws.close(CLOSE_REPLACED, 'replaced by a newer session');
+    const session: Session = { ws, workerId, bootId: null, sentUpTo: 0 };
+    this.sessions.set(workerId, session);
+    ws.on('message', (data, isBinary) => this.onMessage(session, isBinary ? null : data.toString()));
+    ws.on('close', () => {
+      if (this.sessions.get(workerId) === session) {
+        this.sessions.delete(workerId);
+        this.fleet.disconnected(workerId, session.bootId, this.deps.clock.now());
+        this.deps.notifier.notify(CARDS_TOPIC);
+      }
+    });
+    ws.on('error', (err) => this.deps.logger.warn({ err, worker_id: workerId }, 'worker socket error'));
+  }
+
+  private reply(s: Session, body: Record<string, unknown>): void {
+    if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(body));
+  }
+
+  private onMessage(s: Session, text: string | null): void {
+    let msg: WorkerMessage;
+    try {
+      if (text === null)
+        throw new BrokerError(
+          'INVALID_INPUT',
+          'binary frames are not part of the protocol',
+          'Send JSON text.',
+        );
+      const parsed = WorkerMessageSchema.safeParse(JSON.parse(text));
+      if (!parsed.success)
+        throw new BrokerError(
+          'INVALID_INPUT',
+          `invalid message: ${parsed.error.issues
+            .slice(0, 3)
+            .map((i) => `${i.path.join('.')}: ${i.message}`)
+            .join('; ')}`,
+          'See docs/worker-protocol.md.',
+        );
+      msg = parsed.data;
+    } catch (err) {
+      const message =
+        err instanceof BrokerError ? err.message : `unparsable message: ${(err as Error).message}`;
+      this.deps.logger.warn({ worker_id: s.workerId, message }, 'bad worker message');
+      this.reply(s, { type: 'error', code: 'INVALID_MESSAGE', message });
+      return;
+    }
+    try {
+      this.dispatch(s, msg);
+    } catch (err) {
+      this.deps.logger.error({ err, worker_id: s.workerId, type: msg.type }, 'worker message failed');
+      this.reply(s, {
+        type: 'error',
+        code: 'INTERNAL',
+        message: 'the master could not process this message; it will be retried',
+      });
+    }
+  }
+
+  private dispatch(s: Session, msg: WorkerMessage): void {
+    const now = this.deps.clock.now();
+    if (msg.type === 'hello') return this.hello(s, msg, now);
+    if (s.bootId === null) {
+      this.reply(s, { type: 'error', code: 'HELLO_REQUIRED', message: 'send hello first' });
+      return;
+    }
+    this.fleet.touched(s.workerId, now);
+    if ((this.lastTouchWrite.get(s.workerId) ?? 0) + 5000 < now) {
+      this.lastTouchWrite.set(s.workerId, now);
+      this.deps.store.workers.touch(s.workerId, now);
+    }
+    switch (msg.type) {
+      case 'ack':
+        this.deps.store.outbox.ack(s.workerId, msg.boot_id, msg.seq, now);
+        return;
+      case 'error':
+        this.deps.logger.warn(
+          { worker_id: s.workerId, code: msg.code, message: msg.message, ref_seq: msg.ref_seq },
+          'worker reported an error',
+        );
+        return;
+      default:
+        this.sequenced(s, msg, now);
+    }
+  }
+
+  /** Applies one sequenced message exactly once: mark and effect commit together, then ack. */
+  private sequenced(
+    s: Session,
+    msg: Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>,
+    now: number,
+  ): void {
+    const { store } = this.deps;
+    let refused: BrokerError | null = null;
+    let sampleChanged = false;
+    store.transaction(() => {
+      if (msg.seq <= store.workers.mark(s.workerId, msg.boot_id)) return; // duplicate: ack again, do nothing
+      store.workers.raiseMark(s.workerId, msg.boot_id, msg.seq, now);
+      try {
+        store.transaction(() => {
+          switch (msg.type) {
+            case 'sample':
+              sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now);
+              break;
+            case 'execution':
+              handleExecutionReport(this.deps, s.workerId, msg);
+              break;
+            case 'log':
+              handleLogChunk(this.deps, s.workerId, msg);
+              break;
+            case 'output':
+              handleOutputUpload(this.deps, s.workerId, msg);
+              break;
+          }
+        });
+      } catch (err) {
+        if (!(err instanceof BrokerError)) throw err;
+        refused = err; // a refused message is processed: it is acknowledged and not retried
+      }
+    });
+    if (refused) {
+      const e = refused as BrokerError;
+      this.deps.logger.warn(
+        { worker_id: s.workerId, code: e.code, message: e.message },
+        'worker message refused',
+      );
+      this.reply(s, { type: 'error', code: e.code, message: e.message, ref_seq: msg.seq });
+    }
+    this.reply(s, { type: 'ack', boot_id: msg.boot_id, seq: msg.seq });
+    if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
+  }
+
+  private sample(workerId: string, cards: CardSample[], samplerError: string | null, now: number): boolean {
+    const changed = this.fleet.sampled(workerId, cards, samplerError, now);
+    if (changed && samplerError === null) {
+      const known = this.deps.store.workers.get(workerId)?.cards ?? [];
+      const identity = cards.map((c) => ({
+        index: c.index,
+        uuid: c.uuid,
+        model: c.model,
+        memory_total_mib: c.memory_total_mib,
+        simulated: c.simulated,
+      }));
+      if (JSON.stringify(known) !== JSON.stringify(identity))
+        this.deps.store.workers.setCards(workerId, identity);
+    }
+    if (changed) this.deps.store.afterCommit(() => this.deps.notifier.notify(CARDS_TOPIC));
+    return changed;
+  }
+
+  private hello(s: Session, msg: Extract<WorkerMessage, { type: 'hello' }>, now: number): void {
+    if (msg.protocol_version !== PROTOCOL_VERSION) {
+      this.reply(s, {
+        type: 'error',
+        code: 'PROTOCOL_VERSION',
+        message: `master speaks protocol ${PROTOCOL_VERSION}, worker ${msg.protocol_version}`,
+      });
+      s.ws.close(CLOSE_PROTOCOL, 'protocol version');
+      return;
+    }
+    if (msg.worker_id !== s.workerId) {
+      this.reply(s, {
+        type: 'error',
+        code: 'FORBIDDEN',
+        message: `this token is bound to worker ${s.workerId}, not ${msg.worker_id}`,
+      });
+      s.ws.close(CLOSE_PROTOCOL, 'worker id mismatch');
+      return;
+    }
+    const { store } = this.deps;
+    const identity = msg.cards.map((c) => ({
+      index: c.index,
+      uuid: c.uuid,
+      model: c.model,
+      memory_total_mib: c.memory_total_mib,
+      simulated: c.simulated,
+    }));
+    store.transaction(() => {
+      const prev = store.workers.get(s.workerId);
+      store.workers.upsertOnHello(
+        {
+          id: s.workerId,
+          hostname: msg.hostname,
+          provider: msg.provider,
+          version: msg.version,
+          boot_id: msg.boot_id,
+          cards: identity.length ? identity : (prev?.cards ?? []),
+        },
+        now,
+      );
+      for (const mark of msg.master_marks) store.outbox.ackThrough(s.workerId, mark.boot_id, mark.seq, now);
+      store.audit.append({
+        at: now,
+        actor: s.workerId,
+        action: 'worker.connected',
+        subject_type: 'worker',
+        subject_id: s.workerId,
+        data: {
+          boot_id: msg.boot_id,
+          hostname: msg.hostname,
+          provider: msg.provider,
+          cards: identity.length,
+        },
+      });
+      // Ask about executions the master thinks are live here but the worker did not mention.
+      const known = new Set(msg.executions.map((e) => e.execution_id));
+      for (const e of store.leases.unfinishedForWorker(s.workerId)) {
+        if (!known.has(e.id) && e.phase !== 'assigned')
+          enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
+      }
+    });
+    s.bootId = msg.boot_id;
+    this.fleet.connected(s.workerId, msg.boot_id, msg.cards, now);
+    this.reply(s, {
+      type: 'welcome',
+      protocol_version: PROTOCOL_VERSION,
+      worker_id: s.workerId,
+      master_boot_id: this.bootId,
+      sample_interval_ms: this.deps.config.timing.sample_interval_ms,
+      worker_marks: store.workers.marks(s.workerId),
+    });
+    this.flush(s.workerId);
+    this.deps.notifier.notify(CARDS_TOPIC);
+    this.hooks.requestPass();
+  }
+}
