@@ -11,7 +11,8 @@ import { ExecutionPlanSchema } from '../src/contracts/worker-protocol.js';
  * The worker's own small SQLite file (DESIGN §8): what must survive a worker restart.
  *
  *   card_epochs   per card, the highest lease epoch seen; an assign or cancel below it is STALE_EPOCH
- *   executions    what the worker knows about each execution (reported in `hello`)
+ *   executions    what the worker knows about each execution (reported in `hello`), with the task's
+ *                 process group id once it runs, so a restarted worker can stop what it left behind
  *   outbox        outgoing sequenced messages, kept until the master acknowledges them
  *   outbox_seqs   the last seq handed out per worker boot; kept apart from the outbox so that pruning
  *                 acknowledged messages can never make a seq be issued twice
@@ -61,6 +62,9 @@ const MIGRATIONS: readonly string[] = [
     updated_at INTEGER NOT NULL
   );
   `,
+  `
+  ALTER TABLE executions ADD COLUMN pgid INTEGER CHECK (pgid IS NULL OR pgid > 1);
+  `,
 ];
 
 /** The schema version this code writes (PRAGMA user_version). */
@@ -97,6 +101,8 @@ export interface ExecutionRecord {
   readonly phase: ExecutionPhase;
   readonly plan: ExecutionPlan;
   readonly result: ExecutionSummary | null;
+  /** The task's process group id once it was spawned; null before, or when it never ran. */
+  readonly pgid: number | null;
   readonly created_at: number;
   readonly updated_at: number;
 }
@@ -108,6 +114,12 @@ export interface OutboxEntry {
   /** The message as built by the caller, with its `boot_id` and `seq`. */
   readonly message: unknown;
   readonly created_at: number;
+}
+
+/** An unacknowledged message with its position in the outbox, for sending in pages. */
+export interface OutboxPageEntry extends OutboxEntry {
+  /** Position in the outbox: increases with every append, across boots. */
+  readonly id: number;
 }
 
 /** A highest processed seq for one master boot. */
@@ -141,10 +153,14 @@ export interface LocalStore {
     phase: ExecutionPhase;
     result?: ExecutionSummary | null;
   }): ExecutionRecord;
+  /** Records the process group id of a running execution (see `ExecutionRecord.pgid`). */
+  setExecutionPgid(executionId: string, pgid: number): void;
   /** One execution, or null. */
   getExecution(executionId: string): ExecutionRecord | null;
   /** Executions not yet in a terminal phase (rejected, cleaned, cleanup_failed), oldest first. */
   listUnfinishedExecutions(): ExecutionRecord[];
+  /** At most `limit` executions for `hello`: every unfinished one first, then the most recently updated. */
+  listKnownExecutions(limit: number): ExecutionRecord[];
   /**
    * Appends a message for `bootId` with the next seq of that boot, atomically. `build` receives the seq
    * and returns the message to store (it should carry `boot_id` and `seq`).
@@ -156,6 +172,13 @@ export interface LocalStore {
   ackOutboxThrough(bootId: string, seq: number): number;
   /** Unacknowledged messages in the order they were appended (older boots first), at most `limit`. */
   listUnackedOutbox(limit?: number): OutboxEntry[];
+  /** Like `listUnackedOutbox`, but only those appended after position `afterId` (0 = from the start). */
+  listUnackedOutboxAfter(afterId: number, limit: number): OutboxPageEntry[];
+  /**
+   * Marks every unacknowledged message whose `type` is `type` acknowledged, for messages where only the
+   * newest matters (samples): a long disconnect then replays one sample, not thousands. Returns how many.
+   */
+  supersedeUnacked(type: string): number;
   /** Deletes acknowledged messages acknowledged before `before` (ms); returns how many. */
   pruneOutbox(before: number): number;
   /** The highest seq processed from master boot `bootId`, or 0. */
@@ -177,6 +200,7 @@ interface ExecutionRow {
   phase: ExecutionPhase;
   plan_json: string;
   result_json: string | null;
+  pgid: number | null;
   created_at: number;
   updated_at: number;
 }
@@ -222,6 +246,13 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
       `SELECT * FROM executions WHERE phase NOT IN ('rejected', 'cleaned', 'cleanup_failed')
        ORDER BY created_at, execution_id`,
     ),
+    known: db.prepare<[number], ExecutionRow>(
+      `SELECT * FROM executions
+       ORDER BY phase IN ('rejected', 'cleaned', 'cleanup_failed'), updated_at DESC, execution_id LIMIT ?`,
+    ),
+    setPgid: db.prepare<[number, number, string]>(
+      'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
+    ),
     nextSeq: db.prepare<[string], { last_seq: number }>(
       `INSERT INTO outbox_seqs (boot_id, last_seq) VALUES (?, 1)
        ON CONFLICT (boot_id) DO UPDATE SET last_seq = last_seq + 1
@@ -238,6 +269,14 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     ),
     unacked: db.prepare<[number], OutboxRow>(
       'SELECT boot_id, seq, message_json, created_at FROM outbox WHERE acked_at IS NULL ORDER BY id LIMIT ?',
+    ),
+    unackedAfter: db.prepare<[number, number], OutboxRow & { id: number }>(
+      `SELECT id, boot_id, seq, message_json, created_at FROM outbox
+       WHERE acked_at IS NULL AND id > ? ORDER BY id LIMIT ?`,
+    ),
+    supersede: db.prepare<[number, string]>(
+      `UPDATE outbox SET acked_at = ?
+       WHERE acked_at IS NULL AND json_extract(message_json, '$.type') = ?`,
     ),
     prune: db.prepare<[number]>('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
     masterMark: db.prepare<[string], { seq: number }>('SELECT seq FROM master_marks WHERE boot_id = ?'),
@@ -310,8 +349,12 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     checkAndRaiseEpoch: (cards, epoch) => checkAndRaiseEpoch.immediate(cards, epoch),
     getCardEpoch,
     upsertExecution: (record) => upsertExecution.immediate(record),
+    setExecutionPgid: (executionId, pgid) => {
+      stmts.setPgid.run(pgid, now(), executionId);
+    },
     getExecution,
     listUnfinishedExecutions: () => stmts.unfinished.all().map(toExecutionRecord),
+    listKnownExecutions: (limit) => stmts.known.all(limit).map(toExecutionRecord),
     appendOutbox: (bootId, build) => appendOutbox.immediate(bootId, build),
     ackOutbox: (bootId, seq) => stmts.ack.run(now(), bootId, seq).changes > 0,
     ackOutboxThrough: (bootId, seq) => stmts.ackThrough.run(now(), bootId, seq).changes,
@@ -322,6 +365,15 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
         message: JSON.parse(r.message_json) as unknown,
         created_at: r.created_at,
       })),
+    listUnackedOutboxAfter: (afterId, limit) =>
+      stmts.unackedAfter.all(afterId, limit).map((r) => ({
+        id: r.id,
+        boot_id: r.boot_id,
+        seq: r.seq,
+        message: JSON.parse(r.message_json) as unknown,
+        created_at: r.created_at,
+      })),
+    supersedeUnacked: (type) => stmts.supersede.run(now(), type).changes,
     pruneOutbox: (before) => stmts.prune.run(before).changes,
     getMasterMark: (bootId) => stmts.masterMark.get(bootId)?.seq ?? 0,
     raiseMasterMark: (bootId, seq) => raiseMasterMark.immediate(bootId, seq),
@@ -355,6 +407,7 @@ function toExecutionRecord(row: ExecutionRow): ExecutionRecord {
     // Parsed, not cast: a damaged file must fail loudly rather than hand the worker a bad plan.
     plan: ExecutionPlanSchema.parse(JSON.parse(row.plan_json)),
     result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
+    pgid: row.pgid,
     created_at: row.created_at,
     updated_at: row.updated_at,
   };

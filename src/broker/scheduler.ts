@@ -120,7 +120,7 @@ export class Scheduler implements TaskObserver {
   private applyGrant(taskId: string, workerId: string, indexes: number[]): void {
     const { store, clock, ids, config } = this.deps;
     const task = store.tasks.get(taskId);
-    if (!task || task.state !== 'QUEUED' || task.desired !== 'run') return;
+    if (task?.state !== 'QUEUED' || task.desired !== 'run') return;
     const sampled = this.fleet.get(workerId).cards;
     const cards = indexes.map((index) => {
       const uuid = sampled.find((c) => c.index === index)?.uuid;

@@ -173,7 +173,10 @@ export class WorkerHub implements WorkerLink {
 
   private dispatch(s: Session, msg: WorkerMessage): void {
     const now = this.deps.clock.now();
-    if (msg.type === 'hello') return this.hello(s, msg, now);
+    if (msg.type === 'hello') {
+      this.hello(s, msg, now);
+      return;
+    }
     if (s.bootId === null) {
       this.reply(s, { type: 'error', code: 'HELLO_REQUIRED', message: 'send hello first' });
       return;
