@@ -64,6 +64,8 @@ const MIGRATIONS: readonly string[] = [
   `,
   `
   ALTER TABLE executions ADD COLUMN pgid INTEGER CHECK (pgid IS NULL OR pgid > 1);
+  -- The message's type, so superseding old samples need not parse every queued message's JSON.
+  ALTER TABLE outbox ADD COLUMN kind TEXT;
   `,
 ];
 
@@ -258,8 +260,8 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
        ON CONFLICT (boot_id) DO UPDATE SET last_seq = last_seq + 1
        RETURNING last_seq`,
     ),
-    insertOutbox: db.prepare<[string, number, string, number]>(
-      'INSERT INTO outbox (boot_id, seq, message_json, created_at) VALUES (?, ?, ?, ?)',
+    insertOutbox: db.prepare<[string, number, string, string | null, number]>(
+      'INSERT INTO outbox (boot_id, seq, message_json, kind, created_at) VALUES (?, ?, ?, ?, ?)',
     ),
     ack: db.prepare<[number, string, number]>(
       'UPDATE outbox SET acked_at = ? WHERE boot_id = ? AND seq = ? AND acked_at IS NULL',
@@ -275,8 +277,7 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
        WHERE acked_at IS NULL AND id > ? ORDER BY id LIMIT ?`,
     ),
     supersede: db.prepare<[number, string]>(
-      `UPDATE outbox SET acked_at = ?
-       WHERE acked_at IS NULL AND json_extract(message_json, '$.type') = ?`,
+      'UPDATE outbox SET acked_at = ? WHERE acked_at IS NULL AND kind = ?',
     ),
     prune: db.prepare<[number]>('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
     masterMark: db.prepare<[string], { seq: number }>('SELECT seq FROM master_marks WHERE boot_id = ?'),
@@ -334,7 +335,14 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     const seq = stmts.nextSeq.get(bootId)!.last_seq;
     const message = build(seq);
     const created = now();
-    stmts.insertOutbox.run(bootId, seq, JSON.stringify(message), created);
+    const kind = (message as { type?: unknown } | null)?.type;
+    stmts.insertOutbox.run(
+      bootId,
+      seq,
+      JSON.stringify(message),
+      typeof kind === 'string' ? kind : null,
+      created,
+    );
     return { boot_id: bootId, seq, message, created_at: created };
   });
 

@@ -1,0 +1,356 @@
+import { randomUUID } from 'node:crypto';
+import { mkdirSync, readFileSync } from 'node:fs';
+import { hostname as osHostname } from 'node:os';
+import { join } from 'node:path';
+import type { Logger } from 'pino';
+import type { CardSample, Provider } from '../src/contracts/sample.js';
+import type { MasterMessage } from '../src/contracts/worker-protocol.js';
+import { MasterMessageSchema, PROTOCOL_VERSION } from '../src/contracts/worker-protocol.js';
+import { createLogger } from '../src/platform/logger.js';
+import { packageRoot } from '../src/platform/package-root.js';
+import type { BackoffOptions, WorkerConnection } from './connection.js';
+import { connectForever, workerConnectUrl } from './connection.js';
+import type { Handled } from './daemon-executions.js';
+import { ExecutionManager } from './daemon-executions.js';
+import { OutboxSender } from './daemon-outbox.js';
+import { recoverUnfinished } from './daemon-recovery.js';
+import { SamplingLoop } from './daemon-sampling.js';
+import { openLocalStore } from './local-store.js';
+import type { CardSampler } from './samplers/card-sampler.js';
+
+/**
+ * The worker daemon (DESIGN §2, §8, §9): one per GPU host, connected to the master over WSS.
+ *
+ * Start-up:
+ *   1. open `<dataDir>/worker.sqlite`; a new boot id for this process;
+ *   2. report executions a previous process left unfinished (daemon-recovery.ts);
+ *   3. start sampling; wait (briefly) for the first sample so `hello` carries real cards;
+ *   4. connect, and reconnect for ever (connection.ts).
+ * Per connection: hello → welcome (sample interval, worker_marks) → outbox resend (daemon-outbox.ts) →
+ * live. Incoming sequenced messages (assign, cancel, query) are processed at most once per
+ * (master boot id, seq) and acknowledged either way; nothing the master sends can stop the worker.
+ */
+
+/** Options of `startWorker`; the last group exists for tests and `gpu-broker start`. */
+export interface WorkerOptions {
+  /** The master's base URL: https://host:port, or http:// on loopback (ws:// and wss:// also work). */
+  readonly masterUrl: string;
+  /** The worker token. */
+  readonly token: string;
+  /** This worker's id (`--id`, default the host name). */
+  readonly workerId: string;
+  /** Holds worker.sqlite and the execution directories. */
+  readonly dataDir: string;
+  /** The card sampler (see samplers/select-sampler.ts). */
+  readonly sampler: CardSampler;
+  /** PEM of a private CA that signed the master's certificate. */
+  readonly ca?: string;
+  /** Default: pino on stderr. */
+  readonly logger?: Logger;
+  /** Reported in hello; default: package.json's version. */
+  readonly version?: string;
+  /** Reported in hello; default: os.hostname(). */
+  readonly hostname?: string;
+  /** Sample interval until the master's welcome says otherwise (default 2000 ms). */
+  readonly sampleIntervalMs?: number;
+  readonly backoff?: BackoffOptions;
+  /** How often cleanup receipts are polled (default 200 ms). */
+  readonly cleanupPollMs?: number;
+  /** Ping interval that finds a vanished master (default 10 s). */
+  readonly pingIntervalMs?: number;
+  /** How long after opening a socket the welcome may take before it is redialled (default 10 s). */
+  readonly welcomeTimeoutMs?: number;
+  /** How long the first hello waits for the first sample (default 3 s). */
+  readonly firstSampleWaitMs?: number;
+}
+
+/** A running worker. */
+export interface RunningWorker {
+  /** This process's boot id (the sequence its messages carry). */
+  readonly bootId: string;
+  readonly workerId: string;
+  /** The sampler's provider. */
+  readonly provider: Provider;
+  /** Whether a session is live (socket open and welcome received). */
+  isConnected(): boolean;
+  /** The cards of the latest successful sample; null before the first one (e.g. the tool fails). */
+  latestCards(): CardSample[] | null;
+  /**
+   * Clean stop: stops sampling, cancels running executions (SIGTERM, grace, SIGKILL) and reports them,
+   * waits briefly for the master to acknowledge what is queued, closes the socket and the store.
+   */
+  close(): Promise<void>;
+}
+
+const DEFAULT_SAMPLE_INTERVAL_MS = 2_000;
+const DEFAULT_WELCOME_TIMEOUT_MS = 10_000;
+/** `hello` carries at most this many executions (contracts: max 1024). */
+const HELLO_EXECUTIONS = 1024;
+/** hello waits at most this long for the first sample; a hanging tool must not delay connecting. */
+const FIRST_SAMPLE_WAIT_MS = 3_000;
+/** A clean stop waits at most this long for the master to acknowledge queued messages. */
+const FLUSH_WAIT_MS = 2_000;
+const SEQUENCED_TYPES = new Set(['assign', 'cancel', 'query']);
+
+/** Starts the worker; see the module comment. Resolves once it is dialling the master. */
+export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
+  const logger = opts.logger ?? createLogger();
+  const url = workerConnectUrl(opts.masterUrl);
+  const bootId = randomUUID();
+  const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
+
+  // 1. store
+  mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
+  const store = openLocalStore(join(opts.dataDir, 'worker.sqlite'));
+
+  let conn: WorkerConnection | null = null;
+  let welcomed = false;
+  let welcomeTimer: NodeJS.Timeout | undefined;
+  const sendDirect = (message: object): void => {
+    conn?.send(JSON.stringify(message));
+  };
+  const outbox = new OutboxSender(
+    store,
+    bootId,
+    { send: (text) => conn?.send(text) ?? false, bufferedAmount: () => conn?.bufferedAmount() ?? 0 },
+    log,
+  );
+  const sampling = new SamplingLoop({
+    sampler: opts.sampler,
+    logger: log,
+    intervalMs: opts.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS,
+    onReport: ({ sampledAt, cards, samplerError }) =>
+      outbox.enqueueLatest({ type: 'sample', sampled_at: sampledAt, cards, sampler_error: samplerError }),
+  });
+  const executions = new ExecutionManager({
+    store,
+    outbox,
+    logger: log,
+    workerId: opts.workerId,
+    sampler: opts.sampler,
+    executionsDir: join(opts.dataDir, 'executions'),
+    latestCards: () => sampling.latestCards(),
+    ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
+  });
+
+  // 2. what the previous process left behind
+  const recoveryAbort = new AbortController();
+  const recovery = recoverUnfinished({
+    store,
+    outbox,
+    logger: log,
+    sampler: opts.sampler,
+    signal: recoveryAbort.signal,
+    ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
+  });
+
+  // 3. sampling
+  sampling.start();
+  let firstWait: NodeJS.Timeout | undefined;
+  await Promise.race([
+    sampling.firstAttempt,
+    new Promise((r) => {
+      firstWait = setTimeout(r, opts.firstSampleWaitMs ?? FIRST_SAMPLE_WAIT_MS);
+    }),
+  ]);
+  clearTimeout(firstWait);
+
+  const hello = () => ({
+    type: 'hello' as const,
+    protocol_version: PROTOCOL_VERSION,
+    worker_id: opts.workerId,
+    boot_id: bootId,
+    version: opts.version ?? packageVersion(),
+    hostname: (opts.hostname ?? osHostname()).slice(0, 255),
+    provider: opts.sampler.provider,
+    cards: sampling.currentCards(),
+    executions: store.listKnownExecutions(HELLO_EXECUTIONS).map((e) => ({
+      execution_id: e.execution_id,
+      task_id: e.task_id,
+      lease_epoch: e.lease_epoch,
+      phase: e.phase,
+    })),
+    master_marks: store.listMasterMarks(),
+  });
+
+  const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {
+    clearTimeout(welcomeTimer);
+    if (msg.worker_id !== opts.workerId)
+      log.warn({ master_says: msg.worker_id }, 'worker: the master knows this worker under another id');
+    sampling.setInterval(msg.sample_interval_ms);
+    welcomed = true;
+    conn?.resetBackoff();
+    log.info(
+      { master_boot_id: msg.master_boot_id, sample_interval_ms: msg.sample_interval_ms },
+      'worker: welcomed by the master',
+    );
+    outbox.startSession(msg.worker_marks);
+  };
+
+  let stopping = false;
+  const onSequenced = (msg: Extract<MasterMessage, { type: 'assign' | 'cancel' | 'query' }>) => {
+    // Neither processed nor acknowledged while stopping: the master resends it to the next session.
+    if (stopping) return;
+    const outcome = store.transaction((): Handled | 'duplicate' => {
+      if (!store.raiseMasterMark(msg.boot_id, msg.seq)) return 'duplicate';
+      switch (msg.type) {
+        case 'assign':
+          return executions.handleAssign(msg);
+        case 'cancel':
+          return executions.handleCancel(msg);
+        case 'query':
+          return executions.handleQuery(msg);
+      }
+    });
+    sendDirect({ type: 'ack', boot_id: msg.boot_id, seq: msg.seq });
+    if (outcome === 'duplicate') {
+      log.debug({ type: msg.type, boot_id: msg.boot_id, seq: msg.seq }, 'worker: duplicate from the master');
+      return;
+    }
+    if (outcome.error) {
+      log.warn({ type: msg.type, seq: msg.seq, ...outcome.error }, 'worker: master message refused');
+      sendDirect({ type: 'error', ...outcome.error, ref_seq: msg.seq });
+    }
+    outcome.after?.();
+  };
+
+  const onMessage = (text: string) => {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text);
+    } catch {
+      invalid(raw, `not JSON: ${text.slice(0, 80)}`);
+      return;
+    }
+    const parsed = MasterMessageSchema.safeParse(raw);
+    if (!parsed.success) {
+      const issues = parsed.error.issues
+        .slice(0, 5)
+        .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
+        .join('; ');
+      invalid(raw, issues);
+      return;
+    }
+    const msg = parsed.data;
+    try {
+      switch (msg.type) {
+        case 'welcome':
+          onWelcome(msg);
+          break;
+        case 'ack':
+          outbox.ack(msg.boot_id, msg.seq);
+          break;
+        case 'error':
+          log.warn(
+            { code: msg.code, ref_seq: msg.ref_seq, message: msg.message },
+            'worker: error from the master',
+          );
+          break;
+        default:
+          onSequenced(msg);
+      }
+    } catch (err) {
+      // A bug or a broken store must not take the worker down; the master resends what was not acked.
+      log.error(
+        { err: (err as Error)?.stack ?? String(err), type: msg.type },
+        'worker: message handling failed',
+      );
+      sendDirect({
+        type: 'error',
+        code: 'INTERNAL',
+        message: `worker could not process ${msg.type}: ${(err as Error)?.message ?? String(err)}`.slice(
+          0,
+          4096,
+        ),
+        ...('seq' in msg ? { ref_seq: msg.seq } : {}),
+      });
+    }
+  };
+
+  /** Replies INVALID_MESSAGE; a sequenced message is also acknowledged, so a poison one is not resent for ever. */
+  const invalid = (raw: unknown, why: string) => {
+    const fields = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
+    const seq =
+      Number.isInteger(fields['seq']) && (fields['seq'] as number) >= 1 ? (fields['seq'] as number) : null;
+    const type = typeof fields['type'] === 'string' ? fields['type'] : '(none)';
+    log.warn({ type, seq, why }, 'worker: invalid message from the master');
+    sendDirect({
+      type: 'error',
+      code: 'INVALID_MESSAGE',
+      message: `invalid ${type} message: ${why}`.slice(0, 4096),
+      ...(seq === null ? {} : { ref_seq: seq }),
+    });
+    const bootId = fields['boot_id'];
+    if (seq !== null && SEQUENCED_TYPES.has(type) && typeof bootId === 'string' && bootId.length > 0)
+      sendDirect({ type: 'ack', boot_id: bootId.slice(0, 128), seq });
+  };
+
+  // 4. connect
+  conn = connectForever({
+    url,
+    token: opts.token,
+    ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+    logger: log,
+    ...(opts.backoff === undefined ? {} : { backoff: opts.backoff }),
+    ...(opts.pingIntervalMs === undefined ? {} : { pingIntervalMs: opts.pingIntervalMs }),
+    onOpen: () => {
+      sendDirect(hello());
+      welcomeTimer = setTimeout(
+        () => conn?.drop('no welcome from the master'),
+        opts.welcomeTimeoutMs ?? DEFAULT_WELCOME_TIMEOUT_MS,
+      );
+    },
+    onMessage,
+    onClose: () => {
+      clearTimeout(welcomeTimer);
+      welcomed = false;
+      outbox.endSession();
+    },
+  });
+
+  let closing: Promise<void> | null = null;
+  return {
+    bootId,
+    workerId: opts.workerId,
+    provider: opts.sampler.provider,
+    isConnected: () => welcomed && conn?.isOpen() === true,
+    latestCards: () => sampling.latestCards(),
+    close() {
+      closing ??= (async () => {
+        stopping = true;
+        log.info({ running: executions.runningCount() }, 'worker: stopping');
+        sampling.stop();
+        recoveryAbort.abort();
+        await executions.stopAll();
+        await recovery;
+        const flushEnd = Date.now() + FLUSH_WAIT_MS;
+        while (welcomed && outbox.hasUnacked() && Date.now() < flushEnd) await sleep(20);
+        clearTimeout(welcomeTimer);
+        await conn?.close();
+        store.close();
+        log.info('worker: stopped');
+      })();
+      return closing;
+    },
+  };
+}
+
+let cachedVersion: string | undefined;
+
+function packageVersion(): string {
+  if (cachedVersion === undefined) {
+    try {
+      const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as {
+        version?: unknown;
+      };
+      cachedVersion = typeof pkg.version === 'string' ? pkg.version.slice(0, 64) : 'unknown';
+    } catch {
+      cachedVersion = 'unknown';
+    }
+  }
+  return cachedVersion;
+}
+
+function sleep(ms: number): Promise<void> {
+  return new Promise((r) => setTimeout(r, ms));
+}
