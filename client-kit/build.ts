@@ -73,11 +73,9 @@ export async function buildClientKit(opts: BuildClientKitOptions): Promise<{ fil
 
   const rendered = new Map<string, Buffer>();
   for (const source of await kitSources()) {
-    const text = tidyFrontMatter(
-      (await readFile(source.from, 'utf8'))
-        .replaceAll('{{BROKER_URL}}', brokerUrl)
-        .replaceAll('{{MCP_URL}}', mcpUrl.href),
-    );
+    const text = (await readFile(source.from, 'utf8'))
+      .replaceAll('{{BROKER_URL}}', brokerUrl)
+      .replaceAll('{{MCP_URL}}', mcpUrl.href);
     const leftover = text.match(/\{\{[A-Z_]+\}\}/);
     if (leftover) throw new Error(`template ${source.from} has an unknown placeholder ${leftover[0]}`);
     rendered.set(source.to, Buffer.from(text, 'utf8'));
@@ -260,15 +258,6 @@ function isSafeKitPath(path: string): boolean {
     posix.normalize(path) === path &&
     !path.split('/').includes('..')
   );
-}
-
-/**
- * Drops blank lines right after a Markdown file's opening `---`. The repo's formatter (biome 2.6)
- * inserts one into YAML front matter; YAML still parses, but skill loaders are not all lenient, so the
- * kit ships the conventional `---\nname: …` form.
- */
-function tidyFrontMatter(text: string): string {
-  return text.replace(/^---\n(?:[ \t]*\n)+/, '---\n');
 }
 
 /** Reads the CA certificate to ship, refusing anything that is not a lone CA certificate. */
