@@ -7,6 +7,7 @@ import { joinDetail, phaseBody } from './daemon-reports.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
 import { startExecution } from './executor.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
+import { pinsProblem } from './pin-check.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
 /**
@@ -14,7 +15,8 @@ import type { CardSampler } from './samplers/card-sampler.js';
  * execution's events become messages. Phases an execution goes through on this worker:
  *
  *   accepted   fenced, recorded and reported; the executor is starting it
- *   rejected   refused before anything ran (STALE_EPOCH, or SETUP_FAILED: unknown card, uuid mismatch)
+ *   rejected   refused before anything ran (STALE_EPOCH, or SETUP_FAILED: unknown card, uuid mismatch,
+ *              a pinned file whose sha256 differs on this host)
  *   started    its process group runs (pgid recorded, so a restarted worker can stop it)
  *   exited     its main process ended and its outputs are queued ahead of this report
  *   cleaned    cleanup receipt: the group is gone and the cards are clean
@@ -103,7 +105,7 @@ export class ExecutionManager {
       );
       return {};
     }
-    const problem = leasedCardsProblem(plan.cards, this.deps.latestCards());
+    const problem = leasedCardsProblem(plan.cards, this.deps.latestCards()) ?? pinsProblem(plan.pins ?? []);
     if (problem !== null) {
       this.reject(plan, 'SETUP_FAILED', problem);
       return {};

@@ -1,3 +1,4 @@
+import type { Policy } from '../contracts/policy.js';
 import type { ExecutionPlan } from '../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../domain/lease.js';
 import { decide, type SchedulingDecision, type SchedulingSnapshot } from '../domain/scheduling.js';
@@ -193,6 +194,7 @@ export class Scheduler implements TaskObserver {
       spec_digest: task.spec_digest,
       kill_grace_seconds: config.timing.kill_grace_seconds,
       cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
+      pins: pinnedFiles(task.spec.runtime.argv, config.policy),
     };
     enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
   }
@@ -211,4 +213,18 @@ export class Scheduler implements TaskObserver {
   queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null {
     return this.queue.get(taskId) ?? null;
   }
+}
+
+/** The policy's sha256 pins that apply to this argv: the executable's, and an allowed script's. */
+export function pinnedFiles(
+  argv: readonly string[],
+  policy: Policy,
+): Array<{ path: string; sha256: string }> {
+  const [exe, script] = argv;
+  const pins: Array<{ path: string; sha256: string }> = [];
+  const rule = policy.executables.find((e) => e.path === exe);
+  if (rule?.sha256) pins.push({ path: rule.path, sha256: rule.sha256 });
+  const scriptRule = policy.scripts.find((s) => s.interpreter === exe && s.script === script);
+  if (scriptRule) pins.push({ path: scriptRule.script, sha256: scriptRule.sha256 });
+  return pins;
 }

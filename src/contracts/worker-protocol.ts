@@ -57,6 +57,15 @@ export const ExecutionPlanSchema = z.object({
   spec_digest: z.string().regex(/^[0-9a-f]{64}$/),
   kill_grace_seconds: z.number().min(0).max(600),
   cleanup_timeout_seconds: z.number().min(0).max(3600),
+  /**
+   * Files the policy pins by sha256 (the executable, or an interpreter's script). The worker hashes
+   * them on its own host before running and rejects the plan (SETUP_FAILED) on any mismatch: the
+   * master checked its copy, but what runs is the worker's.
+   */
+  pins: z
+    .array(z.object({ path: z.string().min(1).max(4096), sha256: z.string().regex(/^[0-9a-f]{64}$/) }))
+    .max(16)
+    .optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;
