@@ -162,6 +162,7 @@ export class Fleet {
             model: c.model,
             memory_used_mib: c.memory_used_mib,
             memory_total_mib: c.memory_total_mib,
+            memory_used_pct: c.memory_used_pct ?? null,
             health: c.health,
             health_reasons: c.health_reasons,
             processes: c.processes,

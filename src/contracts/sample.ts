@@ -31,6 +31,8 @@ export const CardSampleSchema = z.object({
   model: z.string().max(128),
   memory_used_mib: z.number().nullable(),
   memory_total_mib: z.number().nullable(),
+  /** VRAM in use as a percentage, when the tool reports only that (hy-smi's table); MiB win when both exist. */
+  memory_used_pct: z.number().nullable().optional(),
   utilization_pct: z.number().nullable(),
   temperature_c: z.number().nullable(),
   power_w: z.number().nullable(),

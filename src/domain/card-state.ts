@@ -59,7 +59,13 @@ export const STALE_AFTER_SAMPLE_INTERVALS = 3;
 /** The sample fields a card's state depends on. */
 export type CardReading = Pick<
   CardSample,
-  'memory_used_mib' | 'memory_total_mib' | 'health' | 'health_reasons' | 'processes' | 'simulated'
+  | 'memory_used_mib'
+  | 'memory_total_mib'
+  | 'memory_used_pct'
+  | 'health'
+  | 'health_reasons'
+  | 'processes'
+  | 'simulated'
 >;
 
 /** What the broker's own records say about a card. */
@@ -150,10 +156,8 @@ export function deriveCardState(
   const memory = memoryUse(card);
   const threshold = config.vram_threshold_pct ?? DEFAULT_VRAM_THRESHOLD_PCT;
   if (memory !== null && memory.pct > threshold) {
-    found(
-      'BUSY_FOREIGN',
-      `VRAM ${memory.used} of ${memory.total} MiB used (${round1(memory.pct)} % > ${threshold} % threshold)`,
-    );
+    const amount = memory.used !== null ? `${memory.used} of ${memory.total} MiB used` : 'used';
+    found('BUSY_FOREIGN', `VRAM ${amount} (${round1(memory.pct)} % > ${threshold} % threshold)`);
   }
 
   // 7. A real card we cannot prove idle is not free; simulated cards hold nothing to collide with.
@@ -184,14 +188,17 @@ function freshnessProblem(worker: WorkerSampling, now: number, intervalMs: numbe
   return null;
 }
 
-/** Memory used in MiB and percent, or null when a real card did not report it. */
-function memoryUse(card: CardReading): { used: number; total: number; pct: number } | null {
+/**
+ * Memory used (MiB when known) and percent, or null when a real card did not report it. A tool that
+ * reports only a percentage (hy-smi's table) still proves a card idle or busy.
+ */
+function memoryUse(card: CardReading): { used: number | null; total: number | null; pct: number } | null {
   const used = card.memory_used_mib;
   const total = card.memory_total_mib;
-  if (used === null || total === null || total <= 0) {
-    return card.simulated ? { used: used ?? 0, total: total ?? 0, pct: 0 } : null;
-  }
-  return { used, total, pct: (used / total) * 100 };
+  if (used !== null && total !== null && total > 0) return { used, total, pct: (used / total) * 100 };
+  const pct = card.memory_used_pct ?? null;
+  if (pct !== null) return { used: null, total, pct };
+  return card.simulated ? { used: used ?? 0, total: total ?? 0, pct: 0 } : null;
 }
 
 function round1(n: number): number {

@@ -37,6 +37,10 @@ interface PoolCard {
   /** The card's model as padded lower-case words (see modelWords). */
   words: string;
   state: CardState;
+  /** The qualification run this card is reserved for (only that run's tasks may use it), or null. */
+  run: string | null;
+  /** An operator cordon (not a run's reservation) keeps every task off it. */
+  cordoned: boolean;
   /** OPEN, CLAIMED or RESERVED; meaningful only for free-list cards. */
   mark: number;
   /** When RESERVED: which reservation of the pass (1-based) holds it, and that task's queue position. */
@@ -55,6 +59,8 @@ interface Slot {
   free: PoolCard[];
   /** How many of `free` are still OPEN. */
   openCount: number;
+  /** How many of `free` are reserved for a qualification run (they match only that run's tasks). */
+  runReserved: number;
 }
 
 /** A task's card requirement, normalised once. Tasks with the same `key` are placed identically. */
@@ -68,6 +74,8 @@ export interface Requirement {
   minMemoryMib: number | null;
   /** Pinned worker id, or null. */
   worker: string | null;
+  /** The qualification run the task belongs to, or null: it matches only cards reserved for that run. */
+  run: string | null;
 }
 
 /** What never changes for a requirement within a pass: where it may run, or why it never can. */
@@ -86,13 +94,15 @@ export function requirementOf(task: QueuedTaskView): Requirement {
   const model = task.cards.model ?? null;
   const minMemoryMib = task.cards.min_memory_mib ?? null;
   const worker = task.worker ?? null;
+  const run = task.run_id ?? null;
   return {
-    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker]),
+    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run]),
     need: task.cards.count,
     model,
     modelWords: model === null ? null : modelWords(model),
     minMemoryMib,
     worker,
+    run,
   };
 }
 
@@ -115,7 +125,16 @@ function modelWords(model: string): string {
   return words.length === 0 ? '' : ` ${words.join(' ')} `;
 }
 
+/**
+ * Whether a task may use the card: a card reserved for a qualification run matches only that run's
+ * tasks, and a run's task matches only its run's cards; then model and memory (see `fitsShape`).
+ */
 function matches(card: PoolCard, req: Requirement): boolean {
+  return card.run === req.run && fitsShape(card, req);
+}
+
+/** Model and memory only, whatever reservation holds the card (capacity counts every card). */
+function fitsShape(card: PoolCard, req: Requirement): boolean {
   if (req.modelWords !== null && (req.modelWords === '' || !card.words.includes(req.modelWords)))
     return false;
   if (req.minMemoryMib !== null) {
@@ -134,6 +153,8 @@ export class CardPool {
   private readonly reasons = new Map<string, WaitReason>();
   /** OPEN free cards over all usable workers. */
   private openTotal = 0;
+  /** Free cards reserved for qualification runs, over all usable workers (they defeat the fast paths). */
+  private runReservedTotal = 0;
   private reservationCount = 0;
   /** Bumped on every claim or reservation, so a reason cached before one is never reused after it. */
   private version = 0;
@@ -145,17 +166,27 @@ export class CardPool {
         const usable = worker.online && !worker.draining;
         const cards = [...worker.cards]
           .sort((a, b) => a.index - b.index)
-          .map((view) => ({
-            view,
-            words: modelWords(view.model),
-            state: deriveCardState({ card: view, worker }, now, config).state,
-            mark: OPEN,
-            reservation: 0,
-            holderPosition: 0,
-          }));
+          .map((view) => {
+            const run = view.reserved_for_run ?? null;
+            // A run's reservation is a cordon to everyone else, which `matches` enforces; for the
+            // card's own state it does not count, so the run's tasks see the card as it really is.
+            const card = run === null ? view : { ...view, cordoned: false };
+            return {
+              view,
+              words: modelWords(view.model),
+              state: deriveCardState({ card, worker }, now, config).state,
+              run,
+              cordoned: card.cordoned,
+              mark: OPEN,
+              reservation: 0,
+              holderPosition: 0,
+            };
+          });
         const free = usable ? cards.filter((c) => c.state === 'AVAILABLE') : [];
+        const runReserved = free.filter((c) => c.run !== null).length;
         this.openTotal += free.length;
-        return { worker, usable, cards, free, openCount: free.length };
+        this.runReservedTotal += runReserved;
+        return { worker, usable, cards, free, openCount: free.length, runReserved };
       });
     for (const slot of this.slots) this.slotById.set(slot.worker.worker_id, slot);
   }
@@ -177,12 +208,12 @@ export class CardPool {
   place(view: RequirementView): { worker_id: string; card_indexes: number[] } | null {
     const { req } = view;
     if (this.openTotal < req.need || this.unplaceable.has(req.key)) return null;
-    const anyCard = req.modelWords === null && req.minMemoryMib === null;
+    const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
     let best: Slot | null = null;
     let bestCount = Number.POSITIVE_INFINITY;
     for (const slot of view.slots) {
       if (slot.openCount < req.need) continue;
-      const count = anyCard ? slot.openCount : this.countOpen(slot, req);
+      const count = anyCard && slot.runReserved === 0 ? slot.openCount : this.countOpen(slot, req);
       if (count >= req.need && count < bestCount) {
         best = slot;
         bestCount = count;
@@ -216,7 +247,7 @@ export class CardPool {
       if (open <= bestOpen) continue;
       let later = 0;
       for (const card of slot.cards) {
-        const leased = card.state === 'LEASED' && !card.view.cordoned;
+        const leased = card.state === 'LEASED' && !card.cordoned;
         const busyWithUs = leased || (card.state === 'AVAILABLE' && card.mark === CLAIMED);
         if (busyWithUs && matches(card, req)) later++;
       }
@@ -254,7 +285,8 @@ export class CardPool {
 
   private explain(view: RequirementView, reservationsBefore: number): WaitReason {
     const { req } = view;
-    if (this.reservationCount === 0 && req.modelWords === null && req.minMemoryMib === null) {
+    const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
+    if (this.reservationCount === 0 && this.runReservedTotal === 0 && anyCard) {
       let free = 0;
       for (const slot of view.slots) free = Math.max(free, slot.openCount);
       return waitingForCards(req.need, view.eligible, free);
@@ -289,12 +321,13 @@ export class CardPool {
       if (pinned === undefined) return blockedView(unknownPinnedWorker(req.need, req.worker));
       allowed = [pinned];
     }
-    // Capacity counts cards in any state: a worker that could never hold the task rules itself out.
+    // Capacity counts cards in any state, reserved or not: a worker that could never hold the task
+    // rules itself out.
     let largest = 0;
     const capable: Slot[] = [];
     for (const slot of allowed) {
       let n = 0;
-      for (const card of slot.cards) if (matches(card, req)) n++;
+      for (const card of slot.cards) if (fitsShape(card, req)) n++;
       largest = Math.max(largest, n);
       if (n >= req.need) capable.push(slot);
     }
@@ -316,7 +349,9 @@ export class CardPool {
     let eligible = 0;
     for (const slot of usable) {
       let n = 0;
-      for (const card of slot.cards) if (!card.view.cordoned && matches(card, req)) n++;
+      // Cards reserved for another run (or, for a run's task, every card outside its reservation)
+      // count as cordoned here: `matches` leaves them out.
+      for (const card of slot.cards) if (!card.cordoned && matches(card, req)) n++;
       uncordoned = Math.max(uncordoned, n);
       if (n < req.need) continue;
       slots.push(slot);

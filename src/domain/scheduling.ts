@@ -14,7 +14,9 @@ import { quotaExceeded, waitingForCards } from './scheduling-reasons.js';
  *  - matching card: its model matches the task's `model` (case-insensitive, whole words, see
  *    `modelMatches`) and its memory_total is at least `min_memory_mib`;
  *  - free card: eligible, and neither granted nor reserved earlier in this pass;
- *  - aged task: waited longer than `reservation_after_seconds` since approval; it reserves free cards.
+ *  - aged task: waited longer than `reservation_after_seconds` since approval; it reserves free cards;
+ *  - run-reserved card: cordoned by a qualification run for itself; only that run's tasks match it, and
+ *    they match nothing else.
  */
 
 /** A QUEUED task as the scheduler sees it. */
@@ -29,6 +31,11 @@ export interface QueuedTaskView {
   cards: { count: number; model?: string | undefined; min_memory_mib?: number | undefined };
   /** Pinned worker id: the task may only run there. */
   worker?: string | undefined;
+  /**
+   * The qualification run this task belongs to, if any: it may only run on cards reserved for that run
+   * (docs/decisions/NNNN-qualification-cordons.md).
+   */
+  run_id?: string | undefined;
 }
 
 /** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
@@ -38,12 +45,19 @@ export type CardView = Pick<
   | 'model'
   | 'memory_used_mib'
   | 'memory_total_mib'
+  | 'memory_used_pct'
   | 'health'
   | 'health_reasons'
   | 'processes'
   | 'simulated'
 > &
-  CardRecords;
+  CardRecords & {
+    /**
+     * Set when a qualification run cordoned this card for itself: to every other task the card is
+     * cordoned, to the run's own tasks it is a card like any other. Absent or null: no reservation.
+     */
+    reserved_for_run?: string | null | undefined;
+  };
 
 /** One enrolled worker as the scheduler sees it. */
 export interface WorkerView extends WorkerSampling {

@@ -91,6 +91,7 @@ export class HySampler implements CardSampler {
         model: hyModel(card) ?? HY_DEFAULT_MODEL,
         memory_used_mib: used,
         memory_total_mib: memory.memory_total_mib,
+        memory_used_pct: row.vram_pct,
         utilization_pct: row.utilization_pct,
         temperature_c: row.temperature_c,
         power_w: row.power_w,

@@ -140,3 +140,38 @@ describe('deriveCardState', () => {
     expect(new Set(CARD_STATES).size).toBe(7);
   });
 });
+
+describe('cards that report VRAM only as a percentage (hy-smi table)', () => {
+  const base = {
+    memory_used_mib: null,
+    memory_total_mib: null,
+    health: 'unknown' as const,
+    health_reasons: [],
+    processes: [],
+    simulated: false,
+    cordoned: false,
+    leased: false,
+    quarantined: false,
+    broker_pids: [],
+  };
+  const worker = { online: true, sampled_at: 1000, sampler_error: null };
+  const config = { sample_interval_ms: 2000 };
+
+  it('is AVAILABLE when the percentage is under the threshold', () => {
+    expect(deriveCardState({ card: { ...base, memory_used_pct: 0 }, worker }, 1000, config).state).toBe(
+      'AVAILABLE',
+    );
+  });
+
+  it('is BUSY_FOREIGN when the percentage is over the threshold', () => {
+    const r = deriveCardState({ card: { ...base, memory_used_pct: 35 }, worker }, 1000, config);
+    expect(r.state).toBe('BUSY_FOREIGN');
+    expect(r.reasons[0]).toContain('35 %');
+  });
+
+  it('stays UNKNOWN when neither MiB nor percent is reported', () => {
+    expect(deriveCardState({ card: { ...base, memory_used_pct: null }, worker }, 1000, config).state).toBe(
+      'UNKNOWN',
+    );
+  });
+});

@@ -42,6 +42,7 @@ describe('HySampler against the fake hy-smi', () => {
       model: 'K100_AI',
       memory_used_mib: 0,
       memory_total_mib: 65520,
+      memory_used_pct: 0,
       utilization_pct: 0,
       temperature_c: 49,
       power_w: 118,
@@ -71,6 +72,8 @@ describe('HySampler against the fake hy-smi', () => {
       model: HY_DEFAULT_MODEL,
       memory_total_mib: null,
       memory_used_mib: null,
+      // The table's VRAM % still lets the scheduler prove the card idle.
+      memory_used_pct: 0,
     });
     expect(sample[0]?.health_reasons[1]).toMatch(/memory query failed/);
   });
