@@ -159,8 +159,6 @@ function afterRevisionAction(p: ProposalRecord, r: RevisionRecord): string {
 export function createProposal(deps: BrokerDeps, principal: Principal, spec: TaskSpec): RevisionResult {
   const now = deps.clock.now();
   const id = deps.ids('prop');
-  const quota = deps.config.scheduling.max_queued_tasks_per_owner;
-  void quota; // queued-task quota is enforced when a task is created (approval), not here.
   const revisionId = deps.ids('rev');
   const p: ProposalRecord = {
     id,

@@ -17,6 +17,10 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
     message: string;
     action: string;
   }> = [];
+  const readAll = canReadAll(principal);
+  // Task ids are shown only to those who may read the task (the owner, reviewers, operators).
+  const taskRef = (taskId: string) =>
+    readAll || deps.store.tasks.get(taskId)?.owner_id === principal.id ? taskId : 'TASK';
   const leases = deps.store.leases.liveLeases();
   for (const l of leases) {
     if (l.state === 'QUARANTINED')
@@ -24,8 +28,8 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
         kind: 'card_quarantined',
         severity: 'critical',
         subject: `${l.worker_id}:${l.cards.map((c) => c.index).join(',')}`,
-        message: `cards held by quarantined lease ${l.id} (task ${l.task_id}): ${l.reason ?? 'cleanup not confirmed'}`,
-        action: `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${l.task_id} --resolution FAILED --reason "…"`,
+        message: `cards held by quarantined lease ${l.id} (task ${taskRef(l.task_id)}): ${l.reason ?? 'cleanup not confirmed'}`,
+        action: `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${taskRef(l.task_id)} --resolution FAILED --reason "…"`,
       });
   }
   for (const w of deps.store.workers.list()) {
@@ -52,9 +56,9 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
     alerts.push({
       kind: 'task_needs_reconciliation',
       severity: 'critical',
-      subject: t.id,
-      message: `task ${t.id} lost its worker; its outcome is unknown`,
-      action: `If the worker will not come back: gpu-broker reconcile ${t.id} --resolution FAILED --reason "…"`,
+      subject: taskRef(t.id),
+      message: `task ${taskRef(t.id)} lost its worker; its outcome is unknown`,
+      action: `If the worker will not come back: gpu-broker reconcile ${taskRef(t.id)} --resolution FAILED --reason "…"`,
     });
   const audit = deps.auditStatus();
   if (!audit.ok)
@@ -65,7 +69,6 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       message: audit.detail ?? 'audit chain broken',
       action: 'Run gpu-broker audit verify and investigate the named row.',
     });
-  const readAll = canReadAll(principal);
   return {
     tasks_by_state: deps.store.tasks.countByState(),
     leases: leases.map((l) => ({

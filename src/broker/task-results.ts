@@ -49,12 +49,12 @@ export function getTaskLogs(
     };
   }
   const offset = q.offset ?? 0;
-  const { data } = deps.store.logs.read(execId, stream, offset, max);
+  const { data, next } = deps.store.logs.read(execId, stream, offset, max);
   return {
     task_id: t.id,
     stream,
     offset,
-    next_offset: offset + data.length,
+    next_offset: next,
     total_bytes: total,
     data: data.toString('utf8'),
     complete,

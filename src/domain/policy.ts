@@ -27,6 +27,12 @@ export interface PolicyFacts {
 /** Env names the broker sets itself; a spec may never set them. */
 const RESERVED_ENV =
   /^(GPU_BROKER_.*|CUDA_VISIBLE_DEVICES|HIP_VISIBLE_DEVICES|ROCR_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$/;
+/**
+ * Env names refused whatever the config says: they make the dynamic loader run code of the task's
+ * choosing. `policy.refused_env` adds to this list; it cannot shrink it.
+ */
+export const ALWAYS_REFUSED_ENV: readonly string[] = ['LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT'];
+
 /** Env names that usually carry secrets; specs are read by reviewers and stored forever. */
 const SECRET_ENV = /(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL)/i;
 
@@ -47,13 +53,13 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
         `${name} is set by the broker for every task`,
         'Remove it: the worker sets CUDA_VISIBLE_DEVICES/HIP_VISIBLE_DEVICES and GPU_BROKER_* to the leased cards.',
       );
-    } else if (policy.refused_env.includes(name)) {
+    } else if (ALWAYS_REFUSED_ENV.includes(name) || policy.refused_env.includes(name)) {
       add(
         'error',
         'ENV_REFUSED',
         `runtime.env.${name}`,
         `${name} is refused by policy`,
-        `Remove it. Refused names: ${policy.refused_env.join(', ')}.`,
+        `Remove it. Refused names: ${[...new Set([...ALWAYS_REFUSED_ENV, ...policy.refused_env])].join(', ')}.`,
       );
     } else if (SECRET_ENV.test(name)) {
       add(

@@ -14,8 +14,6 @@ export interface RestRoute {
   method: 'GET' | 'POST';
   url: string;
   tool: string;
-  /** Body field that holds the whole body (e.g. create_proposal's `spec`), if any. */
-  bodyAs?: string;
 }
 
 /** The routes. Adding a tool to REST is one line here. */

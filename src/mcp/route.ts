@@ -1,6 +1,6 @@
 import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/streamableHttp.js';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import { BrokerError } from '../contracts/errors.js';
 import { isAllowedOrigin } from '../http/origin.js';
@@ -42,25 +42,19 @@ export function registerMcpRoute(
     reply.hijack();
     await transport.handleRequest(raw, reply.raw, req.body);
   });
-  const notAllowed = async () => {
-    throw new BrokerError(
-      'INVALID_STATE',
-      'this MCP endpoint is stateless: only POST is served',
-      'Send JSON-RPC requests with POST.',
-    );
-  };
-  app.get('/mcp', async (_req, reply) => {
+  // Stateless: no SSE stream to open (GET) and no session to end (DELETE).
+  const notAllowed = async (_req: unknown, reply: FastifyReply) =>
     reply
       .code(405)
       .header('Allow', 'POST')
       .send({
         error: {
           code: 'INVALID_STATE',
-          message: 'method not allowed; use POST',
-          hint: 'Stateless MCP: POST only.',
+          message: 'method not allowed; this MCP endpoint is stateless and serves POST only',
+          hint: 'Send JSON-RPC requests with POST.',
           retryable: false,
         },
       });
-  });
+  app.get('/mcp', notAllowed);
   app.delete('/mcp', notAllowed);
 }

@@ -39,19 +39,22 @@ export class LogsRepo {
     this.s.putChunk.run(executionId, stream, offset, data);
   }
 
-  /** Bytes of a stream from `from`, at most `max` bytes, contiguous from `from`. */
+  /** Bytes of a stream from `from`, at most `max` bytes; `next` is the offset to continue from. */
   read(
     executionId: string,
     stream: 'stdout' | 'stderr',
     from: number,
     max: number,
-  ): { data: Buffer; total: number } {
+  ): { data: Buffer; total: number; next: number } {
     const total = this.s.total.get(executionId, stream)?.total ?? 0;
     const parts: Buffer[] = [];
     let pos = from;
     let size = 0;
     for (const c of this.s.chunksFrom.iterate(executionId, stream, from)) {
-      if (c.offset > pos) break; // a gap: the missing chunk has not arrived yet
+      // Chunks arrive in order over one session, so a gap is not a chunk still to come: the worker's
+      // offsets count the task's raw bytes, while `data` is their UTF-8 text, which for invalid UTF-8
+      // (binary output) is longer or shorter. Skip gaps and trim overlaps rather than stop reading.
+      if (c.offset > pos) pos = c.offset;
       const slice = c.data.subarray(pos - c.offset);
       const take = slice.subarray(0, Math.max(0, max - size));
       parts.push(take);
@@ -59,7 +62,7 @@ export class LogsRepo {
       pos += take.length;
       if (size >= max) break;
     }
-    return { data: Buffer.concat(parts), total };
+    return { data: Buffer.concat(parts), total, next: pos };
   }
 
   /** Total bytes of a stream. */
