@@ -21,6 +21,20 @@ export interface AppOptions {
   health?: (() => Record<string, unknown>) | undefined;
 }
 
+/**
+ * On close, fastify ends the keep-alive connections that are idle at that moment; one still serving a
+ * request (a `wait_for_*` call, a hijacked MCP reply) goes idle later and then held `close()` — and
+ * `gpu-broker serve`'s SIGTERM — open for the whole keep-alive timeout (72 s). Close each connection as
+ * soon as it goes idle instead.
+ */
+function closeConnectionsAsTheyIdle(app: FastifyInstance): void {
+  app.addHook('preClose', async () => {
+    const timer = setInterval(() => app.server.closeIdleConnections(), 50);
+    timer.unref();
+    app.server.once('close', () => clearInterval(timer));
+  });
+}
+
 /** Builds the master's fastify app without listening (tests use `inject()` or listen themselves). */
 export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<FastifyInstance> {
   const app = Fastify({
@@ -32,6 +46,7 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
   app.decorateRequest('principal', null);
   installErrorHandling(app, deps.logger);
   app.addHook('onRequest', authHook(deps, WORKER_CONNECT_PATH));
+  closeConnectionsAsTheyIdle(app);
 
   app.get('/healthz', async (_req, reply) => {
     const extra = opts.health?.() ?? {};

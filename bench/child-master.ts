@@ -1,0 +1,107 @@
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+/**
+ * A master in its own process for benchmarks, started exactly as an operator would
+ * (`gpu-broker serve --json`), so its RSS and CPU are its own and not the load generator's.
+ */
+
+const execFileP = promisify(execFile);
+
+/** The built CLI next to this file once compiled (dist/bench → dist/src/cli/main.js). */
+export const CLI_PATH = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+
+/** A running child master. */
+export interface ChildMaster {
+  url: string;
+  caPem: string;
+  pid: number;
+  dataDir: string;
+  /** Creates a principal with the CLI (`token create --json`) and returns its token. */
+  createToken(name: string, roles: string[]): Promise<string>;
+  /** Resident and peak resident set size of the master process, in MiB (from /proc/PID/status). */
+  memory(): { rssMiB: number; peakMiB: number };
+  /** CPU seconds (user + system) the master process has used so far (from /proc/PID/stat). */
+  cpuSeconds(): number;
+  /** SIGTERM, wait for exit, remove the data dir. */
+  stop(): Promise<void>;
+}
+
+/** Starts `gpu-broker serve` on 127.0.0.1:0 (TLS auto) in a temp data dir with `policy`. */
+export async function startChildMaster(policy: Record<string, unknown>): Promise<ChildMaster> {
+  const dataDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-'));
+  const configPath = join(dataDir, 'bench-config.json');
+  writeFileSync(configPath, JSON.stringify({ policy }));
+  // GPU_BROKER_BENCH_MASTER_NODE_ARGS (e.g. "--cpu-prof") goes to the master's node only.
+  const nodeArgs = (process.env['GPU_BROKER_BENCH_MASTER_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
+  const child: ChildProcess = spawn(
+    process.execPath,
+    [
+      ...nodeArgs,
+      CLI_PATH,
+      'serve',
+      '--data-dir',
+      dataDir,
+      '--listen',
+      '127.0.0.1:0',
+      '--json',
+      '--config',
+      configPath,
+    ],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
+  let stderr = '';
+  child.stderr?.setEncoding('utf8').on('data', (d: string) => {
+    // Keep only the tail: the master logs JSON lines and we only need them on failure.
+    stderr = (stderr + d).slice(-4000);
+  });
+  const info = await new Promise<{ url: string; ca_file: string }>((resolve, reject) => {
+    let out = '';
+    const timer = setTimeout(() => reject(new Error(`master did not start in 30 s: ${stderr}`)), 30_000);
+    void exited.then(() => reject(new Error(`master exited during start: ${stderr}`)));
+    child.stdout?.setEncoding('utf8').on('data', (d: string) => {
+      out += d;
+      const line = out.split('\n').find((l, i, all) => i < all.length - 1 && l.startsWith('{'));
+      if (line) {
+        clearTimeout(timer);
+        resolve(JSON.parse(line) as { url: string; ca_file: string });
+      }
+    });
+  });
+  const pid = child.pid!;
+  return {
+    url: info.url,
+    caPem: readFileSync(info.ca_file, 'utf8'),
+    pid,
+    dataDir,
+    async createToken(name, roles) {
+      const args = [CLI_PATH, 'token', 'create', '--data-dir', dataDir, '--name', name, '--json'];
+      for (const r of roles) args.push('--role', r);
+      const { stdout } = await execFileP(process.execPath, args);
+      return (JSON.parse(stdout) as { token: string }).token;
+    },
+    memory() {
+      const status = readFileSync(`/proc/${pid}/status`, 'utf8');
+      const kib = (field: string) =>
+        Number(new RegExp(`^${field}:\\s+(\\d+) kB`, 'm').exec(status)?.[1] ?? NaN);
+      return { rssMiB: kib('VmRSS') / 1024, peakMiB: kib('VmHWM') / 1024 };
+    },
+    cpuSeconds() {
+      // Fields 14 and 15 (utime, stime) in clock ticks; the command name (field 2) may hold spaces,
+      // so count from the closing parenthesis. USER_HZ is 100 on Linux.
+      const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+      const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      return (Number(rest[11]) + Number(rest[12])) / 100;
+    },
+    async stop() {
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGTERM');
+      await exited;
+      rmSync(dataDir, { recursive: true, force: true });
+    },
+  };
+}

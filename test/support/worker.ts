@@ -1,0 +1,96 @@
+import { join } from 'node:path';
+import { type Logger, silentLogger } from '../../src/platform/logger.js';
+import { type RunningWorker, startWorker } from '../../worker/daemon.js';
+import type { CardSampler } from '../../worker/samplers/card-sampler.js';
+import { SimSampler } from '../../worker/samplers/sim-sampler.js';
+import type { TestMaster } from './master.js';
+import { makeTempDir } from './temp.js';
+
+/**
+ * A real worker daemon for cluster tests: `startWorker` in this process, talking WSS to a master (a
+ * `TestMaster`, a child-process master, or a TCP proxy in front of either), with short reconnect
+ * backoff so a restored link is used within a fraction of a second.
+ */
+
+/** Where a worker connects and with what. */
+export interface TestWorkerOptions {
+  /** The master's base URL (https://127.0.0.1:PORT), or a proxy's. */
+  url: string;
+  /** PEM of the CA that signed the master's certificate; null for plain http. */
+  caPem: string | null;
+  /** A worker token bound to `workerId`. */
+  token: string;
+  workerId: string;
+  /** Default: `SimSampler` with `simCards` cards seeded by the worker id. */
+  sampler?: CardSampler;
+  /** Simulated cards when no sampler is given; default 4. */
+  simCards?: number;
+  /** Default: a fresh temp dir. Reuse one to restart a worker on its old state. */
+  dataDir?: string;
+  /** Sample interval until the welcome says otherwise; default 200 ms. */
+  sampleIntervalMs?: number;
+  /** Default: silent. */
+  logger?: Logger;
+}
+
+/** A worker under test. */
+export interface TestWorker {
+  worker: RunningWorker;
+  workerId: string;
+  dataDir: string;
+  sampler: CardSampler;
+  /** Clean stop (cancels running executions); idempotent. */
+  close(): Promise<void>;
+}
+
+/** Starts a worker; resolves once it is dialling (use `waitFor` on the master for its cards). */
+export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWorker> {
+  const dataDir = opts.dataDir ?? makeTempDir(`worker-${opts.workerId}`);
+  const sampler = opts.sampler ?? new SimSampler({ count: opts.simCards ?? 4, seed: opts.workerId });
+  const worker = await startWorker({
+    masterUrl: opts.url,
+    token: opts.token,
+    workerId: opts.workerId,
+    dataDir,
+    sampler,
+    logger: opts.logger ?? silentLogger(),
+    sampleIntervalMs: opts.sampleIntervalMs ?? 200,
+    backoff: { initialMs: 50, maxMs: 250, refusedMs: 500 },
+    cleanupPollMs: 50,
+    pingIntervalMs: 1000,
+    welcomeTimeoutMs: 3000,
+    firstSampleWaitMs: 2000,
+    ...(opts.caPem === null ? {} : { ca: opts.caPem }),
+  });
+  let closing: Promise<void> | null = null;
+  return {
+    worker,
+    workerId: opts.workerId,
+    dataDir,
+    sampler,
+    close() {
+      closing ??= worker.close();
+      return closing;
+    },
+  };
+}
+
+/** Starts a worker on a `TestMaster`, creating its worker token there. */
+export function startWorkerOn(
+  m: TestMaster,
+  workerId: string,
+  opts: Partial<Omit<TestWorkerOptions, 'token' | 'workerId'>> = {},
+): Promise<TestWorker> {
+  return startTestWorker({
+    url: m.url,
+    caPem: m.caPem,
+    token: m.createToken(`worker-${workerId}`, ['worker'], workerId),
+    workerId,
+    ...opts,
+  });
+}
+
+/** The data dir of a worker, for opening its local store (`worker.sqlite`). */
+export function workerStorePath(dataDir: string): string {
+  return join(dataDir, 'worker.sqlite');
+}

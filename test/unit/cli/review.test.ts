@@ -1,0 +1,169 @@
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RevisionResult } from '../../../src/broker/proposals.js';
+import { run as review } from '../../../src/cli/review.js';
+import type { ErrorBody } from '../../../src/contracts/errors.js';
+import { runCli } from '../../support/cli.js';
+import { startTestMaster, type TestMaster } from '../../support/master.js';
+import { validSpec } from '../../support/spec.js';
+
+/** `gpu-broker review list|show|approve|request-changes|reject` against a real master over HTTPS. */
+
+let m: TestMaster;
+let aliceToken: string;
+let ritaToken: string;
+let remote: string[];
+
+/** A proposal of alice's, IN_REVIEW, created over REST. */
+async function inReview(title = 'cli review'): Promise<RevisionResult> {
+  const api = m.rest(aliceToken);
+  const r = (await api.post<RevisionResult>('/api/v1/proposals', { spec: validSpec({ title }) })).body;
+  expect(
+    (await api.post(`/api/v1/proposals/${r.proposal_id}/confirm`, { revision_id: r.revision_id })).status,
+  ).toBe(200);
+  return r;
+}
+
+beforeAll(async () => {
+  m = await startTestMaster();
+  aliceToken = m.createToken('alice', ['submitter', 'reviewer']);
+  ritaToken = m.createToken('rita', ['reviewer']);
+  remote = ['--url', m.url, '--token', ritaToken, '--ca-file', m.caCertPath!];
+});
+
+afterAll(async () => {
+  await m?.close();
+});
+
+describe('review', () => {
+  it('list shows the queue with revision ids (--json and text)', async () => {
+    const r = await inReview('queue me');
+    const j = await runCli(review, ['list', ...remote, '--json']);
+    expect(j.code).toBe(0);
+    const items = j.json<{
+      items: Array<{ proposal_id: string; revision_id: string; title: string; own: boolean }>;
+    }>().items;
+    expect(items).toContainEqual(
+      expect.objectContaining({
+        proposal_id: r.proposal_id,
+        revision_id: r.revision_id,
+        title: 'queue me',
+        own: false,
+      }),
+    );
+    const t = await runCli(review, ['list', ...remote]);
+    expect(t.code).toBe(0);
+    expect(t.stdout.split('\n')[0]).toMatch(/^PROPOSAL\s+REV\s+REVISION_ID/);
+    expect(t.stdout).toContain(r.revision_id);
+  });
+
+  it('show prints the current revision with its findings and diff', async () => {
+    const r = await inReview();
+    const j = await runCli(review, ['show', r.proposal_id, ...remote, '--json']);
+    expect(j.code).toBe(0);
+    expect(j.json()).toMatchObject({
+      proposal_id: r.proposal_id,
+      proposal_state: 'IN_REVIEW',
+      owner: 'alice',
+      revision: { revision_id: r.revision_id, digest: r.digest, current: true, findings: [] },
+      diff: [],
+    });
+  });
+
+  it('approve turns the proposal into a QUEUED task; request-changes and reject work too', async () => {
+    const a = await inReview();
+    const out = await runCli(review, [
+      'approve',
+      a.proposal_id,
+      '--revision',
+      a.revision_id,
+      '--comment',
+      'looks safe',
+      ...remote,
+      '--json',
+    ]);
+    expect(out.code).toBe(0);
+    const body = out.json<{ state: string; task_id: string }>();
+    expect(body.state).toBe('APPROVED');
+    expect(m.store.tasks.get(body.task_id)?.state).toBe('QUEUED');
+    expect(m.store.proposals.reviews(a.proposal_id)[0]).toMatchObject({
+      decision: 'APPROVE',
+      comments: 'looks safe',
+    });
+
+    const b = await inReview();
+    const rc = await runCli(review, [
+      'request-changes',
+      b.proposal_id,
+      '--revision',
+      b.revision_id,
+      '--comment',
+      'why?',
+      ...remote,
+    ]);
+    expect(rc.code).toBe(0);
+    expect(rc.stdout).toBe(`${b.proposal_id}: CHANGES_REQUESTED\n`);
+    const c = await inReview();
+    expect(
+      (
+        await runCli(review, [
+          'reject',
+          c.proposal_id,
+          '--revision',
+          c.revision_id,
+          '--comment',
+          'no',
+          ...remote,
+        ])
+      ).code,
+    ).toBe(0);
+    expect(m.store.proposals.get(c.proposal_id)?.state).toBe('REJECTED');
+  });
+
+  it('reads the connection from GPU_BROKER_URL / _TOKEN / _CA_FILE', async () => {
+    const r = await runCli(review, ['list', '--json'], {
+      GPU_BROKER_URL: m.url,
+      GPU_BROKER_TOKEN: ritaToken,
+      GPU_BROKER_CA_FILE: m.caCertPath!,
+    });
+    expect(r.code).toBe(0);
+  });
+
+  it('refuses self-review, stale or missing revisions, and says how to trust the CA', async () => {
+    const own = await inReview();
+    const before = m.counts();
+    const self = await runCli(review, [
+      'approve',
+      own.proposal_id,
+      '--revision',
+      own.revision_id,
+      '--comment',
+      'mine',
+      '--url',
+      m.url,
+      '--token',
+      aliceToken,
+      '--ca-file',
+      m.caCertPath!,
+      '--json',
+    ]);
+    expect(self.code).toBe(1);
+    expect(self.json<{ error: ErrorBody }>().error.code).toBe('SELF_REVIEW_FORBIDDEN');
+
+    const noRev = await runCli(review, ['approve', own.proposal_id, '--comment', 'x', ...remote, '--json']);
+    expect(noRev.code).toBe(2);
+    expect(noRev.json<{ error: ErrorBody }>().error.code).toBe('INVALID_INPUT');
+    const noId = await runCli(review, ['approve', ...remote]);
+    expect(noId.code).toBe(2);
+
+    const noCa = await runCli(review, ['list', '--url', m.url, '--token', ritaToken, '--json']);
+    expect(noCa.code).toBe(1);
+    const err = noCa.json<{ error: ErrorBody }>().error;
+    expect(err.code).toBe('UNAVAILABLE');
+    expect(err.hint).toContain('--ca-file');
+
+    const noUrl = await runCli(review, ['list', '--token', ritaToken]);
+    expect(noUrl.code).toBe(2);
+    expect(noUrl.stderr).toContain('GPU_BROKER_URL');
+    expect(m.counts()).toEqual(before);
+  });
+});
