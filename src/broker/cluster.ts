@@ -230,13 +230,23 @@ export function reconcileTask(
       l = moveLease(deps, l, 'quarantine', principal.name, `reconcile: ${reason}`);
     moveLease(deps, l, 'reconcile_release', principal.name, `reconcile: ${reason}`);
     const e = deps.store.leases.executionForLease(lease.id);
-    if (e && !['cleaned', 'cleanup_failed', 'rejected'].includes(e.phase))
+    if (e && !['cleaned', 'cleanup_failed', 'rejected'].includes(e.phase)) {
       deps.store.leases.updateExecution({
         ...e,
         phase: 'cleanup_failed',
         detail: `reconciled by ${principal.name}: ${reason}`,
         updated_at: deps.clock.now(),
       });
+      // The cards are free now: an assign still waiting for the worker must never arrive, and if the
+      // worker did get it, it must stop the execution rather than run on cards granted to others.
+      deps.store.outbox.withdrawAssign(lease.worker_id, e.id, deps.clock.now());
+      enqueueForWorker(deps, deps.cluster.link, lease.worker_id, {
+        type: 'cancel',
+        execution_id: e.id,
+        lease_epoch: lease.lease_epoch,
+        reason: `reconciled by ${principal.name}: ${reason}`,
+      });
+    }
     released = true;
   }
   deps.store.audit.append({

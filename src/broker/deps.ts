@@ -5,6 +5,7 @@ import type { Logger } from '../platform/logger.js';
 import type { Store } from '../store/store.js';
 import type { Fleet } from './fleet.js';
 import type { Notifier } from './notifier.js';
+import type { QualificationLauncher } from './qualification.js';
 import type { TaskObserver } from './views.js';
 import type { WorkerLink } from './worker-link.js';
 
@@ -22,6 +23,8 @@ export interface BrokerDeps {
   cluster: ClusterRuntime;
   /** The audit chain's integrity, re-verified at most every few seconds. */
   auditStatus: () => AuditStatus;
+  /** Starts qualification runs in the background; absent where no master listens (unit fixtures). */
+  qualification?: QualificationLauncher;
 }
 
 /** Result of the periodic audit-chain check. */

@@ -77,6 +77,10 @@ function tryMoveTask(
 /** Handles an `execution` report. Call inside a transaction. */
 export function handleExecutionReport(deps: BrokerDeps, workerId: string, msg: ExecutionMessage): void {
   const e = fenced(deps, workerId, msg.execution_id, msg.lease_epoch);
+  if (msg.phase === 'cleaned' && e.phase === 'cleanup_failed') {
+    lateCleanupReceipt(deps, e, msg.detail);
+    return;
+  }
   const done = PHASE_ORDER[e.phase] >= 5;
   if (done || PHASE_ORDER[msg.phase] <= PHASE_ORDER[e.phase]) return; // duplicate or stale: already applied
   const now = deps.clock.now();
@@ -158,6 +162,25 @@ export function handleExecutionReport(deps: BrokerDeps, workerId: string, msg: E
     }
   }
   deps.store.leases.updateExecution(next);
+  deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+}
+
+/**
+ * A cleanup receipt after the master stopped waiting for it (the sweeper quarantined the lease and
+ * failed the task CLEANUP_UNCONFIRMED): the cards are proven clean, so the quarantined lease is
+ * released (DESIGN §6). The task keeps its terminal state. A lease an operator already released by
+ * reconcile is left as it is.
+ */
+function lateCleanupReceipt(deps: BrokerDeps, e: ExecutionRecord, detail: string | undefined): void {
+  const lease = deps.store.leases.lease(e.lease_id)!;
+  if (lease.state !== 'QUARANTINED') return;
+  moveLease(deps, lease, 'cleaned', 'worker', 'late cleanup receipt');
+  deps.store.leases.updateExecution({
+    ...e,
+    phase: 'cleaned',
+    detail: detail ?? 'late cleanup receipt',
+    updated_at: deps.clock.now(),
+  });
   deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
 }
 

@@ -1,3 +1,4 @@
+import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
 import type { Fleet } from './fleet.js';
 import { moveLease } from './leases.js';
@@ -25,19 +26,13 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
       const lease = deps.store.leases.lease(e.lease_id);
       if (!task || !lease) continue;
       if (live.offline_since !== null && now - live.offline_since >= lease_grace_seconds * 1000) {
-        if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
-          moveTask(
-            deps,
-            task,
-            'worker_lost',
-            'sweeper',
-            {},
-            { worker_id: e.worker_id, offline_since: live.offline_since },
-          );
+        if (
+          markExecutionLost(deps, e, 'sweeper', 'worker lost past grace', {
+            worker_id: e.worker_id,
+            offline_since: live.offline_since,
+          })
+        )
           moved++;
-        }
-        if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
-          moveLease(deps, lease, 'quarantine', 'sweeper', 'worker lost past grace');
         continue;
       }
       const overdueAt = e.updated_at + (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000;
@@ -55,5 +50,31 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
       }
     }
   });
+  return moved;
+}
+
+/**
+ * The fate of an execution is unknown (its worker was lost past grace, or came back with no record of
+ * it): its task becomes RECONCILIATION_REQUIRED and its lease QUARANTINED, so the cards are not freed on
+ * a guess. A later worker report or an operator reconcile settles it. Returns whether the task moved.
+ * Call inside a transaction.
+ */
+export function markExecutionLost(
+  deps: BrokerDeps,
+  e: ExecutionRecord,
+  actor: string,
+  reason: string,
+  data: Record<string, unknown>,
+): boolean {
+  const task = deps.store.tasks.get(e.task_id);
+  const lease = deps.store.leases.lease(e.lease_id);
+  if (!task || !lease) return false;
+  let moved = false;
+  if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
+    moveTask(deps, task, 'worker_lost', actor, {}, { ...data, reason });
+    moved = true;
+  }
+  if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
+    moveLease(deps, lease, 'quarantine', actor, reason);
   return moved;
 }

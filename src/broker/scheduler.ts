@@ -90,9 +90,24 @@ export class Scheduler implements TaskObserver {
     for (const c of store.leases.liveCards()) {
       if (c.state !== 'QUARANTINED') running[c.owner_id] = (running[c.owner_id] ?? 0) + 1;
     }
+    // Qualification runs: a RUNNING run's tasks are those of its own submitter principal, and they may
+    // only use the cards the run reserved (docs/decisions/0008-qualification-cordons.md).
+    const runBySubmitter = new Map<string, string>();
+    const reservedFor = new Map<string, string>();
+    for (const run of store.qualifications.running()) {
+      runBySubmitter.set(run.submitter_id, run.id);
+      for (const index of run.reserved_cards) reservedFor.set(`${run.worker_id}/${index}`, run.id);
+    }
+    const workers = this.fleet.workerViews(store, now);
+    if (reservedFor.size > 0)
+      for (const w of workers)
+        w.cards = w.cards.map((c) => ({
+          ...c,
+          reserved_for_run: reservedFor.get(`${w.worker_id}/${c.index}`) ?? null,
+        }));
     return {
       tasks: store.tasks
-        .inState('QUEUED')
+        .queuedForScheduling()
         .filter((t) => t.desired === 'run')
         .map((t) => ({
           task_id: t.id,
@@ -105,8 +120,9 @@ export class Scheduler implements TaskObserver {
             min_memory_mib: t.spec.cards.min_memory_mib,
           },
           worker: t.spec.worker,
+          run_id: runBySubmitter.get(t.owner_id),
         })),
-      workers: this.fleet.workerViews(store, now),
+      workers,
       running_cards_by_owner: running,
       config: {
         sample_interval_ms: config.timing.sample_interval_ms,

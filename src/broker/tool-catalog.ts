@@ -1,5 +1,6 @@
 import * as C from '../contracts/tools-cluster.js';
 import * as P from '../contracts/tools-proposals.js';
+import * as Q from '../contracts/tools-qualification.js';
 import * as T from '../contracts/tools-tasks.js';
 import {
   cancelTask,
@@ -21,6 +22,7 @@ import {
   reviseProposal,
   waitForProposal,
 } from './proposals.js';
+import { getQualificationRun, startQualification } from './qualification.js';
 import { getRevision, listReviewQueue, submitReview } from './reviews.js';
 import { getStatus } from './status.js';
 import { getTaskLogs, getTaskOutputs } from './task-results.js';
@@ -81,5 +83,7 @@ export function brokerTools(): BoundTool[] {
     bindTool(C.reconcileTaskTool, ({ deps, principal }, i) =>
       reconcileTask(deps, principal, i.task_id, i.resolution, i.reason),
     ),
+    bindTool(Q.startQualificationTool, ({ deps, principal }, i) => startQualification(deps, principal, i)),
+    bindTool(Q.getQualificationRunTool, ({ deps }, i) => getQualificationRun(deps, i.run_id)),
   ];
 }

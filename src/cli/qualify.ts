@@ -1,7 +1,169 @@
-import type { CommandRunner } from './io.js';
+import { parseArgs } from 'node:util';
+import { type EvidenceDocument, evidenceDigest, summaryRows } from '../../qualification/evidence.js';
+import { BrokerError } from '../contracts/errors.js';
+import type { QualificationRunView } from '../contracts/tools-qualification.js';
+import type { CliIo, CommandRunner } from './io.js';
+import { type MasterClient, REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { reportError, table } from './output.js';
 
-/** Placeholder while this command is being written in this change set. */
-export const run: CommandRunner = async (_argv, io) => {
-  io.stderr('this command is not available yet\n');
-  return 1;
+/**
+ * `gpu-broker qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] [--json]`
+ * starts a qualification run on the master (start_qualification), follows it with a line per step and
+ * its elapsed time, and ends with the summary table and the verdict; `--json` prints the evidence
+ * document (progress then goes to stderr). `gpu-broker qualify show RUN_ID [--json]` prints a stored
+ * run. Both exit 0 only on PASSED, and both re-check the evidence digest before trusting it.
+ */
+
+const USAGE =
+  'usage: gpu-broker qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] [--json]\n' +
+  '       gpu-broker qualify show RUN_ID [--json]';
+
+/** How often a followed run is re-read. */
+const POLL_MS = 500;
+
+export const run: CommandRunner = async (argv, io) => {
+  const { values, positionals } = parseArgs({
+    args: argv,
+    allowPositionals: true,
+    options: {
+      ...REMOTE_OPTIONS,
+      worker: { type: 'string' },
+      cards: { type: 'string' },
+      submitter: { type: 'string' },
+    },
+  });
+  try {
+    if (positionals[0] === 'show') {
+      const runId = positionals[1];
+      if (!runId) throw new BrokerError('INVALID_INPUT', 'which run?', USAGE);
+      return await withMaster(values, io, async (c) => {
+        const view = await getRun(c, runId);
+        if (!values.json) printHeader(view, (t) => io.stdout(t));
+        for (const s of view.steps) if (!values.json) io.stdout(`${stepLine(s)}\n`);
+        return finish(io, view, values.json === true);
+      });
+    }
+    if (positionals.length > 0)
+      throw new BrokerError('INVALID_INPUT', `unexpected "${positionals[0]}"`, USAGE);
+    const cards = values.cards === undefined ? undefined : parseCards(values.cards);
+    const submitter = values.submitter ?? 'scripted';
+    if (!['scripted', 'claude', 'codex'].includes(submitter))
+      throw new BrokerError('INVALID_INPUT', `unknown submitter "${submitter}"`, USAGE);
+    return await withMaster(values, io, async (c) => {
+      const workerId = values.worker ?? (await onlyWorker(c));
+      const started = await c.post<QualificationRunView>('/api/v1/qualifications', {
+        worker_id: workerId,
+        submitter,
+        ...(cards ? { cards } : {}),
+      });
+      // With --json stdout holds only the evidence document; progress goes to stderr.
+      const progress = values.json ? io.stderr : io.stdout;
+      printHeader(started, progress);
+      const view = await follow(c, io, started, progress);
+      return view === null ? 130 : finish(io, view, values.json === true);
+    });
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
 };
+
+function parseCards(text: string): number[] {
+  const counts = text.split(',').map((s) => Number(s.trim()));
+  if (counts.length === 0 || counts.some((n) => !Number.isInteger(n) || n < 1 || n > 64))
+    throw new BrokerError('INVALID_INPUT', `bad --cards "${text}"`, 'e.g. --cards 1,2,4,8');
+  return counts;
+}
+
+/** Without --worker: the one online worker, or a clear error naming the choices. */
+async function onlyWorker(c: MasterClient): Promise<string> {
+  const { workers } = await c.get<{ workers: Array<{ worker_id: string; online: boolean }> }>(
+    '/api/v1/workers',
+  );
+  const online = workers.filter((w) => w.online);
+  if (online.length === 1) return online[0]!.worker_id;
+  throw new BrokerError(
+    'INVALID_INPUT',
+    online.length === 0 ? 'no worker is online' : `${online.length} workers are online; which one?`,
+    `Pass --worker ID (${workers.map((w) => `${w.worker_id}${w.online ? '' : ' (offline)'}`).join(', ') || 'none enrolled'}).`,
+  );
+}
+
+function getRun(c: MasterClient, runId: string): Promise<QualificationRunView> {
+  return c.get<QualificationRunView>(`/api/v1/qualifications/${encodeURIComponent(runId)}`);
+}
+
+function printHeader(v: QualificationRunView, out: (t: string) => void): void {
+  const skipped = v.skipped.map((s) => `${s.cards} (${s.reason})`).join('; ');
+  out(
+    `qualification run ${v.run_id} on ${v.worker_id}: ladder ${v.ladder.join(',') || 'none'}` +
+      `${skipped ? `; skipped ${skipped}` : ''}; cards ${v.reserved_cards.join(',') || 'none'} cordoned; ` +
+      `submitter ${v.submitter}\n`,
+  );
+}
+
+function stepLine(s: QualificationRunView['steps'][number]): string {
+  const elapsed = `${(s.elapsed_ms / 1000).toFixed(1)}s`.padStart(8);
+  const rung = s.cards === null ? '' : `${s.cards} card${s.cards === 1 ? '' : 's'}: `;
+  return `[${elapsed}] ${rung}${s.text}`;
+}
+
+/** Prints each new step until the run ends; null when the user interrupted (the run goes on). */
+async function follow(
+  c: MasterClient,
+  io: CliIo,
+  started: QualificationRunView,
+  out: (t: string) => void,
+): Promise<QualificationRunView | null> {
+  let shown = 0;
+  let interrupted = false;
+  void io.stopSignal?.then(() => {
+    interrupted = true;
+  });
+  for (;;) {
+    const view = await getRun(c, started.run_id);
+    for (const s of view.steps.filter((x) => x.seq > shown)) out(`${stepLine(s)}\n`);
+    shown = Math.max(shown, ...view.steps.map((s) => s.seq));
+    if (view.state !== 'RUNNING') return view;
+    if (interrupted) {
+      io.stderr(
+        `stopped following; run ${view.run_id} goes on on the master: gpu-broker qualify show ${view.run_id}\n`,
+      );
+      return null;
+    }
+    await new Promise((r) => setTimeout(r, POLL_MS));
+  }
+}
+
+/** Prints the outcome and returns the exit code: 0 only for PASSED evidence whose digest checks out. */
+function finish(io: CliIo, v: QualificationRunView, json: boolean): number {
+  const doc = v.evidence as EvidenceDocument | null;
+  if (doc === null) {
+    if (json)
+      io.stdout(
+        `${JSON.stringify({ run_id: v.run_id, state: v.state, verdict: null, digest: null, detail: v.detail }, null, 2)}\n`,
+      );
+    else
+      io.stdout(
+        `run ${v.run_id}: ${v.state}${v.detail ? ` (${v.detail})` : ''}; no evidence\n${v.next_action}\n`,
+      );
+    return 1;
+  }
+  const digestOk = evidenceDigest(doc) === doc.digest && doc.digest === v.digest;
+  if (json) io.stdout(`${JSON.stringify(doc, null, 2)}\n`);
+  else {
+    io.stdout(
+      `\n${table(['CARDS', 'GPU IDS', 'ALL_REDUCE', 'GEMM', 'BUSBW GB/s', 'RESULT'], summaryRows(doc))}\n\n` +
+        `verdict: ${doc.verdict}${doc.worker.simulated ? ' (simulated cards: gloo on CPU, not a GPU result)' : ''}\n` +
+        `evidence: sha256 ${doc.digest} (gpu-broker qualify show ${v.run_id} --json)\n` +
+        (doc.failed_checks.length > 0
+          ? `failed checks:\n${doc.failed_checks.map((f) => `  - ${f}`).join('\n')}\n`
+          : '') +
+        `${v.next_action}\n`,
+    );
+  }
+  if (!digestOk) {
+    io.stderr(`error: the evidence digest does not match its document; do not trust this run\n`);
+    return 1;
+  }
+  return doc.verdict === 'PASSED' ? 0 : 1;
+}

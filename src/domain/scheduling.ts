@@ -33,7 +33,7 @@ export interface QueuedTaskView {
   worker?: string | undefined;
   /**
    * The qualification run this task belongs to, if any: it may only run on cards reserved for that run
-   * (docs/decisions/NNNN-qualification-cordons.md).
+   * (docs/decisions/0008-qualification-cordons.md).
    */
   run_id?: string | undefined;
 }

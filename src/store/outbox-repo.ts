@@ -36,6 +36,14 @@ export class OutboxRepo {
       ackThrough: db.prepare(
         'UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND boot_id = ? AND seq <= ? AND acked_at IS NULL',
       ),
+      pendingAssign: db.prepare<[string, string], { id: number }>(
+        `SELECT id FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL
+           AND json_extract(body, '$.type') = 'assign' AND json_extract(body, '$.plan.execution_id') = ? LIMIT 1`,
+      ),
+      withdrawAssign: db.prepare(
+        `UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND acked_at IS NULL
+           AND json_extract(body, '$.type') = 'assign' AND json_extract(body, '$.plan.execution_id') = ?`,
+      ),
       prune: db.prepare('DELETE FROM master_outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
     };
   }
@@ -68,6 +76,20 @@ export class OutboxRepo {
   /** Marks every message up to `seq` of a boot acknowledged (the worker's `master_marks`). */
   ackThrough(workerId: string, bootId: string, seq: number, now: number): number {
     return this.s.ackThrough.run(now, workerId, bootId, seq).changes;
+  }
+
+  /** Whether an `assign` of this execution still waits for the worker's acknowledgement. */
+  hasPendingAssign(workerId: string, executionId: string): boolean {
+    return this.s.pendingAssign.get(workerId, executionId) !== undefined;
+  }
+
+  /**
+   * Withdraws an unacknowledged `assign` of an execution that was decided without its worker (operator
+   * reconcile): it is never sent again. The row is kept and counts as acknowledged, so its seq is never
+   * handed out again (a worker that did process it would drop a reused seq as a duplicate).
+   */
+  withdrawAssign(workerId: string, executionId: string, now: number): number {
+    return this.s.withdrawAssign.run(now, workerId, executionId).changes;
   }
 
   /** Deletes messages acknowledged before `before`. */

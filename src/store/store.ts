@@ -6,6 +6,7 @@ import { LogsRepo } from './logs-repo.js';
 import { OutboxRepo } from './outbox-repo.js';
 import { PrincipalsRepo } from './principals-repo.js';
 import { ProposalsRepo } from './proposals-repo.js';
+import { QualificationRepo } from './qualification-repo.js';
 import { TasksRepo } from './tasks-repo.js';
 import { WorkersRepo } from './workers-repo.js';
 
@@ -25,6 +26,7 @@ export class Store {
   readonly leases: LeasesRepo;
   readonly logs: LogsRepo;
   readonly outbox: OutboxRepo;
+  readonly qualifications: QualificationRepo;
   private pending: Array<() => void> = [];
   private depth = 0;
 
@@ -38,6 +40,7 @@ export class Store {
     this.leases = new LeasesRepo(db);
     this.logs = new LogsRepo(db);
     this.outbox = new OutboxRepo(db);
+    this.qualifications = new QualificationRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */

@@ -42,6 +42,12 @@ function toRow(t: TaskRecord): TaskRow {
   return { ...t, spec: JSON.stringify(t.spec), reason: t.reason === null ? null : JSON.stringify(t.reason) };
 }
 
+/** What a scheduling pass reads of a queued task: no full spec, so no JSON parse per task per pass. */
+export interface QueuedTaskRow
+  extends Pick<TaskRecord, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'> {
+  spec: Pick<TaskSpec, 'cards' | 'worker'>;
+}
+
 /** Filter for listing tasks, newest first. */
 export interface TaskListQuery {
   owner_id?: string;
@@ -72,6 +78,20 @@ export class TasksRepo {
       setQueueInfo: db.prepare('UPDATE tasks SET reason = ?, position = ? WHERE id = ? AND state = ?'),
       byState: db.prepare<[string], TaskRow>(
         'SELECT * FROM tasks WHERE state = ? ORDER BY priority DESC, approved_at, id',
+      ),
+      queued: db.prepare<
+        [],
+        Omit<QueuedTaskRow, 'spec'> & {
+          count: number;
+          model: string | null;
+          min_memory_mib: number | null;
+          worker: string | null;
+        }
+      >(
+        `SELECT id, owner_id, priority, approved_at, desired,
+           json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
+           json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.worker') AS worker
+         FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
       ),
       countQueuedByOwner: db.prepare<[string], { n: number }>(
         "SELECT count(*) AS n FROM tasks WHERE owner_id = ? AND state = 'QUEUED'",
@@ -106,6 +126,24 @@ export class TasksRepo {
   /** Tasks in one state, in scheduling order (priority, then approval time). */
   inState(state: TaskState): TaskRecord[] {
     return this.s.byState.all(state).map(toTask);
+  }
+
+  /**
+   * The QUEUED tasks in scheduling order, reduced to what scheduling reads. Measured with 10,000 queued:
+   * 70 ms per pass through `inState` (every spec parsed), a fraction of that here (docs/performance.md).
+   */
+  queuedForScheduling(): QueuedTaskRow[] {
+    return this.s.queued.all().map(({ count, model, min_memory_mib, worker, ...t }) => ({
+      ...t,
+      spec: {
+        cards: {
+          count,
+          ...(model === null ? {} : { model }),
+          ...(min_memory_mib === null ? {} : { min_memory_mib }),
+        },
+        ...(worker === null ? {} : { worker }),
+      },
+    }));
   }
 
   /** How many queued tasks an owner has. */

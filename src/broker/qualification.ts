@@ -1,0 +1,324 @@
+import type { EvidenceDocument } from '../../qualification/evidence.js';
+import { BrokerError } from '../contracts/errors.js';
+import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
+import type { Principal } from '../store/principals-repo.js';
+import type { QualificationRunRecord, SkippedRung, SubmitterKind } from '../store/qualification-repo.js';
+import { cancelTask } from './cluster.js';
+import type { BrokerDeps } from './deps.js';
+import { CARDS_TOPIC } from './leases.js';
+import { createPrincipal, revokePrincipal } from './principals.js';
+import { iso, principalName } from './views.js';
+
+/**
+ * Use cases of qualification runs (DESIGN §11): start (validate, create the run's two principals,
+ * cordon its cards for it, hand it to the background runner), read, and finish (store the evidence,
+ * return the cards only on PASSED, revoke the principals). The runner itself lives in
+ * qualification/runner.ts; src/broker/qualification-service.ts connects the two.
+ */
+
+/** Starts runs in the background; the master provides one once it listens. */
+export interface QualificationLauncher {
+  /** Throws a BrokerError when a run of this kind cannot start now (e.g. `claude` is not installed). */
+  assertReady(kind: SubmitterKind): void;
+  /** Starts the runner for a committed run; the tokens exist only in memory. */
+  launch(runId: string, tokens: { submitter: string; reviewer: string }): void;
+}
+
+/** Topic notified whenever a run records a step or ends. */
+export const qualificationTopic = (id: string) => `qualification:${id}`;
+
+/** The cordon reason that marks a card as reserved by a run. */
+export const runCordonReason = (runId: string) => `qualification run ${runId}`;
+
+/** start_qualification. Call inside a transaction. */
+export function startQualification(
+  deps: BrokerDeps,
+  principal: Principal,
+  input: { worker_id: string; cards?: number[] | undefined; submitter?: SubmitterKind | undefined },
+): QualificationRunView {
+  const { store, clock } = deps;
+  const launcher = deps.qualification;
+  if (launcher === undefined)
+    throw new BrokerError(
+      'UNAVAILABLE',
+      'this master cannot run qualifications',
+      'Start the master with `gpu-broker serve` or `gpu-broker start`.',
+    );
+  const kind = input.submitter ?? 'scripted';
+  launcher.assertReady(kind);
+  const worker = store.workers.get(input.worker_id);
+  if (!worker)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no worker ${input.worker_id}`,
+      'list_workers shows enrolled workers.',
+    );
+  const now = clock.now();
+  if (!deps.cluster.fleet.isOnline(worker.id, now))
+    throw new BrokerError(
+      'INVALID_STATE',
+      `worker ${worker.id} is offline`,
+      'Start its worker daemon (gpu-broker worker …) and qualify it once it is online.',
+    );
+  if (worker.draining)
+    throw new BrokerError(
+      'INVALID_STATE',
+      `worker ${worker.id} is draining`,
+      `Undrain it first: gpu-broker undrain ${worker.id}.`,
+    );
+  const running = store.qualifications.runningOn(worker.id);
+  if (running)
+    throw new BrokerError(
+      'CONFLICT',
+      `qualification run ${running.id} is already running on ${worker.id}`,
+      `Wait for it: gpu-broker qualify show ${running.id}.`,
+    );
+
+  // Cards an operator cordoned, or whose cleanup was never confirmed, are not the run's to take.
+  const live = deps.cluster.fleet.get(worker.id).cards;
+  const indexes = (live.length > 0 ? live : worker.cards).map((c) => c.index).sort((a, b) => a - b);
+  const cordoned = new Set(
+    store.workers
+      .cordons()
+      .filter((c) => c.worker_id === worker.id)
+      .map((c) => c.card_index),
+  );
+  const quarantined = new Set(
+    store.leases
+      .liveCards()
+      .filter((c) => c.worker_id === worker.id && c.state === 'QUARANTINED')
+      .map((c) => c.card_index),
+  );
+  const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
+  const maxCards = deps.config.policy.max_cards;
+  const requested = [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b);
+  const skipped: SkippedRung[] = [];
+  const ladder: number[] = [];
+  for (const n of requested) {
+    if (n > maxCards) skipped.push({ cards: n, reason: `policy allows at most ${maxCards} cards per task` });
+    else if (n > usable.length)
+      skipped.push({
+        cards: n,
+        reason: `worker ${worker.id} has ${usable.length} usable card(s) (${indexes.length} in all, ${cordoned.size} cordoned, ${quarantined.size} quarantined)`,
+      });
+    else ladder.push(n);
+  }
+  const reserved = usable.slice(0, Math.max(0, ...ladder));
+
+  const id = deps.ids('qrun');
+  const actor = principal.name;
+  const submitter = createPrincipal(deps, { name: `qual-submitter-${id}`, roles: ['submitter'] }, actor);
+  const reviewer = createPrincipal(deps, { name: `qual-reviewer-${id}`, roles: ['reviewer'] }, actor);
+  const run: QualificationRunRecord = {
+    id,
+    worker_id: worker.id,
+    state: 'RUNNING',
+    submitter_kind: kind,
+    requested_by: principal.id,
+    submitter_id: submitter.principal.id,
+    reviewer_id: reviewer.principal.id,
+    requested,
+    ladder,
+    skipped,
+    reserved_cards: reserved,
+    evidence: null,
+    digest: null,
+    detail: null,
+    created_at: now,
+    updated_at: now,
+    finished_at: null,
+  };
+  store.qualifications.insert(run);
+  for (const index of reserved) {
+    store.workers.cordon({
+      worker_id: worker.id,
+      card_index: index,
+      reason: runCordonReason(id),
+      actor,
+      created_at: now,
+    });
+    store.audit.append({
+      at: now,
+      actor,
+      action: 'card.cordoned',
+      subject_type: 'card',
+      subject_id: `${worker.id}/${index}`,
+      data: { reason: runCordonReason(id), run_id: id },
+    });
+  }
+  store.audit.append({
+    at: now,
+    actor,
+    action: 'qualification.started',
+    subject_type: 'qualification_run',
+    subject_id: id,
+    data: { worker_id: worker.id, requested, ladder, skipped, reserved_cards: reserved, submitter: kind },
+  });
+  const tokens = { submitter: submitter.token, reviewer: reviewer.token };
+  store.afterCommit(() => {
+    deps.notifier.notify(CARDS_TOPIC);
+    deps.cluster.requestPass();
+    launcher.launch(id, tokens);
+  });
+  return runView(deps, run);
+}
+
+/** get_qualification_run. */
+export function getQualificationRun(deps: BrokerDeps, runId: string): QualificationRunView {
+  const run = deps.store.qualifications.get(runId);
+  if (!run)
+    throw new BrokerError('NOT_FOUND', `no qualification run ${runId}`, 'Check the id that qualify printed.');
+  return runView(deps, run);
+}
+
+/** The view both tools return. */
+export function runView(deps: BrokerDeps, run: QualificationRunRecord): QualificationRunView {
+  const verdict =
+    run.state === 'PASSED' || run.state === 'FAILED' || run.state === 'INCONCLUSIVE' ? run.state : null;
+  return {
+    run_id: run.id,
+    state: run.state,
+    worker_id: run.worker_id,
+    submitter: run.submitter_kind,
+    submitter_principal: principalName(deps.store, run.submitter_id),
+    reviewer_principal: principalName(deps.store, run.reviewer_id),
+    requested: run.requested,
+    ladder: run.ladder,
+    skipped: run.skipped,
+    reserved_cards: run.reserved_cards,
+    steps: deps.store.qualifications.steps(run.id).map((s) => ({
+      seq: s.seq,
+      at: iso(s.at),
+      elapsed_ms: s.at - run.created_at,
+      cards: s.cards,
+      text: s.text,
+    })),
+    verdict,
+    digest: run.digest,
+    evidence: run.evidence,
+    detail: run.detail,
+    created_at: iso(run.created_at),
+    finished_at: iso(run.finished_at),
+    next_action: nextAction(run),
+  };
+}
+
+function nextAction(run: QualificationRunRecord): string {
+  const cards = run.reserved_cards.map((i) => `${run.worker_id}:${i}`).join(' ');
+  switch (run.state) {
+    case 'RUNNING':
+      return `Running; call get_qualification_run with run_id ${run.id} for progress.`;
+    case 'PASSED':
+      return 'Passed; the cards are back in the pool. Keep the evidence document and its digest.';
+    default:
+      return run.reserved_cards.length > 0
+        ? `The cards stay cordoned: read failed_checks in the evidence (or detail), fix the host, then qualify again or uncordon them (gpu-broker uncordon ${cards}).`
+        : 'Nothing was cordoned; read the evidence and qualify again.';
+  }
+}
+
+/** Records one progress line. */
+export function recordStep(deps: BrokerDeps, runId: string, cards: number | null, text: string): void {
+  deps.store.transaction(() => {
+    deps.store.qualifications.addStep(runId, deps.clock.now(), cards, text);
+    deps.store.afterCommit(() => deps.notifier.notify(qualificationTopic(runId)));
+  });
+}
+
+/**
+ * Ends a run: with the evidence (verdict PASSED, FAILED or INCONCLUSIVE) or cancelled with a reason.
+ * Only PASSED returns the run's cards to the pool; otherwise their cordon stays, re-labelled, until an
+ * operator uncordons them. The run's principals are revoked and any task of theirs still live is
+ * cancelled. A run that already ended is left alone.
+ */
+export function finishRun(
+  deps: BrokerDeps,
+  runId: string,
+  outcome: { evidence: EvidenceDocument } | { cancelled: string },
+): void {
+  const { store, clock } = deps;
+  store.transaction(() => {
+    const run = store.qualifications.get(runId);
+    if (run?.state !== 'RUNNING') return;
+    const now = clock.now();
+    const state = 'evidence' in outcome ? outcome.evidence.verdict : 'CANCELLED';
+    const evidence = 'evidence' in outcome ? (outcome.evidence as unknown as Record<string, unknown>) : null;
+    const digest = 'evidence' in outcome ? outcome.evidence.digest : null;
+    const detail = 'cancelled' in outcome ? outcome.cancelled : null;
+    store.qualifications.finish(run.id, state, evidence, digest, detail, now);
+    const ours = new Set(
+      store.workers
+        .cordons()
+        .filter((c) => c.worker_id === run.worker_id && c.reason === runCordonReason(run.id))
+        .map((c) => c.card_index),
+    );
+    for (const index of run.reserved_cards) {
+      if (!ours.has(index)) continue; // an operator changed this cordon during the run: theirs now
+      const subject = `${run.worker_id}/${index}`;
+      if (state === 'PASSED') {
+        store.workers.uncordon(run.worker_id, index);
+        store.audit.append({
+          at: now,
+          actor: 'qualification',
+          action: 'card.uncordoned',
+          subject_type: 'card',
+          subject_id: subject,
+          data: { run_id: run.id, verdict: state },
+        });
+      } else {
+        const reason = `qualification run ${run.id} ended ${state}; uncordon once the host is checked`;
+        store.workers.cordon({
+          worker_id: run.worker_id,
+          card_index: index,
+          reason,
+          actor: 'qualification',
+          created_at: now,
+        });
+        store.audit.append({
+          at: now,
+          actor: 'qualification',
+          action: 'card.cordoned',
+          subject_type: 'card',
+          subject_id: subject,
+          data: { run_id: run.id, reason },
+        });
+      }
+    }
+    // Whatever the run left queued or running must not wait for ever on cards no longer reserved for it.
+    const owner = store.principals.findById(run.submitter_id);
+    if (owner) {
+      for (const t of store.tasks.list({ owner_id: owner.id, limit: 100 })) {
+        if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state) || t.desired === 'cancel') continue;
+        try {
+          cancelTask(deps, owner, t.id);
+        } catch (err) {
+          deps.logger.warn({ err, task_id: t.id }, 'qualification: could not cancel a leftover task');
+        }
+      }
+    }
+    for (const id of [run.submitter_id, run.reviewer_id]) {
+      const p = store.principals.findById(id);
+      if (p && p.revoked_at === null) revokePrincipal(deps, p.name, 'qualification');
+    }
+    store.audit.append({
+      at: now,
+      actor: 'qualification',
+      action: 'qualification.finished',
+      subject_type: 'qualification_run',
+      subject_id: run.id,
+      data: { state, digest, detail },
+    });
+    store.afterCommit(() => {
+      deps.notifier.notify(qualificationTopic(run.id));
+      deps.notifier.notify(CARDS_TOPIC);
+      deps.cluster.requestPass();
+    });
+  });
+}
+
+/** At start-up: runs left RUNNING by a previous process can never finish; cancel them (cards stay cordoned). */
+export function cancelInterruptedRuns(deps: BrokerDeps): number {
+  const runs = deps.store.qualifications.running();
+  for (const run of runs) finishRun(deps, run.id, { cancelled: 'the master restarted during the run' });
+  return runs.length;
+}

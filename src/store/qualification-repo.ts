@@ -1,0 +1,163 @@
+import type { Db } from './db.js';
+
+/**
+ * Qualification run states (DESIGN §11). A run is created RUNNING and leaves it exactly once.
+ *  - RUNNING: the runner drives the ladder; the run's cards are reserved for its own tasks;
+ *  - PASSED: every rung and post-condition checked out; the cards went back to the pool;
+ *  - FAILED: a check failed (the evidence names it); the cards stay cordoned;
+ *  - INCONCLUSIVE: nothing failed, but not every requested count could run; the cards stay cordoned;
+ *  - CANCELLED: the run stopped before it could be judged (master shut down or restarted); no evidence.
+ */
+export type QualificationRunState = 'RUNNING' | 'PASSED' | 'FAILED' | 'INCONCLUSIVE' | 'CANCELLED';
+
+/** Who plays the submitter: the built-in MCP client, or a real coding-agent CLI. */
+export type SubmitterKind = 'scripted' | 'claude' | 'codex';
+
+/** A count the run could not test, and why. */
+export interface SkippedRung {
+  cards: number;
+  reason: string;
+}
+
+/** A qualification run row. */
+export interface QualificationRunRecord {
+  id: string;
+  worker_id: string;
+  state: QualificationRunState;
+  submitter_kind: SubmitterKind;
+  requested_by: string;
+  submitter_id: string;
+  reviewer_id: string;
+  requested: number[];
+  ladder: number[];
+  skipped: SkippedRung[];
+  reserved_cards: number[];
+  evidence: Record<string, unknown> | null;
+  digest: string | null;
+  detail: string | null;
+  created_at: number;
+  updated_at: number;
+  finished_at: number | null;
+}
+
+/** One progress line. */
+export interface QualificationStep {
+  seq: number;
+  at: number;
+  cards: number | null;
+  text: string;
+}
+
+type JsonColumns = 'requested' | 'ladder' | 'skipped' | 'reserved_cards' | 'evidence';
+type RunRow = Omit<QualificationRunRecord, JsonColumns> & Record<JsonColumns, string | null>;
+
+function toRun(r: RunRow): QualificationRunRecord {
+  const json = <T>(v: string | null, fallback: T): T => (v === null ? fallback : (JSON.parse(v) as T));
+  return {
+    ...r,
+    requested: json(r.requested, []),
+    ladder: json(r.ladder, []),
+    skipped: json(r.skipped, []),
+    reserved_cards: json(r.reserved_cards, []),
+    evidence: json(r.evidence, null),
+  };
+}
+
+/** Qualification runs and their steps. */
+export class QualificationRepo {
+  private readonly s;
+
+  constructor(db: Db) {
+    this.s = {
+      insert: db.prepare(
+        `INSERT INTO qualification_runs (id, worker_id, state, submitter_kind, requested_by, submitter_id, reviewer_id,
+           requested, ladder, skipped, reserved_cards, evidence, digest, detail, created_at, updated_at, finished_at)
+         VALUES (@id, @worker_id, @state, @submitter_kind, @requested_by, @submitter_id, @reviewer_id,
+           @requested, @ladder, @skipped, @reserved_cards, @evidence, @digest, @detail, @created_at, @updated_at, @finished_at)`,
+      ),
+      get: db.prepare<[string], RunRow>('SELECT * FROM qualification_runs WHERE id = ?'),
+      running: db.prepare<[], RunRow>("SELECT * FROM qualification_runs WHERE state = 'RUNNING' ORDER BY id"),
+      runningOn: db.prepare<[string], RunRow>(
+        "SELECT * FROM qualification_runs WHERE state = 'RUNNING' AND worker_id = ?",
+      ),
+      finish: db.prepare(
+        `UPDATE qualification_runs SET state = @state, evidence = @evidence, digest = @digest, detail = @detail,
+           updated_at = @now, finished_at = @now WHERE id = @id AND state = 'RUNNING'`,
+      ),
+      nextSeq: db.prepare<[string], { seq: number }>(
+        'SELECT coalesce(max(seq), 0) + 1 AS seq FROM qualification_steps WHERE run_id = ?',
+      ),
+      addStep: db.prepare(
+        'INSERT INTO qualification_steps (run_id, seq, at, cards, text) VALUES (?, ?, ?, ?, ?)',
+      ),
+      steps: db.prepare<[string, number], QualificationStep>(
+        'SELECT seq, at, cards, text FROM qualification_steps WHERE run_id = ? AND seq > ? ORDER BY seq',
+      ),
+    };
+  }
+
+  /** Inserts a new RUNNING run. */
+  insert(r: QualificationRunRecord): void {
+    this.s.insert.run({
+      ...r,
+      requested: JSON.stringify(r.requested),
+      ladder: JSON.stringify(r.ladder),
+      skipped: JSON.stringify(r.skipped),
+      reserved_cards: JSON.stringify(r.reserved_cards),
+      evidence: r.evidence === null ? null : JSON.stringify(r.evidence),
+    });
+  }
+
+  /** One run. */
+  get(id: string): QualificationRunRecord | undefined {
+    const r = this.s.get.get(id);
+    return r ? toRun(r) : undefined;
+  }
+
+  /** Runs still RUNNING (their reservations are live). */
+  running(): QualificationRunRecord[] {
+    return this.s.running.all().map(toRun);
+  }
+
+  /** The RUNNING run on a worker, if any. */
+  runningOn(workerId: string): QualificationRunRecord | undefined {
+    const r = this.s.runningOn.get(workerId);
+    return r ? toRun(r) : undefined;
+  }
+
+  /**
+   * Compare-and-set RUNNING → `state`; false when the run already ended. The evidence and its digest
+   * are written with the verdict and never change afterwards.
+   */
+  finish(
+    id: string,
+    state: Exclude<QualificationRunState, 'RUNNING'>,
+    evidence: Record<string, unknown> | null,
+    digest: string | null,
+    detail: string | null,
+    now: number,
+  ): boolean {
+    return (
+      this.s.finish.run({
+        id,
+        state,
+        evidence: evidence === null ? null : JSON.stringify(evidence),
+        digest,
+        detail,
+        now,
+      }).changes === 1
+    );
+  }
+
+  /** Appends a progress line; returns its sequence number. */
+  addStep(runId: string, at: number, cards: number | null, text: string): number {
+    const seq = this.s.nextSeq.get(runId)?.seq ?? 1;
+    this.s.addStep.run(runId, seq, at, cards, text);
+    return seq;
+  }
+
+  /** Progress lines after `afterSeq`, in order. */
+  steps(runId: string, afterSeq = 0): QualificationStep[] {
+    return this.s.steps.all(runId, afterSeq);
+  }
+}
