@@ -9,11 +9,16 @@ import { sweepExecutions } from './broker/liveness.js';
 import { Notifier } from './broker/notifier.js';
 import { createPrincipal } from './broker/principals.js';
 import { expireProposals } from './broker/proposals.js';
+import { cancelInterruptedRuns } from './broker/qualification.js';
+import { QualificationService, type QualificationServiceOptions } from './broker/qualification-service.js';
 import { Scheduler } from './broker/scheduler.js';
 import { TASKS_TOPIC } from './broker/tasks.js';
 import { brokerTools } from './broker/tool-catalog.js';
 import { BrokerError } from './contracts/errors.js';
 import { buildApp } from './http/app.js';
+import { registerDashboard } from './http/dashboard.js';
+import { registerEventStream } from './http/events.js';
+import { createMetrics } from './http/metrics.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import { isLoopback, type MasterConfig, parseListen } from './platform/config.js';
 import { createIdGenerator } from './platform/ids.js';
@@ -33,6 +38,8 @@ export interface MasterOptions {
   config: MasterConfig;
   logger?: Logger;
   clock?: Clock;
+  /** Qualification runner settings; `env` (default: this process's) is what agent CLIs are launched with. */
+  qualification?: Partial<QualificationServiceOptions>;
 }
 
 /** A running master. */
@@ -119,10 +126,18 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   scheduler = new Scheduler(deps, fleet, hub);
   hub.hooks = scheduler;
   const sched = scheduler;
+  const metrics = createMetrics(deps, {
+    toolNames: brokerTools().map((t) => t.def.name),
+    connectedWorkers: () => hub!.connectedWorkers().length,
+    passDurations: () => sched.passDurations,
+  });
   const unsubscribe = deps.notifier.onAny((topic) => {
     if (topic === TASKS_TOPIC || topic === CARDS_TOPIC) sched.requestPass();
   });
   const bootstrapped = bootstrapOperator(deps, dataDir);
+  const qualification = new QualificationService(deps, { env: process.env, ...opts.qualification, dataDir });
+  deps.qualification = qualification;
+  cancelInterruptedRuns(deps);
   const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;
 
   const app = await buildApp(deps, {
@@ -131,7 +146,13 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     health: () => {
       return { audit: deps.auditStatus(), workers: { connected: hub!.connectedWorkers().length } };
     },
-    extend: (a) => hub!.attach(a),
+    onToolCall: metrics.onToolCall,
+    extend: (a) => {
+      hub!.attach(a);
+      registerDashboard(a);
+      registerEventStream(a, deps);
+      metrics.register(a);
+    },
   });
 
   const sweeper = setInterval(() => {
@@ -150,6 +171,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   const boundPort = typeof addr === 'object' && addr ? addr.port : port;
   const urlHost = host.includes(':') ? `[${host}]` : host === '0.0.0.0' ? '127.0.0.1' : host;
   const url = `${tls ? 'https' : 'http'}://${urlHost}:${boundPort}`;
+  qualification.setEndpoint(url, tls?.caCertPath ?? null);
   return {
     url,
     caCertPath: tls?.caCertPath ?? null,
@@ -159,6 +181,8 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     app,
     async close() {
       clearInterval(sweeper);
+      // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
+      await qualification.close();
       unsubscribe();
       await app.close();
       store.close();

@@ -1,0 +1,235 @@
+import type { FastifyInstance } from 'fastify';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
+import type { BrokerDeps } from '../broker/deps.js';
+import { CardStateSchema } from '../contracts/tools-cluster.js';
+import { TaskStateSchema } from '../contracts/views.js';
+
+/**
+ * `GET /metrics` in Prometheus text format (prom-client). Like every route but /healthz it needs a
+ * bearer token of a person or agent (Prometheus sends one with `authorization: credentials_file`).
+ *
+ * Two kinds of series:
+ *  - gauges read at scrape time from the store and the fleet (cards by state, queue depth, tasks by
+ *    state, workers, sampler errors, audit chain) — they can never drift from what the tools report;
+ *  - histograms and counters fed by events: MCP tool latency (buildApp's `onToolCall`), admission
+ *    latency (approval → worker `started`) and tasks finished, both from task change notifications.
+ * Each master owns its registry, so several masters in one test process never share series.
+ */
+
+/** Path of the metrics route. */
+export const METRICS_PATH = '/metrics';
+
+const TOOL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 25];
+const ADMISSION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 14400];
+/** Task ids remembered to count each start and finish once; older ids are forgotten first. */
+const SEEN_LIMIT = 10_000;
+const TERMINAL = ['COMPLETED', 'FAILED', 'CANCELLED'] as const;
+
+/** What the metrics read besides deps. */
+export interface MetricsOptions {
+  /** Tool names used as label values; any other name a client sends is counted as `unknown`. */
+  toolNames: readonly string[];
+  /** Workers with an open WSS session. */
+  connectedWorkers: () => number;
+  /** Durations (ms) of recent scheduling passes. */
+  passDurations?: () => readonly number[];
+  /** Node process metrics (memory, CPU, event loop); default true. */
+  processMetrics?: boolean;
+}
+
+/** The master's metrics. */
+export interface BrokerMetrics {
+  readonly registry: Registry;
+  /** buildApp's `onToolCall` hook: one MCP tool call took `ms`. */
+  onToolCall(tool: string, ms: number, ok: boolean): void;
+  /** Registers `GET /metrics` and follows task changes until the app closes. */
+  register(app: FastifyInstance): void;
+}
+
+/** An insertion-ordered set that forgets its oldest members past a limit. */
+class RecentIds {
+  private readonly ids = new Set<string>();
+  /** Adds `id`; false if it was already there. */
+  add(id: string): boolean {
+    if (this.ids.has(id)) return false;
+    this.ids.add(id);
+    if (this.ids.size > SEEN_LIMIT) {
+      const oldest = this.ids.values().next().value;
+      if (oldest !== undefined) this.ids.delete(oldest);
+    }
+    return true;
+  }
+}
+
+/** Creates the registry and its series; see the module comment. */
+export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMetrics {
+  const registry = new Registry();
+  const registers = [registry];
+  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
+  const samplingConfig = () => ({
+    sample_interval_ms: deps.config.timing.sample_interval_ms,
+    vram_threshold_pct: deps.config.scheduling.vram_threshold_pct,
+  });
+
+  new Gauge({
+    name: 'gpu_broker_cards',
+    help: 'Cards by derived state (AVAILABLE, LEASED, BUSY_FOREIGN, UNHEALTHY, CORDONED, QUARANTINED, UNKNOWN).',
+    labelNames: ['state'],
+    registers,
+    collect() {
+      const counts = new Map<string, number>(CardStateSchema.options.map((s) => [s, 0]));
+      for (const c of deps.cluster.fleet.listCards(deps.store, deps.clock.now(), samplingConfig()))
+        counts.set(c.state, (counts.get(c.state) ?? 0) + 1);
+      for (const [state, n] of counts) this.set({ state }, n);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_cards_simulated',
+    help: 'Cards that are simulated (no real GPU behind them).',
+    registers,
+    collect() {
+      const cards = deps.cluster.fleet.listCards(deps.store, deps.clock.now(), samplingConfig());
+      this.set(cards.filter((c) => c.simulated).length);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_tasks',
+    help: 'Tasks by state.',
+    labelNames: ['state'],
+    registers,
+    collect() {
+      const counts = deps.store.tasks.countByState();
+      for (const state of TaskStateSchema.options) this.set({ state }, counts[state] ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_queue_depth',
+    help: 'Tasks waiting in the queue (state QUEUED).',
+    registers,
+    collect() {
+      this.set(deps.store.tasks.countByState()['QUEUED'] ?? 0);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_worker_connections',
+    help: 'Workers with an open WSS session.',
+    registers,
+    collect() {
+      this.set(opts.connectedWorkers());
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_workers',
+    help: 'Enrolled workers by whether they are online (connected and heard from recently).',
+    labelNames: ['online'],
+    registers,
+    collect() {
+      const now = deps.clock.now();
+      const workers = deps.store.workers.list();
+      const online = workers.filter((w) => deps.cluster.fleet.isOnline(w.id, now)).length;
+      this.set({ online: 'true' }, online);
+      this.set({ online: 'false' }, workers.length - online);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_sampler_errors',
+    help: 'Workers whose latest card sample failed (their cards are UNKNOWN and not scheduled).',
+    registers,
+    collect() {
+      this.set(deps.store.workers.list().filter((w) => deps.cluster.fleet.get(w.id).sampler_error).length);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_audit_chain_ok',
+    help: '1 while the hash-chained audit log verifies, 0 once it does not (re-checked every few seconds).',
+    registers,
+    collect() {
+      this.set(deps.auditStatus().ok ? 1 : 0);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_audit_events',
+    help: 'Rows in the audit chain at its latest verification.',
+    registers,
+    collect() {
+      this.set(deps.auditStatus().events);
+    },
+  });
+  if (opts.passDurations) {
+    const passes = opts.passDurations;
+    new Gauge({
+      name: 'gpu_broker_scheduling_pass_seconds',
+      help: 'Duration of recent scheduling passes (up to the last 1000): p50, p99 and max.',
+      labelNames: ['stat'],
+      registers,
+      collect() {
+        const sorted = [...passes()].sort((a, b) => a - b);
+        const at = (q: number) =>
+          (sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0) / 1000;
+        this.set({ stat: 'p50' }, at(0.5));
+        this.set({ stat: 'p99' }, at(0.99));
+        this.set({ stat: 'max' }, (sorted[sorted.length - 1] ?? 0) / 1000);
+      },
+    });
+  }
+
+  const toolLatency = new Histogram({
+    name: 'gpu_broker_mcp_tool_duration_seconds',
+    help: 'MCP tool call latency by tool and outcome (ok, error).',
+    labelNames: ['tool', 'outcome'],
+    buckets: TOOL_BUCKETS,
+    registers,
+  });
+  const admission = new Histogram({
+    name: 'gpu_broker_admission_latency_seconds',
+    help: 'From approval to the worker reporting the task started (queue wait + dispatch).',
+    buckets: ADMISSION_BUCKETS,
+    registers,
+  });
+  const finished = new Counter({
+    name: 'gpu_broker_tasks_finished_total',
+    help: 'Tasks that reached a final state since the master started, by state.',
+    labelNames: ['state'],
+    registers,
+  });
+  for (const state of TERMINAL) finished.inc({ state }, 0);
+
+  const known = new Set(opts.toolNames);
+  const started = new RecentIds();
+  const ended = new RecentIds();
+  /** Reads the task behind a `task:<id>` notification; counts its start and its end once each. */
+  const onTopic = (topic: string) => {
+    if (!topic.startsWith('task:')) return;
+    const t = deps.store.tasks.get(topic.slice('task:'.length));
+    if (!t) return;
+    if (t.started_at !== null && started.add(t.id))
+      admission.observe(Math.max(0, t.started_at - t.approved_at) / 1000);
+    if ((TERMINAL as readonly string[]).includes(t.state) && ended.add(t.id))
+      finished.inc({ state: t.state });
+  };
+
+  return {
+    registry,
+    onToolCall(tool, ms, ok) {
+      toolLatency.observe(
+        { tool: known.has(tool) ? tool : 'unknown', outcome: ok ? 'ok' : 'error' },
+        ms / 1000,
+      );
+    },
+    register(app) {
+      const unsubscribe = deps.notifier.onAny((topic) => {
+        try {
+          onTopic(topic);
+        } catch (err) {
+          deps.logger.warn({ err, topic }, 'metrics: could not read a changed task');
+        }
+      });
+      app.addHook('onClose', async () => unsubscribe());
+      app.get(METRICS_PATH, async (_req, reply) => {
+        reply.header('content-type', registry.contentType);
+        reply.header('cache-control', 'no-store');
+        return registry.metrics();
+      });
+    },
+  };
+}

@@ -1,0 +1,199 @@
+import { copyFileSync, mkdirSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Page } from 'playwright-core';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { REST_ROUTES } from '../../src/http/rest.js';
+import { packageRoot } from '../../src/platform/package-root.js';
+import { specRunning } from '../support/spec.js';
+import { type Browser, launchBrowser } from './browser.js';
+import { SIM_WORKER, type SimCluster, startSimCluster } from './sim-cluster.js';
+
+/**
+ * The dashboard in Debian's chromium against a real master and a real worker with simulated cards:
+ * sign-in, cards changing state while a task runs, approving a proposal from the page, errors worded as
+ * the API words them, and nothing readable without a token. Saves `test-results/dashboard.png`; with
+ * UPDATE_DOCS_SCREENSHOT=1 it also refreshes `docs/images/dashboard.png` (the README's picture).
+ */
+
+const RESULTS = join(packageRoot(), 'test-results');
+const BOUND = { timeout: 20_000 };
+
+/** A task that prints a few log lines, then holds its card for `seconds`. */
+function loggingSpec(seconds: number) {
+  const script = `echo "loading weights"; echo "step 1/3"; echo "step 2/3"; sleep ${seconds}; echo "step 3/3 done"`;
+  return specRunning(['/bin/sh', '-c', script], {
+    title: 'matmul smoke test on one card',
+    outputs: [],
+  });
+}
+
+const card = (index: number, state?: string) =>
+  `[data-card="${SIM_WORKER}/${index}"]${state ? `[data-state="${state}"]` : ''}`;
+
+describe('dashboard', () => {
+  let c: SimCluster;
+  let browser: Browser;
+  let page: Page;
+
+  beforeAll(async () => {
+    c = await startSimCluster(4);
+    browser = await launchBrowser(c.tm.dataDir);
+    page = await browser.context.newPage();
+  });
+  afterAll(async () => {
+    await browser?.close();
+    await c?.close();
+  });
+
+  async function signIn(token: string) {
+    await page.fill('#token-input', token);
+    await page.click('#signin-button');
+    await page.locator('#dashboard').waitFor({ state: 'visible', ...BOUND });
+  }
+
+  async function signOut() {
+    await page.click('#sign-out');
+    await page.locator('#signin').waitFor({ state: 'visible', ...BOUND });
+  }
+
+  it('without a token shows only the sign-in form, and every data route answers 401', async () => {
+    await page.goto(c.tm.url);
+    await page.locator('#signin-form').waitFor({ state: 'visible', ...BOUND });
+    expect(await page.locator('#dashboard').isHidden()).toBe(true);
+    expect(await page.locator('[data-card]').count()).toBe(0);
+    mkdirSync(RESULTS, { recursive: true });
+    await page.screenshot({ path: join(RESULTS, 'dashboard-signin.png') });
+
+    const anonymous = c.tm.rest(null);
+    const paths = [
+      ...REST_ROUTES.map((r) => ({ method: r.method, path: r.url.replace(/:([a-z_]+)/g, 'x1') })),
+      { method: 'GET', path: '/api/v1/events' },
+      { method: 'GET', path: '/metrics' },
+      { method: 'POST', path: '/mcp' },
+    ];
+    for (const { method, path } of paths) {
+      const res = await anonymous.request(method, path, method === 'POST' ? { body: '{}' } : {});
+      expect({ method, path, status: res.status }).toEqual({ method, path, status: 401 });
+      expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
+    }
+    // The page and its assets are public and carry no data.
+    for (const path of ['/', '/assets/app.js', '/assets/api.js', '/assets/render.js', '/assets/style.css']) {
+      const res = await anonymous.get(path);
+      expect({ path, status: res.status }).toEqual({ path, status: 200 });
+      expect(String(res.body)).not.toContain(SIM_WORKER);
+    }
+    const index = await anonymous.get('/');
+    expect(index.headers.get('content-security-policy')).toContain("script-src 'self'");
+
+    await page.fill('#token-input', 'not-a-real-token');
+    await page.click('#signin-button');
+    await expect.poll(() => page.textContent('#signin-error'), BOUND).toContain('not valid');
+    const workerToken = c.tm.createToken('another-worker', ['worker'], 'w-2');
+    await page.fill('#token-input', workerToken);
+    await page.click('#signin-button');
+    await expect.poll(() => page.textContent('#signin-error'), BOUND).toContain('Worker tokens');
+    expect(await page.locator('#dashboard').isHidden()).toBe(true);
+  });
+
+  it('signs in as an operator, approves a proposal from the page, and shows the cards leased while its task runs', async () => {
+    // Card 3 runs a process the broker did not start: it shows BUSY_FOREIGN and stays out of scheduling.
+    c.sampler.setOverride(3, {
+      memory_used_mib: 30_720,
+      utilization_pct: 92,
+      temperature_c: 71,
+      processes: [{ pid: 4242, name: 'python', used_memory_mib: 30_720 }],
+    });
+    await signIn(c.tm.operatorToken);
+    await page.locator('#live[data-state="live"]').waitFor(BOUND);
+    await page.locator('#qualifications form.lookup').waitFor(BOUND);
+    for (const i of [0, 1, 2]) await page.locator(card(i, 'AVAILABLE')).waitFor(BOUND);
+    await page.locator(card(3, 'BUSY_FOREIGN')).waitFor(BOUND);
+    expect(await page.locator(`${card(0)} .badge.sim`).count()).toBe(1);
+
+    // A submitter's proposal appears in the review list through the event stream.
+    const p = await c.propose(loggingSpec(6));
+    const review = page.locator(`[data-proposal="${p.proposal_id}"]`);
+    await review.waitFor(BOUND);
+    await review.locator('textarea').fill('One card, prints three lines and sleeps; nothing else. Approved.');
+    await review.getByRole('button', { name: 'Approve' }).click();
+    await expect.poll(() => page.textContent('#flash'), BOUND).toMatch(/task task_\w+ is queued/);
+    const taskId = /task (task_\w+) is queued/.exec((await page.textContent('#flash')) ?? '')?.[1] ?? '';
+    await review.waitFor({ state: 'detached', ...BOUND });
+
+    // The scheduler leases card 0; the page shows it with the task and its lease epoch.
+    await page.locator(card(0, 'LEASED')).waitFor(BOUND);
+    await expect.poll(() => page.textContent(`${card(0)} .card-lease`), BOUND).toContain('epoch');
+    await page.locator(`[data-task="${taskId}"]`).waitFor(BOUND);
+
+    // A bigger task waits in the queue with its reason.
+    const big = await c.propose(
+      specRunning(['/bin/sh', '-c', 'sleep 1'], {
+        title: 'all_reduce on four cards',
+        cards: { count: 4 },
+        outputs: [],
+      }),
+    );
+    const bigTask = await c.approve(big);
+    await page.locator(`[data-queued="${bigTask}"] .reason code`).waitFor(BOUND);
+
+    // The task's card is busy while it runs (the sim card reports it), and its logs stream in.
+    c.sampler.setOverride(0, { memory_used_mib: 21_504, utilization_pct: 78, temperature_c: 63 });
+    await page.click(`[data-task="${taskId}"]`);
+    await page.locator(`[data-detail="${taskId}"]`).waitFor(BOUND);
+    await expect.poll(() => page.textContent('[data-stream="stdout"]'), BOUND).toContain('step 2/3');
+    await expect.poll(() => page.textContent(`${card(0)} .vram-text`), BOUND).toContain('21.0 / 80.0 GiB');
+    await page.locator(`[data-task="${taskId}"][data-state="RUNNING"]`).waitFor(BOUND);
+
+    // Another proposal waits for review (it shows the review controls in the screenshot).
+    const pending = await c.propose(
+      specRunning(['/bin/sh', '-c', 'echo gemm check'], {
+        title: 'GEMM check on two cards',
+        cards: { count: 2 },
+      }),
+    );
+    await page.locator(`[data-proposal="${pending.proposal_id}"]`).waitFor(BOUND);
+
+    mkdirSync(RESULTS, { recursive: true });
+    const shot = join(RESULTS, 'dashboard.png');
+    await page.screenshot({ path: shot, fullPage: true });
+    if (process.env['UPDATE_DOCS_SCREENSHOT'] === '1') {
+      mkdirSync(join(packageRoot(), 'docs', 'images'), { recursive: true });
+      copyFileSync(shot, join(packageRoot(), 'docs', 'images', 'dashboard.png'));
+    }
+
+    // The task ends; the worker confirms cleanup and the card is AVAILABLE again.
+    c.sampler.setOverride(0, null);
+    await page.locator(`[data-task="${taskId}"][data-state="COMPLETED"]`).waitFor({ timeout: 30_000 });
+    await page.locator(card(0, 'AVAILABLE')).waitFor({ timeout: 30_000 });
+    await expect.poll(() => page.textContent('[data-stream="stdout"]'), BOUND).toContain('step 3/3 done');
+    await page.screenshot({ path: join(RESULTS, 'dashboard-after.png'), fullPage: true });
+  });
+
+  it('shows review errors as the API words them, and signing out forgets the token', async () => {
+    const samToken = c.tm.createToken('sam', ['submitter', 'reviewer']);
+    const sam = c.tm.rest(samToken);
+    const created = await sam.post<{ proposal_id: string; revision_id: string }>('/api/v1/proposals', {
+      spec: loggingSpec(1),
+    });
+    await sam.post(`/api/v1/proposals/${created.body.proposal_id}/confirm`, {
+      revision_id: created.body.revision_id,
+    });
+
+    await signOut();
+    await signIn(samToken);
+    const review = page.locator(`[data-proposal="${created.body.proposal_id}"]`);
+    await review.waitFor(BOUND);
+    expect(await review.locator('.badge', { hasText: 'yours' }).count()).toBe(1);
+    await expect.poll(() => page.textContent('#qualifications'), BOUND).toContain('shown to operators');
+    await review.locator('textarea').fill('Looks fine to me.');
+    await review.getByRole('button', { name: 'Approve' }).click();
+    await review.locator('.error-box[data-code="SELF_REVIEW_FORBIDDEN"]').waitFor(BOUND);
+    expect(await review.locator('.error-box .hint').textContent()).toContain('another reviewer');
+
+    await signOut();
+    expect(await page.evaluate('sessionStorage.length')).toBe(0);
+    expect(await page.locator('[data-card]').count()).toBe(0);
+    await page.reload();
+    await page.locator('#signin-form').waitFor({ state: 'visible', ...BOUND });
+  });
+});
