@@ -171,6 +171,30 @@ export function getQualificationRun(deps: BrokerDeps, runId: string): Qualificat
   return runView(deps, run);
 }
 
+/** list_qualification_runs: newest first, with an id cursor. */
+export function listQualificationRuns(
+  deps: BrokerDeps,
+  q: { limit?: number | undefined; cursor?: string | undefined },
+) {
+  const limit = q.limit ?? 50;
+  const rows = deps.store.qualifications.recent(q.cursor, limit + 1);
+  const page = rows.slice(0, limit);
+  return {
+    runs: page.map((r) => ({
+      run_id: r.id,
+      state: r.state,
+      worker_id: r.worker_id,
+      submitter: r.submitter_kind,
+      ladder: r.ladder,
+      verdict: r.state === 'PASSED' || r.state === 'FAILED' || r.state === 'INCONCLUSIVE' ? r.state : null,
+      digest: r.digest,
+      created_at: iso(r.created_at),
+      finished_at: iso(r.finished_at),
+    })),
+    next_cursor: rows.length > limit ? (page.at(-1)?.id ?? null) : null,
+  };
+}
+
 /** The view both tools return. */
 export function runView(deps: BrokerDeps, run: QualificationRunRecord): QualificationRunView {
   const verdict =

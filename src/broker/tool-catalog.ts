@@ -22,7 +22,7 @@ import {
   reviseProposal,
   waitForProposal,
 } from './proposals.js';
-import { getQualificationRun, startQualification } from './qualification.js';
+import { getQualificationRun, listQualificationRuns, startQualification } from './qualification.js';
 import { getRevision, listReviewQueue, submitReview } from './reviews.js';
 import { getStatus } from './status.js';
 import { getTaskLogs, getTaskOutputs } from './task-results.js';
@@ -85,5 +85,6 @@ export function brokerTools(): BoundTool[] {
     ),
     bindTool(Q.startQualificationTool, ({ deps, principal }, i) => startQualification(deps, principal, i)),
     bindTool(Q.getQualificationRunTool, ({ deps }, i) => getQualificationRun(deps, i.run_id)),
+    bindTool(Q.listQualificationRunsTool, ({ deps }, i) => listQualificationRuns(deps, i)),
   ];
 }

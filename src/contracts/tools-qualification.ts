@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineTool, IdempotencyKeySchema, READ_ONLY } from './tool-def.js';
+import { defineTool, IdempotencyKeySchema, PageInput, READ_ONLY } from './tool-def.js';
 import { TimeSchema } from './views.js';
 
 /** Tools to qualify a GPU host end to end (DESIGN §11; docs/qualification.md). Operators only. */
@@ -100,4 +100,32 @@ export const getQualificationRunTool = defineTool({
   annotations: READ_ONLY,
   input: z.strictObject({ run_id: z.string().min(1).max(128).describe('The run id, e.g. qrun_01J…') }),
   output: QualificationRunViewSchema,
+});
+
+/** list_qualification_runs */
+export const listQualificationRunsTool = defineTool({
+  name: 'list_qualification_runs',
+  title: 'List qualification runs',
+  description:
+    'Qualification runs newest first, with state, verdict and evidence digest (get_qualification_run has the evidence).',
+  roles: ['operator'],
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({ ...PageInput }),
+  output: z.object({
+    runs: z.array(
+      z.object({
+        run_id: z.string(),
+        state: QualificationRunStateSchema,
+        worker_id: z.string(),
+        submitter: SubmitterKindSchema,
+        ladder: z.array(z.number().int()),
+        verdict: VerdictSchema.nullable(),
+        digest: z.string().nullable(),
+        created_at: TimeSchema,
+        finished_at: TimeSchema.nullable(),
+      }),
+    ),
+    next_cursor: z.string().nullable(),
+  }),
 });

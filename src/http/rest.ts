@@ -43,6 +43,7 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'POST', url: '/api/v1/workers/:worker_id/cards/:index/cordon', tool: 'cordon_card' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/cards/:index/uncordon', tool: 'uncordon_card' },
   { method: 'POST', url: '/api/v1/tasks/:task_id/reconcile', tool: 'reconcile_task' },
+  { method: 'GET', url: '/api/v1/qualifications', tool: 'list_qualification_runs' },
   { method: 'POST', url: '/api/v1/qualifications', tool: 'start_qualification' },
   { method: 'GET', url: '/api/v1/qualifications/:run_id', tool: 'get_qualification_run' },
 ];

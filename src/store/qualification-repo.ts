@@ -77,6 +77,9 @@ export class QualificationRepo {
       ),
       get: db.prepare<[string], RunRow>('SELECT * FROM qualification_runs WHERE id = ?'),
       running: db.prepare<[], RunRow>("SELECT * FROM qualification_runs WHERE state = 'RUNNING' ORDER BY id"),
+      recent: db.prepare<[string, number], RunRow>(
+        'SELECT * FROM qualification_runs WHERE id < ? ORDER BY id DESC LIMIT ?',
+      ),
       runningOn: db.prepare<[string], RunRow>(
         "SELECT * FROM qualification_runs WHERE state = 'RUNNING' AND worker_id = ?",
       ),
@@ -112,6 +115,11 @@ export class QualificationRepo {
   get(id: string): QualificationRunRecord | undefined {
     const r = this.s.get.get(id);
     return r ? toRun(r) : undefined;
+  }
+
+  /** Runs newest first, before the cursor id. */
+  recent(beforeId: string | undefined, limit: number): QualificationRunRecord[] {
+    return this.s.recent.all(beforeId ?? '\uffff', limit).map(toRun);
   }
 
   /** Runs still RUNNING (their reservations are live). */

@@ -111,6 +111,20 @@ describe('gpu-broker qualify on 8 simulated cards', () => {
     expect(human.stdout).toContain('verdict: PASSED (simulated cards: gloo on CPU, not a GPU result)');
     expect(human.stdout).toContain(`evidence: sha256 ${doc.digest}`);
   });
+
+  it('lists the run with its verdict and digest', async () => {
+    const listed = expectOk(
+      await callTool<{ runs: Array<{ run_id: string; verdict: string | null; digest: string | null }> }>(
+        c.operator,
+        'list_qualification_runs',
+        {},
+      ),
+    );
+    expect(listed.runs.find((r) => r.run_id === doc.run_id)).toMatchObject({
+      verdict: 'PASSED',
+      digest: doc.digest,
+    });
+  });
 });
 
 describe('the verifier catches tampering with the recorded evidence', () => {
