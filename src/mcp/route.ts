@@ -3,7 +3,8 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import { BrokerError } from '../contracts/errors.js';
-import { isAllowedOrigin } from '../http/origin.js';
+import { isAllowedOrigin, ownHostNames } from '../http/origin.js';
+import { parseListen } from '../platform/config.js';
 import { createMcpServer, type McpCatalog } from './server.js';
 
 /**
@@ -17,8 +18,9 @@ export function registerMcpRoute(
   catalog: McpCatalog,
   onToolCall?: (tool: string, ms: number, ok: boolean) => void,
 ): void {
+  const ownNames = ownHostNames(parseListen(deps.config.listen).host, deps.config.tls.sans);
   app.post('/mcp', async (req, reply) => {
-    if (!isAllowedOrigin(req.headers.origin, req.headers.host, deps.config.allowed_origins))
+    if (!isAllowedOrigin(req.headers.origin, req.headers.host, deps.config.allowed_origins, ownNames))
       throw new BrokerError(
         'FORBIDDEN',
         `Origin ${req.headers.origin} is not allowed`,

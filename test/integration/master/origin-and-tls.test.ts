@@ -1,4 +1,5 @@
 import { existsSync } from 'node:fs';
+import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run as serve } from '../../../src/cli/serve.js';
@@ -46,6 +47,46 @@ describe('MCP Origin validation', () => {
     await expect(m.mcpClient(token, { headers: { Origin: 'https://evil.example' } })).rejects.toThrow(
       /FORBIDDEN/,
     );
+  });
+
+  it('refuses a DNS-rebound name even when Origin and Host agree', async () => {
+    // The page at rebind.example resolved that name to 127.0.0.1, so the browser sends Origin and Host
+    // both naming it. fetch() cannot set Host, hence a raw https request.
+    const u = new URL(m.url);
+    const send = (name: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const req = httpsRequest(
+          {
+            host: u.hostname,
+            port: u.port,
+            path: '/mcp',
+            method: 'POST',
+            ca: m.caPem,
+            servername: 'localhost',
+            headers: {
+              ...MCP_HEADERS,
+              'content-type': 'application/json',
+              authorization: `Bearer ${token}`,
+              origin: `https://${name}:${u.port}`,
+              host: `${name}:${u.port}`,
+            },
+          },
+          (res) => {
+            let body = '';
+            res.on('data', (d: Buffer) => {
+              body += d.toString();
+            });
+            res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+          },
+        );
+        req.on('error', reject);
+        req.end(JSON.stringify(INIT));
+      });
+    const rebound = await send('rebind.example');
+    expect({ status: rebound.status, body: rebound.body }).toMatchObject({ status: 403 });
+    expect(JSON.parse(rebound.body).error.code).toBe('FORBIDDEN');
+    // The same request naming the master itself passes the origin check.
+    expect((await send('localhost')).status).toBe(200);
   });
 
   it('accepts no Origin, the master’s own origin, and a configured allowed origin', async () => {
