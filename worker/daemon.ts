@@ -5,7 +5,11 @@ import { join } from 'node:path';
 import type { Logger } from 'pino';
 import type { CardSample, Provider } from '../src/contracts/sample.js';
 import type { MasterMessage } from '../src/contracts/worker-protocol.js';
-import { MasterMessageSchema, PROTOCOL_VERSION } from '../src/contracts/worker-protocol.js';
+import {
+  HELLO_MAX_EXECUTIONS,
+  MasterMessageSchema,
+  PROTOCOL_VERSION,
+} from '../src/contracts/worker-protocol.js';
 import { createLogger } from '../src/platform/logger.js';
 import { packageRoot } from '../src/platform/package-root.js';
 import type { BackoffOptions, WorkerConnection } from './connection.js';
@@ -84,8 +88,7 @@ export interface RunningWorker {
 
 const DEFAULT_SAMPLE_INTERVAL_MS = 2_000;
 const DEFAULT_WELCOME_TIMEOUT_MS = 10_000;
-/** `hello` carries at most this many executions (contracts: max 1024). */
-const HELLO_EXECUTIONS = 1024;
+
 /** hello waits at most this long for the first sample; a hanging tool must not delay connecting. */
 const FIRST_SAMPLE_WAIT_MS = 3_000;
 /** A clean stop waits at most this long for the master to acknowledge queued messages. */
@@ -164,7 +167,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     hostname: (opts.hostname ?? osHostname()).slice(0, 255),
     provider: opts.sampler.provider,
     cards: sampling.currentCards(),
-    executions: store.listKnownExecutions(HELLO_EXECUTIONS).map((e) => ({
+    executions: store.listKnownExecutions(HELLO_MAX_EXECUTIONS).map((e) => ({
       execution_id: e.execution_id,
       task_id: e.task_id,
       lease_epoch: e.lease_epoch,

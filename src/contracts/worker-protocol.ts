@@ -23,6 +23,12 @@ export const MAX_OUTPUT_FILE_BYTES = 8 * 1024 * 1024;
 /** Largest WebSocket message either side accepts (base64 of the largest output plus framing). */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
+/**
+ * Most executions one `hello` lists: every unfinished one first, then the most recent finished ones.
+ * A shorter list is complete, so the master may conclude that an execution it does not name is unknown.
+ */
+export const HELLO_MAX_EXECUTIONS = 1024;
+
 const Id = z.string().min(1).max(128);
 
 /** Why an execution failed. */
@@ -115,7 +121,7 @@ export const HelloSchema = z.object({
   hostname: z.string().max(255),
   provider: ProviderSchema,
   cards: z.array(CardSampleSchema).max(64),
-  executions: z.array(KnownExecutionSchema).max(1024),
+  executions: z.array(KnownExecutionSchema).max(HELLO_MAX_EXECUTIONS),
   /** Highest master seq this worker has processed, per master boot id, so the master resends the rest. */
   master_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
 });

@@ -6,11 +6,13 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/executions.js';
 import type { Fleet } from '../broker/fleet.js';
 import { CARDS_TOPIC } from '../broker/leases.js';
+import { markExecutionLost } from '../broker/liveness.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
 import { enqueueForWorker, type WorkerLink } from '../broker/worker-link.js';
 import { BrokerError } from '../contracts/errors.js';
 import type { CardSample } from '../contracts/sample.js';
 import {
+  HELLO_MAX_EXECUTIONS,
   MAX_MESSAGE_BYTES,
   PROTOCOL_VERSION,
   type WorkerMessage,
@@ -319,11 +321,22 @@ export class WorkerHub implements WorkerLink {
           cards: identity.length,
         },
       });
-      // Ask about executions the master thinks are live here but the worker did not mention.
+      // Executions the master thinks are live here but the worker did not mention. An assign still in
+      // the outbox is on its way. Otherwise, when hello listed every execution the worker knows (fewer
+      // than the cap), the worker cannot account for it: its fate is unknown (DESIGN §6) — leaving it
+      // RUNNING would hold its cards for ever, since an online worker is never swept. With a full list,
+      // ask.
       const known = new Set(msg.executions.map((e) => e.execution_id));
+      const listedAll = msg.executions.length < HELLO_MAX_EXECUTIONS;
       for (const e of store.leases.unfinishedForWorker(s.workerId)) {
-        if (!known.has(e.id) && e.phase !== 'assigned')
-          enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
+        if (known.has(e.id)) continue;
+        if (e.phase === 'assigned' && store.outbox.hasPendingAssign(s.workerId, e.id)) continue;
+        if (listedAll)
+          markExecutionLost(this.deps, e, 'master', `execution ${e.id} is not known to the worker`, {
+            worker_id: s.workerId,
+            boot_id: msg.boot_id,
+          });
+        else enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
       }
     });
     s.bootId = msg.boot_id;

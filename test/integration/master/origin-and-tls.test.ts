@@ -61,7 +61,7 @@ describe('MCP Origin validation', () => {
             port: u.port,
             path: '/mcp',
             method: 'POST',
-            ca: m.caPem,
+            ca: m.caPem ?? undefined,
             servername: 'localhost',
             headers: {
               ...MCP_HEADERS,
