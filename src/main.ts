@@ -184,6 +184,8 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
       await qualification.close();
       unsubscribe();
+      // Wake agents parked in wait_for_* so their answers go out now, not after up to 25 s.
+      deps.notifier.close();
       await app.close();
       store.close();
     },

@@ -57,4 +57,34 @@ describe('master close with connected clients', () => {
     // Without closing connections as they go idle this stays pending for the 72 s keep-alive timeout.
     expect(await within(closing, 20_000)).toBe('done');
   });
+
+  it('wakes a long wait_for_* at close instead of holding shutdown until its timeout', async () => {
+    m = await startTestMaster();
+    const alice = await m.mcpClient(m.createToken('alice', ['submitter']));
+    const r = expectOk(
+      await m.callTool<RevisionResult>(alice, 'create_proposal', {
+        spec: validSpec(),
+        idempotency_key: m.key(),
+      }),
+    );
+    expectOk(
+      await m.callTool(alice, 'confirm_revision', {
+        proposal_id: r.proposal_id,
+        revision_id: r.revision_id,
+        idempotency_key: m.key(),
+      }),
+    );
+    const waiting = m.callTool<{ timed_out: boolean }>(alice, 'wait_for_proposal', {
+      proposal_id: r.proposal_id,
+      timeout_seconds: 25,
+    });
+    const emitter = (m.deps.notifier as unknown as { emitter: import('node:events').EventEmitter }).emitter;
+    for (let i = 0; i < 500 && emitter.listenerCount(`proposal:${r.proposal_id}`) === 0; i++)
+      await new Promise((res) => setTimeout(res, 10));
+    const closing = m.master.close();
+    // Bounded well under the wait's 25 s: without the wake-up the answer and close() arrive only then.
+    expect(await within(waiting, 10_000)).toBe('done');
+    expect(expectOk(await waiting).timed_out).toBe(true);
+    expect(await within(closing, 10_000)).toBe('done');
+  });
 });
