@@ -276,3 +276,10 @@ BEFORE UPDATE OF id, proposal_id, number, spec, digest, findings, created_by, cr
 BEGIN
   SELECT RAISE(ABORT, 'revisions are immutable');
 END;
+
+CREATE TRIGGER revisions_confirmed_once
+BEFORE UPDATE OF confirmed_at ON revisions
+WHEN OLD.confirmed_at IS NOT NULL
+BEGIN
+  SELECT RAISE(ABORT, 'a revision is confirmed once');
+END;

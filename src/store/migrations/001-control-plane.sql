@@ -48,6 +48,14 @@ BEGIN
   SELECT RAISE(ABORT, 'revisions are immutable');
 END;
 
+-- ... and confirmed_at is set once: a confirmed revision stays confirmed at that time.
+CREATE TRIGGER revisions_confirmed_once
+BEFORE UPDATE OF confirmed_at ON revisions
+WHEN OLD.confirmed_at IS NOT NULL
+BEGIN
+  SELECT RAISE(ABORT, 'a revision is confirmed once');
+END;
+
 CREATE TABLE reviews (
   id              TEXT PRIMARY KEY,
   proposal_id     TEXT NOT NULL REFERENCES proposals(id),

@@ -102,6 +102,9 @@ describe('schema', () => {
         db.prepare(`UPDATE revisions SET digest = ? WHERE id = 'rev_1'`).run('d'.repeat(64)),
       ).toThrow(/revisions are immutable/);
       expect(db.prepare(`UPDATE revisions SET confirmed_at = 2 WHERE id = 'rev_1'`).run().changes).toBe(1);
+      expect(() => db.prepare(`UPDATE revisions SET confirmed_at = 3 WHERE id = 'rev_1'`).run()).toThrow(
+        /a revision is confirmed once/,
+      );
     } finally {
       db.close();
     }
