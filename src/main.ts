@@ -54,6 +54,13 @@ export interface RunningMaster {
   close(): Promise<void>;
 }
 
+/** How often acknowledged outbox rows and old idempotency keys are pruned. */
+const RETENTION_SWEEP_MS = 10 * 60_000;
+/** Acknowledged worker messages are kept a day for diagnosis. */
+const ACKED_OUTBOX_RETENTION_MS = 24 * 3600_000;
+/** Idempotency keys are honoured for a week; a retry after that is a new request (docs/mcp-tools.md). */
+const IDEMPOTENCY_RETENTION_MS = 7 * 24 * 3600_000;
+
 /** File holding the bootstrap operator token, mode 0600. */
 export const OPERATOR_TOKEN_FILE = 'operator.token';
 
@@ -155,8 +162,17 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     },
   });
 
+  let lastRetention = 0;
   const sweeper = setInterval(() => {
     try {
+      const now = clock.now();
+      if (now - lastRetention > RETENTION_SWEEP_MS) {
+        lastRetention = now;
+        store.transaction(() => {
+          store.outbox.prune(now - ACKED_OUTBOX_RETENTION_MS);
+          store.idempotency.prune(now - IDEMPOTENCY_RETENTION_MS);
+        });
+      }
       expireProposals(deps);
       sweepExecutions(deps, fleet);
       sched.requestPass();

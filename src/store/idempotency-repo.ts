@@ -10,11 +10,13 @@ export interface IdempotencyRecord {
 export class IdempotencyRepo {
   private readonly getStmt;
   private readonly putStmt;
+  private readonly pruneStmt;
 
   constructor(db: Db) {
     this.getStmt = db.prepare<[string, string, string], { request_digest: string; response: string }>(
       'SELECT request_digest, response FROM idempotency_keys WHERE principal_id = ? AND operation = ? AND key = ?',
     );
+    this.pruneStmt = db.prepare('DELETE FROM idempotency_keys WHERE created_at < ?');
     this.putStmt = db.prepare(
       'INSERT INTO idempotency_keys (principal_id, operation, key, request_digest, response, created_at) VALUES (?, ?, ?, ?, ?, ?)',
     );
@@ -38,5 +40,10 @@ export class IdempotencyRepo {
     now: number,
   ): void {
     this.putStmt.run(principalId, operation, key, requestDigest, JSON.stringify(response), now);
+  }
+
+  /** Forgets keys older than `before`: a retry that late is a new request. */
+  prune(before: number): number {
+    return this.pruneStmt.run(before).changes;
   }
 }
