@@ -307,7 +307,8 @@ export async function waitForProposal(
     const p = loadVisibleProposal(deps, principal, proposalId);
     if (p.state !== 'IN_REVIEW') return { proposal: proposalView(deps.store, p), timed_out: false };
     const left = deadline - Date.now();
-    if (left <= 0 || signal?.aborted || deps.notifier.isClosed) return { proposal: proposalView(deps.store, p), timed_out: true };
+    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
+      return { proposal: proposalView(deps.store, p), timed_out: true };
     await deps.notifier.waitFor(proposalTopic(proposalId), left, signal);
   }
 }

@@ -123,7 +123,8 @@ export async function waitForTask(
     const t = loadVisibleTask(deps, principal, taskId);
     if (SETTLED.has(t.state)) return { task: taskView(deps.store, t, deps.observe), timed_out: false };
     const left = deadline - Date.now();
-    if (left <= 0 || signal?.aborted || deps.notifier.isClosed) return { task: taskView(deps.store, t, deps.observe), timed_out: true };
+    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
+      return { task: taskView(deps.store, t, deps.observe), timed_out: true };
     await deps.notifier.waitFor(taskTopic(taskId), left, signal);
   }
 }
