@@ -44,7 +44,12 @@ export class OutboxRepo {
         `UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND acked_at IS NULL
            AND json_extract(body, '$.type') = 'assign' AND json_extract(body, '$.plan.execution_id') = ?`,
       ),
-      prune: db.prepare('DELETE FROM master_outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
+      // The newest row of each boot stays: `append` numbers from it, and a seq handed out twice would be
+      // dropped by a worker as a duplicate (and acknowledged), so the message would never run.
+      prune: db.prepare(
+        `DELETE FROM master_outbox WHERE acked_at IS NOT NULL AND acked_at < ?
+           AND id NOT IN (SELECT max(id) FROM master_outbox GROUP BY boot_id)`,
+      ),
     };
   }
 
@@ -92,7 +97,7 @@ export class OutboxRepo {
     return this.s.withdrawAssign.run(now, workerId, executionId).changes;
   }
 
-  /** Deletes messages acknowledged before `before`. */
+  /** Deletes messages acknowledged before `before`, except the newest of each boot (it holds the seq). */
   prune(before: number): number {
     return this.s.prune.run(before).changes;
   }

@@ -4,7 +4,7 @@ import { type RunningWorker, startWorker } from '../../worker/daemon.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
 import type { TestMaster } from './master.js';
-import { makeTempDir } from './temp.js';
+import { makeTempDir, removeTempDir } from './temp.js';
 
 /**
  * A real worker daemon for cluster tests: `startWorker` in this process, talking WSS to a master (a
@@ -39,12 +39,13 @@ export interface TestWorker {
   workerId: string;
   dataDir: string;
   sampler: CardSampler;
-  /** Clean stop (cancels running executions); idempotent. */
+  /** Clean stop (cancels running executions), then removes the data dir if the harness made it; idempotent. */
   close(): Promise<void>;
 }
 
 /** Starts a worker; resolves once it is dialling (use `waitFor` on the master for its cards). */
 export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWorker> {
+  const ownsDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? makeTempDir(`worker-${opts.workerId}`);
   const sampler = opts.sampler ?? new SimSampler({ count: opts.simCards ?? 4, seed: opts.workerId });
   const worker = await startWorker({
@@ -69,7 +70,9 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
     dataDir,
     sampler,
     close() {
-      closing ??= worker.close();
+      closing ??= worker.close().then(() => {
+        if (ownsDir) removeTempDir(dataDir);
+      });
       return closing;
     },
   };

@@ -1,0 +1,258 @@
+import { createHash } from 'node:crypto';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { enqueueForWorker } from '../../../src/broker/worker-link.js';
+import { openLocalStore } from '../../../worker/local-store.js';
+import {
+  approveTask,
+  clusterConfig,
+  getTask,
+  type LeaseWatch,
+  shellSpec,
+  waitUntilSettled,
+  watchLeaseCards,
+} from '../../support/cluster.js';
+import { startTestMaster, type TestMaster } from '../../support/master.js';
+import { callTool, expectOk } from '../../support/mcp.js';
+import { connectRawWorker, type RawWorker } from '../../support/raw-worker.js';
+import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { waitFor } from '../../support/wait.js';
+import { startWorkerOn, type TestWorker, workerStorePath } from '../../support/worker.js';
+
+/**
+ * The worker protocol's delivery guarantees against a real master: a sequenced message is applied once
+ * however often it arrives (duplicates and old sequence numbers are acknowledged and dropped, even when
+ * their content differs), reports replayed under new sequence numbers do not move anything backwards,
+ * a re-delivered assign is never run twice, and an assign below a card's epoch mark is refused by the
+ * real worker with STALE_EPOCH.
+ */
+
+let m: TestMaster;
+let alice: Client;
+let rita: Client;
+let watch: LeaseWatch;
+const closers: Array<() => Promise<void>> = [];
+
+beforeAll(async () => {
+  m = await startTestMaster({ config: clusterConfig() });
+  watch = watchLeaseCards(m.store, m.deps.notifier);
+  alice = await m.mcpClient(m.createToken('alice', ['submitter']));
+  rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
+});
+
+afterAll(async () => {
+  watch?.stop();
+  for (const close of closers.reverse()) await close();
+  await m?.close();
+  removeTempDirs();
+});
+
+function sha256(data: string): string {
+  return createHash('sha256').update(data).digest('hex');
+}
+
+function taskActions(taskId: string): string[] {
+  return m.store.audit.forSubject('task', taskId).map((e) => e.action);
+}
+
+describe('duplicated and replayed worker messages (raw ws worker)', () => {
+  let raw: RawWorker;
+  let seq = 0;
+
+  /** Sends under a fresh seq and returns it. */
+  const send = (message: Record<string, unknown>): number => {
+    const s = ++seq;
+    raw.sendSeq(s, message);
+    return s;
+  };
+  const acked = (s: number, times = 1) =>
+    waitFor(() => raw.received.filter((r) => r['type'] === 'ack' && r['seq'] === s).length >= times, {
+      what: `ack of seq ${s} ×${times}`,
+    });
+
+  it('applies each sequenced message once, whatever arrives again', async () => {
+    raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-raw', ['worker'], 'raw-1'),
+      workerId: 'raw-1',
+    });
+    closers.push(() => raw.close());
+    expect(await raw.hello(2)).toMatchObject({ type: 'welcome', worker_id: 'raw-1', worker_marks: [] });
+    // Keep the cards fresh, as a real worker would.
+    const pump = setInterval(() => {
+      raw.sample(++seq, 2);
+    }, 100);
+    closers.push(async () => clearInterval(pump));
+
+    const content = '{"ok":true}';
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec('true', { worker: 'raw-1', outputs: [{ path: 'result.json', required: true }] }),
+    );
+    const assign = await raw.next((r) => r['type'] === 'assign', { what: 'assign' });
+    raw.send({ type: 'ack', boot_id: assign['boot_id'], seq: assign['seq'] });
+    const plan = assign['plan'] as { execution_id: string; lease_epoch: number; task_id: string };
+    expect(plan.task_id).toBe(taskId);
+    const report = (phase: string, extra: Record<string, unknown> = {}) => ({
+      type: 'execution',
+      execution_id: plan.execution_id,
+      task_id: taskId,
+      lease_epoch: plan.lease_epoch,
+      phase,
+      ...extra,
+    });
+    const log = (offset: number, data: string) => ({
+      type: 'log',
+      execution_id: plan.execution_id,
+      stream: 'stdout',
+      offset,
+      data,
+    });
+
+    const accepted = send(report('accepted'));
+    send(report('started'));
+    // The same log message twice, the same seq with other content, and an old seq: one chunk stored.
+    const first = send(log(0, 'hello\n'));
+    raw.sendSeq(first, log(0, 'hello\n'));
+    raw.sendSeq(first, log(6, 'EVIL\n'));
+    raw.sendSeq(accepted, log(6, 'OLD\n'));
+    const output = send({
+      type: 'output',
+      execution_id: plan.execution_id,
+      lease_epoch: plan.lease_epoch,
+      path: 'result.json',
+      size: content.length,
+      sha256: sha256(content),
+      content_base64: Buffer.from(content).toString('base64'),
+    });
+    raw.sendSeq(output, {
+      type: 'output',
+      execution_id: plan.execution_id,
+      lease_epoch: plan.lease_epoch,
+      path: 'result.json',
+      size: 4,
+      sha256: sha256('evil'),
+      content_base64: Buffer.from('evil').toString('base64'),
+    });
+    const exitedOutputs = [{ path: 'result.json', size: content.length, sha256: sha256(content) }];
+    const exited = send(report('exited', { exit_code: 0, outputs: exitedOutputs }));
+    raw.sendSeq(exited, report('exited', { exit_code: 3, failure_reason: 'EXIT_NONZERO', outputs: [] }));
+    // An old report replayed under a new seq is processed, and changes nothing: phases only move forward.
+    const replayed = send(report('started'));
+    await acked(replayed);
+    expect((await getTask(alice, taskId)).state).toBe('FINALIZING');
+
+    const cleaned = send(report('cleaned', { exit_code: 0, outputs: exitedOutputs }));
+    raw.sendSeq(cleaned, report('cleaned', { exit_code: 0, outputs: exitedOutputs }));
+    const done = await waitUntilSettled(alice, taskId);
+    expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0, failure_reason: null });
+
+    // Every copy was acknowledged (so a worker would stop resending), and nothing applied twice.
+    await acked(first, 3);
+    await acked(accepted, 2);
+    await acked(output, 2);
+    await acked(exited, 2);
+    await acked(cleaned, 2);
+    expect(raw.received.filter((r) => r['type'] === 'error')).toEqual([]);
+    expect(taskActions(taskId)).toEqual([
+      'task.created',
+      'task.lease_granted',
+      'task.started',
+      'task.exited',
+      'task.cleaned_success',
+    ]);
+    const logs = expectOk(
+      await callTool<{ data: string; total_bytes: number }>(alice, 'get_task_logs', { task_id: taskId }),
+    );
+    expect(logs).toMatchObject({ data: 'hello\n', total_bytes: 6 });
+    const file = expectOk(
+      await callTool<{ file: { content: string } }>(alice, 'get_task_outputs', {
+        task_id: taskId,
+        path: 'result.json',
+      }),
+    );
+    expect(file.file.content).toBe(content);
+    expect(m.store.workers.mark('raw-1', raw.bootId)).toBeGreaterThanOrEqual(cleaned);
+    expect(m.store.leases.latestLeaseForTask(taskId)?.state).toBe('RELEASED');
+  });
+
+  it('answers a message it cannot parse with an error and keeps the session', async () => {
+    const from = raw.received.length;
+    raw.send({ type: 'no-such-type', seq: 1 });
+    const error = await raw.next((r) => r['type'] === 'error', { from, what: 'error reply' });
+    expect(error).toMatchObject({ code: 'INVALID_MESSAGE' });
+    const s = send({ type: 'sample', sampled_at: Date.now(), cards: [], sampler_error: 'probe' });
+    await acked(s);
+    expect(m.deps.cluster.fleet.get('raw-1').sampler_error).toBe('probe');
+  });
+});
+
+describe('the real worker against re-delivery and stale epochs', () => {
+  it('does not run a re-delivered assign again; it reports the phase it already reached', async () => {
+    const w: TestWorker = await startWorkerOn(m, 'gpu-replay', { simCards: 1 });
+    closers.push(() => w.close());
+    const taskId = await approveTask(alice, rita, shellSpec('echo ran', { worker: 'gpu-replay' }));
+    expect((await waitUntilSettled(alice, taskId)).state).toBe('COMPLETED');
+    const before = taskActions(taskId);
+    const markBefore = m.store.workers.mark('gpu-replay', w.worker.bootId);
+
+    const row = m.store.db
+      .prepare('SELECT body FROM master_outbox WHERE worker_id = ? AND body LIKE \'%"assign"%\'')
+      .get('gpu-replay') as { body: string };
+    const { plan } = JSON.parse(row.body) as { plan: Record<string, unknown> };
+    const seq = m.store.transaction(() =>
+      enqueueForWorker(m.deps, m.deps.cluster.link, 'gpu-replay', { type: 'assign', plan }),
+    );
+    await waitFor(() => m.store.outbox.unacked('gpu-replay').every((e) => e.seq !== seq), {
+      what: 'the replayed assign acknowledged',
+    });
+    // The worker answered with a fresh report of the phase it had reached.
+    await waitFor(() => m.store.workers.mark('gpu-replay', w.worker.bootId) > markBefore, {
+      what: 'a report about the replayed assign',
+    });
+    expect(taskActions(taskId)).toEqual(before);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toBe('ran\n');
+    expect((await getTask(alice, taskId)).state).toBe('COMPLETED');
+  });
+
+  it('numbers new messages above every seq it used, even after acknowledged rows were pruned', async () => {
+    const w = await startWorkerOn(m, 'gpu-prune', { simCards: 1 });
+    closers.push(() => w.close());
+    const first = await approveTask(alice, rita, shellSpec('echo one', { worker: 'gpu-prune' }));
+    expect((await waitUntilSettled(alice, first)).state).toBe('COMPLETED');
+    // Retention deletes every acknowledged outbox row (as a day-old prune would).
+    await waitFor(() => m.store.outbox.unacked('gpu-prune').length === 0, { what: 'every message acked' });
+    m.store.outbox.prune(Date.now() + 1);
+    // The worker already processed seqs of this master boot: a reused seq would be dropped as a duplicate.
+    const second = await approveTask(alice, rita, shellSpec('echo two', { worker: 'gpu-prune' }));
+    expect((await waitUntilSettled(alice, second, 15_000)).state).toBe('COMPLETED');
+  });
+
+  it('refuses an assign below a card’s epoch mark: STALE_EPOCH, task FAILED, lease released', async () => {
+    // The worker once saw lease epoch 7 on card 0 (e.g. from a master restored from an old backup).
+    const dataDir = makeTempDir('worker-stale');
+    const local = openLocalStore(workerStorePath(dataDir));
+    expect(local.checkAndRaiseEpoch([0], 7)).toEqual({ ok: true });
+    local.close();
+    const w = await startWorkerOn(m, 'gpu-stale', { simCards: 1, dataDir });
+    closers.push(() => w.close());
+
+    const taskId = await approveTask(alice, rita, shellSpec('echo must-not-run', { worker: 'gpu-stale' }));
+    const failed = await waitUntilSettled(alice, taskId);
+    expect(failed).toMatchObject({ state: 'FAILED', failure_reason: 'STALE_EPOCH', lease_epoch: 1 });
+    const lease = m.store.leases.latestLeaseForTask(taskId)!;
+    expect(lease).toMatchObject({ state: 'RELEASED', lease_epoch: 1 });
+    expect(m.store.leases.executionForLease(lease.id)).toMatchObject({
+      phase: 'rejected',
+      failure_reason: 'STALE_EPOCH',
+    });
+    const logs = expectOk(
+      await callTool<{ total_bytes: number }>(alice, 'get_task_logs', { task_id: taskId }),
+    );
+    expect(logs.total_bytes).toBe(0);
+    expect(watch.violations).toEqual([]);
+  });
+});
