@@ -163,6 +163,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   });
 
   let lastRetention = 0;
+  let lastRevalidate = 0;
   const sweeper = setInterval(() => {
     try {
       const now = clock.now();
@@ -172,6 +173,10 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
           store.outbox.prune(now - ACKED_OUTBOX_RETENTION_MS);
           store.idempotency.prune(now - IDEMPOTENCY_RETENTION_MS);
         });
+      }
+      if (now - lastRevalidate > 5000) {
+        lastRevalidate = now;
+        hub!.revalidate();
       }
       expireProposals(deps);
       sweepExecutions(deps, fleet);

@@ -217,7 +217,13 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     outcome.after?.();
   };
 
+  // Set when a message could not be processed for an unexpected reason: the socket is dropped and
+  // whatever is still buffered on it is ignored, so no later message raises the master's mark past the
+  // failed one; after the reconnect the master resends everything unacknowledged, in order.
+  let dropping = false;
+
   const onMessage = (text: string) => {
+    if (dropping) return;
     let raw: unknown;
     try {
       raw = JSON.parse(text);
@@ -253,7 +259,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
           onSequenced(msg);
       }
     } catch (err) {
-      // A bug or a broken store must not take the worker down; the master resends what was not acked.
+      // A bug or a broken store must not take the worker down. Nothing was acknowledged: drop the session
+      // so that the master resends this message (and everything after it) on the next one.
       log.error(
         { err: (err as Error)?.stack ?? String(err), type: msg.type },
         'worker: message handling failed',
@@ -267,6 +274,10 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         ),
         ...('seq' in msg ? { ref_seq: msg.seq } : {}),
       });
+      if ('seq' in msg) {
+        dropping = true;
+        conn?.drop(`could not process ${msg.type} seq ${msg.seq}`);
+      }
     }
   };
 
@@ -297,6 +308,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.backoff === undefined ? {} : { backoff: opts.backoff }),
     ...(opts.pingIntervalMs === undefined ? {} : { pingIntervalMs: opts.pingIntervalMs }),
     onOpen: () => {
+      dropping = false;
       sendDirect(hello());
       welcomeTimer = setTimeout(
         () => conn?.drop('no welcome from the master'),

@@ -36,11 +36,17 @@ interface Session {
   bootId: string | null;
   /** Highest outbox row id sent on this session. */
   sentUpTo: number;
+  /** The principal whose token opened the session; re-checked so a revoked token loses its session. */
+  principalId: string;
+  /** Set once processing failed unexpectedly: the socket is being torn down and nothing more is read. */
+  dead: boolean;
 }
 
 /** Close codes the hub uses. */
 export const CLOSE_REPLACED = 4000;
 export const CLOSE_PROTOCOL = 4002;
+export const CLOSE_REVOKED = 4001;
+export const CLOSE_INTERNAL = 1011;
 
 /** Hooks the hub calls on the scheduler. */
 export interface HubHooks {
@@ -94,6 +100,7 @@ export class WorkerHub implements WorkerLink {
       return;
     }
     let workerId: string;
+    let principalId: string;
     try {
       const principal = authenticate(this.deps, bearerToken(req.headers.authorization));
       if (!principal.roles.includes('worker') || !principal.worker_id)
@@ -103,6 +110,7 @@ export class WorkerHub implements WorkerLink {
           'Create one with --role worker --worker-id ID.',
         );
       workerId = principal.worker_id;
+      principalId = principal.id;
     } catch (err) {
       const status =
         err instanceof BrokerError && err.code === 'FORBIDDEN' ? '403 Forbidden' : '401 Unauthorized';
@@ -111,13 +119,13 @@ export class WorkerHub implements WorkerLink {
       );
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.open(ws, workerId));
+    this.wss.handleUpgrade(req, socket, head, (ws) => this.open(ws, workerId, principalId));
   }
 
-  private open(ws: WebSocket, workerId: string): void {
+  private open(ws: WebSocket, workerId: string, principalId: string): void {
     const old = this.sessions.get(workerId);
     if (old) old.ws.close(CLOSE_REPLACED, 'replaced by a newer session');
-    const session: Session = { ws, workerId, bootId: null, sentUpTo: 0 };
+    const session: Session = { ws, workerId, bootId: null, sentUpTo: 0, principalId, dead: false };
     this.sessions.set(workerId, session);
     ws.on('message', (data, isBinary) => this.onMessage(session, isBinary ? null : data.toString()));
     ws.on('close', () => {
@@ -135,7 +143,9 @@ export class WorkerHub implements WorkerLink {
   }
 
   private onMessage(s: Session, text: string | null): void {
+    if (s.dead) return;
     let msg: WorkerMessage;
+    let raw: unknown;
     try {
       if (text === null)
         throw new BrokerError(
@@ -143,7 +153,8 @@ export class WorkerHub implements WorkerLink {
           'binary frames are not part of the protocol',
           'Send JSON text.',
         );
-      const parsed = WorkerMessageSchema.safeParse(JSON.parse(text));
+      raw = JSON.parse(text);
+      const parsed = WorkerMessageSchema.safeParse(raw);
       if (!parsed.success)
         throw new BrokerError(
           'INVALID_INPUT',
@@ -158,7 +169,7 @@ export class WorkerHub implements WorkerLink {
       const message =
         err instanceof BrokerError ? err.message : `unparsable message: ${(err as Error).message}`;
       this.deps.logger.warn({ worker_id: s.workerId, message }, 'bad worker message');
-      this.reply(s, { type: 'error', code: 'INVALID_MESSAGE', message });
+      this.refuseInvalid(s, raw, message);
       return;
     }
     try {
@@ -170,6 +181,47 @@ export class WorkerHub implements WorkerLink {
         code: 'INTERNAL',
         message: 'the master could not process this message; it will be retried',
       });
+      // Nothing was applied or acknowledged. Stop reading this socket: a later message must not raise
+      // the mark past this one. The worker reconnects and resends everything unacknowledged, in order.
+      s.dead = true;
+      s.ws.terminate();
+    }
+  }
+
+  /**
+   * Answers a message that does not parse. A sequenced one (it names a boot id and seq) is also marked
+   * processed and acknowledged: it can never parse, so resending it on every reconnect would help nobody.
+   */
+  private refuseInvalid(s: Session, raw: unknown, message: string): void {
+    const fields = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
+    const seq = fields['seq'];
+    const bootId = fields['boot_id'];
+    const sequenced =
+      s.bootId !== null &&
+      Number.isInteger(seq) &&
+      (seq as number) >= 1 &&
+      typeof bootId === 'string' &&
+      bootId.length > 0 &&
+      bootId.length <= 128;
+    this.reply(s, {
+      type: 'error',
+      code: 'INVALID_MESSAGE',
+      message,
+      ...(sequenced ? { ref_seq: seq } : {}),
+    });
+    if (!sequenced) return;
+    this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
+    this.reply(s, { type: 'ack', boot_id: bootId, seq });
+  }
+
+  /** Closes sessions whose worker token was revoked since they opened (called by the sweeper). */
+  revalidate(): void {
+    for (const s of this.sessions.values()) {
+      const p = this.deps.store.principals.findById(s.principalId);
+      if (!p || p.revoked_at !== null) {
+        this.deps.logger.warn({ worker_id: s.workerId }, 'worker token revoked; closing its session');
+        s.ws.close(CLOSE_REVOKED, 'token revoked');
+      }
     }
   }
 

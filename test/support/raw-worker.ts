@@ -25,6 +25,10 @@ export interface RawWorker {
   hello(cards: number): Promise<Record<string, unknown>>;
   /** Sends a sample of `cards` idle simulated cards under `seq`. */
   sample(seq: number, cards: number): void;
+  /** Whether the socket is still open (the master may close it). */
+  isOpen(): boolean;
+  /** The close code the master sent, once closed. */
+  closeCode(): number | null;
   close(): Promise<void>;
 }
 
@@ -42,6 +46,10 @@ export async function connectRawWorker(opts: {
     ...(opts.caPem === null ? {} : { ca: opts.caPem }),
   });
   const received: Array<Record<string, unknown>> = [];
+  let closeCode: number | null = null;
+  ws.on('close', (code) => {
+    closeCode = code;
+  });
   ws.on('message', (data) => received.push(JSON.parse(data.toString()) as Record<string, unknown>));
   await new Promise<void>((resolve, reject) => {
     ws.once('open', () => resolve());
@@ -78,6 +86,8 @@ export async function connectRawWorker(opts: {
     async sample(seq, n) {
       raw.sendSeq(seq, { type: 'sample', sampled_at: Date.now(), cards: cardsOf(n), sampler_error: null });
     },
+    isOpen: () => ws.readyState === WebSocket.OPEN,
+    closeCode: () => closeCode,
     close: () =>
       new Promise<void>((resolve) => {
         if (ws.readyState === WebSocket.CLOSED) return resolve();

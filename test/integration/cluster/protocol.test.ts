@@ -189,6 +189,87 @@ describe('duplicated and replayed worker messages (raw ws worker)', () => {
   });
 });
 
+describe('messages the master cannot take (raw ws worker)', () => {
+  it('acknowledges a sequenced message that can never parse, so it is not resent for ever', async () => {
+    const raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-poison', ['worker'], 'raw-poison'),
+      workerId: 'raw-poison',
+    });
+    closers.push(() => raw.close());
+    await raw.hello(1);
+    const from = raw.received.length;
+    raw.sendSeq(7, { type: 'sample', sampled_at: Date.now(), cards: 'not a list', sampler_error: null });
+    const error = await raw.next((r) => r['type'] === 'error', { from, what: 'error reply' });
+    expect(error).toMatchObject({ code: 'INVALID_MESSAGE', ref_seq: 7 });
+    await raw.next((r) => r['type'] === 'ack' && r['seq'] === 7, { from, what: 'ack of the poison message' });
+    expect(m.store.workers.mark('raw-poison', raw.bootId)).toBe(7);
+    expect(raw.isOpen()).toBe(true);
+  });
+
+  it('drops the session on an unexpected failure; the resent message is then applied, not lost', async () => {
+    const token = m.createToken('worker-flaky', ['worker'], 'raw-flaky');
+    const first = await connectRawWorker({ url: m.url, caPem: m.caPem, token, workerId: 'raw-flaky' });
+    closers.push(() => first.close());
+    await first.hello(1);
+    const fleet = m.deps.cluster.fleet;
+    const sampled = fleet.sampled.bind(fleet);
+    let failures = 0;
+    fleet.sampled = (...args: Parameters<typeof sampled>) => {
+      if (args[2] === 'after-failure' && failures++ === 0) throw new Error('injected fault');
+      return sampled(...args);
+    };
+    try {
+      const from = first.received.length;
+      first.sendSeq(3, { type: 'sample', sampled_at: Date.now(), cards: [], sampler_error: 'after-failure' });
+      // A later message on the same socket must not raise the mark past the failed one.
+      first.sendSeq(4, { type: 'sample', sampled_at: Date.now(), cards: [], sampler_error: 'later' });
+      await first.next((r) => r['type'] === 'error' && r['code'] === 'INTERNAL', { from, what: 'INTERNAL' });
+      await waitFor(() => !first.isOpen(), { what: 'the master to drop the session' });
+      expect(m.store.workers.mark('raw-flaky', first.bootId)).toBeLessThan(3);
+
+      // The worker reconnects under the same boot and resends what was not acknowledged.
+      const again = await connectRawWorker({
+        url: m.url,
+        caPem: m.caPem,
+        token,
+        workerId: 'raw-flaky',
+        bootId: first.bootId,
+      });
+      closers.push(() => again.close());
+      await again.hello(1);
+      const at = again.received.length;
+      again.sendSeq(3, { type: 'sample', sampled_at: Date.now(), cards: [], sampler_error: 'after-failure' });
+      await again.next((r) => r['type'] === 'ack' && r['seq'] === 3, {
+        from: at,
+        what: 'ack of the resent seq 3',
+      });
+      expect(fleet.get('raw-flaky').sampler_error).toBe('after-failure');
+      expect(m.store.workers.mark('raw-flaky', first.bootId)).toBe(3);
+    } finally {
+      fleet.sampled = sampled;
+    }
+  });
+
+  it('closes the session of a worker whose token is revoked', async () => {
+    const raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-revoked', ['worker'], 'raw-revoked'),
+      workerId: 'raw-revoked',
+    });
+    closers.push(() => raw.close());
+    await raw.hello(1);
+    m.revokeToken('worker-revoked');
+    await waitFor(() => !raw.isOpen(), {
+      what: 'the session of the revoked token to close',
+      timeoutMs: 15_000,
+    });
+    expect(raw.closeCode()).toBe(4001);
+  });
+});
+
 describe('the real worker against re-delivery and stale epochs', () => {
   it('does not run a re-delivered assign again; it reports the phase it already reached', async () => {
     const w: TestWorker = await startWorkerOn(m, 'gpu-replay', { simCards: 1 });
