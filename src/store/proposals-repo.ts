@@ -2,6 +2,7 @@ import type { TaskSpec } from '../contracts/task-spec.js';
 import type { Finding } from '../domain/policy.js';
 import type { ProposalState, ReviewDecision } from '../domain/proposal.js';
 import type { Db } from './db.js';
+import { selectNewestFirst } from './newest-first.js';
 
 /** A proposal row. */
 export interface ProposalRecord {
@@ -162,21 +163,6 @@ export class ProposalsRepo {
 
   /** Lists proposals newest first with an id cursor. */
   list(q: ProposalListQuery): ProposalRecord[] {
-    const where: string[] = [];
-    const args: Array<string | number> = [];
-    if (q.owner_id !== undefined) {
-      where.push('owner_id = ?');
-      args.push(q.owner_id);
-    }
-    if (q.state !== undefined) {
-      where.push('state = ?');
-      args.push(q.state);
-    }
-    if (q.before_id !== undefined) {
-      where.push('id < ?');
-      args.push(q.before_id);
-    }
-    const sql = `SELECT * FROM proposals ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
-    return this.db.prepare<unknown[], ProposalRecord>(sql).all(...args, q.limit);
+    return selectNewestFirst<ProposalRecord>(this.db, 'proposals', q);
   }
 }

@@ -1,6 +1,7 @@
 import type { TaskSpec } from '../contracts/task-spec.js';
 import type { TaskState } from '../domain/task.js';
 import type { Db } from './db.js';
+import { selectNewestFirst } from './newest-first.js';
 
 /** A task row. `reason` is the machine-readable wait reason while queued. */
 export interface TaskRecord {
@@ -160,24 +161,6 @@ export class TasksRepo {
 
   /** Lists tasks newest first with an id cursor. */
   list(q: TaskListQuery): TaskRecord[] {
-    const where: string[] = [];
-    const args: Array<string | number> = [];
-    if (q.owner_id !== undefined) {
-      where.push('owner_id = ?');
-      args.push(q.owner_id);
-    }
-    if (q.state !== undefined) {
-      where.push('state = ?');
-      args.push(q.state);
-    }
-    if (q.before_id !== undefined) {
-      where.push('id < ?');
-      args.push(q.before_id);
-    }
-    const sql = `SELECT * FROM tasks ${where.length ? `WHERE ${where.join(' AND ')}` : ''} ORDER BY id DESC LIMIT ?`;
-    return this.db
-      .prepare<unknown[], TaskRow>(sql)
-      .all(...args, q.limit)
-      .map(toTask);
+    return selectNewestFirst<TaskRow>(this.db, 'tasks', q).map(toTask);
   }
 }
