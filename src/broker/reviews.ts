@@ -17,15 +17,10 @@ export function listReviewQueue(
   q: { limit?: number | undefined; cursor?: string | undefined },
 ) {
   const limit = q.limit ?? 50;
-  const rows = deps.store.db
-    .prepare<[string, number], { id: string }>(
-      "SELECT id FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
-    )
-    .all(q.cursor ?? '', limit + 1);
+  const rows = deps.store.proposals.inReview(q.cursor, limit + 1);
   const page = rows.slice(0, limit);
   return {
-    items: page.map(({ id }) => {
-      const p = deps.store.proposals.get(id)!;
+    items: page.map((p) => {
       const r = deps.store.proposals.revision(p.current_revision_id)!;
       return {
         proposal_id: p.id,
@@ -157,7 +152,6 @@ export function submitReview(
       state: 'QUEUED',
       desired: 'run',
       reason: { code: 'pending_scheduling', message: 'waiting for the scheduler' },
-      position: null,
       failure_reason: null,
       exit_code: null,
       signal: null,

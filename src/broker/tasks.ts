@@ -24,10 +24,7 @@ export function loadVisibleTask(deps: BrokerDeps, principal: Principal, id: stri
 
 /** Fields a transition may set besides the state. */
 export type TaskChanges = Partial<
-  Pick<
-    TaskRecord,
-    'desired' | 'reason' | 'position' | 'failure_reason' | 'exit_code' | 'signal' | 'started_at'
-  >
+  Pick<TaskRecord, 'desired' | 'reason' | 'failure_reason' | 'exit_code' | 'signal' | 'started_at'>
 >;
 
 /**
@@ -54,7 +51,7 @@ export function moveTask(
   const leavingQueue = t.state === 'QUEUED';
   const next: TaskRecord = {
     ...t,
-    ...(leavingQueue ? { reason: null, position: null } : {}),
+    ...(leavingQueue ? { reason: null } : {}),
     ...changes,
     state: tr.to,
     updated_at: now,

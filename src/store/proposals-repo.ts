@@ -95,6 +95,9 @@ export class ProposalsRepo {
       reviews: db.prepare<[string], ReviewRecord>(
         'SELECT * FROM reviews WHERE proposal_id = ? ORDER BY created_at, id',
       ),
+      inReview: db.prepare<[string, number], ProposalRecord>(
+        "SELECT * FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
+      ),
       expired: db.prepare<[number, number], ProposalRecord>(
         'SELECT * FROM proposals WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?',
       ),
@@ -154,6 +157,11 @@ export class ProposalsRepo {
   /** Reviews of a proposal, oldest first. */
   reviews(proposalId: string): ReviewRecord[] {
     return this.s.reviews.all(proposalId);
+  }
+
+  /** Proposals awaiting review, oldest first, after the cursor id. */
+  inReview(afterId: string | undefined, limit: number): ProposalRecord[] {
+    return this.s.inReview.all(afterId ?? '', limit);
   }
 
   /** Proposals whose expiry has passed, oldest first. */

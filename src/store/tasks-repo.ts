@@ -15,7 +15,6 @@ export interface TaskRecord {
   state: TaskState;
   desired: 'run' | 'cancel';
   reason: Record<string, unknown> | null;
-  position: number | null;
   failure_reason: string | null;
   exit_code: number | null;
   signal: string | null;
@@ -66,17 +65,16 @@ export class TasksRepo {
       get: db.prepare<[string], TaskRow>('SELECT * FROM tasks WHERE id = ?'),
       insert: db.prepare(
         `INSERT INTO tasks (id, proposal_id, revision_id, owner_id, spec, spec_digest, priority, state, desired, reason,
-           position, failure_reason, exit_code, signal, approved_at, created_at, updated_at, started_at, finished_at)
+           failure_reason, exit_code, signal, approved_at, created_at, updated_at, started_at, finished_at)
          VALUES (@id, @proposal_id, @revision_id, @owner_id, @spec, @spec_digest, @priority, @state, @desired, @reason,
-           @position, @failure_reason, @exit_code, @signal, @approved_at, @created_at, @updated_at, @started_at, @finished_at)`,
+           @failure_reason, @exit_code, @signal, @approved_at, @created_at, @updated_at, @started_at, @finished_at)`,
       ),
       update: db.prepare(
-        `UPDATE tasks SET state = @state, desired = @desired, reason = @reason, position = @position,
+        `UPDATE tasks SET state = @state, desired = @desired, reason = @reason,
            failure_reason = @failure_reason, exit_code = @exit_code, signal = @signal, updated_at = @updated_at,
            started_at = @started_at, finished_at = @finished_at
          WHERE id = @id AND state = @expected_state`,
       ),
-      setQueueInfo: db.prepare('UPDATE tasks SET reason = ?, position = ? WHERE id = ? AND state = ?'),
       byState: db.prepare<[string], TaskRow>(
         'SELECT * FROM tasks WHERE state = ? ORDER BY priority DESC, approved_at, id',
       ),
@@ -117,11 +115,6 @@ export class TasksRepo {
   /** Compare-and-set update on the state column; false when another writer moved the task first. */
   update(t: TaskRecord, expectedState: TaskState): boolean {
     return this.s.update.run({ ...toRow(t), expected_state: expectedState }).changes === 1;
-  }
-
-  /** Records a queued task's wait reason and position (not a state change). */
-  setQueueInfo(id: string, reason: Record<string, unknown> | null, position: number | null): void {
-    this.s.setQueueInfo.run(reason === null ? null : JSON.stringify(reason), position, id, 'QUEUED');
   }
 
   /** Tasks in one state, in scheduling order (priority, then approval time). */

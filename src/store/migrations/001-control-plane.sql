@@ -82,7 +82,6 @@ CREATE TABLE tasks (
                     ('QUEUED','ASSIGNED','RUNNING','FINALIZING','COMPLETED','FAILED','CANCELLED','RECONCILIATION_REQUIRED')),
   desired         TEXT NOT NULL DEFAULT 'run' CHECK (desired IN ('run','cancel')),
   reason          TEXT CHECK (reason IS NULL OR json_valid(reason)),
-  position        INTEGER,
   failure_reason  TEXT,
   exit_code       INTEGER,
   signal          TEXT,
