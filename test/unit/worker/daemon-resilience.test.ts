@@ -238,3 +238,53 @@ describe('worker daemon: restarts and stops', () => {
     expect(worker.isConnected()).toBe(false);
   });
 });
+
+describe('worker daemon: a master message that fails unexpectedly', () => {
+  it('drops the session so no later message overtakes it; the resend is then processed', async () => {
+    const { ExecutionManager } = await import('../../../worker/daemon-executions.js');
+    const original = ExecutionManager.prototype.handleQuery;
+    let failures = 0;
+    ExecutionManager.prototype.handleQuery = function (this: InstanceType<typeof ExecutionManager>, msg) {
+      if (msg.execution_id === 'exec-poisoned' && failures++ === 0) throw new Error('injected fault');
+      return original.call(this, msg);
+    };
+    try {
+      await h.worker();
+      await waitFor(
+        () => h.master.connected() && h.master.processed('hello').length === 1,
+        2500,
+        'first hello',
+      );
+      h.master.sendSequenced({ type: 'query', execution_id: 'exec-poisoned' }, 5);
+      // Already in flight behind it: must not be processed on the doomed session.
+      h.master.sendSequenced({ type: 'query', execution_id: 'exec-later' }, 6);
+      await waitFor(
+        () => h.master.replies('error').some((e) => e.code === 'INTERNAL' && e.ref_seq === 5),
+        2500,
+        'INTERNAL error',
+      );
+      await waitFor(() => h.master.processed('hello').length >= 2, 5000, 'reconnect');
+      const hello = h.master.processed('hello').at(-1)!;
+      const mark = hello.master_marks.find((m) => m.boot_id === h.master.bootId)?.seq ?? 0;
+      expect(mark).toBeLessThan(5);
+      expect(h.master.replies('ack').some((a) => a.seq === 6)).toBe(false);
+
+      // The master resends both in order on the new session; now both are processed and acknowledged.
+      h.master.sendSequenced({ type: 'query', execution_id: 'exec-poisoned' }, 5);
+      h.master.sendSequenced({ type: 'query', execution_id: 'exec-later' }, 6);
+      await waitFor(
+        () => [5, 6].every((s) => h.master.replies('ack').some((a) => a.seq === s)),
+        2500,
+        'acks of 5 and 6',
+      );
+      expect(
+        h.master
+          .replies('error')
+          .filter((e) => e.code === 'UNKNOWN_EXECUTION')
+          .map((e) => e.ref_seq),
+      ).toEqual([5, 6]);
+    } finally {
+      ExecutionManager.prototype.handleQuery = original;
+    }
+  });
+});
