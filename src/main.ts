@@ -215,12 +215,13 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
 
 /**
  * The bundled qualification workload is always allowed, pinned by its sha256 (DESIGN §5: with no config
- * file nothing else is). It runs under Debian's /usr/bin/python3, where python3-torch installs.
+ * file nothing else is). It runs under `qualification_python` (default /usr/bin/python3, where Debian's
+ * python3-torch installs).
  */
 export function withBundledWorkload(config: MasterConfig): MasterConfig {
   const script = workloadPath();
   if (config.policy.scripts.some((s) => s.script === script)) return config;
-  const rule = { interpreter: '/usr/bin/python3', script, sha256: workloadSha256() };
+  const rule = { interpreter: config.qualification_python, script, sha256: workloadSha256() };
   return { ...config, policy: { ...config.policy, scripts: [...config.policy.scripts, rule] } };
 }
 

@@ -46,6 +46,11 @@ export const MasterConfigSchema = z.strictObject({
     })
     .default({ mode: 'auto', sans: [] }),
   allowed_origins: z.array(z.string()).max(64).default([]),
+  /**
+   * The interpreter the bundled qualification workload runs under on workers (it needs torch; Debian's
+   * python3-torch installs for /usr/bin/python3, a GPU host may have torch in another python).
+   */
+  qualification_python: z.string().startsWith('/').default('/usr/bin/python3'),
   policy: PolicySchema.default(PolicySchema.parse({})),
   timing: TimingSchema.default(TimingSchema.parse({})),
   scheduling: SchedulingConfigSchema.default(SchedulingConfigSchema.parse({})),
