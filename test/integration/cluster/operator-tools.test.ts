@@ -137,7 +137,7 @@ describe('operator tools', () => {
     const first = await connectRawWorker({ url: m.url, caPem: m.caPem, token, workerId: 'gpu-twin' });
     await first.hello(1);
     const second = await connectRawWorker({ url: m.url, caPem: m.caPem, token, workerId: 'gpu-twin' });
-    await waitFor(() => !first.isOpen(), { what: 'the older session to close' });
+    await waitFor(() => first.closeCode() !== null, { what: 'the older session to close' });
     expect(first.closeCode()).toBe(4000);
     await second.hello(1);
     expect(second.isOpen()).toBe(true);

@@ -262,7 +262,7 @@ describe('messages the master cannot take (raw ws worker)', () => {
     closers.push(() => raw.close());
     await raw.hello(1);
     m.revokeToken('worker-revoked');
-    await waitFor(() => !raw.isOpen(), {
+    await waitFor(() => raw.closeCode() !== null, {
       what: 'the session of the revoked token to close',
       timeoutMs: 15_000,
     });
