@@ -8,6 +8,7 @@ import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor
 import { startExecution } from './executor.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
 import { pinsProblem } from './pin-check.js';
+import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
 /**
@@ -49,6 +50,8 @@ export interface ExecutionManagerDeps {
   readonly latestCards: () => CardSample[] | null;
   /** How often the executor polls the cleanup receipt (ms). */
   readonly cleanupPollMs?: number;
+  /** Run tasks as this unprivileged user (see run-as.ts). */
+  readonly runAs?: RunAs;
 }
 
 interface Running {
@@ -193,6 +196,7 @@ export class ExecutionManager {
       },
       ...(check === undefined ? {} : { checkCardsClean: check }),
       ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
+      ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
     });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;

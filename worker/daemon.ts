@@ -20,6 +20,7 @@ import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
 import { openLocalStore } from './local-store.js';
+import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
 /**
@@ -60,6 +61,8 @@ export interface WorkerOptions {
   readonly backoff?: BackoffOptions;
   /** How often cleanup receipts are polled (default 200 ms). */
   readonly cleanupPollMs?: number;
+  /** Run tasks as this unprivileged user (`--run-as`; the worker must be root). */
+  readonly runAs?: RunAs;
   /** Ping interval that finds a vanished master (default 10 s). */
   readonly pingIntervalMs?: number;
   /** How long after opening a socket the welcome may take before it is redialled (default 10 s). */
@@ -134,6 +137,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     executionsDir: join(opts.dataDir, 'executions'),
     latestCards: () => sampling.latestCards(),
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
+    ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
   });
 
   // 2. what the previous process left behind

@@ -1,6 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { mkdir } from 'node:fs/promises';
+import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
 import type { ExecutorProvider } from './executor-env.js';
@@ -11,6 +11,7 @@ import type { CollectedOutput } from './executor-outputs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { OomProbe } from './executor-process-group.js';
 import { liveGroupMembers, probeOomKills, readOomKillCount, signalGroup } from './executor-process-group.js';
+import type { RunAs } from './run-as.js';
 
 /**
  * Runs one ExecutionPlan on this host (DESIGN §9).
@@ -45,6 +46,8 @@ export interface ExecutorOptions {
   readonly checkCardsClean?: () => Promise<{ clean: boolean; detail?: string }>;
   /** How often the cleanup receipt is polled, in ms (default 200). */
   readonly cleanupPollMs?: number;
+  /** Run the task as this unprivileged user (the worker must be root); default: the worker's user. */
+  readonly runAs?: RunAs;
 }
 
 /** What is known once the task's main process has exited and its outputs are collected. */
@@ -166,6 +169,7 @@ class ExecutionRun {
         env: buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider),
         detached: true,
         stdio: ['ignore', 'pipe', 'pipe'],
+        ...(this.opts.runAs ? { uid: this.opts.runAs.uid, gid: this.opts.runAs.gid } : {}),
       });
     } catch (err) {
       return this.neverStarted('SETUP_FAILED', `cannot spawn ${JSON.stringify(command)}: ${describe(err)}`);
@@ -255,6 +259,12 @@ class ExecutionRun {
       await mkdir(dirs.execDir, { mode: 0o700 });
       await mkdir(dirs.outputDir, { mode: 0o700 });
       await mkdir(dirs.tmpDir, { mode: 0o700 });
+      const runAs = this.opts.runAs;
+      if (runAs) {
+        // The task's user may pass through the executions dir (not list it) and owns only its own dir.
+        await chmod(this.opts.rootDir, 0o711);
+        for (const dir of [dirs.execDir, dirs.outputDir, dirs.tmpDir]) await chown(dir, runAs.uid, runAs.gid);
+      }
       return null;
     } catch (err) {
       return `cannot create execution directory ${dirs.execDir}: ${describe(err)}`;

@@ -3,6 +3,7 @@ import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { startWorker } from '../../worker/daemon.js';
+import { resolveRunAs } from '../../worker/run-as.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
 import { authenticate, createPrincipal } from '../broker/principals.js';
 import { startMaster } from '../main.js';
@@ -46,7 +47,12 @@ function ensureToken(
 export const run: CommandRunner = async (argv, io) => {
   const { values } = parseArgs({
     args: argv,
-    options: { ...SERVE_OPTIONS, gpus: { type: 'string' }, id: { type: 'string' } },
+    options: {
+      ...SERVE_OPTIONS,
+      gpus: { type: 'string' },
+      id: { type: 'string' },
+      'run-as': { type: 'string' },
+    },
   });
   try {
     const dataDir = dataDirOf(values, io);
@@ -69,6 +75,7 @@ export const run: CommandRunner = async (argv, io) => {
     ensureToken(deps, agentTokenFile, 'agent', ['submitter']);
     ensureToken(deps, reviewerTokenFile, 'reviewer', ['reviewer']);
 
+    const runAs = values['run-as'] === undefined ? undefined : resolveRunAs(values['run-as']);
     const choice = await selectSampler({ gpus: values.gpus ?? 'auto', env: io.env, simSeed: workerId });
     const worker = await startWorker({
       masterUrl: master.url,
@@ -78,6 +85,7 @@ export const run: CommandRunner = async (argv, io) => {
       sampler: choice.sampler,
       ...(master.caCertPath ? { ca: readFileSync(master.caCertPath, 'utf8') } : {}),
       logger: deps.logger.child({ component: 'worker' }),
+      ...(runAs === undefined ? {} : { runAs }),
     });
     const ca = master.caCertPath;
     const mcpUrl = `${master.url}/mcp`;
@@ -90,6 +98,9 @@ export const run: CommandRunner = async (argv, io) => {
       `  agent token:     ${agentTokenFile}   (role submitter)`,
       `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
       `  local worker:    ${workerId} — ${choice.simulated ? `${choice.summary} (these are NOT real GPUs)` : choice.summary}`,
+      runAs
+        ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})`
+        : '  tasks run as:    this user — they can read the data dir; as root, pass --run-as nobody',
       '',
       'Connect an agent (in the agent’s shell):',
       `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,

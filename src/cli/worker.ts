@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
+import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { BrokerError } from '../contracts/errors.js';
 import { createLogger } from '../platform/logger.js';
@@ -18,7 +19,7 @@ import { reportError } from './output.js';
  */
 
 const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--run-as USER] [--json]';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -27,6 +28,7 @@ const OPTIONS = {
   gpus: { type: 'string' },
   'data-dir': { type: 'string' },
   'ca-file': { type: 'string' },
+  'run-as': { type: 'string' },
   json: { type: 'boolean' },
 } as const;
 
@@ -53,6 +55,7 @@ export const run: CommandRunner = async (argv, io) => {
       sampler: choice.sampler,
       logger,
       ...(settings.ca === undefined ? {} : { ca: settings.ca }),
+      ...(settings.runAs === undefined ? {} : { runAs: settings.runAs }),
     });
     const cards = worker.latestCards();
     const count = cards === null ? null : cards.length;
@@ -95,6 +98,7 @@ interface Settings {
   gpus: string;
   dataDir: string;
   ca?: string;
+  runAs?: RunAs;
 }
 
 function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
@@ -129,8 +133,10 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
       );
     }
   }
+  let runAs: RunAs | undefined;
   try {
     // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
+    if (values['run-as'] !== undefined) runAs = resolveRunAs(values['run-as']);
     workerConnectUrl(url);
     parseGpusOption(values.gpus ?? 'auto');
   } catch (err) {
@@ -146,5 +152,6 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     gpus: values.gpus ?? 'auto',
     dataDir: resolve(values['data-dir'] ?? '.gpu-broker-worker'),
     ...(ca === undefined ? {} : { ca }),
+    ...(runAs === undefined ? {} : { runAs }),
   };
 }
