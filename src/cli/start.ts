@@ -1,4 +1,4 @@
-import { existsSync, readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -43,6 +43,19 @@ function ensureToken(
   return token;
 }
 
+/**
+ * Where the local worker keeps its state. Inside the master's data dir normally; with --run-as a
+ * sibling dir instead, because tasks must be able to traverse to their execution dirs and the master's
+ * data dir (tokens, database) stays 0700.
+ */
+function workerDataDir(dataDir: string, separate: boolean): string {
+  if (!separate) return join(dataDir, 'worker');
+  const dir = `${dataDir}-worker`;
+  mkdirSync(dir, { recursive: true });
+  chmodSync(dir, 0o711);
+  return dir;
+}
+
 /** The `start` command. */
 export const run: CommandRunner = async (argv, io) => {
   const { values } = parseArgs({
@@ -81,7 +94,7 @@ export const run: CommandRunner = async (argv, io) => {
       masterUrl: master.url,
       token: workerToken,
       workerId,
-      dataDir: join(dataDir, 'worker'),
+      dataDir: workerDataDir(dataDir, runAs !== undefined),
       sampler: choice.sampler,
       ...(master.caCertPath ? { ca: readFileSync(master.caCertPath, 'utf8') } : {}),
       logger: deps.logger.child({ component: 'worker' }),
