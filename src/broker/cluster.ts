@@ -93,6 +93,36 @@ export function setDraining(deps: BrokerDeps, principal: Principal, workerId: st
   return { worker_id: workerId, draining };
 }
 
+/** remove_worker: only an offline worker that holds nothing may be forgotten. */
+export function removeWorker(deps: BrokerDeps, principal: Principal, workerId: string) {
+  requireWorker(deps, workerId);
+  if (deps.cluster.fleet.isOnline(workerId, deps.clock.now()))
+    throw new BrokerError(
+      'INVALID_STATE',
+      `worker ${workerId} is online`,
+      'Stop the worker (and revoke its token) first.',
+    );
+  if (
+    deps.store.leases.liveCards().some((c) => c.worker_id === workerId) ||
+    deps.store.leases.unfinishedForWorker(workerId).length > 0
+  )
+    throw new BrokerError(
+      'INVALID_STATE',
+      `worker ${workerId} still holds leases or executions`,
+      'Reconcile its tasks first (get_status lists them), then remove it.',
+    );
+  deps.store.workers.remove(workerId);
+  deps.store.audit.append({
+    at: deps.clock.now(),
+    actor: principal.name,
+    action: 'worker.removed',
+    subject_type: 'worker',
+    subject_id: workerId,
+  });
+  deps.store.afterCommit(() => deps.notifier.notify(CARDS_TOPIC));
+  return { worker_id: workerId, removed: true };
+}
+
 /** cordon_card / uncordon_card. */
 export function setCordon(
   deps: BrokerDeps,

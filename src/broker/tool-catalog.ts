@@ -8,6 +8,7 @@ import {
   listCards,
   listWorkers,
   reconcileTask,
+  removeWorker,
   setCordon,
   setDraining,
 } from './cluster.js';
@@ -73,6 +74,7 @@ export function brokerTools(): BoundTool[] {
     bindTool(C.undrainWorkerTool, ({ deps, principal }, i) =>
       setDraining(deps, principal, i.worker_id, false),
     ),
+    bindTool(C.removeWorkerTool, ({ deps, principal }, i) => removeWorker(deps, principal, i.worker_id)),
     bindTool(C.cordonCardTool, ({ deps, principal }, i) =>
       setCordon(deps, principal, i.worker_id, i.index, true, i.reason),
     ),

@@ -17,7 +17,7 @@ export const run: CommandRunner = async (argv, io) => {
     if (!target)
       throw new BrokerError(
         'INVALID_INPUT',
-        `which ${verb === 'reconcile' ? 'task' : verb?.endsWith('drain') ? 'worker' : 'card'}?`,
+        `which ${verb === 'reconcile' ? 'task' : verb?.endsWith('drain') || verb === 'remove-worker' ? 'worker' : 'card'}?`,
         'See gpu-broker --help.',
       );
     return await withMaster(values, io, async (c) => {
@@ -34,8 +34,9 @@ export const run: CommandRunner = async (argv, io) => {
           `/api/v1/workers/${encodeURIComponent(m[1]!)}/cards/${m[2]}/${verb}`,
           values.reason ? { reason: values.reason } : {},
         );
-      } else if (verb === 'drain' || verb === 'undrain') {
-        out = await c.post(`/api/v1/workers/${encodeURIComponent(target)}/${verb}`, {});
+      } else if (verb === 'drain' || verb === 'undrain' || verb === 'remove-worker') {
+        const action = verb === 'remove-worker' ? 'remove' : verb;
+        out = await c.post(`/api/v1/workers/${encodeURIComponent(target)}/${action}`, {});
       } else if (verb === 'reconcile') {
         if (!values.resolution || !values.reason)
           throw new BrokerError(

@@ -17,6 +17,7 @@ const COMMANDS: Record<string, () => Promise<{ run: CommandRunner }>> = {
   uncordon: () => import('./cards.js'),
   drain: () => import('./cards.js'),
   undrain: () => import('./cards.js'),
+  'remove-worker': () => import('./cards.js'),
   reconcile: () => import('./cards.js'),
   qualify: () => import('./qualify.js'),
   'mcp-stdio': () => import('./mcp-stdio.js'),
@@ -32,7 +33,7 @@ const USAGE = `gpu-broker — GPU time for coding agents, safely
   token create --name N --role R [--role R…] [--worker-id ID] | token list | token revoke NAME
   status                        workers, cards, queue, leases, alerts
   review list | show P | approve|request-changes|reject P --revision R --comment TEXT
-  cordon|uncordon WORKER:CARD [--reason T] ; drain|undrain WORKER ; reconcile TASK --resolution R --reason T
+  cordon|uncordon WORKER:CARD [--reason T] ; drain|undrain|remove-worker WORKER ; reconcile TASK --resolution R --reason T
   qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] | qualify show RUN
   mcp-stdio --url URL [--token-env NAME] [--ca-file F]
   client-kit build --out DIR [--url URL] [--ca-file F] | client-kit verify DIR
@@ -65,7 +66,7 @@ async function main(): Promise<number> {
   };
   const { run } = await load();
   // Subcommands that dispatch on their own name (cordon, drain, …) get it as argv[0].
-  const args = ['cordon', 'uncordon', 'drain', 'undrain', 'reconcile'].includes(name)
+  const args = ['cordon', 'uncordon', 'drain', 'undrain', 'remove-worker', 'reconcile'].includes(name)
     ? [name, ...rest]
     : rest;
   return run(args, io);

@@ -141,6 +141,19 @@ const CordonResult = z.object({
   reason: z.string().nullable(),
 });
 
+/** remove_worker */
+export const removeWorkerTool = defineTool({
+  name: 'remove_worker',
+  title: 'Forget a retired worker',
+  description:
+    'Removes an offline worker that holds no live lease and runs nothing, with its cordons, so it stops appearing in list_workers and alerts. Revoke its token too (gpu-broker token revoke), or it is enrolled again when it reconnects.',
+  roles: ['operator'],
+  mutating: true,
+  annotations: DESTRUCTIVE,
+  input: z.strictObject({ worker_id: WorkerIdSchema, idempotency_key: IdempotencyKeySchema }),
+  output: z.object({ worker_id: z.string(), removed: z.boolean() }),
+});
+
 /** cordon_card */
 export const cordonCardTool = defineTool({
   name: 'cordon_card',

@@ -40,6 +40,7 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'GET', url: '/api/v1/status', tool: 'get_status' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/drain', tool: 'drain_worker' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/undrain', tool: 'undrain_worker' },
+  { method: 'POST', url: '/api/v1/workers/:worker_id/remove', tool: 'remove_worker' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/cards/:index/cordon', tool: 'cordon_card' },
   { method: 'POST', url: '/api/v1/workers/:worker_id/cards/:index/uncordon', tool: 'uncordon_card' },
   { method: 'POST', url: '/api/v1/tasks/:task_id/reconcile', tool: 'reconcile_task' },

@@ -60,6 +60,8 @@ export class WorkersRepo {
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
       seen: db.prepare('UPDATE workers SET last_seen_at = ? WHERE id = ?'),
       setDraining: db.prepare('UPDATE workers SET draining = ? WHERE id = ?'),
+      remove: db.prepare('DELETE FROM workers WHERE id = ?'),
+      removeCordons: db.prepare('DELETE FROM cordons WHERE worker_id = ?'),
       cordons: db.prepare<[], CordonRecord>('SELECT * FROM cordons ORDER BY worker_id, card_index'),
       cordon: db.prepare(
         'INSERT INTO cordons (worker_id, card_index, reason, actor, created_at) VALUES (?, ?, ?, ?, ?) ON CONFLICT DO UPDATE SET reason = excluded.reason, actor = excluded.actor',
@@ -106,6 +108,12 @@ export class WorkersRepo {
   /** Sets or clears draining; false when the worker is unknown. */
   setDraining(id: string, draining: boolean): boolean {
     return this.s.setDraining.run(draining ? 1 : 0, id).changes === 1;
+  }
+
+  /** Forgets a worker and its cordons (epoch marks stay: epochs are never reused). */
+  remove(id: string): boolean {
+    this.s.removeCordons.run(id);
+    return this.s.remove.run(id).changes === 1;
   }
 
   /** Every cordon. */

@@ -143,4 +143,38 @@ describe('operator tools', () => {
     expect(second.isOpen()).toBe(true);
     await second.close();
   });
+
+  it('forgets a retired worker only once it is offline and holds nothing', async () => {
+    const retiring = await startWorkerOn(m, 'gpu-retired', { simCards: 1 });
+    await waitFor(
+      async () => (await cards(op)).length >= 0 && m.deps.cluster.fleet.isOnline('gpu-retired', Date.now()),
+      {
+        what: 'the worker online',
+      },
+    );
+    expectError(
+      await callTool(op, 'remove_worker', { worker_id: 'gpu-retired', idempotency_key: key() }),
+      'INVALID_STATE',
+    );
+    expectError(
+      await callTool(alice, 'remove_worker', { worker_id: 'gpu-retired', idempotency_key: key() }),
+      'FORBIDDEN',
+    );
+    await retiring.close();
+    m.revokeToken('worker-gpu-retired');
+    await waitFor(() => !m.deps.cluster.fleet.isOnline('gpu-retired', Date.now()), {
+      what: 'the worker offline',
+    });
+    expectOk(await callTool(op, 'remove_worker', { worker_id: 'gpu-retired', idempotency_key: key() }));
+    const listed = expectOk(
+      await callTool<{ workers: Array<{ worker_id: string }> }>(op, 'list_workers', {}),
+    );
+    expect(listed.workers.map((w) => w.worker_id)).not.toContain('gpu-retired');
+    const status = expectOk(await callTool<{ alerts: Array<{ subject: string }> }>(op, 'get_status', {}));
+    expect(status.alerts.some((a) => a.subject === 'gpu-retired')).toBe(false);
+    expectError(
+      await callTool(op, 'remove_worker', { worker_id: 'gpu-retired', idempotency_key: key() }),
+      'NOT_FOUND',
+    );
+  });
 });
