@@ -79,6 +79,13 @@ export class QualificationService implements QualificationLauncher {
     this.active.set(runId, { controller, done });
   }
 
+  /** Aborts one run's runner; it records the run CANCELLED. False when none is active. */
+  cancel(runId: string): boolean {
+    const run = this.active.get(runId);
+    run?.controller.abort();
+    return run !== undefined;
+  }
+
   /** Resolves once the run's background work ended (its state is then final). */
   async settled(runId: string): Promise<void> {
     await this.active.get(runId)?.done;

@@ -22,6 +22,8 @@ export interface QualificationLauncher {
   assertReady(kind: SubmitterKind): void;
   /** Starts the runner for a committed run; the tokens exist only in memory. */
   launch(runId: string, tokens: { submitter: string; reviewer: string }): void;
+  /** Stops a run's runner (it ends CANCELLED); false when no runner is active for it. */
+  cancel(runId: string): boolean;
 }
 
 /** Topic notified whenever a run records a step or ends. */
@@ -161,6 +163,51 @@ export function startQualification(
     launcher.launch(id, tokens);
   });
   return runView(deps, run);
+}
+
+/**
+ * cancel_qualification: stops a RUNNING run. It ends CANCELLED without evidence and its cards stay
+ * cordoned (a task already running finishes on its own). Call inside a transaction.
+ */
+export function cancelQualification(
+  deps: BrokerDeps,
+  principal: Principal,
+  runId: string,
+): QualificationRunView {
+  const run = deps.store.qualifications.get(runId);
+  if (!run)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no qualification run ${runId}`,
+      'list_qualification_runs shows them.',
+    );
+  if (run.state !== 'RUNNING')
+    throw new BrokerError(
+      'INVALID_STATE',
+      `run ${runId} already ended (${run.state})`,
+      'Nothing to cancel.',
+      { state: run.state },
+    );
+  deps.store.audit.append({
+    at: deps.clock.now(),
+    actor: principal.name,
+    action: 'qualification.cancel_requested',
+    subject_type: 'qualification',
+    subject_id: runId,
+  });
+  // The run's own tasks (owned by its submitter principal) stop too, so none lands on cards later.
+  for (const t of deps.store.tasks.list({ owner_id: run.submitter_id, limit: 64 })) {
+    if (!['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)) cancelTask(deps, principal, t.id);
+  }
+  deps.store.afterCommit(() => {
+    // A run whose runner is gone (it cannot be, short of a bug) is ended here so it never stays RUNNING.
+    if (!deps.qualification?.cancel(runId))
+      finishRun(deps, runId, { cancelled: `cancelled by ${principal.name}` });
+  });
+  return {
+    ...runView(deps, run),
+    next_action: 'Cancelling: get_qualification_run shows CANCELLED once the runner stopped.',
+  };
 }
 
 /** get_qualification_run. */

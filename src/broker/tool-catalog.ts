@@ -23,7 +23,12 @@ import {
   reviseProposal,
   waitForProposal,
 } from './proposals.js';
-import { getQualificationRun, listQualificationRuns, startQualification } from './qualification.js';
+import {
+  cancelQualification,
+  getQualificationRun,
+  listQualificationRuns,
+  startQualification,
+} from './qualification.js';
 import { getRevision, listReviewQueue, submitReview } from './reviews.js';
 import { getStatus } from './status.js';
 import { getTaskLogs, getTaskOutputs } from './task-results.js';
@@ -88,5 +93,8 @@ export function brokerTools(): BoundTool[] {
     bindTool(Q.startQualificationTool, ({ deps, principal }, i) => startQualification(deps, principal, i)),
     bindTool(Q.getQualificationRunTool, ({ deps }, i) => getQualificationRun(deps, i.run_id)),
     bindTool(Q.listQualificationRunsTool, ({ deps }, i) => listQualificationRuns(deps, i)),
+    bindTool(Q.cancelQualificationTool, ({ deps, principal }, i) =>
+      cancelQualification(deps, principal, i.run_id),
+    ),
   ];
 }

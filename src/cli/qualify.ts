@@ -16,7 +16,8 @@ import { reportError, table } from './output.js';
 
 const USAGE =
   'usage: gpu-broker qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] [--json]\n' +
-  '       gpu-broker qualify show RUN_ID [--json]';
+  '       gpu-broker qualify show RUN_ID [--json]\n' +
+  '       gpu-broker qualify cancel RUN_ID [--json]';
 
 /** How often a followed run is re-read. */
 const POLL_MS = 500;
@@ -33,6 +34,19 @@ export const run: CommandRunner = async (argv, io) => {
     },
   });
   try {
+    if (positionals[0] === 'cancel') {
+      const runId = positionals[1];
+      if (!runId) throw new BrokerError('INVALID_INPUT', 'which run?', USAGE);
+      return await withMaster(values, io, async (c) => {
+        const view = await c.post<QualificationRunView>(
+          `/api/v1/qualifications/${encodeURIComponent(runId)}/cancel`,
+          {},
+        );
+        if (values.json) io.stdout(`${JSON.stringify(view, null, 2)}\n`);
+        else io.stdout(`${runId}: cancelling; its cards stay cordoned until gpu-broker uncordon\n`);
+        return 0;
+      });
+    }
     if (positionals[0] === 'show') {
       const runId = positionals[1];
       if (!runId) throw new BrokerError('INVALID_INPUT', 'which run?', USAGE);

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { defineTool, IdempotencyKeySchema, PageInput, READ_ONLY } from './tool-def.js';
+import { DESTRUCTIVE, defineTool, IdempotencyKeySchema, PageInput, READ_ONLY } from './tool-def.js';
 import { TimeSchema } from './views.js';
 
 /** Tools to qualify a GPU host end to end (DESIGN §11; docs/qualification.md). Operators only. */
@@ -128,4 +128,17 @@ export const listQualificationRunsTool = defineTool({
     ),
     next_cursor: z.string().nullable(),
   }),
+});
+
+/** cancel_qualification */
+export const cancelQualificationTool = defineTool({
+  name: 'cancel_qualification',
+  title: 'Cancel a qualification run',
+  description:
+    'Stops a RUNNING qualification run: it ends CANCELLED without evidence, and its cards stay cordoned until an operator uncordons them.',
+  roles: ['operator'],
+  mutating: true,
+  annotations: DESTRUCTIVE,
+  input: z.strictObject({ run_id: z.string().min(1).max(128), idempotency_key: IdempotencyKeySchema }),
+  output: QualificationRunViewSchema,
 });

@@ -47,6 +47,7 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'GET', url: '/api/v1/qualifications', tool: 'list_qualification_runs' },
   { method: 'POST', url: '/api/v1/qualifications', tool: 'start_qualification' },
   { method: 'GET', url: '/api/v1/qualifications/:run_id', tool: 'get_qualification_run' },
+  { method: 'POST', url: '/api/v1/qualifications/:run_id/cancel', tool: 'cancel_qualification' },
 ];
 
 const NUMERIC = /^(limit|timeout_seconds|offset|tail_lines|max_bytes|index)$/;

@@ -108,6 +108,42 @@ describe('a ladder larger than the worker', () => {
   });
 });
 
+describe('cancel_qualification', () => {
+  it('ends a running run CANCELLED without evidence; its cards stay cordoned', async () => {
+    const started = await c.start({ cards: [1, 2] });
+    const view = expectOk(
+      await callTool<QualificationRunView>(c.operator, 'cancel_qualification', {
+        run_id: started.run_id,
+        idempotency_key: `cancel-${started.run_id}`,
+      }),
+    );
+    expect(view.run_id).toBe(started.run_id);
+    const done = await c.finished(started.run_id);
+    expect(done).toMatchObject({ state: 'CANCELLED', evidence: null, digest: null });
+    expect(c.master.deps.store.workers.cordons().every((k) => k.reason.includes('ended CANCELLED'))).toBe(
+      true,
+    );
+    expect(c.master.deps.store.workers.cordons().length).toBeGreaterThan(0);
+    // Its tasks were cancelled with it: none is left to land on the cards later.
+    const run = c.master.deps.store.qualifications.get(started.run_id)!;
+    await waitFor(
+      () =>
+        c.master.deps.store.tasks
+          .list({ owner_id: run.submitter_id, limit: 10 })
+          .every((t) => ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)),
+      { what: 'the run’s tasks to end' },
+    );
+    expectError(
+      await callTool(c.operator, 'cancel_qualification', {
+        run_id: started.run_id,
+        idempotency_key: 'again',
+      }),
+      'INVALID_STATE',
+    );
+    await uncordonAll();
+  });
+});
+
 describe('real-harness submitters (fake claude / codex executables)', () => {
   const launches = () =>
     readFileSync(agentLog, 'utf8')

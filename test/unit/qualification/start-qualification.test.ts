@@ -79,6 +79,7 @@ beforeEach(() => {
   f.deps.qualification = {
     assertReady: () => undefined,
     launch: (runId, tokens) => launched.push({ runId, tokens }),
+    cancel: () => false,
   };
 });
 
