@@ -1,7 +1,7 @@
-import { BrokerError } from '../contracts/errors.js';
-import { type LeaseEvent, transitionLease } from '../domain/lease.js';
+import { LEASE_TABLE, type LeaseEvent } from '../domain/lease.js';
 import type { LeaseRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { applyMove } from './move.js';
 
 /** Topic notified when cards may have become free (scheduler, dashboard). */
 export const CARDS_TOPIC = 'cards';
@@ -17,39 +17,27 @@ export function moveLease(
   actor: string,
   reason: string | null = null,
 ): LeaseRecord {
-  const t = transitionLease(lease.state, event);
-  if (!t.ok)
-    throw new BrokerError(
-      'INVALID_STATE',
-      `lease ${lease.id} is ${lease.state}; "${event}" is not allowed there`,
-      t.allowed.length ? `From ${lease.state}: ${t.allowed.join(', ')}.` : `${lease.state} is final.`,
-    );
-  const now = deps.clock.now();
-  const next: LeaseRecord = {
-    ...lease,
-    state: t.to,
-    reason: reason ?? lease.reason,
-    updated_at: now,
-    released_at: t.to === 'RELEASED' ? now : null,
-  };
-  if (!deps.store.leases.updateLease(next, lease.state))
-    throw new BrokerError('CONFLICT', `lease ${lease.id} changed concurrently`, 'Retry.');
-  deps.store.audit.append({
-    at: now,
+  return applyMove(deps, {
+    kind: 'lease',
+    table: LEASE_TABLE,
+    record: lease,
+    event,
     actor,
-    action: `lease.${event}`,
-    subject_type: 'lease',
-    subject_id: lease.id,
+    next: (to, now) => ({
+      ...lease,
+      state: to,
+      reason: reason ?? lease.reason,
+      updated_at: now,
+      released_at: to === 'RELEASED' ? now : null,
+    }),
+    save: (next, expected) => deps.store.leases.updateLease(next, expected),
     data: {
-      from: lease.state,
-      to: t.to,
       task_id: lease.task_id,
       worker_id: lease.worker_id,
       lease_epoch: lease.lease_epoch,
       cards: lease.cards.map((c) => c.index),
       reason,
     },
+    topics: [CARDS_TOPIC],
   });
-  deps.store.afterCommit(() => deps.notifier.notify(CARDS_TOPIC));
-  return next;
 }

@@ -4,15 +4,16 @@ import type { ProposalView } from '../contracts/views.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../domain/policy.js';
 import {
   isTerminalProposal,
+  PROPOSAL_TABLE,
   type ProposalEvent,
   type ProposalState,
-  transitionProposal,
 } from '../domain/proposal.js';
 import { digestOf } from '../platform/digest.js';
 import { fileSha256 } from '../platform/file-digest.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../store/proposals-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { applyMove } from './move.js';
 import { canReadAll } from './principals.js';
 import { iso, proposalSummary, proposalView } from './views.js';
 
@@ -80,37 +81,23 @@ export function moveProposal(
   changes: Partial<Pick<ProposalRecord, 'current_revision_id' | 'task_id'>> = {},
   data: Record<string, unknown> = {},
 ): ProposalRecord {
-  const t = transitionProposal(p.state, event);
-  if (!t.ok)
-    throw new BrokerError(
-      'INVALID_STATE',
-      `proposal ${p.id} is ${p.state}; "${event}" is not allowed there`,
-      t.allowed.length ? `From ${p.state} you may: ${t.allowed.join(', ')}.` : `${p.state} is final.`,
-      { state: p.state },
-    );
-  const now = deps.clock.now();
-  const next: ProposalRecord = {
-    ...p,
-    ...changes,
-    state: t.to,
-    updated_at: now,
-    expires_at: isTerminalProposal(t.to) ? null : now + deps.config.timing.proposal_ttl_seconds * 1000,
-  };
-  if (!deps.store.proposals.update(next, p.state))
-    throw new BrokerError('CONFLICT', `proposal ${p.id} changed concurrently`, 'Read it again and retry.');
-  deps.store.audit.append({
-    at: now,
+  return applyMove(deps, {
+    kind: 'proposal',
+    table: PROPOSAL_TABLE,
+    record: p,
+    event,
     actor,
-    action: `proposal.${event}`,
-    subject_type: 'proposal',
-    subject_id: p.id,
-    data: { from: p.state, to: t.to, ...data },
+    next: (to, now) => ({
+      ...p,
+      ...changes,
+      state: to,
+      updated_at: now,
+      expires_at: isTerminalProposal(to) ? null : now + deps.config.timing.proposal_ttl_seconds * 1000,
+    }),
+    save: (next, expected) => deps.store.proposals.update(next, expected),
+    data,
+    topics: [proposalTopic(p.id), REVIEW_QUEUE_TOPIC],
   });
-  deps.store.afterCommit(() => {
-    deps.notifier.notify(proposalTopic(p.id));
-    deps.notifier.notify(REVIEW_QUEUE_TOPIC);
-  });
-  return next;
 }
 
 function insertRevision(

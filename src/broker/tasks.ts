@@ -1,9 +1,10 @@
 import { BrokerError } from '../contracts/errors.js';
 import type { TaskView } from '../contracts/views.js';
-import { isTerminalTask, type TaskEvent, type TaskState, transitionTask } from '../domain/task.js';
+import { isTerminalTask, TASK_TABLE, type TaskEvent, type TaskState } from '../domain/task.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { TaskRecord } from '../store/tasks-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { applyMove } from './move.js';
 import { canReadAll } from './principals.js';
 import { taskSummary, taskView } from './views.js';
 
@@ -39,39 +40,25 @@ export function moveTask(
   changes: TaskChanges = {},
   data: Record<string, unknown> = {},
 ): TaskRecord {
-  const tr = transitionTask(t.state, event);
-  if (!tr.ok)
-    throw new BrokerError(
-      'INVALID_STATE',
-      `task ${t.id} is ${t.state}; "${event}" is not allowed there`,
-      tr.allowed.length ? `From ${t.state}: ${tr.allowed.join(', ')}.` : `${t.state} is final.`,
-      { state: t.state },
-    );
-  const now = deps.clock.now();
-  const leavingQueue = t.state === 'QUEUED';
-  const next: TaskRecord = {
-    ...t,
-    ...(leavingQueue ? { reason: null } : {}),
-    ...changes,
-    state: tr.to,
-    updated_at: now,
-    finished_at: isTerminalTask(tr.to) ? now : null,
-  };
-  if (!deps.store.tasks.update(next, t.state))
-    throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
-  deps.store.audit.append({
-    at: now,
+  return applyMove(deps, {
+    kind: 'task',
+    table: TASK_TABLE,
+    record: t,
+    event,
     actor,
-    action: `task.${event}`,
-    subject_type: 'task',
-    subject_id: t.id,
-    data: { from: t.state, to: tr.to, ...data },
+    next: (to, now) => ({
+      ...t,
+      // Leaving the queue drops the wait reason recorded at approval.
+      ...(t.state === 'QUEUED' ? { reason: null } : {}),
+      ...changes,
+      state: to,
+      updated_at: now,
+      finished_at: isTerminalTask(to) ? now : null,
+    }),
+    save: (next, expected) => deps.store.tasks.update(next, expected),
+    data,
+    topics: [taskTopic(t.id), TASKS_TOPIC],
   });
-  deps.store.afterCommit(() => {
-    deps.notifier.notify(taskTopic(t.id));
-    deps.notifier.notify(TASKS_TOPIC);
-  });
-  return next;
 }
 
 /** get_task. */
