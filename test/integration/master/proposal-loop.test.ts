@@ -4,6 +4,7 @@ import type { RevisionResult } from '../../../src/broker/proposals.js';
 import type { ProposalView, TaskView } from '../../../src/contracts/views.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectError, expectOk } from '../../support/mcp.js';
+import { proposeInReview } from '../../support/proposals.js';
 import { DISALLOWED_EXECUTABLE, specRunning, validSpec } from '../../support/spec.js';
 import { waitFor } from '../../support/wait.js';
 
@@ -245,19 +246,7 @@ describe('proposal loop over MCP/HTTPS', () => {
   });
 
   it('wait_for_proposal returns timed_out: true at its timeout and refuses more than 25 s', async () => {
-    const r = expectOk(
-      await m.callTool<RevisionResult>(alice, 'create_proposal', {
-        spec: validSpec(),
-        idempotency_key: m.key(),
-      }),
-    );
-    expectOk(
-      await m.callTool(alice, 'confirm_revision', {
-        proposal_id: r.proposal_id,
-        revision_id: r.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    const r = await proposeInReview(alice);
     const waited = expectOk(
       await m.callTool<Waited>(alice, 'wait_for_proposal', {
         proposal_id: r.proposal_id,

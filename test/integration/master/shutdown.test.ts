@@ -1,8 +1,7 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectOk } from '../../support/mcp.js';
-import { validSpec } from '../../support/spec.js';
+import { proposeInReview } from '../../support/proposals.js';
 
 /**
  * Stopping the master while agents are connected: a call in flight at close still gets its answer,
@@ -30,19 +29,7 @@ describe('master close with connected clients', () => {
   it('answers the in-flight wait and closes its keep-alive connection once it is idle', async () => {
     m = await startTestMaster();
     const alice = await m.mcpClient(m.createToken('alice', ['submitter']));
-    const r = expectOk(
-      await m.callTool<RevisionResult>(alice, 'create_proposal', {
-        spec: validSpec(),
-        idempotency_key: m.key(),
-      }),
-    );
-    expectOk(
-      await m.callTool(alice, 'confirm_revision', {
-        proposal_id: r.proposal_id,
-        revision_id: r.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    const r = await proposeInReview(alice);
     const waiting = m.callTool<{ timed_out: boolean }>(alice, 'wait_for_proposal', {
       proposal_id: r.proposal_id,
       timeout_seconds: 1,
@@ -61,19 +48,7 @@ describe('master close with connected clients', () => {
   it('wakes a long wait_for_* at close instead of holding shutdown until its timeout', async () => {
     m = await startTestMaster();
     const alice = await m.mcpClient(m.createToken('alice', ['submitter']));
-    const r = expectOk(
-      await m.callTool<RevisionResult>(alice, 'create_proposal', {
-        spec: validSpec(),
-        idempotency_key: m.key(),
-      }),
-    );
-    expectOk(
-      await m.callTool(alice, 'confirm_revision', {
-        proposal_id: r.proposal_id,
-        revision_id: r.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    const r = await proposeInReview(alice);
     const waiting = m.callTool<{ timed_out: boolean }>(alice, 'wait_for_proposal', {
       proposal_id: r.proposal_id,
       timeout_seconds: 25,

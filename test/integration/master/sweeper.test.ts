@@ -1,10 +1,9 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
 import type { ProposalView } from '../../../src/contracts/views.js';
 import { ManualClock } from '../../../src/platform/clock.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectOk } from '../../support/mcp.js';
-import { validSpec } from '../../support/spec.js';
+import { proposeInReview } from '../../support/proposals.js';
 import { waitFor } from '../../support/wait.js';
 
 /** The running master's sweeper expires proposals on its own once the (injected) clock passes the TTL. */
@@ -23,19 +22,7 @@ describe('expiry sweeper in a running master', () => {
       config: { timing: { proposal_ttl_seconds: 60, sweep_interval_ms: 20 } },
     });
     const alice = await m.mcpClient(m.createToken('alice', ['submitter']));
-    const r = expectOk(
-      await m.callTool<RevisionResult>(alice, 'create_proposal', {
-        spec: validSpec(),
-        idempotency_key: m.key(),
-      }),
-    );
-    expectOk(
-      await m.callTool(alice, 'confirm_revision', {
-        proposal_id: r.proposal_id,
-        revision_id: r.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    const r = await proposeInReview(alice);
     const waiting = m.callTool<{ proposal: ProposalView; timed_out: boolean }>(alice, 'wait_for_proposal', {
       proposal_id: r.proposal_id,
       timeout_seconds: 25,
