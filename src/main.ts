@@ -187,7 +187,15 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   }, config.timing.sweep_interval_ms);
   sweeper.unref();
 
-  await app.listen({ host, port });
+  try {
+    await app.listen({ host, port });
+  } catch (err) {
+    clearInterval(sweeper);
+    unsubscribe();
+    await app.close().catch(() => undefined);
+    store.close();
+    throw listenError(err, config.listen);
+  }
   const addr = app.server.address();
   const boundPort = typeof addr === 'object' && addr ? addr.port : port;
   const urlHost = host.includes(':') ? `[${host}]` : host === '0.0.0.0' ? '127.0.0.1' : host;
@@ -211,6 +219,30 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       store.close();
     },
   };
+}
+
+/** Turns a failed listen into an error that says what to do. */
+function listenError(err: unknown, listen: string): unknown {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'EADDRINUSE')
+    return new BrokerError(
+      'UNAVAILABLE',
+      `${listen} is already in use`,
+      'Stop what listens there, or pass --listen HOST:PORT.',
+    );
+  if (code === 'EACCES')
+    return new BrokerError(
+      'INVALID_INPUT',
+      `not allowed to listen on ${listen}`,
+      'Use a port above 1023, or run with the needed privileges.',
+    );
+  if (code === 'EADDRNOTAVAIL' || code === 'ENOTFOUND')
+    return new BrokerError(
+      'INVALID_INPUT',
+      `${listen} is not an address of this machine`,
+      'Pass --listen with a local address, e.g. 127.0.0.1:8443.',
+    );
+  return err;
 }
 
 /**

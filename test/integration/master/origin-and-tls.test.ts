@@ -137,3 +137,19 @@ describe('--tls off', () => {
     }
   });
 });
+
+describe('listen address', () => {
+  it('a port already in use is a clear UNAVAILABLE error, and nothing is left running', async () => {
+    const busy = new URL(m.url).port;
+    const dataDir = join(makeTempDir('busy-port'), 'data');
+    const err = await startMaster({
+      dataDir,
+      config: testConfig({ listen: `127.0.0.1:${busy}` }),
+      logger: silentLogger(),
+    }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(BrokerError);
+    expect(err).toMatchObject({ code: 'UNAVAILABLE', message: `127.0.0.1:${busy} is already in use` });
+    // The busy port still belongs to the first master.
+    expect((await m.rest(null).get('/healthz')).status).toBe(200);
+  });
+});
