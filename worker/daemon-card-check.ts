@@ -8,8 +8,8 @@ import type { CardSampler } from './samplers/card-sampler.js';
  * back under the threshold).
  */
 
-/** VRAM use below this fraction of the total counts as a clean card (the master's eligibility rule). */
-export const CLEAN_MEMORY_FRACTION = 0.02;
+/** VRAM use at or under this percent of the total counts as clean when the plan names no threshold. */
+export const DEFAULT_CLEAN_VRAM_PCT = 2;
 
 /** Why `cards` cannot be run on, given the latest sample; null when they can. */
 export function leasedCardsProblem(
@@ -33,10 +33,15 @@ export function leasedCardsProblem(
   return null;
 }
 
-/** Why one sample shows the leased cards in use; null when they are clean. Unmeasured memory is not clean. */
+/**
+ * Why one sample shows the leased cards in use; null when they are clean. The rule is the master's
+ * eligibility rule (card-state.ts): over `thresholdPct` of VRAM is busy; a card that reports only a
+ * percentage (hy-smi's table) is judged by it; unmeasured memory is not clean.
+ */
 export function dirtyCardsProblem(
   leased: readonly LeasedCard[],
   sampled: readonly CardSample[],
+  thresholdPct: number = DEFAULT_CLEAN_VRAM_PCT,
 ): string | null {
   const problems: string[] = [];
   for (const card of leased) {
@@ -51,10 +56,13 @@ export function dirtyCardsProblem(
     }
     const used = found.memory_used_mib;
     const total = found.memory_total_mib;
-    if (used === null || total === null || total <= 0) {
+    const pct =
+      used !== null && total !== null && total > 0 ? (used / total) * 100 : (found.memory_used_pct ?? null);
+    if (pct === null) {
       problems.push(`card ${card.index} memory use is not measured`);
-    } else if (used >= total * CLEAN_MEMORY_FRACTION) {
-      problems.push(`card ${card.index} still uses ${used} MiB of ${total} MiB`);
+    } else if (pct > thresholdPct) {
+      const amount = used !== null && total !== null ? `${used} MiB of ${total} MiB` : `${pct} % of its VRAM`;
+      problems.push(`card ${card.index} still uses ${amount} (over ${thresholdPct} %)`);
     }
   }
   return problems.length === 0 ? null : problems.join('; ');
@@ -67,10 +75,11 @@ export function dirtyCardsProblem(
 export function cardsCleanCheck(
   sampler: CardSampler,
   leased: readonly LeasedCard[],
+  thresholdPct: number = DEFAULT_CLEAN_VRAM_PCT,
 ): (() => Promise<{ clean: boolean; detail?: string }>) | undefined {
   if (sampler.provider === 'sim') return undefined;
   return async () => {
-    const problem = dirtyCardsProblem(leased, await sampler.sample());
+    const problem = dirtyCardsProblem(leased, await sampler.sample(), thresholdPct);
     return problem === null ? { clean: true } : { clean: false, detail: problem };
   };
 }

@@ -186,7 +186,7 @@ export class ExecutionManager {
   private run(plan: ExecutionPlan): void {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
-    const check = cardsCleanCheck(this.deps.sampler, plan.cards);
+    const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
     const handle = startExecution(plan, {
       rootDir: this.deps.executionsDir,
       workerId: this.deps.workerId,

@@ -84,7 +84,7 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
       if ((await membersOf(pgid, id)).length > 0) signalGroup(pgid, 'SIGKILL');
     }
     // 3. the receipt
-    const check = cardsCleanCheck(deps.sampler, plan.cards);
+    const check = cardsCleanCheck(deps.sampler, plan.cards, plan.vram_clean_pct);
     const deadline = Date.now() + plan.cleanup_timeout_seconds * 1000;
     for (;;) {
       if (signal.aborted) return;

@@ -210,6 +210,7 @@ export class Scheduler implements TaskObserver {
       spec_digest: task.spec_digest,
       kill_grace_seconds: config.timing.kill_grace_seconds,
       cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
+      vram_clean_pct: config.scheduling.vram_threshold_pct,
       pins: pinnedFiles(task.spec.runtime.argv, config.policy),
     };
     enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });

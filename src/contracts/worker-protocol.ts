@@ -64,6 +64,12 @@ export const ExecutionPlanSchema = z.object({
   kill_grace_seconds: z.number().min(0).max(600),
   cleanup_timeout_seconds: z.number().min(0).max(3600),
   /**
+   * VRAM use (percent of total) under which a leased card counts as clean for the cleanup receipt: the
+   * master's `scheduling.vram_threshold_pct`, so a card is released only if it would be eligible again.
+   * Default 2 when absent.
+   */
+  vram_clean_pct: z.number().min(0).max(100).optional(),
+  /**
    * Files the policy pins by sha256 (the executable, or an interpreter's script). The worker hashes
    * them on its own host before running and rejects the plan (SETUP_FAILED) on any mismatch: the
    * master checked its copy, but what runs is the worker's.
