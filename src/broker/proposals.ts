@@ -14,6 +14,7 @@ import type { Principal } from '../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../store/proposals-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { applyMove } from './move.js';
+import { fetchPage } from './paging.js';
 import { canReadAll } from './principals.js';
 import { iso, proposalSummary, proposalView } from './views.js';
 
@@ -267,18 +268,15 @@ export function listProposals(
   principal: Principal,
   q: { state?: ProposalState | undefined; limit?: number | undefined; cursor?: string | undefined },
 ) {
-  const limit = q.limit ?? 50;
-  const rows = deps.store.proposals.list({
-    limit: limit + 1,
-    ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
-    ...(q.state ? { state: q.state } : {}),
-    ...(q.cursor ? { before_id: q.cursor } : {}),
-  });
-  const page = rows.slice(0, limit);
-  return {
-    proposals: page.map((p) => proposalSummary(deps.store, p)),
-    next_cursor: rows.length > limit ? (page[page.length - 1]?.id ?? null) : null,
-  };
+  const { page, next_cursor } = fetchPage(q.limit, (limit) =>
+    deps.store.proposals.list({
+      limit,
+      ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
+      ...(q.state ? { state: q.state } : {}),
+      ...(q.cursor ? { before_id: q.cursor } : {}),
+    }),
+  );
+  return { proposals: page.map((p) => proposalSummary(deps.store, p)), next_cursor };
 }
 
 /** wait_for_proposal: returns when the proposal leaves IN_REVIEW or after the timeout. */

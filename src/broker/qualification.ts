@@ -6,6 +6,7 @@ import type { QualificationRunRecord, SkippedRung, SubmitterKind } from '../stor
 import { cancelTask } from './cluster.js';
 import type { BrokerDeps } from './deps.js';
 import { CARDS_TOPIC } from './leases.js';
+import { fetchPage } from './paging.js';
 import { createPrincipal, revokePrincipal } from './principals.js';
 import { iso, principalName } from './views.js';
 
@@ -223,9 +224,7 @@ export function listQualificationRuns(
   deps: BrokerDeps,
   q: { limit?: number | undefined; cursor?: string | undefined },
 ) {
-  const limit = q.limit ?? 50;
-  const rows = deps.store.qualifications.recent(q.cursor, limit + 1);
-  const page = rows.slice(0, limit);
+  const { page, next_cursor } = fetchPage(q.limit, (n) => deps.store.qualifications.recent(q.cursor, n));
   return {
     runs: page.map((r) => ({
       run_id: r.id,
@@ -238,7 +237,7 @@ export function listQualificationRuns(
       created_at: iso(r.created_at),
       finished_at: iso(r.finished_at),
     })),
-    next_cursor: rows.length > limit ? (page.at(-1)?.id ?? null) : null,
+    next_cursor,
   };
 }
 

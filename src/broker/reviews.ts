@@ -4,6 +4,7 @@ import { diffSpecs } from '../domain/spec-diff.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { TaskRecord } from '../store/tasks-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { fetchPage } from './paging.js';
 import { loadVisibleProposal, moveProposal } from './proposals.js';
 import { TASKS_TOPIC, taskTopic } from './tasks.js';
 import { iso, principalName, reviewView } from './views.js';
@@ -16,9 +17,7 @@ export function listReviewQueue(
   principal: Principal,
   q: { limit?: number | undefined; cursor?: string | undefined },
 ) {
-  const limit = q.limit ?? 50;
-  const rows = deps.store.proposals.inReview(q.cursor, limit + 1);
-  const page = rows.slice(0, limit);
+  const { page, next_cursor } = fetchPage(q.limit, (n) => deps.store.proposals.inReview(q.cursor, n));
   return {
     items: page.map((p) => {
       const r = deps.store.proposals.revision(p.current_revision_id)!;
@@ -36,7 +35,7 @@ export function listReviewQueue(
         own: p.owner_id === principal.id,
       };
     }),
-    next_cursor: rows.length > limit ? (page[page.length - 1]?.id ?? null) : null,
+    next_cursor,
   };
 }
 

@@ -5,6 +5,7 @@ import type { Principal } from '../store/principals-repo.js';
 import type { TaskRecord } from '../store/tasks-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { applyMove } from './move.js';
+import { fetchPage } from './paging.js';
 import { canReadAll } from './principals.js';
 import { taskSummary, taskView } from './views.js';
 
@@ -72,18 +73,15 @@ export function listTasks(
   principal: Principal,
   q: { state?: TaskState | undefined; limit?: number | undefined; cursor?: string | undefined },
 ) {
-  const limit = q.limit ?? 50;
-  const rows = deps.store.tasks.list({
-    limit: limit + 1,
-    ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
-    ...(q.state ? { state: q.state } : {}),
-    ...(q.cursor ? { before_id: q.cursor } : {}),
-  });
-  const page = rows.slice(0, limit);
-  return {
-    tasks: page.map((t) => taskSummary(deps.store, t, deps.observe)),
-    next_cursor: rows.length > limit ? (page[page.length - 1]?.id ?? null) : null,
-  };
+  const { page, next_cursor } = fetchPage(q.limit, (limit) =>
+    deps.store.tasks.list({
+      limit,
+      ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
+      ...(q.state ? { state: q.state } : {}),
+      ...(q.cursor ? { before_id: q.cursor } : {}),
+    }),
+  );
+  return { tasks: page.map((t) => taskSummary(deps.store, t, deps.observe)), next_cursor };
 }
 
 /** States in which wait_for_task returns at once. */
