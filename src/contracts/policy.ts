@@ -23,6 +23,15 @@ export const AllowedScriptSchema = z.strictObject({
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
 
+/** A container image the policy allows by exact reference, optionally with the digest it must resolve to. */
+export const AllowedImageSchema = z.strictObject({
+  ref: z.string().min(1).max(512),
+  digest: z
+    .string()
+    .regex(/^sha256:[0-9a-f]{64}$/, 'a digest like "sha256:<64 hex>"')
+    .optional(),
+});
+
 /** The policy section of the master config. */
 export const PolicySchema = z.strictObject({
   executables: z.array(AllowedExecutableSchema).max(256).default([]),
@@ -30,6 +39,17 @@ export const PolicySchema = z.strictObject({
   refused_env: z.array(z.string().min(1)).max(256).default(['LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT']),
   max_cards: z.number().int().min(1).max(64).default(8),
   max_time_limit_seconds: z.number().int().min(1).max(604800).default(86400),
+  /** Whether a spec may ask for `network: "host"` without an error finding. */
+  allow_network: z.boolean().default(false),
+  /** Container images allowed by exact reference; anything else must be pinned by digest. */
+  images: z.array(AllowedImageSchema).max(256).default([]),
+  /** Absolute host paths a sandboxed task never sees (beyond the data dirs, /root and /home). */
+  hidden_paths: z
+    .array(z.string().startsWith('/', 'hidden paths are absolute, e.g. "/srv/secrets"').max(4096))
+    .max(256)
+    .default([]),
+  /** Whether tasks may only be placed on workers that run them sandboxed (not `--isolation none`). */
+  require_isolation: z.boolean().default(true),
 });
 
 /** Operator policy. */

@@ -24,6 +24,46 @@ export const OutputPathSchema = z
   })
   .refine((p) => !p.includes('\0'), { message: 'must not contain NUL' });
 
+const ArgvSchema = z.array(z.string().max(8192)).min(1).max(1024);
+const EnvSchema = z
+  .record(z.string().regex(ENV_NAME, 'env names look like MY_VAR'), z.string().max(32768))
+  .optional();
+
+/** An image reference pinned by digest: `name@sha256:<64 hex>`. */
+export const PINNED_IMAGE = /^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$/;
+
+/** A process on the worker host, run inside the worker's sandbox (bubblewrap) with only its cards. */
+export const ProcessRuntimeSchema = z.strictObject({
+  kind: z.literal('process'),
+  argv: ArgvSchema,
+  env: EnvSchema,
+});
+
+/**
+ * A container run by the worker's engine (podman or docker). `image` must be pinned by digest
+ * (`name@sha256:…`) or be listed by exact reference in the policy's `images`; `argv` runs inside it.
+ */
+export const ContainerRuntimeSchema = z.strictObject({
+  kind: z.literal('container'),
+  image: z
+    .string()
+    .min(1)
+    .max(512)
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._/:@-]*$/, 'an image reference, e.g. "localhost/train@sha256:<64 hex>"'),
+  argv: ArgvSchema,
+  env: EnvSchema,
+});
+
+/** How the task runs. */
+export const RuntimeSchema = z.discriminatedUnion('kind', [ProcessRuntimeSchema, ContainerRuntimeSchema]);
+/** How the task runs. */
+export type Runtime = z.infer<typeof RuntimeSchema>;
+
+/** Network a task may use: `none` (loopback only, the default) or `host`. */
+export const NetworkModeSchema = z.enum(['none', 'host']);
+/** Network a task may use. */
+export type NetworkMode = z.infer<typeof NetworkModeSchema>;
+
 /** The task spec. */
 export const TaskSpecSchema = z.strictObject({
   title: z.string().min(1).max(200),
@@ -36,11 +76,12 @@ export const TaskSpecSchema = z.strictObject({
   }),
   worker: z.string().min(1).max(128).optional(),
   priority: z.number().int().min(0).max(100).optional(),
-  runtime: z.strictObject({
-    kind: z.literal('process'),
-    argv: z.array(z.string().max(8192)).min(1).max(1024),
-    env: z.record(z.string().regex(ENV_NAME, 'env names look like MY_VAR'), z.string().max(32768)).optional(),
-  }),
+  runtime: RuntimeSchema,
+  /**
+   * Network inside the sandbox: `none` (default: loopback only) or `host` (the host's network). `host`
+   * is a policy finding unless the operator's policy sets `allow_network`; the reviewer sees it either way.
+   */
+  network: NetworkModeSchema.optional(),
   outputs: z
     .array(z.strictObject({ path: OutputPathSchema, required: z.boolean() }))
     .max(64)

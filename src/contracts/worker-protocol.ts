@@ -78,6 +78,16 @@ export const ExecutionPlanSchema = z.object({
     .array(z.object({ path: z.string().min(1).max(4096), sha256: z.string().regex(/^[0-9a-f]{64}$/) }))
     .max(16)
     .optional(),
+  /**
+   * For a `container` task whose image the policy allows by reference with a digest: the digest
+   * (`sha256:…`) the worker's local image must have, checked before it runs.
+   */
+  image_digest: z
+    .string()
+    .regex(/^sha256:[0-9a-f]{64}$/)
+    .optional(),
+  /** The policy's `hidden_paths`: host paths the sandbox hides from the task, besides its own list. */
+  hidden_paths: z.array(z.string().min(1).max(4096)).max(256).optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;
@@ -117,6 +127,20 @@ const Sequenced = {
   seq: z.number().int().min(1),
 };
 
+/**
+ * How a worker isolates the tasks it runs: `bwrap` (every task in its own bubblewrap sandbox) or
+ * `none` (`--isolation none`: tasks run as plain processes; the master marks the worker UNISOLATED and,
+ * under `policy.require_isolation`, places no task on it).
+ */
+export const IsolationModeSchema = z.enum(['bwrap', 'none']);
+/** How a worker isolates the tasks it runs. */
+export type IsolationMode = z.infer<typeof IsolationModeSchema>;
+
+/** The container engine a worker runs `container` tasks with; null when it has none. */
+export const ContainerEngineSchema = z.enum(['podman', 'docker']);
+/** The container engine a worker runs `container` tasks with. */
+export type ContainerEngine = z.infer<typeof ContainerEngineSchema>;
+
 /** worker → master: opens a session. */
 export const HelloSchema = z.object({
   type: z.literal('hello'),
@@ -130,6 +154,10 @@ export const HelloSchema = z.object({
   executions: z.array(KnownExecutionSchema).max(HELLO_MAX_EXECUTIONS),
   /** Highest master seq this worker has processed, per master boot id, so the master resends the rest. */
   master_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
+  /** How this worker isolates tasks; a worker that does not say is taken as unisolated. */
+  isolation: IsolationModeSchema.default('none'),
+  /** The engine for `container` tasks, or null when this worker cannot run them. */
+  container_engine: ContainerEngineSchema.nullable().default(null),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */
