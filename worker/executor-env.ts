@@ -11,13 +11,13 @@ export type ExecutorProvider = 'nvidia' | 'hy' | 'sim';
 /** A fixed search path, so the task never inherits whatever PATH the worker daemon was started with. */
 export const TASK_DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
 
-/** Where the task's files live; all paths are absolute. */
+/** Where the task's files live, as the task sees them; all paths are absolute. */
 export interface TaskDirs {
-  /** The execution directory: cwd and HOME of the task. */
+  /** The task's directory: cwd and HOME of the task (`/task` in a sandbox). */
   readonly execDir: string;
   /** The output directory (`<execDir>/out`). */
   readonly outputDir: string;
-  /** The task's private TMPDIR (`<execDir>/tmp`). */
+  /** The task's private TMPDIR (`/tmp` in a sandbox, `<execDir>/tmp` otherwise). */
   readonly tmpDir: string;
 }
 
@@ -30,8 +30,12 @@ export function buildTaskEnv(
   dirs: TaskDirs,
   workerId: string,
   provider: ExecutorProvider,
+  opts: { sandboxed?: boolean } = {},
 ): Record<string, string> {
   const indexes = plan.cards.map((c) => String(c.index)).join(',');
+  // In a sandbox only the leased cards' nodes exist, and CUDA/HIP number what they can open from 0, so
+  // the visible set is 0..n-1 there; GPU_BROKER_GPU_IDS keeps the host's indexes for the evidence.
+  const visible = opts.sandboxed ? plan.cards.map((_, i) => String(i)).join(',') : indexes;
   const uuids = plan.cards.map((c) => c.uuid).join(',');
   return {
     PATH: TASK_DEFAULT_PATH,
@@ -42,9 +46,9 @@ export function buildTaskEnv(
     // Card indexes come from the sampler (nvidia-smi / hy-smi), which numbers cards in PCI bus order;
     // CUDA's default order is "fastest first", so without this the indexes could name other cards.
     CUDA_DEVICE_ORDER: 'PCI_BUS_ID',
-    CUDA_VISIBLE_DEVICES: indexes,
-    HIP_VISIBLE_DEVICES: indexes,
-    ROCR_VISIBLE_DEVICES: indexes,
+    CUDA_VISIBLE_DEVICES: visible,
+    HIP_VISIBLE_DEVICES: visible,
+    ROCR_VISIBLE_DEVICES: visible,
     GPU_BROKER_TASK_ID: plan.task_id,
     GPU_BROKER_EXECUTION_ID: plan.execution_id,
     GPU_BROKER_ASSIGNMENT_ID: plan.assignment_id,

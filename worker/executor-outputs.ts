@@ -1,19 +1,20 @@
 import { createHash } from 'node:crypto';
 import { constants } from 'node:fs';
-import { lstat, open, realpath } from 'node:fs/promises';
-import { join, sep } from 'node:path';
+import type { FileHandle } from 'node:fs/promises';
+import { open } from 'node:fs/promises';
 import type { TaskSpec } from '../src/contracts/task-spec.js';
 import type { OutputRecord } from '../src/contracts/worker-protocol.js';
 import { MAX_OUTPUT_FILE_BYTES } from '../src/contracts/worker-protocol.js';
 
 /**
- * Collects a task's declared outputs (DESIGN §9). Only declared paths are read, each must resolve to a
- * regular file beneath the output dir after following every symlink, and each is capped at
- * MAX_OUTPUT_FILE_BYTES. The spec schema already refuses absolute paths and `..`; they are refused again
- * here because the plan arrives over the network and the file system is the task's to shape.
+ * Collects a task's declared outputs (DESIGN §9, issue 9). Only declared paths are read; each is walked
+ * from a directory the task cannot write (the execution root) down through the task's dir and output dir
+ * with no symlink followed at any component, must be a regular file with one link owned by the task's
+ * uid, and is capped at MAX_OUTPUT_FILE_BYTES. Paths must be canonical (no `.`, `..`, empty segments)
+ * and declared once.
  *
- * Collection runs after the task's process group is dead, so nothing in the group can swap a file between
- * the checks and the read; the final component is opened with O_NOFOLLOW all the same.
+ * Collection runs after every process of the task is gone (in a sandbox, its PID namespace is dead), so
+ * nothing can swap a component between the walk and the read; the walk does not rely on that.
  */
 
 /** One collected output: its record and its bytes. */
@@ -29,28 +30,35 @@ export interface OutputCollection {
   readonly requiredMissing: boolean;
 }
 
+/** Where the outputs are: a trusted base dir and the components from it down to the output dir. */
+export interface OutputLocation {
+  /** A directory only the worker can write (the execution root). */
+  readonly base: string;
+  /** Components below `base` to the output dir, e.g. `['task', 'out']`; each is walked like the path. */
+  readonly below: readonly string[];
+  /** The uid that must own every output (the task's); null to skip the check. */
+  readonly owner: number | null;
+}
+
 type Outcome =
   | { kind: 'found'; output: CollectedOutput }
   | { kind: 'missing' }
   | { kind: 'refused'; why: string };
 
-/** Reads the declared outputs beneath `outputDir`. Never throws. */
+/** Reads the declared outputs at `where`. Never throws. */
 export async function collectOutputs(
-  outputDir: string,
+  where: OutputLocation,
   declared: TaskSpec['outputs'],
 ): Promise<OutputCollection> {
   const outputs: CollectedOutput[] = [];
   const errors: string[] = [];
   let requiredMissing = false;
-  let root: string | null;
-  try {
-    root = await realpath(outputDir);
-  } catch (err) {
-    root = null;
-    errors.push(`output dir unreadable: ${describe(err)}`);
-  }
+  const seen = new Set<string>();
   for (const { path, required } of declared) {
-    const outcome: Outcome = root === null ? { kind: 'missing' } : await collectOne(root, path);
+    const outcome: Outcome = seen.has(path)
+      ? { kind: 'refused', why: 'is declared twice' }
+      : await collectOne(where, path);
+    seen.add(path);
     if (outcome.kind === 'found') {
       outputs.push(outcome.output);
       continue;
@@ -64,38 +72,69 @@ export async function collectOutputs(
   return { outputs, errors, requiredMissing };
 }
 
-async function collectOne(root: string, path: string): Promise<Outcome> {
-  if (path.startsWith('/') || path.startsWith('\\') || path.includes('\0')) {
-    return { kind: 'refused', why: 'must be a relative path beneath the output dir' };
-  }
-  if (path.split(/[\\/]/).some((seg) => seg === '..' || seg === '')) {
-    return { kind: 'refused', why: 'must not contain ".." or empty segments' };
-  }
-  const candidate = join(root, path);
+/** Open flags of a directory on the walk: never through a symlink, never anything but a directory. */
+const DIR_FLAGS = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW;
+/** O_NONBLOCK: opening a FIFO the task left behind must not hang the worker. */
+const FILE_FLAGS = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK;
+
+/**
+ * One declared output, walked one component at a time the way `openat` would: each directory is opened
+ * with O_NOFOLLOW|O_DIRECTORY relative to the descriptor of its parent (through /proc/self/fd, which
+ * resolves to the open directory itself, not to its name), so swapping a parent for a symlink — even
+ * during the walk, by a process that escaped — makes the open fail instead of leading elsewhere. The
+ * file must be a regular file with one link, owned by the task's uid when one is given.
+ */
+async function collectOne(where: OutputLocation, path: string): Promise<Outcome> {
+  const problem = outputPathProblem(path);
+  if (problem !== null) return { kind: 'refused', why: problem };
+  const segments = [...where.below, ...path.split('/')];
+  const root = where.base;
+  const handles: FileHandle[] = [];
   try {
-    await lstat(candidate);
-  } catch {
-    return { kind: 'missing' }; // ENOENT, or a parent is not a directory: not produced
+    let dir: FileHandle;
+    try {
+      dir = await open(root, DIR_FLAGS);
+    } catch (err) {
+      return { kind: 'refused', why: `output dir cannot be opened: ${describe(err)}` };
+    }
+    handles.push(dir);
+    for (const segment of segments.slice(0, -1)) {
+      try {
+        dir = await open(`/proc/self/fd/${dir.fd}/${segment}`, DIR_FLAGS);
+      } catch (err) {
+        return walkFailure(err, `directory ${JSON.stringify(segment)}`);
+      }
+      handles.push(dir);
+    }
+    let file: FileHandle;
+    try {
+      file = await open(`/proc/self/fd/${dir.fd}/${segments.at(-1)}`, FILE_FLAGS);
+    } catch (err) {
+      return walkFailure(err, 'file');
+    }
+    handles.push(file);
+    return await readCollected(file, path, where.owner);
+  } finally {
+    await Promise.all(handles.map((h) => h.close().catch(() => undefined)));
   }
-  let real: string;
-  try {
-    real = await realpath(candidate);
-  } catch (err) {
-    return { kind: 'refused', why: `cannot be resolved (dangling symlink?): ${describe(err)}` };
-  }
-  if (!real.startsWith(root + sep)) {
-    return { kind: 'refused', why: 'resolves outside the output dir (symlink or symlinked parent)' };
-  }
-  let handle: Awaited<ReturnType<typeof open>>;
-  try {
-    // O_NONBLOCK: opening a FIFO the task left behind must not hang the worker.
-    handle = await open(real, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK);
-  } catch (err) {
-    return { kind: 'refused', why: `cannot be opened: ${describe(err)}` };
-  }
+}
+
+/** ENOENT means not produced; a symlink (ELOOP) or a non-directory parent (ENOTDIR) is refused. */
+function walkFailure(err: unknown, what: string): Outcome {
+  const code = (err as NodeJS.ErrnoException).code;
+  if (code === 'ENOENT') return { kind: 'missing' };
+  if (code === 'ELOOP' || code === 'ENOTDIR' || code === 'EMLINK')
+    return { kind: 'refused', why: `${what} on the path is a symlink or not a directory` };
+  return { kind: 'refused', why: `cannot be opened: ${describe(err)}` };
+}
+
+async function readCollected(handle: FileHandle, path: string, owner: number | null): Promise<Outcome> {
   try {
     const st = await handle.stat();
     if (!st.isFile()) return { kind: 'refused', why: 'is not a regular file' };
+    if (st.nlink !== 1) return { kind: 'refused', why: `has ${st.nlink} hard links; outputs must have one` };
+    if (owner !== null && st.uid !== owner)
+      return { kind: 'refused', why: `is owned by uid ${st.uid}, not by the task's uid ${owner}` };
     if (st.size > MAX_OUTPUT_FILE_BYTES) {
       return { kind: 'refused', why: `is ${st.size} bytes, over the ${MAX_OUTPUT_FILE_BYTES}-byte limit` };
     }
@@ -114,9 +153,21 @@ async function collectOne(root: string, path: string): Promise<Outcome> {
     return { kind: 'found', output: { path, size: filled, sha256, content } };
   } catch (err) {
     return { kind: 'refused', why: `cannot be read: ${describe(err)}` };
-  } finally {
-    await handle.close().catch(() => undefined);
   }
+}
+
+/**
+ * Why `path` is not a canonical relative output path; null when it is. The spec schema refuses the same
+ * shapes; they are refused again here because the plan arrives over the network.
+ */
+export function outputPathProblem(path: string): string | null {
+  if (path.startsWith('/') || path.includes('\\') || path.includes('\0')) {
+    return 'must be a relative path beneath the output dir, with "/" separators';
+  }
+  if (path.split('/').some((seg) => seg === '..' || seg === '.' || seg === '')) {
+    return 'must not contain ".", ".." or empty segments (write it as "a/b.json")';
+  }
+  return null;
 }
 
 function describe(err: unknown): string {

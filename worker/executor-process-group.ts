@@ -1,4 +1,4 @@
-import { readdir, readFile } from 'node:fs/promises';
+import { readdir, readFile, readlink } from 'node:fs/promises';
 
 /**
  * Process-group and cgroup probes for the executor (Linux). A task runs as the leader of its own process
@@ -66,6 +66,49 @@ export async function liveGroupMembers(pgid: number): Promise<GroupMember[]> {
         const pgrp = Number(fields[2]);
         if (pgrp === pgid && state !== 'Z' && state !== 'X') {
           members.push({ pid: Number(e), name: stat.slice(stat.indexOf('(') + 1, close) });
+        }
+      }),
+  );
+  return members.sort((a, b) => a.pid - b.pid);
+}
+
+/** Sends `signal` to one process; false when it is gone. Never throws. */
+export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
+  try {
+    process.kill(pid, signal);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The live (non-zombie) processes whose PID namespace has inode `namespace` (as `/proc/PID/ns/pid` names
+ * it: `pid:[inode]`), by host pid; empty once the namespace is gone. Used for sandboxes: a process that
+ * calls setsid leaves its process group but never its namespace.
+ */
+export async function liveNamespaceMembers(namespace: number): Promise<GroupMember[]> {
+  const want = `pid:[${namespace}]`;
+  let entries: string[];
+  try {
+    entries = await readdir('/proc');
+  } catch {
+    return [];
+  }
+  const members: GroupMember[] = [];
+  await Promise.all(
+    entries
+      .filter((e) => /^[0-9]+$/.test(e))
+      .map(async (e) => {
+        try {
+          if ((await readlink(`/proc/${e}/ns/pid`)) !== want) return;
+          const stat = await readFile(`/proc/${e}/stat`, 'utf8');
+          const close = stat.lastIndexOf(')');
+          const state = stat.slice(close + 2).split(' ')[0];
+          if (state === 'Z' || state === 'X') return;
+          members.push({ pid: Number(e), name: stat.slice(stat.indexOf('(') + 1, close) });
+        } catch {
+          // exited while we looked, or not ours to inspect
         }
       }),
   );

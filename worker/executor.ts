@@ -1,29 +1,47 @@
-import type { ChildProcess } from 'node:child_process';
+import type { ChildProcess, StdioOptions } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
-import type { ExecutorProvider } from './executor-env.js';
+import type { TaskBox } from './executor-box.js';
+import { bwrapBox, plainBox } from './executor-box.js';
+import type { ExecutorProvider, TaskDirs } from './executor-env.js';
 import { buildTaskEnv } from './executor-env.js';
 import type { LogChunkHandler, LogPump } from './executor-logs.js';
 import { startLogPump } from './executor-logs.js';
 import type { CollectedOutput } from './executor-outputs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { OomProbe } from './executor-process-group.js';
-import { liveGroupMembers, probeOomKills, readOomKillCount, signalGroup } from './executor-process-group.js';
+import { probeOomKills, readOomKillCount } from './executor-process-group.js';
 import type { RunAs } from './run-as.js';
+import type { SystemMounts } from './sandbox-bwrap.js';
+import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
+import type { SimNodes } from './sandbox-devices.js';
+import { deviceNodesFor } from './sandbox-devices.js';
+import type { TaskUidPool } from './task-uids.js';
 
 /**
  * Runs one ExecutionPlan on this host (DESIGN §9).
  *
+ * Layout of one execution (the root is the worker's; only `task/` is the task's):
+ *
+ *   <rootDir>/<execution_id>/            0700, the worker's: the task can neither see nor write it
+ *     stdout.log, stderr.log             written by the worker from pipes, never opened by the task
+ *     task/                              the task's dir (`/task` in a sandbox), owned by the task's uid
+ *       out/                             $GPU_BROKER_OUTPUT_DIR
+ *       tmp/                             TMPDIR when unsandboxed (a sandbox has a private /tmp)
+ *
  * Steps of one execution:
- *   1. setup: a fresh `<rootDir>/<execution_id>/` with `out/` and `tmp/`; the env is built from nothing.
- *   2. spawn argv directly (no shell) as the leader of a new process group; stdout/stderr are pumped
- *      to `stdout.log`/`stderr.log` and to `onLog`.
- *   3. time limit or cancel: SIGTERM to the group, `kill_grace_seconds`, SIGKILL to the group.
- *   4. main process exits: whatever it left in its group gets SIGTERM, the rest of the grace, SIGKILL.
- *   5. outputs are collected and the failure reason decided → `exited` settles.
- *   6. cleanup receipt: poll until the group has no live process and `checkCardsClean` says clean,
+ *   1. setup: the fresh layout above; the env is built from nothing; the box is chosen (executor-box.ts):
+ *      bubblewrap with only the leased cards' device nodes, or a plain process group when the worker
+ *      runs with `--isolation none`.
+ *   2. spawn the box (no shell) as the leader of a new process group; stdout/stderr are pumped to the
+ *      log files and to `onLog`.
+ *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
+ *   4. main process exits: whatever is left gets SIGTERM, the rest of the grace, SIGKILL (a sandbox
+ *      has nothing left: its PID namespace died with the task's first process).
+ *   5. outputs are collected (no symlink followed anywhere) and the failure reason decided → `exited`.
+ *   6. cleanup receipt: poll until the box has no live process and `checkCardsClean` says clean,
  *      for at most `cleanup_timeout_seconds` (counted from the end of step 4) → `done` settles.
  *
  * The handle's promises never reject: whatever the task does, the result says what happened.
@@ -48,7 +66,28 @@ export interface ExecutorOptions {
   readonly cleanupPollMs?: number;
   /** Run the task as this unprivileged user (the worker must be root); default: the worker's user. */
   readonly runAs?: RunAs;
+  /** How tasks are isolated; default `{kind: 'none'}` (tests of the bare mechanics). */
+  readonly sandbox?: SandboxSetup;
 }
+
+/** How a worker isolates `process` tasks; built once at worker start. */
+export type SandboxSetup =
+  | { readonly kind: 'none' }
+  | {
+      readonly kind: 'bwrap';
+      /** The bwrap executable. */
+      readonly bwrap: string;
+      /** setpriv, when the worker is root (each task then gets its own uid from `uids`). */
+      readonly setpriv: string | null;
+      /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
+      readonly uids: TaskUidPool | null;
+      /** Host paths no task may see (the data dirs); /root, /home and the plan's list are added. */
+      readonly hiddenPaths: readonly string[];
+      /** Simulated cards' device nodes (sim workers). */
+      readonly simNodes?: SimNodes;
+      /** The host's system directories, as bound into every sandbox (sandbox-bwrap.ts systemMounts()). */
+      readonly system: SystemMounts;
+    };
 
 /** What is known once the task's main process has exited and its outputs are collected. */
 export interface ExecutionExit {
@@ -121,6 +160,7 @@ class ExecutionRun {
 
   private resolveStarted!: (pid: number | null) => void;
   private resolveExited!: (exit: ExecutionExit) => void;
+  private box: TaskBox | undefined;
   private cancelRequested = false;
   private mainExited = false;
   private killReason: 'TIMED_OUT' | 'CANCELLED' | null = null;
@@ -150,10 +190,11 @@ class ExecutionRun {
 
   private async run(): Promise<ExecutionResult> {
     // 1. setup
-    const execDir = resolve(this.opts.rootDir, this.plan.execution_id);
-    const dirs = { execDir, outputDir: join(execDir, 'out'), tmpDir: join(execDir, 'tmp') };
-    const setupError = await this.setup(dirs);
-    if (setupError !== null) return this.neverStarted('SETUP_FAILED', setupError);
+    const execRoot = resolve(this.opts.rootDir, this.plan.execution_id);
+    const taskDir = join(execRoot, 'task');
+    const setup = await this.setup(execRoot, taskDir);
+    if (typeof setup === 'string') return this.neverStarted('SETUP_FAILED', setup);
+    this.box = setup.box;
     if (this.cancelRequested) return this.neverStarted('CANCELLED');
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
     // first allocation could already include its own OOM kill.
@@ -161,15 +202,17 @@ class ExecutionRun {
     if (this.cancelRequested) return this.neverStarted('CANCELLED');
 
     // 2. spawn
-    const [command, ...args] = this.plan.spec.runtime.argv;
+    const box = setup.box;
+    const { command, args, env, uid, gid, statusPipe } = box.spawn;
+    const stdio: StdioOptions = statusPipe ? ['ignore', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe'];
     let child: ChildProcess;
     try {
-      child = spawn(command ?? '', args, {
-        cwd: execDir,
-        env: buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider),
+      child = spawn(command, args, {
+        cwd: box.kind === 'none' ? taskDir : '/',
+        env,
         detached: true,
-        stdio: ['ignore', 'pipe', 'pipe'],
-        ...(this.opts.runAs ? { uid: this.opts.runAs.uid, gid: this.opts.runAs.gid } : {}),
+        stdio,
+        ...(uid === undefined || gid === undefined ? {} : { uid, gid }),
       });
     } catch (err) {
       return this.neverStarted('SETUP_FAILED', `cannot spawn ${JSON.stringify(command)}: ${describe(err)}`);
@@ -189,13 +232,14 @@ class ExecutionRun {
     }
     // Later 'error' events (e.g. a failed kill) must not become uncaught exceptions.
     child.on('error', () => undefined);
+    box.attach(child);
     const pgid = child.pid;
     this.pid = pgid;
     const pumps: LogPump[] = [];
     if (child.stdout)
-      pumps.push(startLogPump('stdout', child.stdout, join(execDir, 'stdout.log'), this.opts.onLog));
+      pumps.push(startLogPump('stdout', child.stdout, join(execRoot, 'stdout.log'), this.opts.onLog));
     if (child.stderr)
-      pumps.push(startLogPump('stderr', child.stderr, join(execDir, 'stderr.log'), this.opts.onLog));
+      pumps.push(startLogPump('stderr', child.stderr, join(execRoot, 'stderr.log'), this.opts.onLog));
     this.resolveStarted(pgid);
 
     // 3. time limit and cancel
@@ -203,7 +247,8 @@ class ExecutionRun {
     if (this.cancelRequested) this.beginKill('CANCELLED');
 
     // 4. exit, then leftovers
-    const { code, signal } = await exit;
+    const raw = await exit;
+    const { code, signal } = box.exitOf(raw.code, raw.signal);
     this.mainExited = true;
     clearTimeout(this.limitTimer);
     clearTimeout(this.killTimer);
@@ -211,11 +256,14 @@ class ExecutionRun {
       this.killDeadline === null
         ? this.plan.kill_grace_seconds * 1000
         : Math.max(0, this.killDeadline - Date.now());
-    await terminateGroup(pgid, graceMs);
+    await terminateLeftovers(box, graceMs);
     const logErrors = await drainPumps(pumps);
 
     // 5. outputs and the verdict
-    const collection = await collectOutputs(dirs.outputDir, this.plan.spec.outputs);
+    const collection = await collectOutputs(
+      { base: execRoot, below: ['task', 'out'], owner: setup.owner },
+      this.plan.spec.outputs,
+    );
     const oomKilled = signal === 'SIGKILL' && oomProbe !== null && (await oomCountRose(oomProbe));
     const failure: FailureReason | null =
       this.killReason ??
@@ -239,57 +287,124 @@ class ExecutionRun {
     this.resolveExited(exited);
 
     // 6. cleanup receipt
-    const receipt = await this.awaitCleanup(pgid);
+    const receipt = await this.awaitCleanup(box);
+    await box.dispose();
+    // A uid goes back only once nothing of the task is left that could still act under it.
+    if (receipt.cleaned) this.releaseUid();
     return { ...exited, ...receipt };
   }
 
-  /** Makes the execution's directories; returns why it could not, or null. */
-  private async setup(dirs: { execDir: string; outputDir: string; tmpDir: string }): Promise<string | null> {
+  /** Makes the execution's directories and its box; returns why it could not. */
+  private async setup(
+    execRoot: string,
+    taskDir: string,
+  ): Promise<{ box: TaskBox; owner: number | null } | string> {
     const id = this.plan.execution_id;
     if (!SAFE_SEGMENT.test(id) || id.length > 128) {
       return `execution id ${JSON.stringify(id)} is not usable as a directory name`;
     }
-    if (this.plan.spec.runtime.kind !== 'process')
-      return `runtime kind ${this.plan.spec.runtime.kind} is not supported`;
-    if ((this.plan.spec.runtime.argv[0] ?? '') === '') return 'argv[0] is empty';
+    const runtime = this.plan.spec.runtime;
+    if (runtime.kind !== 'process') return `runtime kind ${runtime.kind} is not supported by this worker`;
+    if ((runtime.argv[0] ?? '') === '') return 'argv[0] is empty';
+    const sandbox = this.opts.sandbox ?? { kind: 'none' };
+    let identity: { uid: number; gid: number } | null = null;
+    try {
+      if (sandbox.kind === 'bwrap' && sandbox.uids !== null) {
+        const uid = sandbox.uids.acquire(id);
+        identity = { uid, gid: uid };
+      } else if (sandbox.kind === 'none' && this.opts.runAs) {
+        identity = { uid: this.opts.runAs.uid, gid: this.opts.runAs.gid };
+      }
+    } catch (err) {
+      return describe(err);
+    }
+    const sandboxed = sandbox.kind === 'bwrap';
+    const dirs: TaskDirs = sandboxed
+      ? { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' }
+      : { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') };
     try {
       await mkdir(this.opts.rootDir, { recursive: true, mode: 0o700 });
       // Not recursive: an existing directory means this execution already ran here, and a run must
       // start from a fresh directory, never from a previous attempt's files.
-      await mkdir(dirs.execDir, { mode: 0o700 });
-      await mkdir(dirs.outputDir, { mode: 0o700 });
-      await mkdir(dirs.tmpDir, { mode: 0o700 });
-      const runAs = this.opts.runAs;
-      if (runAs) {
-        // The task's user may pass through the executions dir (not list it) and owns only its own dir.
-        await chmod(this.opts.rootDir, 0o711);
-        for (const dir of [dirs.execDir, dirs.outputDir, dirs.tmpDir]) await chown(dir, runAs.uid, runAs.gid);
+      await mkdir(execRoot, { mode: 0o700 });
+      await mkdir(taskDir, { mode: 0o700 });
+      await mkdir(join(taskDir, 'out'), { mode: 0o700 });
+      if (!sandboxed) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
+      if (identity !== null) {
+        if (!sandboxed) {
+          // Unsandboxed, the task's user reaches its dir through the host path: it may pass through the
+          // executions dir and the execution root (not list them) and owns only its own dir.
+          await chmod(this.opts.rootDir, 0o711);
+          await chmod(execRoot, 0o711);
+        }
+        for (const dir of [taskDir, join(taskDir, 'out'), ...(sandboxed ? [] : [join(taskDir, 'tmp')])])
+          await chown(dir, identity.uid, identity.gid);
       }
-      return null;
     } catch (err) {
-      return `cannot create execution directory ${dirs.execDir}: ${describe(err)}`;
+      return `cannot create execution directory ${taskDir}: ${describe(err)}`;
     }
+    const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
+    const owner = identity?.uid ?? process.getuid?.() ?? null;
+    if (sandbox.kind === 'none') {
+      const [command = '', ...args] = runtime.argv;
+      return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };
+    }
+    let devices: ReturnType<typeof deviceNodesFor>;
+    try {
+      devices = deviceNodesFor(this.opts.provider, this.plan.cards, {
+        ...(sandbox.simNodes === undefined ? {} : { simNodes: sandbox.simNodes }),
+      });
+    } catch (err) {
+      return describe(err);
+    }
+    const hidden = hiddenMounts([
+      ...sandbox.hiddenPaths,
+      ...ALWAYS_HIDDEN,
+      ...(this.plan.hidden_paths ?? []),
+    ]);
+    const pinned = programBinds(
+      runtime.argv[0],
+      (this.plan.pins ?? []).map((p) => p.path),
+    );
+    const args = bwrapArgs({
+      system: sandbox.system,
+      taskDir,
+      hidden,
+      pinned,
+      devices,
+      network: this.plan.spec.network ?? 'none',
+      identity:
+        identity === null || sandbox.setpriv === null ? null : { ...identity, setpriv: sandbox.setpriv },
+      statusFd: 3,
+      argv: runtime.argv,
+    });
+    return { box: bwrapBox({ command: sandbox.bwrap, args, env }), owner };
+  }
+
+  private releaseUid(): void {
+    const sandbox = this.opts.sandbox;
+    if (sandbox?.kind === 'bwrap') sandbox.uids?.release(this.plan.execution_id);
   }
 
   private beginKill(reason: 'TIMED_OUT' | 'CANCELLED'): void {
-    if (this.killReason !== null || this.mainExited || this.pid === undefined) return;
-    const pgid = this.pid;
+    const box = this.box;
+    if (this.killReason !== null || this.mainExited || this.pid === undefined || box === undefined) return;
     this.killReason = reason;
     const graceMs = this.plan.kill_grace_seconds * 1000;
     this.killDeadline = Date.now() + graceMs;
-    signalGroup(pgid, 'SIGTERM');
-    this.killTimer = setTimeout(() => signalGroup(pgid, 'SIGKILL'), graceMs);
+    box.terminate();
+    this.killTimer = setTimeout(() => box.kill(), graceMs);
   }
 
-  private async awaitCleanup(pgid: number): Promise<{ cleaned: boolean; cleanup_detail: string }> {
+  private async awaitCleanup(box: TaskBox): Promise<{ cleaned: boolean; cleanup_detail: string }> {
     const pollMs = this.opts.cleanupPollMs ?? DEFAULT_CLEANUP_POLL_MS;
     const deadline = Date.now() + this.plan.cleanup_timeout_seconds * 1000;
     for (;;) {
       const problems: string[] = [];
-      const members = await liveGroupMembers(pgid);
+      const members = await box.live();
       if (members.length > 0) {
         const list = members.map((m) => `${m.pid} (${m.name})`).join(', ');
-        problems.push(`process group ${pgid} still has live processes: ${list}`);
+        problems.push(`the task (${box.kind}) still has live processes: ${list}`);
       }
       if (this.opts.checkCardsClean) {
         try {
@@ -301,7 +416,7 @@ class ExecutionRun {
       }
       if (problems.length === 0) {
         const cards = this.opts.checkCardsClean ? 'and the cards are clean' : '(no card check)';
-        return { cleaned: true, cleanup_detail: `process group ${pgid} is gone ${cards}` };
+        return { cleaned: true, cleanup_detail: `every process of the task (${box.kind}) is gone ${cards}` };
       }
       if (Date.now() >= deadline) {
         return {
@@ -332,7 +447,7 @@ class ExecutionRun {
   private internalFailure(err: unknown): ExecutionResult {
     clearTimeout(this.limitTimer);
     clearTimeout(this.killTimer);
-    if (this.pid !== undefined) signalGroup(this.pid, 'SIGKILL');
+    this.box?.kill();
     this.resolveStarted(this.pid ?? null);
     const exited: ExecutionExit = {
       exit_code: null,
@@ -348,16 +463,16 @@ class ExecutionRun {
   }
 }
 
-/** Step 4: SIGTERM to what the task left in its group, up to `graceMs` for it to go, then SIGKILL. */
-async function terminateGroup(pgid: number, graceMs: number): Promise<void> {
-  if ((await liveGroupMembers(pgid)).length === 0) return;
-  signalGroup(pgid, 'SIGTERM');
+/** Step 4: SIGTERM to what the task left in its box, up to `graceMs` for it to go, then SIGKILL. */
+async function terminateLeftovers(box: TaskBox, graceMs: number): Promise<void> {
+  if ((await box.live()).length === 0) return;
+  box.terminate();
   const deadline = Date.now() + graceMs;
   while (Date.now() < deadline) {
     await sleep(Math.min(50, Math.max(1, deadline - Date.now())));
-    if ((await liveGroupMembers(pgid)).length === 0) return;
+    if ((await box.live()).length === 0) return;
   }
-  signalGroup(pgid, 'SIGKILL');
+  box.kill();
 }
 
 /** Waits for the log pumps to finish, aborting those a process outside the group still feeds. */

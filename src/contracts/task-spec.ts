@@ -19,8 +19,8 @@ export const OutputPathSchema = z
   .refine((p) => !p.startsWith('/') && !p.startsWith('\\'), {
     message: 'must be relative to the output dir, e.g. "results/metrics.json"',
   })
-  .refine((p) => !p.split(/[\\/]/).some((seg) => seg === '..' || seg === ''), {
-    message: 'must not contain ".." or empty segments, e.g. "results/metrics.json"',
+  .refine((p) => !p.split(/[\\/]/).some((seg) => seg === '..' || seg === '.' || seg === ''), {
+    message: 'must not contain ".", ".." or empty segments, e.g. "results/metrics.json"',
   })
   .refine((p) => !p.includes('\0'), { message: 'must not contain NUL' });
 
@@ -85,6 +85,9 @@ export const TaskSpecSchema = z.strictObject({
   outputs: z
     .array(z.strictObject({ path: OutputPathSchema, required: z.boolean() }))
     .max(64)
+    .refine((outputs) => new Set(outputs.map((o) => o.path)).size === outputs.length, {
+      message: 'each output path may be declared once',
+    })
     .default([]),
   time_limit_seconds: z.number().int().min(1).max(604800),
   notes: z.string().max(65536).optional(),

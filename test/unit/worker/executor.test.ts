@@ -10,11 +10,12 @@ import type { ExecutionHandle, ExecutorOptions } from '../../../worker/executor.
 import { startExecution } from '../../../worker/executor.js';
 import { startLogPump } from '../../../worker/executor-logs.js';
 import { probeOomKills } from '../../../worker/executor-process-group.js';
+import type { Chunk } from '../../support/executor-plan.js';
+import { isLive, makePlan, sh, text, waitFor } from '../../support/executor-plan.js';
 
 // Real child processes throughout: the executor's job is the interaction with the kernel.
 
 let root: string;
-let counter = 0;
 
 beforeAll(() => {
   root = mkdtempSync(join(tmpdir(), 'gpu-broker-executor-'));
@@ -22,46 +23,6 @@ beforeAll(() => {
 afterAll(() => {
   rmSync(root, { recursive: true, force: true });
 });
-
-interface PlanOptions {
-  argv: string[];
-  env?: Record<string, string>;
-  outputs?: Array<{ path: string; required: boolean }>;
-  timeLimit?: number;
-  grace?: number;
-  cleanupTimeout?: number;
-  cards?: Array<{ index: number; uuid: string }>;
-  executionId?: string;
-}
-
-function makePlan(o: PlanOptions): ExecutionPlan {
-  counter += 1;
-  return {
-    task_id: `task-${counter}`,
-    execution_id: o.executionId ?? `exec-${counter}`,
-    assignment_id: `asg-${counter}`,
-    lease_epoch: 7,
-    cards: o.cards ?? [{ index: 0, uuid: 'GPU-sim-0' }],
-    spec: {
-      title: 't',
-      objective: 'o',
-      success_criteria: 's',
-      cards: { count: (o.cards ?? [1]).length },
-      runtime: { kind: 'process', argv: o.argv, ...(o.env === undefined ? {} : { env: o.env }) },
-      outputs: o.outputs ?? [],
-      time_limit_seconds: o.timeLimit ?? 20,
-    },
-    spec_digest: '0'.repeat(64),
-    kill_grace_seconds: o.grace ?? 0.5,
-    cleanup_timeout_seconds: o.cleanupTimeout ?? 5,
-  };
-}
-
-interface Chunk {
-  stream: 'stdout' | 'stderr';
-  offset: number;
-  data: string;
-}
 
 function start(
   plan: ExecutionPlan,
@@ -77,36 +38,6 @@ function start(
     ...extra,
   });
   return { handle, chunks };
-}
-
-function sh(script: string): string[] {
-  return ['/bin/sh', '-c', script];
-}
-
-function text(chunks: Chunk[], stream: 'stdout' | 'stderr'): string {
-  return chunks
-    .filter((c) => c.stream === stream)
-    .map((c) => c.data)
-    .join('');
-}
-
-async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
-/** Alive and not a zombie (an unreaped zombie holds no resources). */
-function isLive(pid: number): boolean {
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
-    return state !== 'Z' && state !== 'X';
-  } catch {
-    return false;
-  }
 }
 
 function sha256(b: Buffer | string): string {
@@ -135,7 +66,7 @@ describe('environment', () => {
     });
     expect(result.failure_reason).toBeNull();
     const { env, cwd } = JSON.parse(text(chunks, 'stdout')) as { env: Record<string, string>; cwd: string };
-    const execDir = join(root, plan.execution_id);
+    const execDir = join(root, plan.execution_id, 'task');
     expect(cwd).toBe(execDir);
     expect(env).toEqual({
       PATH: expect.any(String),
@@ -416,20 +347,18 @@ describe('outputs', () => {
       outputs: [
         { path: 'a.txt', required: true },
         { path: 'sub/b.bin', required: true },
-        { path: 'link.txt', required: false },
         { path: 'optional.txt', required: false },
       ],
     });
     const result = await start(plan).handle.done;
     expect(result.failure_reason).toBeNull();
-    expect(result.output_errors).toEqual([]);
     const bin = Buffer.from([1, 2, 255]);
     expect(result.outputs).toEqual([
       { path: 'a.txt', size: 5, sha256: sha256('hello'), content: Buffer.from('hello') },
       { path: 'sub/b.bin', size: 3, sha256: sha256(bin), content: bin },
-      // A symlink that stays inside the output dir is fine.
-      { path: 'link.txt', size: 5, sha256: sha256('hello'), content: Buffer.from('hello') },
     ]);
+    // No symlink is followed, not even one that stays inside the output dir.
+    expect(result.output_errors).toEqual([]);
   });
 
   it('fails a successful exit with OUTPUT_MISSING when a required output is missing', async () => {
@@ -454,7 +383,7 @@ describe('outputs', () => {
     const result = await start(plan).handle.done;
     expect(result.failure_reason).toBe('OUTPUT_MISSING');
     expect(result.outputs).toEqual([]);
-    expect(result.output_errors.join('\n')).toMatch(/leak\.txt.*outside the output dir/);
+    expect(result.output_errors.join('\n')).toMatch(/leak\.txt.*symlink/);
   });
 
   it('refuses a file beneath a symlinked parent dir', async () => {
@@ -468,7 +397,7 @@ describe('outputs', () => {
     const result = await start(plan).handle.done;
     expect(result.failure_reason).toBeNull();
     expect(result.outputs).toEqual([]);
-    expect(result.output_errors.join('\n')).toMatch(/d\/f\.txt.*outside the output dir/);
+    expect(result.output_errors.join('\n')).toMatch(/d\/f\.txt.*symlink or not a directory/);
   });
 
   it('refuses ".." and absolute paths even when the plan skipped validation', async () => {

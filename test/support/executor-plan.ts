@@ -1,0 +1,103 @@
+import { readdirSync, readFileSync } from 'node:fs';
+import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+
+/** Plans, chunks and process probes shared by the executor tests (real processes throughout). */
+
+/** What a test plan may set; everything else gets a small default. */
+export interface PlanOptions {
+  argv: string[];
+  env?: Record<string, string>;
+  outputs?: Array<{ path: string; required: boolean }>;
+  timeLimit?: number;
+  grace?: number;
+  cleanupTimeout?: number;
+  cards?: Array<{ index: number; uuid: string }>;
+  executionId?: string;
+  network?: 'none' | 'host';
+  hiddenPaths?: string[];
+  pins?: Array<{ path: string; sha256: string }>;
+}
+
+let counter = 0;
+
+/** A plan for one execution with unique ids. */
+export function makePlan(o: PlanOptions): ExecutionPlan {
+  counter += 1;
+  return {
+    task_id: `task-${counter}`,
+    execution_id: o.executionId ?? `exec-${counter}`,
+    assignment_id: `asg-${counter}`,
+    lease_epoch: 7,
+    cards: o.cards ?? [{ index: 0, uuid: 'GPU-sim-0' }],
+    spec: {
+      title: 't',
+      objective: 'o',
+      success_criteria: 's',
+      cards: { count: (o.cards ?? [1]).length },
+      runtime: { kind: 'process', argv: o.argv, ...(o.env === undefined ? {} : { env: o.env }) },
+      outputs: o.outputs ?? [],
+      time_limit_seconds: o.timeLimit ?? 20,
+      ...(o.network === undefined ? {} : { network: o.network }),
+    },
+    spec_digest: '0'.repeat(64),
+    kill_grace_seconds: o.grace ?? 0.5,
+    cleanup_timeout_seconds: o.cleanupTimeout ?? 5,
+    ...(o.hiddenPaths === undefined ? {} : { hidden_paths: o.hiddenPaths }),
+    ...(o.pins === undefined ? {} : { pins: o.pins }),
+  };
+}
+
+/** One log chunk as the executor delivered it. */
+export interface Chunk {
+  stream: 'stdout' | 'stderr';
+  offset: number;
+  data: string;
+}
+
+/** argv that runs `script` with /bin/sh. */
+export function sh(script: string): string[] {
+  return ['/bin/sh', '-c', script];
+}
+
+/** The text of one stream. */
+export function text(chunks: Chunk[], stream: 'stdout' | 'stderr'): string {
+  return chunks
+    .filter((c) => c.stream === stream)
+    .map((c) => c.data)
+    .join('');
+}
+
+/** Waits for `cond`, polling every 10 ms, for at most `timeoutMs`. */
+export async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+/** Alive and not a zombie (an unreaped zombie holds no resources). */
+export function isLive(pid: number): boolean {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+    return state !== 'Z' && state !== 'X';
+  } catch {
+    return false;
+  }
+}
+
+/** Host pids of live processes whose command line contains `marker`. */
+export function pidsWithMarker(marker: string): number[] {
+  const out: number[] = [];
+  for (const entry of readdirSync('/proc').filter((e) => /^[0-9]+$/.test(e))) {
+    try {
+      const cmdline = readFileSync(`/proc/${entry}/cmdline`, 'utf8');
+      if (cmdline.includes(marker) && isLive(Number(entry)) && Number(entry) !== process.pid)
+        out.push(Number(entry));
+    } catch {
+      // gone
+    }
+  }
+  return out;
+}

@@ -1,0 +1,257 @@
+import { execFile } from 'node:child_process';
+import { existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
+import { delimiter, dirname, join } from 'node:path';
+import type { NetworkMode } from '../src/contracts/task-spec.js';
+import type { DeviceNode } from './sandbox-devices.js';
+
+/**
+ * The bubblewrap sandbox every `process` task runs in (issue 9, docs/security.md).
+ *
+ * What the task sees, in mount order (later mounts win), on an empty root of its own:
+ *   1. the host's system directories read-only (SYSTEM_DIRS: /usr, /etc, /opt, /var, /sys and the
+ *      /bin, /lib… links or dirs); nothing else of the host, so /home, /root, /tmp, /srv, /run (with
+ *      its sockets) and the data dirs elsewhere are simply absent;
+ *   2. hidden paths inside those covered by an empty tmpfs (directories) or /dev/null (files): the
+ *      worker's and the master's data dirs, /root, /home, the policy's `hidden_paths`;
+ *   3. the task's executable and the files the policy pins (an interpreter's script and its directory)
+ *      bound read-only at their own path, so a script the reviewer approved runs wherever it lives;
+ *   4. a fresh /proc of its own PID namespace, a minimal /dev, a private /tmp;
+ *   5. the leased cards' device nodes only (sandbox-devices.ts);
+ *   6. its execution dir at `/task` (writable; outputs under `/task/out`), which is also its cwd.
+ *
+ * Namespaces: PID, mount, IPC, UTS, cgroup (where the kernel has it) and, unless the reviewed spec says
+ * `network: "host"`, network (loopback only). bwrap's own init is PID 1: when the task's first process
+ * exits, the init exits and the kernel kills every other process of the namespace, `setsid` children
+ * included; `--die-with-parent` does the same when the worker dies.
+ *
+ * Identity: a root worker runs bwrap as root (so it can bind its own 0700 dirs) and the task through
+ * `setpriv` as a uid of its own (task-uids.ts) with no capabilities and no_new_privs, so setuid binaries
+ * on the read-only host gain nothing. A worker that is not root runs bwrap in a user namespace: the task
+ * keeps the worker's uid on the host, with its own namespaces around it.
+ */
+
+/** Where the task's execution dir appears inside the sandbox. */
+export const SANDBOX_TASK_DIR = '/task';
+/** Paths every sandbox hides, besides the data dirs and the policy's list. */
+export const ALWAYS_HIDDEN = ['/root', '/home'] as const;
+
+/** Host directories bound read-only into every sandbox (those that exist). */
+export const SYSTEM_DIRS = ['/usr', '/etc', '/opt', '/var', '/sys'] as const;
+/** Top-level names that are links into /usr on merged-/usr hosts and directories elsewhere. */
+export const SYSTEM_LINKS_OR_DIRS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'] as const;
+
+/** The host's system tree as the sandbox recreates it. */
+export interface SystemMounts {
+  /** Directories to bind read-only at the same path. */
+  readonly dirs: readonly string[];
+  /** Links to recreate: `[target, path]`, e.g. `['usr/bin', '/bin']`. */
+  readonly links: ReadonlyArray<readonly [string, string]>;
+}
+
+/** Looks at this host's top-level system directories; see SYSTEM_DIRS. */
+export function systemMounts(): SystemMounts {
+  const dirs: string[] = [];
+  const links: Array<[string, string]> = [];
+  for (const path of [...SYSTEM_LINKS_OR_DIRS, ...SYSTEM_DIRS]) {
+    try {
+      const st = lstatSync(path);
+      if (st.isSymbolicLink()) links.push([readlinkSync(path), path]);
+      else if (st.isDirectory()) dirs.push(path);
+    } catch {
+      // not on this host
+    }
+  }
+  return { dirs, links };
+}
+
+function systemArgs(system: SystemMounts): string[] {
+  const args: string[] = [];
+  for (const [target, path] of system.links) args.push('--symlink', target, path);
+  for (const dir of system.dirs) args.push('--ro-bind', dir, dir);
+  return args;
+}
+
+/** Everything `bwrapArgs` needs; all paths are absolute host paths. */
+export interface BwrapRequest {
+  /** The host's system tree (systemMounts()). */
+  readonly system: SystemMounts;
+  /** The host directory bound writable at SANDBOX_TASK_DIR. */
+  readonly taskDir: string;
+  /** Paths to hide (data dirs, policy `hidden_paths`); nonexistent ones are skipped by the caller. */
+  readonly hidden: ReadonlyArray<{ path: string; kind: 'dir' | 'file' }>;
+  /** Files or dirs bound read-only at their own path after hiding (executable, pinned script's dir). */
+  readonly pinned: readonly string[];
+  /** Device nodes to bind (leased cards and their control nodes). */
+  readonly devices: readonly DeviceNode[];
+  /** `none` unshares the network (loopback only); `host` keeps the host's. */
+  readonly network: NetworkMode;
+  /** The uid/gid the task runs as, via setpriv, when bwrap runs as root; null when bwrap is unprivileged. */
+  readonly identity: { uid: number; gid: number; setpriv: string } | null;
+  /** File descriptor (in bwrap's stdio) where bwrap writes its JSON status (child pid, namespaces, exit). */
+  readonly statusFd: number;
+  /** The task's argv. */
+  readonly argv: readonly string[];
+}
+
+/** The argv after `bwrap` for one task; pure, see the module comment for the layout. */
+export function bwrapArgs(req: BwrapRequest): string[] {
+  const args = [
+    '--die-with-parent',
+    '--new-session',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    ...(req.network === 'none' ? ['--unshare-net'] : []),
+    ...(req.identity === null ? ['--unshare-user'] : []),
+    '--hostname',
+    'gpu-broker-task',
+    '--json-status-fd',
+    String(req.statusFd),
+  ];
+  args.push(...systemArgs(req.system));
+  for (const h of req.hidden) {
+    if (h.kind === 'dir') args.push('--tmpfs', h.path);
+    else args.push('--ro-bind', '/dev/null', h.path);
+  }
+  for (const p of req.pinned) args.push('--ro-bind', p, p);
+  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp');
+  for (const d of req.devices) args.push('--dev-bind', d.host, d.inside);
+  args.push('--bind', req.taskDir, SANDBOX_TASK_DIR, '--chdir', SANDBOX_TASK_DIR, '--');
+  if (req.identity !== null) {
+    const { uid, gid, setpriv } = req.identity;
+    args.push(
+      setpriv,
+      `--reuid=${uid}`,
+      `--regid=${gid}`,
+      '--clear-groups',
+      '--inh-caps=-all',
+      '--bounding-set=-all',
+      '--no-new-privs',
+      '--',
+    );
+  }
+  args.push(...req.argv);
+  return args;
+}
+
+/** Whether bubblewrap works here, and the tools the sandbox needs. */
+export interface BwrapProbe {
+  readonly ok: boolean;
+  /** The bwrap executable (absolute). */
+  readonly bwrap: string | null;
+  /** The setpriv executable (absolute), needed when the worker is root. */
+  readonly setpriv: string | null;
+  /** What was found, or why it does not work, with the fix. */
+  readonly detail: string;
+}
+
+/**
+ * Finds `bwrap` (and, for a root worker, `setpriv`) on PATH and runs a throwaway sandbox with the same
+ * namespaces a task gets. Never throws.
+ */
+export async function probeBwrap(opts: { path?: string; root: boolean }): Promise<BwrapProbe> {
+  const path = opts.path ?? process.env['PATH'] ?? '/usr/bin:/bin';
+  const bwrap = findOnPath('bwrap', path);
+  const setpriv = findOnPath('setpriv', path);
+  if (bwrap === null)
+    return {
+      ok: false,
+      bwrap,
+      setpriv,
+      detail: 'bubblewrap (bwrap) is not installed: apt-get install bubblewrap (or dnf install bubblewrap)',
+    };
+  if (opts.root && setpriv === null)
+    return {
+      ok: false,
+      bwrap,
+      setpriv,
+      detail:
+        'setpriv is not installed (a root worker drops each task to its own uid with it): apt-get install util-linux',
+    };
+  const args = [
+    '--die-with-parent',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-net',
+    ...(opts.root ? [] : ['--unshare-user']),
+    ...systemArgs(systemMounts()),
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--tmpfs',
+    '/tmp',
+    '--',
+    '/bin/true',
+  ];
+  const error = await new Promise<string | null>((resolve) => {
+    execFile(bwrap, args, { timeout: 10_000 }, (err, _stdout, stderr) => {
+      resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
+    });
+  });
+  if (error !== null)
+    return {
+      ok: false,
+      bwrap,
+      setpriv,
+      detail: `bubblewrap is installed (${bwrap}) but cannot create a sandbox here: ${error}. Unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1), or run the worker as root`,
+    };
+  return {
+    ok: true,
+    bwrap,
+    setpriv,
+    detail: `bubblewrap ${bwrap}${opts.root ? `, setpriv ${setpriv}` : ''}`,
+  };
+}
+
+/** The absolute path of `name` in the first PATH entry that has it as an executable file. */
+export function findOnPath(name: string, path: string): string | null {
+  for (const dir of path.split(delimiter)) {
+    if (dir === '') continue;
+    const candidate = join(dir, name);
+    try {
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return null;
+}
+
+/**
+ * The paths a sandbox hides, with their kind, skipping those that do not exist (bwrap cannot cover a
+ * missing path, and there is nothing to hide) and those under another hidden directory.
+ */
+export function hiddenMounts(paths: readonly string[]): Array<{ path: string; kind: 'dir' | 'file' }> {
+  const unique = [...new Set(paths)].sort();
+  const out: Array<{ path: string; kind: 'dir' | 'file' }> = [];
+  for (const path of unique) {
+    if (!path.startsWith('/') || path === '/') continue;
+    if (out.some((o) => o.kind === 'dir' && (path + '/').startsWith(o.path + '/'))) continue;
+    let kind: 'dir' | 'file';
+    try {
+      kind = statSync(path).isDirectory() ? 'dir' : 'file';
+    } catch {
+      continue;
+    }
+    out.push({ path, kind });
+  }
+  return out;
+}
+
+/**
+ * What of the task's own program to bind read-only: its executable (argv[0], which the policy allowed by
+ * path) and the directory of every pinned file (an interpreter's script may import its siblings). Paths
+ * that do not exist are left out: the task then fails to start, as it would on the host.
+ */
+export function programBinds(argv0: string | undefined, pinned: readonly string[]): string[] {
+  const out = new Set<string>();
+  if (argv0?.startsWith('/') && existsSync(argv0)) out.add(argv0);
+  for (const file of pinned) {
+    const dir = dirname(file);
+    if (dir !== '/' && existsSync(dir)) out.add(dir);
+  }
+  return [...out].sort();
+}
