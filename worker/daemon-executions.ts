@@ -4,7 +4,7 @@ import type { ExecutionPlan, FailureReason, MasterMessage } from '../src/contrac
 import { cardsCleanCheck, leasedCardsProblem } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
 import { joinDetail, phaseBody } from './daemon-reports.js';
-import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
+import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } from './executor.js';
 import { startExecution } from './executor.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
 import { pinsProblem } from './pin-check.js';
@@ -52,6 +52,8 @@ export interface ExecutionManagerDeps {
   readonly cleanupPollMs?: number;
   /** Run tasks as this unprivileged user (see run-as.ts). */
   readonly runAs?: RunAs;
+  /** How tasks are isolated (sandbox-setup.ts). */
+  readonly sandbox?: SandboxSetup;
 }
 
 interface Running {
@@ -197,6 +199,7 @@ export class ExecutionManager {
       ...(check === undefined ? {} : { checkCardsClean: check }),
       ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
       ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
+      ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
     });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;

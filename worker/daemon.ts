@@ -19,6 +19,7 @@ import { ExecutionManager } from './daemon-executions.js';
 import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
+import type { SandboxSetup } from './executor.js';
 import { openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
@@ -61,8 +62,10 @@ export interface WorkerOptions {
   readonly backoff?: BackoffOptions;
   /** How often cleanup receipts are polled (default 200 ms). */
   readonly cleanupPollMs?: number;
-  /** Run tasks as this unprivileged user (`--run-as`; the worker must be root). */
+  /** Run tasks as this unprivileged user (`--run-as`, only with `--isolation none`; the worker must be root). */
   readonly runAs?: RunAs;
+  /** How tasks are isolated (sandbox-setup.ts); default none, which the hello reports. */
+  readonly sandbox?: SandboxSetup;
   /** Ping interval that finds a vanished master (default 10 s). */
   readonly pingIntervalMs?: number;
   /** How long after opening a socket the welcome may take before it is redialled (default 10 s). */
@@ -138,6 +141,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     latestCards: () => sampling.latestCards(),
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
+    ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
   });
 
   // 2. what the previous process left behind
@@ -178,6 +182,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       phase: e.phase,
     })),
     master_marks: store.listMasterMarks(),
+    isolation: opts.sandbox?.kind ?? 'none',
   });
 
   const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {

@@ -5,7 +5,15 @@ import { parseArgs } from 'node:util';
 import { startWorker } from '../../worker/daemon.js';
 import { resolveRunAs } from '../../worker/run-as.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
+import {
+  IsolationUnavailableError,
+  type PreparedSandbox,
+  parseIsolation,
+  prepareSandbox,
+  type SandboxChoice,
+} from '../../worker/sandbox-setup.js';
 import { authenticate, createPrincipal } from '../broker/principals.js';
+import { BrokerError } from '../contracts/errors.js';
 import { startMaster } from '../main.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
@@ -56,6 +64,36 @@ function workerDataDir(dataDir: string, separate: boolean): string {
   return dir;
 }
 
+/**
+ * The local worker's isolation: `auto` (default) sandboxes with bubblewrap when it works and, unlike
+ * `gpu-broker worker`, falls back to running unisolated so the quick start works anywhere — the banner,
+ * the dashboard and `status` then say UNISOLATED, and the default policy places no task there until
+ * bubblewrap is installed. `--run-as` means the unsandboxed layout.
+ */
+async function localSandbox(
+  flag: string | undefined,
+  runAs: boolean,
+  choice: Omit<SandboxChoice, 'isolation'>,
+): Promise<PreparedSandbox> {
+  const isolation = parseIsolation(flag ?? (runAs ? 'none' : 'auto'));
+  if (runAs && isolation !== 'none')
+    throw new BrokerError(
+      'INVALID_INPUT',
+      '--run-as applies to --isolation none only',
+      'Drop --run-as: sandboxed tasks each get a uid of their own.',
+    );
+  try {
+    return await prepareSandbox({ ...choice, isolation });
+  } catch (err) {
+    if (!(err instanceof IsolationUnavailableError) || isolation !== 'auto') throw err;
+    const unisolated = await prepareSandbox({ ...choice, isolation: 'none' });
+    return {
+      ...unisolated,
+      summary: `${unisolated.summary}. Why: ${err.message.replace(/\. Install it.*$/, '')}; install bubblewrap and restart`,
+    };
+  }
+}
+
 /** The `start` command. */
 export const run: CommandRunner = async (argv, io) => {
   const { values } = parseArgs({
@@ -65,6 +103,7 @@ export const run: CommandRunner = async (argv, io) => {
       gpus: { type: 'string' },
       id: { type: 'string' },
       'run-as': { type: 'string' },
+      isolation: { type: 'string' },
     },
   });
   try {
@@ -90,15 +129,22 @@ export const run: CommandRunner = async (argv, io) => {
 
     const runAs = values['run-as'] === undefined ? undefined : resolveRunAs(values['run-as']);
     const choice = await selectSampler({ gpus: values.gpus ?? 'auto', env: io.env, simSeed: workerId });
+    const workerDir = workerDataDir(dataDir, runAs !== undefined);
+    const sandbox = await localSandbox(values.isolation, runAs !== undefined, {
+      dataDir: workerDir,
+      hiddenPaths: [dataDir],
+      sampler: choice.sampler,
+    });
     const worker = await startWorker({
       masterUrl: master.url,
       token: workerToken,
       workerId,
-      dataDir: workerDataDir(dataDir, runAs !== undefined),
+      dataDir: workerDir,
       sampler: choice.sampler,
       ...(master.caCertPath ? { ca: readFileSync(master.caCertPath, 'utf8') } : {}),
       logger: deps.logger.child({ component: 'worker' }),
       ...(runAs === undefined ? {} : { runAs }),
+      sandbox: sandbox.setup,
     });
     const ca = master.caCertPath;
     const mcpUrl = `${master.url}/mcp`;
@@ -111,9 +157,8 @@ export const run: CommandRunner = async (argv, io) => {
       `  agent token:     ${agentTokenFile}   (role submitter)`,
       `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
       `  local worker:    ${workerId} — ${choice.simulated ? `${choice.summary} (these are NOT real GPUs)` : choice.summary}`,
-      runAs
-        ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})`
-        : '  tasks run as:    this user — they can read the data dir; as root, pass --run-as nobody',
+      `  tasks:           ${sandbox.summary}`,
+      runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : '',
       '',
       'Connect an agent (in the agent’s shell):',
       `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,

@@ -6,6 +6,8 @@ import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
 import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
+import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
+import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
 import { createLogger } from '../platform/logger.js';
 import type { CliIo, CommandRunner } from './io.js';
@@ -13,13 +15,15 @@ import { reportError } from './output.js';
 
 /**
  * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
- * [--data-dir DIR] [--ca-file FILE] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops
- * it cleanly (running executions are cancelled and reported). Says first whether the cards are real
- * or simulated.
+ * [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]…
+ * [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
+ * cancelled and reported). Says first whether the cards are real or simulated, and how tasks are
+ * isolated; `auto` (the default) refuses to start without a working bubblewrap rather than run tasks
+ * unsandboxed (sandbox-setup.ts).
  */
 
 const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--run-as USER] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--run-as USER (with --isolation none)] [--json]';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -29,6 +33,9 @@ const OPTIONS = {
   'data-dir': { type: 'string' },
   'ca-file': { type: 'string' },
   'run-as': { type: 'string' },
+  isolation: { type: 'string' },
+  'task-uids': { type: 'string' },
+  hide: { type: 'string', multiple: true },
   json: { type: 'boolean' },
 } as const;
 
@@ -46,6 +53,15 @@ export const run: CommandRunner = async (argv, io) => {
   try {
     const settings = resolveSettings(values, io);
     const choice = await selectSampler({ gpus: settings.gpus, env: io.env, simSeed: settings.workerId });
+    const sandbox = await prepareSandbox({
+      isolation: settings.isolation,
+      dataDir: settings.dataDir,
+      hiddenPaths: settings.hide,
+      sampler: choice.sampler,
+      ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
+    }).catch((err: unknown) => {
+      throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
+    });
     const logger = createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info');
     const worker = await startWorker({
       masterUrl: settings.url,
@@ -56,6 +72,7 @@ export const run: CommandRunner = async (argv, io) => {
       logger,
       ...(settings.ca === undefined ? {} : { ca: settings.ca }),
       ...(settings.runAs === undefined ? {} : { runAs: settings.runAs }),
+      sandbox: sandbox.setup,
     });
     const cards = worker.latestCards();
     const count = cards === null ? null : cards.length;
@@ -71,12 +88,14 @@ export const run: CommandRunner = async (argv, io) => {
           simulated: choice.simulated,
           cards: count,
           summary,
+          isolation: sandbox.isolation,
+          isolation_summary: sandbox.summary,
           data_dir: settings.dataDir,
         })}\n`,
       );
     } else {
       io.stderr(
-        `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ndata dir: ${settings.dataDir}\n`,
+        `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ntasks: ${sandbox.summary}\ndata dir: ${settings.dataDir}\n`,
       );
     }
     await (io.stopSignal ?? new Promise<void>(() => undefined));
@@ -99,6 +118,9 @@ interface Settings {
   dataDir: string;
   ca?: string;
   runAs?: RunAs;
+  isolation: IsolationChoice;
+  taskUids?: UidRange;
+  hide: string[];
 }
 
 function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
@@ -134,9 +156,21 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     }
   }
   let runAs: RunAs | undefined;
+  let isolation: IsolationChoice;
+  let taskUids: UidRange | undefined;
   try {
     // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
-    if (values['run-as'] !== undefined) runAs = resolveRunAs(values['run-as']);
+    isolation = parseIsolation(values.isolation ?? 'auto');
+    if (values['task-uids'] !== undefined) taskUids = parseUidRange(values['task-uids']);
+    if (values['run-as'] !== undefined) {
+      if (isolation !== 'none')
+        throw new Error(
+          '--run-as applies to --isolation none only: sandboxed tasks each get a uid of their own (--task-uids)',
+        );
+      runAs = resolveRunAs(values['run-as']);
+    }
+    for (const path of values.hide ?? [])
+      if (!path.startsWith('/')) throw new Error(`--hide ${JSON.stringify(path)}: give an absolute path`);
     workerConnectUrl(url);
     parseGpusOption(values.gpus ?? 'auto');
   } catch (err) {
@@ -153,5 +187,8 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     dataDir: resolve(values['data-dir'] ?? '.gpu-broker-worker'),
     ...(ca === undefined ? {} : { ca }),
     ...(runAs === undefined ? {} : { runAs }),
+    isolation,
+    ...(taskUids === undefined ? {} : { taskUids }),
+    hide: values.hide ?? [],
   };
 }

@@ -61,7 +61,8 @@ export function simCardUuid(seed: string, index: number): string {
 export class SimSampler implements CardSampler {
   /** Always `sim`. */
   readonly provider = 'sim' as const;
-  private readonly count: number;
+  /** How many cards this sampler simulates. */
+  readonly count: number;
   private readonly seed: string;
   private readonly statePath: string | undefined;
   private readonly overrides = new Map<number, SimCardOverride>();

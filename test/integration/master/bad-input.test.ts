@@ -63,7 +63,8 @@ describe('malformed specs are refused with INVALID_INPUT and change nothing', ()
       [validSpec({ cards: { count: 65 } }), 'cards.count'],
       [validSpec({ time_limit_seconds: 1.5 }), 'time_limit_seconds'],
       [validSpec({ title: '' }), 'title'],
-      [validSpec({ runtime: { kind: 'container' as never, argv: ['/bin/sh'] } }), 'runtime.kind'],
+      [validSpec({ runtime: { kind: 'vm' as never, argv: ['/bin/sh'] } }), 'runtime.kind'],
+      [validSpec({ runtime: { kind: 'container', argv: ['/bin/sh'] } as never }), 'runtime.image'],
       [validSpec({ runtime: { kind: 'process', argv: [] } }), 'runtime.argv'],
       [
         validSpec({ runtime: { kind: 'process', argv: ['/bin/sh'], env: { 'BAD-NAME': 'x' } } }),
