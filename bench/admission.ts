@@ -9,6 +9,7 @@ import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { startWorker } from '../worker/daemon.js';
 import { SimSampler } from '../worker/samplers/sim-sampler.js';
+import { prepareSandbox } from '../worker/sandbox-setup.js';
 import { CLI_PATH, startChildMaster } from './child-master.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
@@ -73,12 +74,16 @@ async function runAdmission(): Promise<OpResult[]> {
     };
     const alice = await connect(await token(master.dataDir, 'bench-alice', ['submitter']));
     const rita = await connect(await token(master.dataDir, 'bench-rita', ['reviewer']));
+    const sampler = new SimSampler({ count: 8, seed: 'bench-worker' });
+    // Tasks run in the real sandbox, so admission latency includes setting it up.
+    const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
     worker = await startWorker({
+      sandbox: sandbox.setup,
       masterUrl: master.url,
       token: await token(master.dataDir, 'bench-worker', ['worker'], 'bench-worker'),
       workerId: 'bench-worker',
       dataDir: workerDir,
-      sampler: new SimSampler({ count: 8, seed: 'bench-worker' }),
+      sampler,
       ca: master.caPem,
       logger: silentLogger(),
     });

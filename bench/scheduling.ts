@@ -70,7 +70,16 @@ async function runScheduling(): Promise<OpResult[]> {
         simulated: c.simulated,
       }));
       store.workers.upsertOnHello(
-        { id, hostname: id, provider: 'sim', version: 'bench', boot_id: `boot-${id}`, cards: identity },
+        {
+          id,
+          hostname: id,
+          provider: 'sim',
+          version: 'bench',
+          boot_id: `boot-${id}`,
+          isolation: 'bwrap',
+          container_engine: null,
+          cards: identity,
+        },
         clock.now(),
       );
       fleet.connected(id, `boot-${id}`, cards, clock.now());

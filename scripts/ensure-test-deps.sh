@@ -1,11 +1,19 @@
 #!/usr/bin/env bash
 # Makes sure the system packages the tests use are present: Debian's python3-torch (the qualification
-# workload runs real torch.distributed with gloo under /usr/bin/python3) and chromium (the dashboard's
-# browser test). Installs them with apt when running as root; otherwise says what to install.
+# workload runs real torch.distributed with gloo under /usr/bin/python3), chromium (the dashboard's
+# browser test), bubblewrap (every process task runs in a bwrap sandbox), podman with runc (container
+# tasks; crun fails on cgroup v1/v2 hybrid hosts), uidmap (rootless podman) and busybox-static (the
+# rootfs of the image the container tests build locally). Installs them with apt when running as root;
+# otherwise says what to install.
 set -euo pipefail
 missing=()
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
 [ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v bwrap >/dev/null 2>&1 || missing+=(bubblewrap)
+command -v podman >/dev/null 2>&1 || missing+=(podman)
+command -v runc >/dev/null 2>&1 || missing+=(runc)
+command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
+[ -x /bin/busybox ] || missing+=(busybox-static)
 [ ${#missing[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
   echo "tests need: ${missing[*]} — run: sudo apt-get install -y ${missing[*]}" >&2

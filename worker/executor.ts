@@ -85,6 +85,8 @@ export type SandboxSetup =
       readonly hiddenPaths: readonly string[];
       /** Simulated cards' device nodes (sim workers). */
       readonly simNodes?: SimNodes;
+      /** Where the real providers' device nodes are; default /dev (tests point it at fake nodes). */
+      readonly devDir?: string;
       /** The host's system directories, as bound into every sandbox (sandbox-bwrap.ts systemMounts()). */
       readonly system: SystemMounts;
     };
@@ -353,6 +355,7 @@ class ExecutionRun {
     try {
       devices = deviceNodesFor(this.opts.provider, this.plan.cards, {
         ...(sandbox.simNodes === undefined ? {} : { simNodes: sandbox.simNodes }),
+        ...(sandbox.devDir === undefined ? {} : { devDir: sandbox.devDir }),
       });
     } catch (err) {
       return describe(err);

@@ -13,9 +13,10 @@ import type { DeviceNode } from './sandbox-devices.js';
  *      its sockets) and the data dirs elsewhere are simply absent;
  *   2. hidden paths inside those covered by an empty tmpfs (directories) or /dev/null (files): the
  *      worker's and the master's data dirs, /root, /home, the policy's `hidden_paths`;
- *   3. the task's executable and the files the policy pins (an interpreter's script and its directory)
- *      bound read-only at their own path, so a script the reviewer approved runs wherever it lives;
- *   4. a fresh /proc of its own PID namespace, a minimal /dev, a private /tmp;
+ *   3. a fresh /proc of its own PID namespace, a minimal /dev, a private /tmp and /dev/shm (1777);
+ *   4. the task's executable and the files the policy pins (an interpreter's script and its directory)
+ *      bound read-only at their own path, so a script the reviewer approved runs wherever it lives
+ *      (the directories above it made 0755, see ancestorDirs);
  *   5. the leased cards' device nodes only (sandbox-devices.ts);
  *   6. its execution dir at `/task` (writable; outputs under `/task/out`), which is also its cwd.
  *
@@ -114,8 +115,12 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     if (h.kind === 'dir') args.push('--tmpfs', h.path);
     else args.push('--ro-bind', '/dev/null', h.path);
   }
+  // The private /tmp first, so that a program pinned under the host's /tmp is bound on top of it.
+  // Both tmpfs are 1777 like the host's: bwrap makes them root's 0755, which a task uid cannot write.
+  args.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--tmpfs', '/dev/shm');
+  args.push('--perms', '1777', '--tmpfs', '/tmp');
+  args.push(...ancestorDirs(req.pinned, [...req.system.dirs, ...req.system.links.map(([, path]) => path)]));
   for (const p of req.pinned) args.push('--ro-bind', p, p);
-  args.push('--proc', '/proc', '--dev', '/dev', '--tmpfs', '/tmp');
   for (const d of req.devices) args.push('--dev-bind', d.host, d.inside);
   args.push('--bind', req.taskDir, SANDBOX_TASK_DIR, '--chdir', SANDBOX_TASK_DIR, '--');
   if (req.identity !== null) {
@@ -133,6 +138,24 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   }
   args.push(...req.argv);
   return args;
+}
+
+/**
+ * `--perms 0755 --dir` for each ancestor of a pinned path that the sandbox does not already have, parents
+ * first: bwrap makes missing mount points 0700 and root-owned, which a task running as its own uid cannot
+ * traverse, so a script pinned at /srv/models/run.py would be there and unreachable. Ancestors inside
+ * `mounted` (the read-only system dirs and links) exist with the host's modes and are left alone; the
+ * sandbox's fresh /tmp exists too, but what is below it must be made.
+ */
+export function ancestorDirs(pinned: readonly string[], mounted: readonly string[]): string[] {
+  const exists = (dir: string) => dir === '/tmp' || mounted.some((m) => dir === m || dir.startsWith(`${m}/`));
+  const dirs = new Set<string>();
+  for (const path of pinned) {
+    for (let dir = dirname(path); dir !== '/' && !exists(dir); dir = dirname(dir)) dirs.add(dir);
+  }
+  return [...dirs]
+    .sort((a, b) => a.split('/').length - b.split('/').length || a.localeCompare(b))
+    .flatMap((d) => ['--perms', '0755', '--dir', d]);
 }
 
 /** Whether bubblewrap works here, and the tools the sandbox needs. */

@@ -36,6 +36,8 @@ export interface SandboxChoice {
   readonly taskUids?: UidRange;
   /** Whether the worker runs as root; default: asks the process. */
   readonly root?: boolean;
+  /** Where nvidia/hy device nodes are looked up; default /dev (tests with a fake nvidia-smi/hy-smi). */
+  readonly devDir?: string;
 }
 
 /** The prepared isolation. */
@@ -87,6 +89,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system: systemMounts(),
       ...(simNodes === undefined ? {} : { simNodes }),
+      ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
     summary: root
       ? `sandboxed: ${probe.detail}; each task gets its own uid from ${range.first}-${range.last}`

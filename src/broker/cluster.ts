@@ -64,6 +64,9 @@ export function listWorkers(deps: BrokerDeps) {
         version: w.version,
         last_seen_at: iso(live.last_message_at ?? w.last_seen_at),
         offline_since: iso(live.offline_since),
+        isolation: w.isolation,
+        container_engine: w.container_engine,
+        unisolated: w.isolation === 'none',
       };
     }),
   };

@@ -152,6 +152,8 @@ export class Fleet {
         worker_id: rec.id,
         online: this.isOnline(rec.id, now),
         draining: rec.draining,
+        isolation: rec.isolation,
+        container_engine: rec.container_engine,
         sampled_at: w.sampled_at,
         sampler_error: w.sampler_error,
         cards: cards.map((c): CardView => {

@@ -7,7 +7,7 @@ import type { BrokerDeps } from './deps.js';
 import { fetchPage } from './paging.js';
 import { loadVisibleProposal, moveProposal } from './proposals.js';
 import { TASKS_TOPIC, taskTopic } from './tasks.js';
-import { iso, principalName, reviewView } from './views.js';
+import { iso, principalName, reviewView, sandboxOf } from './views.js';
 
 /** Use cases of reviewers: the review queue, reading one revision with its diff, and deciding. */
 
@@ -29,6 +29,7 @@ export function listReviewQueue(
         title: r.spec.title,
         owner: principalName(deps.store, p.owner_id),
         cards: r.spec.cards.count,
+        sandbox: sandboxOf(r.spec),
         confirmed_at: iso(r.confirmed_at ?? p.updated_at),
         errors: r.findings.filter((f) => f.severity === 'error').length,
         warnings: r.findings.filter((f) => f.severity === 'warning').length,
@@ -59,6 +60,7 @@ export function getRevision(deps: BrokerDeps, principal: Principal, proposalId: 
       number: r.number,
       digest: r.digest,
       spec: r.spec,
+      sandbox: sandboxOf(r.spec),
       findings: r.findings,
       created_at: iso(r.created_at),
       confirmed_at: iso(r.confirmed_at),

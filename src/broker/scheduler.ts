@@ -1,4 +1,5 @@
 import type { Policy } from '../contracts/policy.js';
+import type { Runtime } from '../contracts/task-spec.js';
 import type { ExecutionPlan } from '../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../domain/lease.js';
 import { decide, type SchedulingDecision, type SchedulingSnapshot } from '../domain/scheduling.js';
@@ -121,6 +122,7 @@ export class Scheduler implements TaskObserver {
           },
           worker: t.spec.worker,
           run_id: runBySubmitter.get(t.owner_id),
+          runtime: t.runtime_kind,
         })),
       workers,
       running_cards_by_owner: running,
@@ -129,6 +131,7 @@ export class Scheduler implements TaskObserver {
         vram_threshold_pct: config.scheduling.vram_threshold_pct,
         reservation_after_seconds: config.scheduling.reservation_after_seconds,
         max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
+        require_isolation: config.policy.require_isolation,
       },
     };
   }
@@ -211,7 +214,7 @@ export class Scheduler implements TaskObserver {
       kill_grace_seconds: config.timing.kill_grace_seconds,
       cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
       vram_clean_pct: config.scheduling.vram_threshold_pct,
-      pins: pinnedFiles(task.spec.runtime.argv, config.policy),
+      ...sandboxOfPlan(task.spec.runtime, config.policy),
     };
     enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
   }
@@ -230,6 +233,21 @@ export class Scheduler implements TaskObserver {
   queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null {
     return this.queue.get(taskId) ?? null;
   }
+}
+
+/**
+ * What the plan carries for the worker's sandbox: the policy's hidden paths and, by runtime, the host
+ * file pins (a process) or the digest the image must have (a container listed in policy.images with a
+ * digest; its argv runs inside the image, so no host file is pinned).
+ */
+export function sandboxOfPlan(
+  runtime: Runtime,
+  policy: Policy,
+): Pick<ExecutionPlan, 'pins' | 'hidden_paths' | 'image_digest'> {
+  const hidden_paths = policy.hidden_paths;
+  if (runtime.kind === 'process') return { pins: pinnedFiles(runtime.argv, policy), hidden_paths };
+  const digest = policy.images.find((i) => i.ref === runtime.image)?.digest;
+  return { pins: [], hidden_paths, ...(digest !== undefined ? { image_digest: digest } : {}) };
 }
 
 /** The policy's sha256 pins that apply to this argv: the executable's, and an allowed script's. */

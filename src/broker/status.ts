@@ -11,7 +11,8 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       | 'sampler_error'
       | 'worker_offline'
       | 'task_needs_reconciliation'
-      | 'audit_chain_broken';
+      | 'audit_chain_broken'
+      | 'worker_unisolated';
     severity: 'warning' | 'critical';
     subject: string;
     message: string;
@@ -51,6 +52,22 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
         message: `worker ${w.id} cannot sample its cards: ${live.sampler_error}`,
         action: 'Its cards are UNKNOWN and not scheduled; check nvidia-smi / hy-smi on the host.',
       });
+  }
+  // Loud on purpose: a worker without a sandbox lets a task see the whole host. Critical when the
+  // policy lets tasks run there anyway; a warning when require_isolation keeps tasks off it.
+  const requireIsolation = deps.config.policy.require_isolation;
+  for (const w of deps.store.workers.list()) {
+    if (w.isolation !== 'none') continue;
+    alerts.push({
+      kind: 'worker_unisolated',
+      severity: requireIsolation ? 'warning' : 'critical',
+      subject: w.id,
+      message: requireIsolation
+        ? `worker ${w.id} is UNISOLATED (no task sandbox); policy.require_isolation keeps every task off it`
+        : `worker ${w.id} is UNISOLATED: its tasks run without a sandbox and can see the whole host`,
+      action:
+        'Restart the worker with bubblewrap isolation (gpu-broker worker --isolation bwrap, the default where bwrap is installed).',
+    });
   }
   for (const t of deps.store.tasks.inState('RECONCILIATION_REQUIRED'))
     alerts.push({

@@ -1,4 +1,11 @@
-import type { ProposalSummary, ProposalView, TaskSummary, TaskView } from '../contracts/views.js';
+import type { TaskSpec } from '../contracts/task-spec.js';
+import type {
+  ProposalSummary,
+  ProposalView,
+  SandboxSummary,
+  TaskSummary,
+  TaskView,
+} from '../contracts/views.js';
 import { isConfirmable } from '../domain/policy.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../store/proposals-repo.js';
 import type { Store } from '../store/store.js';
@@ -11,6 +18,15 @@ export function iso(ms: number): string;
 export function iso(ms: number | null): string | null;
 export function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(ms).toISOString();
+}
+
+/** How a spec will run (runtime kind, image, network with its default filled in), for reviewers. */
+export function sandboxOf(spec: TaskSpec): SandboxSummary {
+  return {
+    runtime: spec.runtime.kind,
+    image: spec.runtime.kind === 'container' ? spec.runtime.image : null,
+    network: spec.network ?? 'none',
+  };
 }
 
 /** The name of a principal id (ids are never shown to other principals). */

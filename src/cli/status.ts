@@ -12,6 +12,9 @@ interface Worker {
   cards: number;
   sampler_error: string | null;
   hostname: string;
+  isolation: string;
+  container_engine: string | null;
+  unisolated: boolean;
 }
 interface Card {
   worker_id: string;
@@ -62,7 +65,7 @@ export const run: CommandRunner = async (argv, io) => {
         [
           'WORKERS',
           table(
-            ['WORKER', 'HOST', 'PROVIDER', 'ONLINE', 'DRAINING', 'CARDS', 'SAMPLER'],
+            ['WORKER', 'HOST', 'PROVIDER', 'ONLINE', 'DRAINING', 'CARDS', 'ISOLATION', 'ENGINE', 'SAMPLER'],
             workers.workers.map((w) => [
               w.worker_id,
               w.hostname,
@@ -70,6 +73,8 @@ export const run: CommandRunner = async (argv, io) => {
               w.online ? 'yes' : 'NO',
               w.draining ? 'yes' : '',
               w.cards,
+              w.unisolated ? 'UNISOLATED' : w.isolation,
+              w.container_engine ?? '',
               w.sampler_error ?? 'ok',
             ]),
           ),

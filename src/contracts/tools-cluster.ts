@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { DESTRUCTIVE, defineTool, EVERYONE, IdempotencyKeySchema, MUTATING, READ_ONLY } from './tool-def.js';
 import { TaskViewSchema, TimeSchema } from './views.js';
+import { ContainerEngineSchema, IsolationModeSchema } from './worker-protocol.js';
 
 /** Tools to see the cluster (everyone) and to operate it (operators). DESIGN §10. */
 
@@ -89,6 +90,15 @@ export const WorkerListingSchema = z.object({
   version: z.string(),
   last_seen_at: TimeSchema,
   offline_since: TimeSchema.nullable(),
+  /** How it runs tasks, from its latest hello: `bwrap` (sandboxed) or `none`. */
+  isolation: IsolationModeSchema,
+  /** The engine for `container` tasks (podman or docker), or null when it cannot run them. */
+  container_engine: ContainerEngineSchema.nullable(),
+  /**
+   * True when isolation is `none`: tasks there would see the whole host. Under
+   * `policy.require_isolation` (the default) it gets no task.
+   */
+  unisolated: z.boolean(),
 });
 
 /** list_workers */
@@ -96,7 +106,7 @@ export const listWorkersTool = defineTool({
   name: 'list_workers',
   title: 'List workers',
   description:
-    'Lists GPU hosts: online, draining, provider (nvidia, hy, or sim for simulated cards), sampler errors.',
+    'Lists GPU hosts: online, draining, provider (nvidia, hy, or sim for simulated cards), sampler errors, isolation (bwrap or none; unisolated workers get no task while policy.require_isolation holds) and container engine.',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,
@@ -214,6 +224,7 @@ export const AlertSchema = z.object({
     'worker_offline',
     'task_needs_reconciliation',
     'audit_chain_broken',
+    'worker_unisolated',
   ]),
   severity: z.enum(['warning', 'critical']),
   subject: z.string(),
@@ -226,7 +237,7 @@ export const getStatusTool = defineTool({
   name: 'get_status',
   title: 'Cluster status and alerts',
   description:
-    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, tasks needing reconciliation, a broken audit chain.',
+    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain.',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,

@@ -17,6 +17,7 @@ import {
   ProposalViewSchema,
   ReviewDecisionSchema,
   ReviewViewSchema,
+  SandboxSummarySchema,
   TimeSchema,
 } from './views.js';
 
@@ -158,6 +159,8 @@ export const listReviewQueueTool = defineTool({
         title: z.string(),
         owner: z.string(),
         cards: z.number().int(),
+        /** Runtime kind, image and network, so the queue shows which revisions ask for more. */
+        sandbox: SandboxSummarySchema,
         confirmed_at: TimeSchema,
         errors: z.number().int(),
         warnings: z.number().int(),
@@ -187,6 +190,8 @@ export const getRevisionTool = defineTool({
       number: z.number().int(),
       digest: z.string(),
       spec: TaskSpecSchema,
+      /** How it will run: runtime kind, container image, network (defaults filled in). */
+      sandbox: SandboxSummarySchema,
       findings: z.array(FindingSchema),
       created_at: TimeSchema,
       confirmed_at: TimeSchema.nullable(),

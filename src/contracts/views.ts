@@ -19,6 +19,18 @@ export const FindingSchema = z.object({
   hint: z.string(),
 });
 
+/**
+ * How a spec will run, spelled out for the reviewer so it needs no reading of defaults: the runtime
+ * kind, the container image (null for a host process) and the network (`none` when the spec omits it).
+ */
+export const SandboxSummarySchema = z.object({
+  runtime: z.enum(['process', 'container']),
+  image: z.string().nullable(),
+  network: z.enum(['none', 'host']),
+});
+/** How a spec will run, for the reviewer. */
+export type SandboxSummary = z.infer<typeof SandboxSummarySchema>;
+
 /** The proposal states. */
 export const ProposalStateSchema = z.enum([
   'DRAFT',

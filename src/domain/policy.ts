@@ -1,5 +1,5 @@
 import type { Policy } from '../contracts/policy.js';
-import type { TaskSpec } from '../contracts/task-spec.js';
+import { PINNED_IMAGE, type TaskSpec } from '../contracts/task-spec.js';
 
 /**
  * Policy findings for one revision (DESIGN §5). `error` findings block confirmation; `warning` findings
@@ -42,7 +42,11 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
   const add = (severity: FindingSeverity, code: string, path: string, message: string, hint: string) =>
     findings.push({ severity, code, path, message, hint });
 
-  checkExecutable(spec, policy, facts, add);
+  // A container's argv runs inside its image, so the host-executable rules do not apply to it; the
+  // image must be pinned instead. Env rules apply to both kinds.
+  if (spec.runtime.kind === 'container') checkImage(spec.runtime.image, policy, add);
+  else checkExecutable(spec, policy, facts, add);
+  checkNetwork(spec, policy, add);
 
   for (const name of Object.keys(spec.runtime.env ?? {})) {
     if (RESERVED_ENV.test(name)) {
@@ -111,12 +115,55 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
   return findings;
 }
 
-function checkExecutable(
-  spec: TaskSpec,
-  policy: Policy,
-  facts: PolicyFacts,
-  add: (s: FindingSeverity, code: string, path: string, message: string, hint: string) => void,
-): void {
+type Add = (s: FindingSeverity, code: string, path: string, message: string, hint: string) => void;
+
+/**
+ * `network: "host"` gives the task the host's network (default: loopback only). Without
+ * `policy.allow_network` it blocks confirmation; with it, it still warns, so the reviewer weighs it.
+ */
+function checkNetwork(spec: TaskSpec, policy: Policy, add: Add): void {
+  if (spec.network !== 'host') return;
+  if (!policy.allow_network) {
+    add(
+      'error',
+      'NETWORK_NOT_ALLOWED',
+      'network',
+      'network "host" is not allowed by policy; tasks run with loopback only',
+      'Drop "network" (or set it to "none") and ship what the run needs with it. If the run truly needs ' +
+        'the network, an operator sets policy.allow_network to true in the master config.',
+    );
+    return;
+  }
+  add(
+    'warning',
+    'NETWORK_HOST',
+    'network',
+    'the task gets the host network: it can reach anything the worker host can',
+    'Reviewer: check in the notes why the run needs the network and what it contacts.',
+  );
+}
+
+/**
+ * A container image must be pinned by digest (`name@sha256:<64 hex>`), or be listed by its exact
+ * reference in `policy.images` (where the operator may pin the digest it must resolve to).
+ */
+function checkImage(image: string, policy: Policy, add: Add): void {
+  if (PINNED_IMAGE.test(image)) return;
+  if (policy.images.some((i) => i.ref === image)) return;
+  const name = image.replace(/@.*$/, '').replace(/:[^/:]*$/, '');
+  const listed = policy.images.map((i) => i.ref);
+  const choose = listed.length > 0 ? ` or use an image the policy lists (${listed.join(', ')}).` : '.';
+  add(
+    'error',
+    'IMAGE_NOT_PINNED',
+    'runtime.image',
+    `image "${image}" is neither pinned by digest nor listed in policy.images`,
+    `Pin it by digest, e.g. "${name}@sha256:<64 hex digest>" (podman image inspect --format '{{.Digest}}' ${image}),` +
+      `${choose} An operator can allow a reference in the config's policy.images, e.g. {"ref": "${image}", "digest": "sha256:…"}.`,
+  );
+}
+
+function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add: Add): void {
   const argv = spec.runtime.argv;
   const exe = argv[0] ?? '';
   if (!exe.startsWith('/')) {
@@ -188,6 +235,7 @@ function checkExecutable(
 /** The files whose digests `evaluatePolicy` needs for this spec. */
 export function filesToDigest(spec: TaskSpec, policy: Policy): string[] {
   const files = new Set<string>();
+  if (spec.runtime.kind === 'container') return []; // its argv names files inside the image
   const [exe, script] = spec.runtime.argv;
   if (exe && policy.executables.some((e) => e.path === exe && e.sha256)) files.add(exe);
   for (const s of policy.scripts) if (s.interpreter === exe && s.script === script) files.add(s.script);

@@ -1,15 +1,17 @@
 import { type CardState, type CardStateConfig, deriveCardState } from './card-state.js';
-import type { CardView, QueuedTaskView, WaitReason, WorkerView } from './scheduling.js';
+import type { CardView, QueuedTaskView, SchedulingConfig, WaitReason, WorkerView } from './scheduling.js';
 import {
   cordoned,
   describeNeed,
   holdingReservation,
+  noContainerEngine,
   noMatchingWorker,
   reservedForOlderTask,
   unknownPinnedWorker,
   waitingForCards,
   workerOffline,
   workersOffline,
+  workerUnisolated,
 } from './scheduling-reasons.js';
 
 /**
@@ -76,6 +78,8 @@ export interface Requirement {
   worker: string | null;
   /** The qualification run the task belongs to, or null: it matches only cards reserved for that run. */
   run: string | null;
+  /** A container task: only workers with a container engine may take it. */
+  container: boolean;
 }
 
 /** What never changes for a requirement within a pass: where it may run, or why it never can. */
@@ -95,14 +99,16 @@ export function requirementOf(task: QueuedTaskView): Requirement {
   const minMemoryMib = task.cards.min_memory_mib ?? null;
   const worker = task.worker ?? null;
   const run = task.run_id ?? null;
+  const container = task.runtime === 'container';
   return {
-    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run]),
+    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container]),
     need: task.cards.count,
     model,
     modelWords: model === null ? null : modelWords(model),
     minMemoryMib,
     worker,
     run,
+    container,
   };
 }
 
@@ -159,7 +165,15 @@ export class CardPool {
   /** Bumped on every claim or reservation, so a reason cached before one is never reused after it. */
   private version = 0;
 
-  constructor(workers: readonly WorkerView[], now: number, config: CardStateConfig) {
+  /** `policy.require_isolation`: unisolated workers take no task. */
+  private readonly requireIsolation: boolean;
+
+  constructor(
+    workers: readonly WorkerView[],
+    now: number,
+    config: CardStateConfig & Pick<SchedulingConfig, 'require_isolation'>,
+  ) {
+    this.requireIsolation = config.require_isolation;
     this.slots = [...workers]
       .sort((a, b) => compareIds(a.worker_id, b.worker_id))
       .map((worker) => {
@@ -335,14 +349,26 @@ export class CardPool {
       const needText = describeNeed(req.need, req.model, req.minMemoryMib);
       return blockedView(noMatchingWorker(needText, req.need, largest, req.worker));
     }
-    const usable = capable.filter((s) => s.usable);
+    // How a worker runs tasks rules it out before its liveness does: waiting for it to come back would
+    // not help.
+    let runnable = capable;
+    if (req.container) {
+      runnable = capable.filter((s) => s.worker.container_engine !== null);
+      if (runnable.length === 0) return blockedView(noContainerEngine(req.need, capable.length, req.worker));
+    }
+    if (this.requireIsolation) {
+      const isolated = runnable.filter((s) => s.worker.isolation !== 'none');
+      if (isolated.length === 0) return blockedView(workerUnisolated(req.need, runnable.length, req.worker));
+      runnable = isolated;
+    }
+    const usable = runnable.filter((s) => s.usable);
     if (usable.length === 0) {
       if (req.worker !== null) {
-        const w = (capable[0] as Slot).worker;
+        const w = (runnable[0] as Slot).worker;
         return blockedView(workerOffline(w.worker_id, w.online && w.draining));
       }
-      const offline = capable.filter((s) => !s.worker.online).length;
-      return blockedView(workersOffline(req.need, offline, capable.length - offline));
+      const offline = runnable.filter((s) => !s.worker.online).length;
+      return blockedView(workersOffline(req.need, offline, runnable.length - offline));
     }
     let uncordoned = 0;
     const slots: Slot[] = [];

@@ -94,6 +94,39 @@ export function noMatchingWorker(
   };
 }
 
+/** A container task, but no worker with enough matching cards has a container engine. */
+export function noContainerEngine(need: number, withoutEngine: number, pinned: string | null): WaitReason {
+  const where =
+    pinned === null
+      ? `none of the ${plural(withoutEngine, 'worker')} with ${plural(need, 'matching card')} has one`
+      : `pinned worker ${pinned} has none`;
+  return {
+    code: 'no_container_engine',
+    need,
+    without_engine: withoutEngine,
+    message:
+      `A container task needs a worker with a container engine (podman or docker), but ${where}. ` +
+      'It waits until such a worker connects; or run it as runtime kind "process".',
+  };
+}
+
+/** The only workers that could take the task run tasks unsandboxed, and the policy requires isolation. */
+export function workerUnisolated(need: number, unisolated: number, pinned: string | null): WaitReason {
+  const who =
+    pinned === null
+      ? `Every worker with ${plural(need, 'matching card')} (${unisolated}) runs tasks`
+      : `Pinned worker ${pinned} runs tasks`;
+  return {
+    code: 'worker_unisolated',
+    need,
+    unisolated,
+    message:
+      `${who} without a sandbox (isolation "none"), and policy.require_isolation keeps tasks off such ` +
+      'workers. An operator restarts the worker with bubblewrap isolation (--isolation bwrap), or sets ' +
+      'policy.require_isolation to false to accept unsandboxed runs.',
+  };
+}
+
 /** Unknown pinned worker: nothing of that id is enrolled. */
 export function unknownPinnedWorker(need: number, workerId: string): WaitReason {
   return {

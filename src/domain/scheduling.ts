@@ -1,4 +1,5 @@
 import type { CardSample } from '../contracts/sample.js';
+import type { ContainerEngine, IsolationMode } from '../contracts/worker-protocol.js';
 import type { CardRecords, CardStateConfig, WorkerSampling } from './card-state.js';
 import { CardPool, type RequirementView, requirementOf } from './scheduling-pool.js';
 import { quotaExceeded, waitingForCards } from './scheduling-reasons.js';
@@ -16,7 +17,9 @@ import { quotaExceeded, waitingForCards } from './scheduling-reasons.js';
  *  - free card: eligible, and neither granted nor reserved earlier in this pass;
  *  - aged task: waited longer than `reservation_after_seconds` since approval; it reserves free cards;
  *  - run-reserved card: cordoned by a qualification run for itself; only that run's tasks match it, and
- *    they match nothing else.
+ *    they match nothing else;
+ *  - unisolated worker: its hello said `isolation: none` (tasks would run unsandboxed); under
+ *    `require_isolation` it gets no task at all, as if it had no cards.
  */
 
 /** A QUEUED task as the scheduler sees it. */
@@ -36,6 +39,8 @@ export interface QueuedTaskView {
    * (docs/decisions/0008-qualification-cordons.md).
    */
   run_id?: string | undefined;
+  /** `container` tasks only run on workers with a container engine; absent means `process`. */
+  runtime?: 'process' | 'container' | undefined;
 }
 
 /** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
@@ -64,6 +69,10 @@ export interface WorkerView extends WorkerSampling {
   worker_id: string;
   /** An operator is draining it: running work finishes, nothing new is granted or reserved there. */
   draining: boolean;
+  /** How it runs tasks, from its latest hello: `none` means unsandboxed (UNISOLATED). */
+  isolation: IsolationMode;
+  /** The engine that runs `container` tasks there, or null when it cannot. */
+  container_engine: ContainerEngine | null;
   cards: CardView[];
 }
 
@@ -73,6 +82,8 @@ export interface SchedulingConfig extends CardStateConfig {
   reservation_after_seconds: number;
   /** Most cards one owner may hold at once (running + granted now); null for no limit. */
   max_concurrent_cards_per_owner: number | null;
+  /** `policy.require_isolation`: unisolated workers get no task. */
+  require_isolation: boolean;
 }
 
 /** Everything one scheduling pass reads. */
@@ -93,6 +104,9 @@ export interface SchedulingSnapshot {
  *  - worker_offline: its pinned worker is offline or draining;
  *  - workers_offline: every worker with enough matching cards is offline or draining;
  *  - no_matching_worker: no worker it may use has enough matching cards, whatever their state;
+ *  - no_container_engine: a container task, and no worker with enough matching cards has an engine;
+ *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
+ *    policy requires isolation;
  *  - cordoned: cordons leave fewer than `need` matching cards on every usable worker;
  *  - quota_exceeded: granting it would take its owner over the per-owner card limit.
  */
@@ -103,6 +117,8 @@ export type WaitReason =
   | { code: 'worker_offline'; worker_id: string; draining: boolean; message: string }
   | { code: 'workers_offline'; need: number; offline: number; draining: number; message: string }
   | { code: 'no_matching_worker'; need: number; largest: number; message: string }
+  | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
+  | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }
   | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string };
 

@@ -46,6 +46,8 @@ function toRow(t: TaskRecord): TaskRow {
 export interface QueuedTaskRow
   extends Pick<TaskRecord, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'> {
   spec: Pick<TaskSpec, 'cards' | 'worker'>;
+  /** The spec's `runtime.kind`: container tasks need a worker with a container engine. */
+  runtime_kind: TaskSpec['runtime']['kind'];
 }
 
 /** Filter for listing tasks, newest first. */
@@ -80,7 +82,8 @@ export class TasksRepo {
       ),
       queued: db.prepare<
         [],
-        Omit<QueuedTaskRow, 'spec'> & {
+        Omit<QueuedTaskRow, 'spec' | 'runtime_kind'> & {
+          runtime_kind: string;
           count: number;
           model: string | null;
           min_memory_mib: number | null;
@@ -89,7 +92,8 @@ export class TasksRepo {
       >(
         `SELECT id, owner_id, priority, approved_at, desired,
            json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
-           json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.worker') AS worker
+           json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.worker') AS worker,
+           json_extract(spec, '$.runtime.kind') AS runtime_kind
          FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
       ),
       countQueuedByOwner: db.prepare<[string], { n: number }>(
@@ -127,8 +131,9 @@ export class TasksRepo {
    * 70 ms per pass through `inState` (every spec parsed), a fraction of that here (docs/performance.md).
    */
   queuedForScheduling(): QueuedTaskRow[] {
-    return this.s.queued.all().map(({ count, model, min_memory_mib, worker, ...t }) => ({
+    return this.s.queued.all().map(({ count, model, min_memory_mib, worker, runtime_kind, ...t }) => ({
       ...t,
+      runtime_kind: runtime_kind === 'container' ? 'container' : 'process',
       spec: {
         cards: {
           count,

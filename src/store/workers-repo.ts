@@ -1,4 +1,5 @@
 import type { Provider } from '../contracts/sample.js';
+import type { ContainerEngine, IsolationMode } from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
 
 /** A card's identity as last reported by its worker. */
@@ -18,6 +19,10 @@ export interface WorkerRecord {
   version: string;
   boot_id: string;
   cards: KnownCard[];
+  /** How the worker runs tasks, from its latest hello: `none` makes it UNISOLATED. */
+  isolation: IsolationMode;
+  /** The engine that runs `container` tasks there, or null. */
+  container_engine: ContainerEngine | null;
   draining: boolean;
   first_seen_at: number;
   last_seen_at: number;
@@ -52,10 +57,12 @@ export class WorkersRepo {
       get: db.prepare<[string], WorkerRow>('SELECT * FROM workers WHERE id = ?'),
       all: db.prepare<[], WorkerRow>('SELECT * FROM workers ORDER BY id'),
       upsert: db.prepare(
-        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, draining, first_seen_at, last_seen_at)
-         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, 0, @now, @now)
+        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, draining, first_seen_at, last_seen_at)
+         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, 0, @now, @now)
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
-           version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards, last_seen_at = excluded.last_seen_at`,
+           version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
+           isolation = excluded.isolation, container_engine = excluded.container_engine,
+           last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
       seen: db.prepare('UPDATE workers SET last_seen_at = ? WHERE id = ?'),

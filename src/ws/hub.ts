@@ -356,6 +356,8 @@ export class WorkerHub implements WorkerLink {
           version: msg.version,
           boot_id: msg.boot_id,
           cards: identity.length ? identity : (prev?.cards ?? []),
+          isolation: msg.isolation,
+          container_engine: msg.container_engine,
         },
         now,
       );
@@ -371,6 +373,8 @@ export class WorkerHub implements WorkerLink {
           hostname: msg.hostname,
           provider: msg.provider,
           cards: identity.length,
+          isolation: msg.isolation,
+          container_engine: msg.container_engine,
         },
       });
       // Executions the master thinks are live here but the worker did not mention. An assign still in

@@ -3,6 +3,7 @@ import type { TaskSpecInput } from '../../src/contracts/task-spec.js';
 import { silentLogger } from '../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../worker/daemon.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
+import { prepareSandbox } from '../../worker/sandbox-setup.js';
 import { startTestMaster, type TestMaster } from '../support/master.js';
 import { specRunning } from '../support/spec.js';
 import { makeTempDir, removeTempDir } from '../support/temp.js';
@@ -46,7 +47,14 @@ export async function startSimCluster(cards = 4): Promise<SimCluster> {
   const reviewerToken = tm.createToken('rita', ['reviewer']);
   const sampler = new SimSampler({ count: cards, seed: SIM_WORKER });
   const workerDir = makeTempDir('sim-worker');
+  const sandbox = await prepareSandbox({
+    isolation: 'bwrap',
+    dataDir: join(workerDir, 'data'),
+    sampler,
+    hiddenPaths: [tm.dataDir],
+  });
   const worker = await startWorker({
+    sandbox: sandbox.setup,
     masterUrl: tm.url,
     token: workerToken,
     workerId: SIM_WORKER,

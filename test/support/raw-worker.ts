@@ -80,6 +80,8 @@ export async function connectRawWorker(opts: {
         cards: cardsOf(n),
         executions: [],
         master_marks: [],
+        // Claims a sandbox so that `policy.require_isolation` lets the master place tasks here.
+        isolation: 'bwrap',
       });
       return raw.next((m) => m['type'] === 'welcome', { from, what: 'welcome' });
     },

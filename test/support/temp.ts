@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 
@@ -13,6 +13,18 @@ const made = new Set<string>();
 /** Creates a fresh, empty directory under the OS tmpdir (`gpu-broker-<prefix>-XXXXXX`). */
 export function makeTempDir(prefix = 'test'): string {
   const dir = mkdtempSync(join(tmpdir(), `gpu-broker-${prefix}-`));
+  made.add(dir);
+  return dir;
+}
+
+/**
+ * A directory for gate files that tasks wait on (`while [ ! -e GATE ]`). Sandboxed tasks have a private
+ * /tmp, so it is made under /var/tmp, which every sandbox binds read-only: the test writes the gate, the
+ * task sees it appear. Removed by `removeTempDirs()` like the others.
+ */
+export function makeGateDir(prefix = 'gates'): string {
+  const dir = mkdtempSync(join('/var/tmp', `gpu-broker-${prefix}-`));
+  chmodSync(dir, 0o755);
   made.add(dir);
   return dir;
 }

@@ -1,8 +1,12 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import { type Logger, silentLogger } from '../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../worker/daemon.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
+import { prepareSandbox } from '../../worker/sandbox-setup.js';
 import type { TestMaster } from './master.js';
 import { makeTempDir, removeTempDir } from './temp.js';
 
@@ -31,6 +35,14 @@ export interface TestWorkerOptions {
   sampleIntervalMs?: number;
   /** Default: silent. */
   logger?: Logger;
+  /**
+   * How tasks run: `bwrap` (default, the real sandbox, as `auto` picks on this machine) or `none`
+   * (plain process groups; the worker is UNISOLATED and gets tasks only when the master's policy sets
+   * `require_isolation: false`).
+   */
+  isolation?: IsolationMode;
+  /** More host paths hidden from tasks (e.g. the master's data dir). */
+  hiddenPaths?: string[];
 }
 
 /** A worker under test. */
@@ -48,7 +60,16 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
   const ownsDir = opts.dataDir === undefined;
   const dataDir = opts.dataDir ?? makeTempDir(`worker-${opts.workerId}`);
   const sampler = opts.sampler ?? new SimSampler({ count: opts.simCards ?? 4, seed: opts.workerId });
+  const sandbox = await prepareSandbox({
+    isolation: opts.isolation ?? 'bwrap',
+    dataDir,
+    sampler,
+    hiddenPaths: opts.hiddenPaths ?? [],
+    // A fake nvidia-smi / hy-smi stands for cards this machine lacks; their device nodes are faked too.
+    ...(sampler instanceof SimSampler ? {} : { devDir: await makeFakeDevDir(join(dataDir, 'fake-dev')) }),
+  });
   const worker = await startWorker({
+    sandbox: sandbox.setup,
     masterUrl: opts.url,
     token: opts.token,
     workerId: opts.workerId,
@@ -76,6 +97,27 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
       return closing;
     },
   };
+}
+
+/**
+ * A directory of fake GPU device nodes, character devices 1:3 (like /dev/null) named as the real ones:
+ * nvidia0..15, nvidiactl, nvidia-uvm, kfd and dri/renderD128..143. Needs root (mknod), as the sandbox
+ * tests do.
+ */
+export async function makeFakeDevDir(dir: string): Promise<string> {
+  const names = [
+    ...Array.from({ length: 16 }, (_, i) => `nvidia${i}`),
+    'nvidiactl',
+    'nvidia-uvm',
+    'kfd',
+    ...Array.from({ length: 16 }, (_, i) => `dri/renderD${128 + i}`),
+  ];
+  mkdirSync(join(dir, 'dri'), { recursive: true, mode: 0o700 });
+  for (const name of names) {
+    const path = join(dir, name);
+    if (!existsSync(path)) execFileSync('mknod', ['-m', '0666', path, 'c', '1', '3']);
+  }
+  return dir;
 }
 
 /** Starts a worker on a `TestMaster`, creating its worker token there. */

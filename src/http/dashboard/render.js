@@ -159,6 +159,16 @@ export function renderWorkers(workers, cards) {
         w.draining ? h('span', { class: 'badge warn' }, 'draining') : null,
         w.online ? null : h('span', { class: 'badge bad' }, `offline since ${time(w.offline_since)}`),
         w.sampler_error ? h('span', { class: 'badge bad', title: w.sampler_error }, 'sampler error') : null,
+        w.unisolated
+          ? h(
+              'span',
+              {
+                class: 'badge bad unisolated',
+                title: 'Runs tasks without a sandbox (--isolation none): tasks see the whole host',
+              },
+              'UNISOLATED',
+            )
+          : null,
       ),
       h('div', { class: 'cards' }, own.length ? own.map(renderCard) : empty('No cards reported.')),
     );
@@ -356,7 +366,20 @@ export function renderQualifications(runs) {
 export function renderRevision(rev) {
   const { revision, previous, diff } = rev;
   const json = (v) => (v === undefined ? '(absent)' : JSON.stringify(v));
+  const sandbox = revision.sandbox;
   return [
+    sandbox
+      ? h(
+          'div',
+          { class: 'sandbox small', dataset: { network: sandbox.network, runtime: sandbox.runtime } },
+          `Runs as a ${sandbox.runtime}`,
+          sandbox.image ? [' from image ', h('code', {}, sandbox.image)] : null,
+          ' · network: ',
+          sandbox.network === 'host'
+            ? h('span', { class: 'badge warn' }, 'host network')
+            : h('span', {}, 'none (loopback only)'),
+        )
+      : null,
     revision.findings.length
       ? h(
           'ul',

@@ -15,7 +15,7 @@ import {
 } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { makeGateDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
@@ -92,7 +92,7 @@ afterAll(async () => {
 
 describe('a late cleanup receipt', () => {
   it('releases the quarantined lease of a task the master already failed CLEANUP_UNCONFIRMED', async () => {
-    const gate = join(makeTempDir('stall'), 'gate');
+    const gate = join(makeGateDir('stall'), 'gate');
     const id = await approveTask(
       alice,
       rita,

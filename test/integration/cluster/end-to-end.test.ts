@@ -70,6 +70,8 @@ const SCRIPT = [
   'echo "CUDA_VISIBLE_DEVICES=$CUDA_VISIBLE_DEVICES"',
   'echo "HIP_VISIBLE_DEVICES=$HIP_VISIBLE_DEVICES"',
   'echo "LEASE_EPOCH=$GPU_BROKER_LEASE_EPOCH"',
+  'echo "GPU_IDS=$GPU_BROKER_GPU_IDS"',
+  'echo "NODES=$(cd /dev && echo nvidia*)"',
   'i=1; while [ $i -le 200 ]; do echo "line $i of the log"; i=$((i+1)); done',
   'echo "a warning on stderr" >&2',
   'printf \'{"ok":true,"cards":"%s"}\' "$CUDA_VISIBLE_DEVICES" > "$GPU_BROKER_OUTPUT_DIR/result.json"',
@@ -106,8 +108,12 @@ describe('an approved 2-card task, end to end', () => {
     expect(lease.cards.map((c) => c.index)).toEqual([1, 2]);
     expect(task.lease_epoch).toBe(lease.lease_epoch);
     const head = expectOk(await callTool<Logs>(alice, 'get_task_logs', { task_id: taskId, max_bytes: 200 }));
-    expect(head.data).toContain('CUDA_VISIBLE_DEVICES=1,2\n');
-    expect(head.data).toContain('HIP_VISIBLE_DEVICES=1,2\n');
+    // Inside the sandbox only the two leased cards' nodes exist, so CUDA/HIP number them 0..1; the
+    // host's indexes stay in GPU_BROKER_GPU_IDS.
+    expect(head.data).toContain('CUDA_VISIBLE_DEVICES=0,1\n');
+    expect(head.data).toContain('HIP_VISIBLE_DEVICES=0,1\n');
+    expect(head.data).toContain('GPU_IDS=1,2\n');
+    expect(head.data).toContain('NODES=nvidia1 nvidia2\n');
     expect(head.data).toContain(`LEASE_EPOCH=${lease.lease_epoch}\n`);
   });
 
@@ -147,7 +153,7 @@ describe('an approved 2-card task, end to end', () => {
 
   it('returns the declared outputs with their sha256', async () => {
     const listed = expectOk(await callTool<Outputs>(alice, 'get_task_outputs', { task_id: taskId }));
-    const content = '{"ok":true,"cards":"1,2"}';
+    const content = '{"ok":true,"cards":"0,1"}';
     expect(listed.outputs).toEqual([
       { path: 'metrics/loss.csv', size: 10, sha256: sha256('step,loss\n') },
       { path: 'result.json', size: content.length, sha256: sha256(content) },

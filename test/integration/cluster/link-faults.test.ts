@@ -16,7 +16,7 @@ import {
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
 import { startTcpProxy, type TcpProxy } from '../../support/tcp-proxy.js';
-import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { makeGateDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startTestWorker, type TestWorker } from '../../support/worker.js';
 
@@ -59,7 +59,7 @@ async function cluster(timing: Partial<ClusterTiming> = {}): Promise<Cluster> {
     rita: await m.mcpClient(m.createToken('rita', ['reviewer'])),
     op: await m.mcpClient(m.operatorToken),
     watch,
-    gates: makeTempDir('gates'),
+    gates: makeGateDir('gates'),
   };
   open = c;
   await waitFor(() => m.deps.cluster.fleet.isOnline('gpu-link', Date.now()), { what: 'gpu-link online' });

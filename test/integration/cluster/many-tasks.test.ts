@@ -13,7 +13,7 @@ import {
 } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { makeGateDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
@@ -43,7 +43,7 @@ beforeAll(async () => {
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   workers = await Promise.all([startWorkerOn(m, 'gpu-a'), startWorkerOn(m, 'gpu-b')]);
   await waitFor(() => availableCards() === 8, { what: 'eight available cards' });
-  gates = makeTempDir('gates');
+  gates = makeGateDir('gates');
 });
 
 afterAll(async () => {
@@ -62,7 +62,7 @@ function availableCards(): number {
 /** Prints "start NS CARDS WORKER", works for `seconds`, prints "end NS". */
 function timedScript(seconds: number): string {
   return [
-    'echo "start $(date +%s%N) $CUDA_VISIBLE_DEVICES $GPU_BROKER_WORKER_ID"',
+    'echo "start $(date +%s%N) $GPU_BROKER_GPU_IDS $GPU_BROKER_WORKER_ID"',
     `sleep ${seconds}`,
     'echo "end $(date +%s%N)"',
   ].join('\n');
@@ -71,7 +71,7 @@ function timedScript(seconds: number): string {
 /** Like timedScript, but works until the file `gate` exists. */
 function gatedScript(gate: string): string {
   return [
-    'echo "start $(date +%s%N) $CUDA_VISIBLE_DEVICES $GPU_BROKER_WORKER_ID"',
+    'echo "start $(date +%s%N) $GPU_BROKER_GPU_IDS $GPU_BROKER_WORKER_ID"',
     `while [ ! -e '${gate}' ]; do sleep 0.05; done`,
     'echo "end $(date +%s%N)"',
   ].join('\n');

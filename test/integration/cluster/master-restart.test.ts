@@ -12,7 +12,7 @@ import { type ChildMaster, spawnMaster } from '../../support/cli.js';
 import { clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { callTool, connectMcpClient, expectOk } from '../../support/mcp.js';
 import { startTcpProxy, type TcpProxy } from '../../support/tcp-proxy.js';
-import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { makeGateDir, makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startTestWorker, type TestWorker } from '../../support/worker.js';
 
@@ -70,7 +70,7 @@ async function connectClients(): Promise<typeof clients> {
 beforeAll(async () => {
   ensureBuilt();
   dataDir = makeTempDir('restart-master');
-  gates = makeTempDir('restart-gates');
+  gates = makeGateDir('restart-gates');
   // Tokens are made in the data dir before the first start (the store is then the child's alone).
   const store = openStore(dataDir);
   const deps = { store, clock: systemClock, ids: createIdGenerator() };
@@ -144,7 +144,7 @@ function gated(name: string, count: number) {
   const gate = join(gates, name);
   return shellSpec(
     [
-      `echo "started ${name} on $CUDA_VISIBLE_DEVICES"`,
+      `echo "started ${name} on $GPU_BROKER_GPU_IDS"`,
       `while [ ! -e '${gate}' ]; do sleep 0.05; done`,
       `echo "${name}" > "$GPU_BROKER_OUTPUT_DIR/result.json"`,
       `echo "finished ${name}"`,

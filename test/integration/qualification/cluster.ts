@@ -10,6 +10,7 @@ import { createCaTrustingFetch } from '../../../src/platform/tls.js';
 import type { QualificationRunRecord } from '../../../src/store/qualification-repo.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon.js';
 import { SimSampler } from '../../../worker/samplers/sim-sampler.js';
+import { prepareSandbox } from '../../../worker/sandbox-setup.js';
 import { testConfig } from '../../support/master.js';
 import { callTool, connectMcpClient, expectOk } from '../../support/mcp.js';
 import { makeTempDir, removeTempDir } from '../../support/temp.js';
@@ -66,12 +67,22 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     { name: 'w1', roles: ['worker'], worker_id: workerId },
     'test',
   );
+  const sampler = new SimSampler({ count: opts.cards ?? 8, seed: workerId });
+  const workerDir = join(dataDir, 'worker');
+  // The rungs run in the real bubblewrap sandbox, as on a GPU host.
+  const sandbox = await prepareSandbox({
+    isolation: 'bwrap',
+    dataDir: workerDir,
+    sampler,
+    hiddenPaths: [dataDir],
+  });
   const worker = await startWorker({
+    sandbox: sandbox.setup,
     masterUrl: master.url,
     token,
     workerId,
-    dataDir: join(dataDir, 'worker'),
-    sampler: new SimSampler({ count: opts.cards ?? 8, seed: workerId }),
+    dataDir: workerDir,
+    sampler,
     ca: caPem,
     logger: silentLogger(),
     sampleIntervalMs: 500,

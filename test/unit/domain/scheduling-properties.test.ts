@@ -51,6 +51,8 @@ const workerArb = (id: number): fc.Arbitrary<WorkerView> =>
         fc.constant(null),
       ),
       sampler_error: mostly<string | null>(null, 'smi failed'),
+      isolation: mostly<'bwrap' | 'none'>('bwrap', 'none'),
+      container_engine: mostly<'podman' | null>(null, 'podman'),
       cards: fc.tuple(...Array.from({ length: n }, (_, i) => cardArb(i, model))),
     }),
   );
@@ -68,6 +70,7 @@ const taskArb = (id: number): fc.Arbitrary<QueuedTaskView> =>
       model: mostly<string | null>(null, 'a100', 'A10', 'h100', 'H200'),
       min_memory_mib: mostly<number | null>(null, 16000, 40000),
       worker: mostly<string | null>(null, 'w0', 'w1', 'w9'),
+      runtime: mostly<'process' | 'container'>('process', 'container'),
     })
     .map(({ count, model, min_memory_mib, worker, ...rest }) => ({
       task_id: `t${String(id).padStart(3, '0')}`,
@@ -95,6 +98,7 @@ const snapshotArb: fc.Arbitrary<SchedulingSnapshot> = fc
         vram_threshold_pct: fc.constantFrom(1, 2, 5),
         reservation_after_seconds: fc.constantFrom(0, 300, 600, 3600),
         max_concurrent_cards_per_owner: fc.oneof(fc.constant(null), fc.integer({ min: 1, max: 12 })),
+        require_isolation: fc.boolean(),
       }),
     }),
   );
@@ -113,7 +117,14 @@ function eligibleCards(snap: SchedulingSnapshot): Map<string, { worker: WorkerVi
   return out;
 }
 
-function fitsTask(task: QueuedTaskView, worker: WorkerView, card: CardView): boolean {
+function fitsTask(
+  task: QueuedTaskView,
+  worker: WorkerView,
+  card: CardView,
+  config: SchedulingSnapshot['config'],
+): boolean {
+  if (config.require_isolation && worker.isolation === 'none') return false;
+  if (task.runtime === 'container' && worker.container_engine === null) return false;
   if (task.worker !== undefined && task.worker !== worker.worker_id) return false;
   if (task.cards.model !== undefined && !modelMatches(card.model, task.cards.model)) return false;
   const min = task.cards.min_memory_mib;
@@ -140,7 +151,7 @@ function checkInvariants(snap: SchedulingSnapshot, d: SchedulingDecision): void 
       used.add(key);
       const found = eligible.get(key);
       expect(found).toBeDefined();
-      if (found !== undefined) expect(fitsTask(task, found.worker, found.card)).toBe(true);
+      if (found !== undefined) expect(fitsTask(task, found.worker, found.card, snap.config)).toBe(true);
     }
     cardsByOwner.set(task.owner, (cardsByOwner.get(task.owner) ?? 0) + task.cards.count);
   }
@@ -164,7 +175,7 @@ function checkInvariants(snap: SchedulingSnapshot, d: SchedulingDecision): void 
       const found = eligible.get(key);
       expect(found).toBeDefined();
       if (found !== undefined && task !== undefined)
-        expect(fitsTask(task, found.worker, found.card)).toBe(true);
+        expect(fitsTask(task, found.worker, found.card, snap.config)).toBe(true);
     }
   }
   // Every queued task exactly once; positions 1..k in order.
@@ -235,6 +246,8 @@ describe('decide (properties)', () => {
           draining: false,
           sampled_at: NOW,
           sampler_error: null,
+          isolation: 'bwrap',
+          container_engine: null,
           cards: Array.from({ length: 8 }, (_, index) => ({
             index,
             model: 'sim',
@@ -261,6 +274,7 @@ describe('decide (properties)', () => {
           sample_interval_ms: 2000,
           reservation_after_seconds: 0,
           max_concurrent_cards_per_owner: null,
+          require_isolation: true,
         };
         const d = decide({ workers, tasks, running_cards_by_owner: {}, config }, NOW);
         expect(d.grants).toHaveLength(tasks.length);

@@ -15,6 +15,7 @@ const CONFIG: SchedulingConfig = {
   vram_threshold_pct: 2,
   reservation_after_seconds: 600,
   max_concurrent_cards_per_owner: null,
+  require_isolation: true,
 };
 
 function card(index: number, over: Partial<CardView> = {}): CardView {
@@ -49,6 +50,8 @@ function worker(
     draining: false,
     sampled_at: NOW - 500,
     sampler_error: null,
+    isolation: 'bwrap',
+    container_engine: null,
     cards,
     ...over,
   };
@@ -319,5 +322,52 @@ describe('decide: performance', () => {
     expect(d.waiting).toHaveLength(9488);
     // Budget is ~50 ms; the bound is loose because the test machine is shared.
     expect(times[3]).toBeLessThan(100);
+  });
+});
+
+describe('decide: how workers run tasks', () => {
+  it('keeps tasks off an unisolated worker under require_isolation, and says how to fix it', () => {
+    const t = task(1);
+    const d = decide(
+      {
+        workers: [worker('w1', 2, { isolation: 'none' })],
+        tasks: [t],
+        running_cards_by_owner: {},
+        config: CONFIG,
+      },
+      NOW,
+    );
+    expect(d.grants).toEqual([]);
+    expect(d.waiting[0]?.reason.code).toBe('worker_unisolated');
+    expect(d.waiting[0]?.reason.message).toContain('--isolation bwrap');
+  });
+
+  it('places on an unisolated worker when the policy accepts unsandboxed runs', () => {
+    const t = task(1);
+    const config = { ...CONFIG, require_isolation: false };
+    const d = decide(
+      { workers: [worker('w1', 2, { isolation: 'none' })], tasks: [t], running_cards_by_owner: {}, config },
+      NOW,
+    );
+    expect(d.grants).toEqual([{ task_id: t.task_id, worker_id: 'w1', card_indexes: [0] }]);
+  });
+
+  it('prefers the isolated worker when both have cards', () => {
+    const t = task(1);
+    const workers = [worker('w1', 2, { isolation: 'none' }), worker('w2', 2)];
+    const d = decide({ workers, tasks: [t], running_cards_by_owner: {}, config: CONFIG }, NOW);
+    expect(d.grants).toEqual([{ task_id: t.task_id, worker_id: 'w2', card_indexes: [0] }]);
+  });
+
+  it('places a container task only where a container engine is', () => {
+    const t = task(1, { runtime: 'container' });
+    const none = decide(
+      { workers: [worker('w1', 2)], tasks: [t], running_cards_by_owner: {}, config: CONFIG },
+      NOW,
+    );
+    expect(none.waiting[0]?.reason.code).toBe('no_container_engine');
+    const workers = [worker('w1', 2), worker('w2', 2, { container_engine: 'podman' })];
+    const d = decide({ workers, tasks: [t], running_cards_by_owner: {}, config: CONFIG }, NOW);
+    expect(d.grants).toEqual([{ task_id: t.task_id, worker_id: 'w2', card_indexes: [0] }]);
   });
 });

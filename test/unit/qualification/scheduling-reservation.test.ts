@@ -41,6 +41,8 @@ function worker(reserved: number, run = 'qrun_A', id = 'w1'): WorkerView {
     draining: false,
     sampled_at: NOW - 100,
     sampler_error: null,
+    isolation: 'bwrap',
+    container_engine: null,
     cards: Array.from({ length: 8 }, (_, i) =>
       i < reserved ? card(i, { cordoned: true, reserved_for_run: run }) : card(i),
     ),
@@ -70,6 +72,7 @@ function snap(workers: WorkerView[], tasks: QueuedTaskView[]): SchedulingSnapsho
       vram_threshold_pct: 2,
       reservation_after_seconds: 300,
       max_concurrent_cards_per_owner: null,
+      require_isolation: true,
     },
   };
 }
@@ -143,6 +146,8 @@ describe('decide with reservations: property', () => {
         draining: false,
         sampled_at: NOW - 100,
         sampler_error: null,
+        isolation: 'bwrap' as const,
+        container_engine: null,
         // A reserved card is always cordoned (the run's cordon); others are cordoned at random.
         cards: cards.map((c, i) =>
           card(i, { cordoned: c.run !== null || c.cordoned, leased: c.leased, reserved_for_run: c.run }),

@@ -42,6 +42,8 @@ function enrol(cards: number, online = true): void {
       provider: 'sim',
       version: '0',
       boot_id: 'b1',
+      isolation: 'bwrap',
+      container_engine: null,
       cards: samples.map((s) => ({
         index: s.index,
         uuid: s.uuid,

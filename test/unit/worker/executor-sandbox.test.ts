@@ -78,7 +78,7 @@ describe('what a sandboxed task sees', () => {
   it('its own dir at /task, a private /tmp, its own uid, no capabilities', async () => {
     const plan = makePlan({
       argv: sh(
-        'pwd; echo "out=$GPU_BROKER_OUTPUT_DIR"; id -u; grep CapEff /proc/self/status; ls -A /tmp | wc -l; touch /usr/x 2>&1 || echo ro',
+        'pwd; echo "out=$GPU_BROKER_OUTPUT_DIR"; id -u; grep CapEff /proc/self/status; ls -A /tmp | wc -l; touch /usr/x 2>&1 || echo ro; touch /tmp/w /dev/shm/w && echo tmp-writable',
       ),
     });
     const { handle, chunks } = start(plan);
@@ -90,6 +90,7 @@ describe('what a sandboxed task sees', () => {
     expect(lines[3]).toMatch(/CapEff:\s+0+$/);
     expect(lines[4]).toBe('0');
     expect(text(chunks, 'stdout')).toContain('ro');
+    expect(text(chunks, 'stdout')).toContain('tmp-writable');
   });
 
   it('gives two running tasks different uids', async () => {
@@ -263,6 +264,25 @@ describe('attacks', () => {
     expect(result.setup_error).toBeUndefined();
     expect(text(chunks, 'stdout')).toContain('pinned-ran');
     expect(text(chunks, 'stdout')).toContain('cannot-write');
+  });
+
+  it('a pinned script outside the system dirs (here under /tmp) is reachable by the task uid', async () => {
+    const repo = mkdtempSync(join(tmpdir(), 'gpu-broker-pinned-'));
+    const deep = join(repo, 'a', 'b');
+    mkdirSync(deep, { recursive: true });
+    for (const d of [repo, join(repo, 'a'), deep]) chmodSync(d, 0o755);
+    const script = join(deep, 'run.sh');
+    writeFileSync(script, 'echo pinned-deep-ran\n', { mode: 0o644 });
+    try {
+      const plan = makePlan({ argv: ['/bin/sh', script], pins: [{ path: script, sha256: '0'.repeat(64) }] });
+      const { handle, chunks } = start(plan);
+      const result = await handle.done;
+      expect(text(chunks, 'stderr')).toBe('');
+      expect(result.exit_code).toBe(0);
+      expect(text(chunks, 'stdout')).toBe('pinned-deep-ran\n');
+    } finally {
+      rmSync(repo, { recursive: true, force: true });
+    }
   });
 
   it("outputs come back; the task dir is its own and the execution root stays the worker's", async () => {
