@@ -67,8 +67,8 @@ function workerDataDir(dataDir: string, separate: boolean): string {
 /**
  * The local worker's isolation: `auto` (default) sandboxes with bubblewrap when it works and, unlike
  * `gpu-broker worker`, falls back to running unisolated so the quick start works anywhere — the banner,
- * the dashboard and `status` then say UNISOLATED, and the default policy places no task there until
- * bubblewrap is installed. `--run-as` means the unsandboxed layout.
+ * the dashboard and `status` then say UNISOLATED, and this master's policy turns require_isolation off
+ * so the demo runs. `--run-as` means the unsandboxed layout.
  */
 async function localSandbox(
   flag: string | undefined,
@@ -108,13 +108,28 @@ export const run: CommandRunner = async (argv, io) => {
   });
   try {
     const dataDir = dataDirOf(values, io);
-    const master = await startMaster({ dataDir, config: configFromFlags(values) });
-    const deps = master.deps;
     const workerId =
       values.id ??
       `local-${hostname()
         .toLowerCase()
         .replace(/[^a-z0-9._-]/g, '-')}`;
+    // The local worker's sandbox is decided first: when it runs unisolated (no bubblewrap here, or
+    // --isolation none), this development master lets it run tasks (require_isolation off) and says so.
+    const runAs = values['run-as'] === undefined ? undefined : resolveRunAs(values['run-as']);
+    const choice = await selectSampler({ gpus: values.gpus ?? 'auto', env: io.env, simSeed: workerId });
+    const workerDir = workerDataDir(dataDir, runAs !== undefined);
+    const sandbox = await localSandbox(values.isolation, runAs !== undefined, {
+      dataDir: workerDir,
+      hiddenPaths: [dataDir],
+      sampler: choice.sampler,
+    });
+    const config = configFromFlags(values);
+    const unisolated = sandbox.isolation === 'none';
+    const master = await startMaster({
+      dataDir,
+      config: unisolated ? { ...config, policy: { ...config.policy, require_isolation: false } } : config,
+    });
+    const deps = master.deps;
     const workerToken = ensureToken(
       deps,
       join(dataDir, 'worker.token'),
@@ -127,14 +142,6 @@ export const run: CommandRunner = async (argv, io) => {
     ensureToken(deps, agentTokenFile, 'agent', ['submitter']);
     ensureToken(deps, reviewerTokenFile, 'reviewer', ['reviewer']);
 
-    const runAs = values['run-as'] === undefined ? undefined : resolveRunAs(values['run-as']);
-    const choice = await selectSampler({ gpus: values.gpus ?? 'auto', env: io.env, simSeed: workerId });
-    const workerDir = workerDataDir(dataDir, runAs !== undefined);
-    const sandbox = await localSandbox(values.isolation, runAs !== undefined, {
-      dataDir: workerDir,
-      hiddenPaths: [dataDir],
-      sampler: choice.sampler,
-    });
     const worker = await startWorker({
       masterUrl: master.url,
       token: workerToken,
@@ -158,6 +165,9 @@ export const run: CommandRunner = async (argv, io) => {
       `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
       `  local worker:    ${workerId} — ${choice.simulated ? `${choice.summary} (these are NOT real GPUs)` : choice.summary}`,
       `  tasks:           ${sandbox.summary}`,
+      unisolated
+        ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
+        : '',
       runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : '',
       '',
       'Connect an agent (in the agent’s shell):',

@@ -133,14 +133,20 @@ export function writeConfigFile(dir: string, input: MasterConfigInput = {}): str
 export function spawnMaster(
   dataDir: string,
   extraArgs: string[] = [],
-  opts: { timeoutMs?: number; listen?: string; config?: MasterConfigInput | null } = {},
+  opts: {
+    timeoutMs?: number;
+    listen?: string;
+    config?: MasterConfigInput | null;
+    /** `serve` (default) or `start` (master + local worker, same flags and --json line). */
+    command?: 'serve' | 'start';
+  } = {},
 ): Promise<ChildMaster> {
   const configArgs = opts.config === null ? [] : ['--config', writeConfigFile(dataDir, opts.config)];
   const child = spawn(
     process.execPath,
     [
       builtCliPath(),
-      'serve',
+      opts.command ?? 'serve',
       '--data-dir',
       dataDir,
       '--listen',

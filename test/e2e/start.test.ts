@@ -1,0 +1,102 @@
+import { readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { createCaTrustingFetch } from '../../src/platform/tls.js';
+import { ensureBuilt } from '../support/build.js';
+import { type ChildMaster, spawnMaster } from '../support/cli.js';
+import { approveTask, shellSpec, waitUntilSettled } from '../support/cluster.js';
+import { callTool, connectMcpClient, expectOk } from '../support/mcp.js';
+import { makeTempDir, removeTempDirs } from '../support/temp.js';
+import { waitFor } from '../support/wait.js';
+
+/**
+ * `gpu-broker start` as a new user runs it (the README's first command): the built CLI as a child
+ * process, a master and its local worker on simulated cards, then an agent's task through the real MCP
+ * client with the token files it printed. Once sandboxed (bubblewrap, as ensure-test-deps installs), once
+ * with `--isolation none`, where the banner and list_workers say UNISOLATED and this development master
+ * still runs the task.
+ */
+
+let started: ChildMaster | null = null;
+
+beforeAll(() => ensureBuilt());
+afterEach(async () => {
+  await started?.stop();
+  started = null;
+  removeTempDirs();
+});
+
+interface WorkerRow {
+  worker_id: string;
+  isolation: string;
+  unisolated: boolean;
+}
+
+async function runOneTask(extraArgs: string[]) {
+  const dataDir = makeTempDir('start');
+  started = await spawnMaster(dataDir, ['--gpus', 'sim:2', ...extraArgs], { command: 'start' });
+  const { fetch } = createCaTrustingFetch(readFileSync(started.caFile!, 'utf8'));
+  const agent = await connectMcpClient(
+    started.url,
+    readFileSync(join(dataDir, 'agent.token'), 'utf8').trim(),
+    fetch,
+  );
+  const reviewer = await connectMcpClient(
+    started.url,
+    readFileSync(join(dataDir, 'reviewer.token'), 'utf8').trim(),
+    fetch,
+  );
+  await waitFor(
+    async () =>
+      expectOk(await callTool<{ cards: Array<{ state: string }> }>(agent, 'list_cards', {})).cards.filter(
+        (c) => c.state === 'AVAILABLE',
+      ).length === 2,
+    { timeoutMs: 20_000, what: 'two AVAILABLE cards on the local worker' },
+  );
+  const taskId = await approveTask(
+    agent,
+    reviewer,
+    shellSpec('echo "uid=$(id -u) nodes=$(cd /dev && echo nvidia*)"', { cards: { count: 1 } }),
+  );
+  const task = await waitUntilSettled(agent, taskId, 30_000);
+  const logs = expectOk(await callTool<{ data: string }>(agent, 'get_task_logs', { task_id: taskId }));
+  const workers = expectOk(await callTool<{ workers: WorkerRow[] }>(agent, 'list_workers', {}));
+  await agent.close();
+  await reviewer.close();
+  return { task, logs: logs.data, worker: workers.workers[0]!, banner: started.stderr() };
+}
+
+describe('gpu-broker start', () => {
+  it('sandboxes the local worker when bubblewrap works, and runs an agent task on one simulated card', async () => {
+    const { task, logs, worker, banner } = await runOneTask(['--config', writeShellPolicy()]);
+    expect(task.state).toBe('COMPLETED');
+    expect(task.simulated).toBe(true);
+    expect(worker).toMatchObject({ isolation: 'bwrap', unisolated: false });
+    expect(banner).toContain('NOT real GPUs');
+    expect(banner).toMatch(/tasks:\s+sandboxed/);
+    // Its own uid, and exactly its one leased card's node.
+    expect(logs).toMatch(/^uid=(\d+) nodes=nvidia\d\n$/);
+    if (process.getuid?.() === 0) expect(logs).not.toContain('uid=0 ');
+  });
+
+  it('with --isolation none says UNISOLATED everywhere, and this development master still runs the task', async () => {
+    const { task, worker, banner } = await runOneTask([
+      '--config',
+      writeShellPolicy(),
+      '--isolation',
+      'none',
+    ]);
+    expect(banner).toContain('UNISOLATED');
+    expect(banner).toContain('require_isolation is OFF');
+    expect(worker).toMatchObject({ isolation: 'none', unisolated: true });
+    expect(task.state).toBe('COMPLETED');
+  });
+});
+
+/** A config file allowing /bin/sh (the default policy allows only the qualification workload). */
+function writeShellPolicy(): string {
+  const dir = makeTempDir('start-config');
+  const path = join(dir, 'config.json');
+  writeFileSync(path, JSON.stringify({ policy: { executables: [{ path: '/bin/sh' }] } }));
+  return path;
+}
