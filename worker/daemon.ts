@@ -3,6 +3,7 @@ import { mkdirSync, readFileSync } from 'node:fs';
 import { hostname as osHostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../src/contracts/json-depth.js';
 import type { CardSample, Provider } from '../src/contracts/sample.js';
 import type { MasterMessage } from '../src/contracts/worker-protocol.js';
 import {
@@ -238,6 +239,10 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       raw = JSON.parse(text);
     } catch {
       invalid(raw, `not JSON: ${text.slice(0, 80)}`);
+      return;
+    }
+    if (jsonDepthExceeds(raw)) {
+      invalid(raw, `message nested more than ${MAX_JSON_DEPTH} levels deep`);
       return;
     }
     const parsed = MasterMessageSchema.safeParse(raw);

@@ -1,6 +1,7 @@
 import type { z } from 'zod';
 import { canonicalJson } from '../contracts/canonical-json.js';
 import { BrokerError } from '../contracts/errors.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../contracts/json-depth.js';
 import { MAX_SPEC_BYTES } from '../contracts/task-spec.js';
 import type { ToolDef } from '../contracts/tool-def.js';
 import { sha256Hex } from '../platform/digest.js';
@@ -70,6 +71,12 @@ function shapeOutput(tool: BoundTool, value: unknown): unknown {
 /** Runs one tool call. Throws BrokerError on every expected failure. */
 export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: unknown): Promise<unknown> {
   authorize(tool, ctx.principal);
+  if (jsonDepthExceeds(rawInput))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `input to ${tool.def.name} is nested more than ${MAX_JSON_DEPTH} levels deep`,
+      'Send a flat spec: no real input nests that deep.',
+    );
   const spec = (rawInput as { spec?: unknown } | null)?.spec;
   if (spec !== undefined && Buffer.byteLength(JSON.stringify(spec) ?? '') > MAX_SPEC_BYTES)
     throw new BrokerError(

@@ -10,6 +10,7 @@ import { markExecutionLost } from '../broker/liveness.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
 import { enqueueForWorker, type WorkerLink } from '../broker/worker-link.js';
 import { BrokerError } from '../contracts/errors.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../contracts/json-depth.js';
 import type { CardSample } from '../contracts/sample.js';
 import {
   HELLO_MAX_EXECUTIONS,
@@ -154,6 +155,12 @@ export class WorkerHub implements WorkerLink {
           'Send JSON text.',
         );
       raw = JSON.parse(text);
+      if (jsonDepthExceeds(raw))
+        throw new BrokerError(
+          'INVALID_INPUT',
+          `message nested more than ${MAX_JSON_DEPTH} levels deep`,
+          'See docs/worker-protocol.md.',
+        );
       const parsed = WorkerMessageSchema.safeParse(raw);
       if (!parsed.success)
         throw new BrokerError(

@@ -14,6 +14,8 @@ export interface RawWorker {
   readonly received: Array<Record<string, unknown>>;
   /** Sends one message as JSON. */
   send(message: Record<string, unknown>): void;
+  /** Sends a text frame as is (for input JSON.stringify cannot even produce). */
+  sendText(text: string): void;
   /** Sends a sequenced message under this boot id with `seq` (protocol_version and boot_id added). */
   sendSeq(seq: number, message: Record<string, unknown>): void;
   /** Waits for a received message matching `match` (at or after index `from`); returns it. */
@@ -63,6 +65,7 @@ export async function connectRawWorker(opts: {
     bootId,
     received,
     send: (message) => ws.send(JSON.stringify(message)),
+    sendText: (text) => ws.send(text),
     sendSeq: (seq, message) =>
       ws.send(JSON.stringify({ ...message, protocol_version: PROTOCOL_VERSION, boot_id: bootId, seq })),
     next: (match, o = {}) =>

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { enqueueForWorker } from '../../../src/broker/worker-link.js';
+import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { openLocalStore } from '../../../worker/local-store.js';
 import {
   approveTask,
@@ -190,6 +191,26 @@ describe('duplicated and replayed worker messages (raw ws worker)', () => {
 });
 
 describe('messages the master cannot take (raw ws worker)', () => {
+  it('refuses a message nested 200,000 levels deep with a typed error, and keeps the session', async () => {
+    const raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-deep', ['worker'], 'raw-deep'),
+      workerId: 'raw-deep',
+    });
+    closers.push(() => raw.close());
+    await raw.hello(1);
+    const from = raw.received.length;
+    const deep = `${'['.repeat(200_000)}${']'.repeat(200_000)}`;
+    raw.sendText(
+      `{"type":"sample","protocol_version":${PROTOCOL_VERSION},"boot_id":"${raw.bootId}","seq":3,"sampled_at":1,"cards":${deep},"sampler_error":null}`,
+    );
+    const error = await raw.next((r) => r['type'] === 'error', { from, what: 'error reply' });
+    expect(error).toMatchObject({ code: 'INVALID_MESSAGE', ref_seq: 3 });
+    expect(String(error['message'])).toMatch(/nested more than 64 levels/);
+    expect(raw.isOpen()).toBe(true);
+  });
+
   it('acknowledges a sequenced message that can never parse, so it is not resent for ever', async () => {
     const raw = await connectRawWorker({
       url: m.url,

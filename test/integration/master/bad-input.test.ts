@@ -110,6 +110,36 @@ describe('malformed specs are refused with INVALID_INPUT and change nothing', ()
     expect(m.counts()).toEqual(mid);
   });
 
+  it('a spec nested 200,000 arrays deep is INVALID_INPUT over REST and MCP, and the master stays up', async () => {
+    const deep = `${'['.repeat(200_000)}${']'.repeat(200_000)}`;
+    const headers = {
+      authorization: `Bearer ${aliceToken}`,
+      'content-type': 'application/json',
+      accept: 'application/json, text/event-stream',
+    };
+    const rest = await m.fetch(`${m.url}/api/v1/proposals`, {
+      method: 'POST',
+      headers: { ...headers, 'idempotency-key': 'deep-1' },
+      body: `{"spec":${deep}}`,
+    });
+    expect(rest.status).toBe(400);
+    const restBody = (await rest.json()) as { error: ErrorBody };
+    expect(restBody.error).toMatchObject({ code: 'INVALID_INPUT' });
+    expect(restBody.error.message).toMatch(/nested more than 64 levels/);
+
+    const mcp = await m.fetch(`${m.url}/mcp`, {
+      method: 'POST',
+      headers,
+      body: `{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"create_proposal","arguments":{"spec":${deep},"idempotency_key":"deep-2"}}}`,
+    });
+    const text = await mcp.text();
+    expect(text).toContain('INVALID_INPUT');
+    expect(text).toMatch(/nested more than 64 levels/);
+    expect(m.counts()).toEqual(before);
+    // Still serving.
+    expectOk(await m.callTool(alice, 'list_proposals', {}));
+  });
+
   it('a REST body over the 1 MiB limit is 413 PAYLOAD_TOO_LARGE', async () => {
     const res = await m
       .rest(aliceToken)
