@@ -32,6 +32,26 @@ export interface EventStreamOptions {
   flushMs?: number;
   /** Open streams at most, default 256; more answer UNAVAILABLE. */
   maxStreams?: number;
+  /** Open streams of one principal at most, default 8; more answer QUOTA_EXCEEDED. */
+  maxStreamsPerPrincipal?: number;
+  /** Of `maxStreams`, how many only operators may take, default 16: nobody else can lock them out. */
+  operatorReserve?: number;
+}
+
+/**
+ * Whether one more stream may open (issue 10, row 6): a principal has at most `perPrincipal` streams,
+ * and everyone but operators shares `max - operatorReserve`, so one viewer token opening hundreds of
+ * streams hits its own limit first and never takes the operators' share.
+ */
+export function admitStream(
+  counts: { total: number; ofPrincipal: number },
+  principal: Pick<Principal, 'roles'>,
+  limits: { max: number; perPrincipal: number; operatorReserve: number },
+): { ok: true } | { ok: false; code: 'QUOTA_EXCEEDED' | 'UNAVAILABLE' } {
+  if (counts.ofPrincipal >= limits.perPrincipal) return { ok: false, code: 'QUOTA_EXCEEDED' };
+  const cap = principal.roles.includes('operator') ? limits.max : limits.max - limits.operatorReserve;
+  if (counts.total >= cap) return { ok: false, code: 'UNAVAILABLE' };
+  return { ok: true };
 }
 
 const ID_TOPIC = /^(task|logs|proposal):(.+)$/;
@@ -56,21 +76,34 @@ export function registerEventStream(
 ): void {
   const heartbeatMs = opts.heartbeatMs ?? 15_000;
   const flushMs = opts.flushMs ?? 100;
-  const maxStreams = opts.maxStreams ?? 256;
+  const limits = {
+    max: opts.maxStreams ?? 256,
+    perPrincipal: opts.maxStreamsPerPrincipal ?? 8,
+    operatorReserve: opts.operatorReserve ?? 16,
+  };
   const open = new Set<ServerResponse>();
+  const perPrincipal = new Map<string, number>();
 
   app.addHook('preClose', async () => {
     for (const res of open) res.end();
   });
 
   app.get(EVENTS_PATH, async (req, reply) => {
-    if (open.size >= maxStreams)
-      throw new BrokerError(
-        'UNAVAILABLE',
-        'too many open event streams',
-        'Close other dashboard tabs, then retry.',
-      );
     const principal = req.principal!;
+    const mine = perPrincipal.get(principal.id) ?? 0;
+    const admitted = admitStream({ total: open.size, ofPrincipal: mine }, principal, limits);
+    if (!admitted.ok)
+      throw admitted.code === 'QUOTA_EXCEEDED'
+        ? new BrokerError(
+            'QUOTA_EXCEEDED',
+            `${principal.name} already has ${mine} open event streams (the limit is ${limits.perPrincipal})`,
+            'Close other dashboard tabs of this token, then retry.',
+          )
+        : new BrokerError(
+            'UNAVAILABLE',
+            'too many open event streams',
+            'Close other dashboard tabs, then retry; operators keep a reserve of streams.',
+          );
     const token = bearerToken(req.headers.authorization);
     const res = reply.raw;
     reply.hijack();
@@ -82,6 +115,7 @@ export function registerEventStream(
     // `ready` tells the page the stream is live: it re-reads everything it may have missed meanwhile.
     res.write('retry: 2000\n\nevent: ready\ndata: ok\n\n');
     open.add(res);
+    perPrincipal.set(principal.id, mine + 1);
 
     const pending = new Set<string>();
     let flushTimer: NodeJS.Timeout | undefined;
@@ -117,6 +151,9 @@ export function registerEventStream(
     });
     res.on('close', () => {
       open.delete(res);
+      const left = (perPrincipal.get(principal.id) ?? 1) - 1;
+      if (left > 0) perPrincipal.set(principal.id, left);
+      else perPrincipal.delete(principal.id);
       clearInterval(beat);
       clearTimeout(flushTimer);
       unsubscribe();

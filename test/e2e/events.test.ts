@@ -72,11 +72,11 @@ describe('event stream', () => {
   let url: string;
   const streams: Stream[] = [];
 
-  async function start(heartbeatMs = 15_000) {
+  async function start(heartbeatMs = 15_000, limits: { maxStreams?: number } = {}) {
     fx = makeBrokerDeps();
     app = await buildApp(fx.deps, {
       tools: brokerTools(),
-      extend: (a) => registerEventStream(a, fx.deps, { heartbeatMs, flushMs: 20 }),
+      extend: (a) => registerEventStream(a, fx.deps, { heartbeatMs, flushMs: 20, ...limits }),
     });
     await app.listen({ host: '127.0.0.1', port: 0 });
     url = `http://127.0.0.1:${(app.server.address() as AddressInfo).port}${EVENTS_PATH}`;
@@ -93,6 +93,32 @@ describe('event stream', () => {
     for (const s of streams.splice(0)) s.abort();
     await app?.close();
     fx?.close();
+  });
+
+  it('limits streams per principal, and one token cannot lock the operators out', async () => {
+    // Issue 10 row 6: one viewer token opened 254 streams and the operator's was refused.
+    await start(15_000, { maxStreams: 40 });
+    const viewers = Array.from({ length: 5 }, (_, i) => token(`viewer-${i}`, ['viewer']));
+    const first = viewers[0]!;
+    for (let i = 0; i < 8; i++) expect((await open(first)).status).toBe(200);
+    const ninth = await fetch(url, { headers: { authorization: `Bearer ${first}` } });
+    expect(ninth.status).toBe(429);
+    expect(((await ninth.json()) as { error: { code: string } }).error.code).toBe('QUOTA_EXCEEDED');
+    // Many viewers together fill the non-operator share (40 - 16 = 24) …
+    for (const v of viewers.slice(1)) for (let i = 0; i < 8; i++) await open(v);
+    const opened = streams.filter((x) => x.status === 200).length;
+    expect(opened).toBe(24);
+    expect(streams.filter((x) => x.status === 503)).toHaveLength(5 * 8 - 24);
+    // … and the operator still gets in.
+    expect((await open(token('op', ['operator']))).status).toBe(200);
+    // A closed stream frees its place for its principal.
+    streams[0]!.abort();
+    await waitFor(
+      async () => (await fetch(url, { headers: { authorization: `Bearer ${first}` } })).status !== 429,
+      {
+        what: 'the first viewer below its limit again',
+      },
+    );
   });
 
   it('answers 401 without a token and 403 to a worker token', async () => {
