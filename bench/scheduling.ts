@@ -53,7 +53,7 @@ async function runScheduling(): Promise<OpResult[]> {
       notifier: new Notifier(),
       logger: silentLogger(),
       observe: { placement: (id) => scheduler!.placement(id), queueInfo: (id) => scheduler!.queueInfo(id) },
-      cluster: { fleet, link, requestPass: () => {} },
+      cluster: { fleet, link, requestPass: () => {}, failingGrants: () => [] },
       auditStatus: () => ({ ok: true, events: 0 }),
     };
     scheduler = new Scheduler(deps, fleet, link);

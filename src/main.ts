@@ -127,6 +127,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       fleet,
       link: { bootId: ids('boot'), flush: (w) => hub!.flush(w) },
       requestPass: () => scheduler!.requestPass(),
+      failingGrants: () => scheduler?.failingGrantsList() ?? [],
     },
   };
   hub = new WorkerHub(deps, fleet, deps.cluster.link.bootId);

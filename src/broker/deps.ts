@@ -39,4 +39,6 @@ export interface ClusterRuntime {
   fleet: Fleet;
   link: WorkerLink;
   requestPass(): void;
+  /** Tasks whose grants failed to apply repeatedly (the scheduler's backoff; for get_status). */
+  failingGrants(): ReadonlyArray<{ task_id: string; failures: number; retry_at: number; error: string }>;
 }

@@ -3,6 +3,7 @@ import type { Runtime } from '../contracts/task-spec.js';
 import type { ExecutionPlan } from '../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../domain/lease.js';
 import { decide, type SchedulingDecision, type SchedulingSnapshot } from '../domain/scheduling.js';
+import { grantFailed } from '../domain/scheduling-reasons.js';
 import type { LeaseRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
 import type { Fleet } from './fleet.js';
@@ -22,8 +23,23 @@ import { enqueueForWorker, type WorkerLink } from './worker-link.js';
  * Passes are event-driven (approval, release, connect, sample change) and coalesced: many requests
  * in one tick run one pass. A 1 s sweep also requests one for time-based reservations.
  */
+/** Backoff after a grant failed to apply: none after the first failure (a race), then 1 s doubling to 60 s. */
+export function grantRetryDelayMs(failures: number): number {
+  return failures <= 1 ? 0 : Math.min(60_000, 1000 * 2 ** (failures - 2));
+}
+
+/** A task whose grants keep failing to apply (for get_status alerts). */
+export interface FailingGrant {
+  task_id: string;
+  failures: number;
+  retry_at: number;
+  error: string;
+}
+
 export class Scheduler implements TaskObserver {
   private queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
+  /** Tasks whose last grants failed to apply, by task id; in memory, like the queue's reasons. */
+  private readonly failingGrants = new Map<string, FailingGrant>();
   private pending = false;
   private running = false;
   /** Durations of recent passes in ms (for the benchmark and metrics). */
@@ -65,23 +81,55 @@ export class Scheduler implements TaskObserver {
             this.deps.store.transaction(() =>
               this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
             );
+            this.failingGrants.delete(grant.task_id);
           } catch (err) {
             conflicts++;
-            this.deps.logger.warn({ err, task_id: grant.task_id }, 'grant not applied; deciding again');
+            this.grantFailed(grant.task_id, err, now);
           }
         }
       });
+      const queued = new Set(snapshot.tasks.map((t) => t.task_id));
+      for (const id of this.failingGrants.keys()) if (!queued.has(id)) this.failingGrants.delete(id);
       const queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
       for (const w of decision.waiting)
         queue.set(w.task_id, { reason: { ...w.reason }, position: w.position });
+      // A grant that just failed leaves its task QUEUED: it gets its reason too.
+      for (const g of decision.grants) {
+        const failing = this.failingGrants.get(g.task_id);
+        if (failing !== undefined)
+          queue.set(g.task_id, { reason: { ...grantFailed(failing) }, position: queue.size + 1 });
+      }
       this.queue = queue;
-      if (conflicts > 0) this.requestPass();
+      // A first failure is retried at once; later ones wait for their retry_at (see grantFailed).
+      if ([...this.failingGrants.values()].some((f) => f.retry_at <= now && conflicts > 0))
+        this.requestPass();
       return decision;
     } finally {
       this.running = false;
       this.passDurations.push(performance.now() - started);
       if (this.passDurations.length > 1000) this.passDurations.splice(0, 500);
     }
+  }
+
+  /**
+   * A grant that failed to apply (step 3): the first failure is taken for a race and decided again at
+   * once; repeated failures wait out a growing delay (the 1 s sweep requests the pass that retries), are
+   * logged once per attempt rather than in a tight loop, and show in get_status as `grant_failing`.
+   */
+  private grantFailed(taskId: string, err: unknown, now: number): void {
+    const failures = (this.failingGrants.get(taskId)?.failures ?? 0) + 1;
+    const error = err instanceof Error ? err.message : String(err);
+    const retry_at = now + grantRetryDelayMs(failures);
+    this.failingGrants.set(taskId, { task_id: taskId, failures, retry_at, error });
+    this.deps.logger.warn(
+      { task_id: taskId, failures, retry_in_ms: retry_at - now, error },
+      failures === 1 ? 'grant not applied; deciding again' : 'grant not applied again; backing off',
+    );
+  }
+
+  /** Tasks whose grants failed to apply at least `atLeast` times in a row. */
+  failingGrantsList(atLeast = 2): FailingGrant[] {
+    return [...this.failingGrants.values()].filter((f) => f.failures >= atLeast);
   }
 
   /** Step 1: everything `decide` reads. */
@@ -123,6 +171,7 @@ export class Scheduler implements TaskObserver {
           worker: t.spec.worker,
           run_id: runBySubmitter.get(t.owner_id),
           runtime: t.runtime_kind,
+          grant_backoff: this.failingGrants.get(t.id),
         })),
       workers,
       running_cards_by_owner: running,

@@ -12,7 +12,8 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       | 'worker_offline'
       | 'task_needs_reconciliation'
       | 'audit_chain_broken'
-      | 'worker_unisolated';
+      | 'worker_unisolated'
+      | 'grant_failing';
     severity: 'warning' | 'critical';
     subject: string;
     message: string;
@@ -69,6 +70,14 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
         'Restart the worker with bubblewrap isolation (gpu-broker worker --isolation bwrap, the default where bwrap is installed).',
     });
   }
+  for (const f of deps.cluster.failingGrants())
+    alerts.push({
+      kind: 'grant_failing',
+      severity: 'critical',
+      subject: taskRef(f.task_id),
+      message: `granting cards to task ${taskRef(f.task_id)} failed ${f.failures} times in a row: ${f.error}`,
+      action: `The scheduler retries at ${new Date(f.retry_at).toISOString()} with a growing delay; check the worker's card list (duplicate indexes or uuids) and the master log.`,
+    });
   for (const t of deps.store.tasks.inState('RECONCILIATION_REQUIRED'))
     alerts.push({
       kind: 'task_needs_reconciliation',

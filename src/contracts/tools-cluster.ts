@@ -225,6 +225,7 @@ export const AlertSchema = z.object({
     'task_needs_reconciliation',
     'audit_chain_broken',
     'worker_unisolated',
+    'grant_failing',
   ]),
   severity: z.enum(['warning', 'critical']),
   subject: z.string(),

@@ -162,3 +162,16 @@ export function quotaExceeded(limit: number, inUse: number, need: number): WaitR
 function plural(n: number, noun: string): string {
   return `${n} ${noun}${n === 1 ? '' : 's'}`;
 }
+
+/** Its grants failed to apply `failures` times in a row; it waits until `retry_at` (ms). */
+export function grantFailed(backoff: { failures: number; retry_at: number; error: string }): WaitReason {
+  return {
+    code: 'grant_failed',
+    failures: backoff.failures,
+    retry_at: backoff.retry_at,
+    error: backoff.error,
+    message:
+      `Granting cards to this task failed ${backoff.failures} times (${backoff.error}); it is retried ` +
+      "with a growing delay. An operator should check the worker's card list (get_status alerts).",
+  };
+}

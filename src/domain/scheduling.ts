@@ -2,7 +2,7 @@ import type { CardSample } from '../contracts/sample.js';
 import type { ContainerEngine, IsolationMode } from '../contracts/worker-protocol.js';
 import type { CardRecords, CardStateConfig, WorkerSampling } from './card-state.js';
 import { CardPool, type RequirementView, requirementOf } from './scheduling-pool.js';
-import { quotaExceeded, waitingForCards } from './scheduling-reasons.js';
+import { grantFailed, quotaExceeded, waitingForCards } from './scheduling-reasons.js';
 
 /**
  * The scheduler's decision function (DESIGN §7). Pure: it reads a snapshot and returns grants,
@@ -41,6 +41,11 @@ export interface QueuedTaskView {
   run_id?: string | undefined;
   /** `container` tasks only run on workers with a container engine; absent means `process`. */
   runtime?: 'process' | 'container' | undefined;
+  /**
+   * Set when granting this task failed to apply `failures` times in a row (a store constraint the
+   * decision could not foresee); it is not granted again before `retry_at` (issue 10, row 3).
+   */
+  grant_backoff?: { failures: number; retry_at: number; error: string } | undefined;
 }
 
 /** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
@@ -108,7 +113,8 @@ export interface SchedulingSnapshot {
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
  *    policy requires isolation;
  *  - cordoned: cordons leave fewer than `need` matching cards on every usable worker;
- *  - quota_exceeded: granting it would take its owner over the per-owner card limit.
+ *  - quota_exceeded: granting it would take its owner over the per-owner card limit;
+ *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised).
  */
 export type WaitReason =
   | { code: 'waiting_for_cards'; need: number; eligible: number; free: number; message: string }
@@ -120,7 +126,8 @@ export type WaitReason =
   | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
   | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }
-  | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string };
+  | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string }
+  | { code: 'grant_failed'; failures: number; retry_at: number; error: string; message: string };
 
 /** Bind a task to these cards of one worker. */
 export interface Grant {
@@ -193,6 +200,11 @@ export function decide(snapshot: SchedulingSnapshot, now: number): SchedulingDec
   };
 
   for (const task of tasks) {
+    // 3a. A task whose grants kept failing to apply waits out its backoff instead of spinning.
+    if (task.grant_backoff !== undefined && task.grant_backoff.retry_at > now) {
+      wait(task.task_id, grantFailed(task.grant_backoff));
+      continue;
+    }
     const req = requirementOf(task);
     // 3. Can it ever run where it may go? (capacity, pinned worker, online, cordons; cached per shape)
     const view = pool.viewOf(req);

@@ -19,6 +19,7 @@ import {
   type WorkerMessage,
   WorkerMessageSchema,
 } from '../contracts/worker-protocol.js';
+import { sampleDefect } from '../domain/sample-check.js';
 import { WORKER_CONNECT_PATH } from '../http/app.js';
 
 /**
@@ -308,7 +309,8 @@ export class WorkerHub implements WorkerLink {
     if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
   }
 
-  private sample(workerId: string, cards: CardSample[], samplerError: string | null, now: number): boolean {
+  private sample(workerId: string, cards: CardSample[], reported: string | null, now: number): boolean {
+    const samplerError = reported ?? sampleDefect(cards);
     const changed = this.fleet.sampled(workerId, cards, samplerError, now);
     if (changed && samplerError === null) {
       const known = this.deps.store.workers.get(workerId)?.cards ?? [];
@@ -346,7 +348,10 @@ export class WorkerHub implements WorkerLink {
       return;
     }
     const { store } = this.deps;
-    const identity = msg.cards.map((c) => ({
+    // A card list naming one index or uuid twice is not trusted at all (see sampleDefect).
+    const defect = sampleDefect(msg.cards);
+    const helloCards = defect === null ? msg.cards : [];
+    const identity = helloCards.map((c) => ({
       index: c.index,
       uuid: c.uuid,
       model: c.model,
@@ -403,7 +408,11 @@ export class WorkerHub implements WorkerLink {
       }
     });
     s.bootId = msg.boot_id;
-    this.fleet.connected(s.workerId, msg.boot_id, msg.cards, now);
+    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now);
+    if (defect !== null) {
+      this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
+      this.fleet.sampled(s.workerId, [], defect, now);
+    }
     this.reply(s, {
       type: 'welcome',
       protocol_version: PROTOCOL_VERSION,

@@ -65,6 +65,7 @@ export function makeBrokerDeps(opts: BrokerFixtureOptions = {}): BrokerFixture {
       requestPass: () => {
         passes++;
       },
+      failingGrants: () => [],
     },
     auditStatus: () => {
       const v = store.audit.verify();

@@ -1,4 +1,5 @@
 import WebSocket from 'ws';
+import type { CardSample } from '../../src/contracts/sample.js';
 import { PROTOCOL_VERSION } from '../../src/contracts/worker-protocol.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
 import { waitFor } from './wait.js';
@@ -10,6 +11,8 @@ import { waitFor } from './wait.js';
 export interface RawWorker {
   readonly workerId: string;
   readonly bootId: string;
+  /** The 8 simulated cards `hello` and `sample` draw from, to craft other card lists. */
+  readonly simCards: readonly CardSample[];
   /** Every message received, parsed, in order. */
   readonly received: Array<Record<string, unknown>>;
   /** Sends one message as JSON. */
@@ -63,6 +66,7 @@ export async function connectRawWorker(opts: {
   const raw: RawWorker = {
     workerId: opts.workerId,
     bootId,
+    simCards: all,
     received,
     send: (message) => ws.send(JSON.stringify(message)),
     sendText: (text) => ws.send(text),

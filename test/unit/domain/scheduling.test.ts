@@ -1,4 +1,6 @@
 import { describe, expect, it } from 'vitest';
+import { grantRetryDelayMs } from '../../../src/broker/scheduler.js';
+import { sampleDefect } from '../../../src/domain/sample-check.js';
 import {
   type CardView,
   decide,
@@ -369,5 +371,49 @@ describe('decide: how workers run tasks', () => {
     const workers = [worker('w1', 2), worker('w2', 2, { container_engine: 'podman' })];
     const d = decide({ workers, tasks: [t], running_cards_by_owner: {}, config: CONFIG }, NOW);
     expect(d.grants).toEqual([{ task_id: t.task_id, worker_id: 'w2', card_indexes: [0] }]);
+  });
+});
+
+describe('decide: grants that failed to apply', () => {
+  it('does not grant a task before its retry time, and says why; at the retry time it does', () => {
+    const t = task(1, {
+      grant_backoff: { failures: 3, retry_at: NOW + 2000, error: 'UNIQUE constraint failed' },
+    });
+    const early = decide(snapshot([worker('w1', 2)], [t]), NOW);
+    expect(early.grants).toEqual([]);
+    expect(reasonOf(early, t)).toMatchObject({ code: 'grant_failed', failures: 3, retry_at: NOW + 2000 });
+    expect(reasonOf(early, t)?.message).toContain('UNIQUE constraint failed');
+    const due = decide(snapshot([worker('w1', 2)], [t]), NOW + 2000);
+    expect(grantOf(due, t)).toBeDefined();
+  });
+
+  it('backs off 0 s after the first failure (a race), then 1 s doubling to at most 60 s', () => {
+    expect([1, 2, 3, 4, 5, 8, 20].map(grantRetryDelayMs)).toEqual([
+      0, 1000, 2000, 4000, 8000, 60_000, 60_000,
+    ]);
+  });
+});
+
+describe('sampleDefect', () => {
+  it('names a repeated index or uuid, and passes a sound list', () => {
+    expect(
+      sampleDefect([
+        { index: 0, uuid: 'a' },
+        { index: 1, uuid: 'b' },
+      ]),
+    ).toBeNull();
+    expect(
+      sampleDefect([
+        { index: 0, uuid: 'a' },
+        { index: 0, uuid: 'b' },
+      ]),
+    ).toMatch(/index 0 twice/);
+    expect(
+      sampleDefect([
+        { index: 0, uuid: 'a' },
+        { index: 1, uuid: 'a' },
+      ]),
+    ).toMatch(/uuid a twice/);
+    expect(sampleDefect([])).toBeNull();
   });
 });
