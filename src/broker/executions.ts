@@ -6,10 +6,12 @@ import type {
   LogMessageSchema,
   OutputMessageSchema,
 } from '../contracts/worker-protocol.js';
+import { executionStep } from '../domain/execution.js';
 import type { TaskEvent } from '../domain/task.js';
 import type { ExecutionPhaseRecord, ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { moveLease } from './leases.js';
+import { markExecutionLost } from './liveness.js';
 import { moveTask, taskTopic } from './tasks.js';
 
 /**
@@ -21,17 +23,6 @@ import { moveTask, taskTopic } from './tasks.js';
 type ExecutionMessage = z.infer<typeof ExecutionMessageSchema>;
 type LogMessage = z.infer<typeof LogMessageSchema>;
 type OutputMessage = z.infer<typeof OutputMessageSchema>;
-
-/** Order of phases; a report for an earlier phase than recorded is stale. */
-const PHASE_ORDER: Record<ExecutionPhaseRecord, number> = {
-  assigned: 0,
-  accepted: 1,
-  rejected: 5,
-  started: 2,
-  exited: 3,
-  cleaned: 5,
-  cleanup_failed: 5,
-};
 
 function fenced(deps: BrokerDeps, workerId: string, executionId: string, epoch: number): ExecutionRecord {
   const e = deps.store.leases.execution(executionId);
@@ -74,15 +65,26 @@ function tryMoveTask(
   }
 }
 
-/** Handles an `execution` report. Call inside a transaction. */
-export function handleExecutionReport(deps: BrokerDeps, workerId: string, msg: ExecutionMessage): void {
+/**
+ * Handles an `execution` report. Call inside a transaction. The execution table (src/domain/execution.ts)
+ * decides: a legal next phase is applied, a duplicate is ignored, and an illegal one is refused — the
+ * returned error goes back to the worker — after moving the task to RECONCILIATION_REQUIRED and
+ * quarantining its lease, in this same transaction: the worker and the master disagree about the
+ * execution, so neither its outcome nor its cards can be trusted until an operator reconciles.
+ */
+export function handleExecutionReport(
+  deps: BrokerDeps,
+  workerId: string,
+  msg: ExecutionMessage,
+): BrokerError | null {
   const e = fenced(deps, workerId, msg.execution_id, msg.lease_epoch);
   if (msg.phase === 'cleaned' && e.phase === 'cleanup_failed') {
     lateCleanupReceipt(deps, e, msg.detail);
-    return;
+    return null;
   }
-  const done = PHASE_ORDER[e.phase] >= 5;
-  if (done || PHASE_ORDER[msg.phase] <= PHASE_ORDER[e.phase]) return; // duplicate or stale: already applied
+  const step = executionStep(e.phase, msg.phase);
+  if (step.kind === 'duplicate') return null;
+  if (step.kind === 'illegal') return illegalReport(deps, e, msg.phase, step.allowed);
   const now = deps.clock.now();
   const next: ExecutionRecord = { ...e, phase: msg.phase, updated_at: now };
   const task = deps.store.tasks.get(e.task_id)!;
@@ -163,6 +165,28 @@ export function handleExecutionReport(deps: BrokerDeps, workerId: string, msg: E
   }
   deps.store.leases.updateExecution(next);
   deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+  return null;
+}
+
+/** An illegal report (see handleExecutionReport): reconcile, audit, and the refusal for the worker. */
+function illegalReport(
+  deps: BrokerDeps,
+  e: ExecutionRecord,
+  reported: ExecutionMessage['phase'],
+  allowed: readonly string[],
+): BrokerError {
+  const why = `execution ${e.id} is ${e.phase}; a report of ${reported} cannot follow (expected ${allowed.join(' or ') || 'nothing more'})`;
+  deps.logger.warn(
+    { execution_id: e.id, task_id: e.task_id, phase: e.phase, reported },
+    'illegal execution report',
+  );
+  markExecutionLost(deps, e, 'master', `illegal execution report: ${why}`, { reported, phase: e.phase });
+  deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+  return new BrokerError(
+    'INVALID_STATE',
+    why,
+    'The master moved the task to RECONCILIATION_REQUIRED; an operator reconciles it (gpu-broker reconcile).',
+  );
 }
 
 /**

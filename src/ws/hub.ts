@@ -282,7 +282,8 @@ export class WorkerHub implements WorkerLink {
               sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now);
               break;
             case 'execution':
-              handleExecutionReport(this.deps, s.workerId, msg);
+              // An illegal report is refused without rolling back what the refusal changed.
+              refused = handleExecutionReport(this.deps, s.workerId, msg);
               break;
             case 'log':
               handleLogChunk(this.deps, s.workerId, msg);

@@ -1,0 +1,73 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import {
+  EXECUTION_TABLE,
+  type ExecutionPhase,
+  executionStep,
+  type ReportedPhase,
+} from '../../../src/domain/execution.js';
+import { packageRoot } from '../../../src/platform/package-root.js';
+
+const PHASES = Object.keys(EXECUTION_TABLE) as ExecutionPhase[];
+const REPORTED = PHASES.filter((p): p is ReportedPhase => p !== 'assigned');
+
+/** The execution table as docs/state-machines.md shows it. */
+function renderTable(): string {
+  const head = `| from \\ report | ${REPORTED.map((r) => `\`${r}\``).join(' | ')} |`;
+  const rule = `| --- | ${REPORTED.map(() => '---').join(' | ')} |`;
+  const rows = PHASES.map((from) => {
+    const cells = REPORTED.map((r) => {
+      const step = executionStep(from, r);
+      return step.kind === 'apply' ? step.to : step.kind === 'duplicate' ? 'dup' : '✗';
+    });
+    return `| \`${from}\` | ${cells.join(' | ')} |`;
+  });
+  return [head, rule, ...rows].join('\n');
+}
+
+describe('the execution table', () => {
+  it('allows exactly the honest paths', () => {
+    const apply = (from: ExecutionPhase, r: ReportedPhase) => executionStep(from, r).kind;
+    expect(apply('assigned', 'accepted')).toBe('apply');
+    expect(apply('assigned', 'rejected')).toBe('apply');
+    expect(apply('accepted', 'exited')).toBe('apply'); // could not spawn: no `started`
+    expect(apply('exited', 'cleanup_failed')).toBe('apply');
+    expect(apply('cleanup_failed', 'cleaned')).toBe('apply'); // a late receipt
+    // Issue 10 row 1: a jump to the end, and a refusal after starting.
+    expect(apply('assigned', 'cleaned')).toBe('illegal');
+    expect(apply('started', 'rejected')).toBe('illegal');
+    expect(apply('accepted', 'cleaned')).toBe('illegal');
+    expect(apply('rejected', 'started')).toBe('illegal');
+    // Resent reports.
+    expect(apply('started', 'accepted')).toBe('duplicate');
+    expect(apply('cleaned', 'exited')).toBe('duplicate');
+    expect(apply('rejected', 'rejected')).toBe('duplicate');
+  });
+
+  it('property: applying any sequence of reports only ever follows the table, and ends nowhere else', () => {
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom(...REPORTED), { maxLength: 30 }), (reports) => {
+        let phase: ExecutionPhase = 'assigned';
+        const path: ExecutionPhase[] = [phase];
+        for (const r of reports) {
+          const step = executionStep(phase, r);
+          if (step.kind === 'apply') {
+            expect(EXECUTION_TABLE[phase][r]).toBe(step.to);
+            phase = step.to;
+            path.push(phase);
+          }
+        }
+        // Every path reaching cleaned went through exited; rejected is reached only from assigned.
+        if (phase === 'cleaned') expect(path).toContain('exited');
+        if (phase === 'rejected') expect(path).toEqual(['assigned', 'rejected']);
+      }),
+    );
+  });
+
+  it('is shown in docs/state-machines.md as the code has it', () => {
+    const doc = readFileSync(join(packageRoot(), 'docs', 'state-machines.md'), 'utf8');
+    expect(doc).toContain(renderTable());
+  });
+});
