@@ -98,16 +98,26 @@ export class ExecutionManager {
       outbox.enqueue(phaseBody(known));
       return {};
     }
+    // The execution is new here (a known one returned above), so its epoch must be above every mark.
     const fence = store.checkAndRaiseEpoch(
       plan.cards.map((c) => c.index),
       plan.lease_epoch,
+      { strict: true },
     );
     if (!fence.ok) {
       this.reject(
         plan,
         'STALE_EPOCH',
-        `card ${fence.card_index} has seen lease epoch ${fence.recorded_epoch}, above this assign's ${plan.lease_epoch}`,
+        fence.recorded_epoch === plan.lease_epoch
+          ? `card ${fence.card_index} already has lease epoch ${plan.lease_epoch}, for another execution`
+          : `card ${fence.card_index} has seen lease epoch ${fence.recorded_epoch}, above this assign's ${plan.lease_epoch}`,
       );
+      return {};
+    }
+    // Whatever the master believes, a card one of this worker's executions still holds is not free.
+    const held = heldCardsProblem(plan, store.listUnfinishedExecutions());
+    if (held !== null) {
+      this.reject(plan, 'SETUP_FAILED', held);
       return {};
     }
     const problem = leasedCardsProblem(plan.cards, this.deps.latestCards()) ?? pinsProblem(plan.pins ?? []);
@@ -294,4 +304,22 @@ function unknownExecution(executionId: string): Handled {
 
 function optionalDetail(detail: string | undefined): { detail?: string } {
   return detail === undefined ? {} : { detail };
+}
+
+/**
+ * Why `plan` may not start while `unfinished` executions of this worker run: one of them still holds one
+ * of its cards (the master lost track of it, e.g. restored from a backup). Null when the cards are free.
+ */
+export function heldCardsProblem(
+  plan: ExecutionPlan,
+  unfinished: ReadonlyArray<{ execution_id: string; lease_epoch: number; plan: ExecutionPlan }>,
+): string | null {
+  const wanted = new Set(plan.cards.map((c) => c.index));
+  for (const e of unfinished) {
+    if (e.execution_id === plan.execution_id) continue;
+    const card = e.plan.cards.find((c) => wanted.has(c.index));
+    if (card !== undefined)
+      return `card ${card.index} is still held by execution ${e.execution_id} (lease epoch ${e.lease_epoch}) on this worker`;
+  }
+  return null;
 }

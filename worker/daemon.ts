@@ -183,6 +183,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       phase: e.phase,
     })),
     master_marks: store.listMasterMarks(),
+    card_epochs: store.listCardEpochs(),
     isolation: opts.sandbox?.kind ?? 'none',
   });
 

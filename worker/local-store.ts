@@ -139,13 +139,17 @@ export interface LocalStoreOptions {
 /** The worker's local store; see the module comment. Close it when done. */
 export interface LocalStore {
   /**
-   * Refuses with STALE_EPOCH if any of `cardIndexes` has a recorded epoch above `epoch` (equal is
-   * accepted, so re-delivering the same assign is harmless); otherwise raises all their marks to `epoch`.
-   * Atomic: either every mark is raised or none is. Call it before any side effect of the message.
+   * Refuses with STALE_EPOCH if any of `cardIndexes` has a recorded epoch above `epoch` — or, with
+   * `strict`, equal to it: an assign for an execution this worker does not know yet must be above every
+   * mark, since an equal epoch belongs to another execution (a master restored from a backup re-issuing
+   * it, issue 10 row 2). Otherwise raises all their marks to `epoch`. Atomic: either every mark is
+   * raised or none is. Call it before any side effect of the message.
    */
-  checkAndRaiseEpoch(cardIndexes: readonly number[], epoch: number): EpochCheck;
+  checkAndRaiseEpoch(cardIndexes: readonly number[], epoch: number, opts?: { strict?: boolean }): EpochCheck;
   /** The recorded epoch of one card, or 0 when none was ever seen. */
   getCardEpoch(cardIndex: number): number;
+  /** Every card's recorded epoch, for `hello.card_epochs`. */
+  listCardEpochs(): Array<{ index: number; epoch: number }>;
   /**
    * Inserts an execution, or updates its phase (and result, when one is given). The plan, task id and
    * epoch of an existing record are never replaced: an execution's plan is immutable.
@@ -231,6 +235,9 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
 
   const stmts = {
     cardEpoch: db.prepare<[number], { epoch: number }>('SELECT epoch FROM card_epochs WHERE card_index = ?'),
+    cardEpochs: db.prepare<[], { index: number; epoch: number }>(
+      'SELECT card_index AS "index", epoch FROM card_epochs ORDER BY card_index LIMIT 1024',
+    ),
     raiseCard: db.prepare<[number, number]>(
       `INSERT INTO card_epochs (card_index, epoch) VALUES (?, ?)
        ON CONFLICT (card_index) DO UPDATE SET epoch = max(epoch, excluded.epoch)`,
@@ -301,16 +308,18 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     return row === undefined ? null : toExecutionRecord(row);
   };
 
-  const checkAndRaiseEpoch = db.transaction((cardIndexes: readonly number[], epoch: number): EpochCheck => {
-    // Check every card before raising any, so a refusal leaves no mark behind.
-    for (const card of cardIndexes) {
-      const recorded = getCardEpoch(card);
-      if (recorded > epoch)
-        return { ok: false, code: 'STALE_EPOCH', card_index: card, recorded_epoch: recorded };
-    }
-    for (const card of cardIndexes) stmts.raiseCard.run(card, epoch);
-    return { ok: true };
-  });
+  const checkAndRaiseEpoch = db.transaction(
+    (cardIndexes: readonly number[], epoch: number, strict: boolean): EpochCheck => {
+      // Check every card before raising any, so a refusal leaves no mark behind.
+      for (const card of cardIndexes) {
+        const recorded = getCardEpoch(card);
+        if (recorded > epoch || (strict && recorded === epoch))
+          return { ok: false, code: 'STALE_EPOCH', card_index: card, recorded_epoch: recorded };
+      }
+      for (const card of cardIndexes) stmts.raiseCard.run(card, epoch);
+      return { ok: true };
+    },
+  );
 
   const upsertExecution = db.transaction(
     (record: { plan: ExecutionPlan; phase: ExecutionPhase; result?: ExecutionSummary | null }) => {
@@ -354,7 +363,8 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
   });
 
   return {
-    checkAndRaiseEpoch: (cards, epoch) => checkAndRaiseEpoch.immediate(cards, epoch),
+    checkAndRaiseEpoch: (cards, epoch, opts = {}) =>
+      checkAndRaiseEpoch.immediate(cards, epoch, opts.strict ?? false),
     getCardEpoch,
     upsertExecution: (record) => upsertExecution.immediate(record),
     setExecutionPgid: (executionId, pgid) => {
@@ -386,6 +396,7 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     getMasterMark: (bootId) => stmts.masterMark.get(bootId)?.seq ?? 0,
     raiseMasterMark: (bootId, seq) => raiseMasterMark.immediate(bootId, seq),
     listMasterMarks: () => stmts.listMaster.all(MAX_MASTER_MARKS),
+    listCardEpochs: () => stmts.cardEpochs.all(),
     transaction: (fn) => db.transaction(fn).immediate(),
     close: () => db.close(),
   };

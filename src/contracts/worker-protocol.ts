@@ -154,6 +154,15 @@ export const HelloSchema = z.object({
   executions: z.array(KnownExecutionSchema).max(HELLO_MAX_EXECUTIONS),
   /** Highest master seq this worker has processed, per master boot id, so the master resends the rest. */
   master_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
+  /**
+   * The highest lease epoch this worker has seen per card. A master restored from a backup learns them
+   * here and issues only higher epochs, so it cannot hand out an epoch a running execution already holds
+   * (issue 10, row 2).
+   */
+  card_epochs: z
+    .array(z.object({ index: z.number().int().min(0).max(1023), epoch: z.number().int().min(0) }))
+    .max(1024)
+    .default([]),
   /** How this worker isolates tasks; a worker that does not say is taken as unisolated. */
   isolation: IsolationModeSchema.default('none'),
   /** The engine for `container` tasks, or null when this worker cannot run them. */

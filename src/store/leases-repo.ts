@@ -129,6 +129,11 @@ export class LeasesRepo {
     return indexes.map((i) => this.s.epoch.get(workerId, i)?.epoch ?? 0);
   }
 
+  /** Raises a card's highest issued epoch to at least `epoch` (a worker's mark learnt at hello). */
+  raiseEpoch(workerId: string, index: number, epoch: number): void {
+    this.s.setEpoch.run(workerId, index, epoch);
+  }
+
   /** Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index. */
   insertLease(l: LeaseRecord): void {
     this.s.insertLease.run({ ...l, cards: undefined });

@@ -375,6 +375,9 @@ export class WorkerHub implements WorkerLink {
         now,
       );
       for (const mark of msg.master_marks) store.outbox.ackThrough(s.workerId, mark.boot_id, mark.seq, now);
+      // A worker may have seen epochs this master never issued (a restored or rolled-back database):
+      // every later lease on those cards must be above them.
+      for (const c of msg.card_epochs) store.leases.raiseEpoch(s.workerId, c.index, c.epoch);
       store.audit.append({
         at: now,
         actor: s.workerId,

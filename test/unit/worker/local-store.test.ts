@@ -96,6 +96,23 @@ describe('card epochs', () => {
     expect([store.getCardEpoch(0), store.getCardEpoch(1), store.getCardEpoch(2)]).toEqual([5, 6, 6]);
   });
 
+  it('strict (a new execution): an epoch equal to a mark belongs to another execution and is refused', () => {
+    // Issue 10 row 2: a master restored from a backup re-issued epoch 5 on card 0 while 5 still ran.
+    const store = openStore();
+    expect(store.checkAndRaiseEpoch([0], 5, { strict: true })).toEqual({ ok: true });
+    expect(store.checkAndRaiseEpoch([0], 5, { strict: true })).toEqual({
+      ok: false,
+      code: 'STALE_EPOCH',
+      card_index: 0,
+      recorded_epoch: 5,
+    });
+    expect(store.checkAndRaiseEpoch([0, 3], 6, { strict: true })).toEqual({ ok: true });
+    expect(store.listCardEpochs()).toEqual([
+      { index: 0, epoch: 6 },
+      { index: 3, epoch: 6 },
+    ]);
+  });
+
   it('raises no mark when any card refuses', () => {
     const store = openStore();
     store.checkAndRaiseEpoch([2], 9);
