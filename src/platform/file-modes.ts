@@ -62,7 +62,9 @@ export function secureDataDir(opts: DataDirModes): Tightened[] {
   // A dir made here is exactly dirMode (the umask may have taken the x bits tasks need).
   if (mkdirSync(opts.dir, { recursive: true, mode: opts.dirMode }) !== undefined)
     chmodSync(opts.dir, opts.dirMode);
-  tighten(opts.dir, statSync(opts.dir), opts.dirMode, uid, changed);
+  // A data dir given through a symbolic link is secured where it really is.
+  const dir = realpathSync(opts.dir);
+  tighten(dir, statSync(dir), opts.dirMode, uid, changed);
   for (const sub of opts.secretDirs ?? []) {
     const path = join(opts.dir, sub);
     const st = lstatIfExists(path);
@@ -80,8 +82,10 @@ export function secureDataDir(opts: DataDirModes): Tightened[] {
 }
 
 /** Makes one secret file outside a data dir (e.g. `--token-file`) at most 0600; see `secureDataDir`. */
-export function secureFile(path: string, uid: number = process.geteuid?.() ?? 0): Tightened[] {
+export function secureFile(file: string, uid: number = process.geteuid?.() ?? 0): Tightened[] {
   const changed: Tightened[] = [];
+  // Token files are often links into a secrets mount: check and tighten the file itself.
+  const path = realpathSync(file);
   const st = lstatSync(path);
   if (!st.isFile()) throw notOurs(path, st, uid, 'is not a regular file');
   tighten(path, st, 0o600, uid, changed);
@@ -157,6 +161,13 @@ function tighten(path: string, st: Stats, most: number, uid: number, changed: Ti
   const fd = openSync(path, constants.O_RDONLY | constants.O_NOFOLLOW);
   try {
     fchmodSync(fd, wanted);
+  } catch (err) {
+    // A read-only mount (e.g. a secret volume) cannot be tightened here: say where to fix it.
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${path} is mode ${octal(mode)} and cannot be tightened (${(err as NodeJS.ErrnoException).code}): refusing to start with secrets others could read`,
+      `Make it ${octal(wanted)} where it is provisioned (e.g. a secret volume's defaultMode), or copy it to a private path.`,
+    );
   } finally {
     closeSync(fd);
   }

@@ -64,6 +64,18 @@ describe('secureDataDir', () => {
     expect(mode(dir)).toBe(0o700);
   });
 
+  it('secures a data dir given through a symbolic link where it really is', () => {
+    const base = makeTempDir('modes');
+    const real = join(base, 'real');
+    mkdirSync(real, { mode: 0o755 });
+    chmodSync(real, 0o755);
+    symlinkSync(real, join(base, 'link'));
+    expect(secureDataDir({ dir: join(base, 'link'), dirMode: 0o700, files: [] })).toEqual([
+      { path: real, from: 0o755, to: 0o700 },
+    ]);
+    expect(mode(real)).toBe(0o700);
+  });
+
   it('refuses a symbolic link where a secret file belongs', () => {
     const dir = makeTempDir('modes');
     symlinkSync('/etc/hostname', join(dir, 'broker.db'));
