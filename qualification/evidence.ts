@@ -13,7 +13,7 @@ import type { WorkloadPin } from './workload-spec.js';
  */
 
 /** Identifies the document's format. */
-export const EVIDENCE_SCHEMA = 'gpu-broker.qualification-evidence/1';
+export const EVIDENCE_SCHEMA = 'gpu-broker.qualification-evidence/2';
 
 /** The verdicts. */
 export type Verdict = 'PASSED' | 'FAILED' | 'INCONCLUSIVE';
@@ -61,7 +61,18 @@ export interface EvidenceBody {
   schema: typeof EVIDENCE_SCHEMA;
   run_id: string;
   verdict: Verdict;
-  worker: { worker_id: string; hostname: string | null; provider: string | null; simulated: boolean };
+  /**
+   * The worker, as the master's row said when the run started. `isolation`: `bwrap` (each task
+   * sandboxed), `none` (UNISOLATED) or null (no row); `container_engine` when it has one. Added in /2.
+   */
+  worker: {
+    worker_id: string;
+    hostname: string | null;
+    provider: string | null;
+    simulated: boolean;
+    isolation: 'bwrap' | 'none' | null;
+    container_engine: string | null;
+  };
   submitter: { kind: string; principal: string; principal_id: string };
   reviewer: { principal: string; principal_id: string };
   workload: WorkloadPin;
@@ -166,6 +177,16 @@ export function failedChecks(rungs: readonly EvidenceRung[], post: readonly Chec
     ),
     ...post.filter((c) => !c.ok).map((c) => `post: ${c.name}: ${c.detail}`),
   ];
+}
+
+/** One line for people: how the worker isolated the run's tasks (documents before /2 did not record it). */
+export function isolationLine(worker: Partial<EvidenceBody['worker']>): string {
+  if (worker.isolation === undefined) return 'isolation: not recorded (evidence older than schema /2)';
+  if (worker.isolation === null) return 'isolation: unknown (the master had no row for the worker)';
+  const engine = worker.container_engine ? `; container engine ${worker.container_engine}` : '';
+  return worker.isolation === 'none'
+    ? `isolation: none — UNISOLATED worker: tasks ran as plain processes on the host${engine}`
+    : `isolation: ${worker.isolation} (each task sandboxed)${engine}`;
 }
 
 /** The human summary table's rows: cards, gpu ids, all_reduce value/expected, GEMM, busbw, verdict. */

@@ -142,7 +142,7 @@ export async function runQualification(
     if (signal.aborted) return null;
     hooks.step(null, 'checking post-conditions: leases, card states, audit chain');
     const post = await settle(hooks.collectPost, postSettled, settleTimeoutMs, signal);
-    const postChecks = verifyPost(post);
+    const postChecks = verifyPost(post, facts);
     const verdict = verdictOf(
       rungs.map((r) => r.checks),
       postChecks,
@@ -157,6 +157,8 @@ export async function runQualification(
         hostname: o.worker.hostname,
         provider: o.worker.provider,
         simulated: facts.simulated,
+        isolation: facts.isolation?.mode ?? null,
+        container_engine: facts.isolation?.container_engine ?? null,
       },
       submitter: { kind: o.submitterKind, principal: o.submitter.name, principal_id: facts.submitter_id },
       reviewer: { principal: o.reviewer.name, principal_id: facts.reviewer_id },

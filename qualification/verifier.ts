@@ -29,7 +29,18 @@ export interface RunFacts {
   reserved_cards: number[];
   /** Whether the worker's cards are simulated (gloo on CPU is acceptable only then). */
   simulated: boolean;
+  /** How the worker isolated tasks when the run started, from the master's worker row (null: no row). */
+  isolation: WorkerIsolation | null;
   pin: WorkloadPin;
+}
+
+/**
+ * A worker's task isolation as its latest hello told the master (workers.isolation, migration 004):
+ * `bwrap` sandboxes each task; `none` is UNISOLATED. The container engine, when the worker has one.
+ */
+export interface WorkerIsolation {
+  mode: 'bwrap' | 'none';
+  container_engine: string | null;
 }
 
 /** What the master recorded for one rung. Null members were not found. */
@@ -87,6 +98,8 @@ export interface PostRecords {
   /** Every reserved card's derived state with the run's own cordon set aside (UNKNOWN if unreported). */
   cards: Array<{ index: number; state: string; reasons: string[] }>;
   audit: { ok: boolean; events: number; detail: string | null };
+  /** The worker's isolation now (null: its row is gone). */
+  isolation: WorkerIsolation | null;
 }
 
 /** Names of the rung checks that precede the workload checks, in report order. */
@@ -106,6 +119,7 @@ export const POST_CHECK_NAMES = [
   'post.no_residual_leases',
   'post.cards_available',
   'post.audit_chain',
+  'post.isolation_unchanged',
 ] as const;
 
 const ok = (name: string, detail: string): Check => ({ name, ok: true, detail });
@@ -304,7 +318,7 @@ function checkOutput(r: RungRecords): { check: Check; document: unknown } {
 }
 
 /** Checks what must hold once the ladder is done. */
-export function verifyPost(post: PostRecords): Check[] {
+export function verifyPost(post: PostRecords, run: Pick<RunFacts, 'isolation'>): Check[] {
   const residual = post.residual_leases;
   const notAvailable = post.cards.filter((c) => c.state !== 'AVAILABLE');
   return [
@@ -330,7 +344,32 @@ export function verifyPost(post: PostRecords): Check[] {
     post.audit.ok
       ? ok('post.audit_chain', `${post.audit.events} events, chain intact`)
       : bad('post.audit_chain', `audit chain broken: ${post.audit.detail ?? 'unknown problem'}`),
+    checkIsolation(run.isolation, post.isolation),
   ];
+}
+
+/**
+ * The evidence records the isolation the run started under; that is only true of every rung if the
+ * worker did not come back with another mode mid-run (a restart with other flags), so a change, or a
+ * worker the master no longer knows, fails closed. An UNISOLATED worker does not fail the run: the
+ * ladder proves the cards and their interconnect, which a sandbox does not change, and whether tasks
+ * may run unisolated is policy.require_isolation's decision, made before any rung was placed
+ * (docs/qualification.md, "Isolation").
+ */
+function checkIsolation(start: WorkerIsolation | null, end: WorkerIsolation | null): Check {
+  const name = 'post.isolation_unchanged';
+  const show = (i: WorkerIsolation | null) =>
+    i === null
+      ? 'unknown (no worker row)'
+      : `${i.mode === 'none' ? 'none (UNISOLATED)' : i.mode}${i.container_engine ? `, container engine ${i.container_engine}` : ''}`;
+  if (start === null || end === null)
+    return bad(name, `worker isolation ${show(start)} at start, ${show(end)} at the end`);
+  if (start.mode !== end.mode || start.container_engine !== end.container_engine)
+    return bad(
+      name,
+      `worker isolation changed during the run: ${show(start)} at start, ${show(end)} at the end`,
+    );
+  return ok(name, `worker isolation ${show(start)} throughout`);
 }
 
 /** The verdict: FAILED if any check failed; INCONCLUSIVE if none failed but a count did not run; else PASSED. */

@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { workloadPath, workloadSha256 } from '../qualification/workload-result.js';
@@ -21,6 +21,13 @@ import { registerEventStream } from './http/events.js';
 import { createMetrics } from './http/metrics.js';
 import { type Clock, systemClock } from './platform/clock.js';
 import { isLoopback, type MasterConfig, parseListen } from './platform/config.js';
+import {
+  createPrivateFile,
+  describeTightened,
+  secureDataDir,
+  type Tightened,
+  writeSecretFile,
+} from './platform/file-modes.js';
 import { createIdGenerator } from './platform/ids.js';
 import { createLogger, type Logger } from './platform/logger.js';
 import { ensureDevTls } from './platform/tls.js';
@@ -64,10 +71,43 @@ const IDEMPOTENCY_RETENTION_MS = 7 * 24 * 3600_000;
 /** File holding the bootstrap operator token, mode 0600. */
 export const OPERATOR_TOKEN_FILE = 'operator.token';
 
-/** Opens the store in a data dir (creating the dir, mode 0700). */
-export function openStore(dataDir: string): Store {
-  mkdirSync(dataDir, { recursive: true, mode: 0o700 });
-  return Store.open(join(dataDir, 'broker.db'));
+/**
+ * The master's secret files, relative to its data dir: the database and its WAL, the tokens that
+ * `serve` and `start` write, and the TLS private keys (tls.ts). Certificates stay as written (0644) but
+ * sit in the 0700 dir.
+ */
+export const MASTER_SECRET_FILES = [
+  'broker.db',
+  'broker.db-wal',
+  'broker.db-shm',
+  OPERATOR_TOKEN_FILE,
+  'worker.token',
+  'agent.token',
+  'reviewer.token',
+  'tls/ca-key.pem',
+  'tls/server-key.pem',
+] as const;
+
+/**
+ * Makes the data dir 0700 and the secret files in it 0600 (issue 9 row 7: a pre-existing 0755 dir left
+ * broker.db 0644), or throws naming what it cannot tighten; returns what it changed.
+ */
+export function secureMasterDataDir(dataDir: string): Tightened[] {
+  return secureDataDir({ dir: dataDir, dirMode: 0o700, files: MASTER_SECRET_FILES, secretDirs: ['tls'] });
+}
+
+/**
+ * Opens the store in a data dir: secures the dir first (a warning through `warn` names each path
+ * tightened), and creates broker.db 0600 before SQLite opens it so it and its -wal/-shm never exist
+ * with a looser mode.
+ */
+export function openStore(dataDir: string, warn: (message: string) => void = () => undefined): Store {
+  const tightened = secureMasterDataDir(dataDir);
+  if (tightened.length > 0)
+    warn(`data dir was readable by others; tightened ${describeTightened(tightened)}`);
+  const path = join(dataDir, 'broker.db');
+  createPrivateFile(path);
+  return Store.open(path);
 }
 
 /** Creates the first operator on an empty database and writes its token file; no-op afterwards. */
@@ -78,8 +118,7 @@ export function bootstrapOperator(
   if (deps.store.principals.list().length > 0) return null;
   const { token } = createPrincipal(deps, { name: 'operator', roles: ['operator'] }, 'bootstrap');
   const path = join(dataDir, OPERATOR_TOKEN_FILE);
-  writeFileSync(path, `${token}\n`, { mode: 0o600 });
-  chmodSync(path, 0o600);
+  writeSecretFile(path, `${token}\n`);
   return token;
 }
 
@@ -95,7 +134,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       'Keep TLS on (the default) or listen on 127.0.0.1.',
     );
   const logger = opts.logger ?? createLogger();
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, (message) => logger.warn({ data_dir: dataDir }, message));
   const clock = opts.clock ?? systemClock;
   const ids = createIdGenerator();
   let auditCache: { at: number; value: AuditStatus } = { at: 0, value: { ok: true, events: 0 } };

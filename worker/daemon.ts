@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { mkdirSync, readFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import { hostname as osHostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -11,6 +11,7 @@ import {
   MasterMessageSchema,
   PROTOCOL_VERSION,
 } from '../src/contracts/worker-protocol.js';
+import { createPrivateFile, describeTightened } from '../src/platform/file-modes.js';
 import { createLogger } from '../src/platform/logger.js';
 import { packageRoot } from '../src/platform/package-root.js';
 import type { BackoffOptions, WorkerConnection } from './connection.js';
@@ -20,6 +21,7 @@ import { ExecutionManager } from './daemon-executions.js';
 import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
+import { secureWorkerDataDir } from './data-dir-modes.js';
 import type { SandboxSetup } from './executor.js';
 import { openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
@@ -29,7 +31,7 @@ import type { CardSampler } from './samplers/card-sampler.js';
  * The worker daemon (DESIGN §2, §8, §9): one per GPU host, connected to the master over WSS.
  *
  * Start-up:
- *   1. open `<dataDir>/worker.sqlite`; a new boot id for this process;
+ *   1. secure the data dir (data-dir-modes.ts), open `<dataDir>/worker.sqlite` (0600); a new boot id;
  *   2. report executions a previous process left unfinished (daemon-recovery.ts);
  *   3. start sampling; wait (briefly) for the first sample so `hello` carries real cards;
  *   4. connect, and reconnect for ever (connection.ts).
@@ -110,8 +112,12 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
 
   // 1. store
-  mkdirSync(opts.dataDir, { recursive: true, mode: 0o700 });
-  const store = openLocalStore(join(opts.dataDir, 'worker.sqlite'));
+  const tightened = secureWorkerDataDir(opts.dataDir, opts.runAs);
+  if (tightened.length > 0)
+    log.warn(`worker: data dir was readable by others; tightened ${describeTightened(tightened)}`);
+  const storePath = join(opts.dataDir, 'worker.sqlite');
+  createPrivateFile(storePath);
+  const store = openLocalStore(storePath);
 
   let conn: WorkerConnection | null = null;
   let welcomed = false;

@@ -8,7 +8,7 @@ import type {
 } from '../contracts/worker-protocol.js';
 import { executionStep } from '../domain/execution.js';
 import type { TaskEvent } from '../domain/task.js';
-import type { ExecutionPhaseRecord, ExecutionRecord } from '../store/leases-repo.js';
+import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { moveLease } from './leases.js';
 import { markExecutionLost } from './liveness.js';

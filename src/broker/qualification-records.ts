@@ -1,7 +1,8 @@
-import type { PostRecords, RunFacts, RungRecords } from '../../qualification/verifier.js';
+import type { PostRecords, RunFacts, RungRecords, WorkerIsolation } from '../../qualification/verifier.js';
 import { WORKLOAD_RESULT_FILE } from '../../qualification/workload-result.js';
 import { deriveCardState } from '../domain/card-state.js';
 import type { QualificationRunRecord } from '../store/qualification-repo.js';
+import type { WorkerRecord } from '../store/workers-repo.js';
 import type { BrokerDeps } from './deps.js';
 
 /**
@@ -20,8 +21,14 @@ export function runFacts(deps: BrokerDeps, run: QualificationRunRecord, pin: Run
     reserved_cards: run.reserved_cards,
     // The worker's provider as the master recorded it at hello; only `sim` cards may use gloo on CPU.
     simulated: worker?.provider === 'sim',
+    isolation: isolationOf(worker),
     pin,
   };
+}
+
+/** The worker row's isolation, as the evidence records it. */
+function isolationOf(worker: WorkerRecord | undefined): WorkerIsolation | null {
+  return worker ? { mode: worker.isolation, container_engine: worker.container_engine } : null;
 }
 
 /** The record chain of one rung. */
@@ -137,6 +144,7 @@ export function collectPost(deps: BrokerDeps, run: QualificationRunRecord): Post
   });
   const audit = store.audit.verify();
   return {
+    isolation: isolationOf(store.workers.get(run.worker_id)),
     residual_leases: residual,
     cards,
     audit: audit.ok

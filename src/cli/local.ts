@@ -25,7 +25,7 @@ export async function withLocalStore<T>(
   }) => T | Promise<T>,
 ): Promise<T> {
   const dataDir = dataDirOf(values, io);
-  const store = openStore(dataDir);
+  const store = openStore(dataDir, (message) => io.stderr(`warning: ${message}\n`));
   try {
     return await fn({ store, clock: systemClock, ids: createIdGenerator(), dataDir });
   } finally {

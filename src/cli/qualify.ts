@@ -1,5 +1,10 @@
 import { parseArgs } from 'node:util';
-import { type EvidenceDocument, evidenceDigest, summaryRows } from '../../qualification/evidence.js';
+import {
+  type EvidenceDocument,
+  evidenceDigest,
+  isolationLine,
+  summaryRows,
+} from '../../qualification/evidence.js';
 import { BrokerError } from '../contracts/errors.js';
 import type { QualificationRunView } from '../contracts/tools-qualification.js';
 import type { CliIo, CommandRunner } from './io.js';
@@ -168,6 +173,7 @@ function finish(io: CliIo, v: QualificationRunView, json: boolean): number {
     io.stdout(
       `\n${table(['CARDS', 'GPU IDS', 'ALL_REDUCE', 'GEMM', 'BUSBW GB/s', 'RESULT'], summaryRows(doc))}\n\n` +
         `verdict: ${doc.verdict}${doc.worker.simulated ? ' (simulated cards: gloo on CPU, not a GPU result)' : ''}\n` +
+        `worker: ${doc.worker.worker_id}${doc.worker.hostname ? ` (${doc.worker.hostname})` : ''}; ${isolationLine(doc.worker)}\n` +
         `evidence: sha256 ${doc.digest} (gpu-broker qualify show ${v.run_id} --json)\n` +
         (doc.failed_checks.length > 0
           ? `failed checks:\n${doc.failed_checks.map((f) => `  - ${f}`).join('\n')}\n`

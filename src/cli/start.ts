@@ -1,4 +1,4 @@
-import { chmodSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -15,6 +15,7 @@ import {
 import { authenticate, createPrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
 import { startMaster } from '../main.js';
+import { writeSecretFile } from '../platform/file-modes.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
@@ -47,21 +48,17 @@ function ensureToken(
   let unique = name;
   for (let i = 2; deps.store.principals.findByName(unique); i++) unique = `${name}-${i}`;
   const { token } = createPrincipal(deps, { name: unique, roles, worker_id: workerId }, 'start');
-  writeFileSync(file, `${token}\n`, { mode: 0o600 });
+  writeSecretFile(file, `${token}\n`);
   return token;
 }
 
 /**
  * Where the local worker keeps its state. Inside the master's data dir normally; with --run-as a
  * sibling dir instead, because tasks must be able to traverse to their execution dirs and the master's
- * data dir (tokens, database) stays 0700.
+ * data dir (tokens, database) stays 0700. The worker creates it 0711 then (worker/data-dir-modes.ts).
  */
 function workerDataDir(dataDir: string, separate: boolean): string {
-  if (!separate) return join(dataDir, 'worker');
-  const dir = `${dataDir}-worker`;
-  mkdirSync(dir, { recursive: true });
-  chmodSync(dir, 0o711);
-  return dir;
+  return separate ? `${dataDir}-worker` : join(dataDir, 'worker');
 }
 
 /**

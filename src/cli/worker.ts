@@ -9,6 +9,7 @@ import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sam
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
 import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
+import { describeTightened, secureFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { reportError } from './output.js';
@@ -130,7 +131,11 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
   if (values['token-file']) {
     try {
       token = readFileSync(values['token-file'], 'utf8').trim();
+      const tightened = secureFile(values['token-file']);
+      if (tightened.length > 0)
+        io.stderr(`warning: token file was readable by others; tightened ${describeTightened(tightened)}\n`);
     } catch (err) {
+      if (err instanceof BrokerError) throw err;
       throw new BrokerError(
         'INVALID_INPUT',
         `cannot read --token-file ${values['token-file']}: ${(err as Error).message}`,

@@ -120,6 +120,7 @@ describe('a hostile task, through a real worker', () => {
         'n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; echo "pids=$n"',
         `grep -l '${mark}' /proc/[0-9]*/environ 2>/dev/null && echo FOUND || echo not-found`,
         // Every pid it can see but itself and the sandbox's init: none of them is the victim.
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell parameter expansion, not a template
         'for p in /proc/[0-9]*; do q=${p#/proc/}; [ "$q" = "$$" ] || [ "$q" = 1 ] || kill -STOP "$q" 2>/dev/null; done; echo tried',
       ].join('\n'),
     );

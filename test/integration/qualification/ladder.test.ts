@@ -49,6 +49,13 @@ describe('gpu-broker qualify on 8 simulated cards', () => {
     expect(doc.digest).toBe(evidenceDigest(doc));
     expect(doc.failed_checks).toEqual([]);
     expect(doc.worker).toMatchObject({ worker_id: c.workerId, provider: 'sim', simulated: true });
+    // The cluster's worker sandboxes with bubblewrap; the evidence says so (issue 9 item 6).
+    expect(doc.worker).toMatchObject({ isolation: 'bwrap', container_engine: null });
+    expect(doc.schema).toBe('gpu-broker.qualification-evidence/2');
+    expect(doc.postconditions.find((k) => k.name === 'post.isolation_unchanged')).toMatchObject({
+      ok: true,
+      detail: 'worker isolation bwrap throughout',
+    });
     expect(doc.ladder).toEqual({ requested: [1, 2, 4, 8], run: [1, 2, 4, 8], skipped: [], not_run: [] });
     expect(doc.rungs.map((r) => r.cards)).toEqual([1, 2, 4, 8]);
     expect(doc.submitter.principal_id).not.toBe(doc.reviewer.principal_id);
@@ -74,6 +81,7 @@ describe('gpu-broker qualify on 8 simulated cards', () => {
       ['post.no_residual_leases', true],
       ['post.cards_available', true],
       ['post.audit_chain', true],
+      ['post.isolation_unchanged', true],
     ]);
   });
 
@@ -110,6 +118,8 @@ describe('gpu-broker qualify on 8 simulated cards', () => {
     expect(human.stdout).toMatch(/\n8\s+0,1,2,3,4,5,6,7\s+36\/36\s+ok \(rel err/);
     expect(human.stdout).toContain('verdict: PASSED (simulated cards: gloo on CPU, not a GPU result)');
     expect(human.stdout).toContain(`evidence: sha256 ${doc.digest}`);
+    expect(human.stdout).toContain(`worker: ${c.workerId}`);
+    expect(human.stdout).toContain('isolation: bwrap (each task sandboxed)');
   });
 
   it('lists the run with its verdict and digest', async () => {
@@ -154,7 +164,7 @@ describe('the verifier catches tampering with the recorded evidence', () => {
   };
   const judge = (r: RungRecords, p: PostRecords = post) => {
     const checks = verifyRung(facts(), r);
-    const postChecks = verifyPost(p);
+    const postChecks = verifyPost(p, facts());
     return {
       failed: [...checks, ...postChecks].filter((k) => !k.ok).map((k: Check) => k.name),
       verdict: verdictOf([checks], postChecks, 0),
@@ -163,6 +173,17 @@ describe('the verifier catches tampering with the recorded evidence', () => {
 
   it('the untouched records pass', () => {
     for (const n of [1, 2, 4, 8]) expect(judge(copy(n))).toEqual({ failed: [], verdict: 'PASSED' });
+  });
+
+  it('a worker that came back UNISOLATED mid-run, or is gone', () => {
+    expect(judge(copy(1), { ...post, isolation: { mode: 'none', container_engine: null } })).toEqual({
+      failed: ['post.isolation_unchanged'],
+      verdict: 'FAILED',
+    });
+    expect(judge(copy(1), { ...post, isolation: null })).toEqual({
+      failed: ['post.isolation_unchanged'],
+      verdict: 'FAILED',
+    });
   });
 
   it('a wrong all_reduce sum', () => {

@@ -5,10 +5,11 @@ import { agentCommand, agentPrompt, findExecutable } from '../../../qualificatio
 import {
   type EvidenceBody,
   evidenceDigest,
+  isolationLine,
   sealEvidence,
   summaryRows,
 } from '../../../qualification/evidence.js';
-import { verdictOf } from '../../../qualification/verifier.js';
+import { verdictOf, verifyPost, type WorkerIsolation } from '../../../qualification/verifier.js';
 import { qualificationSpec, qualificationSpecDigest } from '../../../qualification/workload-spec.js';
 import { canonicalJson } from '../../../src/contracts/canonical-json.js';
 import { sha256Hex } from '../../../src/platform/digest.js';
@@ -24,10 +25,17 @@ const PIN = {
 
 function body(over: Partial<EvidenceBody> = {}): EvidenceBody {
   return {
-    schema: 'gpu-broker.qualification-evidence/1',
+    schema: 'gpu-broker.qualification-evidence/2',
     run_id: 'qrun_1',
     verdict: 'PASSED',
-    worker: { worker_id: 'w', hostname: 'h', provider: 'sim', simulated: true },
+    worker: {
+      worker_id: 'w',
+      hostname: 'h',
+      provider: 'sim',
+      simulated: true,
+      isolation: 'bwrap',
+      container_engine: null,
+    },
     submitter: { kind: 'scripted', principal: 's', principal_id: 'prin_s' },
     reviewer: { principal: 'r', principal_id: 'prin_r' },
     workload: PIN,
@@ -50,6 +58,34 @@ describe('the evidence document', () => {
     expect(evidenceDigest(doc)).toBe(digest);
     expect(evidenceDigest({ ...doc, verdict: 'FAILED' })).not.toBe(digest);
     expect(evidenceDigest(JSON.parse(JSON.stringify(doc)))).toBe(digest); // survives a JSON round trip
+  });
+
+  it('says how the worker isolated tasks, loudly when it did not, and when an old document lacks it', () => {
+    expect(isolationLine(body().worker)).toBe('isolation: bwrap (each task sandboxed)');
+    expect(isolationLine({ isolation: 'none', container_engine: 'podman' })).toBe(
+      'isolation: none — UNISOLATED worker: tasks ran as plain processes on the host; container engine podman',
+    );
+    expect(isolationLine({ isolation: null })).toMatch(/unknown/);
+    expect(isolationLine({ worker_id: 'w' })).toMatch(/not recorded/);
+  });
+
+  it('an unisolated worker is recorded, not failed; a change of isolation mid-run fails closed', () => {
+    const post = { residual_leases: [], cards: [], audit: { ok: true, events: 1, detail: null } };
+    const none: WorkerIsolation = { mode: 'none', container_engine: null };
+    const bwrap: WorkerIsolation = { mode: 'bwrap', container_engine: null };
+    const check = (start: WorkerIsolation | null, end: WorkerIsolation | null) =>
+      verifyPost({ ...post, isolation: end }, { isolation: start }).find(
+        (k) => k.name === 'post.isolation_unchanged',
+      );
+    expect(check(none, none)).toEqual({
+      name: 'post.isolation_unchanged',
+      ok: true,
+      detail: 'worker isolation none (UNISOLATED) throughout',
+    });
+    expect(check(bwrap, none)?.ok).toBe(false);
+    expect(check(bwrap, none)?.detail).toContain('changed during the run');
+    expect(check(null, bwrap)?.ok).toBe(false);
+    expect(verdictOf([[{ name: 'a', ok: true, detail: '' }]], [check(none, none)!], 0)).toBe('PASSED');
   });
 
   it('summarises skipped counts in the table', () => {
