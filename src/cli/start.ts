@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { startWorker } from '../../worker/daemon.js';
 import { resolveRunAs } from '../../worker/run-as.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
+import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
 import {
   IsolationUnavailableError,
   type PreparedSandbox,
@@ -94,6 +95,19 @@ async function localSandbox(
   }
 }
 
+/** `--container-engine` (default auto: podman, then docker, else none; never fatal). */
+function parseEngineFlag(flag: string | undefined): ContainerEngineChoice {
+  try {
+    return parseContainerEngine(flag ?? 'auto');
+  } catch (err) {
+    throw new BrokerError(
+      'INVALID_INPUT',
+      (err as Error).message,
+      'Pass --container-engine auto, podman, docker or none.',
+    );
+  }
+}
+
 /** The `start` command. */
 export const run: CommandRunner = async (argv, io) => {
   const { values } = parseArgs({
@@ -104,6 +118,7 @@ export const run: CommandRunner = async (argv, io) => {
       id: { type: 'string' },
       'run-as': { type: 'string' },
       isolation: { type: 'string' },
+      'container-engine': { type: 'string' },
     },
   });
   try {
@@ -134,6 +149,7 @@ export const run: CommandRunner = async (argv, io) => {
       dataDir: workerDir,
       hiddenPaths: [dataDir],
       sampler: choice.sampler,
+      containerEngine: parseEngineFlag(values['container-engine']),
     });
     const worker = await startWorker({
       masterUrl: master.url,
@@ -145,6 +161,7 @@ export const run: CommandRunner = async (argv, io) => {
       logger: deps.logger.child({ component: 'worker' }),
       ...(runAs === undefined ? {} : { runAs }),
       sandbox: sandbox.setup,
+      ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
     });
     const ca = master.caCertPath;
     const mcpUrl = `${master.url}/mcp`;
@@ -158,6 +175,7 @@ export const run: CommandRunner = async (argv, io) => {
       `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
       `  local worker:    ${workerId} — ${choice.simulated ? `${choice.summary} (these are NOT real GPUs)` : choice.summary}`,
       `  tasks:           ${sandbox.summary}`,
+      `  containers:      ${sandbox.containerSummary}`,
       runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : '',
       '',
       'Connect an agent (in the agent’s shell):',
