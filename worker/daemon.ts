@@ -162,6 +162,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     logger: log,
     sampler: opts.sampler,
     signal: recoveryAbort.signal,
+    ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
     ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
   });
 
