@@ -267,6 +267,11 @@ export interface ContainerProbeOptions {
   readonly path?: string;
   /** Where NVIDIA CDI specs are looked for; default /etc/cdi and /var/run/cdi. */
   readonly cdiDirs?: readonly string[];
+  /**
+   * The OCI runtimes podman is tried with, in order (null: its default); default the default, then runc.
+   * Only tests set it (a runtime that always fails proves the fallback).
+   */
+  readonly runtimes?: ReadonlyArray<string | null>;
 }
 
 /**
@@ -285,7 +290,7 @@ export async function probeContainerEngine(opts: ContainerProbeOptions): Promise
   const cdi = hasNvidiaCdi(opts.cdiDirs ?? ['/etc/cdi', '/var/run/cdi']);
   const tried: string[] = [];
   if (opts.engine !== 'docker') {
-    const podman = await probePodman(opts.confDir, path, cdi);
+    const podman = await probePodman(opts.confDir, path, cdi, opts.runtimes);
     if ('setup' in podman) return podman;
     tried.push(podman.why);
   }
@@ -304,13 +309,15 @@ async function probePodman(
   confDir: string,
   path: string,
   cdi: boolean,
+  runtimes: ReadonlyArray<string | null> | undefined,
 ): Promise<ContainerProbe | { why: string }> {
   const podman = findOnPath('podman', path);
   if (podman === null) return { why: 'podman is not installed: apt-get install podman runc' };
-  const runc = findOnPath('runc', path);
+  // runc lives in /usr/sbin, which a worker started from a user's shell may not have on its PATH.
+  const runc = findOnPath('runc', `${path}:/usr/sbin:/usr/bin`);
   const conf = join(confDir, 'containers.conf');
   const failures: string[] = [];
-  for (const runtime of [null, ...(runc === null ? [] : [runc])]) {
+  for (const runtime of runtimes ?? [null, ...(runc === null ? [] : [runc])]) {
     try {
       mkdirSync(confDir, { recursive: true, mode: 0o700 });
       writeFileSync(conf, containersConf(runtime), { mode: 0o600 });

@@ -163,6 +163,19 @@ describe('stopping a container task', () => {
     expect(labelled(plan.execution_id)).toBe('');
   });
 
+  it('cancel right after the start, before the engine has made the container, leaves none', async () => {
+    for (let i = 0; i < 3; i++) {
+      const plan = makePlan({ image: image.pinned, argv: ['sleep', '600'], grace: 0.5 });
+      const { handle } = start(plan);
+      await handle.started;
+      handle.cancel('test');
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('CANCELLED');
+      expect(result.cleaned).toBe(true);
+      expect(labelled(plan.execution_id)).toBe('');
+    }
+  });
+
   it('the time limit stops it and leaves no container', async () => {
     const plan = makePlan({ image: image.pinned, argv: ['sh', '-c', 'sleep 600'], timeLimit: 2, grace: 1 });
     const { handle } = start(plan);

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
@@ -176,5 +176,37 @@ describe('the worker containers.conf and the probe', () => {
     const probe = await probeContainerEngine({ engine: 'auto', confDir, path: join(confDir, 'empty-bin') });
     expect(probe.setup).toBeNull();
     expect(probe.detail).toMatch(/podman is not installed.*docker is not installed/);
+  });
+});
+
+describe('the runtime fallback', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-runtime-'));
+  afterAll(() => rmSync(dir, { recursive: true, force: true }));
+
+  it('falls back to runc when the first runtime cannot start a container, and writes it to containers.conf', async () => {
+    const broken = join(dir, 'broken-runtime');
+    writeFileSync(broken, '#!/bin/sh\necho "cgroups in hybrid mode not supported" >&2\nexit 1\n', {
+      mode: 0o755,
+    });
+    const confDir = join(dir, 'conf');
+    const probe = await probeContainerEngine({
+      engine: 'podman',
+      confDir,
+      runtimes: [broken, '/usr/sbin/runc'],
+    });
+    expect(probe.setup?.engine).toBe('podman');
+    expect(probe.detail).toContain('runtime /usr/sbin/runc');
+    expect(readFileSync(join(confDir, 'containers.conf'), 'utf8')).toContain('runtime = "/usr/sbin/runc"');
+  });
+
+  it('says why when no runtime works', async () => {
+    const broken = join(dir, 'broken-runtime');
+    const probe = await probeContainerEngine({
+      engine: 'podman',
+      confDir: join(dir, 'conf2'),
+      runtimes: [broken],
+    });
+    expect(probe.setup).toBeNull();
+    expect(probe.detail).toMatch(/podman cannot start a container here/);
   });
 });
