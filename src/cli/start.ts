@@ -123,6 +123,8 @@ export const run: CommandRunner = async (argv, io) => {
   });
   try {
     const dataDir = dataDirOf(values, io);
+    // Checked before anything starts, so a bad value leaves no master running.
+    const containerEngine = parseEngineFlag(values['container-engine']);
     const master = await startMaster({ dataDir, config: configFromFlags(values) });
     const deps = master.deps;
     const workerId =
@@ -149,7 +151,7 @@ export const run: CommandRunner = async (argv, io) => {
       dataDir: workerDir,
       hiddenPaths: [dataDir],
       sampler: choice.sampler,
-      containerEngine: parseEngineFlag(values['container-engine']),
+      containerEngine,
     });
     const worker = await startWorker({
       masterUrl: master.url,
