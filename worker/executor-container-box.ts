@@ -17,7 +17,8 @@ import { labelledContainers } from './sandbox-container.js';
  *   kill       `kill`, then `rm -f` the container, and SIGKILL to the client's group;
  *   live       the client's group plus every container carrying the execution's label (`ps --all`, so
  *              an exited but not yet removed one counts); an engine that does not answer counts as a
- *              container still there, so a cleanup receipt is never given on a guess;
+ *              container still there, so a cleanup receipt is never given on a guess; after a kill,
+ *              each container still listed is removed again;
  *   exit       the client exits with the task's status, a signal death as 128 + the signal number, which
  *              is mapped back as for bwrap (125-127 are the engine's own errors and stay exit codes).
  */
@@ -35,10 +36,14 @@ export interface ContainerBoxOptions {
 /** The `container` box; see the module comment. */
 export function containerBox(spawn: BoxSpawn, opts: ContainerBoxOptions): TaskBox {
   let pgid: number | undefined;
+  let killed = false;
   const engine = (args: string[]) => runEngine(opts.setup, args);
   const members = async (): Promise<GroupMember[]> => {
     const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
     const containers = await labelledContainers(opts.setup, opts.executionId);
+    // A client killed while the engine was still creating the container can leave one that appears
+    // after the kill's `rm -f`: once killed, whatever is still listed is removed again.
+    if (killed) for (const name of containers ?? []) void engine(['rm', '--force', name]);
     const inEngine: GroupMember[] =
       containers === null
         ? [{ pid: 0, name: `${opts.setup.engine} ps did not answer` }]
@@ -55,6 +60,7 @@ export function containerBox(spawn: BoxSpawn, opts: ContainerBoxOptions): TaskBo
       void engine(['stop', '--time', String(Math.max(0, Math.ceil(opts.graceSeconds))), opts.name]);
     },
     kill: () => {
+      killed = true;
       void engine(['kill', opts.name]).then(() => engine(['rm', '--force', opts.name]));
       if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
     },
