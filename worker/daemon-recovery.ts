@@ -7,6 +7,8 @@ import type { GroupMember } from './executor-process-group.js';
 import { liveGroupMembers, signalGroup } from './executor-process-group.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from './local-store.js';
 import type { CardSampler } from './samplers/card-sampler.js';
+import type { ContainerSetup } from './sandbox-container.js';
+import { engineOutput, labelledContainers } from './sandbox-container.js';
 
 /**
  * Executions a previous worker process left unfinished (DESIGN §9). They are never run again:
@@ -14,7 +16,8 @@ import type { CardSampler } from './samplers/card-sampler.js';
  *   1. (at startup, before connecting) `accepted` / `started` ones are reported `exited` with
  *      WORKER_LOST, "worker restarted"; `exited` ones already were.
  *   2. their process group, when its pgid was recorded and it is still this execution's, gets SIGTERM,
- *      the plan's kill grace, SIGKILL;
+ *      the plan's kill grace, SIGKILL; a container task's container (found by its label, since the
+ *      engine, not the group, holds it) gets `stop -t <grace>` and `rm -f`;
  *   3. then the cleanup receipt as for a normal run: the group gone and (real cards) the cards clean,
  *      polled for the plan's cleanup_timeout_seconds → `cleaned` or `cleanup_failed`.
  *
@@ -29,6 +32,8 @@ export interface RecoveryDeps {
   readonly outbox: OutboxSender;
   readonly logger: Logger;
   readonly sampler: CardSampler;
+  /** The container engine, for executions of container tasks; absent: their cleanup cannot be confirmed. */
+  readonly containers?: ContainerSetup;
   /** How often the receipt is polled (ms, default 200). */
   readonly pollMs?: number;
   /** Aborting stops the cleanup checks without reporting; the next worker process takes them over. */
@@ -83,6 +88,8 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
       while (Date.now() < graceEnd && (await membersOf(pgid, id)).length > 0) await sleep(50);
       if ((await membersOf(pgid, id)).length > 0) signalGroup(pgid, 'SIGKILL');
     }
+    const container = plan.spec.runtime.kind === 'container';
+    if (container && deps.containers !== undefined) await removeContainers(deps, id, plan.kill_grace_seconds);
     // 3. the receipt
     const check = cardsCleanCheck(deps.sampler, plan.cards, plan.vram_clean_pct);
     const deadline = Date.now() + plan.cleanup_timeout_seconds * 1000;
@@ -96,6 +103,7 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
             `process group ${pgid} still has live processes: ${left.map(describeMember).join(', ')}`,
           );
       }
+      if (container) problems.push(...(await containerProblems(deps.containers, id)));
       if (check !== undefined) {
         try {
           const cards = await check();
@@ -133,6 +141,29 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
       'worker: recovery of an execution failed',
     );
   }
+}
+
+/** Stops and removes the containers labelled with the execution id, leaving no record behind. */
+async function removeContainers(deps: RecoveryDeps, id: string, graceSeconds: number): Promise<void> {
+  const setup = deps.containers;
+  if (setup === undefined) return;
+  for (const name of (await labelledContainers(setup, id)) ?? []) {
+    deps.logger.warn(
+      { execution_id: id, container: name },
+      'worker: removing the container of a lost execution',
+    );
+    await engineOutput(setup, ['stop', '--time', String(Math.ceil(graceSeconds)), name]);
+    await engineOutput(setup, ['rm', '--force', name]);
+  }
+}
+
+/** Why a container task's cleanup is not confirmed yet; [] when no container of it is left. */
+async function containerProblems(setup: ContainerSetup | undefined, id: string): Promise<string[]> {
+  if (setup === undefined)
+    return ['no container engine on this worker to confirm the task container is gone'];
+  const left = await labelledContainers(setup, id);
+  if (left === null) return [`${setup.engine} ps did not answer`];
+  return left.length === 0 ? [] : [`containers still present: ${left.join(', ')}`];
 }
 
 /** The live members of group `pgid` when the group is this execution's; [] otherwise. */

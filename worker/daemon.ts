@@ -23,6 +23,7 @@ import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import type { SandboxSetup } from './executor.js';
+import type { ContainerTasks } from './executor-container.js';
 import { openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
@@ -69,6 +70,8 @@ export interface WorkerOptions {
   readonly runAs?: RunAs;
   /** How tasks are isolated (sandbox-setup.ts); default none, which the hello reports. */
   readonly sandbox?: SandboxSetup;
+  /** How `container` tasks run (sandbox-setup.ts); absent: no engine, which the hello reports. */
+  readonly containers?: ContainerTasks;
   /** Ping interval that finds a vanished master (default 10 s). */
   readonly pingIntervalMs?: number;
   /** How long after opening a socket the welcome may take before it is redialled (default 10 s). */
@@ -149,7 +152,14 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
+    ...(opts.containers === undefined ? {} : { containers: opts.containers }),
   });
+  log.info(
+    { isolation: opts.sandbox?.kind ?? 'none', container_engine: opts.containers?.setup.engine ?? null },
+    opts.containers === undefined
+      ? 'worker: no container engine; container tasks wait for a worker that has one'
+      : `worker: container tasks run with ${opts.containers.setup.engine}`,
+  );
 
   // 2. what the previous process left behind
   const recoveryAbort = new AbortController();
@@ -159,6 +169,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     logger: log,
     sampler: opts.sampler,
     signal: recoveryAbort.signal,
+    ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
     ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
   });
 
@@ -191,6 +202,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     master_marks: store.listMasterMarks(),
     card_epochs: store.listCardEpochs(),
     isolation: opts.sandbox?.kind ?? 'none',
+    container_engine: opts.containers?.setup.engine ?? null,
   });
 
   const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {

@@ -5,6 +5,8 @@ import { join, resolve } from 'node:path';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
 import type { TaskBox } from './executor-box.js';
 import { bwrapBox, plainBox } from './executor-box.js';
+import type { ContainerTasks } from './executor-container.js';
+import { containerBoxFor } from './executor-container.js';
 import type { ExecutorProvider, TaskDirs } from './executor-env.js';
 import { buildTaskEnv } from './executor-env.js';
 import type { LogChunkHandler, LogPump } from './executor-logs.js';
@@ -16,6 +18,7 @@ import { probeOomKills, readOomKillCount } from './executor-process-group.js';
 import type { RunAs } from './run-as.js';
 import type { SystemMounts } from './sandbox-bwrap.js';
 import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
+import { NOBODY } from './sandbox-container.js';
 import type { SimNodes } from './sandbox-devices.js';
 import { deviceNodesFor } from './sandbox-devices.js';
 import type { TaskUidPool } from './task-uids.js';
@@ -34,7 +37,8 @@ import type { TaskUidPool } from './task-uids.js';
  * Steps of one execution:
  *   1. setup: the fresh layout above; the env is built from nothing; the box is chosen (executor-box.ts):
  *      bubblewrap with only the leased cards' device nodes, or a plain process group when the worker
- *      runs with `--isolation none`.
+ *      runs with `--isolation none`; a `container` task gets the engine's container instead
+ *      (executor-container.ts), whatever the isolation.
  *   2. spawn the box (no shell) as the leader of a new process group; stdout/stderr are pumped to the
  *      log files and to `onLog`.
  *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
@@ -68,6 +72,8 @@ export interface ExecutorOptions {
   readonly runAs?: RunAs;
   /** How tasks are isolated; default `{kind: 'none'}` (tests of the bare mechanics). */
   readonly sandbox?: SandboxSetup;
+  /** How `container` tasks run; absent: this worker has no engine and refuses them (SETUP_FAILED). */
+  readonly containers?: ContainerTasks;
 }
 
 /** How a worker isolates `process` tasks; built once at worker start. */
@@ -195,9 +201,15 @@ class ExecutionRun {
     const execRoot = resolve(this.opts.rootDir, this.plan.execution_id);
     const taskDir = join(execRoot, 'task');
     const setup = await this.setup(execRoot, taskDir);
-    if (typeof setup === 'string') return this.neverStarted('SETUP_FAILED', setup);
+    if (typeof setup === 'string') {
+      this.releaseUid();
+      return this.neverStarted('SETUP_FAILED', setup);
+    }
     this.box = setup.box;
-    if (this.cancelRequested) return this.neverStarted('CANCELLED');
+    if (this.cancelRequested) {
+      this.releaseUid();
+      return this.neverStarted('CANCELLED');
+    }
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
     // first allocation could already include its own OOM kill.
     const oomProbe = await probeOomKills('self');
@@ -306,12 +318,18 @@ class ExecutionRun {
       return `execution id ${JSON.stringify(id)} is not usable as a directory name`;
     }
     const runtime = this.plan.spec.runtime;
-    if (runtime.kind !== 'process') return `runtime kind ${runtime.kind} is not supported by this worker`;
+    const containers = this.opts.containers;
+    if (runtime.kind === 'container' && containers === undefined)
+      return `worker ${this.opts.workerId} has no container engine for container tasks (start it with --container-engine auto and install podman)`;
     if ((runtime.argv[0] ?? '') === '') return 'argv[0] is empty';
     const sandbox = this.opts.sandbox ?? { kind: 'none' };
     let identity: { uid: number; gid: number } | null = null;
     try {
-      if (sandbox.kind === 'bwrap' && sandbox.uids !== null) {
+      if (runtime.kind === 'container') {
+        // Never root inside: a uid of its own on a root worker, else nobody.
+        const uid = containers?.uids?.acquire(id) ?? NOBODY;
+        identity = { uid, gid: uid };
+      } else if (sandbox.kind === 'bwrap' && sandbox.uids !== null) {
         const uid = sandbox.uids.acquire(id);
         identity = { uid, gid: uid };
       } else if (sandbox.kind === 'none' && this.opts.runAs) {
@@ -320,7 +338,7 @@ class ExecutionRun {
     } catch (err) {
       return describe(err);
     }
-    const sandboxed = sandbox.kind === 'bwrap';
+    const sandboxed = sandbox.kind === 'bwrap' || runtime.kind === 'container';
     const dirs: TaskDirs = sandboxed
       ? { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' }
       : { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') };
@@ -332,7 +350,7 @@ class ExecutionRun {
       await mkdir(taskDir, { mode: 0o700 });
       await mkdir(join(taskDir, 'out'), { mode: 0o700 });
       if (!sandboxed) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
-      if (identity !== null) {
+      if (identity !== null && (runtime.kind === 'process' || process.getuid?.() === 0)) {
         if (!sandboxed) {
           // Unsandboxed, the task's user reaches its dir through the host path: it may pass through the
           // executions dir and the execution root (not list them) and owns only its own dir.
@@ -345,8 +363,21 @@ class ExecutionRun {
     } catch (err) {
       return `cannot create execution directory ${taskDir}: ${describe(err)}`;
     }
-    const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
     const owner = identity?.uid ?? process.getuid?.() ?? null;
+    if (runtime.kind === 'container' && containers !== undefined && identity !== null) {
+      const box = await containerBoxFor({
+        plan: this.plan,
+        tasks: containers,
+        execRoot,
+        taskDir,
+        workerId: this.opts.workerId,
+        provider: this.opts.provider,
+        user: identity,
+      });
+      return typeof box === 'string' ? box : { box, owner };
+    }
+    if (runtime.kind !== 'process') return `runtime kind ${runtime.kind} is not supported by this worker`;
+    const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
     if (sandbox.kind === 'none') {
       const [command = '', ...args] = runtime.argv;
       return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };
@@ -386,7 +417,9 @@ class ExecutionRun {
 
   private releaseUid(): void {
     const sandbox = this.opts.sandbox;
-    if (sandbox?.kind === 'bwrap') sandbox.uids?.release(this.plan.execution_id);
+    if (this.plan.spec.runtime.kind === 'container')
+      this.opts.containers?.uids?.release(this.plan.execution_id);
+    else if (sandbox?.kind === 'bwrap') sandbox.uids?.release(this.plan.execution_id);
   }
 
   private beginKill(reason: 'TIMED_OUT' | 'CANCELLED'): void {

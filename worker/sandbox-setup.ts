@@ -1,9 +1,13 @@
 import { join } from 'node:path';
 import type { IsolationMode } from '../src/contracts/worker-protocol.js';
 import type { SandboxSetup } from './executor.js';
+import type { ContainerTasks } from './executor-container.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 import { SimSampler } from './samplers/sim-sampler.js';
 import { probeBwrap, systemMounts } from './sandbox-bwrap.js';
+import type { ContainerEngineChoice } from './sandbox-container.js';
+import { NOBODY, probeContainerEngine } from './sandbox-container.js';
+import type { SimNodes } from './sandbox-devices.js';
 import { makeSimDeviceNodes } from './sandbox-devices.js';
 import type { UidRange } from './task-uids.js';
 import { DEFAULT_TASK_UIDS, TaskUidPool } from './task-uids.js';
@@ -38,6 +42,8 @@ export interface SandboxChoice {
   readonly root?: boolean;
   /** Where nvidia/hy device nodes are looked up; default /dev (tests with a fake nvidia-smi/hy-smi). */
   readonly devDir?: string;
+  /** The engine for `container` tasks (`--container-engine`); default none (the CLIs default to auto). */
+  readonly containerEngine?: ContainerEngineChoice;
 }
 
 /** The prepared isolation. */
@@ -46,6 +52,10 @@ export interface PreparedSandbox {
   readonly setup: SandboxSetup;
   /** One line for the worker's banner. */
   readonly summary: string;
+  /** How `container` tasks run; absent when no engine works here (they then wait for another worker). */
+  readonly containers?: ContainerTasks;
+  /** One line for the banner: the engine, or none and that container tasks will wait. */
+  readonly containerSummary: string;
 }
 
 /** Thrown when the chosen isolation cannot work here; the message says what to install or pass. */
@@ -59,36 +69,60 @@ export function parseIsolation(text: string): IsolationChoice {
 
 /** Prepares the sandbox; see the module comment. */
 export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSandbox> {
+  const root = choice.root ?? process.getuid?.() === 0;
+  const range = choice.taskUids ?? DEFAULT_TASK_UIDS;
+  // One pool for both kinds of task, so a process task and a container task never share a uid.
+  const uids = root ? new TaskUidPool(range) : null;
+  const engine = await probeContainerEngine({
+    engine: choice.containerEngine ?? 'none',
+    confDir: join(choice.dataDir, 'containers'),
+  });
+  let nodes: SimNodes | undefined;
+  const simNodes = async () => {
+    if (!(choice.sampler instanceof SimSampler)) return undefined;
+    nodes ??= await makeSimDeviceNodes(join(choice.dataDir, 'devices'), choice.sampler.count, root);
+    return nodes;
+  };
+  const containers = async (): Promise<Pick<PreparedSandbox, 'containers' | 'containerSummary'>> => {
+    if (engine.setup === null) return { containerSummary: engine.detail };
+    const sim = await simNodes();
+    return {
+      containerSummary: `${engine.detail}; each runs as ${root ? `its own uid from ${range.first}-${range.last}` : `uid ${NOBODY}`}`,
+      containers: {
+        setup: engine.setup,
+        uids,
+        ...(sim === undefined ? {} : { simNodes: sim }),
+        ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
+      },
+    };
+  };
   if (choice.isolation === 'none') {
     return {
       isolation: 'none',
       setup: { kind: 'none' },
       summary:
         'UNISOLATED (--isolation none): tasks run as plain processes that can see this host; the master places no task here unless policy.require_isolation is false',
+      ...(await containers()),
     };
   }
-  const root = choice.root ?? process.getuid?.() === 0;
   const probe = await probeBwrap({ root });
   if (!probe.ok || probe.bwrap === null) {
     throw new IsolationUnavailableError(
       `cannot sandbox tasks: ${probe.detail}. Install it, or start the worker with --isolation none (tasks then run unsandboxed and the master marks this worker UNISOLATED)`,
     );
   }
-  const simNodes =
-    choice.sampler instanceof SimSampler
-      ? await makeSimDeviceNodes(join(choice.dataDir, 'devices'), choice.sampler.count, root)
-      : undefined;
-  const range = choice.taskUids ?? DEFAULT_TASK_UIDS;
+  const sim = await simNodes();
   return {
+    ...(await containers()),
     isolation: 'bwrap',
     setup: {
       kind: 'bwrap',
       bwrap: probe.bwrap,
       setpriv: root ? probe.setpriv : null,
-      uids: root ? new TaskUidPool(range) : null,
+      uids,
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system: systemMounts(),
-      ...(simNodes === undefined ? {} : { simNodes }),
+      ...(sim === undefined ? {} : { simNodes: sim }),
       ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
     summary: root

@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { startWorker } from '../../worker/daemon.js';
 import { resolveRunAs } from '../../worker/run-as.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
+import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
 import {
   IsolationUnavailableError,
   type PreparedSandbox,
@@ -91,6 +92,19 @@ async function localSandbox(
   }
 }
 
+/** `--container-engine` (default auto: podman, then docker, else none; never fatal). */
+function parseEngineFlag(flag: string | undefined): ContainerEngineChoice {
+  try {
+    return parseContainerEngine(flag ?? 'auto');
+  } catch (err) {
+    throw new BrokerError(
+      'INVALID_INPUT',
+      (err as Error).message,
+      'Pass --container-engine auto, podman, docker or none.',
+    );
+  }
+}
+
 /** The `start` command. */
 export const run: CommandRunner = async (argv, io) => {
   const { values } = parseArgs({
@@ -101,10 +115,13 @@ export const run: CommandRunner = async (argv, io) => {
       id: { type: 'string' },
       'run-as': { type: 'string' },
       isolation: { type: 'string' },
+      'container-engine': { type: 'string' },
     },
   });
   try {
     const dataDir = dataDirOf(values, io);
+    // Checked before anything starts, so a bad value leaves no master running.
+    const containerEngine = parseEngineFlag(values['container-engine']);
     const workerId =
       values.id ??
       `local-${hostname()
@@ -119,6 +136,7 @@ export const run: CommandRunner = async (argv, io) => {
       dataDir: workerDir,
       hiddenPaths: [dataDir],
       sampler: choice.sampler,
+      containerEngine,
     });
     const config = configFromFlags(values);
     const unisolated = sandbox.isolation === 'none';
@@ -149,6 +167,7 @@ export const run: CommandRunner = async (argv, io) => {
       logger: deps.logger.child({ component: 'worker' }),
       ...(runAs === undefined ? {} : { runAs }),
       sandbox: sandbox.setup,
+      ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
     });
     const ca = master.caCertPath;
     const mcpUrl = `${master.url}/mcp`;
@@ -165,6 +184,7 @@ export const run: CommandRunner = async (argv, io) => {
       unisolated
         ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
         : '',
+      `  containers:      ${sandbox.containerSummary}`,
       runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : '',
       '',
       'Connect an agent (in the agent’s shell):',

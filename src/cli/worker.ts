@@ -6,6 +6,7 @@ import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
 import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
+import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
 import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
@@ -17,14 +18,16 @@ import { reportError } from './output.js';
 /**
  * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
  * [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]…
- * [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
+ * [--container-engine auto|podman|docker|none] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
  * cancelled and reported). Says first whether the cards are real or simulated, and how tasks are
  * isolated; `auto` (the default) refuses to start without a working bubblewrap rather than run tasks
- * unsandboxed (sandbox-setup.ts).
+ * unsandboxed (sandbox-setup.ts). `--container-engine auto` (the default) runs `container` tasks with
+ * podman when it can start a container here, else docker, else none: never fatal, the banner says which
+ * and, with none, that container tasks wait for another worker (sandbox-container.ts).
  */
 
 const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--run-as USER (with --isolation none)] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--json]';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -37,6 +40,7 @@ const OPTIONS = {
   isolation: { type: 'string' },
   'task-uids': { type: 'string' },
   hide: { type: 'string', multiple: true },
+  'container-engine': { type: 'string' },
   json: { type: 'boolean' },
 } as const;
 
@@ -59,6 +63,7 @@ export const run: CommandRunner = async (argv, io) => {
       dataDir: settings.dataDir,
       hiddenPaths: settings.hide,
       sampler: choice.sampler,
+      containerEngine: settings.containerEngine,
       ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
     }).catch((err: unknown) => {
       throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
@@ -74,6 +79,7 @@ export const run: CommandRunner = async (argv, io) => {
       ...(settings.ca === undefined ? {} : { ca: settings.ca }),
       ...(settings.runAs === undefined ? {} : { runAs: settings.runAs }),
       sandbox: sandbox.setup,
+      ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
     });
     const cards = worker.latestCards();
     const count = cards === null ? null : cards.length;
@@ -91,12 +97,14 @@ export const run: CommandRunner = async (argv, io) => {
           summary,
           isolation: sandbox.isolation,
           isolation_summary: sandbox.summary,
+          container_engine: sandbox.containers?.setup.engine ?? null,
+          container_summary: sandbox.containerSummary,
           data_dir: settings.dataDir,
         })}\n`,
       );
     } else {
       io.stderr(
-        `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ntasks: ${sandbox.summary}\ndata dir: ${settings.dataDir}\n`,
+        `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ntasks: ${sandbox.summary}\n${sandbox.containerSummary}\ndata dir: ${settings.dataDir}\n`,
       );
     }
     await (io.stopSignal ?? new Promise<void>(() => undefined));
@@ -122,6 +130,7 @@ interface Settings {
   isolation: IsolationChoice;
   taskUids?: UidRange;
   hide: string[];
+  containerEngine: ContainerEngineChoice;
 }
 
 function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
@@ -163,7 +172,9 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
   let runAs: RunAs | undefined;
   let isolation: IsolationChoice;
   let taskUids: UidRange | undefined;
+  let containerEngine: ContainerEngineChoice;
   try {
+    containerEngine = parseContainerEngine(values['container-engine'] ?? 'auto');
     // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
     isolation = parseIsolation(values.isolation ?? 'auto');
     if (values['task-uids'] !== undefined) taskUids = parseUidRange(values['task-uids']);
@@ -195,5 +206,6 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     isolation,
     ...(taskUids === undefined ? {} : { taskUids }),
     hide: values.hide ?? [],
+    containerEngine,
   };
 }

@@ -16,6 +16,10 @@ export interface PlanOptions {
   network?: 'none' | 'host';
   hiddenPaths?: string[];
   pins?: Array<{ path: string; sha256: string }>;
+  /** Makes a `container` task running `argv` in this image. */
+  image?: string;
+  /** The plan's `image_digest` (a policy-listed image's required digest). */
+  imageDigest?: string;
 }
 
 let counter = 0;
@@ -34,7 +38,13 @@ export function makePlan(o: PlanOptions): ExecutionPlan {
       objective: 'o',
       success_criteria: 's',
       cards: { count: (o.cards ?? [1]).length },
-      runtime: { kind: 'process', argv: o.argv, ...(o.env === undefined ? {} : { env: o.env }) },
+      runtime: {
+        ...(o.image === undefined
+          ? { kind: 'process' as const }
+          : { kind: 'container' as const, image: o.image }),
+        argv: o.argv,
+        ...(o.env === undefined ? {} : { env: o.env }),
+      },
       outputs: o.outputs ?? [],
       time_limit_seconds: o.timeLimit ?? 20,
       ...(o.network === undefined ? {} : { network: o.network }),
@@ -44,6 +54,7 @@ export function makePlan(o: PlanOptions): ExecutionPlan {
     cleanup_timeout_seconds: o.cleanupTimeout ?? 5,
     ...(o.hiddenPaths === undefined ? {} : { hidden_paths: o.hiddenPaths }),
     ...(o.pins === undefined ? {} : { pins: o.pins }),
+    ...(o.imageDigest === undefined ? {} : { image_digest: o.imageDigest }),
   };
 }
 

@@ -6,6 +6,7 @@ import { type Logger, silentLogger } from '../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../worker/daemon.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
+import type { ContainerEngineChoice } from '../../worker/sandbox-container.js';
 import { prepareSandbox } from '../../worker/sandbox-setup.js';
 import type { TestMaster } from './master.js';
 import { makeTempDir, removeTempDir } from './temp.js';
@@ -43,6 +44,11 @@ export interface TestWorkerOptions {
   isolation?: IsolationMode;
   /** More host paths hidden from tasks (e.g. the master's data dir). */
   hiddenPaths?: string[];
+  /**
+   * The engine for `container` tasks: default `none` (no probe, so other tests start as fast as before);
+   * `auto` or `podman` for container tests (this machine's podman with runc).
+   */
+  containerEngine?: ContainerEngineChoice;
 }
 
 /** A worker under test. */
@@ -65,11 +71,13 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
     dataDir,
     sampler,
     hiddenPaths: opts.hiddenPaths ?? [],
+    containerEngine: opts.containerEngine ?? 'none',
     // A fake nvidia-smi / hy-smi stands for cards this machine lacks; their device nodes are faked too.
     ...(sampler instanceof SimSampler ? {} : { devDir: await makeFakeDevDir(join(dataDir, 'fake-dev')) }),
   });
   const worker = await startWorker({
     sandbox: sandbox.setup,
+    ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
     masterUrl: opts.url,
     token: opts.token,
     workerId: opts.workerId,

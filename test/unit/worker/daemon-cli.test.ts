@@ -51,6 +51,8 @@ describe('gpu-broker worker', () => {
         'sim:3',
         '--data-dir',
         join(dir, 'd'),
+        '--container-engine',
+        'none',
         '--json',
       ],
       cli,
@@ -73,9 +75,52 @@ describe('gpu-broker worker', () => {
   }, async () => {
     let stop!: () => void;
     const cli = io({ GPU_BROKER_WORKER_TOKEN: master.token }, new Promise<void>((r) => (stop = r)));
-    const exit = run(['--url', master.url, '--gpus', 'sim:2', '--data-dir', join(dir, 'd')], cli);
+    const exit = run(
+      ['--url', master.url, '--gpus', 'sim:2', '--data-dir', join(dir, 'd'), '--container-engine', 'none'],
+      cli,
+    );
     await waitFor(() => master.processed('hello').length > 0);
     await waitFor(() => cli.err.join('').includes('SIMULATED cards: sim:2'));
+    stop();
+    expect(await exit).toBe(0);
+  });
+
+  it('by default runs container tasks with this machine’s podman, and says so in the hello and banner', {
+    timeout: 15_000,
+  }, async () => {
+    let stop!: () => void;
+    const cli = io({ GPU_BROKER_WORKER_TOKEN: master.token }, new Promise<void>((r) => (stop = r)));
+    const exit = run(['--url', master.url, '--gpus', 'sim:2', '--data-dir', join(dir, 'd'), '--json'], cli);
+    await waitFor(() => master.processed('hello').length > 0, 10_000, 'a hello');
+    expect(master.processed('hello')[0]).toMatchObject({ container_engine: 'podman' });
+    await waitFor(() => cli.out.join('').includes('\n'), 5000, 'the JSON banner');
+    expect(JSON.parse(cli.out.join(''))).toMatchObject({
+      container_engine: 'podman',
+      container_summary: expect.stringMatching(/^container tasks: podman/),
+    });
+    stop();
+    expect(await exit).toBe(0);
+  });
+
+  it('with --container-engine none, has no engine and says container tasks wait', {
+    timeout: 5000,
+  }, async () => {
+    let stop!: () => void;
+    const cli = io({ GPU_BROKER_WORKER_TOKEN: master.token }, new Promise<void>((r) => (stop = r)));
+    const args = [
+      '--url',
+      master.url,
+      '--gpus',
+      'sim:2',
+      '--data-dir',
+      join(dir, 'd'),
+      '--container-engine',
+      'none',
+    ];
+    const exit = run(args, cli);
+    await waitFor(() => master.processed('hello').length > 0);
+    expect(master.processed('hello')[0]).toMatchObject({ container_engine: null });
+    await waitFor(() => cli.err.join('').includes('container tasks wait'));
     stop();
     expect(await exit).toBe(0);
   });
@@ -89,5 +134,8 @@ describe('gpu-broker worker', () => {
     const gpus = io({ GPU_BROKER_WORKER_TOKEN: 't' });
     expect(await run(['--url', master.url, '--gpus', 'sim:0'], gpus)).toBe(2);
     expect(gpus.err.join('')).toContain('--gpus');
+    const engine = io({ GPU_BROKER_WORKER_TOKEN: 't' });
+    expect(await run(['--url', master.url, '--container-engine', 'lxc'], engine)).toBe(2);
+    expect(engine.err.join('')).toContain('expected auto, podman, docker or none');
   });
 });
