@@ -24,7 +24,7 @@ import { SamplingLoop } from './daemon-sampling.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import type { SandboxSetup } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
-import { openLocalStore } from './local-store.js';
+import { type LocalStore, openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
@@ -139,7 +139,13 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     logger: log,
     intervalMs: opts.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS,
     onReport: ({ sampledAt, cards, samplerError }) =>
-      outbox.enqueueLatest({ type: 'sample', sampled_at: sampledAt, cards, sampler_error: samplerError }),
+      outbox.enqueueLatest({
+        type: 'sample',
+        sampled_at: sampledAt,
+        cards,
+        sampler_error: samplerError,
+        held_cards: heldCards(store),
+      }),
   });
   const executions = new ExecutionManager({
     store,
@@ -198,6 +204,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       task_id: e.task_id,
       lease_epoch: e.lease_epoch,
       phase: e.phase,
+      cards: e.plan.cards.map((c) => c.index),
     })),
     master_marks: store.listMasterMarks(),
     card_epochs: store.listCardEpochs(),
@@ -401,4 +408,11 @@ function packageVersion(): string {
 
 function sleep(ms: number): Promise<void> {
   return new Promise((r) => setTimeout(r, ms));
+}
+
+/** The cards this worker's unfinished executions hold, sorted (see `held_cards` in the sample message). */
+function heldCards(store: LocalStore): number[] {
+  const held = new Set<number>();
+  for (const e of store.listUnfinishedExecutions()) for (const c of e.plan.cards) held.add(c.index);
+  return [...held].sort((a, b) => a - b);
 }

@@ -164,6 +164,10 @@ export function handleExecutionReport(
     }
   }
   deps.store.leases.updateExecution(next);
+  if (next.phase === 'cleaned' || next.phase === 'rejected') {
+    const indexes = lease.cards.map((c) => c.index);
+    deps.store.afterCommit(() => deps.cluster.fleet.releaseHeld(e.worker_id, indexes));
+  }
   deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
   return null;
 }

@@ -20,6 +20,8 @@ export interface LiveWorker {
   sampled_at: number | null;
   sampler_error: string | null;
   cards: CardSample[];
+  /** Cards the worker says its unfinished executions hold (hello, then every sample). */
+  held_cards: number[];
   /** Since when the worker has been offline (null while online); grace periods count from here. */
   offline_since: number | null;
 }
@@ -70,6 +72,7 @@ export class Fleet {
         sampled_at: null,
         sampler_error: null,
         cards: [],
+        held_cards: [],
         offline_since: this.startedAt,
       };
       this.live.set(workerId, w);
@@ -78,9 +81,21 @@ export class Fleet {
   }
 
   /** A session opened with `hello`. */
-  connected(workerId: string, bootId: string, cards: CardSample[], now: number): void {
+  connected(
+    workerId: string,
+    bootId: string,
+    cards: CardSample[],
+    now: number,
+    heldCards: number[] = [],
+  ): void {
     const w = this.entry(workerId);
-    Object.assign(w, { connected: true, boot_id: bootId, last_message_at: now, offline_since: null });
+    Object.assign(w, {
+      connected: true,
+      boot_id: bootId,
+      last_message_at: now,
+      offline_since: null,
+      held_cards: heldCards,
+    });
     if (cards.length > 0) Object.assign(w, { cards, sampled_at: now, sampler_error: null });
   }
 
@@ -92,20 +107,38 @@ export class Fleet {
   }
 
   /** A sample arrived. Returns true when something scheduling depends on changed. */
-  sampled(workerId: string, cards: CardSample[], samplerError: string | null, now: number): boolean {
+  sampled(
+    workerId: string,
+    cards: CardSample[],
+    samplerError: string | null,
+    now: number,
+    heldCards: number[] = [],
+  ): boolean {
     const w = this.entry(workerId);
     const before = JSON.stringify([
       w.sampler_error,
       w.cards.map((c) => [c.uuid, c.memory_used_mib, c.health, c.processes.length]),
+      w.held_cards,
     ]);
     w.sampled_at = now;
     w.sampler_error = samplerError;
+    w.held_cards = heldCards;
     if (samplerError === null) w.cards = cards;
     const after = JSON.stringify([
       w.sampler_error,
       w.cards.map((c) => [c.uuid, c.memory_used_mib, c.health, c.processes.length]),
+      w.held_cards,
     ]);
     return before !== after;
+  }
+
+  /**
+   * An execution of this worker ended for good (cleaned or rejected): its cards are no longer held,
+   * without waiting for the worker's next sample to say so (the latest one predates the report).
+   */
+  releaseHeld(workerId: string, indexes: readonly number[]): void {
+    const w = this.entry(workerId);
+    w.held_cards = w.held_cards.filter((i) => !indexes.includes(i));
   }
 
   /** The session closed. */
@@ -173,6 +206,7 @@ export class Fleet {
             leased: leaseState === 'ACTIVE' || leaseState === 'RELEASING',
             quarantined: leaseState === 'QUARANTINED',
             broker_pids: [],
+            held_by_worker: w.held_cards.includes(c.index),
           };
         }),
       };

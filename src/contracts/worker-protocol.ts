@@ -119,6 +119,8 @@ export const KnownExecutionSchema = z.object({
   task_id: Id,
   lease_epoch: z.number().int().min(1),
   phase: ExecutionPhaseSchema,
+  /** The card indexes of its plan (the master treats an unfinished execution's cards as held). */
+  cards: z.array(z.number().int().min(0).max(1023)).max(64).default([]),
 });
 
 const Sequenced = {
@@ -176,6 +178,12 @@ export const SampleMessageSchema = z.object({
   sampled_at: z.number().int(),
   cards: z.array(CardSampleSchema).max(64),
   sampler_error: z.string().max(4096).nullable(),
+  /**
+   * Indexes of the cards this worker's unfinished executions hold right now. The master never grants
+   * such a card, whatever its own records say (a restored master, a reconcile while the task still
+   * ran): issue 10, row 2.
+   */
+  held_cards: z.array(z.number().int().min(0).max(1023)).max(1024).default([]),
 });
 
 /** worker → master: an execution changed phase. */

@@ -12,6 +12,8 @@ import type { CardSample } from '../contracts/sample.js';
  *  1. QUARANTINED  a lease on it was never confirmed clean: never free on a guess
  *  2. LEASED       a live lease of ours holds it
  *  3. CORDONED     an operator took it out of the pool
+ *     (BUSY_FOREIGN here when the worker says its own unfinished execution holds the card and no lease
+ *     of ours does: the worker's word about its own executions outranks our older records)
  *  4. UNKNOWN      worker offline, sampler failing, no sample, or the sample is older than 3 intervals
  *  5. UNHEALTHY    health `failed` or `degraded`
  *  6. BUSY_FOREIGN VRAM used over the threshold, or a compute process the broker did not start
@@ -78,6 +80,11 @@ export interface CardRecords {
   quarantined: boolean;
   /** Pids of processes the broker itself started on this card (an active lease's execution). */
   broker_pids: readonly number[];
+  /**
+   * The worker says one of its unfinished executions holds the card, and no live lease of ours does
+   * (a restored master, or a reconcile while the task still ran): busy until the worker lets it go.
+   */
+  held_by_worker?: boolean;
 }
 
 /** What the master knows about a worker's sampling. */
@@ -133,6 +140,8 @@ export function deriveCardState(
   if (card.quarantined) found('QUARANTINED', 'cleanup of a lease on this card was never confirmed');
   if (card.leased) found('LEASED', 'leased by the broker');
   if (card.cordoned) found('CORDONED', 'cordoned by an operator');
+  if (card.held_by_worker && !card.leased)
+    found('BUSY_FOREIGN', 'an execution the worker still runs holds it, without a live lease of ours');
 
   // 4. Can the sample be trusted at all? Stop here if not: its observations may be stale.
   const staleReason = freshnessProblem(worker, now, config.sample_interval_ms);

@@ -279,7 +279,7 @@ export class WorkerHub implements WorkerLink {
         store.transaction(() => {
           switch (msg.type) {
             case 'sample':
-              sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now);
+              sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now, msg.held_cards);
               break;
             case 'execution':
               // An illegal report is refused without rolling back what the refusal changed.
@@ -310,9 +310,15 @@ export class WorkerHub implements WorkerLink {
     if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
   }
 
-  private sample(workerId: string, cards: CardSample[], reported: string | null, now: number): boolean {
+  private sample(
+    workerId: string,
+    cards: CardSample[],
+    reported: string | null,
+    now: number,
+    heldCards: number[],
+  ): boolean {
     const samplerError = reported ?? sampleDefect(cards);
-    const changed = this.fleet.sampled(workerId, cards, samplerError, now);
+    const changed = this.fleet.sampled(workerId, cards, samplerError, now, heldCards);
     if (changed && samplerError === null) {
       const known = this.deps.store.workers.get(workerId)?.cards ?? [];
       const identity = cards.map((c) => ({
@@ -412,7 +418,13 @@ export class WorkerHub implements WorkerLink {
       }
     });
     s.bootId = msg.boot_id;
-    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now);
+    // Cards its unfinished executions hold are busy, whether or not this master knows them.
+    const unfinished = msg.executions.filter(
+      (e) => !['rejected', 'cleaned', 'cleanup_failed'].includes(e.phase),
+    );
+    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now, [
+      ...new Set(unfinished.flatMap((e) => e.cards)),
+    ]);
     if (defect !== null) {
       this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
       this.fleet.sampled(s.workerId, [], defect, now);

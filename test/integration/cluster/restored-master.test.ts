@@ -2,10 +2,11 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import { heldCardsProblem } from '../../../worker/daemon-executions.js';
-import { approveTask, clusterConfig, shellSpec } from '../../support/cluster.js';
+import { approveTask, clusterConfig, getTask, shellSpec } from '../../support/cluster.js';
 import { makePlan } from '../../support/executor-plan.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { connectRawWorker } from '../../support/raw-worker.js';
+import { waitFor } from '../../support/wait.js';
 
 /**
  * Issue 10, row 2: a master restored from a backup (or otherwise rolled back) knew lower card epochs
@@ -65,6 +66,49 @@ describe('a master that knows less than its worker', () => {
     await approveTask(alice, rita, shellSpec('true', { worker: 'raw-ahead', cards: { count: 2 } }));
     const assign = await raw.next((r) => r['type'] === 'assign', { from, what: 'assign' });
     expect((assign['plan'] as ExecutionPlan).lease_epoch).toBe(10);
+  });
+});
+
+describe('cards the worker says its executions hold', () => {
+  it('are BUSY_FOREIGN to the master and never granted until the worker lets them go', async () => {
+    const raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-holder', ['worker'], 'raw-holder'),
+      workerId: 'raw-holder',
+    });
+    onTestFinished(() => raw.close());
+    await raw.hello(2);
+    let seq = 0;
+    let held: number[] = [0];
+    const send = () =>
+      raw.sendSeq(++seq, {
+        type: 'sample',
+        sampled_at: Date.now(),
+        cards: raw.simCards.slice(0, 2),
+        sampler_error: null,
+        held_cards: held,
+      });
+    send();
+    const timer = setInterval(send, 150);
+    onTestFinished(() => clearInterval(timer));
+    await waitFor(
+      () =>
+        m.deps.cluster.fleet
+          .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
+          .some((c) => c.worker_id === 'raw-holder' && c.index === 0 && c.state === 'BUSY_FOREIGN'),
+      { what: 'card 0 BUSY_FOREIGN' },
+    );
+    const from = raw.received.length;
+    const id = await approveTask(
+      alice,
+      rita,
+      shellSpec('true', { worker: 'raw-holder', cards: { count: 2 } }),
+    );
+    await waitFor(async () => (await getTask(alice, id)).reason !== null, { what: 'a wait reason' });
+    expect(raw.received.slice(from).some((r) => r['type'] === 'assign')).toBe(false);
+    held = [];
+    await raw.next((r) => r['type'] === 'assign', { from, what: 'the assign once card 0 is let go' });
   });
 });
 

@@ -32,6 +32,7 @@ const sample = (at: number): OutgoingBody => ({
   sampled_at: at,
   cards: [],
   sampler_error: null,
+  held_cards: [],
 });
 const flush = () => new Promise((r) => setImmediate(r));
 const until = async (predicate: () => boolean) => {
