@@ -52,6 +52,8 @@ export interface RunningMaster {
   bootstrappedOperatorToken: string | null;
   deps: BrokerDeps;
   app: FastifyInstance;
+  /** The background audit verifier; `/healthz`, `/status` and `/metrics` read its last result. */
+  audit: AuditMonitor;
   close(): Promise<void>;
 }
 
@@ -204,6 +206,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     bootstrappedOperatorToken: bootstrapped,
     deps,
     app,
+    audit: auditMonitor,
     async close() {
       clearInterval(sweeper);
       clearInterval(auditTimer);
