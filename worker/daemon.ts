@@ -19,6 +19,11 @@ import { ExecutionManager } from './daemon-executions.js';
 import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
+import {
+  DEFAULT_EXECUTION_RETENTION,
+  type ExecutionRetention,
+  pruneExecutionDirs,
+} from './execution-dirs.js';
 import type { SandboxSetup } from './executor.js';
 import { openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
@@ -72,6 +77,10 @@ export interface WorkerOptions {
   readonly welcomeTimeoutMs?: number;
   /** How long the first hello waits for the first sample (default 3 s). */
   readonly firstSampleWaitMs?: number;
+  /** Which finished execution directories are kept (execution-dirs.ts; default the last 200 or 3 days). */
+  readonly executionRetention?: ExecutionRetention;
+  /** How often finished execution directories are pruned (default hourly). */
+  readonly executionPruneIntervalMs?: number;
 }
 
 /** A running worker. */
@@ -97,6 +106,8 @@ const DEFAULT_WELCOME_TIMEOUT_MS = 10_000;
 
 /** hello waits at most this long for the first sample; a hanging tool must not delay connecting. */
 const FIRST_SAMPLE_WAIT_MS = 3_000;
+/** Finished execution directories are pruned this often. */
+const EXECUTION_PRUNE_INTERVAL_MS = 3600_000;
 /** A clean stop waits at most this long for the master to acknowledge queued messages. */
 const FLUSH_WAIT_MS = 2_000;
 const SEQUENCED_TYPES = new Set(['assign', 'cancel', 'query']);
@@ -131,13 +142,14 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     onReport: ({ sampledAt, cards, samplerError }) =>
       outbox.enqueueLatest({ type: 'sample', sampled_at: sampledAt, cards, sampler_error: samplerError }),
   });
+  const executionsDir = join(opts.dataDir, 'executions');
   const executions = new ExecutionManager({
     store,
     outbox,
     logger: log,
     workerId: opts.workerId,
     sampler: opts.sampler,
-    executionsDir: join(opts.dataDir, 'executions'),
+    executionsDir,
     latestCards: () => sampling.latestCards(),
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
@@ -154,6 +166,25 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     signal: recoveryAbort.signal,
     ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
   });
+
+  // Finished execution directories: pruned now and then; the first pass waits for recovery.
+  const pruneDirs = () => {
+    try {
+      pruneExecutionDirs(
+        store,
+        executionsDir,
+        Date.now(),
+        opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
+        log,
+      );
+    } catch (err) {
+      log.warn({ err }, 'worker: execution directory retention failed');
+    }
+  };
+  // After close the store is shut: pruneDirs then logs the refusal and does nothing.
+  void recovery.then(pruneDirs, pruneDirs);
+  const pruneTimer = setInterval(pruneDirs, opts.executionPruneIntervalMs ?? EXECUTION_PRUNE_INTERVAL_MS);
+  pruneTimer.unref();
 
   // 3. sampling
   sampling.start();
@@ -342,6 +373,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     close() {
       closing ??= (async () => {
         stopping = true;
+        clearInterval(pruneTimer);
         log.info({ running: executions.runningCount() }, 'worker: stopping');
         sampling.stop();
         recoveryAbort.abort();

@@ -1,7 +1,7 @@
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { Store } from '../../../src/store/store.js';
-import { appendChain } from '../../support/audit-chain.js';
+import { appendChain } from '../../fixtures/audit-chain.js';
 import { closeAllTestMasters, startTestMaster } from '../../support/master.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 

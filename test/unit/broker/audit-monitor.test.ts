@@ -10,7 +10,7 @@ import { AuditMonitor, type AuditMonitorOptions } from '../../../src/broker/audi
 import { ManualClock } from '../../../src/platform/clock.js';
 import { GENESIS_HASH } from '../../../src/store/audit-repo.js';
 import { Store } from '../../../src/store/store.js';
-import { appendChain, dropAuditTriggers } from '../../support/audit-chain.js';
+import { appendChain, dropAuditTriggers } from '../../fixtures/audit-chain.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
