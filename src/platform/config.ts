@@ -44,7 +44,7 @@ export const SchedulingConfigSchema = z.strictObject({
  */
 export const AuditConfigSchema = z.strictObject({
   check_interval_ms: z.number().int().min(100).max(3_600_000).default(5000),
-  batch_size: z.number().int().min(10).max(100_000).default(500),
+  batch_size: z.number().int().min(10).max(100_000).default(200),
   full_verify_interval_seconds: z.number().int().min(60).max(31_536_000).default(86_400),
   retention: z
     .strictObject({

@@ -63,7 +63,7 @@ export interface AuditCheckpoint {
 }
 
 /** Rows a full or incremental pass reads per batch when the caller does not say. */
-export const DEFAULT_AUDIT_BATCH = 500;
+export const DEFAULT_AUDIT_BATCH = 200;
 
 interface AuditRow {
   seq: number;
