@@ -188,7 +188,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   } catch (err) {
     clearInterval(sweeper);
     clearInterval(auditTimer);
-    await auditMonitor.idle();
+    await auditMonitor.stop();
     unsubscribe();
     await app.close().catch(() => undefined);
     store.close();
@@ -216,7 +216,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       // Wake agents parked in wait_for_* so their answers go out now, not after up to 25 s.
       deps.notifier.close();
       await app.close();
-      await auditMonitor.idle();
+      await auditMonitor.stop();
       store.close();
     },
   };

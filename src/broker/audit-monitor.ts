@@ -46,6 +46,7 @@ export class AuditMonitor {
   private fullAt: number | null;
   private lastRetention = 0;
   private running: Promise<void> | null = null;
+  private stopped = false;
   private readonly yieldToLoop: () => Promise<void>;
 
   constructor(
@@ -86,11 +87,21 @@ export class AuditMonitor {
   }
 
   /**
+   * Stops for good: a pass in progress ends at its next batch boundary without a result (a full pass
+   * over a long chain would otherwise hold shutdown for seconds), and later ticks do nothing.
+   */
+  async stop(): Promise<void> {
+    this.stopped = true;
+    await this.idle();
+  }
+
+  /**
    * One scheduled step: a full pass when due, else an incremental one; then retention when due.
    * A tick while the previous is still running does nothing (and resolves with it).
    */
   tick(): Promise<void> {
     if (this.running) return this.running;
+    if (this.stopped) return Promise.resolve();
     const run = async () => {
       const now = this.clock.now();
       if (this.fullAt === null || now - this.fullAt >= this.opts.full_interval_ms) await this.walk('full');
@@ -143,6 +154,7 @@ export class AuditMonitor {
       point = b.through;
       if (b.done) break;
       await this.yieldToLoop();
+      if (this.stopped) return;
     }
     if (point.seq < this.anchor.seq)
       return this.fail(

@@ -140,6 +140,21 @@ describe('audit monitor', () => {
   });
 });
 
+describe('audit monitor stop', () => {
+  it('ends a pass at the next batch without a result, and later ticks do nothing', async () => {
+    appendChain(store, 1000);
+    const m = monitor({ yieldToLoop: () => new Promise((r) => setImmediate(r)) });
+    const pass = m.tick();
+    await m.stop();
+    await pass;
+    expect(m.status()).toMatchObject({ ok: true, detail: 'verification pending' });
+    expect(store.audit.checkpoint()).toBeNull();
+    await m.tick();
+    expect(m.busy()).toBe(false);
+    expect(store.audit.checkpoint()).toBeNull();
+  });
+});
+
 describe('audit retention', () => {
   const retention = { enabled: true, keep_events: 100, min_age_seconds: 60, max_segment_events: 300 };
 
