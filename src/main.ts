@@ -2,7 +2,8 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { workloadPath, workloadSha256 } from '../qualification/workload-result.js';
-import type { AuditStatus, BrokerDeps } from './broker/deps.js';
+import { AuditMonitor } from './broker/audit-monitor.js';
+import type { BrokerDeps } from './broker/deps.js';
 import { Fleet } from './broker/fleet.js';
 import { CARDS_TOPIC } from './broker/leases.js';
 import { sweepExecutions } from './broker/liveness.js';
@@ -58,6 +59,8 @@ export interface RunningMaster {
   bootstrappedOperatorToken: string | null;
   deps: BrokerDeps;
   app: FastifyInstance;
+  /** The background audit verifier; `/healthz`, `/status` and `/metrics` read its last result. */
+  audit: AuditMonitor;
   close(): Promise<void>;
 }
 
@@ -137,7 +140,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   const store = openStore(dataDir, (message) => logger.warn({ data_dir: dataDir }, message));
   const clock = opts.clock ?? systemClock;
   const ids = createIdGenerator();
-  let auditCache: { at: number; value: AuditStatus } = { at: 0, value: { ok: true, events: 0 } };
+  const auditMonitor = new AuditMonitor(store, clock, auditMonitorOptions(config, dataDir), logger);
   const fleet = new Fleet(config.timing.worker_offline_seconds * 1000, clock.now());
   // The hub and the scheduler need deps and deps needs them: closures break the cycle.
   let hub: WorkerHub | undefined;
@@ -150,18 +153,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     notifier: new Notifier(),
     logger,
     observe: { placement: (id) => scheduler!.placement(id), queueInfo: (id) => scheduler!.queueInfo(id) },
-    auditStatus: () => {
-      if (Date.now() - auditCache.at > 5000) {
-        const v = store.audit.verify();
-        auditCache = {
-          at: Date.now(),
-          value: v.ok
-            ? { ok: true, events: v.events }
-            : { ok: false, events: v.events, detail: `seq ${v.first_bad_seq}: ${v.problem}` },
-        };
-      }
-      return auditCache.value;
-    },
+    auditStatus: () => auditMonitor.status(),
     cluster: {
       fleet,
       link: { bootId: ids('boot'), flush: (w) => hub!.flush(w) },
@@ -226,11 +218,17 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     }
   }, config.timing.sweep_interval_ms);
   sweeper.unref();
+  // Never blocks a request for more than one batch: see src/broker/audit-monitor.ts.
+  void auditMonitor.tick();
+  const auditTimer = setInterval(() => void auditMonitor.tick(), config.audit.check_interval_ms);
+  auditTimer.unref();
 
   try {
     await app.listen({ host, port });
   } catch (err) {
     clearInterval(sweeper);
+    clearInterval(auditTimer);
+    await auditMonitor.stop();
     unsubscribe();
     await app.close().catch(() => undefined);
     store.close();
@@ -248,16 +246,31 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     bootstrappedOperatorToken: bootstrapped,
     deps,
     app,
+    audit: auditMonitor,
     async close() {
       clearInterval(sweeper);
+      clearInterval(auditTimer);
       // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
       await qualification.close();
       unsubscribe();
       // Wake agents parked in wait_for_* so their answers go out now, not after up to 25 s.
       deps.notifier.close();
       await app.close();
+      await auditMonitor.stop();
       store.close();
     },
+  };
+}
+
+/** The audit monitor's settings from the master config (`audit`, docs/operations.md). */
+function auditMonitorOptions(config: MasterConfig, dataDir: string) {
+  const { audit } = config;
+  return {
+    dataDir,
+    batch_size: audit.batch_size,
+    full_interval_ms: audit.full_verify_interval_seconds * 1000,
+    retention: audit.retention,
+    retention_interval_ms: audit.retention.interval_seconds * 1000,
   };
 }
 

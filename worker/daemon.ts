@@ -22,6 +22,11 @@ import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
+import {
+  DEFAULT_EXECUTION_RETENTION,
+  type ExecutionRetention,
+  pruneExecutionDirs,
+} from './execution-dirs.js';
 import type { SandboxSetup } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
 import { type LocalStore, openLocalStore } from './local-store.js';
@@ -78,6 +83,10 @@ export interface WorkerOptions {
   readonly welcomeTimeoutMs?: number;
   /** How long the first hello waits for the first sample (default 3 s). */
   readonly firstSampleWaitMs?: number;
+  /** Which finished execution directories are kept (execution-dirs.ts; default the last 200 or 3 days). */
+  readonly executionRetention?: ExecutionRetention;
+  /** How often finished execution directories are pruned (default hourly). */
+  readonly executionPruneIntervalMs?: number;
 }
 
 /** A running worker. */
@@ -103,6 +112,8 @@ const DEFAULT_WELCOME_TIMEOUT_MS = 10_000;
 
 /** hello waits at most this long for the first sample; a hanging tool must not delay connecting. */
 const FIRST_SAMPLE_WAIT_MS = 3_000;
+/** Finished execution directories are pruned this often. */
+const EXECUTION_PRUNE_INTERVAL_MS = 3600_000;
 /** A clean stop waits at most this long for the master to acknowledge queued messages. */
 const FLUSH_WAIT_MS = 2_000;
 const SEQUENCED_TYPES = new Set(['assign', 'cancel', 'query']);
@@ -147,13 +158,14 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         held_cards: heldCards(store),
       }),
   });
+  const executionsDir = join(opts.dataDir, 'executions');
   const executions = new ExecutionManager({
     store,
     outbox,
     logger: log,
     workerId: opts.workerId,
     sampler: opts.sampler,
-    executionsDir: join(opts.dataDir, 'executions'),
+    executionsDir,
     latestCards: () => sampling.latestCards(),
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
@@ -178,6 +190,25 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
     ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
   });
+
+  // Finished execution directories: pruned now and then; the first pass waits for recovery.
+  const pruneDirs = () => {
+    try {
+      pruneExecutionDirs(
+        store,
+        executionsDir,
+        Date.now(),
+        opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
+        log,
+      );
+    } catch (err) {
+      log.warn({ err }, 'worker: execution directory retention failed');
+    }
+  };
+  // After close the store is shut: pruneDirs then logs the refusal and does nothing.
+  void recovery.then(pruneDirs, pruneDirs);
+  const pruneTimer = setInterval(pruneDirs, opts.executionPruneIntervalMs ?? EXECUTION_PRUNE_INTERVAL_MS);
+  pruneTimer.unref();
 
   // 3. sampling
   sampling.start();
@@ -373,6 +404,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     close() {
       closing ??= (async () => {
         stopping = true;
+        clearInterval(pruneTimer);
         log.info({ running: executions.runningCount() }, 'worker: stopping');
         sampling.stop();
         recoveryAbort.abort();

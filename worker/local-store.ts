@@ -67,6 +67,10 @@ const MIGRATIONS: readonly string[] = [
   -- The message's type, so superseding old samples need not parse every queued message's JSON.
   ALTER TABLE outbox ADD COLUMN kind TEXT;
   `,
+  `
+  -- When the execution's directory was deleted by retention (issue 14), so it is not listed again.
+  ALTER TABLE executions ADD COLUMN dir_pruned_at INTEGER;
+  `,
 ];
 
 /** The schema version this code writes (PRAGMA user_version). */
@@ -187,6 +191,15 @@ export interface LocalStore {
   supersedeUnacked(type: string): number;
   /** Deletes acknowledged messages acknowledged before `before` (ms); returns how many. */
   pruneOutbox(before: number): number;
+  /**
+   * Executions whose directory retention may delete: finished with a cleanup receipt (`cleaned`) or
+   * refused (`rejected`), last updated before `before`, not among the newest `keep` finished ones, and
+   * with no message about them still waiting for the master's acknowledgement (the cleanup receipt,
+   * logs, outputs). `cleanup_failed` ones are kept: processes may be left to investigate.
+   */
+  listPrunableExecutionDirs(before: number, keep: number, limit: number): string[];
+  /** Records that an execution's directory was deleted. */
+  markExecutionDirPruned(executionId: string): void;
   /** The highest seq processed from master boot `bootId`, or 0. */
   getMasterMark(bootId: string): number;
   /** Records `seq` as processed for `bootId` if above the mark; returns whether it was (false = duplicate). */
@@ -287,6 +300,20 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
       'UPDATE outbox SET acked_at = ? WHERE acked_at IS NULL AND kind = ?',
     ),
     prune: db.prepare<[number]>('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
+    prunableDirs: db.prepare<[number, number, number], { execution_id: string }>(
+      `SELECT execution_id FROM (
+         SELECT execution_id, updated_at, dir_pruned_at FROM executions
+         WHERE phase IN ('cleaned', 'rejected')
+         ORDER BY updated_at DESC, execution_id LIMIT -1 OFFSET ?
+       ) AS old
+       WHERE dir_pruned_at IS NULL AND updated_at < ?
+         AND NOT EXISTS (SELECT 1 FROM outbox WHERE acked_at IS NULL
+                         AND json_extract(message_json, '$.execution_id') = old.execution_id)
+       ORDER BY updated_at LIMIT ?`,
+    ),
+    markDirPruned: db.prepare<[number, string]>(
+      'UPDATE executions SET dir_pruned_at = ? WHERE execution_id = ?',
+    ),
     masterMark: db.prepare<[string], { seq: number }>('SELECT seq FROM master_marks WHERE boot_id = ?'),
     raiseMaster: db.prepare<[string, number, number]>(
       `INSERT INTO master_marks (boot_id, seq, updated_at) VALUES (?, ?, ?)
@@ -393,6 +420,11 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
       })),
     supersedeUnacked: (type) => stmts.supersede.run(now(), type).changes,
     pruneOutbox: (before) => stmts.prune.run(before).changes,
+    listPrunableExecutionDirs: (before, keep, limit) =>
+      stmts.prunableDirs.all(keep, before, limit).map((r) => r.execution_id),
+    markExecutionDirPruned: (id) => {
+      stmts.markDirPruned.run(now(), id);
+    },
     getMasterMark: (bootId) => stmts.masterMark.get(bootId)?.seq ?? 0,
     raiseMasterMark: (bootId, seq) => raiseMasterMark.immediate(bootId, seq),
     listMasterMarks: () => stmts.listMaster.all(MAX_MASTER_MARKS),

@@ -21,13 +21,13 @@ export interface BrokerDeps {
   observe: TaskObserver;
   /** Workers: live sessions and samples, the outbox link, and the scheduler's trigger. */
   cluster: ClusterRuntime;
-  /** The audit chain's integrity, re-verified at most every few seconds. */
+  /** The audit chain's integrity: the background monitor's last result, in constant time. */
   auditStatus: () => AuditStatus;
   /** Starts qualification runs in the background; absent where no master listens (unit fixtures). */
   qualification?: QualificationLauncher;
 }
 
-/** Result of the periodic audit-chain check. */
+/** Result of the background audit-chain check (src/broker/audit-monitor.ts). */
 export interface AuditStatus {
   ok: boolean;
   events: number;

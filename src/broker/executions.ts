@@ -7,7 +7,7 @@ import type {
   OutputMessageSchema,
 } from '../contracts/worker-protocol.js';
 import { executionStep } from '../domain/execution.js';
-import type { TaskEvent } from '../domain/task.js';
+import { cleanedEvent, exitFailure, type TaskEvent } from '../domain/task.js';
 import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { moveLease } from './leases.js';
@@ -117,7 +117,11 @@ export function handleExecutionReport(
         .filter((o) => o.required && stored.get(o.path) === undefined)
         .map((o) => o.path);
       const mismatched = outputs.filter((o) => stored.get(o.path) !== o.sha256).map((o) => o.path);
-      let failure = msg.failure_reason ?? null;
+      let failure = exitFailure({
+        exit_code: msg.exit_code ?? null,
+        signal: msg.signal ?? null,
+        failure_reason: msg.failure_reason ?? null,
+      });
       if (!failure && (missing.length > 0 || mismatched.length > 0)) failure = 'OUTPUT_MISSING';
       Object.assign(next, {
         exit_code: msg.exit_code ?? null,
@@ -140,13 +144,7 @@ export function handleExecutionReport(
       if (lease.state !== 'RELEASED') moveLease(deps, lease, 'cleaned', 'worker', 'cleanup receipt');
       const t = deps.store.tasks.get(e.task_id)!;
       const failure = t.failure_reason ?? e.failure_reason;
-      const event: TaskEvent =
-        failure === 'CANCELLED' || (t.desired === 'cancel' && failure !== null)
-          ? 'cleaned_cancelled'
-          : failure
-            ? 'cleaned_failure'
-            : 'cleaned_success';
-      tryMoveTask(deps, e.task_id, event);
+      tryMoveTask(deps, e.task_id, cleanedEvent(failure, t.desired));
       break;
     }
     case 'cleanup_failed': {

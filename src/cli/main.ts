@@ -37,7 +37,7 @@ const USAGE = `gpu-broker — GPU time for coding agents, safely
   qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] | qualify show RUN
   mcp-stdio --url URL [--token-env NAME] [--ca-file F]
   client-kit build --out DIR [--url URL] [--ca-file F] | client-kit verify DIR
-  audit verify
+  audit verify [--archive FILE]...
 
 Remote commands take --url, --token/--token-file, --ca-file (or GPU_BROKER_URL, GPU_BROKER_TOKEN,
 GPU_BROKER_CA_FILE); local ones take --data-dir (or GPU_BROKER_HOME, default ./.gpu-broker). --json everywhere.

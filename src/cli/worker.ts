@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
+import { DEFAULT_EXECUTION_RETENTION, type ExecutionRetention } from '../../worker/execution-dirs.js';
 import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
@@ -18,7 +19,7 @@ import { reportError } from './output.js';
 /**
  * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
  * [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]…
- * [--container-engine auto|podman|docker|none] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
+ * [--container-engine auto|podman|docker|none] [--keep-executions N] [--keep-executions-days D] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
  * cancelled and reported). Says first whether the cards are real or simulated, and how tasks are
  * isolated; `auto` (the default) refuses to start without a working bubblewrap rather than run tasks
  * unsandboxed (sandbox-setup.ts). `--container-engine auto` (the default) runs `container` tasks with
@@ -27,7 +28,7 @@ import { reportError } from './output.js';
  */
 
 const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -41,6 +42,8 @@ const OPTIONS = {
   'task-uids': { type: 'string' },
   hide: { type: 'string', multiple: true },
   'container-engine': { type: 'string' },
+  'keep-executions': { type: 'string' },
+  'keep-executions-days': { type: 'string' },
   json: { type: 'boolean' },
 } as const;
 
@@ -80,6 +83,7 @@ export const run: CommandRunner = async (argv, io) => {
       ...(settings.runAs === undefined ? {} : { runAs: settings.runAs }),
       sandbox: sandbox.setup,
       ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
+      executionRetention: settings.executionRetention,
     });
     const cards = worker.latestCards();
     const count = cards === null ? null : cards.length;
@@ -131,6 +135,7 @@ interface Settings {
   taskUids?: UidRange;
   hide: string[];
   containerEngine: ContainerEngineChoice;
+  executionRetention: ExecutionRetention;
 }
 
 function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
@@ -173,6 +178,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
   let isolation: IsolationChoice;
   let taskUids: UidRange | undefined;
   let containerEngine: ContainerEngineChoice;
+  let executionRetention: ExecutionRetention;
   try {
     containerEngine = parseContainerEngine(values['container-engine'] ?? 'auto');
     // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
@@ -189,6 +195,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
       if (!path.startsWith('/')) throw new Error(`--hide ${JSON.stringify(path)}: give an absolute path`);
     workerConnectUrl(url);
     parseGpusOption(values.gpus ?? 'auto');
+    executionRetention = parseExecutionRetention(values['keep-executions'], values['keep-executions-days']);
   } catch (err) {
     throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
   }
@@ -207,5 +214,23 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     ...(taskUids === undefined ? {} : { taskUids }),
     hide: values.hide ?? [],
     containerEngine,
+    executionRetention,
   };
+}
+
+/** `--keep-executions N` and `--keep-executions-days D` over the defaults (worker/execution-dirs.ts). */
+function parseExecutionRetention(count: string | undefined, days: string | undefined): ExecutionRetention {
+  const retention = { ...DEFAULT_EXECUTION_RETENTION };
+  if (count !== undefined) {
+    if (!/^\d+$/.test(count))
+      throw new Error(`--keep-executions ${JSON.stringify(count)}: give a whole number`);
+    retention.keep_count = Number(count);
+  }
+  if (days !== undefined) {
+    const d = Number(days);
+    if (!/^\d+(\.\d+)?$/.test(days) || !Number.isFinite(d))
+      throw new Error(`--keep-executions-days ${JSON.stringify(days)}: give a number of days`);
+    retention.keep_seconds = Math.round(d * 86_400);
+  }
+  return retention;
 }

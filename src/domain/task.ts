@@ -1,3 +1,4 @@
+import type { FailureReason } from '../contracts/worker-protocol.js';
 import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
 /**
@@ -99,3 +100,33 @@ export const TASK_STATES_HOLDING_CARDS: readonly TaskState[] = [
   'FINALIZING',
   'RECONCILIATION_REQUIRED',
 ];
+
+/** What a worker's exit report says about how the process ended. */
+export interface ExitReport {
+  exit_code: number | null;
+  signal: string | null;
+  failure_reason: FailureReason | null;
+}
+
+/**
+ * The failure an exit report amounts to. A process that exited 0 with no signal finished on its own:
+ * when the worker also says `CANCELLED`, its cancel arrived after the exit had happened but before it
+ * was reported (seen with a frozen worker, issue 14), so the cancel never took effect and the task ends
+ * like any clean exit (outputs checked, then `COMPLETED`), as cancel_task documents. A task that traps
+ * SIGTERM and exits 0 within the grace period is indistinguishable here and is treated the same way:
+ * it finished cleanly.
+ */
+export function exitFailure(exit: ExitReport): FailureReason | null {
+  if (exit.failure_reason === 'CANCELLED' && exit.exit_code === 0 && exit.signal === null) return null;
+  return exit.failure_reason;
+}
+
+/**
+ * The event a cleanup receipt moves a task with: `cleaned_cancelled` when the failure is `CANCELLED`,
+ * or a cancel was desired and there is any failure; `cleaned_failure` for any other failure; else
+ * `cleaned_success` (a clean exit stays a success even when a cancel was requested too late).
+ */
+export function cleanedEvent(failure: string | null, desired: 'run' | 'cancel'): TaskEvent {
+  if (failure === 'CANCELLED' || (desired === 'cancel' && failure !== null)) return 'cleaned_cancelled';
+  return failure ? 'cleaned_failure' : 'cleaned_success';
+}

@@ -141,7 +141,7 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   });
   new Gauge({
     name: 'gpu_broker_audit_chain_ok',
-    help: '1 while the hash-chained audit log verifies, 0 once it does not (re-checked every few seconds).',
+    help: "1 while the hash-chained audit log verifies, 0 once it does not (the background check's last result).",
     registers,
     collect() {
       this.set(deps.auditStatus().ok ? 1 : 0);
@@ -149,7 +149,7 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   });
   new Gauge({
     name: 'gpu_broker_audit_events',
-    help: 'Rows in the audit chain at its latest verification.',
+    help: 'Rows of the live audit table verified so far (archived rows not counted).',
     registers,
     collect() {
       this.set(deps.auditStatus().events);

@@ -36,6 +36,31 @@ export const SchedulingConfigSchema = z.strictObject({
   max_queued_tasks_per_owner: z.number().int().min(1).nullable().default(null),
 });
 
+/**
+ * Audit chain checking and retention (issue 14, docs/operations.md "Audit retention"). The master checks
+ * new rows every `check_interval_ms` and re-walks the whole live chain every `full_verify_interval_seconds`,
+ * `batch_size` rows at a time between event-loop turns. Retention archives rows older than
+ * `min_age_seconds` beyond the newest `keep_events` into files under `<data-dir>/audit-archive/`.
+ */
+export const AuditConfigSchema = z.strictObject({
+  check_interval_ms: z.number().int().min(100).max(3_600_000).default(5000),
+  batch_size: z.number().int().min(10).max(100_000).default(200),
+  full_verify_interval_seconds: z.number().int().min(60).max(31_536_000).default(86_400),
+  retention: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      keep_events: z.number().int().min(1).default(100_000),
+      min_age_seconds: z
+        .number()
+        .int()
+        .min(0)
+        .default(30 * 86_400),
+      max_segment_events: z.number().int().min(1).max(1_000_000).default(50_000),
+      interval_seconds: z.number().int().min(1).max(31_536_000).default(3600),
+    })
+    .prefault({}),
+});
+
 /** The whole master config file. */
 export const MasterConfigSchema = z.strictObject({
   listen: z.string().default('127.0.0.1:8443'),
@@ -54,6 +79,7 @@ export const MasterConfigSchema = z.strictObject({
   policy: PolicySchema.default(PolicySchema.parse({})),
   timing: TimingSchema.default(TimingSchema.parse({})),
   scheduling: SchedulingConfigSchema.default(SchedulingConfigSchema.parse({})),
+  audit: AuditConfigSchema.default(AuditConfigSchema.parse({})),
 });
 
 /** A validated master config. */

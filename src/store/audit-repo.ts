@@ -33,6 +33,38 @@ export type AuditVerification =
   | { ok: true; events: number; head: string }
   | { ok: false; events: number; first_bad_seq: number; problem: string };
 
+/** A verified position in the chain: a row's seq and hash (seq 0 and the genesis hash before the first). */
+export interface ChainPoint {
+  seq: number;
+  hash: string;
+}
+
+/** Result of checking one batch of rows after a known-good point. */
+export type BatchVerification =
+  | { ok: true; through: ChainPoint; checked: number; done: boolean }
+  | { ok: false; checked: number; first_bad_seq: number; problem: string };
+
+/** A segment of the chain moved to an archive file (migration 006). */
+export interface ArchiveSegment {
+  first_seq: number;
+  last_seq: number;
+  first_prev_hash: string;
+  last_hash: string;
+  file: string;
+  archived_at: number;
+}
+
+/** The master's remembered verification progress (migration 006). */
+export interface AuditCheckpoint {
+  verified_seq: number;
+  verified_hash: string;
+  verified_at: number;
+  full_at: number | null;
+}
+
+/** Rows a full or incremental pass reads per batch when the caller does not say. */
+export const DEFAULT_AUDIT_BATCH = 200;
+
 interface AuditRow {
   seq: number;
   at: number;
@@ -60,25 +92,65 @@ export function auditHash(prevHash: string, e: Omit<AuditEvent, 'hash' | 'prev_h
 }
 
 /**
+ * Checks one stored row against the verified point before it: numbering, link and hash. Returns the
+ * problem, or null when the row is good. Shared by the live table and archive files.
+ */
+export function checkAuditRow(prev: ChainPoint, row: AuditEvent): string | null {
+  if (row.seq !== prev.seq + 1) return `expected seq ${prev.seq + 1}`;
+  if (row.prev_hash !== prev.hash) return 'prev_hash does not match the row before';
+  if (auditHash(prev.hash, row) !== row.hash) return 'hash does not match the row contents';
+  return null;
+}
+
+/**
  * The hash-chained audit log. Appends run inside the caller's transaction, so an audit row exists
- * exactly when the state change it records was committed.
+ * exactly when the state change it records was committed. Old rows may leave the table only into an
+ * archive segment (`audit_archive`), so the chain stays verifiable from genesis through the files.
  */
 export class AuditRepo {
   private readonly headStmt;
   private readonly insertStmt;
-  private readonly iterStmt;
+  private readonly afterStmt;
+  private readonly rowStmt;
   private readonly bySubjectStmt;
+  private readonly segmentsStmt;
+  private readonly insertSegmentStmt;
+  private readonly deleteThroughStmt;
+  private readonly lastBeforeStmt;
+  private readonly countStmt;
+  private readonly checkpointStmt;
+  private readonly saveCheckpointStmt;
 
-  constructor(db: Db) {
+  constructor(private readonly db: Db) {
     this.headStmt = db.prepare<[], { seq: number; hash: string }>(
       'SELECT seq, hash FROM audit_events ORDER BY seq DESC LIMIT 1',
     );
     this.insertStmt = db.prepare(
       'INSERT INTO audit_events (seq, at, actor, action, subject_type, subject_id, data, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
     );
-    this.iterStmt = db.prepare<[], AuditRow>('SELECT * FROM audit_events ORDER BY seq');
+    this.afterStmt = db.prepare<[number, number], AuditRow>(
+      'SELECT * FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?',
+    );
+    this.rowStmt = db.prepare<[number], AuditRow>('SELECT * FROM audit_events WHERE seq = ?');
     this.bySubjectStmt = db.prepare<[string, string], AuditRow>(
       'SELECT * FROM audit_events WHERE subject_type = ? AND subject_id = ? ORDER BY seq',
+    );
+    this.segmentsStmt = db.prepare<[], ArchiveSegment>('SELECT * FROM audit_archive ORDER BY first_seq');
+    this.insertSegmentStmt = db.prepare(
+      'INSERT INTO audit_archive (first_seq, last_seq, first_prev_hash, last_hash, file, archived_at) VALUES (?, ?, ?, ?, ?, ?)',
+    );
+    this.deleteThroughStmt = db.prepare('DELETE FROM audit_events WHERE seq <= ?');
+    this.lastBeforeStmt = db.prepare<[number], { seq: number | null }>(
+      'SELECT max(seq) AS seq FROM audit_events WHERE at < ?',
+    );
+    this.countStmt = db.prepare<[], { n: number }>('SELECT count(*) AS n FROM audit_events');
+    this.checkpointStmt = db.prepare<[], AuditCheckpoint>(
+      'SELECT verified_seq, verified_hash, verified_at, full_at FROM audit_checkpoint WHERE id = 1',
+    );
+    this.saveCheckpointStmt = db.prepare(
+      `INSERT INTO audit_checkpoint (id, verified_seq, verified_hash, verified_at, full_at) VALUES (1, ?, ?, ?, ?)
+       ON CONFLICT (id) DO UPDATE SET verified_seq = excluded.verified_seq, verified_hash = excluded.verified_hash,
+         verified_at = excluded.verified_at, full_at = coalesce(excluded.full_at, full_at)`,
     );
   }
 
@@ -104,48 +176,133 @@ export class AuditRepo {
     return { ...event, prev_hash, hash };
   }
 
-  /** Events about one subject, oldest first. */
+  /** Events about one subject still in the live table, oldest first. */
   forSubject(subjectType: string, subjectId: string): AuditEvent[] {
     return this.bySubjectStmt.all(subjectType, subjectId).map(toEvent);
   }
 
+  /** The newest row, or null on an empty table. */
+  head(): ChainPoint | null {
+    return this.headStmt.get() ?? null;
+  }
+
+  /** Rows in the live table. */
+  count(): number {
+    return this.countStmt.get()?.n ?? 0;
+  }
+
+  /** Where the live table's chain starts: the end of the newest archive segment, or genesis. */
+  liveStart(): ChainPoint {
+    const segments = this.segments();
+    const last = segments[segments.length - 1];
+    return last ? { seq: last.last_seq, hash: last.last_hash } : { seq: 0, hash: GENESIS_HASH };
+  }
+
+  /** Up to `limit` rows after `seq`, oldest first (a row whose data is not JSON is thrown on). */
+  rowsAfter(seq: number, limit: number): AuditEvent[] {
+    return this.afterStmt.all(seq, limit).map(toEvent);
+  }
+
   /**
-   * Walks the whole chain and names the first row whose hash, link or numbering is wrong.
-   * Truncating the newest rows cannot be detected from inside the table; operators who need that
-   * export the head hash (`audit verify --json`) elsewhere.
+   * Checks up to `limit` rows after the verified point `from`. One call is one short synchronous read;
+   * callers that walk a long chain yield to the event loop between calls.
    */
-  verify(): AuditVerification {
-    let prev = GENESIS_HASH;
-    let expectedSeq = 1;
-    let count = 0;
-    for (const row of this.iterStmt.iterate()) {
-      count++;
+  verifyBatch(from: ChainPoint, limit = DEFAULT_AUDIT_BATCH): BatchVerification {
+    const rows = this.afterStmt.all(from.seq, limit);
+    let prev = from;
+    let checked = 0;
+    for (const row of rows) {
+      checked++;
       let event: AuditEvent;
       try {
         event = toEvent(row);
       } catch {
-        return { ok: false, events: count, first_bad_seq: row.seq, problem: 'data is not valid JSON' };
+        return { ok: false, checked, first_bad_seq: row.seq, problem: 'data is not valid JSON' };
       }
-      if (row.seq !== expectedSeq)
-        return { ok: false, events: count, first_bad_seq: row.seq, problem: `expected seq ${expectedSeq}` };
-      if (row.prev_hash !== prev)
-        return {
-          ok: false,
-          events: count,
-          first_bad_seq: row.seq,
-          problem: 'prev_hash does not match the row before',
-        };
-      if (auditHash(prev, event) !== row.hash)
-        return {
-          ok: false,
-          events: count,
-          first_bad_seq: row.seq,
-          problem: 'hash does not match the row contents',
-        };
-      prev = row.hash;
-      expectedSeq++;
+      const problem = checkAuditRow(prev, event);
+      if (problem) return { ok: false, checked, first_bad_seq: row.seq, problem };
+      prev = { seq: row.seq, hash: row.hash };
     }
-    return { ok: true, events: count, head: prev };
+    return { ok: true, through: prev, checked, done: rows.length < limit };
+  }
+
+  /**
+   * Re-checks the row an incremental pass continues from: it must still exist, still carry the hash
+   * that was verified, and still hash to it from its own contents and link. Returns the problem or null.
+   */
+  checkAnchor(anchor: ChainPoint): string | null {
+    if (anchor.seq === 0) return null;
+    const row = this.rowStmt.get(anchor.seq);
+    if (!row) {
+      const start = this.liveStart();
+      if (start.seq === anchor.seq && start.hash === anchor.hash) return null;
+      return `verified row ${anchor.seq} is missing`;
+    }
+    if (row.hash !== anchor.hash) return 'hash differs from the one verified earlier';
+    let event: AuditEvent;
+    try {
+      event = toEvent(row);
+    } catch {
+      return 'data is not valid JSON';
+    }
+    if (auditHash(row.prev_hash, event) !== row.hash) return 'hash does not match the row contents';
+    return null;
+  }
+
+  /**
+   * Walks the whole live chain from its start (genesis, or the newest archive segment's end) and names
+   * the first row whose hash, link or numbering is wrong. Synchronous: for the CLI and tests; the master
+   * walks in batches (src/broker/audit-monitor.ts). Truncating the newest rows cannot be detected from
+   * inside the table; operators who need that export the head hash (`audit verify --json`) elsewhere.
+   */
+  verify(): AuditVerification {
+    let point = this.liveStart();
+    let events = 0;
+    for (;;) {
+      const b = this.verifyBatch(point);
+      events += b.checked;
+      if (!b.ok) return { ok: false, events, first_bad_seq: b.first_bad_seq, problem: b.problem };
+      point = b.through;
+      if (b.done) return { ok: true, events, head: point.hash };
+    }
+  }
+
+  /** Archive segments, oldest first. */
+  segments(): ArchiveSegment[] {
+    return this.segmentsStmt.all();
+  }
+
+  /** The newest row older than `at`, or null. */
+  lastSeqBefore(at: number): number | null {
+    return this.lastBeforeStmt.get(at)?.seq ?? null;
+  }
+
+  /**
+   * Records a segment already written to its file and deletes its rows from the live table, in one
+   * transaction. The delete trigger refuses any row no recorded segment covers.
+   */
+  recordArchive(segment: ArchiveSegment): number {
+    return this.db.transaction(() => {
+      this.insertSegmentStmt.run(
+        segment.first_seq,
+        segment.last_seq,
+        segment.first_prev_hash,
+        segment.last_hash,
+        segment.file,
+        segment.archived_at,
+      );
+      return this.deleteThroughStmt.run(segment.last_seq).changes;
+    })();
+  }
+
+  /** The remembered verification progress, or null before the first. */
+  checkpoint(): AuditCheckpoint | null {
+    return this.checkpointStmt.get() ?? null;
+  }
+
+  /** Remembers verification progress; `full_at` null keeps the previous full-pass time. */
+  saveCheckpoint(c: AuditCheckpoint): void {
+    this.saveCheckpointStmt.run(c.verified_seq, c.verified_hash, c.verified_at, c.full_at);
   }
 }
 

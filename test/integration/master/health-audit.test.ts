@@ -22,6 +22,8 @@ describe('/healthz', () => {
     const m = await startTestMaster();
     const c = await m.mcpClient(m.createToken('alice', ['submitter']));
     expectOk(await m.callTool(c, 'create_proposal', { spec: validSpec(), idempotency_key: m.key() }));
+    // /healthz answers from the background monitor's last pass; run one now rather than wait for it.
+    await m.master.audit.checkNew();
     const res = await m.rest(null).get<Health>('/healthz');
     expect(res.status).toBe(200);
     // operator + alice principals, one proposal.
@@ -60,6 +62,8 @@ describe('/healthz', () => {
       db.close();
     }
 
+    // A row verified before is only re-read by a full pass (scheduled, or on demand as here).
+    await m.master.audit.verifyAll();
     const res = await m.rest(null).get<Health>('/healthz');
     expect(res.status).toBe(503);
     expect(res.body.status).toBe('degraded');

@@ -1,8 +1,13 @@
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { AuditMonitor } from '../../../src/broker/audit-monitor.js';
 import { run as audit } from '../../../src/cli/audit.js';
 import { run as token } from '../../../src/cli/token.js';
+import { ManualClock } from '../../../src/platform/clock.js';
 import { openDb } from '../../../src/store/db.js';
+import { Store } from '../../../src/store/store.js';
+import { appendChain } from '../../fixtures/audit-chain.js';
 import { runCli } from '../../support/cli.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
@@ -50,6 +55,40 @@ describe('audit verify', () => {
     const text = await runCli(audit, ['verify', '--data-dir', dataDir]);
     expect(text.code).toBe(1);
     expect(text.stdout).toContain('BROKEN at seq 2');
+  });
+
+  it('verifies archive segments and the live table as one chain; --archive checks a file offline', async () => {
+    const store = Store.open(join(dataDir, 'broker.db'));
+    appendChain(store, 300, () => 0);
+    const monitor = new AuditMonitor(store, new ManualClock(), {
+      dataDir,
+      batch_size: 50,
+      full_interval_ms: 3600_000,
+      retention: { enabled: true, keep_events: 10, min_age_seconds: 0, max_segment_events: 100 },
+      retention_interval_ms: 0,
+    });
+    for (let i = 0; i < 3; i++) await monitor.tick();
+    const segments = store.audit.segments();
+    store.close();
+    expect(segments.length).toBe(3);
+    const r = await runCli(audit, ['verify', '--data-dir', dataDir, '--json']);
+    expect(r.code).toBe(0);
+    expect(r.json()).toMatchObject({ ok: true, events: 304, head_seq: 304, segments: 3 });
+
+    const file = join(dataDir, 'audit-archive', segments[1]!.file);
+    const offline = await runCli(audit, ['verify', '--archive', file]);
+    expect(offline.code).toBe(0);
+    expect(offline.stdout).toContain(
+      `archive intact: 100 events, seq 101..200, continues from ${segments[0]!.last_hash}`,
+    );
+
+    const lines = readFileSync(file, 'utf8').split('\n');
+    lines[5] = lines[5]!.replace('"actor":"prin_bench"', '"actor":"mallory"');
+    writeFileSync(file, lines.join('\n'));
+    const broken = await runCli(audit, ['verify', '--data-dir', dataDir]);
+    expect(broken.code).toBe(1);
+    expect(broken.stdout).toContain(`BROKEN at seq 106 in ${file}: hash does not match the row contents`);
+    expect((await runCli(audit, ['verify', '--archive', file])).code).toBe(1);
   });
 
   it('refuses an unknown subcommand with exit 2', async () => {
