@@ -51,7 +51,8 @@ function checkSize(spec: TaskSpec): string {
 function findingsFor(deps: BrokerDeps, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
-  return evaluatePolicy(spec, deps.config.policy, { fileDigests });
+  const storedBlobs = deps.store.blobs.sizes((spec.inputs ?? []).map((i) => i.sha256));
+  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs });
 }
 
 /** Loads a proposal the principal may see; others' proposals are NOT_FOUND (no existence leak). */

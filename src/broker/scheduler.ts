@@ -1,4 +1,4 @@
-import type { Policy } from '../contracts/policy.js';
+import { type Policy, pinnedScripts } from '../contracts/policy.js';
 import type { Runtime } from '../contracts/task-spec.js';
 import type { ExecutionPlan } from '../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../domain/lease.js';
@@ -259,7 +259,7 @@ export function pinnedFiles(
   const pins: Array<{ path: string; sha256: string }> = [];
   const rule = policy.executables.find((e) => e.path === exe);
   if (rule?.sha256) pins.push({ path: rule.path, sha256: rule.sha256 });
-  const scriptRule = policy.scripts.find((s) => s.interpreter === exe && s.script === script);
+  const scriptRule = pinnedScripts(policy.scripts).find((s) => s.interpreter === exe && s.script === script);
   if (scriptRule) pins.push({ path: scriptRule.script, sha256: scriptRule.sha256 });
   return pins;
 }
