@@ -6,6 +6,7 @@ import type { OutboxSender } from './daemon-outbox.js';
 import { joinDetail, phaseBody } from './daemon-reports.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } from './executor.js';
 import { startExecution } from './executor.js';
+import type { InputSource } from './executor-inputs.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
 import { pinsProblem } from './pin-check.js';
 import type { RunAs } from './run-as.js';
@@ -54,6 +55,8 @@ export interface ExecutionManagerDeps {
   readonly runAs?: RunAs;
   /** How tasks are isolated (sandbox-setup.ts). */
   readonly sandbox?: SandboxSetup;
+  /** Where the specs' inputs come from (the bounded cache, then the master). */
+  readonly inputs?: InputSource;
 }
 
 interface Running {
@@ -200,6 +203,7 @@ export class ExecutionManager {
       ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
       ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
       ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
+      ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
     });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;

@@ -20,6 +20,8 @@ import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
 import type { SandboxSetup } from './executor.js';
+import { InputCache } from './input-cache.js';
+import { httpsBlobFetcher } from './input-fetch.js';
 import { openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
@@ -72,6 +74,8 @@ export interface WorkerOptions {
   readonly welcomeTimeoutMs?: number;
   /** How long the first hello waits for the first sample (default 3 s). */
   readonly firstSampleWaitMs?: number;
+  /** Bound of the input cache (`<dataDir>/input-cache`), in bytes (default 4 GiB). */
+  readonly inputCacheBytes?: number;
 }
 
 /** A running worker. */
@@ -93,6 +97,7 @@ export interface RunningWorker {
 }
 
 const DEFAULT_SAMPLE_INTERVAL_MS = 2_000;
+const DEFAULT_INPUT_CACHE_BYTES = 4 * 1024 * 1024 * 1024;
 const DEFAULT_WELCOME_TIMEOUT_MS = 10_000;
 
 /** hello waits at most this long for the first sample; a hanging tool must not delay connecting. */
@@ -142,6 +147,17 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
+    inputs: {
+      cache: new InputCache(
+        join(opts.dataDir, 'input-cache'),
+        opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+      ),
+      fetch: httpsBlobFetcher({
+        masterUrl: opts.masterUrl,
+        token: opts.token,
+        ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+      }),
+    },
   });
 
   // 2. what the previous process left behind

@@ -7,6 +7,7 @@ import type { TaskBox } from './executor-box.js';
 import { bwrapBox, plainBox } from './executor-box.js';
 import type { ExecutorProvider, TaskDirs } from './executor-env.js';
 import { buildTaskEnv } from './executor-env.js';
+import { type InputSource, placeInputs } from './executor-inputs.js';
 import type { LogChunkHandler, LogPump } from './executor-logs.js';
 import { startLogPump } from './executor-logs.js';
 import type { CollectedOutput } from './executor-outputs.js';
@@ -27,12 +28,14 @@ import type { TaskUidPool } from './task-uids.js';
  *
  *   <rootDir>/<execution_id>/            0700, the worker's: the task can neither see nor write it
  *     stdout.log, stderr.log             written by the worker from pipes, never opened by the task
+ *     inputs/                            the spec's verified inputs, worker-owned (read-only at /task/…)
  *     task/                              the task's dir (`/task` in a sandbox), owned by the task's uid
  *       out/                             $GPU_BROKER_OUTPUT_DIR
  *       tmp/                             TMPDIR when unsandboxed (a sandbox has a private /tmp)
  *
  * Steps of one execution:
- *   1. setup: the fresh layout above; the env is built from nothing; the box is chosen (executor-box.ts):
+ *   1. setup: the fresh layout above (plus `inputs/`, the spec's inputs, bound read-only over `task/`
+ *      in a sandbox; placed straight into `task/`, 0444, when unsandboxed); the env is built from nothing; the box is chosen (executor-box.ts):
  *      bubblewrap with only the leased cards' device nodes, or a plain process group when the worker
  *      runs with `--isolation none`.
  *   2. spawn the box (no shell) as the leader of a new process group; stdout/stderr are pumped to the
@@ -68,6 +71,8 @@ export interface ExecutorOptions {
   readonly runAs?: RunAs;
   /** How tasks are isolated; default `{kind: 'none'}` (tests of the bare mechanics). */
   readonly sandbox?: SandboxSetup;
+  /** Where the spec's inputs come from (cache, then master); a spec with inputs fails setup without it. */
+  readonly inputs?: InputSource;
 }
 
 /** How a worker isolates `process` tasks; built once at worker start. */
@@ -195,7 +200,11 @@ class ExecutionRun {
     const execRoot = resolve(this.opts.rootDir, this.plan.execution_id);
     const taskDir = join(execRoot, 'task');
     const setup = await this.setup(execRoot, taskDir);
-    if (typeof setup === 'string') return this.neverStarted('SETUP_FAILED', setup);
+    if (typeof setup === 'string') {
+      // Nothing ran under the task's uid, so it can go back at once.
+      this.releaseUid();
+      return this.neverStarted('SETUP_FAILED', setup);
+    }
     this.box = setup.box;
     if (this.cancelRequested) return this.neverStarted('CANCELLED');
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
@@ -345,6 +354,19 @@ class ExecutionRun {
     } catch (err) {
       return `cannot create execution directory ${taskDir}: ${describe(err)}`;
     }
+    // 1b. inputs: fetched, verified and placed read-only before anything of the task exists.
+    const inputs = this.plan.spec.inputs ?? [];
+    const inputsDir = sandboxed ? join(execRoot, 'inputs') : taskDir;
+    if (inputs.length > 0) {
+      if (this.opts.inputs === undefined) return 'this worker was started without a way to fetch inputs';
+      try {
+        if (sandboxed) await mkdir(inputsDir, { mode: 0o755 });
+      } catch (err) {
+        return `cannot create the inputs directory: ${describe(err)}`;
+      }
+      const problem = await placeInputs(inputs, inputsDir, id, this.opts.inputs);
+      if (problem !== null) return problem;
+    }
     const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
     const owner = identity?.uid ?? process.getuid?.() ?? null;
     if (sandbox.kind === 'none') {
@@ -380,6 +402,7 @@ class ExecutionRun {
         identity === null || sandbox.setpriv === null ? null : { ...identity, setpriv: sandbox.setpriv },
       statusFd: 3,
       argv: runtime.argv,
+      inputs: { dir: inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
     });
     return { box: bwrapBox({ command: sandbox.bwrap, args, env }), owner };
   }

@@ -14,7 +14,7 @@ import { TaskSpecSchema } from './task-spec.js';
  */
 
 /** Version of this protocol. A peer speaking another version is refused at `hello`. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Largest log chunk a worker sends in one message, in bytes. */
 export const MAX_LOG_CHUNK_BYTES = 64 * 1024;
