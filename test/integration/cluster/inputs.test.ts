@@ -276,6 +276,8 @@ describe('an agent with only MCP gets its own two-file project reviewed and run'
     const task = await waitUntilSettled(alice, id);
     expect(task).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED', exit_code: null });
     expect(executionDetail(id)).toMatch(/input helper\.py: the worker's cached copy of sha256 [0-9a-f]{64}/);
+    // The agent reads the same through MCP.
+    expect(task.failure_detail).toMatch(/input helper\.py: the worker's cached copy/);
     // The damaged entry is gone: the next run fetches it again from the master and runs.
     const retry = await approveTask(alice, rita, pythonSpec(v2));
     expect(await waitUntilSettled(alice, retry)).toMatchObject({ state: 'COMPLETED' });
