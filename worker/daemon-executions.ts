@@ -8,6 +8,7 @@ import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } fr
 import { startExecution } from './executor.js';
 import type { InputSource } from './executor-inputs.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
+import type { DataMount } from './mounts.js';
 import { pinsProblem } from './pin-check.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
@@ -57,6 +58,8 @@ export interface ExecutionManagerDeps {
   readonly sandbox?: SandboxSetup;
   /** Where the specs' inputs come from (the bounded cache, then the master). */
   readonly inputs?: InputSource;
+  /** Named data mounts this worker offers. */
+  readonly mounts?: readonly DataMount[];
 }
 
 interface Running {
@@ -204,6 +207,7 @@ export class ExecutionManager {
       ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
       ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
       ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
+      ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
     });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;

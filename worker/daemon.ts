@@ -23,6 +23,7 @@ import type { SandboxSetup } from './executor.js';
 import { InputCache } from './input-cache.js';
 import { httpsBlobFetcher } from './input-fetch.js';
 import { openLocalStore } from './local-store.js';
+import type { DataMount } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
@@ -76,6 +77,8 @@ export interface WorkerOptions {
   readonly firstSampleWaitMs?: number;
   /** Bound of the input cache (`<dataDir>/input-cache`), in bytes (default 4 GiB). */
   readonly inputCacheBytes?: number;
+  /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
+  readonly mounts?: readonly DataMount[];
 }
 
 /** A running worker. */
@@ -147,6 +150,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
+    ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
     inputs: {
       cache: new InputCache(
         join(opts.dataDir, 'input-cache'),
@@ -199,6 +203,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     })),
     master_marks: store.listMasterMarks(),
     isolation: opts.sandbox?.kind ?? 'none',
+    mounts: (opts.mounts ?? []).map((m) => ({ name: m.name, read_only: m.read_only })),
   });
 
   const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {

@@ -14,6 +14,7 @@ import type { CollectedOutput } from './executor-outputs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { OomProbe } from './executor-process-group.js';
 import { probeOomKills, readOomKillCount } from './executor-process-group.js';
+import { type DataMount, mountPointOf } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { SystemMounts } from './sandbox-bwrap.js';
 import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
@@ -73,6 +74,8 @@ export interface ExecutorOptions {
   readonly sandbox?: SandboxSetup;
   /** Where the spec's inputs come from (cache, then master); a spec with inputs fails setup without it. */
   readonly inputs?: InputSource;
+  /** Named data mounts this worker offers (worker/mounts.ts). */
+  readonly mounts?: readonly DataMount[];
 }
 
 /** How a worker isolates `process` tasks; built once at worker start. */
@@ -367,6 +370,16 @@ class ExecutionRun {
       const problem = await placeInputs(inputs, inputsDir, id, this.opts.inputs);
       if (problem !== null) return problem;
     }
+    // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
+    const wanted = this.plan.spec.mounts ?? [];
+    const mounts: Array<{ hostPath: string; inside: string; readOnly: boolean }> = [];
+    for (const name of wanted) {
+      const m = (this.opts.mounts ?? []).find((x) => x.name === name);
+      if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
+      if (!sandboxed)
+        return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
+      mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
+    }
     const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
     const owner = identity?.uid ?? process.getuid?.() ?? null;
     if (sandbox.kind === 'none') {
@@ -403,6 +416,7 @@ class ExecutionRun {
       statusFd: 3,
       argv: runtime.argv,
       inputs: { dir: inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
+      mounts,
     });
     return { box: bwrapBox({ command: sandbox.bwrap, args, env }), owner };
   }

@@ -140,6 +140,8 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   // /task/<entry>, so the task can neither change nor replace (rename, unlink) what was approved.
   for (const entry of req.inputs?.entries ?? [])
     args.push('--ro-bind', join(req.inputs!.dir, entry), `${SANDBOX_TASK_DIR}/${entry}`);
+  // /mnt is not a system dir: made here 0755 so that a task uid can reach the mounts below it.
+  if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
   for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
   args.push('--chdir', SANDBOX_TASK_DIR, '--');
   if (req.identity !== null) {

@@ -52,7 +52,8 @@ function findingsFor(deps: BrokerDeps, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
   const storedBlobs = deps.store.blobs.sizes((spec.inputs ?? []).map((i) => i.sha256));
-  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs });
+  const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
+  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts });
 }
 
 /** Loads a proposal the principal may see; others' proposals are NOT_FOUND (no existence leak). */

@@ -123,6 +123,7 @@ export class Scheduler implements TaskObserver {
           worker: t.spec.worker,
           run_id: runBySubmitter.get(t.owner_id),
           runtime: t.runtime_kind,
+          mounts: t.mounts,
         })),
       workers,
       running_cards_by_owner: running,

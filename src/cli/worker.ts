@@ -4,6 +4,7 @@ import { resolve } from 'node:path';
 import { parseArgs } from 'node:util';
 import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
+import { type DataMount, parseMount } from '../../worker/mounts.js';
 import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
@@ -23,7 +24,7 @@ import { reportError } from './output.js';
  */
 
 const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--run-as USER (with --isolation none)] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--run-as USER (with --isolation none)] [--json]';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -36,6 +37,7 @@ const OPTIONS = {
   isolation: { type: 'string' },
   'task-uids': { type: 'string' },
   hide: { type: 'string', multiple: true },
+  mount: { type: 'string', multiple: true },
   json: { type: 'boolean' },
 } as const;
 
@@ -73,6 +75,7 @@ export const run: CommandRunner = async (argv, io) => {
       ...(settings.ca === undefined ? {} : { ca: settings.ca }),
       ...(settings.runAs === undefined ? {} : { runAs: settings.runAs }),
       sandbox: sandbox.setup,
+      ...(settings.mounts.length === 0 ? {} : { mounts: settings.mounts }),
     });
     const cards = worker.latestCards();
     const count = cards === null ? null : cards.length;
@@ -121,6 +124,7 @@ interface Settings {
   isolation: IsolationChoice;
   taskUids?: UidRange;
   hide: string[];
+  mounts: DataMount[];
 }
 
 function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
@@ -158,6 +162,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
   let runAs: RunAs | undefined;
   let isolation: IsolationChoice;
   let taskUids: UidRange | undefined;
+  let mounts: DataMount[] = [];
   try {
     // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
     isolation = parseIsolation(values.isolation ?? 'auto');
@@ -171,6 +176,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     }
     for (const path of values.hide ?? [])
       if (!path.startsWith('/')) throw new Error(`--hide ${JSON.stringify(path)}: give an absolute path`);
+    mounts = (values.mount ?? []).map(parseMount);
     workerConnectUrl(url);
     parseGpusOption(values.gpus ?? 'auto');
   } catch (err) {
@@ -190,5 +196,6 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     isolation,
     ...(taskUids === undefined ? {} : { taskUids }),
     hide: values.hide ?? [],
+    mounts,
   };
 }

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
-import { TaskSpecSchema } from './task-spec.js';
+import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 
 /**
  * The worker protocol (DESIGN §8, docs/worker-protocol.md): JSON messages over WSS, one zod
@@ -141,6 +141,11 @@ export const ContainerEngineSchema = z.enum(['podman', 'docker']);
 /** The container engine a worker runs `container` tasks with. */
 export type ContainerEngine = z.infer<typeof ContainerEngineSchema>;
 
+/** A named data mount a worker offers (its operator's `--mount NAME=PATH[:rw]`); the path stays local. */
+export const WorkerMountSchema = z.object({ name: MountNameSchema, read_only: z.boolean() });
+/** A named data mount a worker offers. */
+export type WorkerMount = z.infer<typeof WorkerMountSchema>;
+
 /** worker → master: opens a session. */
 export const HelloSchema = z.object({
   type: z.literal('hello'),
@@ -158,6 +163,8 @@ export const HelloSchema = z.object({
   isolation: IsolationModeSchema.default('none'),
   /** The engine for `container` tasks, or null when this worker cannot run them. */
   container_engine: ContainerEngineSchema.nullable().default(null),
+  /** The named data mounts tasks may ask for here (spec `mounts`). */
+  mounts: z.array(WorkerMountSchema).max(64).default([]),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */

@@ -26,6 +26,8 @@ export interface Finding {
 export interface PolicyFacts {
   fileDigests: Readonly<Record<string, string | null>>;
   storedBlobs?: Readonly<Record<string, number>>;
+  /** Names of the data mounts some enrolled worker offers (absent: not checked). */
+  offeredMounts?: readonly string[];
 }
 
 /** Env names the broker sets itself; a spec may never set them. */
@@ -52,6 +54,24 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
   else checkExecutable(spec, policy, facts, add);
   checkNetwork(spec, policy, add);
   checkInputs(spec, policy, facts, add);
+  for (const [n, name] of (spec.mounts ?? []).entries()) {
+    if (facts.offeredMounts && !facts.offeredMounts.includes(name))
+      add(
+        'warning',
+        'MOUNT_NOT_OFFERED',
+        `mounts[${n}]`,
+        `no enrolled worker offers the data mount "${name}"; the task would wait for one`,
+        `Offered now: ${facts.offeredMounts.join(', ') || 'none'}. An operator declares one with gpu-broker worker --mount ${name}=/path.`,
+      );
+    else
+      add(
+        'warning',
+        'MOUNT_REQUESTED',
+        `mounts[${n}]`,
+        `the task reads the data mount "${name}" at /mnt/${name}`,
+        'Reviewer: check that the task needs this data set; it is mounted read-only unless the operator allowed writes.',
+      );
+  }
 
   for (const name of Object.keys(spec.runtime.env ?? {})) {
     if (RESERVED_ENV.test(name)) {

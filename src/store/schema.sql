@@ -275,7 +275,7 @@ CREATE TABLE workers (
   draining      INTEGER NOT NULL DEFAULT 0 CHECK (draining IN (0,1)),
   first_seen_at INTEGER NOT NULL,
   last_seen_at  INTEGER NOT NULL
-, isolation TEXT NOT NULL DEFAULT 'none' CHECK (isolation IN ('bwrap','none')), container_engine TEXT CHECK (container_engine IS NULL OR container_engine IN ('podman','docker')));
+, isolation TEXT NOT NULL DEFAULT 'none' CHECK (isolation IN ('bwrap','none')), container_engine TEXT CHECK (container_engine IS NULL OR container_engine IN ('podman','docker')), mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(mounts)));
 
 CREATE TRIGGER audit_events_append_only_delete BEFORE DELETE ON audit_events
 BEGIN

@@ -20,3 +20,7 @@ CREATE TABLE blob_uploads (
 );
 
 CREATE INDEX blob_uploads_by_blob ON blob_uploads (sha256);
+
+-- Named data mounts (issue 13): the mounts each worker declared in its latest hello, as JSON
+-- `[{"name": "imagenet-val", "read_only": true}]`. Tasks asking for mounts go only where all are.
+ALTER TABLE workers ADD COLUMN mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(mounts));

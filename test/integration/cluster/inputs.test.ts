@@ -1,13 +1,14 @@
 import { createHash } from 'node:crypto';
-import { readFileSync, writeFileSync } from 'node:fs';
+import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
-import { approveTask, clusterConfig, waitUntilSettled } from '../../support/cluster.js';
+import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
+import { makeTempDir } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
@@ -39,6 +40,7 @@ let m: TestMaster;
 let w: TestWorker;
 let alice: Client;
 let rita: Client;
+let dataset: string;
 let k = 0;
 const key = () => `inputs-${process.pid}-${++k}`;
 const sha = (text: string | Buffer) => createHash('sha256').update(text).digest('hex');
@@ -121,7 +123,18 @@ beforeAll(async () => {
   });
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
-  w = await startWorkerOn(m, 'gpu-inputs', { hiddenPaths: [m.dataDir] });
+  dataset = makeTempDir('dataset');
+  chmodSync(dataset, 0o755);
+  writeFileSync(join(dataset, 'labels.txt'), 'cat\ndog\n', { mode: 0o644 });
+  const other = makeTempDir('other-data');
+  chmodSync(other, 0o755);
+  w = await startWorkerOn(m, 'gpu-inputs', {
+    hiddenPaths: [m.dataDir],
+    mounts: [
+      { name: 'dataset', host_path: dataset, read_only: true },
+      { name: 'other', host_path: other, read_only: true },
+    ],
+  });
   await waitFor(
     () =>
       m.deps.cluster.fleet
@@ -392,6 +405,44 @@ describe('what a proposal with inputs may not do', () => {
       'QUOTA_EXCEEDED',
     );
     expect(over.details).toMatchObject({ limit_bytes: QUOTA });
+  });
+});
+
+describe('named data mounts', () => {
+  const SCRIPT = [
+    'cat /mnt/dataset/labels.txt',
+    'ls /mnt',
+    'if echo x > /mnt/dataset/new 2>/dev/null; then echo WRITE_OK; else echo WRITE_REFUSED; fi',
+  ].join('; ');
+
+  it('binds exactly the asked-for mount, read-only, at /mnt/<name>', async () => {
+    const id = await approveTask(alice, rita, shellSpec(SCRIPT, { mounts: ['dataset'] }));
+    const task = await waitUntilSettled(alice, id);
+    expect(task, task.failure_detail ?? '').toMatchObject({ state: 'COMPLETED' });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: id })).data;
+    expect(logs).toBe('cat\ndog\ndataset\nWRITE_REFUSED\n');
+  });
+
+  it('shows no mount to a task that asked for none', async () => {
+    const id = await approveTask(alice, rita, shellSpec('ls /mnt 2>&1 || echo NO_MNT'));
+    await waitUntilSettled(alice, id);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: id })).data;
+    expect(logs).toContain('NO_MNT');
+  });
+
+  it('a mount no worker offers is a finding, and the task waits with a reason', async () => {
+    const created = expectOk(
+      await callTool<Revision>(alice, 'create_proposal', {
+        spec: shellSpec('true', { mounts: ['imagenet'] }),
+        idempotency_key: key(),
+      }),
+    );
+    expect(created.findings.map((f) => f.code)).toContain('MOUNT_NOT_OFFERED');
+    const id = await approveTask(alice, rita, shellSpec('true', { mounts: ['imagenet'] }));
+    await waitFor(async () => (await getTask(alice, id)).reason?.['code'] === 'mount_missing', {
+      what: 'mount_missing reason',
+    });
+    expectOk(await callTool(alice, 'cancel_task', { task_id: id, idempotency_key: key() }));
   });
 });
 
