@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
+import { packageRoot } from '../../../src/platform/package-root.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
@@ -405,6 +406,21 @@ describe('what a proposal with inputs may not do', () => {
       'QUOTA_EXCEEDED',
     );
     expect(over.details).toMatchObject({ limit_bytes: QUOTA });
+  });
+});
+
+describe('the SKILL.md worked example', () => {
+  it('uploads the example files, matches the example spec’s digests, and runs on simulated cards', async () => {
+    const base = join(packageRoot(), 'client-kit', 'examples');
+    const spec = JSON.parse(readFileSync(join(base, 'python-inputs-1card.json'), 'utf8')) as TaskSpecInput;
+    const files = ['train.py', 'mathlib.py'].map((path) => ({
+      path,
+      content: readFileSync(join(base, 'python-inputs', path), 'utf8'),
+    }));
+    expect(expectOk(await upload(alice, files)).inputs).toEqual(spec.inputs);
+    const id = await approveTask(alice, rita, spec);
+    expect(await waitUntilSettled(alice, id)).toMatchObject({ state: 'COMPLETED', simulated: true });
+    expect(await resultOf(id)).toMatchObject({ dot: 32 });
   });
 });
 
