@@ -210,6 +210,7 @@ export function diffInputs(
   before: readonly InputFile[],
   after: readonly InputFile[],
   maxLines: number,
+  page: { path?: string | undefined; offset?: number | undefined } = {},
 ): InputChange[] {
   const a = new Map(before.map((i) => [i.path, i]));
   const b = new Map(after.map((i) => [i.path, i]));
@@ -231,7 +232,10 @@ export function diffInputs(
       const now = deps.store.blobs.content(y.sha256);
       if (!old || !now) change.note = 'content not stored any more';
       else if (!isText(old) || !isText(now)) change.note = 'binary';
-      else change.text_diff = unifiedDiff(old.toString('utf8'), now.toString('utf8'), maxLines);
+      else {
+        const offset = page.path === path ? (page.offset ?? 0) : 0;
+        change.text_diff = unifiedDiff(old.toString('utf8'), now.toString('utf8'), maxLines, offset);
+      }
     }
     changes.push(change);
   }

@@ -49,6 +49,7 @@ export function getRevision(
   proposalId: string,
   revisionId: string,
   diffLines = DEFAULT_DIFF_LINES,
+  diffPage: { path?: string | undefined; offset?: number | undefined } = {},
 ) {
   const p = loadVisibleProposal(deps, principal, proposalId);
   const r = deps.store.proposals.revision(revisionId);
@@ -77,7 +78,9 @@ export function getRevision(
     previous: prev ? { revision_id: prev.id, number: prev.number, digest: prev.digest } : null,
     diff: prev ? diffSpecs(withoutInputs(prev.spec), withoutInputs(r.spec)) : [],
     inputs: r.spec.inputs ?? [],
-    input_changes: prev ? diffInputs(deps, prev.spec.inputs ?? [], r.spec.inputs ?? [], diffLines) : [],
+    input_changes: prev
+      ? diffInputs(deps, prev.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage)
+      : [],
     reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
   };
 }

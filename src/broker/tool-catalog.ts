@@ -63,7 +63,10 @@ export function brokerTools(): BoundTool[] {
     bindTool(I.getInputTool, ({ deps, principal }, i) => getInput(deps, principal, i)),
     bindTool(P.listReviewQueueTool, ({ deps, principal }, i) => listReviewQueue(deps, principal, i)),
     bindTool(P.getRevisionTool, ({ deps, principal }, i) =>
-      getRevision(deps, principal, i.proposal_id, i.revision_id, i.diff_lines),
+      getRevision(deps, principal, i.proposal_id, i.revision_id, i.diff_lines, {
+        path: i.diff_path,
+        offset: i.diff_offset,
+      }),
     ),
     bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
     bindTool(T.getTaskTool, ({ deps, principal }, i) => ({

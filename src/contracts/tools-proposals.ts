@@ -47,6 +47,7 @@ export const InputChangeSchema = z.object({
       unified: z.string(),
       added_lines: z.number().int(),
       removed_lines: z.number().int(),
+      total_lines: z.number().int(),
       truncated: z.boolean(),
     })
     .optional(),
@@ -211,6 +212,13 @@ export const getRevisionTool = defineTool({
       .describe(
         'Most lines of unified diff per changed input file (default 400); get_input reads whole files.',
       ),
+    diff_path: z.string().max(512).optional().describe('Page the text diff of this input path…'),
+    diff_offset: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe('…starting at this line of its unified diff (from a truncated page: offset + lines shown).'),
   }),
   output: z.object({
     proposal_id: z.string(),

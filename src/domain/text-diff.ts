@@ -16,14 +16,16 @@ export interface TextDiff {
   unified: string;
   added_lines: number;
   removed_lines: number;
-  /** The diff was longer than `maxLines` and was cut. */
+  /** Lines of the whole unified diff; `unified` holds lines `[offset, offset + maxLines)` of them. */
+  total_lines: number;
+  /** Lines follow that were cut: ask again with `offset` = this page's offset + its line count. */
   truncated: boolean;
 }
 
 type Op = { kind: ' ' | '-' | '+'; line: string; a: number; b: number };
 
-/** The unified diff from `before` to `after` (texts), at most `maxLines` lines of output. */
-export function unifiedDiff(before: string, after: string, maxLines = 400): TextDiff {
+/** The unified diff from `before` to `after` (texts): lines `[offset, offset + maxLines)` of it. */
+export function unifiedDiff(before: string, after: string, maxLines = 400, offset = 0): TextDiff {
   const a = splitLines(before);
   const b = splitLines(after);
   const ops = diffLines(a, b);
@@ -56,12 +58,12 @@ export function unifiedDiff(before: string, after: string, maxLines = 400): Text
     for (const o of hunk) out.push(`${o.kind}${o.line}`);
     i = end;
   }
-  const truncated = out.length > maxLines;
   return {
-    unified: (truncated ? out.slice(0, maxLines) : out).join('\n'),
+    unified: out.slice(offset, offset + maxLines).join('\n'),
     added_lines: added,
     removed_lines: removed,
-    truncated,
+    total_lines: out.length,
+    truncated: out.length > offset + maxLines,
   };
 }
 

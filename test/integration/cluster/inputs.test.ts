@@ -481,6 +481,22 @@ describe('the byte routes', () => {
     const replay = await put(sha(body), body);
     expect(await replay.json()).toEqual({ sha256: sha(body), size: body.length, stored: false });
     expect((await put(sha(body), body, m.createToken('vic', ['reviewer']))).status).toBe(403);
+    // The JSON mirror of the tools: POST /api/v1/inputs and GET …/revisions/:id/input?path=….
+    const api = m.rest(token);
+    const up = await api.post<{ inputs: Array<{ path: string; sha256: string; size: number }> }>(
+      '/api/v1/inputs',
+      {
+        files: [{ path: 'rest.py', content: 'print(42)\n' }],
+      },
+    );
+    expect(up.status).toBe(200);
+    const created = await api.post<{ proposal_id: string; revision_id: string }>('/api/v1/proposals', {
+      spec: pythonSpec(up.body.inputs),
+    });
+    const got = await api.get<{ content: string }>(
+      `/api/v1/proposals/${created.body.proposal_id}/revisions/${created.body.revision_id}/input?path=rest.py`,
+    );
+    expect(got.body.content).toBe('print(42)\n');
     expect((await put(sha(body), body, m.createToken('worker-x', ['worker'], 'wx'))).status).toBe(403);
   });
 

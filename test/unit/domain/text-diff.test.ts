@@ -41,6 +41,27 @@ describe('unifiedDiff', () => {
     );
     expect(d.truncated).toBe(true);
     expect(d.unified.split('\n')).toHaveLength(50);
+    // Paging: the next page starts where this one stopped, and the last page is not truncated.
+    const both = unifiedDiff(
+      lines(1000),
+      lines(1000, (i) => `changed ${i}`),
+      100,
+    ).unified.split('\n');
+    const next = unifiedDiff(
+      lines(1000),
+      lines(1000, (i) => `changed ${i}`),
+      50,
+      50,
+    );
+    expect(next.unified.split('\n')).toEqual(both.slice(50, 100));
+    const last = unifiedDiff(
+      lines(1000),
+      lines(1000, (i) => `changed ${i}`),
+      50,
+      d.total_lines - 10,
+    );
+    expect(last).toMatchObject({ truncated: false, total_lines: d.total_lines });
+    expect(last.unified.split('\n')).toHaveLength(10);
     // Every odd line differs: an LCS would keep the even ones, but past MAX_DIFF_CELLS the whole middle
     // (all but the common last line) is shown as removed then added.
     const n = 2 * Math.ceil(Math.sqrt(MAX_DIFF_CELLS) / 2) + 10;
