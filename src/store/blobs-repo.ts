@@ -83,14 +83,16 @@ export class BlobsRepo {
   }
 
   /**
-   * Garbage collection: deletes blobs created before `createdBefore` that no revision of an undecided
+   * Garbage collection: deletes blobs created and last uploaded before `createdBefore` that no revision of an undecided
    * proposal (DRAFT, IN_REVIEW, CHANGES_REQUESTED), no unfinished task and no task finished after
    * `finishedAfter` names in its spec's `inputs`. Returns how many were deleted.
    */
   collectGarbage(createdBefore: number, finishedAfter: number): number {
     const r = this.db
       .prepare(
-        `DELETE FROM blobs WHERE created_at < @createdBefore AND sha256 NOT IN (
+        `DELETE FROM blobs WHERE created_at < @createdBefore
+           AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = blobs.sha256 AND u.uploaded_at >= @createdBefore)
+           AND sha256 NOT IN (
            SELECT json_extract(i.value, '$.sha256')
              FROM revisions r JOIN proposals p ON p.id = r.proposal_id, json_each(r.spec, '$.inputs') i
             WHERE p.state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')

@@ -52,7 +52,11 @@ describe('input blobs in the master store', () => {
     await f.invoke(alice, 'cancel_proposal', { proposal_id: p2.proposal_id, idempotency_key: 'c2' });
     expect(collectBlobGarbage(f.deps, 60_000)).toBe(0); // all younger than the grace period
     clock.advance(120_000);
-    expect(collectBlobGarbage(f.deps, 60_000)).toBe(2);
+    // Uploading old content again (about to be proposed) restarts its grace period.
+    await upload(f, alice, 'again.py', 'orphan\n');
+    expect(collectBlobGarbage(f.deps, 60_000)).toBe(1); // only the withdrawn proposal's blob
+    clock.advance(120_000);
+    expect(collectBlobGarbage(f.deps, 60_000)).toBe(1);
     expect(f.deps.store.blobs.meta(sha('kept\n'))).toBeDefined();
     expect(f.deps.store.blobs.meta(sha('orphan\n'))).toBeUndefined();
     expect(f.deps.store.blobs.meta(sha('gone\n'))).toBeUndefined();
