@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { admissionSection } from './admission.js';
 import { auditCheckSection } from './audit-check.js';
+import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
 import { schedulingSection } from './scheduling.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
@@ -16,7 +17,13 @@ import { type BenchSection, markdownTable, type OpResult } from './stats.js';
  * own file and append it to SECTIONS.
  */
 
-const SECTIONS: BenchSection[] = [mcpLoadSection, admissionSection, schedulingSection, auditCheckSection];
+const SECTIONS: BenchSection[] = [
+  mcpLoadSection,
+  admissionSection,
+  schedulingSection,
+  auditCheckSection,
+  inputsSection,
+];
 
 async function main(): Promise<number> {
   const { values } = parseArgs({ options: { only: { type: 'string' }, json: { type: 'string' } } });

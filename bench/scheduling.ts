@@ -11,7 +11,7 @@ import { submitReview } from '../src/broker/reviews.js';
 import { Scheduler } from '../src/broker/scheduler.js';
 import type { WorkerLink } from '../src/broker/worker-link.js';
 import { TaskSpecSchema } from '../src/contracts/task-spec.js';
-import type { ExecutionPhase } from '../src/contracts/worker-protocol.js';
+import { type ExecutionPhase, PROTOCOL_VERSION } from '../src/contracts/worker-protocol.js';
 import { ManualClock } from '../src/platform/clock.js';
 import { parseConfig } from '../src/platform/config.js';
 import { createIdGenerator } from '../src/platform/ids.js';
@@ -125,7 +125,7 @@ async function runScheduling(): Promise<OpResult[]> {
             store.workers.raiseMark(e.worker_id, `boot-${e.worker_id}`, seq, clock.now());
             handleExecutionReport(deps, e.worker_id, {
               type: 'execution',
-              protocol_version: 1,
+              protocol_version: PROTOCOL_VERSION,
               boot_id: `boot-${e.worker_id}`,
               seq,
               execution_id: e.id,

@@ -5,6 +5,7 @@ import { workloadPath, workloadSha256 } from '../qualification/workload-result.j
 import { AuditMonitor } from './broker/audit-monitor.js';
 import type { BrokerDeps } from './broker/deps.js';
 import { Fleet } from './broker/fleet.js';
+import { collectBlobGarbage } from './broker/inputs.js';
 import { CARDS_TOPIC } from './broker/leases.js';
 import { sweepExecutions } from './broker/liveness.js';
 import { Notifier } from './broker/notifier.js';
@@ -16,6 +17,7 @@ import { Scheduler } from './broker/scheduler.js';
 import { TASKS_TOPIC } from './broker/tasks.js';
 import { brokerTools } from './broker/tool-catalog.js';
 import { BrokerError } from './contracts/errors.js';
+import { pinnedScripts } from './contracts/policy.js';
 import { buildApp } from './http/app.js';
 import { registerDashboard } from './http/dashboard.js';
 import { registerEventStream } from './http/events.js';
@@ -205,6 +207,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
           store.outbox.prune(now - ACKED_OUTBOX_RETENTION_MS);
           store.idempotency.prune(now - IDEMPOTENCY_RETENTION_MS);
         });
+        collectBlobGarbage(deps);
       }
       if (now - lastRevalidate > 5000) {
         lastRevalidate = now;
@@ -305,7 +308,7 @@ function listenError(err: unknown, listen: string): unknown {
  */
 export function withBundledWorkload(config: MasterConfig): MasterConfig {
   const script = workloadPath();
-  if (config.policy.scripts.some((s) => s.script === script)) return config;
+  if (pinnedScripts(config.policy.scripts).some((s) => s.script === script)) return config;
   const rule = { interpreter: config.qualification_python, script, sha256: workloadSha256() };
   return { ...config, policy: { ...config.policy, scripts: [...config.policy.scripts, rule] } };
 }

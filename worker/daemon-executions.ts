@@ -7,7 +7,9 @@ import { joinDetail, phaseBody } from './daemon-reports.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } from './executor.js';
 import { startExecution } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
+import type { InputSource } from './executor-inputs.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
+import type { DataMount } from './mounts.js';
 import { pinsProblem } from './pin-check.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
@@ -57,6 +59,10 @@ export interface ExecutionManagerDeps {
   readonly sandbox?: SandboxSetup;
   /** How `container` tasks run (sandbox-setup.ts); absent when this worker has no engine. */
   readonly containers?: ContainerTasks;
+  /** Where the specs' inputs come from (the bounded cache, then the master). */
+  readonly inputs?: InputSource;
+  /** Named data mounts this worker offers. */
+  readonly mounts?: readonly DataMount[];
 }
 
 interface Running {
@@ -214,6 +220,8 @@ export class ExecutionManager {
       ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
       ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
       ...(this.deps.containers === undefined ? {} : { containers: this.deps.containers }),
+      ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
+      ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
     });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;

@@ -29,7 +29,10 @@ import {
 } from './execution-dirs.js';
 import type { SandboxSetup } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
+import { InputCache } from './input-cache.js';
+import { httpsBlobFetcher } from './input-fetch.js';
 import { type LocalStore, openLocalStore } from './local-store.js';
+import type { DataMount } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
@@ -87,6 +90,10 @@ export interface WorkerOptions {
   readonly executionRetention?: ExecutionRetention;
   /** How often finished execution directories are pruned (default hourly). */
   readonly executionPruneIntervalMs?: number;
+  /** Bound of the input cache (`<dataDir>/input-cache`), in bytes (default 4 GiB). */
+  readonly inputCacheBytes?: number;
+  /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
+  readonly mounts?: readonly DataMount[];
 }
 
 /** A running worker. */
@@ -108,6 +115,7 @@ export interface RunningWorker {
 }
 
 const DEFAULT_SAMPLE_INTERVAL_MS = 2_000;
+const DEFAULT_INPUT_CACHE_BYTES = 4 * 1024 * 1024 * 1024;
 const DEFAULT_WELCOME_TIMEOUT_MS = 10_000;
 
 /** hello waits at most this long for the first sample; a hanging tool must not delay connecting. */
@@ -171,6 +179,18 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
     ...(opts.containers === undefined ? {} : { containers: opts.containers }),
+    ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+    inputs: {
+      cache: new InputCache(
+        join(opts.dataDir, 'input-cache'),
+        opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+      ),
+      fetch: httpsBlobFetcher({
+        masterUrl: opts.masterUrl,
+        token: opts.token,
+        ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+      }),
+    },
   });
   log.info(
     { isolation: opts.sandbox?.kind ?? 'none', container_engine: opts.containers?.setup.engine ?? null },
@@ -241,6 +261,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     card_epochs: store.listCardEpochs(),
     isolation: opts.sandbox?.kind ?? 'none',
     container_engine: opts.containers?.setup.engine ?? null,
+    mounts: (opts.mounts ?? []).map((m) => ({ name: m.name, read_only: m.read_only })),
   });
 
   const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {

@@ -9,12 +9,14 @@ import type { ContainerTasks } from './executor-container.js';
 import { containerBoxFor } from './executor-container.js';
 import type { ExecutorProvider, TaskDirs } from './executor-env.js';
 import { buildTaskEnv } from './executor-env.js';
+import { type InputSource, placeInputs } from './executor-inputs.js';
 import type { LogChunkHandler, LogPump } from './executor-logs.js';
 import { startLogPump } from './executor-logs.js';
 import type { CollectedOutput } from './executor-outputs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { OomProbe } from './executor-process-group.js';
 import { probeOomKills, readOomKillCount } from './executor-process-group.js';
+import { type DataMount, mountPointOf } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { SystemMounts } from './sandbox-bwrap.js';
 import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
@@ -30,12 +32,14 @@ import type { TaskUidPool } from './task-uids.js';
  *
  *   <rootDir>/<execution_id>/            0700, the worker's: the task can neither see nor write it
  *     stdout.log, stderr.log             written by the worker from pipes, never opened by the task
+ *     inputs/                            the spec's verified inputs, worker-owned (read-only at /task/…)
  *     task/                              the task's dir (`/task` in a sandbox), owned by the task's uid
  *       out/                             $GPU_BROKER_OUTPUT_DIR
  *       tmp/                             TMPDIR when unsandboxed (a sandbox has a private /tmp)
  *
  * Steps of one execution:
- *   1. setup: the fresh layout above; the env is built from nothing; the box is chosen (executor-box.ts):
+ *   1. setup: the fresh layout above (plus `inputs/`, the spec's inputs, bound read-only over `task/`
+ *      in a sandbox; placed straight into `task/`, 0444, when unsandboxed); the env is built from nothing; the box is chosen (executor-box.ts):
  *      bubblewrap with only the leased cards' device nodes, or a plain process group when the worker
  *      runs with `--isolation none`; a `container` task gets the engine's container instead
  *      (executor-container.ts), whatever the isolation.
@@ -74,6 +78,10 @@ export interface ExecutorOptions {
   readonly sandbox?: SandboxSetup;
   /** How `container` tasks run; absent: this worker has no engine and refuses them (SETUP_FAILED). */
   readonly containers?: ContainerTasks;
+  /** Where the spec's inputs come from (cache, then master); a spec with inputs fails setup without it. */
+  readonly inputs?: InputSource;
+  /** Named data mounts this worker offers (worker/mounts.ts). */
+  readonly mounts?: readonly DataMount[];
 }
 
 /** How a worker isolates `process` tasks; built once at worker start. */
@@ -202,6 +210,7 @@ class ExecutionRun {
     const taskDir = join(execRoot, 'task');
     const setup = await this.setup(execRoot, taskDir);
     if (typeof setup === 'string') {
+      // Nothing ran under the task's uid, so it can go back at once.
       this.releaseUid();
       return this.neverStarted('SETUP_FAILED', setup);
     }
@@ -363,6 +372,29 @@ class ExecutionRun {
     } catch (err) {
       return `cannot create execution directory ${taskDir}: ${describe(err)}`;
     }
+    // 1b. inputs: fetched, verified and placed read-only before anything of the task exists.
+    const inputs = this.plan.spec.inputs ?? [];
+    const inputsDir = sandboxed ? join(execRoot, 'inputs') : taskDir;
+    if (inputs.length > 0) {
+      if (this.opts.inputs === undefined) return 'this worker was started without a way to fetch inputs';
+      try {
+        if (sandboxed) await mkdir(inputsDir, { mode: 0o755 });
+      } catch (err) {
+        return `cannot create the inputs directory: ${describe(err)}`;
+      }
+      const problem = await placeInputs(inputs, inputsDir, id, this.opts.inputs);
+      if (problem !== null) return problem;
+    }
+    // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
+    const wanted = this.plan.spec.mounts ?? [];
+    const mounts: Array<{ hostPath: string; inside: string; readOnly: boolean }> = [];
+    for (const name of wanted) {
+      const m = (this.opts.mounts ?? []).find((x) => x.name === name);
+      if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
+      if (!sandboxed)
+        return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
+      mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
+    }
     const owner = identity?.uid ?? process.getuid?.() ?? null;
     if (runtime.kind === 'container' && containers !== undefined && identity !== null) {
       const box = await containerBoxFor({
@@ -411,6 +443,8 @@ class ExecutionRun {
         identity === null || sandbox.setpriv === null ? null : { ...identity, setpriv: sandbox.setpriv },
       statusFd: 3,
       argv: runtime.argv,
+      inputs: { dir: inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
+      mounts,
     });
     return { box: bwrapBox({ command: sandbox.bwrap, args, env }), owner };
   }

@@ -18,7 +18,12 @@ import type { DeviceNode } from './sandbox-devices.js';
  *      bound read-only at their own path, so a script the reviewer approved runs wherever it lives
  *      (the directories above it made 0755, see ancestorDirs);
  *   5. the leased cards' device nodes only (sandbox-devices.ts);
- *   6. its execution dir at `/task` (writable; outputs under `/task/out`), which is also its cwd.
+ *   6. its execution dir at `/task` (writable; outputs under `/task/out`), which is also its cwd;
+ *   7. its inputs (issue 13) read-only over it: each top-level entry of the execution's `inputs/` dir
+ *      bound with --ro-bind at `/task/<entry>` (so `/task/src/train.py` cannot be written, renamed or
+ *      removed, while the task may still create scratch files beside it);
+ *   8. the named data mounts the spec asked for, at `/mnt/<name>`, read-only unless the operator said
+ *      otherwise.
  *
  * Namespaces: PID, mount, IPC, UTS, cgroup (where the kernel has it) and, unless the reviewed spec says
  * `network: "host"`, network (loopback only). bwrap's own init is PID 1: when the task's first process
@@ -92,6 +97,14 @@ export interface BwrapRequest {
   readonly statusFd: number;
   /** The task's argv. */
   readonly argv: readonly string[];
+  /** The placed inputs (executor-inputs.ts): their host dir and its top-level names. */
+  readonly inputs?: { readonly dir: string; readonly entries: readonly string[] };
+  /** Named data mounts the spec asked for, as this worker's operator declared them. */
+  readonly mounts?: ReadonlyArray<{
+    readonly hostPath: string;
+    readonly inside: string;
+    readonly readOnly: boolean;
+  }>;
 }
 
 /** The argv after `bwrap` for one task; pure, see the module comment for the layout. */
@@ -122,7 +135,15 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   args.push(...ancestorDirs(req.pinned, [...req.system.dirs, ...req.system.links.map(([, path]) => path)]));
   for (const p of req.pinned) args.push('--ro-bind', p, p);
   for (const d of req.devices) args.push('--dev-bind', d.host, d.inside);
-  args.push('--bind', req.taskDir, SANDBOX_TASK_DIR, '--chdir', SANDBOX_TASK_DIR, '--');
+  args.push('--bind', req.taskDir, SANDBOX_TASK_DIR);
+  // Inputs over the writable task dir, read-only: each top-level entry of the inputs dir at
+  // /task/<entry>, so the task can neither change nor replace (rename, unlink) what was approved.
+  for (const entry of req.inputs?.entries ?? [])
+    args.push('--ro-bind', join(req.inputs!.dir, entry), `${SANDBOX_TASK_DIR}/${entry}`);
+  // /mnt is not a system dir: made here 0755 so that a task uid can reach the mounts below it.
+  if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
+  for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
+  args.push('--chdir', SANDBOX_TASK_DIR, '--');
   if (req.identity !== null) {
     const { uid, gid, setpriv } = req.identity;
     args.push(

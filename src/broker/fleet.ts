@@ -187,6 +187,7 @@ export class Fleet {
         draining: rec.draining,
         isolation: rec.isolation,
         container_engine: rec.container_engine,
+        mounts: rec.mounts.map((m) => m.name),
         sampled_at: w.sampled_at,
         sampler_error: w.sampler_error,
         cards: cards.map((c): CardView => {

@@ -51,7 +51,9 @@ function checkSize(spec: TaskSpec): string {
 function findingsFor(deps: BrokerDeps, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
-  return evaluatePolicy(spec, deps.config.policy, { fileDigests });
+  const storedBlobs = deps.store.blobs.sizes((spec.inputs ?? []).map((i) => i.sha256));
+  const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
+  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts });
 }
 
 /** Loads a proposal the principal may see; others' proposals are NOT_FOUND (no existence leak). */

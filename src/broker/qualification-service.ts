@@ -6,6 +6,7 @@ import { type RunnerOptions, runQualification } from '../../qualification/runner
 import { workloadPath } from '../../qualification/workload-result.js';
 import type { WorkloadPin } from '../../qualification/workload-spec.js';
 import { BrokerError } from '../contracts/errors.js';
+import { pinnedScripts } from '../contracts/policy.js';
 import type { SubmitterKind } from '../store/qualification-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { finishRun, type QualificationLauncher, recordStep } from './qualification.js';
@@ -51,7 +52,7 @@ export class QualificationService implements QualificationLauncher {
   /** The bundled workload as the master's policy allows it (withBundledWorkload always adds it). */
   private pin(): WorkloadPin {
     const script = workloadPath();
-    const rule = this.deps.config.policy.scripts.find((s) => s.script === script);
+    const rule = pinnedScripts(this.deps.config.policy.scripts).find((s) => s.script === script);
     if (!rule)
       throw new BrokerError(
         'UNAVAILABLE',

@@ -1,9 +1,11 @@
 import { BrokerError } from '../contracts/errors.js';
+import type { TaskSpec } from '../contracts/task-spec.js';
 import { REVIEW_DECISIONS, type ReviewDecision } from '../domain/proposal.js';
 import { diffSpecs } from '../domain/spec-diff.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { TaskRecord } from '../store/tasks-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { diffInputs } from './inputs.js';
 import { fetchPage } from './paging.js';
 import { loadVisibleProposal, moveProposal } from './proposals.js';
 import { TASKS_TOPIC, taskTopic } from './tasks.js';
@@ -41,7 +43,14 @@ export function listReviewQueue(
 }
 
 /** get_revision: one revision, its findings, and the diff against the previous revision. */
-export function getRevision(deps: BrokerDeps, principal: Principal, proposalId: string, revisionId: string) {
+export function getRevision(
+  deps: BrokerDeps,
+  principal: Principal,
+  proposalId: string,
+  revisionId: string,
+  diffLines = DEFAULT_DIFF_LINES,
+  diffPage: { path?: string | undefined; offset?: number | undefined } = {},
+) {
   const p = loadVisibleProposal(deps, principal, proposalId);
   const r = deps.store.proposals.revision(revisionId);
   if (!r || r.proposal_id !== p.id)
@@ -67,9 +76,22 @@ export function getRevision(deps: BrokerDeps, principal: Principal, proposalId: 
       current: r.id === p.current_revision_id,
     },
     previous: prev ? { revision_id: prev.id, number: prev.number, digest: prev.digest } : null,
-    diff: prev ? diffSpecs(prev.spec, r.spec) : [],
+    diff: prev ? diffSpecs(withoutInputs(prev.spec), withoutInputs(r.spec)) : [],
+    inputs: r.spec.inputs ?? [],
+    input_changes: prev
+      ? diffInputs(deps, prev.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage)
+      : [],
     reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
   };
+}
+
+/** Lines of unified diff get_revision shows per file unless asked for more. */
+const DEFAULT_DIFF_LINES = 400;
+
+/** The spec without its input manifest, which `input_changes` shows file by file instead. */
+function withoutInputs(spec: TaskSpec): Omit<TaskSpec, 'inputs'> {
+  const { inputs: _inputs, ...rest } = spec;
+  return rest;
 }
 
 /** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */

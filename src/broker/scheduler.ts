@@ -1,4 +1,4 @@
-import type { Policy } from '../contracts/policy.js';
+import { type Policy, pinnedScripts } from '../contracts/policy.js';
 import type { Runtime } from '../contracts/task-spec.js';
 import type { ExecutionPlan } from '../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../domain/lease.js';
@@ -172,6 +172,7 @@ export class Scheduler implements TaskObserver {
           run_id: runBySubmitter.get(t.owner_id),
           runtime: t.runtime_kind,
           grant_backoff: this.failingGrants.get(t.id),
+          mounts: t.mounts,
         })),
       workers,
       running_cards_by_owner: running,
@@ -308,7 +309,7 @@ export function pinnedFiles(
   const pins: Array<{ path: string; sha256: string }> = [];
   const rule = policy.executables.find((e) => e.path === exe);
   if (rule?.sha256) pins.push({ path: rule.path, sha256: rule.sha256 });
-  const scriptRule = policy.scripts.find((s) => s.interpreter === exe && s.script === script);
+  const scriptRule = pinnedScripts(policy.scripts).find((s) => s.interpreter === exe && s.script === script);
   if (scriptRule) pins.push({ path: scriptRule.script, sha256: scriptRule.sha256 });
   return pins;
 }

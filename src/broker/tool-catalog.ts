@@ -1,4 +1,5 @@
 import * as C from '../contracts/tools-cluster.js';
+import * as I from '../contracts/tools-inputs.js';
 import * as P from '../contracts/tools-proposals.js';
 import * as Q from '../contracts/tools-qualification.js';
 import * as T from '../contracts/tools-tasks.js';
@@ -14,6 +15,7 @@ import {
 } from './cluster.js';
 import type { BoundTool } from './dispatch.js';
 import { bindTool } from './dispatch.js';
+import { getInput, uploadInputs } from './inputs.js';
 import {
   cancelProposal,
   confirmRevision,
@@ -57,9 +59,14 @@ export function brokerTools(): BoundTool[] {
     bindTool(P.cancelProposalTool, ({ deps, principal }, i) =>
       cancelProposal(deps, principal, i.proposal_id),
     ),
+    bindTool(I.uploadInputsTool, ({ deps, principal }, i) => uploadInputs(deps, principal, i.files)),
+    bindTool(I.getInputTool, ({ deps, principal }, i) => getInput(deps, principal, i)),
     bindTool(P.listReviewQueueTool, ({ deps, principal }, i) => listReviewQueue(deps, principal, i)),
     bindTool(P.getRevisionTool, ({ deps, principal }, i) =>
-      getRevision(deps, principal, i.proposal_id, i.revision_id),
+      getRevision(deps, principal, i.proposal_id, i.revision_id, i.diff_lines, {
+        path: i.diff_path,
+        offset: i.diff_offset,
+      }),
     ),
     bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
     bindTool(T.getTaskTool, ({ deps, principal }, i) => ({

@@ -160,6 +160,7 @@ export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): Ta
     reason: queued?.reason ?? (t.state === 'QUEUED' ? t.reason : null),
     position: queued?.position ?? null,
     failure_reason: t.failure_reason,
+    failure_detail: t.failure_reason === null ? null : failureDetail(store, t.id),
     exit_code: t.exit_code,
     signal: t.signal,
     worker_id: where?.worker_id ?? null,
@@ -172,6 +173,12 @@ export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): Ta
     finished_at: iso(t.finished_at),
     next_action: taskNextAction(t),
   };
+}
+
+/** The worker's detail of a failed task's latest execution (null when none was given). */
+function failureDetail(store: Store, taskId: string): string | null {
+  const lease = store.leases.latestLeaseForTask(taskId);
+  return lease ? (store.leases.executionForLease(lease.id)?.detail ?? null) : null;
 }
 
 /** A task listing line. */

@@ -1,3 +1,4 @@
+import { PROTOCOL_VERSION } from '../contracts/worker-protocol.js';
 import type { BrokerDeps } from './deps.js';
 
 /**
@@ -23,7 +24,7 @@ export function enqueueForWorker(
   const entry = deps.store.outbox.append(
     workerId,
     link.bootId,
-    (seq) => ({ ...message, protocol_version: 1, boot_id: link.bootId, seq }),
+    (seq) => ({ ...message, protocol_version: PROTOCOL_VERSION, boot_id: link.bootId, seq }),
     deps.clock.now(),
   );
   deps.store.afterCommit(() => link.flush(workerId));

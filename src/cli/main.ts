@@ -13,6 +13,7 @@ const COMMANDS: Record<string, () => Promise<{ run: CommandRunner }>> = {
   token: () => import('./token.js'),
   status: () => import('./status.js'),
   review: () => import('./review.js'),
+  propose: () => import('./propose.js'),
   cordon: () => import('./cards.js'),
   uncordon: () => import('./cards.js'),
   drain: () => import('./cards.js'),
@@ -32,6 +33,7 @@ const USAGE = `gpu-broker — GPU time for coding agents, safely
   worker --url URL --token-file F [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir D]
   token create --name N --role R [--role R…] [--worker-id ID] | token list | token revoke NAME
   status                        workers, cards, queue, leases, alerts
+  propose --dir D --entry 'python3 train.py' [--include GLOB…] [--cards N] [--title T] [--output P…] [--proposal P] [--confirm]
   review list | show P | approve|request-changes|reject P --revision R --comment TEXT
   cordon|uncordon WORKER:CARD [--reason T] ; drain|undrain|remove-worker WORKER ; reconcile TASK --resolution R --reason T
   qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] | qualify show RUN

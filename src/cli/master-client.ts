@@ -22,6 +22,8 @@ export const REMOTE_OPTIONS = {
 export interface MasterClient {
   get<T = unknown>(path: string): Promise<T>;
   post<T = unknown>(path: string, body: unknown): Promise<T>;
+  /** PUT raw bytes (application/octet-stream), e.g. an input blob. */
+  putBytes<T = unknown>(path: string, bytes: Uint8Array): Promise<T>;
   close(): Promise<void>;
 }
 
@@ -61,12 +63,14 @@ export function connectMaster(s: RemoteSettings): MasterClient {
       headers['content-type'] = 'application/json';
       headers['idempotency-key'] = randomUUID();
     }
+    if (method === 'PUT') headers['content-type'] = 'application/octet-stream';
     let res: Response;
     try {
       res = await doFetch(`${s.url}${path}`, {
         method,
         headers,
         ...(method === 'POST' ? { body: JSON.stringify(body ?? {}) } : {}),
+        ...(method === 'PUT' ? { body: body as Uint8Array } : {}),
       });
     } catch (err) {
       const cause = (err as { cause?: { code?: string; message?: string } }).cause;
@@ -94,6 +98,7 @@ export function connectMaster(s: RemoteSettings): MasterClient {
   return {
     get: (path) => call('GET', path),
     post: (path, body) => call('POST', path, body),
+    putBytes: (path, bytes) => call('PUT', path, bytes),
     close: async () => {
       await trusting?.close();
     },

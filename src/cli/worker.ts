@@ -5,6 +5,7 @@ import { parseArgs } from 'node:util';
 import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
 import { DEFAULT_EXECUTION_RETENTION, type ExecutionRetention } from '../../worker/execution-dirs.js';
+import { type DataMount, parseMount } from '../../worker/mounts.js';
 import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
@@ -28,7 +29,7 @@ import { reportError } from './output.js';
  */
 
 const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
 
 const OPTIONS = {
   url: { type: 'string' },
@@ -44,6 +45,7 @@ const OPTIONS = {
   'container-engine': { type: 'string' },
   'keep-executions': { type: 'string' },
   'keep-executions-days': { type: 'string' },
+  mount: { type: 'string', multiple: true },
   json: { type: 'boolean' },
 } as const;
 
@@ -84,6 +86,7 @@ export const run: CommandRunner = async (argv, io) => {
       sandbox: sandbox.setup,
       ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
       executionRetention: settings.executionRetention,
+      ...(settings.mounts.length === 0 ? {} : { mounts: settings.mounts }),
     });
     const cards = worker.latestCards();
     const count = cards === null ? null : cards.length;
@@ -136,6 +139,7 @@ interface Settings {
   hide: string[];
   containerEngine: ContainerEngineChoice;
   executionRetention: ExecutionRetention;
+  mounts: DataMount[];
 }
 
 function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
@@ -179,6 +183,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
   let taskUids: UidRange | undefined;
   let containerEngine: ContainerEngineChoice;
   let executionRetention: ExecutionRetention;
+  let mounts: DataMount[] = [];
   try {
     containerEngine = parseContainerEngine(values['container-engine'] ?? 'auto');
     // Checked here so that a bad value is an input error (exit 2) with the reason, not a crash.
@@ -193,6 +198,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     }
     for (const path of values.hide ?? [])
       if (!path.startsWith('/')) throw new Error(`--hide ${JSON.stringify(path)}: give an absolute path`);
+    mounts = (values.mount ?? []).map(parseMount);
     workerConnectUrl(url);
     parseGpusOption(values.gpus ?? 'auto');
     executionRetention = parseExecutionRetention(values['keep-executions'], values['keep-executions-days']);
@@ -215,6 +221,7 @@ function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo):
     hide: values.hide ?? [],
     containerEngine,
     executionRetention,
+    mounts,
   };
 }
 

@@ -23,6 +23,21 @@ export const AllowedScriptSchema = z.strictObject({
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
 
+/**
+ * An allowed interpreter that may run a script from the task's own inputs
+ * (`argv = [interpreter, "<input path>", …]`): the script is part of the reviewed revision, bound by
+ * sha256, so the reviewer reads exactly what runs.
+ */
+export const InputScriptRuleSchema = z.strictObject({
+  interpreter: z.string().startsWith('/', 'interpreters are absolute paths, e.g. "/usr/bin/python3"'),
+  script_from_inputs: z.literal(true),
+});
+
+/** A script rule: pinned on the host, or taken from the inputs. */
+export const ScriptRuleSchema = z.union([AllowedScriptSchema, InputScriptRuleSchema]);
+/** A script rule. */
+export type ScriptRule = z.infer<typeof ScriptRuleSchema>;
+
 /** A container image the policy allows by exact reference, optionally with the digest it must resolve to. */
 export const AllowedImageSchema = z.strictObject({
   ref: z.string().min(1).max(512),
@@ -35,7 +50,7 @@ export const AllowedImageSchema = z.strictObject({
 /** The policy section of the master config. */
 export const PolicySchema = z.strictObject({
   executables: z.array(AllowedExecutableSchema).max(256).default([]),
-  scripts: z.array(AllowedScriptSchema).max(256).default([]),
+  scripts: z.array(ScriptRuleSchema).max(256).default([]),
   refused_env: z.array(z.string().min(1)).max(256).default(['LD_PRELOAD', 'LD_LIBRARY_PATH', 'LD_AUDIT']),
   max_cards: z.number().int().min(1).max(64).default(8),
   max_time_limit_seconds: z.number().int().min(1).max(604800).default(86400),
@@ -48,9 +63,36 @@ export const PolicySchema = z.strictObject({
     .array(z.string().startsWith('/', 'hidden paths are absolute, e.g. "/srv/secrets"').max(4096))
     .max(256)
     .default([]),
+  /** Most bytes of inputs one task may carry (sum of sizes). */
+  max_input_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .default(256 * 1024 * 1024),
+  /** Most input files one task may carry. */
+  max_input_files: z.number().int().min(0).max(10000).default(1000),
+  /** Bytes of stored inputs each principal may hold (each blob counted once per uploader). */
+  input_quota_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .default(2 * 1024 * 1024 * 1024),
   /** Whether tasks may only be placed on workers that run them sandboxed (not `--isolation none`). */
   require_isolation: z.boolean().default(true),
 });
 
 /** Operator policy. */
 export type Policy = z.infer<typeof PolicySchema>;
+
+/** An interpreter script pinned on the host. */
+export type AllowedScript = z.infer<typeof AllowedScriptSchema>;
+
+/** The rules that pin a host script (`{interpreter, script, sha256}`), leaving out the inputs rules. */
+export function pinnedScripts(scripts: readonly ScriptRule[]): AllowedScript[] {
+  return scripts.filter((s): s is AllowedScript => 'script' in s);
+}
+
+/** The interpreters allowed to run a script from the task's inputs. */
+export function inputInterpreters(scripts: readonly ScriptRule[]): string[] {
+  return scripts.filter((s) => 'script_from_inputs' in s).map((s) => s.interpreter);
+}

@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { TaskSpecSchema } from './task-spec.js';
+import { InputFileSchema, TaskSpecSchema } from './task-spec.js';
 import {
   DESTRUCTIVE,
   defineTool,
@@ -32,6 +32,26 @@ const RevisionResultSchema = z.object({
   findings: z.array(FindingSchema),
   confirmable: z.boolean(),
   next_action: z.string(),
+});
+
+const BlobRefSchema = z.object({ sha256: z.string(), size: z.number().int() });
+
+/** One input file changed between two revisions (get_revision). */
+export const InputChangeSchema = z.object({
+  path: z.string(),
+  change: z.enum(['added', 'removed', 'modified']),
+  before: BlobRefSchema.optional(),
+  after: BlobRefSchema.optional(),
+  text_diff: z
+    .object({
+      unified: z.string(),
+      added_lines: z.number().int(),
+      removed_lines: z.number().int(),
+      total_lines: z.number().int(),
+      truncated: z.boolean(),
+    })
+    .optional(),
+  note: z.string().optional(),
 });
 
 const ProposalIdSchema = z.string().min(1).max(128).describe('The proposal id, e.g. prop_01J…');
@@ -180,7 +200,26 @@ export const getRevisionTool = defineTool({
   roles: ['reviewer', 'operator'],
   mutating: false,
   annotations: READ_ONLY,
-  input: z.strictObject({ proposal_id: ProposalIdSchema, revision_id: RevisionIdSchema }),
+  input: z.strictObject({
+    proposal_id: ProposalIdSchema,
+    revision_id: RevisionIdSchema,
+    diff_lines: z
+      .number()
+      .int()
+      .min(1)
+      .max(20000)
+      .optional()
+      .describe(
+        'Most lines of unified diff per changed input file (default 400); get_input reads whole files.',
+      ),
+    diff_path: z.string().max(512).optional().describe('Page the text diff of this input path…'),
+    diff_offset: z
+      .number()
+      .int()
+      .min(0)
+      .optional()
+      .describe('…starting at this line of its unified diff (from a truncated page: offset + lines shown).'),
+  }),
   output: z.object({
     proposal_id: z.string(),
     proposal_state: ProposalStateSchema,
@@ -201,6 +240,10 @@ export const getRevisionTool = defineTool({
     diff: z.array(
       z.object({ path: z.string(), before: z.unknown().optional(), after: z.unknown().optional() }),
     ),
+    /** The input manifest: every file the task will see read-only, by path, sha256 and size. */
+    inputs: z.array(InputFileSchema),
+    /** Input files added, removed or modified since the previous revision, with unified diffs for text. */
+    input_changes: z.array(InputChangeSchema),
     reviews: z.array(ReviewViewSchema),
   }),
 });

@@ -126,6 +126,8 @@ export const TaskViewSchema = z.object({
   reason: z.record(z.string(), z.unknown()).nullable(),
   position: z.number().int().nullable(),
   failure_reason: z.string().nullable(),
+  /** What the worker said about a failure, e.g. which input failed verification (SETUP_FAILED). */
+  failure_detail: z.string().nullable(),
   exit_code: z.number().int().nullable(),
   signal: z.string().nullable(),
   worker_id: z.string().nullable(),

@@ -1,6 +1,6 @@
 import { z } from 'zod';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
-import { TaskSpecSchema } from './task-spec.js';
+import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 
 /**
  * The worker protocol (DESIGN §8, docs/worker-protocol.md): JSON messages over WSS, one zod
@@ -14,7 +14,7 @@ import { TaskSpecSchema } from './task-spec.js';
  */
 
 /** Version of this protocol. A peer speaking another version is refused at `hello`. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 
 /** Largest log chunk a worker sends in one message, in bytes. */
 export const MAX_LOG_CHUNK_BYTES = 64 * 1024;
@@ -143,6 +143,11 @@ export const ContainerEngineSchema = z.enum(['podman', 'docker']);
 /** The container engine a worker runs `container` tasks with. */
 export type ContainerEngine = z.infer<typeof ContainerEngineSchema>;
 
+/** A named data mount a worker offers (its operator's `--mount NAME=PATH[:rw]`); the path stays local. */
+export const WorkerMountSchema = z.object({ name: MountNameSchema, read_only: z.boolean() });
+/** A named data mount a worker offers. */
+export type WorkerMount = z.infer<typeof WorkerMountSchema>;
+
 /** worker → master: opens a session. */
 export const HelloSchema = z.object({
   type: z.literal('hello'),
@@ -169,6 +174,8 @@ export const HelloSchema = z.object({
   isolation: IsolationModeSchema.default('none'),
   /** The engine for `container` tasks, or null when this worker cannot run them. */
   container_engine: ContainerEngineSchema.nullable().default(null),
+  /** The named data mounts tasks may ask for here (spec `mounts`). */
+  mounts: z.array(WorkerMountSchema).max(64).default([]),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */

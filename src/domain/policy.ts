@@ -1,4 +1,4 @@
-import type { Policy } from '../contracts/policy.js';
+import { inputInterpreters, type Policy, pinnedScripts } from '../contracts/policy.js';
 import { PINNED_IMAGE, type TaskSpec } from '../contracts/task-spec.js';
 
 /**
@@ -19,9 +19,15 @@ export interface Finding {
   hint: string;
 }
 
-/** Facts the shell gathers before the pure check: sha256 of files the spec names (null = unreadable). */
+/**
+ * Facts the shell gathers before the pure check: sha256 of files the spec names (null = unreadable), and
+ * the size of each input blob the master's store holds (absent = not uploaded).
+ */
 export interface PolicyFacts {
   fileDigests: Readonly<Record<string, string | null>>;
+  storedBlobs?: Readonly<Record<string, number>>;
+  /** Names of the data mounts some enrolled worker offers (absent: not checked). */
+  offeredMounts?: readonly string[];
 }
 
 /** Env names the broker sets itself; a spec may never set them. */
@@ -47,6 +53,25 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
   if (spec.runtime.kind === 'container') checkImage(spec.runtime.image, policy, add);
   else checkExecutable(spec, policy, facts, add);
   checkNetwork(spec, policy, add);
+  checkInputs(spec, policy, facts, add);
+  for (const [n, name] of (spec.mounts ?? []).entries()) {
+    if (facts.offeredMounts && !facts.offeredMounts.includes(name))
+      add(
+        'warning',
+        'MOUNT_NOT_OFFERED',
+        `mounts[${n}]`,
+        `no enrolled worker offers the data mount "${name}"; the task would wait for one`,
+        `Offered now: ${facts.offeredMounts.join(', ') || 'none'}. An operator declares one with gpu-broker worker --mount ${name}=/path.`,
+      );
+    else
+      add(
+        'warning',
+        'MOUNT_REQUESTED',
+        `mounts[${n}]`,
+        `the task reads the data mount "${name}" at /mnt/${name}`,
+        'Reviewer: check that the task needs this data set; it is mounted read-only unless the operator allowed writes.',
+      );
+  }
 
   for (const name of Object.keys(spec.runtime.env ?? {})) {
     if (RESERVED_ENV.test(name)) {
@@ -177,7 +202,20 @@ function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add
     return;
   }
   const script = argv[1];
-  const scriptRule = policy.scripts.find((s) => s.interpreter === exe && s.script === script);
+  if (inputInterpreters(policy.scripts).includes(exe) && script !== undefined) {
+    const fromInputs = (spec.inputs ?? []).find((i) => i.path === script.replace(/^\.\//, ''));
+    if (fromInputs) {
+      add(
+        'warning',
+        'SCRIPT_FROM_INPUTS',
+        'runtime.argv[1]',
+        `${exe} runs ${fromInputs.path} from the inputs (sha256 ${fromInputs.sha256})`,
+        'Reviewer: read the script and what it imports (get_input); it runs exactly as approved.',
+      );
+      return;
+    }
+  }
+  const scriptRule = pinnedScripts(policy.scripts).find((s) => s.interpreter === exe && s.script === script);
   if (scriptRule) {
     const actual = facts.fileDigests[scriptRule.script];
     if (actual !== scriptRule.sha256) {
@@ -197,7 +235,9 @@ function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add
   if (!exeRule) {
     const allowed = [
       ...policy.executables.map((e) => e.path),
-      ...policy.scripts.map((s) => `${s.interpreter} ${s.script}`),
+      ...policy.scripts.map((s) =>
+        'script' in s ? `${s.interpreter} ${s.script}` : `${s.interpreter} <a script from inputs>`,
+      ),
     ];
     add(
       'error',
@@ -232,13 +272,62 @@ function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add
   }
 }
 
+/**
+ * Inputs: within the policy's count and byte limits, and every blob already uploaded with the size the
+ * spec says. A missing blob blocks confirmation until it is uploaded and the spec revised.
+ */
+function checkInputs(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add: Add): void {
+  const inputs = spec.inputs ?? [];
+  if (inputs.length > policy.max_input_files) {
+    add(
+      'error',
+      'INPUTS_TOO_MANY',
+      'inputs',
+      `${inputs.length} input files; policy allows at most ${policy.max_input_files}`,
+      'Ship fewer files: drop generated files and data (use a named mount for data sets), or pack them into one archive the task unpacks into /tmp.',
+    );
+  }
+  const total = inputs.reduce((sum, i) => sum + i.size, 0);
+  if (total > policy.max_input_bytes) {
+    add(
+      'error',
+      'INPUTS_TOO_LARGE',
+      'inputs',
+      `inputs total ${total} bytes; policy allows at most ${policy.max_input_bytes}`,
+      'Ship only code and small files; large data sets belong on a named mount ("mounts": ["name"]) the operator declares on the worker.',
+    );
+  }
+  const stored = facts.storedBlobs ?? {};
+  for (const [n, input] of inputs.entries()) {
+    const size = stored[input.sha256];
+    if (size === undefined) {
+      add(
+        'error',
+        'INPUT_UNKNOWN',
+        `inputs[${n}].sha256`,
+        `${input.path}: no uploaded content has sha256 ${input.sha256}`,
+        'Upload it with upload_inputs (or PUT /api/v1/blobs/{sha256}) first, then revise with the sha256 and size it returns.',
+      );
+    } else if (size !== input.size) {
+      add(
+        'error',
+        'INPUT_SIZE_MISMATCH',
+        `inputs[${n}].size`,
+        `${input.path}: the content with sha256 ${input.sha256} is ${size} bytes, not ${input.size}`,
+        `Use "size": ${size}, as upload_inputs returned it.`,
+      );
+    }
+  }
+}
+
 /** The files whose digests `evaluatePolicy` needs for this spec. */
 export function filesToDigest(spec: TaskSpec, policy: Policy): string[] {
   const files = new Set<string>();
   if (spec.runtime.kind === 'container') return []; // its argv names files inside the image
   const [exe, script] = spec.runtime.argv;
   if (exe && policy.executables.some((e) => e.path === exe && e.sha256)) files.add(exe);
-  for (const s of policy.scripts) if (s.interpreter === exe && s.script === script) files.add(s.script);
+  for (const s of pinnedScripts(policy.scripts))
+    if (s.interpreter === exe && s.script === script) files.add(s.script);
   return [...files];
 }
 

@@ -4,6 +4,7 @@ import {
   cordoned,
   describeNeed,
   holdingReservation,
+  mountMissing,
   noContainerEngine,
   noMatchingWorker,
   reservedForOlderTask,
@@ -80,6 +81,8 @@ export interface Requirement {
   run: string | null;
   /** A container task: only workers with a container engine may take it. */
   container: boolean;
+  /** Named data mounts, sorted: only workers offering all of them may take it. */
+  mounts: string[];
 }
 
 /** What never changes for a requirement within a pass: where it may run, or why it never can. */
@@ -100,8 +103,9 @@ export function requirementOf(task: QueuedTaskView): Requirement {
   const worker = task.worker ?? null;
   const run = task.run_id ?? null;
   const container = task.runtime === 'container';
+  const mounts = [...(task.mounts ?? [])].sort();
   return {
-    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container]),
+    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container, mounts]),
     need: task.cards.count,
     model,
     modelWords: model === null ? null : modelWords(model),
@@ -109,6 +113,7 @@ export function requirementOf(task: QueuedTaskView): Requirement {
     worker,
     run,
     container,
+    mounts,
   };
 }
 
@@ -355,6 +360,10 @@ export class CardPool {
     if (req.container) {
       runnable = capable.filter((s) => s.worker.container_engine !== null);
       if (runnable.length === 0) return blockedView(noContainerEngine(req.need, capable.length, req.worker));
+    }
+    if (req.mounts.length > 0) {
+      runnable = runnable.filter((s) => req.mounts.every((m) => s.worker.mounts?.includes(m)));
+      if (runnable.length === 0) return blockedView(mountMissing(req.need, req.mounts, req.worker));
     }
     if (this.requireIsolation) {
       const isolated = runnable.filter((s) => s.worker.isolation !== 'none');

@@ -110,6 +110,21 @@ export function noContainerEngine(need: number, withoutEngine: number, pinned: s
   };
 }
 
+/** No worker with enough matching cards offers every named data mount the task asks for. */
+export function mountMissing(need: number, mounts: readonly string[], pinned: string | null): WaitReason {
+  const where =
+    pinned === null ? `no worker with ${plural(need, 'matching card')}` : `pinned worker ${pinned}`;
+  return {
+    code: 'mount_missing',
+    need,
+    mounts: [...mounts],
+    message:
+      `The task asks for the data mount(s) ${mounts.join(', ')}, and ${where} offers all of them. ` +
+      'It waits until such a worker connects; an operator declares mounts with `gpu-broker worker --mount NAME=PATH`, ' +
+      'or drop the mounts the task does not need.',
+  };
+}
+
 /** The only workers that could take the task run tasks unsandboxed, and the policy requires isolation. */
 export function workerUnisolated(need: number, unisolated: number, pinned: string | null): WaitReason {
   const who =

@@ -46,6 +46,8 @@ export interface QueuedTaskView {
    * decision could not foresee); it is not granted again before `retry_at` (issue 10, row 3).
    */
   grant_backoff?: { failures: number; retry_at: number; error: string } | undefined;
+  /** Named data mounts the task needs: only workers offering all of them may take it. */
+  mounts?: readonly string[] | undefined;
 }
 
 /** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
@@ -78,6 +80,8 @@ export interface WorkerView extends WorkerSampling {
   isolation: IsolationMode;
   /** The engine that runs `container` tasks there, or null when it cannot. */
   container_engine: ContainerEngine | null;
+  /** Names of the data mounts it offers; absent means none. */
+  mounts?: readonly string[] | undefined;
   cards: CardView[];
 }
 
@@ -124,6 +128,7 @@ export type WaitReason =
   | { code: 'workers_offline'; need: number; offline: number; draining: number; message: string }
   | { code: 'no_matching_worker'; need: number; largest: number; message: string }
   | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
+  | { code: 'mount_missing'; need: number; mounts: string[]; message: string }
   | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }
   | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string }

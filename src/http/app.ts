@@ -4,6 +4,7 @@ import type { BoundTool } from '../broker/dispatch.js';
 import { registerMcpRoute } from '../mcp/route.js';
 import { McpCatalog } from '../mcp/server.js';
 import { authHook } from './auth.js';
+import { registerBlobRoutes, WORKER_INPUT_PATH } from './blobs.js';
 import { installErrorHandling } from './errors.js';
 import { registerRestRoutes } from './rest.js';
 
@@ -45,7 +46,10 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
   }) as unknown as FastifyInstance;
   app.decorateRequest('principal', null);
   installErrorHandling(app, deps.logger);
-  app.addHook('onRequest', authHook(deps, WORKER_CONNECT_PATH));
+  app.addHook(
+    'onRequest',
+    authHook(deps, (path) => path === WORKER_CONNECT_PATH || WORKER_INPUT_PATH.test(path)),
+  );
   closeConnectionsAsTheyIdle(app);
 
   app.get('/healthz', async (_req, reply) => {
@@ -60,6 +64,7 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
   const catalog = new McpCatalog(opts.tools);
   registerMcpRoute(app, deps, catalog, opts.onToolCall);
   registerRestRoutes(app, deps, new Map(opts.tools.map((t) => [t.def.name, t])));
+  registerBlobRoutes(app, deps, Math.max(deps.config.policy.max_input_bytes, 1));
   await opts.extend?.(app);
   return app;
 }

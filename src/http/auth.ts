@@ -19,14 +19,14 @@ export function isPublicPath(path: string): boolean {
  * The bearer check every non-public route passes before its handler (and before a WebSocket upgrade).
  * Worker tokens are valid only on the worker endpoint; people's tokens never open it.
  */
-export function authHook(deps: BrokerDeps, workerPath: string) {
+export function authHook(deps: BrokerDeps, isWorkerPath: (path: string) => boolean) {
   return async (req: FastifyRequest, reply: FastifyReply) => {
     const path = req.url.split('?')[0] ?? '';
     if (isPublicPath(path)) return;
     try {
       const principal = authenticate(deps, bearerToken(req.headers.authorization));
       const isWorker = principal.roles.includes('worker');
-      if (isWorker !== (path === workerPath))
+      if (isWorker !== isWorkerPath(path))
         throw new BrokerError(
           'FORBIDDEN',
           isWorker

@@ -24,6 +24,12 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'GET', url: '/api/v1/proposals/:proposal_id/wait', tool: 'wait_for_proposal' },
   { method: 'POST', url: '/api/v1/proposals/:proposal_id/revisions', tool: 'revise_proposal' },
   { method: 'GET', url: '/api/v1/proposals/:proposal_id/revisions/:revision_id', tool: 'get_revision' },
+  {
+    method: 'GET',
+    url: '/api/v1/proposals/:proposal_id/revisions/:revision_id/input',
+    tool: 'get_input',
+  },
+  { method: 'POST', url: '/api/v1/inputs', tool: 'upload_inputs' },
   { method: 'POST', url: '/api/v1/proposals/:proposal_id/confirm', tool: 'confirm_revision' },
   { method: 'POST', url: '/api/v1/proposals/:proposal_id/reviews', tool: 'submit_review' },
   { method: 'POST', url: '/api/v1/proposals/:proposal_id/cancel', tool: 'cancel_proposal' },
@@ -50,7 +56,7 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'POST', url: '/api/v1/qualifications/:run_id/cancel', tool: 'cancel_qualification' },
 ];
 
-const NUMERIC = /^(limit|timeout_seconds|offset|tail_lines|max_bytes|index)$/;
+const NUMERIC = /^(limit|timeout_seconds|offset|tail_lines|max_bytes|index|diff_lines|diff_offset)$/;
 
 /** Query strings carry text; numeric parameters are converted before the schema sees them. */
 function coerce(values: Record<string, unknown>): Record<string, unknown> {

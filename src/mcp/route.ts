@@ -3,9 +3,13 @@ import { StreamableHTTPServerTransport } from '@modelcontextprotocol/sdk/server/
 import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import { BrokerError } from '../contracts/errors.js';
+import { MAX_UPLOAD_CALL_BYTES } from '../contracts/tools-inputs.js';
 import { isAllowedOrigin, ownHostNames } from '../http/origin.js';
 import { parseListen } from '../platform/config.js';
 import { createMcpServer, type McpCatalog } from './server.js';
+
+/** Largest `/mcp` request body: an upload_inputs call of MAX_UPLOAD_CALL_BYTES in base64, with room. */
+export const MCP_BODY_LIMIT = 2 * MAX_UPLOAD_CALL_BYTES;
 
 /**
  * `/mcp`: Streamable HTTP in stateless JSON mode — a fresh server and transport per POST, nothing to
@@ -19,7 +23,8 @@ export function registerMcpRoute(
   onToolCall?: (tool: string, ms: number, ok: boolean) => void,
 ): void {
   const ownNames = ownHostNames(parseListen(deps.config.listen).host, deps.config.tls.sans);
-  app.post('/mcp', async (req, reply) => {
+  // upload_inputs carries up to MAX_UPLOAD_CALL_BYTES decoded, i.e. 4/3 of it in base64 plus JSON.
+  app.post('/mcp', { bodyLimit: MCP_BODY_LIMIT }, async (req, reply) => {
     if (!isAllowedOrigin(req.headers.origin, req.headers.host, deps.config.allowed_origins, ownNames))
       throw new BrokerError(
         'FORBIDDEN',

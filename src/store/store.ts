@@ -1,4 +1,5 @@
 import { AuditRepo } from './audit-repo.js';
+import { BlobsRepo } from './blobs-repo.js';
 import { type Db, openDb } from './db.js';
 import { IdempotencyRepo } from './idempotency-repo.js';
 import { LeasesRepo } from './leases-repo.js';
@@ -27,6 +28,7 @@ export class Store {
   readonly logs: LogsRepo;
   readonly outbox: OutboxRepo;
   readonly qualifications: QualificationRepo;
+  readonly blobs: BlobsRepo;
   private pending: Array<() => void> = [];
   private depth = 0;
 
@@ -41,6 +43,7 @@ export class Store {
     this.logs = new LogsRepo(db);
     this.outbox = new OutboxRepo(db);
     this.qualifications = new QualificationRepo(db);
+    this.blobs = new BlobsRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */

@@ -48,6 +48,8 @@ export interface QueuedTaskRow
   spec: Pick<TaskSpec, 'cards' | 'worker'>;
   /** The spec's `runtime.kind`: container tasks need a worker with a container engine. */
   runtime_kind: TaskSpec['runtime']['kind'];
+  /** The spec's named data mounts: only workers offering all of them may take it. */
+  mounts: string[];
 }
 
 /** Filter for listing tasks, newest first. */
@@ -82,8 +84,9 @@ export class TasksRepo {
       ),
       queued: db.prepare<
         [],
-        Omit<QueuedTaskRow, 'spec' | 'runtime_kind'> & {
+        Omit<QueuedTaskRow, 'spec' | 'runtime_kind' | 'mounts'> & {
           runtime_kind: string;
+          mounts: string | null;
           count: number;
           model: string | null;
           min_memory_mib: number | null;
@@ -93,7 +96,7 @@ export class TasksRepo {
         `SELECT id, owner_id, priority, approved_at, desired,
            json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
            json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.worker') AS worker,
-           json_extract(spec, '$.runtime.kind') AS runtime_kind
+           json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts
          FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
       ),
       countQueuedByOwner: db.prepare<[string], { n: number }>(
@@ -131,18 +134,21 @@ export class TasksRepo {
    * 70 ms per pass through `inState` (every spec parsed), a fraction of that here (docs/performance.md).
    */
   queuedForScheduling(): QueuedTaskRow[] {
-    return this.s.queued.all().map(({ count, model, min_memory_mib, worker, runtime_kind, ...t }) => ({
-      ...t,
-      runtime_kind: runtime_kind === 'container' ? 'container' : 'process',
-      spec: {
-        cards: {
-          count,
-          ...(model === null ? {} : { model }),
-          ...(min_memory_mib === null ? {} : { min_memory_mib }),
+    return this.s.queued
+      .all()
+      .map(({ count, model, min_memory_mib, worker, runtime_kind, mounts, ...t }) => ({
+        ...t,
+        runtime_kind: runtime_kind === 'container' ? 'container' : 'process',
+        mounts: mounts === null ? [] : (JSON.parse(mounts) as string[]),
+        spec: {
+          cards: {
+            count,
+            ...(model === null ? {} : { model }),
+            ...(min_memory_mib === null ? {} : { min_memory_mib }),
+          },
+          ...(worker === null ? {} : { worker }),
         },
-        ...(worker === null ? {} : { worker }),
-      },
-    }));
+      }));
   }
 
   /** How many queued tasks an owner has. */

@@ -1,5 +1,5 @@
 import type { Provider } from '../contracts/sample.js';
-import type { ContainerEngine, IsolationMode } from '../contracts/worker-protocol.js';
+import type { ContainerEngine, IsolationMode, WorkerMount } from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
 
 /** A card's identity as last reported by its worker. */
@@ -23,6 +23,8 @@ export interface WorkerRecord {
   isolation: IsolationMode;
   /** The engine that runs `container` tasks there, or null. */
   container_engine: ContainerEngine | null;
+  /** The named data mounts it declared (`--mount`), from its latest hello. */
+  mounts: WorkerMount[];
   draining: boolean;
   first_seen_at: number;
   last_seen_at: number;
@@ -37,14 +39,16 @@ export interface CordonRecord {
   created_at: number;
 }
 
-interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining'> {
+interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts'> {
   cards: string;
+  mounts: string;
   draining: number;
 }
 
 const toWorker = (r: WorkerRow): WorkerRecord => ({
   ...r,
   cards: JSON.parse(r.cards) as KnownCard[],
+  mounts: JSON.parse(r.mounts) as WorkerMount[],
   draining: r.draining === 1,
 });
 
@@ -57,12 +61,12 @@ export class WorkersRepo {
       get: db.prepare<[string], WorkerRow>('SELECT * FROM workers WHERE id = ?'),
       all: db.prepare<[], WorkerRow>('SELECT * FROM workers ORDER BY id'),
       upsert: db.prepare(
-        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, draining, first_seen_at, last_seen_at)
-         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, 0, @now, @now)
+        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, draining, first_seen_at, last_seen_at)
+         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, 0, @now, @now)
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
            version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
            isolation = excluded.isolation, container_engine = excluded.container_engine,
-           last_seen_at = excluded.last_seen_at`,
+           mounts = excluded.mounts, last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
       seen: db.prepare('UPDATE workers SET last_seen_at = ? WHERE id = ?'),
@@ -98,8 +102,13 @@ export class WorkersRepo {
   }
 
   /** Records a hello. */
-  upsertOnHello(w: Omit<WorkerRecord, 'draining' | 'first_seen_at' | 'last_seen_at'>, now: number): void {
-    this.s.upsert.run({ ...w, cards: JSON.stringify(w.cards), now });
+  upsertOnHello(
+    w: Omit<WorkerRecord, 'draining' | 'first_seen_at' | 'last_seen_at' | 'mounts'> & {
+      mounts?: WorkerMount[];
+    },
+    now: number,
+  ): void {
+    this.s.upsert.run({ ...w, cards: JSON.stringify(w.cards), mounts: JSON.stringify(w.mounts ?? []), now });
   }
 
   /** Replaces the known card identities. */

@@ -377,6 +377,7 @@ export class WorkerHub implements WorkerLink {
           cards: identity.length ? identity : (prev?.cards ?? []),
           isolation: msg.isolation,
           container_engine: msg.container_engine,
+          mounts: msg.mounts,
         },
         now,
       );

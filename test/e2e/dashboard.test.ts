@@ -196,4 +196,46 @@ describe('dashboard', () => {
     await page.reload();
     await page.locator('#signin-form').waitFor({ state: 'visible', ...BOUND });
   });
+
+  it('shows a revision’s input manifest and the text diff of a changed input to the reviewer', async () => {
+    const tina = c.tm.rest(c.tm.createToken('tina', ['submitter']));
+    const upload = async (content: string) =>
+      (
+        await tina.post<{ inputs: Array<{ path: string; sha256: string; size: number }> }>('/api/v1/inputs', {
+          files: [{ path: 'helper.py', content }],
+        })
+      ).body.inputs;
+    const v1 = await upload('VERSION = 1\n');
+    const created = await tina.post<{ proposal_id: string; revision_id: string }>('/api/v1/proposals', {
+      spec: loggingSpec(0),
+    });
+    const revised = await tina.post<{ revision_id: string }>(
+      `/api/v1/proposals/${created.body.proposal_id}/revisions`,
+      { spec: { ...loggingSpec(0), inputs: v1 } },
+    );
+    const v2 = await upload('VERSION = 2\n');
+    const third = await tina.post<{ revision_id: string }>(
+      `/api/v1/proposals/${created.body.proposal_id}/revisions`,
+      {
+        spec: { ...loggingSpec(0), inputs: v2 },
+      },
+    );
+    expect(revised.status).toBe(200);
+    await tina.post(`/api/v1/proposals/${created.body.proposal_id}/confirm`, {
+      revision_id: third.body.revision_id,
+    });
+
+    await page.reload();
+    await page.locator('#signin-form').waitFor({ state: 'visible', ...BOUND });
+    await signIn(c.tm.createToken('una', ['reviewer']));
+    const review = page.locator(`[data-proposal="${created.body.proposal_id}"]`);
+    await review.waitFor(BOUND);
+    await review.locator('summary', { hasText: 'Spec, findings and changes' }).click();
+    await review.locator('[data-input="helper.py"]').waitFor(BOUND);
+    const change = review.locator('.input-change[data-path="helper.py"][data-change="modified"]');
+    await change.waitFor(BOUND);
+    expect(await change.locator('[data-op="del"]').textContent()).toBe('-VERSION = 1');
+    expect(await change.locator('[data-op="add"]').textContent()).toBe('+VERSION = 2');
+    await signOut();
+  });
 });

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import { type Logger, silentLogger } from '../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../worker/daemon.js';
+import type { DataMount } from '../../worker/mounts.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
 import type { ContainerEngineChoice } from '../../worker/sandbox-container.js';
@@ -49,6 +50,8 @@ export interface TestWorkerOptions {
    * `auto` or `podman` for container tests (this machine's podman with runc).
    */
   containerEngine?: ContainerEngineChoice;
+  /** Named data mounts the worker offers. */
+  mounts?: DataMount[];
 }
 
 /** A worker under test. */
@@ -90,6 +93,7 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
     pingIntervalMs: 1000,
     welcomeTimeoutMs: 3000,
     firstSampleWaitMs: 2000,
+    ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
     ...(opts.caPem === null ? {} : { ca: opts.caPem }),
   });
   let closing: Promise<void> | null = null;

@@ -365,6 +365,8 @@ export function renderQualifications(runs) {
 /** A revision under review: policy findings, what changed since the previous revision, and the spec. */
 export function renderRevision(rev) {
   const { revision, previous, diff } = rev;
+  const inputs = rev.inputs ?? [];
+  const changes = rev.input_changes ?? [];
   const json = (v) => (v === undefined ? '(absent)' : JSON.stringify(v));
   const sandbox = revision.sandbox;
   return [
@@ -412,6 +414,88 @@ export function renderRevision(rev) {
             : h('div', { class: 'muted small' }, 'none'),
         )
       : null,
+    inputs.length ? renderInputs(inputs, previous ? changes : null) : null,
     h('pre', { class: 'spec' }, JSON.stringify(revision.spec, null, 2)),
   ];
+}
+
+/**
+ * The input manifest (every file the task sees read-only, by path, size and sha256) and, after the first
+ * revision, what changed: added and removed paths, and unified diffs of modified text files.
+ */
+function renderInputs(inputs, changes) {
+  return h(
+    'div',
+    { class: 'inputs' },
+    h(
+      'div',
+      { class: 'small' },
+      `Inputs (${inputs.length} file${inputs.length === 1 ? '' : 's'}, read-only in /task):`,
+    ),
+    h(
+      'table',
+      { class: 'small' },
+      h(
+        'tbody',
+        {},
+        inputs.map((i) =>
+          h(
+            'tr',
+            { dataset: { input: i.path } },
+            h('td', {}, h('code', {}, i.path)),
+            h('td', {}, `${i.size} B`),
+            h('td', {}, short(i.sha256, 16)),
+          ),
+        ),
+      ),
+    ),
+    changes === null
+      ? null
+      : h(
+          'div',
+          { class: 'input-changes' },
+          h('div', { class: 'small' }, 'Input changes since the previous revision:'),
+          changes.length === 0
+            ? h('div', { class: 'muted small' }, 'none')
+            : changes.map((c) =>
+                h(
+                  'div',
+                  { class: 'input-change', dataset: { path: c.path, change: c.change } },
+                  h(
+                    'div',
+                    { class: 'small' },
+                    h('code', {}, c.path),
+                    ` ${c.change}`,
+                    c.note ? ` (${c.note})` : null,
+                  ),
+                  c.text_diff
+                    ? h(
+                        'pre',
+                        { class: 'unified' },
+                        c.text_diff.unified.split('\n').map((line) =>
+                          h(
+                            'div',
+                            {
+                              dataset: {
+                                op: line.startsWith('@@')
+                                  ? 'hunk'
+                                  : line[0] === '+'
+                                    ? 'add'
+                                    : line[0] === '-'
+                                      ? 'del'
+                                      : 'ctx',
+                              },
+                            },
+                            line,
+                          ),
+                        ),
+                        c.text_diff.truncated
+                          ? h('div', { class: 'muted' }, `… ${c.text_diff.total_lines} lines in all`)
+                          : null,
+                      )
+                    : null,
+                ),
+              ),
+        ),
+  );
 }

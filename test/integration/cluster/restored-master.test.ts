@@ -1,6 +1,7 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
+import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { heldCardsProblem } from '../../../worker/daemon-executions.js';
 import { approveTask, clusterConfig, getTask, shellSpec } from '../../support/cluster.js';
 import { makePlan } from '../../support/executor-plan.js';
@@ -42,7 +43,7 @@ describe('a master that knows less than its worker', () => {
     // This master never issued an epoch here; the worker has seen 5 on card 0 and 9 on card 1.
     raw.send({
       type: 'hello',
-      protocol_version: 1,
+      protocol_version: PROTOCOL_VERSION,
       worker_id: 'raw-ahead',
       boot_id: raw.bootId,
       version: 'raw-test',

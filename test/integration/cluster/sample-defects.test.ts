@@ -1,5 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { approveTask, clusterConfig, getTask, shellSpec } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
@@ -94,7 +95,7 @@ describe('a card list that names one card twice', () => {
     const [c0, c1] = raw.simCards;
     raw.send({
       type: 'hello',
-      protocol_version: 1,
+      protocol_version: PROTOCOL_VERSION,
       worker_id: 'raw-dup-hello',
       boot_id: raw.bootId,
       version: 'raw-test',

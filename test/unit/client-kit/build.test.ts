@@ -125,7 +125,7 @@ describe('buildClientKit', () => {
 
   it('ships example specs that are valid task specs with absolute executables and relative outputs', async () => {
     const { dir, files } = await kit();
-    const examples = files.filter((f) => f.startsWith('skills/gpu-broker/examples/'));
+    const examples = files.filter((f) => f.startsWith('skills/gpu-broker/examples/') && f.endsWith('.json'));
     expect(examples.length).toBeGreaterThanOrEqual(2);
     for (const path of examples) {
       const spec = TaskSpecSchema.parse(JSON.parse(await readFile(join(dir, path), 'utf8')));

@@ -1,4 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { silentLogger } from '../../../src/platform/logger.js';
 import { OutboxSender, type OutgoingBody } from '../../../worker/daemon-outbox.js';
 import { type LocalStore, openLocalStore } from '../../../worker/local-store.js';
@@ -58,7 +59,11 @@ describe('OutboxSender', () => {
     outbox.enqueue(log(5));
     await flush();
     expect(sent.map((m) => m.seq)).toEqual([3, 4, 5]);
-    expect(sent[2]).toMatchObject({ protocol_version: 1, boot_id: 'boot-1', execution_id: 'e5' });
+    expect(sent[2]).toMatchObject({
+      protocol_version: PROTOCOL_VERSION,
+      boot_id: 'boot-1',
+      execution_id: 'e5',
+    });
   });
 
   it('resends everything unacknowledged in order after a new session', async () => {

@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { waitFor } from './daemon-fake-master.js';
 import { type Harness, harness, plan, simUuid } from './daemon-harness.js';
 
@@ -21,7 +22,7 @@ describe('worker daemon: session', () => {
     await waitFor(() => h.master.processed('sample').length >= 2, 2500, 'two samples');
     const [hello] = h.master.processed('hello');
     expect(hello).toMatchObject({
-      protocol_version: 1,
+      protocol_version: PROTOCOL_VERSION,
       worker_id: 'w1',
       boot_id: worker.bootId,
       provider: 'sim',

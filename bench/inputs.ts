@@ -1,0 +1,253 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { silentLogger } from '../src/platform/logger.js';
+import { createCaTrustingFetch } from '../src/platform/tls.js';
+import { startWorker } from '../worker/daemon.js';
+import { SimSampler } from '../worker/samplers/sim-sampler.js';
+import { prepareSandbox } from '../worker/sandbox-setup.js';
+import { startChildMaster } from './child-master.js';
+import { type BenchSection, type OpResult, summarise } from './stats.js';
+
+/**
+ * Inputs (issue 13): upload throughput and what 50 MiB of inputs add to admission.
+ *
+ *   - PUT /api/v1/blobs/{sha256}: 10 × 5 MiB of random bytes, one at a time (MiB/s in notes);
+ *   - MCP upload_inputs: 20 calls of 1 MiB base64 (the per-call cap);
+ *   - approval → started for a `/bin/true` task with no inputs, with 50 MiB of inputs the worker must
+ *     fetch (fresh blobs each run: cold cache), and with the same 50 MiB again (warm cache).
+ * The master runs in its own process (`gpu-broker serve`), the worker in this one over WSS, sandboxed.
+ */
+
+const MIB = 1024 * 1024;
+const RUNS = 3;
+
+async function runInputs(): Promise<OpResult[]> {
+  const master = await startChildMaster({
+    executables: [{ path: '/bin/true' }],
+    max_input_bytes: 64 * MIB,
+    input_quota_bytes: 4096 * MIB,
+  });
+  const trusting = createCaTrustingFetch(master.caPem);
+  const workerDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-inputs-'));
+  const clients: Client[] = [];
+  let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+  try {
+    const aliceToken = await master.createToken('bench-alice', ['submitter']);
+    const connect = async (t: string) => {
+      const client = new Client({ name: 'bench-inputs', version: '0' });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL('/mcp', master.url), {
+          requestInit: { headers: { Authorization: `Bearer ${t}` } },
+          fetch: trusting.fetch,
+        }),
+      );
+      clients.push(client);
+      return client;
+    };
+    const alice = await connect(aliceToken);
+    const rita = await connect(await master.createToken('bench-rita', ['reviewer']));
+    const sampler = new SimSampler({ count: 2, seed: 'bench-inputs' });
+    const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
+    const { execFile } = await import('node:child_process');
+    const workerToken = await new Promise<string>((resolve, reject) =>
+      execFile(
+        process.execPath,
+        [
+          new URL('../src/cli/main.js', import.meta.url).pathname,
+          'token',
+          'create',
+          '--data-dir',
+          master.dataDir,
+          '--name',
+          'bench-inputs-worker',
+          '--role',
+          'worker',
+          '--worker-id',
+          'bench-inputs',
+          '--json',
+        ],
+        (err, stdout) => (err ? reject(err) : resolve((JSON.parse(stdout) as { token: string }).token)),
+      ),
+    );
+    worker = await startWorker({
+      sandbox: sandbox.setup,
+      masterUrl: master.url,
+      token: workerToken,
+      workerId: 'bench-inputs',
+      dataDir: workerDir,
+      sampler,
+      ca: master.caPem,
+      logger: silentLogger(),
+    });
+    const call = async <T>(c: Client, name: string, args: Record<string, unknown>): Promise<T> => {
+      const r = await c.callTool({ name, arguments: args });
+      if (r.isError) throw new Error(`${name}: ${JSON.stringify(r.content)}`);
+      return r.structuredContent as T;
+    };
+    const ready = Date.now() + 15_000;
+    for (;;) {
+      const cards = await call<{ cards: Array<{ state: string }> }>(alice, 'list_cards', {});
+      if (cards.cards.filter((c) => c.state === 'AVAILABLE').length === 2) break;
+      if (Date.now() > ready) throw new Error('the bench worker never became available');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+
+    // Upload throughput: PUT
+    const put = async (bytes: Buffer) => {
+      const digest = createHash('sha256').update(bytes).digest('hex');
+      const res = await trusting.fetch(`${master.url}/api/v1/blobs/${digest}`, {
+        method: 'PUT',
+        headers: { authorization: `Bearer ${aliceToken}`, 'content-type': 'application/octet-stream' },
+        body: bytes,
+      });
+      if (res.status !== 200) throw new Error(`PUT ${res.status}: ${await res.text()}`);
+      return { path: '', sha256: digest, size: bytes.length };
+    };
+    const putMs: number[] = [];
+    let t0 = performance.now();
+    for (let i = 0; i < 10; i++) {
+      const b = randomBytes(5 * MIB);
+      const s = performance.now();
+      await put(b);
+      putMs.push(performance.now() - s);
+    }
+    const putSeconds = putMs.reduce((a, b) => a + b, 0) / 1000;
+    const rows: OpResult[] = [
+      summarise(
+        'inputs',
+        'PUT /api/v1/blobs 5 MiB',
+        putMs,
+        0,
+        (performance.now() - t0) / 1000,
+        `${(50 / putSeconds).toFixed(1)} MiB/s`,
+      ),
+    ];
+
+    // Upload throughput: MCP upload_inputs at the per-call cap
+    const mcpMs: number[] = [];
+    t0 = performance.now();
+    for (let i = 0; i < 20; i++) {
+      const content = randomBytes(MIB - 64).toString('base64');
+      const s = performance.now();
+      await call(alice, 'upload_inputs', {
+        files: [{ path: `chunk${i}.bin`, content, encoding: 'base64' }],
+        idempotency_key: `up-${i}`,
+      });
+      mcpMs.push(performance.now() - s);
+    }
+    const mcpSeconds = mcpMs.reduce((a, b) => a + b, 0) / 1000;
+    rows.push(
+      summarise(
+        'inputs',
+        'MCP upload_inputs 1 MiB',
+        mcpMs,
+        0,
+        (performance.now() - t0) / 1000,
+        `${(20 / mcpSeconds).toFixed(1)} MiB/s`,
+      ),
+    );
+
+    // Approval → started
+    let key = 0;
+    const admit = async (inputs: Array<{ path: string; sha256: string; size: number }>) => {
+      const p = await call<{ proposal_id: string; revision_id: string; digest: string }>(
+        alice,
+        'create_proposal',
+        {
+          spec: {
+            title: 'inputs bench',
+            objective: 'measure admission with inputs',
+            success_criteria: 'exits 0',
+            cards: { count: 1 },
+            runtime: { kind: 'process', argv: ['/bin/true'] },
+            inputs,
+            outputs: [],
+            time_limit_seconds: 120,
+            notes: 'bench',
+          },
+          idempotency_key: `adm-${key++}`,
+        },
+      );
+      await call(alice, 'confirm_revision', {
+        proposal_id: p.proposal_id,
+        revision_id: p.revision_id,
+        idempotency_key: `adm-${key++}`,
+      });
+      const approved = await call<{ task_id: string }>(rita, 'submit_review', {
+        proposal_id: p.proposal_id,
+        revision_id: p.revision_id,
+        revision_digest: p.digest,
+        decision: 'APPROVE',
+        comments: 'bench',
+        idempotency_key: `adm-${key++}`,
+      });
+      const waited = await call<{ task: { state: string; approved_at: string; started_at: string | null } }>(
+        alice,
+        'wait_for_task',
+        { task_id: approved.task_id, timeout_seconds: 25 },
+      );
+      if (waited.task.state !== 'COMPLETED') throw new Error(`task ended ${waited.task.state}`);
+      return Date.parse(waited.task.started_at!) - Date.parse(waited.task.approved_at);
+    };
+    const fiftyMiB = async () => {
+      const files = [];
+      for (let i = 0; i < 10; i++)
+        files.push({ ...(await put(randomBytes(5 * MIB))), path: `data/part${i}.bin` });
+      return files;
+    };
+    const none: number[] = [];
+    const cold: number[] = [];
+    const warm: number[] = [];
+    t0 = performance.now();
+    for (let i = 0; i < RUNS; i++) none.push(await admit([]));
+    rows.push(summarise('inputs', 'approval → started, no inputs', none, 0, (performance.now() - t0) / 1000));
+    let last: Array<{ path: string; sha256: string; size: number }> = [];
+    let spent = 0;
+    for (let i = 0; i < RUNS; i++) {
+      last = await fiftyMiB();
+      const s = performance.now();
+      cold.push(await admit(last));
+      spent += performance.now() - s;
+    }
+    rows.push(
+      summarise(
+        'inputs',
+        'approval → started, 50 MiB inputs, cold cache',
+        cold,
+        0,
+        spent / 1000,
+        '10 × 5 MiB fetched over HTTPS, verified, placed',
+      ),
+    );
+    t0 = performance.now();
+    for (let i = 0; i < RUNS; i++) warm.push(await admit(last));
+    rows.push(
+      summarise(
+        'inputs',
+        'approval → started, 50 MiB inputs, warm cache',
+        warm,
+        0,
+        (performance.now() - t0) / 1000,
+        'verified and placed from the worker cache',
+      ),
+    );
+    return rows;
+  } finally {
+    await Promise.allSettled(clients.map((c) => c.close()));
+    await worker?.close();
+    await trusting.close();
+    await master.stop();
+    rmSync(workerDir, { recursive: true, force: true });
+  }
+}
+
+/** The inputs section of `npm run bench`. */
+export const inputsSection: BenchSection = {
+  name: 'inputs',
+  description: 'upload throughput and approval → started with 50 MiB of inputs vs none',
+  run: runInputs,
+};

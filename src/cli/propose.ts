@@ -1,0 +1,133 @@
+import { parseArgs } from 'node:util';
+import { BrokerError } from '../contracts/errors.js';
+import type { TaskSpecInput } from '../contracts/task-spec.js';
+import type { CommandRunner } from './io.js';
+import { REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { emit, reportError } from './output.js';
+import { collectInputs } from './propose-files.js';
+
+/**
+ * `gpu-broker propose --dir DIR --entry 'python3 train.py --epochs 1' [--include GLOB…] [--cards N] …`
+ * (issue 13), for people and agents with a shell: ships DIR's files as the task's inputs and creates a
+ * proposal (or, with `--proposal ID`, a new revision of it), then prints the ids and the findings.
+ *
+ *   1. collect DIR's files (propose-files.ts: .gitignore-aware, no symlinks) and their sha256;
+ *   2. PUT each blob the proposal's current revision does not already name to /api/v1/blobs/{sha256}
+ *      (the master recomputes the digest; storing is idempotent);
+ *   3. write the spec: `--entry` split on spaces (quotes group words), a bare interpreter name becomes
+ *      /usr/bin/NAME, the inputs manifest, `--output` paths;
+ *   4. create_proposal or revise_proposal; with `--confirm`, confirm_revision when it has no error finding.
+ */
+
+interface RevisionResult {
+  proposal_id: string;
+  revision_id: string;
+  revision_number: number;
+  digest: string;
+  findings: Array<{ severity: string; code: string; path: string; message: string; hint: string }>;
+  confirmable: boolean;
+}
+
+/** Splits an entry command on spaces; single or double quotes group words. No shell runs it. */
+export function splitEntry(entry: string): string[] {
+  const words: string[] = [];
+  for (const m of entry.matchAll(/"([^"]*)"|'([^']*)'|(\S+)/g)) words.push(m[1] ?? m[2] ?? m[3] ?? '');
+  return words;
+}
+
+export const run: CommandRunner = async (argv, io) => {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      ...REMOTE_OPTIONS,
+      dir: { type: 'string' },
+      include: { type: 'string', multiple: true },
+      entry: { type: 'string' },
+      cards: { type: 'string' },
+      title: { type: 'string' },
+      objective: { type: 'string' },
+      'success-criteria': { type: 'string' },
+      'time-limit': { type: 'string' },
+      output: { type: 'string', multiple: true },
+      notes: { type: 'string' },
+      proposal: { type: 'string' },
+      confirm: { type: 'boolean' },
+    },
+  });
+  try {
+    if (!values.dir || !values.entry)
+      throw new BrokerError(
+        'INVALID_INPUT',
+        '--dir and --entry are required',
+        "gpu-broker propose --dir ./project --entry 'python3 train.py --epochs 1' --cards 1 --title 'what it shows'",
+      );
+    const files = collectInputs(values.dir, values.include ?? []);
+    if (files.length === 0)
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `no files to ship under ${values.dir}`,
+        'Check --dir and --include.',
+      );
+    const words = splitEntry(values.entry);
+    const exe = words[0] ?? '';
+    const argvOfTask = [exe.startsWith('/') ? exe : `/usr/bin/${exe}`, ...words.slice(1)];
+    const title = values.title ?? `run ${words.slice(0, 3).join(' ')}`;
+    const spec: TaskSpecInput = {
+      title,
+      objective: values.objective ?? title,
+      success_criteria: values['success-criteria'] ?? 'the entry command exits 0',
+      cards: { count: Number(values.cards ?? 1) },
+      runtime: { kind: 'process', argv: argvOfTask },
+      inputs: files.map((f) => ({
+        path: f.path,
+        sha256: f.sha256,
+        size: f.size,
+        ...(f.executable ? { executable: true } : {}),
+      })),
+      outputs: (values.output ?? []).map((path) => ({ path, required: true })),
+      time_limit_seconds: Number(values['time-limit'] ?? 3600),
+      ...(values.notes ? { notes: values.notes } : {}),
+    };
+    return await withMaster(values, io, async (c) => {
+      // 2. upload what the current revision does not already name
+      const known = new Set<string>();
+      if (values.proposal) {
+        const p = await c.get<{ proposal: { spec?: { inputs?: Array<{ sha256: string }> } } }>(
+          `/api/v1/proposals/${encodeURIComponent(values.proposal)}`,
+        );
+        for (const i of p.proposal.spec?.inputs ?? []) known.add(i.sha256);
+      }
+      let uploaded = 0;
+      for (const f of files) {
+        if (known.has(f.sha256)) continue;
+        known.add(f.sha256);
+        await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
+        uploaded++;
+      }
+      // 4. create or revise, then confirm
+      const r = values.proposal
+        ? await c.post<RevisionResult>(`/api/v1/proposals/${encodeURIComponent(values.proposal)}/revisions`, {
+            spec,
+          })
+        : await c.post<RevisionResult>('/api/v1/proposals', { spec });
+      let state = 'DRAFT';
+      if (values.confirm && r.confirmable) {
+        const confirmed = await c.post<{ state: string }>(`/api/v1/proposals/${r.proposal_id}/confirm`, {
+          revision_id: r.revision_id,
+        });
+        state = confirmed.state;
+      }
+      const result = { ...r, state, files: files.length, uploaded };
+      emit(io, values.json, result, () =>
+        [
+          `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${state}`,
+          `${files.length} input file(s), ${uploaded} uploaded`,
+          ...r.findings.map((f) => `${f.severity}: ${f.code} at ${f.path}: ${f.message} — ${f.hint}`),
+        ].join('\n'),
+      );
+      return r.confirmable ? 0 : 1;
+    });
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};

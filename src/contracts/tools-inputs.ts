@@ -1,0 +1,75 @@
+import { z } from 'zod';
+import { InputFileSchema, InputPathSchema, Sha256Schema } from './task-spec.js';
+import { defineTool, IdempotencyKeySchema, MUTATING, READ_ONLY } from './tool-def.js';
+
+/**
+ * Tools that carry an agent's files into a proposal (issue 13): `upload_inputs` stores content by
+ * sha256 and answers the manifest entries to paste into `spec.inputs`; `get_input` lets the reviewer
+ * (and the submitter) read any input of a revision.
+ */
+
+/** Most decoded bytes one `upload_inputs` call may carry (several files together). */
+export const MAX_UPLOAD_CALL_BYTES = 1024 * 1024;
+/** Most files one `upload_inputs` call may carry. */
+export const MAX_UPLOAD_CALL_FILES = 200;
+/** Most bytes `get_input` returns per call; larger inputs are read by `offset`. */
+export const MAX_GET_INPUT_BYTES = 256 * 1024;
+
+/** How file content is written in a tool call. */
+export const ContentEncodingSchema = z.enum(['utf8', 'base64']);
+
+/** One file of an upload. */
+export const UploadFileSchema = z.strictObject({
+  path: InputPathSchema.describe(
+    'Where the task will see it, relative to its working dir, e.g. "src/train.py".',
+  ),
+  content: z.string().max(2 * MAX_UPLOAD_CALL_BYTES),
+  encoding: ContentEncodingSchema.default('utf8').describe('"utf8" for text, "base64" for binary files.'),
+});
+
+/** upload_inputs */
+export const uploadInputsTool = defineTool({
+  name: 'upload_inputs',
+  title: 'Upload files for a proposal',
+  description: `Stores files (code, configs, small data) by sha256 and returns, per file, {path, sha256, size}: paste them into spec.inputs of create_proposal or revise_proposal. Several files per call, at most ${MAX_UPLOAD_CALL_BYTES} bytes in total (decoded); call again for more. The same bytes are stored once. The task sees each file read-only at its path under its working dir.`,
+  roles: ['submitter'],
+  mutating: true,
+  annotations: MUTATING,
+  input: z.strictObject({
+    files: z.array(UploadFileSchema).min(1).max(MAX_UPLOAD_CALL_FILES),
+    idempotency_key: IdempotencyKeySchema,
+  }),
+  output: z.object({
+    inputs: z.array(InputFileSchema),
+    stored_bytes: z.number().int().describe('Bytes that were new to the store in this call.'),
+    quota: z.object({ used_bytes: z.number().int(), limit_bytes: z.number().int() }),
+    next_action: z.string(),
+  }),
+});
+
+/** get_input */
+export const getInputTool = defineTool({
+  name: 'get_input',
+  title: 'Read one input file of a revision',
+  description: `Returns the content of one input of a revision (by path), as utf8 text when it is text and base64 otherwise, at most ${MAX_GET_INPUT_BYTES} bytes per call from offset. Reviewers and the proposal's owner may read it.`,
+  roles: ['submitter', 'reviewer', 'operator'],
+  mutating: false,
+  annotations: READ_ONLY,
+  input: z.strictObject({
+    proposal_id: z.string().min(1).max(128),
+    revision_id: z.string().min(1).max(128),
+    path: InputPathSchema,
+    offset: z.number().int().min(0).optional(),
+    max_bytes: z.number().int().min(1).max(MAX_GET_INPUT_BYTES).optional(),
+  }),
+  output: z.object({
+    path: z.string(),
+    sha256: Sha256Schema,
+    size: z.number().int(),
+    offset: z.number().int(),
+    next_offset: z.number().int(),
+    complete: z.boolean(),
+    encoding: ContentEncodingSchema,
+    content: z.string(),
+  }),
+});

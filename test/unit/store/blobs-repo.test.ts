@@ -1,0 +1,85 @@
+import { createHash } from 'node:crypto';
+import { afterEach, describe, expect, it } from 'vitest';
+import { collectBlobGarbage, verifiedBlob } from '../../../src/broker/inputs.js';
+import { BrokerError } from '../../../src/contracts/errors.js';
+import type { ManualClock } from '../../../src/platform/clock.js';
+import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
+import { validSpec } from '../../support/spec.js';
+
+const sha = (b: string) => createHash('sha256').update(b).digest('hex');
+let f: BrokerFixture;
+afterEach(() => f?.close());
+
+async function upload(
+  f: BrokerFixture,
+  who: ReturnType<BrokerFixture['principal']>,
+  path: string,
+  content: string,
+) {
+  return (await f.invoke(who, 'upload_inputs', {
+    files: [{ path, content }],
+    idempotency_key: `${who.name}-${path}-${content}`,
+  })) as {
+    inputs: Array<{ path: string; sha256: string; size: number }>;
+  };
+}
+
+describe('input blobs in the master store', () => {
+  it('stores the same bytes once, whoever uploads them, and counts them in each uploader’s quota', async () => {
+    f = makeBrokerDeps();
+    const alice = f.principal('alice', ['submitter']);
+    const bob = f.principal('bob', ['submitter']);
+    await upload(f, alice, 'a.py', 'print(1)\n');
+    await upload(f, bob, 'b.py', 'print(1)\n');
+    const n = f.deps.store.db.prepare('SELECT count(*) AS n FROM blobs').get() as { n: number };
+    expect(n.n).toBe(1);
+    expect(f.deps.store.blobs.bytesOf(alice.id)).toBe(9);
+    expect(f.deps.store.blobs.bytesOf(bob.id)).toBe(9);
+  });
+
+  it('collects blobs that no undecided revision or recent task names, after the grace period', async () => {
+    f = makeBrokerDeps();
+    const clock = f.clock as ManualClock;
+    const alice = f.principal('alice', ['submitter']);
+    const kept = (await upload(f, alice, 'kept.py', 'kept\n')).inputs;
+    await upload(f, alice, 'orphan.py', 'orphan\n');
+    const withdrawn = (await upload(f, alice, 'gone.py', 'gone\n')).inputs;
+    await f.invoke(alice, 'create_proposal', { spec: validSpec({ inputs: kept }), idempotency_key: 'p1' });
+    const p2 = (await f.invoke(alice, 'create_proposal', {
+      spec: validSpec({ inputs: withdrawn }),
+      idempotency_key: 'p2',
+    })) as { proposal_id: string };
+    await f.invoke(alice, 'cancel_proposal', { proposal_id: p2.proposal_id, idempotency_key: 'c2' });
+    expect(collectBlobGarbage(f.deps, 60_000)).toBe(0); // all younger than the grace period
+    clock.advance(120_000);
+    // Uploading old content again (about to be proposed) restarts its grace period.
+    await upload(f, alice, 'again.py', 'orphan\n');
+    expect(collectBlobGarbage(f.deps, 60_000)).toBe(1); // only the withdrawn proposal's blob
+    clock.advance(120_000);
+    expect(collectBlobGarbage(f.deps, 60_000)).toBe(1);
+    expect(f.deps.store.blobs.meta(sha('kept\n'))).toBeDefined();
+    expect(f.deps.store.blobs.meta(sha('orphan\n'))).toBeUndefined();
+    expect(f.deps.store.blobs.meta(sha('gone\n'))).toBeUndefined();
+    expect(f.deps.store.blobs.bytesOf(alice.id)).toBe(5);
+  });
+
+  it('never serves bytes that do not match their digest', async () => {
+    f = makeBrokerDeps();
+    const alice = f.principal('alice', ['submitter']);
+    await upload(f, alice, 'x.py', 'good\n');
+    f.deps.store.db
+      .prepare('UPDATE blobs SET content = ? WHERE sha256 = ?')
+      .run(Buffer.from('evil\n'), sha('good\n'));
+    expect(() => verifiedBlob(f.deps, sha('good\n'))).toThrow(BrokerError);
+  });
+
+  it('refuses deeply nested JSON in upload_inputs as invalid input, without crashing', async () => {
+    f = makeBrokerDeps();
+    const alice = f.principal('alice', ['submitter']);
+    let deep: unknown = 'x';
+    for (let i = 0; i < 5000; i++) deep = { a: deep };
+    await expect(
+      f.invoke(alice, 'upload_inputs', { files: [{ path: 'a.py', content: deep }], idempotency_key: 'deep' }),
+    ).rejects.toMatchObject({ code: 'INVALID_INPUT' });
+  });
+});
