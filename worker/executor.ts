@@ -374,6 +374,9 @@ class ExecutionRun {
     }
     // 1b. inputs: fetched, verified and placed read-only before anything of the task exists.
     const inputs = this.plan.spec.inputs ?? [];
+    // Not yet bound into containers: refuse rather than run a container without the reviewed files.
+    if (runtime.kind === 'container' && (inputs.length > 0 || (this.plan.spec.mounts ?? []).length > 0))
+      return 'inputs and named mounts are not supported for container tasks yet: put the files in the image, or run a process task';
     const inputsDir = sandboxed ? join(execRoot, 'inputs') : taskDir;
     if (inputs.length > 0) {
       if (this.opts.inputs === undefined) return 'this worker was started without a way to fetch inputs';

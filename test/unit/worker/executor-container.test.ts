@@ -206,6 +206,19 @@ describe('refused before it runs', () => {
     expect(result.setup_error).toContain(`image ${pinned}`);
   });
 
+  it('a spec with inputs is SETUP_FAILED rather than run without its reviewed files', async () => {
+    const plan = makePlan({ image: image.pinned, argv: ['true'] });
+    const withInputs: ExecutionPlan = {
+      ...plan,
+      spec: { ...plan.spec, inputs: [{ path: 'train.py', sha256: 'a'.repeat(64), size: 1 }] },
+    };
+    const { handle } = start(withInputs);
+    const result = await handle.done;
+    expect(result.failure_reason).toBe('SETUP_FAILED');
+    expect(result.setup_error).toContain('not supported for container tasks yet');
+    expect(await handle.started).toBeNull();
+  });
+
   it('a missing image is SETUP_FAILED, saying to load it', async () => {
     const { handle } = start(makePlan({ image: 'localhost/gpu-broker-no-such-image:1', argv: ['true'] }));
     const result = await handle.done;
