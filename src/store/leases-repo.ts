@@ -1,4 +1,5 @@
 import type { FailureReason, OutputRecord } from '../contracts/worker-protocol.js';
+import type { ExecutionPhase } from '../domain/execution.js';
 import type { LeaseState } from '../domain/lease.js';
 import type { Db } from './db.js';
 
@@ -16,15 +17,8 @@ export interface LeaseRecord {
   cards: Array<{ index: number; uuid: string }>;
 }
 
-/** Where an execution stands as the worker reported it. */
-export type ExecutionPhaseRecord =
-  | 'assigned'
-  | 'accepted'
-  | 'rejected'
-  | 'started'
-  | 'exited'
-  | 'cleaned'
-  | 'cleanup_failed';
+/** Where an execution stands as the worker reported it (the execution machine's states). */
+export type ExecutionPhaseRecord = ExecutionPhase;
 
 /** An execution row. */
 export interface ExecutionRecord {
