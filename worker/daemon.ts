@@ -24,6 +24,7 @@ import { SamplingLoop } from './daemon-sampling.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import type { SandboxSetup } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
+import { probeInterpreter } from './interpreter-probe.js';
 import { openLocalStore } from './local-store.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
@@ -217,6 +218,22 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       'worker: welcomed by the master',
     );
     outbox.startSession(msg.worker_marks);
+    if (msg.qualification_python !== undefined) probeOnce(msg.qualification_python);
+  };
+
+  // A hello makes the master forget the previous answer, so every session probes again (torch may have
+  // been installed meanwhile); one probe at a time. The report sits in the outbox like any message, so
+  // a session that drops before the ack resends it.
+  let probing = false;
+  const probeOnce = (python: string) => {
+    if (probing) return; // its answer is sent after this welcome's hello, so it still counts
+    probing = true;
+    void probeInterpreter(python).then((result) => {
+      probing = false;
+      if (stopping) return;
+      log.info(result, 'worker: qualification interpreter probed');
+      outbox.enqueueLatest({ type: 'probe', ...result });
+    });
   };
 
   let stopping = false;

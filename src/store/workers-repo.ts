@@ -1,5 +1,5 @@
 import type { Provider } from '../contracts/sample.js';
-import type { ContainerEngine, IsolationMode } from '../contracts/worker-protocol.js';
+import type { ContainerEngine, IsolationMode, TorchBackend } from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
 
 /** A card's identity as last reported by its worker. */
@@ -23,9 +23,22 @@ export interface WorkerRecord {
   isolation: IsolationMode;
   /** The engine that runs `container` tasks there, or null. */
   container_engine: ContainerEngine | null;
+  /** What its qualification interpreter can do, as its current process reported; null until then. */
+  qualification_probe: QualificationProbe | null;
   draining: boolean;
   first_seen_at: number;
   last_seen_at: number;
+}
+
+/** A worker's answer to the qualification preflight (the `probe` message, stamped on arrival). */
+export interface QualificationProbe {
+  python: string;
+  /** Null when `import torch` failed. */
+  torch_version: string | null;
+  backend: TorchBackend | null;
+  /** Why the import failed (its last line), or null. */
+  error: string | null;
+  probed_at: number;
 }
 
 /** A cordoned card. */
@@ -37,14 +50,17 @@ export interface CordonRecord {
   created_at: number;
 }
 
-interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining'> {
+interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining' | 'qualification_probe'> {
   cards: string;
+  qualification_probe: string | null;
   draining: number;
 }
 
 const toWorker = (r: WorkerRow): WorkerRecord => ({
   ...r,
   cards: JSON.parse(r.cards) as KnownCard[],
+  qualification_probe:
+    r.qualification_probe === null ? null : (JSON.parse(r.qualification_probe) as QualificationProbe),
   draining: r.draining === 1,
 });
 
@@ -62,9 +78,10 @@ export class WorkersRepo {
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
            version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
            isolation = excluded.isolation, container_engine = excluded.container_engine,
-           last_seen_at = excluded.last_seen_at`,
+           qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
+      setProbe: db.prepare('UPDATE workers SET qualification_probe = ? WHERE id = ?'),
       seen: db.prepare('UPDATE workers SET last_seen_at = ? WHERE id = ?'),
       setDraining: db.prepare('UPDATE workers SET draining = ? WHERE id = ?'),
       remove: db.prepare('DELETE FROM workers WHERE id = ?'),
@@ -97,14 +114,22 @@ export class WorkersRepo {
     return this.s.all.all().map(toWorker);
   }
 
-  /** Records a hello. */
-  upsertOnHello(w: Omit<WorkerRecord, 'draining' | 'first_seen_at' | 'last_seen_at'>, now: number): void {
+  /** Records a hello (which forgets the previous process's probe). */
+  upsertOnHello(
+    w: Omit<WorkerRecord, 'draining' | 'first_seen_at' | 'last_seen_at' | 'qualification_probe'>,
+    now: number,
+  ): void {
     this.s.upsert.run({ ...w, cards: JSON.stringify(w.cards), now });
   }
 
   /** Replaces the known card identities. */
   setCards(id: string, cards: KnownCard[]): void {
     this.s.setCards.run(JSON.stringify(cards), id);
+  }
+
+  /** Stores the worker's qualification probe. */
+  setProbe(id: string, probe: QualificationProbe): void {
+    this.s.setProbe.run(JSON.stringify(probe), id);
   }
 
   /** Stamps the last time a message arrived. */
