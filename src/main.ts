@@ -3,6 +3,7 @@ import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { workloadPath, workloadSha256 } from '../qualification/workload-result.js';
 import type { AuditStatus, BrokerDeps } from './broker/deps.js';
+import { logAuditEvents } from './broker/event-log.js';
 import { Fleet } from './broker/fleet.js';
 import { CARDS_TOPIC } from './broker/leases.js';
 import { sweepExecutions } from './broker/liveness.js';
@@ -169,6 +170,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       failingGrants: () => scheduler?.failingGrantsList() ?? [],
     },
   };
+  logAuditEvents(deps);
   hub = new WorkerHub(deps, fleet, deps.cluster.link.bootId);
   scheduler = new Scheduler(deps, fleet, hub);
   hub.hooks = scheduler;

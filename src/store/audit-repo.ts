@@ -68,6 +68,7 @@ export class AuditRepo {
   private readonly insertStmt;
   private readonly iterStmt;
   private readonly bySubjectStmt;
+  private readonly observers: Array<(e: AuditEvent) => void> = [];
 
   constructor(db: Db) {
     this.headStmt = db.prepare<[], { seq: number; hash: string }>(
@@ -101,7 +102,17 @@ export class AuditRepo {
       prev_hash,
       hash,
     );
-    return { ...event, prev_hash, hash };
+    const appended = { ...event, prev_hash, hash };
+    for (const observe of this.observers) observe(appended);
+    return appended;
+  }
+
+  /**
+   * Calls `fn` with every event appended from now on, inside the appending transaction (so `fn` should
+   * defer anything visible with the store's afterCommit).
+   */
+  observe(fn: (e: AuditEvent) => void): void {
+    this.observers.push(fn);
   }
 
   /** Events about one subject, oldest first. */
