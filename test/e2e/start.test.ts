@@ -2,6 +2,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { TaskSpecInput } from '../../src/contracts/task-spec.js';
+import { packageRoot } from '../../src/platform/package-root.js';
 import { createCaTrustingFetch } from '../../src/platform/tls.js';
 import { ensureBuilt } from '../support/build.js';
 import { type ChildMaster, spawnMaster } from '../support/cli.js';
@@ -77,11 +78,13 @@ async function runOneTask(extraArgs: string[], alsoRun?: TaskSpecInput) {
 describe('gpu-broker start', () => {
   it('sandboxes the local worker when bubblewrap works, and runs an agent task on one simulated card', async () => {
     // No --config: the starter config it writes allows /bin/sh and /usr/bin/python3 (issue 11, item 2).
-    const python = shellSpec('', {
-      runtime: { kind: 'process', argv: ['/usr/bin/python3', '-c', "print('hello')"] },
-    });
-    const { task, logs, worker, banner, also, dataDir } = await runOneTask([], python);
-    expect(also).toEqual({ state: 'COMPLETED', logs: 'hello\n' });
+    // The client kit's example for simulated cards (issue 11, item 9) runs as it is.
+    const example = JSON.parse(
+      readFileSync(join(packageRoot(), 'client-kit', 'examples', 'sim-smoke-1card.json'), 'utf8'),
+    ) as TaskSpecInput;
+    const { task, logs, worker, banner, also, dataDir } = await runOneTask([], example);
+    expect(also?.state).toBe('COMPLETED');
+    expect(JSON.parse(also!.logs)).toMatchObject({ CUDA_VISIBLE_DEVICES: '0', python: expect.any(String) });
     const configFile = join(dataDir, 'config.json');
     expect(JSON.parse(readFileSync(configFile, 'utf8'))).toEqual({
       policy: { executables: [{ path: '/usr/bin/python3' }, { path: '/bin/sh' }], allow_network: false },
