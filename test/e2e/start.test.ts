@@ -34,7 +34,7 @@ interface WorkerRow {
   unisolated: boolean;
 }
 
-async function runOneTask(extraArgs: string[], alsoRun?: TaskSpecInput) {
+async function runOneTask(extraArgs: string[], alsoRun: TaskSpecInput[] = []) {
   const dataDir = makeTempDir('start');
   started = await spawnMaster(dataDir, ['--gpus', 'sim:2', ...extraArgs], { command: 'start', config: null });
   const { fetch } = createCaTrustingFetch(readFileSync(started.caFile!, 'utf8'));
@@ -62,12 +62,12 @@ async function runOneTask(extraArgs: string[], alsoRun?: TaskSpecInput) {
   );
   const task = await waitUntilSettled(agent, taskId, 30_000);
   const logs = expectOk(await callTool<{ data: string }>(agent, 'get_task_logs', { task_id: taskId }));
-  let also: { state: string; logs: string } | null = null;
-  if (alsoRun) {
-    const id = await approveTask(agent, reviewer, alsoRun);
+  const also: Array<{ state: string; logs: string }> = [];
+  for (const spec of alsoRun) {
+    const id = await approveTask(agent, reviewer, spec);
     const t = await waitUntilSettled(agent, id, 30_000);
     const l = expectOk(await callTool<{ data: string }>(agent, 'get_task_logs', { task_id: id }));
-    also = { state: t.state, logs: l.data };
+    also.push({ state: t.state, logs: l.data });
   }
   const workers = expectOk(await callTool<{ workers: WorkerRow[] }>(agent, 'list_workers', {}));
   await agent.close();
@@ -82,9 +82,16 @@ describe('gpu-broker start', () => {
     const example = JSON.parse(
       readFileSync(join(packageRoot(), 'client-kit', 'examples', 'sim-smoke-1card.json'), 'utf8'),
     ) as TaskSpecInput;
-    const { task, logs, worker, banner, also, dataDir } = await runOneTask([], example);
-    expect(also?.state).toBe('COMPLETED');
-    expect(JSON.parse(also!.logs)).toMatchObject({ CUDA_VISIBLE_DEVICES: '0', python: expect.any(String) });
+    // And so does the SKILL's own first example (issue 11, item 2).
+    const skill = readFileSync(join(packageRoot(), 'client-kit', 'SKILL.md'), 'utf8');
+    const skillSpec = JSON.parse(skill.split('```json\n')[1]!.split('```')[0]!) as TaskSpecInput;
+    const { task, logs, worker, banner, also, dataDir } = await runOneTask([], [example, skillSpec]);
+    expect(also.map((a) => a.state)).toEqual(['COMPLETED', 'COMPLETED']);
+    expect(JSON.parse(also[0]!.logs)).toMatchObject({
+      CUDA_VISIBLE_DEVICES: '0',
+      python: expect.any(String),
+    });
+    expect(also[1]!.logs).toBe('hello\n');
     const configFile = join(dataDir, 'config.json');
     expect(JSON.parse(readFileSync(configFile, 'utf8'))).toEqual({
       policy: { executables: [{ path: '/usr/bin/python3' }, { path: '/bin/sh' }], allow_network: false },
