@@ -4,6 +4,7 @@ import type { FastifyInstance } from 'fastify';
 import { workloadPath, workloadSha256 } from '../qualification/workload-result.js';
 import { AuditMonitor } from './broker/audit-monitor.js';
 import type { BrokerDeps } from './broker/deps.js';
+import { logAuditEvents } from './broker/event-log.js';
 import { Fleet } from './broker/fleet.js';
 import { collectBlobGarbage } from './broker/inputs.js';
 import { CARDS_TOPIC } from './broker/leases.js';
@@ -163,6 +164,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       failingGrants: () => scheduler?.failingGrantsList() ?? [],
     },
   };
+  logAuditEvents(deps);
   hub = new WorkerHub(deps, fleet, deps.cluster.link.bootId);
   scheduler = new Scheduler(deps, fleet, hub);
   hub.hooks = scheduler;

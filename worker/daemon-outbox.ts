@@ -19,7 +19,7 @@ import type { LocalStore, OutboxEntry } from './local-store.js';
  * big output) is paged out of SQLite instead of being copied into memory at once.
  */
 
-type SequencedMessage = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' }>;
+type SequencedMessage = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>;
 type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /** A sequenced message before the outbox gives it its protocol version, boot id and seq. */

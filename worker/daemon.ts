@@ -31,6 +31,7 @@ import type { SandboxSetup } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
 import { InputCache } from './input-cache.js';
 import { httpsBlobFetcher } from './input-fetch.js';
+import { probeInterpreter } from './interpreter-probe.js';
 import { type LocalStore, openLocalStore } from './local-store.js';
 import type { DataMount } from './mounts.js';
 import type { RunAs } from './run-as.js';
@@ -276,6 +277,22 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       'worker: welcomed by the master',
     );
     outbox.startSession(msg.worker_marks);
+    if (msg.qualification_python !== undefined) probeOnce(msg.qualification_python);
+  };
+
+  // A hello makes the master forget the previous answer, so every session probes again (torch may have
+  // been installed meanwhile); one probe at a time. The report sits in the outbox like any message, so
+  // a session that drops before the ack resends it.
+  let probing = false;
+  const probeOnce = (python: string) => {
+    if (probing) return; // its answer is sent after this welcome's hello, so it still counts
+    probing = true;
+    void probeInterpreter(python).then((result) => {
+      probing = false;
+      if (stopping) return;
+      log.info(result, 'worker: qualification interpreter probed');
+      outbox.enqueueLatest({ type: 'probe', ...result });
+    });
   };
 
   let stopping = false;

@@ -255,8 +255,20 @@ export function confirmRevision(
 /** cancel_proposal. */
 export function cancelProposal(deps: BrokerDeps, principal: Principal, proposalId: string) {
   const p = loadOwnProposal(deps, principal, proposalId);
+  // An approved proposal is final, but its task is not: point there instead of a bare "final".
+  if (p.state === 'APPROVED' && p.task_id !== null)
+    throw new BrokerError(
+      'INVALID_STATE',
+      `proposal ${p.id} is APPROVED; its task ${p.task_id} is what runs`,
+      `To stop the run, call cancel_task with task_id ${p.task_id}.`,
+      { state: p.state, task_id: p.task_id },
+    );
   const next = moveProposal(deps, p, 'cancel', principal.name);
-  return { proposal_id: next.id, state: next.state };
+  return {
+    proposal_id: next.id,
+    state: next.state,
+    next_action: 'Withdrawn; nothing will run. To run something, create a new proposal.',
+  };
 }
 
 /** get_proposal. */

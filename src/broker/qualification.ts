@@ -1,8 +1,10 @@
+import { basename } from 'node:path';
 import type { EvidenceDocument } from '../../qualification/evidence.js';
 import { BrokerError } from '../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { QualificationRunRecord, SkippedRung, SubmitterKind } from '../store/qualification-repo.js';
+import type { WorkerRecord } from '../store/workers-repo.js';
 import { cancelTask } from './cluster.js';
 import type { BrokerDeps } from './deps.js';
 import { CARDS_TOPIC } from './leases.js';
@@ -32,6 +34,23 @@ export const qualificationTopic = (id: string) => `qualification:${id}`;
 
 /** The cordon reason that marks a card as reserved by a run. */
 export const runCordonReason = (runId: string) => `qualification run ${runId}`;
+
+/**
+ * The preflight (issue 11, item 1): a worker that reported its qualification interpreter cannot import
+ * torch is refused before anything is cordoned. A worker that has not reported yet (an older worker, or
+ * one whose probe is still running) is let through: a failed rung then shows the same cause.
+ */
+function assertInterpreterReady(deps: BrokerDeps, worker: WorkerRecord): void {
+  const probe = worker.qualification_probe;
+  const python = deps.config.qualification_python;
+  if (probe === null || probe.python !== python || probe.torch_version !== null) return;
+  throw new BrokerError(
+    'INVALID_STATE',
+    `${basename(python)} on worker ${worker.id} cannot import torch: apt-get install python3-torch, or set qualification_python`,
+    `${python} said: ${probe.error ?? 'no reason given'}. Nothing was cordoned; restart that worker once torch imports there (it probes on each connection) and qualify again.`,
+    { reason: 'QUALIFICATION_PYTHON_UNUSABLE', python, error: probe.error },
+  );
+}
 
 /** start_qualification. Call inside a transaction. */
 export function startQualification(
@@ -69,6 +88,7 @@ export function startQualification(
       `worker ${worker.id} is draining`,
       `Undrain it first: gpu-broker undrain ${worker.id}.`,
     );
+  assertInterpreterReady(deps, worker);
   const running = store.qualifications.runningOn(worker.id);
   if (running)
     throw new BrokerError(

@@ -1,4 +1,5 @@
 import { BrokerError } from '../contracts/errors.js';
+import { DEFAULT_RESULT_BYTES } from '../contracts/tools-tasks.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { loadVisibleTask } from './tasks.js';
@@ -24,11 +25,11 @@ export function getTaskLogs(
 ) {
   const t = loadVisibleTask(deps, principal, q.task_id);
   const stream = q.stream ?? 'stdout';
-  const max = q.max_bytes ?? 65536;
+  const max = q.max_bytes ?? DEFAULT_RESULT_BYTES;
   const complete = ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state);
   const execId = latestExecutionId(deps, t.id);
   if (!execId)
-    return { task_id: t.id, stream, offset: 0, next_offset: 0, total_bytes: 0, data: '', complete };
+    return page({ complete, offset: 0, next_offset: 0, total_bytes: 0, task_id: t.id, stream, data: '' });
   const total = deps.store.logs.total(execId, stream);
   if (q.tail_lines !== undefined) {
     // Read a window from the end that is large enough for the lines asked for, capped by max_bytes.
@@ -38,39 +39,52 @@ export function getTaskLogs(
     if (lines.at(-1) === '') lines.pop();
     const tail = lines.slice(-q.tail_lines).join('\n');
     const text = tail.length > 0 ? `${tail}\n` : '';
-    return {
-      task_id: t.id,
-      stream,
+    return page({
+      complete,
       offset: total - Buffer.byteLength(text),
       next_offset: total,
       total_bytes: total,
+      task_id: t.id,
+      stream,
       data: text,
-      complete,
-    };
+    });
   }
   const offset = q.offset ?? 0;
   const { data, next } = deps.store.logs.read(execId, stream, offset, max);
-  return {
-    task_id: t.id,
-    stream,
+  return page({
+    complete,
     offset,
     next_offset: next,
     total_bytes: total,
+    task_id: t.id,
+    stream,
     data: data.toString('utf8'),
-    complete,
-  };
+  });
+}
+
+/** A log page with its paging fields first; `truncated`: bytes of the stream lie outside it. */
+function page<T extends { complete: boolean; offset: number; next_offset: number; total_bytes: number }>(
+  p: T,
+) {
+  const { complete, ...rest } = p;
+  return { complete, truncated: p.offset > 0 || p.next_offset < p.total_bytes, ...rest };
 }
 
 /** get_task_outputs. */
 export function getTaskOutputs(
   deps: BrokerDeps,
   principal: Principal,
-  q: { task_id: string; path?: string | undefined; max_bytes?: number | undefined },
+  q: {
+    task_id: string;
+    path?: string | undefined;
+    offset?: number | undefined;
+    max_bytes?: number | undefined;
+  },
 ) {
   const t = loadVisibleTask(deps, principal, q.task_id);
   const execId = latestExecutionId(deps, t.id);
   const outputs = execId ? deps.store.logs.outputs(execId) : [];
-  if (q.path === undefined) return { task_id: t.id, outputs, file: null };
+  if (q.path === undefined) return { task_id: t.id, file: null, outputs };
   const f = execId ? deps.store.logs.output(execId, q.path) : undefined;
   if (!f)
     throw new BrokerError(
@@ -78,18 +92,37 @@ export function getTaskOutputs(
       `task ${t.id} has no output ${q.path}`,
       `Outputs: ${outputs.map((o) => o.path).join(', ') || 'none'}.`,
     );
-  const max = q.max_bytes ?? 1048576;
-  const slice = f.content.subarray(0, max);
+  const max = q.max_bytes ?? DEFAULT_RESULT_BYTES;
+  const offset = Math.min(q.offset ?? 0, f.content.length);
+  let end = Math.min(f.content.length, offset + max);
+  // A page of text ends on a character boundary, so splitting a file does not make it look binary.
+  const back = end < f.content.length ? partialCharBytes(f.content.subarray(offset, end)) : 0;
+  if (back < end - offset) end -= back;
+  const slice = f.content.subarray(offset, end);
   const text = slice.toString('utf8');
   const isText = !text.includes('\uFFFD') && !slice.includes(0);
   return {
     task_id: t.id,
-    outputs,
     file: {
+      truncated: offset > 0 || end < f.content.length,
+      offset,
+      next_offset: end,
+      size: f.content.length,
       path: f.path,
       encoding: isText ? ('utf8' as const) : ('base64' as const),
       content: isText ? text : slice.toString('base64'),
-      truncated: f.content.length > max,
     },
+    outputs,
   };
+}
+
+/** How many bytes at the end of `buf` are an incomplete UTF-8 sequence (0 to 3). */
+function partialCharBytes(buf: Buffer): number {
+  for (let i = 1; i <= Math.min(3, buf.length); i++) {
+    const b = buf[buf.length - i]!;
+    if ((b & 0xc0) === 0x80) continue; // continuation byte: keep looking for the lead
+    const need = b >= 0xf0 ? 4 : b >= 0xe0 ? 3 : b >= 0xc0 ? 2 : 1;
+    return need > i ? i : 0;
+  }
+  return 0;
 }

@@ -126,6 +126,11 @@ export interface TaskObserver {
 }
 
 function taskNextAction(t: TaskRecord): string {
+  const live = !['COMPLETED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED'].includes(t.state);
+  if (t.desired === 'cancel' && live)
+    return t.state === 'QUEUED'
+      ? 'Cancelling; it will not start. Call wait_for_task to see it end CANCELLED.'
+      : 'Cancelling: the worker stops it (SIGTERM, then SIGKILL after the grace period) and cleans up; call wait_for_task to see it end.';
   switch (t.state) {
     case 'QUEUED':
       return 'Waiting for cards (see reason and position); call wait_for_task.';

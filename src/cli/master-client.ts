@@ -48,7 +48,11 @@ export function remoteSettings(values: Record<string, unknown>, io: CliIo): Remo
   if (!token && tokenFile) token = readFileSync(tokenFile, 'utf8').trim();
   token ??= io.env['GPU_BROKER_TOKEN'];
   if (!token)
-    throw new BrokerError('INVALID_INPUT', 'no token', 'Pass --token-file FILE, or set GPU_BROKER_TOKEN.');
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'no token',
+      'Pass --token-file FILE, set GPU_BROKER_TOKEN_FILE=FILE, or set GPU_BROKER_TOKEN.',
+    );
   const caFile = (values['ca-file'] as string | undefined) ?? io.env['GPU_BROKER_CA_FILE'];
   return { url: url.replace(/\/+$/, ''), token, caFile };
 }

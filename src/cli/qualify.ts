@@ -59,6 +59,7 @@ export const run: CommandRunner = async (argv, io) => {
         const view = await getRun(c, runId);
         if (!values.json) printHeader(view, (t) => io.stdout(t));
         for (const s of view.steps) if (!values.json) io.stdout(`${stepLine(s)}\n`);
+        await printFailedRungLogs(c, view, values.json ? io.stderr : io.stdout);
         return finish(io, view, values.json === true);
       });
     }
@@ -79,12 +80,57 @@ export const run: CommandRunner = async (argv, io) => {
       const progress = values.json ? io.stderr : io.stdout;
       printHeader(started, progress);
       const view = await follow(c, io, started, progress);
-      return view === null ? 130 : finish(io, view, values.json === true);
+      if (view === null) return 130;
+      await printFailedRungLogs(c, view, progress);
+      return finish(io, view, values.json === true);
     });
   } catch (err) {
+    // The preflight's refusal says everything in its one line (what is missing and how to fix it).
+    if (!values.json && err instanceof BrokerError && isPreflightRefusal(err)) {
+      io.stderr(`error: ${err.message}\n`);
+      return 1;
+    }
     return reportError(io, values.json, err);
   }
 };
+
+function isPreflightRefusal(err: BrokerError): boolean {
+  const d = err.details as { reason?: unknown } | undefined;
+  return d?.reason === 'QUALIFICATION_PYTHON_UNUSABLE';
+}
+
+/** Lines of a failed rung's stderr that `qualify` shows (the cause is almost always at the end). */
+const STDERR_TAIL_LINES = 20;
+
+/**
+ * For every rung that did not pass and has a task, prints the tail of that task's stderr (read through
+ * the REST twin of get_task_logs): "qualification.json was not uploaded" alone does not say that torch
+ * failed to import.
+ */
+async function printFailedRungLogs(
+  c: MasterClient,
+  v: QualificationRunView,
+  out: (t: string) => void,
+): Promise<void> {
+  const doc = v.evidence as EvidenceDocument | null;
+  if (doc === null) return;
+  for (const r of doc.rungs) {
+    if (r.ok || r.task_id === null) continue;
+    let tail: string;
+    try {
+      const logs = await c.get<{ data: string }>(
+        `/api/v1/tasks/${encodeURIComponent(r.task_id)}/logs?stream=stderr&tail_lines=${STDERR_TAIL_LINES}`,
+      );
+      tail = logs.data.trimEnd();
+    } catch (err) {
+      tail = `(could not read it: ${(err as Error).message})`;
+    }
+    out(
+      `\n${r.cards} card${r.cards === 1 ? '' : 's'}: stderr of task ${r.task_id} (last ${STDERR_TAIL_LINES} lines):\n` +
+        `${tail === '' ? '(empty)' : tail.replace(/^/gm, '  ')}\n`,
+    );
+  }
+}
 
 function parseCards(text: string): number[] {
   const counts = text.split(',').map((s) => Number(s.trim()));

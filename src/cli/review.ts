@@ -3,6 +3,7 @@ import { BrokerError } from '../contracts/errors.js';
 import type { CommandRunner } from './io.js';
 import { REMOTE_OPTIONS, withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
+import { formatRevision, type RevisionDocument } from './review-format.js';
 
 const DECISIONS: Record<string, string> = {
   approve: 'APPROVE',
@@ -64,10 +65,10 @@ export const run: CommandRunner = async (argv, io) => {
           `/api/v1/proposals/${encodeURIComponent(proposalId)}`,
         );
         const revisionId = values.revision ?? p.proposal.current_revision.revision_id;
-        const r = await c.get<Record<string, unknown>>(
+        const r = await c.get<RevisionDocument>(
           `/api/v1/proposals/${encodeURIComponent(proposalId)}/revisions/${encodeURIComponent(revisionId)}`,
         );
-        emit(io, values.json, r, () => JSON.stringify(r, null, 2));
+        emit(io, values.json, r, () => formatRevision(r));
         return 0;
       }
       const decision = sub ? DECISIONS[sub] : undefined;

@@ -1,4 +1,4 @@
-import { existsSync, readFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -21,6 +21,7 @@ import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
 import { configFromFlags, SERVE_OPTIONS } from './serve.js';
+import { ensureStarterConfig, policyBannerLines } from './starter-config.js';
 
 /**
  * `gpu-broker start`: the quick start. Initialises the data dir, starts the master and one local worker
@@ -138,8 +139,12 @@ export const run: CommandRunner = async (argv, io) => {
       sampler: choice.sampler,
       containerEngine,
     });
-    const config = configFromFlags(values);
     const unisolated = sandbox.isolation === 'none';
+    // Without --config, the starter config in the data dir (written on first start; see starter-config.ts).
+    mkdirSync(dataDir, { recursive: true, mode: 0o700 });
+    const starter = values.config === undefined ? ensureStarterConfig(dataDir, !unisolated) : null;
+    const configFile = values.config ?? starter!.path;
+    const config = configFromFlags({ ...values, config: configFile });
     const master = await startMaster({
       dataDir,
       config: unisolated ? { ...config, policy: { ...config.policy, require_isolation: false } } : config,
@@ -183,13 +188,17 @@ export const run: CommandRunner = async (argv, io) => {
       `  tasks:           ${sandbox.summary}`,
       unisolated
         ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
-        : '',
+        : null,
       `  containers:      ${sandbox.containerSummary}`,
-      runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : '',
+      `  config:          ${configFile}${starter === null ? '' : starter.created ? ' (starter config, written now)' : ' (starter config from an earlier start)'}`,
+      ...policyBannerLines(deps.config.policy),
+      runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : null,
       '',
       'Connect an agent (in the agent’s shell):',
       `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,
-      ca ? `  export NODE_EXTRA_CA_CERTS=${ca} SSL_CERT_FILE=${ca}` : '',
+      // Added to the public roots, never instead of them: SSL_CERT_FILE would replace the system trust
+      // store for everything else run in that shell (docs/clients.md).
+      ca ? `  export NODE_EXTRA_CA_CERTS=${ca} CODEX_CA_CERTIFICATE=${ca}` : null,
       '',
       'Claude Code:',
       `  claude mcp add --transport http gpu-broker ${mcpUrl} --header "Authorization: Bearer \${GPU_BROKER_TOKEN}"`,
@@ -201,16 +210,16 @@ export const run: CommandRunner = async (argv, io) => {
       '  tool_timeout_sec = 60',
       '',
       'Any stdio-only MCP client:',
-      `  command: gpu-broker mcp-stdio --url ${master.url}${ca ? ` --ca-file ${ca}` : ''}   (env GPU_BROKER_TOKEN)`,
+      `  command: npx gpu-broker mcp-stdio --url ${master.url}${ca ? ` --ca-file ${ca}` : ''}   (env GPU_BROKER_TOKEN)`,
       '',
       'Review proposals as a person:',
-      `  GPU_BROKER_URL=${master.url} GPU_BROKER_TOKEN_FILE=${reviewerTokenFile}${ca ? ` GPU_BROKER_CA_FILE=${ca}` : ''} gpu-broker review list`,
+      `  GPU_BROKER_URL=${master.url} GPU_BROKER_TOKEN_FILE=${reviewerTokenFile}${ca ? ` GPU_BROKER_CA_FILE=${ca}` : ''} npx gpu-broker review list`,
       '',
-      'By default only the bundled qualification workload may run; allow more executables in a config',
-      'file (policy.executables) and pass --config FILE. Ctrl-C stops everything.',
+      `Allow more in ${configFile} (policy.executables, then restart) or pass --config FILE. Ctrl-C stops everything.`,
       '',
     ];
-    io.stderr(banner.filter((l, i, a) => !(l === '' && a[i - 1] === '')).join('\n'));
+    const lines = banner.filter((l): l is string => l !== null);
+    io.stderr(lines.filter((l, i, a) => !(l === '' && a[i - 1] === '')).join('\n'));
     if (values.json)
       io.stdout(
         `${JSON.stringify({ url: master.url, ca_file: ca, worker_id: workerId, simulated: choice.simulated, sampler: choice.summary, agent_token_file: agentTokenFile, reviewer_token_file: reviewerTokenFile, operator_token_file: master.operatorTokenPath })}\n`,

@@ -156,7 +156,7 @@ export const cancelProposalTool = defineTool({
   mutating: true,
   annotations: DESTRUCTIVE,
   input: z.strictObject({ proposal_id: ProposalIdSchema, idempotency_key: IdempotencyKeySchema }),
-  output: z.object({ proposal_id: z.string(), state: ProposalStateSchema }),
+  output: z.object({ proposal_id: z.string(), state: ProposalStateSchema, next_action: z.string() }),
 });
 
 /** list_review_queue */

@@ -85,18 +85,27 @@ export const getTaskLogsTool = defineTool({
       .max(10000)
       .optional()
       .describe('Return only the last N lines instead.'),
-    max_bytes: z.number().int().min(1).max(1048576).optional().describe('Default 65536.'),
+    max_bytes: z.number().int().min(1).max(1048576).optional().describe('Default 16384.'),
   }),
+  // Paging fields first: a client that previews only the start of a long result still sees them.
   output: z.object({
-    task_id: z.string(),
-    stream: z.enum(['stdout', 'stderr']),
+    complete: z.boolean(),
+    truncated: z.boolean(),
     offset: z.number().int(),
     next_offset: z.number().int(),
     total_bytes: z.number().int(),
+    task_id: z.string(),
+    stream: z.enum(['stdout', 'stderr']),
     data: z.string(),
-    complete: z.boolean(),
   }),
 });
+
+/**
+ * Default bytes one get_task_logs / get_task_outputs call returns (issue 11, item 7): small enough for an
+ * agent's context (Claude Code replaces a result of about 1 MB with a 2 KB preview that loses the paging
+ * fields), large enough for a traceback. Callers page with the offsets for more.
+ */
+export const DEFAULT_RESULT_BYTES = 16 * 1024;
 
 /** get_task_outputs */
 export const getTaskOutputsTool = defineTool({
@@ -110,18 +119,23 @@ export const getTaskOutputsTool = defineTool({
   input: z.strictObject({
     task_id: TaskIdSchema,
     path: z.string().min(1).max(512).optional(),
-    max_bytes: z.number().int().min(1).max(8388608).optional().describe('Default 1048576.'),
+    offset: z.number().int().min(0).optional().describe('Byte offset in the file to read from (default 0).'),
+    max_bytes: z.number().int().min(1).max(8388608).optional().describe('Default 16384.'),
   }),
+  // Paging fields first (see get_task_logs).
   output: z.object({
     task_id: z.string(),
-    outputs: z.array(z.object({ path: z.string(), size: z.number().int(), sha256: z.string() })),
     file: z
       .object({
+        truncated: z.boolean(),
+        offset: z.number().int(),
+        next_offset: z.number().int(),
+        size: z.number().int(),
         path: z.string(),
         encoding: z.enum(['utf8', 'base64']),
         content: z.string(),
-        truncated: z.boolean(),
       })
       .nullable(),
+    outputs: z.array(z.object({ path: z.string(), size: z.number().int(), sha256: z.string() })),
   }),
 });

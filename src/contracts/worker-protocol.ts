@@ -230,6 +230,27 @@ export const OutputMessageSchema = z.object({
   content_base64: z.string(),
 });
 
+/** The distributed backend torch would use on a worker: nccl (CUDA/ROCm cards) or gloo (CPU). */
+export const TorchBackendSchema = z.enum(['nccl', 'gloo']);
+/** A distributed backend. */
+export type TorchBackend = z.infer<typeof TorchBackendSchema>;
+
+/**
+ * worker → master: what the qualification interpreter the welcome named can do (issue 11, item 1), so
+ * that start_qualification refuses before cordoning anything on a host where the workload cannot run.
+ * `torch_version` is null when `import torch` fails; `error` then says why (its last line).
+ */
+export const ProbeMessageSchema = z.object({
+  type: z.literal('probe'),
+  ...Sequenced,
+  python: z.string().min(1).max(4096),
+  torch_version: z.string().max(64).nullable(),
+  backend: TorchBackendSchema.nullable(),
+  error: z.string().max(4096).nullable(),
+});
+/** A probe report. */
+export type ProbeMessage = z.infer<typeof ProbeMessageSchema>;
+
 /** Either direction: acknowledges one sequenced message. */
 export const AckSchema = z.object({ type: z.literal('ack'), boot_id: Id, seq: z.number().int().min(1) });
 
@@ -248,6 +269,7 @@ export const WorkerMessageSchema = z.discriminatedUnion('type', [
   ExecutionMessageSchema,
   LogMessageSchema,
   OutputMessageSchema,
+  ProbeMessageSchema,
   AckSchema,
   ProtocolErrorSchema,
 ]);
@@ -263,6 +285,11 @@ export const WelcomeSchema = z.object({
   sample_interval_ms: z.number().int().min(100),
   /** Highest worker seq the master has processed, per worker boot id, so the worker resends the rest. */
   worker_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
+  /**
+   * The master's `qualification_python`: the worker probes it (imports torch, picks a backend) and
+   * answers with a `probe` message. Absent from older masters: no probe.
+   */
+  qualification_python: z.string().startsWith('/').max(4096).optional(),
 });
 
 /** master → worker: run this plan. */

@@ -1,13 +1,58 @@
-import { type Logger, pino } from 'pino';
+import { type DestinationStream, type Logger, pino } from 'pino';
 
-/** The process logger: pino JSON on stderr, so stdout stays free for command output and MCP stdio. */
-export function createLogger(level: string = 'info'): Logger {
-  return pino({ level, base: { service: 'gpu-broker' } }, pino.destination(2));
+/** Options of {@link createLogger}. */
+export interface LoggerOptions {
+  /** One readable line per event instead of JSON; default: whether stderr is a terminal. */
+  pretty?: boolean;
+  /** Where lines go; default stderr. */
+  destination?: { write(text: string): unknown };
+}
+
+/**
+ * The process logger on stderr, so stdout stays free for command output and MCP stdio: JSON lines for
+ * machines (a file, a pipe, journald), one readable line per event on a terminal, so `npm start`'s
+ * banner is not buried in JSON (issue 11, item 9).
+ */
+export function createLogger(level: string = 'info', opts: LoggerOptions = {}): Logger {
+  const pretty = opts.pretty ?? process.stderr.isTTY === true;
+  const out = opts.destination ?? pino.destination(2);
+  const stream: DestinationStream = pretty
+    ? { write: (line: string) => void out.write(`${prettyLine(line)}\n`) }
+    : (out as DestinationStream);
+  return pino({ level, base: { service: 'gpu-broker' } }, stream);
 }
 
 /** A logger that drops everything (tests, benchmarks). */
 export function silentLogger(): Logger {
   return pino({ level: 'silent' });
+}
+
+const LEVELS: Record<number, string> = {
+  10: 'TRACE',
+  20: 'DEBUG',
+  30: 'INFO',
+  40: 'WARN',
+  50: 'ERROR',
+  60: 'FATAL',
+};
+/** Fields every line has, or that the line's head already shows. */
+const HEAD_FIELDS = new Set(['level', 'time', 'pid', 'hostname', 'service', 'msg']);
+
+/** `12:34:56 INFO  message key=value …` from one pino JSON line (the line itself if it is not JSON). */
+export function prettyLine(json: string): string {
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(json) as Record<string, unknown>;
+  } catch {
+    return json.trimEnd();
+  }
+  const time = typeof o['time'] === 'number' ? new Date(o['time']).toISOString().slice(11, 19) : '--:--:--';
+  const level = (LEVELS[o['level'] as number] ?? String(o['level'])).padEnd(5);
+  const rest = Object.entries(o)
+    .filter(([k]) => !HEAD_FIELDS.has(k))
+    .map(([k, v]) => `${k}=${typeof v === 'string' && !/\s/.test(v) ? v : JSON.stringify(v)}`)
+    .join(' ');
+  return `${time} ${level} ${String(o['msg'] ?? '')}${rest ? `  ${rest}` : ''}`;
 }
 
 export type { Logger };

@@ -120,6 +120,7 @@ export class AuditRepo {
   private readonly countStmt;
   private readonly checkpointStmt;
   private readonly saveCheckpointStmt;
+  private readonly observers: Array<(e: AuditEvent) => void> = [];
 
   constructor(private readonly db: Db) {
     this.headStmt = db.prepare<[], { seq: number; hash: string }>(
@@ -173,7 +174,17 @@ export class AuditRepo {
       prev_hash,
       hash,
     );
-    return { ...event, prev_hash, hash };
+    const appended = { ...event, prev_hash, hash };
+    for (const observe of this.observers) observe(appended);
+    return appended;
+  }
+
+  /**
+   * Calls `fn` with every event appended from now on, inside the appending transaction (so `fn` should
+   * defer anything visible with the store's afterCommit).
+   */
+  observe(fn: (e: AuditEvent) => void): void {
+    this.observers.push(fn);
   }
 
   /** Events about one subject still in the live table, oldest first. */

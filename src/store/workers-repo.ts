@@ -1,5 +1,10 @@
 import type { Provider } from '../contracts/sample.js';
-import type { ContainerEngine, IsolationMode, WorkerMount } from '../contracts/worker-protocol.js';
+import type {
+  ContainerEngine,
+  IsolationMode,
+  TorchBackend,
+  WorkerMount,
+} from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
 
 /** A card's identity as last reported by its worker. */
@@ -25,9 +30,22 @@ export interface WorkerRecord {
   container_engine: ContainerEngine | null;
   /** The named data mounts it declared (`--mount`), from its latest hello. */
   mounts: WorkerMount[];
+  /** What its qualification interpreter can do, as its current process reported; null until then. */
+  qualification_probe: QualificationProbe | null;
   draining: boolean;
   first_seen_at: number;
   last_seen_at: number;
+}
+
+/** A worker's answer to the qualification preflight (the `probe` message, stamped on arrival). */
+export interface QualificationProbe {
+  python: string;
+  /** Null when `import torch` failed. */
+  torch_version: string | null;
+  backend: TorchBackend | null;
+  /** Why the import failed (its last line), or null. */
+  error: string | null;
+  probed_at: number;
 }
 
 /** A cordoned card. */
@@ -39,9 +57,10 @@ export interface CordonRecord {
   created_at: number;
 }
 
-interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts'> {
+interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts' | 'qualification_probe'> {
   cards: string;
   mounts: string;
+  qualification_probe: string | null;
   draining: number;
 }
 
@@ -49,6 +68,8 @@ const toWorker = (r: WorkerRow): WorkerRecord => ({
   ...r,
   cards: JSON.parse(r.cards) as KnownCard[],
   mounts: JSON.parse(r.mounts) as WorkerMount[],
+  qualification_probe:
+    r.qualification_probe === null ? null : (JSON.parse(r.qualification_probe) as QualificationProbe),
   draining: r.draining === 1,
 });
 
@@ -66,9 +87,10 @@ export class WorkersRepo {
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
            version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
            isolation = excluded.isolation, container_engine = excluded.container_engine,
-           mounts = excluded.mounts, last_seen_at = excluded.last_seen_at`,
+           mounts = excluded.mounts, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
+      setProbe: db.prepare('UPDATE workers SET qualification_probe = ? WHERE id = ?'),
       seen: db.prepare('UPDATE workers SET last_seen_at = ? WHERE id = ?'),
       setDraining: db.prepare('UPDATE workers SET draining = ? WHERE id = ?'),
       remove: db.prepare('DELETE FROM workers WHERE id = ?'),
@@ -101,9 +123,12 @@ export class WorkersRepo {
     return this.s.all.all().map(toWorker);
   }
 
-  /** Records a hello. */
+  /** Records a hello (which forgets the previous process's probe). */
   upsertOnHello(
-    w: Omit<WorkerRecord, 'draining' | 'first_seen_at' | 'last_seen_at' | 'mounts'> & {
+    w: Omit<
+      WorkerRecord,
+      'draining' | 'first_seen_at' | 'last_seen_at' | 'mounts' | 'qualification_probe'
+    > & {
       mounts?: WorkerMount[];
     },
     now: number,
@@ -114,6 +139,11 @@ export class WorkersRepo {
   /** Replaces the known card identities. */
   setCards(id: string, cards: KnownCard[]): void {
     this.s.setCards.run(JSON.stringify(cards), id);
+  }
+
+  /** Stores the worker's qualification probe. */
+  setProbe(id: string, probe: QualificationProbe): void {
+    this.s.setProbe.run(JSON.stringify(probe), id);
   }
 
   /** Stamps the last time a message arrived. */

@@ -291,6 +291,21 @@ export class WorkerHub implements WorkerLink {
             case 'output':
               handleOutputUpload(this.deps, s.workerId, msg);
               break;
+            case 'probe':
+              store.workers.setProbe(s.workerId, {
+                python: msg.python,
+                torch_version: msg.torch_version,
+                backend: msg.backend,
+                error: msg.error,
+                probed_at: now,
+              });
+              this.deps.logger.info(
+                { worker_id: s.workerId, python: msg.python, torch: msg.torch_version, backend: msg.backend },
+                msg.torch_version === null
+                  ? `worker ${s.workerId}: ${msg.python} cannot import torch (${msg.error ?? 'no reason given'})`
+                  : `worker ${s.workerId}: ${msg.python} has torch ${msg.torch_version} (${msg.backend ?? 'no backend'})`,
+              );
+              break;
           }
         });
       } catch (err) {
@@ -437,6 +452,7 @@ export class WorkerHub implements WorkerLink {
       master_boot_id: this.bootId,
       sample_interval_ms: this.deps.config.timing.sample_interval_ms,
       worker_marks: store.workers.marks(s.workerId),
+      qualification_python: this.deps.config.qualification_python,
     });
     this.flush(s.workerId);
     this.deps.notifier.notify(CARDS_TOPIC);

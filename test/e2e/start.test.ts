@@ -1,6 +1,8 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import type { TaskSpecInput } from '../../src/contracts/task-spec.js';
+import { packageRoot } from '../../src/platform/package-root.js';
 import { createCaTrustingFetch } from '../../src/platform/tls.js';
 import { ensureBuilt } from '../support/build.js';
 import { type ChildMaster, spawnMaster } from '../support/cli.js';
@@ -32,9 +34,9 @@ interface WorkerRow {
   unisolated: boolean;
 }
 
-async function runOneTask(extraArgs: string[]) {
+async function runOneTask(extraArgs: string[], alsoRun: TaskSpecInput[] = []) {
   const dataDir = makeTempDir('start');
-  started = await spawnMaster(dataDir, ['--gpus', 'sim:2', ...extraArgs], { command: 'start' });
+  started = await spawnMaster(dataDir, ['--gpus', 'sim:2', ...extraArgs], { command: 'start', config: null });
   const { fetch } = createCaTrustingFetch(readFileSync(started.caFile!, 'utf8'));
   const agent = await connectMcpClient(
     started.url,
@@ -60,15 +62,53 @@ async function runOneTask(extraArgs: string[]) {
   );
   const task = await waitUntilSettled(agent, taskId, 30_000);
   const logs = expectOk(await callTool<{ data: string }>(agent, 'get_task_logs', { task_id: taskId }));
+  const also: Array<{ state: string; logs: string }> = [];
+  for (const spec of alsoRun) {
+    const id = await approveTask(agent, reviewer, spec);
+    const t = await waitUntilSettled(agent, id, 30_000);
+    const l = expectOk(await callTool<{ data: string }>(agent, 'get_task_logs', { task_id: id }));
+    also.push({ state: t.state, logs: l.data });
+  }
   const workers = expectOk(await callTool<{ workers: WorkerRow[] }>(agent, 'list_workers', {}));
   await agent.close();
   await reviewer.close();
-  return { task, logs: logs.data, worker: workers.workers[0]!, banner: started.stderr() };
+  return { task, logs: logs.data, worker: workers.workers[0]!, banner: started.stderr(), also, dataDir };
 }
 
 describe('gpu-broker start', () => {
   it('sandboxes the local worker when bubblewrap works, and runs an agent task on one simulated card', async () => {
-    const { task, logs, worker, banner } = await runOneTask(['--config', writeShellPolicy()]);
+    // No --config: the starter config it writes allows /bin/sh and /usr/bin/python3 (issue 11, item 2).
+    // The client kit's example for simulated cards (issue 11, item 9) runs as it is.
+    const example = JSON.parse(
+      readFileSync(join(packageRoot(), 'client-kit', 'examples', 'sim-smoke-1card.json'), 'utf8'),
+    ) as TaskSpecInput;
+    // And so does the SKILL's own first example (issue 11, item 2).
+    const skill = readFileSync(join(packageRoot(), 'client-kit', 'SKILL.md'), 'utf8');
+    const skillSpec = JSON.parse(skill.split('```json\n')[1]!.split('```')[0]!) as TaskSpecInput;
+    const { task, logs, worker, banner, also, dataDir } = await runOneTask([], [example, skillSpec]);
+    expect(also.map((a) => a.state)).toEqual(['COMPLETED', 'COMPLETED']);
+    expect(JSON.parse(also[0]!.logs)).toMatchObject({
+      CUDA_VISIBLE_DEVICES: '0',
+      python: expect.any(String),
+    });
+    expect(also[1]!.logs).toBe('hello\n');
+    const configFile = join(dataDir, 'config.json');
+    expect(JSON.parse(readFileSync(configFile, 'utf8'))).toEqual({
+      policy: { executables: [{ path: '/usr/bin/python3' }, { path: '/bin/sh' }], allow_network: false },
+    });
+    expect(banner).toContain(`config:          ${configFile} (starter config, written now)`);
+    expect(banner).toMatch(
+      /may run:\s+\/usr\/bin\/python3, \/bin\/sh, the bundled qualification workload \(\/usr\/bin\/python3 qualify\.py, pinned\)\n/,
+    );
+    expect(banner).toMatch(/network:\s+none for any task/);
+    expect(banner).not.toContain('only the bundled qualification workload may run');
+    // Item 5: the CA is added to the public roots, never replaces them; commands work in a checkout.
+    expect(banner).toContain(
+      `export NODE_EXTRA_CA_CERTS=${started!.caFile} CODEX_CA_CERTIFICATE=${started!.caFile}`,
+    );
+    expect(banner).not.toContain('SSL_CERT_FILE');
+    expect(banner).toContain('npx gpu-broker review list');
+    expect(banner).not.toMatch(/[^x] gpu-broker (review|mcp-stdio)/);
     expect(task.state).toBe('COMPLETED');
     expect(task.simulated).toBe(true);
     expect(worker).toMatchObject({ isolation: 'bwrap', unisolated: false });
@@ -90,6 +130,21 @@ describe('gpu-broker start', () => {
     expect(banner).toContain('require_isolation is OFF');
     expect(worker).toMatchObject({ isolation: 'none', unisolated: true });
     expect(task.state).toBe('COMPLETED');
+  });
+
+  it('with an UNISOLATED local worker, the starter config allows only the pinned workload', async () => {
+    const dataDir = makeTempDir('start');
+    started = await spawnMaster(dataDir, ['--gpus', 'sim:1', '--isolation', 'none'], {
+      command: 'start',
+      config: null,
+    });
+    const configFile = join(dataDir, 'config.json');
+    expect(JSON.parse(readFileSync(configFile, 'utf8'))).toEqual({
+      policy: { executables: [], allow_network: false },
+    });
+    const banner = started.stderr();
+    expect(banner).toMatch(/may run:\s+the bundled qualification workload \(\S+ qualify\.py, pinned\)\n/);
+    expect(banner).toContain('UNISOLATED');
   });
 });
 

@@ -161,7 +161,15 @@ describe('an approved 2-card task, end to end', () => {
     const file = expectOk(
       await callTool<Outputs>(alice, 'get_task_outputs', { task_id: taskId, path: 'result.json' }),
     );
-    expect(file.file).toEqual({ path: 'result.json', encoding: 'utf8', content, truncated: false });
+    expect(file.file).toEqual({
+      truncated: false,
+      offset: 0,
+      next_offset: content.length,
+      size: content.length,
+      path: 'result.json',
+      encoding: 'utf8',
+      content,
+    });
   });
 
   it('released the lease only on the cleanup receipt, after the task exited', async () => {

@@ -305,4 +305,45 @@ describe('proposal loop over MCP/HTTPS', () => {
     expect(m.counts()).toEqual(before);
     expect(m.store.proposals.get(r.proposal_id)?.state).toBe('REJECTED');
   });
+
+  it('cancel_proposal says what next; on an APPROVED proposal it points to cancel_task, whose result says it is cancelling', async () => {
+    const withdrawn = await proposeInReview(alice);
+    const cancelled = expectOk(
+      await m.callTool<{ state: string; next_action: string }>(alice, 'cancel_proposal', {
+        proposal_id: withdrawn.proposal_id,
+        idempotency_key: m.key(),
+      }),
+    );
+    expect(cancelled).toEqual({
+      proposal_id: withdrawn.proposal_id,
+      state: 'CANCELLED',
+      next_action: 'Withdrawn; nothing will run. To run something, create a new proposal.',
+    });
+
+    const r = await proposeInReview(alice);
+    const approved = expectOk(
+      await m.callTool<{ task_id: string | null }>(rita, 'submit_review', {
+        proposal_id: r.proposal_id,
+        revision_id: r.revision_id,
+        decision: 'APPROVE',
+        comments: 'ok',
+        idempotency_key: m.key(),
+      }),
+    );
+    const taskId = approved.task_id!;
+    const refused = expectError(
+      await m.callTool(alice, 'cancel_proposal', { proposal_id: r.proposal_id, idempotency_key: m.key() }),
+      'INVALID_STATE',
+    );
+    expect(refused.hint).toBe(`To stop the run, call cancel_task with task_id ${taskId}.`);
+
+    const task = expectOk(
+      await m.callTool<{ task: TaskView }>(alice, 'cancel_task', {
+        task_id: taskId,
+        idempotency_key: m.key(),
+      }),
+    );
+    expect(task.task.next_action).not.toContain('Running');
+    expect(task.task.next_action).toMatch(/^Cancel/);
+  });
 });

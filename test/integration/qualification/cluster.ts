@@ -30,7 +30,12 @@ export interface ClusterOptions {
   cards?: number;
   /** Extra environment for agent launches (e.g. FAKE_AGENT_MODE); PATH starts with the fake agents. */
   agentEnv?: Record<string, string>;
+  /** The master's qualification_python (default /usr/bin/python3). */
+  qualificationPython?: string;
 }
+
+/** Fake interpreters for the preflight (test/fixtures/bin-python). */
+export const FAKE_PYTHONS_DIR = join(packageRoot(), 'test', 'fixtures', 'bin-python');
 
 /** A running master + worker. */
 export interface Cluster {
@@ -49,7 +54,10 @@ export interface Cluster {
 /** Starts a master and a worker with `cards` simulated cards and waits until the worker is online. */
 export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> {
   const dataDir = makeTempDir('qualify');
-  const config = testConfig({ timing: { sample_interval_ms: 500 } });
+  const config = testConfig({
+    timing: { sample_interval_ms: 500 },
+    ...(opts.qualificationPython ? { qualification_python: opts.qualificationPython } : {}),
+  });
   const master = await startMaster({
     dataDir,
     config,

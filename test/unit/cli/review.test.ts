@@ -67,6 +67,29 @@ describe('review', () => {
       revision: { revision_id: r.revision_id, digest: r.digest, current: true, findings: [] },
       diff: [],
     });
+    // Without --json, text a person reads (issue 11, item 9), not the JSON document.
+    const t = await runCli(review, ['show', r.proposal_id, ...remote]);
+    expect(t.code).toBe(0);
+    expect(t.stdout.trimStart().startsWith('{')).toBe(false);
+    const lines = t.stdout.split('\n');
+    expect(lines[0]).toBe(`${r.proposal_id} (IN_REVIEW) by alice: revision 1`);
+    expect(t.stdout).toContain(`  digest:    ${r.digest}\n`);
+    expect(t.stdout).toContain('  title:     cli review\n');
+    expect(t.stdout).toMatch(/ {2}runs: {6}process: "\/\S+" "-c" ".*result\.json\\""\n/);
+    expect(t.stdout).toContain('  cards:     1\n');
+    expect(t.stdout).toContain('  network:   none\n');
+    expect(t.stdout).toContain('  outputs:   result.json\n');
+    expect(t.stdout).toContain('  findings:  none\n');
+    expect(t.stdout).toContain(
+      `  npx gpu-broker review approve ${r.proposal_id} --revision ${r.revision_id} --comment "why"\n`,
+    );
+  });
+
+  it('without a token the hint names every way to give one', async () => {
+    const out = await runCli(review, ['list', '--url', m.url, '--ca-file', m.caCertPath!], {});
+    expect(out.code).toBe(2);
+    expect(out.stderr).toContain('GPU_BROKER_TOKEN_FILE');
+    expect(out.stderr).toContain('--token-file');
   });
 
   it('approve turns the proposal into a QUEUED task; request-changes and reject work too', async () => {

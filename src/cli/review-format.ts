@@ -1,0 +1,80 @@
+import type { TaskSpec } from '../contracts/task-spec.js';
+
+/**
+ * `gpu-broker review show` for a person (issue 11, item 9): the revision a reviewer judges, as text —
+ * what runs (argv, env, image, network), on how many cards, for how long, what comes back, the
+ * findings, what changed since the previous revision, earlier reviews, and the command to decide.
+ * `--json` keeps the get_revision document.
+ */
+
+/** The parts of get_revision's result this prints. */
+export interface RevisionDocument {
+  proposal_id: string;
+  proposal_state: string;
+  owner: string;
+  revision: {
+    revision_id: string;
+    number: number;
+    digest: string;
+    spec: TaskSpec;
+    sandbox: { runtime: string; image: string | null; network: string };
+    findings: Array<{ severity: string; code: string; path: string; message: string }>;
+    current: boolean;
+  };
+  previous: { revision_id: string; number: number } | null;
+  diff: Array<{ path: string; before?: unknown; after?: unknown }>;
+  reviews: Array<{ reviewer: string; decision: string; comments: string; revision_id: string }>;
+}
+
+const show = (v: unknown): string => (v === undefined ? '(none)' : JSON.stringify(v));
+
+/** Indents every line of a multi-line text. */
+const indent = (text: string): string => text.replace(/^/gm, '    ');
+
+/** The text `review show` prints. */
+export function formatRevision(d: RevisionDocument): string {
+  const r = d.revision;
+  const s = r.spec;
+  const cards = s.cards as { count: number; model?: string | undefined };
+  const env = Object.entries(s.runtime.env ?? {});
+  const lines = [
+    `${d.proposal_id} (${d.proposal_state}) by ${d.owner}: revision ${r.number}${r.current ? '' : ' (not current)'}`,
+    `  revision:  ${r.revision_id}`,
+    `  digest:    ${r.digest}`,
+    `  title:     ${s.title}`,
+    '  objective:',
+    indent(s.objective),
+    '  success criteria:',
+    indent(s.success_criteria),
+    `  runs:      ${r.sandbox.runtime}${r.sandbox.image ? ` ${r.sandbox.image}` : ''}: ${s.runtime.argv.map((a) => JSON.stringify(a)).join(' ')}`,
+    `  env:       ${env.length === 0 ? '(none)' : env.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')}`,
+    `  cards:     ${cards.count}${cards.model ? ` (${cards.model})` : ''}${s.worker ? ` on ${s.worker}` : ''}`,
+    `  network:   ${r.sandbox.network}`,
+    `  time:      at most ${s.time_limit_seconds} s`,
+    `  outputs:   ${s.outputs.length === 0 ? '(none)' : s.outputs.map((o) => `${o.path}${o.required ? '' : ' (optional)'}`).join(', ')}`,
+    ...(s.notes ? ['  notes:', indent(s.notes)] : []),
+    r.findings.length === 0
+      ? '  findings:  none'
+      : `  findings:\n${r.findings.map((f) => `    ${f.severity.toUpperCase()} ${f.code} at ${f.path}: ${f.message}`).join('\n')}`,
+    ...(d.previous === null
+      ? []
+      : [
+          `  changed since revision ${d.previous.number}:`,
+          ...(d.diff.length === 0
+            ? ['    nothing']
+            : d.diff.map((c) => `    ${c.path}: ${show(c.before)} → ${show(c.after)}`)),
+        ]),
+    ...(d.reviews.length === 0
+      ? []
+      : ['  reviews:', ...d.reviews.map((v) => `    ${v.reviewer}: ${v.decision} — ${v.comments}`)]),
+  ];
+  if (d.proposal_state === 'IN_REVIEW' && r.current)
+    lines.push(
+      '',
+      'Decide (you may not review your own proposal):',
+      `  npx gpu-broker review approve ${d.proposal_id} --revision ${r.revision_id} --comment "why"`,
+      `  npx gpu-broker review request-changes ${d.proposal_id} --revision ${r.revision_id} --comment "what to change"`,
+      `  npx gpu-broker review reject ${d.proposal_id} --revision ${r.revision_id} --comment "why not"`,
+    );
+  return lines.join('\n');
+}

@@ -1,0 +1,50 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { brokerTools } from '../../../src/broker/tool-catalog.js';
+import { REST_ROUTES } from '../../../src/http/rest.js';
+import { packageRoot } from '../../../src/platform/package-root.js';
+
+/**
+ * Facts in docs/ that are mechanical, checked against the code (issue 11, "docs that are not true any
+ * more"): how many tools each role sees in tools/list, and every tool the REST mirror table names.
+ */
+
+const doc = (name: string) => readFileSync(join(packageRoot(), 'docs', name), 'utf8');
+const seenBy = (role: string) =>
+  brokerTools().filter((t) => (t.def.roles as readonly string[]).includes(role)).length;
+
+describe('docs/mcp-tools.md', () => {
+  const text = doc('mcp-tools.md').replace(/\s+/g, ' ');
+
+  it('states the tools/list count of each role as the catalog has it', () => {
+    const m = text.match(
+      /a submitter token sees (\d+) tools, a reviewer (\d+), an operator (\d+), a viewer (\d+)/,
+    );
+    expect(m, 'the sentence with the per-role counts').not.toBeNull();
+    expect(m!.slice(1).map(Number)).toEqual([
+      seenBy('submitter'),
+      seenBy('reviewer'),
+      seenBy('operator'),
+      seenBy('viewer'),
+    ]);
+  });
+
+  it('lists every tool in the role table, and only real tools', () => {
+    const names = new Set(brokerTools().map((t) => t.def.name));
+    const table = doc('mcp-tools.md')
+      .split('\n')
+      .filter((l) => l.startsWith('| `'))
+      .flatMap((l) => [...(l.split('|')[1] ?? '').matchAll(/`([a-z_]+)`/g)].map((x) => x[1]!));
+    for (const n of table) expect(names, `${n} in the role table`).toContain(n);
+    for (const n of names) expect(table, `${n} missing from the role table`).toContain(n);
+  });
+
+  it('names a real tool for every REST route it lists, and the tool the code routes there', () => {
+    const rows = [...doc('mcp-tools.md').matchAll(/^\| (GET|POST) \| `([^`]+)` \| `([a-z_]+)` \|/gm)];
+    expect(rows.length).toBeGreaterThan(10);
+    const routed = new Map(REST_ROUTES.map((r) => [`${r.method} ${r.url}`, r.tool]));
+    for (const [, method, url, tool] of rows)
+      expect(routed.get(`${method} ${url}`), `${method} ${url}`).toBe(tool);
+  });
+});

@@ -1,0 +1,32 @@
+import { describe, expect, it } from 'vitest';
+import { createLogger, prettyLine } from '../../../src/platform/logger.js';
+
+/** The process logger: JSON lines for machines, one readable line per event on a terminal. */
+
+function capture() {
+  const lines: string[] = [];
+  return { lines, destination: { write: (t: string) => lines.push(...t.split('\n').filter(Boolean)) } };
+}
+
+describe('createLogger', () => {
+  it('writes one readable line per event when pretty', () => {
+    const c = capture();
+    const log = createLogger('info', { pretty: true, destination: c.destination });
+    log.info({ worker_id: 'w1', cards: 2, note: 'two words' }, 'worker connected');
+    log.debug('not at info');
+    expect(c.lines).toHaveLength(1);
+    expect(c.lines[0]).toMatch(
+      /^\d\d:\d\d:\d\d INFO {2}worker connected {2}worker_id=w1 cards=2 note="two words"$/,
+    );
+  });
+
+  it('writes pino JSON otherwise', () => {
+    const c = capture();
+    createLogger('info', { pretty: false, destination: c.destination }).warn({ a: 1 }, 'careful');
+    expect(JSON.parse(c.lines[0]!)).toMatchObject({ level: 40, msg: 'careful', a: 1, service: 'gpu-broker' });
+  });
+
+  it('passes a line that is not JSON through', () => {
+    expect(prettyLine('plain text\n')).toBe('plain text');
+  });
+});
