@@ -1,16 +1,18 @@
-import { parseArgs } from 'node:util';
-import { BrokerError } from '../contracts/errors.js';
+import { parseCommand, usageError } from './args.js';
+import { AUDIT } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { DATA_DIR_OPTION, withLocalStore } from './local.js';
+import { withLocalStore } from './local.js';
 import { emit, reportError } from './output.js';
 
 /** `gpu-broker audit verify`: walks the hash chain; exits 1 naming the first bad row. */
 export const run: CommandRunner = async (argv, io) => {
-  const [sub, ...rest] = argv;
-  const { values } = parseArgs({ args: rest, options: DATA_DIR_OPTION });
+  const parsed = parseCommand(AUDIT, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
+  const [sub, ...extra] = parsed.positionals;
+  if (sub !== 'verify') return usageError(io, AUDIT, `unknown subcommand "${sub ?? ''}"`);
+  if (extra.length > 0) return usageError(io, AUDIT, `unexpected "${extra[0]}"`);
   try {
-    if (sub !== 'verify')
-      throw new BrokerError('INVALID_INPUT', `unknown subcommand "${sub ?? ''}"`, 'gpu-broker audit verify');
     return await withLocalStore(values, io, ({ store }) => {
       const v = store.audit.verify();
       emit(io, values.json, v, () =>

@@ -9,15 +9,6 @@ import type { CliIo } from './io.js';
  * CA. Connection settings come from flags, then GPU_BROKER_URL / GPU_BROKER_TOKEN(_FILE) / GPU_BROKER_CA_FILE.
  */
 
-/** Flags every remote command accepts. */
-export const REMOTE_OPTIONS = {
-  url: { type: 'string' },
-  token: { type: 'string' },
-  'token-file': { type: 'string' },
-  'ca-file': { type: 'string' },
-  json: { type: 'boolean' },
-} as const;
-
 /** A connected client. */
 export interface MasterClient {
   get<T = unknown>(path: string): Promise<T>;
