@@ -247,7 +247,7 @@ export const REMOVE_WORKER = workerCommand(
 
 export const RECONCILE = defineCommand({
   name: 'reconcile',
-  usage: ['reconcile TASK [TASK]… --resolution FAILED|SUCCEEDED|CANCELLED --reason TEXT'],
+  usage: ['reconcile TASK [TASK]… --resolution COMPLETED|FAILED|CANCELLED --reason TEXT'],
   summary: 'Settles tasks left UNKNOWN (their worker vanished) once you know what happened on the host.',
   flags: {
     resolution: { type: 'string', value: 'STATE', help: 'the final state to record' },
