@@ -55,9 +55,8 @@ describe('tools/list input schemas', () => {
   it('state the spec rules in words', async () => {
     const client = await m.mcpClient(m.createToken('sub', ['submitter']));
     const { tools } = await client.listTools();
-    const spec = (tools.find((t) => t.name === 'create_proposal')?.inputSchema as Schema).properties?.[
-      'spec'
-    ];
+    const create = tools.find((t) => t.name === 'create_proposal');
+    const spec = (create?.inputSchema as Schema | undefined)?.properties?.['spec'];
     const text = JSON.stringify(spec).toLowerCase();
     for (const rule of ['absolute path', '$gpu_broker_output_dir', 'reserved', 'numbered 0..n-1'])
       expect(text).toContain(rule);
