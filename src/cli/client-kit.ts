@@ -1,4 +1,4 @@
-import { buildClientKit, verifyClientKit } from '../../client-kit/build.js';
+import { buildClientKit, defaultBridgeBundle, verifyClientKit } from '../../client-kit/build.js';
 import { type FlagValues, parseCommand, usageError } from './args.js';
 import { CLIENT_KIT } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
@@ -37,7 +37,12 @@ async function build(values: FlagValues<typeof CLIENT_KIT.flags>, io: CliIo): Pr
   const caFile = values['ca-file'] ?? io.env['GPU_BROKER_CA_FILE'];
 
   try {
-    const { files } = await buildClientKit({ outDir: values.out, url, ...(caFile ? { caFile } : {}) });
+    const { files } = await buildClientKit({
+      outDir: values.out,
+      url,
+      bridgeBundle: defaultBridgeBundle(),
+      ...(caFile ? { caFile } : {}),
+    });
     if (values.json) {
       io.stdout(`${JSON.stringify({ out: values.out, url, ca_file: caFile ?? null, files })}\n`);
     } else {
