@@ -3,8 +3,8 @@ import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { helpText } from '../src/cli/args.js';
 import { MCP_STDIO } from '../src/cli/command-specs.js';
+import { createCaTrustingFetch } from '../src/platform/ca-fetch.js';
 import { packageRoot } from '../src/platform/package-root.js';
-import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { runStdioBridge } from './stdio-bridge.js';
 
 /**

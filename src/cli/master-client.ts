@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { BrokerError, type ErrorBody } from '../contracts/errors.js';
-import { createCaTrustingFetch } from '../platform/tls.js';
+import { createCaTrustingFetch } from '../platform/ca-fetch.js';
 import type { CliIo } from './io.js';
 
 /**
