@@ -28,6 +28,29 @@ export interface BuildClientKitOptions {
   caFile?: string;
   /** Creation time recorded in the manifest; tests pin it. */
   now?: Date;
+  /**
+   * The bundled stdio bridge to ship as {@link BRIDGE_KIT_PATH} (`client-kit build` passes
+   * {@link defaultBridgeBundle}); absent: the kit has no bridge (kits made for http-only harnesses,
+   * such as the qualification's claude/codex submitters).
+   */
+  bridgeBundle?: string;
+}
+
+/**
+ * A PEM private key block. Matched as a whole header, not the bare words: the bundled bridge contains
+ * PEM parsing code with the text "PRIVATE KEY" in it.
+ */
+const PEM_PRIVATE_KEY = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----/;
+
+/** The path of the bundled stdio bridge inside a kit. */
+export const BRIDGE_KIT_PATH = 'stdio/gpu-broker-stdio-bridge.mjs';
+
+/**
+ * The bundled stdio bridge (one file needing only Node) that `npm run build:bridge` writes and every kit
+ * carries, so an agent machine needs neither this package nor its native dependencies.
+ */
+export function defaultBridgeBundle(): string {
+  return join(packageRoot(), 'dist', 'client-kit', 'gpu-broker-stdio-bridge.mjs');
 }
 
 /** One file of a kit as MANIFEST.json lists it. */
@@ -81,8 +104,17 @@ export async function buildClientKit(opts: BuildClientKitOptions): Promise<{ fil
     rendered.set(source.to, Buffer.from(text, 'utf8'));
   }
   if (opts.caFile !== undefined) rendered.set('ca.pem', await readCaCertificate(opts.caFile));
+  if (opts.bridgeBundle !== undefined) {
+    const bundle = opts.bridgeBundle;
+    rendered.set(
+      BRIDGE_KIT_PATH,
+      await readFile(bundle).catch(() => {
+        throw new Error(`${bundle} is missing: run \`npm run build:bridge\` (or npm run build) first`);
+      }),
+    );
+  }
   for (const [path, bytes] of rendered) {
-    if (bytes.includes('PRIVATE KEY'))
+    if (PEM_PRIVATE_KEY.test(bytes.toString('latin1')))
       throw new Error(`refusing to write ${path}: it contains a private key`);
   }
 
@@ -172,7 +204,7 @@ export async function verifyClientKit(dir: string): Promise<{ ok: boolean; probl
     }
     const bytes = await readFile(join(dir, ...path.split('/')));
     if (bytes.length !== file.size || sha256(bytes) !== file.sha256) problems.push(`altered: ${path}`);
-    if (bytes.includes('PRIVATE KEY')) problems.push(`${path} contains a private key`);
+    if (PEM_PRIVATE_KEY.test(bytes.toString('latin1'))) problems.push(`${path} contains a private key`);
   }
   for (const path of present) {
     if (path !== MANIFEST_FILE && path !== SUMS_FILE && !expected.has(path) && manifest) {

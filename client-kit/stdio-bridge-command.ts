@@ -1,8 +1,10 @@
 import { readFile } from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
+import { helpText } from '../src/cli/args.js';
+import { MCP_STDIO } from '../src/cli/command-specs.js';
+import { createCaTrustingFetch } from '../src/platform/ca-fetch.js';
 import { packageRoot } from '../src/platform/package-root.js';
-import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { runStdioBridge } from './stdio-bridge.js';
 
 /**
@@ -26,13 +28,7 @@ export interface StdioBridgeCommandIo {
 }
 
 /** Usage text of the command. */
-export const STDIO_BRIDGE_USAGE = `usage: gpu-broker mcp-stdio --url URL [--token-env NAME] [--ca-file FILE]
-
-Serves the master's MCP tools on stdin/stdout for harnesses that only run stdio MCP servers.
-  --url URL         the master, e.g. https://gpu-host:8443 (default: $GPU_BROKER_URL)
-  --token-env NAME  environment variable holding the bearer token (default: GPU_BROKER_TOKEN)
-  --ca-file FILE    CA certificate to trust for the master (default: $GPU_BROKER_CA_FILE)
-`;
+export const STDIO_BRIDGE_USAGE = helpText(MCP_STDIO);
 
 /** Runs the bridge; resolves with 0 when it ends normally, 2 on a usage error, 1 on a setup error. */
 export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeCommandIo): Promise<number> {
@@ -66,15 +62,17 @@ export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeComma
       allowPositionals: false,
     }));
   } catch (err) {
-    return fail(2, `${(err as Error).message}\n${STDIO_BRIDGE_USAGE}`);
+    // parseArgs adds advice about `--` after its first sentence; one line is enough here.
+    return fail(2, `${(err as Error).message.split(/\.\s/)[0]} (see: gpu-broker mcp-stdio --help)`);
   }
   if (values.help) {
-    io.stderr(STDIO_BRIDGE_USAGE);
+    // Not serving, so stdout carries no protocol yet: help goes where every command's help goes.
+    io.stdout.write(STDIO_BRIDGE_USAGE);
     return 0;
   }
 
   const rawUrl = values.url ?? io.env['GPU_BROKER_URL'];
-  if (!rawUrl) return fail(2, `--url is required (or set GPU_BROKER_URL)\n${STDIO_BRIDGE_USAGE}`);
+  if (!rawUrl) return fail(2, '--url is required (or set GPU_BROKER_URL; see: gpu-broker mcp-stdio --help)');
   let mcpUrl: URL;
   try {
     mcpUrl = mcpEndpoint(rawUrl);

@@ -175,9 +175,10 @@ class Upstream {
   constructor(private readonly opts: StdioBridgeOptions) {}
 
   /**
-   * Connects once at start, only to learn the master's instructions and log a clear line if the
-   * token or CA is wrong. A failure here is not fatal: the harness still gets a working bridge that
-   * connects on the first call, e.g. after the master comes up.
+   * Connects once at start (an authenticated `initialize`) to learn the master's instructions and
+   * check the token. A refused token (401/403) is fatal: it throws {@link BridgeStartError}. Any other
+   * failure only logs a line: the harness still gets a working bridge that connects on the first call,
+   * e.g. after the master comes up.
    */
   async probe(): Promise<string | undefined> {
     let timer: NodeJS.Timeout | undefined;
@@ -196,7 +197,11 @@ class Upstream {
       );
       return client.getInstructions();
     } catch (err) {
-      this.opts.log(`${bridgeErrorBody(err, this.opts, false).message} (will retry on the first call)`);
+      const body = bridgeErrorBody(err, this.opts, false);
+      // A refused token will not start working by itself: exit now, with the hint on stderr, rather
+      // than look connected to the harness and fail every call (issue 11 item 8).
+      if (authStatus(err) !== undefined) throw new BridgeStartError(`${body.message} ${body.hint}`);
+      this.opts.log(`${body.message} (will retry on the first call)`);
       return undefined;
     } finally {
       clearTimeout(timer);
@@ -253,6 +258,9 @@ class Upstream {
     return client;
   }
 }
+
+/** The master refused the bridge's token at start; the message carries the hint. */
+export class BridgeStartError extends Error {}
 
 /** A JSON-RPC error response from the master (not one the local SDK made up for a timeout or a close). */
 function isUpstreamJsonRpcError(err: unknown): err is McpError {

@@ -1,9 +1,9 @@
 import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { type ChainFileVerification, verifyArchiveFiles, verifyWholeChain } from '../broker/audit-archive.js';
-import { BrokerError } from '../contracts/errors.js';
+import { parseCommand, usageError } from './args.js';
+import { AUDIT } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { DATA_DIR_OPTION, withLocalStore } from './local.js';
+import { withLocalStore } from './local.js';
 import { emit, reportError } from './output.js';
 
 /**
@@ -12,20 +12,16 @@ import { emit, reportError } from './output.js';
  * in chain order) it checks only those files, offline, without opening a database.
  */
 export const run: CommandRunner = async (argv, io) => {
-  const [sub, ...rest] = argv;
-  const { values } = parseArgs({
-    args: rest,
-    options: { ...DATA_DIR_OPTION, archive: { type: 'string', multiple: true } },
-  });
+  const parsed = parseCommand(AUDIT, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
+  const [sub, ...extra] = parsed.positionals;
+  if (sub !== 'verify') return usageError(io, AUDIT, `unknown subcommand "${sub ?? ''}"`);
+  if (extra.length > 0) return usageError(io, AUDIT, `unexpected "${extra[0]}"`);
   try {
-    if (sub !== 'verify')
-      throw new BrokerError(
-        'INVALID_INPUT',
-        `unknown subcommand "${sub ?? ''}"`,
-        'gpu-broker audit verify [--archive FILE]…',
-      );
-    if (values.archive?.length) {
-      const v = verifyArchiveFiles(values.archive.map((f) => resolve(f)));
+    const archive = values.archive as string[] | undefined;
+    if (archive?.length) {
+      const v = verifyArchiveFiles(archive.map((f) => resolve(f)));
       emit(io, values.json, v, () =>
         v.ok
           ? `archive intact: ${v.events} events, seq ${v.first_seq}..${v.head_seq}, continues from ${v.first_prev_hash}, head ${v.head}`

@@ -5,9 +5,6 @@ import { createIdGenerator } from '../platform/ids.js';
 import type { Store } from '../store/store.js';
 import type { CliIo } from './io.js';
 
-/** `--data-dir`, shared by local admin commands. */
-export const DATA_DIR_OPTION = { 'data-dir': { type: 'string' }, json: { type: 'boolean' } } as const;
-
 /** The data dir: flag, then GPU_BROKER_HOME, then ./.gpu-broker. */
 export function dataDirOf(values: Record<string, unknown>, io: CliIo): string {
   return resolve((values['data-dir'] as string | undefined) ?? io.env['GPU_BROKER_HOME'] ?? '.gpu-broker');

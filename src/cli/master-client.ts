@@ -1,22 +1,13 @@
 import { randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { BrokerError, type ErrorBody } from '../contracts/errors.js';
-import { createCaTrustingFetch } from '../platform/tls.js';
+import { createCaTrustingFetch } from '../platform/ca-fetch.js';
 import type { CliIo } from './io.js';
 
 /**
  * How CLI commands talk to a running master: REST over HTTPS with a bearer token, trusting the master's
  * CA. Connection settings come from flags, then GPU_BROKER_URL / GPU_BROKER_TOKEN(_FILE) / GPU_BROKER_CA_FILE.
  */
-
-/** Flags every remote command accepts. */
-export const REMOTE_OPTIONS = {
-  url: { type: 'string' },
-  token: { type: 'string' },
-  'token-file': { type: 'string' },
-  'ca-file': { type: 'string' },
-  json: { type: 'boolean' },
-} as const;
 
 /** A connected client. */
 export interface MasterClient {

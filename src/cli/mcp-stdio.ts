@@ -5,7 +5,8 @@ import type { CommandRunner } from './io.js';
 /**
  * `gpu-broker mcp-stdio --url URL [--token-env NAME] [--ca-file FILE]`: the stdio MCP bridge
  * (client-kit/stdio-bridge.ts). Resolves only when the bridge ends: stdin closed or a stop signal.
- * Exit codes: 0 normal end, 1 setup failure (unreadable CA file), 2 usage (no URL, no token).
+ * Exit codes: 0 normal end, 1 setup failure (unreadable CA file, token refused by the master at start),
+ * 2 usage (no URL, no token).
  */
 export const run: CommandRunner = (argv, io) =>
   runStdioBridgeCommand(argv, {

@@ -1,8 +1,9 @@
-import { parseArgs } from 'node:util';
 import { BrokerError } from '../contracts/errors.js';
 import type { TaskSpecInput } from '../contracts/task-spec.js';
+import { parseCommand } from './args.js';
+import { PROPOSE } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { withMaster } from './master-client.js';
 import { emit, reportError } from './output.js';
 import { collectInputs } from './propose-files.js';
 
@@ -36,24 +37,9 @@ export function splitEntry(entry: string): string[] {
 }
 
 export const run: CommandRunner = async (argv, io) => {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      ...REMOTE_OPTIONS,
-      dir: { type: 'string' },
-      include: { type: 'string', multiple: true },
-      entry: { type: 'string' },
-      cards: { type: 'string' },
-      title: { type: 'string' },
-      objective: { type: 'string' },
-      'success-criteria': { type: 'string' },
-      'time-limit': { type: 'string' },
-      output: { type: 'string', multiple: true },
-      notes: { type: 'string' },
-      proposal: { type: 'string' },
-      confirm: { type: 'boolean' },
-    },
-  });
+  const parsed = parseCommand(PROPOSE, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   try {
     if (!values.dir || !values.entry)
       throw new BrokerError(

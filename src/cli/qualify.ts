@@ -1,4 +1,3 @@
-import { parseArgs } from 'node:util';
 import {
   type EvidenceDocument,
   evidenceDigest,
@@ -7,8 +6,10 @@ import {
 } from '../../qualification/evidence.js';
 import { BrokerError } from '../contracts/errors.js';
 import type { QualificationRunView } from '../contracts/tools-qualification.js';
+import { parseCommand, usageError } from './args.js';
+import { QUALIFY } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
-import { type MasterClient, REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { type MasterClient, withMaster } from './master-client.js';
 import { reportError, table } from './output.js';
 
 /**
@@ -28,16 +29,12 @@ const USAGE =
 const POLL_MS = 500;
 
 export const run: CommandRunner = async (argv, io) => {
-  const { values, positionals } = parseArgs({
-    args: argv,
-    allowPositionals: true,
-    options: {
-      ...REMOTE_OPTIONS,
-      worker: { type: 'string' },
-      cards: { type: 'string' },
-      submitter: { type: 'string' },
-    },
-  });
+  const parsed = parseCommand(QUALIFY, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values, positionals } = parsed;
+  if (positionals.length > 0 && !QUALIFY.subcommands?.includes(positionals[0] ?? ''))
+    return usageError(io, QUALIFY, `unexpected "${positionals[0]}"`);
+  if (positionals.length > 2) return usageError(io, QUALIFY, `unexpected "${positionals[2]}"`);
   try {
     if (positionals[0] === 'cancel') {
       const runId = positionals[1];

@@ -1,7 +1,8 @@
-import { parseArgs } from 'node:util';
 import { BrokerError } from '../contracts/errors.js';
+import { parseCommand, usageError } from './args.js';
+import { REVIEW } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
 import { formatRevision, type RevisionDocument } from './review-format.js';
 
@@ -25,12 +26,21 @@ interface QueueItem {
 
 /** `gpu-broker review list|show|approve|request-changes|reject` for people who review. */
 export const run: CommandRunner = async (argv, io) => {
-  const [sub, ...rest] = argv;
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: true,
-    options: { ...REMOTE_OPTIONS, revision: { type: 'string' }, comment: { type: 'string' } },
-  });
+  const parsed = parseCommand(REVIEW, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
+  const [sub, ...positionals] = parsed.positionals;
+  if (!REVIEW.subcommands?.includes(sub ?? ''))
+    return usageError(
+      io,
+      REVIEW,
+      sub
+        ? `unknown subcommand "${sub}"`
+        : 'which subcommand: list, show, approve, request-changes or reject?',
+    );
+  if (positionals.length > (sub === 'list' ? 0 : 1))
+    return usageError(io, REVIEW, `unexpected "${positionals[sub === 'list' ? 0 : 1]}"`);
+  if (sub !== 'list' && !positionals[0]) return usageError(io, REVIEW, 'which proposal?');
   try {
     return await withMaster(values, io, async (c) => {
       if (sub === 'list') {

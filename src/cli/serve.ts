@@ -1,19 +1,10 @@
-import { parseArgs } from 'node:util';
 import { startMaster } from '../main.js';
 import { loadConfigFile, type MasterConfig, parseConfig } from '../platform/config.js';
+import { parseCommand } from './args.js';
+import { SERVE } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
-
-/** Flags shared by `serve` and `start`. */
-export const SERVE_OPTIONS = {
-  listen: { type: 'string' },
-  tls: { type: 'string' },
-  san: { type: 'string', multiple: true },
-  config: { type: 'string' },
-  'data-dir': { type: 'string' },
-  json: { type: 'boolean' },
-} as const;
 
 /** Builds the config from --config and the flags that override it. */
 export function configFromFlags(values: {
@@ -35,7 +26,9 @@ export function configFromFlags(values: {
 
 /** `gpu-broker serve`: runs the master until SIGINT/SIGTERM. */
 export const run: CommandRunner = async (argv, io) => {
-  const { values } = parseArgs({ args: argv, options: SERVE_OPTIONS });
+  const parsed = parseCommand(SERVE, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   try {
     const master = await startMaster({ dataDir: dataDirOf(values, io), config: configFromFlags(values) });
     io.stderr(

@@ -1,7 +1,6 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { parseArgs } from 'node:util';
 import { startWorker } from '../../worker/daemon.js';
 import { resolveRunAs } from '../../worker/run-as.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
@@ -17,10 +16,12 @@ import { authenticate, createPrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
 import { startMaster } from '../main.js';
 import { writeSecretFile } from '../platform/file-modes.js';
+import { parseCommand } from './args.js';
+import { START } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
-import { configFromFlags, SERVE_OPTIONS } from './serve.js';
+import { configFromFlags } from './serve.js';
 import { ensureStarterConfig, policyBannerLines } from './starter-config.js';
 
 /**
@@ -108,17 +109,9 @@ function parseEngineFlag(flag: string | undefined): ContainerEngineChoice {
 
 /** The `start` command. */
 export const run: CommandRunner = async (argv, io) => {
-  const { values } = parseArgs({
-    args: argv,
-    options: {
-      ...SERVE_OPTIONS,
-      gpus: { type: 'string' },
-      id: { type: 'string' },
-      'run-as': { type: 'string' },
-      isolation: { type: 'string' },
-      'container-engine': { type: 'string' },
-    },
-  });
+  const parsed = parseCommand(START, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   try {
     const dataDir = dataDirOf(values, io);
     // Checked before anything starts, so a bad value leaves no master running.

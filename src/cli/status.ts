@@ -1,6 +1,7 @@
-import { parseArgs } from 'node:util';
+import { parseCommand } from './args.js';
+import { STATUS } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { REMOTE_OPTIONS, withMaster } from './master-client.js';
+import { withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
 
 interface Worker {
@@ -51,7 +52,9 @@ interface Status {
 
 /** `gpu-broker status`: workers, cards, queue, leases and alerts in one screen. */
 export const run: CommandRunner = async (argv, io) => {
-  const { values } = parseArgs({ args: argv, options: REMOTE_OPTIONS });
+  const parsed = parseCommand(STATUS, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   try {
     return await withMaster(values, io, async (c) => {
       const [workers, cards, queue, status] = await Promise.all([

@@ -1,23 +1,23 @@
-import { parseArgs } from 'node:util';
 import { createPrincipal, revokePrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
+import { parseCommand, usageError } from './args.js';
+import { TOKEN } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { DATA_DIR_OPTION, withLocalStore } from './local.js';
+import { withLocalStore } from './local.js';
 import { emit, reportError, table } from './output.js';
 
 /** `gpu-broker token create|list|revoke`: local admin on the master's data dir. */
 export const run: CommandRunner = async (argv, io) => {
-  const [sub, ...rest] = argv;
-  const { values, positionals } = parseArgs({
-    args: rest,
-    allowPositionals: true,
-    options: {
-      ...DATA_DIR_OPTION,
-      name: { type: 'string' },
-      role: { type: 'string', multiple: true },
-      'worker-id': { type: 'string' },
-    },
-  });
+  const parsed = parseCommand(TOKEN, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
+  const [sub, ...positionals] = parsed.positionals;
+  if (!TOKEN.subcommands?.includes(sub ?? ''))
+    return usageError(
+      io,
+      TOKEN,
+      sub ? `unknown subcommand "${sub}"` : 'which subcommand: create, list or revoke?',
+    );
   try {
     return await withLocalStore(values, io, ({ store, clock, ids }) => {
       switch (sub) {

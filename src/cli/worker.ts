@@ -1,7 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
-import { parseArgs } from 'node:util';
 import { workerConnectUrl } from '../../worker/connection.js';
 import { startWorker } from '../../worker/daemon.js';
 import { DEFAULT_EXECUTION_RETENTION, type ExecutionRetention } from '../../worker/execution-dirs.js';
@@ -14,6 +13,8 @@ import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
 import { describeTightened, secureFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
+import { type FlagValues, parseCommand } from './args.js';
+import { WORKER } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { reportError } from './output.js';
 
@@ -31,35 +32,14 @@ import { reportError } from './output.js';
 const USAGE =
   'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
 
-const OPTIONS = {
-  url: { type: 'string' },
-  'token-file': { type: 'string' },
-  id: { type: 'string' },
-  gpus: { type: 'string' },
-  'data-dir': { type: 'string' },
-  'ca-file': { type: 'string' },
-  'run-as': { type: 'string' },
-  isolation: { type: 'string' },
-  'task-uids': { type: 'string' },
-  hide: { type: 'string', multiple: true },
-  'container-engine': { type: 'string' },
-  'keep-executions': { type: 'string' },
-  'keep-executions-days': { type: 'string' },
-  mount: { type: 'string', multiple: true },
-  json: { type: 'boolean' },
-} as const;
-
 /** Env var holding the worker token when --token-file is not given. */
 const TOKEN_ENV = 'GPU_BROKER_WORKER_TOKEN';
 
 /** `gpu-broker worker`: see the module comment. */
 export const run: CommandRunner = async (argv, io) => {
-  let values: ReturnType<typeof parse>['values'];
-  try {
-    values = parse(argv).values;
-  } catch (err) {
-    return reportError(io, false, new BrokerError('INVALID_INPUT', (err as Error).message, USAGE));
-  }
+  const parsed = parseCommand(WORKER, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
   try {
     const settings = resolveSettings(values, io);
     const choice = await selectSampler({ gpus: settings.gpus, env: io.env, simSeed: settings.workerId });
@@ -122,10 +102,6 @@ export const run: CommandRunner = async (argv, io) => {
   }
 };
 
-function parse(argv: string[]) {
-  return parseArgs({ args: argv, options: OPTIONS, allowPositionals: false });
-}
-
 interface Settings {
   url: string;
   token: string;
@@ -142,7 +118,7 @@ interface Settings {
   mounts: DataMount[];
 }
 
-function resolveSettings(values: ReturnType<typeof parse>['values'], io: CliIo): Settings {
+function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Settings {
   const url = values.url ?? io.env['GPU_BROKER_URL'];
   if (!url) throw new BrokerError('INVALID_INPUT', 'no master URL', `Pass --url https://host:8443. ${USAGE}`);
   let token: string | undefined;

@@ -22,7 +22,10 @@ export const OutputPathSchema = z
   .refine((p) => !p.split(/[\\/]/).some((seg) => seg === '..' || seg === '.' || seg === ''), {
     message: 'must not contain ".", ".." or empty segments, e.g. "results/metrics.json"',
   })
-  .refine((p) => !p.includes('\0'), { message: 'must not contain NUL' });
+  .refine((p) => !p.includes('\0'), { message: 'must not contain NUL' })
+  .describe(
+    'Path of a file your program writes, RELATIVE to $GPU_BROKER_OUTPUT_DIR (/task/out inside the sandbox), e.g. "results/metrics.json"; 1 to 512 characters, no leading "/", no "." or ".." segments. Your program must create subdirectories itself.',
+  );
 
 /** Largest single input file, in bytes (the policy's `max_input_bytes` bounds a task's total). */
 export const MAX_INPUT_FILE_BYTES = 1024 * 1024 * 1024;
@@ -44,10 +47,15 @@ export const InputPathSchema = OutputPathSchema.refine((p) => !p.includes('\\'),
 /** One input file: content named by sha256 (uploaded first with upload_inputs), placed read-only at `path`. */
 export const InputFileSchema = z.strictObject({
   path: InputPathSchema,
-  sha256: Sha256Schema,
-  size: z.number().int().min(0).max(MAX_INPUT_FILE_BYTES),
+  sha256: Sha256Schema.describe('The content digest upload_inputs answered: 64 lowercase hex characters.'),
+  size: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_INPUT_FILE_BYTES)
+    .describe('The size in bytes upload_inputs answered (at most 1 GiB per file).'),
   /** Placed with the executable bit (0555 instead of 0444). */
-  executable: z.boolean().optional(),
+  executable: z.boolean().optional().describe('Place it executable (0555 instead of 0444); default false.'),
 });
 /** One input file. */
 export type InputFile = z.infer<typeof InputFileSchema>;
@@ -78,17 +86,26 @@ export const MountNameSchema = z
   .string()
   .regex(/^[a-z0-9][a-z0-9._-]{0,63}$/, 'a mount name like "imagenet-val" (lowercase, digits, . _ -)');
 
-const ArgvSchema = z.array(z.string().max(8192)).min(1).max(1024);
+const ArgvSchema = z
+  .array(z.string().max(8192))
+  .min(1)
+  .max(1024)
+  .describe(
+    'The command, run exactly as given (no shell: pipes, && and $VAR are plain text). argv[0] must be an ABSOLUTE path to an executable the operator allows, e.g. "/usr/bin/python3"; bare names like "python" are refused. 1 to 1024 items of at most 8192 characters each; put small scripts inline, e.g. ["/usr/bin/python3", "-c", "print(1)"].',
+  );
 const EnvSchema = z
   .record(z.string().regex(ENV_NAME, 'env names look like MY_VAR'), z.string().max(32768))
-  .optional();
+  .optional()
+  .describe(
+    'Environment variables added for the task, e.g. {"PYTHONUNBUFFERED": "1"}; names like MY_VAR, values at most 32768 characters. Reserved (the broker sets them; never set them): GPU_BROKER_*, CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES. Always refused: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, and any name the policy refuses.',
+  );
 
 /** An image reference pinned by digest: `name@sha256:<64 hex>`. */
 export const PINNED_IMAGE = /^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$/;
 
 /** A process on the worker host, run inside the worker's sandbox (bubblewrap) with only its cards. */
 export const ProcessRuntimeSchema = z.strictObject({
-  kind: z.literal('process'),
+  kind: z.literal('process').describe('"process": argv runs on the worker host inside its sandbox.'),
   argv: ArgvSchema,
   env: EnvSchema,
 });
@@ -98,18 +115,25 @@ export const ProcessRuntimeSchema = z.strictObject({
  * (`name@sha256:…`) or be listed by exact reference in the policy's `images`; `argv` runs inside it.
  */
 export const ContainerRuntimeSchema = z.strictObject({
-  kind: z.literal('container'),
+  kind: z.literal('container').describe('"container": argv runs inside `image` under the worker\'s engine.'),
   image: z
     .string()
     .min(1)
     .max(512)
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._/:@-]*$/, 'an image reference, e.g. "localhost/train@sha256:<64 hex>"'),
+    .regex(/^[A-Za-z0-9][A-Za-z0-9._/:@-]*$/, 'an image reference, e.g. "localhost/train@sha256:<64 hex>"')
+    .describe(
+      'Image pinned by digest, e.g. "localhost/train@sha256:<64 hex>", or an exact reference the policy lists in its images; at most 512 characters.',
+    ),
   argv: ArgvSchema,
   env: EnvSchema,
 });
 
 /** How the task runs. */
-export const RuntimeSchema = z.discriminatedUnion('kind', [ProcessRuntimeSchema, ContainerRuntimeSchema]);
+export const RuntimeSchema = z
+  .discriminatedUnion('kind', [ProcessRuntimeSchema, ContainerRuntimeSchema])
+  .describe(
+    'How the task runs: {"kind": "process", "argv": [...], "env": {...}} (most tasks) or {"kind": "container", "image": "...", "argv": [...]}. Inside the sandbox the task sees only its leased cards, numbered 0..n-1 (2 cards: CUDA_VISIBLE_DEVICES=0,1), cwd and HOME /task, a private /tmp, and the host\'s /usr, /etc, /opt read-only.',
+  );
 /** How the task runs. */
 export type Runtime = z.infer<typeof RuntimeSchema>;
 
@@ -119,44 +143,119 @@ export const NetworkModeSchema = z.enum(['none', 'host']);
 export type NetworkMode = z.infer<typeof NetworkModeSchema>;
 
 /** The task spec. */
-export const TaskSpecSchema = z.strictObject({
-  title: z.string().min(1).max(200),
-  objective: z.string().min(1).max(8000),
-  success_criteria: z.string().min(1).max(8000),
-  cards: z.strictObject({
-    count: z.number().int().min(1).max(64),
-    model: z.string().min(1).max(128).optional(),
-    min_memory_mib: z.number().int().min(1).optional(),
-  }),
-  worker: z.string().min(1).max(128).optional(),
-  priority: z.number().int().min(0).max(100).optional(),
-  runtime: RuntimeSchema,
-  /**
-   * Network inside the sandbox: `none` (default: loopback only) or `host` (the host's network). `host`
-   * is a policy finding unless the operator's policy sets `allow_network`; the reviewer sees it either way.
-   */
-  network: NetworkModeSchema.optional(),
-  outputs: z
-    .array(z.strictObject({ path: OutputPathSchema, required: z.boolean() }))
-    .max(64)
-    .refine((outputs) => new Set(outputs.map((o) => o.path)).size === outputs.length, {
-      message: 'each output path may be declared once',
-    })
-    .default([]),
-  /**
-   * Files placed read-only in the task's working dir before it starts, each named by sha256; the
-   * revision digest covers them, so approving a revision approves exactly these bytes.
-   */
-  inputs: InputsSchema.optional(),
-  /** Named data mounts the operator declared on workers (`--mount NAME=PATH`), bound read-only. */
-  mounts: z
-    .array(MountNameSchema)
-    .max(16)
-    .refine((m) => new Set(m).size === m.length, { message: 'each mount may be named once' })
-    .optional(),
-  time_limit_seconds: z.number().int().min(1).max(604800),
-  notes: z.string().max(65536).optional(),
-});
+export const TaskSpecSchema = z
+  .strictObject({
+    title: z.string().min(1).max(200).describe('Short name of the task, 1 to 200 characters.'),
+    objective: z
+      .string()
+      .min(1)
+      .max(8000)
+      .describe('What the run should show, for the reviewer; 1 to 8000 characters.'),
+    success_criteria: z
+      .string()
+      .min(1)
+      .max(8000)
+      .describe(
+        'How you and the reviewer will tell it worked (exit code, values in an output); 1 to 8000 characters.',
+      ),
+    cards: z
+      .strictObject({
+        count: z
+          .number()
+          .int()
+          .min(1)
+          .max(64)
+          .describe(
+            "How many cards, a whole number from 1 to 64 and within the operator's limit; ask for no more than the task needs.",
+          ),
+        model: z
+          .string()
+          .min(1)
+          .max(128)
+          .optional()
+          .describe(
+            'Only cards whose model contains this text (see list_cards); omit unless it matters, it lengthens the wait.',
+          ),
+        min_memory_mib: z
+          .number()
+          .int()
+          .min(1)
+          .optional()
+          .describe(
+            'Only cards with at least this much memory in MiB, a whole number >= 1; omit unless it matters.',
+          ),
+      })
+      .describe('The cards the task needs, e.g. {"count": 1}. They are given to the task numbered 0..n-1.'),
+    worker: z
+      .string()
+      .min(1)
+      .max(128)
+      .optional()
+      .describe('Run only on this worker id (see list_workers); omit to let the scheduler choose.'),
+    priority: z
+      .number()
+      .int()
+      .min(0)
+      .max(100)
+      .optional()
+      .describe('Queue priority, a whole number from 0 to 100 (higher runs first); omit for the default.'),
+    runtime: RuntimeSchema,
+    /**
+     * Network inside the sandbox: `none` (default: loopback only) or `host` (the host's network). `host`
+     * is a policy finding unless the operator's policy sets `allow_network`; the reviewer sees it either way.
+     */
+    network: NetworkModeSchema.optional().describe(
+      'Network inside the sandbox: "none" (default, loopback only) or "host" (the host\'s network; refused unless the operator\'s policy allows network). Do not plan on downloading anything.',
+    ),
+    outputs: z
+      .array(
+        z
+          .strictObject({
+            path: OutputPathSchema,
+            required: z
+              .boolean()
+              .describe('true: the task fails (OUTPUT_MISSING) if the file is not there at the end.'),
+          })
+          .describe('One file to bring back.'),
+      )
+      .max(64)
+      .refine((outputs) => new Set(outputs.map((o) => o.path)).size === outputs.length, {
+        message: 'each output path may be declared once',
+      })
+      .default([])
+      .describe(
+        'Files to bring back, at most 64, each path once; only declared paths come back. Default none.',
+      ),
+    inputs: InputsSchema.optional().describe(
+      'Files placed read-only in the task\'s directory (/task) before it starts, each {path, sha256, size}: upload them first with upload_inputs, which answers these fields. The revision digest covers them, so a reviewer approves exactly these bytes. Relative paths, not under "out/".',
+    ),
+    mounts: z
+      .array(MountNameSchema)
+      .max(16)
+      .refine((m) => new Set(m).size === m.length, { message: 'each mount may be named once' })
+      .optional()
+      .describe(
+        'Named data sets the operator offers on workers (list_workers shows them), bound read-only at /mnt/<name>; at most 16, each once.',
+      ),
+    time_limit_seconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(604800)
+      .describe(
+        "Hard stop in seconds, a whole number from 1 to 604800 and within the operator's limit: SIGTERM, a grace period, then SIGKILL (TIMED_OUT).",
+      ),
+    notes: z
+      .string()
+      .max(65536)
+      .optional()
+      .describe(
+        'Anything the reviewer should know: why this run, what could go wrong; at most 65536 characters.',
+      ),
+  })
+  .describe(
+    'The whole task: exactly runtime.argv runs, with exactly runtime.env added; nothing is copied from your machine. Unknown fields are refused.',
+  );
 
 /** A parsed, validated task spec. */
 export type TaskSpec = z.infer<typeof TaskSpecSchema>;

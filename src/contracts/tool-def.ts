@@ -73,7 +73,13 @@ export const EVERYONE: readonly ToolRole[] = ['submitter', 'reviewer', 'operator
 
 /** `limit` and `cursor` for listings. */
 export const PageInput = {
-  limit: z.number().int().min(1).max(200).optional().describe('Page size, default 50.'),
+  limit: z
+    .number()
+    .int()
+    .min(1)
+    .max(200)
+    .optional()
+    .describe('Page size, a whole number from 1 to 200 (default 50).'),
   cursor: z.string().max(200).optional().describe('next_cursor from the previous page.'),
 };
 

@@ -174,7 +174,11 @@ export const cordonCardTool = defineTool({
   annotations: MUTATING,
   input: z.strictObject({
     ...CardRef,
-    reason: z.string().max(1000).optional(),
+    reason: z
+      .string()
+      .max(1000)
+      .optional()
+      .describe('Why, for the audit log and list_cards; at most 1000 characters.'),
     idempotency_key: IdempotencyKeySchema,
   }),
   output: CordonResult,
@@ -202,7 +206,7 @@ export const reconcileTaskTool = defineTool({
   mutating: true,
   annotations: DESTRUCTIVE,
   input: z.strictObject({
-    task_id: z.string().min(1).max(128),
+    task_id: z.string().min(1).max(128).describe('The task id, e.g. task_01J…'),
     resolution: z
       .enum(['COMPLETED', 'FAILED', 'CANCELLED'])
       .describe('The outcome to record if the task is still undecided.'),

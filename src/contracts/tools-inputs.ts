@@ -23,7 +23,10 @@ export const UploadFileSchema = z.strictObject({
   path: InputPathSchema.describe(
     'Where the task will see it, relative to its working dir, e.g. "src/train.py".',
   ),
-  content: z.string().max(2 * MAX_UPLOAD_CALL_BYTES),
+  content: z
+    .string()
+    .max(2 * MAX_UPLOAD_CALL_BYTES)
+    .describe('The file\'s content: the text itself ("utf8") or its base64 ("base64").'),
   encoding: ContentEncodingSchema.default('utf8').describe('"utf8" for text, "base64" for binary files.'),
 });
 
@@ -36,7 +39,13 @@ export const uploadInputsTool = defineTool({
   mutating: true,
   annotations: MUTATING,
   input: z.strictObject({
-    files: z.array(UploadFileSchema).min(1).max(MAX_UPLOAD_CALL_FILES),
+    files: z
+      .array(UploadFileSchema)
+      .min(1)
+      .max(MAX_UPLOAD_CALL_FILES)
+      .describe(
+        `The files, 1 to ${MAX_UPLOAD_CALL_FILES} per call and at most ${MAX_UPLOAD_CALL_BYTES} decoded bytes together; call again for more.`,
+      ),
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({
@@ -56,11 +65,17 @@ export const getInputTool = defineTool({
   mutating: false,
   annotations: READ_ONLY,
   input: z.strictObject({
-    proposal_id: z.string().min(1).max(128),
-    revision_id: z.string().min(1).max(128),
+    proposal_id: z.string().min(1).max(128).describe('The proposal, e.g. "prop_01…".'),
+    revision_id: z.string().min(1).max(128).describe('The revision whose input to read, e.g. "rev_01…".'),
     path: InputPathSchema,
-    offset: z.number().int().min(0).optional(),
-    max_bytes: z.number().int().min(1).max(MAX_GET_INPUT_BYTES).optional(),
+    offset: z.number().int().min(0).optional().describe('Byte offset to read from (default 0).'),
+    max_bytes: z
+      .number()
+      .int()
+      .min(1)
+      .max(MAX_GET_INPUT_BYTES)
+      .optional()
+      .describe(`Most bytes to return, 1 to ${MAX_GET_INPUT_BYTES} (the default).`),
   }),
   output: z.object({
     path: z.string(),

@@ -130,7 +130,10 @@ export const listProposalsTool = defineTool({
   roles: READERS,
   mutating: false,
   annotations: READ_ONLY,
-  input: z.strictObject({ state: ProposalStateSchema.optional(), ...PageInput }),
+  input: z.strictObject({
+    state: ProposalStateSchema.optional().describe('Only proposals in this state; omit for all.'),
+    ...PageInput,
+  }),
   output: z.object({ proposals: z.array(ProposalSummarySchema), next_cursor: z.string().nullable() }),
 });
 
@@ -265,7 +268,9 @@ export const submitReviewTool = defineTool({
       .regex(/^[0-9a-f]{64}$/)
       .optional()
       .describe('The digest you judged (from get_revision); if given it must match.'),
-    decision: ReviewDecisionSchema,
+    decision: ReviewDecisionSchema.describe(
+      'APPROVE (the task is queued), REQUEST_CHANGES (the submitter revises) or REJECT (final).',
+    ),
     comments: z.string().min(1).max(20000).describe('What you checked and why; required for every decision.'),
     idempotency_key: IdempotencyKeySchema,
   }),

@@ -139,6 +139,9 @@ export const cancelQualificationTool = defineTool({
   roles: ['operator'],
   mutating: true,
   annotations: DESTRUCTIVE,
-  input: z.strictObject({ run_id: z.string().min(1).max(128), idempotency_key: IdempotencyKeySchema }),
+  input: z.strictObject({
+    run_id: z.string().min(1).max(128).describe('The run id, e.g. qrun_01J…'),
+    idempotency_key: IdempotencyKeySchema,
+  }),
   output: QualificationRunViewSchema,
 });

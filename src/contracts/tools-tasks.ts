@@ -35,7 +35,10 @@ export const listTasksTool = defineTool({
   roles: READERS,
   mutating: false,
   annotations: READ_ONLY,
-  input: z.strictObject({ state: TaskStateSchema.optional(), ...PageInput }),
+  input: z.strictObject({
+    state: TaskStateSchema.optional().describe('Only tasks in this state; omit for all.'),
+    ...PageInput,
+  }),
   output: z.object({ tasks: z.array(TaskSummarySchema), next_cursor: z.string().nullable() }),
 });
 
@@ -118,7 +121,12 @@ export const getTaskOutputsTool = defineTool({
   annotations: READ_ONLY,
   input: z.strictObject({
     task_id: TaskIdSchema,
-    path: z.string().min(1).max(512).optional(),
+    path: z
+      .string()
+      .min(1)
+      .max(512)
+      .optional()
+      .describe('One declared output path (as listed in outputs) to read; omit to list the files only.'),
     offset: z.number().int().min(0).optional().describe('Byte offset in the file to read from (default 0).'),
     max_bytes: z.number().int().min(1).max(8388608).optional().describe('Default 16384.'),
   }),

@@ -12,6 +12,7 @@ import { type BoundTool, invokeTool } from '../broker/dispatch.js';
 import { hasAnyRole } from '../broker/principals.js';
 import { BrokerError, toErrorBody } from '../contracts/errors.js';
 import type { Principal } from '../store/principals-repo.js';
+import { nullableAsAnyOf } from './nullable-any-of.js';
 
 /**
  * The MCP surface over the shared tool catalog. We use the SDK's low-level `Server` instead of
@@ -43,14 +44,12 @@ export class McpCatalog {
         name: tool.def.name,
         title: tool.def.title,
         description: tool.def.description,
-        inputSchema: z.toJSONSchema(tool.def.input, {
-          target: 'draft-7',
-          io: 'input',
-        }) as Tool['inputSchema'],
-        outputSchema: z.toJSONSchema(tool.def.output, {
-          target: 'draft-7',
-          io: 'output',
-        }) as Tool['outputSchema'],
+        inputSchema: nullableAsAnyOf(
+          z.toJSONSchema(tool.def.input, { target: 'draft-7', io: 'input' }),
+        ) as Tool['inputSchema'],
+        outputSchema: nullableAsAnyOf(
+          z.toJSONSchema(tool.def.output, { target: 'draft-7', io: 'output' }),
+        ) as Tool['outputSchema'],
         annotations: { title: tool.def.title, ...tool.def.annotations },
       },
     }));

@@ -6,7 +6,9 @@ import { chmod, mkdir, readFile, rename, writeFile } from 'node:fs/promises';
 import { isIP } from 'node:net';
 import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
-import { Agent, fetch as undiciFetch } from 'undici';
+
+// Kept apart so the stdio bridge bundle does not carry the certificate code; re-exported for callers.
+export { type CaTrustingFetch, createCaAgent, createCaTrustingFetch } from './ca-fetch.js';
 
 /**
  * Development TLS for the master (DESIGN §12: TLS by default). A private ECDSA P-256 CA and one server
@@ -96,41 +98,6 @@ export async function ensureDevTls(dataDir: string, opts: EnsureDevTlsOptions = 
     key: server.keyPem,
     generated,
   };
-}
-
-/**
- * An undici Agent whose TLS connections trust only `caPem` (one or more PEM certificates; Node's `ca`
- * option replaces the public roots). In-process clients of a master use it instead of
- * NODE_EXTRA_CA_CERTS, which Node reads only at process start. Close it when done so keep-alive
- * sockets do not hold the process open.
- */
-export function createCaAgent(caPem: string): Agent {
-  return new Agent({ connect: { ca: caPem } });
-}
-
-/** A fetch that trusts a private CA, and the means to release its sockets. */
-export interface CaTrustingFetch {
-  /** Drop-in for the global fetch (e.g. the MCP client transport's `fetch` option). */
-  fetch: typeof globalThis.fetch;
-  /** Closes the underlying Agent's connections. */
-  close: () => Promise<void>;
-}
-
-/**
- * A fetch function whose TLS connections trust `caPem`. It pairs undici's own `fetch` with an Agent
- * from the same undici version, because handing an npm-undici Agent to Node's bundled fetch relies on
- * the two versions' dispatcher interfaces staying compatible across Node releases.
- */
-export function createCaTrustingFetch(caPem: string): CaTrustingFetch {
-  const agent = createCaAgent(caPem);
-  // The casts bridge npm undici's Request/Response types and the DOM-style ones in @types/node; at
-  // runtime both are WHATWG fetch objects, which is all the MCP SDK relies on.
-  const trustingFetch = ((input: Parameters<typeof globalThis.fetch>[0], init?: RequestInit) =>
-    undiciFetch(
-      input as never,
-      { ...(init as object), dispatcher: agent } as never,
-    )) as unknown as typeof globalThis.fetch;
-  return { fetch: trustingFetch, close: () => agent.close() };
 }
 
 interface KeyedCert {

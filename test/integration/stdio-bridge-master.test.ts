@@ -3,7 +3,7 @@ import { Client as McpClient } from '@modelcontextprotocol/sdk/client/index.js';
 import { StdioClientTransport } from '@modelcontextprotocol/sdk/client/stdio.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ensureBuilt } from '../support/build.js';
-import { builtCliPath } from '../support/cli.js';
+import { builtCliPath, spawnCli } from '../support/cli.js';
 import { approveTask, clusterConfig, shellSpec, waitUntilSettled } from '../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../support/master.js';
 import { callTool, expectError, expectOk } from '../support/mcp.js';
@@ -75,5 +75,22 @@ describe('gpu-broker mcp-stdio through the real master', () => {
     const bridged = expectError(await callTool(viaStdio, 'get_task', { task_id: 'task_nope' }), 'NOT_FOUND');
     const straight = expectError(await callTool(direct, 'get_task', { task_id: 'task_nope' }), 'NOT_FOUND');
     expect(bridged).toEqual(straight);
+  });
+
+  it('exits non-zero at start with the hint on stderr when the master refuses the token (401, 403)', async () => {
+    const workerToken = m.createToken('w-for-bridge', ['worker'], 'gpu-other');
+    for (const [token, status, hint] of [
+      ['not-a-real-token', 401, 'gpu-broker token create'],
+      [workerToken, 403, 'worker tokens are valid only on the worker endpoint'],
+    ] as const) {
+      const out = await spawnCli(['mcp-stdio', '--url', m.url, '--ca-file', m.caCertPath ?? ''], {
+        env: { GPU_BROKER_TOKEN: token },
+      });
+      expect(out.code, out.stderr).toBe(1);
+      expect(out.stdout).toBe('');
+      expect(out.stderr).toContain(`(HTTP ${status})`);
+      expect(out.stderr).toContain(hint);
+      expect(out.stderr).not.toContain(token);
+    }
   });
 });

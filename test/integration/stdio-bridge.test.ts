@@ -277,23 +277,16 @@ describe('stdio bridge (child process)', () => {
     }
   });
 
-  it('reports a bad token clearly, without echoing it', async () => {
-    const { client, stderr } = await connectBridge('wrong-token-value');
-    try {
-      await expect(client.listTools()).rejects.toThrow(/refused the token in GPU_BROKER_TOKEN \(HTTP 401\)/);
-      const result = await client.request(
-        { method: 'tools/call', params: { name: 'echo', arguments: { text: 'x' } } },
-        CallToolResultSchema,
-      );
-      expect(result.isError).toBe(true);
-      const body = JSON.parse((result.content[0] as { text: string }).text);
-      expect(body).toMatchObject({ code: 'UNAUTHENTICATED', retryable: false });
-      expect(body.hint).toContain('gpu-broker token create');
-      expect(stderr()).toContain('HTTP 401');
-      expect(stderr()).not.toContain('wrong-token-value');
-    } finally {
-      await client.close();
-    }
+  it('exits non-zero at start on a refused token, with the hint on stderr and without echoing it', async () => {
+    const refused = await execFileP(process.execPath, bridgeArgs(), {
+      env: { PATH: process.env['PATH'] ?? '', GPU_BROKER_TOKEN: 'wrong-token-value' },
+    }).catch((err: { code: number; stdout: string; stderr: string }) => err);
+    const { code, stdout, stderr } = refused as { code: number; stdout: string; stderr: string };
+    expect(code).toBe(1);
+    expect(stdout).toBe('');
+    expect(stderr).toContain('refused the token in GPU_BROKER_TOKEN (HTTP 401)');
+    expect(stderr).toContain('gpu-broker token create');
+    expect(stderr).not.toContain('wrong-token-value');
   });
 
   it('survives the master restarting and never resubmits a call that may have run', async () => {

@@ -1,25 +1,34 @@
 import { execFile } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { appendFile, mkdir, mkdtemp, readdir, readFile, rm, unlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { promisify } from 'node:util';
 import { parse as parseToml } from 'smol-toml';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { buildClientKit, verifyClientKit } from '../../../client-kit/build.js';
+import { buildClientKit, defaultBridgeBundle, verifyClientKit } from '../../../client-kit/build.js';
 import { run as clientKitCommand } from '../../../src/cli/client-kit.js';
 import type { CliIo } from '../../../src/cli/io.js';
 import { TaskSpecSchema } from '../../../src/contracts/task-spec.js';
+import { packageRoot } from '../../../src/platform/package-root.js';
 import { type DevTls, ensureDevTls } from '../../../src/platform/tls.js';
 
 const URL_ = 'https://gpu-host.example:8443';
 let work: string;
 let tls: DevTls;
+let bridge: string;
 let n = 0;
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'gpu-broker-kit-'));
   tls = await ensureDevTls(join(work, 'data'), {});
-});
+  // A stand-in for the esbuild bundle (test/integration/stdio-bridge-bundle.test.ts runs the real one).
+  bridge = join(work, 'bridge.mjs');
+  await writeFile(bridge, '#!/usr/bin/env node\n// bundled bridge\n');
+  // The CLI ships the real bundle from dist/; build it once if this checkout has not yet.
+  if (!existsSync(defaultBridgeBundle()))
+    await promisify(execFile)(process.execPath, [join(packageRoot(), 'scripts', 'build-bridge.mjs')]);
+}, 60_000);
 
 afterAll(async () => {
   await rm(work, { recursive: true, force: true });
@@ -32,6 +41,7 @@ async function kit(opts: { url?: string; caFile?: string } = {}): Promise<{ dir:
     outDir: dir,
     url: opts.url ?? URL_,
     caFile: opts.caFile ?? tls.caCertPath,
+    bridgeBundle: bridge,
   });
   return { dir, files };
 }
@@ -72,6 +82,7 @@ describe('buildClientKit', () => {
         'codex/README.md',
         'stdio/README.md',
         'stdio/mcp-servers.json',
+        'stdio/gpu-broker-stdio-bridge.mjs',
         'skills/gpu-broker/SKILL.md',
         'skills/gpu-broker/examples/python-smoke-1card.json',
         'skills/gpu-broker/examples/torch-allreduce-2card.json',
@@ -103,8 +114,9 @@ describe('buildClientKit', () => {
       `claude mcp add --transport http gpu-broker ${URL_}/mcp --header "Authorization: Bearer \${GPU_BROKER_TOKEN}"`,
     );
     const stdio = JSON.parse(await readFile(join(dir, 'stdio/mcp-servers.json'), 'utf8'));
+    expect(stdio.mcpServers['gpu-broker'].command).toBe('node');
     expect(stdio.mcpServers['gpu-broker'].args).toEqual([
-      'mcp-stdio',
+      '/ABSOLUTE/PATH/TO/KIT/stdio/gpu-broker-stdio-bridge.mjs',
       '--url',
       URL_,
       '--ca-file',
@@ -147,7 +159,7 @@ describe('buildClientKit', () => {
       for (const file of await allFiles(dir)) {
         const text = await readFile(file, 'utf8');
         expect(text).not.toContain(secret);
-        expect(text).not.toContain('PRIVATE KEY');
+        expect(text).not.toMatch(/-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----/);
       }
     } finally {
       if (saved === undefined) delete process.env['GPU_BROKER_TOKEN'];
@@ -235,6 +247,7 @@ describe('gpu-broker client-kit', () => {
     const built = JSON.parse(io.out());
     expect(built.url).toBe(URL_);
     expect(built.files).toContain('ca.pem');
+    expect(built.files).toContain('stdio/gpu-broker-stdio-bridge.mjs');
 
     const ok = captureIo();
     expect(await clientKitCommand(['verify', dir, '--json'], ok)).toBe(0);

