@@ -2,6 +2,9 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { brokerTools } from '../../../src/broker/tool-catalog.js';
+import { LEASE_TABLE } from '../../../src/domain/lease.js';
+import { PROPOSAL_TABLE } from '../../../src/domain/proposal.js';
+import { TASK_TABLE } from '../../../src/domain/task.js';
 import { REST_ROUTES } from '../../../src/http/rest.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 
@@ -47,4 +50,45 @@ describe('docs/mcp-tools.md', () => {
     for (const [, method, url, tool] of rows)
       expect(routed.get(`${method} ${url}`), `${method} ${url}`).toBe(tool);
   });
+});
+
+describe('docs/state-machines.md', () => {
+  /** The `| from \ event |` table under `## heading`, as {state: {event: cell}}. */
+  function docTable(heading: string): Record<string, Record<string, string>> {
+    const text = doc('state-machines.md');
+    const section = text.slice(text.indexOf(`## ${heading}\n`));
+    const lines = section.split('\n');
+    const head = lines.findIndex((l) => l.startsWith('| from \\ event |'));
+    expect(head, `a transition table under ## ${heading}`).toBeGreaterThan(0);
+    const cells = (l: string) =>
+      l
+        .split('|')
+        .slice(1, -1)
+        .map((c) => c.trim().replace(/`/g, ''));
+    const events = cells(lines[head]!).slice(1);
+    const out: Record<string, Record<string, string>> = {};
+    for (const line of lines.slice(head + 2)) {
+      if (!line.startsWith('|')) break;
+      const [state = '', ...row] = cells(line);
+      out[state] = Object.fromEntries(events.map((e, i) => [e, row[i] ?? '']));
+    }
+    return out;
+  }
+
+  const cases = [
+    ['Proposal', PROPOSAL_TABLE],
+    ['Task', TASK_TABLE],
+    ['Lease', LEASE_TABLE],
+  ] as const;
+  for (const [heading, table] of cases)
+    it(`shows the ${heading.toLowerCase()} table exactly as the code has it`, () => {
+      const shown = docTable(heading);
+      const code = table as Record<string, Record<string, string | undefined>>;
+      expect(Object.keys(shown).sort()).toEqual(Object.keys(code).sort());
+      const events = new Set(Object.values(code).flatMap((row) => Object.keys(row)));
+      for (const row of Object.values(shown)) expect(Object.keys(row).sort()).toEqual([...events].sort());
+      for (const [state, row] of Object.entries(shown))
+        for (const [event, cell] of Object.entries(row))
+          expect(cell, `${heading} ${state} × ${event}`).toBe(code[state]?.[event] ?? '·');
+    });
 });
