@@ -219,8 +219,44 @@ export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessa
       `no execution ${msg.execution_id} on worker ${workerId}`,
       'Log dropped.',
     );
-  deps.store.logs.putChunk(e.id, msg.stream, msg.offset, Buffer.from(msg.data, 'utf8'));
+  const data = Buffer.from(msg.data, 'utf8');
+  const kept = keptOfChunk(deps, e.id, msg.stream, msg.offset, data);
+  if (kept === null) return; // the task's log cap was reached before: dropped
+  deps.store.logs.putChunk(e.id, msg.stream, msg.offset, kept.data);
+  if (kept.capped) {
+    const cap = deps.config.storage.max_log_bytes_per_task;
+    deps.store.logs.putChunk(
+      e.id,
+      msg.stream,
+      msg.offset + kept.data.length,
+      Buffer.from(`\n[gpu-broker: this task's log reached its cap of ${cap} bytes; the rest was dropped]\n`),
+    );
+    deps.logger.warn({ task_id: e.task_id, execution_id: e.id, cap }, 'task log capped');
+  }
   deps.store.afterCommit(() => deps.notifier.notify(`logs:${e.task_id}`));
+}
+
+/**
+ * How much of a log chunk fits under the task's cap (both streams together): null when the cap was
+ * already reached (drop it: a resent chunk is already stored), else the bytes to keep and whether this
+ * chunk reaches the cap (the caller then appends the one marker line).
+ */
+export function keptOfChunk(
+  deps: BrokerDeps,
+  executionId: string,
+  stream: 'stdout' | 'stderr',
+  offset: number,
+  data: Buffer,
+): { data: Buffer; capped: boolean } | null {
+  const cap = deps.config.storage.max_log_bytes_per_task;
+  const other = stream === 'stdout' ? 'stderr' : 'stdout';
+  const used = deps.store.logs.total(executionId, stream) + deps.store.logs.total(executionId, other);
+  if (used >= cap) return null;
+  const room = cap - used;
+  const end = offset + data.length;
+  const beyond = Math.max(0, end - deps.store.logs.total(executionId, stream));
+  if (beyond <= room) return { data, capped: false };
+  return { data: data.subarray(0, data.length - (beyond - room)), capped: true };
 }
 
 /** Stores an output file after checking its size and sha256 (trust no worker). Call inside a transaction. */

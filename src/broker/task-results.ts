@@ -29,8 +29,21 @@ export function getTaskLogs(
   const complete = ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state);
   const execId = latestExecutionId(deps, t.id);
   if (!execId)
-    return page({ complete, offset: 0, next_offset: 0, total_bytes: 0, task_id: t.id, stream, data: '' });
+    return page({
+      complete,
+      log_capped: false,
+      offset: 0,
+      next_offset: 0,
+      total_bytes: 0,
+      task_id: t.id,
+      stream,
+      data: '',
+    });
   const total = deps.store.logs.total(execId, stream);
+  // The task's log reached the master's cap (storage.max_log_bytes_per_task); the rest was dropped.
+  const log_capped =
+    total + deps.store.logs.total(execId, stream === 'stdout' ? 'stderr' : 'stdout') >=
+    deps.config.storage.max_log_bytes_per_task;
   if (q.tail_lines !== undefined) {
     // Read a window from the end that is large enough for the lines asked for, capped by max_bytes.
     const from = Math.max(0, total - max);
@@ -41,6 +54,7 @@ export function getTaskLogs(
     const text = tail.length > 0 ? `${tail}\n` : '';
     return page({
       complete,
+      log_capped,
       offset: total - Buffer.byteLength(text),
       next_offset: total,
       total_bytes: total,
@@ -53,6 +67,7 @@ export function getTaskLogs(
   const { data, next } = deps.store.logs.read(execId, stream, offset, max);
   return page({
     complete,
+    log_capped,
     offset,
     next_offset: next,
     total_bytes: total,

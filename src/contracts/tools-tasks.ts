@@ -94,6 +94,11 @@ export const getTaskLogsTool = defineTool({
   output: z.object({
     complete: z.boolean(),
     truncated: z.boolean(),
+    log_capped: z
+      .boolean()
+      .describe(
+        "The task's log reached the master's per-task cap; what came after was dropped (a marker line says so).",
+      ),
     offset: z.number().int(),
     next_offset: z.number().int(),
     total_bytes: z.number().int(),

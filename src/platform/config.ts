@@ -25,6 +25,20 @@ export const TimingSchema = z.strictObject({
 });
 
 /** Scheduling knobs. */
+/** Limits on what the master stores per task (issue 10, row 4). */
+export const StorageConfigSchema = z.strictObject({
+  /**
+   * Most log bytes (stdout and stderr together) kept per task; the rest is dropped, with one marker
+   * line, and `get_task_logs` says `log_capped`. Default 64 MiB.
+   */
+  max_log_bytes_per_task: z
+    .number()
+    .int()
+    .min(1024)
+    .max(16 * 1024 * 1024 * 1024)
+    .default(64 * 1024 * 1024),
+});
+
 export const SchedulingConfigSchema = z.strictObject({
   vram_threshold_pct: z.number().min(0).max(100).default(2),
   reservation_after_seconds: z
@@ -79,6 +93,7 @@ export const MasterConfigSchema = z.strictObject({
   policy: PolicySchema.default(PolicySchema.parse({})),
   timing: TimingSchema.default(TimingSchema.parse({})),
   scheduling: SchedulingConfigSchema.default(SchedulingConfigSchema.parse({})),
+  storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
   audit: AuditConfigSchema.default(AuditConfigSchema.parse({})),
 });
 
