@@ -94,17 +94,17 @@ export const getTaskLogsTool = defineTool({
   output: z.object({
     complete: z.boolean(),
     truncated: z.boolean(),
-    log_capped: z
-      .boolean()
-      .describe(
-        "The task's log reached the master's per-task cap; what came after was dropped (a marker line says so).",
-      ),
     offset: z.number().int(),
     next_offset: z.number().int(),
     total_bytes: z.number().int(),
     task_id: z.string(),
     stream: z.enum(['stdout', 'stderr']),
     data: z.string(),
+    log_capped: z
+      .boolean()
+      .describe(
+        "The task's log reached the master's per-task cap; what came after was dropped (a marker line says so).",
+      ),
   }),
 });
 
