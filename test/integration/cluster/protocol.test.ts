@@ -59,6 +59,8 @@ function taskActions(taskId: string): string[] {
 describe('duplicated and replayed worker messages (raw ws worker)', () => {
   let raw: RawWorker;
   let seq = 0;
+  /** The first test's sample pump (a real worker's periodic samples). */
+  let pump: NodeJS.Timeout | undefined;
 
   /** Sends under a fresh seq and returns it. */
   const send = (message: Record<string, unknown>): number => {
@@ -81,7 +83,7 @@ describe('duplicated and replayed worker messages (raw ws worker)', () => {
     closers.push(() => raw.close());
     expect(await raw.hello(2)).toMatchObject({ type: 'welcome', worker_id: 'raw-1', worker_marks: [] });
     // Keep the cards fresh, as a real worker would.
-    const pump = setInterval(() => {
+    pump = setInterval(() => {
       raw.sample(++seq, 2);
     }, 100);
     closers.push(async () => clearInterval(pump));
@@ -180,6 +182,9 @@ describe('duplicated and replayed worker messages (raw ws worker)', () => {
   });
 
   it('answers a message it cannot parse with an error and keeps the session', async () => {
+    // Stop the periodic samples first: one landing after the probe below would reset sampler_error
+    // (this race made the test fail now and then under load).
+    clearInterval(pump);
     const from = raw.received.length;
     raw.send({ type: 'no-such-type', seq: 1 });
     const error = await raw.next((r) => r['type'] === 'error', { from, what: 'error reply' });
