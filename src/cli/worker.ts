@@ -11,6 +11,7 @@ import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/s
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
 import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
+import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
 import { describeTightened, secureFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
 import { type FlagValues, parseCommand } from './args.js';
@@ -182,8 +183,12 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
     throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
   }
   const workerId = values.id ?? hostname();
-  if (workerId.length < 1 || workerId.length > 128)
-    throw new BrokerError('INVALID_INPUT', '--id must be 1 to 128 characters', USAGE);
+  if (!WorkerIdSchema.safeParse(workerId).success)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${values.id === undefined ? 'this host name' : '--id'} ${JSON.stringify(workerId)}: ${WORKER_ID_RULE}`,
+      USAGE,
+    );
   return {
     url,
     token,

@@ -16,6 +16,8 @@ import {
   HELLO_MAX_EXECUTIONS,
   MAX_MESSAGE_BYTES,
   PROTOCOL_VERSION,
+  WORKER_ID_RULE,
+  WorkerIdSchema,
   type WorkerMessage,
   WorkerMessageSchema,
 } from '../contracts/worker-protocol.js';
@@ -177,6 +179,7 @@ export class WorkerHub implements WorkerLink {
       const message =
         err instanceof BrokerError ? err.message : `unparsable message: ${(err as Error).message}`;
       this.deps.logger.warn({ worker_id: s.workerId, message }, 'bad worker message');
+      if (this.refuseBadWorkerId(s, raw)) return;
       this.refuseInvalid(s, raw, message);
       return;
     }
@@ -220,6 +223,26 @@ export class WorkerHub implements WorkerLink {
     if (!sequenced) return;
     this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
     this.reply(s, { type: 'ack', boot_id: bootId, seq });
+  }
+
+  /**
+   * A hello whose worker_id breaks the worker id rule (issue 10, row 7) can never open a session: it is
+   * answered with `INVALID_WORKER_ID` naming the rule, not a generic INVALID_MESSAGE, and the socket is
+   * closed (4002). Returns whether it was one.
+   */
+  private refuseBadWorkerId(s: Session, raw: unknown): boolean {
+    if (typeof raw !== 'object' || raw === null) return false;
+    const { type, worker_id: id } = raw as Record<string, unknown>;
+    if (type !== 'hello' || WorkerIdSchema.safeParse(id).success) return false;
+    const shown =
+      typeof id === 'string' ? JSON.stringify(id.length > 140 ? `${id.slice(0, 140)}…` : id) : 'missing';
+    this.reply(s, {
+      type: 'error',
+      code: 'INVALID_WORKER_ID',
+      message: `hello: worker_id ${shown} breaks the rule: ${WORKER_ID_RULE}; create a worker token with a valid --worker-id`,
+    });
+    s.ws.close(CLOSE_PROTOCOL, 'invalid worker id');
+    return true;
   }
 
   /** Closes sessions whose worker token was revoked since they opened (called by the sweeper). */
