@@ -21,8 +21,12 @@ export const run: CommandRunner = async (argv, io) => {
     );
   // Checked before the data dir is opened, so a bad id creates nothing (issue 10, row 7).
   const workerId = values['worker-id'];
-  if (sub === 'create' && workerId !== undefined && !WorkerIdSchema.safeParse(workerId).success)
-    return usageError(io, TOKEN, `--worker-id ${JSON.stringify(workerId)}: ${WORKER_ID_RULE}`);
+  if (sub === 'create' && workerId !== undefined && !WorkerIdSchema.safeParse(workerId).success) {
+    const message = `--worker-id ${JSON.stringify(workerId)}: ${WORKER_ID_RULE}`;
+    if (values.json)
+      return reportError(io, true, new BrokerError('INVALID_INPUT', message, 'e.g. --worker-id gpu-host-1'));
+    return usageError(io, TOKEN, message);
+  }
   try {
     return await withLocalStore(values, io, ({ store, clock, ids }) => {
       switch (sub) {
