@@ -167,7 +167,7 @@ function printHeader(v: QualificationRunView, out: (t: string) => void): void {
 function stepLine(s: QualificationRunView['steps'][number]): string {
   const elapsed = `${(s.elapsed_ms / 1000).toFixed(1)}s`.padStart(8);
   const rung = s.cards === null ? '' : `${s.cards} card${s.cards === 1 ? '' : 's'}: `;
-  return `[${elapsed}] ${rung}${escapeField(s.text)}`;
+  return `[${elapsed}] ${rung}${escapeText(s.text)}`;
 }
 
 /** Prints each new step until the run ends; null when the user interrupted (the run goes on). */
