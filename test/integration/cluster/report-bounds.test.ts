@@ -2,11 +2,12 @@ import { createHash } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import { sha256Hex } from '../../../src/platform/digest.js';
-import { approveTask, clusterConfig, getTask, shellSpec } from '../../support/cluster.js';
+import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
 import { connectRawWorker, type RawWorker } from '../../support/raw-worker.js';
 import { waitFor } from '../../support/wait.js';
+import { startWorkerOn } from '../../support/worker.js';
 
 /**
  * Issue 10, rows 7 and 9, through a real master and a hand-driven worker:
@@ -160,6 +161,43 @@ describe('log chunk offsets', () => {
     report(plan, 'exited', { exit_code: 0, signal: null, failure_reason: null, outputs: [] });
     await acked(report(plan, 'cleaned'));
     await waitFor(async () => (await getTask(alice, taskId)).state === 'COMPLETED', { what: 'COMPLETED' });
+  });
+});
+
+describe('log chunk offsets from a real worker', () => {
+  it('binary output, whose UTF-8 text is longer than its bytes, is never refused as a gap', async () => {
+    const w = await startWorkerOn(m, 'gpu-binary', { simCards: 1 });
+    onTestFinished(() => w.close());
+    await waitFor(() => m.deps.cluster.fleet.get('gpu-binary').cards.length === 1, { what: 'one card' });
+    const id = await approveTask(
+      alice,
+      rita,
+      shellSpec(
+        "i=0; while [ $i -lt 3000 ]; do printf '\\377\\376 binary %d\\n' $i; i=$((i+1)); done; printf '\\360\\237'",
+        { worker: 'gpu-binary' },
+      ),
+    );
+    expect(await waitUntilSettled(alice, id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const chunks = m.store.db
+      .prepare(
+        `SELECT l.offset AS offset, l.data AS data FROM task_logs l JOIN executions e ON e.id = l.execution_id
+         WHERE e.task_id = ? AND l.stream = 'stdout' ORDER BY l.offset`,
+      )
+      .all(id) as Array<{ offset: number; data: Buffer }>;
+    expect(chunks.length).toBeGreaterThan(1);
+    // Every chunk arrived, to the last line and the truncated character after it (delivered on its own
+    // at the end, at its raw offset, far below what the master holds by then): none was refused.
+    const raw = Array.from({ length: 3000 }, (_, i) => 2 + ` binary ${i}\n`.length).reduce(
+      (a, b) => a + b,
+      2,
+    );
+    const last = chunks.at(-1)!;
+    expect({ offset: last.offset, data: last.data.toString('utf8') }).toEqual({
+      offset: raw - 2,
+      data: '\ufffd',
+    });
+    expect(chunks.at(-2)!.data.toString('utf8')).toMatch(/binary 2999\n$/);
+    expect(chunks.reduce((n, c) => n + c.data.length, 0)).toBeGreaterThan(raw);
   });
 });
 
