@@ -66,7 +66,7 @@ export function recoverUnfinished(deps: RecoveryDeps): Promise<void> {
     );
     pending.push(
       store.transaction(() => {
-        const exited = store.upsertExecution({ plan: record.plan, phase: 'exited', result });
+        const exited = store.moveExecution(record.execution_id, record.phase, 'exited', result);
         outbox.enqueue(phaseBody(exited));
         return exited;
       }),
@@ -129,7 +129,7 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
           detail,
         };
         const phase = cleaned ? 'cleaned' : 'cleanup_failed';
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase, result })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'exited', phase, result)));
         logger.info({ execution_id: id, phase, detail }, 'worker: lost execution accounted for');
         return;
       }

@@ -1,4 +1,4 @@
-import { applyTransition, type TransitionTable } from './state-machine.js';
+import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
 /**
  * The execution machine: where one assignment of a task to a worker stands, as the worker reports it
@@ -16,6 +16,12 @@ import { applyTransition, type TransitionTable } from './state-machine.js';
  * `started` may be skipped (a task that could not be spawned exits without starting), nothing else. A
  * report of a phase already passed is a duplicate (acknowledged, ignored); any other report is illegal:
  * refused, and the task — whose worker now disagrees with the master — goes to RECONCILIATION_REQUIRED.
+ *
+ * The worker keeps its own record of each execution (worker/local-store.ts) and moves it through the
+ * same table (`moveExecutionPhase`, ADR 0014): there `assigned` stands for "assign received, nothing
+ * recorded yet", so the first record is a move out of `assigned` (to `accepted` or `rejected`), and a
+ * restarted worker's report of a lost run (`accepted`/`started` → `exited`, WORKER_LOST) is an ordinary
+ * row of the table.
  */
 export type ExecutionPhase =
   | 'assigned'
@@ -71,4 +77,16 @@ export function executionStep(current: ExecutionPhase, reported: ReportedPhase):
   const offPath = (reported === 'rejected') !== (current === 'rejected');
   if (!offPath && RANK[reported] < RANK[current]) return { kind: 'duplicate' };
   return { kind: 'illegal', from: current, reported, allowed: moved.allowed };
+}
+
+/**
+ * One move of an execution record that its owner makes itself (the worker's local record): only what
+ * the table lists. Unlike `executionStep`, a repeat is not a duplicate to ignore: the worker never sends
+ * itself a phase twice, so anything the table does not list is refused. Pure.
+ */
+export function moveExecutionPhase(
+  from: ExecutionPhase,
+  to: ReportedPhase,
+): TransitionResult<ExecutionPhase, ReportedPhase> {
+  return applyTransition(EXECUTION_TABLE, from, to);
 }
