@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../src/contracts/sample.js';
 import type { ExecutionPlan, FailureReason, MasterMessage } from '../src/contracts/worker-protocol.js';
+import type { Clock } from '../src/platform/clock.js';
 import { cardsCleanCheck, leasedCardsProblem } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
 import { joinDetail, phaseBody } from './daemon-reports.js';
@@ -63,6 +64,8 @@ export interface ExecutionManagerDeps {
   readonly inputs?: InputSource;
   /** Named data mounts this worker offers. */
   readonly mounts?: readonly DataMount[];
+  /** The daemon's clock, for the executor's kill and cleanup deadlines. */
+  readonly clock: Clock;
 }
 
 interface Running {
@@ -210,6 +213,7 @@ export class ExecutionManager {
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
     const handle = startExecution(plan, {
       rootDir: this.deps.executionsDir,
+      clock: this.deps.clock,
       workerId: this.deps.workerId,
       provider: this.deps.sampler.provider,
       onLog: (stream, offset, data) => {

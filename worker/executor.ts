@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { TaskBox } from './executor-box.js';
 import { bwrapBox, plainBox } from './executor-box.js';
 import type { ContainerTasks } from './executor-container.js';
@@ -82,6 +83,8 @@ export interface ExecutorOptions {
   readonly inputs?: InputSource;
   /** Named data mounts this worker offers (worker/mounts.ts). */
   readonly mounts?: readonly DataMount[];
+  /** Where kill and cleanup deadlines are read from (default the system clock); timers only wake. */
+  readonly clock?: Clock;
 }
 
 /** How a worker isolates `process` tasks; built once at worker start. */
@@ -184,11 +187,13 @@ class ExecutionRun {
   private killDeadline: number | null = null;
   private killTimer: NodeJS.Timeout | undefined;
   private limitTimer: NodeJS.Timeout | undefined;
+  private readonly clock: Clock;
 
   constructor(
     private readonly plan: ExecutionPlan,
     private readonly opts: ExecutorOptions,
   ) {
+    this.clock = opts.clock ?? systemClock;
     this.started = new Promise((r) => {
       this.resolveStarted = r;
     });
@@ -278,8 +283,8 @@ class ExecutionRun {
     const graceMs =
       this.killDeadline === null
         ? this.plan.kill_grace_seconds * 1000
-        : Math.max(0, this.killDeadline - Date.now());
-    await terminateLeftovers(box, graceMs);
+        : Math.max(0, this.killDeadline - this.clock.now());
+    await terminateLeftovers(box, graceMs, this.clock);
     const logErrors = await drainPumps(pumps);
 
     // 5. outputs and the verdict
@@ -464,14 +469,14 @@ class ExecutionRun {
     if (this.killReason !== null || this.mainExited || this.pid === undefined || box === undefined) return;
     this.killReason = reason;
     const graceMs = this.plan.kill_grace_seconds * 1000;
-    this.killDeadline = Date.now() + graceMs;
+    this.killDeadline = this.clock.now() + graceMs;
     box.terminate();
     this.killTimer = setTimeout(() => box.kill(), graceMs);
   }
 
   private async awaitCleanup(box: TaskBox): Promise<{ cleaned: boolean; cleanup_detail: string }> {
     const pollMs = this.opts.cleanupPollMs ?? DEFAULT_CLEANUP_POLL_MS;
-    const deadline = Date.now() + this.plan.cleanup_timeout_seconds * 1000;
+    const deadline = this.clock.now() + this.plan.cleanup_timeout_seconds * 1000;
     for (;;) {
       const problems: string[] = [];
       const members = await box.live();
@@ -491,13 +496,13 @@ class ExecutionRun {
         const cards = this.opts.checkCardsClean ? 'and the cards are clean' : '(no card check)';
         return { cleaned: true, cleanup_detail: `every process of the task (${box.kind}) is gone ${cards}` };
       }
-      if (Date.now() >= deadline) {
+      if (this.clock.now() >= deadline) {
         return {
           cleaned: false,
           cleanup_detail: `not clean after ${this.plan.cleanup_timeout_seconds}s: ${problems.join('; ')}`,
         };
       }
-      await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
+      await sleep(Math.min(pollMs, Math.max(1, deadline - this.clock.now())));
     }
   }
 
@@ -537,12 +542,12 @@ class ExecutionRun {
 }
 
 /** Step 4: SIGTERM to what the task left in its box, up to `graceMs` for it to go, then SIGKILL. */
-async function terminateLeftovers(box: TaskBox, graceMs: number): Promise<void> {
+async function terminateLeftovers(box: TaskBox, graceMs: number, clock: Clock): Promise<void> {
   if ((await box.live()).length === 0) return;
   box.terminate();
-  const deadline = Date.now() + graceMs;
-  while (Date.now() < deadline) {
-    await sleep(Math.min(50, Math.max(1, deadline - Date.now())));
+  const deadline = clock.now() + graceMs;
+  while (clock.now() < deadline) {
+    await sleep(Math.min(50, Math.max(1, deadline - clock.now())));
     if ((await box.live()).length === 0) return;
   }
   box.kill();
