@@ -20,9 +20,9 @@ export function localStoreMigrationsDir(): string {
   return join(packageRoot(), 'worker', 'migrations');
 }
 
-/** The migration files in order; fails when they are not exactly 001 … LOCAL_STORE_SCHEMA_VERSION. */
-export function localStoreMigrationFiles(): string[] {
-  const files = readdirSync(localStoreMigrationsDir())
+/** The migration files in `dir`, in order; fails when they are not exactly 001 … LOCAL_STORE_SCHEMA_VERSION. */
+export function localStoreMigrationFiles(dir: string = localStoreMigrationsDir()): string[] {
+  const files = readdirSync(dir)
     .filter((f) => /^\d{3}-[a-z0-9-]+\.sql$/.test(f))
     .sort();
   const numbers = files.map((f) => Number(f.slice(0, 3)));
@@ -30,7 +30,7 @@ export function localStoreMigrationFiles(): string[] {
   // A partial install (a file lost in packaging) must stop the worker, not leave it half migrated.
   if (numbers.join(',') !== expected.join(','))
     throw new Error(
-      `worker migrations in ${localStoreMigrationsDir()} are ${numbers.join(', ') || 'missing'}; this worker needs 1 to ${LOCAL_STORE_SCHEMA_VERSION}: reinstall it`,
+      `worker migrations in ${dir} are ${numbers.join(', ') || 'missing'}; this worker needs 1 to ${LOCAL_STORE_SCHEMA_VERSION}: reinstall it`,
     );
   return files;
 }

@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import Database from 'better-sqlite3';
@@ -160,6 +160,19 @@ describe('worker local-store schema', () => {
       expect(createHash('sha256').update(bytes).digest('hex'), `${file} was edited after shipping`).toBe(
         digest,
       );
+    }
+  });
+
+  it('a partial install (a migration file missing, or one too many) is refused, not half applied', () => {
+    for (const names of [
+      ['001-initial.sql', '002-pgid-outbox-kind.sql', '004-phase-moves.sql'],
+      ['001-initial.sql', '002-pgid-outbox-kind.sql', '003-dir-pruned-at.sql'],
+      [...Object.keys(SHIPPED), '005-from-the-future.sql'],
+      [],
+    ]) {
+      const dir = makeTempDir('partial-migrations');
+      for (const n of names) writeFileSync(join(dir, n), '-- placeholder\n');
+      expect(() => localStoreMigrationFiles(dir), names.join(' ')).toThrow(/reinstall it/);
     }
   });
 
