@@ -35,12 +35,19 @@ export type ExecutionPhase =
 /** The phases a worker may report (every phase but `assigned`, which only the master sets). */
 export type ReportedPhase = Exclude<ExecutionPhase, 'assigned'>;
 
-/** Which reported phase may follow which; everything else is refused. */
-export const EXECUTION_TABLE: TransitionTable<ExecutionPhase, ReportedPhase> = {
-  assigned: { accepted: 'accepted', rejected: 'rejected' },
-  accepted: { started: 'started', exited: 'exited' },
-  started: { exited: 'exited' },
-  exited: { cleaned: 'cleaned', cleanup_failed: 'cleanup_failed' },
+/**
+ * What moves an execution: the report of a phase, or — on the master only — `reconcile`, an operator's
+ * `reconcile_task` giving up on a live execution (its cleanup was never confirmed). A worker can never
+ * send `reconcile`: its reports are phases (the protocol schema), and the worker's own moves are phases.
+ */
+export type ExecutionEvent = ReportedPhase | 'reconcile';
+
+/** Which reported phase may follow which (and where `reconcile` leads); everything else is refused. */
+export const EXECUTION_TABLE: TransitionTable<ExecutionPhase, ExecutionEvent> = {
+  assigned: { accepted: 'accepted', rejected: 'rejected', reconcile: 'cleanup_failed' },
+  accepted: { started: 'started', exited: 'exited', reconcile: 'cleanup_failed' },
+  started: { exited: 'exited', reconcile: 'cleanup_failed' },
+  exited: { cleaned: 'cleaned', cleanup_failed: 'cleanup_failed', reconcile: 'cleanup_failed' },
   cleanup_failed: { cleaned: 'cleaned' },
   rejected: {},
   cleaned: {},
@@ -76,7 +83,12 @@ export function executionStep(current: ExecutionPhase, reported: ReportedPhase):
   if (reported === current) return { kind: 'duplicate' };
   const offPath = (reported === 'rejected') !== (current === 'rejected');
   if (!offPath && RANK[reported] < RANK[current]) return { kind: 'duplicate' };
-  return { kind: 'illegal', from: current, reported, allowed: moved.allowed };
+  return { kind: 'illegal', from: current, reported, allowed: reportedOnly(moved.allowed) };
+}
+
+/** The phases among `events` (what a worker may report or record; `reconcile` is the master's). */
+export function reportedOnly(events: readonly ExecutionEvent[]): ReportedPhase[] {
+  return events.filter((e): e is ReportedPhase => e !== 'reconcile');
 }
 
 /**
@@ -88,5 +100,14 @@ export function moveExecutionPhase(
   from: ExecutionPhase,
   to: ReportedPhase,
 ): TransitionResult<ExecutionPhase, ReportedPhase> {
-  return applyTransition(EXECUTION_TABLE, from, to);
+  const t = applyTransition(EXECUTION_TABLE, from, to);
+  return t.ok ? { ...t, event: to } : { ...t, event: to, allowed: reportedOnly(t.allowed) };
+}
+
+/** Applies any execution event (a reported phase or `reconcile`) to a phase; the master's moves. Pure. */
+export function transitionExecution(
+  from: ExecutionPhase,
+  event: ExecutionEvent,
+): TransitionResult<ExecutionPhase, ExecutionEvent> {
+  return applyTransition(EXECUTION_TABLE, from, event);
 }
