@@ -1,14 +1,17 @@
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { join, relative } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CardSample } from '../../../src/contracts/sample.js';
 import { ManualClock } from '../../../src/platform/clock.js';
 import { silentLogger } from '../../../src/platform/logger.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 import { OutboxSender } from '../../../worker/daemon-outbox.js';
 import { recoverUnfinished } from '../../../worker/daemon-recovery.js';
+import { startExecution } from '../../../worker/executor.js';
 import { type LocalStore, openLocalStore } from '../../../worker/local-store.js';
 import type { CardSampler } from '../../../worker/samplers/card-sampler.js';
+import { type Chunk, makePlan, sh, text } from '../../support/executor-plan.js';
+import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { seedExecution } from '../../support/worker-store.js';
 import { type Harness, harness, plan, simUuid } from './daemon-harness.js';
@@ -19,6 +22,8 @@ import { type Harness, harness, plan, simUuid } from './daemon-harness.js';
  */
 
 const HOUR = 3600_000;
+
+afterAll(() => removeTempDirs());
 
 describe('worker sources', () => {
   it('never read the wall clock: time comes from the injected Clock (src/platform/clock.ts)', () => {
@@ -106,6 +111,35 @@ describe('recovery deadlines follow the injected clock', () => {
       abort.abort();
       await done;
     }
+  });
+});
+
+describe('the executor time limit follows the injected clock', () => {
+  it('a task inside its hour runs on; once the clock passes the hour it is TIMED_OUT', async () => {
+    const clock = new ManualClock();
+    const plan = makePlan({
+      argv: sh('echo ready; while :; do sleep 0.1; done'),
+      timeLimit: 3600,
+      grace: 0.3,
+    });
+    const chunks: Chunk[] = [];
+    const handle = startExecution(plan, {
+      rootDir: makeTempDir('clock-exec'),
+      workerId: 'w1',
+      provider: 'sim',
+      onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
+      cleanupPollMs: 20,
+      clock,
+    });
+    let exited = false;
+    void handle.exited.then(() => {
+      exited = true;
+    });
+    expect(await handle.started).toBeGreaterThan(0);
+    await waitFor(() => text(chunks, 'stdout') === 'ready\n', { what: 'the task running' });
+    expect(exited).toBe(false);
+    clock.advance(HOUR);
+    expect(await handle.done).toMatchObject({ failure_reason: 'TIMED_OUT', cleaned: true });
   });
 });
 
