@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../src/contracts/sample.js';
 import type { ExecutionPlan, FailureReason, MasterMessage } from '../src/contracts/worker-protocol.js';
+import type { Clock } from '../src/platform/clock.js';
 import { cardsCleanCheck, leasedCardsProblem } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
 import { joinDetail, phaseBody } from './daemon-reports.js';
@@ -63,6 +64,8 @@ export interface ExecutionManagerDeps {
   readonly inputs?: InputSource;
   /** Named data mounts this worker offers. */
   readonly mounts?: readonly DataMount[];
+  /** The daemon's clock, for the executor's kill and cleanup deadlines. */
+  readonly clock: Clock;
 }
 
 interface Running {
@@ -134,7 +137,7 @@ export class ExecutionManager {
       this.reject(plan, 'SETUP_FAILED', problem);
       return {};
     }
-    outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'accepted' })));
+    outbox.enqueue(phaseBody(store.recordExecution(plan, 'accepted')));
     return { after: () => this.run(plan) };
   }
 
@@ -201,7 +204,7 @@ export class ExecutionManager {
       outputs: [],
       detail,
     };
-    this.deps.outbox.enqueue(phaseBody(this.deps.store.upsertExecution({ plan, phase: 'rejected', result })));
+    this.deps.outbox.enqueue(phaseBody(this.deps.store.recordExecution(plan, 'rejected', result)));
   }
 
   private run(plan: ExecutionPlan): void {
@@ -210,6 +213,7 @@ export class ExecutionManager {
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
     const handle = startExecution(plan, {
       rootDir: this.deps.executionsDir,
+      clock: this.deps.clock,
       workerId: this.deps.workerId,
       provider: this.deps.sampler.provider,
       onLog: (stream, offset, data) => {
@@ -223,13 +227,16 @@ export class ExecutionManager {
       ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
       ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
     });
+    // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014).
+    let phase: 'accepted' | 'started' | 'exited' = 'accepted';
     const onStarted = (pid: number | null) => {
       if (pid === null) return;
       logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');
       store.transaction(() => {
         store.setExecutionPgid(id, pid);
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'started' })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
       });
+      phase = 'started';
     };
     const onExited = (exit: ExecutionExit) => {
       const stopped = entry.stopping && exit.failure_reason === 'CANCELLED';
@@ -264,11 +271,12 @@ export class ExecutionManager {
             content_base64: o.content.toString('base64'),
           });
         }
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'exited', result })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, phase, 'exited', result)));
       });
+      phase = 'exited';
     };
     const onDone = (done: ExecutionResult) => {
-      const phase = done.cleaned ? 'cleaned' : 'cleanup_failed';
+      const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
       // The exit as reported (with WORKER_LOST on a stop), falling back to the executor's own.
       const exit: ExecutionSummary = store.getExecution(id)?.result ?? {
         exit_code: done.exit_code,
@@ -280,9 +288,11 @@ export class ExecutionManager {
       (done.cleaned ? logger.info : logger.error).call(
         logger,
         { execution_id: id, detail: done.cleanup_detail },
-        `worker: execution ${phase}`,
+        `worker: execution ${final}`,
       );
-      outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase, result })));
+      // From `exited` only: when that report could not be recorded, the record stays unfinished and
+      // the next worker process reports it, rather than jumping over `exited` here.
+      outbox.enqueue(phaseBody(store.moveExecution(id, phase, final, result)));
     };
     const failed = (step: string) => (err: unknown) => {
       // Only a store or outbox failure lands here (e.g. the store closed mid-shutdown); the record

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { WorkerMessage } from '../src/contracts/worker-protocol.js';
 import { PROTOCOL_VERSION } from '../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { LocalStore, OutboxEntry } from './local-store.js';
 
 /**
@@ -54,6 +55,8 @@ export class OutboxSender {
     readonly bootId: string,
     private readonly transport: OutboxTransport,
     private readonly logger: Logger,
+    /** When acknowledged messages are old enough to prune (default the system clock). */
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** Appends one message under this boot's next seq and sends it if a session is live. */
@@ -115,7 +118,7 @@ export class OutboxSender {
   }
 
   private maybePrune(): void {
-    const now = Date.now();
+    const now = this.clock.now();
     if (now - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = now;
     this.store.pruneOutbox(now - KEEP_ACKED_MS);

@@ -11,6 +11,7 @@ import {
   MasterMessageSchema,
   PROTOCOL_VERSION,
 } from '../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import { createPrivateFile, describeTightened } from '../src/platform/file-modes.js';
 import { createLogger } from '../src/platform/logger.js';
 import { packageRoot } from '../src/platform/package-root.js';
@@ -95,6 +96,11 @@ export interface WorkerOptions {
   readonly inputCacheBytes?: number;
   /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
   readonly mounts?: readonly DataMount[];
+  /**
+   * Every time value the worker uses (stored timestamps, sample times, deadlines, retention ages) comes
+   * from here; default the system clock. Timers only decide when to look again.
+   */
+  readonly clock?: Clock;
 }
 
 /** A running worker. */
@@ -133,6 +139,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const url = workerConnectUrl(opts.masterUrl);
   const bootId = randomUUID();
   const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
+  const clock = opts.clock ?? systemClock;
 
   // 1. store
   const tightened = secureWorkerDataDir(opts.dataDir, opts.runAs);
@@ -140,7 +147,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     log.warn(`worker: data dir was readable by others; tightened ${describeTightened(tightened)}`);
   const storePath = join(opts.dataDir, 'worker.sqlite');
   createPrivateFile(storePath);
-  const store = openLocalStore(storePath);
+  const store = openLocalStore(storePath, { clock });
 
   let conn: WorkerConnection | null = null;
   let welcomed = false;
@@ -153,11 +160,13 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     bootId,
     { send: (text) => conn?.send(text) ?? false, bufferedAmount: () => conn?.bufferedAmount() ?? 0 },
     log,
+    clock,
   );
   const sampling = new SamplingLoop({
     sampler: opts.sampler,
     logger: log,
     intervalMs: opts.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS,
+    clock,
     onReport: ({ sampledAt, cards, samplerError }) =>
       outbox.enqueueLatest({
         type: 'sample',
@@ -176,6 +185,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     sampler: opts.sampler,
     executionsDir,
     latestCards: () => sampling.latestCards(),
+    clock,
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
@@ -185,6 +195,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       cache: new InputCache(
         join(opts.dataDir, 'input-cache'),
         opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+        clock,
       ),
       fetch: httpsBlobFetcher({
         masterUrl: opts.masterUrl,
@@ -208,6 +219,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     logger: log,
     sampler: opts.sampler,
     signal: recoveryAbort.signal,
+    clock,
     ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
     ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
   });
@@ -218,7 +230,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       pruneExecutionDirs(
         store,
         executionsDir,
-        Date.now(),
+        clock.now(),
         opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
         log,
       );
@@ -448,8 +460,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         recoveryAbort.abort();
         await executions.stopAll();
         await recovery;
-        const flushEnd = Date.now() + FLUSH_WAIT_MS;
-        while (welcomed && outbox.hasUnacked() && Date.now() < flushEnd) await sleep(20);
+        const flushEnd = clock.now() + FLUSH_WAIT_MS;
+        while (welcomed && outbox.hasUnacked() && clock.now() < flushEnd) await sleep(20);
         clearTimeout(welcomeTimer);
         await conn?.close();
         store.close();

@@ -10,6 +10,7 @@ import { executionStep } from '../domain/execution.js';
 import { cleanedEvent, exitFailure, type TaskEvent } from '../domain/task.js';
 import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { moveExecution } from './execution-move.js';
 import { moveLease } from './leases.js';
 import { markExecutionLost } from './liveness.js';
 import { moveTask, taskTopic } from './tasks.js';
@@ -173,7 +174,8 @@ export function handleExecutionReport(
       break;
     }
   }
-  deps.store.leases.updateExecution(next);
+  const { exit_code, signal, failure_reason, outputs, detail } = next;
+  moveExecution(deps, e, msg.phase, 'worker', { exit_code, signal, failure_reason, outputs, detail });
   if (next.phase === 'cleaned' || next.phase === 'rejected') {
     const indexes = lease.cards.map((c) => c.index);
     deps.store.afterCommit(() => deps.cluster.fleet.releaseHeld(e.worker_id, indexes));
@@ -213,12 +215,7 @@ function lateCleanupReceipt(deps: BrokerDeps, e: ExecutionRecord, detail: string
   const lease = deps.store.leases.lease(e.lease_id)!;
   if (lease.state !== 'QUARANTINED') return;
   moveLease(deps, lease, 'cleaned', 'worker', 'late cleanup receipt');
-  deps.store.leases.updateExecution({
-    ...e,
-    phase: 'cleaned',
-    detail: detail ?? 'late cleanup receipt',
-    updated_at: deps.clock.now(),
-  });
+  moveExecution(deps, e, 'cleaned', 'worker', { detail: detail ?? 'late cleanup receipt' });
   deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
 }
 

@@ -1,5 +1,6 @@
 import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { moveExecution } from './execution-move.js';
 import type { Fleet } from './fleet.js';
 import { moveLease } from './leases.js';
 import { moveTask } from './tasks.js';
@@ -40,12 +41,7 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
         moveLease(deps, lease, 'quarantine', 'sweeper', 'cleanup receipt overdue');
         if (task.state === 'FINALIZING')
           moveTask(deps, task, 'cleanup_failed', 'sweeper', { failure_reason: 'CLEANUP_UNCONFIRMED' });
-        deps.store.leases.updateExecution({
-          ...e,
-          phase: 'cleanup_failed',
-          detail: 'cleanup receipt overdue',
-          updated_at: now,
-        });
+        moveExecution(deps, e, 'cleanup_failed', 'sweeper', { detail: 'cleanup receipt overdue' });
         moved++;
       }
     }
