@@ -24,6 +24,7 @@ import { expandHostlist } from './hostlist.js';
 import {
   field,
   formatSlurmTimeLimit,
+  isEndedState,
   nullable,
   parseExitCode,
   parseFields,
@@ -203,6 +204,10 @@ export class SlurmDriver {
   async cancel(id: string, signal?: string): Promise<SlurmCancelResult> {
     checkJobId(id);
     if (signal !== undefined && !SIGNAL.test(signal)) throw new SlurmRequestError(`bad signal '${signal}'`);
+    // scancel exits 0 and prints nothing for a job that already ended: ask first.
+    const before = await this.job(id);
+    if (before === null) return 'unknown';
+    if (isEndedState(before.state)) return 'ended';
     const args = signal === undefined ? [id] : [`--signal=${signal}`, '--full', id];
     let stderr: string;
     try {

@@ -164,12 +164,17 @@ for n in $NODES; do
   case "$n" in *[!A-Za-z0-9._-]*) continue ;; esac
   json_nodes="$json_nodes\${json_nodes:+,}\\"$n\\""
 done
-while read -r _ node gpus cvd; do
-  case "$node" in ''|*[!A-Za-z0-9._-]*) continue ;; esac
-  gpus=$(gpu_list "\${gpus:-}"); cvd=$(gpu_list "\${cvd:-}")
-  if [ -n "$cvd" ]; then cvd_json="\\"$cvd\\""; else cvd_json=null; fi
-  json_per="$json_per\${json_per:+,}{\\"node\\":\\"$node\\",\\"gpus\\":[$gpus],\\"cuda_visible_devices\\":$cvd_json}"
-done <<<"$PROBE"
+# in node-list order
+for want in $NODES; do
+  while read -r _ node gpus cvd; do
+    [ "$node" = "$want" ] || continue
+    case "$node" in ''|*[!A-Za-z0-9._-]*) continue ;; esac
+    gpus=$(gpu_list "\${gpus:-}"); cvd=$(gpu_list "\${cvd:-}")
+    if [ -n "$cvd" ]; then cvd_json="\\"$cvd\\""; else cvd_json=null; fi
+    json_per="$json_per\${json_per:+,}{\\"node\\":\\"$node\\",\\"gpus\\":[$gpus],\\"cuda_visible_devices\\":$cvd_json}"
+    break
+  done <<<"$PROBE"
+done
 case "$MASTER_ADDR" in *[!A-Za-z0-9._:-]*) MASTER_ADDR=$FIRST ;; esac
 printf '{"version":1,"job_id":"%s","nodes":[%s],"per_node":[%s],"master_addr":"%s","master_port":%d,"world_size":%d,"ntasks_per_node":%d,"started_at":"%s","gpu_source":"%s"}\\n' \\
   "\${SLURM_JOB_ID%%[!0-9_+]*}" "$json_nodes" "$json_per" "$MASTER_ADDR" "$MASTER_PORT" "$WORLD_SIZE" "$NTASKS_PER_NODE" "$STARTED_AT" "$GPU_SOURCE" \\
