@@ -83,6 +83,11 @@ const RESERVED_OPTIONS = [
   '--wrap',
   '--gres',
   '--gpus',
+  '--gpus-per-node',
+  '--gpus-per-task',
+  '--gpus-per-socket',
+  '--ntasks',
+  '--array',
   '--nodes',
   '--ntasks-per-node',
   '--time',
@@ -92,7 +97,7 @@ const RESERVED_OPTIONS = [
   '--export-file',
   '--get-user-env',
 ];
-const RESERVED_SHORT = ['-o', '-e', '-D', '-J', '-N', '-t', '-p', '-A', '-q', '-G', '-W', '-H', '-n'];
+const RESERVED_SHORT = ['-o', '-e', '-D', '-J', '-N', '-t', '-p', '-A', '-q', '-G', '-W', '-H', '-n', '-a'];
 
 /** The driver; one per worker. */
 export class SlurmDriver {
