@@ -203,8 +203,10 @@ export class SlurmDriver {
   }
 
   /**
-   * Cancels a job (`scancel ID`), or only signals it (`scancel --signal=SIG --full ID`: the batch shell
-   * and every step) when `signal` is given.
+   * Cancels a job (`scancel ID`), or only signals it when `signal` is given: `scancel --signal=SIG ID`
+   * signals the job's steps, not the batch shell — with the job wrapper that is the task (every rank),
+   * while the wrapper and its srun keep running and write exit.json when the task ends. (`--full` would
+   * also signal srun, which then kills the step with SIGKILL.)
    */
   async cancel(id: string, signal?: string): Promise<SlurmCancelResult> {
     checkJobId(id);
@@ -213,7 +215,7 @@ export class SlurmDriver {
     const before = await this.job(id);
     if (before === null) return 'unknown';
     if (isEndedState(before.state)) return 'ended';
-    const args = signal === undefined ? [id] : [`--signal=${signal}`, '--full', id];
+    const args = signal === undefined ? [id] : [`--signal=${signal}`, id];
     let stderr: string;
     try {
       stderr = (await this.runFull('scancel', args)).stderr;

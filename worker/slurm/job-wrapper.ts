@@ -17,8 +17,9 @@
  *
  * The job is submitted with `--export=NONE,…` (driver.ts), which Slurm records in SLURM_EXPORT_ENV; the
  * script's own srun steps therefore pass `--export=ALL` so that ranks see the batch environment.
- * When the job is cancelled or reaches its time limit, Slurm kills the script too: there is then no
- * exit.json and the job's Slurm state (CANCELLED, TIMEOUT) is the answer.
+ * The script survives SIGTERM so that the task's exit is still recorded when it can be. When the job is cancelled or reaches its time limit, Slurm SIGKILLs what is
+ * left after KillWait: there may then be no exit.json, and the job's Slurm state (CANCELLED, TIMEOUT)
+ * is the answer in any case.
  *
  * The argv and prefix are embedded as single-quoted bash words (`'` → `'\''`); NUL cannot be embedded
  * and is refused. Nothing of argv is ever evaluated by a shell: the rank's `bash -c` runs a fixed
@@ -130,6 +131,10 @@ export function renderBatchScript(spec: JobWrapperSpec): string {
 # gpu-broker Slurm job wrapper (generated; see worker/slurm/job-wrapper.ts)
 set -u
 umask 077
+# A plain scancel sends SIGTERM to this shell as well as the task: keep running (a handler, not an
+# ignore, so children get the default disposition) until the task's step returns, then write exit.json.
+# Slurm SIGKILLs what is left after KillWait anyway.
+trap 'true' TERM
 JOB_DIR=${bashQuote(f.jobDir)}
 NTASKS_PER_NODE=${tasks}
 now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }

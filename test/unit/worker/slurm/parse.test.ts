@@ -76,6 +76,15 @@ describe('scontrol show job -d -o', () => {
     expect(c.endTime).not.toBeNull();
   });
 
+  it('a job past its time limit', () => {
+    expect(parseJobLine(lineOf('job-timeout.txt'))).toMatchObject({
+      state: 'TIMEOUT',
+      reason: 'TimeLimit',
+      exitCode: 143,
+      timeLimitSeconds: 60,
+    });
+  });
+
   it('a two-node job: compressed node groups expand to per-node indices', () => {
     const j = parseJobLine(lineOf('job-running-2node.txt', 0));
     expect(j.nodes).toEqual(['n1', 'n2']);
