@@ -14,6 +14,19 @@ import { hasAnyRole } from './principals.js';
  * transaction holding the idempotency check, the use case and the stored response) → output.
  */
 
+/**
+ * Mutating tools still served while the master refuses growth for lack of disk space: they stop work
+ * that writes (cancel a task printing to its log, a proposal) or take cards out of use. Every other
+ * mutating tool answers UNAVAILABLE (retryable) then; read-only tools always work.
+ */
+const GROWTH_EXEMPT: ReadonlySet<string> = new Set([
+  'cancel_task',
+  'cancel_proposal',
+  'drain_worker',
+  'cordon_card',
+  'reconcile_task',
+]);
+
 /** What a handler gets besides its input. */
 export interface ToolContext {
   deps: BrokerDeps;
@@ -96,6 +109,8 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
   const input = parsed.data as Record<string, unknown>;
   if (!tool.mutating) return shapeOutput(tool, await tool.handler(ctx, input as never));
 
+  // Below the free-space floor, only what stops growth still goes through (issue 10, row 4).
+  if (!GROWTH_EXEMPT.has(tool.def.name)) ctx.deps.storage?.assertAcceptsGrowth(tool.def.name);
   const key = input['idempotency_key'] as string;
   const { idempotency_key: _omit, ...body } = input;
   const requestDigest = sha256Hex(canonicalJson(body));
