@@ -1,4 +1,5 @@
-import { writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import Database from 'better-sqlite3';
@@ -7,7 +8,7 @@ import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
-import { makeGateDir } from '../../support/temp.js';
+import { makeGateDir, makeTempDir } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
@@ -176,3 +177,74 @@ describe('a master whose disk fills while a task streams its log', () => {
     await completesWithWholeLog(id, 4000);
   });
 });
+
+/** Mounts a tmpfs of `size` on a fresh dir (needs root, as the sandbox tests do). */
+function mountTmpfs(size: string): string {
+  const dir = makeTempDir('tmpfs');
+  execFileSync('mount', ['-t', 'tmpfs', '-o', `size=${size},mode=0700`, 'tmpfs', dir], { stdio: 'ignore' });
+  return dir;
+}
+
+describe.skipIf(process.getuid?.() !== 0)(
+  'a master whose data dir sits on a filesystem that really fills up',
+  () => {
+    let tmpfs: string | null = null;
+    let full: TestMaster;
+    let fw: TestWorker;
+    let submitter: Client;
+    let reviewer: Client;
+
+    beforeAll(async () => {
+      tmpfs = mountTmpfs('4m');
+      const dataDir = join(tmpfs, 'master');
+      mkdirSync(dataDir, { mode: 0o700 });
+      // No free-space floor: only the real ENOSPC (SQLITE_FULL) refuses, the real statfs reports.
+      full = await startTestMaster({
+        dataDir,
+        config: clusterConfig({
+          storage: { warn_free_bytes: 0, min_free_bytes: 0, check_interval_ms: 3_600_000 },
+        }),
+      });
+      submitter = await full.mcpClient(full.createToken('sam', ['submitter']));
+      reviewer = await full.mcpClient(full.createToken('rex', ['reviewer']));
+      fw = await startWorkerOn(full, 'gpu-tmpfs', { simCards: 1 });
+      await waitFor(() => full.deps.cluster.fleet.get('gpu-tmpfs').cards.length === 1, { what: 'one card' });
+    });
+
+    afterAll(async () => {
+      await fw?.close();
+      await full?.close({ keepDataDir: true });
+      if (tmpfs) execFileSync('umount', [tmpfs]);
+    });
+
+    it('refuses the log unacknowledged on ENOSPC and takes it all once the filesystem grows', async () => {
+      const t = loudGated('tmpfs', 10, 25_000, 200);
+      const id = await approveTask(submitter, reviewer, t.spec);
+      await waitFor(async () => (await getTask(submitter, id)).state === 'RUNNING', { what: 'running' });
+      writeFileSync(t.gate, '');
+      const health = await waitFor(
+        async () => {
+          const res = await full.rest(null).get<{ storage: { state: string; detail?: string } }>('/healthz');
+          return res.status === 503 ? res : null;
+        },
+        { what: '/healthz 503 once the filesystem is full', timeoutMs: 30_000 },
+      );
+      expect(health.body.storage).toMatchObject({ state: 'unwritable' });
+      expect(health.body.storage.detail).toMatch(/SQLITE_FULL|SQLITE_IOERR/);
+      expectError(
+        await callTool(submitter, 'create_proposal', { spec: validSpec(), idempotency_key: full.key() }),
+        'UNAVAILABLE',
+      );
+      execFileSync('mount', ['-o', 'remount,size=256m', tmpfs!]);
+      await full.master.storage.check();
+      const done = await waitUntilSettled(submitter, id, 60_000);
+      expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+      const page = expectOk(
+        await callTool<{ total_bytes: number }>(submitter, 'get_task_logs', { task_id: id, max_bytes: 1 }),
+      );
+      // 25 000 lines of about 215 bytes after the gate (more than the whole filesystem held): all landed.
+      expect(page.total_bytes).toBeGreaterThan(25_000 * 210);
+      expect(full.store.tasks.inState('RECONCILIATION_REQUIRED')).toEqual([]);
+    });
+  },
+);
