@@ -205,7 +205,7 @@ export class WorkerHub implements WorkerLink {
     try {
       this.dispatch(s, msg);
     } catch (err) {
-      const unavailable = asUnavailable(err);
+      const unavailable = asUnavailable(err, this.deps.store);
       if (unavailable) {
         this.storageRefused(s, unavailable, 'seq' in msg ? msg.seq : undefined);
         return;
@@ -254,7 +254,7 @@ export class WorkerHub implements WorkerLink {
       try {
         this.applyPendingHello(s);
       } catch (err) {
-        const unavailable = asUnavailable(err);
+        const unavailable = asUnavailable(err, this.deps.store);
         if (!unavailable) throw err;
         this.storageRefused(s, unavailable, undefined);
       }
@@ -293,7 +293,20 @@ export class WorkerHub implements WorkerLink {
       ...(sequenced ? { ref_seq: seq } : {}),
     });
     if (!sequenced) return;
-    this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
+    try {
+      this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
+    } catch (err) {
+      // Out of space: not acknowledged (it is refused again after the redial). Anything else is a bug,
+      // answered like one, never thrown out of the socket's message handler.
+      const unavailable = asUnavailable(err, this.deps.store);
+      if (unavailable) this.storageRefused(s, unavailable, seq as number);
+      else {
+        this.deps.logger.error({ err, worker_id: s.workerId }, 'worker message failed');
+        s.dead = true;
+        s.ws.terminate();
+      }
+      return;
+    }
     this.reply(s, { type: 'ack', boot_id: bootId, seq });
   }
 
@@ -458,7 +471,7 @@ export class WorkerHub implements WorkerLink {
       this.storeHello(s, msg, now);
       s.pendingHello = null;
     } catch (err) {
-      const unavailable = asUnavailable(err);
+      const unavailable = asUnavailable(err, this.deps.store);
       if (!unavailable) throw err;
       // Welcomed anyway: the worker stays online (its tasks are not taken for lost) and the scheduler
       // grants nothing while the store refuses writes; the hello is stored before anything else.
@@ -561,8 +574,14 @@ export class WorkerHub implements WorkerLink {
   }
 }
 
-/** `err` as the UNAVAILABLE the store cannot take it with (a raw SQLITE_FULL too), or null. */
-function asUnavailable(err: unknown): BrokerError | null {
+/**
+ * `err` as the UNAVAILABLE the store cannot take it with, or null. A raw SQLITE_FULL from a write outside
+ * a transaction (which would have reported it itself) is reported to the store's failure hook here.
+ */
+function asUnavailable(err: unknown, store?: { onWriteFailure(detail: string): void }): BrokerError | null {
   if (err instanceof BrokerError) return err.code === 'UNAVAILABLE' ? err : null;
-  return isStorageWriteError(err) ? storageUnavailable(describeStorageError(err)) : null;
+  if (!isStorageWriteError(err)) return null;
+  const detail = describeStorageError(err);
+  store?.onWriteFailure(detail);
+  return storageUnavailable(detail);
 }
