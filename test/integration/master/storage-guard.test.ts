@@ -101,6 +101,12 @@ describe('the free-space guard', () => {
     expect(await alerts()).toContainEqual(
       expect.objectContaining({ kind: 'disk_full', severity: 'critical' }),
     );
+    const metrics = await m.fetch(`${m.url}/metrics`, {
+      headers: { Authorization: `Bearer ${m.operatorToken}` },
+    });
+    const text = await metrics.text();
+    expect(text).toMatch(/^gpu_broker_storage_accepts_writes 0$/m);
+    expect(text).toMatch(new RegExp(`^gpu_broker_storage_free_bytes ${100 * MiB}$`, 'm'));
     // Reads still answer; a cancel (it stops growth) still goes through.
     expectOk(await callTool(alice, 'list_proposals'));
     expectOk(
