@@ -69,6 +69,8 @@ export class StorageGuard {
   private readonly statfs: StatfsFn;
   private readonly recovered: Array<() => void> = [];
   private checking: Promise<void> | null = null;
+  /** When growth was last refused (or found refused); null: never since start. */
+  private refusedAt: number | null = null;
 
   constructor(
     private readonly store: Store,
@@ -100,9 +102,19 @@ export class StorageGuard {
     return storageAcceptsGrowth(this.state);
   }
 
+  /**
+   * The last time growth was refused: now while it is, else the moment it last was (null: never). A
+   * worker report refused meanwhile is still on its way, so deadlines that wait for worker reports (the
+   * cleanup receipt) count from here rather than from a time the master could not hear the worker.
+   */
+  lastRefusalAt(): number | null {
+    return this.acceptsGrowth() ? this.refusedAt : this.clock.now();
+  }
+
   /** Throws a retryable UNAVAILABLE naming `what` unless growth is accepted. */
   assertAcceptsGrowth(what: string): void {
     if (this.acceptsGrowth()) return;
+    this.refusedAt = this.clock.now();
     throw storageUnavailable(`${what} refused: ${this.detail() ?? this.state}`);
   }
 
@@ -153,6 +165,7 @@ export class StorageGuard {
       { free_bytes: this.space?.free_bytes ?? null, write_failure: this.writeFailure },
       this.opts,
     );
+    if (!storageAcceptsGrowth(this.state) || !storageAcceptsGrowth(before)) this.refusedAt = this.clock.now();
     if (this.state === before) return;
     const status = this.status();
     if (this.state === 'ok') this.logger?.info(status, 'master storage ok');
