@@ -109,8 +109,6 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
   const input = parsed.data as Record<string, unknown>;
   if (!tool.mutating) return shapeOutput(tool, await tool.handler(ctx, input as never));
 
-  // Below the free-space floor, only what stops growth still goes through (issue 10, row 4).
-  if (!GROWTH_EXEMPT.has(tool.def.name)) ctx.deps.storage?.assertAcceptsGrowth(tool.def.name);
   const key = input['idempotency_key'] as string;
   const { idempotency_key: _omit, ...body } = input;
   const requestDigest = sha256Hex(canonicalJson(body));
@@ -126,6 +124,9 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
         );
       return seen.response;
     }
+    // Below the free-space floor only what stops growth goes through (issue 10, row 4); a replay of a
+    // call that already succeeded (above) still gets its answer.
+    if (!GROWTH_EXEMPT.has(tool.def.name)) ctx.deps.storage?.assertAcceptsGrowth(tool.def.name);
     const result = shapeOutput(tool, tool.handler(ctx, input as never));
     store.idempotency.put(ctx.principal.id, tool.def.name, key, requestDigest, result, clock.now());
     return result;

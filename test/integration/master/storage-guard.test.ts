@@ -122,6 +122,14 @@ describe('the free-space guard', () => {
     expect(after.idempotency_keys).toBe(before.idempotency_keys + 1);
   });
 
+  it('still answers the replay of a call that succeeded before the disk filled', async () => {
+    await disk(10 * GiB);
+    const key = m.key();
+    const first = expectOk(await propose(key));
+    await disk(100 * MiB);
+    expect(expectOk(await propose(key))).toEqual(first);
+  });
+
   it('takes writes again once space returns, and the retried call succeeds', async () => {
     const key = m.key();
     expectError(await propose(key), 'UNAVAILABLE');
