@@ -23,6 +23,7 @@ import {
 } from '../contracts/worker-protocol.js';
 import { sampleDefect } from '../domain/sample-check.js';
 import { WORKER_CONNECT_PATH } from '../http/app.js';
+import { describeStorageError, isStorageWriteError, storageUnavailable } from '../store/storage-errors.js';
 
 /**
  * The worker hub (DESIGN §8): one WSS session per worker on the master's port. It authenticates the
@@ -44,13 +45,26 @@ interface Session {
   principalId: string;
   /** Set once processing failed unexpectedly: the socket is being torn down and nothing more is read. */
   dead: boolean;
+  /**
+   * A hello whose writes (worker row, epochs, acks, audit) the store could not take (out of space): the
+   * session was welcomed anyway, so the worker stays online and its tasks are not taken for lost, and
+   * the writes are applied before anything else from this session, or when storage recovers.
+   */
+  pendingHello: HelloMessage | null;
 }
+
+type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
 
 /** Close codes the hub uses. */
 export const CLOSE_REPLACED = 4000;
 export const CLOSE_PROTOCOL = 4002;
 export const CLOSE_REVOKED = 4001;
 export const CLOSE_INTERNAL = 1011;
+/**
+ * The master's store cannot take the worker's message now (out of disk space): nothing was applied or
+ * acknowledged; the worker redials after a longer delay and resends from its outbox.
+ */
+export const CLOSE_UNAVAILABLE = 4003;
 
 /** Hooks the hub calls on the scheduler. */
 export interface HubHooks {
@@ -129,7 +143,15 @@ export class WorkerHub implements WorkerLink {
   private open(ws: WebSocket, workerId: string, principalId: string): void {
     const old = this.sessions.get(workerId);
     if (old) old.ws.close(CLOSE_REPLACED, 'replaced by a newer session');
-    const session: Session = { ws, workerId, bootId: null, sentUpTo: 0, principalId, dead: false };
+    const session: Session = {
+      ws,
+      workerId,
+      bootId: null,
+      sentUpTo: 0,
+      principalId,
+      dead: false,
+      pendingHello: null,
+    };
     this.sessions.set(workerId, session);
     ws.on('message', (data, isBinary) => this.onMessage(session, isBinary ? null : data.toString()));
     ws.on('close', () => {
@@ -186,6 +208,11 @@ export class WorkerHub implements WorkerLink {
     try {
       this.dispatch(s, msg);
     } catch (err) {
+      const unavailable = asUnavailable(err, this.deps.store);
+      if (unavailable) {
+        this.storageRefused(s, unavailable, 'seq' in msg ? msg.seq : undefined);
+        return;
+      }
       this.deps.logger.error({ err, worker_id: s.workerId, type: msg.type }, 'worker message failed');
       this.reply(s, {
         type: 'error',
@@ -197,6 +224,54 @@ export class WorkerHub implements WorkerLink {
       s.dead = true;
       s.ws.terminate();
     }
+  }
+
+  /**
+   * The store cannot take a message now (issue 10, row 4): it was neither applied nor acknowledged, so
+   * it stays in the worker's outbox. Like an unexpected failure, nothing after it may be processed on
+   * this session (the mark must not pass it), so the session is closed — with 4003, on which the worker
+   * waits longer before it redials and resends (worker/connection.ts), instead of a tight loop.
+   */
+  private storageRefused(s: Session, err: BrokerError, seq: number | undefined): void {
+    this.deps.logger.warn(
+      { worker_id: s.workerId, ref_seq: seq, message: err.message },
+      'worker message not stored: master storage unavailable; the worker resends it later',
+    );
+    this.reply(s, {
+      type: 'error',
+      code: 'UNAVAILABLE',
+      message: err.message,
+      ...(seq === undefined ? {} : { ref_seq: seq }),
+    });
+    s.dead = true;
+    s.ws.close(CLOSE_UNAVAILABLE, 'master storage unavailable');
+  }
+
+  /**
+   * Applies the hellos the store could not take before (called when storage recovers); a session whose
+   * hello still fails is closed like any refused message.
+   */
+  retryPendingHellos(): void {
+    for (const s of this.sessions.values()) {
+      if (s.pendingHello === null || s.dead) continue;
+      try {
+        this.applyPendingHello(s);
+      } catch (err) {
+        const unavailable = asUnavailable(err, this.deps.store);
+        if (!unavailable) throw err;
+        this.storageRefused(s, unavailable, undefined);
+      }
+    }
+  }
+
+  private applyPendingHello(s: Session): void {
+    const hello = s.pendingHello;
+    if (hello === null) return;
+    this.storeHello(s, hello, this.deps.clock.now());
+    s.pendingHello = null;
+    this.deps.logger.info({ worker_id: s.workerId }, 'worker hello stored after the store recovered');
+    this.flush(s.workerId);
+    this.hooks.requestPass();
   }
 
   /**
@@ -221,7 +296,20 @@ export class WorkerHub implements WorkerLink {
       ...(sequenced ? { ref_seq: seq } : {}),
     });
     if (!sequenced) return;
-    this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
+    try {
+      this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
+    } catch (err) {
+      // Out of space: not acknowledged (it is refused again after the redial). Anything else is a bug,
+      // answered like one, never thrown out of the socket's message handler.
+      const unavailable = asUnavailable(err, this.deps.store);
+      if (unavailable) this.storageRefused(s, unavailable, seq as number);
+      else {
+        this.deps.logger.error({ err, worker_id: s.workerId }, 'worker message failed');
+        s.dead = true;
+        s.ws.terminate();
+      }
+      return;
+    }
     this.reply(s, { type: 'ack', boot_id: bootId, seq });
   }
 
@@ -293,6 +381,11 @@ export class WorkerHub implements WorkerLink {
     now: number,
   ): void {
     const { store } = this.deps;
+    // What the hello could not store comes first: nothing may build on a worker row or epochs not stored.
+    this.applyPendingHello(s);
+    // Logs and outputs are what fills a disk: refused below the free-space floor (not acknowledged).
+    if (msg.type === 'log' || msg.type === 'output')
+      this.deps.storage?.assertAcceptsGrowth(`worker ${msg.type} message`);
     let refused: BrokerError | null = null;
     let sampleChanged = false;
     store.transaction(() => {
@@ -333,6 +426,8 @@ export class WorkerHub implements WorkerLink {
         });
       } catch (err) {
         if (!(err instanceof BrokerError)) throw err;
+        // Out of space is not a refusal of the message: roll back (the mark too), do not acknowledge.
+        if (err.code === 'UNAVAILABLE') throw err;
         refused = err; // a refused message is processed: it is acknowledged and not retried
       }
     });
@@ -373,7 +468,7 @@ export class WorkerHub implements WorkerLink {
     return changed;
   }
 
-  private hello(s: Session, msg: Extract<WorkerMessage, { type: 'hello' }>, now: number): void {
+  private hello(s: Session, msg: HelloMessage, now: number): void {
     if (msg.protocol_version !== PROTOCOL_VERSION) {
       this.reply(s, {
         type: 'error',
@@ -393,10 +488,53 @@ export class WorkerHub implements WorkerLink {
       return;
     }
     const { store } = this.deps;
-    // A card list naming one index or uuid twice is not trusted at all (see sampleDefect).
     const defect = sampleDefect(msg.cards);
     const helloCards = defect === null ? msg.cards : [];
-    const identity = helloCards.map((c) => ({
+    try {
+      this.storeHello(s, msg, now);
+      s.pendingHello = null;
+    } catch (err) {
+      const unavailable = asUnavailable(err, this.deps.store);
+      if (!unavailable) throw err;
+      // Welcomed anyway: the worker stays online (its tasks are not taken for lost) and the scheduler
+      // grants nothing while the store refuses writes; the hello is stored before anything else.
+      this.deps.logger.warn(
+        { worker_id: s.workerId, message: unavailable.message },
+        'worker hello not stored (master storage unavailable); stored once the store takes writes',
+      );
+      s.pendingHello = msg;
+    }
+    s.bootId = msg.boot_id;
+    // Cards its unfinished executions hold are busy, whether or not this master knows them.
+    const unfinished = msg.executions.filter(
+      (e) => !['rejected', 'cleaned', 'cleanup_failed'].includes(e.phase),
+    );
+    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now, [
+      ...new Set(unfinished.flatMap((e) => e.cards)),
+    ]);
+    if (defect !== null) {
+      this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
+      this.fleet.sampled(s.workerId, [], defect, now);
+    }
+    this.reply(s, {
+      type: 'welcome',
+      protocol_version: PROTOCOL_VERSION,
+      worker_id: s.workerId,
+      master_boot_id: this.bootId,
+      sample_interval_ms: this.deps.config.timing.sample_interval_ms,
+      worker_marks: store.workers.marks(s.workerId),
+      qualification_python: this.deps.config.qualification_python,
+    });
+    this.flush(s.workerId);
+    this.deps.notifier.notify(CARDS_TOPIC);
+    this.hooks.requestPass();
+  }
+
+  /** Everything hello writes, in one transaction; throws UNAVAILABLE when the store cannot take it. */
+  private storeHello(s: Session, msg: HelloMessage, now: number): void {
+    const { store } = this.deps;
+    // A card list naming one index or uuid twice is not trusted at all (see sampleDefect).
+    const identity = (sampleDefect(msg.cards) === null ? msg.cards : []).map((c) => ({
       index: c.index,
       uuid: c.uuid,
       model: c.model,
@@ -456,29 +594,17 @@ export class WorkerHub implements WorkerLink {
         else enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
       }
     });
-    s.bootId = msg.boot_id;
-    // Cards its unfinished executions hold are busy, whether or not this master knows them.
-    const unfinished = msg.executions.filter(
-      (e) => !['rejected', 'cleaned', 'cleanup_failed'].includes(e.phase),
-    );
-    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now, [
-      ...new Set(unfinished.flatMap((e) => e.cards)),
-    ]);
-    if (defect !== null) {
-      this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
-      this.fleet.sampled(s.workerId, [], defect, now);
-    }
-    this.reply(s, {
-      type: 'welcome',
-      protocol_version: PROTOCOL_VERSION,
-      worker_id: s.workerId,
-      master_boot_id: this.bootId,
-      sample_interval_ms: this.deps.config.timing.sample_interval_ms,
-      worker_marks: store.workers.marks(s.workerId),
-      qualification_python: this.deps.config.qualification_python,
-    });
-    this.flush(s.workerId);
-    this.deps.notifier.notify(CARDS_TOPIC);
-    this.hooks.requestPass();
   }
+}
+
+/**
+ * `err` as the UNAVAILABLE the store cannot take it with, or null. A raw SQLITE_FULL from a write outside
+ * a transaction (which would have reported it itself) is reported to the store's failure hook here.
+ */
+function asUnavailable(err: unknown, store?: { onWriteFailure(detail: string): void }): BrokerError | null {
+  if (err instanceof BrokerError) return err.code === 'UNAVAILABLE' ? err : null;
+  if (!isStorageWriteError(err)) return null;
+  const detail = describeStorageError(err);
+  store?.onWriteFailure(detail);
+  return storageUnavailable(detail);
 }

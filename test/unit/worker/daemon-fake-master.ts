@@ -125,6 +125,12 @@ export class FakeMaster {
     this.socket = null;
   }
 
+  /** Closes the worker's socket with a close code, as the real master does (e.g. 4003: store full). */
+  closeSocket(code: number, reason = ''): void {
+    this.socket?.close(code, reason);
+    this.socket = null;
+  }
+
   /** Closes everything. */
   async close(): Promise<void> {
     for (const client of this.wss.clients) client.terminate();
