@@ -1,3 +1,4 @@
+import type { MasterMessage } from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
 
 /** An unacknowledged message to a worker. */
@@ -6,7 +7,7 @@ export interface OutboxEntry {
   worker_id: string;
   boot_id: string;
   seq: number;
-  body: Record<string, unknown>;
+  body: MasterMessage;
 }
 
 /**
@@ -54,12 +55,7 @@ export class OutboxRepo {
   }
 
   /** Appends a message for a worker, numbering it in this master boot's sequence. */
-  append(
-    workerId: string,
-    bootId: string,
-    build: (seq: number) => Record<string, unknown>,
-    now: number,
-  ): OutboxEntry {
+  append(workerId: string, bootId: string, build: (seq: number) => MasterMessage, now: number): OutboxEntry {
     const seq = (this.s.maxSeq.get(bootId)?.seq ?? 0) + 1;
     const body = build(seq);
     const info = this.s.insert.run(workerId, bootId, seq, JSON.stringify(body), now);
@@ -68,9 +64,7 @@ export class OutboxRepo {
 
   /** Unacknowledged messages for a worker, oldest first. */
   unacked(workerId: string): OutboxEntry[] {
-    return this.s.unacked
-      .all(workerId)
-      .map((r) => ({ ...r, body: JSON.parse(r.body) as Record<string, unknown> }));
+    return this.s.unacked.all(workerId).map((r) => ({ ...r, body: JSON.parse(r.body) as MasterMessage }));
   }
 
   /** Marks one message acknowledged. */

@@ -6,21 +6,21 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/executions.js';
 import type { Fleet } from '../broker/fleet.js';
 import { CARDS_TOPIC } from '../broker/leases.js';
-import { markExecutionLost } from '../broker/liveness.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
-import { enqueueForWorker, type WorkerLink } from '../broker/worker-link.js';
+import type { WorkerLink } from '../broker/worker-link.js';
+import { acceptHello, recordProbe, recordSample } from '../broker/worker-session.js';
 import { BrokerError } from '../contracts/errors.js';
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../contracts/json-depth.js';
-import type { CardSample } from '../contracts/sample.js';
+import { parseMessage, receiveSequenced, repliesToInvalid } from '../contracts/sequencing.js';
 import {
-  HELLO_MAX_EXECUTIONS,
   MAX_MESSAGE_BYTES,
+  type MasterMessage,
   PROTOCOL_VERSION,
   type WorkerMessage,
   WorkerMessageSchema,
 } from '../contracts/worker-protocol.js';
-import { sampleDefect } from '../domain/sample-check.js';
 import { WORKER_CONNECT_PATH } from '../http/app.js';
+
+type SequencedWorkerMessage = Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>;
 
 /**
  * The worker hub (DESIGN §8): one WSS session per worker on the master's port. It authenticates the
@@ -140,46 +140,25 @@ export class WorkerHub implements WorkerLink {
     ws.on('error', (err) => this.deps.logger.warn({ err, worker_id: workerId }, 'worker socket error'));
   }
 
-  private reply(s: Session, body: Record<string, unknown>): void {
+  private reply(s: Session, body: MasterMessage): void {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(body));
   }
 
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
-    let msg: WorkerMessage;
-    let raw: unknown;
-    try {
-      if (text === null)
-        throw new BrokerError(
-          'INVALID_INPUT',
-          'binary frames are not part of the protocol',
-          'Send JSON text.',
-        );
-      raw = JSON.parse(text);
-      if (jsonDepthExceeds(raw))
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `message nested more than ${MAX_JSON_DEPTH} levels deep`,
-          'See docs/worker-protocol.md.',
-        );
-      const parsed = WorkerMessageSchema.safeParse(raw);
-      if (!parsed.success)
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `invalid message: ${parsed.error.issues
-            .slice(0, 3)
-            .map((i) => `${i.path.join('.')}: ${i.message}`)
-            .join('; ')}`,
-          'See docs/worker-protocol.md.',
-        );
-      msg = parsed.data;
-    } catch (err) {
-      const message =
-        err instanceof BrokerError ? err.message : `unparsable message: ${(err as Error).message}`;
-      this.deps.logger.warn({ worker_id: s.workerId, message }, 'bad worker message');
-      this.refuseInvalid(s, raw, message);
+    const parsed = parseMessage(WorkerMessageSchema, text);
+    if (!parsed.ok) {
+      this.deps.logger.warn({ worker_id: s.workerId, message: parsed.invalid.message }, 'bad worker message');
+      // A poison message is placed in the worker's sequence only once hello named its boot.
+      const replies = repliesToInvalid(parsed.invalid, {
+        acceptsPoison: s.bootId !== null,
+        recordPoison: (ref) =>
+          this.deps.store.workers.raiseMark(s.workerId, ref.boot_id, ref.seq, this.deps.clock.now()),
+      });
+      for (const r of replies) this.reply(s, r);
       return;
     }
+    const msg = parsed.message;
     try {
       this.dispatch(s, msg);
     } catch (err) {
@@ -194,32 +173,6 @@ export class WorkerHub implements WorkerLink {
       s.dead = true;
       s.ws.terminate();
     }
-  }
-
-  /**
-   * Answers a message that does not parse. A sequenced one (it names a boot id and seq) is also marked
-   * processed and acknowledged: it can never parse, so resending it on every reconnect would help nobody.
-   */
-  private refuseInvalid(s: Session, raw: unknown, message: string): void {
-    const fields = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
-    const seq = fields['seq'];
-    const bootId = fields['boot_id'];
-    const sequenced =
-      s.bootId !== null &&
-      Number.isInteger(seq) &&
-      (seq as number) >= 1 &&
-      typeof bootId === 'string' &&
-      bootId.length > 0 &&
-      bootId.length <= 128;
-    this.reply(s, {
-      type: 'error',
-      code: 'INVALID_MESSAGE',
-      message,
-      ...(sequenced ? { ref_seq: seq } : {}),
-    });
-    if (!sequenced) return;
-    this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
-    this.reply(s, { type: 'ack', boot_id: bootId, seq });
   }
 
   /** Closes sessions whose worker token was revoked since they opened (called by the sweeper). */
@@ -263,91 +216,57 @@ export class WorkerHub implements WorkerLink {
     }
   }
 
-  /** Applies one sequenced message exactly once: mark and effect commit together, then ack. */
-  private sequenced(
-    s: Session,
-    msg: Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>,
-    now: number,
-  ): void {
+  /**
+   * Applies one sequenced message at most once (src/contracts/sequencing.ts): the raised mark and the
+   * effect commit together, then error (if refused) and ack. A refusal (BrokerError) rolls back the
+   * effect but not the mark: the message is processed and not retried.
+   */
+  private sequenced(s: Session, msg: SequencedWorkerMessage, now: number): void {
     const { store } = this.deps;
-    let refused: BrokerError | null = null;
     let sampleChanged = false;
-    store.transaction(() => {
-      if (msg.seq <= store.workers.mark(s.workerId, msg.boot_id)) return; // duplicate: ack again, do nothing
-      store.workers.raiseMark(s.workerId, msg.boot_id, msg.seq, now);
-      try {
-        store.transaction(() => {
-          switch (msg.type) {
-            case 'sample':
-              sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now, msg.held_cards);
-              break;
-            case 'execution':
-              // An illegal report is refused without rolling back what the refusal changed.
-              refused = handleExecutionReport(this.deps, s.workerId, msg);
-              break;
-            case 'log':
-              handleLogChunk(this.deps, s.workerId, msg);
-              break;
-            case 'output':
-              handleOutputUpload(this.deps, s.workerId, msg);
-              break;
-            case 'probe':
-              store.workers.setProbe(s.workerId, {
-                python: msg.python,
-                torch_version: msg.torch_version,
-                backend: msg.backend,
-                error: msg.error,
-                probed_at: now,
-              });
-              this.deps.logger.info(
-                { worker_id: s.workerId, python: msg.python, torch: msg.torch_version, backend: msg.backend },
-                msg.torch_version === null
-                  ? `worker ${s.workerId}: ${msg.python} cannot import torch (${msg.error ?? 'no reason given'})`
-                  : `worker ${s.workerId}: ${msg.python} has torch ${msg.torch_version} (${msg.backend ?? 'no backend'})`,
-              );
-              break;
-          }
-        });
-      } catch (err) {
-        if (!(err instanceof BrokerError)) throw err;
-        refused = err; // a refused message is processed: it is acknowledged and not retried
-      }
+    const received = receiveSequenced<BrokerError>(msg, {
+      transaction: (fn) => store.transaction(fn),
+      marks: {
+        raiseAbove: (bootId, seq) => {
+          if (seq <= store.workers.mark(s.workerId, bootId)) return false;
+          store.workers.raiseMark(s.workerId, bootId, seq, now);
+          return true;
+        },
+      },
+      apply: () => {
+        try {
+          // An illegal execution report is refused without rolling back what the refusal changed.
+          return store.transaction(() => {
+            switch (msg.type) {
+              case 'sample':
+                sampleChanged = recordSample(this.deps, s.workerId, msg, now);
+                return null;
+              case 'execution':
+                return handleExecutionReport(this.deps, s.workerId, msg);
+              case 'log':
+                handleLogChunk(this.deps, s.workerId, msg);
+                return null;
+              case 'output':
+                handleOutputUpload(this.deps, s.workerId, msg);
+                return null;
+              case 'probe':
+                recordProbe(this.deps, s.workerId, msg, now);
+                return null;
+            }
+          });
+        } catch (err) {
+          if (!(err instanceof BrokerError)) throw err;
+          return err;
+        }
+      },
     });
-    if (refused) {
-      const e = refused as BrokerError;
+    if (received.kind === 'applied' && received.refusal !== null)
       this.deps.logger.warn(
-        { worker_id: s.workerId, code: e.code, message: e.message },
+        { worker_id: s.workerId, code: received.refusal.code, message: received.refusal.message },
         'worker message refused',
       );
-      this.reply(s, { type: 'error', code: e.code, message: e.message, ref_seq: msg.seq });
-    }
-    this.reply(s, { type: 'ack', boot_id: msg.boot_id, seq: msg.seq });
+    for (const r of received.replies) this.reply(s, r);
     if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
-  }
-
-  private sample(
-    workerId: string,
-    cards: CardSample[],
-    reported: string | null,
-    now: number,
-    heldCards: number[],
-  ): boolean {
-    const samplerError = reported ?? sampleDefect(cards);
-    const changed = this.fleet.sampled(workerId, cards, samplerError, now, heldCards);
-    if (changed && samplerError === null) {
-      const known = this.deps.store.workers.get(workerId)?.cards ?? [];
-      const identity = cards.map((c) => ({
-        index: c.index,
-        uuid: c.uuid,
-        model: c.model,
-        memory_total_mib: c.memory_total_mib,
-        simulated: c.simulated,
-      }));
-      if (JSON.stringify(known) !== JSON.stringify(identity))
-        this.deps.store.workers.setCards(workerId, identity);
-    }
-    if (changed) this.deps.store.afterCommit(() => this.deps.notifier.notify(CARDS_TOPIC));
-    return changed;
   }
 
   private hello(s: Session, msg: Extract<WorkerMessage, { type: 'hello' }>, now: number): void {
@@ -369,93 +288,12 @@ export class WorkerHub implements WorkerLink {
       s.ws.close(CLOSE_PROTOCOL, 'worker id mismatch');
       return;
     }
-    const { store } = this.deps;
-    // A card list naming one index or uuid twice is not trusted at all (see sampleDefect).
-    const defect = sampleDefect(msg.cards);
-    const helloCards = defect === null ? msg.cards : [];
-    const identity = helloCards.map((c) => ({
-      index: c.index,
-      uuid: c.uuid,
-      model: c.model,
-      memory_total_mib: c.memory_total_mib,
-      simulated: c.simulated,
-    }));
-    store.transaction(() => {
-      const prev = store.workers.get(s.workerId);
-      store.workers.upsertOnHello(
-        {
-          id: s.workerId,
-          hostname: msg.hostname,
-          provider: msg.provider,
-          version: msg.version,
-          boot_id: msg.boot_id,
-          cards: identity.length ? identity : (prev?.cards ?? []),
-          isolation: msg.isolation,
-          container_engine: msg.container_engine,
-          mounts: msg.mounts,
-        },
-        now,
-      );
-      for (const mark of msg.master_marks) store.outbox.ackThrough(s.workerId, mark.boot_id, mark.seq, now);
-      // A worker may have seen epochs this master never issued (a restored or rolled-back database):
-      // every later lease on those cards must be above them.
-      for (const c of msg.card_epochs) store.leases.raiseEpoch(s.workerId, c.index, c.epoch);
-      store.audit.append({
-        at: now,
-        actor: s.workerId,
-        action: 'worker.connected',
-        subject_type: 'worker',
-        subject_id: s.workerId,
-        data: {
-          boot_id: msg.boot_id,
-          hostname: msg.hostname,
-          provider: msg.provider,
-          cards: identity.length,
-          isolation: msg.isolation,
-          container_engine: msg.container_engine,
-        },
-      });
-      // Executions the master thinks are live here but the worker did not mention. An assign still in
-      // the outbox is on its way. Otherwise, when hello listed every execution the worker knows (fewer
-      // than the cap), the worker cannot account for it: its fate is unknown (DESIGN §6) — leaving it
-      // RUNNING would hold its cards for ever, since an online worker is never swept. With a full list,
-      // ask.
-      const known = new Set(msg.executions.map((e) => e.execution_id));
-      const listedAll = msg.executions.length < HELLO_MAX_EXECUTIONS;
-      for (const e of store.leases.unfinishedForWorker(s.workerId)) {
-        if (known.has(e.id)) continue;
-        if (e.phase === 'assigned' && store.outbox.hasPendingAssign(s.workerId, e.id)) continue;
-        if (listedAll)
-          markExecutionLost(this.deps, e, 'master', `execution ${e.id} is not known to the worker`, {
-            worker_id: s.workerId,
-            boot_id: msg.boot_id,
-          });
-        else enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
-      }
-    });
+    // The outbox is flushed only once the session knows the boot (below), so that a query decided by
+    // the reconcile goes out after the welcome.
+    const welcome = acceptHello(this.deps, s.workerId, msg, now);
     s.bootId = msg.boot_id;
-    // Cards its unfinished executions hold are busy, whether or not this master knows them.
-    const unfinished = msg.executions.filter(
-      (e) => !['rejected', 'cleaned', 'cleanup_failed'].includes(e.phase),
-    );
-    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now, [
-      ...new Set(unfinished.flatMap((e) => e.cards)),
-    ]);
-    if (defect !== null) {
-      this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
-      this.fleet.sampled(s.workerId, [], defect, now);
-    }
-    this.reply(s, {
-      type: 'welcome',
-      protocol_version: PROTOCOL_VERSION,
-      worker_id: s.workerId,
-      master_boot_id: this.bootId,
-      sample_interval_ms: this.deps.config.timing.sample_interval_ms,
-      worker_marks: store.workers.marks(s.workerId),
-      qualification_python: this.deps.config.qualification_python,
-    });
+    this.reply(s, welcome);
     this.flush(s.workerId);
-    this.deps.notifier.notify(CARDS_TOPIC);
     this.hooks.requestPass();
   }
 }
