@@ -21,6 +21,8 @@ export interface RawWorker {
   send(message: Record<string, unknown>): void;
   /** Sends a text frame as is (for input JSON.stringify cannot even produce). */
   sendText(text: string): void;
+  /** Sends a binary frame (not part of the protocol). */
+  sendBinary(data: Buffer): void;
   /** Sends a sequenced message under this boot id with `seq` (protocol_version and boot_id added). */
   sendSeq(seq: number, message: Record<string, unknown>): void;
   /** Waits for a received message matching `match` (at or after index `from`); returns it. */
@@ -72,6 +74,7 @@ export async function connectRawWorker(opts: {
     received,
     send: (message) => ws.send(JSON.stringify(message)),
     sendText: (text) => ws.send(text),
+    sendBinary: (data) => ws.send(data, { binary: true }),
     sendSeq: (seq, message) => ws.send(JSON.stringify(sequenced(message as { type: string }, bootId, seq))),
     next: (match, o = {}) =>
       waitFor(() => received.slice(o.from ?? 0).find(match), { what: o.what ?? 'a message from the master' }),
