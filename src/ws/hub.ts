@@ -10,7 +10,12 @@ import { authenticate, bearerToken } from '../broker/principals.js';
 import type { WorkerLink } from '../broker/worker-link.js';
 import { acceptHello, recordProbe, recordSample } from '../broker/worker-session.js';
 import { BrokerError } from '../contracts/errors.js';
-import { parseMessage, receiveSequenced, repliesToInvalid } from '../contracts/sequencing.js';
+import {
+  type InvalidMessage,
+  parseMessage,
+  receiveSequenced,
+  repliesToInvalid,
+} from '../contracts/sequencing.js';
 import {
   MAX_MESSAGE_BYTES,
   type MasterMessage,
@@ -23,12 +28,14 @@ import { WORKER_CONNECT_PATH } from '../http/app.js';
 type SequencedWorkerMessage = Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>;
 
 /**
- * The worker hub (DESIGN §8): one WSS session per worker on the master's port. It authenticates the
- * upgrade with a worker token bound to one worker id, sequences and de-duplicates messages, applies each
- * through a broker use case in one transaction together with the raised high-water mark, acknowledges,
- * and flushes the durable outbox. A newer session for the same worker replaces the older one
- * (deterministic: newest wins, the old socket is closed with 4000). Nothing a worker sends can crash
- * the master: a bad message gets an `error` reply and is logged.
+ * The worker hub (DESIGN §8; docs/architecture.md "The hub and the reconcile use case"): one WSS session
+ * per worker on the master's port. An edge: it authenticates the upgrade with a worker token bound to
+ * one worker id, parses frames and applies the sequencing rules (src/contracts/sequencing.ts: poison,
+ * de-duplication with the mark raised in the effect's transaction, refusals, failures), hands each
+ * message to its broker use case (hello → acceptHello, sample/probe → worker-session.ts, execution / log
+ * / output → executions.ts), sends the replies, and flushes the durable outbox. A newer session for the
+ * same worker replaces the older one (deterministic: newest wins, the old socket is closed with 4000).
+ * Nothing a worker sends can crash the master: a bad message gets an `error` reply and is logged.
  */
 
 interface Session {
@@ -147,22 +154,12 @@ export class WorkerHub implements WorkerLink {
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
     const parsed = parseMessage(WorkerMessageSchema, text);
-    if (!parsed.ok) {
-      this.deps.logger.warn({ worker_id: s.workerId, message: parsed.invalid.message }, 'bad worker message');
-      // A poison message is placed in the worker's sequence only once hello named its boot.
-      const replies = repliesToInvalid(parsed.invalid, {
-        acceptsPoison: s.bootId !== null,
-        recordPoison: (ref) =>
-          this.deps.store.workers.raiseMark(s.workerId, ref.boot_id, ref.seq, this.deps.clock.now()),
-      });
-      for (const r of replies) this.reply(s, r);
-      return;
-    }
-    const msg = parsed.message;
     try {
-      this.dispatch(s, msg);
+      if (parsed.ok) this.dispatch(s, parsed.message);
+      else this.refuseInvalid(s, parsed.invalid);
     } catch (err) {
-      this.deps.logger.error({ err, worker_id: s.workerId, type: msg.type }, 'worker message failed');
+      const type = parsed.ok ? parsed.message.type : parsed.invalid.type;
+      this.deps.logger.error({ err, worker_id: s.workerId, type }, 'worker message failed');
       this.reply(s, {
         type: 'error',
         code: 'INTERNAL',
@@ -173,6 +170,17 @@ export class WorkerHub implements WorkerLink {
       s.dead = true;
       s.ws.terminate();
     }
+  }
+
+  /** Answers a message that does not parse; a poison one is placed in the sequence only after hello. */
+  private refuseInvalid(s: Session, bad: InvalidMessage): void {
+    this.deps.logger.warn({ worker_id: s.workerId, message: bad.message }, 'bad worker message');
+    const replies = repliesToInvalid(bad, {
+      acceptsPoison: s.bootId !== null,
+      recordPoison: (ref) =>
+        this.deps.store.workers.raiseMark(s.workerId, ref.boot_id, ref.seq, this.deps.clock.now()),
+    });
+    for (const r of replies) this.reply(s, r);
   }
 
   /** Closes sessions whose worker token was revoked since they opened (called by the sweeper). */
