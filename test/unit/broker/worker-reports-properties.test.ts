@@ -14,7 +14,8 @@ import { validSpec } from '../../support/spec.js';
 
 /**
  * Whatever a worker reports, in whatever order — legal phases, illegal jumps, stale epochs, hellos that
- * list any subset of its executions in any phase, silences long enough for the sweeper — the master's
+ * list any subset of its executions in any phase, silences long enough for the sweeper, an operator's
+ * reconcile at any moment — the master's
  * records keep two invariants. Real SQLite (in memory), the real use cases the hub calls
  * (handleExecutionReport with the hub's refusal savepoint, acceptHello, recordSample), the real
  * scheduler and sweeper; only the socket is left out.
@@ -58,6 +59,7 @@ type Step =
       phases: Array<(typeof PHASES)[number]>;
     }
   | { kind: 'sample'; held: number[] }
+  | { kind: 'reconcile'; pick: number; resolution: 'COMPLETED' | 'FAILED' | 'CANCELLED' }
   | { kind: 'silence'; seconds: number };
 
 const stepArb: fc.Arbitrary<Step> = fc.oneof(
@@ -99,6 +101,14 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
     arbitrary: fc.record({
       kind: fc.constant('silence' as const),
       seconds: fc.integer({ min: 1, max: 400 }),
+    }),
+  },
+  {
+    weight: 2,
+    arbitrary: fc.record({
+      kind: fc.constant('reconcile' as const),
+      pick: fc.nat({ max: 7 }),
+      resolution: fc.constantFrom('COMPLETED' as const, 'FAILED' as const, 'CANCELLED' as const),
     }),
   },
 );
@@ -179,11 +189,40 @@ function honestNext(phase: string, fail: boolean): (typeof PHASES)[number] | nul
   }
 }
 
-/** Applies one step the way the hub would. */
-function apply(f: BrokerFixture, clock: ManualClock, scheduler: Scheduler, step: Step, boot: { n: number }) {
+/** Applies one step the way the hub would (or, for `reconcile`, an operator through the dispatcher). */
+async function apply(
+  f: BrokerFixture,
+  clock: ManualClock,
+  scheduler: Scheduler,
+  step: Step,
+  boot: { n: number },
+): Promise<void> {
   const { deps } = f;
   const now = clock.now();
   switch (step.kind) {
+    case 'reconcile': {
+      // Mostly what an operator would reconcile: an undecided task, or an ended one still holding cards.
+      const all = executions(f);
+      const open = all.filter((x) => {
+        const t = deps.store.tasks.get(x.task_id);
+        const l = deps.store.leases.lease(x.lease_id);
+        return t?.state === 'RECONCILIATION_REQUIRED' || l?.state === 'QUARANTINED';
+      });
+      const pool = open.length > 0 && step.pick % 4 !== 0 ? open : all;
+      const e = pool[step.pick % Math.max(1, pool.length)];
+      if (!e) return;
+      try {
+        await f.invoke(f.principal(`op-${key()}`, ['operator']), 'reconcile_task', {
+          task_id: e.task_id,
+          resolution: step.resolution,
+          reason: 'property test',
+          idempotency_key: key(),
+        });
+      } catch (err) {
+        if (!(err instanceof BrokerError)) throw err; // not reconcilable from where it is
+      }
+      return;
+    }
     case 'pass':
       scheduler.runPass();
       return;
@@ -314,7 +353,7 @@ describe('worker reports against the master records (fast-check, real SQLite)', 
     await fc.assert(
       fc.asyncProperty(
         fc.array(fc.integer({ min: 1, max: 2 }), { minLength: 2, maxLength: 4 }),
-        fc.array(stepArb, { minLength: 1, maxLength: 40 }),
+        fc.array(stepArb, { minLength: 10, maxLength: 40, size: 'max' }),
         async (counts, steps) => {
           const { f, clock } = await cluster(counts);
           try {
@@ -322,7 +361,7 @@ describe('worker reports against the master records (fast-check, real SQLite)', 
             scheduler.runPass();
             const boot = { n: 0 };
             for (const step of steps) {
-              apply(f, clock, scheduler, step, boot);
+              await apply(f, clock, scheduler, step, boot);
               expect(violations(f), JSON.stringify(step)).toEqual([]);
             }
           } finally {
@@ -330,7 +369,7 @@ describe('worker reports against the master records (fast-check, real SQLite)', 
           }
         },
       ),
-      { numRuns: 60 },
+      { numRuns: 50 },
     );
   });
 });
