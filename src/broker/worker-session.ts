@@ -90,7 +90,7 @@ export function acceptHello(deps: BrokerDeps, workerId: string, msg: Hello, now:
       unfinished: unfinished.map((e) => ({
         execution_id: e.id,
         phase: e.phase,
-        assign_pending: e.phase === 'assigned' && store.outbox.hasPendingAssign(workerId, e.id),
+        pending_assign: e.phase === 'assigned' ? (store.outbox.pendingAssign(workerId, e.id) ?? null) : null,
       })),
       master_marks: msg.master_marks,
       card_epochs: msg.card_epochs,

@@ -15,8 +15,9 @@ import type { ExecutionPhase } from './execution.js';
  *                       that card must be above it, even if this master never issued it (a restored
  *                       database; issue 10, row 2);
  *   mark_lost           the master holds the execution unfinished on this worker, hello listed every
- *                       execution the worker knows, and it is not among them, and no assign for it is
- *                       still in the outbox: its fate is unknown (task RECONCILIATION_REQUIRED, lease
+ *                       execution the worker knows, and it is not among them, and its assign is not on
+ *                       its way (acknowledged, or at or below the worker's `master_marks`, which the
+ *                       same hello acknowledges): its fate is unknown (task RECONCILIATION_REQUIRED, lease
  *                       QUARANTINED). Leaving it running would hold its cards for ever, since an online
  *                       worker is never swept;
  *   query               the same, but hello's list was cut at HELLO_MAX_EXECUTIONS: ask the worker;
@@ -39,11 +40,14 @@ export interface HelloSnapshot {
   }>;
   /** Whether hello's list is complete (shorter than HELLO_MAX_EXECUTIONS). */
   readonly listed_all: boolean;
-  /** The master's unfinished executions on this worker, and whether an assign for each is unsent. */
+  /**
+   * The master's unfinished executions on this worker, each with where its `assign` sits in the
+   * master's sequence while the outbox still holds it unacknowledged (null otherwise).
+   */
   readonly unfinished: ReadonlyArray<{
     readonly execution_id: string;
     readonly phase: ExecutionPhase;
-    readonly assign_pending: boolean;
+    readonly pending_assign: { readonly boot_id: string; readonly seq: number } | null;
   }>;
   /** hello.master_marks. */
   readonly master_marks: ReadonlyArray<{ readonly boot_id: string; readonly seq: number }>;
@@ -66,9 +70,14 @@ export function reconcileHello(snapshot: HelloSnapshot): ReconcileAction[] {
     actions.push({ kind: 'ack_outbox_through', boot_id: m.boot_id, seq: m.seq });
   for (const c of snapshot.card_epochs) actions.push({ kind: 'raise_epoch', index: c.index, epoch: c.epoch });
   const known = new Set(snapshot.reported.map((e) => e.execution_id));
+  const marks = new Map<string, number>();
+  for (const m of snapshot.master_marks) marks.set(m.boot_id, Math.max(m.seq, marks.get(m.boot_id) ?? 0));
   for (const e of snapshot.unfinished) {
     if (known.has(e.execution_id)) continue;
-    if (e.phase === 'assigned' && e.assign_pending) continue; // on its way
+    // On its way: its assign is unacknowledged, and the worker's marks do not say it processed it.
+    const pending = e.pending_assign;
+    if (e.phase === 'assigned' && pending !== null && pending.seq > (marks.get(pending.boot_id) ?? 0))
+      continue;
     actions.push(
       snapshot.listed_all
         ? {

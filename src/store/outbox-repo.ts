@@ -37,8 +37,8 @@ export class OutboxRepo {
       ackThrough: db.prepare(
         'UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND boot_id = ? AND seq <= ? AND acked_at IS NULL',
       ),
-      pendingAssign: db.prepare<[string, string], { id: number }>(
-        `SELECT id FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL
+      pendingAssign: db.prepare<[string, string], { boot_id: string; seq: number }>(
+        `SELECT boot_id, seq FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL
            AND json_extract(body, '$.type') = 'assign' AND json_extract(body, '$.plan.execution_id') = ? LIMIT 1`,
       ),
       withdrawAssign: db.prepare(
@@ -78,8 +78,9 @@ export class OutboxRepo {
   }
 
   /** Whether an `assign` of this execution still waits for the worker's acknowledgement. */
-  hasPendingAssign(workerId: string, executionId: string): boolean {
-    return this.s.pendingAssign.get(workerId, executionId) !== undefined;
+  /** Where an execution's unacknowledged `assign` sits in the master's sequence, if one is unacknowledged. */
+  pendingAssign(workerId: string, executionId: string): { boot_id: string; seq: number } | undefined {
+    return this.s.pendingAssign.get(workerId, executionId);
   }
 
   /**

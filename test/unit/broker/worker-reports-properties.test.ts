@@ -2,15 +2,13 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { handleExecutionReport } from '../../../src/broker/executions.js';
 import { sweepExecutions } from '../../../src/broker/liveness.js';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
 import { Scheduler } from '../../../src/broker/scheduler.js';
 import { acceptHello, recordSample } from '../../../src/broker/worker-session.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
-import type { CardSample } from '../../../src/contracts/sample.js';
 import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
-import { ManualClock } from '../../../src/platform/clock.js';
-import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
-import { validSpec } from '../../support/spec.js';
+import type { ManualClock } from '../../../src/platform/clock.js';
+import type { BrokerFixture } from '../../support/deps.js';
+import { CARDS, enrolledCluster, samples, WORKER } from '../../support/enrolled-cluster.js';
 
 /**
  * Whatever a worker reports, in whatever order — legal phases, illegal jumps, stale epochs, hellos that
@@ -27,26 +25,9 @@ import { validSpec } from '../../support/spec.js';
  *      are all live leases.
  */
 
-const WORKER = 'w1';
-const CARDS = 4;
 const LIVE_TASK = new Set(['ASSIGNED', 'RUNNING', 'FINALIZING', 'RECONCILIATION_REQUIRED']);
 const LIVE_LEASE = new Set(['ACTIVE', 'RELEASING', 'QUARANTINED']);
 const PHASES = ['accepted', 'rejected', 'started', 'exited', 'cleaned', 'cleanup_failed'] as const;
-
-const samples: CardSample[] = Array.from({ length: CARDS }, (_, index) => ({
-  index,
-  uuid: `SIM-${index}`,
-  model: 'Simulated GPU',
-  memory_used_mib: 0,
-  memory_total_mib: 81920,
-  utilization_pct: 0,
-  temperature_c: 30,
-  power_w: 50,
-  health: 'ok' as const,
-  health_reasons: [],
-  processes: [],
-  simulated: true,
-}));
 
 /** One thing that happens to the master; `pick` chooses among the executions that exist by then. */
 type Step =
@@ -57,6 +38,8 @@ type Step =
       kind: 'hello';
       listed: boolean[];
       phases: Array<(typeof PHASES)[number]>;
+      /** Whether it says it processed everything the master sent (master_marks). */
+      caughtUp: boolean;
     }
   | { kind: 'sample'; held: number[] }
   | { kind: 'reconcile'; pick: number; resolution: 'COMPLETED' | 'FAILED' | 'CANCELLED' }
@@ -87,6 +70,7 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
       kind: fc.constant('hello' as const),
       listed: fc.array(fc.boolean(), { minLength: 8, maxLength: 8 }),
       phases: fc.array(fc.constantFrom(...PHASES), { minLength: 8, maxLength: 8 }),
+      caughtUp: fc.boolean(),
     }),
   },
   {
@@ -116,59 +100,21 @@ const stepArb: fc.Arbitrary<Step> = fc.oneof(
 let keys = 0;
 const key = () => `prop-${++keys}`;
 
-/** A fixture with one enrolled worker and `counts.length` approved tasks of those card counts. */
-async function cluster(counts: number[]): Promise<{ f: BrokerFixture; clock: ManualClock }> {
-  const clock = new ManualClock();
-  const f = makeBrokerDeps({ clock });
-  const alice = f.principal('alice', ['submitter']);
-  const rita = f.principal('rita', ['reviewer']);
-  f.deps.store.workers.upsertOnHello(
-    {
-      id: WORKER,
-      hostname: 'host',
-      provider: 'sim',
-      version: '0',
-      boot_id: 'boot-0',
-      isolation: 'bwrap',
-      container_engine: null,
-      cards: samples.map((s) => ({
-        index: s.index,
-        uuid: s.uuid,
-        model: s.model,
-        memory_total_mib: 81920,
-        simulated: true,
-      })),
-    },
-    clock.now(),
-  );
-  f.deps.cluster.fleet.connected(WORKER, 'boot-0', samples, clock.now());
-  for (const count of counts) {
-    const r = (await f.invoke(alice, 'create_proposal', {
-      spec: validSpec({ cards: { count }, outputs: [] }),
-      idempotency_key: key(),
-    })) as RevisionResult;
-    await f.invoke(alice, 'confirm_revision', {
-      proposal_id: r.proposal_id,
-      revision_id: r.revision_id,
-      idempotency_key: key(),
-    });
-    await f.invoke(rita, 'submit_review', {
-      proposal_id: r.proposal_id,
-      revision_id: r.revision_id,
-      decision: 'APPROVE',
-      comments: 'ok',
-      idempotency_key: key(),
-    });
-  }
-  return { f, clock };
-}
-
 /** Every execution the master ever created, oldest first (the ids sort by time). */
 function executions(f: BrokerFixture) {
   const rows = f.deps.store.db.prepare('SELECT id FROM executions ORDER BY id').all() as Array<{
     id: string;
   }>;
   return rows.map((r) => f.deps.store.leases.execution(r.id)!);
+}
+
+/** The highest seq the master sent in its boot, as a worker that processed everything reports it. */
+function sentMarks(f: BrokerFixture): Array<{ boot_id: string; seq: number }> {
+  const bootId = f.deps.cluster.link.bootId;
+  const row = f.deps.store.db
+    .prepare('SELECT max(seq) AS seq FROM master_outbox WHERE boot_id = ?')
+    .get(bootId) as { seq: number | null };
+  return row.seq === null ? [] : [{ boot_id: bootId, seq: row.seq }];
 }
 
 /** The report an honest worker sends next for an execution at `phase` (a failing one at times). */
@@ -283,7 +229,7 @@ async function apply(
           provider: 'sim',
           cards: samples,
           executions: listed,
-          master_marks: [],
+          master_marks: step.caughtUp ? sentMarks(f) : [],
           card_epochs: [],
           isolation: 'bwrap',
           container_engine: null,
@@ -355,7 +301,7 @@ describe('worker reports against the master records (fast-check, real SQLite)', 
         fc.array(fc.integer({ min: 1, max: 2 }), { minLength: 2, maxLength: 4 }),
         fc.array(stepArb, { minLength: 10, maxLength: 40, size: 'max' }),
         async (counts, steps) => {
-          const { f, clock } = await cluster(counts);
+          const { f, clock } = await enrolledCluster(counts);
           try {
             const scheduler = new Scheduler(f.deps, f.deps.cluster.fleet, f.deps.cluster.link);
             scheduler.runPass();

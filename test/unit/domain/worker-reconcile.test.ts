@@ -15,7 +15,10 @@ const snapshotArb: fc.Arbitrary<HelloSnapshot> = fc
     masterMask: fc.array(fc.boolean(), { minLength: 12, maxLength: 12 }),
     phases: fc.array(fc.constantFrom(...REPORTED), { minLength: 12, maxLength: 12 }),
     masterPhases: fc.array(fc.constantFrom(...UNFINISHED), { minLength: 12, maxLength: 12 }),
-    pending: fc.array(fc.boolean(), { minLength: 12, maxLength: 12 }),
+    pending: fc.array(
+      fc.option(fc.record({ boot_id: fc.constantFrom('m1', 'm2'), seq: fc.integer({ min: 1, max: 50 }) })),
+      { minLength: 12, maxLength: 12 },
+    ),
     cards: fc.array(fc.uniqueArray(fc.integer({ min: 0, max: 7 }), { minLength: 1, maxLength: 3 }), {
       minLength: 12,
       maxLength: 12,
@@ -39,7 +42,7 @@ const snapshotArb: fc.Arbitrary<HelloSnapshot> = fc
       .map(({ id, i }) => ({
         execution_id: `ex${id}`,
         phase: g.masterPhases[i]!,
-        assign_pending: g.pending[i]!,
+        pending_assign: g.pending[i] ?? null,
       })),
     listed_all: g.listed_all,
     master_marks: g.master_marks,
@@ -62,9 +65,11 @@ describe('reconcileHello', () => {
       fc.property(snapshotArb, (snap) => {
         const listed = new Set(snap.reported.map((e) => e.execution_id));
         const decided = reconcileHello(snap).filter((a) => a.kind === 'mark_lost' || a.kind === 'query');
-        const expected = snap.unfinished.filter(
-          (e) => !listed.has(e.execution_id) && !(e.phase === 'assigned' && e.assign_pending),
-        );
+        const processed = (a: { boot_id: string; seq: number }) =>
+          snap.master_marks.some((m) => m.boot_id === a.boot_id && m.seq >= a.seq);
+        const onItsWay = (e: HelloSnapshot['unfinished'][number]) =>
+          e.phase === 'assigned' && e.pending_assign !== null && !processed(e.pending_assign);
+        const expected = snap.unfinished.filter((e) => !listed.has(e.execution_id) && !onItsWay(e));
         expect(decided.map((a) => a.execution_id).sort()).toEqual(expected.map((e) => e.execution_id).sort());
         for (const a of decided) expect(a.kind).toBe(snap.listed_all ? 'mark_lost' : 'query');
       }),
@@ -101,18 +106,25 @@ describe('reconcileHello', () => {
     );
   });
 
-  it('leaves alone an assign that is still on its way', () => {
+  it('leaves alone an assign that is still on its way, not one the same hello says was processed', () => {
     const actions = reconcileHello({
       reported: [],
       listed_all: true,
       unfinished: [
-        { execution_id: 'ex_on_its_way', phase: 'assigned', assign_pending: true },
-        { execution_id: 'ex_forgotten', phase: 'started', assign_pending: false },
+        { execution_id: 'ex_on_its_way', phase: 'assigned', pending_assign: { boot_id: 'm1', seq: 8 } },
+        { execution_id: 'ex_processed', phase: 'assigned', pending_assign: { boot_id: 'm1', seq: 7 } },
+        { execution_id: 'ex_forgotten', phase: 'started', pending_assign: null },
       ],
-      master_marks: [],
+      master_marks: [{ boot_id: 'm1', seq: 7 }],
       card_epochs: [],
     });
     expect(actions).toEqual([
+      { kind: 'ack_outbox_through', boot_id: 'm1', seq: 7 },
+      {
+        kind: 'mark_lost',
+        execution_id: 'ex_processed',
+        reason: 'execution ex_processed is not known to the worker',
+      },
       {
         kind: 'mark_lost',
         execution_id: 'ex_forgotten',
