@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
-import type { WorkerMessage } from '../src/contracts/worker-protocol.js';
-import { PROTOCOL_VERSION } from '../src/contracts/worker-protocol.js';
+import { sequenced } from '../src/contracts/sequencing.js';
+import type { WorkerMessage, WorkerSequencedBody } from '../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { LocalStore, OutboxEntry } from './local-store.js';
 
@@ -21,10 +21,9 @@ import type { LocalStore, OutboxEntry } from './local-store.js';
  */
 
 type SequencedMessage = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>;
-type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /** A sequenced message before the outbox gives it its protocol version, boot id and seq. */
-export type OutgoingBody = DistributiveOmit<SequencedMessage, 'protocol_version' | 'boot_id' | 'seq'>;
+export type OutgoingBody = WorkerSequencedBody;
 
 /** Where the pump writes: the connection, or whatever a test puts in its place. */
 export interface OutboxTransport {
@@ -125,7 +124,7 @@ export class OutboxSender {
   }
 
   private stamp(body: OutgoingBody, seq: number): SequencedMessage {
-    return { ...body, protocol_version: PROTOCOL_VERSION, boot_id: this.bootId, seq } as SequencedMessage;
+    return sequenced(body, this.bootId, seq) as SequencedMessage;
   }
 
   /**

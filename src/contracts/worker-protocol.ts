@@ -349,3 +349,18 @@ export const MasterMessageSchema = z.discriminatedUnion('type', [
 ]);
 /** A message from the master. */
 export type MasterMessage = z.infer<typeof MasterMessageSchema>;
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+type SequenceFields = 'protocol_version' | 'boot_id' | 'seq';
+
+/** A sequenced master message (assign, cancel, query) before the outbox stamps its place in the sequence. */
+export type MasterSequencedBody = DistributiveOmit<
+  Extract<MasterMessage, { type: 'assign' | 'cancel' | 'query' }>,
+  SequenceFields
+>;
+
+/** A sequenced worker message (sample, execution, log, output, probe) before the outbox stamps it. */
+export type WorkerSequencedBody = DistributiveOmit<
+  Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>,
+  SequenceFields
+>;

@@ -36,3 +36,19 @@ export function describeStorageError(err: unknown): string {
   const message = err instanceof Error ? err.message : String(err);
   return `${code}: ${message}`.slice(0, 300);
 }
+
+/**
+ * `err` as the UNAVAILABLE the store cannot take a write with, or null for any other error. A raw
+ * SQLITE_FULL from a write outside a transaction (which would have reported it itself) is reported to
+ * the store's failure hook here, so the storage guard flips all the same.
+ */
+export function asStorageUnavailable(
+  err: unknown,
+  store?: { onWriteFailure(detail: string): void },
+): BrokerError | null {
+  if (err instanceof BrokerError) return err.code === 'UNAVAILABLE' ? err : null;
+  if (!isStorageWriteError(err)) return null;
+  const detail = describeStorageError(err);
+  store?.onWriteFailure(detail);
+  return storageUnavailable(detail);
+}

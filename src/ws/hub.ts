@@ -6,32 +6,44 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/executions.js';
 import type { Fleet } from '../broker/fleet.js';
 import { CARDS_TOPIC } from '../broker/leases.js';
-import { markExecutionLost } from '../broker/liveness.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
-import { enqueueForWorker, type WorkerLink } from '../broker/worker-link.js';
+import type { WorkerLink } from '../broker/worker-link.js';
+import { acceptHello, recordProbe, recordSample, storeHello } from '../broker/worker-session.js';
 import { BrokerError } from '../contracts/errors.js';
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../contracts/json-depth.js';
-import type { CardSample } from '../contracts/sample.js';
 import {
-  HELLO_MAX_EXECUTIONS,
+  type InvalidMessage,
+  parseMessage,
+  receiveSequenced,
+  repliesToInvalid,
+  type SequenceRef,
+} from '../contracts/sequencing.js';
+import {
   MAX_MESSAGE_BYTES,
+  type MasterMessage,
   PROTOCOL_VERSION,
   WORKER_ID_RULE,
   WorkerIdSchema,
   type WorkerMessage,
   WorkerMessageSchema,
 } from '../contracts/worker-protocol.js';
-import { sampleDefect } from '../domain/sample-check.js';
 import { WORKER_CONNECT_PATH } from '../http/app.js';
-import { describeStorageError, isStorageWriteError, storageUnavailable } from '../store/storage-errors.js';
+import { asStorageUnavailable } from '../store/storage-errors.js';
+
+type SequencedWorkerMessage = Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>;
+type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
 
 /**
- * The worker hub (DESIGN §8): one WSS session per worker on the master's port. It authenticates the
- * upgrade with a worker token bound to one worker id, sequences and de-duplicates messages, applies each
- * through a broker use case in one transaction together with the raised high-water mark, acknowledges,
- * and flushes the durable outbox. A newer session for the same worker replaces the older one
- * (deterministic: newest wins, the old socket is closed with 4000). Nothing a worker sends can crash
- * the master: a bad message gets an `error` reply and is logged.
+ * The worker hub (DESIGN §8; docs/architecture.md "The hub and the reconcile use case"): one WSS session
+ * per worker on the master's port. An edge: it authenticates the upgrade with a worker token bound to
+ * one worker id, parses frames and applies the sequencing rules (src/contracts/sequencing.ts: poison,
+ * de-duplication with the mark raised in the effect's transaction, refusals, failures), hands each
+ * message to its broker use case (hello → acceptHello, sample/probe → worker-session.ts, execution / log
+ * / output → executions.ts), sends the replies, and flushes the durable outbox. A newer session for the
+ * same worker replaces the older one (deterministic: newest wins, the old socket is closed with 4000).
+ * Nothing a worker sends can crash the master: a bad message gets an `error` reply and is logged.
+ * While the store cannot write (out of disk space; issue 10, row 4, ADR 0016) a message is neither
+ * applied nor acknowledged: `error UNAVAILABLE`, close 4003, the worker resends it later; a hello is
+ * welcomed anyway and stored before anything else from its session.
  */
 
 interface Session {
@@ -46,14 +58,12 @@ interface Session {
   /** Set once processing failed unexpectedly: the socket is being torn down and nothing more is read. */
   dead: boolean;
   /**
-   * A hello whose writes (worker row, epochs, acks, audit) the store could not take (out of space): the
+   * A hello whose writes (worker row, reconcile, audit) the store could not take (out of space): the
    * session was welcomed anyway, so the worker stays online and its tasks are not taken for lost, and
    * the writes are applied before anything else from this session, or when storage recovers.
    */
   pendingHello: HelloMessage | null;
 }
-
-type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
 
 /** Close codes the hub uses. */
 export const CLOSE_REPLACED = 4000;
@@ -164,56 +174,25 @@ export class WorkerHub implements WorkerLink {
     ws.on('error', (err) => this.deps.logger.warn({ err, worker_id: workerId }, 'worker socket error'));
   }
 
-  private reply(s: Session, body: Record<string, unknown>): void {
+  private reply(s: Session, body: MasterMessage): void {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(body));
   }
 
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
-    let msg: WorkerMessage;
-    let raw: unknown;
+    const parsed = parseMessage(WorkerMessageSchema, text);
     try {
-      if (text === null)
-        throw new BrokerError(
-          'INVALID_INPUT',
-          'binary frames are not part of the protocol',
-          'Send JSON text.',
-        );
-      raw = JSON.parse(text);
-      if (jsonDepthExceeds(raw))
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `message nested more than ${MAX_JSON_DEPTH} levels deep`,
-          'See docs/worker-protocol.md.',
-        );
-      const parsed = WorkerMessageSchema.safeParse(raw);
-      if (!parsed.success)
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `invalid message: ${parsed.error.issues
-            .slice(0, 3)
-            .map((i) => `${i.path.join('.')}: ${i.message}`)
-            .join('; ')}`,
-          'See docs/worker-protocol.md.',
-        );
-      msg = parsed.data;
+      if (parsed.ok) this.dispatch(s, parsed.message);
+      else this.refuseInvalid(s, text, parsed.invalid);
     } catch (err) {
-      const message =
-        err instanceof BrokerError ? err.message : `unparsable message: ${(err as Error).message}`;
-      this.deps.logger.warn({ worker_id: s.workerId, message }, 'bad worker message');
-      if (this.refuseBadWorkerId(s, raw)) return;
-      this.refuseInvalid(s, raw, message);
-      return;
-    }
-    try {
-      this.dispatch(s, msg);
-    } catch (err) {
-      const unavailable = asUnavailable(err, this.deps.store);
+      const unavailable = asStorageUnavailable(err, this.deps.store);
       if (unavailable) {
-        this.storageRefused(s, unavailable, 'seq' in msg ? msg.seq : undefined);
+        const ref = parsed.ok ? sequenceRefOf(parsed.message) : parsed.invalid.poison;
+        this.storageRefused(s, unavailable, ref?.seq);
         return;
       }
-      this.deps.logger.error({ err, worker_id: s.workerId, type: msg.type }, 'worker message failed');
+      const type = parsed.ok ? parsed.message.type : parsed.invalid.type;
+      this.deps.logger.error({ err, worker_id: s.workerId, type }, 'worker message failed');
       this.reply(s, {
         type: 'error',
         code: 'INTERNAL',
@@ -227,10 +206,10 @@ export class WorkerHub implements WorkerLink {
   }
 
   /**
-   * The store cannot take a message now (issue 10, row 4): it was neither applied nor acknowledged, so
-   * it stays in the worker's outbox. Like an unexpected failure, nothing after it may be processed on
-   * this session (the mark must not pass it), so the session is closed — with 4003, on which the worker
-   * waits longer before it redials and resends (worker/connection.ts), instead of a tight loop.
+   * The store cannot take a message now (issue 10, row 4): it was neither applied nor acknowledged (the
+   * sequencing module's rule 5: the mark rolled back with the effect), so it stays in the worker's
+   * outbox. Nothing after it may be processed on this session, so the session is closed — with 4003, on
+   * which the worker waits longer before it redials and resends (worker/connection.ts).
    */
   private storageRefused(s: Session, err: BrokerError, seq: number | undefined): void {
     this.deps.logger.warn(
@@ -257,17 +236,18 @@ export class WorkerHub implements WorkerLink {
       try {
         this.applyPendingHello(s);
       } catch (err) {
-        const unavailable = asUnavailable(err, this.deps.store);
+        const unavailable = asStorageUnavailable(err, this.deps.store);
         if (!unavailable) throw err;
         this.storageRefused(s, unavailable, undefined);
       }
     }
   }
 
+  /** Stores the session's pending hello, if any (throws UNAVAILABLE while the store still refuses). */
   private applyPendingHello(s: Session): void {
     const hello = s.pendingHello;
     if (hello === null) return;
-    this.storeHello(s, hello, this.deps.clock.now());
+    storeHello(this.deps, s.workerId, hello, this.deps.clock.now());
     s.pendingHello = null;
     this.deps.logger.info({ worker_id: s.workerId }, 'worker hello stored after the store recovered');
     this.flush(s.workerId);
@@ -275,53 +255,36 @@ export class WorkerHub implements WorkerLink {
   }
 
   /**
-   * Answers a message that does not parse. A sequenced one (it names a boot id and seq) is also marked
-   * processed and acknowledged: it can never parse, so resending it on every reconnect would help nobody.
+   * Answers a message that does not parse; a poison one is placed in the sequence only after hello
+   * (recording it may fail for storage: then it is refused UNAVAILABLE by onMessage, not acknowledged).
    */
-  private refuseInvalid(s: Session, raw: unknown, message: string): void {
-    const fields = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
-    const seq = fields['seq'];
-    const bootId = fields['boot_id'];
-    const sequenced =
-      s.bootId !== null &&
-      Number.isInteger(seq) &&
-      (seq as number) >= 1 &&
-      typeof bootId === 'string' &&
-      bootId.length > 0 &&
-      bootId.length <= 128;
-    this.reply(s, {
-      type: 'error',
-      code: 'INVALID_MESSAGE',
-      message,
-      ...(sequenced ? { ref_seq: seq } : {}),
+  private refuseInvalid(s: Session, text: string | null, bad: InvalidMessage): void {
+    this.deps.logger.warn({ worker_id: s.workerId, message: bad.message }, 'bad worker message');
+    if (bad.type === 'hello' && this.refuseBadWorkerId(s, text)) return;
+    const replies = repliesToInvalid(bad, {
+      acceptsPoison: s.bootId !== null,
+      recordPoison: (ref) =>
+        this.deps.store.workers.raiseMark(s.workerId, ref.boot_id, ref.seq, this.deps.clock.now()),
     });
-    if (!sequenced) return;
-    try {
-      this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
-    } catch (err) {
-      // Out of space: not acknowledged (it is refused again after the redial). Anything else is a bug,
-      // answered like one, never thrown out of the socket's message handler.
-      const unavailable = asUnavailable(err, this.deps.store);
-      if (unavailable) this.storageRefused(s, unavailable, seq as number);
-      else {
-        this.deps.logger.error({ err, worker_id: s.workerId }, 'worker message failed');
-        s.dead = true;
-        s.ws.terminate();
-      }
-      return;
-    }
-    this.reply(s, { type: 'ack', boot_id: bootId, seq });
+    for (const r of replies) this.reply(s, r);
   }
 
   /**
    * A hello whose worker_id breaks the worker id rule (issue 10, row 7) can never open a session: it is
    * answered with `INVALID_WORKER_ID` naming the rule, not a generic INVALID_MESSAGE, and the socket is
-   * closed (4002). Returns whether it was one.
+   * closed (4002). Returns whether it was one. (The frame parsed as JSON already: that is how its type
+   * is known.)
    */
-  private refuseBadWorkerId(s: Session, raw: unknown): boolean {
+  private refuseBadWorkerId(s: Session, text: string | null): boolean {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text ?? '');
+    } catch {
+      return false;
+    }
     if (typeof raw !== 'object' || raw === null) return false;
-    const { type, worker_id: id } = raw as Record<string, unknown>;
-    if (type !== 'hello' || WorkerIdSchema.safeParse(id).success) return false;
+    const id = (raw as Record<string, unknown>)['worker_id'];
+    if (WorkerIdSchema.safeParse(id).success) return false;
     const shown =
       typeof id === 'string' ? JSON.stringify(id.length > 140 ? `${id.slice(0, 140)}…` : id) : 'missing';
     this.reply(s, {
@@ -374,98 +337,65 @@ export class WorkerHub implements WorkerLink {
     }
   }
 
-  /** Applies one sequenced message exactly once: mark and effect commit together, then ack. */
-  private sequenced(
-    s: Session,
-    msg: Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>,
-    now: number,
-  ): void {
+  /**
+   * Applies one sequenced message at most once (src/contracts/sequencing.ts): the raised mark and the
+   * effect commit together, then error (if refused) and ack. A refusal (BrokerError) rolls back the
+   * effect but not the mark: the message is processed and not retried. `UNAVAILABLE` (the store cannot
+   * write) is not a refusal: it rolls back the mark too and escapes unacknowledged (rule 5), and
+   * onMessage answers it (storageRefused).
+   */
+  private sequenced(s: Session, msg: SequencedWorkerMessage, now: number): void {
     const { store } = this.deps;
     // What the hello could not store comes first: nothing may build on a worker row or epochs not stored.
     this.applyPendingHello(s);
-    // Logs and outputs are what fills a disk: refused below the free-space floor (not acknowledged).
-    if (msg.type === 'log' || msg.type === 'output')
-      this.deps.storage?.assertAcceptsGrowth(`worker ${msg.type} message`);
-    let refused: BrokerError | null = null;
     let sampleChanged = false;
-    store.transaction(() => {
-      if (msg.seq <= store.workers.mark(s.workerId, msg.boot_id)) return; // duplicate: ack again, do nothing
-      store.workers.raiseMark(s.workerId, msg.boot_id, msg.seq, now);
-      try {
-        store.transaction(() => {
-          switch (msg.type) {
-            case 'sample':
-              sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now, msg.held_cards);
-              break;
-            case 'execution':
-              // An illegal report is refused without rolling back what the refusal changed.
-              refused = handleExecutionReport(this.deps, s.workerId, msg);
-              break;
-            case 'log':
-              handleLogChunk(this.deps, s.workerId, msg);
-              break;
-            case 'output':
-              handleOutputUpload(this.deps, s.workerId, msg);
-              break;
-            case 'probe':
-              store.workers.setProbe(s.workerId, {
-                python: msg.python,
-                torch_version: msg.torch_version,
-                backend: msg.backend,
-                error: msg.error,
-                probed_at: now,
-              });
-              this.deps.logger.info(
-                { worker_id: s.workerId, python: msg.python, torch: msg.torch_version, backend: msg.backend },
-                msg.torch_version === null
-                  ? `worker ${s.workerId}: ${msg.python} cannot import torch (${msg.error ?? 'no reason given'})`
-                  : `worker ${s.workerId}: ${msg.python} has torch ${msg.torch_version} (${msg.backend ?? 'no backend'})`,
-              );
-              break;
-          }
-        });
-      } catch (err) {
-        if (!(err instanceof BrokerError)) throw err;
-        // Out of space is not a refusal of the message: roll back (the mark too), do not acknowledge.
-        if (err.code === 'UNAVAILABLE') throw err;
-        refused = err; // a refused message is processed: it is acknowledged and not retried
-      }
+    const received = receiveSequenced<BrokerError>(msg, {
+      transaction: (fn) => store.transaction(fn),
+      marks: {
+        raiseAbove: (bootId, seq) => {
+          if (seq <= store.workers.mark(s.workerId, bootId)) return false;
+          store.workers.raiseMark(s.workerId, bootId, seq, now);
+          return true;
+        },
+      },
+      apply: () => {
+        try {
+          // An illegal execution report is refused without rolling back what the refusal changed.
+          return store.transaction(() => {
+            // Logs and outputs are what fills a disk: refused below the free-space floor.
+            if (msg.type === 'log' || msg.type === 'output')
+              this.deps.storage?.assertAcceptsGrowth(`worker ${msg.type} message`);
+            switch (msg.type) {
+              case 'sample':
+                sampleChanged = recordSample(this.deps, s.workerId, msg, now);
+                return null;
+              case 'execution':
+                return handleExecutionReport(this.deps, s.workerId, msg);
+              case 'log':
+                handleLogChunk(this.deps, s.workerId, msg);
+                return null;
+              case 'output':
+                handleOutputUpload(this.deps, s.workerId, msg);
+                return null;
+              case 'probe':
+                recordProbe(this.deps, s.workerId, msg, now);
+                return null;
+            }
+          });
+        } catch (err) {
+          // Out of space is not a refusal of the message: roll back (the mark too), do not acknowledge.
+          if (!(err instanceof BrokerError) || err.code === 'UNAVAILABLE') throw err;
+          return err;
+        }
+      },
     });
-    if (refused) {
-      const e = refused as BrokerError;
+    if (received.kind === 'applied' && received.refusal !== null)
       this.deps.logger.warn(
-        { worker_id: s.workerId, code: e.code, message: e.message },
+        { worker_id: s.workerId, code: received.refusal.code, message: received.refusal.message },
         'worker message refused',
       );
-      this.reply(s, { type: 'error', code: e.code, message: e.message, ref_seq: msg.seq });
-    }
-    this.reply(s, { type: 'ack', boot_id: msg.boot_id, seq: msg.seq });
+    for (const r of received.replies) this.reply(s, r);
     if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
-  }
-
-  private sample(
-    workerId: string,
-    cards: CardSample[],
-    reported: string | null,
-    now: number,
-    heldCards: number[],
-  ): boolean {
-    const samplerError = reported ?? sampleDefect(cards);
-    const changed = this.fleet.sampled(workerId, cards, samplerError, now, heldCards);
-    if (changed && samplerError === null) {
-      const known = this.deps.store.workers.get(workerId)?.cards ?? [];
-      const identity = cards.map((c) => ({
-        index: c.index,
-        uuid: c.uuid,
-        model: c.model,
-        memory_total_mib: c.memory_total_mib,
-        simulated: c.simulated,
-      }));
-      if (JSON.stringify(known) !== JSON.stringify(identity))
-        this.deps.store.workers.setCards(workerId, identity);
-    }
-    if (changed) this.deps.store.afterCommit(() => this.deps.notifier.notify(CARDS_TOPIC));
-    return changed;
   }
 
   private hello(s: Session, msg: HelloMessage, now: number): void {
@@ -487,124 +417,18 @@ export class WorkerHub implements WorkerLink {
       s.ws.close(CLOSE_PROTOCOL, 'worker id mismatch');
       return;
     }
-    const { store } = this.deps;
-    const defect = sampleDefect(msg.cards);
-    const helloCards = defect === null ? msg.cards : [];
-    try {
-      this.storeHello(s, msg, now);
-      s.pendingHello = null;
-    } catch (err) {
-      const unavailable = asUnavailable(err, this.deps.store);
-      if (!unavailable) throw err;
-      // Welcomed anyway: the worker stays online (its tasks are not taken for lost) and the scheduler
-      // grants nothing while the store refuses writes; the hello is stored before anything else.
-      this.deps.logger.warn(
-        { worker_id: s.workerId, message: unavailable.message },
-        'worker hello not stored (master storage unavailable); stored once the store takes writes',
-      );
-      s.pendingHello = msg;
-    }
+    // The outbox is flushed only once the session knows the boot (below), so that a query decided by
+    // the reconcile goes out after the welcome. A hello the store cannot take is welcomed anyway.
+    const { welcome, stored } = acceptHello(this.deps, s.workerId, msg, now);
+    s.pendingHello = stored ? null : msg;
     s.bootId = msg.boot_id;
-    // Cards its unfinished executions hold are busy, whether or not this master knows them.
-    const unfinished = msg.executions.filter(
-      (e) => !['rejected', 'cleaned', 'cleanup_failed'].includes(e.phase),
-    );
-    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now, [
-      ...new Set(unfinished.flatMap((e) => e.cards)),
-    ]);
-    if (defect !== null) {
-      this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
-      this.fleet.sampled(s.workerId, [], defect, now);
-    }
-    this.reply(s, {
-      type: 'welcome',
-      protocol_version: PROTOCOL_VERSION,
-      worker_id: s.workerId,
-      master_boot_id: this.bootId,
-      sample_interval_ms: this.deps.config.timing.sample_interval_ms,
-      worker_marks: store.workers.marks(s.workerId),
-      qualification_python: this.deps.config.qualification_python,
-    });
+    this.reply(s, welcome);
     this.flush(s.workerId);
-    this.deps.notifier.notify(CARDS_TOPIC);
     this.hooks.requestPass();
-  }
-
-  /** Everything hello writes, in one transaction; throws UNAVAILABLE when the store cannot take it. */
-  private storeHello(s: Session, msg: HelloMessage, now: number): void {
-    const { store } = this.deps;
-    // A card list naming one index or uuid twice is not trusted at all (see sampleDefect).
-    const identity = (sampleDefect(msg.cards) === null ? msg.cards : []).map((c) => ({
-      index: c.index,
-      uuid: c.uuid,
-      model: c.model,
-      memory_total_mib: c.memory_total_mib,
-      simulated: c.simulated,
-    }));
-    store.transaction(() => {
-      const prev = store.workers.get(s.workerId);
-      store.workers.upsertOnHello(
-        {
-          id: s.workerId,
-          hostname: msg.hostname,
-          provider: msg.provider,
-          version: msg.version,
-          boot_id: msg.boot_id,
-          cards: identity.length ? identity : (prev?.cards ?? []),
-          isolation: msg.isolation,
-          container_engine: msg.container_engine,
-          mounts: msg.mounts,
-        },
-        now,
-      );
-      for (const mark of msg.master_marks) store.outbox.ackThrough(s.workerId, mark.boot_id, mark.seq, now);
-      // A worker may have seen epochs this master never issued (a restored or rolled-back database):
-      // every later lease on those cards must be above them.
-      for (const c of msg.card_epochs) store.leases.raiseEpoch(s.workerId, c.index, c.epoch);
-      store.audit.append({
-        at: now,
-        actor: s.workerId,
-        action: 'worker.connected',
-        subject_type: 'worker',
-        subject_id: s.workerId,
-        data: {
-          boot_id: msg.boot_id,
-          hostname: msg.hostname,
-          provider: msg.provider,
-          cards: identity.length,
-          isolation: msg.isolation,
-          container_engine: msg.container_engine,
-        },
-      });
-      // Executions the master thinks are live here but the worker did not mention. An assign still in
-      // the outbox is on its way. Otherwise, when hello listed every execution the worker knows (fewer
-      // than the cap), the worker cannot account for it: its fate is unknown (DESIGN §6) — leaving it
-      // RUNNING would hold its cards for ever, since an online worker is never swept. With a full list,
-      // ask.
-      const known = new Set(msg.executions.map((e) => e.execution_id));
-      const listedAll = msg.executions.length < HELLO_MAX_EXECUTIONS;
-      for (const e of store.leases.unfinishedForWorker(s.workerId)) {
-        if (known.has(e.id)) continue;
-        if (e.phase === 'assigned' && store.outbox.hasPendingAssign(s.workerId, e.id)) continue;
-        if (listedAll)
-          markExecutionLost(this.deps, e, 'master', `execution ${e.id} is not known to the worker`, {
-            worker_id: s.workerId,
-            boot_id: msg.boot_id,
-          });
-        else enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
-      }
-    });
   }
 }
 
-/**
- * `err` as the UNAVAILABLE the store cannot take it with, or null. A raw SQLITE_FULL from a write outside
- * a transaction (which would have reported it itself) is reported to the store's failure hook here.
- */
-function asUnavailable(err: unknown, store?: { onWriteFailure(detail: string): void }): BrokerError | null {
-  if (err instanceof BrokerError) return err.code === 'UNAVAILABLE' ? err : null;
-  if (!isStorageWriteError(err)) return null;
-  const detail = describeStorageError(err);
-  store?.onWriteFailure(detail);
-  return storageUnavailable(detail);
+/** Where a parsed worker message sits in the worker's sequence; null for hello, ack and error. */
+function sequenceRefOf(msg: WorkerMessage): SequenceRef | null {
+  return msg.type === 'hello' || msg.type === 'ack' || msg.type === 'error' ? null : msg;
 }
