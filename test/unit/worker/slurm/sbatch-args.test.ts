@@ -103,10 +103,13 @@ describe('config and jobcomp', () => {
   });
 
   it('reads a jobcomp/filetxt record', () => {
-    const line = fixture('jobcomp.log').split('\n')[0] as string;
-    const r = parseJobcompLine(line);
-    expect(r.id).toMatch(/^\d+$/);
-    expect(r.state).not.toBe('UNKNOWN');
-    expect(r.endTime).not.toBeNull();
+    // Real lines from slurmctld 22.05's jobcomp/filetxt log (a .txt: *.log is git-ignored).
+    const lines = fixture('jobcomp.txt').split('\n').filter((l) => l !== '');
+    const records = lines.map((l) => parseJobcompLine(l));
+    expect(records.map((r) => r.state)).toEqual(['COMPLETED', 'FAILED', 'TIMEOUT', 'CANCELLED']);
+    for (const r of records) {
+      expect(r.id).toMatch(/^\d+$/);
+      expect(r.endTime).not.toBeNull();
+    }
   });
 });
