@@ -1,6 +1,11 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../src/contracts/sample.js';
-import type { ExecutionPlan, FailureReason, MasterMessage } from '../src/contracts/worker-protocol.js';
+import type {
+  ExecutionPlan,
+  FailureReason,
+  MasterMessage,
+  SlurmJobReport,
+} from '../src/contracts/worker-protocol.js';
 import { cardsCleanCheck, leasedCardsProblem } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
 import { joinDetail, phaseBody } from './daemon-reports.js';
@@ -8,11 +13,13 @@ import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } fr
 import { startExecution } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
 import type { InputSource } from './executor-inputs.js';
-import type { ExecutionSummary, LocalStore } from './local-store.js';
+import type { ExecutionRecord, ExecutionSummary, LocalStore } from './local-store.js';
 import type { DataMount } from './mounts.js';
 import { pinsProblem } from './pin-check.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
+import type { SlurmBackend } from './slurm-executor.js';
+import { startSlurmExecution } from './slurm-executor.js';
 
 /**
  * What the worker does with `assign`, `cancel` and `query` (DESIGN §8, §9), and how a running
@@ -63,6 +70,8 @@ export interface ExecutionManagerDeps {
   readonly inputs?: InputSource;
   /** Named data mounts this worker offers. */
   readonly mounts?: readonly DataMount[];
+  /** `--backend slurm`: executions run as Slurm jobs (slurm-executor.ts) instead of on this host. */
+  readonly slurm?: SlurmBackend;
 }
 
 interface Running {
@@ -176,6 +185,12 @@ export class ExecutionManager {
    * stays `exited` in the store, and the next worker process finishes its cleanup check.
    */
   async stopAll(): Promise<void> {
+    // Slurm jobs outlive the worker: stop watching them; the next worker process resumes them by job id.
+    if (this.deps.slurm !== undefined) {
+      for (const run of this.running.values()) (run.handle as { detach?: () => void }).detach?.();
+      this.running.clear();
+      return;
+    }
     const runs = [...this.running.values()];
     for (const run of runs) {
       run.stopping = true;
@@ -204,25 +219,70 @@ export class ExecutionManager {
     this.deps.outbox.enqueue(phaseBody(this.deps.store.upsertExecution({ plan, phase: 'rejected', result })));
   }
 
-  private run(plan: ExecutionPlan): void {
+  /**
+   * Resumes an execution a previous worker process left with a Slurm job (daemon-slurm.ts): the job is
+   * watched again from where Slurm has it, with the same reports as a fresh run.
+   */
+  resumeSlurm(record: ExecutionRecord, report: SlurmJobReport): void {
+    if (this.running.has(record.execution_id)) return;
+    this.run(record.plan, report);
+  }
+
+  /** Whether this process is watching the execution. */
+  isRunning(executionId: string): boolean {
+    return this.running.has(executionId);
+  }
+
+  /** A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. */
+  private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): void {
+    const { store, outbox, logger } = this.deps;
+    const id = plan.execution_id;
+    store.transaction(() => {
+      store.setExecutionSlurm(id, report);
+      const record = store.getExecution(id);
+      if (record === null) return;
+      if (phase === 'started' && record.phase === 'accepted') {
+        logger.info(
+          { execution_id: id, job_id: report.job_id, binding: report.binding },
+          'worker: Slurm job started',
+        );
+        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'started' })));
+      } else outbox.enqueue(phaseBody(record));
+    });
+  }
+
+  private run(plan: ExecutionPlan, resume?: SlurmJobReport): void {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
-    const handle = startExecution(plan, {
-      rootDir: this.deps.executionsDir,
-      workerId: this.deps.workerId,
-      provider: this.deps.sampler.provider,
-      onLog: (stream, offset, data) => {
-        outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
-      },
-      ...(check === undefined ? {} : { checkCardsClean: check }),
-      ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
-      ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
-      ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
-      ...(this.deps.containers === undefined ? {} : { containers: this.deps.containers }),
-      ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
-      ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
-    });
+    const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
+      outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
+    };
+    const slurm = this.deps.slurm;
+    const handle: ExecutionHandle =
+      slurm !== undefined
+        ? startSlurmExecution(plan, {
+            backend: slurm,
+            workerId: this.deps.workerId,
+            provider: this.deps.sampler.provider,
+            onLog,
+            onJob: (report, phase) => this.onSlurmJob(plan, report, phase),
+            ...(resume === undefined ? {} : { resume }),
+            logger,
+          })
+        : startExecution(plan, {
+            rootDir: this.deps.executionsDir,
+            workerId: this.deps.workerId,
+            provider: this.deps.sampler.provider,
+            onLog,
+            ...(check === undefined ? {} : { checkCardsClean: check }),
+            ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
+            ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
+            ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
+            ...(this.deps.containers === undefined ? {} : { containers: this.deps.containers }),
+            ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
+            ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
+          });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;
       logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');

@@ -21,6 +21,7 @@ import { ExecutionManager } from './daemon-executions.js';
 import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
+import { fenceSlurmJobs, recoverSlurmExecutions } from './daemon-slurm.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import {
   DEFAULT_EXECUTION_RETENTION,
@@ -36,6 +37,8 @@ import { type LocalStore, openLocalStore } from './local-store.js';
 import type { DataMount } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
+import type { SlurmBackend } from './slurm-executor.js';
+import type { SlurmPoolSampler } from './slurm-sampler.js';
 
 /**
  * The worker daemon (DESIGN §2, §8, §9): one per GPU host, connected to the master over WSS.
@@ -95,6 +98,11 @@ export interface WorkerOptions {
   readonly inputCacheBytes?: number;
   /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
   readonly mounts?: readonly DataMount[];
+  /**
+   * `--backend slurm`: tasks run as Slurm jobs, the cards are the partition's GPU pool
+   * (docs/decisions/0013-slurm-backend.md); `sampler` must then be `slurm.sampler`.
+   */
+  readonly slurm?: { readonly backend: SlurmBackend; readonly sampler: SlurmPoolSampler };
 }
 
 /** A running worker. */
@@ -181,6 +189,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
     ...(opts.containers === undefined ? {} : { containers: opts.containers }),
     ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+    ...(opts.slurm === undefined ? {} : { slurm: opts.slurm.backend }),
     inputs: {
       cache: new InputCache(
         join(opts.dataDir, 'input-cache'),
@@ -202,15 +211,38 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
 
   // 2. what the previous process left behind
   const recoveryAbort = new AbortController();
-  const recovery = recoverUnfinished({
-    store,
-    outbox,
-    logger: log,
-    sampler: opts.sampler,
-    signal: recoveryAbort.signal,
-    ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
-    ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
-  });
+  const slurmDeps =
+    opts.slurm === undefined
+      ? null
+      : { backend: opts.slurm.backend, store, outbox, executions, workerId: opts.workerId, logger: log };
+  let fenceTimer: NodeJS.Timeout | undefined;
+  if (slurmDeps !== null) {
+    // Fencing on the cluster: stale broker jobs are scancelled every poll (daemon-slurm.ts).
+    let fencing = false;
+    fenceTimer = setInterval(
+      () => {
+        if (fencing) return;
+        fencing = true;
+        void fenceSlurmJobs(slurmDeps).finally(() => {
+          fencing = false;
+        });
+      },
+      Math.max(500, slurmDeps.backend.pollMs),
+    );
+    fenceTimer.unref();
+  }
+  const recovery =
+    slurmDeps !== null
+      ? recoverSlurmExecutions(slurmDeps)
+      : recoverUnfinished({
+          store,
+          outbox,
+          logger: log,
+          sampler: opts.sampler,
+          signal: recoveryAbort.signal,
+          ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
+          ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
+        });
 
   // Finished execution directories: pruned now and then; the first pass waits for recovery.
   const pruneDirs = () => {
@@ -263,6 +295,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     isolation: opts.sandbox?.kind ?? 'none',
     container_engine: opts.containers?.setup.engine ?? null,
     mounts: (opts.mounts ?? []).map((m) => ({ name: m.name, read_only: m.read_only })),
+    backend: opts.slurm === undefined ? ('local' as const) : ('slurm' as const),
+    slurm: opts.slurm?.sampler.pool() ?? null,
   });
 
   const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {
@@ -443,6 +477,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       closing ??= (async () => {
         stopping = true;
         clearInterval(pruneTimer);
+        clearInterval(fenceTimer);
         log.info({ running: executions.runningCount() }, 'worker: stopping');
         sampling.stop();
         recoveryAbort.abort();

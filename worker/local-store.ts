@@ -4,6 +4,7 @@ import type {
   ExecutionPlan,
   FailureReason,
   OutputRecord,
+  SlurmJobReport,
 } from '../src/contracts/worker-protocol.js';
 import { ExecutionPlanSchema } from '../src/contracts/worker-protocol.js';
 
@@ -71,6 +72,11 @@ const MIGRATIONS: readonly string[] = [
   -- When the execution's directory was deleted by retention (issue 14), so it is not listed again.
   ALTER TABLE executions ADD COLUMN dir_pruned_at INTEGER;
   `,
+  `
+  -- Slurm workers (issue 12): the job behind the execution (JSON: job_id, state, pending_reason,
+  -- binding), so a restarted worker finds its jobs by id and fences the cluster with them.
+  ALTER TABLE executions ADD COLUMN slurm_json TEXT;
+  `,
 ];
 
 /** The schema version this code writes (PRAGMA user_version). */
@@ -109,6 +115,8 @@ export interface ExecutionRecord {
   readonly result: ExecutionSummary | null;
   /** The task's process group id once it was spawned; null before, or when it never ran. */
   readonly pgid: number | null;
+  /** Slurm workers: the job behind it as last seen (job id, state, pending reason, binding); else null. */
+  readonly slurm: SlurmJobReport | null;
   readonly created_at: number;
   readonly updated_at: number;
 }
@@ -165,6 +173,8 @@ export interface LocalStore {
   }): ExecutionRecord;
   /** Records the process group id of a running execution (see `ExecutionRecord.pgid`). */
   setExecutionPgid(executionId: string, pgid: number): void;
+  /** Records the Slurm job behind an execution (see `ExecutionRecord.slurm`). */
+  setExecutionSlurm(executionId: string, slurm: SlurmJobReport): void;
   /** One execution, or null. */
   getExecution(executionId: string): ExecutionRecord | null;
   /** Executions not yet in a terminal phase (rejected, cleaned, cleanup_failed), oldest first. */
@@ -220,6 +230,7 @@ interface ExecutionRow {
   plan_json: string;
   result_json: string | null;
   pgid: number | null;
+  slurm_json: string | null;
   created_at: number;
   updated_at: number;
 }
@@ -274,6 +285,9 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     ),
     setPgid: db.prepare<[number, number, string]>(
       'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
+    ),
+    setSlurm: db.prepare<[string, number, string]>(
+      'UPDATE executions SET slurm_json = ?, updated_at = ? WHERE execution_id = ?',
     ),
     nextSeq: db.prepare<[string], { last_seq: number }>(
       `INSERT INTO outbox_seqs (boot_id, last_seq) VALUES (?, 1)
@@ -397,6 +411,9 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     setExecutionPgid: (executionId, pgid) => {
       stmts.setPgid.run(pgid, now(), executionId);
     },
+    setExecutionSlurm: (executionId, slurm) => {
+      stmts.setSlurm.run(JSON.stringify(slurm), now(), executionId);
+    },
     getExecution,
     listUnfinishedExecutions: () => stmts.unfinished.all().map(toExecutionRecord),
     listKnownExecutions: (limit) => stmts.known.all(limit).map(toExecutionRecord),
@@ -459,6 +476,7 @@ function toExecutionRecord(row: ExecutionRow): ExecutionRecord {
     plan: ExecutionPlanSchema.parse(JSON.parse(row.plan_json)),
     result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
     pgid: row.pgid,
+    slurm: row.slurm_json == null ? null : (JSON.parse(row.slurm_json) as SlurmJobReport),
     created_at: row.created_at,
     updated_at: row.updated_at,
   };

@@ -393,6 +393,8 @@ export class WorkerHub implements WorkerLink {
           isolation: msg.isolation,
           container_engine: msg.container_engine,
           mounts: msg.mounts,
+          backend: msg.backend,
+          slurm: msg.slurm,
         },
         now,
       );
@@ -413,6 +415,8 @@ export class WorkerHub implements WorkerLink {
           cards: identity.length,
           isolation: msg.isolation,
           container_engine: msg.container_engine,
+          backend: msg.backend,
+          ...(msg.slurm === null ? {} : { partition: msg.slurm.partition }),
         },
       });
       // Executions the master thinks are live here but the worker did not mention. An assign still in
