@@ -3,8 +3,10 @@
 # workload runs real torch.distributed with gloo under /usr/bin/python3), chromium (the dashboard's
 # browser test), bubblewrap (every process task runs in a bwrap sandbox), podman with runc (container
 # tasks; crun fails on cgroup v1/v2 hybrid hosts), uidmap (rootless podman) and busybox-static (the
-# rootfs of the image the container tests build locally). Installs them with apt when running as root;
-# otherwise says what to install.
+# rootfs of the image the container tests build locally), and Slurm (slurmctld, slurmd, slurm-client,
+# munge: the Slurm backend's tests start a real local cluster with fake GPUs, see test/support/slurm.ts;
+# installed without recommends, as scripts/slurm/start-local-slurm.sh does). Installs them with apt when
+# running as root; otherwise says what to install.
 set -euo pipefail
 missing=()
 /usr/bin/python3 -c 'import torch' >/dev/null 2>&1 || missing+=(python3-torch)
@@ -14,12 +16,20 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
 [ -x /bin/busybox ] || missing+=(busybox-static)
-[ ${#missing[@]} -eq 0 ] && exit 0
+slurm=()
+command -v slurmctld >/dev/null 2>&1 || slurm+=(slurmctld)
+command -v slurmd >/dev/null 2>&1 || slurm+=(slurmd)
+command -v sbatch >/dev/null 2>&1 || slurm+=(slurm-client)
+command -v munged >/dev/null 2>&1 || slurm+=(munge)
+[ ${#missing[@]} -eq 0 ] && [ ${#slurm[@]} -eq 0 ] && exit 0
 if [ "$(id -u)" -ne 0 ]; then
-  echo "tests need: ${missing[*]} — run: sudo apt-get install -y ${missing[*]}" >&2
+  echo "tests need: ${missing[*]} ${slurm[*]} — run: sudo apt-get install -y ${missing[*]} ${slurm[*]}" >&2
   exit 1
 fi
-echo "installing ${missing[*]} (apt)…" >&2
+echo "installing ${missing[*]} ${slurm[*]} (apt)…" >&2
 export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
-apt-get install -y -qq "${missing[@]}" >/dev/null
+[ ${#missing[@]} -eq 0 ] || apt-get install -y -qq "${missing[@]}" >/dev/null
+# policy-rc.d or a missing init system makes the postinst "invoke-rc.d … start" a no-op; the tests
+# start the daemons themselves.
+[ ${#slurm[@]} -eq 0 ] || apt-get install -y -qq --no-install-recommends "${slurm[@]}" >/dev/null

@@ -1,0 +1,111 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { buildSbatchArgs, parseConfig, parseJobcompLine } from '../../../../worker/slurm/driver.js';
+import { SlurmRequestError } from '../../../../worker/slurm/errors.js';
+import type { SlurmSubmitRequest } from '../../../../worker/slurm/types.js';
+
+const base: SlurmSubmitRequest = {
+  scriptPath: '/jobs/t1/job.sh',
+  jobName: 'gb-t1',
+  comment: 'gpu-broker:w1:t1',
+  stdout: '/jobs/t1/stdout.log',
+  stderr: '/jobs/t1/stderr.log',
+  chdir: '/jobs/t1',
+};
+
+describe('buildSbatchArgs', () => {
+  it('puts operator args first, then the driver options, the script last', () => {
+    const { args, env } = buildSbatchArgs({
+      ...base,
+      partition: 'gpu',
+      account: 'lab',
+      qos: 'normal',
+      gpusPerNode: 8,
+      nodes: 2,
+      ntasksPerNode: 8,
+      timeLimitSeconds: 3601,
+      env: { FOO: 'a,b c', BAR: "it's" },
+      extraArgs: ['--constraint=a100', '--reservation=r1'],
+    });
+    expect(args).toEqual([
+      '--constraint=a100',
+      '--reservation=r1',
+      '--parsable',
+      '--partition=gpu',
+      '--account=lab',
+      '--qos=normal',
+      '--job-name=gb-t1',
+      '--comment=gpu-broker:w1:t1',
+      '--nodes=2',
+      '--ntasks-per-node=8',
+      '--gres=gpu:8',
+      '--time=0-01:01:00',
+      '--output=/jobs/t1/stdout.log',
+      '--error=/jobs/t1/stderr.log',
+      '--chdir=/jobs/t1',
+      '--export=NONE,BAR,FOO',
+      '/jobs/t1/job.sh',
+    ]);
+    expect(env).toEqual({ FOO: 'a,b c', BAR: "it's" });
+  });
+
+  it('no GPUs: no --gres; no env: --export=NONE', () => {
+    const { args } = buildSbatchArgs(base);
+    expect(args).not.toContain('--gres=gpu:0');
+    expect(args).toContain('--export=NONE');
+  });
+
+  it('refuses hostile input before running anything', () => {
+    const bad: Array<Partial<SlurmSubmitRequest>> = [
+      { jobName: 'has space' },
+      { comment: 'a\nb' },
+      { comment: '' },
+      { partition: 'gpu,debug --x' },
+      { stdout: 'relative.log' },
+      { stdout: '/jobs/%j.log' },
+      { chdir: '/a\nb' },
+      { gpusPerNode: -1 },
+      { gpusPerNode: 1.5 },
+      { nodes: 0 },
+      { timeLimitSeconds: 0 },
+      { timeLimitSeconds: Number.POSITIVE_INFINITY },
+      { env: { 'A=B': 'x' } },
+      { env: { SLURM_JOB_ID: '1' } },
+      { env: { SBATCH_PARTITION: 'x' } },
+      { env: { A: 'x\0y' } },
+      { extraArgs: ['--export=ALL'] },
+      { extraArgs: ['--exp=ALL'] },
+      { extraArgs: ['--gres=gpu:8'] },
+      { extraArgs: ['--time=99-00:00:00'] },
+      { extraArgs: ['-t', '99'] },
+      { extraArgs: ['-o/tmp/x'] },
+      { extraArgs: ['not-an-option'] },
+      { extraArgs: ['--wrap=rm -rf /'] },
+      { extraArgs: ['--gpus-per-node=8'] },
+      { extraArgs: ['--array=1-100'] },
+    ];
+    for (const b of bad)
+      expect(() => buildSbatchArgs({ ...base, ...b }), JSON.stringify(b)).toThrow(SlurmRequestError);
+  });
+});
+
+describe('config and jobcomp', () => {
+  const fixture = (name: string) =>
+    readFileSync(join(import.meta.dirname, '../../../fixtures/slurm', name), 'utf8');
+
+  it('reads scontrol show config', () => {
+    const c = parseConfig(fixture('show-config.txt'));
+    expect(c.get('JobCompType')).toBe('jobcomp/filetxt');
+    expect(c.get('AccountingStorageType')).toBe('accounting_storage/none');
+    expect(c.get('MinJobAge')).toBe('300 sec');
+  });
+
+  it('reads a jobcomp/filetxt record', () => {
+    const line = fixture('jobcomp.log').split('\n')[0] as string;
+    const r = parseJobcompLine(line);
+    expect(r.id).toMatch(/^\d+$/);
+    expect(r.state).not.toBe('UNKNOWN');
+    expect(r.endTime).not.toBeNull();
+  });
+});

@@ -1,0 +1,497 @@
+/**
+ * A typed driver over the Slurm command line (sbatch, scontrol, scancel, sacct). It knows Slurm, not the
+ * broker: the worker's Slurm backend calls it to list nodes and GPU holders, submit a wrapped job, read
+ * a job's state and binding, and cancel.
+ *
+ * Every command runs through execFile (no shell) with a timeout and a controlled environment: the
+ * driver's `env` (by default PATH, HOME, USER, LANG and SLURM_CONF of the worker), plus TZ=UTC and
+ * SLURM_TIME_FORMAT=standard so that timestamps parse the same everywhere. SBATCH_* / SLURM_* variables of
+ * the worker's environment are therefore never read by sbatch (they would change options behind the
+ * operator's back). A failure is a SlurmCommandError carrying the command's stderr.
+ *
+ * A job that scontrol does not know is `null` from {@link SlurmDriver.job}. slurmctld forgets ended
+ * jobs MinJobAge seconds (300 by default) after they end, so `null` for a job the caller submitted
+ * means "ended and forgotten" or "never reached slurmctld's state" (a lost controller state);
+ * {@link SlurmDriver.lookupEnded} then looks for the final record in the jobcomp/filetxt log (when
+ * JobCompType=jobcomp/filetxt and JobCompLoc is readable from this host) or in sacct (when accounting
+ * is configured), and otherwise answers `lost`. Whether an id was ever submitted is the caller's record,
+ * not Slurm's: ids are reused only after MaxJobId wraps.
+ */
+import { execFile } from 'node:child_process';
+import { open } from 'node:fs/promises';
+import { SlurmCommandError, SlurmRequestError } from './errors.js';
+import { expandHostlist } from './hostlist.js';
+import {
+  field,
+  formatSlurmTimeLimit,
+  isEndedState,
+  nullable,
+  parseExitCode,
+  parseFields,
+  parseJobLine,
+  parseJobState,
+  parseNodeLine,
+  parseSlurmTime,
+} from './parse.js';
+import type {
+  SlurmEndedJob,
+  SlurmEndedLookup,
+  SlurmGpuHolder,
+  SlurmJob,
+  SlurmNode,
+  SlurmSubmitRequest,
+} from './types.js';
+
+/** Options of {@link SlurmDriver}. */
+export interface SlurmDriverOptions {
+  /**
+   * Environment of every Slurm command (replaces the worker's). Default: PATH, HOME, USER, LOGNAME,
+   * LANG and SLURM_CONF taken from process.env. TZ and SLURM_TIME_FORMAT are always overridden.
+   */
+  env?: Record<string, string>;
+  /** Per-command timeout, default 30 s (slurmctld answers in ms; a hung controller must not hang us). */
+  timeoutMs?: number;
+  /** Directory of the Slurm binaries; default: found on PATH. */
+  binDir?: string;
+  /** Largest stdout accepted from one command, default 64 MiB. */
+  maxOutputBytes?: number;
+}
+
+/** What {@link SlurmDriver.cancel} found. */
+export type SlurmCancelResult =
+  /** scancel accepted it (the job ends asynchronously: poll `job()` until an ended state). */
+  | 'requested'
+  /** The job already ended (or is completing). */
+  | 'ended'
+  /** slurmctld does not know the id. */
+  | 'unknown';
+
+const JOB_ID = /^\d+(?:_\d+)?(?:\+\d+)?$/;
+/** Names and comments the broker sets: printable, no whitespace, no `=`-confusion issues in `-o` output. */
+const MARKER = /^[A-Za-z0-9._:@%+-]{1,200}$/;
+const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
+const SIGNAL = /^(?:SIG)?[A-Z0-9]{2,10}$|^\d{1,2}$/;
+/** sbatch options the driver sets itself: an operator's extra arg may not set them (ambiguous precedence). */
+const RESERVED_OPTIONS = [
+  '--export',
+  '--output',
+  '--error',
+  '--chdir',
+  '--job-name',
+  '--comment',
+  '--parsable',
+  '--wrap',
+  '--gres',
+  '--gpus',
+  '--gpus-per-node',
+  '--gpus-per-task',
+  '--gpus-per-socket',
+  '--ntasks',
+  '--array',
+  '--nodes',
+  '--ntasks-per-node',
+  '--time',
+  '--partition',
+  '--account',
+  '--qos',
+  '--export-file',
+  '--get-user-env',
+];
+const RESERVED_SHORT = ['-o', '-e', '-D', '-J', '-N', '-t', '-p', '-A', '-q', '-G', '-W', '-H', '-n', '-a'];
+
+/** The driver; one per worker. */
+export class SlurmDriver {
+  private readonly env: Record<string, string>;
+  private readonly timeoutMs: number;
+  private readonly binDir: string | undefined;
+  private readonly maxOutputBytes: number;
+  private configCache: Promise<Map<string, string>> | null = null;
+
+  constructor(opts: SlurmDriverOptions = {}) {
+    const base: Record<string, string> = {};
+    if (opts.env) Object.assign(base, opts.env);
+    else {
+      for (const k of ['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'SLURM_CONF']) {
+        const v = process.env[k];
+        if (v !== undefined) base[k] = v;
+      }
+      base.PATH ??= '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+    }
+    base.TZ = 'UTC';
+    base.SLURM_TIME_FORMAT = 'standard';
+    this.env = base;
+    this.timeoutMs = opts.timeoutMs ?? 30_000;
+    this.binDir = opts.binDir;
+    this.maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024 * 1024;
+  }
+
+  /**
+   * Nodes of `partition` (all nodes when omitted) with their GPUs and who holds them. Used indices come
+   * from `GresUsed=…(IDX:…)` when printed, else from the running jobs' `GRES=gpu:N(IDX:…)`.
+   */
+  async nodes(partition?: string): Promise<SlurmNode[]> {
+    if (partition !== undefined) checkMarker('partition', partition);
+    const [nodeOut, jobs] = await Promise.all([
+      this.run('scontrol', ['show', 'node', '-d', '-o']),
+      this.jobs(),
+    ]);
+    const holders = new Map<string, SlurmGpuHolder[]>();
+    for (const job of jobs) {
+      if (
+        job.state !== 'RUNNING' &&
+        job.state !== 'COMPLETING' &&
+        job.state !== 'SUSPENDED' &&
+        job.state !== 'CONFIGURING'
+      )
+        continue;
+      for (const g of job.gpus) {
+        if (g.indices.length === 0) continue;
+        const list = holders.get(g.node) ?? [];
+        list.push({ jobId: job.id, name: job.name, comment: job.comment, indices: g.indices });
+        holders.set(g.node, list);
+      }
+    }
+    const out: SlurmNode[] = [];
+    for (const line of lines(nodeOut)) {
+      if (!line.startsWith('NodeName=')) continue;
+      const n = parseNodeLine(line);
+      if (partition !== undefined && !n.partitions.includes(partition)) continue;
+      const held = holders.get(n.name) ?? [];
+      const fromJobs = [...new Set(held.flatMap((h) => h.indices))].sort((a, b) => a - b);
+      out.push({ ...n, usedGpuIndices: n.usedGpuIndices ?? fromJobs, holders: held });
+    }
+    return out;
+  }
+
+  /** Submits a batch job; resolves to its id (`sbatch --parsable`, cluster suffix dropped). */
+  async submit(req: SlurmSubmitRequest): Promise<string> {
+    const { args, env } = buildSbatchArgs(req);
+    const out = await this.run('sbatch', args, { ...this.env, ...env });
+    const id = out.trim().split('\n').pop()?.split(';')[0]?.trim() ?? '';
+    if (!JOB_ID.test(id))
+      throw new SlurmCommandError(
+        ['sbatch', ...args],
+        0,
+        out,
+        'output',
+        `unexpected --parsable output '${out.trim()}'`,
+      );
+    return id;
+  }
+
+  /** One job, or null when slurmctld does not know it (see the module note). */
+  async job(id: string): Promise<SlurmJob | null> {
+    checkJobId(id);
+    try {
+      const out = await this.run('scontrol', ['show', 'job', '-d', '-o', id]);
+      const line = lines(out).find((l) => l.startsWith(`JobId=${id} `) || l.startsWith('JobId='));
+      return line ? parseJobLine(line) : null;
+    } catch (err) {
+      if (err instanceof SlurmCommandError && /Invalid job id specified/i.test(err.stderr)) return null;
+      throw err;
+    }
+  }
+
+  /** Jobs slurmctld knows (pending, running and recently ended), optionally of one partition. */
+  async jobs(partition?: string): Promise<SlurmJob[]> {
+    if (partition !== undefined) checkMarker('partition', partition);
+    const out = await this.run('scontrol', ['show', 'job', '-d', '-o']);
+    const jobs = lines(out)
+      .filter((l) => l.startsWith('JobId='))
+      .map(parseJobLine);
+    return partition === undefined ? jobs : jobs.filter((j) => j.partition === partition);
+  }
+
+  /**
+   * Cancels a job (`scancel ID`), or only signals it when `signal` is given: `scancel --signal=SIG ID`
+   * signals the job's steps, not the batch shell — with the job wrapper that is the task (every rank),
+   * while the wrapper and its srun keep running and write exit.json when the task ends. (`--full` would
+   * also signal srun, which then kills the step with SIGKILL.)
+   */
+  async cancel(id: string, signal?: string): Promise<SlurmCancelResult> {
+    checkJobId(id);
+    if (signal !== undefined && !SIGNAL.test(signal)) throw new SlurmRequestError(`bad signal '${signal}'`);
+    // scancel exits 0 and prints nothing for a job that already ended: ask first.
+    const before = await this.job(id);
+    if (before === null) return 'unknown';
+    if (isEndedState(before.state)) return 'ended';
+    const args = signal === undefined ? [id] : [`--signal=${signal}`, id];
+    let stderr: string;
+    try {
+      stderr = (await this.runFull('scancel', args)).stderr;
+    } catch (err) {
+      if (!(err instanceof SlurmCommandError) || err.kind !== 'exit') throw err;
+      stderr = err.stderr;
+    }
+    if (/Invalid job id specified/i.test(stderr)) return 'unknown';
+    if (/already completing or completed|Job\/step already/i.test(stderr)) return 'ended';
+    if (stderr.trim() !== '' && /error/i.test(stderr))
+      throw new SlurmCommandError(['scancel', ...args], null, stderr, 'exit');
+    return 'requested';
+  }
+
+  /** Expands a hostlist through `scontrol show hostnames` (Slurm's own parser). */
+  async hostnames(expression: string): Promise<string[]> {
+    if (expression.trim() === '') return [];
+    const out = await this.run('scontrol', ['show', 'hostnames', expression]);
+    return lines(out);
+  }
+
+  /**
+   * The final record of a job slurmctld no longer knows: jobcomp/filetxt log, then sacct, else lost.
+   * The jobcomp log is read only when it is on this host (JobCompLoc readable); its last 64 MiB are read.
+   */
+  async lookupEnded(id: string): Promise<SlurmEndedLookup> {
+    checkJobId(id);
+    const conf = await this.config();
+    const tried: string[] = [];
+    if (conf.get('JobCompType') === 'jobcomp/filetxt') {
+      const loc = conf.get('JobCompLoc') ?? '';
+      const rec = await findJobcompRecord(loc, id).catch(() => undefined);
+      if (rec) return { kind: 'ended', source: 'jobcomp', job: rec };
+      tried.push(rec === undefined ? `jobcomp log ${loc} unreadable` : `not in jobcomp log ${loc}`);
+    } else tried.push(`no jobcomp/filetxt log (JobCompType=${conf.get('JobCompType') ?? '?'})`);
+    const acct = conf.get('AccountingStorageType') ?? '';
+    if (acct !== '' && acct !== 'accounting_storage/none') {
+      const rec = await this.sacct(id).catch(() => null);
+      if (rec) return { kind: 'ended', source: 'sacct', job: rec };
+      tried.push('not in sacct');
+    } else tried.push('no accounting (sacct unavailable)');
+    return { kind: 'lost', detail: `job ${id} unknown to slurmctld; ${tried.join('; ')}` };
+  }
+
+  /** `scontrol show config` as a map (cached for the driver's life; reset with {@link forgetConfig}). */
+  config(): Promise<Map<string, string>> {
+    this.configCache ??= this.run('scontrol', ['show', 'config']).then(parseConfig);
+    this.configCache.catch(() => {
+      this.configCache = null;
+    });
+    return this.configCache;
+  }
+
+  /** Drops the cached config (after an operator's `scontrol reconfigure`). */
+  forgetConfig(): void {
+    this.configCache = null;
+  }
+
+  private async sacct(id: string): Promise<SlurmEndedJob | null> {
+    const out = await this.run('sacct', [
+      '-n',
+      '-P',
+      '-X',
+      '-j',
+      id,
+      '-o',
+      'JobID,JobName,State,ExitCode,NodeList,Start,End',
+    ]);
+    const row = lines(out).find((l) => l.split('|')[0] === id);
+    if (!row) return null;
+    const [jid = '', name = '', state = '', exit = '', nodes = '', start = '', end = ''] = row.split('|');
+    const ec = parseExitCode(exit);
+    return {
+      id: jid,
+      name,
+      state: parseJobState(state),
+      rawState: state,
+      exitCode: ec?.code ?? null,
+      signal: ec?.signal ?? null,
+      nodes: nodes === 'None assigned' ? [] : safeExpand(nodes),
+      startTime: parseSlurmTime(start),
+      endTime: parseSlurmTime(end),
+    };
+  }
+
+  private async run(cmd: string, args: string[], env?: Record<string, string>): Promise<string> {
+    return (await this.runFull(cmd, args, env)).stdout;
+  }
+
+  private runFull(
+    cmd: string,
+    args: string[],
+    env: Record<string, string> = this.env,
+  ): Promise<{ stdout: string; stderr: string }> {
+    const file = this.binDir ? `${this.binDir}/${cmd}` : cmd;
+    return new Promise((resolve, reject) => {
+      execFile(
+        file,
+        args,
+        {
+          env,
+          timeout: this.timeoutMs,
+          killSignal: 'SIGKILL',
+          maxBuffer: this.maxOutputBytes,
+          encoding: 'utf8',
+        },
+        (err, stdout, stderr) => {
+          if (!err) return resolve({ stdout, stderr });
+          const e = err as NodeJS.ErrnoException & { killed?: boolean; code?: unknown };
+          const argv = [cmd, ...args];
+          if (typeof e.code === 'string')
+            return reject(new SlurmCommandError(argv, null, stderr ?? '', 'spawn', e.message));
+          if (e.killed)
+            return reject(
+              new SlurmCommandError(argv, null, stderr ?? '', 'timeout', `after ${this.timeoutMs} ms`),
+            );
+          reject(
+            new SlurmCommandError(argv, typeof e.code === 'number' ? e.code : null, stderr ?? '', 'exit'),
+          );
+        },
+      );
+    });
+  }
+}
+
+/**
+ * sbatch arguments and the extra environment for a request; throws SlurmRequestError on bad input
+ * before anything runs. Exported for unit tests.
+ */
+export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[]; env: Record<string, string> } {
+  checkMarker('jobName', req.jobName);
+  checkMarker('comment', req.comment);
+  for (const [k, v] of [
+    ['partition', req.partition],
+    ['account', req.account],
+    ['qos', req.qos],
+  ] as const)
+    if (v !== undefined) checkMarker(k, v);
+  for (const [k, p] of [
+    ['scriptPath', req.scriptPath],
+    ['stdout', req.stdout],
+    ['stderr', req.stderr],
+    ['chdir', req.chdir],
+  ] as const)
+    checkPath(k, p);
+  const gpus = req.gpusPerNode ?? 0;
+  const nodes = req.nodes ?? 1;
+  const tasks = req.ntasksPerNode ?? 1;
+  checkCount('gpusPerNode', gpus, 0);
+  checkCount('nodes', nodes, 1);
+  checkCount('ntasksPerNode', tasks, 1);
+  const env = req.env ?? {};
+  for (const [k, v] of Object.entries(env)) {
+    if (!ENV_NAME.test(k)) throw new SlurmRequestError(`bad environment variable name '${k}'`);
+    if (k.startsWith('SLURM_') || k.startsWith('SBATCH_') || k.startsWith('SRUN_') || k === 'SPANK_')
+      throw new SlurmRequestError(`environment variable '${k}' is Slurm's own`);
+    if (v.includes('\0')) throw new SlurmRequestError(`environment variable '${k}' contains NUL`);
+  }
+  for (const a of req.extraArgs ?? []) checkExtraArg(a);
+  const args = [...(req.extraArgs ?? []), '--parsable'];
+  if (req.partition !== undefined) args.push(`--partition=${req.partition}`);
+  if (req.account !== undefined) args.push(`--account=${req.account}`);
+  if (req.qos !== undefined) args.push(`--qos=${req.qos}`);
+  args.push(
+    `--job-name=${req.jobName}`,
+    `--comment=${req.comment}`,
+    `--nodes=${nodes}`,
+    `--ntasks-per-node=${tasks}`,
+  );
+  if (gpus > 0) args.push(`--gres=gpu:${gpus}`);
+  if (req.timeLimitSeconds !== undefined) {
+    if (!Number.isFinite(req.timeLimitSeconds) || req.timeLimitSeconds <= 0)
+      throw new SlurmRequestError(`timeLimitSeconds must be > 0, got ${req.timeLimitSeconds}`);
+    args.push(`--time=${formatSlurmTimeLimit(req.timeLimitSeconds)}`);
+  }
+  args.push(
+    `--output=${req.stdout}`,
+    `--error=${req.stderr}`,
+    `--chdir=${req.chdir}`,
+    `--export=${['NONE', ...Object.keys(env).sort()].join(',')}`,
+    req.scriptPath,
+  );
+  return { args, env: { ...env } };
+}
+
+function checkJobId(id: string): void {
+  if (!JOB_ID.test(id)) throw new SlurmRequestError(`bad Slurm job id '${id}'`);
+}
+
+function checkMarker(what: string, v: string): void {
+  if (!MARKER.test(v))
+    throw new SlurmRequestError(`bad ${what} '${v}': use [A-Za-z0-9._:@%+-], 1-200 characters`);
+}
+
+function checkPath(what: string, p: string): void {
+  // `%` is sbatch's filename pattern character (%j …); the broker's paths never need it.
+  if (!p.startsWith('/') || /[\0\n\r%]/.test(p) || p.length > 4096)
+    throw new SlurmRequestError(`bad ${what} '${p}': an absolute path without %, NUL or newlines`);
+}
+
+function checkCount(what: string, n: number, min: number): void {
+  if (!Number.isInteger(n) || n < min || n > 100_000) throw new SlurmRequestError(`bad ${what} ${n}`);
+}
+
+function checkExtraArg(a: string): void {
+  if (!a.startsWith('-') || /[\0\n\r]/.test(a))
+    throw new SlurmRequestError(`extra sbatch argument '${a}' must be one --option[=value] word`);
+  const name = a.split('=')[0] as string;
+  if (
+    RESERVED_OPTIONS.some(
+      (o) => name === o || (o.length > 3 && name.length >= 3 && o.startsWith(name) && name.startsWith('--')),
+    )
+  )
+    throw new SlurmRequestError(`extra sbatch argument '${a}' sets an option the driver owns`);
+  if (!name.startsWith('--') && RESERVED_SHORT.some((o) => a.startsWith(o)))
+    throw new SlurmRequestError(`extra sbatch argument '${a}' sets an option the driver owns`);
+}
+
+function lines(out: string): string[] {
+  return out.split('\n').filter((l) => l.trim() !== '');
+}
+
+function safeExpand(expr: string): string[] {
+  try {
+    return expandHostlist(expr);
+  } catch {
+    return [];
+  }
+}
+
+/** `scontrol show config` lines `Key = value` to a map. */
+export function parseConfig(out: string): Map<string, string> {
+  const m = new Map<string, string>();
+  for (const line of out.split('\n')) {
+    const i = line.indexOf('=');
+    if (i < 0) continue;
+    const k = line.slice(0, i).trim();
+    if (/^[A-Za-z][A-Za-z0-9_]*$/.test(k)) m.set(k, line.slice(i + 1).trim());
+  }
+  return m;
+}
+
+/** Finds `JobId=<id> ` in the last 64 MiB of a jobcomp/filetxt log; null when absent. */
+export async function findJobcompRecord(path: string, id: string): Promise<SlurmEndedJob | null> {
+  const fh = await open(path, 'r');
+  try {
+    const { size } = await fh.stat();
+    const len = Math.min(size, 64 * 1024 * 1024);
+    const buf = Buffer.alloc(len);
+    await fh.read(buf, 0, len, size - len);
+    const text = buf.toString('utf8');
+    const prefix = `JobId=${id} `;
+    const found = text
+      .split('\n')
+      .filter((l) => l.startsWith(prefix))
+      .pop();
+    return found === undefined ? null : parseJobcompLine(found);
+  } finally {
+    await fh.close();
+  }
+}
+
+/** One jobcomp/filetxt record (`JobId=… Name=… JobState=… NodeList=… ExitCode=…`). */
+export function parseJobcompLine(line: string): SlurmEndedJob {
+  const f = parseFields(line);
+  const rawState = field(f, 'JobState') ?? '';
+  const ec = parseExitCode(field(f, 'ExitCode'));
+  return {
+    id: field(f, 'JobId') ?? '',
+    name: field(f, 'Name') ?? '',
+    state: parseJobState(rawState),
+    rawState,
+    exitCode: ec?.code ?? null,
+    signal: ec?.signal ?? null,
+    nodes: safeExpand(nullable(field(f, 'NodeList')) ?? ''),
+    startTime: parseSlurmTime(field(f, 'StartTime')),
+    endTime: parseSlurmTime(field(f, 'EndTime')),
+  };
+}
