@@ -12,6 +12,7 @@ import { slurmPoolSampler } from '../../../worker/slurm-sampler.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
+import { ensureSlurm, startMultiNodeSlurm } from '../../support/slurm.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 
@@ -25,8 +26,12 @@ import { waitFor } from '../../support/wait.js';
  */
 
 const PARTITION = 'gpu';
-const slurmUp = spawnSync('sinfo', ['-h', '-p', PARTITION, '-o', '%t'], { encoding: 'utf8' }).status === 0;
+const avail = ensureSlurm();
+const slurmUp = avail.ok;
+const slurmEnv = avail.ok ? avail.slurm.env : {};
 const WORKER_ID = `slurm-${process.pid}`;
+/** The worker's operator-fixed sbatch arguments; one test adds `--begin` to make a job pend in Slurm. */
+const extraArgs: string[] = [];
 
 let m: TestMaster;
 let alice: Client;
@@ -38,13 +43,17 @@ let backend: SlurmBackend;
 
 type CardRow = { worker_id: string; index: number; state: string; task_id: string | null; slurm: unknown };
 
-async function startSlurmWorker(): Promise<RunningWorker> {
-  const sampler = slurmPoolSampler({ driver: backend.driver, partition: PARTITION, workerId: WORKER_ID });
+async function startSlurmWorker(
+  b: SlurmBackend = backend,
+  workerId = WORKER_ID,
+  dir = dataDir,
+): Promise<RunningWorker> {
+  const sampler = slurmPoolSampler({ driver: b.driver, partition: PARTITION, workerId });
   return startWorker({
     masterUrl: m.url,
-    token: m.createToken(`w-${Date.now()}`, ['worker'], WORKER_ID),
-    workerId: WORKER_ID,
-    dataDir,
+    token: m.createToken(`w-${workerId}-${Date.now()}`, ['worker'], workerId),
+    workerId,
+    dataDir: dir,
     sampler,
     ...(m.caPem === null ? {} : { ca: m.caPem }),
     logger: process.env['SLURM_TEST_LOG']
@@ -53,7 +62,7 @@ async function startSlurmWorker(): Promise<RunningWorker> {
     sampleIntervalMs: 300,
     backoff: { initialMs: 50, maxMs: 500 },
     sandbox: { kind: 'none' },
-    slurm: { backend, sampler },
+    slurm: { backend: b, sampler },
   });
 }
 
@@ -62,8 +71,8 @@ async function cards(): Promise<CardRow[]> {
   return r.cards.filter((c) => c.worker_id === WORKER_ID);
 }
 
-function jobState(jobId: string): string {
-  const out = spawnSync('scontrol', ['show', 'job', '-o', jobId], { encoding: 'utf8' });
+function jobState(jobId: string, env: Record<string, string> = slurmEnv): string {
+  const out = spawnSync('scontrol', ['show', 'job', '-o', jobId], { encoding: 'utf8', env });
   return /JobState=(\S+)/.exec(out.stdout)?.[1] ?? 'GONE';
 }
 
@@ -90,9 +99,9 @@ beforeAll(async () => {
   ops = await m.mcpClient(m.operatorToken);
   dataDir = makeTempDir('slurm-worker');
   backend = {
-    driver: new SlurmDriver(),
+    driver: new SlurmDriver({ env: slurmEnv }),
     partition: PARTITION,
-    extraArgs: [],
+    extraArgs,
     jobDir: join(makeTempDir('slurm-jobs'), 'jobs'),
     pollMs: 250,
   };
@@ -205,6 +214,27 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     expect(logs.data).toContain('after');
   }, 90_000);
 
+  it("shows Slurm's own pending reason while the admitted job waits in Slurm", async () => {
+    extraArgs.push('--begin=now+3600');
+    let taskId: string;
+    try {
+      taskId = await approveTask(alice, rita, shellSpec('echo never', { cards: { count: 1 } }));
+      const pending = await waitFor(
+        async () => {
+          const t = await getTask(alice, taskId);
+          return t.slurm?.pending_reason ? t : null;
+        },
+        { timeoutMs: 20_000, intervalMs: 200, what: 'a Slurm pending reason on the task' },
+      );
+      expect(pending.state).toBe('ASSIGNED');
+      expect(pending.slurm).toMatchObject({ state: 'PENDING', pending_reason: 'BeginTime', binding: null });
+    } finally {
+      extraArgs.length = 0;
+    }
+    expectOk(await callTool(alice, 'cancel_task', { task_id: taskId, idempotency_key: m.key() }));
+    expect((await waitUntilSettled(alice, taskId, 60_000)).state).toBe('CANCELLED');
+  }, 90_000);
+
   it("does not offer a foreign job's GPUs, and never submits more than the pool has free", async () => {
     const foreign = execFileSync(
       'sbatch',
@@ -219,7 +249,7 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
         '--wrap',
         'sleep 120',
       ],
-      { encoding: 'utf8' },
+      { encoding: 'utf8', env: slurmEnv },
     ).trim();
     try {
       await waitFor(() => jobState(foreign) === 'RUNNING', {
@@ -264,7 +294,7 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
         '--wrap',
         'sleep 120',
       ],
-      { encoding: 'utf8' },
+      { encoding: 'utf8', env: slurmEnv },
     ).trim();
     try {
       await waitFor(() => !/RUNNING|PENDING|CONFIGURING/.test(jobState(stale)), {
@@ -276,4 +306,54 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
       spawnSync('scancel', [stale]);
     }
   }, 60_000);
+});
+
+describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)', () => {
+  const MULTI_ID = `slurm-multi-${process.pid}`;
+  let multi: RunningWorker | null = null;
+  let multiEnv: Record<string, string> = {};
+
+  beforeAll(async () => {
+    const two = startMultiNodeSlurm();
+    if (!two.ok) throw new Error(`two-node Slurm unavailable: ${two.reason}`);
+    multiEnv = two.slurm.env;
+    const b: SlurmBackend = {
+      driver: new SlurmDriver({ env: multiEnv }),
+      partition: PARTITION,
+      extraArgs: [],
+      jobDir: join(makeTempDir('slurm-multi-jobs'), 'jobs'),
+      pollMs: 250,
+    };
+    multi = await startSlurmWorker(b, MULTI_ID, makeTempDir('slurm-multi-worker'));
+    await waitFor(
+      async () => {
+        const r = expectOk(await callTool<{ cards: CardRow[] }>(ops, 'list_cards', {}));
+        return r.cards.filter((c) => c.worker_id === MULTI_ID && c.state === 'AVAILABLE').length === 8;
+      },
+      { timeoutMs: 20_000, what: 'the two-node pool of 8 GPUs available' },
+    );
+  }, 90_000);
+
+  afterAll(async () => {
+    await multi?.close();
+  });
+
+  it('runs cards {count: 8, per_node: 4} as one job over both nodes with rank variables', async () => {
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec(
+        'echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT node=$SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES"',
+        { cards: { count: 8, per_node: 4 }, worker: MULTI_ID },
+      ),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const nodes = done.slurm!.binding!.nodes;
+    expect(nodes.map((n) => n.node).sort()).toEqual(['n1', 'n2']);
+    for (const n of nodes) expect(n.gpus).toHaveLength(4);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toMatch(/rank=0 local=0 world=2 master=\S+:\d+ node=n1/);
+    expect(logs.data).toMatch(/rank=1 local=0 world=2 master=\S+:\d+ node=n2/);
+  }, 90_000);
 });
