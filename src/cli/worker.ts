@@ -9,7 +9,7 @@ import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
-import { SlurmDriver } from '../../worker/slurm/driver.js';
+import { buildSbatchArgs, SlurmDriver } from '../../worker/slurm/driver.js';
 import type { SlurmBackend } from '../../worker/slurm-executor.js';
 import { slurmPoolSampler } from '../../worker/slurm-sampler.js';
 import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
@@ -131,6 +131,20 @@ async function runSlurmWorker(
   json: boolean | undefined,
   io: CliIo,
 ): Promise<number> {
+  // The operator's extra arguments are checked now, not at the first task (which would fail SETUP_FAILED).
+  try {
+    buildSbatchArgs({
+      scriptPath: '/check/job.sh',
+      jobName: 'check',
+      comment: 'check',
+      stdout: '/check/out',
+      stderr: '/check/err',
+      chdir: '/check',
+      extraArgs: [...slurm.extraArgs],
+    });
+  } catch (err) {
+    throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, USAGE);
+  }
   const driver = new SlurmDriver();
   const backend: SlurmBackend = { ...slurm, driver };
   const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
