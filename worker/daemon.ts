@@ -217,6 +217,11 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       : { backend: opts.slurm.backend, store, outbox, executions, workerId: opts.workerId, logger: log };
   let fenceTimer: NodeJS.Timeout | undefined;
   if (slurmDeps !== null) {
+    // Only jobs recorded in the store are this worker's when the pool is sampled.
+    opts.slurm?.sampler.setOwnJobs(
+      () =>
+        new Set(store.listUnfinishedExecutions().flatMap((e) => (e.slurm === null ? [] : [e.slurm.job_id]))),
+    );
     // Fencing on the cluster: stale broker jobs are scancelled every poll (daemon-slurm.ts).
     let fencing = false;
     fenceTimer = setInterval(

@@ -4,7 +4,7 @@ import type { SlurmPool } from '../src/contracts/worker-protocol.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 import { SamplerError } from './samplers/card-sampler.js';
 import type { SlurmDriver } from './slurm/driver.js';
-import type { SlurmNode } from './slurm/types.js';
+import type { SlurmGpuHolder, SlurmNode } from './slurm/types.js';
 import { markerPrefix } from './slurm-executor.js';
 
 /**
@@ -30,6 +30,12 @@ const MAX_CARDS = 64;
 export interface SlurmPoolSampler extends CardSampler {
   /** The partition and nodes as of the latest successful sample; nodes empty before the first. */
   pool(): SlurmPool;
+  /**
+   * Narrows "ours" to jobs this worker recorded (the daemon passes its store's job ids): a job that
+   * merely carries the marker — someone else's sbatch with a copied comment — then counts as foreign
+   * until fencing scancels it, so it can never make the pool look freer than it is.
+   */
+  setOwnJobs(ids: () => ReadonlySet<string>): void;
 }
 
 /** Builds the sampler of `partition`. */
@@ -40,10 +46,14 @@ export function slurmPoolSampler(deps: {
   logger?: Logger;
 }): SlurmPoolSampler {
   let pool: SlurmPool = { partition: deps.partition, nodes: [] };
+  let ownJobs: (() => ReadonlySet<string>) | null = null;
   const prefix = markerPrefix(deps.workerId);
   return {
     provider: 'nvidia',
     pool: () => pool,
+    setOwnJobs: (ids) => {
+      ownJobs = ids;
+    },
     async sample(): Promise<CardSample[]> {
       let nodes: SlurmNode[];
       try {
@@ -56,24 +66,29 @@ export function slurmPoolSampler(deps: {
         partition: deps.partition,
         nodes: nodes.slice(0, 64).map((n) => ({ name: n.name, gpus: n.gpus, state: n.state.slice(0, 64) })),
       };
-      return poolCards(nodes, prefix);
+      const ids = ownJobs?.();
+      return poolCards(
+        nodes,
+        (h) => h.comment?.startsWith(prefix) === true && (ids === undefined || ids.has(h.jobId)),
+      );
     },
   };
 }
 
-/** The cards of a pool's nodes (pure; see the module comment). */
-export function poolCards(nodes: readonly SlurmNode[], ownPrefix: string): CardSample[] {
+/** The cards of a pool's nodes (pure; see the module comment); `isOwn` tells this worker's jobs. */
+export function poolCards(
+  nodes: readonly SlurmNode[],
+  isOwn: (holder: SlurmGpuHolder) => boolean,
+): CardSample[] {
   const cards: CardSample[] = [];
   for (const node of nodes) {
     const foreign = new Map<number, string>();
     for (const h of node.holders) {
-      if (h.comment?.startsWith(ownPrefix)) continue;
+      if (isOwn(h)) continue;
       for (const i of h.indices) foreign.set(i, `slurm job ${h.jobId} ${h.name}`.slice(0, 256));
     }
     // Used indices with no holder we can name (GresUsed says used, no job listed): foreign as well.
-    const ours = new Set(
-      node.holders.filter((h) => h.comment?.startsWith(ownPrefix)).flatMap((h) => h.indices),
-    );
+    const ours = new Set(node.holders.filter(isOwn).flatMap((h) => h.indices));
     for (const i of node.usedGpuIndices)
       if (!ours.has(i) && !foreign.has(i)) foreign.set(i, 'slurm allocation of an unnamed job');
     for (let i = 0; i < node.gpus && cards.length < MAX_CARDS; i++) {

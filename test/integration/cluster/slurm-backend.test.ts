@@ -279,6 +279,36 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     }
   }, 120_000);
 
+  it('refuses a spec env that would steer sbatch, and a symlinked output, as on a local worker', async () => {
+    const steer = await approveTask(
+      alice,
+      rita,
+      shellSpec('echo hi', {
+        cards: { count: 1 },
+        runtime: { kind: 'process', argv: ['/bin/sh', '-c', 'echo hi'], env: { SBATCH_EXCLUSIVE: 'user' } },
+      }),
+    );
+    const refusedTask = await waitUntilSettled(alice, steer, 60_000);
+    expect(refusedTask).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED', slurm: null });
+    expect(refusedTask.failure_detail).toContain('SBATCH_EXCLUSIVE');
+
+    const leak = await approveTask(
+      alice,
+      rita,
+      shellSpec('ln -s /etc/hostname "$GPU_BROKER_OUTPUT_DIR/leak"', {
+        cards: { count: 1 },
+        outputs: [{ path: 'leak', required: true }],
+      }),
+    );
+    const leaked = await waitUntilSettled(alice, leak, 60_000);
+    expect(leaked).toMatchObject({ state: 'FAILED', failure_reason: 'OUTPUT_MISSING' });
+    expect(leaked.failure_detail).toContain('symlink');
+    const outputs = expectOk(
+      await callTool<{ outputs: unknown[] }>(alice, 'get_task_outputs', { task_id: leak }),
+    );
+    expect(outputs.outputs).toEqual([]);
+  }, 90_000);
+
   it('scancels a job carrying its marker for an execution it does not know (fencing)', async () => {
     const stale = execFileSync(
       'sbatch',
