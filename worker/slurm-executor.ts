@@ -138,6 +138,7 @@ class SlurmRun {
   private killReason: 'TIMED_OUT' | 'CANCELLED' | null = null;
   private detached = false;
   private startedAt: number | null = null;
+  private resumedStart = false;
   private readonly offsets: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
   private readonly logErrors: string[] = [];
   private wake: (() => void) | null = null;
@@ -170,7 +171,10 @@ class SlurmRun {
     if (this.opts.resume !== undefined) {
       this.jobId = this.opts.resume.job_id;
       this.report = this.opts.resume;
-      if (this.opts.resume.binding !== null) this.startedAt = Date.now();
+      if (this.opts.resume.binding !== null) {
+        this.startedAt = Date.now();
+        this.resumedStart = true;
+      }
     } else {
       // 1. setup
       const problem = await this.setup();
@@ -204,6 +208,11 @@ class SlurmRun {
         job = null;
       }
       if (job === null) break;
+      // A resumed job's time limit counts from Slurm's start time, not from this worker's restart.
+      if (this.resumedStart && job.startTime !== null) {
+        this.startedAt = Math.min(this.startedAt ?? job.startTime, job.startTime);
+        this.resumedStart = false;
+      }
       if (WAITING_STATES.has(job.state)) {
         const reason = job.reason;
         if (this.report === null || this.report.pending_reason !== reason || this.report.state !== job.state)
