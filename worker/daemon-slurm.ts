@@ -111,7 +111,12 @@ export async function fenceSlurmJobs(deps: SlurmDaemonDeps): Promise<string[]> {
     return cancelled;
   }
   for (const [executionId, list] of jobs) {
-    const record = deps.store.getExecution(executionId);
+    let record: ReturnType<LocalStore['getExecution']>;
+    try {
+      record = deps.store.getExecution(executionId);
+    } catch {
+      return cancelled; // the store closed under this pass (the worker is stopping)
+    }
     for (const job of list) {
       const why =
         record === null

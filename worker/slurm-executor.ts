@@ -207,6 +207,8 @@ class SlurmRun {
         }
         job = null;
       }
+      // Detached meanwhile (the worker is stopping): touch nothing more, the next process resumes it.
+      if (this.detached) return new Promise<ExecutionResult>(() => undefined);
       if (job === null) break;
       // A resumed job's time limit counts from Slurm's start time, not from this worker's restart.
       if (this.resumedStart && job.startTime !== null) {
@@ -225,7 +227,8 @@ class SlurmRun {
       }
       await this.pumpLogs(false);
       this.checkTimeLimit();
-      if (!jobIsLive(job) || job.state === 'COMPLETING') break;
+      // COMPLETING is not the end: its final state (CANCELLED, FAILED, …) decides the verdict.
+      if (!jobIsLive(job)) break;
       await this.sleep();
     }
     // 4. ended: drain, collect, judge
@@ -498,7 +501,10 @@ class SlurmRun {
     return { ...exited, cleaned: true, cleanup_detail: 'no Slurm job was submitted' };
   }
 
-  private internalFailure(err: unknown): ExecutionResult {
+  private internalFailure(err: unknown): ExecutionResult | Promise<ExecutionResult> {
+    // A worker that is stopping closes its store under a run still polling: that is no reason to
+    // cancel a job the next worker process will resume.
+    if (this.detached) return new Promise<ExecutionResult>(() => undefined);
     if (this.jobId !== null) void this.scancel();
     const exited: ExecutionExit = {
       exit_code: null,

@@ -66,7 +66,14 @@ export function slurmPoolSampler(deps: {
         partition: deps.partition,
         nodes: nodes.slice(0, 64).map((n) => ({ name: n.name, gpus: n.gpus, state: n.state.slice(0, 64) })),
       };
-      const ids = ownJobs?.();
+      let ids: ReadonlySet<string> | undefined;
+      try {
+        ids = ownJobs?.();
+      } catch (err) {
+        throw new SamplerError('TOOL_FAILED', `slurm: cannot read this worker's jobs: ${describe(err)}`, {
+          tool: 'scontrol',
+        });
+      }
       return poolCards(
         nodes,
         (h) => h.comment?.startsWith(prefix) === true && (ids === undefined || ids.has(h.jobId)),
