@@ -5,6 +5,7 @@ import { auditCheckSection } from './audit-check.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
 import { schedulingSection } from './scheduling.js';
+import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
 
 /**
@@ -23,6 +24,7 @@ const SECTIONS: BenchSection[] = [
   schedulingSection,
   auditCheckSection,
   inputsSection,
+  slurmSection,
 ];
 
 async function main(): Promise<number> {

@@ -1,0 +1,86 @@
+import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { SlurmDriver } from '../../../../worker/slurm/driver.js';
+import { SlurmCommandError, SlurmRequestError } from '../../../../worker/slurm/errors.js';
+
+/** How the driver fails when Slurm's commands misbehave (fake binaries; no Slurm needed). */
+const bin = mkdtempSync(join(tmpdir(), 'gpu-broker-slurm-bin-'));
+afterAll(() => rmSync(bin, { recursive: true, force: true }));
+const fake = (name: string, body: string) => {
+  writeFileSync(join(bin, name), `#!/bin/sh\n${body}\n`);
+  chmodSync(join(bin, name), 0o755);
+};
+
+describe('SlurmDriver command failures', () => {
+  it('a hung command is killed at the timeout: SlurmCommandError kind timeout', async () => {
+    fake('scontrol', 'exec sleep 30');
+    const d = new SlurmDriver({ binDir: bin, timeoutMs: 300, env: { PATH: '/usr/bin:/bin' } });
+    const err = await d.jobs().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SlurmCommandError);
+    expect((err as SlurmCommandError).kind).toBe('timeout');
+  });
+
+  it('a missing binary: kind spawn', async () => {
+    const d = new SlurmDriver({ binDir: join(bin, 'nope'), env: { PATH: '/usr/bin:/bin' } });
+    const err = await d.nodes().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(SlurmCommandError);
+    expect((err as SlurmCommandError).kind).toBe('spawn');
+  });
+
+  it("a non-zero exit carries the command's stderr", async () => {
+    fake('scontrol', 'echo "slurm_load_node error: Unable to contact slurm controller" >&2; exit 1');
+    const d = new SlurmDriver({ binDir: bin, env: { PATH: '/usr/bin:/bin' } });
+    const err = (await d.nodes().catch((e: unknown) => e)) as SlurmCommandError;
+    expect(err.kind).toBe('exit');
+    expect(err.exitCode).toBe(1);
+    expect(err.stderr).toContain('Unable to contact slurm controller');
+  });
+
+  it('sbatch output that is not a job id is refused', async () => {
+    fake('sbatch', 'echo "Submitted batch job 12"');
+    const d = new SlurmDriver({ binDir: bin, env: { PATH: '/usr/bin:/bin' } });
+    const err = (await d
+      .submit({
+        scriptPath: '/j/job.sh',
+        stdout: '/j/o',
+        stderr: '/j/e',
+        chdir: '/j',
+        jobName: 'a',
+        comment: 'b',
+      })
+      .catch((e: unknown) => e)) as SlurmCommandError;
+    expect(err.kind).toBe('output');
+  });
+
+  it('commands run with TZ=UTC, SLURM_TIME_FORMAT=standard and only the given environment', async () => {
+    fake('sbatch', 'env > "$OUT_FILE"; echo "42;cluster"');
+    const out = join(bin, 'env.txt');
+    const d = new SlurmDriver({ binDir: bin, env: { PATH: '/usr/bin:/bin', TZ: 'Europe/Paris' } });
+    process.env.SBATCH_PARTITION = 'from-the-worker';
+    const id = await d.submit({
+      scriptPath: '/j/job.sh',
+      stdout: '/j/o',
+      stderr: '/j/e',
+      chdir: '/j',
+      jobName: 'a',
+      comment: 'b',
+      env: { OUT_FILE: out },
+    });
+    delete process.env.SBATCH_PARTITION;
+    expect(id).toBe('42');
+    const { readFileSync } = await import('node:fs');
+    const env = readFileSync(out, 'utf8');
+    expect(env).toContain('TZ=UTC');
+    expect(env).toContain('SLURM_TIME_FORMAT=standard');
+    expect(env).not.toContain('SBATCH_PARTITION');
+  });
+
+  it('bad ids and signals are refused before anything runs', async () => {
+    const d = new SlurmDriver({ binDir: join(bin, 'nope') });
+    await expect(d.job('1; rm -rf /')).rejects.toBeInstanceOf(SlurmRequestError);
+    await expect(d.cancel('-1')).rejects.toBeInstanceOf(SlurmRequestError);
+    await expect(d.cancel('12', 'TERM --full')).rejects.toBeInstanceOf(SlurmRequestError);
+  });
+});
