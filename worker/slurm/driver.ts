@@ -18,21 +18,17 @@
  * not Slurm's: ids are reused only after MaxJobId wraps.
  */
 import { execFile } from 'node:child_process';
-import { open } from 'node:fs/promises';
 import { SlurmCommandError, SlurmRequestError } from './errors.js';
-import { expandHostlist } from './hostlist.js';
+import { findJobcompRecord, parseConfig, safeExpand } from './jobcomp.js';
 import {
-  field,
-  formatSlurmTimeLimit,
   isEndedState,
-  nullable,
   parseExitCode,
-  parseFields,
   parseJobLine,
   parseJobState,
   parseNodeLine,
   parseSlurmTime,
 } from './parse.js';
+import { buildSbatchArgs, checkMarker } from './sbatch-args.js';
 import type {
   SlurmEndedJob,
   SlurmEndedLookup,
@@ -41,6 +37,10 @@ import type {
   SlurmNode,
   SlurmSubmitRequest,
 } from './types.js';
+
+// Moved to their own modules; re-exported so that imports of the first version keep working.
+export { findJobcompRecord, parseConfig, parseJobcompLine } from './jobcomp.js';
+export { buildSbatchArgs } from './sbatch-args.js';
 
 /** Options of {@link SlurmDriver}. */
 export interface SlurmDriverOptions {
@@ -67,37 +67,7 @@ export type SlurmCancelResult =
   | 'unknown';
 
 const JOB_ID = /^\d+(?:_\d+)?(?:\+\d+)?$/;
-/** Names and comments the broker sets: printable, no whitespace, no `=`-confusion issues in `-o` output. */
-const MARKER = /^[A-Za-z0-9._:@%+-]{1,200}$/;
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 const SIGNAL = /^(?:SIG)?[A-Z0-9]{2,10}$|^\d{1,2}$/;
-/** sbatch options the driver sets itself: an operator's extra arg may not set them (ambiguous precedence). */
-const RESERVED_OPTIONS = [
-  '--export',
-  '--output',
-  '--error',
-  '--chdir',
-  '--job-name',
-  '--comment',
-  '--parsable',
-  '--wrap',
-  '--gres',
-  '--gpus',
-  '--gpus-per-node',
-  '--gpus-per-task',
-  '--gpus-per-socket',
-  '--ntasks',
-  '--array',
-  '--nodes',
-  '--ntasks-per-node',
-  '--time',
-  '--partition',
-  '--account',
-  '--qos',
-  '--export-file',
-  '--get-user-env',
-];
-const RESERVED_SHORT = ['-o', '-e', '-D', '-J', '-N', '-t', '-p', '-A', '-q', '-G', '-W', '-H', '-n', '-a'];
 
 /** The driver; one per worker. */
 export class SlurmDriver {
@@ -341,157 +311,10 @@ export class SlurmDriver {
   }
 }
 
-/**
- * sbatch arguments and the extra environment for a request; throws SlurmRequestError on bad input
- * before anything runs. Exported for unit tests.
- */
-export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[]; env: Record<string, string> } {
-  checkMarker('jobName', req.jobName);
-  checkMarker('comment', req.comment);
-  for (const [k, v] of [
-    ['partition', req.partition],
-    ['account', req.account],
-    ['qos', req.qos],
-  ] as const)
-    if (v !== undefined) checkMarker(k, v);
-  for (const [k, p] of [
-    ['scriptPath', req.scriptPath],
-    ['stdout', req.stdout],
-    ['stderr', req.stderr],
-    ['chdir', req.chdir],
-  ] as const)
-    checkPath(k, p);
-  const gpus = req.gpusPerNode ?? 0;
-  const nodes = req.nodes ?? 1;
-  const tasks = req.ntasksPerNode ?? 1;
-  checkCount('gpusPerNode', gpus, 0);
-  checkCount('nodes', nodes, 1);
-  checkCount('ntasksPerNode', tasks, 1);
-  const env = req.env ?? {};
-  for (const [k, v] of Object.entries(env)) {
-    if (!ENV_NAME.test(k)) throw new SlurmRequestError(`bad environment variable name '${k}'`);
-    if (k.startsWith('SLURM_') || k.startsWith('SBATCH_') || k.startsWith('SRUN_') || k === 'SPANK_')
-      throw new SlurmRequestError(`environment variable '${k}' is Slurm's own`);
-    if (v.includes('\0')) throw new SlurmRequestError(`environment variable '${k}' contains NUL`);
-  }
-  for (const a of req.extraArgs ?? []) checkExtraArg(a);
-  const args = [...(req.extraArgs ?? []), '--parsable'];
-  if (req.partition !== undefined) args.push(`--partition=${req.partition}`);
-  if (req.account !== undefined) args.push(`--account=${req.account}`);
-  if (req.qos !== undefined) args.push(`--qos=${req.qos}`);
-  args.push(
-    `--job-name=${req.jobName}`,
-    `--comment=${req.comment}`,
-    `--nodes=${nodes}`,
-    `--ntasks-per-node=${tasks}`,
-  );
-  if (gpus > 0) args.push(`--gres=gpu:${gpus}`);
-  if (req.timeLimitSeconds !== undefined) {
-    if (!Number.isFinite(req.timeLimitSeconds) || req.timeLimitSeconds <= 0)
-      throw new SlurmRequestError(`timeLimitSeconds must be > 0, got ${req.timeLimitSeconds}`);
-    args.push(`--time=${formatSlurmTimeLimit(req.timeLimitSeconds)}`);
-  }
-  args.push(
-    `--output=${req.stdout}`,
-    `--error=${req.stderr}`,
-    `--chdir=${req.chdir}`,
-    `--export=${['NONE', ...Object.keys(env).sort()].join(',')}`,
-    req.scriptPath,
-  );
-  return { args, env: { ...env } };
-}
-
 function checkJobId(id: string): void {
   if (!JOB_ID.test(id)) throw new SlurmRequestError(`bad Slurm job id '${id}'`);
 }
 
-function checkMarker(what: string, v: string): void {
-  if (!MARKER.test(v))
-    throw new SlurmRequestError(`bad ${what} '${v}': use [A-Za-z0-9._:@%+-], 1-200 characters`);
-}
-
-function checkPath(what: string, p: string): void {
-  // `%` is sbatch's filename pattern character (%j …); the broker's paths never need it.
-  if (!p.startsWith('/') || /[\0\n\r%]/.test(p) || p.length > 4096)
-    throw new SlurmRequestError(`bad ${what} '${p}': an absolute path without %, NUL or newlines`);
-}
-
-function checkCount(what: string, n: number, min: number): void {
-  if (!Number.isInteger(n) || n < min || n > 100_000) throw new SlurmRequestError(`bad ${what} ${n}`);
-}
-
-function checkExtraArg(a: string): void {
-  if (!a.startsWith('-') || /[\0\n\r]/.test(a))
-    throw new SlurmRequestError(`extra sbatch argument '${a}' must be one --option[=value] word`);
-  const name = a.split('=')[0] as string;
-  if (
-    RESERVED_OPTIONS.some(
-      (o) => name === o || (o.length > 3 && name.length >= 3 && o.startsWith(name) && name.startsWith('--')),
-    )
-  )
-    throw new SlurmRequestError(`extra sbatch argument '${a}' sets an option the driver owns`);
-  if (!name.startsWith('--') && RESERVED_SHORT.some((o) => a.startsWith(o)))
-    throw new SlurmRequestError(`extra sbatch argument '${a}' sets an option the driver owns`);
-}
-
 function lines(out: string): string[] {
   return out.split('\n').filter((l) => l.trim() !== '');
-}
-
-function safeExpand(expr: string): string[] {
-  try {
-    return expandHostlist(expr);
-  } catch {
-    return [];
-  }
-}
-
-/** `scontrol show config` lines `Key = value` to a map. */
-export function parseConfig(out: string): Map<string, string> {
-  const m = new Map<string, string>();
-  for (const line of out.split('\n')) {
-    const i = line.indexOf('=');
-    if (i < 0) continue;
-    const k = line.slice(0, i).trim();
-    if (/^[A-Za-z][A-Za-z0-9_]*$/.test(k)) m.set(k, line.slice(i + 1).trim());
-  }
-  return m;
-}
-
-/** Finds `JobId=<id> ` in the last 64 MiB of a jobcomp/filetxt log; null when absent. */
-export async function findJobcompRecord(path: string, id: string): Promise<SlurmEndedJob | null> {
-  const fh = await open(path, 'r');
-  try {
-    const { size } = await fh.stat();
-    const len = Math.min(size, 64 * 1024 * 1024);
-    const buf = Buffer.alloc(len);
-    await fh.read(buf, 0, len, size - len);
-    const text = buf.toString('utf8');
-    const prefix = `JobId=${id} `;
-    const found = text
-      .split('\n')
-      .filter((l) => l.startsWith(prefix))
-      .pop();
-    return found === undefined ? null : parseJobcompLine(found);
-  } finally {
-    await fh.close();
-  }
-}
-
-/** One jobcomp/filetxt record (`JobId=… Name=… JobState=… NodeList=… ExitCode=…`). */
-export function parseJobcompLine(line: string): SlurmEndedJob {
-  const f = parseFields(line);
-  const rawState = field(f, 'JobState') ?? '';
-  const ec = parseExitCode(field(f, 'ExitCode'));
-  return {
-    id: field(f, 'JobId') ?? '',
-    name: field(f, 'Name') ?? '',
-    state: parseJobState(rawState),
-    rawState,
-    exitCode: ec?.code ?? null,
-    signal: ec?.signal ?? null,
-    nodes: safeExpand(nullable(field(f, 'NodeList')) ?? ''),
-    startTime: parseSlurmTime(field(f, 'StartTime')),
-    endTime: parseSlurmTime(field(f, 'EndTime')),
-  };
 }

@@ -1,8 +1,9 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { buildSbatchArgs, parseConfig, parseJobcompLine } from '../../../../worker/slurm/driver.js';
 import { SlurmRequestError } from '../../../../worker/slurm/errors.js';
+import { parseConfig, parseJobcompLine } from '../../../../worker/slurm/jobcomp.js';
+import { buildSbatchArgs } from '../../../../worker/slurm/sbatch-args.js';
 import type { SlurmSubmitRequest } from '../../../../worker/slurm/types.js';
 
 const base: SlurmSubmitRequest = {
