@@ -192,6 +192,7 @@ export class Fleet {
         container_engine: rec.container_engine,
         mounts: rec.mounts.map((m) => m.name),
         backend: rec.backend,
+        ...(rec.slurm === null ? {} : { pool_node_gpus: rec.slurm.nodes.map((n) => n.gpus) }),
         sampled_at: w.sampled_at,
         sampler_error: w.sampler_error,
         cards: cards.map((c): CardView => {

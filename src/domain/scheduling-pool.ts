@@ -356,6 +356,8 @@ export class CardPool {
     for (const slot of allowed) {
       let n = 0;
       for (const card of slot.cards) if (fitsShape(card, req)) n++;
+      // A Slurm pool must also have the nodes the job's shape needs (Slurm would refuse it at sbatch).
+      if (!poolShapeFits(slot.worker, req)) n = Math.min(n, req.need - 1);
       largest = Math.max(largest, n);
       if (n >= req.need) capable.push(slot);
     }
@@ -434,6 +436,19 @@ export class CardPool {
     this.version++;
     return indexes;
   }
+}
+
+/**
+ * Whether a Slurm pool has the nodes a task's shape needs: `need / per_node` nodes with at least
+ * `per_node` GPUs each (one node with `need` GPUs for a single-node task). True when the worker is not
+ * a pool or did not say its nodes.
+ */
+function poolShapeFits(worker: WorkerView, req: Requirement): boolean {
+  const nodes = worker.pool_node_gpus;
+  if (worker.backend !== 'slurm' || nodes === undefined || nodes.length === 0) return true;
+  const perNode = req.perNode ?? req.need;
+  const wanted = req.perNode === null ? 1 : Math.ceil(req.need / req.perNode);
+  return nodes.filter((g) => g >= perNode).length >= wanted;
 }
 
 /**

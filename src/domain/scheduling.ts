@@ -90,6 +90,8 @@ export interface WorkerView extends WorkerSampling {
   mounts?: readonly string[] | undefined;
   /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
   backend?: 'local' | 'slurm' | undefined;
+  /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
+  pool_node_gpus?: readonly number[] | undefined;
   cards: CardView[];
 }
 

@@ -120,4 +120,15 @@ describe('Slurm pool admission', () => {
     expect(String(local.waiting[0]?.reason.message)).toContain('--backend slurm');
     expect(run([pool(cards)], [task(8, { per_node: 4 })]).grants).toHaveLength(1);
   });
+
+  it("checks the pool's node shape: per_node GPUs on enough nodes, or one node for a single-node task", () => {
+    const cards = Array.from({ length: 8 }, (_, i) => card(i));
+    const twoByFour = { ...pool(cards), pool_node_gpus: [4, 4] };
+    expect(run([twoByFour], [task(8, { per_node: 4 })]).grants).toHaveLength(1);
+    const wide = run([twoByFour], [task(8, { per_node: 8 })]);
+    expect(wide.grants).toHaveLength(0);
+    expect(wide.waiting[0]?.reason.code).toBe('no_matching_worker');
+    expect(run([twoByFour], [task(6)]).waiting[0]?.reason.code).toBe('no_matching_worker');
+    expect(run([twoByFour], [task(4)]).grants).toHaveLength(1);
+  });
 });
