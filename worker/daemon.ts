@@ -254,7 +254,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     try {
       pruneExecutionDirs(
         store,
-        executionsDir,
+        // A Slurm worker's execution directories are its job directories on the shared filesystem.
+        opts.slurm?.backend.jobDir ?? executionsDir,
         Date.now(),
         opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
         log,
