@@ -48,7 +48,7 @@ export function formatRevision(d: RevisionDocument): string {
     indent(s.success_criteria),
     `  runs:      ${r.sandbox.runtime}${r.sandbox.image ? ` ${r.sandbox.image}` : ''}: ${s.runtime.argv.map((a) => JSON.stringify(a)).join(' ')}`,
     `  env:       ${env.length === 0 ? '(none)' : env.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' ')}`,
-    `  cards:     ${cards.count}${cards.model ? ` (${cards.model})` : ''}${s.worker ? ` on ${s.worker}` : ''}`,
+    `  cards:     ${cards.count}${cards.per_node ? ` across ${cards.count / cards.per_node} nodes, ${cards.per_node} per node (Slurm)` : ''}${cards.model ? ` (${cards.model})` : ''}${s.worker ? ` on ${s.worker}` : ''}`,
     `  network:   ${r.sandbox.network}`,
     `  time:      at most ${s.time_limit_seconds} s`,
     `  outputs:   ${s.outputs.length === 0 ? '(none)' : s.outputs.map((o) => `${o.path}${o.required ? '' : ' (optional)'}`).join(', ')}`,
