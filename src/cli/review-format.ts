@@ -35,7 +35,7 @@ const indent = (text: string): string => text.replace(/^/gm, '    ');
 export function formatRevision(d: RevisionDocument): string {
   const r = d.revision;
   const s = r.spec;
-  const cards = s.cards as { count: number; model?: string | undefined };
+  const cards = s.cards as { count: number; model?: string | undefined; per_node?: number | undefined };
   const env = Object.entries(s.runtime.env ?? {});
   const lines = [
     `${d.proposal_id} (${d.proposal_state}) by ${d.owner}: revision ${r.number}${r.current ? '' : ' (not current)'}`,
