@@ -228,11 +228,6 @@ export class ExecutionManager {
     this.run(record.plan, report);
   }
 
-  /** Whether this process is watching the execution. */
-  isRunning(executionId: string): boolean {
-    return this.running.has(executionId);
-  }
-
   /** A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. */
   private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): void {
     const { store, outbox, logger } = this.deps;

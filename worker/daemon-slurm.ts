@@ -5,7 +5,8 @@ import { phaseBody } from './daemon-reports.js';
 import type { ExecutionSummary, LocalStore } from './local-store.js';
 import type { SlurmJob } from './slurm/types.js';
 import type { SlurmBackend } from './slurm-executor.js';
-import { jobIsLive, markerPrefix } from './slurm-executor.js';
+import { jobIsLive } from './slurm-executor.js';
+import { markerPrefix } from './slurm-job-setup.js';
 
 /**
  * What a Slurm worker does besides running executions (docs/decisions/0013-slurm-backend.md):

@@ -1,22 +1,15 @@
-import { mkdir, open } from 'node:fs/promises';
-import { constants as osConstants } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import type { Logger } from 'pino';
-import type {
-  ExecutionPlan,
-  FailureReason,
-  SlurmBinding,
-  SlurmJobReport,
-} from '../src/contracts/worker-protocol.js';
-import { MAX_LOG_CHUNK_BYTES } from '../src/contracts/worker-protocol.js';
+import type { ExecutionPlan, SlurmBinding, SlurmJobReport } from '../src/contracts/worker-protocol.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
 import type { ExecutorProvider } from './executor-env.js';
-import { buildTaskEnv } from './executor-env.js';
-import type { LogChunkHandler, LogStreamName } from './executor-logs.js';
+import type { LogChunkHandler } from './executor-logs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { SlurmDriver } from './slurm/driver.js';
-import { jobFiles, readBinding, readExit, writeJobFiles } from './slurm/job-wrapper.js';
+import { jobFiles, readBinding, readExit } from './slurm/job-wrapper.js';
 import type { SlurmJob, SlurmJobState } from './slurm/types.js';
+import { JobLogTail, signalName, slurmVerdict } from './slurm-job-outcome.js';
+import { prepareSlurmJob } from './slurm-job-setup.js';
 
 /**
  * Runs one ExecutionPlan as a Slurm batch job (docs/decisions/0013-slurm-backend.md). It has the local
@@ -95,17 +88,7 @@ const LIVE_STATES: ReadonlySet<SlurmJobState> = new Set([
   'STOPPED',
 ]);
 const WAITING_STATES: ReadonlySet<SlurmJobState> = new Set(['PENDING', 'REQUEUED']);
-const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
-
-/** The `--comment` marker of this worker's jobs: `gpu-broker:<worker>:<execution>`. */
-export function jobMarker(workerId: string, executionId: string): string {
-  return `${markerPrefix(workerId)}${executionId}`;
-}
-
-/** What every job of this worker's comment starts with (the worker id reduced to the marker's alphabet). */
-export function markerPrefix(workerId: string): string {
-  return `gpu-broker:${workerId.replace(/[^A-Za-z0-9._@%+-]/g, '_').slice(0, 100)}:`;
-}
+const _SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
 
 /** Whether a job is still live in Slurm (holds or may take GPUs). */
 export function jobIsLive(job: SlurmJob): boolean {
@@ -139,8 +122,7 @@ class SlurmRun {
   private detached = false;
   private startedAt: number | null = null;
   private resumedStart = false;
-  private readonly offsets: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
-  private readonly logErrors: string[] = [];
+  private readonly logs: JobLogTail;
   private wake: (() => void) | null = null;
 
   constructor(
@@ -148,6 +130,7 @@ class SlurmRun {
     private readonly opts: SlurmExecutionOptions,
   ) {
     this.execDir = resolve(opts.backend.jobDir, plan.execution_id);
+    this.logs = new JobLogTail(jobFiles(this.execDir), opts.onLog);
     this.exited = new Promise((r) => {
       this.resolveExited = r;
     });
@@ -177,7 +160,7 @@ class SlurmRun {
       }
     } else {
       // 1. setup
-      const problem = await this.setup();
+      const problem = await prepareSlurmJob(this.plan, this.opts, this.execDir);
       if (typeof problem === 'string') return this.neverStarted('SETUP_FAILED', problem);
       if (this.cancelRequested) return this.neverStarted('CANCELLED');
       // 2. submit
@@ -225,7 +208,7 @@ class SlurmRun {
       } else {
         await this.ensureStarted(job);
       }
-      await this.pumpLogs(false);
+      await this.logs.pump(false);
       this.checkTimeLimit();
       // COMPLETING is not the end: its final state (CANCELLED, FAILED, …) decides the verdict.
       if (!jobIsLive(job)) break;
@@ -251,7 +234,7 @@ class SlurmRun {
       if (binding !== null)
         this.markStarted(binding, ended.state === 'UNKNOWN_TO_SLURM' ? 'UNKNOWN' : ended.state);
     }
-    await this.pumpLogs(true);
+    await this.logs.pump(true);
     const exitFile = await readExit(this.execDir).catch(() => null);
     const collection = await collectOutputs(
       { base: this.execDir, below: ['task', 'out'], owner: process.getuid?.() ?? null },
@@ -262,13 +245,14 @@ class SlurmRun {
     const byItself = ended.state === 'COMPLETED' || ended.state === 'FAILED';
     const exitCode = exitFile?.exit_code ?? (byItself ? ended.exitCode : null);
     const signal = ended.signal !== null && ended.signal !== 0 ? signalName(ended.signal) : null;
-    const verdict = this.verdict(
-      ended.state,
+    const verdict = slurmVerdict({
+      killReason: this.killReason,
+      state: ended.state,
       exitCode,
       signal,
-      lostDetail !== null,
-      collection.requiredMissing,
-    );
+      lost: lostDetail !== null,
+      requiredMissing: collection.requiredMissing,
+    });
     const exited: ExecutionExit = {
       exit_code: exitFile === null && signal !== null ? null : exitCode,
       // (exit.json exists only when the task's srun step returned, so then its code is the task's.)
@@ -276,7 +260,7 @@ class SlurmRun {
       failure_reason: verdict.failure,
       outputs: collection.outputs,
       output_errors: collection.errors,
-      log_errors: [...this.logErrors],
+      log_errors: this.logs.errors(),
       ...(verdict.detail === null && lostDetail === null
         ? {}
         : { setup_error: [verdict.detail, lostDetail].filter((x) => x !== null).join('; ') }),
@@ -293,67 +277,6 @@ class SlurmRun {
       ...exited,
       cleaned: true,
       cleanup_detail: `Slurm job ${jobId} has ended (${ended.state === 'UNKNOWN_TO_SLURM' ? 'no longer known to slurmctld' : ended.state}); its GPUs are Slurm's again`,
-    };
-  }
-
-  /** The sbatch request, or why the plan cannot run as a Slurm job. */
-  private async setup(): Promise<Parameters<SlurmDriver['submit']>[0] | string> {
-    const { plan } = this;
-    const { backend } = this.opts;
-    const id = plan.execution_id;
-    if (!SAFE_SEGMENT.test(id) || id.length > 128)
-      return `execution id ${JSON.stringify(id)} is not usable as a directory name`;
-    const runtime = plan.spec.runtime;
-    if (runtime.kind !== 'process')
-      return `runtime kind ${runtime.kind} is not supported by a Slurm worker; run a process task`;
-    if ((plan.spec.inputs ?? []).length > 0)
-      return 'inputs are not supported by a Slurm worker yet: reference files on the shared filesystem';
-    if ((plan.spec.mounts ?? []).length > 0)
-      return 'named mounts are not supported by a Slurm worker: the job sees the cluster filesystem';
-    const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
-    const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
-    const taskDir = join(this.execDir, 'task');
-    try {
-      await mkdir(backend.jobDir, { recursive: true, mode: 0o700 });
-      await writeJobFiles({ jobDir: this.execDir, argv: [...runtime.argv], ntasksPerNode: 1 });
-      await mkdir(taskDir, { mode: 0o700 });
-      await mkdir(join(taskDir, 'out'), { mode: 0o700 });
-      await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
-    } catch (err) {
-      return `cannot prepare the job directory ${this.execDir}: ${describe(err)}`;
-    }
-    const env = buildTaskEnv(
-      plan,
-      { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') },
-      this.opts.workerId,
-      this.opts.provider,
-    );
-    // The lease's indexes are pool slots, not devices: Slurm sets the visible devices itself.
-    for (const k of [
-      'CUDA_VISIBLE_DEVICES',
-      'HIP_VISIBLE_DEVICES',
-      'ROCR_VISIBLE_DEVICES',
-      'GPU_BROKER_GPU_IDS',
-      'GPU_BROKER_GPU_UUIDS',
-    ])
-      delete env[k];
-    const files = jobFiles(this.execDir);
-    return {
-      scriptPath: files.script,
-      jobName: `gpu-broker-${id}`.slice(0, 200),
-      comment: jobMarker(this.opts.workerId, id),
-      partition: backend.partition,
-      ...(backend.account === undefined ? {} : { account: backend.account }),
-      ...(backend.qos === undefined ? {} : { qos: backend.qos }),
-      gpusPerNode: perNode,
-      nodes,
-      ntasksPerNode: 1,
-      timeLimitSeconds: plan.spec.time_limit_seconds,
-      stdout: files.stdout,
-      stderr: files.stderr,
-      chdir: taskDir,
-      env,
-      extraArgs: [...backend.extraArgs],
     };
   }
 
@@ -399,77 +322,6 @@ class SlurmRun {
       await this.opts.backend.driver.cancel(this.jobId);
     } catch (err) {
       this.opts.logger?.warn({ job_id: this.jobId, err: describe(err) }, 'worker: scancel failed');
-    }
-  }
-
-  private verdict(
-    state: SlurmJobState | 'UNKNOWN_TO_SLURM',
-    exitCode: number | null,
-    signal: string | null,
-    lost: boolean,
-    requiredMissing: boolean,
-  ): { failure: FailureReason | null; detail: string | null } {
-    if (this.killReason !== null) return { failure: this.killReason, detail: null };
-    if (lost) return { failure: 'WORKER_LOST', detail: 'the Slurm job vanished' };
-    switch (state) {
-      case 'TIMEOUT':
-        return { failure: 'TIMED_OUT', detail: 'Slurm ended the job at its --time limit' };
-      case 'CANCELLED':
-        return { failure: 'KILLED_BY_SIGNAL', detail: 'the Slurm job was cancelled outside the broker' };
-      case 'OUT_OF_MEMORY':
-        return { failure: 'OOM_KILLED', detail: 'Slurm reports OUT_OF_MEMORY' };
-      case 'NODE_FAIL':
-      case 'BOOT_FAIL':
-        return { failure: 'WORKER_LOST', detail: `Slurm reports ${state}` };
-      case 'PREEMPTED':
-      case 'DEADLINE':
-      case 'REVOKED':
-        return { failure: 'KILLED_BY_SIGNAL', detail: `Slurm reports ${state}` };
-      default:
-        break;
-    }
-    if (signal !== null) return { failure: 'KILLED_BY_SIGNAL', detail: null };
-    if (exitCode === null)
-      return { failure: 'WORKER_LOST', detail: `no exit code from Slurm (state ${state})` };
-    if (exitCode !== 0) return { failure: 'EXIT_NONZERO', detail: null };
-    return { failure: requiredMissing ? 'OUTPUT_MISSING' : null, detail: null };
-  }
-
-  /** Streams what the job appended to stdout.log / stderr.log since the last call. */
-  private async pumpLogs(final: boolean): Promise<void> {
-    const files = jobFiles(this.execDir);
-    for (const [stream, path] of [
-      ['stdout', files.stdout],
-      ['stderr', files.stderr],
-    ] as const) {
-      try {
-        await this.pumpFile(stream, path, final);
-      } catch (err) {
-        const code = (err as NodeJS.ErrnoException).code;
-        if (code !== 'ENOENT' && this.logErrors.length < 8)
-          this.logErrors.push(`${stream}.log: ${describe(err)}`);
-      }
-    }
-  }
-
-  private async pumpFile(stream: LogStreamName, path: string, final: boolean): Promise<void> {
-    const handle = await open(path, 'r');
-    try {
-      for (;;) {
-        const buf = Buffer.alloc(MAX_LOG_CHUNK_BYTES);
-        const { bytesRead } = await handle.read(buf, 0, buf.length, this.offsets[stream]);
-        if (bytesRead === 0) return;
-        let data = buf.subarray(0, bytesRead);
-        const keep = final ? 0 : incompleteTailLength(data);
-        if (keep === data.length) return;
-        data = data.subarray(0, data.length - keep);
-        const offset = this.offsets[stream];
-        this.offsets[stream] += data.length;
-        this.opts.onLog(stream, offset, data.toString('utf8'));
-        if (bytesRead < buf.length) return;
-      }
-    } finally {
-      await handle.close();
     }
   }
 
@@ -522,23 +374,6 @@ class SlurmRun {
       cleanup_detail: 'executor failed; the Slurm job was scancelled, not confirmed',
     };
   }
-}
-
-/** How many bytes at the end of `buf` start a UTF-8 character whose other bytes have not been read yet. */
-function incompleteTailLength(buf: Buffer): number {
-  const n = buf.length;
-  for (let back = 1; back <= Math.min(3, n); back++) {
-    const b = buf[n - back] ?? 0;
-    if ((b & 0xc0) === 0x80) continue;
-    const need = b < 0xc0 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : b < 0xf8 ? 4 : 1;
-    return need > back ? back : 0;
-  }
-  return 0;
-}
-
-function signalName(n: number): string {
-  for (const [name, value] of Object.entries(osConstants.signals)) if (value === n) return name;
-  return `SIG${n}`;
 }
 
 function describe(err: unknown): string {

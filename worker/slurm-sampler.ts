@@ -5,7 +5,7 @@ import type { CardSampler } from './samplers/card-sampler.js';
 import { SamplerError } from './samplers/card-sampler.js';
 import type { SlurmDriver } from './slurm/driver.js';
 import type { SlurmGpuHolder, SlurmNode } from './slurm/types.js';
-import { markerPrefix } from './slurm-executor.js';
+import { markerPrefix } from './slurm-job-setup.js';
 
 /**
  * The card sampler of a Slurm worker (docs/decisions/0013-slurm-backend.md). One sample reads the

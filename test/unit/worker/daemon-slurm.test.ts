@@ -7,7 +7,8 @@ import { fenceSlurmJobs, recoverSlurmExecutions } from '../../../worker/daemon-s
 import { type ExecutionRecord, openLocalStore } from '../../../worker/local-store.js';
 import type { SlurmDriver } from '../../../worker/slurm/driver.js';
 import type { SlurmJob } from '../../../worker/slurm/types.js';
-import { jobMarker, type SlurmBackend } from '../../../worker/slurm-executor.js';
+import type { SlurmBackend } from '../../../worker/slurm-executor.js';
+import { jobMarker } from '../../../worker/slurm-job-setup.js';
 import { makePlan } from '../../support/executor-plan.js';
 
 /**

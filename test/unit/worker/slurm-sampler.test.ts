@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { SlurmNode } from '../../../worker/slurm/types.js';
-import { markerPrefix } from '../../../worker/slurm-executor.js';
+import { markerPrefix } from '../../../worker/slurm-job-setup.js';
 import { poolCards } from '../../../worker/slurm-sampler.js';
 
 /** The pool as cards (worker/slurm-sampler.ts): numbering, foreign GPUs, down nodes, copied markers. */
