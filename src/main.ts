@@ -15,6 +15,8 @@ import { expireProposals } from './broker/proposals.js';
 import { cancelInterruptedRuns } from './broker/qualification.js';
 import { QualificationService, type QualificationServiceOptions } from './broker/qualification-service.js';
 import { Scheduler } from './broker/scheduler.js';
+import { type StatfsFn, StorageGuard } from './broker/storage-guard.js';
+import { TaskRetention } from './broker/task-retention.js';
 import { TASKS_TOPIC } from './broker/tasks.js';
 import { brokerTools } from './broker/tool-catalog.js';
 import { BrokerError } from './contracts/errors.js';
@@ -51,6 +53,8 @@ export interface MasterOptions {
   clock?: Clock;
   /** Qualification runner settings; `env` (default: this process's) is what agent CLIs are launched with. */
   qualification?: Partial<QualificationServiceOptions>;
+  /** Reads the data dir's free space (default `fs.statfs`); tests inject a fake disk. */
+  statfs?: StatfsFn;
 }
 
 /** A running master. */
@@ -64,6 +68,10 @@ export interface RunningMaster {
   app: FastifyInstance;
   /** The background audit verifier; `/healthz`, `/status` and `/metrics` read its last result. */
   audit: AuditMonitor;
+  /** The disk guard: `/healthz`, `get_status` and every write path read it; tests call `check()`. */
+  storage: StorageGuard;
+  /** The task log/output retention sweep (`storage.retention`); tests call `run()`. */
+  retention: TaskRetention;
   close(): Promise<void>;
 }
 
@@ -144,6 +152,18 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   const clock = opts.clock ?? systemClock;
   const ids = createIdGenerator();
   const auditMonitor = new AuditMonitor(store, clock, auditMonitorOptions(config, dataDir), logger);
+  const storage = new StorageGuard(
+    store,
+    clock,
+    {
+      dataDir,
+      warn_free_bytes: config.storage.warn_free_bytes,
+      min_free_bytes: config.storage.min_free_bytes,
+      statfs: opts.statfs,
+    },
+    logger,
+  );
+  const retention = new TaskRetention(store, clock, config.storage.retention, logger);
   const fleet = new Fleet(config.timing.worker_offline_seconds * 1000, clock.now());
   // The hub and the scheduler need deps and deps needs them: closures break the cycle.
   let hub: WorkerHub | undefined;
@@ -157,6 +177,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     logger,
     observe: { placement: (id) => scheduler!.placement(id), queueInfo: (id) => scheduler!.queueInfo(id) },
     auditStatus: () => auditMonitor.status(),
+    storage,
     cluster: {
       fleet,
       link: { bootId: ids('boot'), flush: (w) => hub!.flush(w) },
@@ -168,6 +189,11 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   hub = new WorkerHub(deps, fleet, deps.cluster.link.bootId);
   scheduler = new Scheduler(deps, fleet, hub);
   hub.hooks = scheduler;
+  const hubRef = hub;
+  storage.onRecovered(() => {
+    hubRef.retryPendingHellos();
+    scheduler!.requestPass();
+  });
   const sched = scheduler;
   const metrics = createMetrics(deps, {
     toolNames: brokerTools().map((t) => t.def.name),
@@ -187,7 +213,11 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     tools: brokerTools(),
     https: tls ? { key: tls.key, cert: tls.cert } : undefined,
     health: () => {
-      return { audit: deps.auditStatus(), workers: { connected: hub!.connectedWorkers().length } };
+      return {
+        audit: deps.auditStatus(),
+        storage: storage.status(),
+        workers: { connected: hub!.connectedWorkers().length },
+      };
     },
     onToolCall: metrics.onToolCall,
     extend: (a) => {
@@ -227,13 +257,30 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   void auditMonitor.tick();
   const auditTimer = setInterval(() => void auditMonitor.tick(), config.audit.check_interval_ms);
   auditTimer.unref();
+  // The first check before listening, so a master started on a full disk says so from its first answer.
+  await storage.check();
+  const storageTimer = setInterval(() => void storage.check(), config.storage.check_interval_ms);
+  storageTimer.unref();
+  const retentionTimer = setInterval(
+    () => void retention.run().catch((err: unknown) => logger.error({ err }, 'task retention failed')),
+    config.storage.retention.interval_seconds * 1000,
+  );
+  retentionTimer.unref();
+  // Once at start too: a master restarted more often than the interval would otherwise never prune.
+  void retention.run().catch((err: unknown) => logger.error({ err }, 'task retention failed'));
+  const stopTimers = () => {
+    clearInterval(sweeper);
+    clearInterval(auditTimer);
+    clearInterval(storageTimer);
+    clearInterval(retentionTimer);
+  };
 
   try {
     await app.listen({ host, port });
   } catch (err) {
-    clearInterval(sweeper);
-    clearInterval(auditTimer);
+    stopTimers();
     await auditMonitor.stop();
+    await retention.stop();
     unsubscribe();
     await app.close().catch(() => undefined);
     store.close();
@@ -252,9 +299,10 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     deps,
     app,
     audit: auditMonitor,
+    storage,
+    retention,
     async close() {
-      clearInterval(sweeper);
-      clearInterval(auditTimer);
+      stopTimers();
       // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
       await qualification.close();
       unsubscribe();
@@ -262,6 +310,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       deps.notifier.close();
       await app.close();
       await auditMonitor.stop();
+      await retention.stop();
       store.close();
     },
   };

@@ -25,7 +25,15 @@ export interface BackoffOptions {
   readonly maxMs?: number;
   /** Delay after the master refused the handshake (401/403): a bad token will not fix itself (default 30 s). */
   readonly refusedMs?: number;
+  /**
+   * Delay after the master closed with 4003 (its store cannot take our messages: out of disk space);
+   * space comes back when an operator frees it, not in milliseconds (default 5 s).
+   */
+  readonly unavailableMs?: number;
 }
+
+/** Close code of a master whose store cannot take the worker's messages now (src/ws/hub.ts). */
+export const CLOSE_MASTER_UNAVAILABLE = 4003;
 
 /** What the link needs; the callbacks are the daemon's. */
 export interface ConnectionOptions {
@@ -68,6 +76,7 @@ export interface WorkerConnection {
 const DEFAULT_INITIAL_MS = 200;
 const DEFAULT_MAX_MS = 10_000;
 const DEFAULT_REFUSED_MS = 30_000;
+const DEFAULT_UNAVAILABLE_MS = 5_000;
 const DEFAULT_PING_MS = 10_000;
 const HANDSHAKE_TIMEOUT_MS = 10_000;
 /** A close() that the peer never answers must not hang the worker's shutdown. */
@@ -115,6 +124,7 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
   const initialMs = opts.backoff?.initialMs ?? DEFAULT_INITIAL_MS;
   const maxMs = opts.backoff?.maxMs ?? DEFAULT_MAX_MS;
   const refusedMs = opts.backoff?.refusedMs ?? DEFAULT_REFUSED_MS;
+  const unavailableMs = opts.backoff?.unavailableMs ?? DEFAULT_UNAVAILABLE_MS;
   const pingMs = opts.pingIntervalMs ?? DEFAULT_PING_MS;
   const random = opts.random ?? Math.random;
   const log = opts.logger;
@@ -128,11 +138,14 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
 
   const jitter = (ms: number) => Math.round(ms * (0.5 + random()));
 
-  const scheduleRetry = (refusedStatus: number | null) => {
+  const scheduleRetry = (refusedStatus: number | null, closeCode: number | null) => {
     if (closed) return;
     let delay: number;
     if (refusedStatus !== null) {
       delay = jitter(refusedMs);
+    } else if (closeCode === CLOSE_MASTER_UNAVAILABLE) {
+      // Not doubled from the short initial delay: the welcome before the refusal reset the backoff.
+      delay = jitter(unavailableMs);
     } else {
       delay = jitter(nextDelay);
       nextDelay = Math.min(maxMs, nextDelay * 2);
@@ -209,10 +222,15 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
       if (socket === ws) socket = null;
       if (opened) {
         open = false;
-        log.info({ code, reason: reason.toString('utf8') }, 'worker: disconnected from the master');
+        if (code === CLOSE_MASTER_UNAVAILABLE)
+          log.warn(
+            { code, reason: reason.toString('utf8') },
+            'worker: the master cannot store our messages now (out of disk space); they stay in the outbox and are resent after a delay',
+          );
+        else log.info({ code, reason: reason.toString('utf8') }, 'worker: disconnected from the master');
         opts.onClose();
       }
-      scheduleRetry(refusedStatus);
+      scheduleRetry(refusedStatus, code);
     });
   }
 

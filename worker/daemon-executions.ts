@@ -6,6 +6,7 @@ import type {
   MasterMessage,
   SlurmJobReport,
 } from '../src/contracts/worker-protocol.js';
+import type { Clock } from '../src/platform/clock.js';
 import { cardsCleanCheck, leasedCardsProblem } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
 import { joinDetail, phaseBody } from './daemon-reports.js';
@@ -72,6 +73,8 @@ export interface ExecutionManagerDeps {
   readonly mounts?: readonly DataMount[];
   /** `--backend slurm`: executions run as Slurm jobs (slurm-executor.ts) instead of on this host. */
   readonly slurm?: SlurmBackend;
+  /** The daemon's clock, for the executor's kill and cleanup deadlines. */
+  readonly clock: Clock;
 }
 
 interface Running {
@@ -143,7 +146,7 @@ export class ExecutionManager {
       this.reject(plan, 'SETUP_FAILED', problem);
       return {};
     }
-    outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'accepted' })));
+    outbox.enqueue(phaseBody(store.recordExecution(plan, 'accepted')));
     return { after: () => this.run(plan) };
   }
 
@@ -216,7 +219,7 @@ export class ExecutionManager {
       outputs: [],
       detail,
     };
-    this.deps.outbox.enqueue(phaseBody(this.deps.store.upsertExecution({ plan, phase: 'rejected', result })));
+    this.deps.outbox.enqueue(phaseBody(this.deps.store.recordExecution(plan, 'rejected', result)));
   }
 
   /**
@@ -225,13 +228,19 @@ export class ExecutionManager {
    */
   resumeSlurm(record: ExecutionRecord, report: SlurmJobReport): void {
     if (this.running.has(record.execution_id)) return;
-    this.run(record.plan, report);
+    const { phase } = record;
+    if (phase !== 'accepted' && phase !== 'started' && phase !== 'exited') return;
+    this.run(record.plan, { report, phase });
   }
 
-  /** A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. */
-  private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): void {
+  /**
+   * A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. Returns
+   * whether it moved the execution `accepted` → `started` (compare-and-set on the stored phase).
+   */
+  private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): boolean {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
+    let moved = false;
     store.transaction(() => {
       store.setExecutionSlurm(id, report);
       const record = store.getExecution(id);
@@ -241,32 +250,48 @@ export class ExecutionManager {
           { execution_id: id, job_id: report.job_id, binding: report.binding },
           'worker: Slurm job started',
         );
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'started' })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+        moved = true;
       } else outbox.enqueue(phaseBody(record));
     });
+    return moved;
   }
 
-  private run(plan: ExecutionPlan, resume?: SlurmJobReport): void {
+  /**
+   * Runs `plan`; `resume` (Slurm only): the job a previous worker process submitted, and the phase that
+   * process recorded for it.
+   */
+  private run(
+    plan: ExecutionPlan,
+    resume?: { report: SlurmJobReport; phase: 'accepted' | 'started' | 'exited' },
+  ): void {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
     const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
       outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
     };
+    // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
+    // resumed Slurm job goes on from the phase the previous worker process recorded.
+    let phase: 'accepted' | 'started' | 'exited' = resume?.phase ?? 'accepted';
     const slurm = this.deps.slurm;
     const handle: ExecutionHandle =
       slurm !== undefined
         ? startSlurmExecution(plan, {
             backend: slurm,
+            clock: this.deps.clock,
             workerId: this.deps.workerId,
             provider: this.deps.sampler.provider,
             onLog,
-            onJob: (report, phase) => this.onSlurmJob(plan, report, phase),
-            ...(resume === undefined ? {} : { resume }),
+            onJob: (report, jobPhase) => {
+              if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
+            },
+            ...(resume === undefined ? {} : { resume: resume.report }),
             logger,
           })
         : startExecution(plan, {
             rootDir: this.deps.executionsDir,
+            clock: this.deps.clock,
             workerId: this.deps.workerId,
             provider: this.deps.sampler.provider,
             onLog,
@@ -283,10 +308,14 @@ export class ExecutionManager {
       logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');
       store.transaction(() => {
         store.setExecutionPgid(id, pid);
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'started' })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
       });
+      phase = 'started';
     };
     const onExited = (exit: ExecutionExit) => {
+      // A resumed Slurm job whose exit the previous worker process recorded (and queued, outputs
+      // first): only its cleanup receipt is left to report.
+      if (phase === 'exited') return;
       const stopped = entry.stopping && exit.failure_reason === 'CANCELLED';
       const result: ExecutionSummary = {
         exit_code: exit.exit_code,
@@ -319,11 +348,12 @@ export class ExecutionManager {
             content_base64: o.content.toString('base64'),
           });
         }
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase: 'exited', result })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, phase, 'exited', result)));
       });
+      phase = 'exited';
     };
     const onDone = (done: ExecutionResult) => {
-      const phase = done.cleaned ? 'cleaned' : 'cleanup_failed';
+      const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
       // The exit as reported (with WORKER_LOST on a stop), falling back to the executor's own.
       const exit: ExecutionSummary = store.getExecution(id)?.result ?? {
         exit_code: done.exit_code,
@@ -335,9 +365,11 @@ export class ExecutionManager {
       (done.cleaned ? logger.info : logger.error).call(
         logger,
         { execution_id: id, detail: done.cleanup_detail },
-        `worker: execution ${phase}`,
+        `worker: execution ${final}`,
       );
-      outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase, result })));
+      // From `exited` only: when that report could not be recorded, the record stays unfinished and
+      // the next worker process reports it, rather than jumping over `exited` here.
+      outbox.enqueue(phaseBody(store.moveExecution(id, phase, final, result)));
     };
     const failed = (step: string) => (err: unknown) => {
       // Only a store or outbox failure lands here (e.g. the store closed mid-shutdown); the record

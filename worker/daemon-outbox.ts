@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
-import type { WorkerMessage } from '../src/contracts/worker-protocol.js';
-import { PROTOCOL_VERSION } from '../src/contracts/worker-protocol.js';
+import { sequenced } from '../src/contracts/sequencing.js';
+import type { WorkerMessage, WorkerSequencedBody } from '../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { LocalStore, OutboxEntry } from './local-store.js';
 
 /**
@@ -20,10 +21,9 @@ import type { LocalStore, OutboxEntry } from './local-store.js';
  */
 
 type SequencedMessage = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>;
-type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 /** A sequenced message before the outbox gives it its protocol version, boot id and seq. */
-export type OutgoingBody = DistributiveOmit<SequencedMessage, 'protocol_version' | 'boot_id' | 'seq'>;
+export type OutgoingBody = WorkerSequencedBody;
 
 /** Where the pump writes: the connection, or whatever a test puts in its place. */
 export interface OutboxTransport {
@@ -54,6 +54,8 @@ export class OutboxSender {
     readonly bootId: string,
     private readonly transport: OutboxTransport,
     private readonly logger: Logger,
+    /** When acknowledged messages are old enough to prune (default the system clock). */
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** Appends one message under this boot's next seq and sends it if a session is live. */
@@ -115,14 +117,14 @@ export class OutboxSender {
   }
 
   private maybePrune(): void {
-    const now = Date.now();
+    const now = this.clock.now();
     if (now - this.lastPrune < PRUNE_EVERY_MS) return;
     this.lastPrune = now;
     this.store.pruneOutbox(now - KEEP_ACKED_MS);
   }
 
   private stamp(body: OutgoingBody, seq: number): SequencedMessage {
-    return { ...body, protocol_version: PROTOCOL_VERSION, boot_id: this.bootId, seq } as SequencedMessage;
+    return sequenced(body, this.bootId, seq) as SequencedMessage;
   }
 
   /**

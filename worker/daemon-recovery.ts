@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import type { Logger } from 'pino';
+import type { Clock } from '../src/platform/clock.js';
 import { cardsCleanCheck } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
 import { phaseBody } from './daemon-reports.js';
@@ -38,6 +39,8 @@ export interface RecoveryDeps {
   readonly pollMs?: number;
   /** Aborting stops the cleanup checks without reporting; the next worker process takes them over. */
   readonly signal: AbortSignal;
+  /** The daemon's clock: the kill grace and the cleanup deadline are read from it. */
+  readonly clock: Clock;
 }
 
 const DEFAULT_POLL_MS = 200;
@@ -66,7 +69,7 @@ export function recoverUnfinished(deps: RecoveryDeps): Promise<void> {
     );
     pending.push(
       store.transaction(() => {
-        const exited = store.upsertExecution({ plan: record.plan, phase: 'exited', result });
+        const exited = store.moveExecution(record.execution_id, record.phase, 'exited', result);
         outbox.enqueue(phaseBody(exited));
         return exited;
       }),
@@ -76,7 +79,7 @@ export function recoverUnfinished(deps: RecoveryDeps): Promise<void> {
 }
 
 async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Promise<void> {
-  const { store, outbox, logger, signal } = deps;
+  const { store, outbox, logger, signal, clock } = deps;
   const { plan, pgid } = record;
   const id = plan.execution_id;
   try {
@@ -84,15 +87,15 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
     if (pgid !== null && (await membersOf(pgid, id)).length > 0) {
       logger.warn({ execution_id: id, pgid }, 'worker: stopping the process group of a lost execution');
       signalGroup(pgid, 'SIGTERM');
-      const graceEnd = Date.now() + plan.kill_grace_seconds * 1000;
-      while (Date.now() < graceEnd && (await membersOf(pgid, id)).length > 0) await sleep(50);
+      const graceEnd = clock.now() + plan.kill_grace_seconds * 1000;
+      while (clock.now() < graceEnd && (await membersOf(pgid, id)).length > 0) await sleep(50);
       if ((await membersOf(pgid, id)).length > 0) signalGroup(pgid, 'SIGKILL');
     }
     const container = plan.spec.runtime.kind === 'container';
     if (container && deps.containers !== undefined) await removeContainers(deps, id, plan.kill_grace_seconds);
     // 3. the receipt
     const check = cardsCleanCheck(deps.sampler, plan.cards, plan.vram_clean_pct);
-    const deadline = Date.now() + plan.cleanup_timeout_seconds * 1000;
+    const deadline = clock.now() + plan.cleanup_timeout_seconds * 1000;
     for (;;) {
       if (signal.aborted) return;
       const problems: string[] = [];
@@ -114,7 +117,7 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
       }
       if (signal.aborted) return;
       const cleaned = problems.length === 0;
-      if (cleaned || Date.now() >= deadline) {
+      if (cleaned || clock.now() >= deadline) {
         const group = pgid === null ? 'no process group was recorded' : `process group ${pgid} is gone`;
         const detail = cleaned
           ? `${LOST_DETAIL}; ${group}${check === undefined ? ' (no card check)' : ' and the cards are clean'}`
@@ -129,11 +132,11 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
           detail,
         };
         const phase = cleaned ? 'cleaned' : 'cleanup_failed';
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan, phase, result })));
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'exited', phase, result)));
         logger.info({ execution_id: id, phase, detail }, 'worker: lost execution accounted for');
         return;
       }
-      await sleep(Math.min(deps.pollMs ?? DEFAULT_POLL_MS, Math.max(1, deadline - Date.now())));
+      await sleep(Math.min(deps.pollMs ?? DEFAULT_POLL_MS, Math.max(1, deadline - clock.now())));
     }
   } catch (err) {
     logger.error(

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../src/contracts/sample.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { CardSampler } from './samplers/card-sampler.js';
 
 /**
@@ -26,6 +27,8 @@ export interface SamplingLoopOptions {
   /** First interval; the master's welcome may change it (`setInterval`). */
   readonly intervalMs: number;
   readonly onReport: SampleReport;
+  /** Stamps `sampled_at` and measures a stalled sampler (default the system clock). */
+  readonly clock?: Clock;
 }
 
 const STALL_INTERVALS = 3;
@@ -44,8 +47,11 @@ export class SamplingLoop {
   /** Settles after the first sample attempt (success or failure), so hello can carry real cards. */
   readonly firstAttempt: Promise<void>;
 
+  private readonly clock: Clock;
+
   constructor(private readonly opts: SamplingLoopOptions) {
     this.intervalMs = opts.intervalMs;
+    this.clock = opts.clock ?? systemClock;
     this.firstAttempt = new Promise((r) => {
       this.resolveFirst = r;
     });
@@ -84,7 +90,7 @@ export class SamplingLoop {
   private tick(): void {
     if (this.stopped) return;
     this.timer = setTimeout(() => this.tick(), this.intervalMs);
-    const now = Date.now();
+    const now = this.clock.now();
     if (this.inFlightSince !== null) {
       const waited = now - this.inFlightSince;
       if (waited >= STALL_INTERVALS * this.intervalMs) {
@@ -107,13 +113,13 @@ export class SamplingLoop {
       const message = err instanceof Error ? err.message : String(err);
       if (!this.failing) this.opts.logger.warn({ err: message }, 'worker: card sampling failed');
       this.failing = true;
-      if (!this.stopped) this.report(Date.now(), [], message || 'sampler failed without a message');
+      if (!this.stopped) this.report(this.clock.now(), [], message || 'sampler failed without a message');
       return;
     }
     if (this.failing) this.opts.logger.info('worker: card sampling works again');
     this.failing = false;
     this.latest = cards;
-    if (!this.stopped) this.report(Date.now(), cards, null);
+    if (!this.stopped) this.report(this.clock.now(), cards, null);
   }
 
   private report(sampledAt: number, cards: CardSample[], samplerError: string | null): void {

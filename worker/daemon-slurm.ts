@@ -85,15 +85,17 @@ export async function recoverSlurmExecutions(deps: SlurmDaemonDeps): Promise<voi
       outputs: record.result?.outputs ?? [],
       detail: 'worker restarted before its Slurm job was submitted',
     };
+    // Each move is compare-and-set on the phase the previous process recorded (ADR 0014).
+    const { phase } = record;
     store.transaction(() => {
-      if (record.phase !== 'exited')
-        outbox.enqueue(phaseBody(store.upsertExecution({ plan: record.plan, phase: 'exited', result })));
+      if (phase === 'accepted' || phase === 'started')
+        outbox.enqueue(phaseBody(store.moveExecution(id, phase, 'exited', result)));
       outbox.enqueue(
         phaseBody(
-          store.upsertExecution({
-            plan: record.plan,
-            phase: 'cleaned',
-            result: { ...result, cleaned: true, detail: 'no Slurm job exists for it' },
+          store.moveExecution(id, 'exited', 'cleaned', {
+            ...result,
+            cleaned: true,
+            detail: 'no Slurm job exists for it',
           }),
         ),
       );

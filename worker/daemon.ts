@@ -3,14 +3,15 @@ import { readFileSync } from 'node:fs';
 import { hostname as osHostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../src/contracts/json-depth.js';
 import type { CardSample, Provider } from '../src/contracts/sample.js';
-import type { MasterMessage } from '../src/contracts/worker-protocol.js';
+import { parseMessage, type Reply, receiveSequenced, repliesToInvalid } from '../src/contracts/sequencing.js';
+import type { MasterMessage, WorkerMessage } from '../src/contracts/worker-protocol.js';
 import {
   HELLO_MAX_EXECUTIONS,
   MasterMessageSchema,
   PROTOCOL_VERSION,
 } from '../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import { createPrivateFile, describeTightened } from '../src/platform/file-modes.js';
 import { createLogger } from '../src/platform/logger.js';
 import { packageRoot } from '../src/platform/package-root.js';
@@ -103,6 +104,11 @@ export interface WorkerOptions {
    * (docs/decisions/0013-slurm-backend.md); `sampler` must then be `slurm.sampler`.
    */
   readonly slurm?: { readonly backend: SlurmBackend; readonly sampler: SlurmPoolSampler };
+  /**
+   * Every time value the worker uses (stored timestamps, sample times, deadlines, retention ages) comes
+   * from here; default the system clock. Timers only decide when to look again.
+   */
+  readonly clock?: Clock;
 }
 
 /** A running worker. */
@@ -133,7 +139,6 @@ const FIRST_SAMPLE_WAIT_MS = 3_000;
 const EXECUTION_PRUNE_INTERVAL_MS = 3600_000;
 /** A clean stop waits at most this long for the master to acknowledge queued messages. */
 const FLUSH_WAIT_MS = 2_000;
-const SEQUENCED_TYPES = new Set(['assign', 'cancel', 'query']);
 
 /** Starts the worker; see the module comment. Resolves once it is dialling the master. */
 export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
@@ -141,6 +146,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const url = workerConnectUrl(opts.masterUrl);
   const bootId = randomUUID();
   const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
+  const clock = opts.clock ?? systemClock;
 
   // 1. store
   const tightened = secureWorkerDataDir(opts.dataDir, opts.runAs);
@@ -148,12 +154,12 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     log.warn(`worker: data dir was readable by others; tightened ${describeTightened(tightened)}`);
   const storePath = join(opts.dataDir, 'worker.sqlite');
   createPrivateFile(storePath);
-  const store = openLocalStore(storePath);
+  const store = openLocalStore(storePath, { clock });
 
   let conn: WorkerConnection | null = null;
   let welcomed = false;
   let welcomeTimer: NodeJS.Timeout | undefined;
-  const sendDirect = (message: object): void => {
+  const sendDirect = (message: WorkerMessage): void => {
     conn?.send(JSON.stringify(message));
   };
   const outbox = new OutboxSender(
@@ -161,11 +167,13 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     bootId,
     { send: (text) => conn?.send(text) ?? false, bufferedAmount: () => conn?.bufferedAmount() ?? 0 },
     log,
+    clock,
   );
   const sampling = new SamplingLoop({
     sampler: opts.sampler,
     logger: log,
     intervalMs: opts.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS,
+    clock,
     onReport: ({ sampledAt, cards, samplerError }) =>
       outbox.enqueueLatest({
         type: 'sample',
@@ -184,6 +192,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     sampler: opts.sampler,
     executionsDir,
     latestCards: () => sampling.latestCards(),
+    clock,
     ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
     ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
@@ -194,6 +203,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       cache: new InputCache(
         join(opts.dataDir, 'input-cache'),
         opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+        clock,
       ),
       fetch: httpsBlobFetcher({
         masterUrl: opts.masterUrl,
@@ -245,6 +255,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
           logger: log,
           sampler: opts.sampler,
           signal: recoveryAbort.signal,
+          clock,
           ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
           ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
         });
@@ -256,7 +267,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         store,
         // A Slurm worker's execution directories are its job directories on the shared filesystem.
         opts.slurm?.backend.jobDir ?? executionsDir,
-        Date.now(),
+        clock.now(),
         opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
         log,
       );
@@ -336,30 +347,36 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   };
 
   let stopping = false;
+  const sendReplies = (replies: readonly Reply[]) => {
+    for (const r of replies) sendDirect(r);
+  };
+  const masterMarks = { raiseAbove: (bootId: string, seq: number) => store.raiseMasterMark(bootId, seq) };
+
+  /** assign, cancel and query: applied at most once per (master boot, seq); see src/contracts/sequencing.ts. */
   const onSequenced = (msg: Extract<MasterMessage, { type: 'assign' | 'cancel' | 'query' }>) => {
     // Neither processed nor acknowledged while stopping: the master resends it to the next session.
     if (stopping) return;
-    const outcome = store.transaction((): Handled | 'duplicate' => {
-      if (!store.raiseMasterMark(msg.boot_id, msg.seq)) return 'duplicate';
-      switch (msg.type) {
-        case 'assign':
-          return executions.handleAssign(msg);
-        case 'cancel':
-          return executions.handleCancel(msg);
-        case 'query':
-          return executions.handleQuery(msg);
-      }
+    let after: (() => void) | undefined;
+    const received = receiveSequenced(msg, {
+      transaction: (fn) => store.transaction(fn),
+      marks: masterMarks,
+      apply: () => {
+        const handled: Handled =
+          msg.type === 'assign'
+            ? executions.handleAssign(msg)
+            : msg.type === 'cancel'
+              ? executions.handleCancel(msg)
+              : executions.handleQuery(msg);
+        after = handled.after;
+        return handled.error ?? null;
+      },
     });
-    sendDirect({ type: 'ack', boot_id: msg.boot_id, seq: msg.seq });
-    if (outcome === 'duplicate') {
+    if (received.kind === 'duplicate')
       log.debug({ type: msg.type, boot_id: msg.boot_id, seq: msg.seq }, 'worker: duplicate from the master');
-      return;
-    }
-    if (outcome.error) {
-      log.warn({ type: msg.type, seq: msg.seq, ...outcome.error }, 'worker: master message refused');
-      sendDirect({ type: 'error', ...outcome.error, ref_seq: msg.seq });
-    }
-    outcome.after?.();
+    else if (received.refusal !== null)
+      log.warn({ type: msg.type, seq: msg.seq, ...received.refusal }, 'worker: master message refused');
+    sendReplies(received.replies);
+    after?.();
   };
 
   // Set when a message could not be processed for an unexpected reason: the socket is dropped and
@@ -369,27 +386,28 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
 
   const onMessage = (text: string) => {
     if (dropping) return;
-    let raw: unknown;
-    try {
-      raw = JSON.parse(text);
-    } catch {
-      invalid(raw, `not JSON: ${text.slice(0, 80)}`);
+    const parsed = parseMessage(MasterMessageSchema, text);
+    if (!parsed.ok) {
+      // A typed refusal, never a crash; a poison sequenced message is acknowledged so that the master
+      // does not resend it for ever.
+      const bad = parsed.invalid;
+      log.warn(
+        { type: bad.type, seq: bad.poison?.seq ?? null, why: bad.message },
+        'worker: invalid message from the master',
+      );
+      try {
+        sendReplies(
+          repliesToInvalid(bad, {
+            acceptsPoison: true,
+            recordPoison: (ref) => store.raiseMasterMark(ref.boot_id, ref.seq),
+          }),
+        );
+      } catch (err) {
+        log.error({ err: (err as Error)?.message }, 'worker: could not record an invalid message');
+      }
       return;
     }
-    if (jsonDepthExceeds(raw)) {
-      invalid(raw, `message nested more than ${MAX_JSON_DEPTH} levels deep`);
-      return;
-    }
-    const parsed = MasterMessageSchema.safeParse(raw);
-    if (!parsed.success) {
-      const issues = parsed.error.issues
-        .slice(0, 5)
-        .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
-        .join('; ');
-      invalid(raw, issues);
-      return;
-    }
-    const msg = parsed.data;
+    const msg = parsed.message;
     try {
       switch (msg.type) {
         case 'welcome':
@@ -428,24 +446,6 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         conn?.drop(`could not process ${msg.type} seq ${msg.seq}`);
       }
     }
-  };
-
-  /** Replies INVALID_MESSAGE; a sequenced message is also acknowledged, so a poison one is not resent for ever. */
-  const invalid = (raw: unknown, why: string) => {
-    const fields = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
-    const seq =
-      Number.isInteger(fields['seq']) && (fields['seq'] as number) >= 1 ? (fields['seq'] as number) : null;
-    const type = typeof fields['type'] === 'string' ? fields['type'] : '(none)';
-    log.warn({ type, seq, why }, 'worker: invalid message from the master');
-    sendDirect({
-      type: 'error',
-      code: 'INVALID_MESSAGE',
-      message: `invalid ${type} message: ${why}`.slice(0, 4096),
-      ...(seq === null ? {} : { ref_seq: seq }),
-    });
-    const bootId = fields['boot_id'];
-    if (seq !== null && SEQUENCED_TYPES.has(type) && typeof bootId === 'string' && bootId.length > 0)
-      sendDirect({ type: 'ack', boot_id: bootId.slice(0, 128), seq });
   };
 
   // 4. connect
@@ -489,8 +489,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         recoveryAbort.abort();
         await executions.stopAll();
         await recovery;
-        const flushEnd = Date.now() + FLUSH_WAIT_MS;
-        while (welcomed && outbox.hasUnacked() && Date.now() < flushEnd) await sleep(20);
+        const flushEnd = clock.now() + FLUSH_WAIT_MS;
+        while (welcomed && outbox.hasUnacked() && clock.now() < flushEnd) await sleep(20);
         clearTimeout(welcomeTimer);
         await conn?.close();
         store.close();

@@ -3,6 +3,7 @@ import { spawn } from 'node:child_process';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { TaskBox } from './executor-box.js';
 import { bwrapBox, plainBox } from './executor-box.js';
 import type { ContainerTasks } from './executor-container.js';
@@ -82,6 +83,8 @@ export interface ExecutorOptions {
   readonly inputs?: InputSource;
   /** Named data mounts this worker offers (worker/mounts.ts). */
   readonly mounts?: readonly DataMount[];
+  /** Where kill and cleanup deadlines are read from (default the system clock); timers only wake. */
+  readonly clock?: Clock;
 }
 
 /** How a worker isolates `process` tasks; built once at worker start. */
@@ -150,6 +153,8 @@ export interface ExecutionHandle {
 const DEFAULT_CLEANUP_POLL_MS = 200;
 /** After the group is dead the pipes close at once; only a process that escaped the group delays them. */
 const PIPE_DRAIN_MS = 2000;
+/** The time limit is checked against the clock at least this often (ms). */
+const LIMIT_CHECK_MS = 1000;
 /** Execution ids become a directory name, so they must be one plain path segment. */
 const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
 
@@ -184,11 +189,13 @@ class ExecutionRun {
   private killDeadline: number | null = null;
   private killTimer: NodeJS.Timeout | undefined;
   private limitTimer: NodeJS.Timeout | undefined;
+  private readonly clock: Clock;
 
   constructor(
     private readonly plan: ExecutionPlan,
     private readonly opts: ExecutorOptions,
   ) {
+    this.clock = opts.clock ?? systemClock;
     this.started = new Promise((r) => {
       this.resolveStarted = r;
     });
@@ -266,7 +273,7 @@ class ExecutionRun {
     this.resolveStarted(pgid);
 
     // 3. time limit and cancel
-    this.limitTimer = setTimeout(() => this.beginKill('TIMED_OUT'), this.plan.spec.time_limit_seconds * 1000);
+    this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
     if (this.cancelRequested) this.beginKill('CANCELLED');
 
     // 4. exit, then leftovers
@@ -278,8 +285,8 @@ class ExecutionRun {
     const graceMs =
       this.killDeadline === null
         ? this.plan.kill_grace_seconds * 1000
-        : Math.max(0, this.killDeadline - Date.now());
-    await terminateLeftovers(box, graceMs);
+        : Math.max(0, this.killDeadline - this.clock.now());
+    await terminateLeftovers(box, graceMs, this.clock);
     const logErrors = await drainPumps(pumps);
 
     // 5. outputs and the verdict
@@ -459,19 +466,32 @@ class ExecutionRun {
     else if (sandbox?.kind === 'bwrap') sandbox.uids?.release(this.plan.execution_id);
   }
 
+  /**
+   * The clock decides when the time limit is reached; the timer only wakes up to look, at least every
+   * LIMIT_CHECK_MS, so a clock that jumps (a test's manual clock, a stepped system clock) is noticed.
+   */
+  private watchTimeLimit(limitAt: number): void {
+    const left = limitAt - this.clock.now();
+    if (left <= 0) {
+      this.beginKill('TIMED_OUT');
+      return;
+    }
+    this.limitTimer = setTimeout(() => this.watchTimeLimit(limitAt), Math.min(left, LIMIT_CHECK_MS));
+  }
+
   private beginKill(reason: 'TIMED_OUT' | 'CANCELLED'): void {
     const box = this.box;
     if (this.killReason !== null || this.mainExited || this.pid === undefined || box === undefined) return;
     this.killReason = reason;
     const graceMs = this.plan.kill_grace_seconds * 1000;
-    this.killDeadline = Date.now() + graceMs;
+    this.killDeadline = this.clock.now() + graceMs;
     box.terminate();
     this.killTimer = setTimeout(() => box.kill(), graceMs);
   }
 
   private async awaitCleanup(box: TaskBox): Promise<{ cleaned: boolean; cleanup_detail: string }> {
     const pollMs = this.opts.cleanupPollMs ?? DEFAULT_CLEANUP_POLL_MS;
-    const deadline = Date.now() + this.plan.cleanup_timeout_seconds * 1000;
+    const deadline = this.clock.now() + this.plan.cleanup_timeout_seconds * 1000;
     for (;;) {
       const problems: string[] = [];
       const members = await box.live();
@@ -491,13 +511,13 @@ class ExecutionRun {
         const cards = this.opts.checkCardsClean ? 'and the cards are clean' : '(no card check)';
         return { cleaned: true, cleanup_detail: `every process of the task (${box.kind}) is gone ${cards}` };
       }
-      if (Date.now() >= deadline) {
+      if (this.clock.now() >= deadline) {
         return {
           cleaned: false,
           cleanup_detail: `not clean after ${this.plan.cleanup_timeout_seconds}s: ${problems.join('; ')}`,
         };
       }
-      await sleep(Math.min(pollMs, Math.max(1, deadline - Date.now())));
+      await sleep(Math.min(pollMs, Math.max(1, deadline - this.clock.now())));
     }
   }
 
@@ -537,12 +557,12 @@ class ExecutionRun {
 }
 
 /** Step 4: SIGTERM to what the task left in its box, up to `graceMs` for it to go, then SIGKILL. */
-async function terminateLeftovers(box: TaskBox, graceMs: number): Promise<void> {
+async function terminateLeftovers(box: TaskBox, graceMs: number, clock: Clock): Promise<void> {
   if ((await box.live()).length === 0) return;
   box.terminate();
-  const deadline = Date.now() + graceMs;
-  while (Date.now() < deadline) {
-    await sleep(Math.min(50, Math.max(1, deadline - Date.now())));
+  const deadline = clock.now() + graceMs;
+  while (clock.now() < deadline) {
+    await sleep(Math.min(50, Math.max(1, deadline - clock.now())));
     if ((await box.live()).length === 0) return;
   }
   box.kill();

@@ -1,5 +1,6 @@
 import { mkdir, readdir, readFile, rename, stat, unlink, utimes, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { type Clock, systemClock } from '../src/platform/clock.js';
 
 /**
  * The worker's bounded cache of input blobs (issue 13): `<dataDir>/input-cache/<sha256>`, one file per
@@ -11,6 +12,8 @@ export class InputCache {
   constructor(
     readonly dir: string,
     private readonly maxBytes: number,
+    /** Stamps a hit's mtime (the LRU order); default the system clock. */
+    private readonly clock: Clock = systemClock,
   ) {}
 
   /** The cached bytes for `sha256` (unverified), or null. */
@@ -18,8 +21,8 @@ export class InputCache {
     const path = join(this.dir, sha256);
     try {
       const bytes = await readFile(path);
-      const now = new Date();
-      await utimes(path, now, now).catch(() => undefined);
+      const seconds = this.clock.now() / 1000;
+      await utimes(path, seconds, seconds).catch(() => undefined);
       return bytes;
     } catch {
       return null;

@@ -1,12 +1,15 @@
 import Database from 'better-sqlite3';
 import type {
-  ExecutionPhase,
   ExecutionPlan,
   FailureReason,
   OutputRecord,
   SlurmJobReport,
 } from '../src/contracts/worker-protocol.js';
 import { ExecutionPlanSchema } from '../src/contracts/worker-protocol.js';
+import type { ReportedPhase } from '../src/domain/execution.js';
+import { type Clock, systemClock } from '../src/platform/clock.js';
+import { migrateLocalStore } from './local-store-migrations.js';
+import { ExecutionMoveError, moveRecordedPhase } from './local-store-moves.js';
 
 /**
  * The worker's own small SQLite file (DESIGN §8): what must survive a worker restart.
@@ -23,64 +26,8 @@ import { ExecutionPlanSchema } from '../src/contracts/worker-protocol.js';
  * several, e.g. "epoch check + execution record + master mark" for one incoming assign.
  */
 
-/** Schema migrations; index i takes the file from user_version i to i + 1. Append only, never edit. */
-const MIGRATIONS: readonly string[] = [
-  `
-  CREATE TABLE card_epochs (
-    card_index INTEGER PRIMARY KEY CHECK (card_index >= 0),
-    epoch INTEGER NOT NULL CHECK (epoch >= 1)
-  );
-  CREATE TABLE executions (
-    execution_id TEXT PRIMARY KEY,
-    task_id TEXT NOT NULL,
-    lease_epoch INTEGER NOT NULL CHECK (lease_epoch >= 1),
-    phase TEXT NOT NULL
-      CHECK (phase IN ('accepted', 'rejected', 'started', 'exited', 'cleaned', 'cleanup_failed')),
-    plan_json TEXT NOT NULL,
-    result_json TEXT,
-    created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL
-  );
-  CREATE INDEX executions_unfinished ON executions (created_at)
-    WHERE phase NOT IN ('rejected', 'cleaned', 'cleanup_failed');
-  CREATE TABLE outbox (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    boot_id TEXT NOT NULL,
-    seq INTEGER NOT NULL CHECK (seq >= 1),
-    message_json TEXT NOT NULL,
-    created_at INTEGER NOT NULL,
-    acked_at INTEGER,
-    UNIQUE (boot_id, seq)
-  );
-  CREATE INDEX outbox_unacked ON outbox (id) WHERE acked_at IS NULL;
-  CREATE TABLE outbox_seqs (
-    boot_id TEXT PRIMARY KEY,
-    last_seq INTEGER NOT NULL CHECK (last_seq >= 0)
-  );
-  CREATE TABLE master_marks (
-    boot_id TEXT PRIMARY KEY,
-    seq INTEGER NOT NULL CHECK (seq >= 0),
-    updated_at INTEGER NOT NULL
-  );
-  `,
-  `
-  ALTER TABLE executions ADD COLUMN pgid INTEGER CHECK (pgid IS NULL OR pgid > 1);
-  -- The message's type, so superseding old samples need not parse every queued message's JSON.
-  ALTER TABLE outbox ADD COLUMN kind TEXT;
-  `,
-  `
-  -- When the execution's directory was deleted by retention (issue 14), so it is not listed again.
-  ALTER TABLE executions ADD COLUMN dir_pruned_at INTEGER;
-  `,
-  `
-  -- Slurm workers (issue 12): the job behind the execution (JSON: job_id, state, pending_reason,
-  -- binding), so a restarted worker finds its jobs by id and fences the cluster with them.
-  ALTER TABLE executions ADD COLUMN slurm_json TEXT;
-  `,
-];
-
-/** The schema version this code writes (PRAGMA user_version). */
-export const LOCAL_STORE_SCHEMA_VERSION = MIGRATIONS.length;
+/** The schema version this code writes (PRAGMA user_version); the migrations are files. */
+export { LOCAL_STORE_SCHEMA_VERSION } from './local-store-migrations.js';
 
 /** How many master boot ids a `hello` may carry (contracts: `master_marks` max 16). */
 const MAX_MASTER_MARKS = 16;
@@ -110,7 +57,7 @@ export interface ExecutionRecord {
   readonly execution_id: string;
   readonly task_id: string;
   readonly lease_epoch: number;
-  readonly phase: ExecutionPhase;
+  readonly phase: ReportedPhase;
   readonly plan: ExecutionPlan;
   readonly result: ExecutionSummary | null;
   /** The task's process group id once it was spawned; null before, or when it never ran. */
@@ -142,10 +89,10 @@ export interface MasterMark {
   readonly seq: number;
 }
 
-/** Options for opening the store; `now` exists so tests can control timestamps. */
+/** Options for opening the store. */
 export interface LocalStoreOptions {
-  /** Milliseconds since the epoch; defaults to Date.now. */
-  readonly now?: () => number;
+  /** Where every stored timestamp comes from (the daemon's clock; tests pass a ManualClock). */
+  readonly clock?: Clock;
 }
 
 /** The worker's local store; see the module comment. Close it when done. */
@@ -163,14 +110,27 @@ export interface LocalStore {
   /** Every card's recorded epoch, for `hello.card_epochs`. */
   listCardEpochs(): Array<{ index: number; epoch: number }>;
   /**
-   * Inserts an execution, or updates its phase (and result, when one is given). The plan, task id and
-   * epoch of an existing record are never replaced: an execution's plan is immutable.
+   * Records a new execution at its first phase: the table's move out of `assigned` (`accepted`, or
+   * `rejected` with the reason in `result`). Throws ExecutionMoveError CONFLICT when the execution is
+   * already recorded: its plan, task id and epoch are immutable, and a known execution is never re-run.
    */
-  upsertExecution(record: {
-    plan: ExecutionPlan;
-    phase: ExecutionPhase;
-    result?: ExecutionSummary | null;
-  }): ExecutionRecord;
+  recordExecution(
+    plan: ExecutionPlan,
+    phase: 'accepted' | 'rejected',
+    result?: ExecutionSummary,
+  ): ExecutionRecord;
+  /**
+   * Moves an execution `from` → `to` with compare-and-set (ADR 0014): the move must be a row of
+   * EXECUTION_TABLE (src/domain/execution.ts, the master's table) and the stored phase must still be
+   * `from`. The result, when given, replaces the stored one. Throws ExecutionMoveError: INVALID_STATE
+   * (not in the table), CONFLICT (the stored phase is not `from`), NOT_FOUND; nothing is written then.
+   */
+  moveExecution(
+    executionId: string,
+    from: ReportedPhase,
+    to: ReportedPhase,
+    result?: ExecutionSummary,
+  ): ExecutionRecord;
   /** Records the process group id of a running execution (see `ExecutionRecord.pgid`). */
   setExecutionPgid(executionId: string, pgid: number): void;
   /** Records the Slurm job behind an execution (see `ExecutionRecord.slurm`). */
@@ -226,7 +186,7 @@ interface ExecutionRow {
   execution_id: string;
   task_id: string;
   lease_epoch: number;
-  phase: ExecutionPhase;
+  phase: ReportedPhase;
   plan_json: string;
   result_json: string | null;
   pgid: number | null;
@@ -244,14 +204,15 @@ interface OutboxRow {
 
 /** Opens (creating and migrating as needed) the store at `path`; `:memory:` for tests. */
 export function openLocalStore(path: string, opts: LocalStoreOptions = {}): LocalStore {
-  const now = opts.now ?? Date.now;
+  const clock = opts.clock ?? systemClock;
+  const now = () => clock.now();
   const db = new Database(path);
   try {
     db.pragma('journal_mode = WAL');
     db.pragma('synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
     db.pragma('busy_timeout = 5000');
-    migrate(db);
+    migrateLocalStore(db);
   } catch (err) {
     db.close();
     throw err;
@@ -266,13 +227,14 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
       `INSERT INTO card_epochs (card_index, epoch) VALUES (?, ?)
        ON CONFLICT (card_index) DO UPDATE SET epoch = max(epoch, excluded.epoch)`,
     ),
-    upsertExecution: db.prepare<[string, string, number, string, string, string | null, number, number]>(
+    insertExecution: db.prepare<[string, string, number, string, string, string | null, number, number]>(
       `INSERT INTO executions (execution_id, task_id, lease_epoch, phase, plan_json, result_json, created_at, updated_at)
        VALUES (?, ?, ?, ?, ?, ?, ?, ?)
-       ON CONFLICT (execution_id) DO UPDATE SET
-         phase = excluded.phase,
-         result_json = coalesce(excluded.result_json, result_json),
-         updated_at = excluded.updated_at`,
+       ON CONFLICT (execution_id) DO NOTHING`,
+    ),
+    moveExecution: db.prepare<[string, string | null, number, string, string]>(
+      `UPDATE executions SET phase = ?, result_json = coalesce(?, result_json), updated_at = ?
+       WHERE execution_id = ? AND phase = ?`,
     ),
     getExecution: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?'),
     unfinished: db.prepare<[], ExecutionRow>(
@@ -283,11 +245,11 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
       `SELECT * FROM executions
        ORDER BY phase IN ('rejected', 'cleaned', 'cleanup_failed'), updated_at DESC, execution_id LIMIT ?`,
     ),
-    setPgid: db.prepare<[number, number, string]>(
-      'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
-    ),
     setSlurm: db.prepare<[string, number, string]>(
       'UPDATE executions SET slurm_json = ?, updated_at = ? WHERE execution_id = ?',
+    ),
+    setPgid: db.prepare<[number, number, string]>(
+      'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
     ),
     nextSeq: db.prepare<[string], { last_seq: number }>(
       `INSERT INTO outbox_seqs (boot_id, last_seq) VALUES (?, 1)
@@ -362,22 +324,35 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     },
   );
 
-  const upsertExecution = db.transaction(
-    (record: { plan: ExecutionPlan; phase: ExecutionPhase; result?: ExecutionSummary | null }) => {
-      const { plan } = record;
+  const recordExecution = db.transaction(
+    (plan: ExecutionPlan, phase: ReportedPhase, result: ExecutionSummary | undefined): ExecutionRecord => {
+      moveRecordedPhase(plan.execution_id, 'assigned', phase, getExecution(plan.execution_id)?.phase ?? null);
       const t = now();
-      const result = record.result == null ? null : JSON.stringify(record.result);
-      stmts.upsertExecution.run(
-        plan.execution_id,
-        plan.task_id,
-        plan.lease_epoch,
-        record.phase,
+      const json = result === undefined ? null : JSON.stringify(result);
+      const { execution_id, task_id, lease_epoch } = plan;
+      const inserted = stmts.insertExecution.run(
+        execution_id,
+        task_id,
+        lease_epoch,
+        phase,
         JSON.stringify(plan),
-        result,
+        json,
         t,
         t,
       );
-      return getExecution(plan.execution_id)!;
+      if (inserted.changes !== 1) throw new ExecutionMoveError('CONFLICT', execution_id, 'assigned', phase);
+      return getExecution(execution_id)!;
+    },
+  );
+
+  const moveExecution = db.transaction(
+    (id: string, from: ReportedPhase, to: ReportedPhase, result: ExecutionSummary | undefined) => {
+      moveRecordedPhase(id, from, to, getExecution(id)?.phase ?? null);
+      const json = result === undefined ? null : JSON.stringify(result);
+      // Compare-and-set on the phase read above: a concurrent writer makes this a CONFLICT, not a jump.
+      if (stmts.moveExecution.run(to, json, now(), id, from).changes !== 1)
+        throw new ExecutionMoveError('CONFLICT', id, from, to);
+      return getExecution(id)!;
     },
   );
 
@@ -407,7 +382,8 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     checkAndRaiseEpoch: (cards, epoch, opts = {}) =>
       checkAndRaiseEpoch.immediate(cards, epoch, opts.strict ?? false),
     getCardEpoch,
-    upsertExecution: (record) => upsertExecution.immediate(record),
+    recordExecution: (plan, phase, result) => recordExecution.immediate(plan, phase, result),
+    moveExecution: (id, from, to, result) => moveExecution.immediate(id, from, to, result),
     setExecutionPgid: (executionId, pgid) => {
       stmts.setPgid.run(pgid, now(), executionId);
     },
@@ -449,21 +425,6 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     transaction: (fn) => db.transaction(fn).immediate(),
     close: () => db.close(),
   };
-}
-
-function migrate(db: Database.Database): void {
-  const version = db.pragma('user_version', { simple: true }) as number;
-  if (version > MIGRATIONS.length) {
-    throw new Error(
-      `local store schema version ${version} is newer than this worker understands (${MIGRATIONS.length}); upgrade the worker`,
-    );
-  }
-  for (let v = version; v < MIGRATIONS.length; v++) {
-    db.transaction(() => {
-      db.exec(MIGRATIONS[v]!);
-      db.pragma(`user_version = ${v + 1}`);
-    }).immediate();
-  }
 }
 
 function toExecutionRecord(row: ExecutionRow): ExecutionRecord {

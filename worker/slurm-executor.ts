@@ -1,6 +1,7 @@
 import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { ExecutionPlan, SlurmBinding, SlurmJobReport } from '../src/contracts/worker-protocol.js';
+import type { Clock } from '../src/platform/clock.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
 import type { ExecutorProvider } from './executor-env.js';
 import type { LogChunkHandler } from './executor-logs.js';
@@ -60,6 +61,8 @@ export interface SlurmBackend {
 /** Options of one Slurm execution. */
 export interface SlurmExecutionOptions {
   readonly backend: SlurmBackend;
+  /** The daemon's clock: the broker's time limit is decided by it (polls only wake to look). */
+  readonly clock: Clock;
   readonly workerId: string;
   readonly provider: ExecutorProvider;
   readonly onLog: LogChunkHandler;
@@ -155,7 +158,7 @@ class SlurmRun {
       this.jobId = this.opts.resume.job_id;
       this.report = this.opts.resume;
       if (this.opts.resume.binding !== null) {
-        this.startedAt = Date.now();
+        this.startedAt = this.opts.clock.now();
         this.resumedStart = true;
       }
     } else {
@@ -292,7 +295,7 @@ class SlurmRun {
   }
 
   private markStarted(binding: SlurmBinding, state: string): void {
-    this.startedAt = Date.now();
+    this.startedAt = this.opts.clock.now();
     this.publish({ job_id: this.jobId as string, state, pending_reason: null, binding }, 'started');
   }
 
@@ -311,7 +314,7 @@ class SlurmRun {
   /** The broker's own time limit, counted from the start (Slurm's `--time` is rounded up to minutes). */
   private checkTimeLimit(): void {
     if (this.startedAt === null || this.killReason !== null) return;
-    if (Date.now() - this.startedAt < this.plan.spec.time_limit_seconds * 1000) return;
+    if (this.opts.clock.now() - this.startedAt < this.plan.spec.time_limit_seconds * 1000) return;
     this.killReason = 'TIMED_OUT';
     void this.scancel();
   }

@@ -1,6 +1,8 @@
 import { BrokerError } from '../contracts/errors.js';
+import { transitionExecution } from '../domain/execution.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { moveExecution } from './execution-move.js';
 import { CARDS_TOPIC, moveLease } from './leases.js';
 import { canReadAll } from './principals.js';
 import { loadVisibleTask, moveTask, TASKS_TOPIC } from './tasks.js';
@@ -265,12 +267,9 @@ export function reconcileTask(
       l = moveLease(deps, l, 'quarantine', principal.name, `reconcile: ${reason}`);
     moveLease(deps, l, 'reconcile_release', principal.name, `reconcile: ${reason}`);
     const e = deps.store.leases.executionForLease(lease.id);
-    if (e && !['cleaned', 'cleanup_failed', 'rejected'].includes(e.phase)) {
-      deps.store.leases.updateExecution({
-        ...e,
-        phase: 'cleanup_failed',
+    if (e && transitionExecution(e.phase, 'reconcile').ok) {
+      moveExecution(deps, e, 'reconcile', principal.name, {
         detail: `reconciled by ${principal.name}: ${reason}`,
-        updated_at: deps.clock.now(),
       });
       // The cards are free now: an assign still waiting for the worker must never arrive, and if the
       // worker did get it, it must stop the execution rather than run on cards granted to others.

@@ -6,6 +6,7 @@ import type { Store } from '../store/store.js';
 import type { Fleet } from './fleet.js';
 import type { Notifier } from './notifier.js';
 import type { QualificationLauncher } from './qualification.js';
+import type { StorageGuard } from './storage-guard.js';
 import type { TaskObserver } from './views.js';
 import type { WorkerLink } from './worker-link.js';
 
@@ -23,6 +24,11 @@ export interface BrokerDeps {
   cluster: ClusterRuntime;
   /** The audit chain's integrity: the background monitor's last result, in constant time. */
   auditStatus: () => AuditStatus;
+  /**
+   * The disk guard (free space, SQLITE_FULL): refuses growth with UNAVAILABLE while the store cannot
+   * take it. Absent in unit fixtures, where nothing is refused.
+   */
+  storage?: StorageGuard;
   /** Starts qualification runs in the background; absent where no master listens (unit fixtures). */
   qualification?: QualificationLauncher;
 }

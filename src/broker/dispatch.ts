@@ -14,6 +14,19 @@ import { hasAnyRole } from './principals.js';
  * transaction holding the idempotency check, the use case and the stored response) → output.
  */
 
+/**
+ * Mutating tools still served while the master refuses growth for lack of disk space: they stop work
+ * that writes (cancel a task printing to its log, a proposal) or take cards out of use. Every other
+ * mutating tool answers UNAVAILABLE (retryable) then; read-only tools always work.
+ */
+const GROWTH_EXEMPT: ReadonlySet<string> = new Set([
+  'cancel_task',
+  'cancel_proposal',
+  'drain_worker',
+  'cordon_card',
+  'reconcile_task',
+]);
+
 /** What a handler gets besides its input. */
 export interface ToolContext {
   deps: BrokerDeps;
@@ -111,6 +124,9 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
         );
       return seen.response;
     }
+    // Below the free-space floor only what stops growth goes through (issue 10, row 4); a replay of a
+    // call that already succeeded (above) still gets its answer.
+    if (!GROWTH_EXEMPT.has(tool.def.name)) ctx.deps.storage?.assertAcceptsGrowth(tool.def.name);
     const result = shapeOutput(tool, tool.handler(ctx, input as never));
     store.idempotency.put(ctx.principal.id, tool.def.name, key, requestDigest, result, clock.now());
     return result;

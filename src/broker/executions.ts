@@ -10,6 +10,7 @@ import { executionStep } from '../domain/execution.js';
 import { cleanedEvent, exitFailure, type TaskEvent } from '../domain/task.js';
 import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { moveExecution } from './execution-move.js';
 import { moveLease } from './leases.js';
 import { markExecutionLost } from './liveness.js';
 import { moveTask, taskTopic } from './tasks.js';
@@ -78,6 +79,15 @@ export function handleExecutionReport(
   msg: ExecutionMessage,
 ): BrokerError | null {
   const e = fenced(deps, workerId, msg.execution_id, msg.lease_epoch);
+  // A report about one execution that names another task is refused before anything reads it
+  // (issue 10, row 9): the master never applies a report to a task it does not name. Unlike an illegal
+  // phase (below), nothing is known to have happened to the execution, so nothing changes.
+  if (msg.task_id !== e.task_id)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `execution ${e.id} belongs to task ${e.task_id}, but the report names task ${msg.task_id}`,
+      'Report refused; nothing changed. A report must name the task of its execution.',
+    );
   // The Slurm job behind it (job id, pending reason, binding) is recorded whatever the phase step says:
   // a repeated `accepted` carries a changed pending reason. A binding once known is never dropped.
   if (msg.slurm !== undefined) {
@@ -129,11 +139,9 @@ export function handleExecutionReport(
     }
     case 'exited': {
       const outputs = msg.outputs ?? [];
-      const stored = new Map(deps.store.logs.outputs(e.id).map((o) => [o.path, o.sha256]));
-      const missing = task.spec.outputs
-        .filter((o) => o.required && stored.get(o.path) === undefined)
-        .map((o) => o.path);
-      const mismatched = outputs.filter((o) => stored.get(o.path) !== o.sha256).map((o) => o.path);
+      const stored = new Map(deps.store.logs.outputs(e.id).map((o) => [o.path, o]));
+      const missing = task.spec.outputs.filter((o) => o.required && !stored.has(o.path)).map((o) => o.path);
+      const mismatched = outputs.filter((o) => stored.get(o.path)?.sha256 !== o.sha256).map((o) => o.path);
       let failure = exitFailure({
         exit_code: msg.exit_code ?? null,
         signal: msg.signal ?? null,
@@ -144,7 +152,12 @@ export function handleExecutionReport(
         exit_code: msg.exit_code ?? null,
         signal: msg.signal ?? null,
         failure_reason: failure,
-        outputs: outputs.filter((o) => stored.get(o.path) === o.sha256),
+        // The master's own record of each output (its size counted from the bytes it stored), never
+        // the report's claim.
+        outputs: outputs.flatMap((o) => {
+          const kept = stored.get(o.path);
+          return kept && kept.sha256 === o.sha256 ? [kept] : [];
+        }),
         detail: msg.detail ?? (missing.length ? `missing required outputs: ${missing.join(', ')}` : null),
       });
       tryMoveTask(
@@ -178,7 +191,8 @@ export function handleExecutionReport(
       break;
     }
   }
-  deps.store.leases.updateExecution(next);
+  const { exit_code, signal, failure_reason, outputs, detail } = next;
+  moveExecution(deps, e, msg.phase, 'worker', { exit_code, signal, failure_reason, outputs, detail });
   if (next.phase === 'cleaned' || next.phase === 'rejected') {
     const indexes = lease.cards.map((c) => c.index);
     deps.store.afterCommit(() => deps.cluster.fleet.releaseHeld(e.worker_id, indexes));
@@ -218,16 +232,17 @@ function lateCleanupReceipt(deps: BrokerDeps, e: ExecutionRecord, detail: string
   const lease = deps.store.leases.lease(e.lease_id)!;
   if (lease.state !== 'QUARANTINED') return;
   moveLease(deps, lease, 'cleaned', 'worker', 'late cleanup receipt');
-  deps.store.leases.updateExecution({
-    ...e,
-    phase: 'cleaned',
-    detail: detail ?? 'late cleanup receipt',
-    updated_at: deps.clock.now(),
-  });
+  moveExecution(deps, e, 'cleaned', 'worker', { detail: detail ?? 'late cleanup receipt' });
   deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
 }
 
-/** Stores a log chunk at its byte offset. Call inside a transaction. */
+/**
+ * Stores a log chunk at its byte offset. Call inside a transaction. A chunk must start within what the
+ * master already holds of its stream (issue 10, row 9): a gap, or a jump to 2^53, is refused, so
+ * `total_bytes` never counts bytes that were not stored. Offsets count the task's raw bytes and `data`
+ * is their UTF-8 decoding, which is never shorter (an invalid byte becomes a 3-byte U+FFFD), so a
+ * worker's next offset is never beyond the stored total; a resent chunk starts below it.
+ */
 export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessage): void {
   const e = deps.store.leases.execution(msg.execution_id);
   if (!e || e.worker_id !== workerId)
@@ -239,6 +254,13 @@ export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessa
   const data = Buffer.from(msg.data, 'utf8');
   const kept = keptOfChunk(deps, e.id, msg.stream, msg.offset, data);
   if (kept === null) return; // the task's log cap was reached before: dropped
+  const held = deps.store.logs.total(e.id, msg.stream);
+  if (msg.offset > held)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `log chunk at ${msg.stream} offset ${msg.offset} leaves a gap: the master holds ${held} bytes of it`,
+      'Log chunk refused; a chunk must start at or before the end of what the master holds.',
+    );
   deps.store.logs.putChunk(e.id, msg.stream, msg.offset, kept.data);
   if (kept.capped) {
     const cap = deps.config.storage.max_log_bytes_per_task;

@@ -1,5 +1,6 @@
 import type { ExecutionRecord } from '../store/leases-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { moveExecution } from './execution-move.js';
 import type { Fleet } from './fleet.js';
 import { moveLease } from './leases.js';
 import { moveTask } from './tasks.js';
@@ -11,7 +12,9 @@ import { moveTask } from './tasks.js';
  *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
  *    freed on a guess;
  *  - an execution that exited but whose cleanup receipt is overdue (cleanup timeout plus the offline
- *    window for the report to arrive) has its lease quarantined and its task failed CLEANUP_UNCONFIRMED.
+ *    window for the report to arrive, counted from the exit or from the last time the master refused
+ *    worker messages for lack of disk space, whichever is later) has its lease quarantined and its
+ *    task failed CLEANUP_UNCONFIRMED.
  * Returns how many executions it moved.
  */
 export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
@@ -35,17 +38,16 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
           moved++;
         continue;
       }
-      const overdueAt = e.updated_at + (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000;
+      // A receipt may wait in the worker's outbox behind messages a full master refused (issue 10, row 4):
+      // the window counts from the last refusal too, so a full disk never fails a task CLEANUP_UNCONFIRMED.
+      const refusedAt = deps.storage?.lastRefusalAt() ?? null;
+      const since = refusedAt === null ? e.updated_at : Math.max(e.updated_at, refusedAt);
+      const overdueAt = since + (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000;
       if (e.phase === 'exited' && lease.state === 'RELEASING' && now >= overdueAt) {
         moveLease(deps, lease, 'quarantine', 'sweeper', 'cleanup receipt overdue');
         if (task.state === 'FINALIZING')
           moveTask(deps, task, 'cleanup_failed', 'sweeper', { failure_reason: 'CLEANUP_UNCONFIRMED' });
-        deps.store.leases.updateExecution({
-          ...e,
-          phase: 'cleanup_failed',
-          detail: 'cleanup receipt overdue',
-          updated_at: now,
-        });
+        moveExecution(deps, e, 'cleanup_failed', 'sweeper', { detail: 'cleanup receipt overdue' });
         moved++;
       }
     }

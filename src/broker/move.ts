@@ -3,13 +3,14 @@ import { applyTransition, type TransitionTable } from '../domain/state-machine.j
 import type { BrokerDeps } from './deps.js';
 
 /**
- * The one way a stored state machine moves (proposals, tasks, leases): the table decides, the row is
+ * The one way a stored state machine moves (proposals, tasks, leases, qualification runs, executions on
+ * the master): the table decides, the row is
  * written with compare-and-set on its previous state, an audit row records the transition in the same
  * transaction, and notifications go out only after commit.
  */
 export interface Move<S extends string, E extends string, R extends { id: string; state: S }> {
   /** Names the audit subject type and action prefix (`task.started`). */
-  kind: 'proposal' | 'task' | 'lease';
+  kind: 'proposal' | 'task' | 'lease' | 'qualification_run' | 'execution';
   table: TransitionTable<S, E>;
   record: R;
   event: E;

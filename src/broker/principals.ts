@@ -1,5 +1,6 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { BrokerError } from '../contracts/errors.js';
+import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
 import { sha256Hex } from '../platform/digest.js';
 import type { Principal, Role } from '../store/principals-repo.js';
 import { ROLES } from '../store/principals-repo.js';
@@ -43,6 +44,13 @@ export function createPrincipal(
     throw new BrokerError(
       'INVALID_INPUT',
       'worker tokens need --worker-id, and only worker tokens take it',
+      'e.g. --role worker --worker-id gpu-host-1',
+    );
+  // The rule hello enforces: a token bound to any other id could never connect (issue 10, row 7).
+  if (input.worker_id !== undefined && !WorkerIdSchema.safeParse(input.worker_id).success)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `bad worker id ${JSON.stringify(input.worker_id)}: ${WORKER_ID_RULE}`,
       'e.g. --role worker --worker-id gpu-host-1',
     );
   const token = TOKEN_PREFIX + randomBytes(32).toString('base64url');

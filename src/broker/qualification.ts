@@ -1,5 +1,4 @@
 import { basename } from 'node:path';
-import type { EvidenceDocument } from '../../qualification/evidence.js';
 import { BrokerError } from '../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
 import type { Principal } from '../store/principals-repo.js';
@@ -10,6 +9,13 @@ import type { BrokerDeps } from './deps.js';
 import { CARDS_TOPIC } from './leases.js';
 import { fetchPage } from './paging.js';
 import { createPrincipal, revokePrincipal } from './principals.js';
+import {
+  canMoveQualificationRun,
+  moveQualificationRun,
+  outcomeEvent,
+  qualificationTopic,
+  type RunOutcome,
+} from './qualification-run-move.js';
 import { iso, principalName } from './views.js';
 
 /**
@@ -28,9 +34,6 @@ export interface QualificationLauncher {
   /** Stops a run's runner (it ends CANCELLED); false when no runner is active for it. */
   cancel(runId: string): boolean;
 }
-
-/** Topic notified whenever a run records a step or ends. */
-export const qualificationTopic = (id: string) => `qualification:${id}`;
 
 /** The cordon reason that marks a card as reserved by a run. */
 export const runCordonReason = (runId: string) => `qualification run ${runId}`;
@@ -202,7 +205,7 @@ export function cancelQualification(
       `no qualification run ${runId}`,
       'list_qualification_runs shows them.',
     );
-  if (run.state !== 'RUNNING')
+  if (!canMoveQualificationRun(run, 'cancel'))
     throw new BrokerError(
       'INVALID_STATE',
       `run ${runId} already ended (${run.state})`,
@@ -316,26 +319,19 @@ export function recordStep(deps: BrokerDeps, runId: string, cards: number | null
 }
 
 /**
- * Ends a run: with the evidence (verdict PASSED, FAILED or INCONCLUSIVE) or cancelled with a reason.
- * Only PASSED returns the run's cards to the pool; otherwise their cordon stays, re-labelled, until an
- * operator uncordons them. The run's principals are revoked and any task of theirs still live is
- * cancelled. A run that already ended is left alone.
+ * Ends a run: with the evidence (verdict PASSED, FAILED or INCONCLUSIVE) or cancelled with a reason,
+ * through the run's table (`moveQualificationRun`). Only PASSED returns the run's cards to the pool;
+ * otherwise their cordon stays, re-labelled, until an operator uncordons them. The run's principals are
+ * revoked and any task of theirs still live is cancelled. A run that already ended (the table takes no
+ * event from a final state: a runner finishing after a cancel) is left alone.
  */
-export function finishRun(
-  deps: BrokerDeps,
-  runId: string,
-  outcome: { evidence: EvidenceDocument } | { cancelled: string },
-): void {
-  const { store, clock } = deps;
+export function finishRun(deps: BrokerDeps, runId: string, outcome: RunOutcome): void {
+  const { store } = deps;
   store.transaction(() => {
-    const run = store.qualifications.get(runId);
-    if (run?.state !== 'RUNNING') return;
-    const now = clock.now();
-    const state = 'evidence' in outcome ? outcome.evidence.verdict : 'CANCELLED';
-    const evidence = 'evidence' in outcome ? (outcome.evidence as unknown as Record<string, unknown>) : null;
-    const digest = 'evidence' in outcome ? outcome.evidence.digest : null;
-    const detail = 'cancelled' in outcome ? outcome.cancelled : null;
-    store.qualifications.finish(run.id, state, evidence, digest, detail, now);
+    const found = store.qualifications.get(runId);
+    if (!found || !canMoveQualificationRun(found, outcomeEvent(outcome))) return;
+    const run = moveQualificationRun(deps, found, outcome, 'qualification');
+    const { state, updated_at: now } = run;
     const ours = new Set(
       store.workers
         .cordons()
@@ -390,19 +386,8 @@ export function finishRun(
       const p = store.principals.findById(id);
       if (p && p.revoked_at === null) revokePrincipal(deps, p.name, 'qualification');
     }
-    store.audit.append({
-      at: now,
-      actor: 'qualification',
-      action: 'qualification.finished',
-      subject_type: 'qualification_run',
-      subject_id: run.id,
-      data: { state, digest, detail },
-    });
-    store.afterCommit(() => {
-      deps.notifier.notify(qualificationTopic(run.id));
-      deps.notifier.notify(CARDS_TOPIC);
-      deps.cluster.requestPass();
-    });
+    // The move notified the run's and the cards' topics; the cards it freed or kept change the pool.
+    store.afterCommit(() => deps.cluster.requestPass());
   });
 }
 

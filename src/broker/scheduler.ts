@@ -75,8 +75,11 @@ export class Scheduler implements TaskObserver {
       const snapshot = this.snapshot(now);
       const decision = decide(snapshot, now);
       let conflicts = 0;
+      // No grants while the store refuses growth (out of disk space): a task started now would only
+      // write logs the master must refuse. Wait reasons are still published; the pass after recovery grants.
+      const grants = this.deps.storage?.acceptsGrowth() === false ? [] : decision.grants;
       this.deps.store.transaction(() => {
-        for (const grant of decision.grants) {
+        for (const grant of grants) {
           try {
             this.deps.store.transaction(() =>
               this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),

@@ -13,7 +13,9 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       | 'task_needs_reconciliation'
       | 'audit_chain_broken'
       | 'worker_unisolated'
-      | 'grant_failing';
+      | 'grant_failing'
+      | 'disk_low'
+      | 'disk_full';
     severity: 'warning' | 'critical';
     subject: string;
     message: string;
@@ -85,6 +87,19 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       subject: taskRef(t.id),
       message: `task ${taskRef(t.id)} lost its worker; its outcome is unknown`,
       action: `If the worker will not come back: gpu-broker reconcile ${taskRef(t.id)} --resolution FAILED --reason "…"`,
+    });
+  const storage = deps.storage?.status();
+  if (storage && storage.state !== 'ok')
+    alerts.push({
+      kind: storage.state === 'low' ? 'disk_low' : 'disk_full',
+      severity: storage.state === 'low' ? 'warning' : 'critical',
+      subject: 'data_dir',
+      message:
+        storage.state === 'low'
+          ? `the master's disk is getting full: ${storage.detail ?? 'low on space'}`
+          : `the master refuses new work, logs and outputs (UNAVAILABLE): ${storage.detail ?? 'out of space'}`,
+      action:
+        'Free space on the data dir filesystem (old task logs and outputs go with storage.retention; the worker outboxes keep what was refused and resend it); /healthz answers 503 until the store takes writes again.',
     });
   const audit = deps.auditStatus();
   if (!audit.ok)

@@ -3,6 +3,7 @@ import { DEFAULT_RESULT_BYTES } from '../contracts/tools-tasks.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { BrokerDeps } from './deps.js';
 import { loadVisibleTask } from './tasks.js';
+import { iso } from './views.js';
 
 /** Reading what a task produced: logs by offset or tail, and declared output files. */
 
@@ -28,6 +29,7 @@ export function getTaskLogs(
   const max = q.max_bytes ?? DEFAULT_RESULT_BYTES;
   const complete = ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state);
   const execId = latestExecutionId(deps, t.id);
+  const logs_pruned_at = iso(deps.store.logs.prunedAt(t.id).logs_pruned_at);
   if (!execId)
     return page({
       complete,
@@ -38,6 +40,7 @@ export function getTaskLogs(
       task_id: t.id,
       stream,
       data: '',
+      logs_pruned_at,
     });
   const total = deps.store.logs.total(execId, stream);
   // The task's log reached the master's cap (storage.max_log_bytes_per_task); the rest was dropped.
@@ -61,6 +64,7 @@ export function getTaskLogs(
       task_id: t.id,
       stream,
       data: text,
+      logs_pruned_at,
     });
   }
   const offset = q.offset ?? 0;
@@ -74,6 +78,7 @@ export function getTaskLogs(
     task_id: t.id,
     stream,
     data: data.toString('utf8'),
+    logs_pruned_at,
   });
 }
 
@@ -99,8 +104,17 @@ export function getTaskOutputs(
   const t = loadVisibleTask(deps, principal, q.task_id);
   const execId = latestExecutionId(deps, t.id);
   const outputs = execId ? deps.store.logs.outputs(execId) : [];
-  if (q.path === undefined) return { task_id: t.id, file: null, outputs };
+  const prunedAt = deps.store.logs.prunedAt(t.id).outputs_pruned_at;
+  const outputs_pruned_at = iso(prunedAt);
+  if (q.path === undefined) return { task_id: t.id, file: null, outputs, outputs_pruned_at };
   const f = execId ? deps.store.logs.output(execId, q.path) : undefined;
+  if (f && prunedAt !== null)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `the content of output ${q.path} of task ${t.id} was deleted by retention at ${outputs_pruned_at}`,
+      'The listing keeps its size and sha256; the master keeps output files storage.retention.outputs_days days after a task ends.',
+      { reason: 'pruned_by_retention', pruned_at: outputs_pruned_at },
+    );
   if (!f)
     throw new BrokerError(
       'NOT_FOUND',
@@ -128,6 +142,7 @@ export function getTaskOutputs(
       content: isText ? text : slice.toString('base64'),
     },
     outputs,
+    outputs_pruned_at,
   };
 }
 

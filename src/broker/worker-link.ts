@@ -1,4 +1,5 @@
-import { PROTOCOL_VERSION } from '../contracts/worker-protocol.js';
+import { sequenced } from '../contracts/sequencing.js';
+import type { MasterSequencedBody } from '../contracts/worker-protocol.js';
 import type { BrokerDeps } from './deps.js';
 
 /**
@@ -19,12 +20,12 @@ export function enqueueForWorker(
   deps: Pick<BrokerDeps, 'store' | 'clock'>,
   link: WorkerLink,
   workerId: string,
-  message: Record<string, unknown> & { type: string },
+  message: MasterSequencedBody,
 ): number {
   const entry = deps.store.outbox.append(
     workerId,
     link.bootId,
-    (seq) => ({ ...message, protocol_version: PROTOCOL_VERSION, boot_id: link.bootId, seq }),
+    (seq) => sequenced(message, link.bootId, seq),
     deps.clock.now(),
   );
   deps.store.afterCommit(() => link.flush(workerId));

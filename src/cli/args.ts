@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import type { CliIo } from './io.js';
+import { escapeField } from './output.js';
 
 /**
  * Argument parsing for every `gpu-broker` command: a thin wrapper around node's `util.parseArgs` that
@@ -86,7 +87,7 @@ function columns(rows: Array<[string, string]>): string[] {
 /** Writes a one-line usage error and returns its exit code, 2. */
 export function usageError(io: CliIo, spec: CommandSpec, message: string): number {
   const name = spec.name.split(' ')[0];
-  io.stderr(`gpu-broker ${spec.name}: ${message} (see: gpu-broker ${name} --help)\n`);
+  io.stderr(`gpu-broker ${spec.name}: ${escapeField(message)} (see: gpu-broker ${name} --help)\n`);
   return 2;
 }
 

@@ -3,7 +3,7 @@ import { type CommandSpec, parseCommand, usageError } from './args.js';
 import { CORDON, DRAIN, RECONCILE, REMOVE_WORKER, UNCORDON, UNDRAIN } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
-import { emit, reportError } from './output.js';
+import { emit, escapeField, reportError } from './output.js';
 
 /**
  * `gpu-broker cordon|uncordon WORKER:CARD…`, `drain|undrain|remove-worker WORKER…`,
@@ -66,7 +66,9 @@ export const run: CommandRunner = async (argv, io) => {
           );
         }
       }
-      emit(io, values.json, { results: done }, () => done.map((d) => `${verb} ${d.target}: ok`).join('\n'));
+      emit(io, values.json, { results: done }, () =>
+        done.map((d) => `${verb} ${escapeField(d.target)}: ok`).join('\n'),
+      );
       return 0;
     });
   } catch (err) {

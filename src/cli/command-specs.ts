@@ -206,7 +206,11 @@ export const TOKEN = defineCommand({
   flags: {
     name: { type: 'string', value: 'NAME', help: 'principal name (unique)' },
     role: { type: 'string', value: 'ROLE', multiple: true, help: 'submitter, reviewer, operator or worker' },
-    'worker-id': { type: 'string', value: 'ID', help: 'the worker a worker token belongs to' },
+    'worker-id': {
+      type: 'string',
+      value: 'ID',
+      help: 'the worker a worker token belongs to: 1-128 letters, digits, ".", "_", "-"; a letter or digit first',
+    },
     ...LOCAL_FLAGS,
   },
   env: LOCAL_ENV,

@@ -1,6 +1,7 @@
 #!/usr/bin/env node
 import { COMMANDS } from './commands.js';
 import type { CliIo } from './io.js';
+import { escapeField, escapeText, terminalSafeIo } from './output.js';
 
 /**
  * `gpu-broker` entry point: the only place (with src/main.ts) that touches `process`. Each subcommand
@@ -34,19 +35,21 @@ async function main(): Promise<number> {
   }
   const entry = COMMANDS[name];
   if (!entry) {
-    process.stderr.write(`gpu-broker: unknown command "${name}" (see: gpu-broker --help)\n`);
+    process.stderr.write(`gpu-broker: unknown command "${escapeField(name)}" (see: gpu-broker --help)\n`);
     return 2;
   }
   const stopSignal = new Promise<void>((resolve) => {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
   });
-  const io: CliIo = {
+  // Every byte a command prints passes the terminal guard (src/cli/output.ts): the tables escape their
+  // cells, and this catches whatever a command writes directly.
+  const io: CliIo = terminalSafeIo({
     stdout: (t) => process.stdout.write(t),
     stderr: (t) => process.stderr.write(t),
     env: process.env,
     stopSignal,
-  };
+  });
   const { run } = await entry.load();
   return run(entry.passName ? [name, ...rest] : rest, io);
 }
@@ -58,7 +61,7 @@ main().then(
   (err: unknown) => {
     // One line for users; the stack only when asked for, as it helps a bug report, not a user.
     const detail = process.env['GPU_BROKER_DEBUG'] ? (err as Error)?.stack : (err as Error)?.message;
-    process.stderr.write(`gpu-broker: ${detail ?? String(err)}\n`);
+    process.stderr.write(`gpu-broker: ${escapeText(detail ?? String(err))}\n`);
     process.exitCode = 1;
   },
 );

@@ -4,7 +4,7 @@ import { parseCommand } from './args.js';
 import { PROPOSE } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { withMaster } from './master-client.js';
-import { emit, reportError } from './output.js';
+import { emit, escapeField, reportError } from './output.js';
 import { collectInputs } from './propose-files.js';
 
 /**
@@ -108,7 +108,10 @@ export const run: CommandRunner = async (argv, io) => {
         [
           `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${state}`,
           `${files.length} input file(s), ${uploaded} uploaded`,
-          ...r.findings.map((f) => `${f.severity}: ${f.code} at ${f.path}: ${f.message} — ${f.hint}`),
+          ...r.findings.map(
+            (f) =>
+              `${f.severity}: ${f.code} at ${escapeField(f.path)}: ${escapeField(f.message)} — ${escapeField(f.hint)}`,
+          ),
         ].join('\n'),
       );
       return r.confirmable ? 0 : 1;

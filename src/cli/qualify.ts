@@ -10,7 +10,7 @@ import { parseCommand, usageError } from './args.js';
 import { QUALIFY } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
-import { reportError, table } from './output.js';
+import { escapeField, escapeText, jsonText, reportError, table } from './output.js';
 
 /**
  * `gpu-broker qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] [--json]`
@@ -44,8 +44,9 @@ export const run: CommandRunner = async (argv, io) => {
           `/api/v1/qualifications/${encodeURIComponent(runId)}/cancel`,
           {},
         );
-        if (values.json) io.stdout(`${JSON.stringify(view, null, 2)}\n`);
-        else io.stdout(`${runId}: cancelling; its cards stay cordoned until gpu-broker uncordon\n`);
+        if (values.json) io.stdout(`${jsonText(view)}\n`);
+        else
+          io.stdout(`${escapeField(runId)}: cancelling; its cards stay cordoned until gpu-broker uncordon\n`);
         return 0;
       });
     }
@@ -84,7 +85,7 @@ export const run: CommandRunner = async (argv, io) => {
   } catch (err) {
     // The preflight's refusal says everything in its one line (what is missing and how to fix it).
     if (!values.json && err instanceof BrokerError && isPreflightRefusal(err)) {
-      io.stderr(`error: ${err.message}\n`);
+      io.stderr(`error: ${escapeText(err.message)}\n`);
       return 1;
     }
     return reportError(io, values.json, err);
@@ -124,7 +125,7 @@ async function printFailedRungLogs(
     }
     out(
       `\n${r.cards} card${r.cards === 1 ? '' : 's'}: stderr of task ${r.task_id} (last ${STDERR_TAIL_LINES} lines):\n` +
-        `${tail === '' ? '(empty)' : tail.replace(/^/gm, '  ')}\n`,
+        `${tail === '' ? '(empty)' : escapeText(tail).replace(/^/gm, '  ')}\n`,
     );
   }
 }
@@ -155,18 +156,18 @@ function getRun(c: MasterClient, runId: string): Promise<QualificationRunView> {
 }
 
 function printHeader(v: QualificationRunView, out: (t: string) => void): void {
-  const skipped = v.skipped.map((s) => `${s.cards} (${s.reason})`).join('; ');
+  const skipped = v.skipped.map((s) => `${s.cards} (${escapeField(s.reason)})`).join('; ');
   out(
-    `qualification run ${v.run_id} on ${v.worker_id}: ladder ${v.ladder.join(',') || 'none'}` +
+    `qualification run ${v.run_id} on ${escapeField(v.worker_id)}: ladder ${v.ladder.join(',') || 'none'}` +
       `${skipped ? `; skipped ${skipped}` : ''}; cards ${v.reserved_cards.join(',') || 'none'} cordoned; ` +
-      `submitter ${v.submitter}\n`,
+      `submitter ${escapeField(v.submitter)}\n`,
   );
 }
 
 function stepLine(s: QualificationRunView['steps'][number]): string {
   const elapsed = `${(s.elapsed_ms / 1000).toFixed(1)}s`.padStart(8);
   const rung = s.cards === null ? '' : `${s.cards} card${s.cards === 1 ? '' : 's'}: `;
-  return `[${elapsed}] ${rung}${s.text}`;
+  return `[${elapsed}] ${rung}${escapeText(s.text)}`;
 }
 
 /** Prints each new step until the run ends; null when the user interrupted (the run goes on). */
@@ -202,26 +203,26 @@ function finish(io: CliIo, v: QualificationRunView, json: boolean): number {
   if (doc === null) {
     if (json)
       io.stdout(
-        `${JSON.stringify({ run_id: v.run_id, state: v.state, verdict: null, digest: null, detail: v.detail }, null, 2)}\n`,
+        `${jsonText({ run_id: v.run_id, state: v.state, verdict: null, digest: null, detail: v.detail })}\n`,
       );
     else
       io.stdout(
-        `run ${v.run_id}: ${v.state}${v.detail ? ` (${v.detail})` : ''}; no evidence\n${v.next_action}\n`,
+        `run ${v.run_id}: ${v.state}${v.detail ? ` (${escapeField(v.detail)})` : ''}; no evidence\n${escapeText(v.next_action)}\n`,
       );
     return 1;
   }
   const digestOk = evidenceDigest(doc) === doc.digest && doc.digest === v.digest;
-  if (json) io.stdout(`${JSON.stringify(doc, null, 2)}\n`);
+  if (json) io.stdout(`${jsonText(doc)}\n`);
   else {
     io.stdout(
       `\n${table(['CARDS', 'GPU IDS', 'ALL_REDUCE', 'GEMM', 'BUSBW GB/s', 'RESULT'], summaryRows(doc))}\n\n` +
         `verdict: ${doc.verdict}${doc.worker.simulated ? ' (simulated cards: gloo on CPU, not a GPU result)' : ''}\n` +
-        `worker: ${doc.worker.worker_id}${doc.worker.hostname ? ` (${doc.worker.hostname})` : ''}; ${isolationLine(doc.worker)}\n` +
+        `worker: ${escapeField(doc.worker.worker_id)}${doc.worker.hostname ? ` (${escapeField(doc.worker.hostname)})` : ''}; ${isolationLine(doc.worker)}\n` +
         `evidence: sha256 ${doc.digest} (gpu-broker qualify show ${v.run_id} --json)\n` +
         (doc.failed_checks.length > 0
-          ? `failed checks:\n${doc.failed_checks.map((f) => `  - ${f}`).join('\n')}\n`
+          ? `failed checks:\n${doc.failed_checks.map((f) => `  - ${escapeField(f)}`).join('\n')}\n`
           : '') +
-        `${v.next_action}\n`,
+        `${escapeText(v.next_action)}\n`,
     );
   }
   if (!digestOk) {

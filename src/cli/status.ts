@@ -2,7 +2,7 @@ import { parseCommand } from './args.js';
 import { STATUS } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { withMaster } from './master-client.js';
-import { emit, reportError, table } from './output.js';
+import { emit, escapeField, reportError, table } from './output.js';
 
 interface Worker {
   worker_id: string;
@@ -158,7 +158,10 @@ export const run: CommandRunner = async (argv, io) => {
           '',
           `ALERTS (${status.alerts.length})`,
           ...(status.alerts.length
-            ? status.alerts.map((a) => `  [${a.severity}] ${a.kind}: ${a.message}\n      → ${a.action}`)
+            ? status.alerts.map(
+                (a) =>
+                  `  [${a.severity}] ${a.kind}: ${escapeField(a.message)}\n      → ${escapeField(a.action)}`,
+              )
             : ['  none']),
         ].join('\n'),
       );

@@ -1,5 +1,6 @@
 import { createPrincipal, revokePrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
+import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
 import { parseCommand, usageError } from './args.js';
 import { TOKEN } from './command-specs.js';
 import type { CommandRunner } from './io.js';
@@ -18,6 +19,14 @@ export const run: CommandRunner = async (argv, io) => {
       TOKEN,
       sub ? `unknown subcommand "${sub}"` : 'which subcommand: create, list or revoke?',
     );
+  // Checked before the data dir is opened, so a bad id creates nothing (issue 10, row 7).
+  const workerId = values['worker-id'];
+  if (sub === 'create' && workerId !== undefined && !WorkerIdSchema.safeParse(workerId).success) {
+    const message = `--worker-id ${JSON.stringify(workerId)}: ${WORKER_ID_RULE}`;
+    if (values.json)
+      return reportError(io, true, new BrokerError('INVALID_INPUT', message, 'e.g. --worker-id gpu-host-1'));
+    return usageError(io, TOKEN, message);
+  }
   try {
     return await withLocalStore(values, io, ({ store, clock, ids }) => {
       switch (sub) {

@@ -14,12 +14,13 @@ import type { SlurmBackend } from '../../worker/slurm-executor.js';
 import { slurmPoolSampler } from '../../worker/slurm-sampler.js';
 import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
+import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
 import { describeTightened, secureFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
 import { type FlagValues, parseCommand } from './args.js';
 import { WORKER } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
-import { reportError } from './output.js';
+import { escapeField, reportError } from './output.js';
 
 /**
  * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
@@ -184,7 +185,9 @@ async function runSlurmWorker(
     );
   else
     io.stderr(
-      `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ntasks: ${isolation}\njob dir: ${slurm.jobDir}\ndata dir: ${settings.dataDir}\n`,
+      // The partition and node count come from Slurm's own output: shown escaped, like any text the
+      // broker does not write itself.
+      `gpu-broker worker ${escapeField(settings.workerId)} → ${escapeField(settings.url)}\n${escapeField(summary)}\ntasks: ${isolation}\njob dir: ${escapeField(slurm.jobDir)}\ndata dir: ${escapeField(settings.dataDir)}\n`,
     );
   await (io.stopSignal ?? new Promise<void>(() => undefined));
   await worker.close();
@@ -256,8 +259,12 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
   }
   const slurm = parseSlurmSettings(values);
   const workerId = values.id ?? hostname();
-  if (workerId.length < 1 || workerId.length > 128)
-    throw new BrokerError('INVALID_INPUT', '--id must be 1 to 128 characters', USAGE);
+  if (!WorkerIdSchema.safeParse(workerId).success)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${values.id === undefined ? 'this host name' : '--id'} ${JSON.stringify(workerId)}: ${WORKER_ID_RULE}`,
+      USAGE,
+    );
   return {
     url,
     token,

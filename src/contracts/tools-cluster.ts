@@ -245,6 +245,8 @@ export const AlertSchema = z.object({
     'audit_chain_broken',
     'worker_unisolated',
     'grant_failing',
+    'disk_low',
+    'disk_full',
   ]),
   severity: z.enum(['warning', 'critical']),
   subject: z.string(),

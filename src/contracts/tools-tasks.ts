@@ -105,6 +105,12 @@ export const getTaskLogsTool = defineTool({
       .describe(
         "The task's log reached the master's per-task cap; what came after was dropped (a marker line says so).",
       ),
+    logs_pruned_at: z
+      .string()
+      .nullable()
+      .describe(
+        "When the master's retention (storage.retention.task_logs_days) deleted this task's logs; null while they are kept. Pruned logs read as empty.",
+      ),
   }),
 });
 
@@ -150,5 +156,11 @@ export const getTaskOutputsTool = defineTool({
       })
       .nullable(),
     outputs: z.array(z.object({ path: z.string(), size: z.number().int(), sha256: z.string() })),
+    outputs_pruned_at: z
+      .string()
+      .nullable()
+      .describe(
+        "When the master's retention (storage.retention.outputs_days) deleted the files' bytes; the listing (path, size, sha256) stays, reading a file is NOT_FOUND.",
+      ),
   }),
 });

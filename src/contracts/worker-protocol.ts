@@ -31,6 +31,31 @@ export const HELLO_MAX_EXECUTIONS = 1024;
 
 const Id = z.string().min(1).max(128);
 
+/**
+ * The one rule for a worker id (issue 10, row 7), enforced where a worker token is created
+ * (`token create`, `start`), where a worker starts (`worker --id`) and at `hello`: a token bound to an
+ * id that hello refuses could never connect. Ids are names in paths, logs and terminals, so no control
+ * characters, no `/`, nothing a shell would mangle.
+ */
+export const WORKER_ID_RULE =
+  'a worker id is 1 to 128 letters, digits, ".", "_" or "-", starting with a letter or digit';
+/** A worker id; see WORKER_ID_RULE. */
+export const WorkerIdSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$/, WORKER_ID_RULE);
+
+/**
+ * Highest lease epoch a worker may claim to have seen (hello `card_epochs`). Epochs count leases one by
+ * one, so no real worker comes near it; a claim above would push the master's next epoch past what a
+ * plan can carry (issue 10, row 9).
+ */
+export const MAX_LEASE_EPOCH = 2 ** 48;
+
+/** Largest exit code or status a worker reports (a 32-bit int). */
+const ExitCode = z
+  .number()
+  .int()
+  .min(-(2 ** 31))
+  .max(2 ** 31 - 1);
+
 /** Why an execution failed. */
 export const FailureReasonSchema = z.enum([
   'EXIT_NONZERO',
@@ -95,7 +120,7 @@ export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;
 /** An output file as recorded after upload. */
 export const OutputRecordSchema = z.object({
   path: z.string().min(1).max(512),
-  size: z.number().int().min(0),
+  size: z.number().int().min(0).max(MAX_OUTPUT_FILE_BYTES),
   sha256: z.string().regex(/^[0-9a-f]{64}$/),
 });
 /** An output file as recorded after upload. */
@@ -204,7 +229,7 @@ export type SlurmJobReport = z.infer<typeof SlurmJobReportSchema>;
 export const HelloSchema = z.object({
   type: z.literal('hello'),
   protocol_version: z.number().int(),
-  worker_id: Id,
+  worker_id: WorkerIdSchema,
   boot_id: Id,
   version: z.string().max(64),
   hostname: z.string().max(255),
@@ -219,7 +244,12 @@ export const HelloSchema = z.object({
    * (issue 10, row 2).
    */
   card_epochs: z
-    .array(z.object({ index: z.number().int().min(0).max(1023), epoch: z.number().int().min(0) }))
+    .array(
+      z.object({
+        index: z.number().int().min(0).max(1023),
+        epoch: z.number().int().min(0).max(MAX_LEASE_EPOCH),
+      }),
+    )
     .max(1024)
     .default([]),
   /** How this worker isolates tasks; a worker that does not say is taken as unisolated. */
@@ -257,7 +287,7 @@ export const ExecutionMessageSchema = z.object({
   task_id: Id,
   lease_epoch: z.number().int().min(1),
   phase: ExecutionPhaseSchema,
-  exit_code: z.number().int().nullable().optional(),
+  exit_code: ExitCode.nullable().optional(),
   signal: z.string().max(32).nullable().optional(),
   failure_reason: FailureReasonSchema.nullable().optional(),
   outputs: z.array(OutputRecordSchema).max(64).optional(),
@@ -275,6 +305,7 @@ export const LogMessageSchema = z.object({
   ...Sequenced,
   execution_id: Id,
   stream: z.enum(['stdout', 'stderr']),
+  /** Byte offset in the stream; the master refuses one beyond what it holds (no gaps). */
   offset: z.number().int().min(0),
   data: z.string().max(MAX_LOG_CHUNK_BYTES * 2),
 });
@@ -341,7 +372,7 @@ export type WorkerMessage = z.infer<typeof WorkerMessageSchema>;
 export const WelcomeSchema = z.object({
   type: z.literal('welcome'),
   protocol_version: z.literal(PROTOCOL_VERSION),
-  worker_id: Id,
+  worker_id: WorkerIdSchema,
   master_boot_id: Id,
   sample_interval_ms: z.number().int().min(100),
   /** Highest worker seq the master has processed, per worker boot id, so the worker resends the rest. */
@@ -379,3 +410,18 @@ export const MasterMessageSchema = z.discriminatedUnion('type', [
 ]);
 /** A message from the master. */
 export type MasterMessage = z.infer<typeof MasterMessageSchema>;
+
+type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
+type SequenceFields = 'protocol_version' | 'boot_id' | 'seq';
+
+/** A sequenced master message (assign, cancel, query) before the outbox stamps its place in the sequence. */
+export type MasterSequencedBody = DistributiveOmit<
+  Extract<MasterMessage, { type: 'assign' | 'cancel' | 'query' }>,
+  SequenceFields
+>;
+
+/** A sequenced worker message (sample, execution, log, output, probe) before the outbox stamps it. */
+export type WorkerSequencedBody = DistributiveOmit<
+  Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>,
+  SequenceFields
+>;

@@ -1,4 +1,4 @@
-import { applyTransition, type TransitionTable } from './state-machine.js';
+import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
 /**
  * The execution machine: where one assignment of a task to a worker stands, as the worker reports it
@@ -16,6 +16,12 @@ import { applyTransition, type TransitionTable } from './state-machine.js';
  * `started` may be skipped (a task that could not be spawned exits without starting), nothing else. A
  * report of a phase already passed is a duplicate (acknowledged, ignored); any other report is illegal:
  * refused, and the task — whose worker now disagrees with the master — goes to RECONCILIATION_REQUIRED.
+ *
+ * The worker keeps its own record of each execution (worker/local-store.ts) and moves it through the
+ * same table (`moveExecutionPhase`, ADR 0014): there `assigned` stands for "assign received, nothing
+ * recorded yet", so the first record is a move out of `assigned` (to `accepted` or `rejected`), and a
+ * restarted worker's report of a lost run (`accepted`/`started` → `exited`, WORKER_LOST) is an ordinary
+ * row of the table.
  */
 export type ExecutionPhase =
   | 'assigned'
@@ -29,12 +35,19 @@ export type ExecutionPhase =
 /** The phases a worker may report (every phase but `assigned`, which only the master sets). */
 export type ReportedPhase = Exclude<ExecutionPhase, 'assigned'>;
 
-/** Which reported phase may follow which; everything else is refused. */
-export const EXECUTION_TABLE: TransitionTable<ExecutionPhase, ReportedPhase> = {
-  assigned: { accepted: 'accepted', rejected: 'rejected' },
-  accepted: { started: 'started', exited: 'exited' },
-  started: { exited: 'exited' },
-  exited: { cleaned: 'cleaned', cleanup_failed: 'cleanup_failed' },
+/**
+ * What moves an execution: the report of a phase, or — on the master only — `reconcile`, an operator's
+ * `reconcile_task` giving up on a live execution (its cleanup was never confirmed). A worker can never
+ * send `reconcile`: its reports are phases (the protocol schema), and the worker's own moves are phases.
+ */
+export type ExecutionEvent = ReportedPhase | 'reconcile';
+
+/** Which reported phase may follow which (and where `reconcile` leads); everything else is refused. */
+export const EXECUTION_TABLE: TransitionTable<ExecutionPhase, ExecutionEvent> = {
+  assigned: { accepted: 'accepted', rejected: 'rejected', reconcile: 'cleanup_failed' },
+  accepted: { started: 'started', exited: 'exited', reconcile: 'cleanup_failed' },
+  started: { exited: 'exited', reconcile: 'cleanup_failed' },
+  exited: { cleaned: 'cleaned', cleanup_failed: 'cleanup_failed', reconcile: 'cleanup_failed' },
   cleanup_failed: { cleaned: 'cleaned' },
   rejected: {},
   cleaned: {},
@@ -70,5 +83,31 @@ export function executionStep(current: ExecutionPhase, reported: ReportedPhase):
   if (reported === current) return { kind: 'duplicate' };
   const offPath = (reported === 'rejected') !== (current === 'rejected');
   if (!offPath && RANK[reported] < RANK[current]) return { kind: 'duplicate' };
-  return { kind: 'illegal', from: current, reported, allowed: moved.allowed };
+  return { kind: 'illegal', from: current, reported, allowed: reportedOnly(moved.allowed) };
+}
+
+/** The phases among `events` (what a worker may report or record; `reconcile` is the master's). */
+export function reportedOnly(events: readonly ExecutionEvent[]): ReportedPhase[] {
+  return events.filter((e): e is ReportedPhase => e !== 'reconcile');
+}
+
+/**
+ * One move of an execution record that its owner makes itself (the worker's local record): only what
+ * the table lists. Unlike `executionStep`, a repeat is not a duplicate to ignore: the worker never sends
+ * itself a phase twice, so anything the table does not list is refused. Pure.
+ */
+export function moveExecutionPhase(
+  from: ExecutionPhase,
+  to: ReportedPhase,
+): TransitionResult<ExecutionPhase, ReportedPhase> {
+  const t = applyTransition(EXECUTION_TABLE, from, to);
+  return t.ok ? { ...t, event: to } : { ...t, event: to, allowed: reportedOnly(t.allowed) };
+}
+
+/** Applies any execution event (a reported phase or `reconcile`) to a phase; the master's moves. Pure. */
+export function transitionExecution(
+  from: ExecutionPhase,
+  event: ExecutionEvent,
+): TransitionResult<ExecutionPhase, ExecutionEvent> {
+  return applyTransition(EXECUTION_TABLE, from, event);
 }

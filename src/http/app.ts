@@ -45,7 +45,7 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
     ...(opts.https ? { https: opts.https } : {}),
   }) as unknown as FastifyInstance;
   app.decorateRequest('principal', null);
-  installErrorHandling(app, deps.logger);
+  installErrorHandling(app, deps.logger, (detail) => deps.store.onWriteFailure(detail));
   app.addHook(
     'onRequest',
     authHook(deps, (path) => path === WORKER_CONNECT_PATH || WORKER_INPUT_PATH.test(path)),

@@ -52,6 +52,7 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, maxBl
           'Send Content-Type: application/octet-stream with the file as the body.',
         );
       const body = req.body;
+      deps.storage?.assertAcceptsGrowth('input upload');
       return deps.store.transaction(() => putBlob(deps, principal, sha256, body));
     },
   );

@@ -1,13 +1,24 @@
 import type { FastifyError, FastifyInstance } from 'fastify';
 import { BrokerError, HTTP_STATUS, toErrorBody } from '../contracts/errors.js';
 import type { Logger } from '../platform/logger.js';
+import { describeStorageError, isStorageWriteError, storageUnavailable } from '../store/storage-errors.js';
 
 /** Maps every error to `{error: {code, message, hint, retryable}}` with the status from the one table. */
-export function installErrorHandling(app: FastifyInstance, logger: Logger): void {
+export function installErrorHandling(
+  app: FastifyInstance,
+  logger: Logger,
+  /** Told about a storage write failure that escaped a store transaction (the storage guard listens). */
+  onStorageFailure: (detail: string) => void = () => undefined,
+): void {
   app.setErrorHandler<FastifyError>((err, _req, reply) => {
     let mapped: BrokerError;
     if (err instanceof BrokerError) mapped = err;
-    else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
+    // A write outside a store transaction that failed for space (transactions map it themselves).
+    else if (isStorageWriteError(err)) {
+      const detail = describeStorageError(err);
+      onStorageFailure(detail);
+      mapped = storageUnavailable(detail);
+    } else if (err.code === 'FST_ERR_CTP_BODY_TOO_LARGE')
       mapped = new BrokerError(
         'PAYLOAD_TOO_LARGE',
         'request body too large',

@@ -148,6 +148,22 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
     },
   });
   new Gauge({
+    name: 'gpu_broker_storage_free_bytes',
+    help: "Free bytes on the data dir's filesystem at the storage guard's last check (-1: unknown).",
+    registers,
+    collect() {
+      this.set(deps.storage?.status().free_bytes ?? -1);
+    },
+  });
+  new Gauge({
+    name: 'gpu_broker_storage_accepts_writes',
+    help: '1 while the master takes writes that grow its store, 0 while it refuses them (disk full: UNAVAILABLE).',
+    registers,
+    collect() {
+      this.set(deps.storage?.status().ok === false ? 0 : 1);
+    },
+  });
+  new Gauge({
     name: 'gpu_broker_audit_events',
     help: 'Rows of the live audit table verified so far (archived rows not counted).',
     registers,

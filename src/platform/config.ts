@@ -37,6 +37,41 @@ export const StorageConfigSchema = z.strictObject({
     .min(1024)
     .max(16 * 1024 * 1024 * 1024)
     .default(64 * 1024 * 1024),
+  /**
+   * Free bytes on the data dir's filesystem below which the master raises a `disk_low` warning
+   * (default 1 GiB).
+   */
+  warn_free_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .default(1024 * 1024 * 1024),
+  /**
+   * Free bytes below which the master refuses what makes its store grow (new proposals, reviews, log
+   * chunks, outputs, input uploads) with a retryable `UNAVAILABLE`, `/healthz` answers 503 and the alert
+   * is `disk_full` (default 256 MiB). 0 turns the refusal off (the SQLITE_FULL mapping stays).
+   */
+  min_free_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .default(256 * 1024 * 1024),
+  /** How often the free space is checked, and a failed store probed with a write (default 10 s). */
+  check_interval_ms: z.number().int().min(10).max(3_600_000).default(10_000),
+  /**
+   * Retention of what FINAL tasks produced (docs/operations.md "Retention"): logs and output files of
+   * tasks that ended more than N days ago are deleted; the task row, its audit events and the outputs'
+   * names, sizes and sha256 stay. 0 keeps them for ever.
+   */
+  retention: z
+    .strictObject({
+      task_logs_days: z.number().min(0).max(36_500).default(30),
+      outputs_days: z.number().min(0).max(36_500).default(90),
+      interval_seconds: z.number().int().min(1).max(31_536_000).default(3600),
+      /** Tasks pruned per transaction; the sweep yields to the event loop between batches. */
+      batch_size: z.number().int().min(1).max(10_000).default(20),
+    })
+    .prefault({}),
 });
 
 export const SchedulingConfigSchema = z.strictObject({

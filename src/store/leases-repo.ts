@@ -109,7 +109,8 @@ export class LeasesRepo {
       executionForLease: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE lease_id = ?'),
       updateExecution: db.prepare(
         `UPDATE executions SET phase = @phase, exit_code = @exit_code, signal = @signal, failure_reason = @failure_reason,
-           outputs = @outputs, detail = @detail, updated_at = @updated_at, offline_since = @offline_since WHERE id = @id`,
+           outputs = @outputs, detail = @detail, updated_at = @updated_at, offline_since = @offline_since
+         WHERE id = @id AND phase = @expected`,
       ),
       executionSlurm: db.prepare<[string], { slurm: string | null }>(
         'SELECT slurm FROM executions WHERE id = ?',
@@ -197,9 +198,13 @@ export class LeasesRepo {
     return r ? toExecution(r) : undefined;
   }
 
-  /** Updates an execution. */
-  updateExecution(e: ExecutionRecord): void {
-    this.s.updateExecution.run({ ...e, outputs: e.outputs === null ? null : JSON.stringify(e.outputs) });
+  /**
+   * Writes a moved execution if its stored phase is still `expected` (compare-and-set); false when
+   * another writer moved it first. Only `moveExecution` (src/broker/execution-move.ts) calls this.
+   */
+  updateExecution(e: ExecutionRecord, expected: ExecutionPhaseRecord): boolean {
+    const outputs = e.outputs === null ? null : JSON.stringify(e.outputs);
+    return this.s.updateExecution.run({ ...e, outputs, expected }).changes === 1;
   }
 
   /** The Slurm job behind an execution as its worker last reported it; null on a local worker. */

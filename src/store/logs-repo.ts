@@ -7,6 +7,12 @@ export interface OutputFile {
   sha256: string;
 }
 
+/** When the retention sweep deleted a task's logs and output bytes (ms since the epoch), or null. */
+export interface Pruned {
+  logs_pruned_at: number | null;
+  outputs_pruned_at: number | null;
+}
+
 /** Task logs (chunks at byte offsets) and uploaded output files. */
 export class LogsRepo {
   private readonly s;
@@ -31,7 +37,50 @@ export class LogsRepo {
       output: db.prepare<[string, string], OutputFile & { content: Buffer }>(
         'SELECT path, size, sha256, content FROM task_outputs WHERE execution_id = ? AND path = ?',
       ),
+      logsDue: db.prepare<[number, number], { id: string }>(
+        'SELECT id FROM tasks WHERE finished_at IS NOT NULL AND finished_at < ? AND logs_pruned_at IS NULL ORDER BY finished_at LIMIT ?',
+      ),
+      outputsDue: db.prepare<[number, number], { id: string }>(
+        'SELECT id FROM tasks WHERE finished_at IS NOT NULL AND finished_at < ? AND outputs_pruned_at IS NULL ORDER BY finished_at LIMIT ?',
+      ),
+      deleteLogs: db.prepare(
+        'DELETE FROM task_logs WHERE execution_id IN (SELECT id FROM executions WHERE task_id = ?)',
+      ),
+      // The listing (path, size, sha256) stays: it is part of the task's record; the bytes go.
+      emptyOutputs: db.prepare(
+        "UPDATE task_outputs SET content = x'' WHERE execution_id IN (SELECT id FROM executions WHERE task_id = ?)",
+      ),
+      markLogs: db.prepare('UPDATE tasks SET logs_pruned_at = ? WHERE id = ? AND logs_pruned_at IS NULL'),
+      markOutputs: db.prepare(
+        'UPDATE tasks SET outputs_pruned_at = ? WHERE id = ? AND outputs_pruned_at IS NULL',
+      ),
+      pruned: db.prepare<[string], Pruned>(
+        'SELECT logs_pruned_at, outputs_pruned_at FROM tasks WHERE id = ?',
+      ),
     };
+  }
+
+  /** FINAL tasks that ended before `endedBefore` whose logs (or outputs) are still kept, oldest first. */
+  dueForRetention(kind: 'logs' | 'outputs', endedBefore: number, limit: number): string[] {
+    const stmt = kind === 'logs' ? this.s.logsDue : this.s.outputsDue;
+    return stmt.all(endedBefore, limit).map((r) => r.id);
+  }
+
+  /** Deletes a task's logs (or output bytes) and records when; returns the rows changed. */
+  pruneTask(kind: 'logs' | 'outputs', taskId: string, now: number): number {
+    if (kind === 'logs') {
+      const n = this.s.deleteLogs.run(taskId).changes;
+      this.s.markLogs.run(now, taskId);
+      return n;
+    }
+    const n = this.s.emptyOutputs.run(taskId).changes;
+    this.s.markOutputs.run(now, taskId);
+    return n;
+  }
+
+  /** When retention deleted a task's logs and output bytes (null: kept). */
+  prunedAt(taskId: string): Pruned {
+    return this.s.pruned.get(taskId) ?? { logs_pruned_at: null, outputs_pruned_at: null };
   }
 
   /** Stores a chunk (a re-sent chunk at the same offset is ignored). */

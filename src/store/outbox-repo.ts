@@ -1,3 +1,4 @@
+import type { MasterMessage } from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
 
 /** An unacknowledged message to a worker. */
@@ -6,7 +7,7 @@ export interface OutboxEntry {
   worker_id: string;
   boot_id: string;
   seq: number;
-  body: Record<string, unknown>;
+  body: MasterMessage;
 }
 
 /**
@@ -36,8 +37,8 @@ export class OutboxRepo {
       ackThrough: db.prepare(
         'UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND boot_id = ? AND seq <= ? AND acked_at IS NULL',
       ),
-      pendingAssign: db.prepare<[string, string], { id: number }>(
-        `SELECT id FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL
+      pendingAssign: db.prepare<[string, string], { boot_id: string; seq: number }>(
+        `SELECT boot_id, seq FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL
            AND json_extract(body, '$.type') = 'assign' AND json_extract(body, '$.plan.execution_id') = ? LIMIT 1`,
       ),
       withdrawAssign: db.prepare(
@@ -54,12 +55,7 @@ export class OutboxRepo {
   }
 
   /** Appends a message for a worker, numbering it in this master boot's sequence. */
-  append(
-    workerId: string,
-    bootId: string,
-    build: (seq: number) => Record<string, unknown>,
-    now: number,
-  ): OutboxEntry {
+  append(workerId: string, bootId: string, build: (seq: number) => MasterMessage, now: number): OutboxEntry {
     const seq = (this.s.maxSeq.get(bootId)?.seq ?? 0) + 1;
     const body = build(seq);
     const info = this.s.insert.run(workerId, bootId, seq, JSON.stringify(body), now);
@@ -68,9 +64,7 @@ export class OutboxRepo {
 
   /** Unacknowledged messages for a worker, oldest first. */
   unacked(workerId: string): OutboxEntry[] {
-    return this.s.unacked
-      .all(workerId)
-      .map((r) => ({ ...r, body: JSON.parse(r.body) as Record<string, unknown> }));
+    return this.s.unacked.all(workerId).map((r) => ({ ...r, body: JSON.parse(r.body) as MasterMessage }));
   }
 
   /** Marks one message acknowledged. */
@@ -84,8 +78,9 @@ export class OutboxRepo {
   }
 
   /** Whether an `assign` of this execution still waits for the worker's acknowledgement. */
-  hasPendingAssign(workerId: string, executionId: string): boolean {
-    return this.s.pendingAssign.get(workerId, executionId) !== undefined;
+  /** Where an execution's unacknowledged `assign` sits in the master's sequence, if one is unacknowledged. */
+  pendingAssign(workerId: string, executionId: string): { boot_id: string; seq: number } | undefined {
+    return this.s.pendingAssign.get(workerId, executionId);
   }
 
   /**

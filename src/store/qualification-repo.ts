@@ -1,14 +1,8 @@
+import type { QualificationRunState } from '../domain/qualification-run.js';
 import type { Db } from './db.js';
 
-/**
- * Qualification run states (DESIGN §11). A run is created RUNNING and leaves it exactly once.
- *  - RUNNING: the runner drives the ladder; the run's cards are reserved for its own tasks;
- *  - PASSED: every rung and post-condition checked out; the cards went back to the pool;
- *  - FAILED: a check failed (the evidence names it); the cards stay cordoned;
- *  - INCONCLUSIVE: nothing failed, but not every requested count could run; the cards stay cordoned;
- *  - CANCELLED: the run stopped before it could be judged (master shut down or restarted); no evidence.
- */
-export type QualificationRunState = 'RUNNING' | 'PASSED' | 'FAILED' | 'INCONCLUSIVE' | 'CANCELLED';
+/** The run states and their table live in src/domain/qualification-run.ts. */
+export type { QualificationRunState };
 
 /** Who plays the submitter: the built-in MCP client, or a real coding-agent CLI. */
 export type SubmitterKind = 'scripted' | 'claude' | 'codex';
@@ -83,9 +77,9 @@ export class QualificationRepo {
       runningOn: db.prepare<[string], RunRow>(
         "SELECT * FROM qualification_runs WHERE state = 'RUNNING' AND worker_id = ?",
       ),
-      finish: db.prepare(
+      update: db.prepare(
         `UPDATE qualification_runs SET state = @state, evidence = @evidence, digest = @digest, detail = @detail,
-           updated_at = @now, finished_at = @now WHERE id = @id AND state = 'RUNNING'`,
+           updated_at = @updated_at, finished_at = @finished_at WHERE id = @id AND state = @expected`,
       ),
       nextSeq: db.prepare<[string], { seq: number }>(
         'SELECT coalesce(max(seq), 0) + 1 AS seq FROM qualification_steps WHERE run_id = ?',
@@ -134,25 +128,21 @@ export class QualificationRepo {
   }
 
   /**
-   * Compare-and-set RUNNING → `state`; false when the run already ended. The evidence and its digest
-   * are written with the verdict and never change afterwards.
+   * Writes a moved run (state, evidence, digest, detail, timestamps) if its stored state is still
+   * `expected` (compare-and-set); false when another writer moved it first. Only `moveQualificationRun`
+   * calls this; the table allows no move out of a final state, so a verdict never changes afterwards.
    */
-  finish(
-    id: string,
-    state: Exclude<QualificationRunState, 'RUNNING'>,
-    evidence: Record<string, unknown> | null,
-    digest: string | null,
-    detail: string | null,
-    now: number,
-  ): boolean {
+  update(next: QualificationRunRecord, expected: QualificationRunState): boolean {
     return (
-      this.s.finish.run({
-        id,
-        state,
-        evidence: evidence === null ? null : JSON.stringify(evidence),
-        digest,
-        detail,
-        now,
+      this.s.update.run({
+        id: next.id,
+        state: next.state,
+        evidence: next.evidence === null ? null : JSON.stringify(next.evidence),
+        digest: next.digest,
+        detail: next.detail,
+        updated_at: next.updated_at,
+        finished_at: next.finished_at,
+        expected,
       }).changes === 1
     );
   }

@@ -8,6 +8,7 @@ import { OutboxRepo } from './outbox-repo.js';
 import { PrincipalsRepo } from './principals-repo.js';
 import { ProposalsRepo } from './proposals-repo.js';
 import { QualificationRepo } from './qualification-repo.js';
+import { describeStorageError, isStorageWriteError, storageUnavailable } from './storage-errors.js';
 import { TasksRepo } from './tasks-repo.js';
 import { WorkersRepo } from './workers-repo.js';
 
@@ -31,6 +32,11 @@ export class Store {
   readonly blobs: BlobsRepo;
   private pending: Array<() => void> = [];
   private depth = 0;
+  /**
+   * Called with a description whenever a write fails for lack of space or a failing disk (the storage
+   * guard listens: src/broker/storage-guard.ts).
+   */
+  onWriteFailure: (detail: string) => void = () => undefined;
 
   constructor(readonly db: Db) {
     this.principals = new PrincipalsRepo(db);
@@ -62,6 +68,12 @@ export class Store {
       this.depth--;
       // Callbacks registered by the part that rolled back must never run.
       this.pending.length = mark;
+      // SQLITE_FULL / I/O errors become a retryable UNAVAILABLE at every edge (issue 10, row 4).
+      if (isStorageWriteError(err)) {
+        const detail = describeStorageError(err);
+        this.onWriteFailure(detail);
+        throw storageUnavailable(detail);
+      }
       throw err;
     }
     this.depth--;
@@ -77,6 +89,20 @@ export class Store {
   afterCommit(cb: () => void): void {
     if (this.depth === 0) cb();
     else this.pending.push(cb);
+  }
+
+  /**
+   * One small write (the `storage_probe` row): whether the store takes writes again after a failure.
+   * Throws UNAVAILABLE (through `transaction`) while it does not.
+   */
+  probeWrite(now: number): void {
+    this.transaction(() => {
+      this.db
+        .prepare(
+          'INSERT INTO storage_probe (id, at) VALUES (1, ?) ON CONFLICT (id) DO UPDATE SET at = excluded.at',
+        )
+        .run(now);
+    });
   }
 
   /** Closes the database. */

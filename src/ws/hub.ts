@@ -6,29 +6,44 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/executions.js';
 import type { Fleet } from '../broker/fleet.js';
 import { CARDS_TOPIC } from '../broker/leases.js';
-import { markExecutionLost } from '../broker/liveness.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
-import { enqueueForWorker, type WorkerLink } from '../broker/worker-link.js';
+import type { WorkerLink } from '../broker/worker-link.js';
+import { acceptHello, recordProbe, recordSample, storeHello } from '../broker/worker-session.js';
 import { BrokerError } from '../contracts/errors.js';
-import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../contracts/json-depth.js';
-import type { CardSample } from '../contracts/sample.js';
 import {
-  HELLO_MAX_EXECUTIONS,
+  type InvalidMessage,
+  parseMessage,
+  receiveSequenced,
+  repliesToInvalid,
+  type SequenceRef,
+} from '../contracts/sequencing.js';
+import {
   MAX_MESSAGE_BYTES,
+  type MasterMessage,
   PROTOCOL_VERSION,
+  WORKER_ID_RULE,
+  WorkerIdSchema,
   type WorkerMessage,
   WorkerMessageSchema,
 } from '../contracts/worker-protocol.js';
-import { sampleDefect } from '../domain/sample-check.js';
 import { WORKER_CONNECT_PATH } from '../http/app.js';
+import { asStorageUnavailable } from '../store/storage-errors.js';
+
+type SequencedWorkerMessage = Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>;
+type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
 
 /**
- * The worker hub (DESIGN §8): one WSS session per worker on the master's port. It authenticates the
- * upgrade with a worker token bound to one worker id, sequences and de-duplicates messages, applies each
- * through a broker use case in one transaction together with the raised high-water mark, acknowledges,
- * and flushes the durable outbox. A newer session for the same worker replaces the older one
- * (deterministic: newest wins, the old socket is closed with 4000). Nothing a worker sends can crash
- * the master: a bad message gets an `error` reply and is logged.
+ * The worker hub (DESIGN §8; docs/architecture.md "The hub and the reconcile use case"): one WSS session
+ * per worker on the master's port. An edge: it authenticates the upgrade with a worker token bound to
+ * one worker id, parses frames and applies the sequencing rules (src/contracts/sequencing.ts: poison,
+ * de-duplication with the mark raised in the effect's transaction, refusals, failures), hands each
+ * message to its broker use case (hello → acceptHello, sample/probe → worker-session.ts, execution / log
+ * / output → executions.ts), sends the replies, and flushes the durable outbox. A newer session for the
+ * same worker replaces the older one (deterministic: newest wins, the old socket is closed with 4000).
+ * Nothing a worker sends can crash the master: a bad message gets an `error` reply and is logged.
+ * While the store cannot write (out of disk space; issue 10, row 4, ADR 0016) a message is neither
+ * applied nor acknowledged: `error UNAVAILABLE`, close 4003, the worker resends it later; a hello is
+ * welcomed anyway and stored before anything else from its session.
  */
 
 interface Session {
@@ -42,6 +57,12 @@ interface Session {
   principalId: string;
   /** Set once processing failed unexpectedly: the socket is being torn down and nothing more is read. */
   dead: boolean;
+  /**
+   * A hello whose writes (worker row, reconcile, audit) the store could not take (out of space): the
+   * session was welcomed anyway, so the worker stays online and its tasks are not taken for lost, and
+   * the writes are applied before anything else from this session, or when storage recovers.
+   */
+  pendingHello: HelloMessage | null;
 }
 
 /** Close codes the hub uses. */
@@ -49,6 +70,11 @@ export const CLOSE_REPLACED = 4000;
 export const CLOSE_PROTOCOL = 4002;
 export const CLOSE_REVOKED = 4001;
 export const CLOSE_INTERNAL = 1011;
+/**
+ * The master's store cannot take the worker's message now (out of disk space): nothing was applied or
+ * acknowledged; the worker redials after a longer delay and resends from its outbox.
+ */
+export const CLOSE_UNAVAILABLE = 4003;
 
 /** Hooks the hub calls on the scheduler. */
 export interface HubHooks {
@@ -127,7 +153,15 @@ export class WorkerHub implements WorkerLink {
   private open(ws: WebSocket, workerId: string, principalId: string): void {
     const old = this.sessions.get(workerId);
     if (old) old.ws.close(CLOSE_REPLACED, 'replaced by a newer session');
-    const session: Session = { ws, workerId, bootId: null, sentUpTo: 0, principalId, dead: false };
+    const session: Session = {
+      ws,
+      workerId,
+      bootId: null,
+      sentUpTo: 0,
+      principalId,
+      dead: false,
+      pendingHello: null,
+    };
     this.sessions.set(workerId, session);
     ws.on('message', (data, isBinary) => this.onMessage(session, isBinary ? null : data.toString()));
     ws.on('close', () => {
@@ -140,50 +174,25 @@ export class WorkerHub implements WorkerLink {
     ws.on('error', (err) => this.deps.logger.warn({ err, worker_id: workerId }, 'worker socket error'));
   }
 
-  private reply(s: Session, body: Record<string, unknown>): void {
+  private reply(s: Session, body: MasterMessage): void {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(body));
   }
 
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
-    let msg: WorkerMessage;
-    let raw: unknown;
+    const parsed = parseMessage(WorkerMessageSchema, text);
     try {
-      if (text === null)
-        throw new BrokerError(
-          'INVALID_INPUT',
-          'binary frames are not part of the protocol',
-          'Send JSON text.',
-        );
-      raw = JSON.parse(text);
-      if (jsonDepthExceeds(raw))
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `message nested more than ${MAX_JSON_DEPTH} levels deep`,
-          'See docs/worker-protocol.md.',
-        );
-      const parsed = WorkerMessageSchema.safeParse(raw);
-      if (!parsed.success)
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `invalid message: ${parsed.error.issues
-            .slice(0, 3)
-            .map((i) => `${i.path.join('.')}: ${i.message}`)
-            .join('; ')}`,
-          'See docs/worker-protocol.md.',
-        );
-      msg = parsed.data;
+      if (parsed.ok) this.dispatch(s, parsed.message);
+      else this.refuseInvalid(s, text, parsed.invalid);
     } catch (err) {
-      const message =
-        err instanceof BrokerError ? err.message : `unparsable message: ${(err as Error).message}`;
-      this.deps.logger.warn({ worker_id: s.workerId, message }, 'bad worker message');
-      this.refuseInvalid(s, raw, message);
-      return;
-    }
-    try {
-      this.dispatch(s, msg);
-    } catch (err) {
-      this.deps.logger.error({ err, worker_id: s.workerId, type: msg.type }, 'worker message failed');
+      const unavailable = asStorageUnavailable(err, this.deps.store);
+      if (unavailable) {
+        const ref = parsed.ok ? sequenceRefOf(parsed.message) : parsed.invalid.poison;
+        this.storageRefused(s, unavailable, ref?.seq);
+        return;
+      }
+      const type = parsed.ok ? parsed.message.type : parsed.invalid.type;
+      this.deps.logger.error({ err, worker_id: s.workerId, type }, 'worker message failed');
       this.reply(s, {
         type: 'error',
         code: 'INTERNAL',
@@ -197,29 +206,94 @@ export class WorkerHub implements WorkerLink {
   }
 
   /**
-   * Answers a message that does not parse. A sequenced one (it names a boot id and seq) is also marked
-   * processed and acknowledged: it can never parse, so resending it on every reconnect would help nobody.
+   * The store cannot take a message now (issue 10, row 4): it was neither applied nor acknowledged (the
+   * sequencing module's rule 5: the mark rolled back with the effect), so it stays in the worker's
+   * outbox. Nothing after it may be processed on this session, so the session is closed — with 4003, on
+   * which the worker waits longer before it redials and resends (worker/connection.ts).
    */
-  private refuseInvalid(s: Session, raw: unknown, message: string): void {
-    const fields = (typeof raw === 'object' && raw !== null ? raw : {}) as Record<string, unknown>;
-    const seq = fields['seq'];
-    const bootId = fields['boot_id'];
-    const sequenced =
-      s.bootId !== null &&
-      Number.isInteger(seq) &&
-      (seq as number) >= 1 &&
-      typeof bootId === 'string' &&
-      bootId.length > 0 &&
-      bootId.length <= 128;
+  private storageRefused(s: Session, err: BrokerError, seq: number | undefined): void {
+    this.deps.logger.warn(
+      { worker_id: s.workerId, ref_seq: seq, message: err.message },
+      'worker message not stored: master storage unavailable; the worker resends it later',
+    );
     this.reply(s, {
       type: 'error',
-      code: 'INVALID_MESSAGE',
-      message,
-      ...(sequenced ? { ref_seq: seq } : {}),
+      code: 'UNAVAILABLE',
+      message: err.message,
+      ...(seq === undefined ? {} : { ref_seq: seq }),
     });
-    if (!sequenced) return;
-    this.deps.store.workers.raiseMark(s.workerId, bootId as string, seq as number, this.deps.clock.now());
-    this.reply(s, { type: 'ack', boot_id: bootId, seq });
+    s.dead = true;
+    s.ws.close(CLOSE_UNAVAILABLE, 'master storage unavailable');
+  }
+
+  /**
+   * Applies the hellos the store could not take before (called when storage recovers); a session whose
+   * hello still fails is closed like any refused message.
+   */
+  retryPendingHellos(): void {
+    for (const s of this.sessions.values()) {
+      if (s.pendingHello === null || s.dead) continue;
+      try {
+        this.applyPendingHello(s);
+      } catch (err) {
+        const unavailable = asStorageUnavailable(err, this.deps.store);
+        if (!unavailable) throw err;
+        this.storageRefused(s, unavailable, undefined);
+      }
+    }
+  }
+
+  /** Stores the session's pending hello, if any (throws UNAVAILABLE while the store still refuses). */
+  private applyPendingHello(s: Session): void {
+    const hello = s.pendingHello;
+    if (hello === null) return;
+    storeHello(this.deps, s.workerId, hello, this.deps.clock.now());
+    s.pendingHello = null;
+    this.deps.logger.info({ worker_id: s.workerId }, 'worker hello stored after the store recovered');
+    this.flush(s.workerId);
+    this.hooks.requestPass();
+  }
+
+  /**
+   * Answers a message that does not parse; a poison one is placed in the sequence only after hello
+   * (recording it may fail for storage: then it is refused UNAVAILABLE by onMessage, not acknowledged).
+   */
+  private refuseInvalid(s: Session, text: string | null, bad: InvalidMessage): void {
+    this.deps.logger.warn({ worker_id: s.workerId, message: bad.message }, 'bad worker message');
+    if (bad.type === 'hello' && this.refuseBadWorkerId(s, text)) return;
+    const replies = repliesToInvalid(bad, {
+      acceptsPoison: s.bootId !== null,
+      recordPoison: (ref) =>
+        this.deps.store.workers.raiseMark(s.workerId, ref.boot_id, ref.seq, this.deps.clock.now()),
+    });
+    for (const r of replies) this.reply(s, r);
+  }
+
+  /**
+   * A hello whose worker_id breaks the worker id rule (issue 10, row 7) can never open a session: it is
+   * answered with `INVALID_WORKER_ID` naming the rule, not a generic INVALID_MESSAGE, and the socket is
+   * closed (4002). Returns whether it was one. (The frame parsed as JSON already: that is how its type
+   * is known.)
+   */
+  private refuseBadWorkerId(s: Session, text: string | null): boolean {
+    let raw: unknown;
+    try {
+      raw = JSON.parse(text ?? '');
+    } catch {
+      return false;
+    }
+    if (typeof raw !== 'object' || raw === null) return false;
+    const id = (raw as Record<string, unknown>)['worker_id'];
+    if (WorkerIdSchema.safeParse(id).success) return false;
+    const shown =
+      typeof id === 'string' ? JSON.stringify(id.length > 140 ? `${id.slice(0, 140)}…` : id) : 'missing';
+    this.reply(s, {
+      type: 'error',
+      code: 'INVALID_WORKER_ID',
+      message: `hello: worker_id ${shown} breaks the rule: ${WORKER_ID_RULE}; create a worker token with a valid --worker-id`,
+    });
+    s.ws.close(CLOSE_PROTOCOL, 'invalid worker id');
+    return true;
   }
 
   /** Closes sessions whose worker token was revoked since they opened (called by the sweeper). */
@@ -263,94 +337,68 @@ export class WorkerHub implements WorkerLink {
     }
   }
 
-  /** Applies one sequenced message exactly once: mark and effect commit together, then ack. */
-  private sequenced(
-    s: Session,
-    msg: Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>,
-    now: number,
-  ): void {
+  /**
+   * Applies one sequenced message at most once (src/contracts/sequencing.ts): the raised mark and the
+   * effect commit together, then error (if refused) and ack. A refusal (BrokerError) rolls back the
+   * effect but not the mark: the message is processed and not retried. `UNAVAILABLE` (the store cannot
+   * write) is not a refusal: it rolls back the mark too and escapes unacknowledged (rule 5), and
+   * onMessage answers it (storageRefused).
+   */
+  private sequenced(s: Session, msg: SequencedWorkerMessage, now: number): void {
     const { store } = this.deps;
-    let refused: BrokerError | null = null;
+    // What the hello could not store comes first: nothing may build on a worker row or epochs not stored.
+    this.applyPendingHello(s);
     let sampleChanged = false;
-    store.transaction(() => {
-      if (msg.seq <= store.workers.mark(s.workerId, msg.boot_id)) return; // duplicate: ack again, do nothing
-      store.workers.raiseMark(s.workerId, msg.boot_id, msg.seq, now);
-      try {
-        store.transaction(() => {
-          switch (msg.type) {
-            case 'sample':
-              sampleChanged = this.sample(s.workerId, msg.cards, msg.sampler_error, now, msg.held_cards);
-              break;
-            case 'execution':
-              // An illegal report is refused without rolling back what the refusal changed.
-              refused = handleExecutionReport(this.deps, s.workerId, msg);
-              break;
-            case 'log':
-              handleLogChunk(this.deps, s.workerId, msg);
-              break;
-            case 'output':
-              handleOutputUpload(this.deps, s.workerId, msg);
-              break;
-            case 'probe':
-              store.workers.setProbe(s.workerId, {
-                python: msg.python,
-                torch_version: msg.torch_version,
-                backend: msg.backend,
-                error: msg.error,
-                probed_at: now,
-              });
-              this.deps.logger.info(
-                { worker_id: s.workerId, python: msg.python, torch: msg.torch_version, backend: msg.backend },
-                msg.torch_version === null
-                  ? `worker ${s.workerId}: ${msg.python} cannot import torch (${msg.error ?? 'no reason given'})`
-                  : `worker ${s.workerId}: ${msg.python} has torch ${msg.torch_version} (${msg.backend ?? 'no backend'})`,
-              );
-              break;
-          }
-        });
-      } catch (err) {
-        if (!(err instanceof BrokerError)) throw err;
-        refused = err; // a refused message is processed: it is acknowledged and not retried
-      }
+    const received = receiveSequenced<BrokerError>(msg, {
+      transaction: (fn) => store.transaction(fn),
+      marks: {
+        raiseAbove: (bootId, seq) => {
+          if (seq <= store.workers.mark(s.workerId, bootId)) return false;
+          store.workers.raiseMark(s.workerId, bootId, seq, now);
+          return true;
+        },
+      },
+      apply: () => {
+        try {
+          // An illegal execution report is refused without rolling back what the refusal changed.
+          return store.transaction(() => {
+            // Logs and outputs are what fills a disk: refused below the free-space floor.
+            if (msg.type === 'log' || msg.type === 'output')
+              this.deps.storage?.assertAcceptsGrowth(`worker ${msg.type} message`);
+            switch (msg.type) {
+              case 'sample':
+                sampleChanged = recordSample(this.deps, s.workerId, msg, now);
+                return null;
+              case 'execution':
+                return handleExecutionReport(this.deps, s.workerId, msg);
+              case 'log':
+                handleLogChunk(this.deps, s.workerId, msg);
+                return null;
+              case 'output':
+                handleOutputUpload(this.deps, s.workerId, msg);
+                return null;
+              case 'probe':
+                recordProbe(this.deps, s.workerId, msg, now);
+                return null;
+            }
+          });
+        } catch (err) {
+          // Out of space is not a refusal of the message: roll back (the mark too), do not acknowledge.
+          if (!(err instanceof BrokerError) || err.code === 'UNAVAILABLE') throw err;
+          return err;
+        }
+      },
     });
-    if (refused) {
-      const e = refused as BrokerError;
+    if (received.kind === 'applied' && received.refusal !== null)
       this.deps.logger.warn(
-        { worker_id: s.workerId, code: e.code, message: e.message },
+        { worker_id: s.workerId, code: received.refusal.code, message: received.refusal.message },
         'worker message refused',
       );
-      this.reply(s, { type: 'error', code: e.code, message: e.message, ref_seq: msg.seq });
-    }
-    this.reply(s, { type: 'ack', boot_id: msg.boot_id, seq: msg.seq });
+    for (const r of received.replies) this.reply(s, r);
     if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
   }
 
-  private sample(
-    workerId: string,
-    cards: CardSample[],
-    reported: string | null,
-    now: number,
-    heldCards: number[],
-  ): boolean {
-    const samplerError = reported ?? sampleDefect(cards);
-    const changed = this.fleet.sampled(workerId, cards, samplerError, now, heldCards);
-    if (changed && samplerError === null) {
-      const known = this.deps.store.workers.get(workerId)?.cards ?? [];
-      const identity = cards.map((c) => ({
-        index: c.index,
-        uuid: c.uuid,
-        model: c.model,
-        memory_total_mib: c.memory_total_mib,
-        simulated: c.simulated,
-      }));
-      if (JSON.stringify(known) !== JSON.stringify(identity))
-        this.deps.store.workers.setCards(workerId, identity);
-    }
-    if (changed) this.deps.store.afterCommit(() => this.deps.notifier.notify(CARDS_TOPIC));
-    return changed;
-  }
-
-  private hello(s: Session, msg: Extract<WorkerMessage, { type: 'hello' }>, now: number): void {
+  private hello(s: Session, msg: HelloMessage, now: number): void {
     if (msg.protocol_version !== PROTOCOL_VERSION) {
       this.reply(s, {
         type: 'error',
@@ -369,97 +417,18 @@ export class WorkerHub implements WorkerLink {
       s.ws.close(CLOSE_PROTOCOL, 'worker id mismatch');
       return;
     }
-    const { store } = this.deps;
-    // A card list naming one index or uuid twice is not trusted at all (see sampleDefect).
-    const defect = sampleDefect(msg.cards);
-    const helloCards = defect === null ? msg.cards : [];
-    const identity = helloCards.map((c) => ({
-      index: c.index,
-      uuid: c.uuid,
-      model: c.model,
-      memory_total_mib: c.memory_total_mib,
-      simulated: c.simulated,
-    }));
-    store.transaction(() => {
-      const prev = store.workers.get(s.workerId);
-      store.workers.upsertOnHello(
-        {
-          id: s.workerId,
-          hostname: msg.hostname,
-          provider: msg.provider,
-          version: msg.version,
-          boot_id: msg.boot_id,
-          cards: identity.length ? identity : (prev?.cards ?? []),
-          isolation: msg.isolation,
-          container_engine: msg.container_engine,
-          mounts: msg.mounts,
-          backend: msg.backend,
-          slurm: msg.slurm,
-        },
-        now,
-      );
-      for (const mark of msg.master_marks) store.outbox.ackThrough(s.workerId, mark.boot_id, mark.seq, now);
-      // A worker may have seen epochs this master never issued (a restored or rolled-back database):
-      // every later lease on those cards must be above them.
-      for (const c of msg.card_epochs) store.leases.raiseEpoch(s.workerId, c.index, c.epoch);
-      store.audit.append({
-        at: now,
-        actor: s.workerId,
-        action: 'worker.connected',
-        subject_type: 'worker',
-        subject_id: s.workerId,
-        data: {
-          boot_id: msg.boot_id,
-          hostname: msg.hostname,
-          provider: msg.provider,
-          cards: identity.length,
-          isolation: msg.isolation,
-          container_engine: msg.container_engine,
-          backend: msg.backend,
-          ...(msg.slurm === null ? {} : { partition: msg.slurm.partition }),
-        },
-      });
-      // Executions the master thinks are live here but the worker did not mention. An assign still in
-      // the outbox is on its way. Otherwise, when hello listed every execution the worker knows (fewer
-      // than the cap), the worker cannot account for it: its fate is unknown (DESIGN §6) — leaving it
-      // RUNNING would hold its cards for ever, since an online worker is never swept. With a full list,
-      // ask.
-      const known = new Set(msg.executions.map((e) => e.execution_id));
-      const listedAll = msg.executions.length < HELLO_MAX_EXECUTIONS;
-      for (const e of store.leases.unfinishedForWorker(s.workerId)) {
-        if (known.has(e.id)) continue;
-        if (e.phase === 'assigned' && store.outbox.hasPendingAssign(s.workerId, e.id)) continue;
-        if (listedAll)
-          markExecutionLost(this.deps, e, 'master', `execution ${e.id} is not known to the worker`, {
-            worker_id: s.workerId,
-            boot_id: msg.boot_id,
-          });
-        else enqueueForWorker(this.deps, this, s.workerId, { type: 'query', execution_id: e.id });
-      }
-    });
+    // The outbox is flushed only once the session knows the boot (below), so that a query decided by
+    // the reconcile goes out after the welcome. A hello the store cannot take is welcomed anyway.
+    const { welcome, stored } = acceptHello(this.deps, s.workerId, msg, now);
+    s.pendingHello = stored ? null : msg;
     s.bootId = msg.boot_id;
-    // Cards its unfinished executions hold are busy, whether or not this master knows them.
-    const unfinished = msg.executions.filter(
-      (e) => !['rejected', 'cleaned', 'cleanup_failed'].includes(e.phase),
-    );
-    this.fleet.connected(s.workerId, msg.boot_id, helloCards, now, [
-      ...new Set(unfinished.flatMap((e) => e.cards)),
-    ]);
-    if (defect !== null) {
-      this.deps.logger.warn({ worker_id: s.workerId, defect }, 'worker hello: card list refused');
-      this.fleet.sampled(s.workerId, [], defect, now);
-    }
-    this.reply(s, {
-      type: 'welcome',
-      protocol_version: PROTOCOL_VERSION,
-      worker_id: s.workerId,
-      master_boot_id: this.bootId,
-      sample_interval_ms: this.deps.config.timing.sample_interval_ms,
-      worker_marks: store.workers.marks(s.workerId),
-      qualification_python: this.deps.config.qualification_python,
-    });
+    this.reply(s, welcome);
     this.flush(s.workerId);
-    this.deps.notifier.notify(CARDS_TOPIC);
     this.hooks.requestPass();
   }
+}
+
+/** Where a parsed worker message sits in the worker's sequence; null for hello, ack and error. */
+function sequenceRefOf(msg: WorkerMessage): SequenceRef | null {
+  return msg.type === 'hello' || msg.type === 'ack' || msg.type === 'error' ? null : msg;
 }

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import type { BrokerDeps } from '../../src/broker/deps.js';
 import { createPrincipal, revokePrincipal } from '../../src/broker/principals.js';
+import type { StatfsFn } from '../../src/broker/storage-guard.js';
 import { type RunningMaster, readTokenFile, startMaster } from '../../src/main.js';
 import type { Clock } from '../../src/platform/clock.js';
 import { type MasterConfig, type MasterConfigInput, parseConfig } from '../../src/platform/config.js';
@@ -33,6 +34,8 @@ export interface TestMasterOptions {
   logger?: Logger;
   /** Remove the data dir on close; default true only when the harness made it. */
   removeDataDirOnClose?: boolean;
+  /** The master's free-space reader (a fake disk); default `fs.statfs`. */
+  statfs?: StatfsFn;
 }
 
 /** Row counts of the master's core tables: "bad input changed nothing" compares two of these. */
@@ -115,6 +118,7 @@ export async function startTestMaster(opts: TestMasterOptions = {}): Promise<Tes
       config,
       logger: opts.logger ?? silentLogger(),
       ...(opts.clock ? { clock: opts.clock } : {}),
+      ...(opts.statfs ? { statfs: opts.statfs } : {}),
     });
   } catch (err) {
     if (ownsDir) removeTempDir(dataDir);

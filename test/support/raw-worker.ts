@@ -1,12 +1,14 @@
 import WebSocket from 'ws';
 import type { CardSample } from '../../src/contracts/sample.js';
+import { sequenced } from '../../src/contracts/sequencing.js';
 import { PROTOCOL_VERSION } from '../../src/contracts/worker-protocol.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
 import { waitFor } from './wait.js';
 
 /**
  * A hand-driven worker for protocol tests: a plain `ws` client with a worker token that sends exactly
- * the JSON a test gives it (duplicates, replays, old sequence numbers) and records every reply.
+ * the JSON a test gives it (duplicates, replays, old sequence numbers) and records every reply. Its
+ * sequenced messages are stamped by the same function as the real senders' (src/contracts/sequencing.ts).
  */
 export interface RawWorker {
   readonly workerId: string;
@@ -19,6 +21,8 @@ export interface RawWorker {
   send(message: Record<string, unknown>): void;
   /** Sends a text frame as is (for input JSON.stringify cannot even produce). */
   sendText(text: string): void;
+  /** Sends a binary frame (not part of the protocol). */
+  sendBinary(data: Buffer): void;
   /** Sends a sequenced message under this boot id with `seq` (protocol_version and boot_id added). */
   sendSeq(seq: number, message: Record<string, unknown>): void;
   /** Waits for a received message matching `match` (at or after index `from`); returns it. */
@@ -70,8 +74,8 @@ export async function connectRawWorker(opts: {
     received,
     send: (message) => ws.send(JSON.stringify(message)),
     sendText: (text) => ws.send(text),
-    sendSeq: (seq, message) =>
-      ws.send(JSON.stringify({ ...message, protocol_version: PROTOCOL_VERSION, boot_id: bootId, seq })),
+    sendBinary: (data) => ws.send(data, { binary: true }),
+    sendSeq: (seq, message) => ws.send(JSON.stringify(sequenced(message as { type: string }, bootId, seq))),
     next: (match, o = {}) =>
       waitFor(() => received.slice(o.from ?? 0).find(match), { what: o.what ?? 'a message from the master' }),
     async hello(n) {

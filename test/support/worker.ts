@@ -88,7 +88,7 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
     sampler,
     logger: opts.logger ?? silentLogger(),
     sampleIntervalMs: opts.sampleIntervalMs ?? 200,
-    backoff: { initialMs: 50, maxMs: 250, refusedMs: 500 },
+    backoff: { initialMs: 50, maxMs: 250, refusedMs: 500, unavailableMs: 300 },
     cleanupPollMs: 50,
     pingIntervalMs: 1000,
     welcomeTimeoutMs: 3000,

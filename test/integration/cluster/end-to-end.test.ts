@@ -177,6 +177,21 @@ describe('an approved 2-card task, end to end', () => {
     expect(lease.state).toBe('RELEASED');
     const execution = m.store.leases.executionForLease(lease.id)!;
     expect(execution.phase).toBe('cleaned');
+    // The execution moved through its table: one audited compare-and-set move per report (ADR 0014).
+    expect(
+      m.store.audit.forSubject('execution', execution.id).map((e) => [e.action, e.actor, e.data]),
+    ).toEqual(
+      [
+        ['accepted', 'assigned'],
+        ['started', 'accepted'],
+        ['exited', 'started'],
+        ['cleaned', 'exited'],
+      ].map(([to, from]) => [
+        `execution.${to}`,
+        'worker',
+        expect.objectContaining({ from, to, task_id: taskId, lease_epoch: execution.lease_epoch }),
+      ]),
+    );
     // One ordered chain: granted, ended with the exit, released by the receipt, then the task completed.
     const events = [
       ...m.store.audit.forSubject('lease', lease.id),

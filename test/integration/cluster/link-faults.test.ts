@@ -170,6 +170,13 @@ describe('worker link cut mid-run', () => {
     expect(reconciled.lease_released).toBe(true);
     expect(reconciled.task).toMatchObject({ state: 'FAILED', failure_reason: 'WORKER_LOST' });
     expect(leaseOf(c, id).state).toBe('RELEASED');
+    // The live execution was given up through its table too (`reconcile`, audited).
+    const reconciledExecution = c.m.store.leases.executionForLease(lease.id)!;
+    expect(reconciledExecution.phase).toBe('cleanup_failed');
+    expect(c.m.store.audit.forSubject('execution', reconciledExecution.id).at(-1)).toMatchObject({
+      action: 'execution.reconcile',
+      data: expect.objectContaining({ from: 'started', to: 'cleanup_failed' }),
+    });
     expect((await getTask(c.alice, other)).state).toBe('QUEUED');
 
     // The worker comes back; its late reports about the reconciled execution change nothing.

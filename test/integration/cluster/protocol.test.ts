@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { enqueueForWorker } from '../../../src/broker/worker-link.js';
-import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
+import { type ExecutionPlan, PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { openLocalStore } from '../../../worker/local-store.js';
 import {
   approveTask,
@@ -308,7 +308,7 @@ describe('the real worker against re-delivery and stale epochs', () => {
     const row = m.store.db
       .prepare('SELECT body FROM master_outbox WHERE worker_id = ? AND body LIKE \'%"assign"%\'')
       .get('gpu-replay') as { body: string };
-    const { plan } = JSON.parse(row.body) as { plan: Record<string, unknown> };
+    const { plan } = JSON.parse(row.body) as { plan: ExecutionPlan };
     const seq = m.store.transaction(() =>
       enqueueForWorker(m.deps, m.deps.cluster.link, 'gpu-replay', { type: 'assign', plan }),
     );

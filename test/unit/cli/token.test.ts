@@ -1,4 +1,4 @@
-import { statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { authenticate } from '../../../src/broker/principals.js';
@@ -94,6 +94,36 @@ describe('token create', () => {
       expect({ argv, code: r.code }).toEqual({ argv, code: 2 });
       expect(r.json<{ error: ErrorBody }>().error.code).toBe('INVALID_INPUT');
     }
+  });
+
+  it('refuses a worker id that hello would refuse: one usage line naming the rule, exit 2, nothing created (issue 10, row 7)', async () => {
+    for (const id of ['gpu\u001b[2K\u0007host', 'gpu\nhost', '../../etc', 'w'.repeat(200), '', '.hidden']) {
+      const argv = ['create', '--data-dir', dataDir, '--name', 'w', '--role', 'worker', '--worker-id', id];
+      const r = await runCli(token, argv);
+      expect({ id, code: r.code, stdout: r.stdout }).toEqual({ id, code: 2, stdout: '' });
+      expect(r.stderr.trimEnd().split('\n')).toHaveLength(1);
+      expect(r.stderr).toContain('a worker id is 1 to 128 letters, digits, ".", "_" or "-"');
+      expect(r.stderr).not.toMatch(/[\u0000-\u0009\u000b-\u001f]/);
+      expect(existsSync(dataDir)).toBe(false);
+      const j = await runCli(token, [...argv, '--json']);
+      expect(j.code).toBe(2);
+      expect(j.json<{ error: ErrorBody }>().error).toMatchObject({ code: 'INVALID_INPUT' });
+      expect(existsSync(dataDir)).toBe(false);
+    }
+    // The longest id the rule allows connects; so it is accepted here.
+    const max = await runCli(token, [
+      'create',
+      '--data-dir',
+      dataDir,
+      '--name',
+      'w',
+      '--role',
+      'worker',
+      '--worker-id',
+      'w'.repeat(128),
+      '--json',
+    ]);
+    expect(max.code).toBe(0);
   });
 
   it('refuses bad input with exit 2 and a duplicate name with exit 1 (CONFLICT)', async () => {

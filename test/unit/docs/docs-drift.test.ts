@@ -4,6 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { brokerTools } from '../../../src/broker/tool-catalog.js';
 import { LEASE_TABLE } from '../../../src/domain/lease.js';
 import { PROPOSAL_TABLE } from '../../../src/domain/proposal.js';
+import { QUALIFICATION_RUN_TABLE } from '../../../src/domain/qualification-run.js';
 import { TASK_TABLE } from '../../../src/domain/task.js';
 import { REST_ROUTES } from '../../../src/http/rest.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
@@ -79,6 +80,7 @@ describe('docs/state-machines.md', () => {
     ['Proposal', PROPOSAL_TABLE],
     ['Task', TASK_TABLE],
     ['Lease', LEASE_TABLE],
+    ['Qualification run', QUALIFICATION_RUN_TABLE],
   ] as const;
   for (const [heading, table] of cases)
     it(`shows the ${heading.toLowerCase()} table exactly as the code has it`, () => {

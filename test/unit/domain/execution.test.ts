@@ -6,7 +6,9 @@ import {
   EXECUTION_TABLE,
   type ExecutionPhase,
   executionStep,
+  moveExecutionPhase,
   type ReportedPhase,
+  transitionExecution,
 } from '../../../src/domain/execution.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 
@@ -64,6 +66,22 @@ describe('the execution table', () => {
         if (phase === 'rejected') expect(path).toEqual(['assigned', 'rejected']);
       }),
     );
+  });
+
+  it('reconcile (master only) gives up any live execution, never a finished one, and no worker can report it', () => {
+    for (const from of PHASES) {
+      const t = transitionExecution(from, 'reconcile');
+      const live = !['rejected', 'cleaned', 'cleanup_failed'].includes(from);
+      expect(t, from).toMatchObject(live ? { ok: true, to: 'cleanup_failed' } : { ok: false });
+    }
+    // The refusals a worker sees (and its own local moves) name only phases it could send.
+    for (const from of PHASES)
+      for (const r of REPORTED) {
+        const step = executionStep(from, r);
+        if (step.kind === 'illegal') expect(step.allowed).not.toContain('reconcile');
+        const local = moveExecutionPhase(from, r);
+        if (!local.ok) expect(local.allowed).not.toContain('reconcile');
+      }
   });
 
   it('is shown in docs/state-machines.md as the code has it', () => {

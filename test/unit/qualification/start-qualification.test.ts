@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { EvidenceDocument } from '../../../qualification/evidence.js';
 import { cancelInterruptedRuns, finishRun, runCordonReason } from '../../../src/broker/qualification.js';
+import { moveQualificationRun } from '../../../src/broker/qualification-run-move.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { QualificationRunView } from '../../../src/contracts/tools-qualification.js';
 import type { ManualClock } from '../../../src/platform/clock.js';
@@ -180,6 +181,39 @@ describe('the end of a run', () => {
     expect(cordons[0]?.reason).toBe(
       `qualification run ${v.run_id} ended FAILED; uncordon once the host is checked`,
     );
+  });
+
+  it('a run ends only through its table: one audited move, compare-and-set, nothing after a final state', async () => {
+    enrol(2);
+    const v = await start({ cards: [1] });
+    const running = f.deps.store.qualifications.get(v.run_id)!;
+    finishRun(f.deps, v.run_id, { evidence: evidence('INCONCLUSIVE') });
+    const moves = f.deps.store.audit
+      .forSubject('qualification_run', v.run_id)
+      .filter((e) => e.action.startsWith('qualification_run.'));
+    expect(moves.map((e) => [e.action, e.actor, e.data])).toEqual([
+      [
+        'qualification_run.inconclusive',
+        'qualification',
+        { from: 'RUNNING', to: 'INCONCLUSIVE', worker_id: WORKER, digest: 'a'.repeat(64), detail: null },
+      ],
+    ]);
+    const ended = f.deps.store.qualifications.get(v.run_id)!;
+    // A writer holding the run as it was before (RUNNING) loses the compare-and-set.
+    expect(() =>
+      f.deps.store.transaction(() => moveQualificationRun(f.deps, running, { cancelled: 'stale' }, 'ops')),
+    ).toThrow(expect.objectContaining({ code: 'CONFLICT' }));
+    // And nothing moves a final run, whoever asks.
+    expect(() =>
+      f.deps.store.transaction(() =>
+        moveQualificationRun(f.deps, ended, { evidence: evidence('PASSED') }, 'ops'),
+      ),
+    ).toThrow(expect.objectContaining({ code: 'INVALID_STATE' }));
+    expect(
+      await code(f.invoke(op, 'cancel_qualification', { run_id: v.run_id, idempotency_key: 'c1' })),
+    ).toBe('INVALID_STATE');
+    expect(f.deps.store.qualifications.get(v.run_id)).toEqual(ended);
+    expect(f.deps.store.audit.verify().ok).toBe(true);
   });
 
   it('a run left RUNNING by a previous master process is CANCELLED at start-up, cards still cordoned', async () => {

@@ -62,6 +62,37 @@ describe('connectForever', () => {
     expect(conn.send('{"type":"ack","boot_id":"b","seq":1}')).toBe(true);
   });
 
+  it('after a close with 4003 (master store full) waits unavailableMs, not its short backoff', {
+    timeout: 3000,
+  }, async () => {
+    let opens = 0;
+    conn = connectForever({
+      url: workerConnectUrl(master.url),
+      token: master.token,
+      logger,
+      random: () => 0.5, // no jitter: the logged delay is the configured one
+      backoff: { initialMs: 10, maxMs: 50, unavailableMs: 300 },
+      onOpen: () => {
+        opens += 1;
+      },
+      onMessage: () => undefined,
+      onClose: () => undefined,
+    });
+    await waitFor(() => opens === 1 && master.connected());
+    const delays = () =>
+      lines
+        .map((l) => JSON.parse(l) as { msg: string; delay_ms?: number })
+        .filter((l) => l.msg === 'worker: reconnecting after a delay')
+        .map((l) => l.delay_ms);
+    master.closeSocket(4003, 'master storage unavailable');
+    await waitFor(() => opens === 2 && master.connected(), 2500, 'a second socket');
+    expect(delays()).toEqual([300]);
+    expect(lines.some((l) => l.includes('out of disk space'))).toBe(true);
+    master.closeSocket(1000, 'bye');
+    await waitFor(() => opens === 3 && master.connected(), 2500, 'a third socket');
+    expect(delays()).toEqual([300, 10]); // an ordinary close: the short backoff again
+  });
+
   it('logs a refused token clearly and retries slowly', { timeout: 3000 }, async () => {
     conn = connectForever({
       url: workerConnectUrl(master.url),

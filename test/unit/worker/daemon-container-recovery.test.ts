@@ -7,6 +7,7 @@ import { openLocalStore } from '../../../worker/local-store.js';
 import { CONTAINER_LABEL, containerName } from '../../../worker/sandbox-container.js';
 import type { TestImage } from '../../support/container-image.js';
 import { testImage } from '../../support/container-image.js';
+import { seedExecution } from '../../support/worker-store.js';
 import { waitFor } from './daemon-fake-master.js';
 import { type Harness, harness, plan } from './daemon-harness.js';
 
@@ -59,7 +60,7 @@ function leftover(): ExecutionPlan {
   const dataDir = join(h.dir, 'data');
   mkdirSync(dataDir, { recursive: true });
   const store = openLocalStore(join(dataDir, 'worker.sqlite'));
-  store.upsertExecution({ plan: container, phase: 'started' });
+  seedExecution(store, container, 'started');
   store.close();
   return container;
 }

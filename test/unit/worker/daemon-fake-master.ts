@@ -1,13 +1,15 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
+import { MemoryMarks, parseMessage, receiveSequenced, sequenced } from '../../../src/contracts/sequencing.js';
 import type { ExecutionPlan, WorkerMessage } from '../../../src/contracts/worker-protocol.js';
 import { PROTOCOL_VERSION, WorkerMessageSchema } from '../../../src/contracts/worker-protocol.js';
 
 /**
  * A small master for worker daemon tests: a real `ws` server on 127.0.0.1 that checks the bearer token,
  * answers hello with welcome, acknowledges and de-duplicates sequenced worker messages by
- * (boot_id, seq) the way the real hub must, and lets a test cut, refuse or black-hole the connection.
+ * (boot_id, seq) with the same rules as the real hub (src/contracts/sequencing.ts), and lets a test cut,
+ * refuse or black-hole the connection.
  */
 
 /** A message as the fake received it, with whether it was new or a resent duplicate. */
@@ -16,7 +18,7 @@ export interface Received {
   readonly duplicate: boolean;
 }
 
-type Sequenced = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' }>;
+type Sequenced = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>;
 
 /** The fake master; see the module comment. */
 export class FakeMaster {
@@ -29,7 +31,7 @@ export class FakeMaster {
   /** Bearer tokens of every upgrade attempt, accepted or not. */
   readonly attempts: string[] = [];
   /** Highest processed seq per worker boot (sent back in welcome.worker_marks). */
-  readonly marks = new Map<string, number>();
+  readonly marks = new MemoryMarks();
   readonly bootId = 'master-boot-1';
   sampleIntervalMs = 100;
   /** Acknowledge sequenced messages (off: the worker keeps them for resending). */
@@ -98,12 +100,14 @@ export class FakeMaster {
     this.socket?.send(text);
   }
 
-  /** Sends a sequenced master message under the next seq; returns the seq. */
-  sendSequenced(body: Record<string, unknown>, seq?: number): number {
-    const s = seq ?? ++this.seq;
-    this.sendRaw(
-      JSON.stringify({ ...body, protocol_version: PROTOCOL_VERSION, boot_id: this.bootId, seq: s }),
-    );
+  /**
+   * Sends a sequenced master message under `seq`, or the next seq above every one sent so far (as the
+   * real master's outbox numbers them); returns the seq.
+   */
+  sendSequenced(body: Record<string, unknown> & { type: string }, seq?: number): number {
+    const s = seq ?? this.seq + 1;
+    this.seq = Math.max(this.seq, s);
+    this.sendRaw(JSON.stringify(sequenced(body, this.bootId, s)));
     return s;
   }
 
@@ -122,6 +126,12 @@ export class FakeMaster {
   /** Cuts the worker's socket without a close handshake. */
   dropSocket(): void {
     this.socket?.terminate();
+    this.socket = null;
+  }
+
+  /** Closes the worker's socket with a close code, as the real master does (e.g. 4003: store full). */
+  closeSocket(code: number, reason = ''): void {
+    this.socket?.close(code, reason);
     this.socket = null;
   }
 
@@ -155,15 +165,12 @@ export class FakeMaster {
   }
 
   private onMessage(ws: WebSocket, text: string): void {
-    let parsed: WorkerMessage;
-    try {
-      const result = WorkerMessageSchema.safeParse(JSON.parse(text));
-      if (!result.success) throw new Error(result.error.message);
-      parsed = result.data;
-    } catch {
+    const result = parseMessage(WorkerMessageSchema, text);
+    if (!result.ok) {
       this.invalid.push(text);
       return;
     }
+    const parsed = result.message;
     if (this.blackhole) {
       this.lost.push(parsed);
       return;
@@ -178,18 +185,20 @@ export class FakeMaster {
             worker_id: parsed.worker_id,
             master_boot_id: this.bootId,
             sample_interval_ms: this.sampleIntervalMs,
-            worker_marks: [...this.marks].map(([boot_id, seq]) => ({ boot_id, seq })),
+            worker_marks: this.marks.list(),
           }),
         );
       }
       return;
     }
     const m = parsed as Sequenced;
-    const mark = this.marks.get(m.boot_id) ?? 0;
-    const duplicate = m.seq <= mark;
-    if (!duplicate) this.marks.set(m.boot_id, m.seq);
-    this.received.push({ message: m, duplicate });
-    if (this.autoAck) ws.send(JSON.stringify({ type: 'ack', boot_id: m.boot_id, seq: m.seq }));
+    const received = receiveSequenced(m, {
+      transaction: (fn) => fn(),
+      marks: this.marks,
+      apply: () => null,
+    });
+    this.received.push({ message: m, duplicate: received.kind === 'duplicate' });
+    if (this.autoAck) for (const r of received.replies) ws.send(JSON.stringify(r));
   }
 }
 

@@ -7,6 +7,7 @@ import { openLocalStore } from '../../../worker/local-store.js';
 import type { CardSampler } from '../../../worker/samplers/card-sampler.js';
 import { selectSampler } from '../../../worker/samplers/select-sampler.js';
 import { fakeH100Cards, fakeSmiEnv, writeFakeSmiState } from '../../fixtures/fake-smi.js';
+import { seedExecution } from '../../support/worker-store.js';
 import { waitFor } from './daemon-fake-master.js';
 import { type Harness, harness, plan } from './daemon-harness.js';
 
@@ -177,10 +178,10 @@ describe('worker daemon: restarts and stops', () => {
     const stranger = spawn('/bin/sleep', ['30'], { detached: true, stdio: 'ignore', env: {} });
     children.push(task, stranger);
     const store = openLocalStore(join(dataDir, 'worker.sqlite'));
-    store.upsertExecution({ plan: ours, phase: 'started' });
+    seedExecution(store, ours, 'started');
     store.setExecutionPgid(ours.execution_id, task.pid!);
-    store.upsertExecution({ plan: neverStarted, phase: 'accepted' });
-    store.upsertExecution({ plan: foreign, phase: 'started' });
+    seedExecution(store, neverStarted, 'accepted');
+    seedExecution(store, foreign, 'started');
     store.setExecutionPgid(foreign.execution_id, stranger.pid!);
     store.raiseMasterMark('old-master-boot', 7);
     store.close();

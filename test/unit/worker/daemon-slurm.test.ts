@@ -10,6 +10,7 @@ import type { SlurmJob } from '../../../worker/slurm/types.js';
 import type { SlurmBackend } from '../../../worker/slurm-executor.js';
 import { jobMarker } from '../../../worker/slurm-job-setup.js';
 import { makePlan } from '../../support/executor-plan.js';
+import { seedExecution } from '../../support/worker-store.js';
 
 /**
  * Recovery and cluster fencing of a Slurm worker (worker/daemon-slurm.ts) over a real local store. The
@@ -89,7 +90,7 @@ describe('Slurm worker recovery', () => {
     const unrecorded = makePlan({ argv: ['/bin/true'], executionId: 'exec-unrec' });
     const never = makePlan({ argv: ['/bin/true'], executionId: 'exec-never' });
     const t = setup([job('41', 'exec-unrec', { state: 'PENDING', reason: 'Priority', gpus: [] })]);
-    for (const plan of [recorded, unrecorded, never]) t.store.upsertExecution({ plan, phase: 'accepted' });
+    for (const plan of [recorded, unrecorded, never]) seedExecution(t.store, plan, 'accepted');
     t.store.setExecutionSlurm('exec-rec', {
       job_id: '40',
       state: 'RUNNING',
@@ -114,6 +115,34 @@ describe('Slurm worker recovery', () => {
       ['cleaned', 'WORKER_LOST'],
     ]);
   });
+
+  it('one that never reached Slurm moves on from the phase its record holds (ADR 0014): started, or exited', async () => {
+    const started = makePlan({ argv: ['/bin/true'], executionId: 'exec-started' });
+    const exited = makePlan({ argv: ['/bin/true'], executionId: 'exec-exited' });
+    const t = setup([]);
+    seedExecution(t.store, started, 'started');
+    seedExecution(t.store, exited, 'exited', {
+      exit_code: null,
+      signal: null,
+      failure_reason: 'SETUP_FAILED',
+      outputs: [],
+    });
+
+    await recoverSlurmExecutions(t.deps);
+
+    expect(t.resumed).toEqual([]);
+    const phases = (id: string) =>
+      t
+        .sent()
+        .filter((m) => m.execution_id === id)
+        .map((m) => [m.phase, m.failure_reason]);
+    expect(phases('exec-started')).toEqual([
+      ['exited', 'WORKER_LOST'],
+      ['cleaned', 'WORKER_LOST'],
+    ]);
+    expect(phases('exec-exited')).toEqual([['cleaned', 'SETUP_FAILED']]);
+    expect(t.store.getExecution('exec-exited')?.phase).toBe('cleaned');
+  });
 });
 
 describe('Slurm cluster fencing', () => {
@@ -128,14 +157,14 @@ describe('Slurm cluster fencing', () => {
       job('54', 'exec-x', { comment: 'someone-else' }),
       job('55', 'exec-unknown', { state: 'COMPLETED' }),
     ]);
-    t.store.upsertExecution({ plan: live, phase: 'started' });
+    seedExecution(t.store, live, 'started');
     t.store.setExecutionSlurm('exec-live', {
       job_id: '50',
       state: 'RUNNING',
       pending_reason: null,
       binding: null,
     });
-    t.store.upsertExecution({ plan: done, phase: 'cleaned' });
+    seedExecution(t.store, done, 'cleaned');
 
     expect((await fenceSlurmJobs(t.deps)).sort()).toEqual(['51', '52', '53']);
     expect(t.cancelled.sort()).toEqual(['51', '52', '53']);

@@ -1,10 +1,12 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ExecutionPhase, ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
+import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
+import type { ReportedPhase } from '../../../src/domain/execution.js';
 import { pruneExecutionDirs } from '../../../worker/execution-dirs.js';
 import { type LocalStore, openLocalStore } from '../../../worker/local-store.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { seedExecution } from '../../support/worker-store.js';
 
 /**
  * Retention of finished execution directories (issue 14): only cleaned or rejected executions, older
@@ -39,8 +41,8 @@ function plan(id: string): ExecutionPlan {
 }
 
 /** An execution in `phase` last updated at the current clock, with a folder holding a log. */
-function execution(id: string, phase: ExecutionPhase): void {
-  store.upsertExecution({ plan: plan(id), phase });
+function execution(id: string, phase: ReportedPhase): void {
+  seedExecution(store, plan(id), phase);
   mkdirSync(join(dir, id, 'task'), { recursive: true });
   writeFileSync(join(dir, id, 'stdout.log'), 'log\n');
 }
@@ -48,7 +50,7 @@ function execution(id: string, phase: ExecutionPhase): void {
 beforeEach(() => {
   clock = 10 * 24 * HOUR;
   const root = makeTempDir('exec-dirs');
-  store = openLocalStore(join(root, 'worker.sqlite'), { now: () => clock });
+  store = openLocalStore(join(root, 'worker.sqlite'), { clock: { now: () => clock } });
   dir = join(root, 'executions');
 });
 afterEach(() => store.close());

@@ -6,6 +6,8 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import type { LocalStore } from '../../../worker/local-store.js';
 import { LOCAL_STORE_SCHEMA_VERSION, openLocalStore } from '../../../worker/local-store.js';
+import { ExecutionMoveError } from '../../../worker/local-store-moves.js';
+import { seedExecution } from '../../support/worker-store.js';
 
 let dir: string;
 let file: string;
@@ -14,7 +16,7 @@ const now = (): number => clock;
 const open: LocalStore[] = [];
 
 function openStore(path = file): LocalStore {
-  const store = openLocalStore(path, { now });
+  const store = openLocalStore(path, { clock: { now } });
   open.push(store);
   return store;
 }
@@ -147,7 +149,7 @@ describe('card epochs', () => {
 describe('executions', () => {
   it('records phases and results and lists the unfinished ones', () => {
     const store = openStore();
-    const first = store.upsertExecution({ plan: plan('e1'), phase: 'accepted' });
+    const first = store.recordExecution(plan('e1'), 'accepted');
     expect(first).toMatchObject({
       execution_id: 'e1',
       task_id: 'task-of-e1',
@@ -158,7 +160,7 @@ describe('executions', () => {
     expect(first.result).toBeNull();
 
     clock += 10;
-    store.upsertExecution({ plan: plan('e2', 4), phase: 'started' });
+    seedExecution(store, plan('e2', 4), 'started');
     clock += 10;
     const result = {
       exit_code: 0,
@@ -166,35 +168,38 @@ describe('executions', () => {
       failure_reason: null,
       outputs: [{ path: 'm.json', size: 2, sha256: 'b'.repeat(64) }],
     };
-    store.upsertExecution({ plan: plan('e1'), phase: 'exited', result });
+    store.moveExecution('e1', 'accepted', 'exited', result); // never started: could not spawn
     const e1 = store.getExecution('e1')!;
     expect(e1).toMatchObject({ phase: 'exited', result, created_at: 1_000_000, updated_at: 1_000_020 });
 
     // A later phase without a result keeps the stored result.
-    store.upsertExecution({ plan: plan('e1'), phase: 'cleaned' });
+    store.moveExecution('e1', 'exited', 'cleaned');
     expect(store.getExecution('e1')).toMatchObject({ phase: 'cleaned', result });
     expect(store.listUnfinishedExecutions().map((e) => e.execution_id)).toEqual(['e2']);
     expect(store.getExecution('nope')).toBeNull();
   });
 
-  it('never replaces the plan of an existing execution', () => {
+  it('never records an execution twice, so its plan is never replaced', () => {
     const store = openStore();
-    store.upsertExecution({ plan: plan('e1', 3), phase: 'accepted' });
+    store.recordExecution(plan('e1', 3), 'accepted');
     const other = { ...plan('e1', 9), task_id: 'someone-else' };
-    store.upsertExecution({ plan: other, phase: 'started' });
+    expect(() => store.recordExecution(other, 'accepted')).toThrow(
+      expect.objectContaining({ code: 'CONFLICT', stored: 'accepted' }),
+    );
+    expect(() => store.recordExecution(other, 'rejected')).toThrow(ExecutionMoveError);
     expect(store.getExecution('e1')).toMatchObject({
       task_id: 'task-of-e1',
       lease_epoch: 3,
-      phase: 'started',
+      phase: 'accepted',
     });
   });
 
   it('lists unfinished executions after reopening, oldest first', () => {
     const store = openStore();
-    store.upsertExecution({ plan: plan('b'), phase: 'started' });
+    seedExecution(store, plan('b'), 'started');
     clock += 1;
-    store.upsertExecution({ plan: plan('a'), phase: 'accepted' });
-    store.upsertExecution({ plan: plan('c'), phase: 'rejected' });
+    store.recordExecution(plan('a'), 'accepted');
+    store.recordExecution(plan('c'), 'rejected');
     store.close();
     expect(
       openStore()

@@ -102,8 +102,9 @@ describe('config and jobcomp', () => {
     expect(c.get('MinJobAge')).toBe('300 sec');
   });
 
+  // Lines captured from the local cluster's jobcomp.log (the fixture is .txt: *.log is git-ignored).
   it('reads a jobcomp/filetxt record', () => {
-    const line = fixture('jobcomp.log').split('\n')[0] as string;
+    const line = fixture('jobcomp.txt').split('\n')[0] as string;
     const r = parseJobcompLine(line);
     expect(r.id).toMatch(/^\d+$/);
     expect(r.state).not.toBe('UNKNOWN');

@@ -1,0 +1,103 @@
+import type { ExecutionPhase as ReportedPhase } from '../contracts/worker-protocol.js';
+import type { ExecutionPhase } from './execution.js';
+
+/**
+ * What a worker's `hello` means for the master's records (DESIGN §§6, 8; docs/architecture.md "The hub
+ * and reconcile"). Pure: `reconcileHello(snapshot)` returns the decisions as data, like
+ * `decide(snapshot, now)` in scheduling.ts; src/broker/worker-session.ts applies them in one
+ * transaction and the hub only sends. No clock: nothing here depends on time (the grace for an offline
+ * worker is the sweeper's business, src/broker/liveness.ts).
+ *
+ * Decisions, in the order they are applied:
+ *   ack_outbox_through  the worker processed the master's messages up to `seq` of that master boot
+ *                       (`master_marks`): they leave the outbox and are not resent;
+ *   raise_epoch         the worker saw `epoch` on card `index` (`card_epochs`): every later lease on
+ *                       that card must be above it, even if this master never issued it (a restored
+ *                       database; issue 10, row 2);
+ *   mark_lost           the master holds the execution unfinished on this worker, hello listed every
+ *                       execution the worker knows, and it is not among them, and its assign is not on
+ *                       its way (acknowledged, or at or below the worker's `master_marks`, which the
+ *                       same hello acknowledges): its fate is unknown (task RECONCILIATION_REQUIRED, lease
+ *                       QUARANTINED). Leaving it running would hold its cards for ever, since an online
+ *                       worker is never swept;
+ *   query               the same, but hello's list was cut at HELLO_MAX_EXECUTIONS: ask the worker;
+ *   hold_cards          the cards the worker's own unfinished executions hold: never granted, whatever
+ *                       the master's records say. Always last, exactly once.
+ * An execution the worker listed, or whose assign is still on its way, is left alone: the worker's
+ * reports (resent from its outbox) move it.
+ */
+
+/** Phases after which an execution the worker lists no longer holds its cards. */
+const FINISHED_ON_WORKER: ReadonlySet<ReportedPhase> = new Set(['rejected', 'cleaned', 'cleanup_failed']);
+
+/** What one `hello` and the master's own records say about a worker, at the moment it says hello. */
+export interface HelloSnapshot {
+  /** The executions hello listed (every unfinished one first, then the most recent finished ones). */
+  readonly reported: ReadonlyArray<{
+    readonly execution_id: string;
+    readonly phase: ReportedPhase;
+    readonly cards: readonly number[];
+  }>;
+  /** Whether hello's list is complete (shorter than HELLO_MAX_EXECUTIONS). */
+  readonly listed_all: boolean;
+  /**
+   * The master's unfinished executions on this worker, each with where its `assign` sits in the
+   * master's sequence while the outbox still holds it unacknowledged (null otherwise).
+   */
+  readonly unfinished: ReadonlyArray<{
+    readonly execution_id: string;
+    readonly phase: ExecutionPhase;
+    readonly pending_assign: { readonly boot_id: string; readonly seq: number } | null;
+  }>;
+  /** hello.master_marks. */
+  readonly master_marks: ReadonlyArray<{ readonly boot_id: string; readonly seq: number }>;
+  /** hello.card_epochs. */
+  readonly card_epochs: ReadonlyArray<{ readonly index: number; readonly epoch: number }>;
+}
+
+/** One decision; see the module comment. */
+export type ReconcileAction =
+  | { readonly kind: 'ack_outbox_through'; readonly boot_id: string; readonly seq: number }
+  | { readonly kind: 'raise_epoch'; readonly index: number; readonly epoch: number }
+  | { readonly kind: 'mark_lost'; readonly execution_id: string; readonly reason: string }
+  | { readonly kind: 'query'; readonly execution_id: string }
+  | { readonly kind: 'hold_cards'; readonly cards: readonly number[] };
+
+/** Decides what a hello changes; see the module comment. */
+export function reconcileHello(snapshot: HelloSnapshot): ReconcileAction[] {
+  const actions: ReconcileAction[] = [];
+  for (const m of snapshot.master_marks)
+    actions.push({ kind: 'ack_outbox_through', boot_id: m.boot_id, seq: m.seq });
+  for (const c of snapshot.card_epochs) actions.push({ kind: 'raise_epoch', index: c.index, epoch: c.epoch });
+  const known = new Set(snapshot.reported.map((e) => e.execution_id));
+  const marks = new Map<string, number>();
+  for (const m of snapshot.master_marks) marks.set(m.boot_id, Math.max(m.seq, marks.get(m.boot_id) ?? 0));
+  for (const e of snapshot.unfinished) {
+    if (known.has(e.execution_id)) continue;
+    // On its way: its assign is unacknowledged, and the worker's marks do not say it processed it.
+    const pending = e.pending_assign;
+    if (e.phase === 'assigned' && pending !== null && pending.seq > (marks.get(pending.boot_id) ?? 0))
+      continue;
+    actions.push(
+      snapshot.listed_all
+        ? {
+            kind: 'mark_lost',
+            execution_id: e.execution_id,
+            reason: `execution ${e.execution_id} is not known to the worker`,
+          }
+        : { kind: 'query', execution_id: e.execution_id },
+    );
+  }
+  actions.push({ kind: 'hold_cards', cards: heldCards(snapshot.reported) });
+  return actions;
+}
+
+/**
+ * The cards the worker's own unfinished executions hold (hello's list), sorted: what `hold_cards`
+ * carries, and what the fleet learns when the hello could not be stored (out of disk space).
+ */
+export function heldCards(reported: HelloSnapshot['reported']): number[] {
+  const held = new Set<number>();
+  for (const e of reported) if (!FINISHED_ON_WORKER.has(e.phase)) for (const c of e.cards) held.add(c);
+  return [...held].sort((a, b) => a - b);
+}
