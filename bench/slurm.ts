@@ -3,6 +3,7 @@ import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'n
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SlurmDriver } from '../worker/slurm/driver.js';
+import { measureBrokerSlurm } from './slurm-broker.js';
 import { type BenchSection, type OpResult, percentile, summarise } from './stats.js';
 
 /**
@@ -142,7 +143,7 @@ const BURST = Number(process.env.BENCH_SLURM_BURST ?? 32);
 /** The `slurm` bench section (bare Slurm baseline). */
 export const slurmSection: BenchSection = {
   name: 'slurm',
-  description: `bare Slurm: sbatch call, submit → job start (${SEQUENTIAL} sequential 1-GPU jobs), burst of ${BURST} 1-GPU jobs`,
+  description: `bare Slurm and the same jobs through the broker: sbatch call, submit/approval → job start (${SEQUENTIAL} sequential 1-GPU jobs), burst of ${BURST} 1-GPU jobs`,
   async run(): Promise<OpResult[]> {
     const partition = process.env.BENCH_SLURM_PARTITION ?? 'gpu';
     const why = slurmAnswers(partition);
@@ -159,6 +160,17 @@ export const slurmSection: BenchSection = {
       burstJobs: BURST,
       tag: `gb-bench-${process.pid}`,
     });
+    const b = await measureBrokerSlurm({
+      driver,
+      partition,
+      sequentialJobs: SEQUENTIAL,
+      burstJobs: BURST,
+    });
+    const median = (xs: number[]) =>
+      percentile(
+        [...xs].sort((a, c) => a - c),
+        50,
+      );
     const p95 = (xs: number[]) =>
       percentile(
         [...xs].sort((a, b) => a - b),
@@ -189,6 +201,23 @@ export const slurmSection: BenchSection = {
         0,
         r.burstSeconds,
         `p95 ${p95(r.burstStartMs)} ms; calls/s = jobs started per second`,
+      ),
+      // Through the broker, on the same Slurm in the same run (bench/slurm-broker.ts).
+      summarise(
+        'slurm',
+        'through the broker: approval → job start',
+        b.approvalToStartMs,
+        0,
+        b.sequentialSeconds,
+        `p95 ${p95(b.approvalToStartMs)} ms; broker adds p50 ${(median(b.approvalToStartMs) - median(r.submitToStartMs)).toFixed(0)} ms over bare submit → start`,
+      ),
+      summarise(
+        'slurm',
+        `through the broker: burst of ${BURST} approvals → start`,
+        b.burstStartMs,
+        0,
+        b.burstSeconds,
+        `p95 ${p95(b.burstStartMs)} ms; calls/s = tasks admitted to Slurm and started per second`,
       ),
     ];
   },

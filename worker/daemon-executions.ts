@@ -1,6 +1,11 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../src/contracts/sample.js';
-import type { ExecutionPlan, FailureReason, MasterMessage } from '../src/contracts/worker-protocol.js';
+import type {
+  ExecutionPlan,
+  FailureReason,
+  MasterMessage,
+  SlurmJobReport,
+} from '../src/contracts/worker-protocol.js';
 import type { Clock } from '../src/platform/clock.js';
 import { cardsCleanCheck, leasedCardsProblem } from './daemon-card-check.js';
 import type { OutboxSender } from './daemon-outbox.js';
@@ -9,11 +14,13 @@ import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } fr
 import { startExecution } from './executor.js';
 import type { ContainerTasks } from './executor-container.js';
 import type { InputSource } from './executor-inputs.js';
-import type { ExecutionSummary, LocalStore } from './local-store.js';
+import type { ExecutionRecord, ExecutionSummary, LocalStore } from './local-store.js';
 import type { DataMount } from './mounts.js';
 import { pinsProblem } from './pin-check.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
+import type { SlurmBackend } from './slurm-executor.js';
+import { startSlurmExecution } from './slurm-executor.js';
 
 /**
  * What the worker does with `assign`, `cancel` and `query` (DESIGN §8, §9), and how a running
@@ -64,6 +71,8 @@ export interface ExecutionManagerDeps {
   readonly inputs?: InputSource;
   /** Named data mounts this worker offers. */
   readonly mounts?: readonly DataMount[];
+  /** `--backend slurm`: executions run as Slurm jobs (slurm-executor.ts) instead of on this host. */
+  readonly slurm?: SlurmBackend;
   /** The daemon's clock, for the executor's kill and cleanup deadlines. */
   readonly clock: Clock;
 }
@@ -179,6 +188,12 @@ export class ExecutionManager {
    * stays `exited` in the store, and the next worker process finishes its cleanup check.
    */
   async stopAll(): Promise<void> {
+    // Slurm jobs outlive the worker: stop watching them; the next worker process resumes them by job id.
+    if (this.deps.slurm !== undefined) {
+      for (const run of this.running.values()) (run.handle as { detach?: () => void }).detach?.();
+      this.running.clear();
+      return;
+    }
     const runs = [...this.running.values()];
     for (const run of runs) {
       run.stopping = true;
@@ -207,28 +222,87 @@ export class ExecutionManager {
     this.deps.outbox.enqueue(phaseBody(this.deps.store.recordExecution(plan, 'rejected', result)));
   }
 
-  private run(plan: ExecutionPlan): void {
+  /**
+   * Resumes an execution a previous worker process left with a Slurm job (daemon-slurm.ts): the job is
+   * watched again from where Slurm has it, with the same reports as a fresh run.
+   */
+  resumeSlurm(record: ExecutionRecord, report: SlurmJobReport): void {
+    if (this.running.has(record.execution_id)) return;
+    const { phase } = record;
+    if (phase !== 'accepted' && phase !== 'started' && phase !== 'exited') return;
+    this.run(record.plan, { report, phase });
+  }
+
+  /**
+   * A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. Returns
+   * whether it moved the execution `accepted` → `started` (compare-and-set on the stored phase).
+   */
+  private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): boolean {
+    const { store, outbox, logger } = this.deps;
+    const id = plan.execution_id;
+    let moved = false;
+    store.transaction(() => {
+      store.setExecutionSlurm(id, report);
+      const record = store.getExecution(id);
+      if (record === null) return;
+      if (phase === 'started' && record.phase === 'accepted') {
+        logger.info(
+          { execution_id: id, job_id: report.job_id, binding: report.binding },
+          'worker: Slurm job started',
+        );
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+        moved = true;
+      } else outbox.enqueue(phaseBody(record));
+    });
+    return moved;
+  }
+
+  /**
+   * Runs `plan`; `resume` (Slurm only): the job a previous worker process submitted, and the phase that
+   * process recorded for it.
+   */
+  private run(
+    plan: ExecutionPlan,
+    resume?: { report: SlurmJobReport; phase: 'accepted' | 'started' | 'exited' },
+  ): void {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
-    const handle = startExecution(plan, {
-      rootDir: this.deps.executionsDir,
-      clock: this.deps.clock,
-      workerId: this.deps.workerId,
-      provider: this.deps.sampler.provider,
-      onLog: (stream, offset, data) => {
-        outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
-      },
-      ...(check === undefined ? {} : { checkCardsClean: check }),
-      ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
-      ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
-      ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
-      ...(this.deps.containers === undefined ? {} : { containers: this.deps.containers }),
-      ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
-      ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
-    });
-    // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014).
-    let phase: 'accepted' | 'started' | 'exited' = 'accepted';
+    const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
+      outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
+    };
+    // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
+    // resumed Slurm job goes on from the phase the previous worker process recorded.
+    let phase: 'accepted' | 'started' | 'exited' = resume?.phase ?? 'accepted';
+    const slurm = this.deps.slurm;
+    const handle: ExecutionHandle =
+      slurm !== undefined
+        ? startSlurmExecution(plan, {
+            backend: slurm,
+            clock: this.deps.clock,
+            workerId: this.deps.workerId,
+            provider: this.deps.sampler.provider,
+            onLog,
+            onJob: (report, jobPhase) => {
+              if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
+            },
+            ...(resume === undefined ? {} : { resume: resume.report }),
+            logger,
+          })
+        : startExecution(plan, {
+            rootDir: this.deps.executionsDir,
+            clock: this.deps.clock,
+            workerId: this.deps.workerId,
+            provider: this.deps.sampler.provider,
+            onLog,
+            ...(check === undefined ? {} : { checkCardsClean: check }),
+            ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
+            ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
+            ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
+            ...(this.deps.containers === undefined ? {} : { containers: this.deps.containers }),
+            ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
+            ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
+          });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;
       logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');
@@ -239,6 +313,9 @@ export class ExecutionManager {
       phase = 'started';
     };
     const onExited = (exit: ExecutionExit) => {
+      // A resumed Slurm job whose exit the previous worker process recorded (and queued, outputs
+      // first): only its cleanup receipt is left to report.
+      if (phase === 'exited') return;
       const stopped = entry.stopping && exit.failure_reason === 'CANCELLED';
       const result: ExecutionSummary = {
         exit_code: exit.exit_code,

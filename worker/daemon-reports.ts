@@ -1,4 +1,4 @@
-import type { ExecutionPhase, ExecutionPlan } from '../src/contracts/worker-protocol.js';
+import type { ExecutionPhase, ExecutionPlan, SlurmJobReport } from '../src/contracts/worker-protocol.js';
 import type { OutgoingBody } from './daemon-outbox.js';
 import type { ExecutionSummary } from './local-store.js';
 
@@ -19,6 +19,8 @@ export function phaseBody(record: {
   plan: ExecutionPlan;
   phase: ExecutionPhase;
   result: ExecutionSummary | null;
+  /** Slurm workers: the job behind the execution, sent with every phase so the master never lacks it. */
+  slurm?: SlurmJobReport | null;
 }): OutgoingBody {
   const { plan, result } = record;
   return {
@@ -36,6 +38,7 @@ export function phaseBody(record: {
           outputs: [...result.outputs],
           ...(result.detail ? { detail: clipDetail(result.detail) } : {}),
         }),
+    ...(record.slurm == null ? {} : { slurm: record.slurm }),
   };
 }
 

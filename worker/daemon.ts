@@ -22,6 +22,7 @@ import { ExecutionManager } from './daemon-executions.js';
 import { OutboxSender } from './daemon-outbox.js';
 import { recoverUnfinished } from './daemon-recovery.js';
 import { SamplingLoop } from './daemon-sampling.js';
+import { fenceSlurmJobs, recoverSlurmExecutions } from './daemon-slurm.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import {
   DEFAULT_EXECUTION_RETENTION,
@@ -37,6 +38,8 @@ import { type LocalStore, openLocalStore } from './local-store.js';
 import type { DataMount } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { CardSampler } from './samplers/card-sampler.js';
+import type { SlurmBackend } from './slurm-executor.js';
+import type { SlurmPoolSampler } from './slurm-sampler.js';
 
 /**
  * The worker daemon (DESIGN §2, §8, §9): one per GPU host, connected to the master over WSS.
@@ -96,6 +99,11 @@ export interface WorkerOptions {
   readonly inputCacheBytes?: number;
   /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
   readonly mounts?: readonly DataMount[];
+  /**
+   * `--backend slurm`: tasks run as Slurm jobs, the cards are the partition's GPU pool
+   * (docs/decisions/0013-slurm-backend.md); `sampler` must then be `slurm.sampler`.
+   */
+  readonly slurm?: { readonly backend: SlurmBackend; readonly sampler: SlurmPoolSampler };
   /**
    * Every time value the worker uses (stored timestamps, sample times, deadlines, retention ages) comes
    * from here; default the system clock. Timers only decide when to look again.
@@ -190,6 +198,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
     ...(opts.containers === undefined ? {} : { containers: opts.containers }),
     ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+    ...(opts.slurm === undefined ? {} : { slurm: opts.slurm.backend }),
     inputs: {
       cache: new InputCache(
         join(opts.dataDir, 'input-cache'),
@@ -212,23 +221,52 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
 
   // 2. what the previous process left behind
   const recoveryAbort = new AbortController();
-  const recovery = recoverUnfinished({
-    store,
-    outbox,
-    logger: log,
-    sampler: opts.sampler,
-    signal: recoveryAbort.signal,
-    clock,
-    ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
-    ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
-  });
+  const slurmDeps =
+    opts.slurm === undefined
+      ? null
+      : { backend: opts.slurm.backend, store, outbox, executions, workerId: opts.workerId, logger: log };
+  let fenceTimer: NodeJS.Timeout | undefined;
+  if (slurmDeps !== null) {
+    // Only jobs recorded in the store are this worker's when the pool is sampled.
+    opts.slurm?.sampler.setOwnJobs(
+      () =>
+        new Set(store.listUnfinishedExecutions().flatMap((e) => (e.slurm === null ? [] : [e.slurm.job_id]))),
+    );
+    // Fencing on the cluster: stale broker jobs are scancelled every poll (daemon-slurm.ts).
+    let fencing = false;
+    fenceTimer = setInterval(
+      () => {
+        if (fencing) return;
+        fencing = true;
+        void fenceSlurmJobs(slurmDeps).finally(() => {
+          fencing = false;
+        });
+      },
+      Math.max(500, slurmDeps.backend.pollMs),
+    );
+    fenceTimer.unref();
+  }
+  const recovery =
+    slurmDeps !== null
+      ? recoverSlurmExecutions(slurmDeps)
+      : recoverUnfinished({
+          store,
+          outbox,
+          logger: log,
+          sampler: opts.sampler,
+          signal: recoveryAbort.signal,
+          clock,
+          ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
+          ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
+        });
 
   // Finished execution directories: pruned now and then; the first pass waits for recovery.
   const pruneDirs = () => {
     try {
       pruneExecutionDirs(
         store,
-        executionsDir,
+        // A Slurm worker's execution directories are its job directories on the shared filesystem.
+        opts.slurm?.backend.jobDir ?? executionsDir,
         clock.now(),
         opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
         log,
@@ -274,6 +312,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     isolation: opts.sandbox?.kind ?? 'none',
     container_engine: opts.containers?.setup.engine ?? null,
     mounts: (opts.mounts ?? []).map((m) => ({ name: m.name, read_only: m.read_only })),
+    backend: opts.slurm === undefined ? ('local' as const) : ('slurm' as const),
+    slurm: opts.slurm?.sampler.pool() ?? null,
   });
 
   const onWelcome = (msg: Extract<MasterMessage, { type: 'welcome' }>) => {
@@ -443,6 +483,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       closing ??= (async () => {
         stopping = true;
         clearInterval(pruneTimer);
+        clearInterval(fenceTimer);
         log.info({ running: executions.runningCount() }, 'worker: stopping');
         sampling.stop();
         recoveryAbort.abort();

@@ -1,5 +1,10 @@
 import Database from 'better-sqlite3';
-import type { ExecutionPlan, FailureReason, OutputRecord } from '../src/contracts/worker-protocol.js';
+import type {
+  ExecutionPlan,
+  FailureReason,
+  OutputRecord,
+  SlurmJobReport,
+} from '../src/contracts/worker-protocol.js';
 import { ExecutionPlanSchema } from '../src/contracts/worker-protocol.js';
 import type { ReportedPhase } from '../src/domain/execution.js';
 import { type Clock, systemClock } from '../src/platform/clock.js';
@@ -57,6 +62,8 @@ export interface ExecutionRecord {
   readonly result: ExecutionSummary | null;
   /** The task's process group id once it was spawned; null before, or when it never ran. */
   readonly pgid: number | null;
+  /** Slurm workers: the job behind it as last seen (job id, state, pending reason, binding); else null. */
+  readonly slurm: SlurmJobReport | null;
   readonly created_at: number;
   readonly updated_at: number;
 }
@@ -126,6 +133,8 @@ export interface LocalStore {
   ): ExecutionRecord;
   /** Records the process group id of a running execution (see `ExecutionRecord.pgid`). */
   setExecutionPgid(executionId: string, pgid: number): void;
+  /** Records the Slurm job behind an execution (see `ExecutionRecord.slurm`). */
+  setExecutionSlurm(executionId: string, slurm: SlurmJobReport): void;
   /** One execution, or null. */
   getExecution(executionId: string): ExecutionRecord | null;
   /** Executions not yet in a terminal phase (rejected, cleaned, cleanup_failed), oldest first. */
@@ -181,6 +190,7 @@ interface ExecutionRow {
   plan_json: string;
   result_json: string | null;
   pgid: number | null;
+  slurm_json: string | null;
   created_at: number;
   updated_at: number;
 }
@@ -234,6 +244,9 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     known: db.prepare<[number], ExecutionRow>(
       `SELECT * FROM executions
        ORDER BY phase IN ('rejected', 'cleaned', 'cleanup_failed'), updated_at DESC, execution_id LIMIT ?`,
+    ),
+    setSlurm: db.prepare<[string, number, string]>(
+      'UPDATE executions SET slurm_json = ?, updated_at = ? WHERE execution_id = ?',
     ),
     setPgid: db.prepare<[number, number, string]>(
       'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
@@ -374,6 +387,9 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     setExecutionPgid: (executionId, pgid) => {
       stmts.setPgid.run(pgid, now(), executionId);
     },
+    setExecutionSlurm: (executionId, slurm) => {
+      stmts.setSlurm.run(JSON.stringify(slurm), now(), executionId);
+    },
     getExecution,
     listUnfinishedExecutions: () => stmts.unfinished.all().map(toExecutionRecord),
     listKnownExecutions: (limit) => stmts.known.all(limit).map(toExecutionRecord),
@@ -421,6 +437,7 @@ function toExecutionRecord(row: ExecutionRow): ExecutionRecord {
     plan: ExecutionPlanSchema.parse(JSON.parse(row.plan_json)),
     result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
     pgid: row.pgid,
+    slurm: row.slurm_json == null ? null : (JSON.parse(row.slurm_json) as SlurmJobReport),
     created_at: row.created_at,
     updated_at: row.updated_at,
   };

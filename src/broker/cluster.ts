@@ -69,6 +69,8 @@ export function listWorkers(deps: BrokerDeps) {
         isolation: w.isolation,
         container_engine: w.container_engine,
         unisolated: w.isolation === 'none',
+        backend: w.backend,
+        slurm: w.slurm,
       };
     }),
   };

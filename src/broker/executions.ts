@@ -88,6 +88,23 @@ export function handleExecutionReport(
       `execution ${e.id} belongs to task ${e.task_id}, but the report names task ${msg.task_id}`,
       'Report refused; nothing changed. A report must name the task of its execution.',
     );
+  // The Slurm job behind it (job id, pending reason, binding) is recorded whatever the phase step says:
+  // a repeated `accepted` carries a changed pending reason. A binding once known is never dropped.
+  if (msg.slurm !== undefined) {
+    const before = deps.store.leases.executionSlurm(e.id);
+    const binding = msg.slurm.binding ?? before?.binding ?? null;
+    deps.store.leases.setExecutionSlurm(e.id, { ...msg.slurm, binding });
+    if (binding !== null && before?.binding == null)
+      deps.store.audit.append({
+        at: deps.clock.now(),
+        actor: workerId,
+        action: 'execution.slurm_bound',
+        subject_type: 'task',
+        subject_id: e.task_id,
+        data: { execution_id: e.id, job_id: msg.slurm.job_id, binding },
+      });
+    deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+  }
   if (msg.phase === 'cleaned' && e.phase === 'cleanup_failed') {
     lateCleanupReceipt(deps, e, msg.detail);
     return null;

@@ -1,4 +1,5 @@
 import type { CardSample } from '../contracts/sample.js';
+import type { SlurmJobReport } from '../contracts/worker-protocol.js';
 import { type CardState, deriveCardState } from '../domain/card-state.js';
 import type { CardView, SchedulingConfig, WorkerView } from '../domain/scheduling.js';
 import type { Store } from '../store/store.js';
@@ -45,6 +46,8 @@ export interface CardListing {
   owner_id: string | null;
   lease_epoch: number | null;
   cordon_reason: string | null;
+  /** A Slurm worker's held slot: the job and its binding (ADR 0013); null otherwise. */
+  slurm: SlurmJobReport | null;
 }
 
 /** In-memory registry of worker sessions and samples. */
@@ -188,6 +191,8 @@ export class Fleet {
         isolation: rec.isolation,
         container_engine: rec.container_engine,
         mounts: rec.mounts.map((m) => m.name),
+        backend: rec.backend,
+        ...(rec.slurm === null ? {} : { pool_node_gpus: rec.slurm.nodes.map((n) => n.gpus) }),
         sampled_at: w.sampled_at,
         sampler_error: w.sampler_error,
         cards: cards.map((c): CardView => {
@@ -224,6 +229,15 @@ export class Fleet {
     const leases = new Map(store.leases.liveCards().map((c) => [`${c.worker_id}/${c.card_index}`, c]));
     const out: CardListing[] = [];
     const views = this.workerViews(store, now);
+    // A Slurm worker's leased slots show the job and the devices Slurm gave it (ADR 0013).
+    const slurmByLease = new Map<string, SlurmJobReport | null>();
+    const slurmOf = (leaseId: string): SlurmJobReport | null => {
+      if (!slurmByLease.has(leaseId)) {
+        const e = store.leases.executionForLease(leaseId);
+        slurmByLease.set(leaseId, e ? store.leases.executionSlurm(e.id) : null);
+      }
+      return slurmByLease.get(leaseId) ?? null;
+    };
     for (const rec of store.workers.list()) {
       const w = this.entry(rec.id);
       const view = views.find((v) => v.worker_id === rec.id)!;
@@ -249,6 +263,7 @@ export class Fleet {
           owner_id: lease?.owner_id ?? null,
           lease_epoch: lease?.lease_epoch ?? null,
           cordon_reason: cordons.get(`${rec.id}/${c.index}`) ?? null,
+          slurm: lease !== undefined && rec.backend === 'slurm' ? slurmOf(lease.lease_id) : null,
         });
       }
     }

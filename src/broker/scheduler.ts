@@ -170,6 +170,7 @@ export class Scheduler implements TaskObserver {
             count: t.spec.cards.count,
             model: t.spec.cards.model,
             min_memory_mib: t.spec.cards.min_memory_mib,
+            per_node: t.spec.cards.per_node,
           },
           worker: t.spec.worker,
           run_id: runBySubmitter.get(t.owner_id),

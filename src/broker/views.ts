@@ -6,6 +6,7 @@ import type {
   TaskSummary,
   TaskView,
 } from '../contracts/views.js';
+import type { SlurmJobReport } from '../contracts/worker-protocol.js';
 import { isConfirmable } from '../domain/policy.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../store/proposals-repo.js';
 import type { Store } from '../store/store.js';
@@ -172,12 +173,20 @@ export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): Ta
     lease_epoch: where?.lease_epoch ?? null,
     cards: where?.cards ?? [],
     simulated: where?.simulated ?? null,
+    slurm: slurmJob(store, t.id),
     created_at: iso(t.created_at),
     approved_at: iso(t.approved_at),
     started_at: iso(t.started_at),
     finished_at: iso(t.finished_at),
     next_action: taskNextAction(t),
   };
+}
+
+/** The Slurm job behind a task's latest execution (null on a local worker). */
+function slurmJob(store: Store, taskId: string): SlurmJobReport | null {
+  const lease = store.leases.latestLeaseForTask(taskId);
+  const e = lease ? store.leases.executionForLease(lease.id) : undefined;
+  return e ? store.leases.executionSlurm(e.id) : null;
 }
 
 /** The worker's detail of a failed task's latest execution (null when none was given). */

@@ -120,6 +120,8 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
         isolation: msg.isolation,
         container_engine: msg.container_engine,
         mounts: msg.mounts,
+        backend: msg.backend,
+        slurm: msg.slurm,
       },
       now,
     );
@@ -136,6 +138,8 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
         cards: identity.length,
         isolation: msg.isolation,
         container_engine: msg.container_engine,
+        backend: msg.backend,
+        ...(msg.slurm === null ? {} : { partition: msg.slurm.partition }),
       },
     });
     const unfinished = store.leases.unfinishedForWorker(workerId);

@@ -111,6 +111,7 @@ export const WORKER = defineCommand({
   name: 'worker',
   usage: [
     'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
+    'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
   ],
   summary:
     'Runs the worker daemon on a GPU host until SIGINT/SIGTERM. Refuses to start unsandboxed under --isolation auto when bubblewrap does not work.',
@@ -159,6 +160,26 @@ export const WORKER = defineCommand({
       value: 'D',
       help: 'keep finished execution dirs younger than D days (default 3)',
     },
+    backend: {
+      type: 'string',
+      value: 'local|slurm',
+      help: 'run tasks on this host (default local) or as Slurm jobs through sbatch (slurm)',
+    },
+    'slurm-partition': { type: 'string', value: 'NAME', help: 'the Slurm partition whose GPUs are the pool' },
+    'slurm-account': { type: 'string', value: 'NAME', help: 'sbatch --account for every job' },
+    'slurm-qos': { type: 'string', value: 'NAME', help: 'sbatch --qos for every job' },
+    'slurm-extra-arg': {
+      type: 'string',
+      value: 'ARG',
+      multiple: true,
+      help: 'an sbatch argument fixed by the operator (e.g. --constraint=a100); agents cannot change it',
+    },
+    'slurm-job-dir': {
+      type: 'string',
+      value: 'DIR',
+      help: 'shared directory (visible on the compute nodes) for the job files',
+    },
+    'slurm-poll-ms': { type: 'string', value: 'MS', help: 'how often Slurm is polled (default 1000)' },
     ...JSON_FLAG,
   },
   env: {
@@ -169,6 +190,7 @@ export const WORKER = defineCommand({
   },
   examples: [
     'worker --url https://gpu-master:8443 --token-file /etc/gpu-broker/worker.token --ca-file ca.pem',
+    'worker --backend slurm --slurm-partition gpu --slurm-job-dir /shared/gpu-broker/jobs --url https://gpu-master:8443 --token-file worker.token',
   ],
 });
 

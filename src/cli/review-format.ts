@@ -38,7 +38,7 @@ const indent = (text: string): string => escapeText(text).replace(/^/gm, '    ')
 export function formatRevision(d: RevisionDocument): string {
   const r = d.revision;
   const s = r.spec;
-  const cards = s.cards as { count: number; model?: string | undefined };
+  const cards = s.cards as { count: number; model?: string | undefined; per_node?: number | undefined };
   const env = Object.entries(s.runtime.env ?? {});
   const lines = [
     `${f(d.proposal_id)} (${d.proposal_state}) by ${f(d.owner)}: revision ${r.number}${r.current ? '' : ' (not current)'}`,
@@ -51,7 +51,7 @@ export function formatRevision(d: RevisionDocument): string {
     indent(s.success_criteria),
     `  runs:      ${r.sandbox.runtime}${r.sandbox.image ? ` ${f(r.sandbox.image)}` : ''}: ${f(s.runtime.argv.map((a) => JSON.stringify(a)).join(' '))}`,
     `  env:       ${env.length === 0 ? '(none)' : f(env.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' '))}`,
-    `  cards:     ${cards.count}${cards.model ? ` (${f(cards.model)})` : ''}${s.worker ? ` on ${f(s.worker)}` : ''}`,
+    `  cards:     ${cards.count}${cards.per_node ? ` across ${cards.count / cards.per_node} nodes, ${cards.per_node} per node (Slurm)` : ''}${cards.model ? ` (${f(cards.model)})` : ''}${s.worker ? ` on ${f(s.worker)}` : ''}`,
     `  network:   ${r.sandbox.network}`,
     `  time:      at most ${s.time_limit_seconds} s`,
     `  outputs:   ${s.outputs.length === 0 ? '(none)' : s.outputs.map((o) => `${f(o.path)}${o.required ? '' : ' (optional)'}`).join(', ')}`,

@@ -16,6 +16,15 @@ interface Worker {
   isolation: string;
   container_engine: string | null;
   unisolated: boolean;
+  /** Absent from older masters. */
+  backend?: string;
+  slurm?: { partition: string; nodes: Array<{ name: string }> } | null;
+}
+interface SlurmJob {
+  job_id: string;
+  state: string;
+  pending_reason: string | null;
+  binding: { nodes: Array<{ node: string; gpus: number[] }> } | null;
 }
 interface Card {
   worker_id: string;
@@ -28,6 +37,7 @@ interface Card {
   utilization_pct: number | null;
   task_id: string | null;
   lease_epoch: number | null;
+  slurm?: SlurmJob | null;
 }
 interface QueueItem {
   position: number | null;
@@ -68,10 +78,24 @@ export const run: CommandRunner = async (argv, io) => {
         [
           'WORKERS',
           table(
-            ['WORKER', 'HOST', 'PROVIDER', 'ONLINE', 'DRAINING', 'CARDS', 'ISOLATION', 'ENGINE', 'SAMPLER'],
+            [
+              'WORKER',
+              'HOST',
+              'BACKEND',
+              'PROVIDER',
+              'ONLINE',
+              'DRAINING',
+              'CARDS',
+              'ISOLATION',
+              'ENGINE',
+              'SAMPLER',
+            ],
             workers.workers.map((w) => [
               w.worker_id,
               w.hostname,
+              w.backend === 'slurm' && w.slurm
+                ? `slurm:${w.slurm.partition} (${w.slurm.nodes.length} node${w.slurm.nodes.length === 1 ? '' : 's'})`
+                : (w.backend ?? 'local'),
               w.simulated ? 'sim (SIMULATED)' : w.provider,
               w.online ? 'yes' : 'NO',
               w.draining ? 'yes' : '',
@@ -84,7 +108,7 @@ export const run: CommandRunner = async (argv, io) => {
           '',
           'CARDS',
           table(
-            ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH'],
+            ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH', 'SLURM JOB'],
             cards.cards.map((k) => [
               k.worker_id,
               k.index,
@@ -94,6 +118,7 @@ export const run: CommandRunner = async (argv, io) => {
               k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,
               k.task_id,
               k.lease_epoch,
+              slurmJobText(k.slurm),
             ]),
           ),
           '',
@@ -146,3 +171,11 @@ export const run: CommandRunner = async (argv, io) => {
     return reportError(io, values.json, err);
   }
 };
+
+/** A Slurm job in one cell: `123 localhost[0,1]` once bound, `123 PENDING (Resources)` while it waits. */
+function slurmJobText(job: SlurmJob | null | undefined): string {
+  if (!job) return '';
+  if (job.binding)
+    return `${job.job_id} ${job.binding.nodes.map((n) => `${n.node}[${n.gpus.join(',')}]`).join(' ')}`;
+  return `${job.job_id} ${job.state}${job.pending_reason ? ` (${job.pending_reason})` : ''}`;
+}

@@ -9,6 +9,9 @@ import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
+import { buildSbatchArgs, SlurmDriver } from '../../worker/slurm/driver.js';
+import type { SlurmBackend } from '../../worker/slurm-executor.js';
+import { slurmPoolSampler } from '../../worker/slurm-sampler.js';
 import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
@@ -17,7 +20,7 @@ import { createLogger } from '../platform/logger.js';
 import { type FlagValues, parseCommand } from './args.js';
 import { WORKER } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
-import { reportError } from './output.js';
+import { escapeField, reportError } from './output.js';
 
 /**
  * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
@@ -43,6 +46,7 @@ export const run: CommandRunner = async (argv, io) => {
   const { values } = parsed;
   try {
     const settings = resolveSettings(values, io);
+    if (settings.slurm !== undefined) return await runSlurmWorker(settings, settings.slurm, values.json, io);
     const choice = await selectSampler({ gpus: settings.gpus, env: io.env, simSeed: settings.workerId });
     const sandbox = await prepareSandbox({
       isolation: settings.isolation,
@@ -117,6 +121,77 @@ interface Settings {
   containerEngine: ContainerEngineChoice;
   executionRetention: ExecutionRetention;
   mounts: DataMount[];
+  /** `--backend slurm`: the operator's Slurm settings (the driver is made at start). */
+  slurm?: Omit<SlurmBackend, 'driver'>;
+}
+
+/** `--backend slurm`: the partition's GPUs are the pool, tasks run as Slurm jobs (ADR 0013). */
+async function runSlurmWorker(
+  settings: Settings,
+  slurm: Omit<SlurmBackend, 'driver'>,
+  json: boolean | undefined,
+  io: CliIo,
+): Promise<number> {
+  // The operator's extra arguments are checked now, not at the first task (which would fail SETUP_FAILED).
+  try {
+    buildSbatchArgs({
+      scriptPath: '/check/job.sh',
+      jobName: 'check',
+      comment: 'check',
+      stdout: '/check/out',
+      stderr: '/check/err',
+      chdir: '/check',
+      extraArgs: [...slurm.extraArgs],
+    });
+  } catch (err) {
+    throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, USAGE);
+  }
+  const driver = new SlurmDriver();
+  const backend: SlurmBackend = { ...slurm, driver };
+  const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
+  const logger = createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info');
+  const worker = await startWorker({
+    masterUrl: settings.url,
+    token: settings.token,
+    workerId: settings.workerId,
+    dataDir: settings.dataDir,
+    sampler,
+    logger,
+    ...(settings.ca === undefined ? {} : { ca: settings.ca }),
+    sandbox: { kind: 'none' },
+    executionRetention: settings.executionRetention,
+    slurm: { backend, sampler },
+  });
+  const pool = sampler.pool();
+  const cards = worker.latestCards();
+  const summary = `Slurm partition ${pool.partition}: ${pool.nodes.length} node${pool.nodes.length === 1 ? '' : 's'}, ${cards === null ? 'no sample yet' : `${cards.length} GPUs`} (a pool: Slurm places, the broker admits)`;
+  const isolation =
+    "tasks run as Slurm jobs under this worker's Slurm user, confined by whatever the site configured (cgroup ConstrainDevices); the worker reports isolation none";
+  if (json)
+    io.stdout(
+      `${JSON.stringify({
+        worker_id: worker.workerId,
+        boot_id: worker.bootId,
+        backend: 'slurm',
+        partition: pool.partition,
+        nodes: pool.nodes,
+        cards: cards === null ? null : cards.length,
+        summary,
+        isolation: 'none',
+        isolation_summary: isolation,
+        job_dir: slurm.jobDir,
+        data_dir: settings.dataDir,
+      })}\n`,
+    );
+  else
+    io.stderr(
+      // The partition and node count come from Slurm's own output: shown escaped, like any text the
+      // broker does not write itself.
+      `gpu-broker worker ${escapeField(settings.workerId)} → ${escapeField(settings.url)}\n${escapeField(summary)}\ntasks: ${isolation}\njob dir: ${escapeField(slurm.jobDir)}\ndata dir: ${escapeField(settings.dataDir)}\n`,
+    );
+  await (io.stopSignal ?? new Promise<void>(() => undefined));
+  await worker.close();
+  return 0;
 }
 
 function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Settings {
@@ -182,6 +257,7 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
   } catch (err) {
     throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
   }
+  const slurm = parseSlurmSettings(values);
   const workerId = values.id ?? hostname();
   if (!WorkerIdSchema.safeParse(workerId).success)
     throw new BrokerError(
@@ -203,6 +279,59 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
     containerEngine,
     executionRetention,
     mounts,
+    ...(slurm === undefined ? {} : { slurm }),
+  };
+}
+
+/** `--backend` and the `--slurm-*` flags; undefined for the local backend. Throws INVALID_INPUT. */
+function parseSlurmSettings(
+  values: FlagValues<typeof WORKER.flags>,
+): Omit<SlurmBackend, 'driver'> | undefined {
+  const backend = values.backend ?? 'local';
+  const slurmFlags = [
+    'slurm-partition',
+    'slurm-account',
+    'slurm-qos',
+    'slurm-extra-arg',
+    'slurm-job-dir',
+    'slurm-poll-ms',
+  ] as const;
+  const bad = (message: string) => new BrokerError('INVALID_INPUT', message, USAGE);
+  if (backend === 'local') {
+    const given = slurmFlags.filter((f) => values[f] !== undefined);
+    if (given.length > 0) throw bad(`--${given[0]} needs --backend slurm`);
+    return undefined;
+  }
+  if (backend !== 'slurm') throw bad(`--backend ${JSON.stringify(backend)}: give local or slurm`);
+  const name = /^[A-Za-z0-9._-]{1,200}$/;
+  const partition = values['slurm-partition'];
+  if (partition === undefined || !name.test(partition))
+    throw bad('--backend slurm needs --slurm-partition NAME (letters, digits, . _ -)');
+  for (const f of ['slurm-account', 'slurm-qos'] as const) {
+    const v = values[f];
+    if (v !== undefined && !name.test(v))
+      throw bad(`--${f} ${JSON.stringify(v)}: letters, digits, . _ - only`);
+  }
+  const jobDir = values['slurm-job-dir'];
+  if (jobDir === undefined || !jobDir.startsWith('/'))
+    throw bad(
+      '--backend slurm needs --slurm-job-dir DIR, an absolute path on a filesystem the compute nodes share',
+    );
+  const pollText = values['slurm-poll-ms'] ?? '1000';
+  const pollMs = Number(pollText);
+  if (!/^\d+$/.test(pollText) || pollMs < 100 || pollMs > 60_000)
+    throw bad(`--slurm-poll-ms ${JSON.stringify(pollText)}: give whole milliseconds from 100 to 60000`);
+  const extraArgs = values['slurm-extra-arg'] ?? [];
+  for (const a of extraArgs)
+    if (!a.startsWith('-') || /[\0\n\r]/.test(a))
+      throw bad(`--slurm-extra-arg ${JSON.stringify(a)}: give one sbatch option such as --constraint=a100`);
+  return {
+    partition,
+    ...(values['slurm-account'] === undefined ? {} : { account: values['slurm-account'] }),
+    ...(values['slurm-qos'] === undefined ? {} : { qos: values['slurm-qos'] }),
+    extraArgs,
+    jobDir: resolve(jobDir),
+    pollMs,
   };
 }
 

@@ -184,6 +184,19 @@ export const TaskSpecSchema = z
           .describe(
             'Only cards with at least this much memory in MiB, a whole number >= 1; omit unless it matters.',
           ),
+        per_node: z
+          .number()
+          .int()
+          .min(1)
+          .max(64)
+          .optional()
+          .describe(
+            'Multi-node (Slurm workers only): cards on each node, e.g. {"count": 16, "per_node": 8} runs 2 nodes of 8; count must be a multiple of it. Omit for one host.',
+          ),
+      })
+      .refine((c) => c.per_node === undefined || c.count % c.per_node === 0, {
+        message: 'cards.count must be a multiple of cards.per_node (e.g. count 16, per_node 8)',
+        path: ['per_node'],
       })
       .describe('The cards the task needs, e.g. {"count": 1}. They are given to the task numbered 0..n-1.'),
     worker: z

@@ -1,7 +1,13 @@
 import { z } from 'zod';
 import { DESTRUCTIVE, defineTool, EVERYONE, IdempotencyKeySchema, MUTATING, READ_ONLY } from './tool-def.js';
 import { TaskViewSchema, TimeSchema } from './views.js';
-import { ContainerEngineSchema, IsolationModeSchema } from './worker-protocol.js';
+import {
+  ContainerEngineSchema,
+  IsolationModeSchema,
+  SlurmJobReportSchema,
+  SlurmPoolSchema,
+  WorkerBackendSchema,
+} from './worker-protocol.js';
 
 /** Tools to see the cluster (everyone) and to operate it (operators). DESIGN §10. */
 
@@ -36,6 +42,11 @@ export const CardListingSchema = z.object({
   task_id: z.string().nullable(),
   lease_epoch: z.number().int().nullable(),
   cordon_reason: z.string().nullable(),
+  /**
+   * On a Slurm worker's pool slot held by a task: the Slurm job and where Slurm placed it (job id,
+   * nodes and GPU indices; the slot is a count, the binding names the devices). Null otherwise.
+   */
+  slurm: SlurmJobReportSchema.nullable(),
 });
 
 /** list_cards */
@@ -99,6 +110,10 @@ export const WorkerListingSchema = z.object({
    * `policy.require_isolation` (the default) it gets no task.
    */
   unisolated: z.boolean(),
+  /** `local` (tasks on this host) or `slurm` (tasks as Slurm jobs; its cards are a pool, ADR 0013). */
+  backend: WorkerBackendSchema,
+  /** A Slurm worker's partition and its nodes (name, GPUs, Slurm state); null on a local worker. */
+  slurm: SlurmPoolSchema.nullable(),
 });
 
 /** list_workers */
@@ -106,7 +121,7 @@ export const listWorkersTool = defineTool({
   name: 'list_workers',
   title: 'List workers',
   description:
-    'Lists GPU hosts: online, draining, provider (nvidia, hy, or sim for simulated cards), sampler errors, isolation (bwrap or none; unisolated workers get no task while policy.require_isolation holds) and container engine.',
+    'Lists GPU hosts: online, draining, provider (nvidia, hy, or sim for simulated cards), sampler errors, isolation (bwrap or none; unisolated workers get no task while policy.require_isolation holds), container engine, and backend (local, or slurm with its partition and nodes).',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,

@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { TaskSpecSchema } from './task-spec.js';
+import { SlurmJobReportSchema } from './worker-protocol.js';
 
 /**
  * What the broker returns: the views shared by MCP structured results and REST bodies. Field names are
@@ -134,6 +135,12 @@ export const TaskViewSchema = z.object({
   lease_epoch: z.number().int().nullable(),
   cards: z.array(TaskCardSchema),
   simulated: z.boolean().nullable(),
+  /**
+   * On a Slurm worker: the job behind the task — job id, Slurm's state, Slurm's own pending reason
+   * while it waits in Slurm after the broker admitted it, and the binding (nodes, GPU indices) once it
+   * started. Null on a local worker or before submission.
+   */
+  slurm: SlurmJobReportSchema.nullable(),
   created_at: TimeSchema,
   approved_at: TimeSchema,
   started_at: NullableTime,

@@ -173,6 +173,58 @@ export const WorkerMountSchema = z.object({ name: MountNameSchema, read_only: z.
 /** A named data mount a worker offers. */
 export type WorkerMount = z.infer<typeof WorkerMountSchema>;
 
+/** How a worker runs tasks: `local` (on its own host) or `slurm` (through sbatch on a Slurm cluster). */
+export const WorkerBackendSchema = z.enum(['local', 'slurm']);
+/** How a worker runs tasks. */
+export type WorkerBackend = z.infer<typeof WorkerBackendSchema>;
+
+/** One Slurm node of a pool worker's partition, as its latest hello saw it. */
+export const SlurmNodeSchema = z.object({
+  name: z.string().min(1).max(255),
+  gpus: z.number().int().min(0).max(64),
+  state: z.string().max(64),
+});
+
+/**
+ * What a Slurm worker says about its pool (docs/decisions/0013-slurm-backend.md): the partition and its
+ * nodes. Its cards are the partition's GPUs numbered 0..N-1 over the nodes in name order; they are a
+ * pool, so an index names a slot, not the device Slurm will give.
+ */
+export const SlurmPoolSchema = z.object({
+  partition: z.string().min(1).max(255),
+  nodes: z.array(SlurmNodeSchema).max(64),
+});
+/** What a Slurm worker says about its pool. */
+export type SlurmPool = z.infer<typeof SlurmPoolSchema>;
+
+/** Where Slurm ran a job: its nodes and, per node, the GPU indices the job's environment showed. */
+export const SlurmBindingSchema = z.object({
+  nodes: z
+    .array(
+      z.object({ node: z.string().min(1).max(255), gpus: z.array(z.number().int().min(0).max(255)).max(64) }),
+    )
+    .min(1)
+    .max(64),
+});
+/** Where Slurm ran a job. */
+export type SlurmBinding = z.infer<typeof SlurmBindingSchema>;
+
+/**
+ * What a Slurm worker knows about the job behind an execution: the job id (the fence on the cluster),
+ * Slurm's state and, while the job pends, Slurm's own reason; the binding once the job has started.
+ */
+export const SlurmJobReportSchema = z.object({
+  job_id: z
+    .string()
+    .regex(/^[0-9]+$/)
+    .max(32),
+  state: z.string().max(64),
+  pending_reason: z.string().max(256).nullable(),
+  binding: SlurmBindingSchema.nullable(),
+});
+/** What a Slurm worker knows about the job behind an execution. */
+export type SlurmJobReport = z.infer<typeof SlurmJobReportSchema>;
+
 /** worker → master: opens a session. */
 export const HelloSchema = z.object({
   type: z.literal('hello'),
@@ -206,6 +258,10 @@ export const HelloSchema = z.object({
   container_engine: ContainerEngineSchema.nullable().default(null),
   /** The named data mounts tasks may ask for here (spec `mounts`). */
   mounts: z.array(WorkerMountSchema).max(64).default([]),
+  /** How it runs tasks; older workers do not say and are local. */
+  backend: WorkerBackendSchema.default('local'),
+  /** A Slurm worker's partition and nodes; null on a local worker. */
+  slurm: SlurmPoolSchema.nullable().default(null),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */
@@ -236,6 +292,11 @@ export const ExecutionMessageSchema = z.object({
   failure_reason: FailureReasonSchema.nullable().optional(),
   outputs: z.array(OutputRecordSchema).max(64).optional(),
   detail: z.string().max(4096).optional(),
+  /**
+   * Slurm workers only: the job behind the execution. A repeated `accepted` report that only carries a
+   * newer `slurm` (the job's pending reason changed) updates it and is otherwise a duplicate.
+   */
+  slurm: SlurmJobReportSchema.optional(),
 });
 
 /** worker → master: a chunk of stdout or stderr at a byte offset. */

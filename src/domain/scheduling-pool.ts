@@ -5,6 +5,7 @@ import {
   describeNeed,
   holdingReservation,
   mountMissing,
+  multiNodeNeedsSlurm,
   noContainerEngine,
   noMatchingWorker,
   reservedForOlderTask,
@@ -83,6 +84,8 @@ export interface Requirement {
   container: boolean;
   /** Named data mounts, sorted: only workers offering all of them may take it. */
   mounts: string[];
+  /** Multi-node (`cards.per_node`): only Slurm pool workers may take it; null for one host. */
+  perNode: number | null;
 }
 
 /** What never changes for a requirement within a pass: where it may run, or why it never can. */
@@ -104,8 +107,9 @@ export function requirementOf(task: QueuedTaskView): Requirement {
   const run = task.run_id ?? null;
   const container = task.runtime === 'container';
   const mounts = [...(task.mounts ?? [])].sort();
+  const perNode = task.cards.per_node ?? null;
   return {
-    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container, mounts]),
+    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container, mounts, perNode]),
     need: task.cards.count,
     model,
     modelWords: model === null ? null : modelWords(model),
@@ -114,6 +118,7 @@ export function requirementOf(task: QueuedTaskView): Requirement {
     run,
     container,
     mounts,
+    perNode,
   };
 }
 
@@ -201,7 +206,11 @@ export class CardPool {
               holderPosition: 0,
             };
           });
-        const free = usable ? cards.filter((c) => c.state === 'AVAILABLE') : [];
+        let free = usable ? cards.filter((c) => c.state === 'AVAILABLE') : [];
+        // A Slurm worker's cards are a pool (docs/decisions/0013-slurm-backend.md): Slurm, not the
+        // index, decides which device a job gets, so only the pool's free *count* may be offered.
+        if (usable && worker.backend === 'slurm')
+          free = free.slice(0, poolFreeCount(worker, cards, now, config));
         const runReserved = free.filter((c) => c.run !== null).length;
         this.openTotal += free.length;
         this.runReservedTotal += runReserved;
@@ -347,6 +356,8 @@ export class CardPool {
     for (const slot of allowed) {
       let n = 0;
       for (const card of slot.cards) if (fitsShape(card, req)) n++;
+      // A Slurm pool must also have the nodes the job's shape needs (Slurm would refuse it at sbatch).
+      if (!poolShapeFits(slot.worker, req)) n = Math.min(n, req.need - 1);
       largest = Math.max(largest, n);
       if (n >= req.need) capable.push(slot);
     }
@@ -357,6 +368,11 @@ export class CardPool {
     // How a worker runs tasks rules it out before its liveness does: waiting for it to come back would
     // not help.
     let runnable = capable;
+    if (req.perNode !== null) {
+      runnable = capable.filter((s) => s.worker.backend === 'slurm');
+      if (runnable.length === 0)
+        return blockedView(multiNodeNeedsSlurm(req.need, req.perNode, capable.length, req.worker));
+    }
     if (req.container) {
       runnable = capable.filter((s) => s.worker.container_engine !== null);
       if (runnable.length === 0) return blockedView(noContainerEngine(req.need, capable.length, req.worker));
@@ -420,6 +436,49 @@ export class CardPool {
     this.version++;
     return indexes;
   }
+}
+
+/**
+ * Whether a Slurm pool has the nodes a task's shape needs: `need / per_node` nodes with at least
+ * `per_node` GPUs each (one node with `need` GPUs for a single-node task). True when the worker is not
+ * a pool or did not say its nodes.
+ */
+function poolShapeFits(worker: WorkerView, req: Requirement): boolean {
+  const nodes = worker.pool_node_gpus;
+  if (worker.backend !== 'slurm' || nodes === undefined || nodes.length === 0) return true;
+  const perNode = req.perNode ?? req.need;
+  const wanted = req.perNode === null ? 1 : Math.ceil(req.need / req.perNode);
+  return nodes.filter((g) => g >= perNode).length >= wanted;
+}
+
+/**
+ * How many cards of a Slurm pool may be offered: all of them, less every slot a live broker lease (or
+ * an unfinished execution the worker reports) holds, less every card that is not AVAILABLE for a reason
+ * of its own (a foreign job's GPU, unknown, unhealthy, cordoned). The two are counted separately, so a
+ * leased slot whose device number a foreign job happens to use costs two, never zero: the broker never
+ * submits more GPUs than Slurm has free.
+ */
+function poolFreeCount(
+  worker: WorkerView,
+  cards: ReadonlyArray<{ view: CardView; state: CardState }>,
+  now: number,
+  config: CardStateConfig,
+): number {
+  let held = 0;
+  let unavailable = 0;
+  for (const { view, state } of cards) {
+    const isHeld = view.leased || view.quarantined || view.held_by_worker === true;
+    if (isHeld) held++;
+    const own = isHeld
+      ? deriveCardState(
+          { card: { ...view, leased: false, quarantined: false, held_by_worker: false }, worker },
+          now,
+          config,
+        ).state
+      : state;
+    if (own !== 'AVAILABLE') unavailable++;
+  }
+  return Math.max(0, cards.length - held - unavailable);
 }
 
 function compareIds(a: string, b: string): number {

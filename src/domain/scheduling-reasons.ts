@@ -94,6 +94,27 @@ export function noMatchingWorker(
   };
 }
 
+/** A multi-node task (`cards.per_node`), but no worker it may use is a Slurm pool. */
+export function multiNodeNeedsSlurm(
+  need: number,
+  perNode: number,
+  capable: number,
+  pinned: string | null,
+): WaitReason {
+  const where =
+    pinned === null
+      ? `none of the ${plural(capable, 'worker')} with enough cards is`
+      : `worker ${pinned} is not`;
+  return {
+    code: 'multi_node_needs_slurm',
+    need,
+    per_node: perNode,
+    message:
+      `Needs ${plural(need, 'card')} across nodes (${perNode} per node), which only a Slurm worker can place, ` +
+      `and ${where} one (gpu-broker worker --backend slurm). Drop cards.per_node to run on one host, or wait for a Slurm worker.`,
+  };
+}
+
 /** A container task, but no worker with enough matching cards has a container engine. */
 export function noContainerEngine(need: number, withoutEngine: number, pinned: string | null): WaitReason {
   const where =

@@ -31,7 +31,13 @@ export interface QueuedTaskView {
   priority: number;
   /** When the approving review landed, in ms; FIFO order and reservation age count from here. */
   approved_at: number;
-  cards: { count: number; model?: string | undefined; min_memory_mib?: number | undefined };
+  cards: {
+    count: number;
+    model?: string | undefined;
+    min_memory_mib?: number | undefined;
+    /** Multi-node: cards per node; only Slurm pool workers may take it. */
+    per_node?: number | undefined;
+  };
   /** Pinned worker id: the task may only run there. */
   worker?: string | undefined;
   /**
@@ -82,6 +88,10 @@ export interface WorkerView extends WorkerSampling {
   container_engine: ContainerEngine | null;
   /** Names of the data mounts it offers; absent means none. */
   mounts?: readonly string[] | undefined;
+  /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
+  backend?: 'local' | 'slurm' | undefined;
+  /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
+  pool_node_gpus?: readonly number[] | undefined;
   cards: CardView[];
 }
 
@@ -114,6 +124,8 @@ export interface SchedulingSnapshot {
  *  - workers_offline: every worker with enough matching cards is offline or draining;
  *  - no_matching_worker: no worker it may use has enough matching cards, whatever their state;
  *  - no_container_engine: a container task, and no worker with enough matching cards has an engine;
+ *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
+ *    with enough matching cards may take it;
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
  *    policy requires isolation;
  *  - cordoned: cordons leave fewer than `need` matching cards on every usable worker;
@@ -129,6 +141,7 @@ export type WaitReason =
   | { code: 'no_matching_worker'; need: number; largest: number; message: string }
   | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
   | { code: 'mount_missing'; need: number; mounts: string[]; message: string }
+  | { code: 'multi_node_needs_slurm'; need: number; per_node: number; message: string }
   | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }
   | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string }

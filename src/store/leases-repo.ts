@@ -1,4 +1,4 @@
-import type { FailureReason, OutputRecord } from '../contracts/worker-protocol.js';
+import type { FailureReason, OutputRecord, SlurmJobReport } from '../contracts/worker-protocol.js';
 import type { ExecutionPhase } from '../domain/execution.js';
 import type { LeaseState } from '../domain/lease.js';
 import type { Db } from './db.js';
@@ -42,6 +42,8 @@ export interface ExecutionRecord {
 interface LeaseRow extends Omit<LeaseRecord, 'cards'> {}
 interface ExecutionRow extends Omit<ExecutionRecord, 'outputs'> {
   outputs: string | null;
+  /** Read through `executionSlurm` only; kept out of ExecutionRecord so its writers need not carry it. */
+  slurm?: string | null;
 }
 
 /** A live lease's card, for scheduling snapshots. */
@@ -55,7 +57,7 @@ export interface LiveLeaseCard {
   state: LeaseState;
 }
 
-const toExecution = (r: ExecutionRow): ExecutionRecord => ({
+const toExecution = ({ slurm: _slurm, ...r }: ExecutionRow): ExecutionRecord => ({
   ...r,
   outputs: r.outputs === null ? null : (JSON.parse(r.outputs) as OutputRecord[]),
 });
@@ -110,6 +112,10 @@ export class LeasesRepo {
            outputs = @outputs, detail = @detail, updated_at = @updated_at, offline_since = @offline_since
          WHERE id = @id AND phase = @expected`,
       ),
+      executionSlurm: db.prepare<[string], { slurm: string | null }>(
+        'SELECT slurm FROM executions WHERE id = ?',
+      ),
+      setExecutionSlurm: db.prepare('UPDATE executions SET slurm = ? WHERE id = ?'),
       unfinishedForWorker: db.prepare<[string], ExecutionRow>(
         "SELECT * FROM executions WHERE worker_id = ? AND phase NOT IN ('rejected','cleaned','cleanup_failed') ORDER BY created_at",
       ),
@@ -199,6 +205,17 @@ export class LeasesRepo {
   updateExecution(e: ExecutionRecord, expected: ExecutionPhaseRecord): boolean {
     const outputs = e.outputs === null ? null : JSON.stringify(e.outputs);
     return this.s.updateExecution.run({ ...e, outputs, expected }).changes === 1;
+  }
+
+  /** The Slurm job behind an execution as its worker last reported it; null on a local worker. */
+  executionSlurm(id: string): SlurmJobReport | null {
+    const raw = this.s.executionSlurm.get(id)?.slurm ?? null;
+    return raw === null ? null : (JSON.parse(raw) as SlurmJobReport);
+  }
+
+  /** Records the Slurm job behind an execution (the worker's latest report of it). */
+  setExecutionSlurm(id: string, report: SlurmJobReport): void {
+    this.s.setExecutionSlurm.run(JSON.stringify(report), id);
   }
 
   /** A worker's executions that have not finished. */

@@ -110,7 +110,7 @@ CREATE TABLE executions (
   created_at     INTEGER NOT NULL,
   updated_at     INTEGER NOT NULL,
   offline_since  INTEGER
-);
+, slurm TEXT CHECK (slurm IS NULL OR json_valid(slurm)));
 
 CREATE TABLE idempotency_keys (
   principal_id   TEXT NOT NULL,
@@ -299,7 +299,7 @@ CREATE TABLE workers (
   draining      INTEGER NOT NULL DEFAULT 0 CHECK (draining IN (0,1)),
   first_seen_at INTEGER NOT NULL,
   last_seen_at  INTEGER NOT NULL
-, isolation TEXT NOT NULL DEFAULT 'none' CHECK (isolation IN ('bwrap','none')), container_engine TEXT CHECK (container_engine IS NULL OR container_engine IN ('podman','docker')), mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(mounts)), qualification_probe TEXT CHECK (qualification_probe IS NULL OR json_valid(qualification_probe)));
+, isolation TEXT NOT NULL DEFAULT 'none' CHECK (isolation IN ('bwrap','none')), container_engine TEXT CHECK (container_engine IS NULL OR container_engine IN ('podman','docker')), mounts TEXT NOT NULL DEFAULT '[]' CHECK (json_valid(mounts)), qualification_probe TEXT CHECK (qualification_probe IS NULL OR json_valid(qualification_probe)), backend TEXT NOT NULL DEFAULT 'local' CHECK (backend IN ('local','slurm')), slurm TEXT CHECK (slurm IS NULL OR json_valid(slurm)));
 
 CREATE TRIGGER audit_events_append_only_delete BEFORE DELETE ON audit_events
 WHEN NOT EXISTS (SELECT 1 FROM audit_archive WHERE OLD.seq BETWEEN first_seq AND last_seq)

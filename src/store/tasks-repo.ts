@@ -90,12 +90,14 @@ export class TasksRepo {
           count: number;
           model: string | null;
           min_memory_mib: number | null;
+          per_node: number | null;
           worker: string | null;
         }
       >(
         `SELECT id, owner_id, priority, approved_at, desired,
            json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
-           json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.worker') AS worker,
+           json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.cards.per_node') AS per_node,
+           json_extract(spec, '$.worker') AS worker,
            json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts
          FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
       ),
@@ -136,7 +138,7 @@ export class TasksRepo {
   queuedForScheduling(): QueuedTaskRow[] {
     return this.s.queued
       .all()
-      .map(({ count, model, min_memory_mib, worker, runtime_kind, mounts, ...t }) => ({
+      .map(({ count, model, min_memory_mib, per_node, worker, runtime_kind, mounts, ...t }) => ({
         ...t,
         runtime_kind: runtime_kind === 'container' ? 'container' : 'process',
         mounts: mounts === null ? [] : (JSON.parse(mounts) as string[]),
@@ -145,6 +147,7 @@ export class TasksRepo {
             count,
             ...(model === null ? {} : { model }),
             ...(min_memory_mib === null ? {} : { min_memory_mib }),
+            ...(per_node === null ? {} : { per_node }),
           },
           ...(worker === null ? {} : { worker }),
         },

@@ -2,7 +2,9 @@ import type { Provider } from '../contracts/sample.js';
 import type {
   ContainerEngine,
   IsolationMode,
+  SlurmPool,
   TorchBackend,
+  WorkerBackend,
   WorkerMount,
 } from '../contracts/worker-protocol.js';
 import type { Db } from './db.js';
@@ -30,6 +32,10 @@ export interface WorkerRecord {
   container_engine: ContainerEngine | null;
   /** The named data mounts it declared (`--mount`), from its latest hello. */
   mounts: WorkerMount[];
+  /** How it runs tasks (`slurm`: its cards are a pool, docs/decisions/0013-slurm-backend.md). */
+  backend: WorkerBackend;
+  /** A Slurm worker's partition and nodes, from its latest hello; null on a local worker. */
+  slurm: SlurmPool | null;
   /** What its qualification interpreter can do, as its current process reported; null until then. */
   qualification_probe: QualificationProbe | null;
   draining: boolean;
@@ -57,8 +63,10 @@ export interface CordonRecord {
   created_at: number;
 }
 
-interface WorkerRow extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts' | 'qualification_probe'> {
+interface WorkerRow
+  extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts' | 'qualification_probe' | 'slurm'> {
   cards: string;
+  slurm: string | null;
   mounts: string;
   qualification_probe: string | null;
   draining: number;
@@ -68,6 +76,7 @@ const toWorker = (r: WorkerRow): WorkerRecord => ({
   ...r,
   cards: JSON.parse(r.cards) as KnownCard[],
   mounts: JSON.parse(r.mounts) as WorkerMount[],
+  slurm: r.slurm === null ? null : (JSON.parse(r.slurm) as SlurmPool),
   qualification_probe:
     r.qualification_probe === null ? null : (JSON.parse(r.qualification_probe) as QualificationProbe),
   draining: r.draining === 1,
@@ -82,12 +91,12 @@ export class WorkersRepo {
       get: db.prepare<[string], WorkerRow>('SELECT * FROM workers WHERE id = ?'),
       all: db.prepare<[], WorkerRow>('SELECT * FROM workers ORDER BY id'),
       upsert: db.prepare(
-        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, draining, first_seen_at, last_seen_at)
-         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, 0, @now, @now)
+        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, backend, slurm, draining, first_seen_at, last_seen_at)
+         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, @backend, @slurm, 0, @now, @now)
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
            version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
            isolation = excluded.isolation, container_engine = excluded.container_engine,
-           mounts = excluded.mounts, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
+           mounts = excluded.mounts, backend = excluded.backend, slurm = excluded.slurm, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
       setProbe: db.prepare('UPDATE workers SET qualification_probe = ? WHERE id = ?'),
@@ -127,13 +136,22 @@ export class WorkersRepo {
   upsertOnHello(
     w: Omit<
       WorkerRecord,
-      'draining' | 'first_seen_at' | 'last_seen_at' | 'mounts' | 'qualification_probe'
+      'draining' | 'first_seen_at' | 'last_seen_at' | 'mounts' | 'qualification_probe' | 'backend' | 'slurm'
     > & {
       mounts?: WorkerMount[];
+      backend?: WorkerBackend;
+      slurm?: SlurmPool | null;
     },
     now: number,
   ): void {
-    this.s.upsert.run({ ...w, cards: JSON.stringify(w.cards), mounts: JSON.stringify(w.mounts ?? []), now });
+    this.s.upsert.run({
+      ...w,
+      cards: JSON.stringify(w.cards),
+      mounts: JSON.stringify(w.mounts ?? []),
+      backend: w.backend ?? 'local',
+      slurm: w.slurm === undefined || w.slurm === null ? null : JSON.stringify(w.slurm),
+      now,
+    });
   }
 
   /** Replaces the known card identities. */

@@ -130,6 +130,13 @@ function renderCard(c) {
           h('span', { class: 'epoch', title: 'lease epoch' }, `epoch ${c.lease_epoch}`),
         )
       : null,
+    c.slurm
+      ? h(
+          'div',
+          { class: 'card-slurm muted small', title: 'Slurm job (this card is a pool slot)' },
+          slurmText(c.slurm),
+        )
+      : null,
     c.state !== 'AVAILABLE' && c.state !== 'LEASED' && c.reasons.length
       ? h(
           'div',
@@ -138,6 +145,13 @@ function renderCard(c) {
         )
       : null,
   );
+}
+
+/** A Slurm job: its id and binding (`job 12 · localhost[0,1]`), or its state and Slurm's pending reason. */
+function slurmText(job) {
+  if (job.binding)
+    return `job ${job.job_id} · ${job.binding.nodes.map((n) => `${n.node}[${n.gpus.join(',')}]`).join(' ')}`;
+  return `job ${job.job_id} · ${job.state}${job.pending_reason ? ` (${job.pending_reason})` : ''}`;
 }
 
 /** Workers with their cards; cards of workers not listed (none expected) are grouped under their id. */
@@ -159,6 +173,16 @@ export function renderWorkers(workers, cards) {
         w.draining ? h('span', { class: 'badge warn' }, 'draining') : null,
         w.online ? null : h('span', { class: 'badge bad' }, `offline since ${time(w.offline_since)}`),
         w.sampler_error ? h('span', { class: 'badge bad', title: w.sampler_error }, 'sampler error') : null,
+        w.backend === 'slurm' && w.slurm
+          ? h(
+              'span',
+              {
+                class: 'badge slurm',
+                title: "Slurm worker: its cards are the partition's GPU pool; Slurm places the jobs",
+              },
+              `slurm ${w.slurm.partition} · ${w.slurm.nodes.length} node${w.slurm.nodes.length === 1 ? '' : 's'}`,
+            )
+          : null,
         w.unisolated
           ? h(
               'span',

@@ -234,6 +234,8 @@ async function apply(
           isolation: 'bwrap',
           container_engine: null,
           mounts: [],
+          backend: 'local',
+          slurm: null,
         },
         now,
       );

@@ -35,6 +35,8 @@ function hello(over: Partial<Hello> = {}): Hello {
     isolation: 'bwrap',
     container_engine: null,
     mounts: [],
+    backend: 'local',
+    slurm: null,
     ...over,
   };
 }

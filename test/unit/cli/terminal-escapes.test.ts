@@ -125,6 +125,46 @@ describe('status', () => {
     expect(out.stdout).toContain(`host${ATTACK_SHOWN}`);
     expect(out.stdout).toContain('H100\\x1b[8m hidden \\u202e');
   });
+
+  it("escapes what a Slurm worker reports: its partition (issue 12's status column)", async () => {
+    const slurmWorker = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('w-escapes-slurm', ['worker'], 'w-escapes-slurm'),
+      workerId: 'w-escapes-slurm',
+    });
+    try {
+      const from = slurmWorker.received.length;
+      slurmWorker.send({
+        type: 'hello',
+        protocol_version: PROTOCOL_VERSION,
+        worker_id: 'w-escapes-slurm',
+        boot_id: 'boot-escapes-slurm',
+        version: 'raw-test',
+        hostname: 'submit-host',
+        provider: 'sim',
+        cards: [],
+        executions: [],
+        master_marks: [],
+        backend: 'slurm',
+        slurm: { partition: `gpu${ATTACK}`, nodes: [{ name: 'n1', gpus: 0, state: 'IDLE' }] },
+      });
+      await slurmWorker.next((msg) => msg['type'] === 'welcome', { from, what: 'welcome' });
+      const out = await runCli(status, [
+        '--url',
+        m.url,
+        '--token',
+        m.operatorToken,
+        '--ca-file',
+        m.caCertPath!,
+      ]);
+      expect(out.code).toBe(0);
+      expect(out.stdout).not.toMatch(ACTIVE);
+      expect(out.stdout).toContain(`slurm:gpu${ATTACK_SHOWN} (1 node)`);
+    } finally {
+      await slurmWorker.close();
+    }
+  });
 });
 
 describe('the escaping functions', () => {

@@ -85,6 +85,7 @@ const SHIPPED: Record<string, string> = {
   '002-pgid-outbox-kind.sql': '5d4c42abfa68498529748ccbf8edc8dbdf93f678417124f2ab317463d86d5561',
   '003-dir-pruned-at.sql': '1857de0ffa51ee3cfafecf4f15587496ee38e734f470a596eed4a78e7d686655',
   '004-phase-moves.sql': '9e2c3e93c466683f9231f210aa688ccdd0df4fa41e4bccd64899af1a623a2e7d',
+  '005-slurm-job.sql': 'c88e8fbc89947baef1784df090a8bfb552668a8c539941efbf4039c6c7aadaa3',
 };
 
 /** The tables and indexes of a dump (triggers left out): what the old inline migrations defined. */
@@ -167,7 +168,7 @@ describe('worker local-store schema', () => {
     for (const names of [
       ['001-initial.sql', '002-pgid-outbox-kind.sql', '004-phase-moves.sql'],
       ['001-initial.sql', '002-pgid-outbox-kind.sql', '003-dir-pruned-at.sql'],
-      [...Object.keys(SHIPPED), '005-from-the-future.sql'],
+      [...Object.keys(SHIPPED), '006-from-the-future.sql'],
       [],
     ]) {
       const dir = makeTempDir('partial-migrations');
@@ -205,9 +206,12 @@ describe('worker local-store schema', () => {
     }
   });
 
-  it('a store at the old version 3 opens with its tables and rows unchanged; only 004 is applied', () => {
+  it('a store at the old version 3 opens with its tables and rows unchanged; only 004 and 005 are applied', () => {
     const path = oldStoreFile(3);
-    const before = new Database(path);
+    // The tables the old file had, plus the one column 005 adds (004 adds triggers only).
+    const before = new Database(':memory:');
+    for (const sql of OLD_INLINE_MIGRATIONS) before.exec(sql);
+    before.exec(readFileSync(join(localStoreMigrationsDir(), '005-slurm-job.sql'), 'utf8'));
     const schema = dumpSchema(before);
     before.close();
     const store = openLocalStore(path);

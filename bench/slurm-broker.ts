@@ -1,0 +1,212 @@
+import { execFile } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { promisify } from 'node:util';
+import { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { silentLogger } from '../src/platform/logger.js';
+import { createCaTrustingFetch } from '../src/platform/tls.js';
+import { startWorker } from '../worker/daemon.js';
+import type { SlurmDriver } from '../worker/slurm/driver.js';
+import { slurmPoolSampler } from '../worker/slurm-sampler.js';
+import { CLI_PATH, startChildMaster } from './child-master.js';
+
+/**
+ * The "through the broker" column of the Slurm bench (issue 12): the same 1-GPU jobs as
+ * `measureBareSlurm` (bench/slurm.ts), but proposed, approved and admitted by a real master (its own
+ * process, TLS) and submitted by a real `--backend slurm` worker over WSS. Each task's first instruction
+ * writes its start time, as the bare jobs do, so both columns measure to the same event:
+ *
+ *  - approval → job start, one task at a time (the next is approved once the previous COMPLETED);
+ *  - a burst: `burstJobs` tasks approved back to back; tasks admitted (started in Slurm) per second.
+ *
+ * Both ends of every interval are clocks of this host (the master's approved_at and the job's `date`).
+ *
+ * Measured 2026-12-02 on the shared 2-core dev machine, Slurm with default SchedulerParameters
+ * (batch_sched_delay 3 s), 5 sequential and 16 burst jobs: bare submit → start p50 2.80 s, through the
+ * broker approval → start p50 2.70 s (the difference is noise: Slurm's scheduler timer dominates and
+ * the broker's proposal-to-sbatch path is tens of ms); burst of 16 on 8 GPUs: bare 7.7 s, through the
+ * broker 10.9 s (the broker admits only what the pool has free, so the second half waits for the first
+ * to finish and be reported, instead of queueing in Slurm).
+ */
+
+const execFileP = promisify(execFile);
+
+/** Options of {@link measureBrokerSlurm}. */
+export interface BrokerSlurmOptions {
+  driver: SlurmDriver;
+  partition: string;
+  sequentialJobs: number;
+  burstJobs: number;
+  /** The worker's poll interval (default 200 ms). */
+  pollMs?: number;
+}
+
+/** What {@link measureBrokerSlurm} measured (milliseconds). */
+export interface BrokerSlurmResult {
+  /** Approval → the job's first instruction, sequential tasks. */
+  approvalToStartMs: number[];
+  /** Burst: first approval → start of each task's job. */
+  burstStartMs: number[];
+  /** Burst: wall seconds from the first approval to the last start. */
+  burstSeconds: number;
+  sequentialSeconds: number;
+}
+
+async function token(dataDir: string, name: string, roles: string[], workerId?: string): Promise<string> {
+  const args = [CLI_PATH, 'token', 'create', '--data-dir', dataDir, '--name', name, '--json'];
+  for (const r of roles) args.push('--role', r);
+  if (workerId) args.push('--worker-id', workerId);
+  const { stdout } = await execFileP(process.execPath, args);
+  return (JSON.parse(stdout) as { token: string }).token;
+}
+
+/** Runs the broker column; cleans up its master, worker and files. */
+export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerSlurmResult> {
+  const master = await startChildMaster({ executables: [{ path: '/bin/sh' }], require_isolation: false });
+  const trusting = createCaTrustingFetch(master.caPem);
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-slurm-broker-'));
+  const clients: Client[] = [];
+  let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+  try {
+    const connect = async (t: string) => {
+      const client = new Client({ name: 'bench-slurm', version: '0' });
+      await client.connect(
+        new StreamableHTTPClientTransport(new URL('/mcp', master.url), {
+          requestInit: { headers: { Authorization: `Bearer ${t}` } },
+          fetch: trusting.fetch,
+        }),
+      );
+      clients.push(client);
+      return client;
+    };
+    const alice = await connect(await token(master.dataDir, 'bench-alice', ['submitter']));
+    const rita = await connect(await token(master.dataDir, 'bench-rita', ['reviewer']));
+    const workerId = `bench-slurm-${process.pid}`;
+    const sampler = slurmPoolSampler({ driver: o.driver, partition: o.partition, workerId });
+    worker = await startWorker({
+      masterUrl: master.url,
+      token: await token(master.dataDir, 'bench-worker', ['worker'], workerId),
+      workerId,
+      dataDir: join(dir, 'worker'),
+      sampler,
+      ca: master.caPem,
+      logger: silentLogger(),
+      sandbox: { kind: 'none' },
+      slurm: {
+        backend: {
+          driver: o.driver,
+          partition: o.partition,
+          extraArgs: [],
+          jobDir: join(dir, 'jobs'),
+          pollMs: o.pollMs ?? 200,
+        },
+        sampler,
+      },
+    });
+    const call = async <T>(c: Client, name: string, args: Record<string, unknown>): Promise<T> => {
+      const r = await c.callTool({ name, arguments: args });
+      if (r.isError) throw new Error(`${name}: ${JSON.stringify(r.content)}`);
+      return r.structuredContent as T;
+    };
+    const ready = Date.now() + 20_000;
+    for (;;) {
+      const cards = await call<{ cards: Array<{ worker_id: string; state: string }> }>(
+        alice,
+        'list_cards',
+        {},
+      );
+      if (cards.cards.some((c) => c.worker_id === workerId && c.state === 'AVAILABLE')) break;
+      if (Date.now() > ready) throw new Error('the bench Slurm worker never offered a GPU');
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    let key = 0;
+    const spec = {
+      title: 'slurm bench',
+      objective: 'measure admission through the broker to Slurm',
+      success_criteria: 'exits 0',
+      cards: { count: 1 },
+      runtime: { kind: 'process', argv: ['/bin/sh', '-c', `date +%s%N > ${dir}/start.$GPU_BROKER_TASK_ID`] },
+      outputs: [],
+      time_limit_seconds: 120,
+      notes: 'benchmark task',
+    };
+    const approve = async (): Promise<{ taskId: string; approvedAt: number }> => {
+      const p = await call<{ proposal_id: string; revision_id: string; digest: string }>(
+        alice,
+        'create_proposal',
+        {
+          spec,
+          idempotency_key: `sb-${key++}`,
+        },
+      );
+      await call(alice, 'confirm_revision', {
+        proposal_id: p.proposal_id,
+        revision_id: p.revision_id,
+        idempotency_key: `sb-${key++}`,
+      });
+      const approved = await call<{ task_id: string }>(rita, 'submit_review', {
+        proposal_id: p.proposal_id,
+        revision_id: p.revision_id,
+        revision_digest: p.digest,
+        decision: 'APPROVE',
+        comments: 'bench',
+        idempotency_key: `sb-${key++}`,
+      });
+      const t = await call<{ task: { approved_at: string } }>(alice, 'get_task', {
+        task_id: approved.task_id,
+      });
+      return { taskId: approved.task_id, approvedAt: Date.parse(t.task.approved_at) };
+    };
+    const startOf = (taskId: string): number | null => {
+      const f = join(dir, `start.${taskId}`);
+      if (!existsSync(f)) return null;
+      const text = readFileSync(f, 'utf8').trim();
+      return text === '' ? null : Number(BigInt(text) / 1_000_000n);
+    };
+    const waitStarted = async (ids: string[], timeoutMs: number): Promise<void> => {
+      const deadline = Date.now() + timeoutMs;
+      while (!ids.every((id) => startOf(id) !== null)) {
+        if (Date.now() > deadline) throw new Error(`tasks did not start within ${timeoutMs} ms`);
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const settled = async (taskId: string) => {
+      const r = await call<{ task: { state: string }; timed_out: boolean }>(alice, 'wait_for_task', {
+        task_id: taskId,
+        timeout_seconds: 25,
+      });
+      if (r.timed_out || r.task.state !== 'COMPLETED')
+        throw new Error(`task ${taskId} ended ${r.task.state}`);
+    };
+
+    const approvalToStartMs: number[] = [];
+    const seq0 = performance.now();
+    for (let i = 0; i < o.sequentialJobs; i++) {
+      const a = await approve();
+      await waitStarted([a.taskId], 60_000);
+      approvalToStartMs.push((startOf(a.taskId) as number) - a.approvedAt);
+      await settled(a.taskId);
+    }
+    const sequentialSeconds = (performance.now() - seq0) / 1000;
+    const burst0 = Date.now();
+    const burst: string[] = [];
+    for (let i = 0; i < o.burstJobs; i++) burst.push((await approve()).taskId);
+    await waitStarted(burst, 300_000);
+    const burstStartMs = burst.map((id) => (startOf(id) as number) - burst0);
+    for (const id of burst) await settled(id);
+    return {
+      approvalToStartMs,
+      burstStartMs,
+      burstSeconds: Math.max(...burstStartMs) / 1000,
+      sequentialSeconds,
+    };
+  } finally {
+    await Promise.allSettled(clients.map((c) => c.close()));
+    await worker?.close();
+    await trusting.close();
+    await master.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}

@@ -1,0 +1,390 @@
+import { execFileSync, spawnSync } from 'node:child_process';
+import { join } from 'node:path';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import pino from 'pino';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { TaskView } from '../../../src/contracts/views.js';
+import { createLogger, silentLogger } from '../../../src/platform/logger.js';
+import { type RunningWorker, startWorker } from '../../../worker/daemon.js';
+import { SlurmDriver } from '../../../worker/slurm/driver.js';
+import type { SlurmBackend } from '../../../worker/slurm-executor.js';
+import { jobMarker } from '../../../worker/slurm-job-setup.js';
+import { slurmPoolSampler } from '../../../worker/slurm-sampler.js';
+import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
+import { startTestMaster, type TestMaster } from '../../support/master.js';
+import { callTool, expectOk } from '../../support/mcp.js';
+import { ensureSlurm, startMultiNodeSlurm } from '../../support/slurm.js';
+import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { waitFor } from '../../support/wait.js';
+
+/**
+ * The Slurm backend through a real master and the real single-node Slurm of this machine (partition
+ * `gpu`, node `localhost`, 8 fake GPUs; ../shared/reference/slurm/): proposal, review, sbatch, the start
+ * binding on the task and the cards, logs, outputs, cancel, time limit, a job scancelled behind the
+ * broker's back, worker restart with a job still running, a foreign job's GPUs not offered, and a stale
+ * broker job fenced off the cluster. One file, run serially: the tests share the one Slurm (another
+ * engineer's tests may use it at the same time, so counts of free GPUs are read, never assumed).
+ */
+
+const PARTITION = 'gpu';
+const avail = ensureSlurm();
+const slurmUp = avail.ok;
+const slurmEnv = avail.ok ? avail.slurm.env : {};
+const WORKER_ID = `slurm-${process.pid}`;
+/** The worker's operator-fixed sbatch arguments; one test adds `--begin` to make a job pend in Slurm. */
+const extraArgs: string[] = [];
+
+let m: TestMaster;
+let alice: Client;
+let rita: Client;
+let ops: Client;
+let worker: RunningWorker;
+let dataDir: string;
+let backend: SlurmBackend;
+
+type CardRow = { worker_id: string; index: number; state: string; task_id: string | null; slurm: unknown };
+
+async function startSlurmWorker(
+  b: SlurmBackend = backend,
+  workerId = WORKER_ID,
+  dir = dataDir,
+): Promise<RunningWorker> {
+  const sampler = slurmPoolSampler({ driver: b.driver, partition: PARTITION, workerId });
+  return startWorker({
+    masterUrl: m.url,
+    token: m.createToken(`w-${workerId}-${Date.now()}`, ['worker'], workerId),
+    workerId,
+    dataDir: dir,
+    sampler,
+    ...(m.caPem === null ? {} : { ca: m.caPem }),
+    logger: process.env['SLURM_TEST_LOG']
+      ? createLogger('debug', { destination: pino.destination(process.env['SLURM_TEST_LOG']) })
+      : silentLogger(),
+    sampleIntervalMs: 300,
+    backoff: { initialMs: 50, maxMs: 500 },
+    sandbox: { kind: 'none' },
+    slurm: { backend: b, sampler },
+  });
+}
+
+async function cards(): Promise<CardRow[]> {
+  const r = expectOk(await callTool<{ cards: CardRow[] }>(ops, 'list_cards', {}));
+  return r.cards.filter((c) => c.worker_id === WORKER_ID);
+}
+
+function jobState(jobId: string, env: Record<string, string> = slurmEnv): string {
+  const out = spawnSync('scontrol', ['show', 'job', '-o', jobId], { encoding: 'utf8', env });
+  return /JobState=(\S+)/.exec(out.stdout)?.[1] ?? 'GONE';
+}
+
+async function runningWithBinding(taskId: string): Promise<TaskView> {
+  return waitFor(
+    async () => {
+      const t = await getTask(alice, taskId);
+      return t.state === 'RUNNING' && t.slurm?.binding ? t : null;
+    },
+    { timeoutMs: 30_000, intervalMs: 200, what: `task ${taskId} RUNNING with a Slurm binding` },
+  );
+}
+
+beforeAll(async () => {
+  if (!slurmUp) return;
+  m = await startTestMaster({
+    config: clusterConfig({
+      policy: { require_isolation: false },
+      timing: { cleanup_timeout_seconds: 60, lease_grace_seconds: 30, worker_offline_seconds: 5 },
+    }),
+  });
+  alice = await m.mcpClient(m.createToken('alice', ['submitter']));
+  rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
+  ops = await m.mcpClient(m.operatorToken);
+  dataDir = makeTempDir('slurm-worker');
+  backend = {
+    driver: new SlurmDriver({ env: slurmEnv }),
+    partition: PARTITION,
+    extraArgs,
+    jobDir: join(makeTempDir('slurm-jobs'), 'jobs'),
+    pollMs: 250,
+  };
+  worker = await startSlurmWorker();
+  await waitFor(async () => (await cards()).length === 8, {
+    timeoutMs: 15_000,
+    what: 'the pool of 8 GPUs listed',
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await worker?.close();
+  await m?.close();
+  removeTempDirs();
+});
+
+describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
+  it('reports the partition as a pool: backend, partition and nodes in list_workers', async () => {
+    const r = expectOk(await callTool<{ workers: Array<Record<string, unknown>> }>(ops, 'list_workers', {}));
+    const w = r.workers.find((x) => x['worker_id'] === WORKER_ID)!;
+    expect(w).toMatchObject({ backend: 'slurm', slurm: { partition: PARTITION }, cards: 8 });
+    expect((w['slurm'] as { nodes: Array<{ name: string; gpus: number }> }).nodes).toEqual([
+      expect.objectContaining({ name: 'localhost', gpus: 8 }),
+    ]);
+  });
+
+  it('runs a 2-card task through sbatch: job id, node and GPU indices on the task, logs and outputs', async () => {
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec(
+        'echo "cvd=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; echo to-stderr >&2; echo \'{"ok":true}\' > "$GPU_BROKER_OUTPUT_DIR/result.json"',
+        { cards: { count: 2 }, outputs: [{ path: 'result.json', required: true }] },
+      ),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0, failure_reason: null });
+    const slurm = done.slurm!;
+    expect(slurm.job_id).toMatch(/^\d+$/);
+    expect(slurm.binding?.nodes).toHaveLength(1);
+    expect(slurm.binding?.nodes[0]?.node).toBe('localhost');
+    expect(slurm.binding?.nodes[0]?.gpus).toHaveLength(2);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    const gpus = slurm.binding!.nodes[0]!.gpus.join(',');
+    expect(logs.data).toContain(`cvd=${gpus} job=${slurm.job_id}`);
+    const err = expectOk(
+      await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId, stream: 'stderr' }),
+    );
+    expect(err.data).toContain('to-stderr');
+    const outputs = expectOk(
+      await callTool<{ outputs: Array<{ path: string }> }>(alice, 'get_task_outputs', { task_id: taskId }),
+    );
+    expect(outputs.outputs.map((o) => o.path)).toEqual(['result.json']);
+    expect(m.store.leases.latestLeaseForTask(taskId)?.state).toBe('RELEASED');
+    expect(jobState(slurm.job_id)).not.toMatch(/RUNNING|PENDING/);
+  }, 90_000);
+
+  it('shows the binding on the held slots while it runs, and cancel scancels the job (CANCELLED)', async () => {
+    const taskId = await approveTask(alice, rita, shellSpec('echo up; sleep 300', { cards: { count: 2 } }));
+    const running = await runningWithBinding(taskId);
+    const jobId = running.slurm!.job_id;
+    const held = (await cards()).filter((c) => c.task_id === taskId);
+    expect(held).toHaveLength(2);
+    for (const c of held) expect(c.slurm).toMatchObject({ job_id: jobId, binding: running.slurm!.binding });
+    expectOk(await callTool(alice, 'cancel_task', { task_id: taskId, idempotency_key: m.key() }));
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'CANCELLED' });
+    expect(jobState(jobId)).not.toMatch(/RUNNING|PENDING/);
+  }, 90_000);
+
+  it("ends a task at the broker's own time limit (TIMED_OUT) and the Slurm job with it", async () => {
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec('sleep 300', { cards: { count: 1 }, time_limit_seconds: 2 }),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done).toMatchObject({ state: 'FAILED', failure_reason: 'TIMED_OUT' });
+    expect(jobState(done.slurm!.job_id)).not.toMatch(/RUNNING|PENDING/);
+  }, 90_000);
+
+  it("fails a task whose job was scancelled behind the broker's back", async () => {
+    const taskId = await approveTask(alice, rita, shellSpec('sleep 300', { cards: { count: 1 } }));
+    const running = await runningWithBinding(taskId);
+    execFileSync('scancel', [running.slurm!.job_id]);
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done.state).toBe('FAILED');
+    expect(done.failure_reason).toBe('KILLED_BY_SIGNAL');
+    expect(done.failure_detail).toContain('cancelled outside the broker');
+  }, 90_000);
+
+  it('resumes a running job after a worker restart, by its job id', async () => {
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec('echo before; sleep 4; echo after; echo done > "$GPU_BROKER_OUTPUT_DIR/r.txt"', {
+        cards: { count: 1 },
+        outputs: [{ path: 'r.txt', required: true }],
+      }),
+    );
+    const running = await runningWithBinding(taskId);
+    await worker.close();
+    expect(jobState(running.slurm!.job_id)).toMatch(/RUNNING|COMPLETING|COMPLETED/);
+    worker = await startSlurmWorker();
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    expect(done.slurm?.job_id).toBe(running.slurm!.job_id);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toContain('before');
+    expect(logs.data).toContain('after');
+  }, 90_000);
+
+  it("shows Slurm's own pending reason while the admitted job waits in Slurm", async () => {
+    extraArgs.push('--begin=now+3600');
+    let taskId: string;
+    try {
+      taskId = await approveTask(alice, rita, shellSpec('echo never', { cards: { count: 1 } }));
+      const pending = await waitFor(
+        async () => {
+          const t = await getTask(alice, taskId);
+          return t.slurm?.pending_reason ? t : null;
+        },
+        { timeoutMs: 20_000, intervalMs: 200, what: 'a Slurm pending reason on the task' },
+      );
+      expect(pending.state).toBe('ASSIGNED');
+      expect(pending.slurm).toMatchObject({ state: 'PENDING', pending_reason: 'BeginTime', binding: null });
+    } finally {
+      extraArgs.length = 0;
+    }
+    expectOk(await callTool(alice, 'cancel_task', { task_id: taskId, idempotency_key: m.key() }));
+    expect((await waitUntilSettled(alice, taskId, 60_000)).state).toBe('CANCELLED');
+  }, 90_000);
+
+  it("does not offer a foreign job's GPUs, and never submits more than the pool has free", async () => {
+    const foreign = execFileSync(
+      'sbatch',
+      [
+        '--parsable',
+        '--partition',
+        PARTITION,
+        '--gres=gpu:5',
+        '--job-name',
+        `foreign-${process.pid}`,
+        '--output=/dev/null',
+        '--wrap',
+        'sleep 120',
+      ],
+      { encoding: 'utf8', env: slurmEnv },
+    ).trim();
+    try {
+      await waitFor(() => jobState(foreign) === 'RUNNING', {
+        timeoutMs: 30_000,
+        what: 'the foreign job running',
+      });
+      await waitFor(async () => (await cards()).filter((c) => c.state === 'BUSY_FOREIGN').length >= 5, {
+        timeoutMs: 15_000,
+        what: 'the foreign GPUs shown BUSY_FOREIGN',
+      });
+      const taskId = await approveTask(alice, rita, shellSpec('echo fits', { cards: { count: 4 } }));
+      // The master has a sample with the foreign job; it must keep the task queued, not sbatch it.
+      const queued = await waitFor(
+        async () => {
+          const t = await getTask(alice, taskId);
+          return t.state === 'QUEUED' && t.reason?.['code'] === 'waiting_for_cards' ? t : null;
+        },
+        { timeoutMs: 15_000, what: 'the 4-card task waiting for cards' },
+      );
+      expect(queued.slurm).toBeNull();
+      expect(Number(queued.reason?.['free'])).toBeLessThan(4);
+      execFileSync('scancel', [foreign]);
+      const done = await waitUntilSettled(alice, taskId, 60_000);
+      expect(done.state).toBe('COMPLETED');
+    } finally {
+      spawnSync('scancel', [foreign]);
+    }
+  }, 120_000);
+
+  it('refuses a spec env that would steer sbatch, and a symlinked output, as on a local worker', async () => {
+    const steer = await approveTask(
+      alice,
+      rita,
+      shellSpec('echo hi', {
+        cards: { count: 1 },
+        runtime: { kind: 'process', argv: ['/bin/sh', '-c', 'echo hi'], env: { SBATCH_EXCLUSIVE: 'user' } },
+      }),
+    );
+    const refusedTask = await waitUntilSettled(alice, steer, 60_000);
+    expect(refusedTask).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED', slurm: null });
+    expect(refusedTask.failure_detail).toContain('SBATCH_EXCLUSIVE');
+
+    const leak = await approveTask(
+      alice,
+      rita,
+      shellSpec('ln -s /etc/hostname "$GPU_BROKER_OUTPUT_DIR/leak"', {
+        cards: { count: 1 },
+        outputs: [{ path: 'leak', required: true }],
+      }),
+    );
+    const leaked = await waitUntilSettled(alice, leak, 60_000);
+    expect(leaked).toMatchObject({ state: 'FAILED', failure_reason: 'OUTPUT_MISSING' });
+    expect(leaked.failure_detail).toContain('symlink');
+    const outputs = expectOk(
+      await callTool<{ outputs: unknown[] }>(alice, 'get_task_outputs', { task_id: leak }),
+    );
+    expect(outputs.outputs).toEqual([]);
+  }, 90_000);
+
+  it('scancels a job carrying its marker for an execution it does not know (fencing)', async () => {
+    const stale = execFileSync(
+      'sbatch',
+      [
+        '--parsable',
+        '--partition',
+        PARTITION,
+        '--comment',
+        jobMarker(WORKER_ID, 'EXEC-NOT-KNOWN'),
+        '--job-name',
+        `stale-${process.pid}`,
+        '--output=/dev/null',
+        '--wrap',
+        'sleep 120',
+      ],
+      { encoding: 'utf8', env: slurmEnv },
+    ).trim();
+    try {
+      await waitFor(() => !/RUNNING|PENDING|CONFIGURING/.test(jobState(stale)), {
+        timeoutMs: 20_000,
+        what: 'the stale job scancelled by the worker',
+      });
+      expect(jobState(stale)).toMatch(/CANCELLED|GONE/);
+    } finally {
+      spawnSync('scancel', [stale]);
+    }
+  }, 60_000);
+});
+
+describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)', () => {
+  const MULTI_ID = `slurm-multi-${process.pid}`;
+  let multi: RunningWorker | null = null;
+  let multiEnv: Record<string, string> = {};
+
+  beforeAll(async () => {
+    const two = startMultiNodeSlurm();
+    if (!two.ok) throw new Error(`two-node Slurm unavailable: ${two.reason}`);
+    multiEnv = two.slurm.env;
+    const b: SlurmBackend = {
+      driver: new SlurmDriver({ env: multiEnv }),
+      partition: PARTITION,
+      extraArgs: [],
+      jobDir: join(makeTempDir('slurm-multi-jobs'), 'jobs'),
+      pollMs: 250,
+    };
+    multi = await startSlurmWorker(b, MULTI_ID, makeTempDir('slurm-multi-worker'));
+    await waitFor(
+      async () => {
+        const r = expectOk(await callTool<{ cards: CardRow[] }>(ops, 'list_cards', {}));
+        return r.cards.filter((c) => c.worker_id === MULTI_ID && c.state === 'AVAILABLE').length === 8;
+      },
+      { timeoutMs: 20_000, what: 'the two-node pool of 8 GPUs available' },
+    );
+  }, 90_000);
+
+  afterAll(async () => {
+    await multi?.close();
+  });
+
+  it('runs cards {count: 8, per_node: 4} as one job over both nodes with rank variables', async () => {
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec(
+        'echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT node=$SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES"',
+        { cards: { count: 8, per_node: 4 }, worker: MULTI_ID },
+      ),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const nodes = done.slurm!.binding!.nodes;
+    expect(nodes.map((n) => n.node).sort()).toEqual(['n1', 'n2']);
+    for (const n of nodes) expect(n.gpus).toHaveLength(4);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toMatch(/rank=0 local=0 world=2 master=\S+:\d+ node=n1/);
+    expect(logs.data).toMatch(/rank=1 local=0 world=2 master=\S+:\d+ node=n2/);
+  }, 90_000);
+});
