@@ -104,7 +104,9 @@ describe('config and jobcomp', () => {
 
   it('reads a jobcomp/filetxt record', () => {
     // Real lines from slurmctld 22.05's jobcomp/filetxt log (a .txt: *.log is git-ignored).
-    const lines = fixture('jobcomp.txt').split('\n').filter((l) => l !== '');
+    const lines = fixture('jobcomp.txt')
+      .split('\n')
+      .filter((l) => l !== '');
     const records = lines.map((l) => parseJobcompLine(l));
     expect(records.map((r) => r.state)).toEqual(['COMPLETED', 'FAILED', 'TIMEOUT', 'CANCELLED']);
     for (const r of records) {
