@@ -134,6 +134,22 @@ export interface ExecutionResult extends ExecutionExit {
   readonly cleanup_detail: string;
 }
 
+/**
+ * The exit of a run whose task never ran to an exit of its own: it was not started (setup failed,
+ * cancelled first) or the executor itself failed. Shared by the local and the Slurm executor.
+ */
+export function exitWithoutTask(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionExit {
+  return {
+    exit_code: null,
+    signal: null,
+    failure_reason: reason,
+    outputs: [],
+    output_errors: [],
+    log_errors: [],
+    ...(setupError === undefined ? {} : { setup_error: setupError }),
+  };
+}
+
 /** A running execution. */
 export interface ExecutionHandle {
   /** The plan's execution id. */
@@ -523,15 +539,7 @@ class ExecutionRun {
 
   private neverStarted(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionResult {
     this.resolveStarted(null);
-    const exited: ExecutionExit = {
-      exit_code: null,
-      signal: null,
-      failure_reason: reason,
-      outputs: [],
-      output_errors: [],
-      log_errors: [],
-      ...(setupError === undefined ? {} : { setup_error: setupError }),
-    };
+    const exited = exitWithoutTask(reason, setupError);
     this.resolveExited(exited);
     return { ...exited, cleaned: true, cleanup_detail: 'no process was started' };
   }
@@ -542,15 +550,7 @@ class ExecutionRun {
     clearTimeout(this.killTimer);
     this.box?.kill();
     this.resolveStarted(this.pid ?? null);
-    const exited: ExecutionExit = {
-      exit_code: null,
-      signal: null,
-      failure_reason: 'SETUP_FAILED',
-      outputs: [],
-      output_errors: [],
-      log_errors: [],
-      setup_error: `executor error: ${describe(err)}`,
-    };
+    const exited = exitWithoutTask('SETUP_FAILED', `executor error: ${describe(err)}`);
     this.resolveExited(exited);
     return { ...exited, cleaned: false, cleanup_detail: 'executor failed; cleanup not confirmed' };
   }

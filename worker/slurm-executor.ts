@@ -2,7 +2,12 @@ import { resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { ExecutionPlan, SlurmBinding, SlurmJobReport } from '../src/contracts/worker-protocol.js';
 import type { Clock } from '../src/platform/clock.js';
-import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
+import {
+  type ExecutionExit,
+  type ExecutionHandle,
+  type ExecutionResult,
+  exitWithoutTask,
+} from './executor.js';
 import type { ExecutorProvider } from './executor-env.js';
 import type { LogChunkHandler } from './executor-logs.js';
 import { collectOutputs } from './executor-outputs.js';
@@ -343,15 +348,7 @@ class SlurmRun {
   }
 
   private neverStarted(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionResult {
-    const exited: ExecutionExit = {
-      exit_code: null,
-      signal: null,
-      failure_reason: reason,
-      outputs: [],
-      output_errors: [],
-      log_errors: [],
-      ...(setupError === undefined ? {} : { setup_error: setupError }),
-    };
+    const exited = exitWithoutTask(reason, setupError);
     this.resolveExited(exited);
     return { ...exited, cleaned: true, cleanup_detail: 'no Slurm job was submitted' };
   }
@@ -361,15 +358,7 @@ class SlurmRun {
     // cancel a job the next worker process will resume.
     if (this.detached) return new Promise<ExecutionResult>(() => undefined);
     if (this.jobId !== null) void this.scancel();
-    const exited: ExecutionExit = {
-      exit_code: null,
-      signal: null,
-      failure_reason: 'SETUP_FAILED',
-      outputs: [],
-      output_errors: [],
-      log_errors: [],
-      setup_error: `Slurm executor error: ${describe(err)}`,
-    };
+    const exited = exitWithoutTask('SETUP_FAILED', `Slurm executor error: ${describe(err)}`);
     this.resolveExited(exited);
     return {
       ...exited,
