@@ -135,8 +135,11 @@ function charBoundaryAtOrBefore(buf: Buffer, at: number, min: number): number {
   return at;
 }
 
-/** How many bytes at the end of `buf` are the start of a character whose remaining bytes have not come yet. */
-function incompleteTailLength(buf: Buffer): number {
+/**
+ * How many bytes at the end of `buf` are the start of a character whose remaining bytes have not come
+ * yet. Also used by the Slurm job's log tail (slurm-job-outcome.ts).
+ */
+export function incompleteTailLength(buf: Buffer): number {
   const n = buf.length;
   for (let back = 1; back <= Math.min(3, n); back++) {
     const b = buf[n - back] ?? 0;

@@ -2,7 +2,7 @@ import { open } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import type { FailureReason } from '../src/contracts/worker-protocol.js';
 import { MAX_LOG_CHUNK_BYTES } from '../src/contracts/worker-protocol.js';
-import type { LogChunkHandler, LogStreamName } from './executor-logs.js';
+import { incompleteTailLength, type LogChunkHandler, type LogStreamName } from './executor-logs.js';
 import type { JobFiles } from './slurm/job-wrapper.js';
 import type { SlurmJobState } from './slurm/types.js';
 
@@ -114,16 +114,4 @@ export class JobLogTail {
       await handle.close();
     }
   }
-}
-
-/** How many bytes at the end of `buf` start a UTF-8 character whose other bytes have not been read yet. */
-function incompleteTailLength(buf: Buffer): number {
-  const n = buf.length;
-  for (let back = 1; back <= Math.min(3, n); back++) {
-    const b = buf[n - back] ?? 0;
-    if ((b & 0xc0) === 0x80) continue;
-    const need = b < 0xc0 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : b < 0xf8 ? 4 : 1;
-    return need > back ? back : 0;
-  }
-  return 0;
 }
