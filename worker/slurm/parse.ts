@@ -10,7 +10,7 @@
  * comments are checked to contain no whitespace, so its fields always parse exactly.
  */
 import { expandHostlist } from './hostlist.js';
-import type { SlurmJob, SlurmJobState, SlurmNodeGpus } from './types.js';
+import type { SlurmJob, SlurmJobState, SlurmNode, SlurmNodeGpus } from './types.js';
 
 /** Key=value pairs of one `-o` line, in order (keys may repeat). */
 export type SlurmFields = Array<[key: string, value: string]>;
@@ -280,19 +280,10 @@ export function parseJobLine(line: string): SlurmJob {
 }
 
 /** A node as parsed from one `scontrol show node -d -o` line, before GPU holders are attached. */
-export interface ParsedNode {
-  name: string;
-  state: string;
-  stateFlags: string[];
-  unavailable: boolean;
-  cpus: number;
-  gpus: number;
-  gpusUsed: number;
+export type ParsedNode = Omit<SlurmNode, 'holders' | 'usedGpuIndices'> & {
   /** From `GresUsed=…(IDX:…)`; null when Slurm printed no indices. */
   usedGpuIndices: number[] | null;
-  reason: string | null;
-  partitions: string[];
-}
+};
 
 const UNAVAILABLE_FLAGS = new Set([
   'DOWN',
