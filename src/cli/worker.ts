@@ -2,10 +2,11 @@ import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
 import { workerConnectUrl } from '../../worker/connection.js';
-import { startWorker } from '../../worker/daemon.js';
+import { startWorker, type WorkerOptions } from '../../worker/daemon.js';
 import { DEFAULT_EXECUTION_RETENTION, type ExecutionRetention } from '../../worker/execution-dirs.js';
 import { type DataMount, parseMount } from '../../worker/mounts.js';
 import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
+import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
@@ -58,19 +59,11 @@ export const run: CommandRunner = async (argv, io) => {
     }).catch((err: unknown) => {
       throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
     });
-    const logger = createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info');
     const worker = await startWorker({
-      masterUrl: settings.url,
-      token: settings.token,
-      workerId: settings.workerId,
-      dataDir: settings.dataDir,
-      sampler: choice.sampler,
-      logger,
-      ...(settings.ca === undefined ? {} : { ca: settings.ca }),
+      ...sharedWorkerOptions(settings, choice.sampler, io),
       ...(settings.runAs === undefined ? {} : { runAs: settings.runAs }),
       sandbox: sandbox.setup,
       ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
-      executionRetention: settings.executionRetention,
       ...(settings.mounts.length === 0 ? {} : { mounts: settings.mounts }),
     });
     const cards = worker.latestCards();
@@ -149,17 +142,9 @@ async function runSlurmWorker(
   const driver = new SlurmDriver();
   const backend: SlurmBackend = { ...slurm, driver };
   const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
-  const logger = createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info');
   const worker = await startWorker({
-    masterUrl: settings.url,
-    token: settings.token,
-    workerId: settings.workerId,
-    dataDir: settings.dataDir,
-    sampler,
-    logger,
-    ...(settings.ca === undefined ? {} : { ca: settings.ca }),
+    ...sharedWorkerOptions(settings, sampler, io),
     sandbox: { kind: 'none' },
-    executionRetention: settings.executionRetention,
     slurm: { backend, sampler },
   });
   const pool = sampler.pool();
@@ -192,6 +177,27 @@ async function runSlurmWorker(
   await (io.stopSignal ?? new Promise<void>(() => undefined));
   await worker.close();
   return 0;
+}
+
+/** The worker options both backends pass alike: the master, this worker's identity, its sampler and logger. */
+function sharedWorkerOptions(
+  settings: Settings,
+  sampler: CardSampler,
+  io: CliIo,
+): Pick<
+  WorkerOptions,
+  'masterUrl' | 'token' | 'workerId' | 'dataDir' | 'sampler' | 'logger' | 'executionRetention' | 'ca'
+> {
+  return {
+    masterUrl: settings.url,
+    token: settings.token,
+    workerId: settings.workerId,
+    dataDir: settings.dataDir,
+    sampler,
+    logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info'),
+    executionRetention: settings.executionRetention,
+    ...(settings.ca === undefined ? {} : { ca: settings.ca }),
+  };
 }
 
 function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Settings {
