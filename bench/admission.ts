@@ -1,16 +1,13 @@
-import { execFile } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { startWorker } from '../worker/daemon.js';
 import { SimSampler } from '../worker/samplers/sim-sampler.js';
 import { prepareSandbox } from '../worker/sandbox-setup.js';
-import { CLI_PATH, startChildMaster } from './child-master.js';
+import { startChildMaster } from './child-master.js';
+import { BenchClients, callTool, keySequence, proposeAndApprove, waitForCards } from './harness.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
@@ -26,7 +23,6 @@ import { type BenchSection, type OpResult, summarise } from './stats.js';
 const WARMUP = 20;
 const TASKS = 300;
 const MAX_SECONDS = 60;
-const execFileP = promisify(execFile);
 
 const SPEC = {
   title: 'admission bench',
@@ -39,14 +35,6 @@ const SPEC = {
   notes: 'zero-duration benchmark task',
 };
 
-async function token(dataDir: string, name: string, roles: string[], workerId?: string): Promise<string> {
-  const args = [CLI_PATH, 'token', 'create', '--data-dir', dataDir, '--name', name, '--json'];
-  for (const r of roles) args.push('--role', r);
-  if (workerId) args.push('--worker-id', workerId);
-  const { stdout } = await execFileP(process.execPath, args);
-  return (JSON.parse(stdout) as { token: string }).token;
-}
-
 interface TaskTimes {
   state: string;
   approved_at: string;
@@ -58,78 +46,41 @@ async function runAdmission(): Promise<OpResult[]> {
   const master = await startChildMaster({ executables: [{ path: '/bin/true' }] });
   const trusting = createCaTrustingFetch(master.caPem);
   const workerDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-worker-'));
-  const clients: Client[] = [];
+  const clients = new BenchClients(master.url, trusting.fetch, 'bench-admission');
   let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
   try {
-    const connect = async (t: string) => {
-      const client = new Client({ name: 'bench-admission', version: '0' });
-      await client.connect(
-        new StreamableHTTPClientTransport(new URL('/mcp', master.url), {
-          requestInit: { headers: { Authorization: `Bearer ${t}` } },
-          fetch: trusting.fetch,
-        }),
-      );
-      clients.push(client);
-      return client;
-    };
-    const alice = await connect(await token(master.dataDir, 'bench-alice', ['submitter']));
-    const rita = await connect(await token(master.dataDir, 'bench-rita', ['reviewer']));
+    const alice = await clients.connect(await master.createToken('bench-alice', ['submitter']));
+    const rita = await clients.connect(await master.createToken('bench-rita', ['reviewer']));
     const sampler = new SimSampler({ count: 8, seed: 'bench-worker' });
     // Tasks run in the real sandbox, so admission latency includes setting it up.
     const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
     worker = await startWorker({
       sandbox: sandbox.setup,
       masterUrl: master.url,
-      token: await token(master.dataDir, 'bench-worker', ['worker'], 'bench-worker'),
+      token: await master.createToken('bench-worker', ['worker'], 'bench-worker'),
       workerId: 'bench-worker',
       dataDir: workerDir,
       sampler,
       ca: master.caPem,
       logger: silentLogger(),
     });
-    const call = async <T>(c: Client, name: string, args: Record<string, unknown>): Promise<T> => {
-      const r = await c.callTool({ name, arguments: args });
-      if (r.isError) throw new Error(`${name}: ${JSON.stringify(r.content)}`);
-      return r.structuredContent as T;
-    };
     // Wait (bounded) until the worker's cards are schedulable.
-    const ready = Date.now() + 15_000;
-    for (;;) {
-      const cards = await call<{ cards: Array<{ state: string }> }>(alice, 'list_cards', {});
-      if (cards.cards.filter((c) => c.state === 'AVAILABLE').length === 8) break;
-      if (Date.now() > ready) throw new Error('the bench worker never became available');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitForCards(
+      alice,
+      (cards) => cards.filter((c) => c.state === 'AVAILABLE').length === 8,
+      15_000,
+      'the bench worker never became available',
+    );
 
-    let key = 0;
+    const nextKey = keySequence('adm');
     const admitOne = async (): Promise<TaskTimes> => {
-      const p = await call<{ proposal_id: string; revision_id: string; digest: string }>(
-        alice,
-        'create_proposal',
-        {
-          spec: SPEC,
-          idempotency_key: `adm-${key++}`,
-        },
-      );
-      await call(alice, 'confirm_revision', {
-        proposal_id: p.proposal_id,
-        revision_id: p.revision_id,
-        idempotency_key: `adm-${key++}`,
-      });
-      const approved = await call<{ task_id: string }>(rita, 'submit_review', {
-        proposal_id: p.proposal_id,
-        revision_id: p.revision_id,
-        revision_digest: p.digest,
-        decision: 'APPROVE',
-        comments: 'bench',
-        idempotency_key: `adm-${key++}`,
-      });
-      const waited = await call<{ task: TaskTimes; timed_out: boolean }>(alice, 'wait_for_task', {
-        task_id: approved.task_id,
+      const taskId = await proposeAndApprove(alice, rita, SPEC, nextKey);
+      const waited = await callTool<{ task: TaskTimes; timed_out: boolean }>(alice, 'wait_for_task', {
+        task_id: taskId,
         timeout_seconds: 20,
       });
       if (waited.timed_out || waited.task.state !== 'COMPLETED')
-        throw new Error(`task ${approved.task_id} ended ${waited.task.state}`);
+        throw new Error(`task ${taskId} ended ${waited.task.state}`);
       return waited.task;
     };
 
@@ -157,7 +108,7 @@ async function runAdmission(): Promise<OpResult[]> {
       summarise('admission', 'approval → COMPLETED (cleanup receipt)', toCompleted, errors, seconds, notes),
     ];
   } finally {
-    await Promise.allSettled(clients.map((c) => c.close()));
+    await clients.close();
     await worker?.close();
     await trusting.close();
     await master.stop();

@@ -21,8 +21,11 @@ export interface ChildMaster {
   caPem: string;
   pid: number;
   dataDir: string;
-  /** Creates a principal with the CLI (`token create --json`) and returns its token. */
-  createToken(name: string, roles: string[]): Promise<string>;
+  /**
+   * Creates a principal with the CLI (`token create --json`) and returns its token; a `worker` token
+   * also takes the worker id it is bound to.
+   */
+  createToken(name: string, roles: string[], workerId?: string): Promise<string>;
   /** Resident and peak resident set size of the master process, in MiB (from /proc/PID/status). */
   memory(): { rssMiB: number; peakMiB: number };
   /** CPU seconds (user + system) the master process has used so far (from /proc/PID/stat). */
@@ -79,9 +82,10 @@ export async function startChildMaster(policy: Record<string, unknown>): Promise
     caPem: readFileSync(info.ca_file, 'utf8'),
     pid,
     dataDir,
-    async createToken(name, roles) {
+    async createToken(name, roles, workerId) {
       const args = [CLI_PATH, 'token', 'create', '--data-dir', dataDir, '--name', name, '--json'];
       for (const r of roles) args.push('--role', r);
+      if (workerId) args.push('--worker-id', workerId);
       const { stdout } = await execFileP(process.execPath, args);
       return (JSON.parse(stdout) as { token: string }).token;
     },

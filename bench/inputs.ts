@@ -2,14 +2,13 @@ import { createHash, randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { startWorker } from '../worker/daemon.js';
 import { SimSampler } from '../worker/samplers/sim-sampler.js';
 import { prepareSandbox } from '../worker/sandbox-setup.js';
 import { startChildMaster } from './child-master.js';
+import { BenchClients, callTool, keySequence, proposeAndApprove, waitForCards } from './harness.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
@@ -33,68 +32,30 @@ async function runInputs(): Promise<OpResult[]> {
   });
   const trusting = createCaTrustingFetch(master.caPem);
   const workerDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-inputs-'));
-  const clients: Client[] = [];
+  const clients = new BenchClients(master.url, trusting.fetch, 'bench-inputs');
   let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
   try {
     const aliceToken = await master.createToken('bench-alice', ['submitter']);
-    const connect = async (t: string) => {
-      const client = new Client({ name: 'bench-inputs', version: '0' });
-      await client.connect(
-        new StreamableHTTPClientTransport(new URL('/mcp', master.url), {
-          requestInit: { headers: { Authorization: `Bearer ${t}` } },
-          fetch: trusting.fetch,
-        }),
-      );
-      clients.push(client);
-      return client;
-    };
-    const alice = await connect(aliceToken);
-    const rita = await connect(await master.createToken('bench-rita', ['reviewer']));
+    const alice = await clients.connect(aliceToken);
+    const rita = await clients.connect(await master.createToken('bench-rita', ['reviewer']));
     const sampler = new SimSampler({ count: 2, seed: 'bench-inputs' });
     const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
-    const { execFile } = await import('node:child_process');
-    const workerToken = await new Promise<string>((resolve, reject) =>
-      execFile(
-        process.execPath,
-        [
-          new URL('../src/cli/main.js', import.meta.url).pathname,
-          'token',
-          'create',
-          '--data-dir',
-          master.dataDir,
-          '--name',
-          'bench-inputs-worker',
-          '--role',
-          'worker',
-          '--worker-id',
-          'bench-inputs',
-          '--json',
-        ],
-        (err, stdout) => (err ? reject(err) : resolve((JSON.parse(stdout) as { token: string }).token)),
-      ),
-    );
     worker = await startWorker({
       sandbox: sandbox.setup,
       masterUrl: master.url,
-      token: workerToken,
+      token: await master.createToken('bench-inputs-worker', ['worker'], 'bench-inputs'),
       workerId: 'bench-inputs',
       dataDir: workerDir,
       sampler,
       ca: master.caPem,
       logger: silentLogger(),
     });
-    const call = async <T>(c: Client, name: string, args: Record<string, unknown>): Promise<T> => {
-      const r = await c.callTool({ name, arguments: args });
-      if (r.isError) throw new Error(`${name}: ${JSON.stringify(r.content)}`);
-      return r.structuredContent as T;
-    };
-    const ready = Date.now() + 15_000;
-    for (;;) {
-      const cards = await call<{ cards: Array<{ state: string }> }>(alice, 'list_cards', {});
-      if (cards.cards.filter((c) => c.state === 'AVAILABLE').length === 2) break;
-      if (Date.now() > ready) throw new Error('the bench worker never became available');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    await waitForCards(
+      alice,
+      (cards) => cards.filter((c) => c.state === 'AVAILABLE').length === 2,
+      15_000,
+      'the bench worker never became available',
+    );
 
     // Upload throughput: PUT
     const put = async (bytes: Buffer) => {
@@ -133,7 +94,7 @@ async function runInputs(): Promise<OpResult[]> {
     for (let i = 0; i < 20; i++) {
       const content = randomBytes(MIB - 64).toString('base64');
       const s = performance.now();
-      await call(alice, 'upload_inputs', {
+      await callTool(alice, 'upload_inputs', {
         files: [{ path: `chunk${i}.bin`, content, encoding: 'base64' }],
         idempotency_key: `up-${i}`,
       });
@@ -152,44 +113,23 @@ async function runInputs(): Promise<OpResult[]> {
     );
 
     // Approval → started
-    let key = 0;
+    const nextKey = keySequence('adm');
     const admit = async (inputs: Array<{ path: string; sha256: string; size: number }>) => {
-      const p = await call<{ proposal_id: string; revision_id: string; digest: string }>(
-        alice,
-        'create_proposal',
-        {
-          spec: {
-            title: 'inputs bench',
-            objective: 'measure admission with inputs',
-            success_criteria: 'exits 0',
-            cards: { count: 1 },
-            runtime: { kind: 'process', argv: ['/bin/true'] },
-            inputs,
-            outputs: [],
-            time_limit_seconds: 120,
-            notes: 'bench',
-          },
-          idempotency_key: `adm-${key++}`,
-        },
-      );
-      await call(alice, 'confirm_revision', {
-        proposal_id: p.proposal_id,
-        revision_id: p.revision_id,
-        idempotency_key: `adm-${key++}`,
-      });
-      const approved = await call<{ task_id: string }>(rita, 'submit_review', {
-        proposal_id: p.proposal_id,
-        revision_id: p.revision_id,
-        revision_digest: p.digest,
-        decision: 'APPROVE',
-        comments: 'bench',
-        idempotency_key: `adm-${key++}`,
-      });
-      const waited = await call<{ task: { state: string; approved_at: string; started_at: string | null } }>(
-        alice,
-        'wait_for_task',
-        { task_id: approved.task_id, timeout_seconds: 25 },
-      );
+      const spec = {
+        title: 'inputs bench',
+        objective: 'measure admission with inputs',
+        success_criteria: 'exits 0',
+        cards: { count: 1 },
+        runtime: { kind: 'process', argv: ['/bin/true'] },
+        inputs,
+        outputs: [],
+        time_limit_seconds: 120,
+        notes: 'bench',
+      };
+      const taskId = await proposeAndApprove(alice, rita, spec, nextKey);
+      const waited = await callTool<{
+        task: { state: string; approved_at: string; started_at: string | null };
+      }>(alice, 'wait_for_task', { task_id: taskId, timeout_seconds: 25 });
       if (waited.task.state !== 'COMPLETED') throw new Error(`task ended ${waited.task.state}`);
       return Date.parse(waited.task.started_at!) - Date.parse(waited.task.approved_at);
     };
@@ -237,7 +177,7 @@ async function runInputs(): Promise<OpResult[]> {
     );
     return rows;
   } finally {
-    await Promise.allSettled(clients.map((c) => c.close()));
+    await clients.close();
     await worker?.close();
     await trusting.close();
     await master.stop();

@@ -1,16 +1,13 @@
-import { execFile } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { promisify } from 'node:util';
-import { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { startWorker } from '../worker/daemon.js';
 import type { SlurmDriver } from '../worker/slurm/driver.js';
 import { slurmPoolSampler } from '../worker/slurm-sampler.js';
-import { CLI_PATH, startChildMaster } from './child-master.js';
+import { startChildMaster } from './child-master.js';
+import { BenchClients, callTool, keySequence, proposeAndApprove, waitForCards } from './harness.js';
 
 /**
  * The "through the broker" column of the Slurm bench (issue 12): the same 1-GPU jobs as
@@ -30,8 +27,6 @@ import { CLI_PATH, startChildMaster } from './child-master.js';
  * broker 10.9 s (the broker admits only what the pool has free, so the second half waits for the first
  * to finish and be reported, instead of queueing in Slurm).
  */
-
-const execFileP = promisify(execFile);
 
 /** Options of {@link measureBrokerSlurm}. */
 export interface BrokerSlurmOptions {
@@ -54,40 +49,21 @@ export interface BrokerSlurmResult {
   sequentialSeconds: number;
 }
 
-async function token(dataDir: string, name: string, roles: string[], workerId?: string): Promise<string> {
-  const args = [CLI_PATH, 'token', 'create', '--data-dir', dataDir, '--name', name, '--json'];
-  for (const r of roles) args.push('--role', r);
-  if (workerId) args.push('--worker-id', workerId);
-  const { stdout } = await execFileP(process.execPath, args);
-  return (JSON.parse(stdout) as { token: string }).token;
-}
-
 /** Runs the broker column; cleans up its master, worker and files. */
 export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerSlurmResult> {
   const master = await startChildMaster({ executables: [{ path: '/bin/sh' }], require_isolation: false });
   const trusting = createCaTrustingFetch(master.caPem);
   const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-slurm-broker-'));
-  const clients: Client[] = [];
+  const clients = new BenchClients(master.url, trusting.fetch, 'bench-slurm');
   let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
   try {
-    const connect = async (t: string) => {
-      const client = new Client({ name: 'bench-slurm', version: '0' });
-      await client.connect(
-        new StreamableHTTPClientTransport(new URL('/mcp', master.url), {
-          requestInit: { headers: { Authorization: `Bearer ${t}` } },
-          fetch: trusting.fetch,
-        }),
-      );
-      clients.push(client);
-      return client;
-    };
-    const alice = await connect(await token(master.dataDir, 'bench-alice', ['submitter']));
-    const rita = await connect(await token(master.dataDir, 'bench-rita', ['reviewer']));
+    const alice = await clients.connect(await master.createToken('bench-alice', ['submitter']));
+    const rita = await clients.connect(await master.createToken('bench-rita', ['reviewer']));
     const workerId = `bench-slurm-${process.pid}`;
     const sampler = slurmPoolSampler({ driver: o.driver, partition: o.partition, workerId });
     worker = await startWorker({
       masterUrl: master.url,
-      token: await token(master.dataDir, 'bench-worker', ['worker'], workerId),
+      token: await master.createToken('bench-worker', ['worker'], workerId),
       workerId,
       dataDir: join(dir, 'worker'),
       sampler,
@@ -105,23 +81,13 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
         sampler,
       },
     });
-    const call = async <T>(c: Client, name: string, args: Record<string, unknown>): Promise<T> => {
-      const r = await c.callTool({ name, arguments: args });
-      if (r.isError) throw new Error(`${name}: ${JSON.stringify(r.content)}`);
-      return r.structuredContent as T;
-    };
-    const ready = Date.now() + 20_000;
-    for (;;) {
-      const cards = await call<{ cards: Array<{ worker_id: string; state: string }> }>(
-        alice,
-        'list_cards',
-        {},
-      );
-      if (cards.cards.some((c) => c.worker_id === workerId && c.state === 'AVAILABLE')) break;
-      if (Date.now() > ready) throw new Error('the bench Slurm worker never offered a GPU');
-      await new Promise((r) => setTimeout(r, 50));
-    }
-    let key = 0;
+    await waitForCards(
+      alice,
+      (cards) => cards.some((c) => c.worker_id === workerId && c.state === 'AVAILABLE'),
+      20_000,
+      'the bench Slurm worker never offered a GPU',
+    );
+    const nextKey = keySequence('sb');
     const spec = {
       title: 'slurm bench',
       objective: 'measure admission through the broker to Slurm',
@@ -133,31 +99,9 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
       notes: 'benchmark task',
     };
     const approve = async (): Promise<{ taskId: string; approvedAt: number }> => {
-      const p = await call<{ proposal_id: string; revision_id: string; digest: string }>(
-        alice,
-        'create_proposal',
-        {
-          spec,
-          idempotency_key: `sb-${key++}`,
-        },
-      );
-      await call(alice, 'confirm_revision', {
-        proposal_id: p.proposal_id,
-        revision_id: p.revision_id,
-        idempotency_key: `sb-${key++}`,
-      });
-      const approved = await call<{ task_id: string }>(rita, 'submit_review', {
-        proposal_id: p.proposal_id,
-        revision_id: p.revision_id,
-        revision_digest: p.digest,
-        decision: 'APPROVE',
-        comments: 'bench',
-        idempotency_key: `sb-${key++}`,
-      });
-      const t = await call<{ task: { approved_at: string } }>(alice, 'get_task', {
-        task_id: approved.task_id,
-      });
-      return { taskId: approved.task_id, approvedAt: Date.parse(t.task.approved_at) };
+      const taskId = await proposeAndApprove(alice, rita, spec, nextKey);
+      const t = await callTool<{ task: { approved_at: string } }>(alice, 'get_task', { task_id: taskId });
+      return { taskId, approvedAt: Date.parse(t.task.approved_at) };
     };
     const startOf = (taskId: string): number | null => {
       const f = join(dir, `start.${taskId}`);
@@ -173,7 +117,7 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
       }
     };
     const settled = async (taskId: string) => {
-      const r = await call<{ task: { state: string }; timed_out: boolean }>(alice, 'wait_for_task', {
+      const r = await callTool<{ task: { state: string }; timed_out: boolean }>(alice, 'wait_for_task', {
         task_id: taskId,
         timeout_seconds: 25,
       });
@@ -203,7 +147,7 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
       sequentialSeconds,
     };
   } finally {
-    await Promise.allSettled(clients.map((c) => c.close()));
+    await clients.close();
     await worker?.close();
     await trusting.close();
     await master.stop();
