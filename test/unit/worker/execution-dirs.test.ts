@@ -1,12 +1,11 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import type { ReportedPhase } from '../../../src/domain/execution.js';
 import { pruneExecutionDirs } from '../../../worker/execution-dirs.js';
 import { type LocalStore, openLocalStore } from '../../../worker/local-store.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
-import { seedExecution } from '../../support/worker-store.js';
+import { seedExecution, storedPlan } from '../../support/worker-store.js';
 
 /**
  * Retention of finished execution directories (issue 14): only cleaned or rejected executions, older
@@ -18,31 +17,9 @@ let clock: number;
 let store: LocalStore;
 let dir: string;
 
-function plan(id: string): ExecutionPlan {
-  return {
-    task_id: `task-of-${id}`,
-    execution_id: id,
-    assignment_id: `asg-${id}`,
-    lease_epoch: 1,
-    cards: [{ index: 0, uuid: 'GPU-0' }],
-    spec: {
-      title: 't',
-      objective: 'o',
-      success_criteria: 's',
-      cards: { count: 1 },
-      runtime: { kind: 'process', argv: ['/usr/bin/true'] },
-      outputs: [],
-      time_limit_seconds: 60,
-    },
-    spec_digest: 'a'.repeat(64),
-    kill_grace_seconds: 5,
-    cleanup_timeout_seconds: 30,
-  };
-}
-
 /** An execution in `phase` last updated at the current clock, with a folder holding a log. */
 function execution(id: string, phase: ReportedPhase): void {
-  seedExecution(store, plan(id), phase);
+  seedExecution(store, storedPlan(id), phase);
   mkdirSync(join(dir, id, 'task'), { recursive: true });
   writeFileSync(join(dir, id, 'stdout.log'), 'log\n');
 }

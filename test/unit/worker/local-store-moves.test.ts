@@ -5,6 +5,7 @@ import { EXECUTION_TABLE, type ExecutionPhase, type ReportedPhase } from '../../
 import { ManualClock } from '../../../src/platform/clock.js';
 import { type LocalStore, openLocalStore } from '../../../worker/local-store.js';
 import { ExecutionMoveError } from '../../../worker/local-store-moves.js';
+import { storedPlan } from '../../support/worker-store.js';
 
 /**
  * The worker's execution record moves only through the master's EXECUTION_TABLE, with compare-and-set
@@ -27,25 +28,7 @@ afterEach(() => {
 });
 
 function plan(id: string): ExecutionPlan {
-  return {
-    task_id: `task-of-${id}`,
-    execution_id: id,
-    assignment_id: `asg-${id}`,
-    lease_epoch: 2,
-    cards: [{ index: 0, uuid: 'GPU-0' }],
-    spec: {
-      title: 't',
-      objective: 'o',
-      success_criteria: 's',
-      cards: { count: 1 },
-      runtime: { kind: 'process', argv: ['/usr/bin/true'] },
-      outputs: [],
-      time_limit_seconds: 60,
-    },
-    spec_digest: 'a'.repeat(64),
-    kill_grace_seconds: 5,
-    cleanup_timeout_seconds: 30,
-  };
+  return storedPlan(id, { lease_epoch: 2 });
 }
 
 const moveError = (code: string, extra: Record<string, unknown> = {}) =>

@@ -16,6 +16,7 @@ import {
   migrateLocalStore,
 } from '../../../worker/local-store-migrations.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+import { storedPlan } from '../../support/worker-store.js';
 
 /**
  * The worker's migrations are files (worker/migrations, ADR 0014), with a committed snapshot
@@ -95,25 +96,11 @@ const tablesOf = (dump: string) =>
     .map((stmt) => stmt.trim())
     .filter((stmt) => stmt !== '' && !stmt.startsWith('CREATE TRIGGER') && !stmt.startsWith('-- generated'));
 
-const PLAN: ExecutionPlan = {
+const PLAN: ExecutionPlan = storedPlan('ex_old', {
   task_id: 'task_old',
-  execution_id: 'ex_old',
   assignment_id: 'asg_old',
   lease_epoch: 4,
-  cards: [{ index: 0, uuid: 'GPU-0' }],
-  spec: {
-    title: 't',
-    objective: 'o',
-    success_criteria: 's',
-    cards: { count: 1 },
-    runtime: { kind: 'process', argv: ['/usr/bin/true'] },
-    outputs: [],
-    time_limit_seconds: 60,
-  },
-  spec_digest: 'a'.repeat(64),
-  kill_grace_seconds: 5,
-  cleanup_timeout_seconds: 30,
-};
+});
 
 function freshSchema(): string {
   const db = new Database(':memory:');

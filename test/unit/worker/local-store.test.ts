@@ -7,7 +7,7 @@ import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import type { LocalStore } from '../../../worker/local-store.js';
 import { LOCAL_STORE_SCHEMA_VERSION, openLocalStore } from '../../../worker/local-store.js';
 import { ExecutionMoveError } from '../../../worker/local-store-moves.js';
-import { seedExecution } from '../../support/worker-store.js';
+import { seedExecution, storedPlan } from '../../support/worker-store.js';
 
 let dir: string;
 let file: string;
@@ -38,25 +38,7 @@ afterEach(() => {
 });
 
 function plan(executionId: string, epoch = 3): ExecutionPlan {
-  return {
-    task_id: `task-of-${executionId}`,
-    execution_id: executionId,
-    assignment_id: `asg-${executionId}`,
-    lease_epoch: epoch,
-    cards: [{ index: 0, uuid: 'GPU-0' }],
-    spec: {
-      title: 't',
-      objective: 'o',
-      success_criteria: 's',
-      cards: { count: 1 },
-      runtime: { kind: 'process', argv: ['/usr/bin/true'] },
-      outputs: [],
-      time_limit_seconds: 60,
-    },
-    spec_digest: 'a'.repeat(64),
-    kill_grace_seconds: 5,
-    cleanup_timeout_seconds: 30,
-  };
+  return storedPlan(executionId, { lease_epoch: epoch });
 }
 
 describe('schema', () => {
