@@ -328,7 +328,8 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
       { encoding: 'utf8', env: slurmEnv },
     ).trim();
     try {
-      await waitFor(() => !/RUNNING|PENDING|CONFIGURING/.test(jobState(stale)), {
+      // COMPLETING is the step between scancel and CANCELLED: wait past it (seen once in CI).
+      await waitFor(() => !/RUNNING|PENDING|CONFIGURING|COMPLETING/.test(jobState(stale)), {
         timeoutMs: 20_000,
         what: 'the stale job scancelled by the worker',
       });
