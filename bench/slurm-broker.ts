@@ -77,6 +77,7 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
           extraArgs: [],
           jobDir: join(dir, 'jobs'),
           pollMs: o.pollMs ?? 200,
+          sandbox: null,
         },
         sampler,
       },

@@ -93,8 +93,11 @@ export interface BwrapRequest {
   readonly network: NetworkMode;
   /** The uid/gid the task runs as, via setpriv, when bwrap runs as root; null when bwrap is unprivileged. */
   readonly identity: { uid: number; gid: number; setpriv: string } | null;
-  /** File descriptor (in bwrap's stdio) where bwrap writes its JSON status (child pid, namespaces, exit). */
-  readonly statusFd: number;
+  /**
+   * File descriptor (in bwrap's stdio) where bwrap writes its JSON status (child pid, namespaces, exit);
+   * null for none (a Slurm rank learns that the sandbox came up from a shim instead, see job-wrapper.ts).
+   */
+  readonly statusFd: number | null;
   /** The task's argv. */
   readonly argv: readonly string[];
   /** The placed inputs (executor-inputs.ts): their host dir and its top-level names. */
@@ -120,8 +123,7 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     ...(req.identity === null ? ['--unshare-user'] : []),
     '--hostname',
     'gpu-broker-task',
-    '--json-status-fd',
-    String(req.statusFd),
+    ...(req.statusFd === null ? [] : ['--json-status-fd', String(req.statusFd)]),
   ];
   args.push(...systemArgs(req.system));
   for (const h of req.hidden) {

@@ -1,4 +1,5 @@
-import { resolve } from 'node:path';
+import { stat } from 'node:fs/promises';
+import { join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { ExecutionPlan, SlurmBinding, SlurmJobReport } from '../src/contracts/worker-protocol.js';
 import type { Clock } from '../src/platform/clock.js';
@@ -7,12 +8,13 @@ import {
   type ExecutionHandle,
   type ExecutionResult,
   exitWithoutTask,
+  type SandboxSetup,
 } from './executor.js';
 import type { ExecutorProvider } from './executor-env.js';
 import type { LogChunkHandler } from './executor-logs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { SlurmDriver } from './slurm/driver.js';
-import { jobFiles, readBinding, readExit } from './slurm/job-wrapper.js';
+import { jobFiles, readBinding, readExit, readSetupErrors } from './slurm/job-wrapper.js';
 import type { SlurmJob, SlurmJobState } from './slurm/types.js';
 import { JobLogTail, signalName, slurmVerdict } from './slurm-job-outcome.js';
 import { prepareSlurmJob } from './slurm-job-setup.js';
@@ -61,6 +63,18 @@ export interface SlurmBackend {
   readonly jobDir: string;
   /** How often jobs and nodes are polled (ms). */
   readonly pollMs: number;
+  /**
+   * Run every rank in bwrap on its node (docs/decisions/0017-slurm-sandbox.md); null: `--isolation none`,
+   * the task runs as the job's user with what the site's Slurm confines.
+   */
+  readonly sandbox: SlurmSandbox | null;
+}
+
+/** A Slurm worker's sandbox: the local worker's bwrap setup, plus where the nodes' GPU device files are. */
+export interface SlurmSandbox {
+  readonly setup: Extract<SandboxSetup, { kind: 'bwrap' }>;
+  /** gres.conf's `File=` directory for `nvidia<index>` (`%n`: the node's name); default /dev. */
+  readonly gpuDevDir: string;
 }
 
 /** Options of one Slurm execution. */
@@ -142,7 +156,10 @@ class SlurmRun {
     this.exited = new Promise((r) => {
       this.resolveExited = r;
     });
-    this.done = this.run().catch((err: unknown) => this.internalFailure(err));
+    const uids = opts.backend.sandbox?.setup.uids ?? null;
+    this.done = this.run()
+      .catch((err: unknown) => this.internalFailure(err))
+      .finally(() => uids?.release(plan.execution_id));
   }
 
   cancel(_reason: string): void {
@@ -160,6 +177,11 @@ class SlurmRun {
   private async run(): Promise<ExecutionResult> {
     const { backend } = this.opts;
     if (this.opts.resume !== undefined) {
+      // The task of a resumed job still runs as the uid the previous process gave it: keep it taken.
+      const taskUid = await stat(join(this.execDir, 'task'))
+        .then((st) => st.uid)
+        .catch(() => null);
+      if (taskUid !== null) backend.sandbox?.setup.uids?.claim(this.plan.execution_id, taskUid);
       this.jobId = this.opts.resume.job_id;
       this.report = this.opts.resume;
       if (this.opts.resume.binding !== null) {
@@ -244,8 +266,15 @@ class SlurmRun {
     }
     await this.logs.pump(true);
     const exitFile = await readExit(this.execDir).catch(() => null);
+    // Only a sandboxed task cannot reach the job dir: an unsandboxed one could write these files itself.
+    const setupErrors = backend.sandbox === null ? [] : await readSetupErrors(this.execDir);
+    // Outputs must belong to the task's user: the owner of its dir (the worker made it and, for a
+    // sandboxed task of a root worker, gave it to the task's uid; a task cannot give it away).
+    const owner = await stat(join(this.execDir, 'task'))
+      .then((st) => st.uid)
+      .catch(() => process.getuid?.() ?? null);
     const collection = await collectOutputs(
-      { base: this.execDir, below: ['task', 'out'], owner: process.getuid?.() ?? null },
+      { base: this.execDir, below: ['task', 'out'], owner },
       this.plan.spec.outputs,
     );
     // Slurm's ExitCode is the batch script's: only a job that ended by itself (COMPLETED, FAILED) has
@@ -260,6 +289,7 @@ class SlurmRun {
       signal,
       lost: lostDetail !== null,
       requiredMissing: collection.requiredMissing,
+      setupErrors,
     });
     const exited: ExecutionExit = {
       exit_code: exitFile === null && signal !== null ? null : exitCode,

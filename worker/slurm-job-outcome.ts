@@ -22,11 +22,16 @@ export interface SlurmOutcome {
   /** The job vanished: no record of its end anywhere. */
   lost: boolean;
   requiredMissing: boolean;
+  /** Why ranks could not build their sandbox (setup-error.<rank>); read only for sandboxed jobs. */
+  setupErrors?: readonly string[];
 }
 
 /** The failure reason (null on success) and a detail line for the agent. Pure. */
 export function slurmVerdict(o: SlurmOutcome): { failure: FailureReason | null; detail: string | null } {
   if (o.killReason !== null) return { failure: o.killReason, detail: null };
+  // A rank that could not build its sandbox never ran the task (and the others were killed with it).
+  if ((o.setupErrors ?? []).length > 0)
+    return { failure: 'SETUP_FAILED', detail: `sandbox: ${(o.setupErrors ?? []).join('; ')}` };
   if (o.lost) return { failure: 'WORKER_LOST', detail: 'the Slurm job vanished' };
   switch (o.state) {
     case 'TIMEOUT':

@@ -1,8 +1,9 @@
-import { mkdir } from 'node:fs/promises';
+import { chown, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ExecutionPlan } from '../src/contracts/worker-protocol.js';
 import { buildTaskEnv } from './executor-env.js';
-import { jobFiles, writeJobFiles } from './slurm/job-wrapper.js';
+import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
+import { jobFiles, type WrapperSandbox, writeJobFiles } from './slurm/job-wrapper.js';
 import type { SlurmSubmitRequest } from './slurm/types.js';
 import type { SlurmExecutionOptions } from './slurm-executor.js';
 
@@ -20,8 +21,9 @@ export function markerPrefix(workerId: string): string {
 
 /**
  * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime, inputs,
- * named mounts), writes the job wrapper and the task's directories, builds the env from nothing, and
- * returns the sbatch request — or why the plan cannot run as a Slurm job.
+ * named mounts), fixes the rank's bwrap sandbox (all but the device binds, which only the node knows),
+ * writes the job wrapper and the task's directories, builds the env from nothing, and returns the
+ * sbatch request — or why the plan cannot run as a Slurm job.
  */
 export async function prepareSlurmJob(
   plan: ExecutionPlan,
@@ -42,22 +44,76 @@ export async function prepareSlurmJob(
   const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
   const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
   const taskDir = join(execDir, 'task');
+  const sandbox = backend.sandbox;
+  // A root worker's jobs run as root on the nodes: the task drops to a uid of its own (setpriv), as on
+  // a local root worker. An unprivileged worker's bwrap runs in a user namespace under the job's user.
+  let identity: { uid: number; gid: number; setpriv: string } | null = null;
+  try {
+    if (sandbox !== null && sandbox.setup.uids !== null && sandbox.setup.setpriv !== null) {
+      const uid = sandbox.setup.uids.acquire(id);
+      identity = { uid, gid: uid, setpriv: sandbox.setup.setpriv };
+    }
+  } catch (err) {
+    return describe(err);
+  }
+  let wrapperSandbox: WrapperSandbox | undefined;
+  if (sandbox !== null) {
+    const args = bwrapArgs({
+      system: sandbox.setup.system,
+      taskDir,
+      // The job directory is hidden as well, in case it lies under a system dir: a task never sees
+      // another job's files or its own binding.json and exit.json.
+      hidden: hiddenMounts([
+        ...sandbox.setup.hiddenPaths,
+        ...ALWAYS_HIDDEN,
+        backend.jobDir,
+        ...(plan.hidden_paths ?? []),
+      ]),
+      pinned: programBinds(
+        runtime.argv[0],
+        (plan.pins ?? []).map((p) => p.path),
+      ),
+      devices: [],
+      network: plan.spec.network ?? 'none',
+      identity,
+      statusFd: null,
+      argv: runtime.argv,
+    });
+    const at = args.indexOf('--chdir');
+    wrapperSandbox = {
+      bwrap: sandbox.setup.bwrap,
+      before: args.slice(0, at),
+      after: args.slice(at),
+      gpuDevDir: sandbox.gpuDevDir,
+    };
+  }
   try {
     await mkdir(backend.jobDir, { recursive: true, mode: 0o700 });
-    await writeJobFiles({ jobDir: execDir, argv: [...runtime.argv], ntasksPerNode: 1 });
+    await writeJobFiles({
+      jobDir: execDir,
+      argv: [...runtime.argv],
+      ntasksPerNode: 1,
+      ...(wrapperSandbox === undefined ? {} : { sandbox: wrapperSandbox }),
+    });
     await mkdir(taskDir, { mode: 0o700 });
     await mkdir(join(taskDir, 'out'), { mode: 0o700 });
-    await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
+    if (sandbox === null) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
+    if (identity !== null)
+      for (const dir of [taskDir, join(taskDir, 'out')]) await chown(dir, identity.uid, identity.gid);
   } catch (err) {
     return `cannot prepare the job directory ${execDir}: ${describe(err)}`;
   }
   const env = buildTaskEnv(
     plan,
-    { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') },
+    sandbox === null
+      ? { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') }
+      : { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' },
     opts.workerId,
     opts.provider,
+    { sandboxed: sandbox !== null },
   );
-  // The lease's indexes are pool slots, not devices: Slurm sets the visible devices itself.
+  // The lease's indexes are pool slots, not devices: Slurm sets the visible devices itself (and a
+  // sandboxed rank renumbers them for the devices it binds).
   for (const k of [
     'CUDA_VISIBLE_DEVICES',
     'HIP_VISIBLE_DEVICES',

@@ -51,6 +51,21 @@ export class TaskUidPool {
     throw new Error(`all ${this.range.last - this.range.first + 1} task uids are in use`);
   }
 
+  /**
+   * Records that `executionId` already holds `uid` (a Slurm job a previous worker process started, whose
+   * task still runs as that uid), so that no new execution is given it. False when the uid is outside
+   * the range or held by another execution.
+   */
+  claim(executionId: string, uid: number): boolean {
+    if (uid < this.range.first || uid > this.range.last) return false;
+    const have = this.byExecution.get(executionId);
+    if (have !== undefined) return have === uid;
+    if (this.taken.has(uid)) return false;
+    this.taken.add(uid);
+    this.byExecution.set(executionId, uid);
+    return true;
+  }
+
   /** Gives `executionId`'s uid back; a no-op for an unknown id. */
   release(executionId: string): void {
     const uid = this.byExecution.get(executionId);

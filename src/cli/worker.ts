@@ -115,13 +115,19 @@ interface Settings {
   executionRetention: ExecutionRetention;
   mounts: DataMount[];
   /** `--backend slurm`: the operator's Slurm settings (the driver is made at start). */
-  slurm?: Omit<SlurmBackend, 'driver'>;
+  slurm?: SlurmSettings;
 }
+
+/** The operator's Slurm settings as parsed; the driver and the sandbox are made at start. */
+type SlurmSettings = Omit<SlurmBackend, 'driver' | 'sandbox'> & {
+  /** `--slurm-gpu-dev-dir`: where the nodes' `nvidia<index>` device files are (`%n`: node name). */
+  gpuDevDir: string;
+};
 
 /** `--backend slurm`: the partition's GPUs are the pool, tasks run as Slurm jobs (ADR 0013). */
 async function runSlurmWorker(
   settings: Settings,
-  slurm: Omit<SlurmBackend, 'driver'>,
+  slurm: SlurmSettings,
   json: boolean | undefined,
   io: CliIo,
 ): Promise<number> {
@@ -140,18 +146,42 @@ async function runSlurmWorker(
     throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, USAGE);
   }
   const driver = new SlurmDriver();
-  const backend: SlurmBackend = { ...slurm, driver };
   const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
+  // The same choice as a local worker's: bwrap unless the operator says --isolation none. Checked here
+  // on the submit host; each rank checks again on its node and refuses to run the task unsandboxed.
+  const sandbox =
+    settings.isolation === 'none'
+      ? null
+      : await prepareSandbox({
+          isolation: settings.isolation,
+          dataDir: settings.dataDir,
+          hiddenPaths: settings.hide,
+          sampler,
+          containerEngine: 'none',
+          ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
+        }).catch((err: unknown) => {
+          throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
+        });
+  const bwrap = sandbox?.setup.kind === 'bwrap' ? sandbox.setup : null;
+  const { gpuDevDir, ...fixed } = slurm;
+  const backend: SlurmBackend = {
+    ...fixed,
+    driver,
+    sandbox: bwrap === null ? null : { setup: bwrap, gpuDevDir },
+  };
   const worker = await startWorker({
     ...sharedWorkerOptions(settings, sampler, io),
-    sandbox: { kind: 'none' },
+    sandbox: bwrap ?? { kind: 'none' },
     slurm: { backend, sampler },
   });
   const pool = sampler.pool();
   const cards = worker.latestCards();
   const summary = `Slurm partition ${pool.partition}: ${pool.nodes.length} node${pool.nodes.length === 1 ? '' : 's'}, ${cards === null ? 'no sample yet' : `${cards.length} GPUs`} (a pool: Slurm places, the broker admits)`;
+  const isolationMode = bwrap === null ? 'none' : 'bwrap';
   const isolation =
-    "tasks run as Slurm jobs under this worker's Slurm user, confined by whatever the site configured (cgroup ConstrainDevices); the worker reports isolation none";
+    sandbox === null
+      ? "UNISOLATED (--isolation none): tasks run as Slurm jobs under this worker's Slurm user, confined only by what the site configured (cgroup ConstrainDevices); the master places no task here unless policy.require_isolation is false"
+      : `each rank runs in bwrap on its node with only its GPUs' device nodes (${gpuDevDir}/nvidia<N>) — ${sandbox.summary}`;
   if (json)
     io.stdout(
       `${JSON.stringify({
@@ -162,7 +192,7 @@ async function runSlurmWorker(
         nodes: pool.nodes,
         cards: cards === null ? null : cards.length,
         summary,
-        isolation: 'none',
+        isolation: isolationMode,
         isolation_summary: isolation,
         job_dir: slurm.jobDir,
         data_dir: settings.dataDir,
@@ -172,7 +202,7 @@ async function runSlurmWorker(
     io.stderr(
       // The partition and node count come from Slurm's own output: shown escaped, like any text the
       // broker does not write itself.
-      `gpu-broker worker ${escapeField(settings.workerId)} → ${escapeField(settings.url)}\n${escapeField(summary)}\ntasks: ${isolation}\njob dir: ${escapeField(slurm.jobDir)}\ndata dir: ${escapeField(settings.dataDir)}\n`,
+      `gpu-broker worker ${escapeField(settings.workerId)} → ${escapeField(settings.url)}\n${escapeField(summary)}\ntasks: ${escapeField(isolation)}\njob dir: ${escapeField(slurm.jobDir)}\ndata dir: ${escapeField(settings.dataDir)}\n`,
     );
   await (io.stopSignal ?? new Promise<void>(() => undefined));
   await worker.close();
@@ -290,9 +320,7 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
 }
 
 /** `--backend` and the `--slurm-*` flags; undefined for the local backend. Throws INVALID_INPUT. */
-function parseSlurmSettings(
-  values: FlagValues<typeof WORKER.flags>,
-): Omit<SlurmBackend, 'driver'> | undefined {
+function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSettings | undefined {
   const backend = values.backend ?? 'local';
   const slurmFlags = [
     'slurm-partition',
@@ -301,6 +329,7 @@ function parseSlurmSettings(
     'slurm-extra-arg',
     'slurm-job-dir',
     'slurm-poll-ms',
+    'slurm-gpu-dev-dir',
   ] as const;
   const bad = (message: string) => new BrokerError('INVALID_INPUT', message, USAGE);
   if (backend === 'local') {
@@ -327,6 +356,11 @@ function parseSlurmSettings(
   const pollMs = Number(pollText);
   if (!/^\d+$/.test(pollText) || pollMs < 100 || pollMs > 60_000)
     throw bad(`--slurm-poll-ms ${JSON.stringify(pollText)}: give whole milliseconds from 100 to 60000`);
+  const gpuDevDir = values['slurm-gpu-dev-dir'] ?? '/dev';
+  if (!gpuDevDir.startsWith('/') || /[\0\n\r]/.test(gpuDevDir))
+    throw bad(
+      `--slurm-gpu-dev-dir ${JSON.stringify(gpuDevDir)}: give the absolute directory of the nodes' nvidia<N> device files (gres.conf File=), %n for the node's name`,
+    );
   const extraArgs = values['slurm-extra-arg'] ?? [];
   for (const a of extraArgs)
     if (!a.startsWith('-') || /[\0\n\r]/.test(a))
@@ -338,6 +372,7 @@ function parseSlurmSettings(
     extraArgs,
     jobDir: resolve(jobDir),
     pollMs,
+    gpuDevDir,
   };
 }
 

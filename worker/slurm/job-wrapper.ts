@@ -6,6 +6,9 @@
  *   <jobDir>/stderr.log    sbatch --error
  *   <jobDir>/binding.json  written atomically (tmp + rename) when the job starts, before the task
  *   <jobDir>/exit.json     written atomically when the task's srun step returns
+ *   <jobDir>/rank.sh       with a sandbox: what every rank runs (builds the bwrap call on its node)
+ *   <jobDir>/sandbox-started.<rank> "started", written from inside the sandbox just before the task
+ *   <jobDir>/setup-error.<rank>      why a rank could not set up its sandbox (the task never ran there)
  *
  * Steps of the script: 1 compute the rendezvous (first node's NodeAddr, a port derived from the job id);
  * 2 ask every node for its GPUs with a one-task-per-node `srun` probe (SLURM_STEP_GPUS, which are the
@@ -21,11 +24,21 @@
  * left after KillWait: there may then be no exit.json, and the job's Slurm state (CANCELLED, TIMEOUT)
  * is the answer in any case.
  *
+ * With a sandbox (docs/decisions/0017-slurm-sandbox.md), every rank runs rank.sh instead of argv:
+ * it checks bwrap, finds the device nodes of the GPUs Slurm gave the rank on its node
+ * (SLURM_STEP_GPUS, else SLURM_JOB_GPUS on a single node), binds only those (and the vendor's control
+ * nodes) into a bwrap sandbox whose other arguments the worker fixed, numbers them 0..n-1 in
+ * CUDA/HIP/ROCR_VISIBLE_DEVICES as the local sandbox does, and runs the task in it. The task sees its
+ * own directory at /task and nothing of the job directory, so it can neither read other jobs' files
+ * nor write binding.json or exit.json. A rank that cannot build the sandbox (no bwrap, a missing
+ * device node, no GPUs, bwrap refusing) writes setup-error.<rank> and exits 125 without running the
+ * task: never unsandboxed.
+ *
  * The argv and prefix are embedded as single-quoted bash words (`'` → `'\''`); NUL cannot be embedded
  * and is refused. Nothing of argv is ever evaluated by a shell: the rank's `bash -c` runs a fixed
  * script and execs `"$@"`.
  */
-import { mkdir, readFile, writeFile } from 'node:fs/promises';
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { SlurmRequestError } from './errors.js';
 
@@ -33,16 +46,36 @@ import { SlurmRequestError } from './errors.js';
 export interface JobWrapperSpec {
   /** The per-job directory (absolute; on the filesystem shared with the compute nodes). */
   jobDir: string;
-  /** The task command as an argv (argv[0] resolved by PATH on the node, or absolute). */
+  /**
+   * The task command as an argv (argv[0] resolved by PATH on the node, or absolute). With a sandbox the
+   * ranks run rank.sh, whose `after` words end with the same argv.
+   */
   argv: string[];
   /** Words put before argv in every rank (e.g. a bwrap invocation); default none. */
   launcherPrefix?: string[];
   /** Tasks per node (must match the submit's ntasksPerNode); default 1. */
   ntasksPerNode?: number;
+  /** Run every rank in this bwrap sandbox (see the module comment); absent: run argv as it is. */
+  sandbox?: WrapperSandbox;
   /** Lowest rendezvous port; the port is base + job id mod span. Default 20000. */
   masterPortBase?: number;
   /** Span of rendezvous ports; default 10000 (20000–29999 stays below Linux's ephemeral range). */
   masterPortSpan?: number;
+}
+
+/** How ranks are sandboxed on their node; the worker fixes everything but the device binds. */
+export interface WrapperSandbox {
+  /** The bwrap executable (absolute; the same path on every node). */
+  bwrap: string;
+  /** bwrap's arguments up to where the device binds go (after its /dev, before `--chdir`). */
+  before: string[];
+  /** The rest: `--chdir /task --` [setpriv …] argv (the first three words exactly so). */
+  after: string[];
+  /**
+   * The directory holding the nodes' GPU device files `nvidia<index>` (Slurm's gres.conf `File=`);
+   * `%n` is replaced by the node's name. Usually /dev.
+   */
+  gpuDevDir: string;
 }
 
 /** Paths of a job's files. */
@@ -53,6 +86,7 @@ export interface JobFiles {
   stderr: string;
   binding: string;
   exit: string;
+  rank: string;
 }
 
 /** GPUs of one node as the job saw them. */
@@ -98,6 +132,7 @@ export function jobFiles(jobDir: string): JobFiles {
     stderr: join(jobDir, 'stderr.log'),
     binding: join(jobDir, 'binding.json'),
     exit: join(jobDir, 'exit.json'),
+    rank: join(jobDir, 'rank.sh'),
   };
 }
 
@@ -126,6 +161,8 @@ export function renderBatchScript(spec: JobWrapperSpec): string {
   if (!Number.isInteger(base) || !Number.isInteger(span) || base < 1024 || span < 1 || base + span > 65536)
     throw new SlurmRequestError(`bad rendezvous port range ${base}+${span}`);
   const words = [...(spec.launcherPrefix ?? []), ...spec.argv].map(bashQuote).join(' ');
+  if (spec.sandbox !== undefined && spec.launcherPrefix !== undefined)
+    throw new SlurmRequestError('a sandboxed job takes no launcher prefix');
   const f = jobFiles(spec.jobDir);
   return `#!/bin/bash
 # gpu-broker Slurm job wrapper (generated; see worker/slurm/job-wrapper.ts)
@@ -188,7 +225,7 @@ printf '{"version":1,"job_id":"%s","nodes":[%s],"per_node":[%s],"master_addr":"%
 # 4. the task, one srun step; every rank gets its rendezvous variables
 srun --export=ALL --nodes="$NNODES" --ntasks=$(( NNODES * NTASKS_PER_NODE )) --ntasks-per-node="$NTASKS_PER_NODE" --kill-on-bad-exit=1 \\
   bash -c 'export RANK="$SLURM_PROCID" LOCAL_RANK="$SLURM_LOCALID" NODE_RANK="$SLURM_NODEID" WORLD_SIZE="$SLURM_NTASKS" LOCAL_WORLD_SIZE="$SLURM_NTASKS_PER_NODE"; exec "$@"' \\
-  gpu-broker-rank ${words}
+  gpu-broker-rank ${spec.sandbox === undefined ? words : `/bin/bash ${bashQuote(f.rank)}`}
 RC=$?
 
 # 5. exit.json
@@ -196,6 +233,87 @@ printf '{"version":1,"job_id":"%s","exit_code":%d,"ended_at":"%s"}\\n' "\${SLURM
   | write_atomic "$JOB_DIR/exit.json"
 exit "$RC"
 `;
+}
+
+/** The exit status of a rank that could not set up its sandbox (the task did not run there). */
+export const SANDBOX_SETUP_EXIT = 125;
+
+/**
+ * rank.sh: what every rank of a sandboxed job runs (pure; see the module comment). The rank's
+ * environment is the task's (the batch environment plus the rendezvous variables); bwrap passes it on.
+ */
+export function renderRankScript(jobDir: string, sandbox: WrapperSandbox): string {
+  if (!sandbox.bwrap.startsWith('/')) throw new SlurmRequestError('the bwrap path must be absolute');
+  if (!sandbox.gpuDevDir.startsWith('/') || /[\0\n\r]/.test(sandbox.gpuDevDir))
+    throw new SlurmRequestError(`bad GPU device directory '${sandbox.gpuDevDir}'`);
+  if (sandbox.after[0] !== '--chdir' || sandbox.after[2] !== '--' || sandbox.after.length < 4)
+    throw new SlurmRequestError('the sandbox arguments must end with --chdir DIR -- COMMAND…');
+  const array = (words: readonly string[]) => words.map(bashQuote).join(' ');
+  return `#!/bin/bash
+# gpu-broker Slurm rank (generated; see worker/slurm/job-wrapper.ts): the task in a bwrap sandbox
+set -u
+umask 077
+JOB_DIR=${bashQuote(jobDir)}
+BWRAP=${bashQuote(sandbox.bwrap)}
+BEFORE=(${array(sandbox.before)})
+AFTER=(${array(sandbox.after)})
+NODE=\${SLURMD_NODENAME:-$(hostname)}
+GPU_DEV_DIR=${bashQuote(sandbox.gpuDevDir)}
+GPU_DEV_DIR=\${GPU_DEV_DIR//%n/$NODE}
+RANK_ID=\${SLURM_PROCID:-0}
+# setup_failed MESSAGE: record why, say it on stderr, and leave without running the task
+setup_failed() {
+  local tmp="$JOB_DIR/setup-error.$RANK_ID.tmp.$$"
+  printf 'node %s rank %s: %s\\n' "$NODE" "$RANK_ID" "$1" >"$tmp" && mv -f "$tmp" "$JOB_DIR/setup-error.$RANK_ID"
+  printf 'gpu-broker: cannot sandbox the task on node %s: %s\\n' "$NODE" "$1" >&2
+  exit ${SANDBOX_SETUP_EXIT}
+}
+[ -x "$BWRAP" ] || setup_failed "bubblewrap ($BWRAP) is not installed"
+# The GPUs Slurm gave this rank on this node: the step's, else (one node) the job's.
+GPUS=\${SLURM_STEP_GPUS:-}
+if [ -z "$GPUS" ] && [ "\${SLURM_JOB_NUM_NODES:-1}" = 1 ]; then GPUS=\${SLURM_JOB_GPUS:-}; fi
+case "$GPUS" in ''|*[!0-9,]*) setup_failed "Slurm named no GPUs for this rank ('$GPUS')" ;; esac
+DEV=()
+VISIBLE=''
+n=0
+for i in \${GPUS//,/ }; do
+  node_file="$GPU_DEV_DIR/nvidia$i"
+  [ -c "$node_file" ] || setup_failed "the device node $node_file of GPU $i is missing"
+  DEV+=(--dev-bind "$node_file" "/dev/nvidia$i")
+  VISIBLE="$VISIBLE\${VISIBLE:+,}$n"
+  n=$((n + 1))
+done
+for c in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia-modeset; do
+  [ -c "/dev/$c" ] && DEV+=(--dev-bind "/dev/$c" "/dev/$c")
+done
+# Only the rank's devices exist in the sandbox, and CUDA/HIP number what they can open from 0.
+export CUDA_VISIBLE_DEVICES="$VISIBLE" HIP_VISIBLE_DEVICES="$VISIBLE" ROCR_VISIBLE_DEVICES="$VISIBLE"
+export GPU_BROKER_GPU_IDS="$GPUS" CUDA_DEVICE_ORDER=PCI_BUS_ID
+STARTED="$JOB_DIR/sandbox-started.$RANK_ID"
+# Inside the sandbox, once bwrap has built it, a shim writes "started" on fd 4, closes it and execs the
+# task; bwrap's own errors (a missing path, no user namespaces) come before, and leave the file empty.
+"$BWRAP" "\${BEFORE[@]}" "\${DEV[@]}" "\${AFTER[@]:0:3}" \\
+  /bin/sh -c 'printf started >&4; exec 4>&-; exec "$@"' gpu-broker-sandbox "\${AFTER[@]:3}" 4>"$STARTED"
+RC=$?
+grep -q '^started$' "$STARTED" 2>/dev/null || setup_failed "bwrap could not create the sandbox (exit $RC; its message is in the task's stderr)"
+exit "$RC"
+`;
+}
+
+/** Why ranks could not set up their sandbox (setup-error.<rank> files, at most 8, each cut to 1 KiB). */
+export async function readSetupErrors(jobDir: string): Promise<string[]> {
+  let names: string[];
+  try {
+    names = (await readdir(jobDir)).filter((n) => /^setup-error\.\d+$/.test(n)).sort();
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  for (const name of names.slice(0, 8)) {
+    const text = await readOptional(join(jobDir, name)).catch(() => null);
+    if (text !== null && text.trim() !== '') out.push(text.trim().slice(0, 1024));
+  }
+  return out;
 }
 
 /**
@@ -207,6 +325,8 @@ export async function writeJobFiles(spec: JobWrapperSpec): Promise<JobFiles> {
   const f = jobFiles(spec.jobDir);
   await mkdir(f.jobDir, { mode: 0o700 });
   await writeFile(f.script, script, { mode: 0o700, flag: 'wx' });
+  if (spec.sandbox !== undefined)
+    await writeFile(f.rank, renderRankScript(spec.jobDir, spec.sandbox), { mode: 0o700, flag: 'wx' });
   return f;
 }
 

@@ -105,6 +105,7 @@ beforeAll(async () => {
     extraArgs,
     jobDir: join(makeTempDir('slurm-jobs'), 'jobs'),
     pollMs: 250,
+    sandbox: null,
   };
   worker = await startSlurmWorker();
   await waitFor(async () => (await cards()).length === 8, {
@@ -355,6 +356,7 @@ describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)',
       extraArgs: [],
       jobDir: join(makeTempDir('slurm-multi-jobs'), 'jobs'),
       pollMs: 250,
+      sandbox: null,
     };
     multi = await startSlurmWorker(b, MULTI_ID, makeTempDir('slurm-multi-worker'));
     await waitFor(

@@ -70,6 +70,7 @@ function setup(jobs: SlurmJob[]) {
     partition: 'gpu',
     extraArgs: [],
     jobDir: '/nonexistent',
+    sandbox: null,
     pollMs: 100,
   };
   const resumed: Array<{ record: ExecutionRecord; report: SlurmJobReport }> = [];

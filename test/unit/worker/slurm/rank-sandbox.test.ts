@@ -1,0 +1,175 @@
+import { spawnSync } from 'node:child_process';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  ALWAYS_HIDDEN,
+  bwrapArgs,
+  findOnPath,
+  hiddenMounts,
+  systemMounts,
+} from '../../../../worker/sandbox-bwrap.js';
+import {
+  readSetupErrors,
+  renderRankScript,
+  SANDBOX_SETUP_EXIT,
+  type WrapperSandbox,
+} from '../../../../worker/slurm/job-wrapper.js';
+import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
+
+/**
+ * rank.sh, the sandboxed rank of a Slurm job, run directly with real bwrap and the environment slurmstepd
+ * would give it (SLURM_STEP_GPUS, SLURMD_NODENAME, SLURM_PROCID), without a Slurm: which device nodes the
+ * task sees, how they are numbered, that it cannot reach the job directory (exit.json, other jobs), and
+ * that every way the sandbox can fail to come up leaves setup-error.<rank> and exit 125 with the task
+ * never run.
+ */
+
+const bwrap = findOnPath('bwrap', process.env.PATH ?? '');
+const root = process.getuid?.() === 0;
+const setpriv = findOnPath('setpriv', process.env.PATH ?? '');
+const TASK_UID = 2_000_000_777;
+
+let jobsRoot: string;
+let devDir: string;
+
+/** A job dir with task/ and task/out, and rank.sh for `script` (sh -c), sandboxed like the worker does. */
+function job(name: string, script: string, over: Partial<WrapperSandbox> = {}) {
+  const jobDir = join(jobsRoot, name);
+  const taskDir = join(jobDir, 'task');
+  mkdirSync(join(taskDir, 'out'), { recursive: true, mode: 0o700 });
+  const argv = ['/bin/sh', '-c', script];
+  const identity = root && setpriv !== null ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
+  if (identity !== null) {
+    spawnSync('chown', [`${TASK_UID}:${TASK_UID}`, taskDir, join(taskDir, 'out')]);
+  }
+  const args = bwrapArgs({
+    system: systemMounts(),
+    taskDir,
+    hidden: hiddenMounts([...ALWAYS_HIDDEN, jobsRoot]),
+    pinned: [],
+    devices: [],
+    network: 'none',
+    identity,
+    statusFd: null,
+    argv,
+  });
+  const at = args.indexOf('--chdir');
+  const sandbox: WrapperSandbox = {
+    bwrap: bwrap as string,
+    before: args.slice(0, at),
+    after: args.slice(at),
+    gpuDevDir: devDir,
+    ...over,
+  };
+  const rank = join(jobDir, 'rank.sh');
+  writeFileSync(rank, renderRankScript(jobDir, sandbox), { mode: 0o700 });
+  return { jobDir, taskDir, rank };
+}
+
+function runRank(rank: string, env: Record<string, string>) {
+  return spawnSync('/bin/bash', [rank], {
+    encoding: 'utf8',
+    env: {
+      PATH: '/usr/bin:/bin',
+      SLURMD_NODENAME: 'node7',
+      SLURM_PROCID: '0',
+      SLURM_JOB_NUM_NODES: '1',
+      ...env,
+    },
+    timeout: 30_000,
+  });
+}
+
+beforeAll(() => {
+  jobsRoot = makeTempDir('rank-sandbox-jobs');
+  devDir = makeTempDir('rank-sandbox-dev');
+  // Fake GPU device files like the test Slurm's gres.conf File= (char devices 1:3, as /dev/null).
+  for (let i = 0; i < 4; i++) {
+    const path = join(devDir, `nvidia${i}`);
+    if (root) spawnSync('mknod', ['-m', '0666', path, 'c', '1', '3']);
+  }
+});
+
+afterAll(() => removeTempDirs());
+
+describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its node', () => {
+  it('binds only the GPUs Slurm gave the rank, numbered from 0, and keeps the physical ids', () => {
+    const { rank } = job(
+      'devices',
+      'ls /dev | grep "^nvidia" | tr "\\n" " "; echo; echo "cvd=$CUDA_VISIBLE_DEVICES ids=$GPU_BROKER_GPU_IDS uid=$(id -u) host=$(hostname)"',
+    );
+    const r = runRank(rank, { SLURM_STEP_GPUS: '1,3' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain('nvidia1 nvidia3 \n');
+    expect(r.stdout).toContain(`cvd=0,1 ids=1,3 uid=${TASK_UID} host=gpu-broker-task`);
+  });
+
+  it('falls back to SLURM_JOB_GPUS on one node only, never on several', () => {
+    const one = job('job-gpus', 'echo "ids=$GPU_BROKER_GPU_IDS"');
+    const r = runRank(one.rank, { SLURM_JOB_GPUS: '2' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain('ids=2');
+    // On a second node SLURM_JOB_GPUS is the batch host's: the rank must not trust it.
+    const two = job('job-gpus-multi', 'echo ran');
+    const m = runRank(two.rank, { SLURM_JOB_GPUS: '2', SLURM_JOB_NUM_NODES: '2', SLURM_PROCID: '1' });
+    expect(m.status).toBe(SANDBOX_SETUP_EXIT);
+    expect(m.stdout).not.toContain('ran');
+    expect(readFileSync(join(two.jobDir, 'setup-error.1'), 'utf8')).toContain('Slurm named no GPUs');
+  });
+
+  it('hides the job directory: the task cannot forge exit.json nor read other jobs', () => {
+    writeFileSync(join(jobsRoot, 'secret.txt'), 'other job');
+    const { jobDir, rank } = job(
+      'forge',
+      [
+        'echo \'{"version":1,"job_id":"1","exit_code":0,"ended_at":"x"}\' > ../exit.json && echo wrote-parent',
+        `echo '{}' > ${join(jobsRoot, 'forge', 'exit.json')} && echo wrote-abs`,
+        `cat ${join(jobsRoot, 'secret.txt')} && echo read-secret`,
+        'ls / | tr "\\n" " "',
+        'exit 3',
+      ].join('; '),
+    );
+    const r = runRank(rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status).toBe(3);
+    expect(r.stdout).not.toMatch(/wrote-parent|wrote-abs|read-secret|other job/);
+    expect(existsSync(join(jobDir, 'exit.json'))).toBe(false);
+    expect(readFileSync(join(jobDir, 'sandbox-started.0'), 'utf8')).toBe('started');
+  });
+
+  it('refuses to run the task when a device node is missing, bwrap is absent, or bwrap fails', async () => {
+    const missing = job('missing-dev', 'echo ran');
+    const a = runRank(missing.rank, { SLURM_STEP_GPUS: '5' });
+    expect(a.status).toBe(SANDBOX_SETUP_EXIT);
+    expect(a.stdout).not.toContain('ran');
+    expect(await readSetupErrors(missing.jobDir)).toEqual([
+      expect.stringMatching(/node node7 rank 0: the device node \S+nvidia5 of GPU 5 is missing/),
+    ]);
+
+    const nobwrap = job('no-bwrap', 'echo ran', { bwrap: '/nonexistent/bwrap' });
+    const b = runRank(nobwrap.rank, { SLURM_STEP_GPUS: '0' });
+    expect(b.status).toBe(SANDBOX_SETUP_EXIT);
+    expect((await readSetupErrors(nobwrap.jobDir))[0]).toContain('is not installed');
+
+    // A system dir that does not exist on this node: bwrap exits before the task.
+    const broken = job('bwrap-fails', 'echo ran');
+    const script = readFileSync(broken.rank, 'utf8').replace(
+      "BEFORE=('",
+      "BEFORE=('--ro-bind' '/no/such/dir' '/x' '",
+    );
+    writeFileSync(broken.rank, script);
+    const c = runRank(broken.rank, { SLURM_STEP_GPUS: '0' });
+    expect(c.status).toBe(SANDBOX_SETUP_EXIT);
+    expect(c.stdout).not.toContain('ran');
+    expect((await readSetupErrors(broken.jobDir))[0]).toContain('bwrap could not create the sandbox');
+  });
+
+  it('expands %n in the device directory to the node name', () => {
+    mkdirSync(join(devDir, 'node7'), { recursive: true });
+    spawnSync('mknod', ['-m', '0666', join(devDir, 'node7', 'nvidia6'), 'c', '1', '3']);
+    const { rank } = job('per-node', 'ls /dev | grep "^nvidia"', { gpuDevDir: `${devDir}/%n` });
+    const r = runRank(rank, { SLURM_STEP_GPUS: '6' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout.trim()).toBe('nvidia6');
+  });
+});
