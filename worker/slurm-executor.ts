@@ -64,7 +64,7 @@ export interface SlurmBackend {
   /** How often jobs and nodes are polled (ms). */
   readonly pollMs: number;
   /**
-   * Run every rank in bwrap on its node (docs/decisions/0017-slurm-sandbox.md); null: `--isolation none`,
+   * Run every rank in bwrap on its node (docs/decisions/0018-slurm-sandbox.md); null: `--isolation none`,
    * the task runs as the job's user with what the site's Slurm confines.
    */
   readonly sandbox: SlurmSandbox | null;

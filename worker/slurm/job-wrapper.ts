@@ -24,7 +24,7 @@
  * left after KillWait: there may then be no exit.json, and the job's Slurm state (CANCELLED, TIMEOUT)
  * is the answer in any case.
  *
- * With a sandbox (docs/decisions/0017-slurm-sandbox.md), every rank runs rank.sh instead of argv:
+ * With a sandbox (docs/decisions/0018-slurm-sandbox.md), every rank runs rank.sh instead of argv:
  * it checks bwrap, finds the device nodes of the GPUs Slurm gave the rank on its node
  * (SLURM_STEP_GPUS, else SLURM_JOB_GPUS on a single node), binds only those (and the vendor's control
  * nodes) into a bwrap sandbox whose other arguments the worker fixed, numbers them 0..n-1 in

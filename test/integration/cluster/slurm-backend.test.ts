@@ -6,8 +6,9 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TaskView } from '../../../src/contracts/views.js';
 import { createLogger, silentLogger } from '../../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon.js';
+import { prepareSandbox } from '../../../worker/sandbox-setup.js';
 import { SlurmDriver } from '../../../worker/slurm/driver.js';
-import type { SlurmBackend } from '../../../worker/slurm-executor.js';
+import type { SlurmBackend, SlurmSandbox } from '../../../worker/slurm-executor.js';
 import { jobMarker } from '../../../worker/slurm-job-setup.js';
 import { slurmPoolSampler } from '../../../worker/slurm-sampler.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
@@ -40,7 +41,8 @@ let rita: Client;
 let ops: Client;
 let worker: RunningWorker;
 let dataDir: string;
-let backend: SlurmBackend;
+/** Mutable: one test points the sandbox at a device dir without the GPUs' nodes, one turns it off. */
+let backend: { -readonly [K in keyof SlurmBackend]: SlurmBackend[K] };
 
 type CardRow = { worker_id: string; index: number; state: string; task_id: string | null; slurm: unknown };
 
@@ -62,9 +64,26 @@ async function startSlurmWorker(
       : silentLogger(),
     sampleIntervalMs: 300,
     backoff: { initialMs: 50, maxMs: 500 },
-    sandbox: { kind: 'none' },
+    // The hello says how tasks are isolated: bwrap on the nodes when the backend sandboxes its ranks.
+    sandbox: b.sandbox?.setup ?? { kind: 'none' },
     slurm: { backend: b, sampler },
   });
+}
+
+/** The bwrap sandbox a `--backend slurm` worker prepares (as the CLI does), with the test Slurm's fake GPU dir. */
+async function slurmSandbox(dir: string, gpuDevDir: string): Promise<SlurmSandbox> {
+  const prepared = await prepareSandbox({
+    isolation: 'bwrap',
+    dataDir: dir,
+    sampler: slurmPoolSampler({
+      driver: new SlurmDriver({ env: slurmEnv }),
+      partition: PARTITION,
+      workerId: 'x',
+    }),
+    containerEngine: 'none',
+  });
+  if (prepared.setup.kind !== 'bwrap') throw new Error('bwrap is needed for the Slurm sandbox tests');
+  return { setup: prepared.setup, gpuDevDir };
 }
 
 async function cards(): Promise<CardRow[]> {
@@ -91,7 +110,6 @@ beforeAll(async () => {
   if (!slurmUp) return;
   m = await startTestMaster({
     config: clusterConfig({
-      policy: { require_isolation: false },
       timing: { cleanup_timeout_seconds: 60, lease_grace_seconds: 30, worker_offline_seconds: 5 },
     }),
   });
@@ -105,7 +123,7 @@ beforeAll(async () => {
     extraArgs,
     jobDir: join(makeTempDir('slurm-jobs'), 'jobs'),
     pollMs: 250,
-    sandbox: null,
+    sandbox: await slurmSandbox(dataDir, join(avail.ok ? avail.slurm.localDir : '/nonexistent', 'dev')),
   };
   worker = await startSlurmWorker();
   await waitFor(async () => (await cards()).length === 8, {
@@ -124,7 +142,12 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
   it('reports the partition as a pool: backend, partition and nodes in list_workers', async () => {
     const r = expectOk(await callTool<{ workers: Array<Record<string, unknown>> }>(ops, 'list_workers', {}));
     const w = r.workers.find((x) => x['worker_id'] === WORKER_ID)!;
-    expect(w).toMatchObject({ backend: 'slurm', slurm: { partition: PARTITION }, cards: 8 });
+    expect(w).toMatchObject({
+      backend: 'slurm',
+      slurm: { partition: PARTITION },
+      cards: 8,
+      isolation: 'bwrap',
+    });
     expect((w['slurm'] as { nodes: Array<{ name: string; gpus: number }> }).nodes).toEqual([
       expect.objectContaining({ name: 'localhost', gpus: 8 }),
     ]);
@@ -135,7 +158,7 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
       alice,
       rita,
       shellSpec(
-        'echo "cvd=$CUDA_VISIBLE_DEVICES job=$SLURM_JOB_ID"; echo to-stderr >&2; echo \'{"ok":true}\' > "$GPU_BROKER_OUTPUT_DIR/result.json"',
+        'echo "cvd=$CUDA_VISIBLE_DEVICES ids=$GPU_BROKER_GPU_IDS job=$SLURM_JOB_ID"; echo to-stderr >&2; echo \'{"ok":true}\' > "$GPU_BROKER_OUTPUT_DIR/result.json"',
         { cards: { count: 2 }, outputs: [{ path: 'result.json', required: true }] },
       ),
     );
@@ -148,7 +171,8 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     expect(slurm.binding?.nodes[0]?.gpus).toHaveLength(2);
     const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
     const gpus = slurm.binding!.nodes[0]!.gpus.join(',');
-    expect(logs.data).toContain(`cvd=${gpus} job=${slurm.job_id}`);
+    // In the rank's sandbox only its GPUs' nodes exist, numbered from 0; the physical ids stay known.
+    expect(logs.data).toContain(`cvd=0,1 ids=${gpus} job=${slurm.job_id}`);
     const err = expectOk(
       await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId, stream: 'stderr' }),
     );
@@ -159,6 +183,51 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     expect(outputs.outputs.map((o) => o.path)).toEqual(['result.json']);
     expect(m.store.leases.latestLeaseForTask(taskId)?.state).toBe('RELEASED');
     expect(jobState(slurm.job_id)).not.toMatch(/RUNNING|PENDING/);
+  }, 90_000);
+
+  it('runs the task in bwrap on the node: its GPUs only, its own uid, no job dir, no network, no forged exit.json', async () => {
+    const jobsRoot = backend.jobDir;
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec(
+        [
+          'echo "devs=$(ls /dev | grep ^nvidia | tr "\\n" " ")"',
+          'echo "uid=$(id -u) host=$(hostname) pwd=$PWD"',
+          `ls ${jobsRoot} >/dev/null 2>&1 && echo saw-jobs`,
+          'echo \'{"version":1,"job_id":"1","exit_code":0,"ended_at":"x"}\' > ../exit.json 2>/dev/null && echo forged',
+          'grep -q "^ *eth\\|^ *ens" /proc/net/dev && echo has-network',
+          'squeue >/dev/null 2>&1 && echo can-squeue',
+          'exit 3',
+        ].join('; '),
+        { cards: { count: 2 } },
+      ),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done).toMatchObject({ state: 'FAILED', failure_reason: 'EXIT_NONZERO', exit_code: 3 });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    const gpus = done.slurm!.binding!.nodes[0]!.gpus;
+    expect(logs.data).toContain(`devs=${gpus.map((g) => `nvidia${g}`).join(' ')} \n`);
+    expect(logs.data).toMatch(/uid=(\d+) host=gpu-broker-task pwd=\/task/);
+    expect(logs.data).not.toContain('uid=0 ');
+    expect(logs.data).not.toMatch(/saw-jobs|forged|has-network|can-squeue/);
+  }, 90_000);
+
+  it('never runs the task unsandboxed: a GPU whose device node is missing on the node fails SETUP_FAILED', async () => {
+    const sandbox = backend.sandbox!;
+    backend.sandbox = { ...sandbox, gpuDevDir: makeTempDir('slurm-no-devices') };
+    try {
+      const taskId = await approveTask(alice, rita, shellSpec('echo the-task-ran', { cards: { count: 1 } }));
+      const done = await waitUntilSettled(alice, taskId, 60_000);
+      expect(done).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED' });
+      expect(done.failure_detail).toMatch(
+        /sandbox: node localhost rank 0: the device node \S+ of GPU \d+ is missing/,
+      );
+      const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+      expect(logs.data).not.toContain('the-task-ran');
+    } finally {
+      backend.sandbox = sandbox;
+    }
   }, 90_000);
 
   it('shows the binding on the held slots while it runs, and cancel scancels the job (CANCELLED)', async () => {
@@ -185,9 +254,17 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     expect(jobState(done.slurm!.job_id)).not.toMatch(/RUNNING|PENDING/);
   }, 90_000);
 
-  it("fails a task whose job was scancelled behind the broker's back", async () => {
-    const taskId = await approveTask(alice, rita, shellSpec('sleep 300', { cards: { count: 1 } }));
-    const running = await runningWithBinding(taskId);
+  it("fails a task whose job was scancelled behind the broker's back (unsandboxed: --isolation none)", async () => {
+    const sandbox = backend.sandbox;
+    backend.sandbox = null;
+    let running: TaskView;
+    let taskId: string;
+    try {
+      taskId = await approveTask(alice, rita, shellSpec('sleep 300', { cards: { count: 1 } }));
+      running = await runningWithBinding(taskId);
+    } finally {
+      backend.sandbox = sandbox;
+    }
     execFileSync('scancel', [running.slurm!.job_id]);
     const done = await waitUntilSettled(alice, taskId, 60_000);
     expect(done.state).toBe('FAILED');
@@ -356,7 +433,8 @@ describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)',
       extraArgs: [],
       jobDir: join(makeTempDir('slurm-multi-jobs'), 'jobs'),
       pollMs: 250,
-      sandbox: null,
+      // Each node has its own fake GPU files (gres.conf File= with %n): the rank binds its node's.
+      sandbox: await slurmSandbox(makeTempDir('slurm-multi-sandbox'), join(two.slurm.localDir, 'dev', '%n')),
     };
     multi = await startSlurmWorker(b, MULTI_ID, makeTempDir('slurm-multi-worker'));
     await waitFor(
@@ -377,7 +455,7 @@ describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)',
       alice,
       rita,
       shellSpec(
-        'echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT node=$SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES"',
+        'echo "rank=$RANK local=$LOCAL_RANK world=$WORLD_SIZE master=$MASTER_ADDR:$MASTER_PORT node=$SLURMD_NODENAME cvd=$CUDA_VISIBLE_DEVICES devs=$(ls /dev | grep -c ^nvidia)"',
         { cards: { count: 8, per_node: 4 }, worker: MULTI_ID },
       ),
     );
@@ -389,5 +467,7 @@ describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)',
     const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
     expect(logs.data).toMatch(/rank=0 local=0 world=2 master=\S+:\d+ node=n1/);
     expect(logs.data).toMatch(/rank=1 local=0 world=2 master=\S+:\d+ node=n2/);
+    // Each rank in its node's sandbox sees that node's 4 GPUs, numbered 0-3.
+    expect(logs.data.match(/cvd=0,1,2,3 devs=4/g)).toHaveLength(2);
   }, 90_000);
 });

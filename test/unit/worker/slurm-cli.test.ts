@@ -56,6 +56,13 @@ describe('gpu-broker worker --backend slurm flags', () => {
     ).toContain('--slurm-poll-ms');
   });
 
+  it('refuses a relative or multi-line GPU device dir, and the flag without --backend slurm', async () => {
+    const base = ['--backend', 'slurm', '--slurm-partition', 'gpu', '--slurm-job-dir', '/tmp/j'];
+    expect(await refused([...base, '--slurm-gpu-dev-dir', 'dev'])).toContain('--slurm-gpu-dev-dir');
+    expect(await refused([...base, '--slurm-gpu-dev-dir', '/dev\n/x'])).toContain('--slurm-gpu-dev-dir');
+    expect(await refused(['--slurm-gpu-dev-dir', '/dev'])).toContain('needs --backend slurm');
+  });
+
   it('refuses hostile names and an extra argument that would override what the broker sets', async () => {
     expect(
       await refused(['--backend', 'slurm', '--slurm-partition', 'gpu;rm -rf /', '--slurm-job-dir', '/tmp/j']),
