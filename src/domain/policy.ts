@@ -101,6 +101,16 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
     }
   }
 
+  const perNode = spec.cards.per_node;
+  if (perNode !== undefined && spec.cards.count > perNode && (spec.network ?? 'none') === 'none') {
+    add(
+      'warning',
+      'MULTI_NODE_WITHOUT_NETWORK',
+      'network',
+      `the task runs on ${spec.cards.count / perNode} nodes without network: each rank's sandbox has only loopback, so ranks on different nodes cannot reach each other`,
+      'Set "network": "host" when the ranks talk to each other (torch.distributed, NCCL over sockets); leave it when each node works alone.',
+    );
+  }
   if (spec.cards.count > policy.max_cards) {
     add(
       'error',

@@ -44,6 +44,21 @@ describe('evaluatePolicy (pure)', () => {
     expect(evaluatePolicy(parse(validSpec()), policy, { fileDigests: {} })).toEqual([]);
   });
 
+  it('warns that a multi-node spec without network cannot rendezvous, and only then', () => {
+    const at = (cards: { count: number; per_node?: number }, network?: string) =>
+      codes(
+        evaluatePolicy(
+          parse(validSpec({ cards, ...(network === undefined ? {} : { network }) })),
+          PolicySchema.parse({ executables: [{ path: '/bin/sh' }], max_cards: 16, allow_network: true }),
+          { fileDigests: {} },
+        ),
+      );
+    expect(at({ count: 8, per_node: 4 })).toEqual(['warning:MULTI_NODE_WITHOUT_NETWORK']);
+    expect(at({ count: 8, per_node: 4 }, 'host')).toEqual([]);
+    expect(at({ count: 4, per_node: 4 })).toEqual([]);
+    expect(at({ count: 4 })).toEqual([]);
+  });
+
   it('reports each problem once, at its path, with a hint', () => {
     const spec = parse(
       validSpec({
