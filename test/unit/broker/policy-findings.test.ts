@@ -45,7 +45,7 @@ describe('evaluatePolicy (pure)', () => {
   });
 
   it('warns that a multi-node spec without network cannot rendezvous, and only then', () => {
-    const at = (cards: { count: number; per_node?: number }, network?: string) =>
+    const at = (cards: { count: number; per_node?: number }, network?: 'host') =>
       codes(
         evaluatePolicy(
           parse(validSpec({ cards, ...(network === undefined ? {} : { network }) })),
