@@ -54,7 +54,7 @@ describe('evaluatePolicy (pure)', () => {
         ),
       );
     expect(at({ count: 8, per_node: 4 })).toEqual(['warning:MULTI_NODE_WITHOUT_NETWORK']);
-    expect(at({ count: 8, per_node: 4 }, 'host')).toEqual([]);
+    expect(at({ count: 8, per_node: 4 }, 'host')).toEqual(['warning:NETWORK_HOST']);
     expect(at({ count: 4, per_node: 4 })).toEqual([]);
     expect(at({ count: 4 })).toEqual([]);
   });
