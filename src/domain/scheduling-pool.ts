@@ -39,6 +39,8 @@ import {
  *  - when fewer free cards remain anywhere than a task needs, placement is skipped outright;
  *  - a requirement shape that failed to place once stays unplaceable for the rest of the pass;
  *  - a wait reason is computed once the pass is settled and cached per requirement shape.
+ * A Slurm pool adds one O(nodes) check per placement attempt on it (scheduling-nodes.ts); node free
+ * counts, like cards, only ever go down within a pass, so the shortcuts above still hold.
  */
 
 /** What a free card is doing in this pass. */
