@@ -288,13 +288,17 @@ function nodeOf(uuid: string): { node?: string } {
 function boundGpus(store: Store): Map<string, Array<{ node: string; gpus: number }>> {
   const out = new Map<string, Array<{ node: string; gpus: number }>>();
   for (const { worker_id, slurm } of store.leases.liveSlurmJobs()) {
-    if (slurm.binding === null) continue;
+    // Validated when reported; checked again because one unreadable row must not stop every pass.
+    const nodes = slurm.binding?.nodes;
+    if (!Array.isArray(nodes)) continue;
     let list = out.get(worker_id);
     if (list === undefined) {
       list = [];
       out.set(worker_id, list);
     }
-    for (const n of slurm.binding.nodes) list.push({ node: n.node, gpus: n.gpus.length });
+    for (const n of nodes)
+      if (typeof n?.node === 'string' && Array.isArray(n.gpus))
+        list.push({ node: n.node, gpus: n.gpus.length });
   }
   return out;
 }

@@ -231,6 +231,24 @@ describe('Slurm pool: per-node admission', () => {
     expect(reasonOf(run([p], [aged(4), three]), three)?.code).toBe('waiting_for_cards');
   });
 
+  it("ignores a binding's unknown nodes and never lets an oversized one make a node's free negative", () => {
+    // A hostile or confused worker reports bindings for nodes it does not have and more GPUs than a
+    // node holds: only its own pool's admission can get stricter, and nothing goes below zero.
+    const p = pool([free(4), free(4)], 2, [
+      { node: 'elsewhere', gpus: 64 },
+      { node: 'n1', gpus: 40 },
+    ]);
+    const [four, one] = [task(4), task(1)];
+    const d = run([p, { ...pool([free(4)], 0, [], 'other') }], [four, one]);
+    expect(d.grants.map((g) => [g.task_id, g.worker_id])).toEqual([
+      [four.task_id, 'other'],
+      [one.task_id, 'pool'],
+    ]);
+    const alone = run([p], [task(4), task(4)]);
+    expect(alone.grants).toHaveLength(1);
+    expect(alone.waiting[0]?.reason).toMatchObject({ code: 'waiting_for_cards', free: 0 });
+  });
+
   it('keeps the count-only behaviour for a pool whose cards name no node', () => {
     const p = pool([free(4), free(4)]);
     const noNodes = { ...p, cards: p.cards.map(({ node: _node, ...c }) => c) };
