@@ -181,9 +181,11 @@ export class Fleet {
     const cordoned = new Set(store.workers.cordons().map((c) => `${c.worker_id}/${c.card_index}`));
     const leased = new Map<string, string>();
     for (const c of store.leases.liveCards()) leased.set(`${c.worker_id}/${c.card_index}`, c.state);
+    const bound = boundGpus(store);
     return store.workers.list().map((rec) => {
       const w = this.entry(rec.id);
       const cards = cardsOf(rec, w);
+      const pool = rec.backend === 'slurm';
       return {
         worker_id: rec.id,
         online: this.isOnline(rec.id, now),
@@ -193,6 +195,7 @@ export class Fleet {
         mounts: rec.mounts.map((m) => m.name),
         backend: rec.backend,
         ...(rec.slurm === null ? {} : { pool_node_gpus: rec.slurm.nodes.map((n) => n.gpus) }),
+        ...(pool ? { pool_bound: bound.get(rec.id) ?? [] } : {}),
         sampled_at: w.sampled_at,
         sampler_error: w.sampler_error,
         cards: cards.map((c): CardView => {
@@ -213,6 +216,7 @@ export class Fleet {
             quarantined: leaseState === 'QUARANTINED',
             broker_pids: [],
             held_by_worker: w.held_cards.includes(c.index),
+            ...(pool ? nodeOf(c.uuid) : {}),
           };
         }),
       };
@@ -269,6 +273,34 @@ export class Fleet {
     }
     return out;
   }
+}
+
+/** A Slurm pool card's node, from its uuid `slurm:<node>:gpu<i>` (worker/slurm-sampler.ts). */
+function nodeOf(uuid: string): { node?: string } {
+  const m = /^slurm:(.+):gpu[0-9]+$/.exec(uuid);
+  return m === null ? {} : { node: m[1] as string };
+}
+
+/**
+ * Per Slurm worker, the GPUs per node that its live leases' started jobs hold (their bindings). A job
+ * that has not started has no binding and holds no known node (domain/scheduling-nodes.ts).
+ */
+function boundGpus(store: Store): Map<string, Array<{ node: string; gpus: number }>> {
+  const out = new Map<string, Array<{ node: string; gpus: number }>>();
+  for (const { worker_id, slurm } of store.leases.liveSlurmJobs()) {
+    // Validated when reported; checked again because one unreadable row must not stop every pass.
+    const nodes = slurm.binding?.nodes;
+    if (!Array.isArray(nodes)) continue;
+    let list = out.get(worker_id);
+    if (list === undefined) {
+      list = [];
+      out.set(worker_id, list);
+    }
+    for (const n of nodes)
+      if (typeof n?.node === 'string' && Array.isArray(n.gpus))
+        list.push({ node: n.node, gpus: n.gpus.length });
+  }
+  return out;
 }
 
 /** The latest sampled cards, or the identities remembered from the store when there is no sample. */

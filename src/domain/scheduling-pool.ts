@@ -1,11 +1,22 @@
 import { type CardState, type CardStateConfig, deriveCardState } from './card-state.js';
 import type { CardView, QueuedTaskView, SchedulingConfig, WaitReason, WorkerView } from './scheduling.js';
 import {
+  claimNodes,
+  holdNodes,
+  nodesFit,
+  nodesFree,
+  nodesToReserve,
+  type PoolNode,
+  poolFacts,
+  poolShapeFits,
+} from './scheduling-nodes.js';
+import {
   cordoned,
   describeNeed,
   holdingReservation,
   mountMissing,
   multiNodeNeedsSlurm,
+  type NodeShortfall,
   noContainerEngine,
   noMatchingWorker,
   reservedForOlderTask,
@@ -28,6 +39,8 @@ import {
  *  - when fewer free cards remain anywhere than a task needs, placement is skipped outright;
  *  - a requirement shape that failed to place once stays unplaceable for the rest of the pass;
  *  - a wait reason is computed once the pass is settled and cached per requirement shape.
+ * A Slurm pool adds one O(nodes) check per placement attempt on it (scheduling-nodes.ts); node free
+ * counts, like cards, only ever go down within a pass, so the shortcuts above still hold.
  */
 
 /** What a free card is doing in this pass. */
@@ -65,6 +78,8 @@ interface Slot {
   openCount: number;
   /** How many of `free` are reserved for a qualification run (they match only that run's tasks). */
   runReserved: number;
+  /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (scheduling-nodes.ts). */
+  nodes: PoolNode[] | null;
 }
 
 /** A task's card requirement, normalised once. Tasks with the same `key` are placed identically. */
@@ -208,13 +223,18 @@ export class CardPool {
           });
         let free = usable ? cards.filter((c) => c.state === 'AVAILABLE') : [];
         // A Slurm worker's cards are a pool (docs/decisions/0013-slurm-backend.md): Slurm, not the
-        // index, decides which device a job gets, so only the pool's free *count* may be offered.
-        if (usable && worker.backend === 'slurm')
-          free = free.slice(0, poolFreeCount(worker, cards, now, config));
+        // index, decides which device a job gets, so only the pool's free *count* may be offered, and
+        // a task must also fit the free GPUs of its node(s).
+        let nodes: PoolNode[] | null = null;
+        if (usable && worker.backend === 'slurm') {
+          const facts = poolFacts(worker, cards, now, config);
+          free = free.slice(0, facts.free);
+          nodes = facts.nodes;
+        }
         const runReserved = free.filter((c) => c.run !== null).length;
         this.openTotal += free.length;
         this.runReservedTotal += runReserved;
-        return { worker, usable, cards, free, openCount: free.length, runReserved };
+        return { worker, usable, cards, free, openCount: free.length, runReserved, nodes };
       });
     for (const slot of this.slots) this.slotById.set(slot.worker.worker_id, slot);
   }
@@ -232,6 +252,7 @@ export class CardPool {
   /**
    * Best fit: the usable worker with the fewest free matching cards that still holds `need`, ties to
    * the lower worker id; there, the lowest indexes. Claims them, or returns null when nothing fits.
+   * On a Slurm pool the shape must also fit the free GPUs of its node(s), which the claim reduces.
    */
   place(view: RequirementView): { worker_id: string; card_indexes: number[] } | null {
     const { req } = view;
@@ -243,6 +264,7 @@ export class CardPool {
       if (slot.openCount < req.need) continue;
       const count = anyCard && slot.runReserved === 0 ? slot.openCount : this.countOpen(slot, req);
       if (count >= req.need && count < bestCount) {
+        if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
         best = slot;
         bestCount = count;
         if (count === req.need) break; // nothing can fit tighter; later slots only lose the tie
@@ -252,6 +274,7 @@ export class CardPool {
       this.unplaceable.add(req.key);
       return null;
     }
+    if (best.nodes !== null) claimNodes(best.nodes, req.need, req.perNode);
     return { worker_id: best.worker.worker_id, card_indexes: this.mark(best, req, req.need, CLAIMED, 0) };
   }
 
@@ -259,7 +282,8 @@ export class CardPool {
    * For an aged task that could not be placed: hold the free matching cards of the worker where it will
    * fit first, i.e. whose free plus leased matching cards (leases end; foreign or unknown cards may not)
    * reach `need`, preferring the most free ones, ties to the lower worker id. Null when no worker
-   * qualifies or none has a free matching card to hold.
+   * qualifies or none has a free matching card to hold. On a Slurm pool the same holds per node: it
+   * holds GPUs only on the node(s) where the shape will fit first, never more than they have free.
    */
   reserve(
     view: RequirementView,
@@ -269,9 +293,10 @@ export class CardPool {
     if (this.openTotal === 0) return null;
     let best: Slot | null = null;
     let bestOpen = 0;
+    let bestNodes: PoolNode[] | null = null;
     for (const slot of view.slots) {
       if (slot.openCount <= bestOpen) continue;
-      const open = this.countOpen(slot, req);
+      let open = this.countOpen(slot, req);
       if (open <= bestOpen) continue;
       let later = 0;
       for (const card of slot.cards) {
@@ -279,14 +304,23 @@ export class CardPool {
         const busyWithUs = leased || (card.state === 'AVAILABLE' && card.mark === CLAIMED);
         if (busyWithUs && matches(card, req)) later++;
       }
-      if (open + later >= req.need) {
-        best = slot;
-        bestOpen = open;
+      if (open + later < req.need) continue;
+      let onNodes: PoolNode[] | null = null;
+      if (slot.nodes !== null) {
+        const plan = nodesToReserve(slot.nodes, req.need, req.perNode);
+        if (plan === null) continue;
+        open = Math.min(open, plan.holdable);
+        if (open <= bestOpen) continue;
+        onNodes = plan.nodes;
       }
+      best = slot;
+      bestOpen = open;
+      bestNodes = onNodes;
     }
     if (best === null) return null;
     const held = Math.min(bestOpen, req.need);
     this.reservationCount++;
+    if (bestNodes !== null) holdNodes(bestNodes, req.need, req.perNode, held, this.reservationCount);
     const card_indexes = this.mark(best, req, held, RESERVED, position);
     const worker_id = best.worker.worker_id;
     return {
@@ -298,7 +332,8 @@ export class CardPool {
   /**
    * Why a task that could run in principle did not start: the free cards it would fit in are held by
    * one of the first `reservationsBefore` reservations (those made for tasks ahead of it), or too few
-   * matching cards are free on any one worker. Call once placement and reservations are done.
+   * matching cards are free on any one worker (on a Slurm pool: on any one node, or on enough nodes).
+   * Call once placement and reservations are done.
    */
   waitReason(view: RequirementView, reservationsBefore: number): WaitReason {
     // A shape's reason depends only on which reservations came before it; cache on exactly that.
@@ -314,31 +349,46 @@ export class CardPool {
   private explain(view: RequirementView, reservationsBefore: number): WaitReason {
     const { req } = view;
     const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
-    if (this.reservationCount === 0 && this.runReservedTotal === 0 && anyCard) {
-      let free = 0;
-      for (const slot of view.slots) free = Math.max(free, slot.openCount);
-      return waitingForCards(req.need, view.eligible, free);
-    }
+    const counted = this.reservationCount === 0 && this.runReservedTotal === 0 && anyCard;
     let free = 0;
+    // The first pool whose free count would hold the task but whose nodes do not, for the message.
+    let split: NodeShortfall | null = null;
     for (const slot of view.slots) {
       let open = 0;
-      let reserved = 0;
-      let firstHolder = Number.POSITIVE_INFINITY;
-      for (const card of slot.free) {
-        if (card.mark === CLAIMED || !matches(card, req)) continue;
-        if (card.mark === OPEN) open++;
-        else if (card.reservation <= reservationsBefore) {
-          reserved++;
-          firstHolder = Math.min(firstHolder, card.holderPosition);
+      if (counted) open = slot.openCount;
+      else {
+        let reserved = 0;
+        let firstHolder = Number.POSITIVE_INFINITY;
+        for (const card of slot.free) {
+          if (card.mark === CLAIMED || !matches(card, req)) continue;
+          if (card.mark === OPEN) open++;
+          else if (card.reservation <= reservationsBefore) {
+            reserved++;
+            firstHolder = Math.min(firstHolder, card.holderPosition);
+          }
+        }
+        // Scanning in worker-id order, the first worker a reservation blocks is the one named.
+        const nodesWouldFit =
+          slot.nodes === null || nodesFit(slot.nodes, req.need, req.perNode, reservationsBefore);
+        if (reserved > 0 && open + reserved >= req.need && nodesWouldFit) {
+          return reservedForOlderTask(firstHolder, slot.worker.worker_id);
         }
       }
-      // Scanning in worker-id order, the first worker a reservation blocks is the one named.
-      if (reserved > 0 && open + reserved >= req.need) {
-        return reservedForOlderTask(firstHolder, slot.worker.worker_id);
+      if (slot.nodes !== null) {
+        const onNodes = nodesFree(slot.nodes, req.need, req.perNode);
+        if (split === null && open >= req.need && onNodes < req.need) {
+          split = {
+            worker_id: slot.worker.worker_id,
+            per_node: req.perNode,
+            pool_free: open,
+            nodes: slot.nodes,
+          };
+        }
+        open = Math.min(open, onNodes);
       }
       free = Math.max(free, open);
     }
-    return waitingForCards(req.need, view.eligible, free);
+    return waitingForCards(req.need, view.eligible, free, split);
   }
 
   private buildView(req: Requirement): RequirementView {
@@ -357,7 +407,7 @@ export class CardPool {
       let n = 0;
       for (const card of slot.cards) if (fitsShape(card, req)) n++;
       // A Slurm pool must also have the nodes the job's shape needs (Slurm would refuse it at sbatch).
-      if (!poolShapeFits(slot.worker, req)) n = Math.min(n, req.need - 1);
+      if (!poolShapeFits(slot.worker, req.need, req.perNode)) n = Math.min(n, req.need - 1);
       largest = Math.max(largest, n);
       if (n >= req.need) capable.push(slot);
     }
@@ -436,49 +486,6 @@ export class CardPool {
     this.version++;
     return indexes;
   }
-}
-
-/**
- * Whether a Slurm pool has the nodes a task's shape needs: `need / per_node` nodes with at least
- * `per_node` GPUs each (one node with `need` GPUs for a single-node task). True when the worker is not
- * a pool or did not say its nodes.
- */
-function poolShapeFits(worker: WorkerView, req: Requirement): boolean {
-  const nodes = worker.pool_node_gpus;
-  if (worker.backend !== 'slurm' || nodes === undefined || nodes.length === 0) return true;
-  const perNode = req.perNode ?? req.need;
-  const wanted = req.perNode === null ? 1 : Math.ceil(req.need / req.perNode);
-  return nodes.filter((g) => g >= perNode).length >= wanted;
-}
-
-/**
- * How many cards of a Slurm pool may be offered: all of them, less every slot a live broker lease (or
- * an unfinished execution the worker reports) holds, less every card that is not AVAILABLE for a reason
- * of its own (a foreign job's GPU, unknown, unhealthy, cordoned). The two are counted separately, so a
- * leased slot whose device number a foreign job happens to use costs two, never zero: the broker never
- * submits more GPUs than Slurm has free.
- */
-function poolFreeCount(
-  worker: WorkerView,
-  cards: ReadonlyArray<{ view: CardView; state: CardState }>,
-  now: number,
-  config: CardStateConfig,
-): number {
-  let held = 0;
-  let unavailable = 0;
-  for (const { view, state } of cards) {
-    const isHeld = view.leased || view.quarantined || view.held_by_worker === true;
-    if (isHeld) held++;
-    const own = isHeld
-      ? deriveCardState(
-          { card: { ...view, leased: false, quarantined: false, held_by_worker: false }, worker },
-          now,
-          config,
-        ).state
-      : state;
-    if (own !== 'AVAILABLE') unavailable++;
-  }
-  return Math.max(0, cards.length - held - unavailable);
 }
 
 function compareIds(a: string, b: string): number {

@@ -13,17 +13,65 @@ export function describeNeed(need: number, model: string | null, minMemoryMib: n
   return text;
 }
 
-/** Enough matching cards exist, but not enough are free on one worker right now. */
-export function waitingForCards(need: number, eligible: number, free: number): WaitReason {
-  return {
-    code: 'waiting_for_cards',
-    need,
-    eligible,
-    free,
-    message:
-      `Needs ${plural(need, 'card')} on one worker; at most ${free} matching ${free === 1 ? 'is' : 'are'} free ` +
-      `on any worker (${eligible} eligible in all). It starts when running tasks release enough cards.`,
-  };
+/**
+ * A Slurm pool whose free count would hold a task but whose nodes would not (scheduling-nodes.ts): the
+ * task would pend in Slurm, so it stays queued and the message names the nodes' free GPUs.
+ */
+export interface NodeShortfall {
+  worker_id: string;
+  /** The task's `cards.per_node`, or null for a single-node task. */
+  per_node: number | null;
+  /** The pool's free count for the task. */
+  pool_free: number;
+  nodes: ReadonlyArray<{ name: string; free: number }>;
+}
+
+/** How many nodes a message lists before it says how many more there are. */
+const NODES_LISTED = 16;
+
+/**
+ * Enough matching cards exist, but not enough are free on one worker right now; with `split`, a Slurm
+ * pool has enough free in all but not on one node (or on enough nodes), and the message says so.
+ */
+export function waitingForCards(
+  need: number,
+  eligible: number,
+  free: number,
+  split: NodeShortfall | null = null,
+): WaitReason {
+  const message =
+    split === null
+      ? `Needs ${plural(need, 'card')} on one worker; at most ${free} matching ${free === 1 ? 'is' : 'are'} free ` +
+        `on any worker (${eligible} eligible in all). It starts when running tasks release enough cards.`
+      : nodeShortfallMessage(need, split);
+  return { code: 'waiting_for_cards', need, eligible, free, message };
+}
+
+function nodeShortfallMessage(need: number, split: NodeShortfall): string {
+  const listed = split.nodes
+    .slice(0, NODES_LISTED)
+    .map((n) => `${n.name}: ${n.free}`)
+    .join(', ');
+  const more = split.nodes.length > NODES_LISTED ? `, ${split.nodes.length - NODES_LISTED} more` : '';
+  const free = `(${listed}${more})`;
+  const w = split.worker_id;
+  const total = `${split.pool_free} ${split.pool_free === 1 ? 'is' : 'are'} free across the pool`;
+  if (split.per_node === null) {
+    const most = Math.max(0, ...split.nodes.map((n) => n.free));
+    return (
+      `Needs ${plural(need, 'card')} on one node; worker ${w}'s nodes have at most ${most} free ${free}, ` +
+      `though ${total}. It starts when running jobs release enough GPUs on one node; a multi-node ` +
+      'spec (cards.per_node) could use GPUs spread over nodes.'
+    );
+  }
+  const perNode = split.per_node;
+  const nodes = Math.ceil(need / perNode);
+  const enough = split.nodes.filter((n) => n.free >= perNode).length;
+  return (
+    `Needs ${plural(nodes, 'node')} with ${perNode} free GPUs each; worker ${w} has ${enough} such ` +
+    `${enough === 1 ? 'node' : 'nodes'} ${free}, though ${total}. It starts when running jobs release ` +
+    'enough GPUs on enough nodes.'
+  );
 }
 
 /** It would fit, but the free cards are held for an aged task ahead of it in the queue. */

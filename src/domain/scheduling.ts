@@ -75,6 +75,12 @@ export type CardView = Pick<
      * cordoned, to the run's own tasks it is a card like any other. Absent or null: no reservation.
      */
     reserved_for_run?: string | null | undefined;
+    /**
+     * A Slurm pool card's node (its uuid `slurm:<node>:gpu<i>`); absent on a local worker. The slot is
+     * not a device our job gets, but what the sample says of it (a foreign job, a node down) is a fact
+     * about that node's GPU.
+     */
+    node?: string | undefined;
   };
 
 /** One enrolled worker as the scheduler sees it. */
@@ -92,6 +98,12 @@ export interface WorkerView extends WorkerSampling {
   backend?: 'local' | 'slurm' | undefined;
   /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
   pool_node_gpus?: readonly number[] | undefined;
+  /**
+   * A Slurm pool's GPUs that our live leases' started jobs hold, per node (the executions' Slurm
+   * bindings). A lease whose job has not started has no binding and is not here: it holds a slot of
+   * the pool, on no known node (scheduling-nodes.ts).
+   */
+  pool_bound?: ReadonlyArray<{ node: string; gpus: number }> | undefined;
   cards: CardView[];
 }
 
@@ -117,7 +129,9 @@ export interface SchedulingSnapshot {
 
 /**
  * Why a task is still queued. Every reason carries a `message` an agent can act on.
- *  - waiting_for_cards: it fits somewhere but not enough matching cards are free on one worker;
+ *  - waiting_for_cards: it fits somewhere but not enough matching cards are free on one worker (on a
+ *    Slurm pool: on one node, or on enough nodes for `cards.per_node`, though the pool's count may
+ *    suffice; the message then lists the nodes' free GPUs);
  *  - reserved_for_older_task: it would fit, but the free cards are held by an aged task ahead of it;
  *  - holding_reservation: it is aged and holds free cards on `worker_id` until the rest are released;
  *  - worker_offline: its pinned worker is offline or draining;

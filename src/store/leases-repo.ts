@@ -116,6 +116,10 @@ export class LeasesRepo {
         'SELECT slurm FROM executions WHERE id = ?',
       ),
       setExecutionSlurm: db.prepare('UPDATE executions SET slurm = ? WHERE id = ?'),
+      liveSlurmJobs: db.prepare<[], { worker_id: string; slurm: string }>(
+        `SELECT l.worker_id, e.slurm FROM leases l JOIN executions e ON e.lease_id = l.id
+         WHERE l.state <> 'RELEASED' AND e.slurm IS NOT NULL ORDER BY l.created_at`,
+      ),
       unfinishedForWorker: db.prepare<[string], ExecutionRow>(
         "SELECT * FROM executions WHERE worker_id = ? AND phase NOT IN ('rejected','cleaned','cleanup_failed') ORDER BY created_at",
       ),
@@ -211,6 +215,16 @@ export class LeasesRepo {
   executionSlurm(id: string): SlurmJobReport | null {
     const raw = this.s.executionSlurm.get(id)?.slurm ?? null;
     return raw === null ? null : (JSON.parse(raw) as SlurmJobReport);
+  }
+
+  /**
+   * The Slurm jobs behind live leases (ACTIVE, RELEASING or QUARANTINED: their GPUs may still be held),
+   * as their workers last reported them; the scheduler charges started jobs to their nodes.
+   */
+  liveSlurmJobs(): Array<{ worker_id: string; slurm: SlurmJobReport }> {
+    return this.s.liveSlurmJobs
+      .all()
+      .map((r) => ({ worker_id: r.worker_id, slurm: JSON.parse(r.slurm) as SlurmJobReport }));
   }
 
   /** Records the Slurm job behind an execution (the worker's latest report of it). */
