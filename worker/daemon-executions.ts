@@ -287,6 +287,7 @@ export class ExecutionManager {
               if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
             },
             ...(resume === undefined ? {} : { resume: resume.report }),
+            ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
             logger,
           })
         : startExecution(plan, {

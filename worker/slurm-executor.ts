@@ -11,6 +11,7 @@ import {
   type SandboxSetup,
 } from './executor.js';
 import type { ExecutorProvider } from './executor-env.js';
+import type { InputSource } from './executor-inputs.js';
 import type { LogChunkHandler } from './executor-logs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { SlurmDriver } from './slurm/driver.js';
@@ -87,6 +88,8 @@ export interface SlurmExecutionOptions {
   readonly onLog: LogChunkHandler;
   /** Records and reports the job: `accepted` after sbatch or a pending reason change, `started` with the binding. */
   readonly onJob: (report: SlurmJobReport, phase: 'accepted' | 'started') => void;
+  /** Where the spec's inputs are fetched from (the master, through the cache). */
+  readonly inputs?: InputSource;
   /** A job a previous worker process submitted: resume it instead of submitting. */
   readonly resume?: SlurmJobReport;
   readonly logger?: Logger;

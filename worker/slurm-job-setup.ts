@@ -2,6 +2,7 @@ import { chown, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ExecutionPlan } from '../src/contracts/worker-protocol.js';
 import { buildTaskEnv } from './executor-env.js';
+import { placeInputs } from './executor-inputs.js';
 import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './slurm/job-wrapper.js';
 import type { SlurmSubmitRequest } from './slurm/types.js';
@@ -20,14 +21,14 @@ export function markerPrefix(workerId: string): string {
 }
 
 /**
- * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime, inputs,
- * named mounts), fixes the rank's bwrap sandbox (all but the device binds, which only the node knows),
+ * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime, named
+ * mounts), places the inputs on the shared job dir, fixes the rank's bwrap sandbox (all but the device binds, which only the node knows),
  * writes the job wrapper and the task's directories, builds the env from nothing, and returns the
  * sbatch request — or why the plan cannot run as a Slurm job.
  */
 export async function prepareSlurmJob(
   plan: ExecutionPlan,
-  opts: Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider'>,
+  opts: Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs'>,
   execDir: string,
 ): Promise<SlurmSubmitRequest | string> {
   const { backend } = opts;
@@ -37,8 +38,9 @@ export async function prepareSlurmJob(
   const runtime = plan.spec.runtime;
   if (runtime.kind !== 'process')
     return `runtime kind ${runtime.kind} is not supported by a Slurm worker; run a process task`;
-  if ((plan.spec.inputs ?? []).length > 0)
-    return 'inputs are not supported by a Slurm worker yet: reference files on the shared filesystem';
+  const inputs = plan.spec.inputs ?? [];
+  if (inputs.length > 0 && opts.inputs === undefined)
+    return 'this worker was started without a way to fetch inputs';
   if ((plan.spec.mounts ?? []).length > 0)
     return 'named mounts are not supported by a Slurm worker: the job sees the cluster filesystem';
   const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
@@ -56,6 +58,9 @@ export async function prepareSlurmJob(
   } catch (err) {
     return describe(err);
   }
+  // Inputs (the reviewed files, by sha256) on the shared job dir: a sandbox binds each top-level entry
+  // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
+  const inputsDir = sandbox === null ? taskDir : join(execDir, 'inputs');
   let wrapperSandbox: WrapperSandbox | undefined;
   if (sandbox !== null) {
     const args = bwrapArgs({
@@ -78,6 +83,10 @@ export async function prepareSlurmJob(
       identity,
       statusFd: null,
       argv: runtime.argv,
+      inputs: {
+        dir: inputsDir,
+        entries: [...new Set(inputs.map((i) => i.path.split('/')[0] as string))].sort(),
+      },
     });
     const at = args.indexOf('--chdir');
     wrapperSandbox = {
@@ -85,6 +94,7 @@ export async function prepareSlurmJob(
       before: args.slice(0, at),
       after: args.slice(at),
       gpuDevDir: sandbox.gpuDevDir,
+      pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
     };
   }
   try {
@@ -100,8 +110,13 @@ export async function prepareSlurmJob(
     if (sandbox === null) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
     if (identity !== null)
       for (const dir of [taskDir, join(taskDir, 'out')]) await chown(dir, identity.uid, identity.gid);
+    if (inputs.length > 0 && sandbox !== null) await mkdir(inputsDir, { mode: 0o755 });
   } catch (err) {
     return `cannot prepare the job directory ${execDir}: ${describe(err)}`;
+  }
+  if (inputs.length > 0 && opts.inputs !== undefined) {
+    const problem = await placeInputs(inputs, inputsDir, id, opts.inputs);
+    if (problem !== null) return problem;
   }
   const env = buildTaskEnv(
     plan,

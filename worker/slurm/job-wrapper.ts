@@ -76,6 +76,11 @@ export interface WrapperSandbox {
    * `%n` is replaced by the node's name. Usually /dev.
    */
   gpuDevDir: string;
+  /**
+   * Files the policy pins by sha256 (an executable, an interpreter's script): each rank checks them on
+   * its node before the sandbox is built (the worker checked them on the submit host).
+   */
+  pins?: ReadonlyArray<{ path: string; sha256: string }>;
 }
 
 /** Paths of a job's files. */
@@ -269,6 +274,13 @@ setup_failed() {
   exit ${SANDBOX_SETUP_EXIT}
 }
 [ -x "$BWRAP" ] || setup_failed "bubblewrap ($BWRAP) is not installed"
+# Pinned files must be the bytes the policy pinned, here on this node too.
+PINS=(${array((sandbox.pins ?? []).flatMap((p) => [p.sha256, p.path]))})
+for ((k = 0; k < \${#PINS[@]}; k += 2)); do
+  want=\${PINS[k]}; path=\${PINS[k+1]}
+  have=$(sha256sum <"$path" 2>/dev/null | cut -d' ' -f1)
+  [ "$have" = "$want" ] || setup_failed "pinned file $path has sha256 \${have:-(unreadable)} on this node; policy pins $want"
+done
 # The GPUs Slurm gave this rank on this node: the step's, else (one node) the job's.
 GPUS=\${SLURM_STEP_GPUS:-}
 if [ -z "$GPUS" ] && [ "\${SLURM_JOB_NUM_NODES:-1}" = 1 ]; then GPUS=\${SLURM_JOB_GPUS:-}; fi

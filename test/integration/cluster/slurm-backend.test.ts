@@ -213,6 +213,44 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     expect(logs.data).not.toMatch(/saw-jobs|forged|has-network|can-squeue/);
   }, 90_000);
 
+  it("runs the agent's own files (inputs by sha256) read-only in the node's sandbox", async () => {
+    type Uploaded = { inputs: Array<{ path: string; sha256: string; size: number }> };
+    const up = expectOk(
+      await callTool<Uploaded>(alice, 'upload_inputs', {
+        files: [
+          {
+            path: 'src/run.sh',
+            content:
+              'cat /task/data/in.txt > "$GPU_BROKER_OUTPUT_DIR/r.txt"\necho x >> /task/src/run.sh 2>/dev/null && echo modified\nrm -f /task/src/run.sh 2>/dev/null && echo removed\necho ran-from-inputs\n',
+          },
+          { path: 'data/in.txt', content: 'hello-from-inputs\n' },
+        ],
+        idempotency_key: m.key(),
+      }),
+    );
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec('sh /task/src/run.sh', {
+        cards: { count: 1 },
+        inputs: up.inputs,
+        outputs: [{ path: 'r.txt', required: true }],
+      }),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toContain('ran-from-inputs');
+    expect(logs.data).not.toMatch(/modified|removed/);
+    const out = expectOk(
+      await callTool<{ file: { content: string } | null }>(alice, 'get_task_outputs', {
+        task_id: taskId,
+        path: 'r.txt',
+      }),
+    );
+    expect(out.file?.content).toBe('hello-from-inputs\n');
+  }, 90_000);
+
   it('never runs the task unsandboxed: a GPU whose device node is missing on the node fails SETUP_FAILED', async () => {
     const sandbox = backend.sandbox!;
     backend.sandbox = { ...sandbox, gpuDevDir: makeTempDir('slurm-no-devices') };

@@ -1,4 +1,5 @@
 import { spawnSync } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -162,6 +163,20 @@ describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its 
     expect(c.status).toBe(SANDBOX_SETUP_EXIT);
     expect(c.stdout).not.toContain('ran');
     expect((await readSetupErrors(broken.jobDir))[0]).toContain('bwrap could not create the sandbox');
+  });
+
+  it('checks pinned files on the node: a changed one stops the rank before the sandbox', async () => {
+    const pinned = join(makeTempDir('rank-pins'), 'tool.sh');
+    writeFileSync(pinned, 'echo tool v1\n');
+    const sha = createHash('sha256').update('echo tool v1\n').digest('hex');
+    const ok = job('pins-ok', 'echo ran', { pins: [{ path: pinned, sha256: sha }] });
+    expect(runRank(ok.rank, { SLURM_STEP_GPUS: '0' }).stdout).toContain('ran');
+    writeFileSync(pinned, 'echo tool v2 (changed on this node)\n');
+    const bad = job('pins-bad', 'echo ran', { pins: [{ path: pinned, sha256: sha }] });
+    const r = runRank(bad.rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status).toBe(SANDBOX_SETUP_EXIT);
+    expect(r.stdout).not.toContain('ran');
+    expect((await readSetupErrors(bad.jobDir))[0]).toContain(`pinned file ${pinned} has sha256`);
   });
 
   it('expands %n in the device directory to the node name', () => {
