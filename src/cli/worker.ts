@@ -37,6 +37,10 @@ import { escapeField, reportError } from './output.js';
 const USAGE =
   'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
 
+/** The usage line shown with errors of `--backend slurm` (its flags, not the local worker's). */
+const SLURM_USAGE =
+  'gpu-broker worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]... [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]';
+
 /** Env var holding the worker token when --token-file is not given. */
 const TOKEN_ENV = 'GPU_BROKER_WORKER_TOKEN';
 
@@ -131,6 +135,19 @@ async function runSlurmWorker(
   json: boolean | undefined,
   io: CliIo,
 ): Promise<number> {
+  // Flags of a local worker that mean nothing here are refused rather than ignored.
+  if (settings.runAs !== undefined)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      "--run-as is for local workers: a Slurm job runs as the worker's Slurm user (its sandboxed task as a uid of its own)",
+      SLURM_USAGE,
+    );
+  if (settings.mounts.length > 0)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      '--mount is not supported with --backend slurm yet: tasks read the cluster filesystem through inputs or their own files',
+      SLURM_USAGE,
+    );
   // The operator's extra arguments are checked now, not at the first task (which would fail SETUP_FAILED).
   try {
     buildSbatchArgs({
@@ -143,7 +160,7 @@ async function runSlurmWorker(
       extraArgs: [...slurm.extraArgs],
     });
   } catch (err) {
-    throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, USAGE);
+    throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, SLURM_USAGE);
   }
   const driver = new SlurmDriver();
   const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
@@ -160,7 +177,7 @@ async function runSlurmWorker(
           containerEngine: 'none',
           ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
         }).catch((err: unknown) => {
-          throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);
+          throw new BrokerError('INVALID_INPUT', (err as Error).message, SLURM_USAGE);
         });
   const bwrap = sandbox?.setup.kind === 'bwrap' ? sandbox.setup : null;
   const { gpuDevDir, ...fixed } = slurm;
@@ -331,7 +348,8 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
     'slurm-poll-ms',
     'slurm-gpu-dev-dir',
   ] as const;
-  const bad = (message: string) => new BrokerError('INVALID_INPUT', message, USAGE);
+  const bad = (message: string) =>
+    new BrokerError('INVALID_INPUT', message, backend === 'slurm' ? SLURM_USAGE : USAGE);
   if (backend === 'local') {
     const given = slurmFlags.filter((f) => values[f] !== undefined);
     if (given.length > 0) throw bad(`--${given[0]} needs --backend slurm`);
