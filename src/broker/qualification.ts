@@ -1,8 +1,10 @@
 import { basename } from 'node:path';
 import { BrokerError } from '../contracts/errors.js';
+import type { CardSample } from '../contracts/sample.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
+import { planLadder } from '../domain/qualification-ladder.js';
 import type { Principal } from '../store/principals-repo.js';
-import type { QualificationRunRecord, SkippedRung, SubmitterKind } from '../store/qualification-repo.js';
+import type { QualificationRunRecord, SubmitterKind } from '../store/qualification-repo.js';
 import type { WorkerRecord } from '../store/workers-repo.js';
 import { cancelTask } from './cluster.js';
 import type { BrokerDeps } from './deps.js';
@@ -52,6 +54,31 @@ function assertInterpreterReady(deps: BrokerDeps, worker: WorkerRecord): void {
     `${basename(python)} on worker ${worker.id} cannot import torch: apt-get install python3-torch, or set qualification_python`,
     `${python} said: ${probe.error ?? 'no reason given'}. Nothing was cordoned; restart that worker once torch imports there (it probes on each connection) and qualify again.`,
     { reason: 'QUALIFICATION_PYTHON_UNUSABLE', python, error: probe.error },
+  );
+}
+
+/**
+ * A Slurm pool is qualified idle (ADR 0017): Slurm, not the broker, decides which GPUs a rung gets, so
+ * a run that shared the partition with a broker lease or someone else's job would measure whatever GPUs
+ * were left and could pend behind them. Refused before anything is cordoned.
+ */
+function assertPoolIdle(deps: BrokerDeps, workerId: string, live: readonly CardSample[]): void {
+  const leases = deps.store.leases.liveLeases().filter((l) => l.worker_id === workerId);
+  const foreign = live.filter((c) => c.processes.length > 0);
+  if (leases.length === 0 && foreign.length === 0) return;
+  const held = [
+    leases.length > 0
+      ? `${leases.length} broker lease(s) (tasks ${leases.map((l) => l.task_id).join(', ')})`
+      : '',
+    foreign.length > 0
+      ? `${foreign.length} GPU(s) used by other Slurm jobs (${[...new Set(foreign.flatMap((c) => c.processes.map((p) => p.name)))].join(', ')})`
+      : '',
+  ].filter(Boolean);
+  throw new BrokerError(
+    'INVALID_STATE',
+    `the Slurm pool of ${workerId} is not idle: ${held.join('; ')}`,
+    'A Slurm pool is qualified as a whole, with no other job on its partition: wait until those jobs end (squeue -p PARTITION), or drain the partition for the run, then qualify again.',
+    { reason: 'POOL_NOT_IDLE', leases: leases.length, foreign_gpus: foreign.length },
   );
 }
 
@@ -116,20 +143,23 @@ export function startQualification(
       .map((c) => c.card_index),
   );
   const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
-  const maxCards = deps.config.policy.max_cards;
   const requested = [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b);
-  const skipped: SkippedRung[] = [];
-  const ladder: number[] = [];
-  for (const n of requested) {
-    if (n > maxCards) skipped.push({ cards: n, reason: `policy allows at most ${maxCards} cards per task` });
-    else if (n > usable.length)
-      skipped.push({
-        cards: n,
-        reason: `worker ${worker.id} has ${usable.length} usable card(s) (${indexes.length} in all, ${cordoned.size} cordoned, ${quarantined.size} quarantined)`,
-      });
-    else ladder.push(n);
-  }
-  const reserved = usable.slice(0, Math.max(0, ...ladder));
+  const pool = worker.backend === 'slurm' ? (worker.slurm?.nodes ?? []) : null;
+  if (pool !== null) assertPoolIdle(deps, worker.id, live);
+  const { ladder, span, skipped } = planLadder({
+    worker_id: worker.id,
+    requested,
+    usable: usable.length,
+    total: indexes.length,
+    cordoned: cordoned.size,
+    quarantined: quarantined.size,
+    max_cards: deps.config.policy.max_cards,
+    pool,
+  });
+  // A Slurm pool's slots are not devices: Slurm places each rung anywhere in the partition, so the run
+  // holds every usable slot for itself (ADR 0017). A local worker gives the run its lowest cards.
+  const reserved =
+    pool !== null ? usable : usable.slice(0, Math.max(0, ...ladder, ...(span ? [span.cards] : [])));
 
   const id = deps.ids('qrun');
   const actor = principal.name;
@@ -145,6 +175,7 @@ export function startQualification(
     reviewer_id: reviewer.principal.id,
     requested,
     ladder,
+    span,
     skipped,
     reserved_cards: reserved,
     evidence: null,
@@ -178,7 +209,15 @@ export function startQualification(
     action: 'qualification.started',
     subject_type: 'qualification_run',
     subject_id: id,
-    data: { worker_id: worker.id, requested, ladder, skipped, reserved_cards: reserved, submitter: kind },
+    data: {
+      worker_id: worker.id,
+      requested,
+      ladder,
+      span,
+      skipped,
+      reserved_cards: reserved,
+      submitter: kind,
+    },
   });
   const tokens = { submitter: submitter.token, reviewer: reviewer.token };
   store.afterCommit(() => {
@@ -277,6 +316,7 @@ export function runView(deps: BrokerDeps, run: QualificationRunRecord): Qualific
     reviewer_principal: principalName(deps.store, run.reviewer_id),
     requested: run.requested,
     ladder: run.ladder,
+    span: run.span,
     skipped: run.skipped,
     reserved_cards: run.reserved_cards,
     steps: deps.store.qualifications.steps(run.id).map((s) => ({

@@ -111,7 +111,7 @@ export const WORKER = defineCommand({
   name: 'worker',
   usage: [
     'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
-    'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
+    'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] [--slurm-simulated-gpus] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
   ],
   summary:
     'Runs the worker daemon on a GPU host until SIGINT/SIGTERM. Refuses to start unsandboxed under --isolation auto when bubblewrap does not work.',
@@ -180,6 +180,10 @@ export const WORKER = defineCommand({
       help: 'shared directory (visible on the compute nodes) for the job files',
     },
     'slurm-poll-ms': { type: 'string', value: 'MS', help: 'how often Slurm is polled (default 1000)' },
+    'slurm-simulated-gpus': {
+      type: 'boolean',
+      help: "the partition's GPUs are not real devices (a test cluster): cards are labelled simulated",
+    },
     ...JSON_FLAG,
   },
   env: {

@@ -115,13 +115,16 @@ interface Settings {
   executionRetention: ExecutionRetention;
   mounts: DataMount[];
   /** `--backend slurm`: the operator's Slurm settings (the driver is made at start). */
-  slurm?: Omit<SlurmBackend, 'driver'>;
+  slurm?: SlurmSettings;
 }
+
+/** `--backend slurm` settings: the backend's, and whether the partition's GPUs are simulated. */
+type SlurmSettings = Omit<SlurmBackend, 'driver'> & { simulatedGpus: boolean };
 
 /** `--backend slurm`: the partition's GPUs are the pool, tasks run as Slurm jobs (ADR 0013). */
 async function runSlurmWorker(
   settings: Settings,
-  slurm: Omit<SlurmBackend, 'driver'>,
+  { simulatedGpus, ...slurm }: SlurmSettings,
   json: boolean | undefined,
   io: CliIo,
 ): Promise<number> {
@@ -141,7 +144,12 @@ async function runSlurmWorker(
   }
   const driver = new SlurmDriver();
   const backend: SlurmBackend = { ...slurm, driver };
-  const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
+  const sampler = slurmPoolSampler({
+    driver,
+    partition: slurm.partition,
+    workerId: settings.workerId,
+    simulated: simulatedGpus,
+  });
   const worker = await startWorker({
     ...sharedWorkerOptions(settings, sampler, io),
     sandbox: { kind: 'none' },
@@ -149,7 +157,7 @@ async function runSlurmWorker(
   });
   const pool = sampler.pool();
   const cards = worker.latestCards();
-  const summary = `Slurm partition ${pool.partition}: ${pool.nodes.length} node${pool.nodes.length === 1 ? '' : 's'}, ${cards === null ? 'no sample yet' : `${cards.length} GPUs`} (a pool: Slurm places, the broker admits)`;
+  const summary = `Slurm partition ${pool.partition}: ${pool.nodes.length} node${pool.nodes.length === 1 ? '' : 's'}, ${cards === null ? 'no sample yet' : `${cards.length} GPUs`} (a pool: Slurm places, the broker admits)${simulatedGpus ? '; SIMULATED GPUs (--slurm-simulated-gpus): not real devices' : ''}`;
   const isolation =
     "tasks run as Slurm jobs under this worker's Slurm user, confined by whatever the site configured (cgroup ConstrainDevices); the worker reports isolation none";
   if (json)
@@ -290,9 +298,7 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
 }
 
 /** `--backend` and the `--slurm-*` flags; undefined for the local backend. Throws INVALID_INPUT. */
-function parseSlurmSettings(
-  values: FlagValues<typeof WORKER.flags>,
-): Omit<SlurmBackend, 'driver'> | undefined {
+function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSettings | undefined {
   const backend = values.backend ?? 'local';
   const slurmFlags = [
     'slurm-partition',
@@ -301,6 +307,7 @@ function parseSlurmSettings(
     'slurm-extra-arg',
     'slurm-job-dir',
     'slurm-poll-ms',
+    'slurm-simulated-gpus',
   ] as const;
   const bad = (message: string) => new BrokerError('INVALID_INPUT', message, USAGE);
   if (backend === 'local') {
@@ -338,6 +345,7 @@ function parseSlurmSettings(
     extraArgs,
     jobDir: resolve(jobDir),
     pollMs,
+    simulatedGpus: values['slurm-simulated-gpus'] === true,
   };
 }
 

@@ -50,6 +50,8 @@ export const QualificationRunViewSchema = z.object({
   reviewer_principal: z.string(),
   requested: z.array(z.number().int()),
   ladder: z.array(z.number().int()),
+  /** A Slurm pool's two-node rung (`cards` as `per_node` on each of two nodes), run after the ladder. */
+  span: z.object({ cards: z.number().int(), per_node: z.number().int() }).nullable(),
   skipped: z.array(z.object({ cards: z.number().int(), reason: z.string() })),
   reserved_cards: z.array(z.number().int()),
   steps: z.array(QualificationStepSchema),
