@@ -1,0 +1,76 @@
+import { describe, expect, it } from 'vitest';
+import { type LadderInput, planLadder, rungLabel } from '../../../src/domain/qualification-ladder.js';
+
+/** The ladder of a qualification run: a local worker's, and a Slurm pool's with its two-node rung. */
+
+const base = (over: Partial<LadderInput>): LadderInput => ({
+  worker_id: 'w',
+  requested: [1, 2, 4, 8],
+  usable: 8,
+  total: 8,
+  cordoned: 0,
+  quarantined: 0,
+  max_cards: 8,
+  pool: null,
+  ...over,
+});
+const nodes = (...gpus: number[]) => gpus.map((g, i) => ({ name: `n${i + 1}`, gpus: g }));
+
+describe('planLadder', () => {
+  it('a local worker: counts up to its usable cards and policy, no span rung', () => {
+    expect(planLadder(base({}))).toEqual({ ladder: [1, 2, 4, 8], span: null, skipped: [] });
+    const p = planLadder(base({ usable: 4, total: 5, cordoned: 1 }));
+    expect(p.ladder).toEqual([1, 2, 4]);
+    expect(p.skipped).toEqual([
+      { cards: 8, reason: 'worker w has 4 usable card(s) (5 in all, 1 cordoned, 0 quarantined)' },
+    ]);
+    expect(planLadder(base({ max_cards: 2 })).skipped.map((s) => s.cards)).toEqual([4, 8]);
+  });
+
+  it('a single-node pool of 8: the full in-node ladder, no span rung', () => {
+    expect(planLadder(base({ pool: nodes(8) }))).toEqual({ ladder: [1, 2, 4, 8], span: null, skipped: [] });
+  });
+
+  it('two nodes of 4: in-node rungs capped by the largest node, plus 8 = 2 × 4', () => {
+    const p = planLadder(base({ pool: nodes(4, 4) }));
+    expect(p.ladder).toEqual([1, 2, 4]);
+    expect(p.span).toEqual({ cards: 8, per_node: 4 });
+    expect(p.skipped).toEqual([{ cards: 8, reason: 'no node of the pool has 8 GPUs (the largest has 4)' }]);
+  });
+
+  it('k is bounded by the second-largest node, policy and the usable count', () => {
+    expect(planLadder(base({ pool: nodes(8, 2), usable: 10, total: 10 })).span).toEqual({
+      cards: 4,
+      per_node: 2,
+    });
+    expect(planLadder(base({ pool: nodes(8, 8), usable: 16, total: 16, max_cards: 16 })).span).toEqual({
+      cards: 16,
+      per_node: 8,
+    });
+    expect(planLadder(base({ pool: nodes(8, 8), usable: 16, max_cards: 8 })).span).toEqual({
+      cards: 8,
+      per_node: 4,
+    });
+    expect(planLadder(base({ pool: nodes(4, 4, 4), usable: 3 })).span).toEqual({ cards: 2, per_node: 1 });
+  });
+
+  it('two nodes but no span fits: skipped with a reason (the verdict can then be at best INCONCLUSIVE)', () => {
+    const p = planLadder(base({ pool: nodes(4, 4), max_cards: 1 }));
+    expect(p.span).toBeNull();
+    expect(p.skipped.at(-1)).toEqual({
+      cards: 2,
+      reason: expect.stringMatching(/^no two-node rung fits/),
+    });
+  });
+
+  it('a span rung may share an in-node rung’s count; labels keep them apart', () => {
+    const p = planLadder(base({ requested: [1, 2], pool: nodes(4, 4) }));
+    expect(p).toMatchObject({ ladder: [1, 2], span: { cards: 4, per_node: 2 } });
+    expect(planLadder(base({ requested: [1, 2, 4], pool: nodes(4, 2) })).span).toEqual({
+      cards: 4,
+      per_node: 2,
+    });
+    expect(rungLabel(4, null)).toBe('4');
+    expect(rungLabel(4, 2)).toBe('4=2x2');
+  });
+});
