@@ -143,12 +143,12 @@ export function startQualification(
       .map((c) => c.card_index),
   );
   const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
-  const requested = [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b);
   const pool = worker.backend === 'slurm' ? (worker.slurm?.nodes ?? []) : null;
   if (pool !== null) assertPoolIdle(deps, worker.id, live);
-  const { ladder, span, skipped } = planLadder({
+  const { requested, ladder, span, skipped } = planLadder({
     worker_id: worker.id,
-    requested,
+    requested: [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b),
+    explicit: input.cards !== undefined,
     usable: usable.length,
     total: indexes.length,
     cordoned: cordoned.size,

@@ -4,7 +4,9 @@
  *
  * - A local worker: a count runs when the worker has that many usable cards and policy allows it.
  * - A Slurm pool worker (docs/decisions/0017-slurm-qualification.md): the in-node ladder is capped by
- *   the largest node's GPU count (a single-node task needs one node with `count` GPUs), and, when the
+ *   the largest node's GPU count (a single-node task needs one node with `count` GPUs: the default
+ *   ladder simply stops there, while a count the operator asked for explicitly is skipped, which makes
+ *   the verdict INCONCLUSIVE), and, when the
  *   partition has two nodes or more, one extra **span** rung `{cards: 2k, per_node: k}` crosses two
  *   nodes, with k the largest requested count that two nodes can each hold.
  */
@@ -26,6 +28,8 @@ export interface LadderInput {
   worker_id: string;
   /** Requested counts, ascending and distinct. */
   requested: readonly number[];
+  /** Whether the operator gave the counts (false: the default ladder, which a pool caps at its largest node). */
+  explicit: boolean;
   /** Card indexes not cordoned by an operator and not quarantined. */
   usable: number;
   /** All cards, cordoned or quarantined included (for the reason text). */
@@ -40,6 +44,8 @@ export interface LadderInput {
 
 /** The plan: the in-node counts to run (ascending), the span rung (or null), what was skipped. */
 export interface LadderPlan {
+  /** The counts the run asked for (the default ladder capped on a pool). */
+  requested: number[];
   ladder: number[];
   span: SpanRung | null;
   skipped: SkippedRung[];
@@ -47,8 +53,10 @@ export interface LadderPlan {
 
 /** Plans the ladder of one run. */
 export function planLadder(input: LadderInput): LadderPlan {
-  const { requested, usable, max_cards: maxCards, pool } = input;
+  const { usable, max_cards: maxCards, pool } = input;
   const largestNode = pool === null ? Number.POSITIVE_INFINITY : Math.max(0, ...pool.map((n) => n.gpus));
+  const capped = input.explicit ? [] : input.requested.filter((n) => n <= largestNode);
+  const requested = capped.length > 0 ? capped : [...input.requested];
   const skipped: SkippedRung[] = [];
   const ladder: number[] = [];
   for (const n of requested) {
@@ -65,7 +73,7 @@ export function planLadder(input: LadderInput): LadderPlan {
       });
     else ladder.push(n);
   }
-  if (pool === null || pool.length < 2) return { ladder, span: null, skipped };
+  if (pool === null || pool.length < 2) return { requested, ladder, span: null, skipped };
   // Two nodes must each hold k: k is bounded by the second-largest node.
   const secondLargest = [...pool.map((n) => n.gpus)].sort((a, b) => b - a)[1] ?? 0;
   const k = [...requested].reverse().find((r) => r <= secondLargest && 2 * r <= maxCards && 2 * r <= usable);
@@ -75,9 +83,9 @@ export function planLadder(input: LadderInput): LadderPlan {
       cards: 2 * smallest,
       reason: `no two-node rung fits: two nodes with ${smallest} GPU(s) each, ${2 * smallest} usable cards and policy max_cards ${maxCards} are needed`,
     });
-    return { ladder, span: null, skipped };
+    return { requested, ladder, span: null, skipped };
   }
-  return { ladder, span: { cards: 2 * k, per_node: k }, skipped };
+  return { requested, ladder, span: { cards: 2 * k, per_node: k }, skipped };
 }
 
 /** A rung's short name: `4` within one node or host, `8=2x4` across two nodes. */

@@ -6,6 +6,7 @@ import { type LadderInput, planLadder, rungLabel } from '../../../src/domain/qua
 const base = (over: Partial<LadderInput>): LadderInput => ({
   worker_id: 'w',
   requested: [1, 2, 4, 8],
+  explicit: true,
   usable: 8,
   total: 8,
   cordoned: 0,
@@ -18,7 +19,12 @@ const nodes = (...gpus: number[]) => gpus.map((g, i) => ({ name: `n${i + 1}`, gp
 
 describe('planLadder', () => {
   it('a local worker: counts up to its usable cards and policy, no span rung', () => {
-    expect(planLadder(base({}))).toEqual({ ladder: [1, 2, 4, 8], span: null, skipped: [] });
+    expect(planLadder(base({}))).toEqual({
+      requested: [1, 2, 4, 8],
+      ladder: [1, 2, 4, 8],
+      span: null,
+      skipped: [],
+    });
     const p = planLadder(base({ usable: 4, total: 5, cordoned: 1 }));
     expect(p.ladder).toEqual([1, 2, 4]);
     expect(p.skipped).toEqual([
@@ -28,10 +34,25 @@ describe('planLadder', () => {
   });
 
   it('a single-node pool of 8: the full in-node ladder, no span rung', () => {
-    expect(planLadder(base({ pool: nodes(8) }))).toEqual({ ladder: [1, 2, 4, 8], span: null, skipped: [] });
+    expect(planLadder(base({ pool: nodes(8) }))).toEqual({
+      requested: [1, 2, 4, 8],
+      ladder: [1, 2, 4, 8],
+      span: null,
+      skipped: [],
+    });
   });
 
-  it('two nodes of 4: in-node rungs capped by the largest node, plus 8 = 2 × 4', () => {
+  it('the default ladder on a pool stops at the largest node; a local worker’s does not', () => {
+    expect(planLadder(base({ explicit: false, pool: nodes(4, 4) }))).toEqual({
+      requested: [1, 2, 4],
+      ladder: [1, 2, 4],
+      span: { cards: 8, per_node: 4 },
+      skipped: [],
+    });
+    expect(planLadder(base({ explicit: false, usable: 4, total: 4 })).requested).toEqual([1, 2, 4, 8]);
+  });
+
+  it('two nodes of 4, 8 asked for explicitly: in-node rungs capped by the largest node, 8 skipped, plus 8 = 2 × 4', () => {
     const p = planLadder(base({ pool: nodes(4, 4) }));
     expect(p.ladder).toEqual([1, 2, 4]);
     expect(p.span).toEqual({ cards: 8, per_node: 4 });

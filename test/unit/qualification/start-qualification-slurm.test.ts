@@ -89,10 +89,10 @@ describe('start_qualification on a Slurm pool', () => {
     const v = await start();
     expect(v).toMatchObject({
       state: 'RUNNING',
-      requested: [1, 2, 4, 8],
+      requested: [1, 2, 4],
       ladder: [1, 2, 4],
       span: { cards: 8, per_node: 4 },
-      skipped: [{ cards: 8, reason: 'no node of the pool has 8 GPUs (the largest has 4)' }],
+      skipped: [],
       reserved_cards: [0, 1, 2, 3, 4, 5, 6, 7],
     });
     expect(f.deps.store.workers.cordons().map((c) => c.reason)).toEqual(
@@ -102,6 +102,17 @@ describe('start_qualification on a Slurm pool', () => {
     const started = f.deps.store.audit.forSubject('qualification_run', v.run_id)[0];
     expect(started?.data).toMatchObject({ span: { cards: 8, per_node: 4 } });
     expect(launched).toEqual([v.run_id]);
+  });
+
+  it('an 8 asked for explicitly on nodes of 4 is skipped (the verdict can then be at best INCONCLUSIVE)', async () => {
+    enrolPool([4, 4]);
+    const v = await start({ cards: [4, 8] });
+    expect(v).toMatchObject({
+      requested: [4, 8],
+      ladder: [4],
+      span: { cards: 8, per_node: 4 },
+      skipped: [{ cards: 8, reason: 'no node of the pool has 8 GPUs (the largest has 4)' }],
+    });
   });
 
   it('one node of 8: the full in-node ladder and no two-node rung', async () => {
