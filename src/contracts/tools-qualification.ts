@@ -71,7 +71,7 @@ export const startQualificationTool = defineTool({
   name: 'start_qualification',
   title: 'Qualify a GPU host',
   description:
-    'Starts a qualification run on one worker: it cordons the cards it needs, then for each card count of the ladder (default 1, 2, 4, 8) a submitter principal proposes the bundled workload (NCCL all_reduce + GEMM), a distinct reviewer principal approves it, the scheduler leases the cards and the worker runs it; a verifier then checks every id, number and post-condition from the master’s own records. Returns at once with run_id; follow it with get_qualification_run. Counts larger than the worker has are skipped, which makes the verdict INCONCLUSIVE. Cards return to the pool only on PASSED.',
+    'Starts a qualification run on one worker: it cordons the cards it needs, then for each card count of the ladder (default 1, 2, 4, 8) a submitter principal proposes the bundled workload (NCCL all_reduce + GEMM), a distinct reviewer principal approves it, the scheduler leases the cards and the worker runs it; a verifier then checks every id, number and post-condition from the master’s own records. Returns at once with run_id; follow it with get_qualification_run. Counts larger than the worker has are skipped, which makes the verdict INCONCLUSIVE. On a Slurm pool worker the pool must be idle and is held whole; the ladder stops at the largest node and, with two nodes or more, adds one two-node rung. Cards return to the pool only on PASSED.',
   roles: ['operator'],
   mutating: true,
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },
