@@ -123,6 +123,11 @@ export async function runQualification(
         hooks.step(n, `not run: ${stop}`);
         continue;
       }
+      if (perNode !== null)
+        hooks.step(
+          n,
+          `two-node rung: ${n} GPUs as ${perNode} on each of ${n / perNode} nodes, one Slurm job`,
+        );
       const proposalId = await rung.drive(n, perNode);
       if (signal.aborted) return null;
       const records = await settle(

@@ -159,6 +159,7 @@ function printHeader(v: QualificationRunView, out: (t: string) => void): void {
   const skipped = v.skipped.map((s) => `${s.cards} (${escapeField(s.reason)})`).join('; ');
   out(
     `qualification run ${v.run_id} on ${escapeField(v.worker_id)}: ladder ${v.ladder.join(',') || 'none'}` +
+      `${v.span ? ` then ${v.span.cards} across 2 nodes (${v.span.per_node} per node)` : ''}` +
       `${skipped ? `; skipped ${skipped}` : ''}; cards ${v.reserved_cards.join(',') || 'none'} cordoned; ` +
       `submitter ${escapeField(v.submitter)}\n`,
   );

@@ -52,6 +52,9 @@ describe.skipIf(!avail.ok)('qualification on a two-node Slurm pool', () => {
       skipped: [],
       not_run: [],
     });
+    const steps = c.master.deps.store.qualifications.steps(v.run_id).map((x) => x.text);
+    expect(steps[0]).toMatch(/ladder 1,2,4 then 8 cards across 2 nodes \(4 per node\)/);
+    expect(steps).toContain('two-node rung: 8 GPUs as 4 on each of 2 nodes, one Slurm job');
     expect(doc.rungs.map((r) => [r.cards, r.per_node ?? null])).toEqual([
       [1, null],
       [2, null],
