@@ -1,4 +1,5 @@
 import { digestOf, sha256Hex } from '../src/platform/digest.js';
+import { checkSlurmBinding } from './slurm-checks.js';
 import {
   checkWorkloadResult,
   type SlurmExpectation,
@@ -140,7 +141,7 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
     ...checkReview(run, r),
     checkTask(r),
     checkLeaseBinding(run, r),
-    ...(run.backend === 'slurm' ? [checkSlurmBinding(r)] : []),
+    ...(run.backend === 'slurm' ? [checkSlurmBinding(r.execution?.slurm, r.cards, r.per_node)] : []),
     checkLeaseReleased(r),
   ];
   const output = checkOutput(r);
@@ -177,32 +178,6 @@ function slurmExpectation(r: RungRecords): SlurmExpectation | null {
   const job = r.execution?.slurm;
   if (!job || job.binding === null) return null;
   return { job_id: job.job_id, nodes: job.binding.nodes, per_node: r.per_node ?? r.cards };
-}
-
-/**
- * A Slurm rung's job as the master recorded it has the rung's shape: a job id, `cards / per_node`
- * distinct nodes, each with `per_node` distinct GPU indices. Catches a worker reporting a binding that
- * does not add up to the lease (fewer GPUs, one node twice) before the workload's own view is compared.
- */
-function checkSlurmBinding(r: RungRecords): Check {
-  const name = 'slurm.binding';
-  const job = r.execution?.slurm;
-  if (!job) return bad(name, 'no Slurm job was recorded for the execution');
-  if (job.binding === null) return bad(name, `job ${job.job_id} has no recorded binding (it never started)`);
-  const perNode = r.per_node ?? r.cards;
-  const wantNodes = r.cards / perNode;
-  const nodes = job.binding.nodes;
-  const problems: string[] = [];
-  if (nodes.length !== wantNodes) problems.push(`${nodes.length} node(s), expected ${wantNodes}`);
-  if (new Set(nodes.map((n) => n.node)).size !== nodes.length) problems.push('a node is listed twice');
-  for (const n of nodes) {
-    if (n.gpus.length !== perNode || new Set(n.gpus).size !== n.gpus.length)
-      problems.push(`${n.node} has GPUs [${n.gpus.join(',')}], expected ${perNode} distinct`);
-  }
-  const shown = nodes.map((n) => `${n.node}:[${n.gpus.join(',')}]`).join(' ');
-  return problems.length === 0
-    ? ok(name, `job ${job.job_id} on ${shown}`)
-    : bad(name, `job ${job.job_id}: ${problems.join('; ')}`);
 }
 
 function checkProposal(run: RunFacts, r: RungRecords): Check {

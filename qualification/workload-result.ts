@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { packageRoot } from '../src/platform/package-root.js';
+import { checkSlurmJob, SLURM_CHECK_NAMES, type SlurmExpectation } from './slurm-checks.js';
 
 /**
  * The qualification workload's result document (`qualification.json`, written by rank 0 of
@@ -155,12 +156,7 @@ export interface WorkloadExpectation {
   slurm?: SlurmExpectation | null;
 }
 
-/** What the master recorded of a Slurm rung's job. */
-export interface SlurmExpectation {
-  job_id: string;
-  nodes: ReadonlyArray<{ node: string; gpus: readonly number[] }>;
-  per_node: number;
-}
+export { SLURM_CHECK_NAMES, type SlurmExpectation };
 
 /** The outcome of one named check. */
 export interface WorkloadCheck {
@@ -189,9 +185,6 @@ export const WORKLOAD_CHECK_NAMES = [
 ] as const;
 /** A check name. */
 export type WorkloadCheckName = (typeof WORKLOAD_CHECK_NAMES)[number];
-
-/** The checks of a Slurm rung that take the place of `binding.gpu_ids` and `binding.gpu_uuids`. */
-export const SLURM_CHECK_NAMES = ['slurm.job_id', 'slurm.nodes', 'slurm.ranks'] as const;
 
 /** The check names `checkWorkloadResult` reports for an expectation, in report order. */
 export function workloadCheckNames(expected: Pick<WorkloadExpectation, 'gpu_uuids' | 'slurm'>): string[] {
@@ -251,50 +244,6 @@ export function checkWorkloadResult(result: unknown, expected: WorkloadExpectati
     checkBackend(doc, expected.simulated, expected.slurm !== undefined),
   );
   return checks;
-}
-
-/**
- * A Slurm rung's job as the ranks saw it against the master's record of it (ADR 0017): the same job
- * id; the same nodes in the same order, each with the same GPU indices; rank r on node r / per_node as
- * local rank r mod per_node. A document without `slurm`, or no record on the master, fails all three.
- */
-function checkSlurmJob(doc: WorkloadResult, want: SlurmExpectation | null): WorkloadCheck[] {
-  const seen = doc.slurm;
-  if (want === null || seen === undefined) {
-    const why =
-      want === null
-        ? 'the master recorded no Slurm binding for the execution'
-        : 'the result has no slurm section (not run as a Slurm job)';
-    return SLURM_CHECK_NAMES.map((name) => ({ name, ok: false, detail: why }));
-  }
-  const jobId: WorkloadCheck =
-    seen.job_id === want.job_id
-      ? { name: 'slurm.job_id', ok: true, detail: `job ${seen.job_id}` }
-      : { name: 'slurm.job_id', ok: false, detail: `expected job ${want.job_id}, found ${seen.job_id}` };
-  const show = (nodes: ReadonlyArray<{ node: string; gpus: readonly number[] }>) =>
-    nodes.map((n) => `${n.node}:[${sorted(n.gpus).join(',')}]`).join(' ');
-  const sameNodes =
-    seen.nodes.length === want.nodes.length &&
-    seen.nodes.every((n, i) => {
-      const w = want.nodes[i];
-      return w !== undefined && n.node === w.node && sorted(n.gpus).join() === sorted(w.gpus).join();
-    });
-  const nodes: WorkloadCheck = sameNodes
-    ? { name: 'slurm.nodes', ok: true, detail: show(seen.nodes) }
-    : { name: 'slurm.nodes', ok: false, detail: `expected ${show(want.nodes)}, found ${show(seen.nodes)}` };
-  const ranks = perRank('slurm.ranks', doc.ranks, (r) => {
-    const node = want.nodes[Math.floor(r.rank / want.per_node)]?.node;
-    const local = r.rank % want.per_node;
-    if (r.node === undefined || r.local_rank === undefined) return 'no node or local_rank recorded';
-    if (r.node !== node) return `ran on ${r.node}, expected ${node ?? 'no node (rank beyond the job)'}`;
-    if (r.local_rank !== local) return `local_rank ${r.local_rank}, expected ${local}`;
-    return null;
-  });
-  return [jobId, nodes, ranks];
-}
-
-function sorted(xs: readonly number[]): number[] {
-  return [...xs].sort((a, b) => a - b);
 }
 
 function same(name: string, found: string | number, want: string | number): WorkloadCheck {

@@ -1,16 +1,14 @@
-import { basename } from 'node:path';
 import { BrokerError } from '../contracts/errors.js';
-import type { CardSample } from '../contracts/sample.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
 import { planLadder } from '../domain/qualification-ladder.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../store/qualification-repo.js';
-import type { WorkerRecord } from '../store/workers-repo.js';
 import { cancelTask } from './cluster.js';
 import type { BrokerDeps } from './deps.js';
 import { CARDS_TOPIC } from './leases.js';
 import { fetchPage } from './paging.js';
 import { createPrincipal, revokePrincipal } from './principals.js';
+import { assertInterpreterReady, assertPoolIdle } from './qualification-preflight.js';
 import {
   canMoveQualificationRun,
   moveQualificationRun,
@@ -39,48 +37,6 @@ export interface QualificationLauncher {
 
 /** The cordon reason that marks a card as reserved by a run. */
 export const runCordonReason = (runId: string) => `qualification run ${runId}`;
-
-/**
- * The preflight (issue 11, item 1): a worker that reported its qualification interpreter cannot import
- * torch is refused before anything is cordoned. A worker that has not reported yet (an older worker, or
- * one whose probe is still running) is let through: a failed rung then shows the same cause.
- */
-function assertInterpreterReady(deps: BrokerDeps, worker: WorkerRecord): void {
-  const probe = worker.qualification_probe;
-  const python = deps.config.qualification_python;
-  if (probe === null || probe.python !== python || probe.torch_version !== null) return;
-  throw new BrokerError(
-    'INVALID_STATE',
-    `${basename(python)} on worker ${worker.id} cannot import torch: apt-get install python3-torch, or set qualification_python`,
-    `${python} said: ${probe.error ?? 'no reason given'}. Nothing was cordoned; restart that worker once torch imports there (it probes on each connection) and qualify again.`,
-    { reason: 'QUALIFICATION_PYTHON_UNUSABLE', python, error: probe.error },
-  );
-}
-
-/**
- * A Slurm pool is qualified idle (ADR 0017): Slurm, not the broker, decides which GPUs a rung gets, so
- * a run that shared the partition with a broker lease or someone else's job would measure whatever GPUs
- * were left and could pend behind them. Refused before anything is cordoned.
- */
-function assertPoolIdle(deps: BrokerDeps, workerId: string, live: readonly CardSample[]): void {
-  const leases = deps.store.leases.liveLeases().filter((l) => l.worker_id === workerId);
-  const foreign = live.filter((c) => c.processes.length > 0);
-  if (leases.length === 0 && foreign.length === 0) return;
-  const held = [
-    leases.length > 0
-      ? `${leases.length} broker lease(s) (tasks ${leases.map((l) => l.task_id).join(', ')})`
-      : '',
-    foreign.length > 0
-      ? `${foreign.length} GPU(s) used by other Slurm jobs (${[...new Set(foreign.flatMap((c) => c.processes.map((p) => p.name)))].join(', ')})`
-      : '',
-  ].filter(Boolean);
-  throw new BrokerError(
-    'INVALID_STATE',
-    `the Slurm pool of ${workerId} is not idle: ${held.join('; ')}`,
-    'A Slurm pool is qualified as a whole, with no other job on its partition: wait until those jobs end (squeue -p PARTITION), or drain the partition for the run, then qualify again.',
-    { reason: 'POOL_NOT_IDLE', leases: leases.length, foreign_gpus: foreign.length },
-  );
-}
 
 /** start_qualification. Call inside a transaction. */
 export function startQualification(
