@@ -12,6 +12,7 @@ import {
   sealEvidence,
 } from './evidence.js';
 import { type BrokerMcp, connectBrokerMcp } from './mcp-client.js';
+import { describeTask, postSettled, rungSettled, settle } from './runner-settle.js';
 import {
   type PostRecords,
   type RunFacts,
@@ -383,47 +384,4 @@ class RungDriver {
       }
     }
   }
-}
-
-function describeTask(t: TaskView): string {
-  switch (t.state) {
-    case 'QUEUED':
-      return `task ${t.task_id} QUEUED: ${String((t.reason as { message?: unknown } | null)?.message ?? t.reason?.['code'] ?? 'waiting')}`;
-    case 'ASSIGNED':
-    case 'RUNNING':
-    case 'FINALIZING':
-      return `task ${t.task_id} ${t.state} on ${t.worker_id} cards ${t.cards.map((c) => c.index).join(',')} (lease_epoch ${t.lease_epoch})`;
-    case 'COMPLETED':
-      return `task ${t.task_id} COMPLETED (exit ${t.exit_code})`;
-    default:
-      return `task ${t.task_id} ${t.state}${t.failure_reason ? ` (${t.failure_reason})` : ''}`;
-  }
-}
-
-function rungSettled(r: RungRecords): boolean {
-  if (r.task === null) return true;
-  const taskDone = ['COMPLETED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED'].includes(r.task.state);
-  const leaseDone = r.lease === null || r.lease.state === 'RELEASED' || r.lease.state === 'QUARANTINED';
-  return taskDone && leaseDone;
-}
-
-function postSettled(p: PostRecords): boolean {
-  // Right after the last cleanup the cards may still show the last sample from before it.
-  return p.residual_leases.length === 0 && p.cards.every((c) => c.state === 'AVAILABLE');
-}
-
-/** Re-reads `read` until `done` holds or `timeoutMs` passes; returns the last reading either way. */
-async function settle<T>(
-  read: () => T,
-  done: (v: T) => boolean,
-  timeoutMs: number,
-  signal: AbortSignal,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let value = read();
-  while (!done(value) && Date.now() < deadline && !signal.aborted) {
-    await new Promise((r) => setTimeout(r, 200));
-    value = read();
-  }
-  return value;
 }
