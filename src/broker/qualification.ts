@@ -1,6 +1,6 @@
 import { BrokerError } from '../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
-import { planLadder } from '../domain/qualification-ladder.js';
+import { planLadder, usableNodes } from '../domain/qualification-ladder.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../store/qualification-repo.js';
 import { cancelTask } from './cluster.js';
@@ -99,7 +99,7 @@ export function startQualification(
       .map((c) => c.card_index),
   );
   const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
-  const pool = worker.backend === 'slurm' ? (worker.slurm?.nodes ?? []) : null;
+  const pool = worker.backend === 'slurm' ? usableNodes(worker.slurm?.nodes ?? [], live) : null;
   if (pool !== null) assertPoolIdle(deps, worker.id, live);
   const { requested, ladder, span, skipped } = planLadder({
     worker_id: worker.id,

@@ -69,7 +69,7 @@ export function planLadder(input: LadderInput): LadderPlan {
     else if (n > largestNode)
       skipped.push({
         cards: n,
-        reason: `no node of the pool has ${n} GPUs (the largest has ${largestNode})`,
+        reason: `no usable node of the pool has ${n} GPUs (the largest has ${largestNode})`,
       });
     else ladder.push(n);
   }
@@ -86,6 +86,29 @@ export function planLadder(input: LadderInput): LadderPlan {
     return { requested, ladder, span: null, skipped };
   }
   return { requested, ladder, span: { cards: 2 * k, per_node: k }, skipped };
+}
+
+/**
+ * The nodes of a pool a rung can land on: those whose GPUs the latest sample shows healthy. A pool's
+ * slots are numbered over the nodes in name order (ADR 0013), so node i owns the next `gpus` slots; a
+ * node with a failed slot (down, drained, not responding) is left out, so that no rung is planned
+ * that only it could hold. Without a sample every node is kept (the rungs then show what is wrong).
+ */
+export function usableNodes<N extends { name: string; gpus: number }>(
+  nodes: readonly N[],
+  cards: ReadonlyArray<{ index: number; health: string }>,
+): N[] {
+  if (cards.length === 0) return [...nodes];
+  const failed = new Set(cards.filter((c) => c.health === 'failed').map((c) => c.index));
+  const known = new Set(cards.map((c) => c.index));
+  let offset = 0;
+  const kept: N[] = [];
+  for (const n of nodes) {
+    const slots = Array.from({ length: n.gpus }, (_, i) => offset + i);
+    offset += n.gpus;
+    if (slots.every((i) => known.has(i) && !failed.has(i))) kept.push(n);
+  }
+  return kept;
 }
 
 /** A rung's short name: `4` within one node or host, `8=2x4` across two nodes. */

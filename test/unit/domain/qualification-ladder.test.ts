@@ -1,5 +1,10 @@
 import { describe, expect, it } from 'vitest';
-import { type LadderInput, planLadder, rungLabel } from '../../../src/domain/qualification-ladder.js';
+import {
+  type LadderInput,
+  planLadder,
+  rungLabel,
+  usableNodes,
+} from '../../../src/domain/qualification-ladder.js';
 
 /** The ladder of a qualification run: a local worker's, and a Slurm pool's with its two-node rung. */
 
@@ -56,7 +61,9 @@ describe('planLadder', () => {
     const p = planLadder(base({ pool: nodes(4, 4) }));
     expect(p.ladder).toEqual([1, 2, 4]);
     expect(p.span).toEqual({ cards: 8, per_node: 4 });
-    expect(p.skipped).toEqual([{ cards: 8, reason: 'no node of the pool has 8 GPUs (the largest has 4)' }]);
+    expect(p.skipped).toEqual([
+      { cards: 8, reason: 'no usable node of the pool has 8 GPUs (the largest has 4)' },
+    ]);
   });
 
   it('k is bounded by the second-largest node, policy and the usable count', () => {
@@ -93,5 +100,28 @@ describe('planLadder', () => {
     });
     expect(rungLabel(4, null)).toBe('4');
     expect(rungLabel(4, 2)).toBe('4=2x2');
+  });
+});
+
+describe('usableNodes', () => {
+  const cards = (n: number, failed: number[] = []) =>
+    Array.from({ length: n }, (_, index) => ({ index, health: failed.includes(index) ? 'failed' : 'ok' }));
+
+  it('keeps nodes whose slots are all sampled and healthy; slots run over the nodes in name order', () => {
+    const pool = nodes(4, 2, 4);
+    expect(usableNodes(pool, cards(10)).map((n) => n.name)).toEqual(['n1', 'n2', 'n3']);
+    expect(usableNodes(pool, cards(10, [5])).map((n) => n.name)).toEqual(['n1', 'n3']);
+    expect(usableNodes(pool, cards(10, [9])).map((n) => n.name)).toEqual(['n1', 'n2']);
+    // A node whose slots the sample does not cover (it grew since) is not planned on either.
+    expect(usableNodes(pool, cards(8)).map((n) => n.name)).toEqual(['n1', 'n2']);
+  });
+
+  it('a down node takes the two-node rung away from a two-node pool', () => {
+    const pool = usableNodes(nodes(4, 4), cards(8, [4, 5, 6, 7]));
+    expect(planLadder(base({ explicit: false, pool }))).toMatchObject({ ladder: [1, 2, 4], span: null });
+  });
+
+  it('without a sample every node is kept', () => {
+    expect(usableNodes(nodes(4, 4), [])).toHaveLength(2);
   });
 });

@@ -17,7 +17,7 @@ let launched: string[];
 const WORKER = 'slurm-pool';
 
 /** Enrols a Slurm worker whose partition has these nodes (GPU counts); `foreign` slots are held by a foreign job. */
-function enrolPool(gpus: number[], foreign: number[] = []): void {
+function enrolPool(gpus: number[], foreign: number[] = [], down: number[] = []): void {
   const now = f.clock.now();
   const nodes = gpus.map((g, i) => ({ name: `n${i + 1}`, gpus: g, state: 'IDLE' }));
   const samples = nodes
@@ -32,8 +32,8 @@ function enrolPool(gpus: number[], foreign: number[] = []): void {
       utilization_pct: null,
       temperature_c: null,
       power_w: null,
-      health: 'ok' as const,
-      health_reasons: [],
+      health: down.includes(index) ? ('failed' as const) : ('ok' as const),
+      health_reasons: down.includes(index) ? ['node n2 is DOWN'] : [],
       processes: foreign.includes(index)
         ? [{ pid: 0, name: 'slurm job 99 someone-else', used_memory_mib: null }]
         : [],
@@ -111,8 +111,14 @@ describe('start_qualification on a Slurm pool', () => {
       requested: [4, 8],
       ladder: [4],
       span: { cards: 8, per_node: 4 },
-      skipped: [{ cards: 8, reason: 'no node of the pool has 8 GPUs (the largest has 4)' }],
+      skipped: [{ cards: 8, reason: 'no usable node of the pool has 8 GPUs (the largest has 4)' }],
     });
+  });
+
+  it('a node that is down is not planned on: no two-node rung on a pool left with one node', async () => {
+    enrolPool([4, 4], [], [4, 5, 6, 7]);
+    const v = await start();
+    expect(v).toMatchObject({ requested: [1, 2, 4], ladder: [1, 2, 4], span: null, skipped: [] });
   });
 
   it('one node of 8: the full in-node ladder and no two-node rung', async () => {
