@@ -167,6 +167,7 @@ async function runSlurmWorker(
         boot_id: worker.bootId,
         backend: 'slurm',
         partition: pool.partition,
+        simulated: simulatedGpus,
         nodes: pool.nodes,
         cards: cards === null ? null : cards.length,
         summary,
