@@ -2,12 +2,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EvidenceDocument, evidenceDigest } from '../../../qualification/evidence.js';
 import { verifyRung } from '../../../qualification/verifier.js';
 import { collectRung, runFacts } from '../../../src/broker/qualification-records.js';
+import { run as qualify } from '../../../src/cli/qualify.js';
+import { runCli } from '../../support/cli.js';
 import { startMultiNodeSlurm, stopMultiNodeSlurm } from '../../support/slurm.js';
 import { removeTempDirs } from '../../support/temp.js';
 import { type SlurmQualCluster, startSlurmQualCluster } from './qualification-cluster.js';
 
 /**
- * `gpu-broker qualify` on a two-node Slurm pool (ADR 0017): the second local cluster (n1, n2 with 4
+ * `gpu-broker qualify --worker <slurm worker>` (the CLI) on a two-node Slurm pool (ADR 0017): the second local cluster (n1, n2 with 4
  * fake GPUs each, its own slurmctld; test/support/slurm.ts), a real master and Slurm worker, the real
  * workload with real torch.distributed (gloo): rungs 1, 2, 4 within a node, then 8 = 2 × 4 across both
  * nodes, where each node's copy starts 4 ranks and they meet at the job's MASTER_ADDR:MASTER_PORT.
@@ -31,7 +33,15 @@ afterAll(async () => {
 
 describe.skipIf(!avail.ok)('qualification on a two-node Slurm pool', () => {
   it('runs 1, 2, 4 in a node and 8 across two nodes (4 per node) and PASSES', async () => {
-    const v = await c.start({});
+    // Through the CLI, as an operator would: this cluster is the test's own, so the pool is idle.
+    const cli = await runCli(qualify, ['--worker', c.workerId, '--json'], {
+      GPU_BROKER_URL: c.master.url,
+      GPU_BROKER_TOKEN: c.master.bootstrappedOperatorToken ?? '',
+      GPU_BROKER_CA_FILE: c.master.caCertPath ?? '',
+    });
+    expect(cli.code, cli.stderr).toBe(0);
+    expect(cli.stderr).toMatch(/ladder 1,2,4 then 8 across 2 nodes \(4 per node\)/);
+    const v = c.master.deps.store.qualifications.get(cli.json<EvidenceDocument>().run_id)!;
     expect(v).toMatchObject({
       requested: [1, 2, 4],
       ladder: [1, 2, 4],
@@ -39,8 +49,9 @@ describe.skipIf(!avail.ok)('qualification on a two-node Slurm pool', () => {
       skipped: [],
       reserved_cards: [0, 1, 2, 3, 4, 5, 6, 7],
     });
-    const run = await c.finished(v.run_id);
+    const run = await c.finished(v.id);
     doc = run.evidence as unknown as EvidenceDocument;
+    expect(cli.json()).toEqual(doc);
     expect(doc.failed_checks, JSON.stringify(doc.failed_checks)).toEqual([]);
     expect(run.state).toBe('PASSED');
     expect(doc.digest).toBe(evidenceDigest(doc));
@@ -52,7 +63,7 @@ describe.skipIf(!avail.ok)('qualification on a two-node Slurm pool', () => {
       skipped: [],
       not_run: [],
     });
-    const steps = c.master.deps.store.qualifications.steps(v.run_id).map((x) => x.text);
+    const steps = c.master.deps.store.qualifications.steps(v.id).map((x) => x.text);
     expect(steps[0]).toMatch(/ladder 1,2,4 then 8 cards across 2 nodes \(4 per node\)/);
     expect(steps).toContain('two-node rung: 8 GPUs as 4 on each of 2 nodes, one Slurm job');
     expect(doc.rungs.map((r) => [r.cards, r.per_node ?? null])).toEqual([
