@@ -9,11 +9,12 @@ import { removeTempDirs } from '../../support/temp.js';
 import { type SlurmQualCluster, startSlurmQualCluster } from './qualification-cluster.js';
 
 /**
- * `gpu-broker qualify --worker <slurm worker>` (the CLI) on a two-node Slurm pool (ADR 0017): the second local cluster (n1, n2 with 4
- * fake GPUs each, its own slurmctld; test/support/slurm.ts), a real master and Slurm worker, the real
- * workload with real torch.distributed (gloo): rungs 1, 2, 4 within a node, then 8 = 2 × 4 across both
- * nodes, where each node's copy starts 4 ranks and they meet at the job's MASTER_ADDR:MASTER_PORT.
- * Then the verifier, re-run on what the master recorded, catches a tampered binding.
+ * `gpu-broker qualify --worker <slurm worker>` (the CLI) on a two-node Slurm pool (ADR 0017): the
+ * second local cluster (n1, n2 with 4 fake GPUs each, its own slurmctld; test/support/slurm.ts), a real
+ * master and Slurm worker, the real workload with real torch.distributed (gloo): rungs 1, 2, 4 within a
+ * node, then 8 = 2 × 4 across both nodes, where each node's copy starts 4 ranks and they meet at the
+ * job's MASTER_ADDR:MASTER_PORT. Then the verifier, re-run on what the master recorded, catches a
+ * tampered binding.
  */
 
 const avail = startMultiNodeSlurm();
