@@ -76,6 +76,8 @@ export interface EvidenceBody {
     simulated: boolean;
     isolation: 'bwrap' | 'none' | null;
     container_engine: string | null;
+    /** `slurm` for a Slurm pool worker (each rung a Slurm job; see `rungs[].slurm`); absent for a host. */
+    backend?: 'slurm';
   };
   submitter: { kind: string; principal: string; principal_id: string };
   reviewer: { principal: string; principal_id: string };

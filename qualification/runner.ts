@@ -172,6 +172,8 @@ export async function runQualification(
         simulated: facts.simulated,
         isolation: facts.isolation?.mode ?? null,
         container_engine: facts.isolation?.container_engine ?? null,
+        // Present only for a Slurm pool worker (ADR 0017): its rungs were Slurm jobs, its cards a pool.
+        ...(facts.backend === 'slurm' ? { backend: 'slurm' as const } : {}),
       },
       submitter: { kind: o.submitterKind, principal: o.submitter.name, principal_id: facts.submitter_id },
       reviewer: { principal: o.reviewer.name, principal_id: facts.reviewer_id },

@@ -218,7 +218,7 @@ function finish(io: CliIo, v: QualificationRunView, json: boolean): number {
     io.stdout(
       `\n${table(['CARDS', 'GPU IDS', 'ALL_REDUCE', 'GEMM', 'BUSBW GB/s', 'RESULT'], summaryRows(doc))}\n\n` +
         `verdict: ${doc.verdict}${doc.worker.simulated ? ' (simulated cards: gloo on CPU, not a GPU result)' : ''}\n` +
-        `worker: ${escapeField(doc.worker.worker_id)}${doc.worker.hostname ? ` (${escapeField(doc.worker.hostname)})` : ''}; ${isolationLine(doc.worker)}\n` +
+        `worker: ${escapeField(doc.worker.worker_id)}${doc.worker.hostname ? ` (${escapeField(doc.worker.hostname)})` : ''}${doc.worker.backend === 'slurm' ? '; Slurm pool (each rung a Slurm job)' : ''}; ${isolationLine(doc.worker)}\n` +
         `evidence: sha256 ${doc.digest} (gpu-broker qualify show ${v.run_id} --json)\n` +
         (doc.failed_checks.length > 0
           ? `failed checks:\n${doc.failed_checks.map((f) => `  - ${escapeField(f)}`).join('\n')}\n`

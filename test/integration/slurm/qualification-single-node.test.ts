@@ -41,6 +41,7 @@ describe.skipIf(!avail.ok)('qualification on a single-node Slurm pool', () => {
       provider: 'sim',
       simulated: true,
       isolation: 'none',
+      backend: 'slurm',
     });
     expect(doc.ladder).toEqual({ requested: [1, 2, 4, 8], run: [1, 2, 4, 8], skipped: [], not_run: [] });
     const jobs = new Set<string>();
@@ -73,6 +74,9 @@ describe.skipIf(!avail.ok)('qualification on a single-node Slurm pool', () => {
     expect(shown.code, shown.stderr).toBe(0);
     expect(shown.stdout).toMatch(/\n8\s+localhost:\d+(,\d+){7}\s+36\/36\s+ok/);
     expect(shown.stdout).toContain('verdict: PASSED (simulated cards: gloo on CPU, not a GPU result)');
+    expect(shown.stdout).toMatch(
+      /\nworker: slurm-qual-\d+ \([^)]*\); Slurm pool \(each rung a Slurm job\); isolation: none/,
+    );
   });
 
   it('returned the pool on PASSED: no cordon, no live lease', () => {

@@ -56,7 +56,7 @@ describe.skipIf(!avail.ok)('qualification on a two-node Slurm pool', () => {
     expect(doc.failed_checks, JSON.stringify(doc.failed_checks)).toEqual([]);
     expect(run.state).toBe('PASSED');
     expect(doc.digest).toBe(evidenceDigest(doc));
-    expect(doc.worker).toMatchObject({ provider: 'sim', simulated: true });
+    expect(doc.worker).toMatchObject({ provider: 'sim', simulated: true, backend: 'slurm' });
     expect(doc.ladder).toEqual({
       requested: [1, 2, 4],
       run: [1, 2, 4],
