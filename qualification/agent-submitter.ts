@@ -60,8 +60,8 @@ export interface AgentOutcome {
 export const SPEC_BEGIN = '<spec>';
 export const SPEC_END = '</spec>';
 
-/** The prompt for one rung. */
-export function agentPrompt(runId: string, cards: number, spec: TaskSpec): string {
+/** The prompt for one rung (`cards`: its count, or its label such as `8=2x4` for a two-node rung). */
+export function agentPrompt(runId: string, cards: number | string, spec: TaskSpec): string {
   return [
     `You are the submitter of gpu-broker qualification run ${runId}, rung ${cards} card(s).`,
     'Use only the gpu-broker MCP tools, and do exactly this:',

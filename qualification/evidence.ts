@@ -35,6 +35,10 @@ export interface RungSummary {
 /** One rung of the ladder as recorded and checked. */
 export interface EvidenceRung {
   cards: number;
+  /** Slurm span rungs only: GPUs per node (the rung ran on cards / per_node nodes). */
+  per_node?: number;
+  /** Slurm workers only: the job and where Slurm placed it, as the master recorded it (ADR 0017). */
+  slurm?: { job_id: string; nodes: Array<{ node: string; gpus: number[] }> | null };
   ok: boolean;
   proposal_id: string | null;
   revision_id: string | null;
@@ -72,6 +76,8 @@ export interface EvidenceBody {
     simulated: boolean;
     isolation: 'bwrap' | 'none' | null;
     container_engine: string | null;
+    /** `slurm` for a Slurm pool worker (each rung a Slurm job; see `rungs[].slurm`); absent for a host. */
+    backend?: 'slurm';
   };
   submitter: { kind: string; principal: string; principal_id: string };
   reviewer: { principal: string; principal_id: string };
@@ -79,6 +85,8 @@ export interface EvidenceBody {
   ladder: {
     requested: number[];
     run: number[];
+    /** A Slurm pool's two-node rung, run after `run` (absent when there was none). */
+    span?: { cards: number; per_node: number };
     skipped: Array<{ cards: number; reason: string }>;
     not_run: Array<{ cards: number; reason: string }>;
   };
@@ -122,8 +130,11 @@ export function evidenceRung(r: RungRecords, checks: Check[]): EvidenceRung {
       result = null;
     }
   }
+  const job = r.execution?.slurm ?? null;
   return {
     cards: r.cards,
+    ...(r.per_node === null ? {} : { per_node: r.per_node }),
+    ...(job === null ? {} : { slurm: { job_id: job.job_id, nodes: job.binding?.nodes ?? null } }),
     ok: checks.every((c) => c.ok),
     proposal_id: r.proposal?.id ?? null,
     revision_id: r.task?.revision_id ?? r.revision?.id ?? null,
@@ -193,9 +204,13 @@ export function isolationLine(worker: Partial<EvidenceBody['worker']>): string {
 export function summaryRows(doc: EvidenceBody): Array<Array<string | number>> {
   const rows: Array<Array<string | number>> = doc.rungs.map((r) => {
     const s = r.summary;
+    // A Slurm rung's pool slots say nothing about devices: show where Slurm ran it instead.
+    const where = r.slurm
+      ? (r.slurm.nodes ?? []).map((n) => `${n.node}:${n.gpus.join(',')}`).join(' ') || `job ${r.slurm.job_id}`
+      : r.gpu_ids.join(',');
     return [
-      r.cards,
-      r.gpu_ids.join(',') || '-',
+      r.per_node === undefined ? r.cards : `${r.cards} (${r.cards / r.per_node}x${r.per_node})`,
+      where || '-',
       s ? `${s.allreduce.value ?? 'null'}/${s.allreduce.expected}` : '-',
       s
         ? `${s.gemm.ok ? 'ok' : 'FAILED'} (rel err ${s.gemm.max_rel_err === null ? 'n/a' : s.gemm.max_rel_err.toExponential(1)})`

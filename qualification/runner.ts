@@ -1,5 +1,6 @@
 import { join } from 'node:path';
 import type { ProposalView, TaskView } from '../src/contracts/views.js';
+import { rungLabel, type SpanRung } from '../src/domain/qualification-ladder.js';
 import { digestOf } from '../src/platform/digest.js';
 import { type AgentKind, agentPrompt, runAgent } from './agent-submitter.js';
 import {
@@ -11,6 +12,7 @@ import {
   sealEvidence,
 } from './evidence.js';
 import { type BrokerMcp, connectBrokerMcp } from './mcp-client.js';
+import { describeTask, postSettled, rungSettled, settle } from './runner-settle.js';
 import {
   type PostRecords,
   type RunFacts,
@@ -38,8 +40,8 @@ import { qualificationSpec, RUNG_TIME_LIMIT_SECONDS } from './workload-spec.js';
 export interface RunnerHooks {
   /** Records a progress line (cards null: a run-level step). */
   step(cards: number | null, text: string): void;
-  /** What the master recorded for a rung (proposal null: nothing was proposed). */
-  collectRung(cards: number, proposalId: string | null): RungRecords;
+  /** What the master recorded for a rung (perNode: a span rung's; proposal null: nothing was proposed). */
+  collectRung(cards: number, perNode: number | null, proposalId: string | null): RungRecords;
   /** The post-conditions, as the master sees them now. */
   collectPost(): PostRecords;
 }
@@ -56,6 +58,8 @@ export interface RunnerOptions {
   requested: number[];
   /** The counts to run, ascending. */
   ladder: number[];
+  /** A Slurm pool's two-node rung, run after the ladder (ADR 0017); null or absent: none. */
+  span?: SpanRung | null;
   skipped: Array<{ cards: number; reason: string }>;
   worker: { hostname: string | null; provider: string | null };
   submitterKind: 'scripted' | AgentKind;
@@ -92,7 +96,7 @@ export async function runQualification(
   const { facts } = o;
   hooks.step(
     null,
-    `qualifying ${facts.worker_id}: ladder ${o.ladder.join(',') || 'none'}; cards ${facts.reserved_cards.join(',') || 'none'} cordoned for the run; submitter ${o.submitterKind} as ${o.submitter.name}, reviewer ${o.reviewer.name}`,
+    `qualifying ${facts.worker_id}: ladder ${o.ladder.join(',') || 'none'}${o.span ? ` then ${o.span.cards} cards across 2 nodes (${o.span.per_node} per node)` : ''}; cards ${facts.reserved_cards.join(',') || 'none'} cordoned for the run; submitter ${o.submitterKind} as ${o.submitter.name}, reviewer ${o.reviewer.name}`,
   );
   for (const s of o.skipped) hooks.step(s.cards, `skipped: ${s.reason}`);
 
@@ -109,17 +113,26 @@ export async function runQualification(
     const rungs: EvidenceRung[] = [];
     const notRun: Array<{ cards: number; reason: string }> = [];
     let stop: string | null = null;
-    for (const n of o.ladder) {
+    const plan: Array<{ n: number; perNode: number | null }> = [
+      ...o.ladder.map((n) => ({ n, perNode: null })),
+      ...(o.span ? [{ n: o.span.cards, perNode: o.span.per_node }] : []),
+    ];
+    for (const { n, perNode } of plan) {
       if (signal.aborted) return null;
       if (stop !== null) {
         notRun.push({ cards: n, reason: stop });
         hooks.step(n, `not run: ${stop}`);
         continue;
       }
-      const proposalId = await rung.drive(n);
+      if (perNode !== null)
+        hooks.step(
+          n,
+          `two-node rung: ${n} GPUs as ${perNode} on each of ${n / perNode} nodes, one Slurm job`,
+        );
+      const proposalId = await rung.drive(n, perNode);
       if (signal.aborted) return null;
       const records = await settle(
-        () => hooks.collectRung(n, proposalId),
+        () => hooks.collectRung(n, perNode, proposalId),
         (r) => rungSettled(r),
         settleTimeoutMs,
         signal,
@@ -136,7 +149,7 @@ export async function runQualification(
         );
       } else {
         hooks.step(n, `FAILED: ${failed.map((c) => c.name).join(', ')}`);
-        stop = `the ${n}-card rung failed`;
+        stop = `the ${rungLabel(n, perNode)}-card rung failed`;
       }
     }
     if (signal.aborted) return null;
@@ -159,11 +172,19 @@ export async function runQualification(
         simulated: facts.simulated,
         isolation: facts.isolation?.mode ?? null,
         container_engine: facts.isolation?.container_engine ?? null,
+        // Present only for a Slurm pool worker (ADR 0017): its rungs were Slurm jobs, its cards a pool.
+        ...(facts.backend === 'slurm' ? { backend: 'slurm' as const } : {}),
       },
       submitter: { kind: o.submitterKind, principal: o.submitter.name, principal_id: facts.submitter_id },
       reviewer: { principal: o.reviewer.name, principal_id: facts.reviewer_id },
       workload: facts.pin,
-      ladder: { requested: o.requested, run: o.ladder, skipped: o.skipped, not_run: notRun },
+      ladder: {
+        requested: o.requested,
+        run: o.ladder,
+        ...(o.span ? { span: o.span } : {}),
+        skipped: o.skipped,
+        not_run: notRun,
+      },
       reserved_cards: facts.reserved_cards,
       started_at: new Date(o.startedAt).toISOString(),
       finished_at: new Date(now()).toISOString(),
@@ -195,20 +216,22 @@ class RungDriver {
   ) {}
 
   /** Returns the rung's proposal id (null if none was made). Errors end the rung; the verifier judges. */
-  async drive(n: number): Promise<string | null> {
+  async drive(n: number, perNode: number | null): Promise<string | null> {
     const { facts } = this.o;
-    const spec = qualificationSpec(facts.run_id, facts.worker_id, n, facts.pin);
+    const spec = qualificationSpec(facts.run_id, facts.worker_id, n, facts.pin, perNode);
     const digest = digestOf(spec);
+    // Idempotency keys name the rung, not only its count: a span rung may have an in-node rung's count.
+    const key = rungLabel(n, perNode);
     let proposalId: string | null = null;
     try {
       proposalId =
         this.o.submitterKind === 'scripted'
-          ? await this.proposeScripted(n, spec)
-          : await this.proposeByAgent(n, spec, digest);
+          ? await this.proposeScripted(n, key, spec)
+          : await this.proposeByAgent(n, key, spec, digest);
       if (proposalId === null) return null;
       this.used.add(proposalId);
-      const taskId = await this.review(n, proposalId, digest);
-      if (taskId !== null) await this.follow(n, taskId);
+      const taskId = await this.review(n, key, proposalId, digest);
+      if (taskId !== null) await this.follow(n, key, taskId);
     } catch (err) {
       this.hooks.step(n, `error: ${(err as Error).message}`);
     }
@@ -217,6 +240,7 @@ class RungDriver {
 
   private async proposeScripted(
     n: number,
+    key: string,
     spec: ReturnType<typeof qualificationSpec>,
   ): Promise<string | null> {
     const runId = this.o.facts.run_id;
@@ -225,7 +249,7 @@ class RungDriver {
       proposal_id: string;
       revision_id: string;
       confirmable: boolean;
-    }>('create_proposal', { spec, idempotency_key: `${runId}-${n}-create` });
+    }>('create_proposal', { spec, idempotency_key: `${runId}-${key}-create` });
     if (!created.confirmable) {
       this.hooks.step(n, `proposal ${created.proposal_id} has error findings; not confirmed`);
       return created.proposal_id;
@@ -233,7 +257,7 @@ class RungDriver {
     await this.submitter.call('confirm_revision', {
       proposal_id: created.proposal_id,
       revision_id: created.revision_id,
-      idempotency_key: `${runId}-${n}-confirm`,
+      idempotency_key: `${runId}-${key}-confirm`,
     });
     this.hooks.step(n, `proposal ${created.proposal_id} confirmed; in review`);
     return created.proposal_id;
@@ -241,6 +265,7 @@ class RungDriver {
 
   private async proposeByAgent(
     n: number,
+    key: string,
     spec: ReturnType<typeof qualificationSpec>,
     digest: string,
   ): Promise<string | null> {
@@ -251,10 +276,10 @@ class RungDriver {
     const outcome = await runAgent({
       kind,
       kitDir: agent.kitDir,
-      workDir: join(agent.workDir, `${kind}-${n}`),
+      workDir: join(agent.workDir, `${kind}-${key}`),
       token: this.o.submitter.token,
       caFile: this.o.caFile,
-      prompt: agentPrompt(this.o.facts.run_id, n, spec),
+      prompt: agentPrompt(this.o.facts.run_id, key, spec),
       env: agent.env,
       timeoutMs: agent.timeoutMs,
       signal: this.signal,
@@ -295,7 +320,7 @@ class RungDriver {
   }
 
   /** The reviewer approves exactly the workload spec, and rejects anything else. Returns the task id. */
-  private async review(n: number, proposalId: string, digest: string): Promise<string | null> {
+  private async review(n: number, key: string, proposalId: string, digest: string): Promise<string | null> {
     const { proposal } = await this.reviewer.call<{ proposal: ProposalView }>('get_proposal', {
       proposal_id: proposalId,
     });
@@ -321,7 +346,7 @@ class RungDriver {
       comments: exact
         ? `Qualification run ${runId}: the revision is exactly the pinned workload spec for ${n} card(s) (digest ${digest}).`
         : `Qualification run ${runId}: the revision (digest ${revision.digest}) is not the workload spec for ${n} card(s) (digest ${digest}).`,
-      idempotency_key: `${runId}-${n}-review`,
+      idempotency_key: `${runId}-${key}-review`,
     });
     this.hooks.step(
       n,
@@ -333,7 +358,7 @@ class RungDriver {
   }
 
   /** Follows the task until it settles, reporting each state change; cancels it at the rung's limit. */
-  private async follow(n: number, taskId: string): Promise<void> {
+  private async follow(n: number, key: string, taskId: string): Promise<void> {
     const deadline = this.now() + this.timeoutMs;
     let last = '';
     for (;;) {
@@ -355,53 +380,10 @@ class RungDriver {
           `task ${taskId} did not finish within ${Math.round(this.timeoutMs / 1000)} s; cancelling it`,
         );
         await this.submitter
-          .call('cancel_task', { task_id: taskId, idempotency_key: `${this.o.facts.run_id}-${n}-cancel` })
+          .call('cancel_task', { task_id: taskId, idempotency_key: `${this.o.facts.run_id}-${key}-cancel` })
           .catch(() => undefined);
         return;
       }
     }
   }
-}
-
-function describeTask(t: TaskView): string {
-  switch (t.state) {
-    case 'QUEUED':
-      return `task ${t.task_id} QUEUED: ${String((t.reason as { message?: unknown } | null)?.message ?? t.reason?.['code'] ?? 'waiting')}`;
-    case 'ASSIGNED':
-    case 'RUNNING':
-    case 'FINALIZING':
-      return `task ${t.task_id} ${t.state} on ${t.worker_id} cards ${t.cards.map((c) => c.index).join(',')} (lease_epoch ${t.lease_epoch})`;
-    case 'COMPLETED':
-      return `task ${t.task_id} COMPLETED (exit ${t.exit_code})`;
-    default:
-      return `task ${t.task_id} ${t.state}${t.failure_reason ? ` (${t.failure_reason})` : ''}`;
-  }
-}
-
-function rungSettled(r: RungRecords): boolean {
-  if (r.task === null) return true;
-  const taskDone = ['COMPLETED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED'].includes(r.task.state);
-  const leaseDone = r.lease === null || r.lease.state === 'RELEASED' || r.lease.state === 'QUARANTINED';
-  return taskDone && leaseDone;
-}
-
-function postSettled(p: PostRecords): boolean {
-  // Right after the last cleanup the cards may still show the last sample from before it.
-  return p.residual_leases.length === 0 && p.cards.every((c) => c.state === 'AVAILABLE');
-}
-
-/** Re-reads `read` until `done` holds or `timeoutMs` passes; returns the last reading either way. */
-async function settle<T>(
-  read: () => T,
-  done: (v: T) => boolean,
-  timeoutMs: number,
-  signal: AbortSignal,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let value = read();
-  while (!done(value) && Date.now() < deadline && !signal.aborted) {
-    await new Promise((r) => setTimeout(r, 200));
-    value = read();
-  }
-  return value;
 }

@@ -1,9 +1,11 @@
 import { digestOf, sha256Hex } from '../src/platform/digest.js';
+import { checkSlurmBinding } from './slurm-checks.js';
 import {
   checkWorkloadResult,
-  WORKLOAD_CHECK_NAMES,
+  type SlurmExpectation,
   WORKLOAD_RESULT_FILE,
   type WorkloadCheck,
+  workloadCheckNames,
 } from './workload-result.js';
 import { qualificationSpecDigest, type WorkloadPin } from './workload-spec.js';
 
@@ -29,6 +31,8 @@ export interface RunFacts {
   reserved_cards: number[];
   /** Whether the worker's cards are simulated (gloo on CPU is acceptable only then). */
   simulated: boolean;
+  /** How the worker runs tasks: on its host, or as Slurm jobs over a pool of slots (ADR 0013, 0017). */
+  backend: 'local' | 'slurm';
   /** How the worker isolated tasks when the run started, from the master's worker row (null: no row). */
   isolation: WorkerIsolation | null;
   pin: WorkloadPin;
@@ -46,6 +50,8 @@ export interface WorkerIsolation {
 /** What the master recorded for one rung. Null members were not found. */
 export interface RungRecords {
   cards: number;
+  /** A Slurm span rung's GPUs per node (two nodes); null for a rung within one node or host. */
+  per_node: number | null;
   proposal: { id: string; owner_id: string; state: string; task_id: string | null } | null;
   /** The revision the task executed (or, with no task, the proposal's current revision). */
   revision: { id: string; digest: string; spec: unknown } | null;
@@ -86,6 +92,8 @@ export interface RungRecords {
     lease_epoch: number;
     phase: string;
     outputs: Array<{ path: string; sha256: string; size: number }> | null;
+    /** The Slurm job behind it as the worker reported it (null on a local worker, or none reported). */
+    slurm: { job_id: string; binding: { nodes: Array<{ node: string; gpus: number[] }> } | null } | null;
   } | null;
   /** The stored `qualification.json` as uploaded (base64 of its bytes). */
   output: { path: string; sha256: string; size: number; content_base64: string } | null;
@@ -133,6 +141,7 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
     ...checkReview(run, r),
     checkTask(r),
     checkLeaseBinding(run, r),
+    ...(run.backend === 'slurm' ? [checkSlurmBinding(r.execution?.slurm, r.cards, r.per_node)] : []),
     checkLeaseReleased(r),
   ];
   const output = checkOutput(r);
@@ -143,7 +152,8 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
     const missing = [task ? null : 'task', lease ? null : 'lease', execution ? null : 'execution']
       .filter((x) => x !== null)
       .join(', ');
-    checks.push(...WORKLOAD_CHECK_NAMES.map((name) => bad(name, `not checked: no ${missing} recorded`)));
+    const names = workloadCheckNames(run.backend === 'slurm' ? { slurm: null } : { gpu_uuids: [] });
+    checks.push(...names.map((name) => bad(name, `not checked: no ${missing} recorded`)));
     return checks;
   }
   checks.push(
@@ -157,9 +167,17 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
       gpu_uuids: lease.cards.map((c) => c.uuid),
       worker_id: run.worker_id,
       simulated: run.simulated,
+      ...(run.backend === 'slurm' ? { slurm: slurmExpectation(r) } : {}),
     }),
   );
   return checks;
+}
+
+/** The master's record of a Slurm rung's job, for the workload checks (null: none recorded). */
+function slurmExpectation(r: RungRecords): SlurmExpectation | null {
+  const job = r.execution?.slurm;
+  if (!job || job.binding === null) return null;
+  return { job_id: job.job_id, nodes: job.binding.nodes, per_node: r.per_node ?? r.cards };
 }
 
 function checkProposal(run: RunFacts, r: RungRecords): Check {
@@ -180,7 +198,7 @@ function checkProposal(run: RunFacts, r: RungRecords): Check {
 
 function checkSpec(run: RunFacts, r: RungRecords): Check {
   const name = 'spec.expected';
-  const want = qualificationSpecDigest(run.run_id, run.worker_id, r.cards, run.pin);
+  const want = qualificationSpecDigest(run.run_id, run.worker_id, r.cards, run.pin, r.per_node);
   const spec = r.task?.spec ?? r.revision?.spec;
   if (spec === undefined) return bad(name, 'no spec was recorded');
   const found = digestOf(spec);

@@ -3,6 +3,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { z } from 'zod';
 import { packageRoot } from '../src/platform/package-root.js';
+import { checkSlurmJob, SLURM_CHECK_NAMES, type SlurmExpectation } from './slurm-checks.js';
 
 /**
  * The qualification workload's result document (`qualification.json`, written by rank 0 of
@@ -70,6 +71,9 @@ export const WorkloadRankSchema = z.object({
     // Null at one rank, where nccl-tests' bus bandwidth has no meaning.
     busbw_gbps: z.number().min(0).nullable(),
   }),
+  /** Slurm rungs only: the node the rank ran on (SLURMD_NODENAME) and its rank on that node. */
+  node: z.string().min(1).max(255).optional(),
+  local_rank: z.number().int().min(0).optional(),
 });
 /** One rank's measurements. */
 export type WorkloadRank = z.infer<typeof WorkloadRankSchema>;
@@ -81,7 +85,8 @@ export const WorkloadResultSchema = z.object({
   execution_id: Id,
   assignment_id: Id,
   lease_epoch: z.number().int().min(1),
-  gpu_ids: z.array(z.number().int().min(0)).min(1),
+  // Empty on a Slurm rung: a Slurm job sees devices, not the pool slots the lease names (`slurm` instead).
+  gpu_ids: z.array(z.number().int().min(0)),
   gpu_uuids: z.array(z.string()),
   worker_id: Id,
   hostname: z.string().min(1),
@@ -109,6 +114,22 @@ export const WorkloadResultSchema = z.object({
   ranks: z.array(WorkloadRankSchema),
   ok: z.boolean(),
   error: z.string().nullable(),
+  /** Slurm rungs only: the job as the ranks saw it, nodes in node-rank order (docs/slurm.md). */
+  slurm: z
+    .object({
+      job_id: z.string().min(1).max(32),
+      nodes: z
+        .array(
+          z.object({
+            node: z.string().min(1).max(255),
+            gpus: z.array(z.number().int().min(0)),
+            cuda_visible_devices: z.string().nullable(),
+          }),
+        )
+        .min(1)
+        .max(64),
+    })
+    .optional(),
 });
 /** The whole result document. */
 export type WorkloadResult = z.infer<typeof WorkloadResultSchema>;
@@ -126,7 +147,16 @@ export interface WorkloadExpectation {
   simulated: boolean;
   /** The leased cards' uuids as sampled; when given, `binding.gpu_uuids` is checked too. */
   gpu_uuids?: string[];
+  /**
+   * A Slurm rung: the job the master recorded for the execution (the worker's report, from Slurm's own
+   * per-node GRES indices) and the rung's GPUs per node. Then the `slurm.*` checks replace
+   * `binding.gpu_ids`/`binding.gpu_uuids` (the lease's indexes are pool slots a job never sees). Null:
+   * a Slurm worker with no binding recorded, which fails those checks.
+   */
+  slurm?: SlurmExpectation | null;
 }
+
+export { SLURM_CHECK_NAMES, type SlurmExpectation };
 
 /** The outcome of one named check. */
 export interface WorkloadCheck {
@@ -156,14 +186,23 @@ export const WORKLOAD_CHECK_NAMES = [
 /** A check name. */
 export type WorkloadCheckName = (typeof WORKLOAD_CHECK_NAMES)[number];
 
+/** The check names `checkWorkloadResult` reports for an expectation, in report order. */
+export function workloadCheckNames(expected: Pick<WorkloadExpectation, 'gpu_uuids' | 'slurm'>): string[] {
+  if (expected.slurm !== undefined)
+    return WORKLOAD_CHECK_NAMES.flatMap((n) =>
+      n === 'binding.gpu_ids' ? [...SLURM_CHECK_NAMES] : n === 'binding.gpu_uuids' ? [] : [n],
+    );
+  return WORKLOAD_CHECK_NAMES.filter((n) => n !== 'binding.gpu_uuids' || expected.gpu_uuids);
+}
+
 /**
  * Checks a parsed `qualification.json` against what the master bound the run to. Pure: no I/O, no
- * clock. Returns one entry per name in `WORKLOAD_CHECK_NAMES` (`binding.gpu_uuids` only when
- * `expected.gpu_uuids` is given); the run qualifies only if every entry is ok. A document that fails the
- * schema fails every other check too, with a detail saying it was not checkable.
+ * clock. Returns one entry per name of `workloadCheckNames(expected)`; the run qualifies only if every
+ * entry is ok. A document that fails the schema fails every other check too, with a detail saying it
+ * was not checkable.
  */
 export function checkWorkloadResult(result: unknown, expected: WorkloadExpectation): WorkloadCheck[] {
-  const names = WORKLOAD_CHECK_NAMES.filter((n) => n !== 'binding.gpu_uuids' || expected.gpu_uuids);
+  const names = workloadCheckNames(expected);
   const parsed = WorkloadResultSchema.safeParse(result);
   if (!parsed.success) {
     const issues = parsed.error.issues
@@ -183,10 +222,13 @@ export function checkWorkloadResult(result: unknown, expected: WorkloadExpectati
     same('binding.execution_id', doc.execution_id, expected.execution_id),
     same('binding.assignment_id', doc.assignment_id, expected.assignment_id),
     same('binding.lease_epoch', doc.lease_epoch, expected.lease_epoch),
-    sameList('binding.gpu_ids', doc.gpu_ids, expected.gpu_ids),
+    ...(expected.slurm === undefined
+      ? [sameList('binding.gpu_ids', doc.gpu_ids, expected.gpu_ids)]
+      : checkSlurmJob(doc, expected.slurm)),
     same('binding.worker_id', doc.worker_id, expected.worker_id),
   ];
-  if (expected.gpu_uuids) checks.push(sameList('binding.gpu_uuids', doc.gpu_uuids, expected.gpu_uuids));
+  if (expected.gpu_uuids && expected.slurm === undefined)
+    checks.push(sameList('binding.gpu_uuids', doc.gpu_uuids, expected.gpu_uuids));
   checks.push(
     doc.error === null
       ? { name: 'run.error', ok: true, detail: 'no error reported' }
@@ -199,7 +241,7 @@ export function checkWorkloadResult(result: unknown, expected: WorkloadExpectati
     perRank('gemm.ok', doc.ranks, (r) => checkGemm(r, doc.parameters)),
     perRank('algbw.consistent', doc.ranks, (r) => checkAlgbw(r, doc.parameters.allreduce_bytes)),
     perRank('busbw.consistent', doc.ranks, (r) => checkBusbw(r, n)),
-    checkBackend(doc, expected.simulated),
+    checkBackend(doc, expected.simulated, expected.slurm !== undefined),
   );
   return checks;
 }
@@ -291,16 +333,17 @@ function checkBusbw(r: WorkloadRank, n: number): string | null {
   return near(b.busbw_gbps, want) ? null : `busbw ${b.busbw_gbps} GB/s, algbw×2(n−1)/n gives ${want}`;
 }
 
-function checkBackend(doc: WorkloadResult, simulated: boolean): WorkloadCheck {
+function checkBackend(doc: WorkloadResult, simulated: boolean, slurm: boolean): WorkloadCheck {
   const name = 'backend.matches';
   const wantBackend = simulated ? 'gloo' : 'nccl';
   const problems: string[] = [];
   if (doc.simulated !== simulated)
     problems.push(`simulated is ${doc.simulated}, the worker's cards ${simulated}`);
   if (doc.backend !== wantBackend) problems.push(`backend ${doc.backend}, expected ${wantBackend}`);
-  // A real-card run must have run every rank on its own accelerator, never on the CPU.
+  // A real-card run must have run every rank on its own accelerator, never on the CPU. On Slurm a rank
+  // sees only its node's GPUs, so its device is numbered by its local rank.
   const badDevices = doc.ranks
-    .filter((r) => r.device !== (simulated ? 'cpu' : `cuda:${r.rank}`))
+    .filter((r) => r.device !== (simulated ? 'cpu' : `cuda:${slurm ? (r.local_rank ?? -1) : r.rank}`))
     .map((r) => `rank ${r.rank} on ${r.device}`);
   if (badDevices.length > 0) problems.push(badDevices.join(', '));
   return problems.length === 0

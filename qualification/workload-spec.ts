@@ -27,9 +27,12 @@ export function qualificationSpec(
   workerId: string,
   cards: number,
   pin: WorkloadPin,
+  perNode: number | null = null,
 ): TaskSpec {
+  // A span rung (Slurm, two nodes) names its shape; a one-host rung's spec is unchanged, digest included.
+  const across = perNode === null ? '' : ` across ${cards / perNode} nodes (${perNode} per node)`;
   return TaskSpecSchema.parse({
-    title: `qualification ${runId}: ${cards} card${cards === 1 ? '' : 's'} on ${workerId}`,
+    title: `qualification ${runId}: ${cards} card${cards === 1 ? '' : 's'}${across} on ${workerId}`,
     objective:
       `Qualify ${cards} card(s) of worker ${workerId}: all_reduce SUM of rank+1 over every rank, a GEMM ` +
       'checked against a float64 reference, and a timed large all_reduce (algbw, busbw).',
@@ -37,7 +40,10 @@ export function qualificationSpec(
       `${WORKLOAD_RESULT_FILE} holds one record per rank 0..${cards - 1}; every sum equals ` +
       `${(cards * (cards + 1)) / 2}; every GEMM is within tolerance; busbw = algbw × 2(n−1)/n; every id ` +
       'matches the lease.',
-    cards: { count: cards },
+    cards: perNode === null ? { count: cards } : { count: cards, per_node: perNode },
+    // The ranks of a span rung meet at MASTER_ADDR:MASTER_PORT across nodes: each rank's sandbox needs
+    // the host's network for that (a one-host rung keeps loopback only).
+    ...(perNode === null ? {} : { network: 'host' }),
     worker: workerId,
     runtime: { kind: 'process', argv: [pin.interpreter, pin.script] },
     outputs: [{ path: WORKLOAD_RESULT_FILE, required: true }],
@@ -54,6 +60,7 @@ export function qualificationSpecDigest(
   workerId: string,
   cards: number,
   pin: WorkloadPin,
+  perNode: number | null = null,
 ): string {
-  return digestOf(qualificationSpec(runId, workerId, cards, pin));
+  return digestOf(qualificationSpec(runId, workerId, cards, pin, perNode));
 }

@@ -43,13 +43,20 @@ export function slurmPoolSampler(deps: {
   driver: SlurmDriver;
   partition: string;
   workerId: string;
+  /**
+   * The operator says the partition's GPUs are not real devices (a test cluster's fake gres files):
+   * the cards are `sim`, tasks get GPU_BROKER_SIMULATED=1, and a qualification runs gloo on CPU and
+   * says so, never passing for a GPU result (`--slurm-simulated-gpus`, ADR 0017).
+   */
+  simulated?: boolean;
   logger?: Logger;
 }): SlurmPoolSampler {
   let pool: SlurmPool = { partition: deps.partition, nodes: [] };
   let ownJobs: (() => ReadonlySet<string>) | null = null;
   const prefix = markerPrefix(deps.workerId);
+  const simulated = deps.simulated === true;
   return {
-    provider: 'nvidia',
+    provider: simulated ? 'sim' : 'nvidia',
     pool: () => pool,
     setOwnJobs: (ids) => {
       ownJobs = ids;
@@ -77,6 +84,7 @@ export function slurmPoolSampler(deps: {
       return poolCards(
         nodes,
         (h) => h.comment?.startsWith(prefix) === true && (ids === undefined || ids.has(h.jobId)),
+        simulated,
       );
     },
   };
@@ -86,6 +94,7 @@ export function slurmPoolSampler(deps: {
 export function poolCards(
   nodes: readonly SlurmNode[],
   isOwn: (holder: SlurmGpuHolder) => boolean,
+  simulated = false,
 ): CardSample[] {
   const cards: CardSample[] = [];
   for (const node of nodes) {
@@ -103,7 +112,7 @@ export function poolCards(
       cards.push({
         index: cards.length,
         uuid: `slurm:${node.name}:gpu${i}`.slice(0, 128),
-        model: 'slurm gpu',
+        model: simulated ? 'slurm gpu (simulated)' : 'slurm gpu',
         memory_used_mib: null,
         memory_total_mib: null,
         memory_used_pct: 0,
@@ -120,7 +129,7 @@ export function poolCards(
             ]
           : [],
         processes: holder === undefined ? [] : [{ pid: 0, name: holder, used_memory_mib: null }],
-        simulated: false,
+        simulated,
       });
     }
   }

@@ -12,6 +12,12 @@ every rank:
 Backend: nccl (RCCL on ROCm) on GPUs; gloo on CPU only when GPU_BROKER_SIMULATED=1, and the result says
 so. Without GPUs and without that flag the script refuses to run: CPU numbers must never pass for GPU ones.
 
+On a Slurm worker (worker/slurm/job-wrapper.ts runs one copy of this script per node, with
+NODE_RANK, WORLD_SIZE = nodes, MASTER_ADDR/MASTER_PORT) every copy starts one rank per GPU Slurm gave its
+node; global rank = NODE_RANK * gpus-per-node + local rank, and the ranks meet at MASTER_ADDR:MASTER_PORT
+when the job spans nodes. The document then records the job (id, nodes, per-node GPU indices) and each
+rank's node, since the lease's card indexes are pool slots the job never sees.
+
 Rank 0 writes one JSON document, qualification.json, into GPU_BROKER_OUTPUT_DIR. The master's verifier
 recomputes every verdict from the numbers, so the `ok` flags here are for people reading logs.
 
@@ -68,6 +74,55 @@ def parse_args(argv):
     return args
 
 
+def index_list(name, raw):
+    """ "0,1,4" -> [0, 1, 4]; anything else (empty, ranges, duplicates) is a setup error."""
+    try:
+        ids = [int(x) for x in raw.split(",")]
+    except ValueError:
+        raise SetupError(f"{name}={raw!r} is not a comma-joined list of indexes")
+    if len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+        raise SetupError(f"{name}={raw!r} has duplicate or negative indexes")
+    return ids
+
+
+def read_slurm(env):
+    """The Slurm job this copy runs in (one copy per node), or None outside a Slurm worker's job.
+
+    A Slurm worker gives no GPU_BROKER_GPU_IDS (its lease names pool slots, not devices); its job
+    wrapper exports NODE_RANK and WORLD_SIZE (= nodes, one copy per node) and the rendezvous.
+    """
+    if env.get("GPU_BROKER_GPU_IDS", "") != "" or env.get("SLURM_JOB_ID", "") == "":
+        return None
+    def need(name):
+        value = env.get(name, "")
+        if value == "":
+            raise SetupError(f"{name} is not set: in a Slurm job this script must be started by the "
+                             "gpu-broker job wrapper")
+        return value
+    try:
+        node_rank = int(need("NODE_RANK"))
+        nnodes = int(need("WORLD_SIZE"))
+        master_port = int(env.get("MASTER_PORT", "0") or "0")
+    except ValueError:
+        raise SetupError("NODE_RANK, WORLD_SIZE or MASTER_PORT is not an integer")
+    if not 0 <= node_rank < nnodes:
+        raise SetupError(f"NODE_RANK {node_rank} is outside 0..{nnodes - 1}")
+    gpus_name = "SLURM_STEP_GPUS" if env.get("SLURM_STEP_GPUS", "") != "" else "SLURM_JOB_GPUS"
+    gpus = index_list(gpus_name, need(gpus_name))
+    if nnodes > 1 and (env.get("MASTER_ADDR", "") == "" or master_port <= 0):
+        raise SetupError("MASTER_ADDR / MASTER_PORT are not set for a job on several nodes")
+    return {
+        "job_id": need("SLURM_JOB_ID"),
+        "node": need("SLURMD_NODENAME"),
+        "node_rank": node_rank,
+        "nnodes": nnodes,
+        "gpus": gpus,
+        "cuda_visible_devices": env.get("CUDA_VISIBLE_DEVICES") or None,
+        "master_addr": env.get("MASTER_ADDR", ""),
+        "master_port": master_port,
+    }
+
+
 def read_binding(env):
     """The ids the executor bound this run to; anything missing is a setup error, never a default."""
     def need(name):
@@ -76,13 +131,9 @@ def read_binding(env):
             raise SetupError(f"{name} is not set: this script must be started by the gpu-broker worker")
         return value
 
-    raw_ids = need("GPU_BROKER_GPU_IDS")
-    try:
-        gpu_ids = [int(x) for x in raw_ids.split(",")]
-    except ValueError:
-        raise SetupError(f"GPU_BROKER_GPU_IDS={raw_ids!r} is not a comma-joined list of card indexes")
-    if len(set(gpu_ids)) != len(gpu_ids) or any(i < 0 for i in gpu_ids):
-        raise SetupError(f"GPU_BROKER_GPU_IDS={raw_ids!r} has duplicate or negative indexes")
+    slurm = read_slurm(env)
+    raw_ids = None if slurm is not None else need("GPU_BROKER_GPU_IDS")
+    gpu_ids = [] if raw_ids is None else index_list("GPU_BROKER_GPU_IDS", raw_ids)
     try:
         lease_epoch = int(need("GPU_BROKER_LEASE_EPOCH"))
     except ValueError:
@@ -98,12 +149,17 @@ def read_binding(env):
         "worker_id": need("GPU_BROKER_WORKER_ID"),
         "output_dir": need("GPU_BROKER_OUTPUT_DIR"),
         "simulated": env.get("GPU_BROKER_SIMULATED", "") == "1",
+        "slurm": slurm,
+        # Ranks this copy starts, and how many there are in all.
+        "local_n": len(slurm["gpus"]) if slurm else len(gpu_ids),
+        "world": len(slurm["gpus"]) * slurm["nnodes"] if slurm else len(gpu_ids),
+        "rank_offset": slurm["node_rank"] * len(slurm["gpus"]) if slurm else 0,
     }
 
 
 def choose_device(torch, binding):
     """'cpu' (gloo) for simulated cards, 'gpu' (nccl) otherwise; refuses CPU for real cards."""
-    n = len(binding["gpu_ids"])
+    n = binding["local_n"]
     if binding["simulated"]:
         # Simulated cards may sit on a host with real GPUs that belong to others: never touch them.
         return "cpu"
@@ -117,7 +173,7 @@ def choose_device(torch, binding):
         raise SetupError("CUDA_VISIBLE_DEVICES / HIP_VISIBLE_DEVICES is not set to the leased cards")
     visible = torch.cuda.device_count()
     if visible != n:
-        raise SetupError(f"{visible} devices are visible but GPU_BROKER_GPU_IDS names {n} cards")
+        raise SetupError(f"{visible} devices are visible but the binding names {n} cards")
     return "gpu"
 
 
@@ -225,18 +281,20 @@ def measure_bandwidth(torch, dist, rank, world, device, nbytes, warmup, iters):
     return {"bytes": nbytes, "median_s": median_s, "algbw_gbps": algbw, "busbw_gbps": busbw}
 
 
-def run_rank(rank, ctx):
+def run_rank(local_rank, ctx):
     import torch
     import torch.distributed as dist
 
     world = ctx["world_size"]
+    rank = ctx["rank_offset"] + local_rank
     on_gpu = ctx["device_kind"] == "gpu"
     if on_gpu:
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
+        # A rank sees only its node's GPUs: its device is its local rank (the same as rank on one host).
+        torch.cuda.set_device(local_rank)
+        device = torch.device("cuda", local_rank)
         # The check is of fp32 arithmetic; TF32 would fail the tolerance on correct hardware.
         torch.backends.cuda.matmul.allow_tf32 = False
-        device_name = torch.cuda.get_device_name(rank)
+        device_name = torch.cuda.get_device_name(local_rank)
     else:
         # Ranks share few cores; one thread each avoids oversubscription stalls.
         torch.set_num_threads(1)
@@ -244,7 +302,7 @@ def run_rank(rank, ctx):
         device_name = f"cpu ({platform.processor() or platform.machine()}), simulated card"
     dist.init_process_group(
         backend=ctx["backend"],
-        init_method=f"tcp://127.0.0.1:{ctx['port']}",
+        init_method=ctx["init_method"],
         rank=rank,
         world_size=world,
         timeout=datetime.timedelta(seconds=ctx["timeout_s"]),
@@ -260,19 +318,41 @@ def run_rank(rank, ctx):
             "bandwidth": measure_bandwidth(torch, dist, rank, world, device, p["allreduce_bytes"],
                                            p["warmup"], p["iters"]),
         }
-        records = [None] * world
-        dist.all_gather_object(records, record)
+        slurm = ctx["slurm"]
+        if slurm is not None:
+            record["node"] = slurm["node"]
+            record["local_rank"] = local_rank
+        # Each node's own view of its GPUs travels with its ranks' records, so rank 0 can write them all.
+        node = None if slurm is None else {"node_rank": slurm["node_rank"], "node": slurm["node"],
+                                            "gpus": slurm["gpus"],
+                                            "cuda_visible_devices": slurm["cuda_visible_devices"]}
+        gathered = [None] * world
+        dist.all_gather_object(gathered, {"record": record, "node": node})
         if rank == 0:
-            write_result(ctx, records)
+            write_result(ctx, [g["record"] for g in gathered], nodes=[g["node"] for g in gathered])
         dist.barrier()
     finally:
         dist.destroy_process_group()
 
 
-def write_result(ctx, records, error=None):
+def write_result(ctx, records, error=None, nodes=()):
     ok = error is None and len(records) == ctx["world_size"] and all(
         r["allreduce_sum"]["ok"] and r["gemm"]["ok"] for r in records)
     doc = dict(ctx["document"])
+    slurm = ctx["slurm"]
+    if slurm is not None:
+        # Node-rank order; a node is listed once, from what its own ranks saw.
+        by_rank = {}
+        for n in nodes:
+            if n is not None:
+                by_rank.setdefault(n["node_rank"], n)
+        if not by_rank:  # no rank got as far as gathering: this copy's own view
+            by_rank[slurm["node_rank"]] = slurm
+        doc["slurm"] = {
+            "job_id": slurm["job_id"],
+            "nodes": [{"node": by_rank[i]["node"], "gpus": by_rank[i]["gpus"],
+                       "cuda_visible_devices": by_rank[i]["cuda_visible_devices"]} for i in sorted(by_rank)],
+        }
     doc.update({
         "finished_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
         "device_names": [r["device_name"] for r in records],
@@ -308,7 +388,8 @@ def main(argv):
         "iters": args.iters or d["iters"],
         "tolerance": args.tolerance,
     }
-    world = len(binding["gpu_ids"])
+    world = binding["world"]
+    slurm = binding["slurm"]
     backend = "nccl" if device_kind == "gpu" else "gloo"
     os.makedirs(binding["output_dir"], exist_ok=True)
     # Without async error handling a dead NCCL peer hangs the others instead of timing out.
@@ -320,7 +401,7 @@ def main(argv):
         "execution_id": binding["execution_id"],
         "assignment_id": binding["assignment_id"],
         "lease_epoch": binding["lease_epoch"],
-        "gpu_ids": binding["gpu_ids"],
+        "gpu_ids": binding["gpu_ids"],  # empty on Slurm: see "slurm"
         "gpu_uuids": binding["gpu_uuids"],
         "worker_id": binding["worker_id"],
         "hostname": socket.gethostname(),
@@ -333,29 +414,44 @@ def main(argv):
         "parameters": params,
         "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
     }
+    if slurm is not None and slurm["nnodes"] > 1:
+        # Ranks on other nodes meet rank 0 at the wrapper's rendezvous (the first node, a port from the
+        # job id). On one node a free local port avoids any clash with another job's derived port.
+        init_method = f"tcp://{slurm['master_addr']}:{slurm['master_port']}"
+    else:
+        init_method = f"tcp://127.0.0.1:{free_port()}"
     ctx = {
         "world_size": world,
+        "rank_offset": binding["rank_offset"],
+        "slurm": slurm,
         "device_kind": device_kind,
         "backend": backend,
-        "port": free_port(),
+        "init_method": init_method,
         "timeout_s": args.timeout_s,
         "params": params,
         "document": document,
         "output_dir": binding["output_dir"],
     }
     path = os.path.join(binding["output_dir"], RESULT_FILE)
-    print(f"qualify.py: world_size={world} backend={backend} simulated={binding['simulated']} "
+    where = "" if slurm is None else (f" slurm_job={slurm['job_id']} node={slurm['node']} "
+                                      f"node_rank={slurm['node_rank']}/{slurm['nnodes']} gpus={slurm['gpus']}")
+    print(f"qualify.py: world_size={world} backend={backend} simulated={binding['simulated']}{where} "
           f"params={json.dumps(params)}", flush=True)
     # CUDA cannot survive fork, so GPU ranks are spawned; CPU ranks are forked, which skips re-importing
     # torch in every rank (measured with 8 ranks on 2 cores: 1.7 s forked, 6.2 s spawned).
     start_method = "spawn" if device_kind == "gpu" else "fork"
     try:
-        mp.start_processes(run_rank, args=(ctx,), nprocs=world, join=True, start_method=start_method)
+        mp.start_processes(run_rank, args=(ctx,), nprocs=binding["local_n"], join=True,
+                           start_method=start_method)
     except Exception as e:  # noqa: BLE001 - any rank failure ends the run with one clear status
         print(f"qualify.py: a rank failed: {e}", file=sys.stderr, flush=True)
-        if not os.path.exists(path):
+        if binding["rank_offset"] == 0 and not os.path.exists(path):
             write_result(ctx, [], error=str(e)[:4000] or type(e).__name__)
         return 3
+    if binding["rank_offset"] != 0:
+        # Only rank 0 (on the first node) writes the document; this node's ranks all finished.
+        print("qualify.py: this node's ranks finished", flush=True)
+        return 0
     try:
         with open(path, encoding="utf-8") as f:
             ok = json.load(f).get("ok") is True

@@ -21,6 +21,7 @@ export function runFacts(deps: BrokerDeps, run: QualificationRunRecord, pin: Run
     reserved_cards: run.reserved_cards,
     // The worker's provider as the master recorded it at hello; only `sim` cards may use gloo on CPU.
     simulated: worker?.provider === 'sim',
+    backend: worker?.backend ?? 'local',
     isolation: isolationOf(worker),
     pin,
   };
@@ -31,11 +32,17 @@ function isolationOf(worker: WorkerRecord | undefined): WorkerIsolation | null {
   return worker ? { mode: worker.isolation, container_engine: worker.container_engine } : null;
 }
 
-/** The record chain of one rung. */
-export function collectRung(deps: BrokerDeps, cards: number, proposalId: string | null): RungRecords {
+/** The record chain of one rung (`perNode` set for a Slurm span rung). */
+export function collectRung(
+  deps: BrokerDeps,
+  cards: number,
+  perNode: number | null,
+  proposalId: string | null,
+): RungRecords {
   const { store } = deps;
   const empty: RungRecords = {
     cards,
+    per_node: perNode,
     proposal: null,
     revision: null,
     reviews: [],
@@ -57,8 +64,10 @@ export function collectRung(deps: BrokerDeps, cards: number, proposalId: string 
         .filter((e) => (e.data as { to?: unknown } | null)?.to === 'RELEASED')
         .at(-1)?.action ?? null)
     : null;
+  const slurm = execution ? store.leases.executionSlurm(execution.id) : null;
   return {
     cards,
+    per_node: perNode,
     proposal: { id: p.id, owner_id: p.owner_id, state: p.state, task_id: p.task_id },
     revision: revision ? { id: revision.id, digest: revision.digest, spec: revision.spec } : null,
     reviews: store.proposals.reviews(p.id).map((r) => ({
@@ -102,6 +111,7 @@ export function collectRung(deps: BrokerDeps, cards: number, proposalId: string 
           lease_epoch: execution.lease_epoch,
           phase: execution.phase,
           outputs: execution.outputs,
+          slurm: slurm ? { job_id: slurm.job_id, binding: slurm.binding } : null,
         }
       : null,
     output: output

@@ -134,6 +134,7 @@ export class QualificationService implements QualificationLauncher {
           facts: runFacts(deps, run, this.pin()),
           requested: run.requested,
           ladder: run.ladder,
+          span: run.span,
           skipped: run.skipped,
           worker: { hostname: worker?.hostname ?? null, provider: worker?.provider ?? null },
           submitterKind: run.submitter_kind,
@@ -149,7 +150,7 @@ export class QualificationService implements QualificationLauncher {
         },
         {
           step: (cards, text) => recordStep(deps, runId, cards, text),
-          collectRung: (cards, proposalId) => collectRung(deps, cards, proposalId),
+          collectRung: (cards, perNode, proposalId) => collectRung(deps, cards, perNode, proposalId),
           collectPost: () => collectPost(deps, deps.store.qualifications.get(runId) ?? run),
         },
         signal,

@@ -1,14 +1,14 @@
-import { basename } from 'node:path';
 import { BrokerError } from '../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../contracts/tools-qualification.js';
+import { planLadder, usableNodes } from '../domain/qualification-ladder.js';
 import type { Principal } from '../store/principals-repo.js';
-import type { QualificationRunRecord, SkippedRung, SubmitterKind } from '../store/qualification-repo.js';
-import type { WorkerRecord } from '../store/workers-repo.js';
+import type { QualificationRunRecord, SubmitterKind } from '../store/qualification-repo.js';
 import { cancelTask } from './cluster.js';
 import type { BrokerDeps } from './deps.js';
 import { CARDS_TOPIC } from './leases.js';
 import { fetchPage } from './paging.js';
 import { createPrincipal, revokePrincipal } from './principals.js';
+import { assertInterpreterReady, assertPoolIdle } from './qualification-preflight.js';
 import {
   canMoveQualificationRun,
   moveQualificationRun,
@@ -37,23 +37,6 @@ export interface QualificationLauncher {
 
 /** The cordon reason that marks a card as reserved by a run. */
 export const runCordonReason = (runId: string) => `qualification run ${runId}`;
-
-/**
- * The preflight (issue 11, item 1): a worker that reported its qualification interpreter cannot import
- * torch is refused before anything is cordoned. A worker that has not reported yet (an older worker, or
- * one whose probe is still running) is let through: a failed rung then shows the same cause.
- */
-function assertInterpreterReady(deps: BrokerDeps, worker: WorkerRecord): void {
-  const probe = worker.qualification_probe;
-  const python = deps.config.qualification_python;
-  if (probe === null || probe.python !== python || probe.torch_version !== null) return;
-  throw new BrokerError(
-    'INVALID_STATE',
-    `${basename(python)} on worker ${worker.id} cannot import torch: apt-get install python3-torch, or set qualification_python`,
-    `${python} said: ${probe.error ?? 'no reason given'}. Nothing was cordoned; restart that worker once torch imports there (it probes on each connection) and qualify again.`,
-    { reason: 'QUALIFICATION_PYTHON_UNUSABLE', python, error: probe.error },
-  );
-}
 
 /** start_qualification. Call inside a transaction. */
 export function startQualification(
@@ -116,20 +99,24 @@ export function startQualification(
       .map((c) => c.card_index),
   );
   const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
-  const maxCards = deps.config.policy.max_cards;
-  const requested = [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b);
-  const skipped: SkippedRung[] = [];
-  const ladder: number[] = [];
-  for (const n of requested) {
-    if (n > maxCards) skipped.push({ cards: n, reason: `policy allows at most ${maxCards} cards per task` });
-    else if (n > usable.length)
-      skipped.push({
-        cards: n,
-        reason: `worker ${worker.id} has ${usable.length} usable card(s) (${indexes.length} in all, ${cordoned.size} cordoned, ${quarantined.size} quarantined)`,
-      });
-    else ladder.push(n);
-  }
-  const reserved = usable.slice(0, Math.max(0, ...ladder));
+  const pool = worker.backend === 'slurm' ? usableNodes(worker.slurm?.nodes ?? [], live) : null;
+  if (pool !== null) assertPoolIdle(deps, worker.id, live);
+  const { requested, ladder, span, skipped } = planLadder({
+    worker_id: worker.id,
+    requested: [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b),
+    explicit: input.cards !== undefined,
+    usable: usable.length,
+    total: indexes.length,
+    cordoned: cordoned.size,
+    quarantined: quarantined.size,
+    max_cards: deps.config.policy.max_cards,
+    network_allowed: deps.config.policy.allow_network,
+    pool,
+  });
+  // A Slurm pool's slots are not devices: Slurm places each rung anywhere in the partition, so the run
+  // holds every usable slot for itself (ADR 0017). A local worker gives the run its lowest cards.
+  const reserved =
+    pool !== null ? usable : usable.slice(0, Math.max(0, ...ladder, ...(span ? [span.cards] : [])));
 
   const id = deps.ids('qrun');
   const actor = principal.name;
@@ -145,6 +132,7 @@ export function startQualification(
     reviewer_id: reviewer.principal.id,
     requested,
     ladder,
+    span,
     skipped,
     reserved_cards: reserved,
     evidence: null,
@@ -178,7 +166,15 @@ export function startQualification(
     action: 'qualification.started',
     subject_type: 'qualification_run',
     subject_id: id,
-    data: { worker_id: worker.id, requested, ladder, skipped, reserved_cards: reserved, submitter: kind },
+    data: {
+      worker_id: worker.id,
+      requested,
+      ladder,
+      span,
+      skipped,
+      reserved_cards: reserved,
+      submitter: kind,
+    },
   });
   const tokens = { submitter: submitter.token, reviewer: reviewer.token };
   store.afterCommit(() => {
@@ -277,6 +273,7 @@ export function runView(deps: BrokerDeps, run: QualificationRunRecord): Qualific
     reviewer_principal: principalName(deps.store, run.reviewer_id),
     requested: run.requested,
     ladder: run.ladder,
+    span: run.span,
     skipped: run.skipped,
     reserved_cards: run.reserved_cards,
     steps: deps.store.qualifications.steps(run.id).map((s) => ({

@@ -159,6 +159,7 @@ function printHeader(v: QualificationRunView, out: (t: string) => void): void {
   const skipped = v.skipped.map((s) => `${s.cards} (${escapeField(s.reason)})`).join('; ');
   out(
     `qualification run ${v.run_id} on ${escapeField(v.worker_id)}: ladder ${v.ladder.join(',') || 'none'}` +
+      `${v.span ? ` then ${v.span.cards} across 2 nodes (${v.span.per_node} per node)` : ''}` +
       `${skipped ? `; skipped ${skipped}` : ''}; cards ${v.reserved_cards.join(',') || 'none'} cordoned; ` +
       `submitter ${escapeField(v.submitter)}\n`,
   );
@@ -217,7 +218,7 @@ function finish(io: CliIo, v: QualificationRunView, json: boolean): number {
     io.stdout(
       `\n${table(['CARDS', 'GPU IDS', 'ALL_REDUCE', 'GEMM', 'BUSBW GB/s', 'RESULT'], summaryRows(doc))}\n\n` +
         `verdict: ${doc.verdict}${doc.worker.simulated ? ' (simulated cards: gloo on CPU, not a GPU result)' : ''}\n` +
-        `worker: ${escapeField(doc.worker.worker_id)}${doc.worker.hostname ? ` (${escapeField(doc.worker.hostname)})` : ''}; ${isolationLine(doc.worker)}\n` +
+        `worker: ${escapeField(doc.worker.worker_id)}${doc.worker.hostname ? ` (${escapeField(doc.worker.hostname)})` : ''}${doc.worker.backend === 'slurm' ? '; Slurm pool (each rung a Slurm job)' : ''}; ${isolationLine(doc.worker)}\n` +
         `evidence: sha256 ${doc.digest} (gpu-broker qualify show ${v.run_id} --json)\n` +
         (doc.failed_checks.length > 0
           ? `failed checks:\n${doc.failed_checks.map((f) => `  - ${escapeField(f)}`).join('\n')}\n`

@@ -39,7 +39,7 @@ const USAGE =
 
 /** The usage line shown with errors of `--backend slurm` (its flags, not the local worker's). */
 const SLURM_USAGE =
-  'gpu-broker worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]... [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]';
+  'gpu-broker worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]... [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]';
 
 /** Env var holding the worker token when --token-file is not given. */
 const TOKEN_ENV = 'GPU_BROKER_WORKER_TOKEN';
@@ -126,12 +126,14 @@ interface Settings {
 type SlurmSettings = Omit<SlurmBackend, 'driver' | 'sandbox'> & {
   /** `--slurm-gpu-dev-dir`: where the nodes' `nvidia<index>` device files are (`%n`: node name). */
   gpuDevDir: string;
+  /** `--slurm-simulated-gpus`: the partition's GPUs are not real devices (a test cluster). */
+  simulatedGpus: boolean;
 };
 
 /** `--backend slurm`: the partition's GPUs are the pool, tasks run as Slurm jobs (ADR 0013). */
 async function runSlurmWorker(
   settings: Settings,
-  slurm: SlurmSettings,
+  { simulatedGpus, ...slurm }: SlurmSettings,
   json: boolean | undefined,
   io: CliIo,
 ): Promise<number> {
@@ -163,7 +165,12 @@ async function runSlurmWorker(
     throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, SLURM_USAGE);
   }
   const driver = new SlurmDriver();
-  const sampler = slurmPoolSampler({ driver, partition: slurm.partition, workerId: settings.workerId });
+  const sampler = slurmPoolSampler({
+    driver,
+    partition: slurm.partition,
+    workerId: settings.workerId,
+    simulated: simulatedGpus,
+  });
   // The same choice as a local worker's: bwrap unless the operator says --isolation none. Checked here
   // on the submit host; each rank checks again on its node and refuses to run the task unsandboxed.
   const sandbox =
@@ -193,7 +200,7 @@ async function runSlurmWorker(
   });
   const pool = sampler.pool();
   const cards = worker.latestCards();
-  const summary = `Slurm partition ${pool.partition}: ${pool.nodes.length} node${pool.nodes.length === 1 ? '' : 's'}, ${cards === null ? 'no sample yet' : `${cards.length} GPUs`} (a pool: Slurm places, the broker admits)`;
+  const summary = `Slurm partition ${pool.partition}: ${pool.nodes.length} node${pool.nodes.length === 1 ? '' : 's'}, ${cards === null ? 'no sample yet' : `${cards.length} GPUs`} (a pool: Slurm places, the broker admits)${simulatedGpus ? '; SIMULATED GPUs (--slurm-simulated-gpus): not real devices' : ''}`;
   const isolationMode = bwrap === null ? 'none' : 'bwrap';
   const isolation =
     sandbox === null
@@ -206,6 +213,7 @@ async function runSlurmWorker(
         boot_id: worker.bootId,
         backend: 'slurm',
         partition: pool.partition,
+        simulated: simulatedGpus,
         nodes: pool.nodes,
         cards: cards === null ? null : cards.length,
         summary,
@@ -347,6 +355,7 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
     'slurm-job-dir',
     'slurm-poll-ms',
     'slurm-gpu-dev-dir',
+    'slurm-simulated-gpus',
   ] as const;
   const bad = (message: string) =>
     new BrokerError('INVALID_INPUT', message, backend === 'slurm' ? SLURM_USAGE : USAGE);
@@ -391,6 +400,7 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
     jobDir: resolve(jobDir),
     pollMs,
     gpuDevDir,
+    simulatedGpus: values['slurm-simulated-gpus'] === true,
   };
 }
 

@@ -50,6 +50,8 @@ export const QualificationRunViewSchema = z.object({
   reviewer_principal: z.string(),
   requested: z.array(z.number().int()),
   ladder: z.array(z.number().int()),
+  /** A Slurm pool's two-node rung (`cards` as `per_node` on each of two nodes), run after the ladder. */
+  span: z.object({ cards: z.number().int(), per_node: z.number().int() }).nullable(),
   skipped: z.array(z.object({ cards: z.number().int(), reason: z.string() })),
   reserved_cards: z.array(z.number().int()),
   steps: z.array(QualificationStepSchema),
@@ -69,7 +71,7 @@ export const startQualificationTool = defineTool({
   name: 'start_qualification',
   title: 'Qualify a GPU host',
   description:
-    'Starts a qualification run on one worker: it cordons the cards it needs, then for each card count of the ladder (default 1, 2, 4, 8) a submitter principal proposes the bundled workload (NCCL all_reduce + GEMM), a distinct reviewer principal approves it, the scheduler leases the cards and the worker runs it; a verifier then checks every id, number and post-condition from the master’s own records. Returns at once with run_id; follow it with get_qualification_run. Counts larger than the worker has are skipped, which makes the verdict INCONCLUSIVE. Cards return to the pool only on PASSED.',
+    'Starts a qualification run on one worker: it cordons the cards it needs, then for each card count of the ladder (default 1, 2, 4, 8) a submitter principal proposes the bundled workload (NCCL all_reduce + GEMM), a distinct reviewer principal approves it, the scheduler leases the cards and the worker runs it; a verifier then checks every id, number and post-condition from the master’s own records. Returns at once with run_id; follow it with get_qualification_run. Counts larger than the worker has are skipped, which makes the verdict INCONCLUSIVE. On a Slurm pool worker the pool must be idle and is held whole; the ladder stops at the largest node and, with two nodes or more, adds one two-node rung. Cards return to the pool only on PASSED.',
   roles: ['operator'],
   mutating: true,
   annotations: { readOnlyHint: false, destructiveHint: false, idempotentHint: true, openWorldHint: true },

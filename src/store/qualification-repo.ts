@@ -1,3 +1,4 @@
+import type { SkippedRung, SpanRung } from '../domain/qualification-ladder.js';
 import type { QualificationRunState } from '../domain/qualification-run.js';
 import type { Db } from './db.js';
 
@@ -7,11 +8,7 @@ export type { QualificationRunState };
 /** Who plays the submitter: the built-in MCP client, or a real coding-agent CLI. */
 export type SubmitterKind = 'scripted' | 'claude' | 'codex';
 
-/** A count the run could not test, and why. */
-export interface SkippedRung {
-  cards: number;
-  reason: string;
-}
+export type { SkippedRung, SpanRung };
 
 /** A qualification run row. */
 export interface QualificationRunRecord {
@@ -24,6 +21,8 @@ export interface QualificationRunRecord {
   reviewer_id: string;
   requested: number[];
   ladder: number[];
+  /** A Slurm pool's two-node rung, run after the ladder; null when there is none (migration 010). */
+  span: SpanRung | null;
   skipped: SkippedRung[];
   reserved_cards: number[];
   evidence: Record<string, unknown> | null;
@@ -42,7 +41,7 @@ export interface QualificationStep {
   text: string;
 }
 
-type JsonColumns = 'requested' | 'ladder' | 'skipped' | 'reserved_cards' | 'evidence';
+type JsonColumns = 'requested' | 'ladder' | 'span' | 'skipped' | 'reserved_cards' | 'evidence';
 type RunRow = Omit<QualificationRunRecord, JsonColumns> & Record<JsonColumns, string | null>;
 
 function toRun(r: RunRow): QualificationRunRecord {
@@ -51,6 +50,7 @@ function toRun(r: RunRow): QualificationRunRecord {
     ...r,
     requested: json(r.requested, []),
     ladder: json(r.ladder, []),
+    span: json(r.span, null),
     skipped: json(r.skipped, []),
     reserved_cards: json(r.reserved_cards, []),
     evidence: json(r.evidence, null),
@@ -65,9 +65,9 @@ export class QualificationRepo {
     this.s = {
       insert: db.prepare(
         `INSERT INTO qualification_runs (id, worker_id, state, submitter_kind, requested_by, submitter_id, reviewer_id,
-           requested, ladder, skipped, reserved_cards, evidence, digest, detail, created_at, updated_at, finished_at)
+           requested, ladder, span, skipped, reserved_cards, evidence, digest, detail, created_at, updated_at, finished_at)
          VALUES (@id, @worker_id, @state, @submitter_kind, @requested_by, @submitter_id, @reviewer_id,
-           @requested, @ladder, @skipped, @reserved_cards, @evidence, @digest, @detail, @created_at, @updated_at, @finished_at)`,
+           @requested, @ladder, @span, @skipped, @reserved_cards, @evidence, @digest, @detail, @created_at, @updated_at, @finished_at)`,
       ),
       get: db.prepare<[string], RunRow>('SELECT * FROM qualification_runs WHERE id = ?'),
       running: db.prepare<[], RunRow>("SELECT * FROM qualification_runs WHERE state = 'RUNNING' ORDER BY id"),
@@ -99,6 +99,7 @@ export class QualificationRepo {
       ...r,
       requested: JSON.stringify(r.requested),
       ladder: JSON.stringify(r.ladder),
+      span: r.span === null ? null : JSON.stringify(r.span),
       skipped: JSON.stringify(r.skipped),
       reserved_cards: JSON.stringify(r.reserved_cards),
       evidence: r.evidence === null ? null : JSON.stringify(r.evidence),

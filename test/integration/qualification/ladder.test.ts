@@ -144,7 +144,9 @@ describe('the verifier catches tampering with the recorded evidence', () => {
     runFacts(c.master.deps, c.master.deps.store.qualifications.get(doc.run_id)!, doc.workload);
 
   beforeAll(() => {
-    records = new Map(doc.rungs.map((r) => [r.cards, collectRung(c.master.deps, r.cards, r.proposal_id)]));
+    records = new Map(
+      doc.rungs.map((r) => [r.cards, collectRung(c.master.deps, r.cards, null, r.proposal_id)]),
+    );
     post = collectPost(c.master.deps, c.master.deps.store.qualifications.get(doc.run_id)!);
   });
 
@@ -250,6 +252,7 @@ describe('the verifier catches tampering with the recorded evidence', () => {
     expect(failed).toContain('allreduce.sum'); // not checked is not passed
     const none = judge({
       cards: 2,
+      per_node: null,
       proposal: null,
       revision: null,
       reviews: [],

@@ -42,6 +42,9 @@ describe('gpu-broker worker --backend slurm flags', () => {
   it('refuses an unknown backend, Slurm flags without it, and a bad poll interval', async () => {
     expect(await refused(['--backend', 'k8s'])).toContain('local or slurm');
     expect(await refused(['--slurm-partition', 'gpu'])).toContain('needs --backend slurm');
+    expect(await refused(['--slurm-simulated-gpus'])).toContain(
+      '--slurm-simulated-gpus needs --backend slurm',
+    );
     expect(
       await refused([
         '--backend',

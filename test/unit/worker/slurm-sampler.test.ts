@@ -68,6 +68,14 @@ describe('poolCards', () => {
     expect(cards[2]?.processes).toHaveLength(1);
   });
 
+  it('labels the GPUs simulated when the operator says they are not real devices (--slurm-simulated-gpus)', () => {
+    const real = poolCards([node('n1')], mine([]));
+    expect(real.every((c) => c.simulated === false && c.model === 'slurm gpu')).toBe(true);
+    const sim = poolCards([node('n1'), node('n2')], mine([]), true);
+    expect(sim).toHaveLength(8);
+    expect(sim.every((c) => c.simulated === true && c.model === 'slurm gpu (simulated)')).toBe(true);
+  });
+
   it('makes a down or drained node unhealthy, saying why', () => {
     const cards = poolCards(
       [node('n1', { unavailable: true, state: 'IDLE', stateFlags: ['DRAIN'], reason: 'maintenance' })],

@@ -1,0 +1,145 @@
+import { spawn } from 'node:child_process';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  checkWorkloadResult,
+  WORKLOAD_RESULT_FILE,
+  type WorkloadExpectation,
+  workloadPath,
+} from '../../../qualification/workload-result.js';
+
+/**
+ * The real workload as a Slurm job's copies run it (one per node, started by the job wrapper with
+ * NODE_RANK / WORLD_SIZE = nodes / MASTER_ADDR / MASTER_PORT and Slurm's SLURM_JOB_GPUS): two copies on
+ * this host play two nodes of 2 GPUs, start their local ranks, meet at the rendezvous with real
+ * torch.distributed (gloo on CPU, simulated cards) and rank 0 writes one document for all 4 ranks.
+ * Without Slurm: the Slurm integration tests run the same through sbatch.
+ */
+
+const PYTHON = '/usr/bin/python3';
+
+interface RunResult {
+  code: number | null;
+  stdout: string;
+  stderr: string;
+}
+
+function run(env: Record<string, string>): Promise<RunResult> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(PYTHON, [workloadPath()], {
+      env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: tmpdir(), ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let stdout = '';
+    let stderr = '';
+    child.stdout.on('data', (d: Buffer) => {
+      stdout += d.toString();
+    });
+    child.stderr.on('data', (d: Buffer) => {
+      stderr += d.toString();
+    });
+    child.on('error', reject);
+    child.on('close', (code) => resolve({ code, stdout, stderr }));
+  });
+}
+
+/** What a Slurm worker's job gives a copy: no GPU_BROKER_GPU_IDS (pool slots are not devices). */
+function slurmEnv(out: string, node: string, nodeRank: number, nodes: number, gpus: string, port: number) {
+  return {
+    GPU_BROKER_TASK_ID: 'task-s',
+    GPU_BROKER_EXECUTION_ID: 'exec-s',
+    GPU_BROKER_ASSIGNMENT_ID: 'asg-s',
+    GPU_BROKER_LEASE_EPOCH: '9',
+    GPU_BROKER_WORKER_ID: 'slurm-pool',
+    GPU_BROKER_OUTPUT_DIR: out,
+    GPU_BROKER_SIMULATED: '1',
+    SLURM_JOB_ID: '777',
+    SLURMD_NODENAME: node,
+    SLURM_JOB_GPUS: gpus,
+    CUDA_VISIBLE_DEVICES: gpus,
+    NODE_RANK: String(nodeRank),
+    WORLD_SIZE: String(nodes),
+    MASTER_ADDR: '127.0.0.1',
+    MASTER_PORT: String(port),
+  };
+}
+
+function expectation(): WorkloadExpectation {
+  return {
+    task_id: 'task-s',
+    execution_id: 'exec-s',
+    assignment_id: 'asg-s',
+    lease_epoch: 9,
+    gpu_ids: [0, 1, 2, 3],
+    worker_id: 'slurm-pool',
+    simulated: true,
+    slurm: {
+      job_id: '777',
+      nodes: [
+        { node: 'n1', gpus: [2, 3] },
+        { node: 'n2', gpus: [0, 1] },
+      ],
+      per_node: 2,
+    },
+  };
+}
+
+describe('qualification workload in a Slurm job (real script, two copies as two nodes, gloo)', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'gpu-broker-qualify-slurm-'));
+  });
+  afterAll(() => {
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  it('two nodes × 2 ranks meet at MASTER_ADDR:MASTER_PORT; the document records the job and every rank’s node', async () => {
+    const out = join(dir, 'two-nodes');
+    // A port from the wrapper's range, varied by pid so parallel runs of this file do not collide.
+    const port = 20000 + (process.pid % 10000);
+    const [first, second] = await Promise.all([
+      run(slurmEnv(out, 'n1', 0, 2, '2,3', port)),
+      run(slurmEnv(out, 'n2', 1, 2, '0,1', port)),
+    ]);
+    expect(first.code, first.stderr).toBe(0);
+    expect(second.code, second.stderr).toBe(0);
+    expect(first.stdout).toContain('slurm_job=777 node=n1 node_rank=0/2 gpus=[2, 3]');
+    expect(second.stdout).toContain("this node's ranks finished");
+    const doc = JSON.parse(readFileSync(join(out, WORKLOAD_RESULT_FILE), 'utf8')) as Record<string, unknown>;
+    expect(doc).toMatchObject({
+      world_size: 4,
+      gpu_ids: [],
+      simulated: true,
+      backend: 'gloo',
+      slurm: {
+        job_id: '777',
+        nodes: [
+          { node: 'n1', gpus: [2, 3], cuda_visible_devices: '2,3' },
+          { node: 'n2', gpus: [0, 1], cuda_visible_devices: '0,1' },
+        ],
+      },
+    });
+    const checks = checkWorkloadResult(doc, expectation());
+    expect(checks.filter((c) => !c.ok)).toEqual([]);
+    expect(checks.find((c) => c.name === 'allreduce.sum')?.detail).toBe('4 rank(s) ok');
+    // The same document judged against another recorded job fails, by name.
+    const other = checkWorkloadResult(doc, {
+      ...expectation(),
+      slurm: { ...expectation().slurm!, job_id: '778' },
+    });
+    expect(other.filter((c) => !c.ok).map((c) => c.name)).toEqual(['slurm.job_id']);
+  });
+
+  it('refuses a Slurm job without the wrapper’s variables (no defaults are guessed)', async () => {
+    const out = join(dir, 'bare');
+    const env: Record<string, string> = slurmEnv(out, 'n1', 0, 1, '0', 1);
+    delete env['NODE_RANK'];
+    const r = await run(env);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toMatch(
+      /NODE_RANK is not set: in a Slurm job this script must be started by the gpu-broker job wrapper/,
+    );
+  });
+});
