@@ -71,7 +71,8 @@ const start = (input: Record<string, unknown> = {}) =>
   }) as Promise<QualificationRunView>;
 
 beforeEach(() => {
-  f = makeBrokerDeps();
+  // The two-node rung's ranks meet over the network (network "host"): the policy allows it here.
+  f = makeBrokerDeps({ config: { policy: { allow_network: true } } });
   op = f.principal('ops', ['operator']);
   launched = [];
   f.deps.qualification = {
