@@ -129,6 +129,8 @@ export async function prepareSlurmJob(
   );
   // The lease's indexes are pool slots, not devices: Slurm sets the visible devices itself (and a
   // sandboxed rank renumbers them for the devices it binds).
+  // Tells the task (the qualification workload) that its GPUs are the ones Slurm gave the job.
+  env.GPU_BROKER_BACKEND = 'slurm';
   for (const k of [
     'CUDA_VISIBLE_DEVICES',
     'HIP_VISIBLE_DEVICES',

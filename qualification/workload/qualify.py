@@ -88,10 +88,11 @@ def index_list(name, raw):
 def read_slurm(env):
     """The Slurm job this copy runs in (one copy per node), or None outside a Slurm worker's job.
 
-    A Slurm worker gives no GPU_BROKER_GPU_IDS (its lease names pool slots, not devices); its job
-    wrapper exports NODE_RANK and WORLD_SIZE (= nodes, one copy per node) and the rendezvous.
+    A Slurm worker says so in GPU_BROKER_BACKEND (its lease names pool slots, not devices: the GPUs are
+    the ones Slurm gave the job); its job wrapper exports NODE_RANK and WORLD_SIZE (= nodes, one copy per
+    node) and the rendezvous.
     """
-    if env.get("GPU_BROKER_GPU_IDS", "") != "" or env.get("SLURM_JOB_ID", "") == "":
+    if env.get("GPU_BROKER_BACKEND", "") != "slurm":
         return None
     def need(name):
         value = env.get(name, "")

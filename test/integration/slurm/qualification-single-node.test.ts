@@ -40,7 +40,7 @@ describe.skipIf(!avail.ok)('qualification on a single-node Slurm pool', () => {
       worker_id: c.workerId,
       provider: 'sim',
       simulated: true,
-      isolation: 'none',
+      isolation: 'bwrap',
       backend: 'slurm',
     });
     expect(doc.ladder).toEqual({ requested: [1, 2, 4, 8], run: [1, 2, 4, 8], skipped: [], not_run: [] });
@@ -75,7 +75,7 @@ describe.skipIf(!avail.ok)('qualification on a single-node Slurm pool', () => {
     expect(shown.stdout).toMatch(/\n8\s+localhost:\d+(,\d+){7}\s+36\/36\s+ok/);
     expect(shown.stdout).toContain('verdict: PASSED (simulated cards: gloo on CPU, not a GPU result)');
     expect(shown.stdout).toMatch(
-      /\nworker: slurm-qual-\d+ \([^)]*\); Slurm pool \(each rung a Slurm job\); isolation: none/,
+      /\nworker: slurm-qual-\d+ \([^)]*\); Slurm pool \(each rung a Slurm job\); isolation: bwrap/,
     );
   });
 

@@ -45,7 +45,10 @@ function run(env: Record<string, string>): Promise<RunResult> {
   });
 }
 
-/** What a Slurm worker's job gives a copy: no GPU_BROKER_GPU_IDS (pool slots are not devices). */
+/**
+ * What a Slurm worker's sandboxed rank gives a copy: GPU_BROKER_BACKEND=slurm, the node's physical GPU
+ * ids in GPU_BROKER_GPU_IDS and CUDA_VISIBLE_DEVICES numbered from 0 (worker/slurm/job-wrapper.ts).
+ */
 function slurmEnv(out: string, node: string, nodeRank: number, nodes: number, gpus: string, port: number) {
   return {
     GPU_BROKER_TASK_ID: 'task-s',
@@ -55,10 +58,15 @@ function slurmEnv(out: string, node: string, nodeRank: number, nodes: number, gp
     GPU_BROKER_WORKER_ID: 'slurm-pool',
     GPU_BROKER_OUTPUT_DIR: out,
     GPU_BROKER_SIMULATED: '1',
+    GPU_BROKER_BACKEND: 'slurm',
+    GPU_BROKER_GPU_IDS: gpus,
     SLURM_JOB_ID: '777',
     SLURMD_NODENAME: node,
     SLURM_JOB_GPUS: gpus,
-    CUDA_VISIBLE_DEVICES: gpus,
+    CUDA_VISIBLE_DEVICES: gpus
+      .split(',')
+      .map((_, i) => String(i))
+      .join(','),
     NODE_RANK: String(nodeRank),
     WORLD_SIZE: String(nodes),
     MASTER_ADDR: '127.0.0.1',
@@ -116,7 +124,8 @@ describe('qualification workload in a Slurm job (real script, two copies as two 
       slurm: {
         job_id: '777',
         nodes: [
-          { node: 'n1', gpus: [2, 3], cuda_visible_devices: '2,3' },
+          // In its sandbox a rank sees its node's GPUs numbered from 0; the physical ids stay in gpus.
+          { node: 'n1', gpus: [2, 3], cuda_visible_devices: '0,1' },
           { node: 'n2', gpus: [0, 1], cuda_visible_devices: '0,1' },
         ],
       },
