@@ -1,4 +1,3 @@
-import { spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -7,8 +6,8 @@ import {
   checkWorkloadResult,
   WORKLOAD_RESULT_FILE,
   type WorkloadExpectation,
-  workloadPath,
 } from '../../../qualification/workload-result.js';
+import { runWorkload } from '../../support/workload.js';
 
 /**
  * The real workload as a Slurm job's copies run it (one per node, started by the job wrapper with
@@ -17,33 +16,6 @@ import {
  * torch.distributed (gloo on CPU, simulated cards) and rank 0 writes one document for all 4 ranks.
  * Without Slurm: the Slurm integration tests run the same through sbatch.
  */
-
-const PYTHON = '/usr/bin/python3';
-
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function run(env: Record<string, string>): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    const child = spawn(PYTHON, [workloadPath()], {
-      env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: tmpdir(), ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
 
 /**
  * What a Slurm worker's sandboxed rank gives a copy: GPU_BROKER_BACKEND=slurm, the node's physical GPU
@@ -108,8 +80,8 @@ describe('qualification workload in a Slurm job (real script, two copies as two 
     // A port from the wrapper's range, varied by pid so parallel runs of this file do not collide.
     const port = 20000 + (process.pid % 10000);
     const [first, second] = await Promise.all([
-      run(slurmEnv(out, 'n1', 0, 2, '2,3', port)),
-      run(slurmEnv(out, 'n2', 1, 2, '0,1', port)),
+      runWorkload(slurmEnv(out, 'n1', 0, 2, '2,3', port)),
+      runWorkload(slurmEnv(out, 'n2', 1, 2, '0,1', port)),
     ]);
     expect(first.code, first.stderr).toBe(0);
     expect(second.code, second.stderr).toBe(0);
@@ -145,7 +117,7 @@ describe('qualification workload in a Slurm job (real script, two copies as two 
     const out = join(dir, 'bare');
     const env: Record<string, string> = slurmEnv(out, 'n1', 0, 1, '0', 1);
     delete env['NODE_RANK'];
-    const r = await run(env);
+    const r = await runWorkload(env);
     expect(r.code).toBe(2);
     expect(r.stderr).toMatch(
       /NODE_RANK is not set: in a Slurm job this script must be started by the gpu-broker job wrapper/,

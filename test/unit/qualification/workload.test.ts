@@ -7,38 +7,8 @@ import {
   checkWorkloadResult,
   WORKLOAD_RESULT_FILE,
   type WorkloadExpectation,
-  workloadPath,
 } from '../../../qualification/workload-result.js';
-
-// Debian's python3-torch (CPU only, with gloo) is installed for /usr/bin/python3, not for whatever
-// python3 comes first on PATH.
-const PYTHON = '/usr/bin/python3';
-
-interface RunResult {
-  code: number | null;
-  stdout: string;
-  stderr: string;
-}
-
-function runWorkload(env: Record<string, string>): Promise<RunResult> {
-  return new Promise((resolve, reject) => {
-    // A clean base env plus the binding, as the worker executor builds it.
-    const child = spawn(PYTHON, [workloadPath()], {
-      env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin', HOME: tmpdir(), ...env },
-      stdio: ['ignore', 'pipe', 'pipe'],
-    });
-    let stdout = '';
-    let stderr = '';
-    child.stdout.on('data', (d: Buffer) => {
-      stdout += d.toString();
-    });
-    child.stderr.on('data', (d: Buffer) => {
-      stderr += d.toString();
-    });
-    child.on('error', reject);
-    child.on('close', (code) => resolve({ code, stdout, stderr }));
-  });
-}
+import { WORKLOAD_PYTHON as PYTHON, runWorkload } from '../../support/workload.js';
 
 function bindingEnv(n: number, outputDir: string, simulated: boolean): Record<string, string> {
   const ids = Array.from({ length: n }, (_, i) => i);
