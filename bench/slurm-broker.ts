@@ -1,9 +1,10 @@
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { startWorker } from '../worker/daemon.js';
+import { prepareSandbox } from '../worker/sandbox-setup.js';
 import type { SlurmDriver } from '../worker/slurm/driver.js';
 import { slurmPoolSampler } from '../worker/slurm-sampler.js';
 import { startChildMaster } from './child-master.js';
@@ -36,6 +37,11 @@ export interface BrokerSlurmOptions {
   burstJobs: number;
   /** The worker's poll interval (default 200 ms). */
   pollMs?: number;
+  /**
+   * Run each rank in bwrap on its node (ADR 0018), with the nodes' GPU device files here; absent: the
+   * worker runs with `--isolation none`.
+   */
+  sandbox?: { gpuDevDir: string };
 }
 
 /** What {@link measureBrokerSlurm} measured (milliseconds). */
@@ -61,6 +67,16 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
     const rita = await clients.connect(await master.createToken('bench-rita', ['reviewer']));
     const workerId = `bench-slurm-${process.pid}`;
     const sampler = slurmPoolSampler({ driver: o.driver, partition: o.partition, workerId });
+    const prepared =
+      o.sandbox === undefined
+        ? null
+        : await prepareSandbox({
+            isolation: 'bwrap',
+            dataDir: join(dir, 'worker'),
+            sampler,
+            containerEngine: 'none',
+          });
+    const bwrap = prepared?.setup.kind === 'bwrap' ? prepared.setup : null;
     worker = await startWorker({
       masterUrl: master.url,
       token: await master.createToken('bench-worker', ['worker'], workerId),
@@ -69,7 +85,7 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
       sampler,
       ca: master.caPem,
       logger: silentLogger(),
-      sandbox: { kind: 'none' },
+      sandbox: bwrap ?? { kind: 'none' },
       slurm: {
         backend: {
           driver: o.driver,
@@ -77,7 +93,10 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
           extraArgs: [],
           jobDir: join(dir, 'jobs'),
           pollMs: o.pollMs ?? 200,
-          sandbox: null,
+          sandbox:
+            bwrap === null || o.sandbox === undefined
+              ? null
+              : { setup: bwrap, gpuDevDir: o.sandbox.gpuDevDir },
         },
         sampler,
       },
@@ -94,7 +113,12 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
       objective: 'measure admission through the broker to Slurm',
       success_criteria: 'exits 0',
       cards: { count: 1 },
-      runtime: { kind: 'process', argv: ['/bin/sh', '-c', `date +%s%N > ${dir}/start.$GPU_BROKER_TASK_ID`] },
+      // Into its own output dir: a sandboxed task sees nothing else of the host (the bench finds the
+      // file under the job dir, jobs/<execution>/task/out/).
+      runtime: {
+        kind: 'process',
+        argv: ['/bin/sh', '-c', 'date +%s%N > "$GPU_BROKER_OUTPUT_DIR/start.$GPU_BROKER_TASK_ID"'],
+      },
       outputs: [],
       time_limit_seconds: 120,
       notes: 'benchmark task',
@@ -104,11 +128,17 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
       const t = await callTool<{ task: { approved_at: string } }>(alice, 'get_task', { task_id: taskId });
       return { taskId, approvedAt: Date.parse(t.task.approved_at) };
     };
+    const jobsDir = join(dir, 'jobs');
+    const found = new Map<string, number>();
     const startOf = (taskId: string): number | null => {
-      const f = join(dir, `start.${taskId}`);
-      if (!existsSync(f)) return null;
-      const text = readFileSync(f, 'utf8').trim();
-      return text === '' ? null : Number(BigInt(text) / 1_000_000n);
+      if (!found.has(taskId) && existsSync(jobsDir))
+        for (const exec of readdirSync(jobsDir)) {
+          const f = join(jobsDir, exec, 'task', 'out', `start.${taskId}`);
+          if (!existsSync(f)) continue;
+          const text = readFileSync(f, 'utf8').trim();
+          if (text !== '') found.set(taskId, Number(BigInt(text) / 1_000_000n));
+        }
+      return found.get(taskId) ?? null;
     };
     const waitStarted = async (ids: string[], timeoutMs: number): Promise<void> => {
       const deadline = Date.now() + timeoutMs;
@@ -144,7 +174,7 @@ export async function measureBrokerSlurm(o: BrokerSlurmOptions): Promise<BrokerS
     return {
       approvalToStartMs,
       burstStartMs,
-      burstSeconds: Math.max(...burstStartMs) / 1000,
+      burstSeconds: burstStartMs.length === 0 ? 0 : Math.max(...burstStartMs) / 1000,
       sequentialSeconds,
     };
   } finally {

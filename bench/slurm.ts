@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { SlurmDriver } from '../worker/slurm/driver.js';
@@ -138,6 +138,13 @@ function slurmAnswers(partition: string): string | null {
 }
 
 const SEQUENTIAL = Number(process.env.BENCH_SLURM_SEQUENTIAL ?? 10);
+
+/** Where the nodes' GPU device files are: BENCH_SLURM_GPU_DEV_DIR, else the test Slurm's, else /dev. */
+function gpuDevDir(): string {
+  const fromEnv = process.env.BENCH_SLURM_GPU_DEV_DIR;
+  if (fromEnv !== undefined && fromEnv !== '') return fromEnv;
+  return existsSync('/tmp/slurm-local/dev/nvidia0') ? '/tmp/slurm-local/dev' : '/dev';
+}
 const BURST = Number(process.env.BENCH_SLURM_BURST ?? 32);
 
 /** The `slurm` bench section (bare Slurm baseline). */
@@ -165,6 +172,14 @@ export const slurmSection: BenchSection = {
       partition,
       sequentialJobs: SEQUENTIAL,
       burstJobs: BURST,
+    });
+    // The same sequential tasks with every rank in bwrap on its node (ADR 0018): what the sandbox costs.
+    const s = await measureBrokerSlurm({
+      driver,
+      partition,
+      sequentialJobs: SEQUENTIAL,
+      burstJobs: 0,
+      sandbox: { gpuDevDir: gpuDevDir() },
     });
     const median = (xs: number[]) =>
       percentile(
@@ -210,6 +225,14 @@ export const slurmSection: BenchSection = {
         0,
         b.sequentialSeconds,
         `p95 ${p95(b.approvalToStartMs)} ms; broker adds p50 ${(median(b.approvalToStartMs) - median(r.submitToStartMs)).toFixed(0)} ms over bare submit → start`,
+      ),
+      summarise(
+        'slurm',
+        'through the broker, sandboxed ranks: approval → job start',
+        s.approvalToStartMs,
+        0,
+        s.sequentialSeconds,
+        `p95 ${p95(s.approvalToStartMs)} ms; bwrap on the node adds p50 ${(median(s.approvalToStartMs) - median(b.approvalToStartMs)).toFixed(0)} ms over unsandboxed`,
       ),
       summarise(
         'slurm',
