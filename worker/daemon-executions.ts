@@ -288,6 +288,7 @@ export class ExecutionManager {
             },
             ...(resume === undefined ? {} : { resume: resume.report }),
             ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
+            ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
             logger,
           })
         : startExecution(plan, {

@@ -14,6 +14,7 @@ import type { ExecutorProvider } from './executor-env.js';
 import type { InputSource } from './executor-inputs.js';
 import type { LogChunkHandler } from './executor-logs.js';
 import { collectOutputs } from './executor-outputs.js';
+import type { DataMount } from './mounts.js';
 import type { SlurmDriver } from './slurm/driver.js';
 import { jobFiles, readBinding, readExit, readSetupErrors } from './slurm/job-wrapper.js';
 import type { SlurmJob, SlurmJobState } from './slurm/types.js';
@@ -90,6 +91,8 @@ export interface SlurmExecutionOptions {
   readonly onJob: (report: SlurmJobReport, phase: 'accepted' | 'started') => void;
   /** Where the spec's inputs are fetched from (the master, through the cache). */
   readonly inputs?: InputSource;
+  /** The named data mounts the operator declared (`--mount`; paths the compute nodes share). */
+  readonly mounts?: readonly DataMount[];
   /** A job a previous worker process submitted: resume it instead of submitting. */
   readonly resume?: SlurmJobReport;
   readonly logger?: Logger;

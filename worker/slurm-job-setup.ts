@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { ExecutionPlan } from '../src/contracts/worker-protocol.js';
 import { buildTaskEnv } from './executor-env.js';
 import { placeInputs } from './executor-inputs.js';
+import { mountPointOf } from './mounts.js';
 import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './slurm/job-wrapper.js';
 import type { SlurmSubmitRequest } from './slurm/types.js';
@@ -21,14 +22,14 @@ export function markerPrefix(workerId: string): string {
 }
 
 /**
- * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime, named
- * mounts), places the inputs on the shared job dir, fixes the rank's bwrap sandbox (all but the device binds, which only the node knows),
+ * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime; named
+ * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox (all but the device binds, which only the node knows),
  * writes the job wrapper and the task's directories, builds the env from nothing, and returns the
  * sbatch request — or why the plan cannot run as a Slurm job.
  */
 export async function prepareSlurmJob(
   plan: ExecutionPlan,
-  opts: Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs'>,
+  opts: Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs' | 'mounts'>,
   execDir: string,
 ): Promise<SlurmSubmitRequest | string> {
   const { backend } = opts;
@@ -41,8 +42,6 @@ export async function prepareSlurmJob(
   const inputs = plan.spec.inputs ?? [];
   if (inputs.length > 0 && opts.inputs === undefined)
     return 'this worker was started without a way to fetch inputs';
-  if ((plan.spec.mounts ?? []).length > 0)
-    return 'named mounts are not supported by a Slurm worker: the job sees the cluster filesystem';
   const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
   const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
   const taskDir = join(execDir, 'task');
@@ -61,6 +60,16 @@ export async function prepareSlurmJob(
   // Inputs (the reviewed files, by sha256) on the shared job dir: a sandbox binds each top-level entry
   // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
   const inputsDir = sandbox === null ? taskDir : join(execDir, 'inputs');
+  // Named data mounts: exactly those the spec asks for, as the operator declared them (paths on the
+  // filesystem the nodes share), and only in a sandbox, at /mnt/<name>.
+  const mounts: Array<{ hostPath: string; inside: string; readOnly: boolean }> = [];
+  for (const name of plan.spec.mounts ?? []) {
+    const m = (opts.mounts ?? []).find((x) => x.name === name);
+    if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
+    if (sandbox === null)
+      return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
+    mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
+  }
   let wrapperSandbox: WrapperSandbox | undefined;
   if (sandbox !== null) {
     const args = bwrapArgs({
@@ -83,6 +92,7 @@ export async function prepareSlurmJob(
       identity,
       statusFd: null,
       argv: runtime.argv,
+      mounts,
       inputs: {
         dir: inputsDir,
         entries: [...new Set(inputs.map((i) => i.path.split('/')[0] as string))].sort(),

@@ -144,12 +144,6 @@ async function runSlurmWorker(
       "--run-as is for local workers: a Slurm job runs as the worker's Slurm user (its sandboxed task as a uid of its own)",
       SLURM_USAGE,
     );
-  if (settings.mounts.length > 0)
-    throw new BrokerError(
-      'INVALID_INPUT',
-      '--mount is not supported with --backend slurm yet: tasks read the cluster filesystem through inputs or their own files',
-      SLURM_USAGE,
-    );
   // The operator's extra arguments are checked now, not at the first task (which would fail SETUP_FAILED).
   try {
     buildSbatchArgs({
@@ -197,6 +191,8 @@ async function runSlurmWorker(
     ...sharedWorkerOptions(settings, sampler, io),
     sandbox: bwrap ?? { kind: 'none' },
     slurm: { backend, sampler },
+    // Named data mounts: paths on the filesystem the compute nodes share, bound into each rank's sandbox.
+    ...(settings.mounts.length === 0 ? {} : { mounts: settings.mounts }),
   });
   const pool = sampler.pool();
   const cards = worker.latestCards();

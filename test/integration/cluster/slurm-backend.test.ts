@@ -1,4 +1,5 @@
 import { execFileSync, spawnSync } from 'node:child_process';
+import { chmodSync, existsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import pino from 'pino';
@@ -41,6 +42,7 @@ let rita: Client;
 let ops: Client;
 let worker: RunningWorker;
 let dataDir: string;
+let dataset: string;
 /** Mutable: one test points the sandbox at a device dir without the GPUs' nodes, one turns it off. */
 let backend: { -readonly [K in keyof SlurmBackend]: SlurmBackend[K] };
 
@@ -67,6 +69,8 @@ async function startSlurmWorker(
     // The hello says how tasks are isolated: bwrap on the nodes when the backend sandboxes its ranks.
     sandbox: b.sandbox?.setup ?? { kind: 'none' },
     slurm: { backend: b, sampler },
+    // A named data set on the "shared filesystem", as `--mount dataset=DIR` declares it.
+    mounts: [{ name: 'dataset', host_path: dataset, read_only: true }],
   });
 }
 
@@ -117,6 +121,9 @@ beforeAll(async () => {
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   ops = await m.mcpClient(m.operatorToken);
   dataDir = makeTempDir('slurm-worker');
+  dataset = makeTempDir('slurm-dataset');
+  chmodSync(dataset, 0o755);
+  writeFileSync(join(dataset, 'labels.txt'), 'cat\ndog\n', { mode: 0o644 });
   backend = {
     driver: new SlurmDriver({ env: slurmEnv }),
     partition: PARTITION,
@@ -249,6 +256,23 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
       }),
     );
     expect(out.file?.content).toBe('hello-from-inputs\n');
+  }, 90_000);
+
+  it('binds a named data mount read-only at /mnt/<name> in the rank sandbox', async () => {
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec(
+        'echo "labels=$(tr "\\n" , < /mnt/dataset/labels.txt)"; echo x > /mnt/dataset/new 2>/dev/null && echo wrote-mount; ls /mnt',
+        { cards: { count: 1 }, mounts: ['dataset'] },
+      ),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toContain('labels=cat,dog,');
+    expect(logs.data).not.toContain('wrote-mount');
+    expect(existsSync(join(dataset, 'new'))).toBe(false);
   }, 90_000);
 
   it('never runs the task unsandboxed: a GPU whose device node is missing on the node fails SETUP_FAILED', async () => {
