@@ -136,6 +136,12 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   args.push('--perms', '1777', '--tmpfs', '/tmp');
   args.push(...ancestorDirs(req.pinned, [...req.system.dirs, ...req.system.links.map(([, path]) => path)]));
   for (const p of req.pinned) args.push('--ro-bind', p, p);
+  // A device below a directory /dev does not have (Hygon's /dev/dri/renderD*): bwrap would make that
+  // directory root's 0700, which a task uid cannot traverse, so the card could not be opened.
+  const deviceDirs = [...new Set(req.devices.map((d) => dirname(d.inside)))]
+    .filter((d) => d !== '/dev')
+    .sort();
+  for (const dir of deviceDirs) args.push('--perms', '0755', '--dir', dir);
   for (const d of req.devices) args.push('--dev-bind', d.host, d.inside);
   args.push('--bind', req.taskDir, SANDBOX_TASK_DIR);
   // Inputs over the writable task dir, read-only: each top-level entry of the inputs dir at

@@ -1,3 +1,4 @@
+import { execFileSync } from 'node:child_process';
 import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -304,6 +305,27 @@ describe('attacks', () => {
     const result = await start(plan, { provider: 'nvidia' }).handle.done;
     expect(result.failure_reason).toBe('SETUP_FAILED');
     expect(result.setup_error).toMatch(/nvidia63 is missing/);
+  });
+
+  it('a Hygon task uid can open its render node under /dev/dri (bwrap would make /dev/dri 0700)', async () => {
+    // Fake DCU nodes like hy-smi's host: <devDir>/kfd and <devDir>/dri/renderD<128+index>.
+    const devDir = join(dataDir, 'hy-dev');
+    mkdirSync(join(devDir, 'dri'), { recursive: true });
+    for (const name of ['kfd', 'dri/renderD129', 'dri/renderD130'])
+      execFileSync('mknod', ['-m', '0666', join(devDir, name), 'c', '1', '3']);
+    const plan = makePlan({
+      argv: sh(
+        'ls -ld /dev/dri | cut -c1-10; ls /dev/dri; head -c 1 /dev/dri/renderD129 >/dev/null && echo opened',
+      ),
+      cards: [{ index: 1, uuid: 'DCU-1' }],
+    });
+    const { handle, chunks } = start(plan, {
+      provider: 'hy',
+      sandbox: { ...sandbox, devDir } as SandboxSetup,
+    });
+    const result = await handle.done;
+    expect(result.failure_reason, result.setup_error).toBeNull();
+    expect(text(chunks, 'stdout').trim().split('\n')).toEqual(['drwxr-xr-x', 'renderD129', 'opened']);
   });
 
   it('exit codes and signals come through bwrap', async () => {
