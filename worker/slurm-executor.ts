@@ -77,6 +77,8 @@ export interface SlurmSandbox {
   readonly setup: Extract<SandboxSetup, { kind: 'bwrap' }>;
   /** gres.conf's `File=` directory for `nvidia<index>` (`%n`: the node's name); default /dev. */
   readonly gpuDevDir: string;
+  /** `nvidia` device files, or Hygon's (`hy`: dri/renderD<128+i> and kfd); default nvidia. */
+  readonly gpuKind?: 'nvidia' | 'hy';
 }
 
 /** Options of one Slurm execution. */

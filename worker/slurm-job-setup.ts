@@ -104,6 +104,7 @@ export async function prepareSlurmJob(
       before: args.slice(0, at),
       after: args.slice(at),
       gpuDevDir: sandbox.gpuDevDir,
+      gpuKind: sandbox.gpuKind ?? 'nvidia',
       pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
     };
   }

@@ -49,14 +49,17 @@ export function slurmPoolSampler(deps: {
    * says so, never passing for a GPU result (`--slurm-simulated-gpus`, ADR 0017).
    */
   simulated?: boolean;
+  /** The partition's GPUs are Hygon DCUs (`--slurm-gpu-kind hy`): the hello says provider `hy`. */
+  gpuKind?: 'nvidia' | 'hy';
   logger?: Logger;
 }): SlurmPoolSampler {
   let pool: SlurmPool = { partition: deps.partition, nodes: [] };
   let ownJobs: (() => ReadonlySet<string>) | null = null;
   const prefix = markerPrefix(deps.workerId);
   const simulated = deps.simulated === true;
+  const kind = deps.gpuKind ?? 'nvidia';
   return {
-    provider: simulated ? 'sim' : 'nvidia',
+    provider: simulated ? 'sim' : kind,
     pool: () => pool,
     setOwnJobs: (ids) => {
       ownJobs = ids;

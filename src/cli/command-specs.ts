@@ -111,7 +111,7 @@ export const WORKER = defineCommand({
   name: 'worker',
   usage: [
     'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
-    'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
+    'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-gpu-kind nvidia|hy] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
   ],
   summary:
     'Runs the worker daemon on a GPU host until SIGINT/SIGTERM. Refuses to start unsandboxed under --isolation auto when bubblewrap does not work.',
@@ -184,6 +184,11 @@ export const WORKER = defineCommand({
       type: 'string',
       value: 'DIR',
       help: "where the nodes' nvidia<N> GPU device files are (gres.conf File=; %n = node name; default /dev)",
+    },
+    'slurm-gpu-kind': {
+      type: 'string',
+      value: 'nvidia|hy',
+      help: "the nodes' GPUs: nvidia (default; nvidia<N> files) or hy (Hygon DCU: dri/renderD<128+N> and kfd)",
     },
     'slurm-simulated-gpus': {
       type: 'boolean',

@@ -39,7 +39,7 @@ const USAGE =
 
 /** The usage line shown with errors of `--backend slurm` (its flags, not the local worker's). */
 const SLURM_USAGE =
-  'gpu-broker worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]... [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]';
+  'gpu-broker worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]... [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-gpu-kind nvidia|hy] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]';
 
 /** Env var holding the worker token when --token-file is not given. */
 const TOKEN_ENV = 'GPU_BROKER_WORKER_TOKEN';
@@ -128,6 +128,8 @@ type SlurmSettings = Omit<SlurmBackend, 'driver' | 'sandbox'> & {
   gpuDevDir: string;
   /** `--slurm-simulated-gpus`: the partition's GPUs are not real devices (a test cluster). */
   simulatedGpus: boolean;
+  /** `--slurm-gpu-kind`: NVIDIA or Hygon device files on the nodes. */
+  gpuKind: 'nvidia' | 'hy';
 };
 
 /** `--backend slurm`: the partition's GPUs are the pool, tasks run as Slurm jobs (ADR 0013). */
@@ -164,6 +166,7 @@ async function runSlurmWorker(
     partition: slurm.partition,
     workerId: settings.workerId,
     simulated: simulatedGpus,
+    gpuKind: slurm.gpuKind,
   });
   // The same choice as a local worker's: bwrap unless the operator says --isolation none. Checked here
   // on the submit host; each rank checks again on its node and refuses to run the task unsandboxed.
@@ -181,11 +184,11 @@ async function runSlurmWorker(
           throw new BrokerError('INVALID_INPUT', (err as Error).message, SLURM_USAGE);
         });
   const bwrap = sandbox?.setup.kind === 'bwrap' ? sandbox.setup : null;
-  const { gpuDevDir, ...fixed } = slurm;
+  const { gpuDevDir, gpuKind, ...fixed } = slurm;
   const backend: SlurmBackend = {
     ...fixed,
     driver,
-    sandbox: bwrap === null ? null : { setup: bwrap, gpuDevDir },
+    sandbox: bwrap === null ? null : { setup: bwrap, gpuDevDir, gpuKind },
   };
   const worker = await startWorker({
     ...sharedWorkerOptions(settings, sampler, io),
@@ -201,7 +204,7 @@ async function runSlurmWorker(
   const isolation =
     sandbox === null
       ? "UNISOLATED (--isolation none): tasks run as Slurm jobs under this worker's Slurm user, confined only by what the site configured (cgroup ConstrainDevices); the master places no task here unless policy.require_isolation is false"
-      : `each rank runs in bwrap on its node with only its GPUs' device nodes (${gpuDevDir}/nvidia<N>) — ${sandbox.summary}`;
+      : `each rank runs in bwrap on its node with only its GPUs' device nodes (${gpuDevDir}/${gpuKind === 'hy' ? 'dri/renderD<128+N>, kfd' : 'nvidia<N>'}) — ${sandbox.summary}`;
   if (json)
     io.stdout(
       `${JSON.stringify({
@@ -351,6 +354,7 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
     'slurm-job-dir',
     'slurm-poll-ms',
     'slurm-gpu-dev-dir',
+    'slurm-gpu-kind',
     'slurm-simulated-gpus',
   ] as const;
   const bad = (message: string) =>
@@ -384,6 +388,9 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
     throw bad(
       `--slurm-gpu-dev-dir ${JSON.stringify(gpuDevDir)}: give the absolute directory of the nodes' nvidia<N> device files (gres.conf File=), %n for the node's name`,
     );
+  const gpuKind = values['slurm-gpu-kind'] ?? 'nvidia';
+  if (gpuKind !== 'nvidia' && gpuKind !== 'hy')
+    throw bad(`--slurm-gpu-kind ${JSON.stringify(gpuKind)}: give nvidia or hy`);
   const extraArgs = values['slurm-extra-arg'] ?? [];
   for (const a of extraArgs)
     if (!a.startsWith('-') || /[\0\n\r]/.test(a))
@@ -396,6 +403,7 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
     jobDir: resolve(jobDir),
     pollMs,
     gpuDevDir,
+    gpuKind,
     simulatedGpus: values['slurm-simulated-gpus'] === true,
   };
 }

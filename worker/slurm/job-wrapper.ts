@@ -77,6 +77,12 @@ export interface WrapperSandbox {
    */
   gpuDevDir: string;
   /**
+   * What the GPU device files are: `nvidia` (`<dir>/nvidia<i>`, plus /dev/nvidiactl and the UVM nodes
+   * where present) or `hy` (Hygon DCU / ROCm: `<dir>/dri/renderD<128+i>`, plus `<dir>/kfd`, required),
+   * as on a local worker (sandbox-devices.ts). Default nvidia.
+   */
+  gpuKind?: 'nvidia' | 'hy';
+  /**
    * Files the policy pins by sha256 (an executable, an interpreter's script): each rank checks them on
    * its node before the sandbox is built (the worker checked them on the submit host).
    */
@@ -265,6 +271,7 @@ AFTER=(${array(sandbox.after)})
 NODE=\${SLURMD_NODENAME:-$(hostname)}
 GPU_DEV_DIR=${bashQuote(sandbox.gpuDevDir)}
 GPU_DEV_DIR=\${GPU_DEV_DIR//%n/$NODE}
+GPU_KIND=${bashQuote(sandbox.gpuKind ?? 'nvidia')}
 RANK_ID=\${SLURM_PROCID:-0}
 # setup_failed MESSAGE: record why, say it on stderr, and leave without running the task
 setup_failed() {
@@ -286,18 +293,26 @@ GPUS=\${SLURM_STEP_GPUS:-}
 if [ -z "$GPUS" ] && [ "\${SLURM_JOB_NUM_NODES:-1}" = 1 ]; then GPUS=\${SLURM_JOB_GPUS:-}; fi
 case "$GPUS" in ''|*[!0-9,]*) setup_failed "Slurm named no GPUs for this rank ('$GPUS')" ;; esac
 DEV=()
+# bwrap would make /dev/dri root's 0700: a task uid could not reach its render nodes.
+[ "$GPU_KIND" = hy ] && DEV+=(--perms 0755 --dir /dev/dri)
 VISIBLE=''
 n=0
 for i in \${GPUS//,/ }; do
-  node_file="$GPU_DEV_DIR/nvidia$i"
+  if [ "$GPU_KIND" = hy ]; then name="dri/renderD$((128 + i))"; else name="nvidia$i"; fi
+  node_file="$GPU_DEV_DIR/$name"
   [ -c "$node_file" ] || setup_failed "the device node $node_file of GPU $i is missing"
-  DEV+=(--dev-bind "$node_file" "/dev/nvidia$i")
+  DEV+=(--dev-bind "$node_file" "/dev/$name")
   VISIBLE="$VISIBLE\${VISIBLE:+,}$n"
   n=$((n + 1))
 done
-for c in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia-modeset; do
-  [ -c "/dev/$c" ] && DEV+=(--dev-bind "/dev/$c" "/dev/$c")
-done
+if [ "$GPU_KIND" = hy ]; then
+  [ -c "$GPU_DEV_DIR/kfd" ] || setup_failed "the device node $GPU_DEV_DIR/kfd is missing"
+  DEV+=(--dev-bind "$GPU_DEV_DIR/kfd" /dev/kfd)
+else
+  for c in nvidiactl nvidia-uvm nvidia-uvm-tools nvidia-modeset; do
+    [ -c "/dev/$c" ] && DEV+=(--dev-bind "/dev/$c" "/dev/$c")
+  done
+fi
 # Only the rank's devices exist in the sandbox, and CUDA/HIP number what they can open from 0.
 export CUDA_VISIBLE_DEVICES="$VISIBLE" HIP_VISIBLE_DEVICES="$VISIBLE" ROCR_VISIBLE_DEVICES="$VISIBLE"
 export GPU_BROKER_GPU_IDS="$GPUS" CUDA_DEVICE_ORDER=PCI_BUS_ID

@@ -64,6 +64,7 @@ describe('gpu-broker worker --backend slurm flags', () => {
     expect(await refused([...base, '--slurm-gpu-dev-dir', 'dev'])).toContain('--slurm-gpu-dev-dir');
     expect(await refused([...base, '--slurm-gpu-dev-dir', '/dev\n/x'])).toContain('--slurm-gpu-dev-dir');
     expect(await refused(['--slurm-gpu-dev-dir', '/dev'])).toContain('needs --backend slurm');
+    expect(await refused([...base, '--slurm-gpu-kind', 'amd'])).toContain('give nvidia or hy');
     // The hint of a Slurm worker's error is the Slurm usage line, not the local worker's.
     expect(await refused([...base, '--slurm-gpu-dev-dir', 'dev'])).toContain('--slurm-partition NAME');
   });

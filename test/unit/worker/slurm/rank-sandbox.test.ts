@@ -179,6 +179,27 @@ describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its 
     expect((await readSetupErrors(bad.jobDir))[0]).toContain(`pinned file ${pinned} has sha256`);
   });
 
+  it('binds Hygon DCU nodes (dri/renderD<128+i> and kfd) for --slurm-gpu-kind hy, and needs kfd', async () => {
+    const hyDir = makeTempDir('rank-sandbox-hy');
+    mkdirSync(join(hyDir, 'dri'));
+    for (const name of ['dri/renderD129', 'dri/renderD131', 'dri/renderD130'])
+      spawnSync('mknod', ['-m', '0666', join(hyDir, name), 'c', '1', '3']);
+    const noKfd = job('hy-no-kfd', 'echo ran', { gpuDevDir: hyDir, gpuKind: 'hy' });
+    const a = runRank(noKfd.rank, { SLURM_STEP_GPUS: '1,3' });
+    expect(a.status).toBe(SANDBOX_SETUP_EXIT);
+    expect((await readSetupErrors(noKfd.jobDir))[0]).toContain(`${hyDir}/kfd is missing`);
+    spawnSync('mknod', ['-m', '0666', join(hyDir, 'kfd'), 'c', '1', '3']);
+    const { rank } = job(
+      'hy',
+      'ls /dev/dri | tr "\\n" " "; echo; ls /dev | grep -c "^kfd$"; echo "hip=$HIP_VISIBLE_DEVICES ids=$GPU_BROKER_GPU_IDS"',
+      { gpuDevDir: hyDir, gpuKind: 'hy' },
+    );
+    const r = runRank(rank, { SLURM_STEP_GPUS: '1,3' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain('renderD129 renderD131 \n1\n');
+    expect(r.stdout).toContain('hip=0,1 ids=1,3');
+  });
+
   it('expands %n in the device directory to the node name', () => {
     mkdirSync(join(devDir, 'node7'), { recursive: true });
     spawnSync('mknod', ['-m', '0666', join(devDir, 'node7', 'nvidia6'), 'c', '1', '3']);
