@@ -108,6 +108,6 @@ describe('propose helpers', () => {
     expect(globToRegExp('/top.py').test('src/top.py')).toBe(false);
     expect(globToRegExp('src/**/*.py').test('src/a/b/c.py')).toBe(true);
     expect(globToRegExp('src/**/*.py').test('src/c.py')).toBe(true);
-    expect(collectInputs(dir, ['src/**']).map((f) => f.path)).toEqual(['src/model.py']);
+    expect(collectInputs(dir, ['src/**']).files.map((f) => f.path)).toEqual(['src/model.py']);
   });
 });
