@@ -98,6 +98,8 @@ export const PolicySchema = z.strictObject({
 
 /** Operator policy. */
 export type Policy = z.infer<typeof PolicySchema>;
+/** Operator policy as written in a config file (defaults not yet applied). */
+export type PolicyInput = z.input<typeof PolicySchema>;
 
 /** An interpreter script pinned on the host. */
 export type AllowedScript = z.infer<typeof AllowedScriptSchema>;
