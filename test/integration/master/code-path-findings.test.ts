@@ -54,7 +54,7 @@ function spec(inputs: Upload['inputs'], argv: string[], env?: Record<string, str
 
 const byCode = (r: RevisionResult) => {
   const out: Record<string, Array<{ severity: string; path: string; message: string }>> = {};
-  for (const f of r.findings) (out[f.code] ??= []).push(f);
+  for (const f of r.findings) out[f.code] = [...(out[f.code] ?? []), f];
   return out;
 };
 
