@@ -33,7 +33,8 @@ export const InputScriptRuleSchema = z.strictObject({
   script_from_inputs: z.literal(true),
   /**
    * Run the interpreter in its isolated mode where it has one (Python: `-E -s`, no PYTHON* variables
-   * and no user site), so only the reviewed script and the host's own libraries load. Default true.
+   * and no user site; bash: `-p`, no BASH_ENV and no imported functions; src/domain/run-argv.ts), so only
+   * the reviewed script and the host's own libraries load. Default true.
    */
   isolated: z.boolean().default(true),
 });

@@ -15,11 +15,14 @@ import type { InputFile, TaskSpec } from '../contracts/task-spec.js';
  * an inputs dir). Not `-I`: since Python 3.11 it also implies `-P`, which drops the script's own
  * directory from sys.path, so a reviewed project could no longer import its sibling modules; those
  * modules are reviewed inputs, so keeping that directory loads nothing the reviewer did not read.
- * Interpreters without such a mode (perl, node, ruby) get nothing; the env-control findings cover them.
+ * Bash: `-p` (privileged mode: no BASH_ENV/ENV file, no functions imported from the environment,
+ * SHELLOPTS, BASHOPTS, CDPATH and GLOBIGNORE ignored). Interpreters without such a mode (perl, node,
+ * ruby, dash) get nothing; the env-control findings cover them.
  */
 export function isolatedFlags(interpreter: string): string[] {
   const name = interpreter.slice(interpreter.lastIndexOf('/') + 1);
   if (/^python[0-9.]*$/.test(name)) return ['-E', '-s'];
+  if (name === 'bash') return ['-p'];
   return [];
 }
 

@@ -125,6 +125,10 @@ describe('script_from_inputs means exactly one input file', () => {
     expect(runArgv(spec, loose)).toEqual([PY, './main.py', '--epochs', '1']);
     // Not a script from the inputs: the argv runs as written.
     expect(runArgv(pySpec(['/bin/sh', '-c', 'true']), policyOf())).toEqual(['/bin/sh', '-c', 'true']);
+    const bash = pySpec(['/bin/bash', 'main.py']);
+    expect(
+      runArgv(bash, policyOf({ scripts: [{ interpreter: '/bin/bash', script_from_inputs: true }] })),
+    ).toEqual(['/bin/bash', '-p', 'main.py']);
     const perl = pySpec(['/usr/bin/perl', 'main.py']);
     expect(
       runArgv(perl, policyOf({ scripts: [{ interpreter: '/usr/bin/perl', script_from_inputs: true }] })),
