@@ -125,7 +125,7 @@ const EnvSchema = z
   .record(z.string().regex(ENV_NAME, 'env names look like MY_VAR'), z.string().max(32768))
   .optional()
   .describe(
-    'Environment variables added for the task, e.g. {"PYTHONUNBUFFERED": "1"}; names like MY_VAR, values at most 32768 characters. Reserved (the broker sets them; never set them): GPU_BROKER_*, CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES. Always refused: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, and any name the policy refuses.',
+    'Environment variables added for the task, e.g. {"PYTHONUNBUFFERED": "1"}; names like MY_VAR, values at most 32768 characters. Reserved (the broker sets them; never set them): GPU_BROKER_*, CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES. Always refused: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, and any name the policy refuses. Names that make an interpreter or the loader run code or load files (PYTHONPATH, PYTHONSTARTUP, NODE_OPTIONS, PERL5OPT, BASH_ENV, LD_*, BROWSER, …) are an error finding (ENV_CONTROL) unless the operator allows that name.',
   );
 
 /** An image reference pinned by digest: `name@sha256:<64 hex>`. */
@@ -268,7 +268,7 @@ export const TaskSpecSchema = z
         'Files to bring back, at most 64, each path once; only declared paths come back. Default none.',
       ),
     inputs: InputsSchema.optional().describe(
-      'Files placed read-only in the task\'s directory (/task) before it starts, each {path, sha256, size}: upload them first with upload_inputs, which answers these fields. The revision digest covers them, so a reviewer approves exactly these bytes. Relative paths, not under "out/".',
+      'Files placed read-only in the task\'s directory (/task) before it starts, each {path, sha256, size}: upload them first with upload_inputs, which answers these fields. The revision digest covers them, so a reviewer approves exactly these bytes. Relative paths, not under "out/", no segment starting with "-", no control/bidi/zero-width characters. Files an interpreter loads on its own (__pycache__/, *.pyc, *.pth, sitecustomize.py, .local/) are an error finding (IMPLICIT_CODE).',
     ),
     mounts: z
       .array(MountNameSchema)
