@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { firstInvalidUtf8, inspectText } from '../../../src/domain/text-inspection.js';
 
@@ -71,5 +72,26 @@ describe('firstInvalidUtf8', () => {
       expect(firstInvalidUtf8(bytes) === -1).toBe(valid);
     }
     expect(firstInvalidUtf8(Uint8Array.from([0x41, 0xff]))).toBe(1);
+  });
+
+  it('agrees with a fatal TextDecoder on arbitrary bytes, and the inspection never throws', () => {
+    const bytes = fc.oneof(
+      fc.uint8Array({ maxLength: 64 }),
+      fc.string({ unit: 'binary', maxLength: 32 }).map((s) => new TextEncoder().encode(s)),
+    );
+    fc.assert(
+      fc.property(bytes, (b) => {
+        let valid = true;
+        try {
+          new TextDecoder('utf-8', { fatal: true }).decode(b);
+        } catch {
+          valid = false;
+        }
+        expect(firstInvalidUtf8(b) === -1).toBe(valid);
+        const r = inspectText('x.py', b);
+        expect(r.count).toBeGreaterThanOrEqual(r.oddities.length);
+      }),
+      { numRuns: 500 },
+    );
   });
 });
