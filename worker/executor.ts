@@ -437,7 +437,7 @@ class ExecutionRun {
     if (runtime.kind !== 'process') return `runtime kind ${runtime.kind} is not supported by this worker`;
     const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
     if (sandbox.kind === 'none') {
-      const [command = '', ...args] = runtime.argv;
+      const [command = '', ...args] = this.plan.argv ?? runtime.argv;
       return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };
     }
     let devices: ReturnType<typeof deviceNodesFor>;
@@ -468,7 +468,7 @@ class ExecutionRun {
       identity:
         identity === null || sandbox.setpriv === null ? null : { ...identity, setpriv: sandbox.setpriv },
       statusFd: 3,
-      argv: runtime.argv,
+      argv: this.plan.argv ?? runtime.argv,
       inputs: { dir: inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
       mounts,
     });

@@ -91,7 +91,7 @@ export async function prepareSlurmJob(
       network: plan.spec.network ?? 'none',
       identity,
       statusFd: null,
-      argv: runtime.argv,
+      argv: plan.argv ?? runtime.argv,
       mounts,
       inputs: {
         dir: inputsDir,
@@ -112,7 +112,7 @@ export async function prepareSlurmJob(
     await mkdir(backend.jobDir, { recursive: true, mode: 0o700 });
     await writeJobFiles({
       jobDir: execDir,
-      argv: [...runtime.argv],
+      argv: [...(plan.argv ?? runtime.argv)],
       ntasksPerNode: 1,
       ...(wrapperSandbox === undefined ? {} : { sandbox: wrapperSandbox }),
     });

@@ -2,17 +2,20 @@ import { BrokerError } from '../contracts/errors.js';
 import { MAX_SPEC_BYTES, type TaskSpec } from '../contracts/task-spec.js';
 import type { ProposalView } from '../contracts/views.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../domain/policy.js';
+import { digestsToInspect } from '../domain/policy-inputs.js';
 import {
   isTerminalProposal,
   PROPOSAL_TABLE,
   type ProposalEvent,
   type ProposalState,
 } from '../domain/proposal.js';
+import { inspectText, type TextInspection } from '../domain/text-inspection.js';
 import { digestOf } from '../platform/digest.js';
 import { fileSha256 } from '../platform/file-digest.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../store/proposals-repo.js';
 import type { BrokerDeps } from './deps.js';
+import { verifiedBlob } from './inputs.js';
 import { applyMove } from './move.js';
 import { fetchPage } from './paging.js';
 import { canReadAll } from './principals.js';
@@ -48,12 +51,26 @@ function checkSize(spec: TaskSpec): string {
   return json;
 }
 
+/**
+ * Gathers the facts the pure policy check needs (pinned files' digests, stored blob sizes, offered
+ * mounts, the text inspection of input blobs within the inspection budget), then evaluates.
+ */
 function findingsFor(deps: BrokerDeps, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
   const storedBlobs = deps.store.blobs.sizes((spec.inputs ?? []).map((i) => i.sha256));
   const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
-  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts });
+  const inputText: Record<string, TextInspection> = {};
+  const pathOf = new Map((spec.inputs ?? []).map((i) => [i.sha256, i.path]));
+  for (const sha256 of digestsToInspect(spec, storedBlobs)) {
+    try {
+      inputText[sha256] = inspectText(pathOf.get(sha256) ?? '', verifiedBlob(deps, sha256));
+    } catch {
+      // A blob that fails its re-hash is not inspected (verifiedBlob logged it); it is reported as such,
+      // and no worker will ever be served it.
+    }
+  }
+  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts, inputText });
 }
 
 /** Loads a proposal the principal may see; others' proposals are NOT_FOUND (no existence leak). */

@@ -2,6 +2,7 @@ import { type Policy, pinnedScripts } from '../contracts/policy.js';
 import type { Runtime } from '../contracts/task-spec.js';
 import type { ExecutionPlan } from '../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../domain/lease.js';
+import { runArgv } from '../domain/run-argv.js';
 import { decide, type SchedulingDecision, type SchedulingSnapshot } from '../domain/scheduling.js';
 import { grantFailed } from '../domain/scheduling-reasons.js';
 import type { LeaseRecord } from '../store/leases-repo.js';
@@ -269,6 +270,7 @@ export class Scheduler implements TaskObserver {
       cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
       vram_clean_pct: config.scheduling.vram_threshold_pct,
       ...sandboxOfPlan(task.spec.runtime, config.policy),
+      argv: runArgv(task.spec, config.policy),
     };
     enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
   }

@@ -427,7 +427,7 @@ export const PROPOSE = defineCommand({
     "propose --dir DIR --entry 'python3 train.py --epochs 1' [--cards N] [--title T] [--include GLOB]… [--output PATH]… [--proposal ID] [--confirm] [--json]",
   ],
   summary:
-    "Uploads a project directory's files as content-addressed inputs (what changed only, .gitignore-aware), writes the spec and creates or revises a proposal; prints its id.",
+    "Uploads a project directory's files as content-addressed inputs (what changed only, .gitignore-aware; files an interpreter loads on its own, such as __pycache__/ and *.pth, are left out and counted), writes the spec and creates or revises a proposal; prints its id.",
   flags: {
     dir: { type: 'string', value: 'DIR', help: 'the project directory to ship' },
     include: { type: 'string', value: 'GLOB', multiple: true, help: 'only files matching (repeatable)' },

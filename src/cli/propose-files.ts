@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
+import { implicitCodeOf } from '../domain/implicit-code.js';
 
 /**
  * The files `gpu-broker propose --dir` ships (issue 13): every regular file under DIR, skipping `.git/`,
@@ -10,6 +11,10 @@ import { join } from 'node:path';
  * Globs and `.gitignore` lines: `*` (within a segment), `**` (any depth), `?`, a leading `/` anchors at
  * DIR, a trailing `/` matches a directory, a pattern without `/` matches a name at any depth. `!`
  * negation is not supported (such lines are ignored).
+ *
+ * Files an interpreter loads on its own (`__pycache__/`, `*.pyc`, `*.pth`, `sitecustomize.py`, …; the
+ * table in src/domain/implicit-code.ts) are always left out, `--include` or not: the policy refuses
+ * them (IMPLICIT_CODE), and a reviewer could not read them anyway. The caller says how many it left out.
  */
 
 /** One file to ship. */
@@ -19,6 +24,19 @@ export interface LocalInput {
   size: number;
   executable: boolean;
   bytes: Buffer;
+}
+
+/** A file left out because an interpreter would load it on its own. */
+export interface LeftOutInput {
+  path: string;
+  /** Why, from the implicit-code table. */
+  why: string;
+}
+
+/** What `collectInputs` found. */
+export interface CollectedInputs {
+  files: LocalInput[];
+  leftOut: LeftOutInput[];
 }
 
 /** A glob as a RegExp over `/`-separated relative paths. */
@@ -49,7 +67,7 @@ function ignored(
 }
 
 /** Collects the files under `root`; throws with a message for what cannot be shipped. */
-export function collectInputs(root: string, includes: readonly string[]): LocalInput[] {
+export function collectInputs(root: string, includes: readonly string[]): CollectedInputs {
   if (!existsSync(root) || !statSync(root).isDirectory()) throw new Error(`${root} is not a directory`);
   const gitignore = join(root, '.gitignore');
   const patterns = existsSync(gitignore)
@@ -61,6 +79,7 @@ export function collectInputs(root: string, includes: readonly string[]): LocalI
     : [];
   const wanted = includes.map(globToRegExp);
   const out: LocalInput[] = [];
+  const leftOut: LeftOutInput[] = [];
   const walk = (rel: string) => {
     for (const name of readdirSync(join(root, rel)).sort()) {
       const path = rel === '' ? name : `${rel}/${name}`;
@@ -71,6 +90,11 @@ export function collectInputs(root: string, includes: readonly string[]): LocalI
       } else if (st.isFile()) {
         if (ignored(patterns, path, false)) continue;
         if (wanted.length > 0 && !wanted.some((re) => re.test(path))) continue;
+        const implicit = implicitCodeOf(path);
+        if (implicit !== undefined) {
+          leftOut.push({ path, why: `${implicit.family} loads ${implicit.pattern} on its own` });
+          continue;
+        }
         const bytes = readFileSync(join(root, path));
         out.push({
           path,
@@ -83,5 +107,5 @@ export function collectInputs(root: string, includes: readonly string[]): LocalI
     }
   };
   walk('');
-  return out;
+  return { files: out, leftOut };
 }

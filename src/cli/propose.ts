@@ -12,7 +12,8 @@ import { collectInputs } from './propose-files.js';
  * (issue 13), for people and agents with a shell: ships DIR's files as the task's inputs and creates a
  * proposal (or, with `--proposal ID`, a new revision of it), then prints the ids and the findings.
  *
- *   1. collect DIR's files (propose-files.ts: .gitignore-aware, no symlinks) and their sha256;
+ *   1. collect DIR's files (propose-files.ts: .gitignore-aware, no symlinks, no implicit code such as
+ *      __pycache__/ — left out and counted) and their sha256;
  *   2. PUT each blob the proposal's current revision does not already name to /api/v1/blobs/{sha256}
  *      (the master recomputes the digest; storing is idempotent);
  *   3. write the spec: `--entry` split on spaces (quotes group words), a bare interpreter name becomes
@@ -36,6 +37,12 @@ export function splitEntry(entry: string): string[] {
   return words;
 }
 
+/** One line saying how many files were left out and why (the reasons, each once). */
+export function leftOutLine(leftOut: ReadonlyArray<{ path: string; why: string }>): string {
+  const reasons = [...new Set(leftOut.map((l) => l.why))];
+  return `${leftOut.length} file(s) left out: an interpreter would load them on its own, unreviewed (${reasons.join('; ')}); e.g. ${escapeField(leftOut[0]?.path ?? '')}`;
+}
+
 export const run: CommandRunner = async (argv, io) => {
   const parsed = parseCommand(PROPOSE, argv, io);
   if (typeof parsed === 'number') return parsed;
@@ -47,7 +54,7 @@ export const run: CommandRunner = async (argv, io) => {
         '--dir and --entry are required',
         "gpu-broker propose --dir ./project --entry 'python3 train.py --epochs 1' --cards 1 --title 'what it shows'",
       );
-    const files = collectInputs(values.dir, values.include ?? []);
+    const { files, leftOut } = collectInputs(values.dir, values.include ?? []);
     if (files.length === 0)
       throw new BrokerError(
         'INVALID_INPUT',
@@ -103,11 +110,12 @@ export const run: CommandRunner = async (argv, io) => {
         });
         state = confirmed.state;
       }
-      const result = { ...r, state, files: files.length, uploaded };
+      const result = { ...r, state, files: files.length, uploaded, left_out: leftOut };
       emit(io, values.json, result, () =>
         [
           `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${state}`,
           `${files.length} input file(s), ${uploaded} uploaded`,
+          ...(leftOut.length > 0 ? [leftOutLine(leftOut)] : []),
           ...r.findings.map(
             (f) =>
               `${f.severity}: ${f.code} at ${escapeField(f.path)}: ${escapeField(f.message)} — ${escapeField(f.hint)}`,

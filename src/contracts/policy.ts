@@ -31,6 +31,12 @@ export const AllowedScriptSchema = z.strictObject({
 export const InputScriptRuleSchema = z.strictObject({
   interpreter: z.string().startsWith('/', 'interpreters are absolute paths, e.g. "/usr/bin/python3"'),
   script_from_inputs: z.literal(true),
+  /**
+   * Run the interpreter in its isolated mode where it has one (Python: `-E -s`, no PYTHON* variables
+   * and no user site; bash: `-p`, no BASH_ENV and no imported functions; src/domain/run-argv.ts), so only
+   * the reviewed script and the host's own libraries load. Default true.
+   */
+  isolated: z.boolean().default(true),
 });
 
 /** A script rule: pinned on the host, or taken from the inputs. */
@@ -77,12 +83,24 @@ export const PolicySchema = z.strictObject({
     .int()
     .min(0)
     .default(2 * 1024 * 1024 * 1024),
+  /**
+   * Interpreter- and loader-control env names (src/domain/env-control.ts) a spec may set: each is then a
+   * warning for the reviewer instead of an error. LD_PRELOAD, LD_LIBRARY_PATH and LD_AUDIT stay refused.
+   */
+  allowed_control_env: z.array(z.string().min(1).max(256)).max(256).default([]),
+  /**
+   * Whether inputs an interpreter loads on its own (`*.pyc`, `__pycache__/`, `*.pth`, `sitecustomize.py`,
+   * user-site dirs, …; src/domain/implicit-code.ts) are only a warning instead of an error.
+   */
+  allow_implicit_code: z.boolean().default(false),
   /** Whether tasks may only be placed on workers that run them sandboxed (not `--isolation none`). */
   require_isolation: z.boolean().default(true),
 });
 
 /** Operator policy. */
 export type Policy = z.infer<typeof PolicySchema>;
+/** Operator policy as written in a config file (defaults not yet applied). */
+export type PolicyInput = z.input<typeof PolicySchema>;
 
 /** An interpreter script pinned on the host. */
 export type AllowedScript = z.infer<typeof AllowedScriptSchema>;
@@ -92,7 +110,15 @@ export function pinnedScripts(scripts: readonly ScriptRule[]): AllowedScript[] {
   return scripts.filter((s): s is AllowedScript => 'script' in s);
 }
 
+/** A rule that lets an interpreter run a script from the inputs. */
+export type InputScriptRule = z.infer<typeof InputScriptRuleSchema>;
+
+/** The rules that let an interpreter run a script from the task's inputs. */
+export function inputScriptRules(scripts: readonly ScriptRule[]): InputScriptRule[] {
+  return scripts.filter((s): s is InputScriptRule => 'script_from_inputs' in s);
+}
+
 /** The interpreters allowed to run a script from the task's inputs. */
 export function inputInterpreters(scripts: readonly ScriptRule[]): string[] {
-  return scripts.filter((s) => 'script_from_inputs' in s).map((s) => s.interpreter);
+  return inputScriptRules(scripts).map((s) => s.interpreter);
 }

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { codePointName, HIDDEN_CHAR } from './hidden-chars.js';
 
 /**
  * The task spec an agent proposes (DESIGN §5). Names are final; unknown keys are refused.
@@ -11,7 +12,15 @@ export const MAX_SPEC_BYTES = 256 * 1024;
 
 const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 
-/** A relative path beneath the task's output dir: no absolute paths, no `..`, no empty segments. */
+/** Longest path segment, in UTF-8 bytes: what Linux file systems accept (NAME_MAX). */
+export const MAX_SEGMENT_BYTES = 255;
+
+const utf8Length = (s: string) => new TextEncoder().encode(s).length;
+
+/**
+ * A relative path beneath the task's output dir: no absolute paths, no `..`, no empty segments, no
+ * hidden characters (a reviewer must read the name as it is), segments of at most 255 bytes.
+ */
 export const OutputPathSchema = z
   .string()
   .min(1)
@@ -23,6 +32,19 @@ export const OutputPathSchema = z
     message: 'must not contain ".", ".." or empty segments, e.g. "results/metrics.json"',
   })
   .refine((p) => !p.includes('\0'), { message: 'must not contain NUL' })
+  .superRefine((p, ctx) => {
+    const hidden = HIDDEN_CHAR.exec(p);
+    if (hidden)
+      ctx.addIssue({
+        code: 'custom',
+        message: `must not contain control, bidi or zero-width characters (found ${codePointName(hidden[0])}); rename the file with visible characters only`,
+      });
+    if (p.split('/').some((seg) => utf8Length(seg) > MAX_SEGMENT_BYTES))
+      ctx.addIssue({
+        code: 'custom',
+        message: `each segment must be at most ${MAX_SEGMENT_BYTES} bytes in UTF-8 (the file-system limit); shorten the name`,
+      });
+  })
   .describe(
     'Path of a file your program writes, RELATIVE to $GPU_BROKER_OUTPUT_DIR (/task/out inside the sandbox), e.g. "results/metrics.json"; 1 to 512 characters, no leading "/", no "." or ".." segments. Your program must create subdirectories itself.',
   );
@@ -36,13 +58,19 @@ export const Sha256Schema = z.string().regex(/^[0-9a-f]{64}$/, 'a lowercase hex 
 
 /**
  * A relative path beneath the task's working dir (`/task` in the sandbox) where an input is placed: the
- * output path rules, plus no backslash (one spelling per path) and not under `out/` (the outputs' dir).
+ * output path rules, plus no backslash (one spelling per path), not under `out/` (the outputs' dir), and
+ * no segment starting with `-` (an interpreter would read `-c` or `-m` in argv as an option, not a file).
  */
 export const InputPathSchema = OutputPathSchema.refine((p) => !p.includes('\\'), {
   message: 'use "/" between segments, e.g. "src/train.py"',
-}).refine((p) => p.split('/')[0] !== 'out', {
-  message: 'inputs may not be placed under "out/", the output dir; e.g. "src/train.py"',
-});
+})
+  .refine((p) => !p.split('/').some((seg) => seg.startsWith('-')), {
+    message:
+      'no segment may start with "-" (argv would read it as an option); rename it, e.g. "src/train.py"',
+  })
+  .refine((p) => p.split('/')[0] !== 'out', {
+    message: 'inputs may not be placed under "out/", the output dir; e.g. "src/train.py"',
+  });
 
 /** One input file: content named by sha256 (uploaded first with upload_inputs), placed read-only at `path`. */
 export const InputFileSchema = z.strictObject({
@@ -97,7 +125,7 @@ const EnvSchema = z
   .record(z.string().regex(ENV_NAME, 'env names look like MY_VAR'), z.string().max(32768))
   .optional()
   .describe(
-    'Environment variables added for the task, e.g. {"PYTHONUNBUFFERED": "1"}; names like MY_VAR, values at most 32768 characters. Reserved (the broker sets them; never set them): GPU_BROKER_*, CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES. Always refused: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, and any name the policy refuses.',
+    'Environment variables added for the task, e.g. {"PYTHONUNBUFFERED": "1"}; names like MY_VAR, values at most 32768 characters. Reserved (the broker sets them; never set them): GPU_BROKER_*, CUDA_VISIBLE_DEVICES, HIP_VISIBLE_DEVICES, ROCR_VISIBLE_DEVICES, NVIDIA_VISIBLE_DEVICES. Always refused: LD_PRELOAD, LD_LIBRARY_PATH, LD_AUDIT, and any name the policy refuses. Names that make an interpreter or the loader run code or load files (PYTHONPATH, PYTHONSTARTUP, NODE_OPTIONS, PERL5OPT, BASH_ENV, LD_*, BROWSER, …) are an error finding (ENV_CONTROL) unless the operator allows that name.',
   );
 
 /** An image reference pinned by digest: `name@sha256:<64 hex>`. */
@@ -240,7 +268,7 @@ export const TaskSpecSchema = z
         'Files to bring back, at most 64, each path once; only declared paths come back. Default none.',
       ),
     inputs: InputsSchema.optional().describe(
-      'Files placed read-only in the task\'s directory (/task) before it starts, each {path, sha256, size}: upload them first with upload_inputs, which answers these fields. The revision digest covers them, so a reviewer approves exactly these bytes. Relative paths, not under "out/".',
+      'Files placed read-only in the task\'s directory (/task) before it starts, each {path, sha256, size}: upload them first with upload_inputs, which answers these fields. The revision digest covers them, so a reviewer approves exactly these bytes. Relative paths, not under "out/", no segment starting with "-", no control/bidi/zero-width characters. Files an interpreter loads on its own (__pycache__/, *.pyc, *.pth, sitecustomize.py, .local/) are an error finding (IMPLICIT_CODE).',
     ),
     mounts: z
       .array(MountNameSchema)

@@ -113,6 +113,11 @@ export const ExecutionPlanSchema = z.object({
     .optional(),
   /** The policy's `hidden_paths`: host paths the sandbox hides from the task, besides its own list. */
   hidden_paths: z.array(z.string().min(1).max(4096)).max(256).optional(),
+  /**
+   * The argv to exec, computed by the master from the approved spec and policy (src/domain/run-argv.ts:
+   * e.g. Python's isolated-mode flags before a script from the inputs); absent = spec.runtime.argv.
+   */
+  argv: z.array(z.string().max(8192)).min(1).max(1040).optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;

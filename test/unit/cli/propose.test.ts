@@ -31,6 +31,10 @@ beforeAll(async () => {
   writeFileSync(join(dir, '.git/HEAD'), 'ref');
   writeFileSync(join(dir, '.gitignore'), 'build/\n*.log\n');
   symlinkSync('/etc/passwd', join(dir, 'passwd'));
+  // Code Python loads on its own (issue 20): left out, and said so.
+  mkdirSync(join(dir, 'src/__pycache__'));
+  writeFileSync(join(dir, 'src/__pycache__/model.cpython-311.pyc'), 'bytecode');
+  writeFileSync(join(dir, 'evil.pth'), 'import os; os.system("id")\n');
 });
 
 afterAll(async () => {
@@ -54,9 +58,16 @@ describe('propose --dir', () => {
       '--json',
       ...remote,
     ]);
-    const j = r.json<{ proposal_id: string; state: string; files: number; uploaded: number }>();
+    const j = r.json<{
+      proposal_id: string;
+      state: string;
+      files: number;
+      uploaded: number;
+      left_out: Array<{ path: string }>;
+    }>();
     expect(r.code, r.stdout).toBe(0);
     expect(j).toMatchObject({ state: 'IN_REVIEW', files: 4, uploaded: 4 });
+    expect(j.left_out.map((l) => l.path)).toEqual(['evil.pth', 'src/__pycache__/model.cpython-311.pyc']);
     const spec = m.store.proposals.revision(m.store.proposals.get(j.proposal_id)!.current_revision_id)!.spec;
     expect(spec.runtime.argv).toEqual(['/usr/bin/python3', 'train.py', '--name', 'a b']);
     expect(spec.inputs!.map((i) => [i.path, i.executable ?? false])).toEqual([
@@ -94,6 +105,23 @@ describe('propose --dir', () => {
     expect(r.json()).toMatchObject({ proposal_id: first.proposal_id, revision_number: 2, uploaded: 1 });
   });
 
+  it('says how many implicit-code files it left out and why, even when --include names them', async () => {
+    const r = await runCli(propose, [
+      '--dir',
+      dir,
+      '--entry',
+      'python3 train.py',
+      '--include',
+      '**/*.py*',
+      '--notes',
+      'n',
+      ...remote,
+    ]);
+    expect(r.stdout).toContain('1 file(s) left out: an interpreter would load them on its own');
+    expect(r.stdout).toContain('src/__pycache__/model.cpython-311.pyc');
+    expect(r.stdout).not.toContain('IMPLICIT_CODE');
+  });
+
   it('says what is missing', async () => {
     const r = await runCli(propose, ['--dir', dir, ...remote]);
     expect(r.code).toBe(2);
@@ -108,6 +136,6 @@ describe('propose helpers', () => {
     expect(globToRegExp('/top.py').test('src/top.py')).toBe(false);
     expect(globToRegExp('src/**/*.py').test('src/a/b/c.py')).toBe(true);
     expect(globToRegExp('src/**/*.py').test('src/c.py')).toBe(true);
-    expect(collectInputs(dir, ['src/**']).map((f) => f.path)).toEqual(['src/model.py']);
+    expect(collectInputs(dir, ['src/**']).files.map((f) => f.path)).toEqual(['src/model.py']);
   });
 });
