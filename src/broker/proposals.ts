@@ -48,10 +48,14 @@ function checkSize(spec: TaskSpec): string {
   return json;
 }
 
-function findingsFor(deps: BrokerDeps, spec: TaskSpec): Finding[] {
+/** Policy findings of a spec in `ownerId`'s proposal: its inputs count only if the owner uploaded them. */
+function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
-  const storedBlobs = deps.store.blobs.sizes((spec.inputs ?? []).map((i) => i.sha256));
+  const storedBlobs = deps.store.blobs.sizesUploadedBy(
+    ownerId,
+    (spec.inputs ?? []).map((i) => i.sha256),
+  );
   const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
   return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts });
 }
@@ -106,18 +110,18 @@ export function moveProposal(
 function insertRevision(
   deps: BrokerDeps,
   principal: Principal,
-  proposalId: string,
+  proposal: Pick<ProposalRecord, 'id' | 'owner_id'>,
   number: number,
   spec: TaskSpec,
 ) {
   checkSize(spec);
   const revision: RevisionRecord = {
     id: deps.ids('rev'),
-    proposal_id: proposalId,
+    proposal_id: proposal.id,
     number,
     spec,
     digest: digestOf(spec),
-    findings: findingsFor(deps, spec),
+    findings: findingsFor(deps, proposal.owner_id, spec),
     created_by: principal.id,
     created_at: deps.clock.now(),
     confirmed_at: null,
@@ -168,7 +172,7 @@ export function createProposal(deps: BrokerDeps, principal: Principal, spec: Tas
     number: 1,
     spec,
     digest: digestOf(spec),
-    findings: findingsFor(deps, spec),
+    findings: findingsFor(deps, principal.id, spec),
     created_by: principal.id,
     created_at: now,
     confirmed_at: null,
@@ -195,7 +199,7 @@ export function reviseProposal(
 ): RevisionResult {
   const p = loadOwnProposal(deps, principal, proposalId);
   const current = deps.store.proposals.revision(p.current_revision_id)!;
-  const revision = insertRevision(deps, principal, p.id, current.number + 1, spec);
+  const revision = insertRevision(deps, principal, p, current.number + 1, spec);
   const next = moveProposal(
     deps,
     p,
