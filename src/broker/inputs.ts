@@ -28,7 +28,7 @@ import { loadVisibleProposal } from './proposals.js';
  * digest is refused (INTERNAL) and logged.
  */
 export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string): Buffer {
-  const content = deps.store.blobs.uploadedBy(ownerId, sha256) ? deps.store.blobs.content(sha256) : undefined;
+  const content = deps.store.blobs.contentUploadedBy(ownerId, sha256);
   if (content === undefined)
     throw new BrokerError(
       'NOT_FOUND',
@@ -257,10 +257,8 @@ export function diffInputs(
     const change: InputChange = { path, change: 'modified', before: meta(x), after: meta(y) };
     if (x.size > MAX_DIFF_FILE_BYTES || y.size > MAX_DIFF_FILE_BYTES) change.note = 'too large to diff here';
     else {
-      const readable = (sha: string) =>
-        deps.store.blobs.uploadedBy(ownerId, sha) ? deps.store.blobs.content(sha) : undefined;
-      const old = readable(x.sha256);
-      const now = readable(y.sha256);
+      const old = deps.store.blobs.contentUploadedBy(ownerId, x.sha256);
+      const now = deps.store.blobs.contentUploadedBy(ownerId, y.sha256);
       if (!old || !now) change.note = 'content not stored any more';
       else if (!isText(old) || !isText(now)) change.note = 'binary';
       else {

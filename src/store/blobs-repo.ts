@@ -75,18 +75,25 @@ export class BlobsRepo {
     return out;
   }
 
-  /** A blob's metadata, or undefined. */
+  /** A blob's metadata, or undefined. For maintenance and tests only: it ignores who uploaded it. */
   meta(sha256: string): BlobMeta | undefined {
     return this.db.prepare('SELECT sha256, size, created_at FROM blobs WHERE sha256 = ?').get(sha256) as
       | BlobMeta
       | undefined;
   }
 
-  /** A blob's bytes as stored (unverified), or undefined. */
-  content(sha256: string): Buffer | undefined {
-    const row = this.db.prepare('SELECT content FROM blobs WHERE sha256 = ?').get(sha256) as
-      | { content: Buffer }
-      | undefined;
+  /**
+   * A blob's bytes as stored (unverified), only if `principalId` uploaded it; undefined otherwise, exactly
+   * as for a blob that is not stored. Everything that reads content on someone's behalf (get_input, the
+   * diff, a worker's fetch, policy facts about file contents) goes through this: there is deliberately
+   * no way to read a blob's bytes without naming whose upload it is.
+   */
+  contentUploadedBy(principalId: string, sha256: string): Buffer | undefined {
+    const row = this.db
+      .prepare(
+        'SELECT b.content FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256 WHERE u.principal_id = ? AND u.sha256 = ?',
+      )
+      .get(principalId, sha256) as { content: Buffer } | undefined;
     return row?.content;
   }
 
