@@ -14,8 +14,9 @@ import { mcpEndpoint } from './stdio-bridge-command.js';
  * `sha256sum -c` on a machine without gpu-broker). `verifyClientKit` checks that both agree with each
  * other and with the files.
  *
- * Sources live in the package's client-kit/: SKILL.md and examples/ go to skills/gpu-broker/, and
- * templates/ to the kit root. `{{BROKER_URL}}` and `{{MCP_URL}}` are the only placeholders.
+ * Sources live in the package's client-kit/: SKILL.md and examples/ go to skills/gpu-broker/,
+ * REVIEWER.md (the reviewer's skill: who wrote which field, what to read before approving) to
+ * skills/gpu-broker-review/SKILL.md, and templates/ to the kit root. `{{BROKER_URL}}` and `{{MCP_URL}}` are the only placeholders.
  */
 
 /** Options of {@link buildClientKit}. */
@@ -41,6 +42,15 @@ export interface BuildClientKitOptions {
  * PEM parsing code with the text "PRIVATE KEY" in it.
  */
 const PEM_PRIVATE_KEY = /-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----/;
+
+/** The reviewer's skill inside a kit (source: client-kit/REVIEWER.md). */
+export const REVIEWER_SKILL_PATH = 'skills/gpu-broker-review/SKILL.md';
+
+/**
+ * Files every kit carries, whatever it was built for: a kit whose manifest lacks one (an old build, or
+ * one trimmed by hand) does not verify, so no submitter or reviewer is handed a kit without its guidance.
+ */
+export const REQUIRED_KIT_FILES = ['README.md', 'skills/gpu-broker/SKILL.md', REVIEWER_SKILL_PATH] as const;
 
 /** The path of the bundled stdio bridge inside a kit. */
 export const BRIDGE_KIT_PATH = 'stdio/gpu-broker-stdio-bridge.mjs';
@@ -147,7 +157,7 @@ export async function buildClientKit(opts: BuildClientKitOptions): Promise<{ fil
 /**
  * Checks a kit: MANIFEST.json and SHA256SUMS parse and agree, every listed file exists with its size
  * and digest, nothing else is present (no extra files, links or directories holding nothing listed),
- * and no file holds a private key. Reports every problem found, not just the first.
+ * every {@link REQUIRED_KIT_FILES} entry is listed, and no file holds a private key. Reports every problem found, not just the first.
  */
 export async function verifyClientKit(dir: string): Promise<{ ok: boolean; problems: string[] }> {
   const problems: string[] = [];
@@ -182,6 +192,10 @@ export async function verifyClientKit(dir: string): Promise<{ ok: boolean; probl
     }
     expected.set(file.path, file);
   }
+  if (manifest)
+    for (const path of REQUIRED_KIT_FILES)
+      if (!expected.has(path))
+        problems.push(`${MANIFEST_FILE} does not list ${path}, which every kit carries`);
   if (manifest && sums) {
     for (const [path, file] of expected) {
       const digest = sums.get(path);
@@ -223,7 +237,10 @@ interface KitSource {
 
 async function kitSources(): Promise<KitSource[]> {
   const base = join(packageRoot(), 'client-kit');
-  const sources: KitSource[] = [{ from: join(base, 'SKILL.md'), to: 'skills/gpu-broker/SKILL.md' }];
+  const sources: KitSource[] = [
+    { from: join(base, 'SKILL.md'), to: 'skills/gpu-broker/SKILL.md' },
+    { from: join(base, 'REVIEWER.md'), to: REVIEWER_SKILL_PATH },
+  ];
   for (const path of await walkFiles(join(base, 'examples'))) {
     sources.push({
       from: join(base, 'examples', ...path.split('/')),

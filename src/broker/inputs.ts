@@ -14,16 +14,26 @@ import { loadVisibleProposal } from './proposals.js';
  *
  * Every read recomputes the sha256 of the stored bytes: a blob changed in the database behind the
  * master's back is refused (and logged), never served, so a worker can only ever receive approved bytes.
+ *
+ * Inputs belong to their owner (issue 20): a revision legitimately names only blobs its proposal's
+ * owner uploaded (policy gives INPUT_UNKNOWN otherwise, so such a revision is never confirmable), and
+ * every read — get_input, the reviewer's diff, a worker's fetch — serves a blob only in the name of a
+ * principal who uploaded it. A blob someone else uploaded reads exactly like one that is not stored,
+ * and no upload answer (`stored`, `stored_bytes`) depends on anyone else's uploads.
  */
 
-/** The bytes of a blob, verified against its name; throws when the store holds something else. */
-export function verifiedBlob(deps: BrokerDeps, sha256: string): Buffer {
-  const content = deps.store.blobs.content(sha256);
+/**
+ * The bytes of a blob `ownerId` uploaded, verified against its name. A blob the owner did not upload is
+ * NOT_FOUND with the same words as one that is not stored; a stored blob that does not match its
+ * digest is refused (INTERNAL) and logged.
+ */
+export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string): Buffer {
+  const content = deps.store.blobs.contentUploadedBy(ownerId, sha256);
   if (content === undefined)
     throw new BrokerError(
       'NOT_FOUND',
       `no stored input has sha256 ${sha256}`,
-      'Upload it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
+      'The proposal’s owner uploads it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
     );
   const actual = sha256Hex(content);
   if (actual !== sha256) {
@@ -37,12 +47,15 @@ export function verifiedBlob(deps: BrokerDeps, sha256: string): Buffer {
   return content;
 }
 
-/** Stores `content` for `principal` after checking the quota; answers whether it was new. */
+/**
+ * Stores `content` for `principal` after checking the quota and appends its audit row; answers whether
+ * it was new *for this principal* (never whether someone else had uploaded the same bytes).
+ */
 function store(deps: BrokerDeps, principal: Principal, sha256: string, content: Buffer): boolean {
   const now = deps.clock.now();
   const blobs = deps.store.blobs;
-  const existing = blobs.meta(sha256);
-  if (!blobs.uploadedBy(principal.id, sha256)) {
+  const fresh = !blobs.uploadedBy(principal.id, sha256);
+  if (fresh) {
     const limit = deps.config.policy.input_quota_bytes;
     const used = blobs.bytesOf(principal.id);
     if (used + content.length > limit)
@@ -53,8 +66,16 @@ function store(deps: BrokerDeps, principal: Principal, sha256: string, content: 
         { used_bytes: used, limit_bytes: limit },
       );
   }
-  const fresh = existing === undefined && blobs.put(sha256, content, now);
+  blobs.put(sha256, content, now);
   blobs.recordUpload(principal.id, sha256, now);
+  deps.store.audit.append({
+    at: now,
+    actor: principal.name,
+    action: 'input.uploaded',
+    subject_type: 'blob',
+    subject_id: sha256,
+    data: { principal_id: principal.id, size: content.length, new: fresh },
+  });
   return fresh;
 }
 
@@ -75,9 +96,11 @@ export function uploadInputs(
   if (new Set(files.map((f) => f.path)).size !== files.length)
     throw new BrokerError('INVALID_INPUT', 'a path appears twice in files', 'Send each path once.');
   let storedBytes = 0;
+  const seen = new Set<string>(); // one store (and one audit row) per distinct blob per call
   const inputs: InputFile[] = decoded.map((f) => {
     const sha256 = sha256Hex(f.bytes);
-    if (store(deps, principal, sha256, f.bytes)) storedBytes += f.bytes.length;
+    if (!seen.has(sha256) && store(deps, principal, sha256, f.bytes)) storedBytes += f.bytes.length;
+    seen.add(sha256);
     return { path: f.path, sha256, size: f.bytes.length };
   });
   return {
@@ -139,7 +162,8 @@ export function getInput(
       `revision ${q.revision_id} of ${q.proposal_id} has no input ${q.path}`,
       'get_revision lists the inputs of a revision.',
     );
-  const content = verifiedBlob(deps, input.sha256);
+  // Only what the owner uploaded: a draft naming someone else's digest reads as not stored.
+  const content = verifiedBlob(deps, p.owner_id, input.sha256);
   const offset = Math.min(q.offset ?? 0, content.length);
   const end = Math.min(content.length, offset + (q.max_bytes ?? MAX_GET_INPUT_BYTES));
   const slice = content.subarray(offset, end);
@@ -169,7 +193,8 @@ function isText(bytes: Buffer): boolean {
 
 /**
  * The blob a worker fetches for one of its executions: the execution must be this worker's, not
- * finished, and its task's spec must name the digest. Anything else is NOT_FOUND (no existence leak).
+ * finished, and its task's spec must name the digest, which its owner uploaded. Anything else is
+ * NOT_FOUND (no existence leak).
  */
 export function blobForExecution(
   deps: BrokerDeps,
@@ -180,13 +205,13 @@ export function blobForExecution(
   const e = deps.store.leases.execution(executionId);
   const task = e ? deps.store.tasks.get(e.task_id) : undefined;
   const named = task?.spec.inputs?.some((i) => i.sha256 === sha256) ?? false;
-  if (!e || e.worker_id !== workerId || !named || !['assigned', 'accepted'].includes(e.phase))
+  if (!e || !task || e.worker_id !== workerId || !named || !['assigned', 'accepted'].includes(e.phase))
     throw new BrokerError(
       'NOT_FOUND',
       `execution ${executionId} of ${workerId} names no input ${sha256} it may fetch now`,
       'A worker fetches the inputs of its own executions before they start.',
     );
-  return verifiedBlob(deps, sha256);
+  return verifiedBlob(deps, task.owner_id, sha256);
 }
 
 /** One changed path between two manifests, as get_revision shows it. */
@@ -204,9 +229,13 @@ export interface InputChange {
 /** Largest file the reviewer's diff compares as text. */
 const MAX_DIFF_FILE_BYTES = 512 * 1024;
 
-/** The reviewer's diff of two manifests: added, removed, and modified paths (text diffs for text). */
+/**
+ * The reviewer's diff of two manifests of `ownerId`'s proposal: added, removed, and modified paths
+ * (text diffs for text, read only from blobs the owner uploaded).
+ */
 export function diffInputs(
   deps: BrokerDeps,
+  ownerId: string,
   before: readonly InputFile[],
   after: readonly InputFile[],
   maxLines: number,
@@ -228,8 +257,8 @@ export function diffInputs(
     const change: InputChange = { path, change: 'modified', before: meta(x), after: meta(y) };
     if (x.size > MAX_DIFF_FILE_BYTES || y.size > MAX_DIFF_FILE_BYTES) change.note = 'too large to diff here';
     else {
-      const old = deps.store.blobs.content(x.sha256);
-      const now = deps.store.blobs.content(y.sha256);
+      const old = deps.store.blobs.contentUploadedBy(ownerId, x.sha256);
+      const now = deps.store.blobs.contentUploadedBy(ownerId, y.sha256);
       if (!old || !now) change.note = 'content not stored any more';
       else if (!isText(old) || !isText(now)) change.note = 'binary';
       else {

@@ -52,19 +52,23 @@ function checkSize(spec: TaskSpec): string {
 }
 
 /**
- * Gathers the facts the pure policy check needs (pinned files' digests, stored blob sizes, offered
- * mounts, the text inspection of input blobs within the inspection budget), then evaluates.
+ * Gathers the facts the pure policy check needs for a spec in `ownerId`'s proposal (pinned files'
+ * digests, the sizes of blobs the owner uploaded, offered mounts, the text inspection of input blobs
+ * within the inspection budget), then evaluates. Inputs count only if the owner uploaded them.
  */
-function findingsFor(deps: BrokerDeps, spec: TaskSpec): Finding[] {
+function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
-  const storedBlobs = deps.store.blobs.sizes((spec.inputs ?? []).map((i) => i.sha256));
+  const storedBlobs = deps.store.blobs.sizesUploadedBy(
+    ownerId,
+    (spec.inputs ?? []).map((i) => i.sha256),
+  );
   const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
   const inputText: Record<string, TextInspection> = {};
   const pathOf = new Map((spec.inputs ?? []).map((i) => [i.sha256, i.path]));
   for (const sha256 of digestsToInspect(spec, storedBlobs)) {
     try {
-      inputText[sha256] = inspectText(pathOf.get(sha256) ?? '', verifiedBlob(deps, sha256));
+      inputText[sha256] = inspectText(pathOf.get(sha256) ?? '', verifiedBlob(deps, ownerId, sha256));
     } catch {
       // A blob that fails its re-hash is not inspected (verifiedBlob logged it); it is reported as such,
       // and no worker will ever be served it.
@@ -123,18 +127,18 @@ export function moveProposal(
 function insertRevision(
   deps: BrokerDeps,
   principal: Principal,
-  proposalId: string,
+  proposal: Pick<ProposalRecord, 'id' | 'owner_id'>,
   number: number,
   spec: TaskSpec,
 ) {
   checkSize(spec);
   const revision: RevisionRecord = {
     id: deps.ids('rev'),
-    proposal_id: proposalId,
+    proposal_id: proposal.id,
     number,
     spec,
     digest: digestOf(spec),
-    findings: findingsFor(deps, spec),
+    findings: findingsFor(deps, proposal.owner_id, spec),
     created_by: principal.id,
     created_at: deps.clock.now(),
     confirmed_at: null,
@@ -185,7 +189,7 @@ export function createProposal(deps: BrokerDeps, principal: Principal, spec: Tas
     number: 1,
     spec,
     digest: digestOf(spec),
-    findings: findingsFor(deps, spec),
+    findings: findingsFor(deps, principal.id, spec),
     created_by: principal.id,
     created_at: now,
     confirmed_at: null,
@@ -212,7 +216,7 @@ export function reviseProposal(
 ): RevisionResult {
   const p = loadOwnProposal(deps, principal, proposalId);
   const current = deps.store.proposals.revision(p.current_revision_id)!;
-  const revision = insertRevision(deps, principal, p.id, current.number + 1, spec);
+  const revision = insertRevision(deps, principal, p, current.number + 1, spec);
   const next = moveProposal(
     deps,
     p,

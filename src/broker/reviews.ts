@@ -79,7 +79,7 @@ export function getRevision(
     diff: prev ? diffSpecs(withoutInputs(prev.spec), withoutInputs(r.spec)) : [],
     inputs: r.spec.inputs ?? [],
     input_changes: prev
-      ? diffInputs(deps, prev.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage)
+      ? diffInputs(deps, p.owner_id, prev.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage)
       : [],
     reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
   };

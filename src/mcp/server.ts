@@ -12,6 +12,7 @@ import { type BoundTool, invokeTool } from '../broker/dispatch.js';
 import { hasAnyRole } from '../broker/principals.js';
 import { BrokerError, toErrorBody } from '../contracts/errors.js';
 import type { Principal } from '../store/principals-repo.js';
+import { serverInstructions } from './instructions.js';
 import { nullableAsAnyOf } from './nullable-any-of.js';
 
 /**
@@ -89,8 +90,7 @@ export function createMcpServer(
   const server = new Server(SERVER_INFO, {
     capabilities: { tools: { listChanged: false } },
     jsonSchemaValidator: validator,
-    instructions:
-      'gpu-broker: propose GPU tasks for independent review, then follow them. Start with list_cards, then create_proposal → confirm_revision → wait_for_proposal → wait_for_task.',
+    instructions: serverInstructions(principal),
   });
   server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: catalog.visibleTo(principal) }));
   server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {

@@ -1,9 +1,13 @@
 import type { Db } from './db.js';
 
 /**
- * Content-addressed input blobs (migration 005). The repository stores and returns bytes; it never
+ * Content-addressed input blobs (migration 006). The repository stores and returns bytes; it never
  * trusts them: callers recompute the sha256 of what they read (src/broker/inputs.ts), so a row changed
  * behind the master's back is refused, never served.
+ *
+ * A blob belongs to those who uploaded it (issue 20): the bytes are stored once, but every question a
+ * principal can ask — is it stored, how large is it, was it new — is answered from that principal's
+ * own `blob_uploads` rows, so nothing anyone learns depends on other principals' uploads.
  */
 
 /** A blob's metadata. */
@@ -17,14 +21,16 @@ export interface BlobMeta {
 export class BlobsRepo {
   constructor(private readonly db: Db) {}
 
-  /** Stores `content` under `sha256` unless it is already there; true when it was new. */
-  put(sha256: string, content: Buffer, now: number): boolean {
-    const r = this.db
+  /**
+   * Stores `content` under `sha256` unless it is already there. Callers must not tell anyone whether it
+   * was (that would say whether someone else uploaded the same bytes), so nothing is returned.
+   */
+  put(sha256: string, content: Buffer, now: number): void {
+    this.db
       .prepare(
         'INSERT INTO blobs (sha256, size, content, created_at) VALUES (?, ?, ?, ?) ON CONFLICT (sha256) DO NOTHING',
       )
       .run(sha256, content.length, content, now);
-    return r.changes === 1;
   }
 
   /** Records that `principalId` uploaded `sha256` (once per principal; the time is refreshed). */
@@ -56,52 +62,73 @@ export class BlobsRepo {
     return row.n;
   }
 
-  /** Sizes of those of `shas` that are stored. */
-  sizes(shas: readonly string[]): Record<string, number> {
+  /** Sizes of those of `shas` that `principalId` uploaded (and are still stored); others' uploads never count. */
+  sizesUploadedBy(principalId: string, shas: readonly string[]): Record<string, number> {
     const out: Record<string, number> = {};
-    const stmt = this.db.prepare('SELECT size FROM blobs WHERE sha256 = ?');
+    const stmt = this.db.prepare(
+      'SELECT b.size FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256 WHERE u.principal_id = ? AND u.sha256 = ?',
+    );
     for (const sha of new Set(shas)) {
-      const row = stmt.get(sha) as { size: number } | undefined;
+      const row = stmt.get(principalId, sha) as { size: number } | undefined;
       if (row) out[sha] = row.size;
     }
     return out;
   }
 
-  /** A blob's metadata, or undefined. */
+  /** A blob's metadata, or undefined. For maintenance and tests only: it ignores who uploaded it. */
   meta(sha256: string): BlobMeta | undefined {
     return this.db.prepare('SELECT sha256, size, created_at FROM blobs WHERE sha256 = ?').get(sha256) as
       | BlobMeta
       | undefined;
   }
 
-  /** A blob's bytes as stored (unverified), or undefined. */
-  content(sha256: string): Buffer | undefined {
-    const row = this.db.prepare('SELECT content FROM blobs WHERE sha256 = ?').get(sha256) as
-      | { content: Buffer }
-      | undefined;
+  /**
+   * A blob's bytes as stored (unverified), only if `principalId` uploaded it; undefined otherwise, exactly
+   * as for a blob that is not stored. Everything that reads content on someone's behalf (get_input, the
+   * diff, a worker's fetch, policy facts about file contents) goes through this: there is deliberately
+   * no way to read a blob's bytes without naming whose upload it is.
+   */
+  contentUploadedBy(principalId: string, sha256: string): Buffer | undefined {
+    const row = this.db
+      .prepare(
+        'SELECT b.content FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256 WHERE u.principal_id = ? AND u.sha256 = ?',
+      )
+      .get(principalId, sha256) as { content: Buffer } | undefined;
     return row?.content;
   }
 
   /**
-   * Garbage collection: deletes blobs created and last uploaded before `createdBefore` that no revision of an undecided
-   * proposal (DRAFT, IN_REVIEW, CHANGES_REQUESTED), no unfinished task and no task finished after
-   * `finishedAfter` names in its spec's `inputs`. Returns how many were deleted.
+   * Garbage collection, per uploader so that no one's blob outlives its own reasons: first each upload
+   * row last refreshed before `createdBefore` is dropped unless an undecided proposal (DRAFT, IN_REVIEW,
+   * CHANGES_REQUESTED) of that principal, or a task of theirs that is unfinished or finished after
+   * `finishedAfter`, names the digest in its spec's `inputs`; then every blob nobody's upload row holds
+   * is deleted. (Keeping a blob alive because another principal names it would let that other
+   * principal's proposals decide whether this one's upload still counts, which tells them it exists.)
+   * Returns how many blobs were deleted.
    */
   collectGarbage(createdBefore: number, finishedAfter: number): number {
+    // The (owner, digest) pairs still in use are computed once; SQLite answers the row-value NOT IN from
+    // an index it builds on them, so the sweep is one pass over expired rows, not a scan per row.
+    this.db
+      .prepare(
+        `WITH in_use (principal_id, sha256) AS (
+           SELECT p.owner_id, json_extract(i.value, '$.sha256')
+             FROM proposals p JOIN revisions r ON r.proposal_id = p.id, json_each(r.spec, '$.inputs') i
+            WHERE p.state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')
+           UNION
+           SELECT t.owner_id, json_extract(i.value, '$.sha256')
+             FROM tasks t, json_each(t.spec, '$.inputs') i
+            WHERE t.finished_at IS NULL OR t.finished_at > @finishedAfter)
+         DELETE FROM blob_uploads WHERE uploaded_at < @createdBefore
+           AND (principal_id, sha256) NOT IN (SELECT principal_id, sha256 FROM in_use)`,
+      )
+      .run({ createdBefore, finishedAfter });
     const r = this.db
       .prepare(
         `DELETE FROM blobs WHERE created_at < @createdBefore
-           AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = blobs.sha256 AND u.uploaded_at >= @createdBefore)
-           AND sha256 NOT IN (
-           SELECT json_extract(i.value, '$.sha256')
-             FROM revisions r JOIN proposals p ON p.id = r.proposal_id, json_each(r.spec, '$.inputs') i
-            WHERE p.state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')
-           UNION
-           SELECT json_extract(i.value, '$.sha256')
-             FROM tasks t, json_each(t.spec, '$.inputs') i
-            WHERE t.finished_at IS NULL OR t.finished_at > @finishedAfter)`,
+           AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = blobs.sha256)`,
       )
-      .run({ createdBefore, finishedAfter });
+      .run({ createdBefore });
     return r.changes;
   }
 }

@@ -63,6 +63,36 @@ describe('input blobs in the master store', () => {
     expect(f.deps.store.blobs.bytesOf(alice.id)).toBe(5);
   });
 
+  it('keeps an upload row only for its own uploader’s reasons: another principal naming the digest keeps nothing alive', async () => {
+    f = makeBrokerDeps();
+    const clock = f.clock as ManualClock;
+    const alice = f.principal('alice', ['submitter']);
+    const bob = f.principal('bob', ['submitter']);
+    await upload(f, alice, 'a.py', 'shared\n');
+    const bobs = (await upload(f, bob, 'b.py', 'shared\n')).inputs;
+    clock.advance(30_000);
+    await upload(f, alice, 'a.py', 'shared\n'); // refreshes alice's row only
+    // Bob's live draft keeps his own row (and so the blob) however old his upload is.
+    await f.invoke(bob, 'create_proposal', { spec: validSpec({ inputs: bobs }), idempotency_key: 'pb' });
+    clock.advance(60_000);
+    expect(collectBlobGarbage(f.deps, 60_000)).toBe(0);
+    expect(f.deps.store.blobs.uploadedBy(alice.id, sha('shared\n'))).toBe(false); // alice's expired
+    expect(f.deps.store.blobs.uploadedBy(bob.id, sha('shared\n'))).toBe(true);
+    // Alice now names it in a draft: she gets INPUT_UNKNOWN although bob's draft keeps the bytes.
+    const r = (await f.invoke(alice, 'create_proposal', {
+      spec: validSpec({ inputs: bobs }),
+      idempotency_key: 'pa',
+    })) as { findings: Array<{ code: string }>; confirmable: boolean };
+    expect(r.findings.map((x) => x.code)).toContain('INPUT_UNKNOWN');
+    expect(r.confirmable).toBe(false);
+    // And a fresh upload is new for her again (charged to her quota).
+    const again = (await f.invoke(alice, 'upload_inputs', {
+      files: [{ path: 'a.py', content: 'shared\n' }],
+      idempotency_key: 'again',
+    })) as { stored_bytes: number };
+    expect(again.stored_bytes).toBe(7);
+  });
+
   it('never serves bytes that do not match their digest', async () => {
     f = makeBrokerDeps();
     const alice = f.principal('alice', ['submitter']);
@@ -70,7 +100,7 @@ describe('input blobs in the master store', () => {
     f.deps.store.db
       .prepare('UPDATE blobs SET content = ? WHERE sha256 = ?')
       .run(Buffer.from('evil\n'), sha('good\n'));
-    expect(() => verifiedBlob(f.deps, sha('good\n'))).toThrow(BrokerError);
+    expect(() => verifiedBlob(f.deps, alice.id, sha('good\n'))).toThrow(BrokerError);
   });
 
   it('refuses deeply nested JSON in upload_inputs as invalid input, without crashing', async () => {
