@@ -108,7 +108,12 @@ export function formatRevision(d: RevisionDocument): string {
     '  success criteria:',
     indent(s.success_criteria),
     `  runs:      ${r.sandbox.runtime}${r.sandbox.image ? ` ${f(r.sandbox.image)}` : ''}: ${f(s.runtime.argv.map((a) => JSON.stringify(a)).join(' '))}`,
-    `  env:       ${env.length === 0 ? '(none)' : f(env.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' '))}`,
+    ...(env.length === 0
+      ? ['  env:       (none)']
+      : [
+          `  env (${env.length}, the task's process sees each):`,
+          ...env.map(([k, v]) => `    ${f(k)}=${f(JSON.stringify(v))}`),
+        ]),
     `  cards:     ${cards.count}${cards.per_node ? ` across ${cards.count / cards.per_node} nodes, ${cards.per_node} per node (Slurm)` : ''}${cards.model ? ` (${f(cards.model)})` : ''}${s.worker ? ` on ${f(s.worker)}` : ''}`,
     `  network:   ${r.sandbox.network}`,
     `  time:      at most ${s.time_limit_seconds} s`,
