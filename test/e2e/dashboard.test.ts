@@ -334,6 +334,25 @@ describe('dashboard', () => {
       .poll(() => main.locator('pre.file-content').textContent(), BOUND)
       .toBe('echo training\n# compute the loss (typo fixed)\n');
     await page.screenshot({ path: join(RESULTS, 'dashboard-review.png'), fullPage: true });
+
+    // Revision 1, nothing decided before it: every file is added, its diff and its content shown whole.
+    const solo = await upload('solo.py', "print('hello')\nif user == 'admin\u202e \u2066':  # ok\n");
+    const r = await tom.post<{ proposal_id: string; revision_id: string }>(prop, { spec: spec([solo]) });
+    await tom.post(`${prop}/${r.body.proposal_id}/confirm`, { revision_id: r.body.revision_id });
+    const first = page.locator(`[data-proposal="${r.body.proposal_id}"]`);
+    await first.waitFor(BOUND);
+    await first.locator('summary', { hasText: 'Spec, findings and changes' }).click();
+    await first.locator('.diff-base[data-base="none"]').waitFor(BOUND);
+    const added = first.locator('.input-change[data-path="solo.py"][data-change="added"]');
+    expect(await added.locator('[data-op="add"]').allTextContents()).toEqual([
+      "+print('hello')",
+      "+if user == 'admin⟨U+202E⟩ ⟨U+2066⟩':  # ok",
+    ]);
+    const soloContent = first.locator('[data-input="solo.py"] details.input-content');
+    await soloContent.locator('summary').click();
+    await expect
+      .poll(() => soloContent.locator('pre.file-content').textContent(), BOUND)
+      .toBe("print('hello')\nif user == 'admin⟨U+202E⟩ ⟨U+2066⟩':  # ok\n");
     await signOut();
   });
 });

@@ -13,7 +13,8 @@ import {
   short,
   time,
 } from './render.js';
-import { renderRevision, visible, visibleText } from './review.js';
+import { renderRevision } from './review.js';
+import { visible, visibleText } from './visible.js';
 
 /**
  * The dashboard: sign-in, then views that re-read the REST API when the event stream names a topic that

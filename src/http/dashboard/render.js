@@ -1,6 +1,9 @@
+import { visible } from './visible.js';
+
 /**
  * Views of the dashboard: functions from API results to DOM nodes. Text always goes in as text nodes
- * (never as HTML), so nothing a task title or a log line contains can run in the page.
+ * (never as HTML), so nothing a task title or a log line contains can run in the page; submitter text
+ * (titles, log lines) goes through visible(), so nothing in it hides or reorders what is shown.
  */
 
 /** Creates an element: `h('div', {class: 'x', dataset: {k: 'v'}, onclick: fn}, child, 'text', …)`. */
@@ -233,7 +236,7 @@ export function renderQueue(tasks) {
             h(
               'td',
               {},
-              t.title ?? h('span', { class: 'muted' }, 'another owner’s task'),
+              t.title ? visible(t.title) : h('span', { class: 'muted' }, 'another owner’s task'),
               h(
                 'div',
                 { class: 'muted small' },
@@ -277,7 +280,7 @@ export function renderTasks(tasks, selected, onSelect) {
                 if (e.key === 'Enter') onSelect(t.task_id);
               },
             },
-            h('td', {}, t.title, h('div', { class: 'muted small' }, t.task_id)),
+            h('td', {}, visible(t.title), h('div', { class: 'muted small' }, t.task_id)),
             h('td', {}, t.owner),
             h(
               'td',
@@ -301,7 +304,7 @@ export function renderTaskDetail(task, logs) {
     h(
       'div',
       { class: 'detail-title', dataset: { detail: task.task_id } },
-      h('strong', {}, task.title),
+      h('strong', {}, visible(task.title)),
       pill(task.state),
     ),
     h(
@@ -330,7 +333,11 @@ export function renderTaskDetail(task, logs) {
           stream,
           log ? h('span', { class: 'muted' }, `${log.total_bytes} bytes`) : null,
         ),
-        h('pre', { class: 'log-body', dataset: { stream } }, log ? log.data || '(empty)' : '(not available)'),
+        h(
+          'pre',
+          { class: 'log-body', dataset: { stream } },
+          log ? visible(log.data || '(empty)', { lines: true }) : '(not available)',
+        ),
       );
     }),
   ];

@@ -1,48 +1,19 @@
 import { apiGet } from './api.js';
-import { INVISIBLE_SOURCE } from './invisible.js';
 import { h, short } from './render.js';
+import { visible } from './visible.js';
 
 /**
  * The revision a reviewer judges, where Approve is offered (issue 20, items 5 and 6): what runs (argv and
  * env in their own block), the findings, the changes against the diff base (the latest earlier revision
  * a reviewer decided on, named, with the undecided revisions in between), every file diff paged to its
  * end, and every input's content paged (binary files named as such, never rendered). Characters that
- * display other than they are show as `⟨U+NNNN⟩` markers, everywhere submitter text appears.
+ * display other than they are show as `⟨U+NNNN⟩` markers (visible.js), everywhere submitter text appears.
  */
 
 /** Lines of a file diff loaded per "more" click. */
 const DIFF_PAGE_LINES = 500;
 /** Bytes of an input's content loaded per "more" click. */
 const CONTENT_PAGE_BYTES = 64 * 1024;
-
-const INVISIBLE = new RegExp(INVISIBLE_SOURCE, 'gu');
-
-/**
- * `text` as nodes with every invisible character replaced by a visible marker; with `lines`, line feeds
- * and tabs stay (they lay the text out).
- */
-export function visible(value, { lines = false } = {}) {
-  const text = String(value);
-  const out = [];
-  let last = 0;
-  for (const match of text.matchAll(INVISIBLE)) {
-    const c = match[0];
-    if (lines && (c === '\n' || c === '\t')) continue;
-    if (match.index > last) out.push(text.slice(last, match.index));
-    const label = `U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, '0')}`;
-    out.push(h('span', { class: 'invisible', title: `invisible character ${label}` }, `⟨${label}⟩`));
-    last = match.index + c.length;
-  }
-  if (last < text.length) out.push(text.slice(last));
-  return out;
-}
-
-/** `text` as one string with the same markers, for places that take text only (a flash line). */
-export function visibleText(value) {
-  return visible(value)
-    .map((n) => (typeof n === 'string' ? n : n.textContent))
-    .join('');
-}
 
 const json = (v) => (v === undefined ? '(absent)' : JSON.stringify(v));
 
