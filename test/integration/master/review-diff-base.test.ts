@@ -189,14 +189,28 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
 
 describe('reading blobs for the reviewer', () => {
   it('the diff re-hashes each blob: content changed in the store is never shown', async () => {
+    const before = await upload([{ path: 'data.txt', content: 'numbers: 0 0 0\n' }]);
+    const r1 = await create(spec(before));
+    await confirm(r1);
+    expectOk(
+      await m.callTool(rita, 'submit_review', {
+        proposal_id: r1.proposal_id,
+        revision_id: r1.revision_id,
+        decision: 'REQUEST_CHANGES',
+        comments: 'use the real numbers',
+        idempotency_key: m.key(),
+      }),
+    );
     const inputs = await upload([{ path: 'data.txt', content: 'numbers: 1 2 3\n' }]);
     m.store.db
       .prepare('UPDATE blobs SET content = ? WHERE sha256 = ?')
       .run(Buffer.from('numbers: 6 6 6\n'), inputs[0]!.sha256);
-    const r1 = await create(spec(inputs));
-    await confirm(r1);
-    const view = await getRevision(r1);
+    const r2 = await revise(r1.proposal_id, spec(inputs));
+    await confirm(r2);
+    const view = await getRevision(r2);
+    expect(view.diff_base?.revision_id).toBe(r1.revision_id);
     const change = view.input_changes[0]!;
+    expect(change.change).toBe('modified');
     expect(change.text_diff).toBeUndefined();
     expect(change.note).toMatch(/does not match its sha256/);
     expect(JSON.stringify(view)).not.toContain('6 6 6');
