@@ -185,6 +185,23 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
     expect(page.truncated).toBe(false);
     expect(page.unified.split('\n').at(-1)).toBe('+line 1000');
   });
+
+  it('shares one line budget over the files; a file past it keeps its counts and says how to page it', async () => {
+    const body = Array.from({ length: 450 }, (_, i) => `l${i}`).join('\n');
+    const files = Array.from({ length: 11 }, (_, i) => ({
+      path: `f${String(i).padStart(2, '0')}.txt`,
+      content: body,
+    }));
+    const r1 = await create(spec(await upload(files)));
+    const view = await getRevision(r1);
+    const shown = view.input_changes.map((c) => c.text_diff!.unified.split('\n').filter(Boolean).length);
+    expect(shown).toEqual([...Array(10).fill(400), 0]);
+    const last = view.input_changes[10]!;
+    expect(last.text_diff).toMatchObject({ total_lines: 451, truncated: true });
+    expect(last.note).toMatch(/page it with diff_path/);
+    const paged = await getRevision(r1, { diff_path: 'f10.txt', diff_offset: 0, diff_lines: 500 });
+    expect(paged.input_changes[10]!.text_diff).toMatchObject({ total_lines: 451, truncated: false });
+  });
 });
 
 describe('reading blobs for the reviewer', () => {
