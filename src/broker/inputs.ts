@@ -1,7 +1,7 @@
 import { BrokerError } from '../contracts/errors.js';
 import type { InputFile } from '../contracts/task-spec.js';
 import { MAX_GET_INPUT_BYTES, MAX_UPLOAD_CALL_BYTES } from '../contracts/tools-inputs.js';
-import { type TextDiff, unifiedDiff } from '../domain/text-diff.js';
+import { GET_INPUT_UNTRUSTED } from '../contracts/untrusted.js';
 import { sha256Hex } from '../platform/digest.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { BrokerDeps } from './deps.js';
@@ -10,7 +10,8 @@ import { loadVisibleProposal } from './proposals.js';
 /**
  * Use cases of inputs (issue 13): uploading content by sha256 (MCP `upload_inputs`, REST
  * `PUT /api/v1/blobs/{sha256}`), reading an input of a revision (`get_input`), serving a blob to the
- * worker that runs an execution naming it, the reviewer's diff of two manifests, and garbage collection.
+ * worker that runs an execution naming it, and garbage collection (the reviewer's diff of two manifests
+ * is src/broker/revision-diff.ts).
  *
  * Every read recomputes the sha256 of the stored bytes: a blob changed in the database behind the
  * master's back is refused (and logged), never served, so a worker can only ever receive approved bytes.
@@ -164,10 +165,9 @@ export function getInput(
     );
   // Only what the owner uploaded: a draft naming someone else's digest reads as not stored.
   const content = verifiedBlob(deps, p.owner_id, input.sha256);
-  const offset = Math.min(q.offset ?? 0, content.length);
-  const end = Math.min(content.length, offset + (q.max_bytes ?? MAX_GET_INPUT_BYTES));
-  const slice = content.subarray(offset, end);
   const text = isText(content);
+  const { offset, end } = pageBounds(content, text, q.offset ?? 0, q.max_bytes ?? MAX_GET_INPUT_BYTES);
+  const slice = content.subarray(offset, end);
   return {
     path: input.path,
     sha256: input.sha256,
@@ -177,11 +177,37 @@ export function getInput(
     complete: end === content.length,
     encoding: text ? ('utf8' as const) : ('base64' as const),
     content: text ? slice.toString('utf8') : slice.toString('base64'),
+    untrusted_fields: [...GET_INPUT_UNTRUSTED],
   };
 }
 
+/**
+ * The byte range of one get_input page. For text, both ends sit on UTF-8 character boundaries (issue
+ * 20, item 10): an offset inside a character moves back to its first byte, and the end moves back to
+ * the start of a character it would split — or, when `maxBytes` is smaller than that one character,
+ * forward past it, so every page makes progress. `next_offset` (= end) stays an exact byte offset.
+ */
+export function pageBounds(
+  content: Buffer,
+  text: boolean,
+  from: number,
+  maxBytes: number,
+): { offset: number; end: number } {
+  const continuation = (i: number) => i < content.length && (content[i]! & 0xc0) === 0x80;
+  let offset = Math.min(from, content.length);
+  let end = Math.min(content.length, offset + maxBytes);
+  if (!text) return { offset, end };
+  while (offset > 0 && continuation(offset)) offset--;
+  end = Math.min(content.length, offset + maxBytes);
+  let back = end;
+  while (back > offset && continuation(back)) back--;
+  if (back > offset) end = back;
+  else while (continuation(end)) end++;
+  return { offset, end };
+}
+
 /** Text: valid UTF-8 with no NUL byte. */
-function isText(bytes: Buffer): boolean {
+export function isText(bytes: Buffer): boolean {
   if (bytes.includes(0)) return false;
   try {
     new TextDecoder('utf-8', { fatal: true }).decode(bytes);
@@ -212,63 +238,6 @@ export function blobForExecution(
       'A worker fetches the inputs of its own executions before they start.',
     );
   return verifiedBlob(deps, task.owner_id, sha256);
-}
-
-/** One changed path between two manifests, as get_revision shows it. */
-export interface InputChange {
-  path: string;
-  change: 'added' | 'removed' | 'modified';
-  before?: { sha256: string; size: number } | undefined;
-  after?: { sha256: string; size: number } | undefined;
-  /** For a modified text file: the unified diff (bounded). */
-  text_diff?: TextDiff | undefined;
-  /** Why no text diff is shown for a modified file (binary, too large, unreadable). */
-  note?: string | undefined;
-}
-
-/** Largest file the reviewer's diff compares as text. */
-const MAX_DIFF_FILE_BYTES = 512 * 1024;
-
-/**
- * The reviewer's diff of two manifests of `ownerId`'s proposal: added, removed, and modified paths
- * (text diffs for text, read only from blobs the owner uploaded).
- */
-export function diffInputs(
-  deps: BrokerDeps,
-  ownerId: string,
-  before: readonly InputFile[],
-  after: readonly InputFile[],
-  maxLines: number,
-  page: { path?: string | undefined; offset?: number | undefined } = {},
-): InputChange[] {
-  const a = new Map(before.map((i) => [i.path, i]));
-  const b = new Map(after.map((i) => [i.path, i]));
-  const paths = [...new Set([...a.keys(), ...b.keys()])].sort();
-  const changes: InputChange[] = [];
-  for (const path of paths) {
-    const x = a.get(path);
-    const y = b.get(path);
-    const meta = (i: InputFile | undefined) => (i ? { sha256: i.sha256, size: i.size } : undefined);
-    if (x && y && x.sha256 === y.sha256) continue;
-    if (!x || !y) {
-      changes.push({ path, change: x ? 'removed' : 'added', before: meta(x), after: meta(y) });
-      continue;
-    }
-    const change: InputChange = { path, change: 'modified', before: meta(x), after: meta(y) };
-    if (x.size > MAX_DIFF_FILE_BYTES || y.size > MAX_DIFF_FILE_BYTES) change.note = 'too large to diff here';
-    else {
-      const old = deps.store.blobs.contentUploadedBy(ownerId, x.sha256);
-      const now = deps.store.blobs.contentUploadedBy(ownerId, y.sha256);
-      if (!old || !now) change.note = 'content not stored any more';
-      else if (!isText(old) || !isText(now)) change.note = 'binary';
-      else {
-        const offset = page.path === path ? (page.offset ?? 0) : 0;
-        change.text_diff = unifiedDiff(old.toString('utf8'), now.toString('utf8'), maxLines, offset);
-      }
-    }
-    changes.push(change);
-  }
-  return changes;
 }
 
 /** How long an uploaded blob is kept before any spec names it, and a finished task's blobs after it ends. */

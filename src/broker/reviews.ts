@@ -1,13 +1,12 @@
 import { BrokerError } from '../contracts/errors.js';
-import type { TaskSpec } from '../contracts/task-spec.js';
+import { GET_REVISION_UNTRUSTED, REVIEW_QUEUE_UNTRUSTED } from '../contracts/untrusted.js';
 import { REVIEW_DECISIONS, type ReviewDecision } from '../domain/proposal.js';
-import { diffSpecs } from '../domain/spec-diff.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { TaskRecord } from '../store/tasks-repo.js';
 import type { BrokerDeps } from './deps.js';
-import { diffInputs } from './inputs.js';
 import { fetchPage } from './paging.js';
 import { loadVisibleProposal, moveProposal } from './proposals.js';
+import { diffBaseOf, diffInputs, specChanges } from './revision-diff.js';
 import { TASKS_TOPIC, taskTopic } from './tasks.js';
 import { iso, principalName, reviewView, sandboxOf } from './views.js';
 
@@ -39,10 +38,15 @@ export function listReviewQueue(
       };
     }),
     next_cursor,
+    untrusted_fields: [...REVIEW_QUEUE_UNTRUSTED],
   };
 }
 
-/** get_revision: one revision, its findings, and the diff against the previous revision. */
+/**
+ * get_revision: one revision, its findings, and its changes against its diff base — the latest earlier
+ * revision a reviewer decided on, or nothing (src/domain/diff-base.ts) — with the revisions in between
+ * that nobody decided on. `untrusted_fields` names what the submitter (or another principal) wrote.
+ */
 export function getRevision(
   deps: BrokerDeps,
   principal: Principal,
@@ -59,7 +63,8 @@ export function getRevision(
       `no revision ${revisionId} in proposal ${proposalId}`,
       'get_proposal lists the current revision.',
     );
-  const prev = r.number > 1 ? deps.store.proposals.revisionByNumber(p.id, r.number - 1) : undefined;
+  const { base, unreviewed_between } = diffBaseOf(deps, r);
+  const baseRevision = base ? (deps.store.proposals.revision(base.revision_id) ?? null) : null;
   return {
     proposal_id: p.id,
     proposal_state: p.state,
@@ -75,24 +80,27 @@ export function getRevision(
       confirmed_at: iso(r.confirmed_at),
       current: r.id === p.current_revision_id,
     },
-    previous: prev ? { revision_id: prev.id, number: prev.number, digest: prev.digest } : null,
-    diff: prev ? diffSpecs(withoutInputs(prev.spec), withoutInputs(r.spec)) : [],
+    diff_base: base,
+    unreviewed_between,
+    /** Kept for older clients: the diff base without its decision (no longer always revision N−1). */
+    previous: base ? { revision_id: base.revision_id, number: base.number, digest: base.digest } : null,
+    diff: specChanges(baseRevision, r),
     inputs: r.spec.inputs ?? [],
-    input_changes: prev
-      ? diffInputs(deps, p.owner_id, prev.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage)
-      : [],
+    input_changes: diffInputs(
+      deps,
+      p.owner_id,
+      baseRevision?.spec.inputs ?? [],
+      r.spec.inputs ?? [],
+      diffLines,
+      diffPage,
+    ),
     reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
+    untrusted_fields: [...GET_REVISION_UNTRUSTED],
   };
 }
 
 /** Lines of unified diff get_revision shows per file unless asked for more. */
 const DEFAULT_DIFF_LINES = 400;
-
-/** The spec without its input manifest, which `input_changes` shows file by file instead. */
-function withoutInputs(spec: TaskSpec): Omit<TaskSpec, 'inputs'> {
-  const { inputs: _inputs, ...rest } = spec;
-  return rest;
-}
 
 /** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
 export function submitReview(

@@ -248,19 +248,33 @@ export const REVIEW = defineCommand({
   usage: [
     'review list',
     'review show PROPOSAL [--revision REV] [--json]',
+    'review input PROPOSAL --path PATH [--revision REV] [--offset N] [--max-bytes N] [--json]',
     'review approve|request-changes|reject PROPOSAL --revision REV --comment TEXT',
   ],
   summary:
-    'The review queue, one revision in full, and decisions on exact revisions (needs a reviewer token).',
+    'The review queue, one revision in full (manifest and every change against the last decided revision), one input file page by page, and decisions on exact revisions (needs a reviewer token).',
   flags: {
-    revision: { type: 'string', value: 'REV', help: 'the revision id you judge (review list shows it)' },
+    revision: {
+      type: 'string',
+      value: 'REV',
+      help: 'the revision id you judge (review list shows it; show and input default to the current one)',
+    },
     comment: { type: 'string', value: 'TEXT', help: 'why: shown to the submitter' },
+    path: {
+      type: 'string',
+      value: 'PATH',
+      help: 'review input: the input file to print (review show lists them)',
+    },
+    offset: { type: 'string', value: 'N', help: 'review input: byte offset to start at (default 0)' },
+    'max-bytes': { type: 'string', value: 'N', help: 'review input: most bytes to print (default 262144)' },
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,
-  subcommands: ['list', 'show', 'approve', 'request-changes', 'reject'],
+  subcommands: ['list', 'show', 'input', 'approve', 'request-changes', 'reject'],
   examples: [
     'review list',
+    'review show prop_01J…',
+    'review input prop_01J… --path src/train.py',
     'review approve prop_01J… --revision rev_01J… --comment "bounded, outputs small"',
   ],
 });

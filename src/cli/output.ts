@@ -1,38 +1,40 @@
 import { BrokerError, toErrorBody } from '../contracts/errors.js';
+import { invisibleClass } from '../domain/invisible-chars.js';
 import type { CliIo } from './io.js';
 
 /**
  * Everything the CLI prints for a person goes through here, so text that others control (titles,
  * names, reasons, findings, comments, diffs, a task's log lines) cannot drive the reader's terminal
  * (issue 10, row 8; docs/security.md "Terminal escapes"). Control characters are rendered visibly:
- * C0 as `\xNN` (`\n`, `\r`, `\t` by name), DEL, C1 and the bidirectional formatting characters as
- * `\uNNNN`. So the stream guard in src/cli/main.ts can run over `--json` output and `mcp-stdio` frames
+ * C0 as `\xNN` (`\n`, `\r`, `\t` by name), DEL, C1, the bidirectional formatting characters and the
+ * zero-width ones (issue 20) as `\uNNNN`. So the stream guard in src/cli/main.ts can run over `--json` output and `mcp-stdio` frames
  * without changing a single value: JSON.stringify never leaves a C0 character raw (the guard keeps the
  * line feeds that lay it out), and `\uNNNN` is JSON's own escape for the others. Backslashes are left
  * as they are: a literal `\x1b` typed by someone reads the same as an escaped ESC, harmlessly.
  */
 
 /**
- * C0 (U+0000–U+001F), DEL (U+007F), C1 (U+0080–U+009F), the Arabic letter mark (U+061C), LRM/RLM
- * (U+200E–U+200F), the bidi embeddings and overrides (U+202A–U+202E) and isolates (U+2066–U+2069).
+ * Every character src/domain/invisible-chars.ts lists: C0, DEL, C1, the bidi marks, embeddings,
+ * overrides and isolates, and the zero-width and filler characters that hide text.
  */
-const CONTROLS = /[\u0000-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const CONTROLS = new RegExp(invisibleClass(), 'gu');
 /** The same set less line feed and tab, for multi-line text. */
-const CONTROLS_BUT_LINES =
-  /[\u0000-\u0008\u000b-\u001f\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const CONTROLS_BUT_LINES = new RegExp(invisibleClass(['\n', '\t']), 'gu');
 
 /** What can still be raw inside JSON.stringify's output (it escapes every C0 character itself). */
-const JSON_RAW_CONTROLS = /[\u007f-\u009f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069]/g;
+const JSON_RAW_CONTROLS = new RegExp(invisibleClass([], 0x20), 'gu');
 
 const NAMED: Readonly<Record<string, string>> = { '\n': '\\n', '\r': '\\r', '\t': '\\t' };
 
+/** `\xNN` for C0, `\uNNNN` (per UTF-16 unit, as JSON writes it) for the rest. */
 function visible(c: string): string {
-  const code = c.charCodeAt(0);
   const named = NAMED[c];
   if (named) return named;
-  return code < 0x20
-    ? `\\x${code.toString(16).padStart(2, '0')}`
-    : `\\u${code.toString(16).padStart(4, '0')}`;
+  const code = c.charCodeAt(0);
+  if (code < 0x20) return `\\x${code.toString(16).padStart(2, '0')}`;
+  let out = '';
+  for (let i = 0; i < c.length; i++) out += `\\u${c.charCodeAt(i).toString(16).padStart(4, '0')}`;
+  return out;
 }
 
 /**

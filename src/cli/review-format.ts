@@ -4,7 +4,8 @@ import { escapeText, escapeField as f } from './output.js';
 /**
  * `gpu-broker review show` for a person (issue 11, item 9): the revision a reviewer judges, as text —
  * what runs (argv, env, image, network), on how many cards, for how long, what comes back, the
- * findings, what changed since the previous revision, earlier reviews, and the command to decide.
+ * findings, the input manifest, every change (spec and files, text diffs whole) since the diff base —
+ * the last revision a reviewer decided on, or nothing — earlier reviews, and the command to decide.
  * `--json` keeps the get_revision document. Everything the submitter wrote is escaped for the terminal
  * (issue 10, row 8): one-line values with escapeField (`f`), so a title cannot fake a line of this
  * page; multi-line texts with escapeText, then indented.
@@ -24,9 +25,66 @@ export interface RevisionDocument {
     findings: Array<{ severity: string; code: string; path: string; message: string }>;
     current: boolean;
   };
+  diff_base?: { revision_id: string; number: number; decision: string } | null;
+  unreviewed_between?: Array<{ revision_id: string; number: number; confirmed: boolean }>;
   previous: { revision_id: string; number: number } | null;
   diff: Array<{ path: string; before?: unknown; after?: unknown }>;
+  inputs?: Array<{ path: string; sha256: string; size: number; executable?: boolean }>;
+  input_changes?: Array<{
+    path: string;
+    change: string;
+    before?: { sha256: string; size: number };
+    after?: { sha256: string; size: number };
+    text_diff?: { unified: string; total_lines: number; truncated: boolean };
+    note?: string;
+  }>;
   reviews: Array<{ reviewer: string; decision: string; comments: string; revision_id: string }>;
+}
+
+/** Where the changes start, and the undecided revisions they include. */
+function baseLines(d: RevisionDocument): string[] {
+  const base = d.diff_base ?? null;
+  const between = d.unreviewed_between ?? [];
+  return [
+    base
+      ? `  changes since revision ${base.number} (${base.decision}), the last one a reviewer decided on:`
+      : '  changes: no earlier revision was decided on; everything is new (every file added):',
+    ...(between.length === 0
+      ? []
+      : [
+          `    never reviewed, included here: ${between.map((r) => `revision ${r.number}${r.confirmed ? '' : ' (never confirmed)'}`).join(', ')}`,
+        ]),
+  ];
+}
+
+/** The file changes, each text diff whole, indented. */
+function fileChangeLines(d: RevisionDocument): string[] {
+  const out: string[] = [];
+  for (const c of d.input_changes ?? []) {
+    const blob = c.after ?? c.before;
+    out.push(
+      `    ${c.change} ${f(c.path)}${blob ? ` (${blob.size} B, sha256 ${blob.sha256})` : ''}${c.note ? ` — ${c.note}` : ''}`,
+    );
+    if (c.text_diff) {
+      if (c.text_diff.unified !== '')
+        out.push(...c.text_diff.unified.split('\n').map((l) => `      ${f(l)}`));
+      if (c.text_diff.truncated) out.push(`      … ${c.text_diff.total_lines} lines in all`);
+    }
+  }
+  return out;
+}
+
+/** The input manifest: size, sha256 and path of every file the task sees. */
+function manifestLines(d: RevisionDocument): string[] {
+  const inputs = d.inputs ?? [];
+  if (inputs.length === 0) return ['  inputs:    (none)'];
+  return [
+    `  inputs (${inputs.length} file${inputs.length === 1 ? '' : 's'}, read-only in /task; read one: gpu-broker review input ${d.proposal_id} --revision ${d.revision.revision_id} --path PATH):`,
+    ...inputs.map(
+      (i) =>
+        `    ${String(i.size).padStart(9)} B  ${i.sha256}  ${f(i.path)}${i.executable ? ' (executable)' : ''}`,
+    ),
+  ];
 }
 
 const show = (v: unknown): string => (v === undefined ? '(none)' : f(JSON.stringify(v)));
@@ -50,7 +108,12 @@ export function formatRevision(d: RevisionDocument): string {
     '  success criteria:',
     indent(s.success_criteria),
     `  runs:      ${r.sandbox.runtime}${r.sandbox.image ? ` ${f(r.sandbox.image)}` : ''}: ${f(s.runtime.argv.map((a) => JSON.stringify(a)).join(' '))}`,
-    `  env:       ${env.length === 0 ? '(none)' : f(env.map(([k, v]) => `${k}=${JSON.stringify(v)}`).join(' '))}`,
+    ...(env.length === 0
+      ? ['  env:       (none)']
+      : [
+          `  env (${env.length}, the task's process sees each):`,
+          ...env.map(([k, v]) => `    ${f(k)}=${f(JSON.stringify(v))}`),
+        ]),
     `  cards:     ${cards.count}${cards.per_node ? ` across ${cards.count / cards.per_node} nodes, ${cards.per_node} per node (Slurm)` : ''}${cards.model ? ` (${f(cards.model)})` : ''}${s.worker ? ` on ${f(s.worker)}` : ''}`,
     `  network:   ${r.sandbox.network}`,
     `  time:      at most ${s.time_limit_seconds} s`,
@@ -59,14 +122,14 @@ export function formatRevision(d: RevisionDocument): string {
     r.findings.length === 0
       ? '  findings:  none'
       : `  findings:\n${r.findings.map((x) => `    ${x.severity.toUpperCase()} ${x.code} at ${f(x.path)}: ${f(x.message)}`).join('\n')}`,
-    ...(d.previous === null
-      ? []
-      : [
-          `  changed since revision ${d.previous.number}:`,
-          ...(d.diff.length === 0
-            ? ['    nothing']
-            : d.diff.map((c) => `    ${f(c.path)}: ${show(c.before)} → ${show(c.after)}`)),
-        ]),
+    ...manifestLines(d),
+    ...baseLines(d),
+    ...(d.diff.length === 0
+      ? ['    spec: nothing changed']
+      : ['    spec:', ...d.diff.map((c) => `      ${f(c.path)}: ${show(c.before)} → ${show(c.after)}`)]),
+    ...((d.input_changes ?? []).length === 0
+      ? ['    files: nothing changed']
+      : ['    files:', ...fileChangeLines(d)]),
     ...(d.reviews.length === 0
       ? []
       : ['  reviews:', ...d.reviews.map((v) => `    ${f(v.reviewer)}: ${v.decision} — ${f(v.comments)}`)]),

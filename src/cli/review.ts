@@ -4,7 +4,8 @@ import { REVIEW } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
-import { formatRevision, type RevisionDocument } from './review-format.js';
+import { formatRevision } from './review-format.js';
+import { printInput, readWholeRevision } from './review-read.js';
 
 const DECISIONS: Record<string, string> = {
   approve: 'APPROVE',
@@ -24,7 +25,7 @@ interface QueueItem {
   own: boolean;
 }
 
-/** `gpu-broker review list|show|approve|request-changes|reject` for people who review. */
+/** `gpu-broker review list|show|input|approve|request-changes|reject` for people who review. */
 export const run: CommandRunner = async (argv, io) => {
   const parsed = parseCommand(REVIEW, argv, io);
   if (typeof parsed === 'number') return parsed;
@@ -36,7 +37,7 @@ export const run: CommandRunner = async (argv, io) => {
       REVIEW,
       sub
         ? `unknown subcommand "${sub}"`
-        : 'which subcommand: list, show, approve, request-changes or reject?',
+        : 'which subcommand: list, show, input, approve, request-changes or reject?',
     );
   if (positionals.length > (sub === 'list' ? 0 : 1))
     return usageError(io, REVIEW, `unexpected "${positionals[sub === 'list' ? 0 : 1]}"`);
@@ -70,14 +71,17 @@ export const run: CommandRunner = async (argv, io) => {
           'which proposal?',
           `gpu-broker review ${sub ?? 'show'} PROPOSAL_ID`,
         );
-      if (sub === 'show') {
-        const p = await c.get<{ proposal: { current_revision: { revision_id: string } } }>(
-          `/api/v1/proposals/${encodeURIComponent(proposalId)}`,
-        );
-        const revisionId = values.revision ?? p.proposal.current_revision.revision_id;
-        const r = await c.get<RevisionDocument>(
-          `/api/v1/proposals/${encodeURIComponent(proposalId)}/revisions/${encodeURIComponent(revisionId)}`,
-        );
+      if (sub === 'show' || sub === 'input') {
+        const revisionId =
+          values.revision ??
+          (
+            await c.get<{ proposal: { current_revision: { revision_id: string } } }>(
+              `/api/v1/proposals/${encodeURIComponent(proposalId)}`,
+            )
+          ).proposal.current_revision.revision_id;
+        const base = `/api/v1/proposals/${encodeURIComponent(proposalId)}/revisions/${encodeURIComponent(revisionId)}`;
+        if (sub === 'input') return await printInput(c, io, values, base, { proposalId, revisionId });
+        const r = await readWholeRevision(c, base);
         emit(io, values.json, r, () => formatRevision(r));
         return 0;
       }
@@ -86,7 +90,7 @@ export const run: CommandRunner = async (argv, io) => {
         throw new BrokerError(
           'INVALID_INPUT',
           `unknown subcommand "${sub ?? ''}"`,
-          'gpu-broker review list|show|approve|request-changes|reject',
+          'gpu-broker review list|show|input|approve|request-changes|reject',
         );
       if (!values.revision || !values.comment)
         throw new BrokerError(

@@ -11,6 +11,7 @@ import {
   READERS,
   WaitTimeoutSchema,
 } from './tool-def.js';
+import { UntrustedFieldsSchema } from './untrusted.js';
 import {
   FindingSchema,
   ProposalStateSchema,
@@ -191,6 +192,7 @@ export const listReviewQueueTool = defineTool({
       }),
     ),
     next_cursor: z.string().nullable(),
+    untrusted_fields: UntrustedFieldsSchema,
   }),
 });
 
@@ -198,7 +200,7 @@ export const listReviewQueueTool = defineTool({
 export const getRevisionTool = defineTool({
   name: 'get_revision',
   title: 'Read one revision for review',
-  description: `Returns one revision: its spec, digest and findings, and the diff against the previous revision, so a reviewer sees exactly what changed. The diff shows only changes: read every input in full with get_input before approving. ${UNTRUSTED_TEXT_NOTE}`,
+  description: `Returns one revision: its spec, digest and findings, and its changes (spec diff, input files added/removed/modified with text diffs) against diff_base: the latest earlier revision a reviewer decided on, or nothing (every file added) when none was. unreviewed_between lists the revisions in between that nobody decided on; their changes are in the diff. The diff shows only changes: read every input in full with get_input before approving. ${UNTRUSTED_TEXT_NOTE}`,
   roles: ['reviewer', 'operator'],
   mutating: false,
   annotations: READ_ONLY,
@@ -212,7 +214,7 @@ export const getRevisionTool = defineTool({
       .max(20000)
       .optional()
       .describe(
-        'Most lines of unified diff per changed input file (default 400); get_input reads whole files.',
+        'Most lines of unified diff per changed input file (default 400; all files but diff_path share 4000 lines); get_input reads whole files.',
       ),
     diff_path: z.string().max(512).optional().describe('Page the text diff of this input path…'),
     diff_offset: z
@@ -238,15 +240,35 @@ export const getRevisionTool = defineTool({
       confirmed_at: TimeSchema.nullable(),
       current: z.boolean(),
     }),
+    /** What the changes are against: the latest earlier revision with a review decision, or null (nothing). */
+    diff_base: z
+      .object({
+        revision_id: z.string(),
+        number: z.number().int(),
+        digest: z.string(),
+        decision: ReviewDecisionSchema,
+      })
+      .nullable(),
+    /** Revisions between diff_base and this one that nobody decided on; their changes are in the diff. */
+    unreviewed_between: z.array(
+      z.object({
+        revision_id: z.string(),
+        number: z.number().int(),
+        digest: z.string(),
+        confirmed: z.boolean(),
+      }),
+    ),
+    /** The diff base without its decision, kept for older clients (it is no longer always revision N−1). */
     previous: z.object({ revision_id: z.string(), number: z.number().int(), digest: z.string() }).nullable(),
     diff: z.array(
       z.object({ path: z.string(), before: z.unknown().optional(), after: z.unknown().optional() }),
     ),
     /** The input manifest: every file the task will see read-only, by path, sha256 and size. */
     inputs: z.array(InputFileSchema),
-    /** Input files added, removed or modified since the previous revision, with unified diffs for text. */
+    /** Input files added, removed or modified since diff_base, with unified diffs for text. */
     input_changes: z.array(InputChangeSchema),
     reviews: z.array(ReviewViewSchema),
+    untrusted_fields: UntrustedFieldsSchema,
   }),
 });
 

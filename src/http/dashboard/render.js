@@ -1,6 +1,9 @@
+import { visible } from './visible.js';
+
 /**
  * Views of the dashboard: functions from API results to DOM nodes. Text always goes in as text nodes
- * (never as HTML), so nothing a task title or a log line contains can run in the page.
+ * (never as HTML), so nothing a task title or a log line contains can run in the page; submitter text
+ * (titles, log lines) goes through visible(), so nothing in it hides or reorders what is shown.
  */
 
 /** Creates an element: `h('div', {class: 'x', dataset: {k: 'v'}, onclick: fn}, child, 'text', …)`. */
@@ -233,7 +236,7 @@ export function renderQueue(tasks) {
             h(
               'td',
               {},
-              t.title ?? h('span', { class: 'muted' }, 'another owner’s task'),
+              t.title ? visible(t.title) : h('span', { class: 'muted' }, 'another owner’s task'),
               h(
                 'div',
                 { class: 'muted small' },
@@ -277,7 +280,7 @@ export function renderTasks(tasks, selected, onSelect) {
                 if (e.key === 'Enter') onSelect(t.task_id);
               },
             },
-            h('td', {}, t.title, h('div', { class: 'muted small' }, t.task_id)),
+            h('td', {}, visible(t.title), h('div', { class: 'muted small' }, t.task_id)),
             h('td', {}, t.owner),
             h(
               'td',
@@ -301,7 +304,7 @@ export function renderTaskDetail(task, logs) {
     h(
       'div',
       { class: 'detail-title', dataset: { detail: task.task_id } },
-      h('strong', {}, task.title),
+      h('strong', {}, visible(task.title)),
       pill(task.state),
     ),
     h(
@@ -330,7 +333,11 @@ export function renderTaskDetail(task, logs) {
           stream,
           log ? h('span', { class: 'muted' }, `${log.total_bytes} bytes`) : null,
         ),
-        h('pre', { class: 'log-body', dataset: { stream } }, log ? log.data || '(empty)' : '(not available)'),
+        h(
+          'pre',
+          { class: 'log-body', dataset: { stream } },
+          log ? visible(log.data || '(empty)', { lines: true }) : '(not available)',
+        ),
       );
     }),
   ];
@@ -384,142 +391,4 @@ export function renderQualifications(runs) {
       ),
     ),
   ];
-}
-
-/** A revision under review: policy findings, what changed since the previous revision, and the spec. */
-export function renderRevision(rev) {
-  const { revision, previous, diff } = rev;
-  const inputs = rev.inputs ?? [];
-  const changes = rev.input_changes ?? [];
-  const json = (v) => (v === undefined ? '(absent)' : JSON.stringify(v));
-  const sandbox = revision.sandbox;
-  return [
-    sandbox
-      ? h(
-          'div',
-          { class: 'sandbox small', dataset: { network: sandbox.network, runtime: sandbox.runtime } },
-          `Runs as a ${sandbox.runtime}`,
-          sandbox.image ? [' from image ', h('code', {}, sandbox.image)] : null,
-          ' · network: ',
-          sandbox.network === 'host'
-            ? h('span', { class: 'badge warn' }, 'host network')
-            : h('span', {}, 'none (loopback only)'),
-        )
-      : null,
-    revision.findings.length
-      ? h(
-          'ul',
-          { class: 'findings' },
-          revision.findings.map((f) =>
-            h(
-              'li',
-              { dataset: { severity: f.severity } },
-              h('code', {}, f.code),
-              ` ${f.path}: ${f.message}`,
-              f.hint ? h('div', { class: 'muted small' }, f.hint) : null,
-            ),
-          ),
-        )
-      : h('p', { class: 'muted small' }, 'No policy findings.'),
-    previous
-      ? h(
-          'div',
-          { class: 'diff' },
-          h('div', { class: 'small' }, `Changes since revision ${previous.number}:`),
-          diff.length
-            ? diff.map((d) =>
-                h(
-                  'div',
-                  { class: 'diff-line' },
-                  h('code', {}, d.path),
-                  ` ${json(d.before)} → ${json(d.after)}`,
-                ),
-              )
-            : h('div', { class: 'muted small' }, 'none'),
-        )
-      : null,
-    inputs.length ? renderInputs(inputs, previous ? changes : null) : null,
-    h('pre', { class: 'spec' }, JSON.stringify(revision.spec, null, 2)),
-  ];
-}
-
-/**
- * The input manifest (every file the task sees read-only, by path, size and sha256) and, after the first
- * revision, what changed: added and removed paths, and unified diffs of modified text files.
- */
-function renderInputs(inputs, changes) {
-  return h(
-    'div',
-    { class: 'inputs' },
-    h(
-      'div',
-      { class: 'small' },
-      `Inputs (${inputs.length} file${inputs.length === 1 ? '' : 's'}, read-only in /task):`,
-    ),
-    h(
-      'table',
-      { class: 'small' },
-      h(
-        'tbody',
-        {},
-        inputs.map((i) =>
-          h(
-            'tr',
-            { dataset: { input: i.path } },
-            h('td', {}, h('code', {}, i.path)),
-            h('td', {}, `${i.size} B`),
-            h('td', {}, short(i.sha256, 16)),
-          ),
-        ),
-      ),
-    ),
-    changes === null
-      ? null
-      : h(
-          'div',
-          { class: 'input-changes' },
-          h('div', { class: 'small' }, 'Input changes since the previous revision:'),
-          changes.length === 0
-            ? h('div', { class: 'muted small' }, 'none')
-            : changes.map((c) =>
-                h(
-                  'div',
-                  { class: 'input-change', dataset: { path: c.path, change: c.change } },
-                  h(
-                    'div',
-                    { class: 'small' },
-                    h('code', {}, c.path),
-                    ` ${c.change}`,
-                    c.note ? ` (${c.note})` : null,
-                  ),
-                  c.text_diff
-                    ? h(
-                        'pre',
-                        { class: 'unified' },
-                        c.text_diff.unified.split('\n').map((line) =>
-                          h(
-                            'div',
-                            {
-                              dataset: {
-                                op: line.startsWith('@@')
-                                  ? 'hunk'
-                                  : line[0] === '+'
-                                    ? 'add'
-                                    : line[0] === '-'
-                                      ? 'del'
-                                      : 'ctx',
-                              },
-                            },
-                            line,
-                          ),
-                        ),
-                        c.text_diff.truncated
-                          ? h('div', { class: 'muted' }, `… ${c.text_diff.total_lines} lines in all`)
-                          : null,
-                      )
-                    : null,
-                ),
-              ),
-        ),
-  );
 }

@@ -186,13 +186,22 @@ describe('an agent with only MCP gets its own two-file project reviewed and run'
       }),
     );
     const first = expectOk(
-      await callTool<{ inputs: unknown[]; input_changes: unknown[] }>(rita, 'get_revision', {
-        proposal_id: created.proposal_id,
-        revision_id: created.revision_id,
-      }),
+      await callTool<{ inputs: unknown[]; input_changes: Array<{ path: string; change: string }> }>(
+        rita,
+        'get_revision',
+        {
+          proposal_id: created.proposal_id,
+          revision_id: created.revision_id,
+        },
+      ),
     );
     expect(first.inputs).toEqual(v1);
-    expect(first.input_changes).toEqual([]);
+    // Revision 1 is diffed against nothing: every file shows as added, text files line by line.
+    expect(first.input_changes.map((c) => [c.path, c.change])).toEqual([
+      ['helper.py', 'added'],
+      ['lib/__init__.py', 'added'],
+      ['main.py', 'added'],
+    ]);
     const helperText = expectOk(
       await callTool<{ content: string; encoding: string; complete: boolean }>(rita, 'get_input', {
         proposal_id: created.proposal_id,

