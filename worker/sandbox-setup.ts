@@ -106,7 +106,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
     };
   }
   const probe = await probeBwrap({ root });
-  if (!probe.ok || probe.bwrap === null) {
+  if (!probe.ok || probe.bwrap === null || probe.env === null) {
     throw new IsolationUnavailableError(
       `cannot sandbox tasks: ${probe.detail}. Install it, or start the worker with --isolation none (tasks then run unsandboxed and the master marks this worker UNISOLATED)`,
     );
@@ -119,6 +119,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       kind: 'bwrap',
       bwrap: probe.bwrap,
       setpriv: root ? probe.setpriv : null,
+      envHelper: probe.env,
       uids,
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system: systemMounts(),
