@@ -1,0 +1,191 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
+import type { SandboxSetup } from '../../../worker/executor.js';
+import { startExecution } from '../../../worker/executor.js';
+import { HELPER_ENV } from '../../../worker/helper-commands.js';
+import {
+  type BwrapRequest,
+  bwrapArgs,
+  bwrapCommandLine,
+  probeBwrap,
+  systemMounts,
+  taskEnvProblem,
+} from '../../../worker/sandbox-bwrap.js';
+import { makeSimDeviceNodes } from '../../../worker/sandbox-devices.js';
+import { TaskUidPool } from '../../../worker/task-uids.js';
+import type { Chunk } from '../../support/executor-plan.js';
+import { makePlan, sh, text } from '../../support/executor-plan.js';
+
+// Issue 20: the spec's env reaches the task's own exec and nothing before it; bwrap's options (every
+// host path) never show on a command line. The cluster-level proof is
+// test/integration/cluster/sandbox-env.test.ts; here the pieces, and the unprivileged-bwrap path.
+
+const request = (over: Partial<BwrapRequest> = {}): BwrapRequest => ({
+  system: { dirs: ['/usr'], links: [['usr/bin', '/bin']] },
+  taskDir: '/srv/worker-data/executions/e1/task',
+  hidden: [{ path: '/srv/worker-data', kind: 'dir' }],
+  pinned: [],
+  devices: [],
+  network: 'none',
+  identity: { uid: 2_000_000_001, gid: 2_000_000_001, setpriv: '/usr/bin/setpriv' },
+  statusFd: 3,
+  argv: ['/bin/sh', '-c', 'echo hi'],
+  taskEnv: { vars: { LD_DEBUG_OUTPUT: '/srv/x', A: 'b=c' }, envHelper: '/usr/bin/env' },
+  ...over,
+});
+
+describe('the sandbox command line', () => {
+  it('root worker: bwrap and setpriv start with no task variable; env -i applies them after the uid drop', () => {
+    const line = bwrapCommandLine(bwrapArgs(request()), 4);
+    expect(line.argv).toEqual([
+      '--args',
+      '4',
+      '--',
+      '/usr/bin/setpriv',
+      '--reuid=2000000001',
+      '--regid=2000000001',
+      '--clear-groups',
+      '--inh-caps=-all',
+      '--bounding-set=-all',
+      '--no-new-privs',
+      '--',
+      '/usr/bin/env',
+      '-i',
+      '--',
+      'LD_DEBUG_OUTPUT=/srv/x',
+      'A=b=c',
+      '/bin/sh',
+      '-c',
+      'echo hi',
+    ]);
+    const options = line.data.toString('utf8').split('\0');
+    expect(options.at(-1)).toBe('');
+    expect(options).toContain('--clearenv');
+    expect(options).not.toContain('--setenv');
+    // Every host path is in the piped options, none on the command line.
+    expect(options).toContain('/srv/worker-data');
+    expect(options).toContain('/srv/worker-data/executions/e1/task');
+    expect(line.argv.join(' ')).not.toContain('/srv/worker-data');
+  });
+
+  it('unprivileged worker: bwrap sets the env itself when it execs the task, from the piped options', () => {
+    const line = bwrapCommandLine(bwrapArgs(request({ identity: null })), 4);
+    expect(line.argv).toEqual(['--args', '4', '--', '/bin/sh', '-c', 'echo hi']);
+    const options = line.data.toString('utf8').split('\0');
+    const at = options.indexOf('--clearenv');
+    expect(at).toBeGreaterThan(0);
+    expect(options.slice(at, at + 7)).toEqual([
+      '--clearenv',
+      '--setenv',
+      'LD_DEBUG_OUTPUT',
+      '/srv/x',
+      '--setenv',
+      'A',
+      'b=c',
+    ]);
+  });
+
+  it('without taskEnv (the Slurm rank wrapper) the arguments are as before', () => {
+    const { taskEnv: _none, ...withoutEnv } = request();
+    const args = bwrapArgs(withoutEnv);
+    expect(args).not.toContain('--clearenv');
+    expect(args.slice(args.indexOf('--chdir'))).toEqual([
+      '--chdir',
+      '/task',
+      '--',
+      '/usr/bin/setpriv',
+      '--reuid=2000000001',
+      '--regid=2000000001',
+      '--clear-groups',
+      '--inh-caps=-all',
+      '--bounding-set=-all',
+      '--no-new-privs',
+      '--',
+      '/bin/sh',
+      '-c',
+      'echo hi',
+    ]);
+  });
+
+  it('refuses what would change meaning on the way: NUL bytes, "=" in a program run through env', () => {
+    expect(taskEnvProblem(['/bin/sh'], { A: 'x\0--bind' }, false)).toMatch(/env A contains a NUL byte/);
+    expect(taskEnvProblem(['/bin/sh', 'a\0b'], {}, false)).toMatch(/argv contains a NUL byte/);
+    expect(taskEnvProblem(['/opt/a=b/run'], {}, true)).toMatch(/argv\[0\].*contains "="/);
+    expect(taskEnvProblem(['/opt/a=b/run'], {}, false)).toBeNull();
+    expect(taskEnvProblem(['/bin/sh', 'x=y'], { A: 'b=c' }, true)).toBeNull();
+    expect(() => bwrapCommandLine(['--tmpfs', '/a\0b', '--chdir', '/task', '--', '/bin/true'], 4)).toThrow(
+      /NUL/,
+    );
+  });
+});
+
+describe('in a real sandbox', () => {
+  let dataDir: string;
+  let root: boolean;
+  let probe: Awaited<ReturnType<typeof probeBwrap>>;
+  beforeAll(async () => {
+    root = process.getuid?.() === 0;
+    probe = await probeBwrap({ root });
+    if (!probe.ok || probe.bwrap === null || probe.env === null)
+      throw new Error(`these tests need bubblewrap: ${probe.detail}`);
+    dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-sandbox-env-'));
+  });
+  afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
+
+  async function runIn(plan: ExecutionPlan, dropUid: boolean) {
+    const sandbox: SandboxSetup = {
+      kind: 'bwrap',
+      bwrap: probe.bwrap!,
+      setpriv: dropUid ? probe.setpriv : null,
+      envHelper: probe.env!,
+      uids: dropUid ? new TaskUidPool({ first: 2_000_200_000, last: 2_000_200_099 }) : null,
+      hiddenPaths: [dataDir],
+      system: systemMounts(),
+      simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 2, root),
+    };
+    const chunks: Chunk[] = [];
+    const result = await startExecution(plan, {
+      rootDir: join(dataDir, 'executions'),
+      workerId: 'worker-1',
+      provider: 'sim',
+      onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
+      cleanupPollMs: 20,
+      sandbox,
+    }).done;
+    return { result, out: text(chunks, 'stdout') };
+  }
+
+  const script = [
+    'printf "mark=[%s]\\n" "$MARK"',
+    'ls /tmp/ld.* >/dev/null 2>&1 && echo debug-files',
+    'grep -l -e bwrap -e setpriv /tmp/ld.* || echo helpers=none',
+    'echo "owners=$(stat -c %u /tmp/ld.* | sort -u | tr "\\n" " ")uid=$(id -u)"',
+  ].join('\n');
+  const env = { MARK: 'a b=c', LD_DEBUG: 'files', LD_DEBUG_OUTPUT: '/tmp/ld' };
+
+  for (const dropUid of [true, false]) {
+    it(`${dropUid ? 'root bwrap + setpriv' : 'bwrap alone (unprivileged mode)'}: only the task's own processes read its env`, async () => {
+      if (dropUid && !root) return; // setpriv is a root worker's
+      const { result, out } = await runIn(makePlan({ argv: sh(script), env }), dropUid);
+      expect(result.failure_reason).toBeNull();
+      expect(out).toContain('mark=[a b=c]');
+      expect(out).toContain('debug-files');
+      expect(out).toContain('helpers=none');
+      const m = /owners=(\S+) uid=(\d+)/.exec(out);
+      expect(m?.[1]).toBe(m?.[2]);
+    });
+  }
+
+  it('a NUL byte in an env value is a setup failure, never a bwrap option', async () => {
+    const { result } = await runIn(makePlan({ argv: sh('echo ran'), env: { X: 'a\0--bind\0/\0/x' } }), root);
+    expect(result.failure_reason).toBe('SETUP_FAILED');
+    expect(result.setup_error).toMatch(/env X contains a NUL byte/);
+  });
+
+  it('helpers run with the fixed environment only', () => {
+    expect(Object.keys(HELPER_ENV).sort()).toEqual(['LANG', 'PATH']);
+    expect(HELPER_ENV['PATH']?.split(':').every((d) => d.startsWith('/'))).toBe(true);
+  });
+});
