@@ -499,8 +499,11 @@ class ExecutionRun {
       taskEnv: { vars: env, envHelper: sandbox.envHelper },
     });
     const line = bwrapCommandLine(args, 4);
+    // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
+    // restarted worker recognises its process group (daemon-recovery.ts); `--clearenv` stops it there.
+    const bwrapEnv = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: id };
     return {
-      box: bwrapBox({ command: sandbox.bwrap, args: line.argv, env: HELPER_ENV, argsData: line.data }),
+      box: bwrapBox({ command: sandbox.bwrap, args: line.argv, env: bwrapEnv, argsData: line.data }),
       owner,
     };
   }

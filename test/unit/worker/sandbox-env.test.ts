@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
@@ -178,6 +178,30 @@ describe('in a real sandbox', () => {
     });
   }
 
+  it("bwrap's own environment is the fixed one plus the execution id (for recovery), never the spec's", async () => {
+    // Outside the (hidden) data dir, in a dir a task uid can search.
+    const gateDir = mkdtempSync(join('/var/tmp', 'gpu-broker-gate-'));
+    chmodSync(gateDir, 0o755);
+    const gate = join(gateDir, 'go');
+    const plan = makePlan({
+      argv: sh(`while [ ! -e '${gate}' ]; do sleep 0.05; done`),
+      env: { MARK: 'spec' },
+    });
+    const running = runIn(plan, root);
+    const environ = await waitForEnviron(plan.execution_id);
+    writeFileSync(gate, '');
+    const { result } = await running;
+    rmSync(gateDir, { recursive: true, force: true });
+    expect(result.failure_reason).toBeNull();
+    expect(environ.sort()).toEqual(
+      [
+        `GPU_BROKER_EXECUTION_ID=${plan.execution_id}`,
+        `LANG=${HELPER_ENV['LANG']}`,
+        `PATH=${HELPER_ENV['PATH']}`,
+      ].sort(),
+    );
+  });
+
   it('a NUL byte in an env value is a setup failure, never a bwrap option', async () => {
     const { result } = await runIn(makePlan({ argv: sh('echo ran'), env: { X: 'a\0--bind\0/\0/x' } }), root);
     expect(result.failure_reason).toBe('SETUP_FAILED');
@@ -189,3 +213,23 @@ describe('in a real sandbox', () => {
     expect(HELPER_ENV['PATH']?.split(':').every((d) => d.startsWith('/'))).toBe(true);
   });
 });
+
+/** The environment of the host process whose command line is `bwrap --args 4 …` for `executionId`. */
+async function waitForEnviron(executionId: string): Promise<string[]> {
+  for (let i = 0; i < 400; i++) {
+    for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
+      try {
+        const environ = readFileSync(`/proc/${pid}/environ`, 'utf8')
+          .split('\0')
+          .filter((e) => e !== '');
+        const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        if (cmd.includes('bwrap\0--args\0') && environ.includes(`GPU_BROKER_EXECUTION_ID=${executionId}`))
+          return environ;
+      } catch {
+        // gone
+      }
+    }
+    await new Promise((r) => setTimeout(r, 25));
+  }
+  throw new Error(`no bwrap process for ${executionId}`);
+}
