@@ -1,5 +1,6 @@
 import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { tmpdir } from 'node:os';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import type { SandboxSetup } from '../../../worker/executor.js';
@@ -13,6 +14,7 @@ import {
   systemMounts,
   taskEnvProblem,
 } from '../../../worker/sandbox-bwrap.js';
+import { containerArgs, envFileText, probeContainerEngine } from '../../../worker/sandbox-container.js';
 import { makeSimDeviceNodes } from '../../../worker/sandbox-devices.js';
 import { TaskUidPool } from '../../../worker/task-uids.js';
 import type { Chunk } from '../../support/executor-plan.js';
@@ -233,3 +235,38 @@ async function waitForEnviron(executionId: string): Promise<string[]> {
   }
   throw new Error(`no bwrap process for ${executionId}`);
 }
+
+describe('container tasks', () => {
+  it("the engine runs with the fixed env; the task's env goes by file and explicit NAME=VALUE only", async () => {
+    const confDir = mkdtempSync(join(tmpdir(), 'gpu-broker-engine-env-'));
+    try {
+      const probe = await probeContainerEngine({ engine: 'podman', confDir });
+      if (probe.setup === null) return; // no podman here: nothing to check
+      expect(Object.keys(probe.setup.env).sort()).toEqual(['CONTAINERS_CONF', 'LANG', 'PATH']);
+      expect(probe.setup.env['PATH']).toBe(HELPER_ENV['PATH']);
+      expect(HELPER_ENV['PATH']?.split(':')).toContain(dirname(probe.setup.command));
+    } finally {
+      rmSync(confDir, { recursive: true, force: true });
+    }
+    const { text, inline } = envFileText({ A: 'x', B: 'two\nlines', LD_DEBUG_OUTPUT: '/srv/x' });
+    expect(text).toBe('A=x\nLD_DEBUG_OUTPUT=/srv/x\n');
+    const args = containerArgs({
+      engine: 'podman',
+      name: 'n',
+      executionId: 'e',
+      image: 'i',
+      taskDir: '/t',
+      envFile: '/f',
+      inlineEnv: inline,
+      devices: { kind: 'nodes', nodes: [] },
+      network: 'none',
+      user: { uid: 1, gid: 1 },
+      pidsLimit: 1,
+      init: false,
+      argv: ['/bin/true'],
+    });
+    // Never a bare `--env NAME`, which would copy the engine's own variable into the container.
+    const envArgs = args.flatMap((a, i) => (a === '--env' ? [args[i + 1] ?? ''] : []));
+    expect(envArgs).toEqual(['B=two\nlines']);
+  });
+});
