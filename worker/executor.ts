@@ -6,7 +6,8 @@ import type { Writable } from 'node:stream';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { TaskBox } from './executor-box.js';
-import { bwrapBox, plainBox } from './executor-box.js';
+import { plainBox } from './executor-box.js';
+import { bwrapBoxFor } from './executor-bwrap.js';
 import type { ContainerTasks } from './executor-container.js';
 import { containerBoxFor } from './executor-container.js';
 import type { ExecutorProvider, TaskDirs } from './executor-env.js';
@@ -18,22 +19,12 @@ import type { CollectedOutput } from './executor-outputs.js';
 import { collectOutputs } from './executor-outputs.js';
 import type { OomProbe } from './executor-process-group.js';
 import { probeOomKills, readOomKillCount } from './executor-process-group.js';
-import { HELPER_ENV } from './helper-commands.js';
 import { type DataMount, mountPointOf } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { SystemMounts } from './sandbox-bwrap.js';
-import {
-  ALWAYS_HIDDEN,
-  bwrapArgs,
-  bwrapCommandLine,
-  hiddenMounts,
-  programBinds,
-  SANDBOX_TASK_DIR,
-  taskEnvProblem,
-} from './sandbox-bwrap.js';
+import { SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
 import { NOBODY } from './sandbox-container.js';
 import type { SimNodes } from './sandbox-devices.js';
-import { deviceNodesFor } from './sandbox-devices.js';
 import type { TaskUidPool } from './task-uids.js';
 
 /**
@@ -461,51 +452,17 @@ class ExecutionRun {
       const [command = '', ...args] = runtime.argv;
       return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };
     }
-    let devices: ReturnType<typeof deviceNodesFor>;
-    try {
-      devices = deviceNodesFor(this.opts.provider, this.plan.cards, {
-        ...(sandbox.simNodes === undefined ? {} : { simNodes: sandbox.simNodes }),
-        ...(sandbox.devDir === undefined ? {} : { devDir: sandbox.devDir }),
-      });
-    } catch (err) {
-      return describe(err);
-    }
-    const hidden = hiddenMounts([
-      ...sandbox.hiddenPaths,
-      ...ALWAYS_HIDDEN,
-      ...(this.plan.hidden_paths ?? []),
-    ]);
-    const pinned = programBinds(
-      runtime.argv[0],
-      (this.plan.pins ?? []).map((p) => p.path),
-    );
-    const dropTo =
-      identity === null || sandbox.setpriv === null ? null : { ...identity, setpriv: sandbox.setpriv };
-    const problem = taskEnvProblem(runtime.argv, env, dropTo !== null);
-    if (problem !== null) return problem;
-    const args = bwrapArgs({
-      system: sandbox.system,
+    const box = bwrapBoxFor({
+      plan: this.plan,
+      sandbox,
+      provider: this.opts.provider,
       taskDir,
-      hidden,
-      pinned,
-      devices,
-      network: this.plan.spec.network ?? 'none',
-      identity: dropTo,
-      statusFd: 3,
-      argv: runtime.argv,
-      inputs: { dir: inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
+      inputsDir,
       mounts,
-      // The env reaches the task's own exec only; bwrap and setpriv run with HELPER_ENV, then none.
-      taskEnv: { vars: env, envHelper: sandbox.envHelper },
+      identity,
+      env,
     });
-    const line = bwrapCommandLine(args, 4);
-    // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
-    // restarted worker recognises its process group (daemon-recovery.ts); `--clearenv` stops it there.
-    const bwrapEnv = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: id };
-    return {
-      box: bwrapBox({ command: sandbox.bwrap, args: line.argv, env: bwrapEnv, argsData: line.data }),
-      owner,
-    };
+    return typeof box === 'string' ? box : { box, owner };
   }
 
   private releaseUid(): void {
