@@ -51,6 +51,9 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
   } catch (err) {
     return err instanceof Error ? err.message : String(err);
   }
+  // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
+  // restarted worker recognises its process group (daemon-recovery.ts).
+  const env = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: plan.execution_id };
   const dropTo =
     req.identity === null || sandbox.setpriv === null ? null : { ...req.identity, setpriv: sandbox.setpriv };
   const problem = taskEnvProblem(argv, req.env, dropTo !== null);
@@ -71,12 +74,9 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     argv,
     inputs: { dir: req.inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
     mounts: req.mounts,
-    // The env reaches the task's own exec only; bwrap and setpriv run with HELPER_ENV, then none.
-    taskEnv: { vars: req.env, envHelper: sandbox.envHelper },
+    // The env reaches the task's own exec only; bwrap and setpriv run with the fixed env below.
+    taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
   });
   const line = bwrapCommandLine(args, 4);
-  // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
-  // restarted worker recognises its process group (daemon-recovery.ts); `--clearenv` stops it there.
-  const env = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: plan.execution_id };
   return bwrapBox({ command: sandbox.bwrap, args: line.argv, env, argsData: line.data });
 }

@@ -39,11 +39,13 @@ export { findOnPath } from './helper-commands.js';
  * keeps the worker's uid on the host, with its own namespaces around it.
  *
  * Environment (issue 20): the spec's env reaches the task's own process and nothing before it. bwrap
- * runs with HELPER_ENV and `--clearenv`; an unprivileged bwrap applies the task's env with `--setenv`
- * when it execs the task; a root bwrap execs setpriv with an empty env, and setpriv (now the task's uid,
- * no capabilities, no_new_privs) execs `env -i -- NAME=VALUE… argv`, whose own start-up sees no task
+ * runs with the fixed helper env (HELPER_ENV and the execution id). An unprivileged bwrap execs the task
+ * itself: `--unsetenv` drops its own names the task does not set and `--setenv` applies the task's env
+ * at that exec. A root bwrap execs setpriv with its own fixed env, and setpriv (now the task's uid, no
+ * capabilities, no_new_privs) execs `env -i -- NAME=VALUE… argv`, whose own start-up sees no task
  * variable either: so no ld.so variable (LD_DEBUG_OUTPUT, LD_PROFILE…), no locale or shell variable of
- * the spec is ever read by a process running as root. bwrap's options (every host path: data dirs,
+ * the spec is ever read by a process running as root. (`--clearenv` would be simpler but needs
+ * bubblewrap 0.5; Debian 11 and RHEL 8 ship 0.4.) bwrap's options (every host path: data dirs,
  * hidden paths, the task dir) travel through a pipe (`--args`), so the sandbox's PID 1, whose command
  * line the task can read at /proc/1/cmdline, shows only `bwrap --args 4 -- <command>`.
  */
@@ -128,6 +130,8 @@ export interface BwrapRequest {
   readonly taskEnv?: {
     readonly vars: Readonly<Record<string, string>>;
     readonly envHelper: string;
+    /** The names in bwrap's own environment: an unprivileged bwrap unsets those the task does not set. */
+    readonly bwrapEnvNames: readonly string[];
   };
 }
 
@@ -172,11 +176,11 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   // /mnt is not a system dir: made here 0755 so that a task uid can reach the mounts below it.
   if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
   for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
-  if (req.taskEnv !== undefined) {
-    // Nothing of bwrap's own environment goes on; without setpriv in between, bwrap's exec is the task's.
-    args.push('--clearenv');
-    if (req.identity === null)
-      for (const [name, value] of Object.entries(req.taskEnv.vars)) args.push('--setenv', name, value);
+  if (req.taskEnv !== undefined && req.identity === null) {
+    // No setpriv in between: bwrap's exec is the task's, with exactly the task's env.
+    const { vars, bwrapEnvNames } = req.taskEnv;
+    for (const name of bwrapEnvNames) if (!Object.hasOwn(vars, name)) args.push('--unsetenv', name);
+    for (const [name, value] of Object.entries(vars)) args.push('--setenv', name, value);
   }
   args.push('--chdir', SANDBOX_TASK_DIR, '--');
   if (req.identity !== null) {
@@ -193,12 +197,16 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     );
     // After the uid drop: env starts with bwrap's cleared environment and execs the task with exactly
     // the task's. `--` ends env's options; every NAME=VALUE then precedes the program (taskEnvProblem).
+    // PWD last, as bwrap itself sets it at `--chdir` for the task it execs (the unprivileged path).
     if (req.taskEnv !== undefined)
       args.push(
         req.taskEnv.envHelper,
         '-i',
         '--',
-        ...Object.entries(req.taskEnv.vars).map(([name, value]) => `${name}=${value}`),
+        ...Object.entries(req.taskEnv.vars)
+          .filter(([name]) => name !== 'PWD')
+          .map(([name, value]) => `${name}=${value}`),
+        `PWD=${SANDBOX_TASK_DIR}`,
       );
   }
   args.push(...req.argv);
@@ -301,7 +309,8 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
     return missing(
       `env is not installed in ${path} (it sets each task's env inside the sandbox): apt-get install coreutils`,
     );
-  const args = [
+  // The same start as a task's: options through `--args`, env set by `--setenv`.
+  const options = [
     '--die-with-parent',
     '--unshare-pid',
     '--unshare-ipc',
@@ -315,13 +324,28 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
     '/dev',
     '--tmpfs',
     '/tmp',
+    '--unsetenv',
+    'LANG',
+    '--setenv',
+    'GPU_BROKER_PROBE',
+    '1',
+    '--chdir',
+    '/',
     '--',
     '/bin/true',
   ];
+  const line = bwrapCommandLine(options, 0);
   const error = await new Promise<string | null>((resolve) => {
-    execFile(bwrap, args, { env: { ...HELPER_ENV }, timeout: 10_000 }, (err, _stdout, stderr) => {
-      resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
-    });
+    const child = execFile(
+      bwrap,
+      line.argv,
+      { env: { ...HELPER_ENV }, timeout: 10_000 },
+      (err, _out, stderr) => {
+        resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
+      },
+    );
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(line.data);
   });
   if (error !== null)
     return {

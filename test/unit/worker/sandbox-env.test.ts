@@ -34,7 +34,11 @@ const request = (over: Partial<BwrapRequest> = {}): BwrapRequest => ({
   identity: { uid: 2_000_000_001, gid: 2_000_000_001, setpriv: '/usr/bin/setpriv' },
   statusFd: 3,
   argv: ['/bin/sh', '-c', 'echo hi'],
-  taskEnv: { vars: { LD_DEBUG_OUTPUT: '/srv/x', A: 'b=c' }, envHelper: '/usr/bin/env' },
+  taskEnv: {
+    vars: { LD_DEBUG_OUTPUT: '/srv/x', A: 'b=c' },
+    envHelper: '/usr/bin/env',
+    bwrapEnvNames: ['PATH', 'A'],
+  },
   ...over,
 });
 
@@ -58,14 +62,15 @@ describe('the sandbox command line', () => {
       '--',
       'LD_DEBUG_OUTPUT=/srv/x',
       'A=b=c',
+      'PWD=/task',
       '/bin/sh',
       '-c',
       'echo hi',
     ]);
     const options = line.data.toString('utf8').split('\0');
     expect(options.at(-1)).toBe('');
-    expect(options).toContain('--clearenv');
     expect(options).not.toContain('--setenv');
+    expect(options).not.toContain('--unsetenv');
     // Every host path is in the piped options, none on the command line.
     expect(options).toContain('/srv/worker-data');
     expect(options).toContain('/srv/worker-data/executions/e1/task');
@@ -76,10 +81,12 @@ describe('the sandbox command line', () => {
     const line = bwrapCommandLine(bwrapArgs(request({ identity: null })), 4);
     expect(line.argv).toEqual(['--args', '4', '--', '/bin/sh', '-c', 'echo hi']);
     const options = line.data.toString('utf8').split('\0');
-    const at = options.indexOf('--clearenv');
+    const at = options.indexOf('--unsetenv');
     expect(at).toBeGreaterThan(0);
-    expect(options.slice(at, at + 7)).toEqual([
-      '--clearenv',
+    // bwrap's own PATH goes (the task does not set it here); its A is replaced by the task's.
+    expect(options.slice(at, at + 8)).toEqual([
+      '--unsetenv',
+      'PATH',
       '--setenv',
       'LD_DEBUG_OUTPUT',
       '/srv/x',
@@ -92,7 +99,8 @@ describe('the sandbox command line', () => {
   it('without taskEnv (the Slurm rank wrapper) the arguments are as before', () => {
     const { taskEnv: _none, ...withoutEnv } = request();
     const args = bwrapArgs(withoutEnv);
-    expect(args).not.toContain('--clearenv');
+    expect(args).not.toContain('--setenv');
+    expect(args).not.toContain('--unsetenv');
     expect(args.slice(args.indexOf('--chdir'))).toEqual([
       '--chdir',
       '/task',
@@ -164,7 +172,24 @@ describe('in a real sandbox', () => {
     'ls /tmp/ld.* >/dev/null 2>&1 && echo debug-files',
     'grep -l -e bwrap -e setpriv /tmp/ld.* || echo helpers=none',
     'echo "owners=$(stat -c %u /tmp/ld.* | sort -u | tr "\\n" " ")uid=$(id -u)"',
+    'echo "names=$(tr "\\0" "\\n" </proc/$$/environ | cut -d= -f1 | LC_ALL=C sort | tr "\\n" " ")"',
   ].join('\n');
+  // Exactly the task's env (executor-env.ts buildTaskEnv) and PWD (bwrap sets it at --chdir), nothing
+  // of bwrap's or setpriv's.
+  const names = [
+    ...['CUDA_DEVICE_ORDER', 'CUDA_VISIBLE_DEVICES', 'HIP_VISIBLE_DEVICES', 'ROCR_VISIBLE_DEVICES'],
+    ...[
+      'ASSIGNMENT_ID',
+      'EXECUTION_ID',
+      'GPU_IDS',
+      'GPU_UUIDS',
+      'LEASE_EPOCH',
+      'OUTPUT_DIR',
+      'SIMULATED',
+    ].map((n) => `GPU_BROKER_${n}`),
+    ...['GPU_BROKER_TASK_ID', 'GPU_BROKER_WORKER_ID', 'HOME', 'LANG', 'LD_DEBUG', 'LD_DEBUG_OUTPUT', 'MARK'],
+    ...['PATH', 'PWD', 'TMPDIR'],
+  ].sort();
   const env = { MARK: 'a b=c', LD_DEBUG: 'files', LD_DEBUG_OUTPUT: '/tmp/ld' };
 
   for (const dropUid of [true, false]) {
@@ -175,6 +200,7 @@ describe('in a real sandbox', () => {
       expect(out).toContain('mark=[a b=c]');
       expect(out).toContain('debug-files');
       expect(out).toContain('helpers=none');
+      expect(out).toContain(`names=${names.join(' ')} \n`);
       const m = /owners=(\S+) uid=(\d+)/.exec(out);
       expect(m?.[1]).toBe(m?.[2]);
     });
