@@ -44,8 +44,8 @@ export { findOnPath } from './helper-commands.js';
  * at that exec. A root bwrap execs setpriv with its own fixed env, and setpriv (now the task's uid, no
  * capabilities, no_new_privs) execs `env -i -- NAME=VALUE… argv`, whose own start-up sees no task
  * variable either: so no ld.so variable (LD_DEBUG_OUTPUT, LD_PROFILE…), no locale or shell variable of
- * the spec is ever read by a process running as root. (`--clearenv` would be simpler but needs
- * bubblewrap 0.5; Debian 11 and RHEL 8 ship 0.4.) bwrap's options (every host path: data dirs,
+ * the spec is ever read by a process running as root. (`--clearenv` would do in one option what
+ * `--unsetenv` does per name, but only from bubblewrap 0.5 on.) bwrap's options (every host path: data dirs,
  * hidden paths, the task dir) travel through a pipe (`--args`), so the sandbox's PID 1, whose command
  * line the task can read at /proc/1/cmdline, shows only `bwrap --args 4 -- <command>`.
  */
