@@ -38,13 +38,3 @@ export function findOnPath(name: string, path: string): string | null {
 export function findHelper(name: string, path: string = HELPER_PATH): string | null {
   return findOnPath(name, path);
 }
-
-/**
- * `name` on HELPER_PATH, or an error saying how to install it: for a helper the worker cannot run a
- * task without (e.g. `env`, which applies the spec's env inside the sandbox).
- */
-export function requireHelper(name: string, install: string, path: string = HELPER_PATH): string {
-  const found = findHelper(name, path);
-  if (found === null) throw new Error(`${name} is not installed in ${path}: ${install}`);
-  return found;
-}

@@ -195,8 +195,8 @@ export function bwrapArgs(req: BwrapRequest): string[] {
       '--no-new-privs',
       '--',
     );
-    // After the uid drop: env starts with bwrap's cleared environment and execs the task with exactly
-    // the task's. `--` ends env's options; every NAME=VALUE then precedes the program (taskEnvProblem).
+    // After the uid drop: env starts with bwrap's fixed environment (never the task's) and execs the
+    // task with exactly the task's. `--` ends env's options; every NAME=VALUE then precedes the program (taskEnvProblem).
     // PWD last, as bwrap itself sets it at `--chdir` for the task it execs (the unprivileged path).
     if (req.taskEnv !== undefined)
       args.push(
