@@ -82,6 +82,10 @@ beforeAll(async () => {
     env: { GPU_BROKER_LOG_LEVEL: 'silent', PATH: `${fakeBin}:/usr/bin:/bin` },
     stopSignal: stop,
   };
+  // The daemon's own PATH leads to the fakes as well: the worker must find its helpers on its fixed
+  // path, not on whatever PATH it was started with.
+  const hostPath = process.env['PATH'];
+  process.env['PATH'] = `${fakeBin}:${hostPath ?? '/usr/bin:/bin'}`;
   workerExit = runWorkerCli(
     [
       '--url',
@@ -106,9 +110,14 @@ beforeAll(async () => {
     ],
     io,
   );
-  await waitFor(() => m.deps.cluster.fleet.get(WORKER_ID).cards.length === 2, {
-    what: `two sim cards on ${WORKER_ID} (worker said: ${workerErr.join('')})`,
-  });
+  try {
+    await waitFor(() => m.deps.cluster.fleet.get(WORKER_ID).cards.length === 2, {
+      what: `two sim cards on ${WORKER_ID} (worker said: ${workerErr.join('')})`,
+    });
+  } finally {
+    if (hostPath === undefined) delete process.env['PATH'];
+    else process.env['PATH'] = hostPath;
+  }
 });
 
 afterAll(async () => {

@@ -1,11 +1,19 @@
-import { chmodSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import type { SandboxSetup } from '../../../worker/executor.js';
 import { startExecution } from '../../../worker/executor.js';
-import { HELPER_ENV } from '../../../worker/helper-commands.js';
+import { findOnPath, HELPER_ENV } from '../../../worker/helper-commands.js';
 import {
   type BwrapRequest,
   bwrapArgs,
@@ -294,5 +302,35 @@ describe('container tasks', () => {
     // Never a bare `--env NAME`, which would copy the engine's own variable into the container.
     const envArgs = args.flatMap((a, i) => (a === '--env' ? [args[i + 1] ?? ''] : []));
     expect(envArgs).toEqual(['B=two\nlines']);
+  });
+});
+
+describe('helpers are found at start on a fixed path', () => {
+  it('a missing env (or bwrap) stops the worker at start, naming the package', async () => {
+    const bin = mkdtempSync(join(tmpdir(), 'gpu-broker-helpers-'));
+    try {
+      symlinkSync('/usr/bin/bwrap', join(bin, 'bwrap'));
+      symlinkSync('/usr/bin/setpriv', join(bin, 'setpriv'));
+      const probe = await probeBwrap({ path: bin, root: true });
+      expect(probe.ok).toBe(false);
+      expect(probe.detail).toMatch(/env is not installed.*coreutils/);
+      const none = await probeBwrap({ path: join(bin, 'nothing'), root: false });
+      expect(none.detail).toMatch(/bwrap\) is not installed.*apt-get install bubblewrap/);
+    } finally {
+      rmSync(bin, { recursive: true, force: true });
+    }
+  });
+
+  it('never looks in a relative or empty PATH entry (where the worker happened to start)', () => {
+    const cwd = process.cwd();
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-cwd-'));
+    try {
+      writeFileSync(join(dir, 'bwrap'), '#!/bin/sh\n', { mode: 0o755 });
+      process.chdir(dir);
+      expect(findOnPath('bwrap', ':.:bin')).toBeNull();
+    } finally {
+      process.chdir(cwd);
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
