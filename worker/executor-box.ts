@@ -25,6 +25,11 @@ export interface BoxSpawn {
   readonly gid?: number;
   /** Give the process a pipe on fd 3 (bwrap's JSON status). */
   readonly statusPipe?: boolean;
+  /**
+   * Written into a pipe on fd 4 and closed (bwrap's `--args 4`): the sandbox's options, kept off its
+   * command line (sandbox-bwrap.ts bwrapCommandLine).
+   */
+  readonly argsData?: Buffer;
 }
 
 /** A task's exit as the box reports it. */

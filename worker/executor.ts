@@ -2,10 +2,12 @@ import type { ChildProcess, StdioOptions } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { chmod, chown, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
+import type { Writable } from 'node:stream';
 import type { ExecutionPlan, FailureReason } from '../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../src/platform/clock.js';
 import type { TaskBox } from './executor-box.js';
-import { bwrapBox, plainBox } from './executor-box.js';
+import { plainBox } from './executor-box.js';
+import { bwrapBoxFor } from './executor-bwrap.js';
 import type { ContainerTasks } from './executor-container.js';
 import { containerBoxFor } from './executor-container.js';
 import type { ExecutorProvider, TaskDirs } from './executor-env.js';
@@ -20,10 +22,9 @@ import { probeOomKills, readOomKillCount } from './executor-process-group.js';
 import { type DataMount, mountPointOf } from './mounts.js';
 import type { RunAs } from './run-as.js';
 import type { SystemMounts } from './sandbox-bwrap.js';
-import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
+import { SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
 import { NOBODY } from './sandbox-container.js';
 import type { SimNodes } from './sandbox-devices.js';
-import { deviceNodesFor } from './sandbox-devices.js';
 import type { TaskUidPool } from './task-uids.js';
 
 /**
@@ -96,6 +97,8 @@ export type SandboxSetup =
       readonly bwrap: string;
       /** setpriv, when the worker is root (each task then gets its own uid from `uids`). */
       readonly setpriv: string | null;
+      /** env (absolute): sets the task's env after setpriv's uid drop (sandbox-bwrap.ts). */
+      readonly envHelper: string;
       /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
       readonly uids: TaskUidPool | null;
       /** Host paths no task may see (the data dirs); /root, /home and the plan's list are added. */
@@ -249,8 +252,11 @@ class ExecutionRun {
 
     // 2. spawn
     const box = setup.box;
-    const { command, args, env, uid, gid, statusPipe } = box.spawn;
-    const stdio: StdioOptions = statusPipe ? ['ignore', 'pipe', 'pipe', 'pipe'] : ['ignore', 'pipe', 'pipe'];
+    const { command, args, env, uid, gid, statusPipe, argsData } = box.spawn;
+    const stdio: StdioOptions = ['ignore', 'pipe', 'pipe'];
+    // fd 3: bwrap's JSON status; fd 4: its options (`--args 4`), so they never show on a command line.
+    if (statusPipe || argsData !== undefined) stdio.push(statusPipe ? 'pipe' : 'ignore');
+    if (argsData !== undefined) stdio.push('pipe');
     let child: ChildProcess;
     try {
       child = spawn(command, args, {
@@ -278,6 +284,12 @@ class ExecutionRun {
     }
     // Later 'error' events (e.g. a failed kill) must not become uncaught exceptions.
     child.on('error', () => undefined);
+    if (argsData !== undefined) {
+      // bwrap reads its options to the end before anything else; if it dies first, its exit says why.
+      const argsPipe = child.stdio[4] as Writable | null | undefined;
+      argsPipe?.on('error', () => undefined);
+      argsPipe?.end(argsData);
+    }
     box.attach(child);
     const pgid = child.pid;
     this.pid = pgid;
@@ -440,39 +452,17 @@ class ExecutionRun {
       const [command = '', ...args] = this.plan.argv ?? runtime.argv;
       return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };
     }
-    let devices: ReturnType<typeof deviceNodesFor>;
-    try {
-      devices = deviceNodesFor(this.opts.provider, this.plan.cards, {
-        ...(sandbox.simNodes === undefined ? {} : { simNodes: sandbox.simNodes }),
-        ...(sandbox.devDir === undefined ? {} : { devDir: sandbox.devDir }),
-      });
-    } catch (err) {
-      return describe(err);
-    }
-    const hidden = hiddenMounts([
-      ...sandbox.hiddenPaths,
-      ...ALWAYS_HIDDEN,
-      ...(this.plan.hidden_paths ?? []),
-    ]);
-    const pinned = programBinds(
-      runtime.argv[0],
-      (this.plan.pins ?? []).map((p) => p.path),
-    );
-    const args = bwrapArgs({
-      system: sandbox.system,
+    const box = bwrapBoxFor({
+      plan: this.plan,
+      sandbox,
+      provider: this.opts.provider,
       taskDir,
-      hidden,
-      pinned,
-      devices,
-      network: this.plan.spec.network ?? 'none',
-      identity:
-        identity === null || sandbox.setpriv === null ? null : { ...identity, setpriv: sandbox.setpriv },
-      statusFd: 3,
-      argv: this.plan.argv ?? runtime.argv,
-      inputs: { dir: inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
+      inputsDir,
       mounts,
+      identity,
+      env,
     });
-    return { box: bwrapBox({ command: sandbox.bwrap, args, env }), owner };
+    return typeof box === 'string' ? box : { box, owner };
   }
 
   private releaseUid(): void {

@@ -1,5 +1,6 @@
 import { execFile } from 'node:child_process';
 import type { ProbeMessage } from '../src/contracts/worker-protocol.js';
+import { HELPER_ENV } from './helper-commands.js';
 
 /**
  * Probes the qualification interpreter the master names in its welcome (issue 11, item 1): does it
@@ -41,7 +42,7 @@ export function probeInterpreter(python: string, timeoutMs = PROBE_TIMEOUT_MS): 
     execFile(
       python,
       ['-c', PROBE_SCRIPT],
-      { timeout: timeoutMs, maxBuffer: 1024 * 1024, env: { PATH: process.env['PATH'] ?? '/usr/bin:/bin' } },
+      { timeout: timeoutMs, maxBuffer: 1024 * 1024, env: { ...HELPER_ENV } },
       (err, stdout, stderr) => {
         const failed = (error: string): void =>
           resolve({ python, torch_version: null, backend: null, error: error.slice(-4096) });

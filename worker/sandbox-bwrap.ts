@@ -1,8 +1,11 @@
 import { execFile } from 'node:child_process';
 import { existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
-import { delimiter, dirname, join } from 'node:path';
+import { dirname, join } from 'node:path';
 import type { NetworkMode } from '../src/contracts/task-spec.js';
+import { findHelper, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 import type { DeviceNode } from './sandbox-devices.js';
+
+export { findOnPath } from './helper-commands.js';
 
 /**
  * The bubblewrap sandbox every `process` task runs in (issue 9, docs/security.md).
@@ -34,6 +37,17 @@ import type { DeviceNode } from './sandbox-devices.js';
  * `setpriv` as a uid of its own (task-uids.ts) with no capabilities and no_new_privs, so setuid binaries
  * on the read-only host gain nothing. A worker that is not root runs bwrap in a user namespace: the task
  * keeps the worker's uid on the host, with its own namespaces around it.
+ *
+ * Environment (issue 20): the spec's env reaches the task's own process and nothing before it. bwrap
+ * runs with the fixed helper env (HELPER_ENV and the execution id). An unprivileged bwrap execs the task
+ * itself: `--unsetenv` drops its own names the task does not set and `--setenv` applies the task's env
+ * at that exec. A root bwrap execs setpriv with its own fixed env, and setpriv (now the task's uid, no
+ * capabilities, no_new_privs) execs `env -i -- NAME=VALUE… argv`, whose own start-up sees no task
+ * variable either: so no ld.so variable (LD_DEBUG_OUTPUT, LD_PROFILE…), no locale or shell variable of
+ * the spec is ever read by a process running as root. (`--clearenv` would do in one option what
+ * `--unsetenv` does per name, but only from bubblewrap 0.5 on.) bwrap's options (every host path: data dirs,
+ * hidden paths, the task dir) travel through a pipe (`--args`), so the sandbox's PID 1, whose command
+ * line the task can read at /proc/1/cmdline, shows only `bwrap --args 4 -- <command>`.
  */
 
 /** Where the task's execution dir appears inside the sandbox. */
@@ -108,6 +122,17 @@ export interface BwrapRequest {
     readonly inside: string;
     readonly readOnly: boolean;
   }>;
+  /**
+   * The task's environment, applied only to the task's own exec (see the module comment); `envHelper`
+   * is the absolute path of `env`, run after setpriv's uid drop. Absent: bwrap's children inherit
+   * bwrap's own environment (the Slurm rank wrapper sets it up itself).
+   */
+  readonly taskEnv?: {
+    readonly vars: Readonly<Record<string, string>>;
+    readonly envHelper: string;
+    /** The names in bwrap's own environment: an unprivileged bwrap unsets those the task does not set. */
+    readonly bwrapEnvNames: readonly string[];
+  };
 }
 
 /** The argv after `bwrap` for one task; pure, see the module comment for the layout. */
@@ -151,6 +176,12 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   // /mnt is not a system dir: made here 0755 so that a task uid can reach the mounts below it.
   if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
   for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
+  if (req.taskEnv !== undefined && req.identity === null) {
+    // No setpriv in between: bwrap's exec is the task's, with exactly the task's env.
+    const { vars, bwrapEnvNames } = req.taskEnv;
+    for (const name of bwrapEnvNames) if (!Object.hasOwn(vars, name)) args.push('--unsetenv', name);
+    for (const [name, value] of Object.entries(vars)) args.push('--setenv', name, value);
+  }
   args.push('--chdir', SANDBOX_TASK_DIR, '--');
   if (req.identity !== null) {
     const { uid, gid, setpriv } = req.identity;
@@ -164,9 +195,64 @@ export function bwrapArgs(req: BwrapRequest): string[] {
       '--no-new-privs',
       '--',
     );
+    // After the uid drop: env starts with bwrap's fixed environment (never the task's) and execs the
+    // task with exactly the task's. `--` ends env's options; every NAME=VALUE then precedes the program (taskEnvProblem).
+    // PWD last, as bwrap itself sets it at `--chdir` for the task it execs (the unprivileged path).
+    if (req.taskEnv !== undefined)
+      args.push(
+        req.taskEnv.envHelper,
+        '-i',
+        '--',
+        ...Object.entries(req.taskEnv.vars)
+          .filter(([name]) => name !== 'PWD')
+          .map(([name, value]) => `${name}=${value}`),
+        `PWD=${SANDBOX_TASK_DIR}`,
+      );
   }
   args.push(...req.argv);
   return args;
+}
+
+/**
+ * Why the task's argv and env cannot be handed to the sandbox as built by bwrapArgs, or null: a NUL byte
+ * would end an argument early (in the `--args` pipe it would start a new bwrap option), and behind
+ * `env` a program path containing `=` would be read as one more variable.
+ */
+export function taskEnvProblem(
+  argv: readonly string[],
+  vars: Readonly<Record<string, string>>,
+  viaEnvHelper: boolean,
+): string | null {
+  for (const [name, value] of Object.entries(vars))
+    if (value.includes('\0')) return `env ${name} contains a NUL byte, which no process environment can hold`;
+  if (argv.some((a) => a.includes('\0'))) return 'argv contains a NUL byte, which no command line can hold';
+  if (viaEnvHelper && (argv[0] ?? '').includes('='))
+    return `argv[0] ${JSON.stringify(argv[0])} contains "=": name the program by a path without one`;
+  return null;
+}
+
+/** How bwrap is started: a short command line, and its options as NUL-separated data for `--args`. */
+export interface BwrapCommandLine {
+  /** bwrap's argv: `--args FD -- <command>`. */
+  readonly argv: string[];
+  /** What bwrap reads from FD: its options, each ended by a NUL. */
+  readonly data: Buffer;
+}
+
+/**
+ * Splits bwrapArgs' output at the `--` after `--chdir`: the options (every host path, the task's env
+ * for an unprivileged bwrap) go through the pipe on `fd`, the command stays on the command line (bwrap
+ * takes the command only there). Throws on an option holding a NUL byte (taskEnvProblem says why first).
+ */
+export function bwrapCommandLine(args: readonly string[], fd: number): BwrapCommandLine {
+  const chdir = args.indexOf('--chdir');
+  if (chdir < 0 || args[chdir + 2] !== '--') throw new Error('bwrap arguments without --chdir DIR --');
+  const options = args.slice(0, chdir + 2);
+  if (options.some((o) => o.includes('\0'))) throw new Error('a bwrap option contains a NUL byte');
+  return {
+    argv: ['--args', String(fd), '--', ...args.slice(chdir + 3)],
+    data: Buffer.from(options.map((o) => `${o}\0`).join(''), 'utf8'),
+  };
 }
 
 /**
@@ -194,34 +280,37 @@ export interface BwrapProbe {
   readonly bwrap: string | null;
   /** The setpriv executable (absolute), needed when the worker is root. */
   readonly setpriv: string | null;
+  /** The env executable (absolute): applies the task's env after setpriv's uid drop. */
+  readonly env: string | null;
   /** What was found, or why it does not work, with the fix. */
   readonly detail: string;
 }
 
 /**
- * Finds `bwrap` (and, for a root worker, `setpriv`) on PATH and runs a throwaway sandbox with the same
- * namespaces a task gets. Never throws.
+ * Finds `bwrap`, `env` and, for a root worker, `setpriv` on the fixed HELPER_PATH (never the daemon's
+ * PATH; `path` only for tests) and runs a throwaway sandbox with the same namespaces a task gets, with
+ * HELPER_ENV as its whole environment. Never throws.
  */
 export async function probeBwrap(opts: { path?: string; root: boolean }): Promise<BwrapProbe> {
-  const path = opts.path ?? process.env['PATH'] ?? '/usr/bin:/bin';
-  const bwrap = findOnPath('bwrap', path);
-  const setpriv = findOnPath('setpriv', path);
+  const path = opts.path ?? HELPER_PATH;
+  const bwrap = findHelper('bwrap', path);
+  const setpriv = findHelper('setpriv', path);
+  const env = findHelper('env', path);
+  const missing = (detail: string): BwrapProbe => ({ ok: false, bwrap, setpriv, env, detail });
   if (bwrap === null)
-    return {
-      ok: false,
-      bwrap,
-      setpriv,
-      detail: 'bubblewrap (bwrap) is not installed: apt-get install bubblewrap (or dnf install bubblewrap)',
-    };
+    return missing(
+      `bubblewrap (bwrap) is not installed in ${path}: apt-get install bubblewrap (or dnf install bubblewrap)`,
+    );
   if (opts.root && setpriv === null)
-    return {
-      ok: false,
-      bwrap,
-      setpriv,
-      detail:
-        'setpriv is not installed (a root worker drops each task to its own uid with it): apt-get install util-linux',
-    };
-  const args = [
+    return missing(
+      `setpriv is not installed in ${path} (a root worker drops each task to its own uid with it): apt-get install util-linux`,
+    );
+  if (env === null)
+    return missing(
+      `env is not installed in ${path} (it sets each task's env inside the sandbox): apt-get install coreutils`,
+    );
+  // The same start as a task's: options through `--args`, env set by `--setenv`.
+  const options = [
     '--die-with-parent',
     '--unshare-pid',
     '--unshare-ipc',
@@ -235,41 +324,44 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
     '/dev',
     '--tmpfs',
     '/tmp',
+    '--unsetenv',
+    'LANG',
+    '--setenv',
+    'GPU_BROKER_PROBE',
+    '1',
+    '--chdir',
+    '/',
     '--',
     '/bin/true',
   ];
+  const line = bwrapCommandLine(options, 0);
   const error = await new Promise<string | null>((resolve) => {
-    execFile(bwrap, args, { timeout: 10_000 }, (err, _stdout, stderr) => {
-      resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
-    });
+    const child = execFile(
+      bwrap,
+      line.argv,
+      { env: { ...HELPER_ENV }, timeout: 10_000 },
+      (err, _out, stderr) => {
+        resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
+      },
+    );
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(line.data);
   });
   if (error !== null)
     return {
       ok: false,
       bwrap,
       setpriv,
+      env,
       detail: `bubblewrap is installed (${bwrap}) but cannot create a sandbox here: ${error}. Unprivileged user namespaces may be off (sysctl kernel.unprivileged_userns_clone=1), or run the worker as root`,
     };
   return {
     ok: true,
     bwrap,
     setpriv,
+    env,
     detail: `bubblewrap ${bwrap}${opts.root ? `, setpriv ${setpriv}` : ''}`,
   };
-}
-
-/** The absolute path of `name` in the first PATH entry that has it as an executable file. */
-export function findOnPath(name: string, path: string): string | null {
-  for (const dir of path.split(delimiter)) {
-    if (dir === '') continue;
-    const candidate = join(dir, name);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return null;
 }
 
 /**

@@ -4,7 +4,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { NetworkMode } from '../src/contracts/task-spec.js';
 import type { ContainerEngine } from '../src/contracts/worker-protocol.js';
-import { findOnPath } from './sandbox-bwrap.js';
+import { findOnPath, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 import type { DeviceNode } from './sandbox-devices.js';
 
 /**
@@ -41,7 +41,11 @@ export interface ContainerSetup {
   readonly engine: ContainerEngine;
   /** The engine's executable (absolute). */
   readonly command: string;
-  /** Environment every engine command runs with (PATH, CONTAINERS_CONF for podman). */
+  /**
+   * The whole environment of every engine command: HELPER_ENV (and CONTAINERS_CONF for podman), never
+   * the daemon's nor the spec's; the task's env goes into the container only by the env file and
+   * explicit `--env NAME=VALUE` (a bare `--env NAME` would copy the engine's own variable).
+   */
   readonly env: Readonly<Record<string, string>>;
   /** Whether the engine has an init (`--init`) that forwards SIGTERM to the task. */
   readonly init: boolean;
@@ -263,7 +267,7 @@ export interface ContainerProbeOptions {
   readonly engine: ContainerEngineChoice;
   /** Where the worker keeps its containers.conf and the probe's empty rootfs (under its data dir). */
   readonly confDir: string;
-  /** Search path for the engines; default the worker's PATH. */
+  /** Search path for the engines; default HELPER_PATH (never the daemon's PATH). */
   readonly path?: string;
   /** Where NVIDIA CDI specs are looked for; default /etc/cdi and /var/run/cdi. */
   readonly cdiDirs?: readonly string[];
@@ -286,7 +290,7 @@ export async function probeContainerEngine(opts: ContainerProbeOptions): Promise
       setup: null,
       detail: 'no container engine (--container-engine none): container tasks wait for another worker',
     };
-  const path = opts.path ?? process.env['PATH'] ?? '/usr/sbin:/usr/bin:/sbin:/bin';
+  const path = opts.path ?? HELPER_PATH;
   const cdi = hasNvidiaCdi(opts.cdiDirs ?? ['/etc/cdi', '/var/run/cdi']);
   const tried: string[] = [];
   if (opts.engine !== 'docker') {
@@ -313,8 +317,7 @@ async function probePodman(
 ): Promise<ContainerProbe | { why: string }> {
   const podman = findOnPath('podman', path);
   if (podman === null) return { why: 'podman is not installed: apt-get install podman runc' };
-  // runc lives in /usr/sbin, which a worker started from a user's shell may not have on its PATH.
-  const runc = findOnPath('runc', `${path}:/usr/sbin:/usr/bin`);
+  const runc = findOnPath('runc', path);
   const conf = join(confDir, 'containers.conf');
   const failures: string[] = [];
   for (const runtime of runtimes ?? [null, ...(runc === null ? [] : [runc])]) {
@@ -327,7 +330,7 @@ async function probePodman(
     const setup: ContainerSetup = {
       engine: 'podman',
       command: podman,
-      env: { PATH: path, CONTAINERS_CONF: conf },
+      env: { ...HELPER_ENV, CONTAINERS_CONF: conf },
       init: catatonitPresent(),
       cdi,
     };
@@ -349,7 +352,13 @@ async function probePodman(
 async function probeDocker(path: string, cdi: boolean): Promise<ContainerProbe | { why: string }> {
   const docker = findOnPath('docker', path);
   if (docker === null) return { why: 'docker is not installed' };
-  const setup: ContainerSetup = { engine: 'docker', command: docker, env: { PATH: path }, init: true, cdi };
+  const setup: ContainerSetup = {
+    engine: 'docker',
+    command: docker,
+    env: { ...HELPER_ENV },
+    init: true,
+    cdi,
+  };
   const version = await engineOutput(setup, ['info', '--format', '{{.ServerVersion}}'], 10_000);
   if (version === null) return { why: `docker (${docker}) has no reachable daemon` };
   return {

@@ -3,6 +3,7 @@ import { lstatSync, mkdirSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Provider } from '../src/contracts/sample.js';
 import type { LeasedCard } from '../src/contracts/worker-protocol.js';
+import { findHelper, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 
 /**
  * Which device nodes a task's sandbox gets: the leased cards' nodes and the vendor's control nodes,
@@ -114,9 +115,12 @@ function isCharDevice(path: string): boolean {
   }
 }
 
-function run(command: string, args: string[]): Promise<void> {
+function run(name: string, args: string[]): Promise<void> {
+  // Found on the fixed HELPER_PATH and run with HELPER_ENV, like every program the worker runs as root.
+  const command = findHelper(name);
+  if (command === null) return Promise.reject(new Error(`${name} is not installed in ${HELPER_PATH}`));
   return new Promise((resolve, reject) => {
-    execFile(command, args, { timeout: 10_000 }, (err, _out, stderr) => {
+    execFile(command, args, { env: { ...HELPER_ENV }, timeout: 10_000 }, (err, _out, stderr) => {
       if (err === null) resolve();
       else reject(new Error(`${command} ${args.join(' ')}: ${String(stderr).trim() || err.message}`));
     });

@@ -10,7 +10,7 @@ import { NOBODY, probeContainerEngine } from './sandbox-container.js';
 import type { SimNodes } from './sandbox-devices.js';
 import { makeSimDeviceNodes } from './sandbox-devices.js';
 import type { UidRange } from './task-uids.js';
-import { DEFAULT_TASK_UIDS, TaskUidPool } from './task-uids.js';
+import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
 /**
  * Chooses how a worker isolates its tasks (`--isolation auto|bwrap|none`, issue 9) and prepares what the
@@ -72,7 +72,8 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
   const root = choice.root ?? process.getuid?.() === 0;
   const range = choice.taskUids ?? DEFAULT_TASK_UIDS;
   // One pool for both kinds of task, so a process task and a container task never share a uid.
-  const uids = root ? new TaskUidPool(range) : null;
+  // Never reused (task-uids.ts): the next unused uid is kept in the data dir across restarts.
+  const uids = root ? new TaskUidPool(range, join(choice.dataDir, TASK_UIDS_STATE)) : null;
   const engine = await probeContainerEngine({
     engine: choice.containerEngine ?? 'none',
     confDir: join(choice.dataDir, 'containers'),
@@ -106,7 +107,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
     };
   }
   const probe = await probeBwrap({ root });
-  if (!probe.ok || probe.bwrap === null) {
+  if (!probe.ok || probe.bwrap === null || probe.env === null) {
     throw new IsolationUnavailableError(
       `cannot sandbox tasks: ${probe.detail}. Install it, or start the worker with --isolation none (tasks then run unsandboxed and the master marks this worker UNISOLATED)`,
     );
@@ -119,6 +120,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       kind: 'bwrap',
       bwrap: probe.bwrap,
       setpriv: root ? probe.setpriv : null,
+      envHelper: probe.env,
       uids,
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system: systemMounts(),

@@ -1,8 +1,20 @@
+import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+
 /**
- * A uid of its own for every running task (issue 9): a root worker hands each execution the lowest free
- * uid of a configured range (`--task-uids FIRST-LAST`, default DEFAULT_TASK_UIDS) and takes it back when
- * the execution has been cleaned up, so two running tasks never share a uid: neither can signal, ptrace
- * or read the other's files even outside their sandboxes. The gid is the same number.
+ * A uid of its own for every task (issue 9), never handed out twice (issue 20). A root worker gives each
+ * execution the next uid of a configured range (`--task-uids FIRST-LAST`, default DEFAULT_TASK_UIDS), so
+ * two tasks never share a uid: neither can signal, ptrace or read the other's files even outside their
+ * sandboxes. The gid is the same number.
+ *
+ * Why never reuse rather than reuse once free: state the kernel keeps per uid outlives the task's
+ * processes (the user and user-session keyrings, which since Linux 5.3 stay registered until the uid's
+ * namespace goes; POSIX message queues and shared memory counted against the uid), and so do files a
+ * task leaves owned by its uid in a writable data mount (`--mount NAME=PATH:rw`) or anywhere else the
+ * worker does not clean. A later task running as the same uid, perhaps another owner's, would inherit all
+ * of that. Cleaning every such place cannot be proven complete; not reusing can. The next uid is
+ * persisted (`stateFile`, fsync'd before the uid is used) so a restart does not start over; the default
+ * range holds two thousand million uids, so it does not run out in practice, and a narrow `--task-uids`
+ * range that does says so instead of reusing.
  *
  * The default range sits far above the ranges `useradd` and /etc/subuid hand out (1000…, 100000…), so a
  * task uid never owns a real user's files.
@@ -14,14 +26,17 @@ export interface UidRange {
   readonly last: number;
 }
 
+/** The file in the worker's data dir that holds the next never-used task uid. */
+export const TASK_UIDS_STATE = 'task-uids.next';
+
 /** The range used when `--task-uids` is not given. */
-export const DEFAULT_TASK_UIDS: UidRange = { first: 2_000_000_000, last: 2_000_065_535 };
+export const DEFAULT_TASK_UIDS: UidRange = { first: 2_000_000_000, last: 3_999_999_999 };
 
 /** Parses `FIRST-LAST`; throws a clear error for anything else, root, or an empty range. */
 export function parseUidRange(text: string): UidRange {
   const m = /^(\d+)-(\d+)$/.exec(text.trim());
   if (!m)
-    throw new Error(`--task-uids ${JSON.stringify(text)}: expected FIRST-LAST, e.g. 2000000000-2000065535`);
+    throw new Error(`--task-uids ${JSON.stringify(text)}: expected FIRST-LAST, e.g. 2000000000-3999999999`);
   const first = Number(m[1]);
   const last = Number(m[2]);
   if (first < 1000)
@@ -31,24 +46,40 @@ export function parseUidRange(text: string): UidRange {
   return { first, last };
 }
 
-/** Hands out uids of a range, one per execution id. */
+/** Hands out uids of a range, one per execution id, each at most once (see the module comment). */
 export class TaskUidPool {
   private readonly byExecution = new Map<string, number>();
   private readonly taken = new Set<number>();
+  /** The next uid never handed out (persisted in `stateFile` when there is one). */
+  private next: number;
 
-  constructor(private readonly range: UidRange) {}
+  /**
+   * `stateFile`: where the next never-used uid is kept across restarts (the worker's data dir); without
+   * one (tests) uids are still never reused within this process.
+   */
+  constructor(
+    private readonly range: UidRange,
+    private readonly stateFile?: string,
+  ) {
+    this.next = Math.max(range.first, stateFile === undefined ? range.first : readNext(stateFile));
+  }
 
-  /** The uid of `executionId`, taking the lowest free one on first call. Throws when the range is used up. */
+  /** The uid of `executionId`, taking the next never-used one on first call. Throws when the range is used up. */
   acquire(executionId: string): number {
     const have = this.byExecution.get(executionId);
     if (have !== undefined) return have;
-    for (let uid = this.range.first; uid <= this.range.last; uid++) {
-      if (this.taken.has(uid)) continue;
-      this.taken.add(uid);
-      this.byExecution.set(executionId, uid);
-      return uid;
-    }
-    throw new Error(`all ${this.range.last - this.range.first + 1} task uids are in use`);
+    while (this.taken.has(this.next)) this.next++;
+    const uid = this.next;
+    if (uid > this.range.last)
+      throw new Error(
+        `every task uid of ${this.range.first}-${this.range.last} has been used once, and uids are never reused (per-uid kernel state and files can outlive a task): give the worker a --task-uids range above ${this.range.last}`,
+      );
+    // Written before the uid is used: a crash after this wastes one uid, never hands it out twice.
+    if (this.stateFile !== undefined) writeNext(this.stateFile, uid + 1);
+    this.next = uid + 1;
+    this.taken.add(uid);
+    this.byExecution.set(executionId, uid);
+    return uid;
   }
 
   /**
@@ -63,10 +94,14 @@ export class TaskUidPool {
     if (this.taken.has(uid)) return false;
     this.taken.add(uid);
     this.byExecution.set(executionId, uid);
+    if (uid >= this.next) {
+      this.next = uid + 1;
+      if (this.stateFile !== undefined) writeNext(this.stateFile, this.next);
+    }
     return true;
   }
 
-  /** Gives `executionId`'s uid back; a no-op for an unknown id. */
+  /** Forgets `executionId`'s uid once nothing of it runs; the uid itself is never handed out again. */
   release(executionId: string): void {
     const uid = this.byExecution.get(executionId);
     if (uid === undefined) return;
@@ -78,4 +113,35 @@ export class TaskUidPool {
   inUse(): number {
     return this.taken.size;
   }
+}
+
+/** The persisted next uid; the range's start when the file is missing (a fresh data dir). */
+function readNext(file: string): number {
+  let text: string;
+  try {
+    text = readFileSync(file, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return 0;
+    throw err;
+  }
+  const n = Number(text.trim());
+  // A damaged file must not send allocation back to uids already used: refuse to guess.
+  if (!/^\d+$/.test(text.trim()) || !Number.isSafeInteger(n))
+    throw new Error(
+      `${file} does not hold a uid (${JSON.stringify(text.slice(0, 40))}): restore it or give a new --task-uids range`,
+    );
+  return n;
+}
+
+/** Replaces the state file atomically and durably (write, fsync, rename). */
+function writeNext(file: string, next: number): void {
+  const tmp = `${file}.tmp`;
+  const fd = openSync(tmp, 'w', 0o600);
+  try {
+    writeSync(fd, `${next}\n`);
+    fsyncSync(fd);
+  } finally {
+    closeSync(fd);
+  }
+  renameSync(tmp, file);
 }

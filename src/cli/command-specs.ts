@@ -120,7 +120,7 @@ export const WORKER = defineCommand({
     'token-file': {
       type: 'string',
       value: 'FILE',
-      help: 'file holding the worker token (default $GPU_BROKER_WORKER_TOKEN)',
+      help: 'file holding the worker token (default $GPU_BROKER_WORKER_TOKEN); hidden in every task sandbox',
     },
     id: {
       type: 'string',
@@ -135,7 +135,11 @@ export const WORKER = defineCommand({
       help: "the master's CA certificate (default $GPU_BROKER_CA_FILE)",
     },
     isolation: LOCAL_WORKER_FLAGS.isolation,
-    'task-uids': { type: 'string', value: 'FIRST-LAST', help: 'uid range for tasks, one uid per execution' },
+    'task-uids': {
+      type: 'string',
+      value: 'FIRST-LAST',
+      help: 'uid range for tasks of a root worker, one new uid per execution, never reused (default 2000000000-3999999999)',
+    },
     hide: {
       type: 'string',
       value: 'PATH',
@@ -203,7 +207,7 @@ export const WORKER = defineCommand({
     GPU_BROKER_LOG_LEVEL: 'log level (default info)',
   },
   examples: [
-    'worker --url https://gpu-master:8443 --token-file /etc/gpu-broker/worker.token --ca-file ca.pem',
+    'worker --url https://gpu-master:8443 --token-file /root/.gpu-broker/worker.token --ca-file ca.pem',
     'worker --backend slurm --slurm-partition gpu --slurm-job-dir /shared/gpu-broker/jobs --url https://gpu-master:8443 --token-file worker.token',
   ],
 });

@@ -56,7 +56,8 @@ export const run: CommandRunner = async (argv, io) => {
     const sandbox = await prepareSandbox({
       isolation: settings.isolation,
       dataDir: settings.dataDir,
-      hiddenPaths: settings.hide,
+      // The token file is hidden in every sandbox wherever the operator keeps it (issue 20).
+      hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],
       sampler: choice.sampler,
       containerEngine: settings.containerEngine,
       ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
@@ -107,6 +108,8 @@ export const run: CommandRunner = async (argv, io) => {
 interface Settings {
   url: string;
   token: string;
+  /** `--token-file`, absolute; hidden from every task. */
+  tokenFile?: string;
   workerId: string;
   gpus: string;
   dataDir: string;
@@ -328,6 +331,7 @@ function resolveSettings(values: FlagValues<typeof WORKER.flags>, io: CliIo): Se
   return {
     url,
     token,
+    ...(values['token-file'] === undefined ? {} : { tokenFile: resolve(values['token-file']) }),
     workerId,
     gpus: values.gpus ?? 'auto',
     dataDir: resolve(values['data-dir'] ?? '.gpu-broker-worker'),

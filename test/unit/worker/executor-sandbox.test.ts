@@ -23,7 +23,8 @@ const WORKER_SECRET = 'worker-token-0123456789abcdef';
 
 beforeAll(async () => {
   const probe = await probeBwrap({ root: process.getuid?.() === 0 });
-  if (!probe.ok || probe.bwrap === null) throw new Error(`these tests need bubblewrap: ${probe.detail}`);
+  if (!probe.ok || probe.bwrap === null || probe.env === null)
+    throw new Error(`these tests need bubblewrap: ${probe.detail}`);
   // Under /var (bound into every sandbox), so only the hiding keeps it out of sight.
   dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-sandbox-'));
   rootDir = join(dataDir, 'executions');
@@ -34,6 +35,7 @@ beforeAll(async () => {
     kind: 'bwrap',
     bwrap: probe.bwrap,
     setpriv: root ? probe.setpriv : null,
+    envHelper: probe.env,
     uids: root ? new TaskUidPool({ first: 2_000_100_000, last: 2_000_100_099 }) : null,
     hiddenPaths: [dataDir],
     system: systemMounts(),
