@@ -40,12 +40,14 @@ function job(
   script: string,
   over: Partial<WrapperSandbox> = {},
   env: Record<string, string> = { PATH: '/usr/bin:/bin' },
+  unprivileged = false,
 ) {
   const jobDir = join(jobsRoot, name);
   const taskDir = join(jobDir, 'task');
   mkdirSync(join(taskDir, 'out'), { recursive: true, mode: 0o700 });
   const argv = ['/bin/sh', '-c', script];
-  const identity = root && setpriv !== null ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
+  const identity =
+    root && setpriv !== null && !unprivileged ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
   if (identity !== null) {
     spawnSync('chown', [`${TASK_UID}:${TASK_UID}`, taskDir, join(taskDir, 'out')]);
   }
@@ -291,5 +293,30 @@ describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its 
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout).toContain('done');
     expect(r.stdout).not.toMatch(/SECRET-TOKEN|worker\.db/);
+  });
+
+  it('an unprivileged bwrap (user namespace, no setpriv) applies the env the same way: only in the task', () => {
+    const markers = makeTempDir('rank-env-userns');
+    const evil = join(markers, 'evil.sh');
+    writeFileSync(evil, `touch ${markers}/bash-env-ran\n`, { mode: 0o755 });
+    const { rank } = job(
+      'userns-env',
+      'echo "bash_env=$BASH_ENV ld=$LD_DEBUG_OUTPUT uid=$(id -u)"; tr "\\0" " " </proc/1/cmdline; echo',
+      {},
+      {
+        PATH: '/usr/bin:/bin',
+        BASH_ENV: evil,
+        SHELLOPTS: 'xtrace',
+        PS4: `$(touch ${markers}/ps4-ran)`,
+        LD_DEBUG: 'files',
+        LD_DEBUG_OUTPUT: join(markers, 'ld'),
+      },
+      true,
+    );
+    const r = runRank(rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`bash_env=${evil} ld=${join(markers, 'ld')} uid=0`);
+    expect(r.stdout).toMatch(/bwrap --args 6 -- \/bin\/bash --noprofile --norc -c /);
+    expect(readdirSync(markers)).toEqual(['evil.sh']);
   });
 });
