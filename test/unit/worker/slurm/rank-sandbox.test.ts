@@ -308,7 +308,7 @@ describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its 
         BASH_ENV: evil,
         SHELLOPTS: 'xtrace',
         PS4: `$(touch ${markers}/ps4-ran)`,
-        LD_DEBUG: 'files',
+
         LD_DEBUG_OUTPUT: join(markers, 'ld'),
       },
       true,
