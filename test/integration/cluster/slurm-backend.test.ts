@@ -13,6 +13,7 @@ import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run as workerCli } from '../../../src/cli/worker.js';
 import type { TaskView } from '../../../src/contracts/views.js';
 import { createLogger, silentLogger } from '../../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon.js';
@@ -21,6 +22,7 @@ import { SlurmDriver } from '../../../worker/slurm/driver.js';
 import type { SlurmBackend, SlurmSandbox } from '../../../worker/slurm-executor.js';
 import { jobMarker } from '../../../worker/slurm-job-setup.js';
 import { slurmPoolSampler } from '../../../worker/slurm-sampler.js';
+import { runCli } from '../../support/cli.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
@@ -610,6 +612,66 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     expect(logs.data).toContain('bash_env=../inputs/x.sh env=../inputs/x.sh');
     expect(readdirSync(markers)).toEqual([]);
   }, 90_000);
+
+  it('`gpu-broker worker --backend slurm --token-file F`: F and the data dir are hidden in every rank', async () => {
+    // The CLI itself (in-process), so that what it passes to the sandbox is what is tested.
+    const cliId = `slurm-cli-${process.pid}`;
+    const cliRoot = mkdtempSync('/var/tmp/gpu-broker-slurm-cli-');
+    chmodSync(cliRoot, 0o755);
+    const cliToken = join(cliRoot, 'worker.token');
+    const token = m.createToken(`w-${cliId}`, ['worker'], cliId);
+    writeFileSync(cliToken, `${token}\n`, { mode: 0o600 });
+    chmodSync(cliToken, 0o644);
+    const caFile = join(cliRoot, 'ca.pem');
+    if (m.caPem !== null) writeFileSync(caFile, m.caPem);
+    let stop!: () => void;
+    const stopped = new Promise<void>((r) => {
+      stop = r;
+    });
+    const cli = runCli(
+      workerCli,
+      [
+        ...['--backend', 'slurm', '--slurm-partition', PARTITION, '--slurm-simulated-gpus'],
+        ...['--slurm-job-dir', join(cliRoot, 'jobs'), '--slurm-poll-ms', '250'],
+        ...['--slurm-gpu-dev-dir', join(avail.ok ? avail.slurm.localDir : '/nonexistent', 'dev')],
+        ...['--url', m.url, '--token-file', cliToken, '--id', cliId, '--data-dir', join(cliRoot, 'data')],
+        ...(m.caPem === null ? [] : ['--ca-file', caFile]),
+      ],
+      { GPU_BROKER_LOG_LEVEL: 'silent', PATH: process.env.PATH },
+      stopped,
+    );
+    try {
+      await waitFor(
+        async () => {
+          const r = expectOk(await callTool<{ cards: CardRow[] }>(ops, 'list_cards', {}));
+          return r.cards.some((c) => c.worker_id === cliId && c.state === 'AVAILABLE');
+        },
+        { timeoutMs: 30_000, what: 'the CLI Slurm worker listed' },
+      );
+      // The CLI tightened the file to 0600 at start; a task running as the worker's own uid (an
+      // unprivileged worker) could still read that, so only hiding protects it: make the mode irrelevant.
+      chmodSync(cliToken, 0o644);
+      const taskId = await approveTask(
+        alice,
+        rita,
+        shellSpec(
+          `cat ${cliToken} 2>&1; echo; ls ${join(cliRoot, 'data')} | wc -l | sed "s/^/data-entries=/"; echo end`,
+          { cards: { count: 1 }, worker: cliId },
+        ),
+      );
+      const done = await waitUntilSettled(alice, taskId, 60_000);
+      expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+      const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+      expect(logs.data).toContain('data-entries=0');
+      expect(logs.data).toContain('end');
+      expect(logs.data).not.toContain(token.slice(0, 16));
+    } finally {
+      stop();
+      const r = await cli;
+      rmSync(cliRoot, { recursive: true, force: true });
+      expect(r.code, r.stderr).toBe(0);
+    }
+  }, 120_000);
 
   it('scancels a job carrying its marker for an execution it does not know (fencing)', async () => {
     const stale = execFileSync(
