@@ -328,8 +328,10 @@ class SlurmRun {
 
   private async ensureStarted(job: SlurmJob): Promise<void> {
     if (this.startedAt !== null) return;
+    // A job that already ended may show its nodes with no GPU indices any more (`GRES=` empty once it is
+    // COMPLETING): then the wrapper's binding.json is the record, not an empty list.
     const fromSlurm: SlurmBinding | null =
-      job.gpus.length > 0
+      job.gpus.length > 0 && job.gpus.every((g) => g.indices.length > 0)
         ? { nodes: job.gpus.map((g) => ({ node: g.node, gpus: [...g.indices] })) }
         : job.nodes.length > 0 && job.state !== 'CONFIGURING'
           ? await this.bindingFromFile()

@@ -4,12 +4,15 @@ import type { ExecutionPlan } from '../src/contracts/worker-protocol.js';
 import { buildTaskEnv } from './executor-env.js';
 import { placeInputs } from './executor-inputs.js';
 import { mountPointOf } from './mounts.js';
-import { ALWAYS_HIDDEN, bwrapArgs, hiddenMounts, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
+import { ALWAYS_HIDDEN, bwrapArgs, programBinds, SANDBOX_TASK_DIR } from './sandbox-bwrap.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './slurm/job-wrapper.js';
+import { hiddenPathList, splitBwrapArgs } from './slurm/rank-script.js';
 import type { SlurmSubmitRequest } from './slurm/types.js';
 import type { SlurmExecutionOptions } from './slurm-executor.js';
 
 const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
+/** Variable names Slurm reads or sets itself: a spec may not set them for its task. */
+const SLURM_OWN = /^(SLURM_|SLURMD_|SBATCH_|SRUN_|SALLOC_|SPANK_)/;
 
 /** The `--comment` marker of this worker's jobs: `gpu-broker:<worker>:<execution>`. */
 export function jobMarker(workerId: string, executionId: string): string {
@@ -23,9 +26,10 @@ export function markerPrefix(workerId: string): string {
 
 /**
  * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime; named
- * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox (all but the device binds, which only the node knows),
- * writes the job wrapper and the task's directories, builds the env from nothing, and returns the
- * sbatch request — or why the plan cannot run as a Slurm job.
+ * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox
+ * (all but the device binds and which hidden paths exist, which only the node knows), writes the job
+ * wrapper, the task's env file (the only way the spec's env travels: issue 20) and the task's
+ * directories, and returns the sbatch request — or why the plan cannot run as a Slurm job.
  */
 export async function prepareSlurmJob(
   plan: ExecutionPlan,
@@ -39,6 +43,15 @@ export async function prepareSlurmJob(
   const runtime = plan.spec.runtime;
   if (runtime.kind !== 'process')
     return `runtime kind ${runtime.kind} is not supported by a Slurm worker; run a process task`;
+  const slurmOwn = Object.keys(runtime.env ?? {}).find((k) => SLURM_OWN.test(k));
+  if (slurmOwn !== undefined)
+    return `environment variable ${JSON.stringify(slurmOwn)} is Slurm's own: a Slurm worker sets these for the task; remove it from runtime.env`;
+  // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
+  // mode, src/domain/run-argv.ts), else the spec's.
+  const argv = plan.argv ?? runtime.argv;
+  // Each rank starts the task through `env -i -- NAME=VALUE… argv`: a program path with `=` would read as a variable.
+  if ((argv[0] ?? '').includes('='))
+    return `argv[0] ${JSON.stringify(argv[0])} contains "=": name the program by a path without one`;
   const inputs = plan.spec.inputs ?? [];
   if (inputs.length > 0 && opts.inputs === undefined)
     return 'this worker was started without a way to fetch inputs';
@@ -75,45 +88,75 @@ export async function prepareSlurmJob(
     const args = bwrapArgs({
       system: sandbox.setup.system,
       taskDir,
-      // The job directory is hidden as well, in case it lies under a system dir: a task never sees
-      // another job's files or its own binding.json and exit.json.
-      hidden: hiddenMounts([
-        ...sandbox.setup.hiddenPaths,
-        ...ALWAYS_HIDDEN,
-        backend.jobDir,
-        ...(plan.hidden_paths ?? []),
-      ]),
+      // Hidden by rank.sh on each node where they exist (below).
+      hidden: [],
       pinned: programBinds(
-        runtime.argv[0],
+        argv[0],
         (plan.pins ?? []).map((p) => p.path),
       ),
       devices: [],
       network: plan.spec.network ?? 'none',
       identity,
       statusFd: null,
-      argv: plan.argv ?? runtime.argv,
+      argv,
       mounts,
       inputs: {
         dir: inputsDir,
         entries: [...new Set(inputs.map((i) => i.path.split('/')[0] as string))].sort(),
       },
     });
-    const at = args.indexOf('--chdir');
+    const split = splitBwrapArgs(args, argv);
+    if (split === null) return 'internal error: unexpected bwrap argument layout for a Slurm rank';
     wrapperSandbox = {
+      ...split,
       bwrap: sandbox.setup.bwrap,
-      before: args.slice(0, at),
-      after: args.slice(at),
+      // The worker's data dir and token file (setup.hiddenPaths), /root, /home, the policy's paths and
+      // the whole job directory: a task never sees another job's files nor its own binding.json,
+      // exit.json and task.env.
+      hidden: hiddenPathList([
+        ...sandbox.setup.hiddenPaths,
+        ...ALWAYS_HIDDEN,
+        backend.jobDir,
+        ...(plan.hidden_paths ?? []),
+      ]),
       gpuDevDir: sandbox.gpuDevDir,
       gpuKind: sandbox.gpuKind ?? 'nvidia',
       pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
     };
   }
+  // The task's environment from nothing: the base, the spec's env, GPU_BROKER_*; the ranks add the binding.
+  const env = buildTaskEnv(
+    plan,
+    sandbox === null
+      ? { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') }
+      : { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' },
+    opts.workerId,
+    opts.provider,
+    { sandboxed: sandbox !== null },
+  );
+  // Tells the task (the qualification workload) that its GPUs are the ones Slurm gave the job.
+  env.GPU_BROKER_BACKEND = 'slurm';
+  // The lease's indexes are pool slots, not devices: each rank sets the visible devices for the GPUs
+  // Slurm gave it (and a sandboxed rank renumbers them for the devices it binds).
+  for (const k of [
+    'CUDA_VISIBLE_DEVICES',
+    'HIP_VISIBLE_DEVICES',
+    'ROCR_VISIBLE_DEVICES',
+    'GPU_BROKER_GPU_IDS',
+    'GPU_BROKER_GPU_UUIDS',
+  ])
+    delete env[k];
   try {
     await mkdir(backend.jobDir, { recursive: true, mode: 0o700 });
     await writeJobFiles({
       jobDir: execDir,
-      argv: [...(plan.argv ?? runtime.argv)],
+      argv: [...argv],
+      taskEnv: env,
       ntasksPerNode: 1,
+      slurmCommands: {
+        srun: backend.driver.commandPath('srun'),
+        scontrol: backend.driver.commandPath('scontrol'),
+      },
       ...(wrapperSandbox === undefined ? {} : { sandbox: wrapperSandbox }),
     });
     await mkdir(taskDir, { mode: 0o700 });
@@ -129,27 +172,6 @@ export async function prepareSlurmJob(
     const problem = await placeInputs(inputs, inputsDir, id, opts.inputs);
     if (problem !== null) return problem;
   }
-  const env = buildTaskEnv(
-    plan,
-    sandbox === null
-      ? { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') }
-      : { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' },
-    opts.workerId,
-    opts.provider,
-    { sandboxed: sandbox !== null },
-  );
-  // The lease's indexes are pool slots, not devices: Slurm sets the visible devices itself (and a
-  // sandboxed rank renumbers them for the devices it binds).
-  // Tells the task (the qualification workload) that its GPUs are the ones Slurm gave the job.
-  env.GPU_BROKER_BACKEND = 'slurm';
-  for (const k of [
-    'CUDA_VISIBLE_DEVICES',
-    'HIP_VISIBLE_DEVICES',
-    'ROCR_VISIBLE_DEVICES',
-    'GPU_BROKER_GPU_IDS',
-    'GPU_BROKER_GPU_UUIDS',
-  ])
-    delete env[k];
   const files = jobFiles(execDir);
   return {
     scriptPath: files.script,
@@ -165,7 +187,6 @@ export async function prepareSlurmJob(
     stdout: files.stdout,
     stderr: files.stderr,
     chdir: taskDir,
-    env,
     extraArgs: [...backend.extraArgs],
   };
 }

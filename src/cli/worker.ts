@@ -163,7 +163,15 @@ async function runSlurmWorker(
   } catch (err) {
     throw new BrokerError('INVALID_INPUT', `--slurm-extra-arg: ${(err as Error).message}`, SLURM_USAGE);
   }
+  // sbatch, scontrol, … are found once, now, on this process's PATH; each runs with a fixed env.
   const driver = new SlurmDriver();
+  for (const cmd of ['sbatch', 'scontrol', 'scancel'] as const)
+    if (driver.commandPath(cmd) === null)
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `${cmd} is not installed on this host's PATH: install Slurm's client commands (apt-get install slurm-client) or add their directory to PATH`,
+        SLURM_USAGE,
+      );
   const sampler = slurmPoolSampler({
     driver,
     partition: slurm.partition,
@@ -179,7 +187,8 @@ async function runSlurmWorker(
       : await prepareSandbox({
           isolation: settings.isolation,
           dataDir: settings.dataDir,
-          hiddenPaths: settings.hide,
+          // The token file is hidden in every rank's sandbox wherever the operator keeps it (issue 20).
+          hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],
           sampler,
           containerEngine: 'none',
           ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),

@@ -3,11 +3,14 @@
  * broker: the worker's Slurm backend calls it to list nodes and GPU holders, submit a wrapped job, read
  * a job's state and binding, and cancel.
  *
- * Every command runs through execFile (no shell) with a timeout and a controlled environment: the
- * driver's `env` (by default PATH, HOME, USER, LANG and SLURM_CONF of the worker), plus TZ=UTC and
- * SLURM_TIME_FORMAT=standard so that timestamps parse the same everywhere. SBATCH_* / SLURM_* variables of
- * the worker's environment are therefore never read by sbatch (they would change options behind the
- * operator's back). A failure is a SlurmCommandError carrying the command's stderr.
+ * Commands (issue 20): sbatch, scontrol, scancel, sacct and srun are resolved to absolute paths once, when
+ * the driver is made (at worker start), on the operator's PATH (or `binDir`); each then runs through
+ * execFile (no shell) with a timeout and a fixed environment, SLURM_COMMAND_ENV: PATH (system dirs),
+ * LANG=C, TZ=UTC and SLURM_TIME_FORMAT=standard (timestamps parse the same everywhere), plus SLURM_CONF
+ * when the operator's environment sets it — nothing else. A spec's env never reaches a command, and the
+ * worker's own SBATCH_* / SLURM_* variables are never read (they would change options behind the
+ * operator's back: fixed options go in `--slurm-extra-arg`). The job's environment is that one too
+ * (`--export=ALL`, sbatch-args.ts). A failure is a SlurmCommandError carrying the command's stderr.
  *
  * A job that scontrol does not know is `null` from {@link SlurmDriver.job}. slurmctld forgets ended
  * jobs MinJobAge seconds (300 by default) after they end, so `null` for a job the caller submitted
@@ -18,6 +21,8 @@
  * not Slurm's: ids are reused only after MaxJobId wraps.
  */
 import { execFile } from 'node:child_process';
+import { statSync } from 'node:fs';
+import { delimiter, isAbsolute, join } from 'node:path';
 import { SlurmCommandError, SlurmRequestError } from './errors.js';
 import { findJobcompRecord, parseConfig, safeExpand } from './jobcomp.js';
 import {
@@ -42,16 +47,41 @@ import type {
 export { findJobcompRecord, parseConfig, parseJobcompLine } from './jobcomp.js';
 export { buildSbatchArgs } from './sbatch-args.js';
 
+/** The search path every Slurm command (and the job's scripts) runs with. */
+export const SLURM_COMMAND_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
+
+/** The Slurm commands the driver runs or the job wrapper embeds. */
+export type SlurmCommand = 'sbatch' | 'scontrol' | 'scancel' | 'sacct' | 'srun';
+const COMMANDS: readonly SlurmCommand[] = ['sbatch', 'scontrol', 'scancel', 'sacct', 'srun'];
+
+/**
+ * The whole environment of a Slurm command: fixed, plus the operator's SLURM_CONF (the one variable a
+ * site's worker may need to find its cluster). Pure.
+ */
+export function slurmCommandEnv(
+  operatorEnv: Readonly<Record<string, string | undefined>>,
+): Record<string, string> {
+  const env: Record<string, string> = {
+    PATH: SLURM_COMMAND_PATH,
+    LANG: 'C',
+    TZ: 'UTC',
+    SLURM_TIME_FORMAT: 'standard',
+  };
+  const conf = operatorEnv['SLURM_CONF'];
+  if (conf !== undefined && isAbsolute(conf)) env['SLURM_CONF'] = conf;
+  return env;
+}
+
 /** Options of {@link SlurmDriver}. */
 export interface SlurmDriverOptions {
   /**
-   * Environment of every Slurm command (replaces the worker's). Default: PATH, HOME, USER, LOGNAME,
-   * LANG and SLURM_CONF taken from process.env. TZ and SLURM_TIME_FORMAT are always overridden.
+   * The operator's environment, read once: its PATH finds the commands (when `binDir` is absent) and its
+   * SLURM_CONF is passed on; nothing else of it reaches a command. Default: process.env.
    */
-  env?: Record<string, string>;
+  env?: Readonly<Record<string, string | undefined>>;
   /** Per-command timeout, default 30 s (slurmctld answers in ms; a hung controller must not hang us). */
   timeoutMs?: number;
-  /** Directory of the Slurm binaries; default: found on PATH. */
+  /** Directory of the Slurm binaries; default: found on the operator's PATH, then SLURM_COMMAND_PATH. */
   binDir?: string;
   /** Largest stdout accepted from one command, default 64 MiB. */
   maxOutputBytes?: number;
@@ -73,25 +103,17 @@ const SIGNAL = /^(?:SIG)?[A-Z0-9]{2,10}$|^\d{1,2}$/;
 export class SlurmDriver {
   private readonly env: Record<string, string>;
   private readonly timeoutMs: number;
-  private readonly binDir: string | undefined;
+  private readonly paths: ReadonlyMap<SlurmCommand, string | null>;
+  private readonly searched: string;
   private readonly maxOutputBytes: number;
   private configCache: Promise<Map<string, string>> | null = null;
 
   constructor(opts: SlurmDriverOptions = {}) {
-    const base: Record<string, string> = {};
-    if (opts.env) Object.assign(base, opts.env);
-    else {
-      for (const k of ['PATH', 'HOME', 'USER', 'LOGNAME', 'LANG', 'SLURM_CONF']) {
-        const v = process.env[k];
-        if (v !== undefined) base[k] = v;
-      }
-      base.PATH ??= '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin';
-    }
-    base.TZ = 'UTC';
-    base.SLURM_TIME_FORMAT = 'standard';
-    this.env = base;
+    const operator = opts.env ?? process.env;
+    this.env = slurmCommandEnv(operator);
     this.timeoutMs = opts.timeoutMs ?? 30_000;
-    this.binDir = opts.binDir;
+    this.searched = opts.binDir ?? `${operator['PATH'] ?? ''}${delimiter}${SLURM_COMMAND_PATH}`;
+    this.paths = new Map(COMMANDS.map((c) => [c, findCommand(c, this.searched)]));
     this.maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024 * 1024;
   }
 
@@ -133,10 +155,15 @@ export class SlurmDriver {
     return out;
   }
 
+  /** The absolute path a command was resolved to when the driver was made; null when not found. */
+  commandPath(cmd: SlurmCommand): string | null {
+    return this.paths.get(cmd) ?? null;
+  }
+
   /** Submits a batch job; resolves to its id (`sbatch --parsable`, cluster suffix dropped). */
   async submit(req: SlurmSubmitRequest): Promise<string> {
-    const { args, env } = buildSbatchArgs(req);
-    const out = await this.run('sbatch', args, { ...this.env, ...env });
+    const { args } = buildSbatchArgs(req);
+    const out = await this.run('sbatch', args);
     const id = out.trim().split('\n').pop()?.split(';')[0]?.trim() ?? '';
     if (!JOB_ID.test(id))
       throw new SlurmCommandError(
@@ -271,16 +298,23 @@ export class SlurmDriver {
     };
   }
 
-  private async run(cmd: string, args: string[], env?: Record<string, string>): Promise<string> {
-    return (await this.runFull(cmd, args, env)).stdout;
+  private async run(cmd: SlurmCommand, args: string[]): Promise<string> {
+    return (await this.runFull(cmd, args)).stdout;
   }
 
-  private runFull(
-    cmd: string,
-    args: string[],
-    env: Record<string, string> = this.env,
-  ): Promise<{ stdout: string; stderr: string }> {
-    const file = this.binDir ? `${this.binDir}/${cmd}` : cmd;
+  private runFull(cmd: SlurmCommand, args: string[]): Promise<{ stdout: string; stderr: string }> {
+    const file = this.commandPath(cmd);
+    if (file === null)
+      return Promise.reject(
+        new SlurmCommandError(
+          [cmd, ...args],
+          null,
+          '',
+          'spawn',
+          `${cmd} was not found when the worker started (searched ${this.searched}): install Slurm's client commands or put their directory on the worker's PATH`,
+        ),
+      );
+    const env = this.env;
     return new Promise((resolve, reject) => {
       execFile(
         file,
@@ -309,6 +343,20 @@ export class SlurmDriver {
       );
     });
   }
+}
+
+/** `name` in the first absolute directory of `path` that has it as a regular file. */
+function findCommand(name: string, path: string): string | null {
+  for (const dir of path.split(delimiter)) {
+    if (dir === '' || !isAbsolute(dir)) continue;
+    const candidate = join(dir, name);
+    try {
+      if (statSync(candidate).isFile()) return candidate;
+    } catch {
+      // not here
+    }
+  }
+  return null;
 }
 
 function checkJobId(id: string): void {

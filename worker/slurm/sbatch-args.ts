@@ -1,8 +1,12 @@
 /**
  * The sbatch command line for a submit request, checked before anything runs: names, comments and
- * partitions from a safe alphabet, absolute paths without `%` or newlines, counts in range, variable
- * names valid and not Slurm's own, and operator extra arguments that do not set an option the driver
- * owns (their precedence over the driver's would be ambiguous). Pure.
+ * partitions from a safe alphabet, absolute paths without `%` or newlines, counts in range, and operator
+ * extra arguments that do not set an option the driver owns (their precedence over the driver's would be
+ * ambiguous). Pure.
+ *
+ * The job's environment is `--export=ALL` of sbatch's own, which the driver fixes (driver.ts): nothing of
+ * a spec travels through sbatch (the task's env is a file of the job dir, job-wrapper.ts), and NONE is
+ * not used because Slurm 22.05 then loads the job user's login environment on the node (`su -`).
  */
 import { SlurmRequestError } from './errors.js';
 import { formatSlurmTimeLimit } from './parse.js';
@@ -10,7 +14,6 @@ import type { SlurmSubmitRequest } from './types.js';
 
 /** Names and comments the broker sets: printable, no whitespace, no `=`-confusion issues in `-o` output. */
 const MARKER = /^[A-Za-z0-9._:@%+-]{1,200}$/;
-const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** sbatch options the driver sets itself: an operator's extra arg may not set them (ambiguous precedence). */
 const RESERVED_OPTIONS = [
   '--export',
@@ -40,10 +43,10 @@ const RESERVED_OPTIONS = [
 const RESERVED_SHORT = ['-o', '-e', '-D', '-J', '-N', '-t', '-p', '-A', '-q', '-G', '-W', '-H', '-n', '-a'];
 
 /**
- * sbatch arguments and the extra environment for a request; throws SlurmRequestError on bad input
- * before anything runs. Exported for unit tests.
+ * sbatch arguments for a request; throws SlurmRequestError on bad input before anything runs. Exported
+ * for unit tests.
  */
-export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[]; env: Record<string, string> } {
+export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[] } {
   checkMarker('jobName', req.jobName);
   checkMarker('comment', req.comment);
   for (const [k, v] of [
@@ -65,13 +68,6 @@ export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[]; env:
   checkCount('gpusPerNode', gpus, 0);
   checkCount('nodes', nodes, 1);
   checkCount('ntasksPerNode', tasks, 1);
-  const env = req.env ?? {};
-  for (const [k, v] of Object.entries(env)) {
-    if (!ENV_NAME.test(k)) throw new SlurmRequestError(`bad environment variable name '${k}'`);
-    if (k.startsWith('SLURM_') || k.startsWith('SBATCH_') || k.startsWith('SRUN_') || k === 'SPANK_')
-      throw new SlurmRequestError(`environment variable '${k}' is Slurm's own`);
-    if (v.includes('\0')) throw new SlurmRequestError(`environment variable '${k}' contains NUL`);
-  }
   for (const a of req.extraArgs ?? []) checkExtraArg(a);
   const args = [...(req.extraArgs ?? []), '--parsable'];
   if (req.partition !== undefined) args.push(`--partition=${req.partition}`);
@@ -93,10 +89,10 @@ export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[]; env:
     `--output=${req.stdout}`,
     `--error=${req.stderr}`,
     `--chdir=${req.chdir}`,
-    `--export=${['NONE', ...Object.keys(env).sort()].join(',')}`,
+    '--export=ALL',
     req.scriptPath,
   );
-  return { args, env: { ...env } };
+  return { args };
 }
 
 /** Throws unless `v` is a name the broker may pass to Slurm (no whitespace, `=`-safe). */

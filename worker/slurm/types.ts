@@ -148,13 +148,6 @@ export interface SlurmSubmitRequest {
   /** `--chdir`. */
   chdir: string;
   /**
-   * Variables the job gets, on top of what Slurm itself sets: passed as `--export=NONE,NAME…` with the
-   * values in sbatch's own environment, so commas and quotes in values are safe and nothing of the
-   * worker's environment leaks. With NONE, Slurm loads the submitting user's login environment on the
-   * node (HOME, PATH, …) as `--get-user-env` would.
-   */
-  env?: Record<string, string>;
-  /**
    * Operator-fixed sbatch arguments (e.g. `--constraint=a100`, `--reservation=…`), put before the
    * driver's own so the driver's options win where both set the same thing. Agents never set these.
    */

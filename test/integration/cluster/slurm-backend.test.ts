@@ -1,9 +1,19 @@
 import { execFileSync, spawnSync } from 'node:child_process';
-import { chmodSync, existsSync, writeFileSync } from 'node:fs';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run as workerCli } from '../../../src/cli/worker.js';
 import type { TaskView } from '../../../src/contracts/views.js';
 import { createLogger, silentLogger } from '../../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon.js';
@@ -12,6 +22,7 @@ import { SlurmDriver } from '../../../worker/slurm/driver.js';
 import type { SlurmBackend, SlurmSandbox } from '../../../worker/slurm-executor.js';
 import { jobMarker } from '../../../worker/slurm-job-setup.js';
 import { slurmPoolSampler } from '../../../worker/slurm-sampler.js';
+import { runCli } from '../../support/cli.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
@@ -29,6 +40,15 @@ import { waitFor } from '../../support/wait.js';
  */
 
 const PARTITION = 'gpu';
+/**
+ * The master's config for this file, in one place. The hostile-env test's spec sets interpreter and
+ * loader control variables (BASH_ENV, ENV, SHELLOPTS, PS4, LD_DEBUG…) on purpose: where the policy gives
+ * error findings for such names, allow them here (policy.allowed_control_env) so the spec is approved
+ * and the worker's defences are what the test exercises.
+ */
+const MASTER_CONFIG = clusterConfig({
+  timing: { cleanup_timeout_seconds: 60, lease_grace_seconds: 30, worker_offline_seconds: 5 },
+});
 const avail = ensureSlurm();
 const slurmUp = avail.ok;
 const slurmEnv = avail.ok ? avail.slurm.env : {};
@@ -43,6 +63,13 @@ let ops: Client;
 let worker: RunningWorker;
 let dataDir: string;
 let dataset: string;
+/**
+ * Under /var/tmp, which every sandbox binds from the host (unlike /tmp): the worker's data dir and its
+ * token file live here so that only hiding them keeps them from a task.
+ */
+let secretsRoot: string;
+let tokenFile: string;
+const TOKEN_TEXT = `worker-token-${process.pid}-do-not-leak`;
 /** Mutable: one test points the sandbox at a device dir without the GPUs' nodes, one turns it off. */
 let backend: { -readonly [K in keyof SlurmBackend]: SlurmBackend[K] };
 
@@ -75,10 +102,12 @@ async function startSlurmWorker(
 }
 
 /** The bwrap sandbox a `--backend slurm` worker prepares (as the CLI does), with the test Slurm's fake GPU dir. */
-async function slurmSandbox(dir: string, gpuDevDir: string): Promise<SlurmSandbox> {
+async function slurmSandbox(dir: string, gpuDevDir: string, token?: string): Promise<SlurmSandbox> {
   const prepared = await prepareSandbox({
     isolation: 'bwrap',
     dataDir: dir,
+    // As `gpu-broker worker --token-file FILE` does: the token file is hidden in every rank's sandbox.
+    hiddenPaths: token === undefined ? [] : [token],
     sampler: slurmPoolSampler({
       driver: new SlurmDriver({ env: slurmEnv }),
       partition: PARTITION,
@@ -112,15 +141,19 @@ async function runningWithBinding(taskId: string): Promise<TaskView> {
 
 beforeAll(async () => {
   if (!slurmUp) return;
-  m = await startTestMaster({
-    config: clusterConfig({
-      timing: { cleanup_timeout_seconds: 60, lease_grace_seconds: 30, worker_offline_seconds: 5 },
-    }),
-  });
+  m = await startTestMaster({ config: MASTER_CONFIG });
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   ops = await m.mcpClient(m.operatorToken);
-  dataDir = makeTempDir('slurm-worker');
+  secretsRoot = mkdtempSync('/var/tmp/gpu-broker-slurm-secrets-');
+  chmodSync(secretsRoot, 0o755);
+  dataDir = join(secretsRoot, 'data');
+  mkdirSync(dataDir, { mode: 0o755 });
+  writeFileSync(join(dataDir, 'worker-secret.txt'), 'data-dir-secret\n', { mode: 0o644 });
+  // World-readable on purpose: a careless operator's mode must not matter, hiding must.
+  tokenFile = join(secretsRoot, 'worker.token');
+  writeFileSync(tokenFile, `${TOKEN_TEXT}\n`, { mode: 0o644 });
+  chmodSync(tokenFile, 0o644);
   dataset = makeTempDir('slurm-dataset');
   chmodSync(dataset, 0o755);
   writeFileSync(join(dataset, 'labels.txt'), 'cat\ndog\n', { mode: 0o644 });
@@ -130,7 +163,11 @@ beforeAll(async () => {
     extraArgs,
     jobDir: join(makeTempDir('slurm-jobs'), 'jobs'),
     pollMs: 250,
-    sandbox: await slurmSandbox(dataDir, join(avail.ok ? avail.slurm.localDir : '/nonexistent', 'dev')),
+    sandbox: await slurmSandbox(
+      dataDir,
+      join(avail.ok ? avail.slurm.localDir : '/nonexistent', 'dev'),
+      tokenFile,
+    ),
   };
   worker = await startSlurmWorker();
   await waitFor(async () => (await cards()).length === 8, {
@@ -143,6 +180,7 @@ afterAll(async () => {
   await worker?.close();
   await m?.close();
   removeTempDirs();
+  if (secretsRoot) rmSync(secretsRoot, { recursive: true, force: true });
 });
 
 describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
@@ -449,6 +487,191 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
     );
     expect(outputs.outputs).toEqual([]);
   }, 90_000);
+
+  it('applies a hostile spec env only to the task: no shell, srun, bwrap, setpriv or Slurm command outside reads it', async () => {
+    const markers = makeTempDir('slurm-env-markers');
+    chmodSync(markers, 0o777);
+    const evil = join(markers, 'evil.sh');
+    writeFileSync(evil, `touch ${markers}/bash-env-ran\n`, { mode: 0o755 });
+    // Programs a spec's PATH would put first: each leaves a marker, then does the real thing.
+    const fakeBin = join(markers, 'bin');
+    mkdirSync(fakeBin, { mode: 0o755 });
+    const faked = [
+      'sbatch',
+      'scontrol',
+      'scancel',
+      'squeue',
+      'sacct',
+      'srun',
+      'setpriv',
+      'bwrap',
+      'bash',
+      'env',
+    ];
+    for (const name of [
+      ...faked,
+      'sh',
+      'hostname',
+      'date',
+      'cat',
+      'mv',
+      'grep',
+      'sed',
+      'head',
+      'tr',
+      'sha256sum',
+      'cut',
+      'rm',
+    ])
+      writeFileSync(
+        join(fakeBin, name),
+        `#!/bin/sh\ntouch ${markers}/ran-${name}\nexec /usr/bin/${name} "$@"\n`,
+        {
+          mode: 0o755,
+        },
+      );
+    const lddebug = `gb-lddebug-${process.pid}`;
+    const env = {
+      PATH: `${fakeBin}:/usr/bin:/bin`,
+      BASH_ENV: evil,
+      ENV: evil,
+      SHELLOPTS: 'xtrace',
+      PS4: `$(touch ${markers}/ps4-ran)`,
+      LD_DEBUG: 'files',
+      // Relative: ld.so of any program would write it into its cwd (the task dir for the job's scripts,
+      // the worker's cwd for sbatch and scontrol).
+      LD_DEBUG_OUTPUT: lddebug,
+      SPEC_VALUE: 'a b,c "d"\nline2',
+    };
+    const script = [
+      'echo "bash_env=$BASH_ENV env=$ENV shellopts=$SHELLOPTS path=$PATH ld=$LD_DEBUG_OUTPUT"',
+      'printf "ps4=%s|value=%s|\\n" "$PS4" "$SPEC_VALUE"',
+      `cat ${tokenFile} 2>/dev/null; ls ${dataDir} 2>/dev/null`,
+      'env | grep -c "^SLURM_CONF=\\|^SLURM_SUBMIT_DIR=\\|^HOME=/root\\|^MAIL=\\|pyenv" | sed "s/^/host-vars=/"',
+    ].join('; ');
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec(script, {
+        cards: { count: 1 },
+        runtime: { kind: 'process', argv: ['/bin/sh', '-c', script], env },
+      }),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    // The task itself gets every value as the spec wrote it...
+    expect(logs.data).toContain(
+      `bash_env=${evil} env=${evil} shellopts=xtrace path=${fakeBin}:/usr/bin:/bin ld=${lddebug}`,
+    );
+    expect(logs.data).toContain(`ps4=$(touch ${markers}/ps4-ran)|value=a b,c "d"\nline2|`);
+    // ...and no host variable of the rank's login environment, nor the worker's token or data dir.
+    expect(logs.data).toContain('host-vars=0');
+    expect(logs.data).not.toContain(TOKEN_TEXT);
+    expect(logs.data).not.toContain('worker-secret.txt');
+    // Nothing outside the sandbox read BASH_ENV/ENV/SHELLOPTS+PS4 or ran a program of the spec's PATH.
+    expect(readdirSync(markers).sort()).toEqual(['bin', 'evil.sh']);
+    // ld.so wrote debug files only for the task's own programs, inside its dir; none on the submit host.
+    expect(readdirSync(process.cwd()).filter((n) => n.startsWith(lddebug))).toEqual([]);
+    const taskDir = readdirSync(backend.jobDir)
+      .map((e) => join(backend.jobDir, e, 'task'))
+      .find((d) => existsSync(d) && readdirSync(d).some((n) => n.startsWith(lddebug)));
+    expect(taskDir, 'the task wrote its own ld.so debug files').toBeDefined();
+    for (const name of readdirSync(taskDir!).filter((n) => n.startsWith(lddebug))) {
+      const text = readFileSync(join(taskDir!, name), 'utf8');
+      expect(text, name).not.toMatch(/\/(setpriv|bwrap|srun|sbatch|scontrol|slurmstepd|bash|env)\b/);
+    }
+  }, 90_000);
+
+  it('a relative BASH_ENV naming one of its own inputs (../inputs/x.sh) runs nowhere outside the sandbox', async () => {
+    const markers = makeTempDir('slurm-env-markers-rel');
+    chmodSync(markers, 0o777);
+    type Uploaded = { inputs: Array<{ path: string; sha256: string; size: number }> };
+    const up = expectOk(
+      await callTool<Uploaded>(alice, 'upload_inputs', {
+        files: [{ path: 'x.sh', content: `touch ${markers}/relative-bash-env-ran\n` }],
+        idempotency_key: m.key(),
+      }),
+    );
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec('echo "bash_env=$BASH_ENV env=$ENV"', {
+        cards: { count: 1 },
+        inputs: up.inputs,
+        runtime: {
+          kind: 'process',
+          argv: ['/bin/sh', '-c', 'echo "bash_env=$BASH_ENV env=$ENV"'],
+          env: { BASH_ENV: '../inputs/x.sh', ENV: '../inputs/x.sh', SHELLOPTS: 'xtrace' },
+        },
+      }),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+    expect(logs.data).toContain('bash_env=../inputs/x.sh env=../inputs/x.sh');
+    expect(readdirSync(markers)).toEqual([]);
+  }, 90_000);
+
+  it('`gpu-broker worker --backend slurm --token-file F`: F and the data dir are hidden in every rank', async () => {
+    // The CLI itself (in-process), so that what it passes to the sandbox is what is tested.
+    const cliId = `slurm-cli-${process.pid}`;
+    const cliRoot = mkdtempSync('/var/tmp/gpu-broker-slurm-cli-');
+    chmodSync(cliRoot, 0o755);
+    const cliToken = join(cliRoot, 'worker.token');
+    const token = m.createToken(`w-${cliId}`, ['worker'], cliId);
+    writeFileSync(cliToken, `${token}\n`, { mode: 0o600 });
+    chmodSync(cliToken, 0o644);
+    const caFile = join(cliRoot, 'ca.pem');
+    if (m.caPem !== null) writeFileSync(caFile, m.caPem);
+    let stop!: () => void;
+    const stopped = new Promise<void>((r) => {
+      stop = r;
+    });
+    const cli = runCli(
+      workerCli,
+      [
+        ...['--backend', 'slurm', '--slurm-partition', PARTITION, '--slurm-simulated-gpus'],
+        ...['--slurm-job-dir', join(cliRoot, 'jobs'), '--slurm-poll-ms', '250'],
+        ...['--slurm-gpu-dev-dir', join(avail.ok ? avail.slurm.localDir : '/nonexistent', 'dev')],
+        ...['--url', m.url, '--token-file', cliToken, '--id', cliId, '--data-dir', join(cliRoot, 'data')],
+        ...(m.caPem === null ? [] : ['--ca-file', caFile]),
+      ],
+      { GPU_BROKER_LOG_LEVEL: 'silent', PATH: process.env.PATH },
+      stopped,
+    );
+    try {
+      await waitFor(
+        async () => {
+          const r = expectOk(await callTool<{ cards: CardRow[] }>(ops, 'list_cards', {}));
+          return r.cards.some((c) => c.worker_id === cliId && c.state === 'AVAILABLE');
+        },
+        { timeoutMs: 30_000, what: 'the CLI Slurm worker listed' },
+      );
+      // The CLI tightened the file to 0600 at start; a task running as the worker's own uid (an
+      // unprivileged worker) could still read that, so only hiding protects it: make the mode irrelevant.
+      chmodSync(cliToken, 0o644);
+      const taskId = await approveTask(
+        alice,
+        rita,
+        shellSpec(
+          `cat ${cliToken} 2>&1; echo; ls ${join(cliRoot, 'data')} | wc -l | sed "s/^/data-entries=/"; echo end`,
+          { cards: { count: 1 }, worker: cliId },
+        ),
+      );
+      const done = await waitUntilSettled(alice, taskId, 60_000);
+      expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+      const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+      expect(logs.data).toContain('data-entries=0');
+      expect(logs.data).toContain('end');
+      expect(logs.data).not.toContain(token.slice(0, 16));
+    } finally {
+      stop();
+      const r = await cli;
+      rmSync(cliRoot, { recursive: true, force: true });
+      expect(r.code, r.stderr).toBe(0);
+    }
+  }, 120_000);
 
   it('scancels a job carrying its marker for an execution it does not know (fencing)', async () => {
     const stale = execFileSync(

@@ -5,6 +5,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SlurmDriver } from '../../../worker/slurm/driver.js';
 import { SlurmCommandError } from '../../../worker/slurm/errors.js';
 import { readBinding, readExit, writeJobFiles } from '../../../worker/slurm/job-wrapper.js';
+import { JOB_PATH } from '../../../worker/slurm/rank-script.js';
 import type { SlurmJob } from '../../../worker/slurm/types.js';
 import { ensureSlurm } from '../../support/slurm.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
@@ -35,7 +36,13 @@ describe.skipIf(!avail.ok)(
       opts: { gpus?: number; time?: number; env?: Record<string, string>; tasks?: number } = {},
     ): Promise<{ id: string; dir: string }> {
       const dir = join(root, `${name}-${submitted.length}`);
-      const f = await writeJobFiles({ jobDir: dir, argv, ntasksPerNode: opts.tasks ?? 1 });
+      const f = await writeJobFiles({
+        jobDir: dir,
+        argv,
+        ntasksPerNode: opts.tasks ?? 1,
+        // The task's env travels in the job dir's task.env, never through sbatch.
+        ...(opts.env !== undefined ? { taskEnv: { PATH: JOB_PATH, ...opts.env } } : {}),
+      });
       const id = await driver.submit({
         scriptPath: f.script,
         stdout: f.stdout,
@@ -47,7 +54,6 @@ describe.skipIf(!avail.ok)(
         ...(opts.gpus !== undefined ? { gpusPerNode: opts.gpus } : {}),
         ...(opts.tasks !== undefined ? { ntasksPerNode: opts.tasks } : {}),
         ...(opts.time !== undefined ? { timeLimitSeconds: opts.time } : {}),
-        ...(opts.env !== undefined ? { env: opts.env } : {}),
       });
       submitted.push(id);
       return { id, dir };

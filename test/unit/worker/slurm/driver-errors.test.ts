@@ -54,27 +54,59 @@ describe('SlurmDriver command failures', () => {
     expect(err.kind).toBe('output');
   });
 
-  it('commands run with TZ=UTC, SLURM_TIME_FORMAT=standard and only the given environment', async () => {
-    fake('sbatch', 'env > "$OUT_FILE"; echo "42;cluster"');
+  it("commands are found once, at start, and run with a fixed env: never the caller's PATH nor its variables", async () => {
     const out = join(bin, 'env.txt');
-    const d = new SlurmDriver({ binDir: bin, env: { PATH: '/usr/bin:/bin', TZ: 'Europe/Paris' } });
-    process.env.SBATCH_PARTITION = 'from-the-worker';
-    const id = await d.submit({
-      scriptPath: '/j/job.sh',
-      stdout: '/j/o',
-      stderr: '/j/e',
-      chdir: '/j',
-      jobName: 'a',
-      comment: 'b',
-      env: { OUT_FILE: out },
+    // The fake sbatch writes where OUT_FILE says; that variable can only come from the script's own text.
+    fake('sbatch', `env > ${out}; echo "42;cluster"`);
+    const d = new SlurmDriver({
+      env: {
+        PATH: `${bin}:/usr/bin:/bin`,
+        TZ: 'Europe/Paris',
+        SLURM_CONF: '/etc/slurm/x.conf',
+        HOME: '/root',
+      },
     });
-    delete process.env.SBATCH_PARTITION;
-    expect(id).toBe('42');
+    expect(d.commandPath('sbatch')).toBe(join(bin, 'sbatch'));
+    process.env.SBATCH_PARTITION = 'from-the-worker';
+    // A later change of PATH (what a spec's PATH once did) does not move the commands.
+    const savedPath = process.env.PATH;
+    process.env.PATH = '/nonexistent';
+    try {
+      const id = await d.submit({
+        scriptPath: '/j/job.sh',
+        stdout: '/j/o',
+        stderr: '/j/e',
+        chdir: '/j',
+        jobName: 'a',
+        comment: 'b',
+      });
+      expect(id).toBe('42');
+    } finally {
+      process.env.PATH = savedPath;
+      delete process.env.SBATCH_PARTITION;
+    }
     const { readFileSync } = await import('node:fs');
-    const env = readFileSync(out, 'utf8');
-    expect(env).toContain('TZ=UTC');
-    expect(env).toContain('SLURM_TIME_FORMAT=standard');
-    expect(env).not.toContain('SBATCH_PARTITION');
+    const env = readFileSync(out, 'utf8')
+      .split('\n')
+      .filter((l) => l !== '' && !/^(PWD|SHLVL|_)=/.test(l))
+      .sort();
+    expect(env).toEqual([
+      'LANG=C',
+      'PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin',
+      'SLURM_CONF=/etc/slurm/x.conf',
+      'SLURM_TIME_FORMAT=standard',
+      'TZ=UTC',
+    ]);
+  });
+
+  it('a command missing at start fails as spawn, naming where it was looked for', async () => {
+    const d = new SlurmDriver({ binDir: join(bin, 'nope') });
+    expect(d.commandPath('scontrol')).toBeNull();
+    // Created after the driver was made: still not used.
+    fake('scancel', 'echo late');
+    const err = (await d.job('1').catch((e: unknown) => e)) as SlurmCommandError;
+    expect(err.kind).toBe('spawn');
+    expect(err.message).toContain(`not found when the worker started (searched ${join(bin, 'nope')})`);
   });
 
   it('bad ids and signals are refused before anything runs', async () => {

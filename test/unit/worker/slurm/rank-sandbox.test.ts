@@ -1,21 +1,18 @@
 import { spawnSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { ALWAYS_HIDDEN, bwrapArgs, findOnPath, systemMounts } from '../../../../worker/sandbox-bwrap.js';
+import { readSetupErrors } from '../../../../worker/slurm/job-wrapper.js';
 import {
-  ALWAYS_HIDDEN,
-  bwrapArgs,
-  findOnPath,
-  hiddenMounts,
-  systemMounts,
-} from '../../../../worker/sandbox-bwrap.js';
-import {
-  readSetupErrors,
+  hiddenPathList,
   renderRankScript,
   SANDBOX_SETUP_EXIT,
+  splitBwrapArgs,
+  taskEnvFile,
   type WrapperSandbox,
-} from '../../../../worker/slurm/job-wrapper.js';
+} from '../../../../worker/slurm/rank-script.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
 /**
@@ -34,20 +31,30 @@ const TASK_UID = 2_000_000_777;
 let jobsRoot: string;
 let devDir: string;
 
-/** A job dir with task/ and task/out, and rank.sh for `script` (sh -c), sandboxed like the worker does. */
-function job(name: string, script: string, over: Partial<WrapperSandbox> = {}) {
+/**
+ * A job dir with task/, task/out, task.env and rank.sh for `script` (sh -c), sandboxed like the worker
+ * does (slurm-job-setup.ts); `env` is the task's environment (task.env).
+ */
+function job(
+  name: string,
+  script: string,
+  over: Partial<WrapperSandbox> = {},
+  env: Record<string, string> = { PATH: '/usr/bin:/bin' },
+  unprivileged = false,
+) {
   const jobDir = join(jobsRoot, name);
   const taskDir = join(jobDir, 'task');
   mkdirSync(join(taskDir, 'out'), { recursive: true, mode: 0o700 });
   const argv = ['/bin/sh', '-c', script];
-  const identity = root && setpriv !== null ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
+  const identity =
+    root && setpriv !== null && !unprivileged ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
   if (identity !== null) {
     spawnSync('chown', [`${TASK_UID}:${TASK_UID}`, taskDir, join(taskDir, 'out')]);
   }
   const args = bwrapArgs({
     system: systemMounts(),
     taskDir,
-    hidden: hiddenMounts([...ALWAYS_HIDDEN, jobsRoot]),
+    hidden: [],
     pinned: [],
     devices: [],
     network: 'none',
@@ -55,22 +62,23 @@ function job(name: string, script: string, over: Partial<WrapperSandbox> = {}) {
     statusFd: null,
     argv,
   });
-  const at = args.indexOf('--chdir');
   const sandbox: WrapperSandbox = {
     bwrap: bwrap as string,
-    before: args.slice(0, at),
-    after: args.slice(at),
+    ...splitBwrapArgs(args, argv)!,
+    hidden: hiddenPathList([...ALWAYS_HIDDEN, jobsRoot]),
     gpuDevDir: devDir,
     ...over,
   };
   const rank = join(jobDir, 'rank.sh');
-  writeFileSync(rank, renderRankScript(jobDir, sandbox), { mode: 0o700 });
+  writeFileSync(rank, renderRankScript(jobDir, argv, sandbox), { mode: 0o700 });
+  writeFileSync(join(jobDir, 'task.env'), taskEnvFile(env), { mode: 0o600 });
   return { jobDir, taskDir, rank };
 }
 
 function runRank(rank: string, env: Record<string, string>) {
-  return spawnSync('/bin/bash', [rank], {
+  return spawnSync('/bin/bash', ['--noprofile', '--norc', rank], {
     encoding: 'utf8',
+    cwd: join(rank, '..', 'task'),
     env: {
       PATH: '/usr/bin:/bin',
       SLURMD_NODENAME: 'node7',
@@ -155,8 +163,8 @@ describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its 
     // A system dir that does not exist on this node: bwrap exits before the task.
     const broken = job('bwrap-fails', 'echo ran');
     const script = readFileSync(broken.rank, 'utf8').replace(
-      "BEFORE=('",
-      "BEFORE=('--ro-bind' '/no/such/dir' '/x' '",
+      "POST=('",
+      "POST=('--ro-bind' '/no/such/dir' '/x' '",
     );
     writeFileSync(broken.rank, script);
     const c = runRank(broken.rank, { SLURM_STEP_GPUS: '0' });
@@ -207,5 +215,108 @@ describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its 
     const r = runRank(rank, { SLURM_STEP_GPUS: '6' });
     expect(r.status, r.stderr).toBe(0);
     expect(r.stdout.trim()).toBe('nvidia6');
+  });
+
+  it("applies the task's env only to the task: bwrap, setpriv and the shells before it read none of it", () => {
+    const markers = makeTempDir('rank-env-markers');
+    spawnSync('chmod', ['0777', markers]);
+    const evil = join(markers, 'evil.sh');
+    writeFileSync(evil, `touch ${markers}/bash-env-ran\n`, { mode: 0o755 });
+    const fakeBin = join(markers, 'bin');
+    mkdirSync(fakeBin);
+    for (const name of ['bwrap', 'setpriv', 'env', 'bash', 'sh', 'cat', 'grep', 'printf', 'rm'])
+      writeFileSync(
+        join(fakeBin, name),
+        `#!/bin/sh\ntouch ${markers}/ran-${name}\nexec /usr/bin/${name} "$@"\n`,
+        {
+          mode: 0o755,
+        },
+      );
+    const hostile = {
+      PATH: `${fakeBin}:/usr/bin:/bin`,
+      BASH_ENV: evil,
+      ENV: evil,
+      SHELLOPTS: 'xtrace',
+      PS4: `$(touch ${markers}/ps4-ran)`,
+      LD_DEBUG: 'files',
+      LD_DEBUG_OUTPUT: 'lddebug',
+      FOO: 'line1\nline2',
+      RANK: '77',
+    };
+    const { taskDir, rank } = job(
+      'hostile-env',
+      [
+        'echo "bash_env=$BASH_ENV shellopts=$SHELLOPTS ps4=$PS4 ld=$LD_DEBUG_OUTPUT rank=$RANK"',
+        'printf "foo=%s|\\n" "$FOO"',
+        // biome-ignore lint/suspicious/noTemplateCurlyInString: a shell expansion, not a template
+        'for f in /proc/self/fd/*; do printf "%s>%s " "${f##*/}" "$(readlink $f)"; done; echo',
+        'tr "\\0" " " </proc/1/cmdline; echo',
+      ].join('; '),
+      {},
+      hostile,
+    );
+    const r = runRank(rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain(
+      `bash_env=${evil} shellopts=xtrace ps4=$(touch ${markers}/ps4-ran) ld=lddebug rank=0`,
+    );
+    expect(r.stdout).toContain('foo=line1\nline2|');
+    // No fd of the rank's is left open in the task: not the env file, the bwrap options, "started".
+    const fds = r.stdout.split('\n').find((l) => l.startsWith('0>')) ?? '';
+    expect(fds).not.toMatch(/env\.0|bwrap-args|sandbox-started|hostile-env/);
+    // The sandbox's PID 1 is bwrap: its command line names no host path, no option, no env value.
+    const cmdline = r.stdout.split('\n').find((l) => l.includes('--args')) ?? '';
+    expect(cmdline).toMatch(/^\S*bwrap --args 6 -- /);
+    expect(cmdline).not.toContain(jobsRoot);
+    expect(cmdline).not.toContain('line1');
+    // Nothing outside the task ran a marker, and ld.so wrote debug files for the task's programs only.
+    expect(readdirSync(markers).sort()).toEqual(['bin', 'evil.sh']);
+    const debug = readdirSync(taskDir).filter((n) => n.startsWith('lddebug'));
+    expect(debug.length).toBeGreaterThan(0);
+    for (const name of debug) {
+      const text = readFileSync(join(taskDir, name), 'utf8');
+      expect(text, name).not.toMatch(/setpriv|bwrap|\/bash|\/env\b/);
+    }
+  });
+
+  it('hides the token file and data dir; a hidden path missing on this node is skipped, not fatal', () => {
+    const secrets = makeTempDir('rank-secrets');
+    const token = join(secrets, 'worker.token');
+    writeFileSync(token, 'SECRET-TOKEN\n', { mode: 0o644 });
+    const dataDir = makeTempDir('rank-data');
+    writeFileSync(join(dataDir, 'worker.db'), 'db');
+    spawnSync('chmod', ['0755', secrets, dataDir]);
+    const { rank } = job('hidden', `cat ${token}; ls ${dataDir}; echo done`, {
+      hidden: hiddenPathList([token, dataDir, '/nonexistent/gpu-broker/worker.token', jobsRoot, '/root']),
+    });
+    const r = runRank(rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain('done');
+    expect(r.stdout).not.toMatch(/SECRET-TOKEN|worker\.db/);
+  });
+
+  it('an unprivileged bwrap (user namespace, no setpriv) applies the env the same way: only in the task', () => {
+    const markers = makeTempDir('rank-env-userns');
+    const evil = join(markers, 'evil.sh');
+    writeFileSync(evil, `touch ${markers}/bash-env-ran\n`, { mode: 0o755 });
+    const { rank } = job(
+      'userns-env',
+      'echo "bash_env=$BASH_ENV ld=$LD_DEBUG_OUTPUT uid=$(id -u)"; tr "\\0" " " </proc/1/cmdline; echo',
+      {},
+      {
+        PATH: '/usr/bin:/bin',
+        BASH_ENV: evil,
+        SHELLOPTS: 'xtrace',
+        PS4: `$(touch ${markers}/ps4-ran)`,
+
+        LD_DEBUG_OUTPUT: join(markers, 'ld'),
+      },
+      true,
+    );
+    const r = runRank(rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status, r.stderr).toBe(0);
+    expect(r.stdout).toContain(`bash_env=${evil} ld=${join(markers, 'ld')} uid=0`);
+    expect(r.stdout).toMatch(/bwrap --args 6 -- \/bin\/bash --noprofile --norc -c /);
+    expect(readdirSync(markers)).toEqual(['evil.sh']);
   });
 });

@@ -17,7 +17,7 @@ const base: SlurmSubmitRequest = {
 
 describe('buildSbatchArgs', () => {
   it('puts operator args first, then the driver options, the script last', () => {
-    const { args, env } = buildSbatchArgs({
+    const { args } = buildSbatchArgs({
       ...base,
       partition: 'gpu',
       account: 'lab',
@@ -26,7 +26,6 @@ describe('buildSbatchArgs', () => {
       nodes: 2,
       ntasksPerNode: 8,
       timeLimitSeconds: 3601,
-      env: { FOO: 'a,b c', BAR: "it's" },
       extraArgs: ['--constraint=a100', '--reservation=r1'],
     });
     expect(args).toEqual([
@@ -45,16 +44,17 @@ describe('buildSbatchArgs', () => {
       '--output=/jobs/t1/stdout.log',
       '--error=/jobs/t1/stderr.log',
       '--chdir=/jobs/t1',
-      '--export=NONE,BAR,FOO',
+      '--export=ALL',
       '/jobs/t1/job.sh',
     ]);
-    expect(env).toEqual({ FOO: 'a,b c', BAR: "it's" });
   });
 
-  it('no GPUs: no --gres; no env: --export=NONE', () => {
+  it("no GPUs: no --gres; the job gets sbatch's own fixed environment (--export=ALL), never NONE", () => {
+    // NONE would make Slurm 22.05 load the job user's login environment on the node (su -).
     const { args } = buildSbatchArgs(base);
     expect(args).not.toContain('--gres=gpu:0');
-    expect(args).toContain('--export=NONE');
+    expect(args.filter((a) => a.startsWith('--export'))).toEqual(['--export=ALL']);
+    expect(args.some((a) => a.startsWith('--get-user-env'))).toBe(false);
   });
 
   it('refuses hostile input before running anything', () => {
@@ -71,10 +71,8 @@ describe('buildSbatchArgs', () => {
       { nodes: 0 },
       { timeLimitSeconds: 0 },
       { timeLimitSeconds: Number.POSITIVE_INFINITY },
-      { env: { 'A=B': 'x' } },
-      { env: { SLURM_JOB_ID: '1' } },
-      { env: { SBATCH_PARTITION: 'x' } },
-      { env: { A: 'x\0y' } },
+      { extraArgs: ['--get-user-env'] },
+      { extraArgs: ['--export-file=/tmp/x'] },
       { extraArgs: ['--export=ALL'] },
       { extraArgs: ['--exp=ALL'] },
       { extraArgs: ['--gres=gpu:8'] },
