@@ -26,7 +26,25 @@ import { waitFor } from '../../support/wait.js';
  * The master's config for this file, in one place. The spec below sets interpreter- and loader-control
  * variables on purpose; where the policy gives error findings for such names, allow them here.
  */
-const MASTER_CONFIG: MasterConfigInput = clusterConfig();
+/**
+ * The hostile-env test's spec sets loader and shell control variables on purpose; the policy allows
+ * them (each an ENV_CONTROL_ALLOWED warning instead of an ENV_CONTROL error) so the spec is approved and
+ * the worker's own defences are what the test exercises.
+ */
+const MASTER_CONFIG: MasterConfigInput = clusterConfig({
+  policy: {
+    allowed_control_env: [
+      'BASH_ENV',
+      'ENV',
+      'SHELLOPTS',
+      'PS4',
+      'LD_DEBUG',
+      'LD_DEBUG_OUTPUT',
+      'LD_PROFILE',
+      'LD_PROFILE_OUTPUT',
+    ],
+  },
+});
 
 interface Logs {
   data: string;

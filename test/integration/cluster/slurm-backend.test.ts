@@ -47,6 +47,10 @@ const PARTITION = 'gpu';
  * and the worker's defences are what the test exercises.
  */
 const MASTER_CONFIG = clusterConfig({
+  policy: {
+    allowed_control_env: ['BASH_ENV', 'ENV', 'SHELLOPTS', 'PS4', 'LD_DEBUG', 'LD_DEBUG_OUTPUT', 'PYTHONPATH'],
+    scripts: [{ interpreter: '/usr/bin/python3', script_from_inputs: true }],
+  },
   timing: { cleanup_timeout_seconds: 60, lease_grace_seconds: 30, worker_offline_seconds: 5 },
 });
 const avail = ensureSlurm();
@@ -294,6 +298,49 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
       }),
     );
     expect(out.file?.content).toBe('hello-from-inputs\n');
+  }, 90_000);
+
+  it('runs a script from the inputs in Python’s isolated mode on the rank (plan.argv: -E -s before the script)', async () => {
+    type Uploaded = { inputs: Array<{ path: string; sha256: string; size: number }> };
+    const main = [
+      'import json, os, sys',
+      'import helper',
+      "out = {'flags': [sys.flags.ignore_environment, sys.flags.no_user_site], 'helper': helper.X}",
+      "open(os.path.join(os.environ['GPU_BROKER_OUTPUT_DIR'], 'r.json'), 'w').write(json.dumps(out))",
+      '',
+    ].join('\n');
+    const up = expectOk(
+      await callTool<Uploaded>(alice, 'upload_inputs', {
+        files: [
+          { path: 'main.py', content: main },
+          { path: 'helper.py', content: 'X = 42\n' },
+        ],
+        idempotency_key: m.key(),
+      }),
+    );
+    const taskId = await approveTask(
+      alice,
+      rita,
+      shellSpec('', {
+        runtime: {
+          kind: 'process',
+          argv: ['/usr/bin/python3', 'main.py'],
+          env: { PYTHONPATH: '/task/elsewhere' },
+        },
+        cards: { count: 1 },
+        inputs: up.inputs,
+        outputs: [{ path: 'r.json', required: true }],
+      }),
+    );
+    const done = await waitUntilSettled(alice, taskId, 60_000);
+    expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    const out = expectOk(
+      await callTool<{ file: { content: string } | null }>(alice, 'get_task_outputs', {
+        task_id: taskId,
+        path: 'r.json',
+      }),
+    );
+    expect(JSON.parse(out.file?.content ?? 'null')).toEqual({ flags: [1, 1], helper: 42 });
   }, 90_000);
 
   it('binds a named data mount read-only at /mnt/<name> in the rank sandbox', async () => {
