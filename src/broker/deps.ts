@@ -4,11 +4,11 @@ import type { IdGenerator } from '../platform/ids.js';
 import type { Logger } from '../platform/logger.js';
 import type { Store } from '../store/store.js';
 import type { Fleet } from './fleet.js';
+import type { StorageGuard } from './loops/storage-guard.js';
 import type { Notifier } from './notifier.js';
-import type { QualificationLauncher } from './qualification.js';
-import type { StorageGuard } from './storage-guard.js';
-import type { TaskObserver } from './views.js';
-import type { WorkerLink } from './worker-link.js';
+import type { QualificationLauncher } from './tools/qualification.js';
+import type { TaskObserver } from './tools/views.js';
+import type { WorkerLink } from './workers/link.js';
 
 /** Everything a use case needs, passed as one plain object (no DI container). */
 export interface BrokerDeps {

@@ -1,5 +1,9 @@
 import { resolve } from 'node:path';
-import { type ChainFileVerification, verifyArchiveFiles, verifyWholeChain } from '../broker/audit-archive.js';
+import {
+  type ChainFileVerification,
+  verifyArchiveFiles,
+  verifyWholeChain,
+} from '../broker/loops/audit-archive.js';
 import { parseCommand, usageError } from './args.js';
 import { AUDIT } from './command-specs.js';
 import type { CommandRunner } from './io.js';

@@ -3,7 +3,7 @@ import {
   evidenceDigest,
   isolationLine,
   summaryRows,
-} from '../../qualification/evidence.js';
+} from '../../qualification/verify/evidence.js';
 import { BrokerError } from '../contracts/errors.js';
 import type { QualificationRunView } from '../contracts/tools-qualification.js';
 import { parseCommand, usageError } from './args.js';

@@ -1,6 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
-import { blobForExecution, putBlob } from '../broker/inputs.js';
+import { blobForExecution, putBlob } from '../broker/tools/inputs.js';
 import { BrokerError } from '../contracts/errors.js';
 
 /**

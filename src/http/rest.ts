@@ -1,6 +1,6 @@
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
-import { type BoundTool, invokeTool } from '../broker/dispatch.js';
+import { type BoundTool, invokeTool } from '../broker/tools/dispatch.js';
 import { BrokerError } from '../contracts/errors.js';
 
 /**

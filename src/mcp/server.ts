@@ -8,8 +8,8 @@ import {
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { z } from 'zod';
 import type { BrokerDeps } from '../broker/deps.js';
-import { type BoundTool, invokeTool } from '../broker/dispatch.js';
 import { hasAnyRole } from '../broker/principals.js';
+import { type BoundTool, invokeTool } from '../broker/tools/dispatch.js';
 import { BrokerError, toErrorBody } from '../contracts/errors.js';
 import type { Principal } from '../store/principals-repo.js';
 import { serverInstructions } from './instructions.js';

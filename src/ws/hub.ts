@@ -2,13 +2,14 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { type WebSocket, WebSocketServer } from 'ws';
+import { WORKER_CONNECT_PATH } from '../app.js';
 import type { BrokerDeps } from '../broker/deps.js';
-import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/executions.js';
 import type { Fleet } from '../broker/fleet.js';
-import { CARDS_TOPIC } from '../broker/leases.js';
+import { CARDS_TOPIC } from '../broker/machines/lease.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
-import type { WorkerLink } from '../broker/worker-link.js';
-import { acceptHello, recordProbe, recordSample, storeHello } from '../broker/worker-session.js';
+import type { WorkerLink } from '../broker/workers/link.js';
+import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/workers/reports.js';
+import { acceptHello, recordProbe, recordSample, storeHello } from '../broker/workers/session.js';
 import { BrokerError } from '../contracts/errors.js';
 import {
   type InvalidMessage,
@@ -26,7 +27,6 @@ import {
   type WorkerMessage,
   WorkerMessageSchema,
 } from '../contracts/worker-protocol.js';
-import { WORKER_CONNECT_PATH } from '../http/app.js';
 import { asStorageUnavailable } from '../store/storage-errors.js';
 
 type SequencedWorkerMessage = Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>;

@@ -1,9 +1,9 @@
 import type { AddressInfo } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { afterEach, describe, expect, it } from 'vitest';
+import { buildApp } from '../../src/app.js';
 import { createPrincipal, revokePrincipal } from '../../src/broker/principals.js';
-import { brokerTools } from '../../src/broker/tool-catalog.js';
-import { buildApp } from '../../src/http/app.js';
+import { brokerTools } from '../../src/broker/tools/catalog.js';
 import { EVENTS_PATH, registerEventStream } from '../../src/http/events.js';
 import { type BrokerFixture, makeBrokerDeps } from '../support/deps.js';
 import { validSpec } from '../support/spec.js';

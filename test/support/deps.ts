@@ -1,9 +1,9 @@
 import type { BrokerDeps } from '../../src/broker/deps.js';
-import { type BoundTool, invokeTool } from '../../src/broker/dispatch.js';
 import { Fleet } from '../../src/broker/fleet.js';
 import { Notifier } from '../../src/broker/notifier.js';
 import { createPrincipal } from '../../src/broker/principals.js';
-import { brokerTools } from '../../src/broker/tool-catalog.js';
+import { brokerTools } from '../../src/broker/tools/catalog.js';
+import { type BoundTool, invokeTool } from '../../src/broker/tools/dispatch.js';
 import { type Clock, ManualClock } from '../../src/platform/clock.js';
 import type { MasterConfigInput } from '../../src/platform/config.js';
 import { createIdGenerator } from '../../src/platform/ids.js';

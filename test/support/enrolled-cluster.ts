@@ -1,4 +1,4 @@
-import type { RevisionResult } from '../../src/broker/proposals.js';
+import type { RevisionResult } from '../../src/broker/tools/proposals.js';
 import type { CardSample } from '../../src/contracts/sample.js';
 import { ManualClock } from '../../src/platform/clock.js';
 import { type BrokerFixture, makeBrokerDeps } from './deps.js';

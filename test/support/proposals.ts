@@ -1,5 +1,5 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import type { RevisionResult } from '../../src/broker/proposals.js';
+import type { RevisionResult } from '../../src/broker/tools/proposals.js';
 import { callTool, expectOk } from './mcp.js';
 import { validSpec } from './spec.js';
 

@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { TaskRetention } from '../../../src/broker/task-retention.js';
+import { TaskRetention } from '../../../src/broker/loops/task-retention.js';
 import type { Clock } from '../../../src/platform/clock.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';

@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { ErrorBody } from '../../../src/contracts/errors.js';
 import { MAX_SPEC_BYTES } from '../../../src/contracts/task-spec.js';
 import { type RowCounts, startTestMaster, type TestMaster } from '../../support/master.js';

@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { PolicyInput } from '../../../src/contracts/policy.js';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';

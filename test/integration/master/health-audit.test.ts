@@ -1,5 +1,5 @@
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { openDb } from '../../../src/store/db.js';
 import { spawnCli } from '../../support/cli.js';
 import { closeAllTestMasters, startTestMaster } from '../../support/master.js';

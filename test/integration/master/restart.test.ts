@@ -1,6 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { ProposalView } from '../../../src/contracts/views.js';
 import { createCaTrustingFetch } from '../../../src/platform/tls.js';
 import { type ChildMaster, spawnCli, spawnMaster } from '../../support/cli.js';

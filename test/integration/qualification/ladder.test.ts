@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type EvidenceDocument, evidenceDigest } from '../../../qualification/evidence.js';
+import { type EvidenceDocument, evidenceDigest } from '../../../qualification/verify/evidence.js';
 import {
   type Check,
   type PostRecords,
@@ -7,8 +7,8 @@ import {
   verdictOf,
   verifyPost,
   verifyRung,
-} from '../../../qualification/verifier.js';
-import { collectPost, collectRung, runFacts } from '../../../src/broker/qualification-records.js';
+} from '../../../qualification/verify/verifier.js';
+import { collectPost, collectRung, runFacts } from '../../../src/broker/tools/qualification-records.js';
 import { run as qualify } from '../../../src/cli/qualify.js';
 import type { QualificationRunView } from '../../../src/contracts/tools-qualification.js';
 import { sha256Hex } from '../../../src/platform/digest.js';

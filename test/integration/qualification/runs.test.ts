@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { EvidenceDocument } from '../../../qualification/evidence.js';
+import type { EvidenceDocument } from '../../../qualification/verify/evidence.js';
 import { run as cards } from '../../../src/cli/cards.js';
 import { run as qualify } from '../../../src/cli/qualify.js';
 import type { QualificationRunView } from '../../../src/contracts/tools-qualification.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type EvidenceDocument, evidenceDigest } from '../../../qualification/evidence.js';
+import { type EvidenceDocument, evidenceDigest } from '../../../qualification/verify/evidence.js';
 import { run as qualify } from '../../../src/cli/qualify.js';
 import { runCli } from '../../support/cli.js';
 import { ensureSlurm } from '../../support/slurm.js';

@@ -1,7 +1,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { type EvidenceDocument, evidenceDigest } from '../../../qualification/evidence.js';
-import { verifyRung } from '../../../qualification/verifier.js';
-import { collectRung, runFacts } from '../../../src/broker/qualification-records.js';
+import { type EvidenceDocument, evidenceDigest } from '../../../qualification/verify/evidence.js';
+import { verifyRung } from '../../../qualification/verify/verifier.js';
+import { collectRung, runFacts } from '../../../src/broker/tools/qualification-records.js';
 import { run as qualify } from '../../../src/cli/qualify.js';
 import { runCli } from '../../support/cli.js';
 import { startMultiNodeSlurm, stopMultiNodeSlurm } from '../../support/slurm.js';

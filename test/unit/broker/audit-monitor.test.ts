@@ -5,8 +5,8 @@ import {
   AUDIT_ARCHIVE_DIR,
   verifyArchiveFiles,
   verifyWholeChain,
-} from '../../../src/broker/audit-archive.js';
-import { AuditMonitor, type AuditMonitorOptions } from '../../../src/broker/audit-monitor.js';
+} from '../../../src/broker/loops/audit-archive.js';
+import { AuditMonitor, type AuditMonitorOptions } from '../../../src/broker/loops/audit-monitor.js';
 import { ManualClock } from '../../../src/platform/clock.js';
 import { GENESIS_HASH } from '../../../src/store/audit-repo.js';
 import { Store } from '../../../src/store/store.js';

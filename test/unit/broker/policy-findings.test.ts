@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { PolicySchema } from '../../../src/contracts/policy.js';
 import { type TaskSpec, TaskSpecSchema } from '../../../src/contracts/task-spec.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../../src/domain/policy.js';

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { Principal } from '../../../src/store/principals-repo.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';

@@ -1,9 +1,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { handleExecutionReport } from '../../../src/broker/executions.js';
-import { sweepExecutions } from '../../../src/broker/liveness.js';
-import { Scheduler } from '../../../src/broker/scheduler.js';
-import { acceptHello, recordSample } from '../../../src/broker/worker-session.js';
+import { sweepExecutions } from '../../../src/broker/loops/liveness.js';
+import { Scheduler } from '../../../src/broker/loops/scheduler.js';
+import { handleExecutionReport } from '../../../src/broker/workers/reports.js';
+import { acceptHello, recordSample } from '../../../src/broker/workers/session.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import type { ManualClock } from '../../../src/platform/clock.js';

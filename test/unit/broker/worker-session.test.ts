@@ -1,6 +1,6 @@
 import { afterEach, describe, expect, it } from 'vitest';
-import { Scheduler } from '../../../src/broker/scheduler.js';
-import { acceptHello, recordSample, storeHello } from '../../../src/broker/worker-session.js';
+import { Scheduler } from '../../../src/broker/loops/scheduler.js';
+import { acceptHello, recordSample, storeHello } from '../../../src/broker/workers/session.js';
 import {
   HELLO_MAX_EXECUTIONS,
   PROTOCOL_VERSION,

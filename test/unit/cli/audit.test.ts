@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeEach, describe, expect, it } from 'vitest';
-import { AuditMonitor } from '../../../src/broker/audit-monitor.js';
+import { AuditMonitor } from '../../../src/broker/loops/audit-monitor.js';
 import { run as audit } from '../../../src/cli/audit.js';
 import { run as token } from '../../../src/cli/token.js';
 import { ManualClock } from '../../../src/platform/clock.js';

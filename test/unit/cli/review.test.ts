@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { run as review } from '../../../src/cli/review.js';
 import type { ErrorBody } from '../../../src/contracts/errors.js';
 import { runCli } from '../../support/cli.js';

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { RevisionResult } from '../../../src/broker/proposals.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { escapeField, escapeText, jsonText } from '../../../src/cli/output.js';
 import { run as review } from '../../../src/cli/review.js';
 import { run as status } from '../../../src/cli/status.js';

@@ -1,7 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { brokerTools } from '../../../src/broker/tool-catalog.js';
+import { brokerTools } from '../../../src/broker/tools/catalog.js';
 import { LEASE_TABLE } from '../../../src/domain/lease.js';
 import { PROPOSAL_TABLE } from '../../../src/domain/proposal.js';
 import { QUALIFICATION_RUN_TABLE } from '../../../src/domain/qualification-run.js';

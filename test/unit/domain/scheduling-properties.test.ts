@@ -8,8 +8,8 @@ import {
   type SchedulingDecision,
   type SchedulingSnapshot,
   type WorkerView,
-} from '../../../src/domain/scheduling.js';
-import { modelMatches } from '../../../src/domain/scheduling-pool.js';
+} from '../../../src/domain/scheduling/decide.js';
+import { modelMatches } from '../../../src/domain/scheduling/pool.js';
 
 const NOW = 50_000_000;
 const MODELS = ['NVIDIA A100-SXM4-80GB', 'NVIDIA A10', 'NVIDIA H100 80GB HBM3'];

@@ -6,7 +6,7 @@ import {
   type QueuedTaskView,
   type SchedulingConfig,
   type WorkerView,
-} from '../../../src/domain/scheduling.js';
+} from '../../../src/domain/scheduling/decide.js';
 
 /**
  * Per-node admission on a Slurm pool (docs/decisions/0013-slurm-backend.md, "Per-node admission"): a

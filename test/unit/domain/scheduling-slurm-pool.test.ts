@@ -5,7 +5,7 @@ import {
   type QueuedTaskView,
   type SchedulingConfig,
   type WorkerView,
-} from '../../../src/domain/scheduling.js';
+} from '../../../src/domain/scheduling/decide.js';
 
 /**
  * A Slurm worker's cards are a pool (docs/decisions/0013-slurm-backend.md): the scheduler offers only

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { grantRetryDelayMs } from '../../../src/broker/scheduler.js';
+import { grantRetryDelayMs } from '../../../src/broker/loops/scheduler.js';
 import { sampleDefect } from '../../../src/domain/sample-check.js';
 import {
   type CardView,
@@ -8,8 +8,8 @@ import {
   type SchedulingConfig,
   type SchedulingSnapshot,
   type WorkerView,
-} from '../../../src/domain/scheduling.js';
-import { modelMatches } from '../../../src/domain/scheduling-pool.js';
+} from '../../../src/domain/scheduling/decide.js';
+import { modelMatches } from '../../../src/domain/scheduling/pool.js';
 
 const NOW = 10_000_000;
 const CONFIG: SchedulingConfig = {

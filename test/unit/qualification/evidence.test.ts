@@ -1,16 +1,16 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { agentCommand, agentPrompt, findExecutable } from '../../../qualification/agent-submitter.js';
+import { agentCommand, agentPrompt, findExecutable } from '../../../qualification/run/agent-submitter.js';
 import {
   type EvidenceBody,
   evidenceDigest,
   isolationLine,
   sealEvidence,
   summaryRows,
-} from '../../../qualification/evidence.js';
-import { verdictOf, verifyPost, type WorkerIsolation } from '../../../qualification/verifier.js';
-import { qualificationSpec, qualificationSpecDigest } from '../../../qualification/workload-spec.js';
+} from '../../../qualification/verify/evidence.js';
+import { verdictOf, verifyPost, type WorkerIsolation } from '../../../qualification/verify/verifier.js';
+import { qualificationSpec, qualificationSpecDigest } from '../../../qualification/workload/spec.js';
 import { canonicalJson } from '../../../src/contracts/canonical-json.js';
 import { sha256Hex } from '../../../src/platform/digest.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';

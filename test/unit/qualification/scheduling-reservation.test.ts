@@ -6,7 +6,7 @@ import {
   type QueuedTaskView,
   type SchedulingSnapshot,
   type WorkerView,
-} from '../../../src/domain/scheduling.js';
+} from '../../../src/domain/scheduling/decide.js';
 
 /**
  * Cards a qualification run cordoned for itself (docs/decisions/0008-qualification-cordons.md): to

@@ -1,5 +1,5 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { runCordonReason } from '../../../src/broker/qualification.js';
+import { runCordonReason } from '../../../src/broker/tools/qualification.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { QualificationRunView } from '../../../src/contracts/tools-qualification.js';
 import type { Principal } from '../../../src/store/principals-repo.js';

@@ -1,7 +1,11 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { EvidenceDocument } from '../../../qualification/evidence.js';
-import { cancelInterruptedRuns, finishRun, runCordonReason } from '../../../src/broker/qualification.js';
-import { moveQualificationRun } from '../../../src/broker/qualification-run-move.js';
+import type { EvidenceDocument } from '../../../qualification/verify/evidence.js';
+import { moveQualificationRun } from '../../../src/broker/machines/qualification-run.js';
+import {
+  cancelInterruptedRuns,
+  finishRun,
+  runCordonReason,
+} from '../../../src/broker/tools/qualification.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { QualificationRunView } from '../../../src/contracts/tools-qualification.js';
 import type { ManualClock } from '../../../src/platform/clock.js';

@@ -11,7 +11,7 @@ import {
   type WorkloadResult,
   workloadPath,
   workloadSha256,
-} from '../../../qualification/workload-result.js';
+} from '../../../qualification/verify/workload-checks.js';
 
 const BYTES = 4 * 1024 * 1024;
 

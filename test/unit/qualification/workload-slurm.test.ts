@@ -6,7 +6,7 @@ import {
   checkWorkloadResult,
   WORKLOAD_RESULT_FILE,
   type WorkloadExpectation,
-} from '../../../qualification/workload-result.js';
+} from '../../../qualification/verify/workload-checks.js';
 import { runWorkload } from '../../support/workload.js';
 
 /**

@@ -7,7 +7,7 @@ import {
   checkWorkloadResult,
   WORKLOAD_RESULT_FILE,
   type WorkloadExpectation,
-} from '../../../qualification/workload-result.js';
+} from '../../../qualification/verify/workload-checks.js';
 import { WORKLOAD_PYTHON as PYTHON, runWorkload } from '../../support/workload.js';
 
 function bindingEnv(n: number, outputDir: string, simulated: boolean): Record<string, string> {

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { collectBlobGarbage, verifiedBlob } from '../../../src/broker/inputs.js';
+import { collectBlobGarbage, verifiedBlob } from '../../../src/broker/tools/inputs.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { ManualClock } from '../../../src/platform/clock.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';

@@ -1,0 +1,360 @@
+import { createHash } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { z } from 'zod';
+import { packageRoot } from '../../src/platform/package-root.js';
+import { checkSlurmJob, SLURM_CHECK_NAMES, type SlurmExpectation } from './slurm-checks.js';
+
+/**
+ * The qualification workload's result document (`qualification.json`, written by rank 0 of
+ * `qualification/workload/qualify.py`) and the pure checks the verifier runs on it (DESIGN §11).
+ *
+ * The document is evidence produced by code running on the worker, so nothing in it is taken on its
+ * word: its `ok` flags and `expected` values are ignored; every verdict is recomputed from the measured
+ * numbers and the ids the master bound the run to. Checks fail closed: a missing or unparsable part is a
+ * failed check, never a skipped one.
+ */
+
+/** Version of the result document this file understands; the workload writes the same number. */
+export const WORKLOAD_SCHEMA_VERSION = 1;
+
+/** The workload script, relative to the package root. The master's policy pins it by sha256. */
+export const WORKLOAD_RELATIVE_PATH = 'qualification/workload/qualify.py';
+
+/** Name of the result file the workload writes into GPU_BROKER_OUTPUT_DIR. */
+export const WORKLOAD_RESULT_FILE = 'qualification.json';
+
+/**
+ * Largest GEMM tolerance (on max|C − ref| / max|ref|) the checker accepts. The workload's default is
+ * 1e-4 and correct fp32 hardware lands near 1e-6; the cap stops a run that was started with a huge
+ * `--tolerance` from passing a wrong GEMM.
+ */
+export const MAX_GEMM_TOLERANCE = 1e-3;
+
+/** Relative slack for the bandwidth arithmetic checks (1 %): the numbers are recomputed, not remeasured. */
+export const BANDWIDTH_RELATIVE_SLACK = 0.01;
+
+/** Absolute path of the workload script in this installation (source tree or built package). */
+export function workloadPath(root: string = packageRoot()): string {
+  return join(root, WORKLOAD_RELATIVE_PATH);
+}
+
+/** Lower-case hex sha256 of the workload script's bytes, the value the master's policy pins. */
+export function workloadSha256(root: string = packageRoot()): string {
+  return createHash('sha256')
+    .update(readFileSync(workloadPath(root)))
+    .digest('hex');
+}
+
+const Id = z.string().min(1).max(128);
+const Seconds = z.number().positive();
+
+/** One rank's measurements. Non-finite measurements are written as null by the workload. */
+export const WorkloadRankSchema = z.object({
+  rank: z.number().int().min(0),
+  device: z.string().min(1),
+  device_name: z.string(),
+  allreduce_sum: z.object({ value: z.number().nullable(), expected: z.number(), ok: z.boolean() }),
+  gemm: z.object({
+    n: z.number().int().min(1),
+    max_abs_err: z.number().min(0).nullable(),
+    max_rel_err: z.number().min(0).nullable(),
+    tolerance: z.number().positive(),
+    ok: z.boolean(),
+    median_s: Seconds,
+    tflops: z.number().min(0).nullable(),
+  }),
+  bandwidth: z.object({
+    bytes: z.number().int().min(1),
+    median_s: Seconds,
+    algbw_gbps: z.number().positive(),
+    // Null at one rank, where nccl-tests' bus bandwidth has no meaning.
+    busbw_gbps: z.number().min(0).nullable(),
+  }),
+  /** Slurm rungs only: the node the rank ran on (SLURMD_NODENAME) and its rank on that node. */
+  node: z.string().min(1).max(255).optional(),
+  local_rank: z.number().int().min(0).optional(),
+});
+/** One rank's measurements. */
+export type WorkloadRank = z.infer<typeof WorkloadRankSchema>;
+
+/** The whole result document, as rank 0 writes it. Unknown keys are stripped, not refused. */
+export const WorkloadResultSchema = z.object({
+  schema_version: z.literal(WORKLOAD_SCHEMA_VERSION),
+  task_id: Id,
+  execution_id: Id,
+  assignment_id: Id,
+  lease_epoch: z.number().int().min(1),
+  // Empty on a Slurm rung: a Slurm job sees devices, not the pool slots the lease names (`slurm` instead).
+  gpu_ids: z.array(z.number().int().min(0)),
+  gpu_uuids: z.array(z.string()),
+  worker_id: Id,
+  hostname: z.string().min(1),
+  backend: z.string().min(1),
+  simulated: z.boolean(),
+  world_size: z.number().int().min(1),
+  versions: z.object({
+    python: z.string(),
+    torch: z.string(),
+    cuda: z.string().nullable(),
+    hip: z.string().nullable(),
+    nccl: z.string().nullable(),
+  }),
+  visible_devices: z.record(z.string(), z.string().nullable()),
+  parameters: z.object({
+    gemm_n: z.number().int().min(1),
+    allreduce_bytes: z.number().int().min(1),
+    warmup: z.number().int().min(0),
+    iters: z.number().int().min(1),
+    tolerance: z.number().positive(),
+  }),
+  started_at: z.string(),
+  finished_at: z.string(),
+  device_names: z.array(z.string()),
+  ranks: z.array(WorkloadRankSchema),
+  ok: z.boolean(),
+  error: z.string().nullable(),
+  /** Slurm rungs only: the job as the ranks saw it, nodes in node-rank order (docs/slurm.md). */
+  slurm: z
+    .object({
+      job_id: z.string().min(1).max(32),
+      nodes: z
+        .array(
+          z.object({
+            node: z.string().min(1).max(255),
+            gpus: z.array(z.number().int().min(0)),
+            cuda_visible_devices: z.string().nullable(),
+          }),
+        )
+        .min(1)
+        .max(64),
+    })
+    .optional(),
+});
+/** The whole result document. */
+export type WorkloadResult = z.infer<typeof WorkloadResultSchema>;
+
+/** What the master bound the run to, from its own records (never from the document). */
+export interface WorkloadExpectation {
+  task_id: string;
+  execution_id: string;
+  assignment_id: string;
+  lease_epoch: number;
+  /** The leased card indexes, in lease order; N = their count. */
+  gpu_ids: number[];
+  worker_id: string;
+  /** Whether the worker's cards are simulated (then, and only then, gloo on CPU is acceptable). */
+  simulated: boolean;
+  /** The leased cards' uuids as sampled; when given, `binding.gpu_uuids` is checked too. */
+  gpu_uuids?: string[];
+  /**
+   * A Slurm rung: the job the master recorded for the execution (the worker's report, from Slurm's own
+   * per-node GRES indices) and the rung's GPUs per node. Then the `slurm.*` checks replace
+   * `binding.gpu_ids`/`binding.gpu_uuids` (the lease's indexes are pool slots a job never sees). Null:
+   * a Slurm worker with no binding recorded, which fails those checks.
+   */
+  slurm?: SlurmExpectation | null;
+}
+
+export { SLURM_CHECK_NAMES, type SlurmExpectation };
+
+/** The outcome of one named check. */
+export interface WorkloadCheck {
+  name: string;
+  ok: boolean;
+  detail: string;
+}
+
+/** Every check name `checkWorkloadResult` can report, in report order. */
+export const WORKLOAD_CHECK_NAMES = [
+  'result.schema',
+  'binding.task_id',
+  'binding.execution_id',
+  'binding.assignment_id',
+  'binding.lease_epoch',
+  'binding.gpu_ids',
+  'binding.worker_id',
+  'binding.gpu_uuids',
+  'run.error',
+  'ranks.complete',
+  'allreduce.sum',
+  'gemm.ok',
+  'algbw.consistent',
+  'busbw.consistent',
+  'backend.matches',
+] as const;
+/** A check name. */
+export type WorkloadCheckName = (typeof WORKLOAD_CHECK_NAMES)[number];
+
+/** The check names `checkWorkloadResult` reports for an expectation, in report order. */
+export function workloadCheckNames(expected: Pick<WorkloadExpectation, 'gpu_uuids' | 'slurm'>): string[] {
+  if (expected.slurm !== undefined)
+    return WORKLOAD_CHECK_NAMES.flatMap((n) =>
+      n === 'binding.gpu_ids' ? [...SLURM_CHECK_NAMES] : n === 'binding.gpu_uuids' ? [] : [n],
+    );
+  return WORKLOAD_CHECK_NAMES.filter((n) => n !== 'binding.gpu_uuids' || expected.gpu_uuids);
+}
+
+/**
+ * Checks a parsed `qualification.json` against what the master bound the run to. Pure: no I/O, no
+ * clock. Returns one entry per name of `workloadCheckNames(expected)`; the run qualifies only if every
+ * entry is ok. A document that fails the schema fails every other check too, with a detail saying it
+ * was not checkable.
+ */
+export function checkWorkloadResult(result: unknown, expected: WorkloadExpectation): WorkloadCheck[] {
+  const names = workloadCheckNames(expected);
+  const parsed = WorkloadResultSchema.safeParse(result);
+  if (!parsed.success) {
+    const issues = parsed.error.issues
+      .slice(0, 5)
+      .map((i) => `${i.path.join('.') || '(root)'}: ${i.message}`)
+      .join('; ');
+    return names.map((name) =>
+      name === 'result.schema'
+        ? { name, ok: false, detail: `does not match schema v${WORKLOAD_SCHEMA_VERSION}: ${issues}` }
+        : { name, ok: false, detail: 'not checked: the document does not match the schema' },
+    );
+  }
+  const doc = parsed.data;
+  const checks: WorkloadCheck[] = [
+    { name: 'result.schema', ok: true, detail: `schema v${WORKLOAD_SCHEMA_VERSION}` },
+    same('binding.task_id', doc.task_id, expected.task_id),
+    same('binding.execution_id', doc.execution_id, expected.execution_id),
+    same('binding.assignment_id', doc.assignment_id, expected.assignment_id),
+    same('binding.lease_epoch', doc.lease_epoch, expected.lease_epoch),
+    ...(expected.slurm === undefined
+      ? [sameList('binding.gpu_ids', doc.gpu_ids, expected.gpu_ids)]
+      : checkSlurmJob(doc, expected.slurm)),
+    same('binding.worker_id', doc.worker_id, expected.worker_id),
+  ];
+  if (expected.gpu_uuids && expected.slurm === undefined)
+    checks.push(sameList('binding.gpu_uuids', doc.gpu_uuids, expected.gpu_uuids));
+  checks.push(
+    doc.error === null
+      ? { name: 'run.error', ok: true, detail: 'no error reported' }
+      : { name: 'run.error', ok: false, detail: `the workload reported: ${doc.error.slice(0, 500)}` },
+  );
+  const n = expected.gpu_ids.length;
+  checks.push(
+    checkRanksComplete(doc, n),
+    perRank('allreduce.sum', doc.ranks, (r) => checkSum(r, n)),
+    perRank('gemm.ok', doc.ranks, (r) => checkGemm(r, doc.parameters)),
+    perRank('algbw.consistent', doc.ranks, (r) => checkAlgbw(r, doc.parameters.allreduce_bytes)),
+    perRank('busbw.consistent', doc.ranks, (r) => checkBusbw(r, n)),
+    checkBackend(doc, expected.simulated, expected.slurm !== undefined),
+  );
+  return checks;
+}
+
+function same(name: string, found: string | number, want: string | number): WorkloadCheck {
+  return found === want
+    ? { name, ok: true, detail: `${JSON.stringify(found)}` }
+    : { name, ok: false, detail: `expected ${JSON.stringify(want)}, found ${JSON.stringify(found)}` };
+}
+
+function sameList(name: string, found: readonly unknown[], want: readonly unknown[]): WorkloadCheck {
+  // Order matters: rank i runs on the i-th leased card.
+  const ok = found.length === want.length && found.every((v, i) => v === want[i]);
+  return ok
+    ? { name, ok, detail: JSON.stringify(found) }
+    : { name, ok, detail: `expected ${JSON.stringify(want)}, found ${JSON.stringify(found)}` };
+}
+
+function checkRanksComplete(doc: WorkloadResult, n: number): WorkloadCheck {
+  const name = 'ranks.complete';
+  const problems: string[] = [];
+  if (doc.world_size !== n) problems.push(`world_size is ${doc.world_size}, leased cards ${n}`);
+  const seen = new Map<number, number>();
+  for (const r of doc.ranks) seen.set(r.rank, (seen.get(r.rank) ?? 0) + 1);
+  const missing = range(n).filter((i) => !seen.has(i));
+  const duplicated = [...seen].filter(([, count]) => count > 1).map(([rank]) => rank);
+  const extra = [...seen.keys()].filter((rank) => rank >= n);
+  if (missing.length > 0) problems.push(`missing ranks ${missing.join(', ')}`);
+  if (duplicated.length > 0) problems.push(`duplicated ranks ${duplicated.join(', ')}`);
+  if (extra.length > 0) problems.push(`unexpected ranks ${extra.join(', ')}`);
+  return problems.length === 0
+    ? { name, ok: true, detail: `ranks 0..${n - 1}, once each` }
+    : { name, ok: false, detail: problems.join('; ') };
+}
+
+/**
+ * Runs `check` on every rank record and folds the results into one named check. No records is a
+ * failure: a check with nothing to look at must not pass.
+ */
+function perRank(
+  name: string,
+  ranks: readonly WorkloadRank[],
+  check: (r: WorkloadRank) => string | null,
+): WorkloadCheck {
+  if (ranks.length === 0) return { name, ok: false, detail: 'no rank records' };
+  const problems = ranks.flatMap((r) => {
+    const problem = check(r);
+    return problem === null ? [] : [`rank ${r.rank}: ${problem}`];
+  });
+  return problems.length === 0
+    ? { name, ok: true, detail: `${ranks.length} rank(s) ok` }
+    : { name, ok: false, detail: problems.join('; ') };
+}
+
+function checkSum(r: WorkloadRank, n: number): string | null {
+  // Recomputed from the lease, never read from the document's `expected`.
+  const want = (n * (n + 1)) / 2;
+  if (r.allreduce_sum.value !== want) return `value ${r.allreduce_sum.value}, expected ${want}`;
+  if (!r.allreduce_sum.ok) return 'the workload flagged it as failed';
+  return null;
+}
+
+function checkGemm(r: WorkloadRank, params: WorkloadResult['parameters']): string | null {
+  const g = r.gemm;
+  if (!g.ok) return 'the workload flagged it as failed';
+  if (g.n !== params.gemm_n) return `n ${g.n} differs from parameters.gemm_n ${params.gemm_n}`;
+  if (g.tolerance !== params.tolerance) return `tolerance ${g.tolerance} differs from parameters`;
+  if (g.tolerance > MAX_GEMM_TOLERANCE) return `tolerance ${g.tolerance} above the cap ${MAX_GEMM_TOLERANCE}`;
+  if (g.max_abs_err === null || g.max_rel_err === null) return 'error not finite';
+  if (g.max_rel_err > g.tolerance) return `max_rel_err ${g.max_rel_err} > tolerance ${g.tolerance}`;
+  return null;
+}
+
+function checkAlgbw(r: WorkloadRank, requestedBytes: number): string | null {
+  const b = r.bandwidth;
+  // The workload reduces whole float32 elements, so it may round the request down by up to 3 bytes.
+  if (b.bytes > requestedBytes || requestedBytes - b.bytes >= 4) {
+    return `bytes ${b.bytes} differs from parameters.allreduce_bytes ${requestedBytes}`;
+  }
+  const want = b.bytes / b.median_s / 1e9;
+  return near(b.algbw_gbps, want) ? null : `algbw ${b.algbw_gbps} GB/s, bytes/median_s gives ${want}`;
+}
+
+function checkBusbw(r: WorkloadRank, n: number): string | null {
+  const b = r.bandwidth;
+  if (n === 1) return b.busbw_gbps === null ? null : `busbw ${b.busbw_gbps} reported at n=1, expected null`;
+  const want = (b.algbw_gbps * 2 * (n - 1)) / n;
+  if (b.busbw_gbps === null) return `busbw missing, expected ${want}`;
+  return near(b.busbw_gbps, want) ? null : `busbw ${b.busbw_gbps} GB/s, algbw×2(n−1)/n gives ${want}`;
+}
+
+function checkBackend(doc: WorkloadResult, simulated: boolean, slurm: boolean): WorkloadCheck {
+  const name = 'backend.matches';
+  const wantBackend = simulated ? 'gloo' : 'nccl';
+  const problems: string[] = [];
+  if (doc.simulated !== simulated)
+    problems.push(`simulated is ${doc.simulated}, the worker's cards ${simulated}`);
+  if (doc.backend !== wantBackend) problems.push(`backend ${doc.backend}, expected ${wantBackend}`);
+  // A real-card run must have run every rank on its own accelerator, never on the CPU. On Slurm a rank
+  // sees only its node's GPUs, so its device is numbered by its local rank.
+  const badDevices = doc.ranks
+    .filter((r) => r.device !== (simulated ? 'cpu' : `cuda:${slurm ? (r.local_rank ?? -1) : r.rank}`))
+    .map((r) => `rank ${r.rank} on ${r.device}`);
+  if (badDevices.length > 0) problems.push(badDevices.join(', '));
+  return problems.length === 0
+    ? { name, ok: true, detail: `${doc.backend}${simulated ? ' on CPU (simulated cards)' : ''}` }
+    : { name, ok: false, detail: problems.join('; ') };
+}
+
+function near(found: number, want: number): boolean {
+  return Math.abs(found - want) <= BANDWIDTH_RELATIVE_SLACK * Math.abs(want);
+}
+
+function range(n: number): number[] {
+  return Array.from({ length: n }, (_, i) => i);
+}

@@ -1,0 +1,70 @@
+import Fastify, { type FastifyInstance, LogController } from 'fastify';
+import type { BrokerDeps } from './broker/deps.js';
+import type { BoundTool } from './broker/tools/dispatch.js';
+import { authHook } from './http/auth.js';
+import { registerBlobRoutes, WORKER_INPUT_PATH } from './http/blobs.js';
+import { installErrorHandling } from './http/errors.js';
+import { registerRestRoutes } from './http/rest.js';
+import { registerMcpRoute } from './mcp/route.js';
+import { McpCatalog } from './mcp/server.js';
+
+/** The path workers connect to over WSS. */
+export const WORKER_CONNECT_PATH = '/api/v1/workers/connect';
+
+/** Options of the HTTP app. */
+export interface AppOptions {
+  tools: readonly BoundTool[];
+  https?: { key: string; cert: string } | undefined;
+  /** Extra registrations (WSS hub, dashboard, metrics) run after the core routes. */
+  extend?: ((app: FastifyInstance) => void | Promise<void>) | undefined;
+  onToolCall?: ((tool: string, ms: number, ok: boolean) => void) | undefined;
+  /** Health details beyond the basics (e.g. audit chain, workers). */
+  health?: (() => Record<string, unknown>) | undefined;
+}
+
+/**
+ * On close, fastify ends the keep-alive connections that are idle at that moment; one still serving a
+ * request (a `wait_for_*` call, a hijacked MCP reply) goes idle later and then held `close()` — and
+ * `gpu-broker serve`'s SIGTERM — open for the whole keep-alive timeout (72 s). Close each connection as
+ * soon as it goes idle instead.
+ */
+function closeConnectionsAsTheyIdle(app: FastifyInstance): void {
+  app.addHook('preClose', async () => {
+    const timer = setInterval(() => app.server.closeIdleConnections(), 50);
+    timer.unref();
+    app.server.once('close', () => clearInterval(timer));
+  });
+}
+
+/** Builds the master's fastify app without listening (tests use `inject()` or listen themselves). */
+export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<FastifyInstance> {
+  const app = Fastify({
+    loggerInstance: deps.logger,
+    logController: new LogController({ disableRequestLogging: true }),
+    bodyLimit: 1024 * 1024,
+    ...(opts.https ? { https: opts.https } : {}),
+  }) as unknown as FastifyInstance;
+  app.decorateRequest('principal', null);
+  installErrorHandling(app, deps.logger, (detail) => deps.store.onWriteFailure(detail));
+  app.addHook(
+    'onRequest',
+    authHook(deps, (path) => path === WORKER_CONNECT_PATH || WORKER_INPUT_PATH.test(path)),
+  );
+  closeConnectionsAsTheyIdle(app);
+
+  app.get('/healthz', async (_req, reply) => {
+    const extra = opts.health?.() ?? {};
+    const healthy = Object.values(extra).every(
+      (v) => typeof v !== 'object' || v === null || (v as { ok?: boolean }).ok !== false,
+    );
+    reply.code(healthy ? 200 : 503);
+    return { status: healthy ? 'ok' : 'degraded', ...extra };
+  });
+
+  const catalog = new McpCatalog(opts.tools);
+  registerMcpRoute(app, deps, catalog, opts.onToolCall);
+  registerRestRoutes(app, deps, new Map(opts.tools.map((t) => [t.def.name, t])));
+  registerBlobRoutes(app, deps, Math.max(deps.config.policy.max_input_bytes, 1));
+  await opts.extend?.(app);
+  return app;
+}

@@ -1,0 +1,82 @@
+import type { ExecutionRecord } from '../../store/leases-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import type { Fleet } from '../fleet.js';
+import { moveExecution } from '../machines/execution.js';
+import { moveLease } from '../machines/lease.js';
+import { moveTask } from '../tools/tasks.js';
+
+/**
+ * The deadline sweep for executions (runs every `sweep_interval_ms`; deadlines are computed from stored
+ * times, so a master restart loses none):
+ *  - a worker silent past `worker_offline_seconds` is offline; its executions get `lease_grace_seconds`
+ *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
+ *    freed on a guess;
+ *  - an execution that exited but whose cleanup receipt is overdue (cleanup timeout plus the offline
+ *    window for the report to arrive, counted from the exit or from the last time the master refused
+ *    worker messages for lack of disk space, whichever is later) has its lease quarantined and its
+ *    task failed CLEANUP_UNCONFIRMED.
+ * Returns how many executions it moved.
+ */
+export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
+  const now = deps.clock.now();
+  const { lease_grace_seconds, cleanup_timeout_seconds, worker_offline_seconds } = deps.config.timing;
+  let moved = 0;
+  fleet.sweep(now);
+  deps.store.transaction(() => {
+    for (const e of deps.store.leases.unfinished()) {
+      const live = fleet.get(e.worker_id);
+      const task = deps.store.tasks.get(e.task_id);
+      const lease = deps.store.leases.lease(e.lease_id);
+      if (!task || !lease) continue;
+      if (live.offline_since !== null && now - live.offline_since >= lease_grace_seconds * 1000) {
+        if (
+          markExecutionLost(deps, e, 'sweeper', 'worker lost past grace', {
+            worker_id: e.worker_id,
+            offline_since: live.offline_since,
+          })
+        )
+          moved++;
+        continue;
+      }
+      // A receipt may wait in the worker's outbox behind messages a full master refused (issue 10, row 4):
+      // the window counts from the last refusal too, so a full disk never fails a task CLEANUP_UNCONFIRMED.
+      const refusedAt = deps.storage?.lastRefusalAt() ?? null;
+      const since = refusedAt === null ? e.updated_at : Math.max(e.updated_at, refusedAt);
+      const overdueAt = since + (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000;
+      if (e.phase === 'exited' && lease.state === 'RELEASING' && now >= overdueAt) {
+        moveLease(deps, lease, 'quarantine', 'sweeper', 'cleanup receipt overdue');
+        if (task.state === 'FINALIZING')
+          moveTask(deps, task, 'cleanup_failed', 'sweeper', { failure_reason: 'CLEANUP_UNCONFIRMED' });
+        moveExecution(deps, e, 'cleanup_failed', 'sweeper', { detail: 'cleanup receipt overdue' });
+        moved++;
+      }
+    }
+  });
+  return moved;
+}
+
+/**
+ * The fate of an execution is unknown (its worker was lost past grace, or came back with no record of
+ * it): its task becomes RECONCILIATION_REQUIRED and its lease QUARANTINED, so the cards are not freed on
+ * a guess. A later worker report or an operator reconcile settles it. Returns whether the task moved.
+ * Call inside a transaction.
+ */
+export function markExecutionLost(
+  deps: BrokerDeps,
+  e: ExecutionRecord,
+  actor: string,
+  reason: string,
+  data: Record<string, unknown>,
+): boolean {
+  const task = deps.store.tasks.get(e.task_id);
+  const lease = deps.store.leases.lease(e.lease_id);
+  if (!task || !lease) return false;
+  let moved = false;
+  if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
+    moveTask(deps, task, 'worker_lost', actor, {}, { ...data, reason });
+    moved = true;
+  }
+  if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
+    moveLease(deps, lease, 'quarantine', actor, reason);
+  return moved;
+}

@@ -1,0 +1,321 @@
+import { type Policy, pinnedScripts } from '../../contracts/policy.js';
+import type { Runtime } from '../../contracts/task-spec.js';
+import type { ExecutionPlan } from '../../contracts/worker-protocol.js';
+import { nextLeaseEpoch } from '../../domain/lease.js';
+import { runArgv } from '../../domain/run-argv.js';
+import { decide, type SchedulingDecision, type SchedulingSnapshot } from '../../domain/scheduling/decide.js';
+import { grantFailed } from '../../domain/scheduling/reasons.js';
+import type { LeaseRecord } from '../../store/leases-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import type { Fleet } from '../fleet.js';
+import { moveTask } from '../tools/tasks.js';
+import type { TaskObserver, TaskPlacement } from '../tools/views.js';
+import { enqueueForWorker, type WorkerLink } from '../workers/link.js';
+
+/**
+ * The imperative half of scheduling (DESIGN §7). Each pass:
+ *  1. snapshot — queued tasks and leases from SQLite, sessions and samples from the fleet;
+ *  2. decide   — the pure `decide(snapshot, now)` returns grants and wait reasons as data;
+ *  3. apply    — one transaction; each grant re-checks (compare-and-set) that its task is still QUEUED
+ *                and, through the unique index on live lease cards, that its cards are still free;
+ *                a grant that fails the check is skipped and the next pass decides again;
+ *  4. publish  — wait reasons and positions go to memory (derived data, recomputed every pass) and
+ *                the assign messages leave through the outbox once the transaction committed.
+ * Passes are event-driven (approval, release, connect, sample change) and coalesced: many requests
+ * in one tick run one pass. A 1 s sweep also requests one for time-based reservations.
+ */
+/** Backoff after a grant failed to apply: none after the first failure (a race), then 1 s doubling to 60 s. */
+export function grantRetryDelayMs(failures: number): number {
+  return failures <= 1 ? 0 : Math.min(60_000, 1000 * 2 ** (failures - 2));
+}
+
+/** A task whose grants keep failing to apply (for get_status alerts). */
+export interface FailingGrant {
+  task_id: string;
+  failures: number;
+  retry_at: number;
+  error: string;
+}
+
+export class Scheduler implements TaskObserver {
+  private queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
+  /** Tasks whose last grants failed to apply, by task id; in memory, like the queue's reasons. */
+  private readonly failingGrants = new Map<string, FailingGrant>();
+  private pending = false;
+  private running = false;
+  /** Durations of recent passes in ms (for the benchmark and metrics). */
+  readonly passDurations: number[] = [];
+
+  constructor(
+    private readonly deps: BrokerDeps,
+    private readonly fleet: Fleet,
+    private readonly link: WorkerLink,
+  ) {}
+
+  /** Asks for a pass soon; requests in the same tick share one pass. */
+  requestPass(): void {
+    if (this.pending) return;
+    this.pending = true;
+    setImmediate(() => {
+      this.pending = false;
+      try {
+        this.runPass();
+      } catch (err) {
+        this.deps.logger.error({ err }, 'scheduling pass failed');
+      }
+    });
+  }
+
+  /** Runs one pass now; returns the decision (tests and the benchmark read it). */
+  runPass(): SchedulingDecision {
+    if (this.running) throw new Error('scheduling pass re-entered');
+    this.running = true;
+    const started = performance.now();
+    try {
+      const now = this.deps.clock.now();
+      const snapshot = this.snapshot(now);
+      const decision = decide(snapshot, now);
+      let conflicts = 0;
+      // No grants while the store refuses growth (out of disk space): a task started now would only
+      // write logs the master must refuse. Wait reasons are still published; the pass after recovery grants.
+      const grants = this.deps.storage?.acceptsGrowth() === false ? [] : decision.grants;
+      this.deps.store.transaction(() => {
+        for (const grant of grants) {
+          try {
+            this.deps.store.transaction(() =>
+              this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
+            );
+            this.failingGrants.delete(grant.task_id);
+          } catch (err) {
+            conflicts++;
+            this.grantFailed(grant.task_id, err, now);
+          }
+        }
+      });
+      const queued = new Set(snapshot.tasks.map((t) => t.task_id));
+      for (const id of this.failingGrants.keys()) if (!queued.has(id)) this.failingGrants.delete(id);
+      const queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
+      for (const w of decision.waiting)
+        queue.set(w.task_id, { reason: { ...w.reason }, position: w.position });
+      // A grant that just failed leaves its task QUEUED: it gets its reason too.
+      for (const g of decision.grants) {
+        const failing = this.failingGrants.get(g.task_id);
+        if (failing !== undefined)
+          queue.set(g.task_id, { reason: { ...grantFailed(failing) }, position: queue.size + 1 });
+      }
+      this.queue = queue;
+      // A first failure is retried at once; later ones wait for their retry_at (see grantFailed).
+      if ([...this.failingGrants.values()].some((f) => f.retry_at <= now && conflicts > 0))
+        this.requestPass();
+      return decision;
+    } finally {
+      this.running = false;
+      this.passDurations.push(performance.now() - started);
+      if (this.passDurations.length > 1000) this.passDurations.splice(0, 500);
+    }
+  }
+
+  /**
+   * A grant that failed to apply (step 3): the first failure is taken for a race and decided again at
+   * once; repeated failures wait out a growing delay (the 1 s sweep requests the pass that retries), are
+   * logged once per attempt rather than in a tight loop, and show in get_status as `grant_failing`.
+   */
+  private grantFailed(taskId: string, err: unknown, now: number): void {
+    const failures = (this.failingGrants.get(taskId)?.failures ?? 0) + 1;
+    const error = err instanceof Error ? err.message : String(err);
+    const retry_at = now + grantRetryDelayMs(failures);
+    this.failingGrants.set(taskId, { task_id: taskId, failures, retry_at, error });
+    this.deps.logger.warn(
+      { task_id: taskId, failures, retry_in_ms: retry_at - now, error },
+      failures === 1 ? 'grant not applied; deciding again' : 'grant not applied again; backing off',
+    );
+  }
+
+  /** Tasks whose grants failed to apply at least `atLeast` times in a row. */
+  failingGrantsList(atLeast = 2): FailingGrant[] {
+    return [...this.failingGrants.values()].filter((f) => f.failures >= atLeast);
+  }
+
+  /** Step 1: everything `decide` reads. */
+  snapshot(now: number): SchedulingSnapshot {
+    const { store, config } = this.deps;
+    const running: Record<string, number> = {};
+    for (const c of store.leases.liveCards()) {
+      if (c.state !== 'QUARANTINED') running[c.owner_id] = (running[c.owner_id] ?? 0) + 1;
+    }
+    // Qualification runs: a RUNNING run's tasks are those of its own submitter principal, and they may
+    // only use the cards the run reserved (docs/decisions/0008-qualification-cordons.md).
+    const runBySubmitter = new Map<string, string>();
+    const reservedFor = new Map<string, string>();
+    for (const run of store.qualifications.running()) {
+      runBySubmitter.set(run.submitter_id, run.id);
+      for (const index of run.reserved_cards) reservedFor.set(`${run.worker_id}/${index}`, run.id);
+    }
+    const workers = this.fleet.workerViews(store, now);
+    if (reservedFor.size > 0)
+      for (const w of workers)
+        w.cards = w.cards.map((c) => ({
+          ...c,
+          reserved_for_run: reservedFor.get(`${w.worker_id}/${c.index}`) ?? null,
+        }));
+    return {
+      tasks: store.tasks
+        .queuedForScheduling()
+        .filter((t) => t.desired === 'run')
+        .map((t) => ({
+          task_id: t.id,
+          owner: t.owner_id,
+          priority: t.priority,
+          approved_at: t.approved_at,
+          cards: {
+            count: t.spec.cards.count,
+            model: t.spec.cards.model,
+            min_memory_mib: t.spec.cards.min_memory_mib,
+            per_node: t.spec.cards.per_node,
+          },
+          worker: t.spec.worker,
+          run_id: runBySubmitter.get(t.owner_id),
+          runtime: t.runtime_kind,
+          grant_backoff: this.failingGrants.get(t.id),
+          mounts: t.mounts,
+        })),
+      workers,
+      running_cards_by_owner: running,
+      config: {
+        sample_interval_ms: config.timing.sample_interval_ms,
+        vram_threshold_pct: config.scheduling.vram_threshold_pct,
+        reservation_after_seconds: config.scheduling.reservation_after_seconds,
+        max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
+        require_isolation: config.policy.require_isolation,
+      },
+    };
+  }
+
+  /** Step 3 for one grant: lease with a fresh epoch, execution, task → ASSIGNED, assign in the outbox. */
+  private applyGrant(taskId: string, workerId: string, indexes: number[]): void {
+    const { store, clock, ids, config } = this.deps;
+    const task = store.tasks.get(taskId);
+    if (task?.state !== 'QUEUED' || task.desired !== 'run') return;
+    const sampled = this.fleet.get(workerId).cards;
+    const cards = indexes.map((index) => {
+      const uuid = sampled.find((c) => c.index === index)?.uuid;
+      if (!uuid) throw new Error(`card ${workerId}/${index} has no sampled uuid`);
+      return { index, uuid };
+    });
+    const now = clock.now();
+    const lease: LeaseRecord = {
+      id: ids('lease'),
+      task_id: taskId,
+      worker_id: workerId,
+      lease_epoch: nextLeaseEpoch(store.leases.epochsOf(workerId, indexes)),
+      state: 'ACTIVE',
+      reason: null,
+      created_at: now,
+      updated_at: now,
+      released_at: null,
+      cards,
+    };
+    store.leases.insertLease(lease); // the unique index refuses a card that is already live
+    const executionId = ids('exec');
+    const assignmentId = ids('asg');
+    store.leases.insertExecution({
+      id: executionId,
+      task_id: taskId,
+      lease_id: lease.id,
+      assignment_id: assignmentId,
+      worker_id: workerId,
+      lease_epoch: lease.lease_epoch,
+      phase: 'assigned',
+      exit_code: null,
+      signal: null,
+      failure_reason: null,
+      outputs: null,
+      detail: null,
+      created_at: now,
+      updated_at: now,
+      offline_since: null,
+    });
+    store.audit.append({
+      at: now,
+      actor: 'scheduler',
+      action: 'lease.granted',
+      subject_type: 'lease',
+      subject_id: lease.id,
+      data: {
+        task_id: taskId,
+        worker_id: workerId,
+        lease_epoch: lease.lease_epoch,
+        cards,
+        execution_id: executionId,
+        assignment_id: assignmentId,
+      },
+    });
+    moveTask(
+      this.deps,
+      task,
+      'lease_granted',
+      'scheduler',
+      {},
+      { worker_id: workerId, lease_epoch: lease.lease_epoch, execution_id: executionId },
+    );
+    const plan: ExecutionPlan = {
+      task_id: taskId,
+      execution_id: executionId,
+      assignment_id: assignmentId,
+      lease_epoch: lease.lease_epoch,
+      cards,
+      spec: task.spec,
+      spec_digest: task.spec_digest,
+      kill_grace_seconds: config.timing.kill_grace_seconds,
+      cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
+      vram_clean_pct: config.scheduling.vram_threshold_pct,
+      ...sandboxOfPlan(task.spec.runtime, config.policy),
+      argv: runArgv(task.spec, config.policy),
+    };
+    enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
+  }
+
+  /** Where a task runs: its newest lease. */
+  placement(taskId: string): TaskPlacement | null {
+    const lease = this.deps.store.leases.latestLeaseForTask(taskId);
+    if (!lease) return null;
+    const sampled = this.fleet.get(lease.worker_id).cards;
+    const known = sampled.length > 0 ? sampled : (this.deps.store.workers.get(lease.worker_id)?.cards ?? []);
+    const simulated = known.length > 0 ? known.every((c) => c.simulated) : null;
+    return { worker_id: lease.worker_id, lease_epoch: lease.lease_epoch, cards: lease.cards, simulated };
+  }
+
+  /** A queued task's reason and position from the latest pass. */
+  queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null {
+    return this.queue.get(taskId) ?? null;
+  }
+}
+
+/**
+ * What the plan carries for the worker's sandbox: the policy's hidden paths and, by runtime, the host
+ * file pins (a process) or the digest the image must have (a container listed in policy.images with a
+ * digest; its argv runs inside the image, so no host file is pinned).
+ */
+export function sandboxOfPlan(
+  runtime: Runtime,
+  policy: Policy,
+): Pick<ExecutionPlan, 'pins' | 'hidden_paths' | 'image_digest'> {
+  const hidden_paths = policy.hidden_paths;
+  if (runtime.kind === 'process') return { pins: pinnedFiles(runtime.argv, policy), hidden_paths };
+  const digest = policy.images.find((i) => i.ref === runtime.image)?.digest;
+  return { pins: [], hidden_paths, ...(digest !== undefined ? { image_digest: digest } : {}) };
+}
+
+/** The policy's sha256 pins that apply to this argv: the executable's, and an allowed script's. */
+export function pinnedFiles(
+  argv: readonly string[],
+  policy: Policy,
+): Array<{ path: string; sha256: string }> {
+  const [exe, script] = argv;
+  const pins: Array<{ path: string; sha256: string }> = [];
+  const rule = policy.executables.find((e) => e.path === exe);
+  if (rule?.sha256) pins.push({ path: rule.path, sha256: rule.sha256 });
+  const scriptRule = pinnedScripts(policy.scripts).find((s) => s.interpreter === exe && s.script === script);
+  if (scriptRule) pins.push({ path: scriptRule.script, sha256: scriptRule.sha256 });
+  return pins;
+}

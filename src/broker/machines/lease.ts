@@ -1,0 +1,43 @@
+import { LEASE_TABLE, type LeaseEvent } from '../../domain/lease.js';
+import type { LeaseRecord } from '../../store/leases-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { applyMove } from './apply-move.js';
+
+/** Topic notified when cards may have become free (scheduler, dashboard). */
+export const CARDS_TOPIC = 'cards';
+
+/**
+ * Applies a lease event with compare-and-set and an audit row. The only place a lease's state is
+ * assigned; a lease reaches RELEASED (and frees its cards) only through `cleaned` or `reconcile_release`.
+ */
+export function moveLease(
+  deps: Pick<BrokerDeps, 'store' | 'clock' | 'notifier'>,
+  lease: LeaseRecord,
+  event: LeaseEvent,
+  actor: string,
+  reason: string | null = null,
+): LeaseRecord {
+  return applyMove(deps, {
+    kind: 'lease',
+    table: LEASE_TABLE,
+    record: lease,
+    event,
+    actor,
+    next: (to, now) => ({
+      ...lease,
+      state: to,
+      reason: reason ?? lease.reason,
+      updated_at: now,
+      released_at: to === 'RELEASED' ? now : null,
+    }),
+    save: (next, expected) => deps.store.leases.updateLease(next, expected),
+    data: {
+      task_id: lease.task_id,
+      worker_id: lease.worker_id,
+      lease_epoch: lease.lease_epoch,
+      cards: lease.cards.map((c) => c.index),
+      reason,
+    },
+    topics: [CARDS_TOPIC],
+  });
+}

@@ -1,0 +1,107 @@
+import * as C from '../../contracts/tools-cluster.js';
+import * as I from '../../contracts/tools-inputs.js';
+import * as P from '../../contracts/tools-proposals.js';
+import * as Q from '../../contracts/tools-qualification.js';
+import * as T from '../../contracts/tools-tasks.js';
+import {
+  cancelTask,
+  getQueue,
+  listCards,
+  listWorkers,
+  reconcileTask,
+  removeWorker,
+  setCordon,
+  setDraining,
+} from './cluster.js';
+import type { BoundTool } from './dispatch.js';
+import { bindTool } from './dispatch.js';
+import { getInput, uploadInputs } from './inputs.js';
+import {
+  cancelProposal,
+  confirmRevision,
+  createProposal,
+  getProposal,
+  listProposals,
+  reviseProposal,
+  waitForProposal,
+} from './proposals.js';
+import {
+  cancelQualification,
+  getQualificationRun,
+  listQualificationRuns,
+  startQualification,
+} from './qualification.js';
+import { getRevision, listReviewQueue, submitReview } from './reviews.js';
+import { getStatus } from './status.js';
+import { getTaskLogs, getTaskOutputs } from './task-results.js';
+import { getTask, listTasks, waitForTask } from './tasks.js';
+
+/** Default wait when a client gives no timeout_seconds. */
+const DEFAULT_WAIT_SECONDS = 20;
+
+/** Every tool, bound to its use case. MCP and REST both serve this list. */
+export function brokerTools(): BoundTool[] {
+  return [
+    bindTool(P.createProposalTool, ({ deps, principal }, i) => createProposal(deps, principal, i.spec)),
+    bindTool(P.reviseProposalTool, ({ deps, principal }, i) =>
+      reviseProposal(deps, principal, i.proposal_id, i.spec),
+    ),
+    bindTool(P.confirmRevisionTool, ({ deps, principal }, i) =>
+      confirmRevision(deps, principal, i.proposal_id, i.revision_id),
+    ),
+    bindTool(P.getProposalTool, ({ deps, principal }, i) => ({
+      proposal: getProposal(deps, principal, i.proposal_id),
+    })),
+    bindTool(P.listProposalsTool, ({ deps, principal }, i) => listProposals(deps, principal, i)),
+    bindTool(P.waitForProposalTool, ({ deps, principal, signal }, i) =>
+      waitForProposal(deps, principal, i.proposal_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+    ),
+    bindTool(P.cancelProposalTool, ({ deps, principal }, i) =>
+      cancelProposal(deps, principal, i.proposal_id),
+    ),
+    bindTool(I.uploadInputsTool, ({ deps, principal }, i) => uploadInputs(deps, principal, i.files)),
+    bindTool(I.getInputTool, ({ deps, principal }, i) => getInput(deps, principal, i)),
+    bindTool(P.listReviewQueueTool, ({ deps, principal }, i) => listReviewQueue(deps, principal, i)),
+    bindTool(P.getRevisionTool, ({ deps, principal }, i) =>
+      getRevision(deps, principal, i.proposal_id, i.revision_id, i.diff_lines, {
+        path: i.diff_path,
+        offset: i.diff_offset,
+      }),
+    ),
+    bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
+    bindTool(T.getTaskTool, ({ deps, principal }, i) => ({
+      task: getTask(deps, principal, i.task_id),
+    })),
+    bindTool(T.listTasksTool, ({ deps, principal }, i) => listTasks(deps, principal, i)),
+    bindTool(T.waitForTaskTool, ({ deps, principal, signal }, i) =>
+      waitForTask(deps, principal, i.task_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+    ),
+    bindTool(T.cancelTaskTool, ({ deps, principal }, i) => cancelTask(deps, principal, i.task_id)),
+    bindTool(T.getTaskLogsTool, ({ deps, principal }, i) => getTaskLogs(deps, principal, i)),
+    bindTool(T.getTaskOutputsTool, ({ deps, principal }, i) => getTaskOutputs(deps, principal, i)),
+    bindTool(C.listCardsTool, ({ deps, principal }, i) => listCards(deps, principal, i.worker_id)),
+    bindTool(C.getQueueTool, ({ deps, principal }) => getQueue(deps, principal)),
+    bindTool(C.listWorkersTool, ({ deps }) => listWorkers(deps)),
+    bindTool(C.drainWorkerTool, ({ deps, principal }, i) => setDraining(deps, principal, i.worker_id, true)),
+    bindTool(C.undrainWorkerTool, ({ deps, principal }, i) =>
+      setDraining(deps, principal, i.worker_id, false),
+    ),
+    bindTool(C.removeWorkerTool, ({ deps, principal }, i) => removeWorker(deps, principal, i.worker_id)),
+    bindTool(C.cordonCardTool, ({ deps, principal }, i) =>
+      setCordon(deps, principal, i.worker_id, i.index, true, i.reason),
+    ),
+    bindTool(C.uncordonCardTool, ({ deps, principal }, i) =>
+      setCordon(deps, principal, i.worker_id, i.index, false),
+    ),
+    bindTool(C.getStatusTool, ({ deps, principal }) => getStatus(deps, principal)),
+    bindTool(C.reconcileTaskTool, ({ deps, principal }, i) =>
+      reconcileTask(deps, principal, i.task_id, i.resolution, i.reason),
+    ),
+    bindTool(Q.startQualificationTool, ({ deps, principal }, i) => startQualification(deps, principal, i)),
+    bindTool(Q.getQualificationRunTool, ({ deps }, i) => getQualificationRun(deps, i.run_id)),
+    bindTool(Q.listQualificationRunsTool, ({ deps }, i) => listQualificationRuns(deps, i)),
+    bindTool(Q.cancelQualificationTool, ({ deps, principal }, i) =>
+      cancelQualification(deps, principal, i.run_id),
+    ),
+  ];
+}

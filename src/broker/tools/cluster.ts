@@ -1,0 +1,296 @@
+import { BrokerError } from '../../contracts/errors.js';
+import { transitionExecution } from '../../domain/execution.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { moveExecution } from '../machines/execution.js';
+import { CARDS_TOPIC, moveLease } from '../machines/lease.js';
+import { canReadAll } from '../principals.js';
+import { enqueueForWorker } from '../workers/link.js';
+import { loadVisibleTask, moveTask, TASKS_TOPIC } from './tasks.js';
+import { iso, taskView } from './views.js';
+
+/** Use cases for the cluster: cards, queue, workers, cordons, drains, cancel and reconcile. */
+
+/** list_cards: task ids are shown only to those who may read the task. */
+export function listCards(deps: BrokerDeps, principal: Principal, workerId?: string) {
+  const cards = deps.cluster.fleet
+    .listCards(deps.store, deps.clock.now(), {
+      sample_interval_ms: deps.config.timing.sample_interval_ms,
+      vram_threshold_pct: deps.config.scheduling.vram_threshold_pct,
+    })
+    .filter((c) => workerId === undefined || c.worker_id === workerId)
+    .map(({ owner_id, ...c }) => ({
+      ...c,
+      task_id: owner_id === principal.id || canReadAll(principal) ? c.task_id : null,
+    }));
+  return { cards, simulated_only: cards.length > 0 && cards.every((c) => c.simulated) };
+}
+
+/** get_queue: scheduling order; other owners anonymised. */
+export function getQueue(deps: BrokerDeps, principal: Principal) {
+  const tasks = deps.store.tasks
+    .inState('QUEUED')
+    .map((t) => {
+      const info = deps.observe.queueInfo(t.id);
+      const own = t.owner_id === principal.id || canReadAll(principal);
+      return {
+        position: info?.position ?? null,
+        task_id: own ? t.id : null,
+        own: t.owner_id === principal.id,
+        title: own ? t.spec.title : null,
+        cards: t.spec.cards.count,
+        priority: t.priority,
+        approved_at: iso(t.approved_at),
+        reason: info?.reason ?? t.reason,
+      };
+    })
+    .sort((a, b) => (a.position ?? Number.MAX_SAFE_INTEGER) - (b.position ?? Number.MAX_SAFE_INTEGER));
+  return { tasks };
+}
+
+/** list_workers. */
+export function listWorkers(deps: BrokerDeps) {
+  const now = deps.clock.now();
+  return {
+    workers: deps.store.workers.list().map((w) => {
+      const live = deps.cluster.fleet.get(w.id);
+      return {
+        worker_id: w.id,
+        hostname: w.hostname,
+        provider: w.provider,
+        simulated: w.provider === 'sim',
+        online: deps.cluster.fleet.isOnline(w.id, now),
+        draining: w.draining,
+        cards: live.cards.length || w.cards.length,
+        sampler_error: live.sampler_error,
+        version: w.version,
+        last_seen_at: iso(live.last_message_at ?? w.last_seen_at),
+        offline_since: iso(live.offline_since),
+        isolation: w.isolation,
+        container_engine: w.container_engine,
+        unisolated: w.isolation === 'none',
+        backend: w.backend,
+        slurm: w.slurm,
+      };
+    }),
+  };
+}
+
+function requireWorker(deps: BrokerDeps, workerId: string) {
+  const w = deps.store.workers.get(workerId);
+  if (!w) throw new BrokerError('NOT_FOUND', `no worker ${workerId}`, 'list_workers shows enrolled workers.');
+  return w;
+}
+
+/** drain_worker / undrain_worker. */
+export function setDraining(deps: BrokerDeps, principal: Principal, workerId: string, draining: boolean) {
+  requireWorker(deps, workerId);
+  deps.store.workers.setDraining(workerId, draining);
+  deps.store.audit.append({
+    at: deps.clock.now(),
+    actor: principal.name,
+    action: draining ? 'worker.drained' : 'worker.undrained',
+    subject_type: 'worker',
+    subject_id: workerId,
+  });
+  deps.store.afterCommit(() => {
+    deps.notifier.notify(CARDS_TOPIC);
+    deps.cluster.requestPass();
+  });
+  return { worker_id: workerId, draining };
+}
+
+/** remove_worker: only an offline worker that holds nothing may be forgotten. */
+export function removeWorker(deps: BrokerDeps, principal: Principal, workerId: string) {
+  requireWorker(deps, workerId);
+  if (deps.cluster.fleet.isOnline(workerId, deps.clock.now()))
+    throw new BrokerError(
+      'INVALID_STATE',
+      `worker ${workerId} is online`,
+      'Stop the worker (and revoke its token) first.',
+    );
+  if (
+    deps.store.leases.liveCards().some((c) => c.worker_id === workerId) ||
+    deps.store.leases.unfinishedForWorker(workerId).length > 0
+  )
+    throw new BrokerError(
+      'INVALID_STATE',
+      `worker ${workerId} still holds leases or executions`,
+      'Reconcile its tasks first (get_status lists them), then remove it.',
+    );
+  deps.store.workers.remove(workerId);
+  deps.store.audit.append({
+    at: deps.clock.now(),
+    actor: principal.name,
+    action: 'worker.removed',
+    subject_type: 'worker',
+    subject_id: workerId,
+  });
+  deps.store.afterCommit(() => deps.notifier.notify(CARDS_TOPIC));
+  return { worker_id: workerId, removed: true };
+}
+
+/** cordon_card / uncordon_card. */
+export function setCordon(
+  deps: BrokerDeps,
+  principal: Principal,
+  workerId: string,
+  index: number,
+  cordon: boolean,
+  reason?: string,
+) {
+  const w = requireWorker(deps, workerId);
+  const live = deps.cluster.fleet.get(workerId).cards;
+  if (!live.some((c) => c.index === index) && !w.cards.some((c) => c.index === index))
+    throw new BrokerError(
+      'NOT_FOUND',
+      `worker ${workerId} has no card ${index}`,
+      'list_cards shows the indexes.',
+    );
+  const now = deps.clock.now();
+  if (cordon)
+    deps.store.workers.cordon({
+      worker_id: workerId,
+      card_index: index,
+      reason: reason ?? 'cordoned by operator',
+      actor: principal.name,
+      created_at: now,
+    });
+  else deps.store.workers.uncordon(workerId, index);
+  deps.store.audit.append({
+    at: now,
+    actor: principal.name,
+    action: cordon ? 'card.cordoned' : 'card.uncordoned',
+    subject_type: 'card',
+    subject_id: `${workerId}/${index}`,
+    data: { reason: reason ?? null },
+  });
+  deps.store.afterCommit(() => {
+    deps.notifier.notify(CARDS_TOPIC);
+    deps.cluster.requestPass();
+  });
+  return {
+    worker_id: workerId,
+    index,
+    cordoned: cordon,
+    reason: cordon ? (reason ?? 'cordoned by operator') : null,
+  };
+}
+
+/** cancel_task: a queued task ends now; a placed one is stopped by its worker and ends on the receipt. */
+export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: string) {
+  const t = loadVisibleTask(deps, principal, taskId);
+  if (t.owner_id !== principal.id && !principal.roles.includes('operator'))
+    throw new BrokerError(
+      'FORBIDDEN',
+      'only the task’s owner or an operator may cancel it',
+      'Ask the owner.',
+    );
+  if (t.state === 'QUEUED') {
+    const next = moveTask(deps, t, 'cancel_queued', principal.name, {
+      desired: 'cancel',
+      failure_reason: 'CANCELLED',
+    });
+    deps.store.afterCommit(() => deps.cluster.requestPass());
+    return { task: taskView(deps.store, next, deps.observe) };
+  }
+  if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state))
+    throw new BrokerError('INVALID_STATE', `task ${t.id} already ended (${t.state})`, 'Nothing to cancel.', {
+      state: t.state,
+    });
+  if (t.desired !== 'cancel') {
+    const now = deps.clock.now();
+    deps.store.tasks.update({ ...t, desired: 'cancel', updated_at: now }, t.state);
+    deps.store.audit.append({
+      at: now,
+      actor: principal.name,
+      action: 'task.cancel_requested',
+      subject_type: 'task',
+      subject_id: t.id,
+      data: { state: t.state },
+    });
+    const lease = deps.store.leases.latestLeaseForTask(t.id);
+    const e = lease ? deps.store.leases.executionForLease(lease.id) : undefined;
+    if (lease && e)
+      enqueueForWorker(deps, deps.cluster.link, lease.worker_id, {
+        type: 'cancel',
+        execution_id: e.id,
+        lease_epoch: lease.lease_epoch,
+        reason: `cancelled by ${principal.name}`,
+      });
+    deps.store.afterCommit(() => deps.notifier.notify(TASKS_TOPIC));
+  }
+  return { task: taskView(deps.store, deps.store.tasks.get(t.id)!, deps.observe) };
+}
+
+/** reconcile_task: the operator records an outcome and releases quarantined cards. Audited. */
+export function reconcileTask(
+  deps: BrokerDeps,
+  principal: Principal,
+  taskId: string,
+  resolution: 'COMPLETED' | 'FAILED' | 'CANCELLED',
+  reason: string,
+) {
+  const t = deps.store.tasks.get(taskId);
+  if (!t) throw new BrokerError('NOT_FOUND', `no task ${taskId}`, 'Check the id.');
+  const lease = deps.store.leases.latestLeaseForTask(t.id);
+  const needsDecision = t.state === 'RECONCILIATION_REQUIRED';
+  const leaseHeld = lease !== undefined && lease.state !== 'RELEASED';
+  if (!needsDecision && !(leaseHeld && ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)))
+    throw new BrokerError(
+      'INVALID_STATE',
+      `task ${t.id} is ${t.state} and holds no quarantined cards`,
+      'Reconcile applies to RECONCILIATION_REQUIRED tasks and to ended tasks whose lease is still held.',
+      { state: t.state },
+    );
+  let task = t;
+  if (needsDecision) {
+    const event =
+      resolution === 'COMPLETED'
+        ? 'reconcile_completed'
+        : resolution === 'CANCELLED'
+          ? 'reconcile_cancelled'
+          : 'reconcile_failed';
+    task = moveTask(
+      deps,
+      t,
+      event,
+      principal.name,
+      resolution === 'FAILED' ? { failure_reason: t.failure_reason ?? 'WORKER_LOST' } : {},
+      { reason },
+    );
+  }
+  let released = false;
+  if (lease && leaseHeld) {
+    let l = lease;
+    if (l.state !== 'QUARANTINED')
+      l = moveLease(deps, l, 'quarantine', principal.name, `reconcile: ${reason}`);
+    moveLease(deps, l, 'reconcile_release', principal.name, `reconcile: ${reason}`);
+    const e = deps.store.leases.executionForLease(lease.id);
+    if (e && transitionExecution(e.phase, 'reconcile').ok) {
+      moveExecution(deps, e, 'reconcile', principal.name, {
+        detail: `reconciled by ${principal.name}: ${reason}`,
+      });
+      // The cards are free now: an assign still waiting for the worker must never arrive, and if the
+      // worker did get it, it must stop the execution rather than run on cards granted to others.
+      deps.store.outbox.withdrawAssign(lease.worker_id, e.id, deps.clock.now());
+      enqueueForWorker(deps, deps.cluster.link, lease.worker_id, {
+        type: 'cancel',
+        execution_id: e.id,
+        lease_epoch: lease.lease_epoch,
+        reason: `reconciled by ${principal.name}: ${reason}`,
+      });
+    }
+    released = true;
+  }
+  deps.store.audit.append({
+    at: deps.clock.now(),
+    actor: principal.name,
+    action: 'task.reconciled',
+    subject_type: 'task',
+    subject_id: t.id,
+    data: { resolution, reason, lease_released: released },
+  });
+  deps.store.afterCommit(() => deps.cluster.requestPass());
+  return { task: taskView(deps.store, task, deps.observe), lease_released: released };
+}

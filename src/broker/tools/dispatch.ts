@@ -1,0 +1,134 @@
+import type { z } from 'zod';
+import { canonicalJson } from '../../contracts/canonical-json.js';
+import { BrokerError } from '../../contracts/errors.js';
+import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../../contracts/json-depth.js';
+import { MAX_SPEC_BYTES } from '../../contracts/task-spec.js';
+import type { ToolDef } from '../../contracts/tool-def.js';
+import { sha256Hex } from '../../platform/digest.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { hasAnyRole } from '../principals.js';
+
+/**
+ * The one path every tool call takes, from MCP or REST: role check → input parse → (mutating: one
+ * transaction holding the idempotency check, the use case and the stored response) → output.
+ */
+
+/**
+ * Mutating tools still served while the master refuses growth for lack of disk space: they stop work
+ * that writes (cancel a task printing to its log, a proposal) or take cards out of use. Every other
+ * mutating tool answers UNAVAILABLE (retryable) then; read-only tools always work.
+ */
+const GROWTH_EXEMPT: ReadonlySet<string> = new Set([
+  'cancel_task',
+  'cancel_proposal',
+  'drain_worker',
+  'cordon_card',
+  'reconcile_task',
+]);
+
+/** What a handler gets besides its input. */
+export interface ToolContext {
+  deps: BrokerDeps;
+  principal: Principal;
+  /** Aborted when the client goes away (wait tools stop early). */
+  signal?: AbortSignal | undefined;
+}
+
+/** A tool with its handler. Mutating handlers are synchronous so they run inside the transaction. */
+export type BoundTool =
+  | { def: ToolDef; mutating: true; handler: (ctx: ToolContext, input: never) => unknown }
+  | {
+      def: ToolDef;
+      mutating: false;
+      handler: (ctx: ToolContext, input: never) => unknown | Promise<unknown>;
+    };
+
+/** Binds a handler to a tool definition with its exact input and output types. */
+export function bindTool<I extends z.ZodType, O extends z.ZodType>(
+  def: ToolDef<I, O>,
+  handler: (ctx: ToolContext, input: z.output<I>) => z.input<O> | Promise<z.input<O>>,
+): BoundTool {
+  return { def, mutating: def.mutating, handler } as BoundTool;
+}
+
+/** Formats zod issues as one teaching line: `spec.cards.count: Too big: expected number to be <=64`. */
+export function describeIssues(error: z.ZodError): string {
+  return error.issues
+    .slice(0, 10)
+    .map((i) => `${i.path.length ? i.path.join('.') : '(input)'}: ${i.message}`)
+    .join('; ');
+}
+
+/** Raises FORBIDDEN unless the principal may call the tool. */
+export function authorize(tool: BoundTool, principal: Principal): void {
+  if (!hasAnyRole(principal, tool.def.roles))
+    throw new BrokerError(
+      'FORBIDDEN',
+      `${tool.def.name} needs one of the roles: ${tool.def.roles.join(', ')}`,
+      'Ask an operator for a token with that role; tools/list shows what your token may call.',
+    );
+}
+
+/**
+ * Parses a handler's result through the tool's output schema: extra keys are stripped (the SDK client
+ * rejects any key its outputSchema does not declare) and a wrong shape is a bug, reported as INTERNAL.
+ */
+function shapeOutput(tool: BoundTool, value: unknown): unknown {
+  const out = tool.def.output.safeParse(value);
+  if (!out.success)
+    throw new Error(`${tool.def.name} produced an invalid result: ${describeIssues(out.error)}`);
+  return out.data;
+}
+
+/** Runs one tool call. Throws BrokerError on every expected failure. */
+export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: unknown): Promise<unknown> {
+  authorize(tool, ctx.principal);
+  if (jsonDepthExceeds(rawInput))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `input to ${tool.def.name} is nested more than ${MAX_JSON_DEPTH} levels deep`,
+      'Send a flat spec: no real input nests that deep.',
+    );
+  const spec = (rawInput as { spec?: unknown } | null)?.spec;
+  if (spec !== undefined && Buffer.byteLength(JSON.stringify(spec) ?? '') > MAX_SPEC_BYTES)
+    throw new BrokerError(
+      'PAYLOAD_TOO_LARGE',
+      `spec is larger than ${MAX_SPEC_BYTES} bytes`,
+      'Keep specs small: put data in files the task reads, not in argv, env or notes.',
+    );
+  const parsed = tool.def.input.safeParse(rawInput ?? {});
+  if (!parsed.success) {
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `invalid input to ${tool.def.name}: ${describeIssues(parsed.error)}`,
+      'Fix the named fields; tools/list has the JSON schema of every input.',
+      { issues: parsed.error.issues.slice(0, 20) },
+    );
+  }
+  const input = parsed.data as Record<string, unknown>;
+  if (!tool.mutating) return shapeOutput(tool, await tool.handler(ctx, input as never));
+
+  const key = input['idempotency_key'] as string;
+  const { idempotency_key: _omit, ...body } = input;
+  const requestDigest = sha256Hex(canonicalJson(body));
+  const { store, clock } = ctx.deps;
+  return store.transaction(() => {
+    const seen = store.idempotency.get(ctx.principal.id, tool.def.name, key);
+    if (seen) {
+      if (seen.request_digest !== requestDigest)
+        throw new BrokerError(
+          'IDEMPOTENCY_CONFLICT',
+          `idempotency_key "${key}" was used with a different request`,
+          'Use a new key for a new action; reuse a key only to retry the exact same request.',
+        );
+      return seen.response;
+    }
+    // Below the free-space floor only what stops growth goes through (issue 10, row 4); a replay of a
+    // call that already succeeded (above) still gets its answer.
+    if (!GROWTH_EXEMPT.has(tool.def.name)) ctx.deps.storage?.assertAcceptsGrowth(tool.def.name);
+    const result = shapeOutput(tool, tool.handler(ctx, input as never));
+    store.idempotency.put(ctx.principal.id, tool.def.name, key, requestDigest, result, clock.now());
+    return result;
+  });
+}

@@ -1,0 +1,250 @@
+import { BrokerError } from '../../contracts/errors.js';
+import type { InputFile } from '../../contracts/task-spec.js';
+import { MAX_GET_INPUT_BYTES, MAX_UPLOAD_CALL_BYTES } from '../../contracts/tools-inputs.js';
+import { GET_INPUT_UNTRUSTED } from '../../contracts/untrusted.js';
+import { sha256Hex } from '../../platform/digest.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { loadVisibleProposal } from './proposals.js';
+
+/**
+ * Use cases of inputs (issue 13): uploading content by sha256 (MCP `upload_inputs`, REST
+ * `PUT /api/v1/blobs/{sha256}`), reading an input of a revision (`get_input`), serving a blob to the
+ * worker that runs an execution naming it, and garbage collection (the reviewer's diff of two manifests
+ * is src/broker/revision-diff.ts).
+ *
+ * Every read recomputes the sha256 of the stored bytes: a blob changed in the database behind the
+ * master's back is refused (and logged), never served, so a worker can only ever receive approved bytes.
+ *
+ * Inputs belong to their owner (issue 20): a revision legitimately names only blobs its proposal's
+ * owner uploaded (policy gives INPUT_UNKNOWN otherwise, so such a revision is never confirmable), and
+ * every read — get_input, the reviewer's diff, a worker's fetch — serves a blob only in the name of a
+ * principal who uploaded it. A blob someone else uploaded reads exactly like one that is not stored,
+ * and no upload answer (`stored`, `stored_bytes`) depends on anyone else's uploads.
+ */
+
+/**
+ * The bytes of a blob `ownerId` uploaded, verified against its name. A blob the owner did not upload is
+ * NOT_FOUND with the same words as one that is not stored; a stored blob that does not match its
+ * digest is refused (INTERNAL) and logged.
+ */
+export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string): Buffer {
+  const content = deps.store.blobs.contentUploadedBy(ownerId, sha256);
+  if (content === undefined)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no stored input has sha256 ${sha256}`,
+      'The proposal’s owner uploads it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
+    );
+  const actual = sha256Hex(content);
+  if (actual !== sha256) {
+    deps.logger.error({ sha256, actual }, 'input blob does not match its digest; refusing to serve it');
+    throw new BrokerError(
+      'INTERNAL',
+      `the stored content for ${sha256} does not match its digest`,
+      'The master store was changed outside gpu-broker; upload the file again after an operator removes the damaged blob.',
+    );
+  }
+  return content;
+}
+
+/**
+ * Stores `content` for `principal` after checking the quota and appends its audit row; answers whether
+ * it was new *for this principal* (never whether someone else had uploaded the same bytes).
+ */
+function store(deps: BrokerDeps, principal: Principal, sha256: string, content: Buffer): boolean {
+  const now = deps.clock.now();
+  const blobs = deps.store.blobs;
+  const fresh = !blobs.uploadedBy(principal.id, sha256);
+  if (fresh) {
+    const limit = deps.config.policy.input_quota_bytes;
+    const used = blobs.bytesOf(principal.id);
+    if (used + content.length > limit)
+      throw new BrokerError(
+        'QUOTA_EXCEEDED',
+        `storing ${content.length} more bytes would put ${principal.name} at ${used + content.length} of ${limit} bytes of inputs`,
+        'Inputs no live proposal or recent task names are collected after a while; cancel old drafts, or ask an operator to raise policy.input_quota_bytes.',
+        { used_bytes: used, limit_bytes: limit },
+      );
+  }
+  blobs.put(sha256, content, now);
+  blobs.recordUpload(principal.id, sha256, now);
+  deps.store.audit.append({
+    at: now,
+    actor: principal.name,
+    action: 'input.uploaded',
+    subject_type: 'blob',
+    subject_id: sha256,
+    data: { principal_id: principal.id, size: content.length, new: fresh },
+  });
+  return fresh;
+}
+
+/** upload_inputs: decodes, hashes and stores each file; answers the manifest entries. Call inside a transaction. */
+export function uploadInputs(
+  deps: BrokerDeps,
+  principal: Principal,
+  files: ReadonlyArray<{ path: string; content: string; encoding: 'utf8' | 'base64' }>,
+) {
+  const decoded = files.map((f) => ({ path: f.path, bytes: decode(f.content, f.encoding, f.path) }));
+  const total = decoded.reduce((n, f) => n + f.bytes.length, 0);
+  if (total > MAX_UPLOAD_CALL_BYTES)
+    throw new BrokerError(
+      'PAYLOAD_TOO_LARGE',
+      `these files are ${total} bytes together; one upload_inputs call carries at most ${MAX_UPLOAD_CALL_BYTES}`,
+      'Split them over several calls, or PUT large files to /api/v1/blobs/{sha256} (gpu-broker propose --dir does it for you).',
+    );
+  if (new Set(files.map((f) => f.path)).size !== files.length)
+    throw new BrokerError('INVALID_INPUT', 'a path appears twice in files', 'Send each path once.');
+  let storedBytes = 0;
+  const seen = new Set<string>(); // one store (and one audit row) per distinct blob per call
+  const inputs: InputFile[] = decoded.map((f) => {
+    const sha256 = sha256Hex(f.bytes);
+    if (!seen.has(sha256) && store(deps, principal, sha256, f.bytes)) storedBytes += f.bytes.length;
+    seen.add(sha256);
+    return { path: f.path, sha256, size: f.bytes.length };
+  });
+  return {
+    inputs,
+    stored_bytes: storedBytes,
+    quota: {
+      used_bytes: deps.store.blobs.bytesOf(principal.id),
+      limit_bytes: deps.config.policy.input_quota_bytes,
+    },
+    next_action:
+      'Put these entries in spec.inputs (add "executable": true where needed) and call create_proposal or revise_proposal.',
+  };
+}
+
+function decode(content: string, encoding: 'utf8' | 'base64', path: string): Buffer {
+  if (encoding === 'utf8') return Buffer.from(content, 'utf8');
+  if (!/^[A-Za-z0-9+/]*={0,2}$/.test(content) || content.length % 4 !== 0)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${path}: content is not valid base64`,
+      'Send standard base64 (A-Z a-z 0-9 + /, padded with =), or encoding "utf8" for text.',
+    );
+  return Buffer.from(content, 'base64');
+}
+
+/** PUT /api/v1/blobs/{sha256}: the server recomputes the digest and refuses a mismatch. Call inside a transaction. */
+export function putBlob(deps: BrokerDeps, principal: Principal, sha256: string, body: Buffer) {
+  const actual = sha256Hex(body);
+  if (actual !== sha256)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `the body's sha256 is ${actual}, not ${sha256}`,
+      'PUT the exact bytes to /api/v1/blobs/<their sha256> (sha256sum FILE).',
+    );
+  const fresh = store(deps, principal, sha256, body);
+  return { sha256, size: body.length, stored: fresh };
+}
+
+/** get_input: one input of a revision, for reviewers and the proposal's owner. */
+export function getInput(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: {
+    proposal_id: string;
+    revision_id: string;
+    path: string;
+    offset?: number | undefined;
+    max_bytes?: number | undefined;
+  },
+) {
+  // Its owner and every reviewer or operator (loadVisibleProposal hides it from anyone else).
+  const p = loadVisibleProposal(deps, principal, q.proposal_id);
+  const r = deps.store.proposals.revision(q.revision_id);
+  const input =
+    r && r.proposal_id === p.id ? (r.spec.inputs ?? []).find((i) => i.path === q.path) : undefined;
+  if (!input)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `revision ${q.revision_id} of ${q.proposal_id} has no input ${q.path}`,
+      'get_revision lists the inputs of a revision.',
+    );
+  // Only what the owner uploaded: a draft naming someone else's digest reads as not stored.
+  const content = verifiedBlob(deps, p.owner_id, input.sha256);
+  const text = isText(content);
+  const { offset, end } = pageBounds(content, text, q.offset ?? 0, q.max_bytes ?? MAX_GET_INPUT_BYTES);
+  const slice = content.subarray(offset, end);
+  return {
+    path: input.path,
+    sha256: input.sha256,
+    size: content.length,
+    offset,
+    next_offset: end,
+    complete: end === content.length,
+    encoding: text ? ('utf8' as const) : ('base64' as const),
+    content: text ? slice.toString('utf8') : slice.toString('base64'),
+    untrusted_fields: [...GET_INPUT_UNTRUSTED],
+  };
+}
+
+/**
+ * The byte range of one get_input page. For text, both ends sit on UTF-8 character boundaries (issue
+ * 20, item 10): an offset inside a character moves back to its first byte, and the end moves back to
+ * the start of a character it would split — or, when `maxBytes` is smaller than that one character,
+ * forward past it, so every page makes progress. `next_offset` (= end) stays an exact byte offset.
+ */
+export function pageBounds(
+  content: Buffer,
+  text: boolean,
+  from: number,
+  maxBytes: number,
+): { offset: number; end: number } {
+  const continuation = (i: number) => i < content.length && (content[i]! & 0xc0) === 0x80;
+  let offset = Math.min(from, content.length);
+  let end = Math.min(content.length, offset + maxBytes);
+  if (!text) return { offset, end };
+  while (offset > 0 && continuation(offset)) offset--;
+  end = Math.min(content.length, offset + maxBytes);
+  let back = end;
+  while (back > offset && continuation(back)) back--;
+  if (back > offset) end = back;
+  else while (continuation(end)) end++;
+  return { offset, end };
+}
+
+/** Text: valid UTF-8 with no NUL byte. */
+export function isText(bytes: Buffer): boolean {
+  if (bytes.includes(0)) return false;
+  try {
+    new TextDecoder('utf-8', { fatal: true }).decode(bytes);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+/**
+ * The blob a worker fetches for one of its executions: the execution must be this worker's, not
+ * finished, and its task's spec must name the digest, which its owner uploaded. Anything else is
+ * NOT_FOUND (no existence leak).
+ */
+export function blobForExecution(
+  deps: BrokerDeps,
+  workerId: string,
+  executionId: string,
+  sha256: string,
+): Buffer {
+  const e = deps.store.leases.execution(executionId);
+  const task = e ? deps.store.tasks.get(e.task_id) : undefined;
+  const named = task?.spec.inputs?.some((i) => i.sha256 === sha256) ?? false;
+  if (!e || !task || e.worker_id !== workerId || !named || !['assigned', 'accepted'].includes(e.phase))
+    throw new BrokerError(
+      'NOT_FOUND',
+      `execution ${executionId} of ${workerId} names no input ${sha256} it may fetch now`,
+      'A worker fetches the inputs of its own executions before they start.',
+    );
+  return verifiedBlob(deps, task.owner_id, sha256);
+}
+
+/** How long an uploaded blob is kept before any spec names it, and a finished task's blobs after it ends. */
+export const BLOB_GRACE_MS = 24 * 3600 * 1000;
+
+/** Garbage collection of blobs no live revision or recent task names (run by the master's sweeper). */
+export function collectBlobGarbage(deps: BrokerDeps, graceMs = BLOB_GRACE_MS): number {
+  const now = deps.clock.now();
+  return deps.store.transaction(() => deps.store.blobs.collectGarbage(now - graceMs, now - graceMs));
+}

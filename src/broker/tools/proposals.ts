@@ -1,0 +1,347 @@
+import { BrokerError } from '../../contracts/errors.js';
+import { MAX_SPEC_BYTES, type TaskSpec } from '../../contracts/task-spec.js';
+import type { ProposalView } from '../../contracts/views.js';
+import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy.js';
+import { digestsToInspect } from '../../domain/policy-inputs.js';
+import {
+  isTerminalProposal,
+  PROPOSAL_TABLE,
+  type ProposalEvent,
+  type ProposalState,
+} from '../../domain/proposal.js';
+import { inspectText, type TextInspection } from '../../domain/text-inspection.js';
+import { digestOf } from '../../platform/digest.js';
+import { fileSha256 } from '../../platform/file-digest.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { applyMove } from '../machines/apply-move.js';
+import { canReadAll } from '../principals.js';
+import { verifiedBlob } from './inputs.js';
+import { fetchPage } from './paging.js';
+import { iso, proposalSummary, proposalView } from './views.js';
+
+/** Use cases of proposals: create, revise, confirm, cancel, read, list, wait, expire. */
+
+/** The result of adding a revision. */
+export interface RevisionResult {
+  proposal_id: string;
+  revision_id: string;
+  revision_number: number;
+  digest: string;
+  state: ProposalState;
+  findings: Finding[];
+  confirmable: boolean;
+  next_action: string;
+}
+
+/** Topic notified whenever a proposal changes. */
+export const proposalTopic = (id: string) => `proposal:${id}`;
+/** Topic notified whenever the review queue changes. */
+export const REVIEW_QUEUE_TOPIC = 'review-queue';
+
+function checkSize(spec: TaskSpec): string {
+  const json = JSON.stringify(spec);
+  if (Buffer.byteLength(json) > MAX_SPEC_BYTES)
+    throw new BrokerError(
+      'PAYLOAD_TOO_LARGE',
+      `spec is ${Buffer.byteLength(json)} bytes; the limit is ${MAX_SPEC_BYTES}`,
+      'Keep specs small: put data in files the task reads, not in argv, env or notes.',
+    );
+  return json;
+}
+
+/**
+ * Gathers the facts the pure policy check needs for a spec in `ownerId`'s proposal (pinned files'
+ * digests, the sizes of blobs the owner uploaded, offered mounts, the text inspection of input blobs
+ * within the inspection budget), then evaluates. Inputs count only if the owner uploaded them.
+ */
+function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): Finding[] {
+  const fileDigests: Record<string, string | null> = {};
+  for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
+  const storedBlobs = deps.store.blobs.sizesUploadedBy(
+    ownerId,
+    (spec.inputs ?? []).map((i) => i.sha256),
+  );
+  const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
+  const inputText: Record<string, TextInspection> = {};
+  const pathOf = new Map((spec.inputs ?? []).map((i) => [i.sha256, i.path]));
+  for (const sha256 of digestsToInspect(spec, storedBlobs)) {
+    try {
+      inputText[sha256] = inspectText(pathOf.get(sha256) ?? '', verifiedBlob(deps, ownerId, sha256));
+    } catch {
+      // A blob that fails its re-hash is not inspected (verifiedBlob logged it); it is reported as such,
+      // and no worker will ever be served it.
+    }
+  }
+  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts, inputText });
+}
+
+/** Loads a proposal the principal may see; others' proposals are NOT_FOUND (no existence leak). */
+export function loadVisibleProposal(deps: BrokerDeps, principal: Principal, id: string): ProposalRecord {
+  const p = deps.store.proposals.get(id);
+  if (!p || (p.owner_id !== principal.id && !canReadAll(principal)))
+    throw new BrokerError('NOT_FOUND', `no proposal ${id}`, 'Check the id; list_proposals shows yours.');
+  return p;
+}
+
+function loadOwnProposal(deps: BrokerDeps, principal: Principal, id: string): ProposalRecord {
+  const p = loadVisibleProposal(deps, principal, id);
+  if (p.owner_id !== principal.id && !principal.roles.includes('operator'))
+    throw new BrokerError(
+      'FORBIDDEN',
+      'only the proposal’s owner may change it',
+      'Reviewers judge with submit_review.',
+    );
+  return p;
+}
+
+/** Applies a proposal event with compare-and-set, appends the audit row, and schedules notifications. */
+export function moveProposal(
+  deps: BrokerDeps,
+  p: ProposalRecord,
+  event: ProposalEvent,
+  actor: string,
+  changes: Partial<Pick<ProposalRecord, 'current_revision_id' | 'task_id'>> = {},
+  data: Record<string, unknown> = {},
+): ProposalRecord {
+  return applyMove(deps, {
+    kind: 'proposal',
+    table: PROPOSAL_TABLE,
+    record: p,
+    event,
+    actor,
+    next: (to, now) => ({
+      ...p,
+      ...changes,
+      state: to,
+      updated_at: now,
+      expires_at: isTerminalProposal(to) ? null : now + deps.config.timing.proposal_ttl_seconds * 1000,
+    }),
+    save: (next, expected) => deps.store.proposals.update(next, expected),
+    data,
+    topics: [proposalTopic(p.id), REVIEW_QUEUE_TOPIC],
+  });
+}
+
+function insertRevision(
+  deps: BrokerDeps,
+  principal: Principal,
+  proposal: Pick<ProposalRecord, 'id' | 'owner_id'>,
+  number: number,
+  spec: TaskSpec,
+) {
+  checkSize(spec);
+  const revision: RevisionRecord = {
+    id: deps.ids('rev'),
+    proposal_id: proposal.id,
+    number,
+    spec,
+    digest: digestOf(spec),
+    findings: findingsFor(deps, proposal.owner_id, spec),
+    created_by: principal.id,
+    created_at: deps.clock.now(),
+    confirmed_at: null,
+  };
+  deps.store.proposals.insertRevision(revision);
+  return revision;
+}
+
+function revisionResult(p: ProposalRecord, r: RevisionRecord, next_action: string): RevisionResult {
+  return {
+    proposal_id: p.id,
+    revision_id: r.id,
+    revision_number: r.number,
+    digest: r.digest,
+    state: p.state,
+    findings: r.findings,
+    confirmable: isConfirmable(r.findings),
+    next_action,
+  };
+}
+
+function afterRevisionAction(p: ProposalRecord, r: RevisionRecord): string {
+  return isConfirmable(r.findings)
+    ? `Call confirm_revision with proposal_id ${p.id} and revision_id ${r.id} to send it to review.`
+    : 'Fix the error findings with revise_proposal (a full replacement spec), then confirm_revision.';
+}
+
+/** create_proposal: a new DRAFT with revision 1. Call inside a transaction. */
+export function createProposal(deps: BrokerDeps, principal: Principal, spec: TaskSpec): RevisionResult {
+  const now = deps.clock.now();
+  const id = deps.ids('prop');
+  const revisionId = deps.ids('rev');
+  const p: ProposalRecord = {
+    id,
+    owner_id: principal.id,
+    state: 'DRAFT',
+    current_revision_id: revisionId,
+    task_id: null,
+    created_at: now,
+    updated_at: now,
+    expires_at: now + deps.config.timing.proposal_ttl_seconds * 1000,
+  };
+  checkSize(spec);
+  deps.store.proposals.insert(p);
+  const revision: RevisionRecord = {
+    id: revisionId,
+    proposal_id: id,
+    number: 1,
+    spec,
+    digest: digestOf(spec),
+    findings: findingsFor(deps, principal.id, spec),
+    created_by: principal.id,
+    created_at: now,
+    confirmed_at: null,
+  };
+  deps.store.proposals.insertRevision(revision);
+  deps.store.audit.append({
+    at: now,
+    actor: principal.name,
+    action: 'proposal.created',
+    subject_type: 'proposal',
+    subject_id: id,
+    data: { revision_id: revisionId, digest: revision.digest },
+  });
+  deps.store.afterCommit(() => deps.notifier.notify(proposalTopic(id)));
+  return revisionResult(p, revision, afterRevisionAction(p, revision));
+}
+
+/** revise_proposal: a new immutable revision; CHANGES_REQUESTED goes back to DRAFT. */
+export function reviseProposal(
+  deps: BrokerDeps,
+  principal: Principal,
+  proposalId: string,
+  spec: TaskSpec,
+): RevisionResult {
+  const p = loadOwnProposal(deps, principal, proposalId);
+  const current = deps.store.proposals.revision(p.current_revision_id)!;
+  const revision = insertRevision(deps, principal, p, current.number + 1, spec);
+  const next = moveProposal(
+    deps,
+    p,
+    'revise',
+    principal.name,
+    { current_revision_id: revision.id },
+    {
+      revision_id: revision.id,
+      digest: revision.digest,
+    },
+  );
+  return revisionResult(next, revision, afterRevisionAction(next, revision));
+}
+
+/** confirm_revision: the current, error-free revision of a DRAFT goes IN_REVIEW. */
+export function confirmRevision(
+  deps: BrokerDeps,
+  principal: Principal,
+  proposalId: string,
+  revisionId: string,
+): { proposal_id: string; revision_id: string; state: ProposalState; next_action: string } {
+  const p = loadOwnProposal(deps, principal, proposalId);
+  if (revisionId !== p.current_revision_id)
+    throw new BrokerError(
+      'STALE_REVISION',
+      `revision ${revisionId} is not the current revision`,
+      `Confirm the current revision ${p.current_revision_id} (get_proposal shows it).`,
+      { current_revision_id: p.current_revision_id },
+    );
+  const revision = deps.store.proposals.revision(revisionId)!;
+  if (!isConfirmable(revision.findings)) {
+    const errors = revision.findings.filter((f) => f.severity === 'error');
+    throw new BrokerError(
+      'POLICY_VIOLATION',
+      `revision has ${errors.length} error finding(s): ${errors.map((f) => f.code).join(', ')}`,
+      errors.map((f) => `${f.path}: ${f.hint}`).join(' '),
+      { findings: errors },
+    );
+  }
+  const next = moveProposal(
+    deps,
+    p,
+    'confirm',
+    principal.name,
+    {},
+    { revision_id: revisionId, digest: revision.digest },
+  );
+  deps.store.proposals.confirmRevision(revisionId, deps.clock.now());
+  return {
+    proposal_id: p.id,
+    revision_id: revisionId,
+    state: next.state,
+    next_action: 'An independent reviewer must decide; call wait_for_proposal.',
+  };
+}
+
+/** cancel_proposal. */
+export function cancelProposal(deps: BrokerDeps, principal: Principal, proposalId: string) {
+  const p = loadOwnProposal(deps, principal, proposalId);
+  // An approved proposal is final, but its task is not: point there instead of a bare "final".
+  if (p.state === 'APPROVED' && p.task_id !== null)
+    throw new BrokerError(
+      'INVALID_STATE',
+      `proposal ${p.id} is APPROVED; its task ${p.task_id} is what runs`,
+      `To stop the run, call cancel_task with task_id ${p.task_id}.`,
+      { state: p.state, task_id: p.task_id },
+    );
+  const next = moveProposal(deps, p, 'cancel', principal.name);
+  return {
+    proposal_id: next.id,
+    state: next.state,
+    next_action: 'Withdrawn; nothing will run. To run something, create a new proposal.',
+  };
+}
+
+/** get_proposal. */
+export function getProposal(deps: BrokerDeps, principal: Principal, proposalId: string): ProposalView {
+  return proposalView(deps.store, loadVisibleProposal(deps, principal, proposalId));
+}
+
+/** list_proposals. */
+export function listProposals(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: { state?: ProposalState | undefined; limit?: number | undefined; cursor?: string | undefined },
+) {
+  const { page, next_cursor } = fetchPage(q.limit, (limit) =>
+    deps.store.proposals.list({
+      limit,
+      ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
+      ...(q.state ? { state: q.state } : {}),
+      ...(q.cursor ? { before_id: q.cursor } : {}),
+    }),
+  );
+  return { proposals: page.map((p) => proposalSummary(deps.store, p)), next_cursor };
+}
+
+/** wait_for_proposal: returns when the proposal leaves IN_REVIEW or after the timeout. */
+export async function waitForProposal(
+  deps: BrokerDeps,
+  principal: Principal,
+  proposalId: string,
+  timeoutSeconds: number,
+  signal?: AbortSignal,
+): Promise<{ proposal: ProposalView; timed_out: boolean }> {
+  const deadline = Date.now() + timeoutSeconds * 1000;
+  for (;;) {
+    const p = loadVisibleProposal(deps, principal, proposalId);
+    if (p.state !== 'IN_REVIEW') return { proposal: proposalView(deps.store, p), timed_out: false };
+    const left = deadline - Date.now();
+    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
+      return { proposal: proposalView(deps.store, p), timed_out: true };
+    await deps.notifier.waitFor(proposalTopic(proposalId), left, signal);
+  }
+}
+
+/** The sweeper: expires proposals past their TTL (DESIGN §6: a sweeper, not lazily). */
+export function expireProposals(deps: BrokerDeps, batch = 100): number {
+  const now = deps.clock.now();
+  let expired = 0;
+  deps.store.transaction(() => {
+    for (const p of deps.store.proposals.expiredBy(now, batch)) {
+      moveProposal(deps, p, 'expire', 'sweeper', {}, { expires_at: iso(p.expires_at) });
+      expired++;
+    }
+  });
+  return expired;
+}

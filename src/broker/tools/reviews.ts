@@ -1,0 +1,231 @@
+import { BrokerError } from '../../contracts/errors.js';
+import { GET_REVISION_UNTRUSTED, REVIEW_QUEUE_UNTRUSTED } from '../../contracts/untrusted.js';
+import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/proposal.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { TaskRecord } from '../../store/tasks-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { fetchPage } from './paging.js';
+import { loadVisibleProposal, moveProposal } from './proposals.js';
+import { diffBaseOf, diffInputs, specChanges } from './revision-diff.js';
+import { TASKS_TOPIC, taskTopic } from './tasks.js';
+import { iso, principalName, reviewView, sandboxOf } from './views.js';
+
+/** Use cases of reviewers: the review queue, reading one revision with its diff, and deciding. */
+
+/** list_review_queue: proposals IN_REVIEW, oldest first. */
+export function listReviewQueue(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: { limit?: number | undefined; cursor?: string | undefined },
+) {
+  const { page, next_cursor } = fetchPage(q.limit, (n) => deps.store.proposals.inReview(q.cursor, n));
+  return {
+    items: page.map((p) => {
+      const r = deps.store.proposals.revision(p.current_revision_id)!;
+      return {
+        proposal_id: p.id,
+        revision_id: r.id,
+        revision_number: r.number,
+        digest: r.digest,
+        title: r.spec.title,
+        owner: principalName(deps.store, p.owner_id),
+        cards: r.spec.cards.count,
+        sandbox: sandboxOf(r.spec),
+        confirmed_at: iso(r.confirmed_at ?? p.updated_at),
+        errors: r.findings.filter((f) => f.severity === 'error').length,
+        warnings: r.findings.filter((f) => f.severity === 'warning').length,
+        own: p.owner_id === principal.id,
+      };
+    }),
+    next_cursor,
+    untrusted_fields: [...REVIEW_QUEUE_UNTRUSTED],
+  };
+}
+
+/**
+ * get_revision: one revision, its findings, and its changes against its diff base — the latest earlier
+ * revision a reviewer decided on, or nothing (src/domain/diff-base.ts) — with the revisions in between
+ * that nobody decided on. `untrusted_fields` names what the submitter (or another principal) wrote.
+ */
+export function getRevision(
+  deps: BrokerDeps,
+  principal: Principal,
+  proposalId: string,
+  revisionId: string,
+  diffLines = DEFAULT_DIFF_LINES,
+  diffPage: { path?: string | undefined; offset?: number | undefined } = {},
+) {
+  const p = loadVisibleProposal(deps, principal, proposalId);
+  const r = deps.store.proposals.revision(revisionId);
+  if (!r || r.proposal_id !== p.id)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no revision ${revisionId} in proposal ${proposalId}`,
+      'get_proposal lists the current revision.',
+    );
+  const { base, unreviewed_between } = diffBaseOf(deps, r);
+  const baseRevision = base ? (deps.store.proposals.revision(base.revision_id) ?? null) : null;
+  return {
+    proposal_id: p.id,
+    proposal_state: p.state,
+    owner: principalName(deps.store, p.owner_id),
+    revision: {
+      revision_id: r.id,
+      number: r.number,
+      digest: r.digest,
+      spec: r.spec,
+      sandbox: sandboxOf(r.spec),
+      findings: r.findings,
+      created_at: iso(r.created_at),
+      confirmed_at: iso(r.confirmed_at),
+      current: r.id === p.current_revision_id,
+    },
+    diff_base: base,
+    unreviewed_between,
+    /** Kept for older clients: the diff base without its decision (no longer always revision N−1). */
+    previous: base ? { revision_id: base.revision_id, number: base.number, digest: base.digest } : null,
+    diff: specChanges(baseRevision, r),
+    inputs: r.spec.inputs ?? [],
+    input_changes: diffInputs(
+      deps,
+      p.owner_id,
+      baseRevision?.spec.inputs ?? [],
+      r.spec.inputs ?? [],
+      diffLines,
+      diffPage,
+    ),
+    reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
+    untrusted_fields: [...GET_REVISION_UNTRUSTED],
+  };
+}
+
+/** Lines of unified diff get_revision shows per file unless asked for more. */
+const DEFAULT_DIFF_LINES = 400;
+
+/** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
+export function submitReview(
+  deps: BrokerDeps,
+  principal: Principal,
+  input: {
+    proposal_id: string;
+    revision_id: string;
+    revision_digest?: string | undefined;
+    decision: ReviewDecision;
+    comments: string;
+  },
+) {
+  const p = loadVisibleProposal(deps, principal, input.proposal_id);
+  // Independence first: whatever else is wrong, a proposer never judges its own proposal.
+  if (p.owner_id === principal.id)
+    throw new BrokerError(
+      'SELF_REVIEW_FORBIDDEN',
+      'you submitted this proposal and may not review it',
+      'Ask another reviewer; independence is the point of review.',
+    );
+  const r = deps.store.proposals.revision(input.revision_id);
+  if (!r || r.proposal_id !== p.id)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `no revision ${input.revision_id} in proposal ${p.id}`,
+      'Use list_review_queue.',
+    );
+  if (p.state !== 'IN_REVIEW')
+    throw new BrokerError(
+      'INVALID_STATE',
+      `proposal ${p.id} is ${p.state}, not IN_REVIEW`,
+      'Only proposals in review can be judged.',
+      { state: p.state },
+    );
+  if (r.id !== p.current_revision_id || r.confirmed_at === null)
+    throw new BrokerError(
+      'STALE_REVISION',
+      `revision ${r.id} is not the revision under review`,
+      `Judge the current revision ${p.current_revision_id} (get_revision shows it).`,
+      { current_revision_id: p.current_revision_id },
+    );
+  if (input.revision_digest !== undefined && input.revision_digest !== r.digest)
+    throw new BrokerError(
+      'STALE_REVISION',
+      'revision_digest does not match the revision',
+      'Read the revision again with get_revision.',
+    );
+
+  const now = deps.clock.now();
+  const reviewId = deps.ids('rvw');
+  deps.store.proposals.insertReview({
+    id: reviewId,
+    proposal_id: p.id,
+    revision_id: r.id,
+    revision_digest: r.digest,
+    reviewer_id: principal.id,
+    decision: input.decision,
+    comments: input.comments,
+    created_at: now,
+  });
+  let taskId: string | null = null;
+  if (input.decision === 'APPROVE') {
+    const limit = deps.config.scheduling.max_queued_tasks_per_owner;
+    if (limit !== null && deps.store.tasks.countQueuedByOwner(p.owner_id) >= limit)
+      throw new BrokerError(
+        'QUOTA_EXCEEDED',
+        `the owner already has ${limit} queued task(s)`,
+        'Approve again once some of them have run.',
+      );
+    taskId = deps.ids('task');
+    const task: TaskRecord = {
+      id: taskId,
+      proposal_id: p.id,
+      revision_id: r.id,
+      owner_id: p.owner_id,
+      spec: r.spec,
+      spec_digest: r.digest,
+      priority: r.spec.priority ?? 0,
+      state: 'QUEUED',
+      desired: 'run',
+      reason: { code: 'pending_scheduling', message: 'waiting for the scheduler' },
+      failure_reason: null,
+      exit_code: null,
+      signal: null,
+      approved_at: now,
+      created_at: now,
+      updated_at: now,
+      started_at: null,
+      finished_at: null,
+    };
+    deps.store.tasks.insert(task);
+    deps.store.audit.append({
+      at: now,
+      actor: principal.name,
+      action: 'task.created',
+      subject_type: 'task',
+      subject_id: taskId,
+      data: { proposal_id: p.id, revision_id: r.id, spec_digest: r.digest, state: 'QUEUED' },
+    });
+    const id = taskId;
+    deps.store.afterCommit(() => {
+      deps.notifier.notify(taskTopic(id));
+      deps.notifier.notify(TASKS_TOPIC);
+    });
+  }
+  const next = moveProposal(
+    deps,
+    p,
+    REVIEW_DECISIONS[input.decision],
+    principal.name,
+    taskId ? { task_id: taskId } : {},
+    {
+      review_id: reviewId,
+      revision_id: r.id,
+      digest: r.digest,
+      decision: input.decision,
+    },
+  );
+  return {
+    review_id: reviewId,
+    proposal_id: p.id,
+    revision_id: r.id,
+    decision: input.decision,
+    state: next.state,
+    task_id: taskId,
+  };
+}

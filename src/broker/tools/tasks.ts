@@ -1,0 +1,112 @@
+import { BrokerError } from '../../contracts/errors.js';
+import type { TaskView } from '../../contracts/views.js';
+import { isTerminalTask, TASK_TABLE, type TaskEvent, type TaskState } from '../../domain/task.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { TaskRecord } from '../../store/tasks-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { applyMove } from '../machines/apply-move.js';
+import { canReadAll } from '../principals.js';
+import { fetchPage } from './paging.js';
+import { taskSummary, taskView } from './views.js';
+
+/** Use cases of tasks: read, list, wait, and the one function that moves a task's state. */
+
+/** Topic notified whenever a task changes. */
+export const taskTopic = (id: string) => `task:${id}`;
+/** Topic notified whenever any task is created or changes (scheduler, dashboard). */
+export const TASKS_TOPIC = 'tasks';
+
+/** Loads a task the principal may see; others' tasks are NOT_FOUND (no existence leak). */
+export function loadVisibleTask(deps: BrokerDeps, principal: Principal, id: string): TaskRecord {
+  const t = deps.store.tasks.get(id);
+  if (!t || (t.owner_id !== principal.id && !canReadAll(principal)))
+    throw new BrokerError('NOT_FOUND', `no task ${id}`, 'Check the id; list_tasks shows yours.');
+  return t;
+}
+
+/** Fields a transition may set besides the state. */
+export type TaskChanges = Partial<
+  Pick<TaskRecord, 'desired' | 'reason' | 'failure_reason' | 'exit_code' | 'signal' | 'started_at'>
+>;
+
+/**
+ * Applies a task event with compare-and-set, stamps finished_at on terminal states, appends the audit
+ * row and schedules notifications. The only place a task's state is assigned.
+ */
+export function moveTask(
+  deps: Pick<BrokerDeps, 'store' | 'clock' | 'notifier'>,
+  t: TaskRecord,
+  event: TaskEvent,
+  actor: string,
+  changes: TaskChanges = {},
+  data: Record<string, unknown> = {},
+): TaskRecord {
+  return applyMove(deps, {
+    kind: 'task',
+    table: TASK_TABLE,
+    record: t,
+    event,
+    actor,
+    next: (to, now) => ({
+      ...t,
+      // Leaving the queue drops the wait reason recorded at approval.
+      ...(t.state === 'QUEUED' ? { reason: null } : {}),
+      ...changes,
+      state: to,
+      updated_at: now,
+      finished_at: isTerminalTask(to) ? now : null,
+    }),
+    save: (next, expected) => deps.store.tasks.update(next, expected),
+    data,
+    topics: [taskTopic(t.id), TASKS_TOPIC],
+  });
+}
+
+/** get_task. */
+export function getTask(deps: BrokerDeps, principal: Principal, taskId: string): TaskView {
+  return taskView(deps.store, loadVisibleTask(deps, principal, taskId), deps.observe);
+}
+
+/** list_tasks. */
+export function listTasks(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: { state?: TaskState | undefined; limit?: number | undefined; cursor?: string | undefined },
+) {
+  const { page, next_cursor } = fetchPage(q.limit, (limit) =>
+    deps.store.tasks.list({
+      limit,
+      ...(canReadAll(principal) ? {} : { owner_id: principal.id }),
+      ...(q.state ? { state: q.state } : {}),
+      ...(q.cursor ? { before_id: q.cursor } : {}),
+    }),
+  );
+  return { tasks: page.map((t) => taskSummary(deps.store, t, deps.observe)), next_cursor };
+}
+
+/** States in which wait_for_task returns at once. */
+const SETTLED: ReadonlySet<TaskState> = new Set([
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'RECONCILIATION_REQUIRED',
+]);
+
+/** wait_for_task: returns when the task settles or after the timeout. */
+export async function waitForTask(
+  deps: BrokerDeps,
+  principal: Principal,
+  taskId: string,
+  timeoutSeconds: number,
+  signal?: AbortSignal,
+): Promise<{ task: TaskView; timed_out: boolean }> {
+  const deadline = Date.now() + timeoutSeconds * 1000;
+  for (;;) {
+    const t = loadVisibleTask(deps, principal, taskId);
+    if (SETTLED.has(t.state)) return { task: taskView(deps.store, t, deps.observe), timed_out: false };
+    const left = deadline - Date.now();
+    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
+      return { task: taskView(deps.store, t, deps.observe), timed_out: true };
+    await deps.notifier.waitFor(taskTopic(taskId), left, signal);
+  }
+}

@@ -1,0 +1,209 @@
+import type { TaskSpec } from '../../contracts/task-spec.js';
+import type {
+  ProposalSummary,
+  ProposalView,
+  SandboxSummary,
+  TaskSummary,
+  TaskView,
+} from '../../contracts/views.js';
+import type { SlurmJobReport } from '../../contracts/worker-protocol.js';
+import { isConfirmable } from '../../domain/policy.js';
+import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
+import type { Store } from '../../store/store.js';
+import type { TaskRecord } from '../../store/tasks-repo.js';
+
+/** Mappers from stored records to the views every edge returns. */
+
+/** ISO time, or null. */
+export function iso(ms: number): string;
+export function iso(ms: number | null): string | null;
+export function iso(ms: number | null): string | null {
+  return ms === null ? null : new Date(ms).toISOString();
+}
+
+/** How a spec will run (runtime kind, image, network with its default filled in), for reviewers. */
+export function sandboxOf(spec: TaskSpec): SandboxSummary {
+  return {
+    runtime: spec.runtime.kind,
+    image: spec.runtime.kind === 'container' ? spec.runtime.image : null,
+    network: spec.network ?? 'none',
+  };
+}
+
+/** The name of a principal id (ids are never shown to other principals). */
+export function principalName(store: Store, id: string): string {
+  return store.principals.findById(id)?.name ?? 'unknown';
+}
+
+/** What the owner should do next, in words an agent can act on. */
+function proposalNextAction(p: ProposalRecord, current: RevisionRecord): string {
+  switch (p.state) {
+    case 'DRAFT':
+      return isConfirmable(current.findings)
+        ? `Call confirm_revision with proposal_id ${p.id} and revision_id ${current.id} to send it to review.`
+        : 'Fix the error findings with revise_proposal (a full replacement spec), then confirm_revision.';
+    case 'IN_REVIEW':
+      return 'An independent reviewer must decide; call wait_for_proposal (it returns when the state changes).';
+    case 'CHANGES_REQUESTED':
+      return 'Read the latest review comments, then revise_proposal and confirm_revision again.';
+    case 'APPROVED':
+      return `Approved: task ${p.task_id} is queued. Call wait_for_task, then get_task_logs / get_task_outputs.`;
+    case 'REJECTED':
+      return 'Rejected: read the review comments. Create a new proposal only if the objection can be addressed.';
+    default:
+      return 'Nothing to do; create a new proposal if the work is still needed.';
+  }
+}
+
+/** A review as shown. */
+export function reviewView(store: Store, r: ReviewRecord): ProposalView['reviews'][number] {
+  return {
+    review_id: r.id,
+    revision_id: r.revision_id,
+    revision_digest: r.revision_digest,
+    reviewer: principalName(store, r.reviewer_id),
+    decision: r.decision,
+    comments: r.comments,
+    created_at: iso(r.created_at),
+  };
+}
+
+/** The full proposal view. */
+export function proposalView(store: Store, p: ProposalRecord): ProposalView {
+  const current = store.proposals.revision(p.current_revision_id);
+  if (!current) throw new Error(`proposal ${p.id} has no current revision`);
+  return {
+    proposal_id: p.id,
+    state: p.state,
+    title: current.spec.title,
+    owner: principalName(store, p.owner_id),
+    current_revision: {
+      revision_id: current.id,
+      number: current.number,
+      digest: current.digest,
+      confirmed: current.confirmed_at !== null,
+      findings: current.findings,
+      confirmable: isConfirmable(current.findings),
+    },
+    revision_count: current.number,
+    spec: current.spec,
+    task_id: p.task_id,
+    reviews: store.proposals.reviews(p.id).map((r) => reviewView(store, r)),
+    created_at: iso(p.created_at),
+    updated_at: iso(p.updated_at),
+    expires_at: iso(p.expires_at),
+    next_action: proposalNextAction(p, current),
+  };
+}
+
+/** A proposal listing line. */
+export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummary {
+  const current = store.proposals.revision(p.current_revision_id);
+  return {
+    proposal_id: p.id,
+    state: p.state,
+    title: current?.spec.title ?? '',
+    owner: principalName(store, p.owner_id),
+    revision_number: current?.number ?? 0,
+    task_id: p.task_id,
+    updated_at: iso(p.updated_at),
+  };
+}
+
+/** Where a task runs: filled from its latest lease once the scheduler placed it. */
+export interface TaskPlacement {
+  worker_id: string;
+  lease_epoch: number;
+  cards: Array<{ index: number; uuid: string }>;
+  simulated: boolean | null;
+}
+
+/** Live facts about tasks that are derived, not stored: where each runs and why each waits. */
+export interface TaskObserver {
+  /** Where a task runs (its latest lease), or null before it was placed. */
+  placement(taskId: string): TaskPlacement | null;
+  /** A queued task's wait reason and 1-based position from the latest scheduling pass. */
+  queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null;
+}
+
+function taskNextAction(t: TaskRecord): string {
+  const live = !['COMPLETED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED'].includes(t.state);
+  if (t.desired === 'cancel' && live)
+    return t.state === 'QUEUED'
+      ? 'Cancelling; it will not start. Call wait_for_task to see it end CANCELLED.'
+      : 'Cancelling: the worker stops it (SIGTERM, then SIGKILL after the grace period) and cleans up; call wait_for_task to see it end.';
+  switch (t.state) {
+    case 'QUEUED':
+      return 'Waiting for cards (see reason and position); call wait_for_task.';
+    case 'ASSIGNED':
+    case 'RUNNING':
+    case 'FINALIZING':
+      return 'Running; call wait_for_task, or get_task_logs to follow output.';
+    case 'COMPLETED':
+      return 'Done: read get_task_outputs and get_task_logs.';
+    case 'FAILED':
+      return 'Failed: read failure_reason and get_task_logs with stream "stderr".';
+    case 'CANCELLED':
+      return 'Cancelled; nothing more will run.';
+    case 'RECONCILIATION_REQUIRED':
+      return 'The outcome is unknown (worker lost); an operator must reconcile. wait_for_task returns when resolved.';
+  }
+}
+
+/** The full task view. */
+export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): TaskView {
+  const where = observe.placement(t.id);
+  const queued = t.state === 'QUEUED' ? observe.queueInfo(t.id) : null;
+  return {
+    task_id: t.id,
+    proposal_id: t.proposal_id,
+    revision_id: t.revision_id,
+    spec_digest: t.spec_digest,
+    title: t.spec.title,
+    owner: principalName(store, t.owner_id),
+    state: t.state,
+    desired: t.desired,
+    reason: queued?.reason ?? (t.state === 'QUEUED' ? t.reason : null),
+    position: queued?.position ?? null,
+    failure_reason: t.failure_reason,
+    failure_detail: t.failure_reason === null ? null : failureDetail(store, t.id),
+    exit_code: t.exit_code,
+    signal: t.signal,
+    worker_id: where?.worker_id ?? null,
+    lease_epoch: where?.lease_epoch ?? null,
+    cards: where?.cards ?? [],
+    simulated: where?.simulated ?? null,
+    slurm: slurmJob(store, t.id),
+    created_at: iso(t.created_at),
+    approved_at: iso(t.approved_at),
+    started_at: iso(t.started_at),
+    finished_at: iso(t.finished_at),
+    next_action: taskNextAction(t),
+  };
+}
+
+/** The Slurm job behind a task's latest execution (null on a local worker). */
+function slurmJob(store: Store, taskId: string): SlurmJobReport | null {
+  const lease = store.leases.latestLeaseForTask(taskId);
+  const e = lease ? store.leases.executionForLease(lease.id) : undefined;
+  return e ? store.leases.executionSlurm(e.id) : null;
+}
+
+/** The worker's detail of a failed task's latest execution (null when none was given). */
+function failureDetail(store: Store, taskId: string): string | null {
+  const lease = store.leases.latestLeaseForTask(taskId);
+  return lease ? (store.leases.executionForLease(lease.id)?.detail ?? null) : null;
+}
+
+/** A task listing line. */
+export function taskSummary(store: Store, t: TaskRecord, observe: TaskObserver): TaskSummary {
+  return {
+    task_id: t.id,
+    title: t.spec.title,
+    owner: principalName(store, t.owner_id),
+    state: t.state,
+    failure_reason: t.failure_reason,
+    position: t.state === 'QUEUED' ? (observe.queueInfo(t.id)?.position ?? null) : null,
+    updated_at: iso(t.updated_at),
+  };
+}
