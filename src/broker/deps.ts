@@ -4,11 +4,8 @@ import type { IdGenerator } from '../platform/ids.js';
 import type { Logger } from '../platform/logger.js';
 import type { Store } from '../store/store.js';
 import type { Fleet } from './fleet.js';
-import type { StorageGuard } from './loops/storage-guard.js';
 import type { Notifier } from './notifier.js';
-import type { QualificationLauncher } from './tools/qualification.js';
-import type { TaskObserver } from './tools/views.js';
-import type { WorkerLink } from './workers/link.js';
+import type { AuditStatus, QualificationLauncher, StorageGate, TaskObserver, WorkerLink } from './ports.js';
 
 /** Everything a use case needs, passed as one plain object (no DI container). */
 export interface BrokerDeps {
@@ -28,16 +25,9 @@ export interface BrokerDeps {
    * The disk guard (free space, SQLITE_FULL): refuses growth with UNAVAILABLE while the store cannot
    * take it. Absent in unit fixtures, where nothing is refused.
    */
-  storage?: StorageGuard;
+  storage?: StorageGate;
   /** Starts qualification runs in the background; absent where no master listens (unit fixtures). */
   qualification?: QualificationLauncher;
-}
-
-/** Result of the background audit-chain check (src/broker/audit-monitor.ts). */
-export interface AuditStatus {
-  ok: boolean;
-  events: number;
-  detail?: string;
 }
 
 /** The live half of the cluster that use cases need. */

@@ -6,7 +6,8 @@ import { type RunnerOptions, runQualification } from '../../qualification/run/ru
 import { workloadPath } from '../../qualification/verify/workload-checks.js';
 import type { WorkloadPin } from '../../qualification/workload/spec.js';
 import type { BrokerDeps } from '../broker/deps.js';
-import { finishRun, type QualificationLauncher, recordStep } from '../broker/tools/qualification.js';
+import type { QualificationLauncher } from '../broker/ports.js';
+import { finishRun, recordStep } from '../broker/tools/qualification.js';
 import { collectPost, collectRung, runFacts } from '../broker/tools/qualification-records.js';
 import { principalName } from '../broker/tools/views.js';
 import { BrokerError } from '../contracts/errors.js';

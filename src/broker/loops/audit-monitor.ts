@@ -3,7 +3,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import type { ChainPoint } from '../../store/audit-repo.js';
 import type { Store } from '../../store/store.js';
-import type { AuditStatus } from '../deps.js';
+import type { AuditStatus } from '../ports.js';
 import { AuditArchiveError, archiveSegment } from './audit-archive.js';
 
 /**

@@ -1,9 +1,8 @@
-import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
-import { moveExecution } from '../machines/execution.js';
+import { markExecutionLost, moveExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
-import { moveTask } from '../tools/tasks.js';
+import { moveTask } from '../machines/task.js';
 
 /**
  * The deadline sweep for executions (runs every `sweep_interval_ms`; deadlines are computed from stored
@@ -52,31 +51,5 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
       }
     }
   });
-  return moved;
-}
-
-/**
- * The fate of an execution is unknown (its worker was lost past grace, or came back with no record of
- * it): its task becomes RECONCILIATION_REQUIRED and its lease QUARANTINED, so the cards are not freed on
- * a guess. A later worker report or an operator reconcile settles it. Returns whether the task moved.
- * Call inside a transaction.
- */
-export function markExecutionLost(
-  deps: BrokerDeps,
-  e: ExecutionRecord,
-  actor: string,
-  reason: string,
-  data: Record<string, unknown>,
-): boolean {
-  const task = deps.store.tasks.get(e.task_id);
-  const lease = deps.store.leases.lease(e.lease_id);
-  if (!task || !lease) return false;
-  let moved = false;
-  if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
-    moveTask(deps, task, 'worker_lost', actor, {}, { ...data, reason });
-    moved = true;
-  }
-  if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
-    moveLease(deps, lease, 'quarantine', actor, reason);
   return moved;
 }

@@ -8,9 +8,9 @@ import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
-import { moveTask } from '../tools/tasks.js';
-import type { TaskObserver, TaskPlacement } from '../tools/views.js';
-import { enqueueForWorker, type WorkerLink } from '../workers/link.js';
+import { moveTask } from '../machines/task.js';
+import type { TaskObserver, TaskPlacement, WorkerLink } from '../ports.js';
+import { enqueueForWorker } from '../workers/link.js';
 
 /**
  * The imperative half of scheduling (DESIGN §7). Each pass:

@@ -9,6 +9,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import { storageUnavailable } from '../../store/storage-errors.js';
 import type { Store } from '../../store/store.js';
+import type { StorageGate, StorageStatus } from '../ports.js';
 
 /**
  * Keeps the master honest about its disk (issue 10, row 4). Every `check_interval_ms` it reads the free
@@ -47,21 +48,8 @@ export interface StorageGuardOptions extends StorageThresholds {
   statfs?: StatfsFn | undefined;
 }
 
-/** What `/healthz`, `get_status` and `/metrics` read, in constant time. */
-export interface StorageStatus {
-  /** False while growth is refused (`refusing`, `unwritable`): `/healthz` then answers 503. */
-  ok: boolean;
-  state: StorageState;
-  free_bytes: number | null;
-  total_bytes: number | null;
-  warn_free_bytes: number;
-  min_free_bytes: number;
-  /** Why the state is not `ok`, in words. */
-  detail?: string;
-}
-
 /** The storage guard; see the file comment. */
-export class StorageGuard {
+export class StorageGuard implements StorageGate {
   private space: FsSpace | null = null;
   private statfsError: string | null = null;
   private writeFailure: string | null = null;

@@ -2,6 +2,8 @@ import { EXECUTION_TABLE, type ExecutionEvent, type ExecutionPhase } from '../..
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { applyMove } from './apply-move.js';
+import { moveLease } from './lease.js';
+import { moveTask } from './task.js';
 
 /** Fields a move may set on an execution besides its phase. */
 export type ExecutionChanges = Partial<
@@ -45,4 +47,30 @@ export function moveExecution(
     topics: [],
   });
   return moved.execution;
+}
+
+/**
+ * The fate of an execution is unknown (its worker was lost past grace, or came back with no record of
+ * it): its task becomes RECONCILIATION_REQUIRED and its lease QUARANTINED, so the cards are not freed on
+ * a guess. A later worker report or an operator reconcile settles it. Returns whether the task moved.
+ * Call inside a transaction.
+ */
+export function markExecutionLost(
+  deps: BrokerDeps,
+  e: ExecutionRecord,
+  actor: string,
+  reason: string,
+  data: Record<string, unknown>,
+): boolean {
+  const task = deps.store.tasks.get(e.task_id);
+  const lease = deps.store.leases.lease(e.lease_id);
+  if (!task || !lease) return false;
+  let moved = false;
+  if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
+    moveTask(deps, task, 'worker_lost', actor, {}, { ...data, reason });
+    moved = true;
+  }
+  if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
+    moveLease(deps, lease, 'quarantine', actor, reason);
+  return moved;
 }

@@ -1,10 +1,8 @@
 import { LEASE_TABLE, type LeaseEvent } from '../../domain/lease.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { CARDS_TOPIC } from '../topics.js';
 import { applyMove } from './apply-move.js';
-
-/** Topic notified when cards may have become free (scheduler, dashboard). */
-export const CARDS_TOPIC = 'cards';
 
 /**
  * Applies a lease event with compare-and-set and an audit row. The only place a lease's state is

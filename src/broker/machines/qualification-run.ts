@@ -7,11 +7,8 @@ import {
 } from '../../domain/qualification-run.js';
 import type { QualificationRunRecord } from '../../store/qualification-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { CARDS_TOPIC, qualificationTopic } from '../topics.js';
 import { applyMove } from './apply-move.js';
-import { CARDS_TOPIC } from './lease.js';
-
-/** Topic notified whenever a run records a step or ends. */
-export const qualificationTopic = (id: string) => `qualification:${id}`;
 
 /** How a run ends: with the runner's evidence (its verdict is the event), or cancelled with a reason. */
 export type RunOutcome = { evidence: EvidenceDocument } | { cancelled: string };

@@ -3,10 +3,12 @@ import { transitionExecution } from '../../domain/execution.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { moveExecution } from '../machines/execution.js';
-import { CARDS_TOPIC, moveLease } from '../machines/lease.js';
+import { moveLease } from '../machines/lease.js';
+import { moveTask } from '../machines/task.js';
 import { canReadAll } from '../principals.js';
+import { CARDS_TOPIC, TASKS_TOPIC } from '../topics.js';
 import { enqueueForWorker } from '../workers/link.js';
-import { loadVisibleTask, moveTask, TASKS_TOPIC } from './tasks.js';
+import { loadVisibleTask } from './tasks.js';
 import { iso, taskView } from './views.js';
 
 /** Use cases for the cluster: cards, queue, workers, cordons, drains, cancel and reconcile. */

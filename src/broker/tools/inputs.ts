@@ -5,6 +5,7 @@ import { GET_INPUT_UNTRUSTED } from '../../contracts/untrusted.js';
 import { sha256Hex } from '../../platform/digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { verifiedBlob } from '../verified-blob.js';
 import { loadVisibleProposal } from './proposals.js';
 
 /**
@@ -22,31 +23,6 @@ import { loadVisibleProposal } from './proposals.js';
  * principal who uploaded it. A blob someone else uploaded reads exactly like one that is not stored,
  * and no upload answer (`stored`, `stored_bytes`) depends on anyone else's uploads.
  */
-
-/**
- * The bytes of a blob `ownerId` uploaded, verified against its name. A blob the owner did not upload is
- * NOT_FOUND with the same words as one that is not stored; a stored blob that does not match its
- * digest is refused (INTERNAL) and logged.
- */
-export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string): Buffer {
-  const content = deps.store.blobs.contentUploadedBy(ownerId, sha256);
-  if (content === undefined)
-    throw new BrokerError(
-      'NOT_FOUND',
-      `no stored input has sha256 ${sha256}`,
-      'The proposal’s owner uploads it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
-    );
-  const actual = sha256Hex(content);
-  if (actual !== sha256) {
-    deps.logger.error({ sha256, actual }, 'input blob does not match its digest; refusing to serve it');
-    throw new BrokerError(
-      'INTERNAL',
-      `the stored content for ${sha256} does not match its digest`,
-      'The master store was changed outside gpu-broker; upload the file again after an operator removes the damaged blob.',
-    );
-  }
-  return content;
-}
 
 /**
  * Stores `content` for `principal` after checking the quota and appends its audit row; answers whether

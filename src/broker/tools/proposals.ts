@@ -3,21 +3,17 @@ import { MAX_SPEC_BYTES, type TaskSpec } from '../../contracts/task-spec.js';
 import type { ProposalView } from '../../contracts/views.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy.js';
 import { digestsToInspect } from '../../domain/policy-inputs.js';
-import {
-  isTerminalProposal,
-  PROPOSAL_TABLE,
-  type ProposalEvent,
-  type ProposalState,
-} from '../../domain/proposal.js';
+import type { ProposalState } from '../../domain/proposal.js';
 import { inspectText, type TextInspection } from '../../domain/text-inspection.js';
 import { digestOf } from '../../platform/digest.js';
 import { fileSha256 } from '../../platform/file-digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { applyMove } from '../machines/apply-move.js';
+import { moveProposal } from '../machines/proposal.js';
 import { canReadAll } from '../principals.js';
-import { verifiedBlob } from './inputs.js';
+import { proposalTopic } from '../topics.js';
+import { verifiedBlob } from '../verified-blob.js';
 import { fetchPage } from './paging.js';
 import { iso, proposalSummary, proposalView } from './views.js';
 
@@ -34,11 +30,6 @@ export interface RevisionResult {
   confirmable: boolean;
   next_action: string;
 }
-
-/** Topic notified whenever a proposal changes. */
-export const proposalTopic = (id: string) => `proposal:${id}`;
-/** Topic notified whenever the review queue changes. */
-export const REVIEW_QUEUE_TOPIC = 'review-queue';
 
 function checkSize(spec: TaskSpec): string {
   const json = JSON.stringify(spec);
@@ -94,34 +85,6 @@ function loadOwnProposal(deps: BrokerDeps, principal: Principal, id: string): Pr
       'Reviewers judge with submit_review.',
     );
   return p;
-}
-
-/** Applies a proposal event with compare-and-set, appends the audit row, and schedules notifications. */
-export function moveProposal(
-  deps: BrokerDeps,
-  p: ProposalRecord,
-  event: ProposalEvent,
-  actor: string,
-  changes: Partial<Pick<ProposalRecord, 'current_revision_id' | 'task_id'>> = {},
-  data: Record<string, unknown> = {},
-): ProposalRecord {
-  return applyMove(deps, {
-    kind: 'proposal',
-    table: PROPOSAL_TABLE,
-    record: p,
-    event,
-    actor,
-    next: (to, now) => ({
-      ...p,
-      ...changes,
-      state: to,
-      updated_at: now,
-      expires_at: isTerminalProposal(to) ? null : now + deps.config.timing.proposal_ttl_seconds * 1000,
-    }),
-    save: (next, expected) => deps.store.proposals.update(next, expected),
-    data,
-    topics: [proposalTopic(p.id), REVIEW_QUEUE_TOPIC],
-  });
 }
 
 function insertRevision(

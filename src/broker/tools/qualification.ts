@@ -4,15 +4,14 @@ import { planLadder, usableNodes } from '../../domain/qualification-ladder.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../../store/qualification-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { CARDS_TOPIC } from '../machines/lease.js';
 import {
   canMoveQualificationRun,
   moveQualificationRun,
   outcomeEvent,
-  qualificationTopic,
   type RunOutcome,
 } from '../machines/qualification-run.js';
 import { createPrincipal, revokePrincipal } from '../principals.js';
+import { CARDS_TOPIC, qualificationTopic } from '../topics.js';
 import { cancelTask } from './cluster.js';
 import { fetchPage } from './paging.js';
 import { assertInterpreterReady, assertPoolIdle } from './qualification-preflight.js';
@@ -24,16 +23,6 @@ import { iso, principalName } from './views.js';
  * return the cards only on PASSED, revoke the principals). The runner itself lives in
  * qualification/runner.ts; src/broker/qualification-service.ts connects the two.
  */
-
-/** Starts runs in the background; the master provides one once it listens. */
-export interface QualificationLauncher {
-  /** Throws a BrokerError when a run of this kind cannot start now (e.g. `claude` is not installed). */
-  assertReady(kind: SubmitterKind): void;
-  /** Starts the runner for a committed run; the tokens exist only in memory. */
-  launch(runId: string, tokens: { submitter: string; reviewer: string }): void;
-  /** Stops a run's runner (it ends CANCELLED); false when no runner is active for it. */
-  cancel(runId: string): boolean;
-}
 
 /** The cordon reason that marks a card as reserved by a run. */
 export const runCordonReason = (runId: string) => `qualification run ${runId}`;

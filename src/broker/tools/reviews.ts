@@ -4,10 +4,11 @@ import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/proposal.js'
 import type { Principal } from '../../store/principals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { moveProposal } from '../machines/proposal.js';
+import { TASKS_TOPIC, taskTopic } from '../topics.js';
 import { fetchPage } from './paging.js';
-import { loadVisibleProposal, moveProposal } from './proposals.js';
+import { loadVisibleProposal } from './proposals.js';
 import { diffBaseOf, diffInputs, specChanges } from './revision-diff.js';
-import { TASKS_TOPIC, taskTopic } from './tasks.js';
 import { iso, principalName, reviewView, sandboxOf } from './views.js';
 
 /** Use cases of reviewers: the review queue, reading one revision with its diff, and deciding. */

@@ -5,7 +5,8 @@ import { diffSpecs, type SpecChange } from '../../domain/spec-diff.js';
 import { type TextDiff, unifiedDiff } from '../../domain/text-diff.js';
 import type { RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { isText, verifiedBlob } from './inputs.js';
+import { verifiedBlob } from '../verified-blob.js';
+import { isText } from './inputs.js';
 
 /**
  * What a reviewer reads as "the changes" of a revision (issue 20, items 5 and 10): the spec diff and the

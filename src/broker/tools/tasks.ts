@@ -1,20 +1,15 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { TaskView } from '../../contracts/views.js';
-import { isTerminalTask, TASK_TABLE, type TaskEvent, type TaskState } from '../../domain/task.js';
+import type { TaskState } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { applyMove } from '../machines/apply-move.js';
 import { canReadAll } from '../principals.js';
+import { taskTopic } from '../topics.js';
 import { fetchPage } from './paging.js';
 import { taskSummary, taskView } from './views.js';
 
-/** Use cases of tasks: read, list, wait, and the one function that moves a task's state. */
-
-/** Topic notified whenever a task changes. */
-export const taskTopic = (id: string) => `task:${id}`;
-/** Topic notified whenever any task is created or changes (scheduler, dashboard). */
-export const TASKS_TOPIC = 'tasks';
+/** Use cases of tasks: read, list, wait (the one function that moves a task's state is machines/task.ts). */
 
 /** Loads a task the principal may see; others' tasks are NOT_FOUND (no existence leak). */
 export function loadVisibleTask(deps: BrokerDeps, principal: Principal, id: string): TaskRecord {
@@ -24,45 +19,6 @@ export function loadVisibleTask(deps: BrokerDeps, principal: Principal, id: stri
   return t;
 }
 
-/** Fields a transition may set besides the state. */
-export type TaskChanges = Partial<
-  Pick<TaskRecord, 'desired' | 'reason' | 'failure_reason' | 'exit_code' | 'signal' | 'started_at'>
->;
-
-/**
- * Applies a task event with compare-and-set, stamps finished_at on terminal states, appends the audit
- * row and schedules notifications. The only place a task's state is assigned.
- */
-export function moveTask(
-  deps: Pick<BrokerDeps, 'store' | 'clock' | 'notifier'>,
-  t: TaskRecord,
-  event: TaskEvent,
-  actor: string,
-  changes: TaskChanges = {},
-  data: Record<string, unknown> = {},
-): TaskRecord {
-  return applyMove(deps, {
-    kind: 'task',
-    table: TASK_TABLE,
-    record: t,
-    event,
-    actor,
-    next: (to, now) => ({
-      ...t,
-      // Leaving the queue drops the wait reason recorded at approval.
-      ...(t.state === 'QUEUED' ? { reason: null } : {}),
-      ...changes,
-      state: to,
-      updated_at: now,
-      finished_at: isTerminalTask(to) ? now : null,
-    }),
-    save: (next, expected) => deps.store.tasks.update(next, expected),
-    data,
-    topics: [taskTopic(t.id), TASKS_TOPIC],
-  });
-}
-
-/** get_task. */
 export function getTask(deps: BrokerDeps, principal: Principal, taskId: string): TaskView {
   return taskView(deps.store, loadVisibleTask(deps, principal, taskId), deps.observe);
 }

@@ -11,6 +11,7 @@ import { isConfirmable } from '../../domain/policy.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { Store } from '../../store/store.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
+import type { TaskObserver } from '../ports.js';
 
 /** Mappers from stored records to the views every edge returns. */
 
@@ -108,22 +109,6 @@ export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummar
     task_id: p.task_id,
     updated_at: iso(p.updated_at),
   };
-}
-
-/** Where a task runs: filled from its latest lease once the scheduler placed it. */
-export interface TaskPlacement {
-  worker_id: string;
-  lease_epoch: number;
-  cards: Array<{ index: number; uuid: string }>;
-  simulated: boolean | null;
-}
-
-/** Live facts about tasks that are derived, not stored: where each runs and why each waits. */
-export interface TaskObserver {
-  /** Where a task runs (its latest lease), or null before it was placed. */
-  placement(taskId: string): TaskPlacement | null;
-  /** A queued task's wait reason and 1-based position from the latest scheduling pass. */
-  queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null;
 }
 
 function taskNextAction(t: TaskRecord): string {

@@ -10,10 +10,10 @@ import { executionStep } from '../../domain/execution.js';
 import { cleanedEvent, exitFailure, type TaskEvent } from '../../domain/task.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { markExecutionLost } from '../loops/liveness.js';
-import { moveExecution } from '../machines/execution.js';
+import { markExecutionLost, moveExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
-import { moveTask, taskTopic } from '../tools/tasks.js';
+import { moveTask } from '../machines/task.js';
+import { taskTopic } from '../topics.js';
 
 /**
  * What the master does with a worker's reports about an execution (DESIGN §§6, 8, 9). Every report is

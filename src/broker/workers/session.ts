@@ -10,8 +10,8 @@ import { heldCards, type ReconcileAction, reconcileHello } from '../../domain/wo
 import { asStorageUnavailable } from '../../store/storage-errors.js';
 import type { KnownCard } from '../../store/workers-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { markExecutionLost } from '../loops/liveness.js';
-import { CARDS_TOPIC } from '../machines/lease.js';
+import { markExecutionLost } from '../machines/execution.js';
+import { CARDS_TOPIC } from '../topics.js';
 import { enqueueForWorker } from './link.js';
 
 /**

@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CARDS_TOPIC } from '../../../src/broker/machines/lease.js';
+import { CARDS_TOPIC } from '../../../src/broker/topics.js';
 import { HySampler } from '../../../worker/samplers/hy-sampler.js';
 import { fakeHyCards, fakeSmiEnv, writeFakeSmiState } from '../../fixtures/fake-smi.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';

@@ -1,6 +1,7 @@
 import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { collectBlobGarbage, verifiedBlob } from '../../../src/broker/tools/inputs.js';
+import { collectBlobGarbage } from '../../../src/broker/tools/inputs.js';
+import { verifiedBlob } from '../../../src/broker/verified-blob.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { ManualClock } from '../../../src/platform/clock.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
