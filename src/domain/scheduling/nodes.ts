@@ -1,5 +1,5 @@
 import { type CardState, type CardStateConfig, deriveCardState } from '../card-state.js';
-import type { CardView, WorkerView } from './decide.js';
+import type { CardView, WorkerView } from './types.js';
 
 /**
  * A Slurm pool's admission facts (docs/decisions/0013-slurm-backend.md, "Per-node admission"). Slurm

@@ -1,5 +1,4 @@
 import { type CardState, type CardStateConfig, deriveCardState } from '../card-state.js';
-import type { CardView, QueuedTaskView, SchedulingConfig, WaitReason, WorkerView } from './decide.js';
 import {
   claimNodes,
   holdNodes,
@@ -26,6 +25,7 @@ import {
   workersOffline,
   workerUnisolated,
 } from './reasons.js';
+import type { CardView, QueuedTaskView, SchedulingConfig, WaitReason, WorkerView } from './types.js';
 
 /**
  * The cards of one scheduling pass and what has happened to them so far in it. Built once per pass;

@@ -1,4 +1,4 @@
-import type { WaitReason } from './decide.js';
+import type { WaitReason } from './types.js';
 
 /**
  * Constructors for every {@link WaitReason}, so that each code always carries the same fields and a

@@ -1,15 +1,15 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { deriveCardState } from '../../../src/domain/card-state.js';
-import {
-  type CardView,
-  decide,
-  type QueuedTaskView,
-  type SchedulingDecision,
-  type SchedulingSnapshot,
-  type WorkerView,
-} from '../../../src/domain/scheduling/decide.js';
+import { decide } from '../../../src/domain/scheduling/decide.js';
 import { modelMatches } from '../../../src/domain/scheduling/pool.js';
+import type {
+  CardView,
+  QueuedTaskView,
+  SchedulingDecision,
+  SchedulingSnapshot,
+  WorkerView,
+} from '../../../src/domain/scheduling/types.js';
 
 const NOW = 50_000_000;
 const MODELS = ['NVIDIA A100-SXM4-80GB', 'NVIDIA A10', 'NVIDIA H100 80GB HBM3'];

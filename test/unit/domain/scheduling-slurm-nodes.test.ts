@@ -1,12 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  type CardView,
-  decide,
-  type QueuedTaskView,
-  type SchedulingConfig,
-  type WorkerView,
-} from '../../../src/domain/scheduling/decide.js';
+import { decide } from '../../../src/domain/scheduling/decide.js';
+import type {
+  CardView,
+  QueuedTaskView,
+  SchedulingConfig,
+  WorkerView,
+} from '../../../src/domain/scheduling/types.js';
 
 /**
  * Per-node admission on a Slurm pool (docs/decisions/0013-slurm-backend.md, "Per-node admission"): a

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import {
-  type CardView,
-  decide,
-  type QueuedTaskView,
-  type SchedulingConfig,
-  type WorkerView,
-} from '../../../src/domain/scheduling/decide.js';
+import { decide } from '../../../src/domain/scheduling/decide.js';
+import type {
+  CardView,
+  QueuedTaskView,
+  SchedulingConfig,
+  WorkerView,
+} from '../../../src/domain/scheduling/types.js';
 
 /**
  * A Slurm worker's cards are a pool (docs/decisions/0013-slurm-backend.md): the scheduler offers only

@@ -1,15 +1,15 @@
 import { describe, expect, it } from 'vitest';
 import { grantRetryDelayMs } from '../../../src/broker/loops/scheduler.js';
 import { sampleDefect } from '../../../src/domain/sample-check.js';
-import {
-  type CardView,
-  decide,
-  type QueuedTaskView,
-  type SchedulingConfig,
-  type SchedulingSnapshot,
-  type WorkerView,
-} from '../../../src/domain/scheduling/decide.js';
+import { decide } from '../../../src/domain/scheduling/decide.js';
 import { modelMatches } from '../../../src/domain/scheduling/pool.js';
+import type {
+  CardView,
+  QueuedTaskView,
+  SchedulingConfig,
+  SchedulingSnapshot,
+  WorkerView,
+} from '../../../src/domain/scheduling/types.js';
 
 const NOW = 10_000_000;
 const CONFIG: SchedulingConfig = {

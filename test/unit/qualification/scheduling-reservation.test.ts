@@ -1,12 +1,12 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import {
-  type CardView,
-  decide,
-  type QueuedTaskView,
-  type SchedulingSnapshot,
-  type WorkerView,
-} from '../../../src/domain/scheduling/decide.js';
+import { decide } from '../../../src/domain/scheduling/decide.js';
+import type {
+  CardView,
+  QueuedTaskView,
+  SchedulingSnapshot,
+  WorkerView,
+} from '../../../src/domain/scheduling/types.js';
 
 /**
  * Cards a qualification run cordoned for itself (docs/decisions/0008-qualification-cordons.md): to

@@ -1,0 +1,180 @@
+import type { CardSample } from '../../contracts/sample.js';
+import type { ContainerEngine, IsolationMode } from '../../contracts/worker-protocol.js';
+import type { CardRecords, CardStateConfig, WorkerSampling } from '../card-state.js';
+
+/**
+ * The scheduler's vocabulary as types: the snapshot one pass reads (tasks, workers, cards, settings)
+ * and the decision it returns (grants, reservations, wait reasons). decide.ts, pool.ts, nodes.ts and
+ * reasons.ts all read them from here; the words are defined in decide.ts's file comment.
+ */
+
+/** A QUEUED task as the scheduler sees it. */
+export interface QueuedTaskView {
+  task_id: string;
+  /** The principal that owns the task; quotas count per owner. */
+  owner: string;
+  /** Higher runs first (spec `priority`, default 0). */
+  priority: number;
+  /** When the approving review landed, in ms; FIFO order and reservation age count from here. */
+  approved_at: number;
+  cards: {
+    count: number;
+    model?: string | undefined;
+    min_memory_mib?: number | undefined;
+    /** Multi-node: cards per node; only Slurm pool workers may take it. */
+    per_node?: number | undefined;
+  };
+  /** Pinned worker id: the task may only run there. */
+  worker?: string | undefined;
+  /**
+   * The qualification run this task belongs to, if any: it may only run on cards reserved for that run
+   * (docs/decisions/0008-qualification-cordons.md).
+   */
+  run_id?: string | undefined;
+  /** `container` tasks only run on workers with a container engine; absent means `process`. */
+  runtime?: 'process' | 'container' | undefined;
+  /**
+   * Set when granting this task failed to apply `failures` times in a row (a store constraint the
+   * decision could not foresee); it is not granted again before `retry_at` (issue 10, row 3).
+   */
+  grant_backoff?: { failures: number; retry_at: number; error: string } | undefined;
+  /** Named data mounts the task needs: only workers offering all of them may take it. */
+  mounts?: readonly string[] | undefined;
+}
+
+/** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
+export type CardView = Pick<
+  CardSample,
+  | 'index'
+  | 'model'
+  | 'memory_used_mib'
+  | 'memory_total_mib'
+  | 'memory_used_pct'
+  | 'health'
+  | 'health_reasons'
+  | 'processes'
+  | 'simulated'
+> &
+  CardRecords & {
+    /**
+     * Set when a qualification run cordoned this card for itself: to every other task the card is
+     * cordoned, to the run's own tasks it is a card like any other. Absent or null: no reservation.
+     */
+    reserved_for_run?: string | null | undefined;
+    /**
+     * A Slurm pool card's node (its uuid `slurm:<node>:gpu<i>`); absent on a local worker. The slot is
+     * not a device our job gets, but what the sample says of it (a foreign job, a node down) is a fact
+     * about that node's GPU.
+     */
+    node?: string | undefined;
+  };
+
+/** One enrolled worker as the scheduler sees it. */
+export interface WorkerView extends WorkerSampling {
+  worker_id: string;
+  /** An operator is draining it: running work finishes, nothing new is granted or reserved there. */
+  draining: boolean;
+  /** How it runs tasks, from its latest hello: `none` means unsandboxed (UNISOLATED). */
+  isolation: IsolationMode;
+  /** The engine that runs `container` tasks there, or null when it cannot. */
+  container_engine: ContainerEngine | null;
+  /** Names of the data mounts it offers; absent means none. */
+  mounts?: readonly string[] | undefined;
+  /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
+  backend?: 'local' | 'slurm' | undefined;
+  /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
+  pool_node_gpus?: readonly number[] | undefined;
+  /**
+   * A Slurm pool's GPUs that our live leases' started jobs hold, per node (the executions' Slurm
+   * bindings). A lease whose job has not started has no binding and is not here: it holds a slot of
+   * the pool, on no known node (scheduling-nodes.ts).
+   */
+  pool_bound?: ReadonlyArray<{ node: string; gpus: number }> | undefined;
+  cards: CardView[];
+}
+
+/** Scheduler settings from the master's config. */
+export interface SchedulingConfig extends CardStateConfig {
+  /** A task queued longer than this reserves free cards on the worker where it will fit first. */
+  reservation_after_seconds: number;
+  /** Most cards one owner may hold at once (running + granted now); null for no limit. */
+  max_concurrent_cards_per_owner: number | null;
+  /** `policy.require_isolation`: unisolated workers get no task. */
+  require_isolation: boolean;
+}
+
+/** Everything one scheduling pass reads. */
+export interface SchedulingSnapshot {
+  /** The QUEUED tasks, in any order. */
+  tasks: QueuedTaskView[];
+  workers: WorkerView[];
+  /** Cards each owner holds now through live leases. */
+  running_cards_by_owner: Record<string, number>;
+  config: SchedulingConfig;
+}
+
+/**
+ * Why a task is still queued. Every reason carries a `message` an agent can act on.
+ *  - waiting_for_cards: it fits somewhere but not enough matching cards are free on one worker (on a
+ *    Slurm pool: on one node, or on enough nodes for `cards.per_node`, though the pool's count may
+ *    suffice; the message then lists the nodes' free GPUs);
+ *  - reserved_for_older_task: it would fit, but the free cards are held by an aged task ahead of it;
+ *  - holding_reservation: it is aged and holds free cards on `worker_id` until the rest are released;
+ *  - worker_offline: its pinned worker is offline or draining;
+ *  - workers_offline: every worker with enough matching cards is offline or draining;
+ *  - no_matching_worker: no worker it may use has enough matching cards, whatever their state;
+ *  - no_container_engine: a container task, and no worker with enough matching cards has an engine;
+ *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
+ *    with enough matching cards may take it;
+ *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
+ *    policy requires isolation;
+ *  - cordoned: cordons leave fewer than `need` matching cards on every usable worker;
+ *  - quota_exceeded: granting it would take its owner over the per-owner card limit;
+ *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised).
+ */
+export type WaitReason =
+  | { code: 'waiting_for_cards'; need: number; eligible: number; free: number; message: string }
+  | { code: 'reserved_for_older_task'; task_position: number; worker_id: string; message: string }
+  | { code: 'holding_reservation'; worker_id: string; held: number; need: number; message: string }
+  | { code: 'worker_offline'; worker_id: string; draining: boolean; message: string }
+  | { code: 'workers_offline'; need: number; offline: number; draining: number; message: string }
+  | { code: 'no_matching_worker'; need: number; largest: number; message: string }
+  | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
+  | { code: 'mount_missing'; need: number; mounts: string[]; message: string }
+  | { code: 'multi_node_needs_slurm'; need: number; per_node: number; message: string }
+  | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
+  | { code: 'cordoned'; need: number; uncordoned: number; message: string }
+  | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string }
+  | { code: 'grant_failed'; failures: number; retry_at: number; error: string; message: string };
+
+/** Bind a task to these cards of one worker. */
+export interface Grant {
+  task_id: string;
+  worker_id: string;
+  /** Ascending, exactly `cards.count` of them. */
+  card_indexes: number[];
+}
+
+/** An aged task holds these free cards so later tasks cannot take them; it keeps waiting. */
+export interface Reservation {
+  task_id: string;
+  worker_id: string;
+  /** Ascending; fewer than the task needs (or it would have been granted). */
+  card_indexes: number[];
+}
+
+/** A task left in the queue this pass. */
+export interface WaitingTask {
+  task_id: string;
+  /** 1-based position among the tasks still queued after this pass, in scheduling order. */
+  position: number;
+  /** Shared between tasks with the same reason; treat it as read-only. */
+  reason: WaitReason;
+}
+
+/** What one pass decided: every queued task appears exactly once in `grants` or `waiting`. */
+export interface SchedulingDecision {
+  grants: Grant[];
+  waiting: WaitingTask[];
+  reservations: Reservation[];
+}
