@@ -1,7 +1,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
-import { workloadPath, workloadSha256 } from '../qualification/verify/workload-checks.js';
+import { workloadPath, workloadSha256 } from '../qualification/workload/location.js';
 import { buildApp } from './app.js';
 import type { BrokerDeps } from './broker/deps.js';
 import { Fleet } from './broker/fleet.js';

@@ -1,8 +1,8 @@
 import { canonicalJson } from '../../src/contracts/canonical-json.js';
 import { sha256Hex } from '../../src/platform/digest.js';
 import type { WorkloadPin } from '../workload/spec.js';
+import { WorkloadResultSchema } from './schema.js';
 import type { Check, RungRecords } from './verifier.js';
-import { WorkloadResultSchema } from './workload-checks.js';
 
 /**
  * The evidence document of a qualification run (DESIGN §11; docs/qualification.md "Reading the

@@ -1,4 +1,4 @@
-import type { WorkloadCheck, WorkloadResult } from './workload-checks.js';
+import type { WorkloadCheck, WorkloadResult } from './schema.js';
 
 /**
  * The checks of a rung run on a Slurm pool worker (docs/decisions/0017-slurm-qualification.md). Pure,

@@ -1,13 +1,9 @@
 import { digestOf, sha256Hex } from '../../src/platform/digest.js';
+import { WORKLOAD_RESULT_FILE } from '../workload/location.js';
 import { qualificationSpecDigest, type WorkloadPin } from '../workload/spec.js';
+import type { WorkloadCheck } from './schema.js';
 import { checkSlurmBinding } from './slurm-checks.js';
-import {
-  checkWorkloadResult,
-  type SlurmExpectation,
-  WORKLOAD_RESULT_FILE,
-  type WorkloadCheck,
-  workloadCheckNames,
-} from './workload-checks.js';
+import { checkWorkloadResult, type SlurmExpectation, workloadCheckNames } from './workload-checks.js';
 
 /**
  * The qualification verifier (DESIGN §11). It trusts no agent and no worker: its input is what the

@@ -1,28 +1,22 @@
-import { createHash } from 'node:crypto';
-import { readFileSync } from 'node:fs';
-import { join } from 'node:path';
-import { z } from 'zod';
-import { packageRoot } from '../../src/platform/package-root.js';
+import {
+  WORKLOAD_SCHEMA_VERSION,
+  type WorkloadCheck,
+  type WorkloadRank,
+  type WorkloadResult,
+  WorkloadResultSchema,
+} from './schema.js';
 import { checkSlurmJob, SLURM_CHECK_NAMES, type SlurmExpectation } from './slurm-checks.js';
 
 /**
- * The qualification workload's result document (`qualification.json`, written by rank 0 of
- * `qualification/workload/qualify.py`) and the pure checks the verifier runs on it (DESIGN §11).
+ * The pure checks the verifier runs on the qualification workload's result document
+ * (`qualification.json`, written by rank 0 of `qualification/workload/qualify.py`; its schema is
+ * schema.ts) (DESIGN §11).
  *
  * The document is evidence produced by code running on the worker, so nothing in it is taken on its
  * word: its `ok` flags and `expected` values are ignored; every verdict is recomputed from the measured
  * numbers and the ids the master bound the run to. Checks fail closed: a missing or unparsable part is a
  * failed check, never a skipped one.
  */
-
-/** Version of the result document this file understands; the workload writes the same number. */
-export const WORKLOAD_SCHEMA_VERSION = 1;
-
-/** The workload script, relative to the package root. The master's policy pins it by sha256. */
-export const WORKLOAD_RELATIVE_PATH = 'qualification/workload/qualify.py';
-
-/** Name of the result file the workload writes into GPU_BROKER_OUTPUT_DIR. */
-export const WORKLOAD_RESULT_FILE = 'qualification.json';
 
 /**
  * Largest GEMM tolerance (on max|C − ref| / max|ref|) the checker accepts. The workload's default is
@@ -33,106 +27,6 @@ export const MAX_GEMM_TOLERANCE = 1e-3;
 
 /** Relative slack for the bandwidth arithmetic checks (1 %): the numbers are recomputed, not remeasured. */
 export const BANDWIDTH_RELATIVE_SLACK = 0.01;
-
-/** Absolute path of the workload script in this installation (source tree or built package). */
-export function workloadPath(root: string = packageRoot()): string {
-  return join(root, WORKLOAD_RELATIVE_PATH);
-}
-
-/** Lower-case hex sha256 of the workload script's bytes, the value the master's policy pins. */
-export function workloadSha256(root: string = packageRoot()): string {
-  return createHash('sha256')
-    .update(readFileSync(workloadPath(root)))
-    .digest('hex');
-}
-
-const Id = z.string().min(1).max(128);
-const Seconds = z.number().positive();
-
-/** One rank's measurements. Non-finite measurements are written as null by the workload. */
-export const WorkloadRankSchema = z.object({
-  rank: z.number().int().min(0),
-  device: z.string().min(1),
-  device_name: z.string(),
-  allreduce_sum: z.object({ value: z.number().nullable(), expected: z.number(), ok: z.boolean() }),
-  gemm: z.object({
-    n: z.number().int().min(1),
-    max_abs_err: z.number().min(0).nullable(),
-    max_rel_err: z.number().min(0).nullable(),
-    tolerance: z.number().positive(),
-    ok: z.boolean(),
-    median_s: Seconds,
-    tflops: z.number().min(0).nullable(),
-  }),
-  bandwidth: z.object({
-    bytes: z.number().int().min(1),
-    median_s: Seconds,
-    algbw_gbps: z.number().positive(),
-    // Null at one rank, where nccl-tests' bus bandwidth has no meaning.
-    busbw_gbps: z.number().min(0).nullable(),
-  }),
-  /** Slurm rungs only: the node the rank ran on (SLURMD_NODENAME) and its rank on that node. */
-  node: z.string().min(1).max(255).optional(),
-  local_rank: z.number().int().min(0).optional(),
-});
-/** One rank's measurements. */
-export type WorkloadRank = z.infer<typeof WorkloadRankSchema>;
-
-/** The whole result document, as rank 0 writes it. Unknown keys are stripped, not refused. */
-export const WorkloadResultSchema = z.object({
-  schema_version: z.literal(WORKLOAD_SCHEMA_VERSION),
-  task_id: Id,
-  execution_id: Id,
-  assignment_id: Id,
-  lease_epoch: z.number().int().min(1),
-  // Empty on a Slurm rung: a Slurm job sees devices, not the pool slots the lease names (`slurm` instead).
-  gpu_ids: z.array(z.number().int().min(0)),
-  gpu_uuids: z.array(z.string()),
-  worker_id: Id,
-  hostname: z.string().min(1),
-  backend: z.string().min(1),
-  simulated: z.boolean(),
-  world_size: z.number().int().min(1),
-  versions: z.object({
-    python: z.string(),
-    torch: z.string(),
-    cuda: z.string().nullable(),
-    hip: z.string().nullable(),
-    nccl: z.string().nullable(),
-  }),
-  visible_devices: z.record(z.string(), z.string().nullable()),
-  parameters: z.object({
-    gemm_n: z.number().int().min(1),
-    allreduce_bytes: z.number().int().min(1),
-    warmup: z.number().int().min(0),
-    iters: z.number().int().min(1),
-    tolerance: z.number().positive(),
-  }),
-  started_at: z.string(),
-  finished_at: z.string(),
-  device_names: z.array(z.string()),
-  ranks: z.array(WorkloadRankSchema),
-  ok: z.boolean(),
-  error: z.string().nullable(),
-  /** Slurm rungs only: the job as the ranks saw it, nodes in node-rank order (docs/slurm.md). */
-  slurm: z
-    .object({
-      job_id: z.string().min(1).max(32),
-      nodes: z
-        .array(
-          z.object({
-            node: z.string().min(1).max(255),
-            gpus: z.array(z.number().int().min(0)),
-            cuda_visible_devices: z.string().nullable(),
-          }),
-        )
-        .min(1)
-        .max(64),
-    })
-    .optional(),
-});
-/** The whole result document. */
-export type WorkloadResult = z.infer<typeof WorkloadResultSchema>;
 
 /** What the master bound the run to, from its own records (never from the document). */
 export interface WorkloadExpectation {
@@ -157,13 +51,6 @@ export interface WorkloadExpectation {
 }
 
 export { SLURM_CHECK_NAMES, type SlurmExpectation };
-
-/** The outcome of one named check. */
-export interface WorkloadCheck {
-  name: string;
-  ok: boolean;
-  detail: string;
-}
 
 /** Every check name `checkWorkloadResult` can report, in report order. */
 export const WORKLOAD_CHECK_NAMES = [

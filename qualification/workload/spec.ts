@@ -1,6 +1,6 @@
 import { type TaskSpec, TaskSpecSchema } from '../../src/contracts/task-spec.js';
 import { digestOf } from '../../src/platform/digest.js';
-import { WORKLOAD_RESULT_FILE } from '../verify/workload-checks.js';
+import { WORKLOAD_RESULT_FILE } from './location.js';
 
 /**
  * The exact task spec a qualification rung proposes. It is a pure function of the run id, the worker,

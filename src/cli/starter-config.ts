@@ -1,6 +1,6 @@
 import { existsSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
-import { workloadPath } from '../../qualification/verify/workload-checks.js';
+import { workloadPath } from '../../qualification/workload/location.js';
 import type { MasterConfig } from '../platform/config.js';
 
 /**

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import { buildClientKit } from '../../client-kit/build.js';
 import { findExecutable } from '../../qualification/run/agent-submitter.js';
 import { type RunnerOptions, runQualification } from '../../qualification/run/runner.js';
-import { workloadPath } from '../../qualification/verify/workload-checks.js';
+import { workloadPath } from '../../qualification/workload/location.js';
 import type { WorkloadPin } from '../../qualification/workload/spec.js';
 import type { BrokerDeps } from '../broker/deps.js';
 import type { QualificationLauncher } from '../broker/ports.js';

@@ -1,6 +1,6 @@
 import { spawn } from 'node:child_process';
 import { tmpdir } from 'node:os';
-import { workloadPath } from '../../qualification/verify/workload-checks.js';
+import { workloadPath } from '../../qualification/workload/location.js';
 
 /**
  * Runs the bundled qualification workload (qualification/workload/qualify.py) as the worker would: with

@@ -4,7 +4,7 @@ import type {
   RungRecords,
   WorkerIsolation,
 } from '../../../qualification/verify/verifier.js';
-import { WORKLOAD_RESULT_FILE } from '../../../qualification/verify/workload-checks.js';
+import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
 import { deriveCardState } from '../../domain/card-state.js';
 import type { QualificationRunRecord } from '../../store/qualification-repo.js';
 import type { WorkerRecord } from '../../store/workers-repo.js';

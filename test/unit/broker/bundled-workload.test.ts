@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { workloadPath, workloadSha256 } from '../../../qualification/verify/workload-checks.js';
+import { workloadPath, workloadSha256 } from '../../../qualification/workload/location.js';
 import { withBundledWorkload } from '../../../src/main.js';
 import { parseConfig } from '../../../src/platform/config.js';
 

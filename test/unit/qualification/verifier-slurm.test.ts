@@ -1,7 +1,8 @@
 import { describe, expect, it } from 'vitest';
 import { evidenceRung, summaryRows } from '../../../qualification/verify/evidence.js';
+import type { WorkloadResult } from '../../../qualification/verify/schema.js';
 import { type RunFacts, type RungRecords, verifyRung } from '../../../qualification/verify/verifier.js';
-import { SLURM_CHECK_NAMES, type WorkloadResult } from '../../../qualification/verify/workload-checks.js';
+import { SLURM_CHECK_NAMES } from '../../../qualification/verify/workload-checks.js';
 import { qualificationSpec } from '../../../qualification/workload/spec.js';
 import { digestOf, sha256Hex } from '../../../src/platform/digest.js';
 

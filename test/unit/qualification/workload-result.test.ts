@@ -2,16 +2,18 @@ import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
+import type { WorkloadResult } from '../../../qualification/verify/schema.js';
 import {
   checkWorkloadResult,
   MAX_GEMM_TOLERANCE,
   WORKLOAD_CHECK_NAMES,
-  WORKLOAD_RELATIVE_PATH,
   type WorkloadExpectation,
-  type WorkloadResult,
+} from '../../../qualification/verify/workload-checks.js';
+import {
+  WORKLOAD_RELATIVE_PATH,
   workloadPath,
   workloadSha256,
-} from '../../../qualification/verify/workload-checks.js';
+} from '../../../qualification/workload/location.js';
 
 const BYTES = 4 * 1024 * 1024;
 

@@ -4,9 +4,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   checkWorkloadResult,
-  WORKLOAD_RESULT_FILE,
   type WorkloadExpectation,
 } from '../../../qualification/verify/workload-checks.js';
+import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
 import { runWorkload } from '../../support/workload.js';
 
 /**

@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
   checkWorkloadResult,
-  WORKLOAD_RESULT_FILE,
   type WorkloadExpectation,
 } from '../../../qualification/verify/workload-checks.js';
+import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
 import { WORKLOAD_PYTHON as PYTHON, runWorkload } from '../../support/workload.js';
 
 function bindingEnv(n: number, outputDir: string, simulated: boolean): Record<string, string> {
