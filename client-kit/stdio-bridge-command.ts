@@ -1,11 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
-import { helpText } from '../src/cli/args.js';
-import { MCP_STDIO } from '../src/cli/command-specs.js';
+import { helpText } from '../src/platform/args.js';
 import { createCaTrustingFetch } from '../src/platform/ca-fetch.js';
 import { packageRoot } from '../src/platform/package-root.js';
 import { runStdioBridge } from './stdio-bridge.js';
+import { MCP_STDIO } from './stdio-bridge-spec.js';
 
 /**
  * `gpu-broker mcp-stdio --url URL [--token-env NAME] [--ca-file FILE]`: argument and environment

@@ -1,15 +1,15 @@
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { BrokerDeps } from './broker/deps.js';
 import type { BoundTool } from './broker/tools/dispatch.js';
+import { WORKER_CONNECT_PATH, WORKER_INPUT_PATH } from './contracts/paths.js';
 import { authHook } from './http/auth.js';
-import { registerBlobRoutes, WORKER_INPUT_PATH } from './http/blobs.js';
+import { registerBlobRoutes } from './http/blobs.js';
 import { installErrorHandling } from './http/errors.js';
+import { isAllowedOrigin, ownHostNames } from './http/origin.js';
 import { registerRestRoutes } from './http/rest.js';
 import { registerMcpRoute } from './mcp/route.js';
 import { McpCatalog } from './mcp/server.js';
-
-/** The path workers connect to over WSS. */
-export const WORKER_CONNECT_PATH = '/api/v1/workers/connect';
+import { parseListen } from './platform/config.js';
 
 /** Options of the HTTP app. */
 export interface AppOptions {
@@ -62,7 +62,11 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
   });
 
   const catalog = new McpCatalog(opts.tools);
-  registerMcpRoute(app, deps, catalog, opts.onToolCall);
+  // The MCP transport spec's Origin check (DNS rebinding), installed on /mcp from here.
+  const ownNames = ownHostNames(parseListen(deps.config.listen).host, deps.config.tls.sans);
+  const allowOrigin = (origin: string | undefined, host: string | undefined) =>
+    isAllowedOrigin(origin, host, deps.config.allowed_origins, ownNames);
+  registerMcpRoute(app, deps, catalog, allowOrigin, opts.onToolCall);
   registerRestRoutes(app, deps, new Map(opts.tools.map((t) => [t.def.name, t])));
   registerBlobRoutes(app, deps, Math.max(deps.config.policy.max_input_bytes, 1));
   await opts.extend?.(app);

@@ -1,5 +1,6 @@
 import { buildClientKit, defaultBridgeBundle, verifyClientKit } from '../../client-kit/build.js';
-import { type FlagValues, parseCommand, usageError } from './args.js';
+import type { FlagValues } from '../platform/args.js';
+import { parseCommand, usageError } from './args.js';
 import { CLIENT_KIT } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 

@@ -1,9 +1,10 @@
-import { defineCommand, type Flags } from './args.js';
+import { defineCommand, type Flags } from '../platform/args.js';
 
 /**
  * Every `gpu-broker` command's flags, environment and examples: the one source for the parser and for
- * `--help` (src/cli/args.ts). Kept apart from the command files so `--help` and the test that checks it
- * load no command code.
+ * `--help` (src/cli/args.ts, src/platform/args.ts). Kept apart from the command files so `--help` and the
+ * test that checks it load no command code. `mcp-stdio`'s spec is the stdio bridge's own
+ * (client-kit/stdio-bridge-spec.ts), which the bridge bundle carries without the CLI.
  */
 
 const JSON_FLAG = { json: { type: 'boolean', help: 'print machine-readable JSON on stdout' } } as const;
@@ -359,36 +360,6 @@ export const QUALIFY = defineCommand({
   env: REMOTE_ENV,
   subcommands: ['show', 'cancel'],
   examples: ['qualify --cards 1,2', 'qualify show qual_01J…'],
-});
-
-export const MCP_STDIO = defineCommand({
-  name: 'mcp-stdio',
-  usage: ['mcp-stdio --url URL [--token-env NAME] [--ca-file FILE]'],
-  summary:
-    "Serves the master's MCP tools on stdin/stdout for harnesses that only run stdio MCP servers. Checks the token at start.",
-  flags: {
-    url: {
-      type: 'string',
-      value: 'URL',
-      help: 'the master, e.g. https://gpu-host:8443 (default $GPU_BROKER_URL)',
-    },
-    'token-env': {
-      type: 'string',
-      value: 'NAME',
-      help: 'environment variable holding the bearer token (default GPU_BROKER_TOKEN)',
-    },
-    'ca-file': {
-      type: 'string',
-      value: 'FILE',
-      help: 'CA certificate to trust (default $GPU_BROKER_CA_FILE)',
-    },
-  },
-  env: {
-    GPU_BROKER_URL: 'the master URL when --url is not given',
-    GPU_BROKER_TOKEN: 'the bearer token (never taken from argv)',
-    GPU_BROKER_CA_FILE: 'CA certificate when --ca-file is not given',
-  },
-  examples: ['mcp-stdio --url https://gpu-host:8443 --ca-file ~/.config/gpu-broker/ca.pem'],
 });
 
 export const CLIENT_KIT = defineCommand({

@@ -1,10 +1,10 @@
-import type { CommandSpec } from './args.js';
+import { MCP_STDIO } from '../../client-kit/stdio-bridge-spec.js';
+import type { CommandSpec } from '../platform/args.js';
 import {
   AUDIT,
   CLIENT_KIT,
   CORDON,
   DRAIN,
-  MCP_STDIO,
   PROPOSE,
   QUALIFY,
   RECONCILE,

@@ -2,6 +2,7 @@ import type { FastifyInstance } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import { blobForExecution, putBlob } from '../broker/tools/inputs.js';
 import { BrokerError } from '../contracts/errors.js';
+import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
 
 /**
  * The two byte routes of inputs (issue 13), beside the JSON REST mirror:
@@ -14,9 +15,6 @@ import { BrokerError } from '../contracts/errors.js';
  *                                       worker token (auth.ts lets worker tokens in here and nowhere else
  *                                       but the WSS endpoint).
  */
-
-/** Paths a worker token may use besides the WSS endpoint. */
-export const WORKER_INPUT_PATH = /^\/api\/v1\/executions\/[^/]+\/inputs\/[0-9a-f]{64}$/;
 
 const SHA256 = /^[0-9a-f]{64}$/;
 
@@ -56,15 +54,12 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, maxBl
       return deps.store.transaction(() => putBlob(deps, principal, sha256, body));
     },
   );
-  app.get<{ Params: { execution_id: string; sha256: string } }>(
-    '/api/v1/executions/:execution_id/inputs/:sha256',
-    async (req, reply) => {
-      const principal = req.principal!;
-      const workerId = principal.worker_id;
-      if (!principal.roles.includes('worker') || !workerId)
-        throw new BrokerError('FORBIDDEN', 'only worker tokens fetch execution inputs', 'Use get_input.');
-      const bytes = blobForExecution(deps, workerId, req.params.execution_id, req.params.sha256);
-      return reply.header('Content-Type', 'application/octet-stream').send(bytes);
-    },
-  );
+  app.get<{ Params: { execution_id: string; sha256: string } }>(WORKER_INPUT_ROUTE, async (req, reply) => {
+    const principal = req.principal!;
+    const workerId = principal.worker_id;
+    if (!principal.roles.includes('worker') || !workerId)
+      throw new BrokerError('FORBIDDEN', 'only worker tokens fetch execution inputs', 'Use get_input.');
+    const bytes = blobForExecution(deps, workerId, req.params.execution_id, req.params.sha256);
+    return reply.header('Content-Type', 'application/octet-stream').send(bytes);
+  });
 }

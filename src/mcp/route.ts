@@ -4,28 +4,30 @@ import type { FastifyInstance, FastifyReply } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import { BrokerError } from '../contracts/errors.js';
 import { MAX_UPLOAD_CALL_BYTES } from '../contracts/tools-inputs.js';
-import { isAllowedOrigin, ownHostNames } from '../http/origin.js';
-import { parseListen } from '../platform/config.js';
 import { createMcpServer, type McpCatalog } from './server.js';
 
 /** Largest `/mcp` request body: an upload_inputs call of MAX_UPLOAD_CALL_BYTES in base64, with room. */
 export const MCP_BODY_LIMIT = 2 * MAX_UPLOAD_CALL_BYTES;
 
+/** Whether a request's `Origin` may drive this master (src/app.ts installs the check, src/http/origin.ts). */
+export type OriginCheck = (origin: string | undefined, host: string | undefined) => boolean;
+
 /**
  * `/mcp`: Streamable HTTP in stateless JSON mode — a fresh server and transport per POST, nothing to
  * sweep, forward-compatible with the session-less 2026 protocol revision. GET/DELETE answer 405 as the
- * SDK's stateless example does (docs/decisions/0001-stateless-mcp.md).
+ * SDK's stateless example does (docs/decisions/0001-stateless-mcp.md). A POST whose Origin
+ * `allowOrigin` refuses is FORBIDDEN before anything else happens (DNS-rebinding defence).
  */
 export function registerMcpRoute(
   app: FastifyInstance,
   deps: BrokerDeps,
   catalog: McpCatalog,
+  allowOrigin: OriginCheck,
   onToolCall?: (tool: string, ms: number, ok: boolean) => void,
 ): void {
-  const ownNames = ownHostNames(parseListen(deps.config.listen).host, deps.config.tls.sans);
   // upload_inputs carries up to MAX_UPLOAD_CALL_BYTES decoded, i.e. 4/3 of it in base64 plus JSON.
   app.post('/mcp', { bodyLimit: MCP_BODY_LIMIT }, async (req, reply) => {
-    if (!isAllowedOrigin(req.headers.origin, req.headers.host, deps.config.allowed_origins, ownNames))
+    if (!allowOrigin(req.headers.origin, req.headers.host))
       throw new BrokerError(
         'FORBIDDEN',
         `Origin ${req.headers.origin} is not allowed`,

@@ -2,7 +2,6 @@ import type { IncomingMessage } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { FastifyInstance } from 'fastify';
 import { type WebSocket, WebSocketServer } from 'ws';
-import { WORKER_CONNECT_PATH } from '../app.js';
 import type { BrokerDeps } from '../broker/deps.js';
 import type { Fleet } from '../broker/fleet.js';
 import type { WorkerLink } from '../broker/ports.js';
@@ -11,6 +10,7 @@ import { CARDS_TOPIC } from '../broker/topics.js';
 import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/workers/reports.js';
 import { acceptHello, recordProbe, recordSample, storeHello } from '../broker/workers/session.js';
 import { BrokerError } from '../contracts/errors.js';
+import { WORKER_CONNECT_PATH } from '../contracts/paths.js';
 import {
   type InvalidMessage,
   parseMessage,
