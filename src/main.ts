@@ -252,7 +252,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     }
   }, config.timing.sweep_interval_ms);
   sweeper.unref();
-  // Never blocks a request for more than one batch: see src/broker/audit-monitor.ts.
+  // Never blocks a request for more than one batch: see src/broker/loops/audit-monitor.ts.
   void auditMonitor.tick();
   const auditTimer = setInterval(() => void auditMonitor.tick(), config.audit.check_interval_ms);
   auditTimer.unref();

@@ -2,7 +2,7 @@ import type { TaskView } from '../../src/contracts/views.js';
 import type { PostRecords, RungRecords } from '../verify/verifier.js';
 
 /**
- * How the runner follows what it started (qualification/runner.ts): a task's state as one progress
+ * How the runner follows what it started (qualification/run/runner.ts): a task's state as one progress
  * line, when a rung's and the run's records have settled, and a bounded re-read until they have.
  */
 

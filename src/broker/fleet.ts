@@ -283,7 +283,7 @@ function nodeOf(uuid: string): { node?: string } {
 
 /**
  * Per Slurm worker, the GPUs per node that its live leases' started jobs hold (their bindings). A job
- * that has not started has no binding and holds no known node (domain/scheduling-nodes.ts).
+ * that has not started has no binding and holds no known node (domain/scheduling/nodes.ts).
  */
 function boundGpus(store: Store): Map<string, Array<{ node: string; gpus: number }>> {
   const out = new Map<string, Array<{ node: string; gpus: number }>>();

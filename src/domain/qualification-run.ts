@@ -2,7 +2,7 @@ import { applyTransition, type TransitionResult, type TransitionTable } from './
 
 /**
  * Qualification run state machine (DESIGN §11). A run is created RUNNING and leaves it exactly once,
- * through `moveQualificationRun` (src/broker/qualification-run-move.ts, `applyMove`: compare-and-set and
+ * through `moveQualificationRun` (src/broker/machines/qualification-run.ts, `applyMove`: compare-and-set and
  * an audit row `qualification_run.<event>`).
  *
  * States:

@@ -1,6 +1,6 @@
 /**
  * The master store's ability to take writes, decided from facts the storage guard gathers
- * (src/broker/storage-guard.ts). States:
+ * (src/broker/loops/storage-guard.ts). States:
  *
  *   ok          enough free space, and the last write worked
  *   low         free space under `warn_free_bytes`: a `disk_low` warning, nothing refused yet

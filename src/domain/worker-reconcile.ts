@@ -4,9 +4,9 @@ import type { ExecutionPhase } from './execution.js';
 /**
  * What a worker's `hello` means for the master's records (DESIGN §§6, 8; docs/architecture.md "The hub
  * and reconcile"). Pure: `reconcileHello(snapshot)` returns the decisions as data, like
- * `decide(snapshot, now)` in scheduling.ts; src/broker/worker-session.ts applies them in one
+ * `decide(snapshot, now)` in scheduling/decide.ts; src/broker/workers/session.ts applies them in one
  * transaction and the hub only sends. No clock: nothing here depends on time (the grace for an offline
- * worker is the sweeper's business, src/broker/liveness.ts).
+ * worker is the sweeper's business, src/broker/loops/liveness.ts).
  *
  * Decisions, in the order they are applied:
  *   ack_outbox_through  the worker processed the master's messages up to `seq` of that master boot

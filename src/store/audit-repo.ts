@@ -263,7 +263,7 @@ export class AuditRepo {
   /**
    * Walks the whole live chain from its start (genesis, or the newest archive segment's end) and names
    * the first row whose hash, link or numbering is wrong. Synchronous: for the CLI and tests; the master
-   * walks in batches (src/broker/audit-monitor.ts). Truncating the newest rows cannot be detected from
+   * walks in batches (src/broker/loops/audit-monitor.ts). Truncating the newest rows cannot be detected from
    * inside the table; operators who need that export the head hash (`audit verify --json`) elsewhere.
    */
   verify(): AuditVerification {

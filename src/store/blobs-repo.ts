@@ -2,7 +2,7 @@ import type { Db } from './db.js';
 
 /**
  * Content-addressed input blobs (migration 006). The repository stores and returns bytes; it never
- * trusts them: callers recompute the sha256 of what they read (src/broker/inputs.ts), so a row changed
+ * trusts them: callers recompute the sha256 of what they read (src/broker/verified-blob.ts), so a row changed
  * behind the master's back is refused, never served.
  *
  * A blob belongs to those who uploaded it (issue 20): the bytes are stored once, but every question a

@@ -204,7 +204,7 @@ export class LeasesRepo {
 
   /**
    * Writes a moved execution if its stored phase is still `expected` (compare-and-set); false when
-   * another writer moved it first. Only `moveExecution` (src/broker/execution-move.ts) calls this.
+   * another writer moved it first. Only `moveExecution` (src/broker/machines/execution.ts) calls this.
    */
   updateExecution(e: ExecutionRecord, expected: ExecutionPhaseRecord): boolean {
     const outputs = e.outputs === null ? null : JSON.stringify(e.outputs);

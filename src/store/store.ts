@@ -34,7 +34,7 @@ export class Store {
   private depth = 0;
   /**
    * Called with a description whenever a write fails for lack of space or a failing disk (the storage
-   * guard listens: src/broker/storage-guard.ts).
+   * guard listens: src/broker/loops/storage-guard.ts).
    */
   onWriteFailure: (detail: string) => void = () => undefined;
 

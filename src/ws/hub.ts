@@ -37,9 +37,10 @@ type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
  * per worker on the master's port. An edge: it authenticates the upgrade with a worker token bound to
  * one worker id, parses frames and applies the sequencing rules (src/contracts/sequencing.ts: poison,
  * de-duplication with the mark raised in the effect's transaction, refusals, failures), hands each
- * message to its broker use case (hello → acceptHello, sample/probe → worker-session.ts, execution / log
- * / output → executions.ts), sends the replies, and flushes the durable outbox. A newer session for the
- * same worker replaces the older one (deterministic: newest wins, the old socket is closed with 4000).
+ * message to its broker use case (hello → acceptHello, sample/probe → broker/workers/session.ts,
+ * execution / log / output → broker/workers/reports.ts), sends the replies, and flushes the durable
+ * outbox. A newer session for the same worker replaces the older one (deterministic: newest wins, the
+ * old socket is closed with 4000).
  * Nothing a worker sends can crash the master: a bad message gets an `error` reply and is logged.
  * While the store cannot write (out of disk space; issue 10, row 4, ADR 0016) a message is neither
  * applied nor acknowledged: `error UNAVAILABLE`, close 4003, the worker resends it later; a hello is

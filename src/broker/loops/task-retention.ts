@@ -10,7 +10,7 @@ import type { Store } from '../../store/store.js';
  * `get_task_outputs` say the data was pruned instead of answering an empty success. 0 days keeps for
  * ever.
  *
- * Like the audit monitor (src/broker/audit-monitor.ts), the sweep works in batches of `batch_size`
+ * Like the audit monitor (src/broker/loops/audit-monitor.ts), the sweep works in batches of `batch_size`
  * tasks, one transaction each, and yields to the event loop between them, so a request waits at most
  * one batch. Runs never overlap. SQLite reuses the freed pages; the file itself does not shrink.
  */

@@ -12,7 +12,7 @@ import { loadVisibleProposal } from './proposals.js';
  * Use cases of inputs (issue 13): uploading content by sha256 (MCP `upload_inputs`, REST
  * `PUT /api/v1/blobs/{sha256}`), reading an input of a revision (`get_input`), serving a blob to the
  * worker that runs an execution naming it, and garbage collection (the reviewer's diff of two manifests
- * is src/broker/revision-diff.ts).
+ * is src/broker/tools/revision-diff.ts).
  *
  * Every read recomputes the sha256 of the stored bytes: a blob changed in the database behind the
  * master's back is refused (and logged), never served, so a worker can only ever receive approved bytes.

@@ -21,7 +21,7 @@ import { iso, principalName } from './views.js';
  * Use cases of qualification runs (DESIGN §11): start (validate, create the run's two principals,
  * cordon its cards for it, hand it to the background runner), read, and finish (store the evidence,
  * return the cards only on PASSED, revoke the principals). The runner itself lives in
- * qualification/runner.ts; src/broker/qualification-service.ts connects the two.
+ * qualification/run/runner.ts; src/master/qualification-service.ts connects the two.
  */
 
 /** The cordon reason that marks a card as reserved by a run. */

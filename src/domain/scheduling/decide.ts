@@ -9,7 +9,7 @@ import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason
  * made on a stale snapshot is rejected, never applied.
  *
  * Vocabulary:
- *  - eligible card: derived state AVAILABLE (card-state.ts) on an online, non-draining worker;
+ *  - eligible card: derived state AVAILABLE (../card-state.ts) on an online, non-draining worker;
  *  - matching card: its model matches the task's `model` (case-insensitive, whole words, see
  *    `modelMatches`) and its memory_total is at least `min_memory_mib`;
  *  - free card: eligible, and neither granted nor reserved earlier in this pass;

@@ -39,7 +39,7 @@ import type { CardView, QueuedTaskView, SchedulingConfig, WaitReason, WorkerView
  *  - when fewer free cards remain anywhere than a task needs, placement is skipped outright;
  *  - a requirement shape that failed to place once stays unplaceable for the rest of the pass;
  *  - a wait reason is computed once the pass is settled and cached per requirement shape.
- * A Slurm pool adds one O(nodes) check per placement attempt on it (scheduling-nodes.ts); node free
+ * A Slurm pool adds one O(nodes) check per placement attempt on it (nodes.ts); node free
  * counts, like cards, only ever go down within a pass, so the shortcuts above still hold.
  */
 
@@ -78,7 +78,7 @@ interface Slot {
   openCount: number;
   /** How many of `free` are reserved for a qualification run (they match only that run's tasks). */
   runReserved: number;
-  /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (scheduling-nodes.ts). */
+  /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (nodes.ts). */
   nodes: PoolNode[] | null;
 }
 

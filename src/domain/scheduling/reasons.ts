@@ -14,7 +14,7 @@ export function describeNeed(need: number, model: string | null, minMemoryMib: n
 }
 
 /**
- * A Slurm pool whose free count would hold a task but whose nodes would not (scheduling-nodes.ts): the
+ * A Slurm pool whose free count would hold a task but whose nodes would not (nodes.ts): the
  * task would pend in Slurm, so it stays queued and the message names the nodes' free GPUs.
  */
 export interface NodeShortfall {

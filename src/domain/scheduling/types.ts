@@ -87,7 +87,7 @@ export interface WorkerView extends WorkerSampling {
   /**
    * A Slurm pool's GPUs that our live leases' started jobs hold, per node (the executions' Slurm
    * bindings). A lease whose job has not started has no binding and is not here: it holds a slot of
-   * the pool, on no known node (scheduling-nodes.ts).
+   * the pool, on no known node (nodes.ts).
    */
   pool_bound?: ReadonlyArray<{ node: string; gpus: number }> | undefined;
   cards: CardView[];

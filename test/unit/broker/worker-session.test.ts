@@ -10,7 +10,7 @@ import type { BrokerFixture } from '../../support/deps.js';
 import { enrolledCluster, samples, WORKER } from '../../support/enrolled-cluster.js';
 
 /**
- * The worker-session use cases the hub calls (src/broker/worker-session.ts) on a real in-memory store:
+ * The worker-session use cases the hub calls (src/broker/workers/session.ts) on a real in-memory store:
  * what a hello reconciles (src/domain/worker-reconcile.ts applied), what it learns, what it returns.
  */
 
