@@ -1,4 +1,4 @@
-import { readFileSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { brokerTools } from '../../../src/broker/tools/catalog.js';
@@ -11,7 +11,9 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 
 /**
  * Facts in docs/ that are mechanical, checked against the code (issue 11, "docs that are not true any
- * more"): how many tools each role sees in tools/list, and every tool the REST mirror table names.
+ * more"): how many tools each role sees in tools/list, every tool the REST mirror table names, the state
+ * tables, and (issue 22) the folders: each one a newcomer could look for is named in the README's "What
+ * is where" table or in docs/architecture.md, and every folder those name exists.
  */
 
 const doc = (name: string) => readFileSync(join(packageRoot(), 'docs', name), 'utf8');
@@ -93,4 +95,52 @@ describe('docs/state-machines.md', () => {
         for (const [event, cell] of Object.entries(row))
           expect(cell, `${heading} ${state} × ${event}`).toBe(code[state]?.[event] ?? '·');
     });
+});
+
+describe('folders (README "What is where", docs/architecture.md "Layers and import rules")', () => {
+  const root = packageRoot();
+  const readme = readFileSync(join(root, 'README.md'), 'utf8');
+  const from = readme.indexOf('## What is where');
+  const whereTable = readme.slice(from, readme.indexOf('\n## ', from + 1));
+  const architecture = doc('architecture.md');
+  const layersStart = architecture.indexOf('## Layers and import rules');
+  const layers = architecture.slice(layersStart, architecture.indexOf('\n## ', layersStart + 1));
+
+  /** The folders directly under `dir` (package-relative), or every folder below it with `all`. */
+  const folders = (dir: string, all = false): string[] =>
+    readdirSync(join(root, dir), { recursive: all })
+      .map((f) => `${dir}/${String(f).split('\\').join('/')}`)
+      .filter((f) => statSync(join(root, f)).isDirectory())
+      .sort();
+
+  const required = [
+    ...folders('src'),
+    ...folders('src/broker'),
+    ...folders('src/domain'),
+    ...folders('qualification'),
+    ...folders('client-kit'),
+    // Generic for the worker: every folder at any depth, so a new one cannot go unexplained.
+    ...folders('worker', true),
+  ];
+
+  it('has folders to check', () => {
+    expect(required).toContain('src/broker/tools');
+    expect(required.length).toBeGreaterThan(15);
+  });
+
+  it.each(required)('names %s/ in the README table or docs/architecture.md', (folder) => {
+    const named = `${whereTable}\n${architecture}`.includes(`${folder}/`);
+    expect(named, `${folder}/ is named nowhere: add it to the table or the layers`).toBe(true);
+  });
+
+  it('names only folders that exist, in the README table and the layers of docs/architecture.md', () => {
+    const named = `${whereTable}\n${layers}`.match(
+      /(?<![\w/.-])(?:src|worker|qualification|client-kit|bench|test|docs)\/(?:[\w.-]+\/)*/g,
+    );
+    expect(named?.length ?? 0).toBeGreaterThan(15);
+    const missing = [...new Set(named)].filter(
+      (f) => !existsSync(join(root, f)) || !statSync(join(root, f)).isDirectory(),
+    );
+    expect(missing).toEqual([]);
+  });
 });
