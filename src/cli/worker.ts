@@ -13,8 +13,8 @@ import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/s
 import { type RunAs, resolveRunAs } from '../../worker/sandbox/run-as.js';
 import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox/setup.js';
 import { parseUidRange, type UidRange } from '../../worker/sandbox/task-uids.js';
+import type { SlurmBackend } from '../../worker/slurm/backend.js';
 import { buildSbatchArgs, SlurmDriver } from '../../worker/slurm/cli/driver.js';
-import type { SlurmBackend } from '../../worker/slurm/executor.js';
 import { slurmPoolSampler } from '../../worker/slurm/sampler.js';
 import { type DataMount, parseMount } from '../../worker/task-io/mounts.js';
 import { BrokerError } from '../contracts/errors.js';

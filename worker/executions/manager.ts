@@ -8,17 +8,18 @@ import type {
 } from '../../src/contracts/worker-protocol.js';
 import type { Clock } from '../../src/platform/clock.js';
 import type { OutboxSender } from '../link/outbox.js';
-import type { ContainerTasks } from '../local/container-task.js';
-import type { ExecutionExit, ExecutionHandle, ExecutionResult, SandboxSetup } from '../local/executor.js';
 import { startExecution } from '../local/executor.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
+import type { ContainerTasks } from '../sandbox/container.js';
 import type { RunAs } from '../sandbox/run-as.js';
-import type { SlurmBackend } from '../slurm/executor.js';
+import type { SandboxSetup } from '../sandbox/setup.js';
+import type { SlurmBackend } from '../slurm/backend.js';
 import { startSlurmExecution } from '../slurm/executor.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
 import type { InputSource } from '../task-io/inputs.js';
 import type { DataMount } from '../task-io/mounts.js';
 import { cardsCleanCheck, leasedCardsProblem } from './card-check.js';
+import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
 import { pinsProblem } from './pin-check.js';
 import { joinDetail, phaseBody } from './reports.js';
 

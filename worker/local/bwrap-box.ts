@@ -9,10 +9,10 @@ import {
 } from '../sandbox/bwrap.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { HELPER_ENV } from '../sandbox/helper-commands.js';
+import type { SandboxSetup } from '../sandbox/setup.js';
 import type { ExecutorProvider } from '../task-io/env.js';
 import type { TaskBox } from './box.js';
 import { bwrapBox } from './box.js';
-import type { SandboxSetup } from './executor.js';
 
 /**
  * The box of a sandboxed `process` task (sandbox/bwrap.ts for what the sandbox holds). The executor has

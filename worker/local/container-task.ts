@@ -1,7 +1,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
-import type { ContainerSetup } from '../sandbox/container.js';
+import type { ContainerTasks } from '../sandbox/container.js';
 import {
   CONTAINER_TASK_DIR,
   cardDevices,
@@ -12,9 +12,7 @@ import {
   imageRunRef,
   inspectImage,
 } from '../sandbox/container.js';
-import type { SimNodes } from '../sandbox/devices.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
-import type { TaskUidPool } from '../sandbox/task-uids.js';
 import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import type { TaskBox } from './box.js';
@@ -25,17 +23,6 @@ import { containerBox } from './container-box.js';
  * already made the execution's directories, owned by `user`; this checks the image, writes the env file
  * into the worker-only execution root and assembles the engine's argv.
  */
-
-/** How a worker runs `container` tasks; built once at worker start (sandbox/setup.ts). */
-export interface ContainerTasks {
-  readonly setup: ContainerSetup;
-  /** Per-task uids for a root worker (shared with the bwrap sandbox); null: tasks run as 65534. */
-  readonly uids: TaskUidPool | null;
-  /** Simulated cards' device nodes (sim workers). */
-  readonly simNodes?: SimNodes;
-  /** Where the real providers' device nodes are; default /dev. */
-  readonly devDir?: string;
-}
 
 /** Everything one container box needs from the executor. */
 export interface ContainerBoxRequest {

@@ -5,24 +5,23 @@ import { join, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import type { ExecutionPlan, FailureReason } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
-import type { SystemMounts } from '../sandbox/bwrap.js';
+import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
+import { exitWithoutTask, SAFE_SEGMENT } from '../executions/executor.js';
 import { SANDBOX_TASK_DIR } from '../sandbox/bwrap.js';
+import type { ContainerTasks } from '../sandbox/container.js';
 import { NOBODY } from '../sandbox/container.js';
-import type { SimNodes } from '../sandbox/devices.js';
 import type { RunAs } from '../sandbox/run-as.js';
-import type { TaskUidPool } from '../sandbox/task-uids.js';
+import type { SandboxSetup } from '../sandbox/setup.js';
 import type { ExecutorProvider, TaskDirs } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { type InputSource, placeInputs } from '../task-io/inputs.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
 import { type DataMount, mountPointOf } from '../task-io/mounts.js';
-import type { CollectedOutput } from '../task-io/outputs.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
 import { plainBox } from './box.js';
 import { bwrapBoxFor } from './bwrap-box.js';
-import type { ContainerTasks } from './container-task.js';
 import { containerBoxFor } from './container-task.js';
 import type { OomProbe } from './process-group.js';
 import { probeOomKills, readOomKillCount } from './process-group.js';
@@ -57,9 +56,6 @@ import { probeOomKills, readOomKillCount } from './process-group.js';
  * The handle's promises never reject: whatever the task does, the result says what happened.
  */
 
-export type { ExecutorProvider } from '../task-io/env.js';
-export type { CollectedOutput } from '../task-io/outputs.js';
-
 /** Options for one execution; `checkCardsClean` and `cleanupPollMs` are optional. */
 export interface ExecutorOptions {
   /** Directory under which each execution gets its own `<execution_id>/` directory. */
@@ -88,94 +84,11 @@ export interface ExecutorOptions {
   readonly clock?: Clock;
 }
 
-/** How a worker isolates `process` tasks; built once at worker start. */
-export type SandboxSetup =
-  | { readonly kind: 'none' }
-  | {
-      readonly kind: 'bwrap';
-      /** The bwrap executable. */
-      readonly bwrap: string;
-      /** setpriv, when the worker is root (each task then gets its own uid from `uids`). */
-      readonly setpriv: string | null;
-      /** env (absolute): sets the task's env after setpriv's uid drop (sandbox/bwrap.ts). */
-      readonly envHelper: string;
-      /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
-      readonly uids: TaskUidPool | null;
-      /** Host paths no task may see (the data dirs); /root, /home and the plan's list are added. */
-      readonly hiddenPaths: readonly string[];
-      /** Simulated cards' device nodes (sim workers). */
-      readonly simNodes?: SimNodes;
-      /** Where the real providers' device nodes are; default /dev (tests point it at fake nodes). */
-      readonly devDir?: string;
-      /** The host's system directories, as bound into every sandbox (sandbox/bwrap.ts systemMounts()). */
-      readonly system: SystemMounts;
-    };
-
-/** What is known once the task's main process has exited and its outputs are collected. */
-export interface ExecutionExit {
-  /** The main process's exit code; null when it was killed by a signal or never started. */
-  readonly exit_code: number | null;
-  /** The signal that killed the main process, e.g. `SIGKILL`; null otherwise. */
-  readonly signal: string | null;
-  /** Why the execution failed; null on success. Cleanup is reported separately in `cleaned`. */
-  readonly failure_reason: FailureReason | null;
-  /** Declared outputs that were found, with their bytes. */
-  readonly outputs: CollectedOutput[];
-  /** Outputs refused (escapes, not regular files, too large) or required but missing, one line each. */
-  readonly output_errors: string[];
-  /** Problems writing the log files or delivering chunks; the task itself was not affected. */
-  readonly log_errors: string[];
-  /** Why the task could not be started, when failure_reason is SETUP_FAILED. */
-  readonly setup_error?: string;
-}
-
-/** The final result: the exit plus the cleanup receipt. */
-export interface ExecutionResult extends ExecutionExit {
-  /** True when the group was gone and the cards clean within the cleanup timeout. */
-  readonly cleaned: boolean;
-  /** What the cleanup check saw, e.g. which processes survived. */
-  readonly cleanup_detail: string;
-}
-
-/**
- * The exit of a run whose task never ran to an exit of its own: it was not started (setup failed,
- * cancelled first) or the executor itself failed. Shared by the local and the Slurm executor.
- */
-export function exitWithoutTask(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionExit {
-  return {
-    exit_code: null,
-    signal: null,
-    failure_reason: reason,
-    outputs: [],
-    output_errors: [],
-    log_errors: [],
-    ...(setupError === undefined ? {} : { setup_error: setupError }),
-  };
-}
-
-/** A running execution. */
-export interface ExecutionHandle {
-  /** The plan's execution id. */
-  readonly executionId: string;
-  /** The task's pid (= its process group id) once spawned; undefined before or when it never started. */
-  readonly pid: number | undefined;
-  /** Settles with the pid once the process runs, or null when it never will (setup failed, cancelled). */
-  readonly started: Promise<number | null>;
-  /** Settles when the main process has exited, leftovers are killed and outputs are collected. */
-  readonly exited: Promise<ExecutionExit>;
-  /** Settles with the full result after the cleanup receipt (or its timeout). */
-  readonly done: Promise<ExecutionResult>;
-  /** Stops the execution (SIGTERM, grace, SIGKILL to the group) with failure CANCELLED; idempotent. */
-  cancel(reason: string): void;
-}
-
 const DEFAULT_CLEANUP_POLL_MS = 200;
 /** After the group is dead the pipes close at once; only a process that escaped the group delays them. */
 const PIPE_DRAIN_MS = 2000;
 /** The time limit is checked against the clock at least this often (ms). */
 const LIMIT_CHECK_MS = 1000;
-/** Execution ids become a directory name, so they must be one plain path segment. */
-const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
 
 /** Starts running `plan`; returns at once. See the module comment for the steps. */
 export function startExecution(plan: ExecutionPlan, opts: ExecutorOptions): ExecutionHandle {

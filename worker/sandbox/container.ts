@@ -4,8 +4,9 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { NetworkMode } from '../../src/contracts/task-spec.js';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
-import type { DeviceNode } from './devices.js';
+import type { DeviceNode, SimNodes } from './devices.js';
 import { findOnPath, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
+import type { TaskUidPool } from './task-uids.js';
 
 /**
  * The container every `container` task runs in (issue 9, docs/security.md "Container tasks"), built by
@@ -51,6 +52,17 @@ export interface ContainerSetup {
   readonly init: boolean;
   /** Whether the host has NVIDIA CDI specs (nvidia.com/gpu), so cards are passed by CDI name. */
   readonly cdi: boolean;
+}
+
+/** How a worker runs `container` tasks; built once at worker start (setup.ts). */
+export interface ContainerTasks {
+  readonly setup: ContainerSetup;
+  /** Per-task uids for a root worker (shared with the bwrap sandbox); null: tasks run as 65534. */
+  readonly uids: TaskUidPool | null;
+  /** Simulated cards' device nodes (sim workers). */
+  readonly simNodes?: SimNodes;
+  /** Where the real providers' device nodes are; default /dev. */
+  readonly devDir?: string;
 }
 
 /** Everything `containerArgs` needs. */

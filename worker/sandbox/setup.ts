@@ -1,11 +1,10 @@
 import { join } from 'node:path';
 import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
-import type { ContainerTasks } from '../local/container-task.js';
-import type { SandboxSetup } from '../local/executor.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import { SimSampler } from '../samplers/sim-sampler.js';
+import type { SystemMounts } from './bwrap.js';
 import { probeBwrap, systemMounts } from './bwrap.js';
-import type { ContainerEngineChoice } from './container.js';
+import type { ContainerEngineChoice, ContainerTasks } from './container.js';
 import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
 import { makeSimDeviceNodes } from './devices.js';
@@ -23,6 +22,29 @@ import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js'
  *          says so, the master marks the worker UNISOLATED and, under `policy.require_isolation`
  *          (default), places no task on it.
  */
+
+/** How a worker isolates `process` tasks; built once at worker start. */
+export type SandboxSetup =
+  | { readonly kind: 'none' }
+  | {
+      readonly kind: 'bwrap';
+      /** The bwrap executable. */
+      readonly bwrap: string;
+      /** setpriv, when the worker is root (each task then gets its own uid from `uids`). */
+      readonly setpriv: string | null;
+      /** env (absolute): sets the task's env after setpriv's uid drop (bwrap.ts). */
+      readonly envHelper: string;
+      /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
+      readonly uids: TaskUidPool | null;
+      /** Host paths no task may see (the data dirs); /root, /home and the plan's list are added. */
+      readonly hiddenPaths: readonly string[];
+      /** Simulated cards' device nodes (sim workers). */
+      readonly simNodes?: SimNodes;
+      /** Where the real providers' device nodes are; default /dev (tests point it at fake nodes). */
+      readonly devDir?: string;
+      /** The host's system directories, as bound into every sandbox (bwrap.ts systemMounts()). */
+      readonly system: SystemMounts;
+    };
 
 /** What `--isolation` accepts. */
 export type IsolationChoice = 'auto' | IsolationMode;

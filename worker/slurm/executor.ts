@@ -1,21 +1,10 @@
 import { stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import type { Logger } from 'pino';
 import type { ExecutionPlan, SlurmBinding, SlurmJobReport } from '../../src/contracts/worker-protocol.js';
-import type { Clock } from '../../src/platform/clock.js';
-import {
-  type ExecutionExit,
-  type ExecutionHandle,
-  type ExecutionResult,
-  exitWithoutTask,
-  type SandboxSetup,
-} from '../local/executor.js';
-import type { ExecutorProvider } from '../task-io/env.js';
-import type { InputSource } from '../task-io/inputs.js';
-import type { LogChunkHandler } from '../task-io/logs.js';
-import type { DataMount } from '../task-io/mounts.js';
+import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
+import { exitWithoutTask } from '../executions/executor.js';
 import { collectOutputs } from '../task-io/outputs.js';
-import type { SlurmDriver } from './cli/driver.js';
+import type { SlurmExecutionOptions } from './backend.js';
 import { jobFiles, readBinding, readExit, readSetupErrors } from './cli/job-wrapper.js';
 import type { SlurmJob, SlurmJobState } from './cli/types.js';
 import { JobLogTail, signalName, slurmVerdict } from './job-outcome.js';
@@ -23,8 +12,8 @@ import { prepareSlurmJob } from './job-setup.js';
 
 /**
  * Runs one ExecutionPlan as a Slurm batch job (docs/decisions/0013-slurm-backend.md). It has the local
- * executor's handle (local/executor.ts), so the daemon reports phases, logs, outputs and the cleanup receipt
- * the same way; only where the task runs differs.
+ * executor's handle (the port in executions/executor.ts), so the daemon reports phases, logs, outputs and
+ * the cleanup receipt the same way; only where the task runs differs.
  *
  * Layout of one execution, under the operator's shared `--slurm-job-dir`:
  *
@@ -53,53 +42,6 @@ import { prepareSlurmJob } from './job-setup.js';
  * and leaves the job to the next worker process, which resumes it by job id.
  */
 
-/** The operator's fixed Slurm settings (`gpu-broker worker --backend slurm`). */
-export interface SlurmBackend {
-  readonly driver: SlurmDriver;
-  readonly partition: string;
-  readonly account?: string | undefined;
-  readonly qos?: string | undefined;
-  /** Operator-fixed sbatch arguments; agents cannot change them. */
-  readonly extraArgs: readonly string[];
-  /** Shared directory (visible on the compute nodes) holding one directory per execution. */
-  readonly jobDir: string;
-  /** How often jobs and nodes are polled (ms). */
-  readonly pollMs: number;
-  /**
-   * Run every rank in bwrap on its node (docs/decisions/0018-slurm-sandbox.md); null: `--isolation none`,
-   * the task runs as the job's user with what the site's Slurm confines.
-   */
-  readonly sandbox: SlurmSandbox | null;
-}
-
-/** A Slurm worker's sandbox: the local worker's bwrap setup, plus where the nodes' GPU device files are. */
-export interface SlurmSandbox {
-  readonly setup: Extract<SandboxSetup, { kind: 'bwrap' }>;
-  /** gres.conf's `File=` directory for `nvidia<index>` (`%n`: the node's name); default /dev. */
-  readonly gpuDevDir: string;
-  /** `nvidia` device files, or Hygon's (`hy`: dri/renderD<128+i> and kfd); default nvidia. */
-  readonly gpuKind?: 'nvidia' | 'hy';
-}
-
-/** Options of one Slurm execution. */
-export interface SlurmExecutionOptions {
-  readonly backend: SlurmBackend;
-  /** The daemon's clock: the broker's time limit is decided by it (polls only wake to look). */
-  readonly clock: Clock;
-  readonly workerId: string;
-  readonly provider: ExecutorProvider;
-  readonly onLog: LogChunkHandler;
-  /** Records and reports the job: `accepted` after sbatch or a pending reason change, `started` with the binding. */
-  readonly onJob: (report: SlurmJobReport, phase: 'accepted' | 'started') => void;
-  /** Where the spec's inputs are fetched from (the master, through the cache). */
-  readonly inputs?: InputSource;
-  /** The named data mounts the operator declared (`--mount`; paths the compute nodes share). */
-  readonly mounts?: readonly DataMount[];
-  /** A job a previous worker process submitted: resume it instead of submitting. */
-  readonly resume?: SlurmJobReport;
-  readonly logger?: Logger;
-}
-
 /** A Slurm execution's handle: the local one's, plus `detach`. */
 export interface SlurmExecutionHandle extends ExecutionHandle {
   /** Stops polling without touching the job (the worker is stopping; its next process resumes the job). */
@@ -118,7 +60,6 @@ const LIVE_STATES: ReadonlySet<SlurmJobState> = new Set([
   'STOPPED',
 ]);
 const WAITING_STATES: ReadonlySet<SlurmJobState> = new Set(['PENDING', 'REQUEUED']);
-const _SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
 
 /** Whether a job is still live in Slurm (holds or may take GPUs). */
 export function jobIsLive(job: SlurmJob): boolean {

@@ -1,16 +1,16 @@
 import { chown, mkdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import { SAFE_SEGMENT } from '../executions/executor.js';
 import { ALWAYS_HIDDEN, bwrapArgs, programBinds, SANDBOX_TASK_DIR } from '../sandbox/bwrap.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { placeInputs } from '../task-io/inputs.js';
 import { mountPointOf } from '../task-io/mounts.js';
+import type { SlurmExecutionOptions } from './backend.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
 import type { SlurmSubmitRequest } from './cli/types.js';
-import type { SlurmExecutionOptions } from './executor.js';
 
-const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
 /** Variable names Slurm reads or sets itself: a spec may not set them for its task. */
 const SLURM_OWN = /^(SLURM_|SLURMD_|SBATCH_|SRUN_|SALLOC_|SPANK_)/;
 

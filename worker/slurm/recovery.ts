@@ -3,8 +3,8 @@ import type { ExecutionManager } from '../executions/manager.js';
 import { phaseBody } from '../executions/reports.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { ExecutionSummary, LocalStore } from '../store/local-store.js';
+import type { SlurmBackend } from './backend.js';
 import type { SlurmJob } from './cli/types.js';
-import type { SlurmBackend } from './executor.js';
 import { jobIsLive } from './executor.js';
 import { markerPrefix } from './job-setup.js';
 

@@ -11,7 +11,6 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
-import type { SandboxSetup } from '../../../../worker/local/executor.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import {
   type BwrapRequest,
@@ -24,6 +23,7 @@ import {
 import { containerArgs, envFileText, probeContainerEngine } from '../../../../worker/sandbox/container.js';
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import { findOnPath, HELPER_ENV } from '../../../../worker/sandbox/helper-commands.js';
+import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, sh, text } from '../../../support/executor-plan.js';

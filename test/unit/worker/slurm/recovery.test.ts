@@ -3,9 +3,9 @@ import type { SlurmJobReport } from '../../../../src/contracts/worker-protocol.j
 import { silentLogger } from '../../../../src/platform/logger.js';
 import type { ExecutionManager } from '../../../../worker/executions/manager.js';
 import { OutboxSender } from '../../../../worker/link/outbox.js';
+import type { SlurmBackend } from '../../../../worker/slurm/backend.js';
 import type { SlurmDriver } from '../../../../worker/slurm/cli/driver.js';
 import type { SlurmJob } from '../../../../worker/slurm/cli/types.js';
-import type { SlurmBackend } from '../../../../worker/slurm/executor.js';
 import { jobMarker } from '../../../../worker/slurm/job-setup.js';
 import { fenceSlurmJobs, recoverSlurmExecutions } from '../../../../worker/slurm/recovery.js';
 import { type ExecutionRecord, openLocalStore } from '../../../../worker/store/local-store.js';
