@@ -44,6 +44,7 @@ import { InputCache } from '../task-io/input-cache.js';
 import { httpsBlobFetcher } from '../task-io/input-fetch.js';
 import type { DataMount } from '../task-io/mounts.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
+import { localExecutor, slurmExecutor } from './executors.js';
 import { probeInterpreter } from './interpreter-probe.js';
 
 /**
@@ -189,33 +190,49 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       }),
   });
   const executionsDir = join(opts.dataDir, 'executions');
+  const inputs = {
+    cache: new InputCache(
+      join(opts.dataDir, 'input-cache'),
+      opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+      clock,
+    ),
+    fetch: httpsBlobFetcher({
+      masterUrl: opts.masterUrl,
+      token: opts.token,
+      ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+    }),
+  };
+  // The Executor port's binding (daemon/executors.ts): Slurm jobs with `--backend slurm`, else this host.
+  const executor =
+    opts.slurm === undefined
+      ? localExecutor({
+          rootDir: executionsDir,
+          clock,
+          workerId: opts.workerId,
+          provider: opts.sampler.provider,
+          inputs,
+          ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
+          ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
+          ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
+          ...(opts.containers === undefined ? {} : { containers: opts.containers }),
+          ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+        })
+      : slurmExecutor({
+          backend: opts.slurm.backend,
+          clock,
+          workerId: opts.workerId,
+          provider: opts.sampler.provider,
+          inputs,
+          ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+          logger: log,
+        });
   const executions = new ExecutionManager({
     store,
     outbox,
     logger: log,
-    workerId: opts.workerId,
     sampler: opts.sampler,
-    executionsDir,
     latestCards: () => sampling.latestCards(),
-    clock,
-    ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
-    ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
-    ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
-    ...(opts.containers === undefined ? {} : { containers: opts.containers }),
-    ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
-    ...(opts.slurm === undefined ? {} : { slurm: opts.slurm.backend }),
-    inputs: {
-      cache: new InputCache(
-        join(opts.dataDir, 'input-cache'),
-        opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
-        clock,
-      ),
-      fetch: httpsBlobFetcher({
-        masterUrl: opts.masterUrl,
-        token: opts.token,
-        ...(opts.ca === undefined ? {} : { ca: opts.ca }),
-      }),
-    },
+    executor,
   });
   log.info(
     { isolation: opts.sandbox?.kind ?? 'none', container_engine: opts.containers?.setup.engine ?? null },

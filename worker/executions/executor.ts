@@ -1,11 +1,31 @@
-import type { FailureReason } from '../../src/contracts/worker-protocol.js';
+import type { ExecutionPlan, FailureReason, SlurmJobReport } from '../../src/contracts/worker-protocol.js';
+import type { LogChunkHandler } from '../task-io/logs.js';
 import type { CollectedOutput } from '../task-io/outputs.js';
 
 /**
- * What the execution manager (manager.ts) sees of an executor, whichever runs the task: the local one
- * (local/executor.ts, a process group on this host) or the Slurm one (slurm/executor.ts, a batch job).
- * Both report the same handle, so phases, logs, outputs and the cleanup receipt are reported one way.
+ * The Executor port: what the execution manager (manager.ts) sees of an executor, whichever runs the
+ * task: the local one (local/executor.ts, a process group on this host) or the Slurm one
+ * (slurm/executor.ts, a batch job). The daemon binds one of them at start (daemon/executors.ts); both
+ * return the same handle, so phases, logs, outputs and the cleanup receipt are reported one way.
  */
+
+/** Runs plans; bound once at worker start to the local or the Slurm executor with the worker's settings. */
+export interface Executor {
+  /** Starts (or, with `hooks.resume`, resumes) `plan`; returns at once. */
+  start(plan: ExecutionPlan, hooks: ExecutionHooks): ExecutionHandle;
+}
+
+/** What the manager hands the executor with each plan. */
+export interface ExecutionHooks {
+  /** Receives stdout/stderr chunks; see task-io/logs.ts for the offset and encoding rules. */
+  readonly onLog: LogChunkHandler;
+  /** Says whether the leased cards show no process of this execution any more (local receipts; absent for sim cards). */
+  readonly checkCardsClean?: () => Promise<{ clean: boolean; detail?: string }>;
+  /** A batch job's news (Slurm): `accepted` after sbatch or a pending reason change, `started` with the binding. */
+  readonly onJob: (report: SlurmJobReport, phase: 'accepted' | 'started') => void;
+  /** A job a previous worker process submitted (Slurm): resume it instead of submitting. */
+  readonly resume?: SlurmJobReport;
+}
 
 /** Execution ids become a directory name, so they must be one plain path segment. */
 export const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
@@ -66,4 +86,9 @@ export interface ExecutionHandle {
   readonly done: Promise<ExecutionResult>;
   /** Stops the execution (SIGTERM, grace, SIGKILL to the group) with failure CANCELLED; idempotent. */
   cancel(reason: string): void;
+  /**
+   * Present when the task outlives the worker (a Slurm job): stops watching it without touching it, so
+   * the next worker process resumes it. A clean stop detaches such executions instead of cancelling them.
+   */
+  detach?(): void;
 }

@@ -6,20 +6,11 @@ import type {
   MasterMessage,
   SlurmJobReport,
 } from '../../src/contracts/worker-protocol.js';
-import type { Clock } from '../../src/platform/clock.js';
 import type { OutboxSender } from '../link/outbox.js';
-import { startExecution } from '../local/executor.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
-import type { ContainerTasks } from '../sandbox/container.js';
-import type { RunAs } from '../sandbox/run-as.js';
-import type { SandboxSetup } from '../sandbox/setup.js';
-import type { SlurmBackend } from '../slurm/backend.js';
-import { startSlurmExecution } from '../slurm/executor.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
-import type { InputSource } from '../task-io/inputs.js';
-import type { DataMount } from '../task-io/mounts.js';
 import { cardsCleanCheck, leasedCardsProblem } from './card-check.js';
-import type { ExecutionExit, ExecutionHandle, ExecutionResult } from './executor.js';
+import type { ExecutionExit, ExecutionHandle, ExecutionResult, Executor } from './executor.js';
 import { pinsProblem } from './pin-check.js';
 import { joinDetail, phaseBody } from './reports.js';
 
@@ -54,28 +45,11 @@ export interface ExecutionManagerDeps {
   readonly store: LocalStore;
   readonly outbox: OutboxSender;
   readonly logger: Logger;
-  readonly workerId: string;
   readonly sampler: CardSampler;
-  /** Where each execution gets its own directory. */
-  readonly executionsDir: string;
   /** The cards of the latest successful sample, to check a plan's indexes and uuids. */
   readonly latestCards: () => CardSample[] | null;
-  /** How often the executor polls the cleanup receipt (ms). */
-  readonly cleanupPollMs?: number;
-  /** Run tasks as this unprivileged user (see sandbox/run-as.ts). */
-  readonly runAs?: RunAs;
-  /** How tasks are isolated (sandbox/setup.ts). */
-  readonly sandbox?: SandboxSetup;
-  /** How `container` tasks run (sandbox/setup.ts); absent when this worker has no engine. */
-  readonly containers?: ContainerTasks;
-  /** Where the specs' inputs come from (the bounded cache, then the master). */
-  readonly inputs?: InputSource;
-  /** Named data mounts this worker offers. */
-  readonly mounts?: readonly DataMount[];
-  /** `--backend slurm`: executions run as Slurm jobs (slurm/executor.ts) instead of on this host. */
-  readonly slurm?: SlurmBackend;
-  /** The daemon's clock, for the executor's kill and cleanup deadlines. */
-  readonly clock: Clock;
+  /** Runs the plans: the local or the Slurm executor, bound by the daemon (daemon/executors.ts). */
+  readonly executor: Executor;
 }
 
 interface Running {
@@ -189,13 +163,16 @@ export class ExecutionManager {
    * stays `exited` in the store, and the next worker process finishes its cleanup check.
    */
   async stopAll(): Promise<void> {
-    // Slurm jobs outlive the worker: stop watching them; the next worker process resumes them by job id.
-    if (this.deps.slurm !== undefined) {
-      for (const run of this.running.values()) (run.handle as { detach?: () => void }).detach?.();
-      this.running.clear();
-      return;
+    // Tasks that outlive the worker (Slurm jobs) are only let go: the next worker process resumes them
+    // by job id. The others are stopped.
+    const runs: Running[] = [];
+    for (const [id, run] of this.running) {
+      if (run.handle.detach === undefined) runs.push(run);
+      else {
+        run.handle.detach();
+        this.running.delete(id);
+      }
     }
-    const runs = [...this.running.values()];
     for (const run of runs) {
       run.stopping = true;
       run.handle.cancel('worker stopping');
@@ -275,37 +252,14 @@ export class ExecutionManager {
     // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
     // resumed Slurm job goes on from the phase the previous worker process recorded.
     let phase: 'accepted' | 'started' | 'exited' = resume?.phase ?? 'accepted';
-    const slurm = this.deps.slurm;
-    const handle: ExecutionHandle =
-      slurm !== undefined
-        ? startSlurmExecution(plan, {
-            backend: slurm,
-            clock: this.deps.clock,
-            workerId: this.deps.workerId,
-            provider: this.deps.sampler.provider,
-            onLog,
-            onJob: (report, jobPhase) => {
-              if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
-            },
-            ...(resume === undefined ? {} : { resume: resume.report }),
-            ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
-            ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
-            logger,
-          })
-        : startExecution(plan, {
-            rootDir: this.deps.executionsDir,
-            clock: this.deps.clock,
-            workerId: this.deps.workerId,
-            provider: this.deps.sampler.provider,
-            onLog,
-            ...(check === undefined ? {} : { checkCardsClean: check }),
-            ...(this.deps.cleanupPollMs === undefined ? {} : { cleanupPollMs: this.deps.cleanupPollMs }),
-            ...(this.deps.runAs === undefined ? {} : { runAs: this.deps.runAs }),
-            ...(this.deps.sandbox === undefined ? {} : { sandbox: this.deps.sandbox }),
-            ...(this.deps.containers === undefined ? {} : { containers: this.deps.containers }),
-            ...(this.deps.inputs === undefined ? {} : { inputs: this.deps.inputs }),
-            ...(this.deps.mounts === undefined ? {} : { mounts: this.deps.mounts }),
-          });
+    const handle: ExecutionHandle = this.deps.executor.start(plan, {
+      onLog,
+      onJob: (report, jobPhase) => {
+        if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
+      },
+      ...(check === undefined ? {} : { checkCardsClean: check }),
+      ...(resume === undefined ? {} : { resume: resume.report }),
+    });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;
       logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');

@@ -42,7 +42,7 @@ import { prepareSlurmJob } from './job-setup.js';
  * and leaves the job to the next worker process, which resumes it by job id.
  */
 
-/** A Slurm execution's handle: the local one's, plus `detach`. */
+/** A Slurm execution's handle: the port's, with `detach` always there (a job outlives the worker). */
 export interface SlurmExecutionHandle extends ExecutionHandle {
   /** Stops polling without touching the job (the worker is stopping; its next process resumes the job). */
   detach(): void;
