@@ -3,10 +3,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
-import { startWorker } from '../worker/daemon.js';
-import { prepareSandbox } from '../worker/sandbox-setup.js';
-import type { SlurmDriver } from '../worker/slurm/driver.js';
-import { slurmPoolSampler } from '../worker/slurm-sampler.js';
+import { startWorker } from '../worker/daemon/start-worker.js';
+import { prepareSandbox } from '../worker/sandbox/setup.js';
+import type { SlurmDriver } from '../worker/slurm/cli/driver.js';
+import { slurmPoolSampler } from '../worker/slurm/sampler.js';
 import { startChildMaster } from './child-master.js';
 import { BenchClients, callTool, keySequence, proposeAndApprove, waitForCards } from './harness.js';
 

@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { SlurmDriver } from '../worker/slurm/driver.js';
+import { SlurmDriver } from '../worker/slurm/cli/driver.js';
 import { measureBrokerSlurm } from './slurm-broker.js';
 import { type BenchSection, type OpResult, percentile, summarise } from './stats.js';
 

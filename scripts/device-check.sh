@@ -7,7 +7,7 @@
 #   sampler   runs the exact nvidia-smi calls of worker/samplers/nvidia-sampler.ts and keeps their raw
 #             stdout/stderr/exit code (sampler/*.stdout …): commit them as sampler test fixtures.
 #   workload  runs qualification/workload/qualify.py directly on every card torch sees, nccl backend,
-#             with the GPU_BROKER_* binding the worker would give it (worker/executor-env.ts).
+#             with the GPU_BROKER_* binding the worker would give it (worker/task-io/env.ts).
 #   broker    with node, bwrap and a built checkout: `gpu-broker start` (master + a bwrap-sandboxed
 #             worker on the real cards), a 1-card `gpu-broker qualify`, and one task that prints
 #             `nvidia-smi -L` and torch.cuda.device_count() from inside the sandbox.
@@ -89,7 +89,7 @@ step_sampler() {
     capture "$d/health-$field" "$SMI" "--query-gpu=uuid,$field" "$CSV_FORMAT"
     if [[ $(cat "$d/health-$field.exit") == 0 ]]; then ok_fields+="$field "; else refused+="$field "; fi
   done
-  # Context for the sandbox's device nodes (worker/sandbox-devices.ts assumes index = minor number).
+  # Context for the sandbox's device nodes (worker/sandbox/devices.ts assumes index = minor number).
   capture "$d/list" "$SMI" -L
   capture "$d/pci" "$SMI" --query-gpu=index,pci.bus_id,uuid --format=csv,noheader
   capture "$d/query" "$SMI" -q
@@ -157,7 +157,7 @@ step_workload() {
     uuids=$(head -n "$n" "$OUT/sampler/core.stdout" | awk -F', ' '{print $2}' | paste -sd, -)
   fi
   say "workload: qualify.py on $n card(s) ($ids), nccl"
-  # The binding the worker gives a task (worker/executor-env.ts), with ids made up for this run.
+  # The binding the worker gives a task (worker/task-io/env.ts), with ids made up for this run.
   (
     cd "$d" &&
       CUDA_DEVICE_ORDER=PCI_BUS_ID CUDA_VISIBLE_DEVICES="$ids" HIP_VISIBLE_DEVICES="$ids" \

@@ -12,7 +12,7 @@ every rank:
 Backend: nccl (RCCL on ROCm) on GPUs; gloo on CPU only when GPU_BROKER_SIMULATED=1, and the result says
 so. Without GPUs and without that flag the script refuses to run: CPU numbers must never pass for GPU ones.
 
-On a Slurm worker (worker/slurm/job-wrapper.ts runs one copy of this script per node, with
+On a Slurm worker (worker/slurm/cli/job-wrapper.ts runs one copy of this script per node, with
 NODE_RANK, WORLD_SIZE = nodes, MASTER_ADDR/MASTER_PORT) every copy starts one rank per GPU Slurm gave its
 node; global rank = NODE_RANK * gpus-per-node + local rank, and the ranks meet at MASTER_ADDR:MASTER_PORT
 when the job spans nodes. The document then records the job (id, nodes, per-node GPU indices) and each

@@ -275,7 +275,7 @@ export class Fleet {
   }
 }
 
-/** A Slurm pool card's node, from its uuid `slurm:<node>:gpu<i>` (worker/slurm-sampler.ts). */
+/** A Slurm pool card's node, from its uuid `slurm:<node>:gpu<i>` (worker/slurm/sampler.ts). */
 function nodeOf(uuid: string): { node?: string } {
   const m = /^slurm:(.+):gpu[0-9]+$/.exec(uuid);
   return m === null ? {} : { node: m[1] as string };

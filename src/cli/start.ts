@@ -1,17 +1,17 @@
 import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { startWorker } from '../../worker/daemon.js';
-import { resolveRunAs } from '../../worker/run-as.js';
+import { startWorker } from '../../worker/daemon/start-worker.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
-import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
+import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox/container.js';
+import { resolveRunAs } from '../../worker/sandbox/run-as.js';
 import {
   IsolationUnavailableError,
   type PreparedSandbox,
   parseIsolation,
   prepareSandbox,
   type SandboxChoice,
-} from '../../worker/sandbox-setup.js';
+} from '../../worker/sandbox/setup.js';
 import { authenticate, createPrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
 import { startMaster } from '../main.js';
@@ -58,7 +58,7 @@ function ensureToken(
 /**
  * Where the local worker keeps its state. Inside the master's data dir normally; with --run-as a
  * sibling dir instead, because tasks must be able to traverse to their execution dirs and the master's
- * data dir (tokens, database) stays 0700. The worker creates it 0711 then (worker/data-dir-modes.ts).
+ * data dir (tokens, database) stays 0700. The worker creates it 0711 then (worker/daemon/data-dir-modes.ts).
  */
 function workerDataDir(dataDir: string, separate: boolean): string {
   return separate ? `${dataDir}-worker` : join(dataDir, 'worker');

@@ -1,19 +1,22 @@
 import { readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { resolve } from 'node:path';
-import { workerConnectUrl } from '../../worker/connection.js';
-import { startWorker, type WorkerOptions } from '../../worker/daemon.js';
-import { DEFAULT_EXECUTION_RETENTION, type ExecutionRetention } from '../../worker/execution-dirs.js';
-import { type DataMount, parseMount } from '../../worker/mounts.js';
-import { type RunAs, resolveRunAs } from '../../worker/run-as.js';
+import { startWorker, type WorkerOptions } from '../../worker/daemon/start-worker.js';
+import {
+  DEFAULT_EXECUTION_RETENTION,
+  type ExecutionRetention,
+} from '../../worker/executions/dir-retention.js';
+import { workerConnectUrl } from '../../worker/link/connection.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { parseGpusOption, selectSampler } from '../../worker/samplers/select-sampler.js';
-import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox-container.js';
-import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox-setup.js';
-import { buildSbatchArgs, SlurmDriver } from '../../worker/slurm/driver.js';
-import type { SlurmBackend } from '../../worker/slurm-executor.js';
-import { slurmPoolSampler } from '../../worker/slurm-sampler.js';
-import { parseUidRange, type UidRange } from '../../worker/task-uids.js';
+import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox/container.js';
+import { type RunAs, resolveRunAs } from '../../worker/sandbox/run-as.js';
+import { type IsolationChoice, parseIsolation, prepareSandbox } from '../../worker/sandbox/setup.js';
+import { parseUidRange, type UidRange } from '../../worker/sandbox/task-uids.js';
+import type { SlurmBackend } from '../../worker/slurm/backend.js';
+import { buildSbatchArgs, SlurmDriver } from '../../worker/slurm/cli/driver.js';
+import { slurmPoolSampler } from '../../worker/slurm/sampler.js';
+import { type DataMount, parseMount } from '../../worker/task-io/mounts.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
 import type { FlagValues } from '../platform/args.js';
@@ -30,9 +33,9 @@ import { escapeField, reportError } from './output.js';
  * [--container-engine auto|podman|docker|none] [--keep-executions N] [--keep-executions-days D] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
  * cancelled and reported). Says first whether the cards are real or simulated, and how tasks are
  * isolated; `auto` (the default) refuses to start without a working bubblewrap rather than run tasks
- * unsandboxed (sandbox-setup.ts). `--container-engine auto` (the default) runs `container` tasks with
+ * unsandboxed (worker/sandbox/setup.ts). `--container-engine auto` (the default) runs `container` tasks with
  * podman when it can start a container here, else docker, else none: never fatal, the banner says which
- * and, with none, that container tasks wait for another worker (sandbox-container.ts).
+ * and, with none, that container tasks wait for another worker (worker/sandbox/container.ts).
  */
 
 const USAGE =
@@ -422,7 +425,7 @@ function parseSlurmSettings(values: FlagValues<typeof WORKER.flags>): SlurmSetti
   };
 }
 
-/** `--keep-executions N` and `--keep-executions-days D` over the defaults (worker/execution-dirs.ts). */
+/** `--keep-executions N` and `--keep-executions-days D` over the defaults (worker/executions/dir-retention.ts). */
 function parseExecutionRetention(count: string | undefined, days: string | undefined): ExecutionRetention {
   const retention = { ...DEFAULT_EXECUTION_RETENTION };
   if (count !== undefined) {

@@ -17,7 +17,7 @@ import { applyTransition, type TransitionResult, type TransitionTable } from './
  * report of a phase already passed is a duplicate (acknowledged, ignored); any other report is illegal:
  * refused, and the task — whose worker now disagrees with the master — goes to RECONCILIATION_REQUIRED.
  *
- * The worker keeps its own record of each execution (worker/local-store.ts) and moves it through the
+ * The worker keeps its own record of each execution (worker/store/local-store.ts) and moves it through the
  * same table (`moveExecutionPhase`, ADR 0014): there `assigned` stands for "assign received, nothing
  * recorded yet", so the first record is a move out of `assigned` (to `accepted` or `rejected`), and a
  * restarted worker's report of a lost run (`accepted`/`started` → `exited`, WORKER_LOST) is an ordinary

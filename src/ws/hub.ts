@@ -210,7 +210,7 @@ export class WorkerHub implements WorkerLink {
    * The store cannot take a message now (issue 10, row 4): it was neither applied nor acknowledged (the
    * sequencing module's rule 5: the mark rolled back with the effect), so it stays in the worker's
    * outbox. Nothing after it may be processed on this session, so the session is closed — with 4003, on
-   * which the worker waits longer before it redials and resends (worker/connection.ts).
+   * which the worker waits longer before it redials and resends (worker/link/connection.ts).
    */
   private storageRefused(s: Session, err: BrokerError, seq: number | undefined): void {
     this.deps.logger.warn(

@@ -1,9 +1,9 @@
 import { join } from 'node:path';
 import type { TaskSpecInput } from '../../src/contracts/task-spec.js';
 import { silentLogger } from '../../src/platform/logger.js';
-import { type RunningWorker, startWorker } from '../../worker/daemon.js';
+import { type RunningWorker, startWorker } from '../../worker/daemon/start-worker.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
-import { prepareSandbox } from '../../worker/sandbox-setup.js';
+import { prepareSandbox } from '../../worker/sandbox/setup.js';
 import { startTestMaster, type TestMaster } from '../support/master.js';
 import { specRunning } from '../support/spec.js';
 import { makeTempDir, removeTempDir } from '../support/temp.js';

@@ -2,8 +2,8 @@ import { execFileSync } from 'node:child_process';
 import { chmodSync, copyFileSync, mkdirSync, mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { ContainerSetup } from '../../worker/sandbox-container.js';
-import { inspectImage, probeContainerEngine } from '../../worker/sandbox-container.js';
+import type { ContainerSetup } from '../../worker/sandbox/container.js';
+import { inspectImage, probeContainerEngine } from '../../worker/sandbox/container.js';
 
 /**
  * A tiny image for the container tests, built here because nothing can be pulled: a rootfs of

@@ -3,12 +3,12 @@ import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import { type Logger, silentLogger } from '../../src/platform/logger.js';
-import { type RunningWorker, startWorker } from '../../worker/daemon.js';
-import type { DataMount } from '../../worker/mounts.js';
+import { type RunningWorker, startWorker } from '../../worker/daemon/start-worker.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
-import type { ContainerEngineChoice } from '../../worker/sandbox-container.js';
-import { prepareSandbox } from '../../worker/sandbox-setup.js';
+import type { ContainerEngineChoice } from '../../worker/sandbox/container.js';
+import { prepareSandbox } from '../../worker/sandbox/setup.js';
+import type { DataMount } from '../../worker/task-io/mounts.js';
 import type { TestMaster } from './master.js';
 import { makeTempDir, removeTempDir } from './temp.js';
 

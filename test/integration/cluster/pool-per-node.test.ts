@@ -24,7 +24,7 @@ let seq = 0;
 
 const FOREIGN_ON_N1 = new Set([1, 2, 3]);
 
-/** The pool's cards as worker/slurm-sampler.ts reports them: slots over n1 then n2. */
+/** The pool's cards as worker/slurm/sampler.ts reports them: slots over n1 then n2. */
 function poolCards(): CardSample[] {
   const cards: CardSample[] = [];
   for (const node of ['n1', 'n2']) {

@@ -3,7 +3,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { enqueueForWorker } from '../../../src/broker/workers/link.js';
 import { type ExecutionPlan, PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
-import { openLocalStore } from '../../../worker/local-store.js';
+import { openLocalStore } from '../../../worker/store/local-store.js';
 import {
   approveTask,
   clusterConfig,

@@ -1,8 +1,8 @@
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { SlurmDriver } from '../../../worker/slurm/driver.js';
-import { readBinding, readExit, writeJobFiles } from '../../../worker/slurm/job-wrapper.js';
+import { SlurmDriver } from '../../../worker/slurm/cli/driver.js';
+import { readBinding, readExit, writeJobFiles } from '../../../worker/slurm/cli/job-wrapper.js';
 import { startMultiNodeSlurm, stopMultiNodeSlurm } from '../../support/slurm.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';

@@ -7,10 +7,10 @@ import { type RunningMaster, readTokenFile, startMaster } from '../../../src/mai
 import { silentLogger } from '../../../src/platform/logger.js';
 import { createCaTrustingFetch } from '../../../src/platform/tls.js';
 import type { QualificationRunRecord } from '../../../src/store/qualification-repo.js';
-import { type RunningWorker, startWorker } from '../../../worker/daemon.js';
-import { prepareSandbox } from '../../../worker/sandbox-setup.js';
-import { SlurmDriver } from '../../../worker/slurm/driver.js';
-import { slurmPoolSampler } from '../../../worker/slurm-sampler.js';
+import { type RunningWorker, startWorker } from '../../../worker/daemon/start-worker.js';
+import { prepareSandbox } from '../../../worker/sandbox/setup.js';
+import { SlurmDriver } from '../../../worker/slurm/cli/driver.js';
+import { slurmPoolSampler } from '../../../worker/slurm/sampler.js';
 import { testConfig } from '../../support/master.js';
 import { callTool, connectMcpClient } from '../../support/mcp.js';
 import type { TestSlurm } from '../../support/slurm.js';

@@ -19,7 +19,7 @@ import { runWorkload } from '../../support/workload.js';
 
 /**
  * What a Slurm worker's sandboxed rank gives a copy: GPU_BROKER_BACKEND=slurm, the node's physical GPU
- * ids in GPU_BROKER_GPU_IDS and CUDA_VISIBLE_DEVICES numbered from 0 (worker/slurm/job-wrapper.ts).
+ * ids in GPU_BROKER_GPU_IDS and CUDA_VISIBLE_DEVICES numbered from 0 (worker/slurm/cli/job-wrapper.ts).
  */
 function slurmEnv(out: string, node: string, nodeRank: number, nodes: number, gpus: string, port: number) {
   return {

@@ -8,26 +8,26 @@ import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import { EXECUTION_TABLE, type ExecutionPhase, type ReportedPhase } from '../../../src/domain/execution.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 import { dumpSchema } from '../../../src/store/db.js';
-import { openLocalStore } from '../../../worker/local-store.js';
+import { openLocalStore } from '../../../worker/store/local-store.js';
 import {
   LOCAL_STORE_SCHEMA_VERSION,
   localStoreMigrationFiles,
   localStoreMigrationsDir,
   migrateLocalStore,
-} from '../../../worker/local-store-migrations.js';
+} from '../../../worker/store/local-store-migrations.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { storedPlan } from '../../support/worker-store.js';
 
 /**
- * The worker's migrations are files (worker/migrations, ADR 0014), with a committed snapshot
- * (worker/schema.sql, `npm run schema:dump`) like the master's. A worker upgraded from the release that
+ * The worker's migrations are files (worker/store/migrations, ADR 0014), with a committed snapshot
+ * (worker/store/schema.sql, `npm run schema:dump`) like the master's. A worker upgraded from the release that
  * kept its migrations inline must open its existing file unchanged.
  */
 
 afterAll(() => removeTempDirs());
 
 /**
- * The inline migrations of worker/local-store.ts before they moved to files, copied verbatim: the
+ * The inline migrations of worker/store/local-store.ts before they moved to files, copied verbatim: the
  * fixture that stands for every store file already out there. Never edit.
  */
 const OLD_INLINE_MIGRATIONS: readonly string[] = [
@@ -134,8 +134,8 @@ function oldStoreFile(version: number): string {
 }
 
 describe('worker local-store schema', () => {
-  it('worker/schema.sql matches the migrated store (run `npm run schema:dump` if not)', () => {
-    expect(freshSchema()).toBe(readFileSync(join(packageRoot(), 'worker', 'schema.sql'), 'utf8'));
+  it('worker/store/schema.sql matches the migrated store (run `npm run schema:dump` if not)', () => {
+    expect(freshSchema()).toBe(readFileSync(join(packageRoot(), 'worker', 'store', 'schema.sql'), 'utf8'));
   });
 
   it('migrations are 001 … N without gaps, N is the version the code writes, and none was edited', () => {
@@ -166,8 +166,8 @@ describe('worker local-store schema', () => {
 
   it('the built worker (dist/, `npm run build`) reads the same files, with no copy step', async () => {
     const built = (await import(
-      pathToFileURL(join(packageRoot(), 'dist', 'worker', 'local-store-migrations.js')).href
-    )) as typeof import('../../../worker/local-store-migrations.js');
+      pathToFileURL(join(packageRoot(), 'dist', 'worker', 'store', 'local-store-migrations.js')).href
+    )) as typeof import('../../../worker/store/local-store-migrations.js');
     expect(built.localStoreMigrationsDir()).toBe(localStoreMigrationsDir());
     const db = new Database(':memory:');
     try {

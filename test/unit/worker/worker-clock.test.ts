@@ -5,16 +5,16 @@ import type { CardSample } from '../../../src/contracts/sample.js';
 import { ManualClock } from '../../../src/platform/clock.js';
 import { silentLogger } from '../../../src/platform/logger.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
-import { OutboxSender } from '../../../worker/daemon-outbox.js';
-import { recoverUnfinished } from '../../../worker/daemon-recovery.js';
-import { startExecution } from '../../../worker/executor.js';
-import { type LocalStore, openLocalStore } from '../../../worker/local-store.js';
+import { OutboxSender } from '../../../worker/link/outbox.js';
+import { startExecution } from '../../../worker/local/executor.js';
+import { recoverUnfinished } from '../../../worker/local/recovery.js';
 import type { CardSampler } from '../../../worker/samplers/card-sampler.js';
+import { type LocalStore, openLocalStore } from '../../../worker/store/local-store.js';
 import { type Chunk, makePlan, sh, text } from '../../support/executor-plan.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { seedExecution } from '../../support/worker-store.js';
-import { type Harness, harness, plan, simUuid } from './daemon-harness.js';
+import { type Harness, harness, plan, simUuid } from './daemon/daemon-harness.js';
 
 /**
  * The worker takes its time from an injected Clock (issue 10, ADR 0014): its time decisions follow the

@@ -1,0 +1,98 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
+import { silentLogger } from '../../../../src/platform/logger.js';
+import type { RunningWorker, WorkerOptions } from '../../../../worker/daemon/start-worker.js';
+import { startWorker } from '../../../../worker/daemon/start-worker.js';
+import type { CardSampler } from '../../../../worker/samplers/card-sampler.js';
+import { SimSampler, simCardUuid } from '../../../../worker/samplers/sim-sampler.js';
+import { FakeMaster } from './daemon-fake-master.js';
+
+/** Shared set-up of the daemon tests: a temp dir, a fake master and workers that are closed afterwards. */
+
+/** Seed of the simulated cards, so plans can name their uuids. */
+export const SIM_SEED = 'worker-test';
+/** The uuid of simulated card `index`. */
+export const simUuid = (index: number): string => simCardUuid(SIM_SEED, index);
+
+/** One test's resources. */
+export interface Harness {
+  readonly dir: string;
+  readonly master: FakeMaster;
+  /** Starts a worker against the fake master (sim:4 unless a sampler is given). */
+  worker(overrides?: Partial<WorkerOptions>): Promise<RunningWorker>;
+  /** Closes workers, the master and removes the temp dir. */
+  dispose(): Promise<void>;
+}
+
+/** Creates a harness; call `dispose` in afterEach. */
+export async function harness(): Promise<Harness> {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-daemon-'));
+  const master = await FakeMaster.start();
+  const workers: RunningWorker[] = [];
+  return {
+    dir,
+    master,
+    async worker(overrides = {}) {
+      const sampler: CardSampler = overrides.sampler ?? new SimSampler({ count: 4, seed: SIM_SEED });
+      const w = await startWorker({
+        masterUrl: master.url,
+        token: master.token,
+        workerId: 'w1',
+        dataDir: join(dir, 'data'),
+        logger: silentLogger(),
+        sampleIntervalMs: 100,
+        backoff: { initialMs: 20, maxMs: 100, refusedMs: 50 },
+        cleanupPollMs: 20,
+        ...overrides,
+        sampler,
+      });
+      workers.push(w);
+      return w;
+    },
+    async dispose() {
+      await Promise.all(workers.map((w) => w.close()));
+      await master.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+let counter = 0;
+
+/** Options of `plan`. */
+export interface PlanOptions {
+  argv: string[];
+  cards?: number[];
+  epoch?: number;
+  env?: Record<string, string>;
+  outputs?: Array<{ path: string; required: boolean }>;
+  executionId?: string;
+  grace?: number;
+}
+
+/** A plan for simulated cards (default card 0, epoch 1). */
+export function plan(o: PlanOptions): ExecutionPlan {
+  counter += 1;
+  const cards = (o.cards ?? [0]).map((index) => ({ index, uuid: simUuid(index) }));
+  return {
+    task_id: `task-${counter}`,
+    execution_id: o.executionId ?? `exec-${process.pid}-${counter}`,
+    assignment_id: `asg-${counter}`,
+    lease_epoch: o.epoch ?? 1,
+    cards,
+    spec: {
+      title: 't',
+      objective: 'o',
+      success_criteria: 's',
+      cards: { count: cards.length },
+      runtime: { kind: 'process', argv: o.argv, ...(o.env === undefined ? {} : { env: o.env }) },
+      outputs: o.outputs ?? [],
+      time_limit_seconds: 20,
+    },
+    spec_digest: 'a'.repeat(64),
+    kill_grace_seconds: o.grace ?? 0.2,
+    cleanup_timeout_seconds: 2,
+  };
+}

@@ -1,0 +1,64 @@
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { DEFAULT_TASK_UIDS, TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
+
+// Task uids are never handed out twice (issue 20): per-uid kernel state (keyrings) and files a task
+// left in a writable mount must never reach a later task, whoever owns it.
+
+let dir: string;
+beforeEach(() => {
+  dir = mkdtempSync(join(tmpdir(), 'gpu-broker-uids-'));
+});
+afterEach(() => rmSync(dir, { recursive: true, force: true }));
+
+describe('TaskUidPool', () => {
+  it('never gives a released uid to another execution', () => {
+    const pool = new TaskUidPool({ first: 5000, last: 5009 });
+    const a = pool.acquire('exec-a');
+    pool.release('exec-a');
+    const b = pool.acquire('exec-b');
+    expect(b).not.toBe(a);
+    expect(pool.acquire('exec-b')).toBe(b);
+  });
+
+  it('remembers the next unused uid across a restart (the state file in the data dir)', () => {
+    const state = join(dir, 'task-uids.next');
+    const first = new TaskUidPool({ first: 5000, last: 5009 }, state);
+    const used = [first.acquire('a'), first.acquire('b')];
+    first.release('a');
+    first.release('b');
+    const restarted = new TaskUidPool({ first: 5000, last: 5009 }, state);
+    const next = restarted.acquire('c');
+    expect(used).not.toContain(next);
+    expect(next).toBeGreaterThan(Math.max(...used));
+    expect(readFileSync(state, 'utf8').trim()).toBe(String(next + 1));
+  });
+
+  it('says so when the range is used up, instead of reusing', () => {
+    const pool = new TaskUidPool({ first: 5000, last: 5001 });
+    pool.acquire('a');
+    pool.release('a');
+    pool.acquire('b');
+    pool.release('b');
+    expect(() => pool.acquire('c')).toThrow(/used once.*never reused.*--task-uids range above 5001/);
+  });
+
+  it('refuses a damaged state file rather than start over at uids already used', () => {
+    const state = join(dir, 'task-uids.next');
+    writeFileSync(state, 'garbage');
+    expect(() => new TaskUidPool({ first: 5000, last: 5009 }, state)).toThrow(/does not hold a uid/);
+  });
+
+  it('a claimed uid (a Slurm job from before a restart) moves the next uid past it', () => {
+    const state = join(dir, 'task-uids.next');
+    const pool = new TaskUidPool({ first: 5000, last: 5009 }, state);
+    expect(pool.claim('old', 5004)).toBe(true);
+    expect(pool.acquire('new')).toBe(5005);
+  });
+
+  it('the default range is wide enough not to run out', () => {
+    expect(DEFAULT_TASK_UIDS.last - DEFAULT_TASK_UIDS.first).toBeGreaterThan(1_000_000_000);
+  });
+});

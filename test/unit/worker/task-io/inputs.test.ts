@@ -1,0 +1,79 @@
+import { createHash } from 'node:crypto';
+import { lstatSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { InputCache } from '../../../../worker/task-io/input-cache.js';
+import { placeInputs } from '../../../../worker/task-io/inputs.js';
+import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
+
+const sha = (b: Buffer | string) => createHash('sha256').update(b).digest('hex');
+
+afterEach(() => removeTempDirs());
+
+function source(blobs: Record<string, Buffer>, cacheBytes = 1 << 20) {
+  const fetched: string[] = [];
+  const cache = new InputCache(join(makeTempDir('cache'), 'c'), cacheBytes);
+  return {
+    fetched,
+    cache,
+    fetch: async (_execution: string, digest: string) => {
+      fetched.push(digest);
+      const b = blobs[digest];
+      if (!b) throw new Error('404');
+      return b;
+    },
+  };
+}
+
+describe('placeInputs', () => {
+  const code = Buffer.from('print("hi")\n');
+  const input = (path: string, content = code, extra = {}) => ({
+    path,
+    sha256: sha(content),
+    size: content.length,
+    ...extra,
+  });
+
+  it('fetches a blob once, for two paths and for two executions, and places it read-only', async () => {
+    const src = source({ [sha(code)]: code });
+    const a = makeTempDir('exec-a');
+    expect(
+      await placeInputs([input('a.py'), input('lib/b.py', code, { executable: true })], a, 'e1', src),
+    ).toBeNull();
+    const b = makeTempDir('exec-b');
+    expect(await placeInputs([input('a.py')], b, 'e2', src)).toBeNull();
+    expect(src.fetched).toEqual([sha(code)]);
+    expect(readFileSync(join(a, 'lib/b.py'))).toEqual(code);
+    expect(lstatSync(join(a, 'a.py')).mode & 0o777).toBe(0o444);
+    expect(lstatSync(join(a, 'lib/b.py')).mode & 0o777).toBe(0o555);
+  });
+
+  it('refuses content from the master that is not what the spec names, and caches nothing', async () => {
+    const src = source({ [sha(code)]: Buffer.from('print("evil")\n') });
+    const why = await placeInputs([input('a.py')], makeTempDir('exec'), 'e1', src);
+    expect(why).toMatch(
+      /^input a\.py: the master sent \d+ bytes with sha256 [0-9a-f]{64}, the approved spec names/,
+    );
+    expect(await src.cache.read(sha(code))).toBeNull();
+  });
+
+  it('refuses paths that escape, whatever reached the worker', async () => {
+    const src = source({ [sha(code)]: code });
+    for (const path of ['../x.py', '/etc/x', 'a/./b', 'a//b', 'a\\b']) {
+      expect(await placeInputs([input(path)], makeTempDir('exec'), 'e1', src)).toMatch(
+        /not a plain relative path/,
+      );
+    }
+    expect(src.fetched).toEqual([]);
+  });
+
+  it('keeps the cache under its bound, least recently used out first', async () => {
+    const one = Buffer.alloc(600, 1);
+    const two = Buffer.alloc(600, 2);
+    const src = source({ [sha(one)]: one, [sha(two)]: two }, 1000);
+    await placeInputs([input('one.bin', one)], makeTempDir('exec'), 'e1', src);
+    await placeInputs([input('two.bin', two)], makeTempDir('exec'), 'e2', src);
+    expect(await src.cache.read(sha(one))).toBeNull();
+    expect(await src.cache.read(sha(two))).toEqual(two);
+  });
+});

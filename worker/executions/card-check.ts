@@ -1,0 +1,85 @@
+import type { CardSample } from '../../src/contracts/sample.js';
+import type { LeasedCard } from '../../src/contracts/worker-protocol.js';
+import type { CardSampler } from '../samplers/card-sampler.js';
+
+/**
+ * Card checks of the worker daemon: before running (do the leased cards exist here, with the uuids the
+ * master leased?) and for the cleanup receipt (DESIGN §9: no process left on the leased cards and memory
+ * back under the threshold).
+ */
+
+/** VRAM use at or under this percent of the total counts as clean when the plan names no threshold. */
+export const DEFAULT_CLEAN_VRAM_PCT = 2;
+
+/** Why `cards` cannot be run on, given the latest sample; null when they can. */
+export function leasedCardsProblem(
+  leased: readonly LeasedCard[],
+  sampled: readonly CardSample[] | null,
+): string | null {
+  const seen = new Set<number>();
+  for (const card of leased) {
+    if (seen.has(card.index)) return `card ${card.index} is listed twice in the plan`;
+    seen.add(card.index);
+  }
+  if (sampled === null)
+    return 'this worker has no successful card sample yet, so it cannot check the leased cards';
+  const here = sampled.map((c) => c.index).join(', ') || 'none';
+  for (const card of leased) {
+    const found = sampled.find((c) => c.index === card.index);
+    if (found === undefined) return `card ${card.index} does not exist on this worker (cards here: ${here})`;
+    if (found.uuid !== card.uuid)
+      return `card ${card.index} is ${found.uuid} on this worker, not ${card.uuid} as leased`;
+  }
+  return null;
+}
+
+/**
+ * Why one sample shows the leased cards in use; null when they are clean. The rule is the master's
+ * eligibility rule (card-state.ts): over `thresholdPct` of VRAM is busy; a card that reports only a
+ * percentage (hy-smi's table) is judged by it; unmeasured memory is not clean.
+ */
+export function dirtyCardsProblem(
+  leased: readonly LeasedCard[],
+  sampled: readonly CardSample[],
+  thresholdPct: number = DEFAULT_CLEAN_VRAM_PCT,
+): string | null {
+  const problems: string[] = [];
+  for (const card of leased) {
+    const found = sampled.find((c) => c.index === card.index && c.uuid === card.uuid);
+    if (found === undefined) {
+      problems.push(`card ${card.index} (${card.uuid}) is missing from the sample`);
+      continue;
+    }
+    if (found.processes.length > 0) {
+      const list = found.processes.map((p) => `${p.pid} (${p.name})`).join(', ');
+      problems.push(`card ${card.index} still has compute processes: ${list}`);
+    }
+    const used = found.memory_used_mib;
+    const total = found.memory_total_mib;
+    const pct =
+      used !== null && total !== null && total > 0 ? (used / total) * 100 : (found.memory_used_pct ?? null);
+    if (pct === null) {
+      problems.push(`card ${card.index} memory use is not measured`);
+    } else if (pct > thresholdPct) {
+      const amount = used !== null && total !== null ? `${used} MiB of ${total} MiB` : `${pct} % of its VRAM`;
+      problems.push(`card ${card.index} still uses ${amount} (over ${thresholdPct} %)`);
+    }
+  }
+  return problems.length === 0 ? null : problems.join('; ');
+}
+
+/**
+ * The executor's `checkCardsClean` for `leased`: samples again and applies `dirtyCardsProblem`.
+ * Undefined for simulated cards, which hold no memory and show no processes of their own.
+ */
+export function cardsCleanCheck(
+  sampler: CardSampler,
+  leased: readonly LeasedCard[],
+  thresholdPct: number = DEFAULT_CLEAN_VRAM_PCT,
+): (() => Promise<{ clean: boolean; detail?: string }>) | undefined {
+  if (sampler.provider === 'sim') return undefined;
+  return async () => {
+    const problem = dirtyCardsProblem(leased, await sampler.sample(), thresholdPct);
+    return problem === null ? { clean: true } : { clean: false, detail: problem };
+  };
+}

@@ -1,0 +1,381 @@
+import type { Logger } from 'pino';
+import type { CardSample } from '../../src/contracts/sample.js';
+import type {
+  ExecutionPlan,
+  FailureReason,
+  MasterMessage,
+  SlurmJobReport,
+} from '../../src/contracts/worker-protocol.js';
+import type { OutboxSender } from '../link/outbox.js';
+import type { CardSampler } from '../samplers/card-sampler.js';
+import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
+import { cardsCleanCheck, leasedCardsProblem } from './card-check.js';
+import type { ExecutionExit, ExecutionHandle, ExecutionResult, Executor } from './executor.js';
+import { pinsProblem } from './pin-check.js';
+import { joinDetail, phaseBody } from './reports.js';
+
+/**
+ * What the worker does with `assign`, `cancel` and `query` (DESIGN §8, §9), and how a running
+ * execution's events become messages. Phases an execution goes through on this worker:
+ *
+ *   accepted   fenced, recorded and reported; the executor is starting it
+ *   rejected   refused before anything ran (STALE_EPOCH, or SETUP_FAILED: unknown card, uuid mismatch,
+ *              a pinned file whose sha256 differs on this host)
+ *   started    its process group runs (pgid recorded, so a restarted worker can stop it)
+ *   exited     its main process ended and its outputs are queued ahead of this report
+ *   cleaned    cleanup receipt: the group is gone and the cards are clean
+ *   cleanup_failed  no receipt within cleanup_timeout_seconds; the master quarantines the lease
+ *
+ * The `handle*` methods run inside the daemon's transaction that also raises the master mark, so the
+ * fencing check, the execution record, the outgoing report and the mark commit together. Anything with
+ * a side effect outside SQLite (starting or signalling a process) is returned as `after`, which the
+ * daemon runs once the transaction has committed.
+ */
+
+/** What processing one sequenced master message produced. */
+export interface Handled {
+  /** Runs after the transaction commits. */
+  readonly after?: () => void;
+  /** An `error` reply for the master (the message is still acknowledged). */
+  readonly error?: { readonly code: string; readonly message: string };
+}
+
+/** What the manager needs from the daemon. */
+export interface ExecutionManagerDeps {
+  readonly store: LocalStore;
+  readonly outbox: OutboxSender;
+  readonly logger: Logger;
+  readonly sampler: CardSampler;
+  /** The cards of the latest successful sample, to check a plan's indexes and uuids. */
+  readonly latestCards: () => CardSample[] | null;
+  /** Runs the plans: the local or the Slurm executor, bound by the daemon (daemon/executors.ts). */
+  readonly executor: Executor;
+}
+
+interface Running {
+  readonly handle: ExecutionHandle;
+  /** Set when the worker itself stops the execution (clean shutdown), to report WORKER_LOST. */
+  stopping: boolean;
+  /** Settles once the `exited` report is queued. */
+  readonly exitReported: Promise<void>;
+  /** Settles once the final report (cleaned / cleanup_failed) is queued. */
+  readonly settled: Promise<void>;
+}
+
+type Sequenced<T extends MasterMessage['type']> = Extract<MasterMessage, { type: T }>;
+
+/** How long a clean stop waits for the cleanup receipts of executions it cancelled. */
+const STOP_CLEANUP_WAIT_MS = 5_000;
+
+/** Executions of this worker process; see the module comment. */
+export class ExecutionManager {
+  private readonly running = new Map<string, Running>();
+
+  constructor(private readonly deps: ExecutionManagerDeps) {}
+
+  /** How many executions this process is running. */
+  runningCount(): number {
+    return this.running.size;
+  }
+
+  /** assign: re-delivery check, fencing, card check, record, report; the run starts after commit. */
+  handleAssign(msg: Sequenced<'assign'>): Handled {
+    const { store, outbox, logger } = this.deps;
+    const plan = msg.plan;
+    // A known execution is never run twice; the master gets its latest phase again. This comes before
+    // fencing because a newer lease on the same cards would otherwise turn an execution that ran into
+    // a misleading STALE_EPOCH rejection. It only reads and reports, so nothing runs ahead of fencing.
+    const known = store.getExecution(plan.execution_id);
+    if (known !== null) {
+      logger.info(
+        { execution_id: plan.execution_id, phase: known.phase },
+        'worker: assign for a known execution; reporting its phase instead of running it again',
+      );
+      outbox.enqueue(phaseBody(known));
+      return {};
+    }
+    // The execution is new here (a known one returned above), so its epoch must be above every mark.
+    const fence = store.checkAndRaiseEpoch(
+      plan.cards.map((c) => c.index),
+      plan.lease_epoch,
+      { strict: true },
+    );
+    if (!fence.ok) {
+      this.reject(
+        plan,
+        'STALE_EPOCH',
+        fence.recorded_epoch === plan.lease_epoch
+          ? `card ${fence.card_index} already has lease epoch ${plan.lease_epoch}, for another execution`
+          : `card ${fence.card_index} has seen lease epoch ${fence.recorded_epoch}, above this assign's ${plan.lease_epoch}`,
+      );
+      return {};
+    }
+    // Whatever the master believes, a card one of this worker's executions still holds is not free.
+    const held = heldCardsProblem(plan, store.listUnfinishedExecutions());
+    if (held !== null) {
+      this.reject(plan, 'SETUP_FAILED', held);
+      return {};
+    }
+    const problem = leasedCardsProblem(plan.cards, this.deps.latestCards()) ?? pinsProblem(plan.pins ?? []);
+    if (problem !== null) {
+      this.reject(plan, 'SETUP_FAILED', problem);
+      return {};
+    }
+    outbox.enqueue(phaseBody(store.recordExecution(plan, 'accepted')));
+    return { after: () => this.run(plan) };
+  }
+
+  /** cancel: refused below the cards' recorded epoch; a finished execution is re-reported. */
+  handleCancel(msg: Sequenced<'cancel'>): Handled {
+    const { store, outbox } = this.deps;
+    const record = store.getExecution(msg.execution_id);
+    if (record === null) return unknownExecution(msg.execution_id);
+    const recorded = Math.max(...record.plan.cards.map((c) => store.getCardEpoch(c.index)));
+    if (msg.lease_epoch < recorded) {
+      return {
+        error: {
+          code: 'STALE_EPOCH',
+          message: `cancel of ${msg.execution_id} carries lease epoch ${msg.lease_epoch}, below ${recorded} recorded for its cards; ignored`,
+        },
+      };
+    }
+    const run = this.running.get(msg.execution_id);
+    if (run === undefined) {
+      // Already finished (or left by a previous worker process and being cleaned up): say where it is.
+      outbox.enqueue(phaseBody(record));
+      return {};
+    }
+    this.deps.logger.info({ execution_id: msg.execution_id, reason: msg.reason }, 'worker: cancelling');
+    return { after: () => run.handle.cancel(msg.reason) };
+  }
+
+  /** query: the latest phase again, as a new sequenced report. */
+  handleQuery(msg: Sequenced<'query'>): Handled {
+    const record = this.deps.store.getExecution(msg.execution_id);
+    if (record === null) return unknownExecution(msg.execution_id);
+    this.deps.outbox.enqueue(phaseBody(record));
+    return {};
+  }
+
+  /**
+   * Clean shutdown: cancels every running execution (SIGTERM, grace, SIGKILL), waits until their exits
+   * are reported, then briefly for their cleanup receipts. An execution whose receipt is not in by then
+   * stays `exited` in the store, and the next worker process finishes its cleanup check.
+   */
+  async stopAll(): Promise<void> {
+    // Tasks that outlive the worker (Slurm jobs) are only let go: the next worker process resumes them
+    // by job id. The others are stopped.
+    const runs: Running[] = [];
+    for (const [id, run] of this.running) {
+      if (run.handle.detach === undefined) runs.push(run);
+      else {
+        run.handle.detach();
+        this.running.delete(id);
+      }
+    }
+    for (const run of runs) {
+      run.stopping = true;
+      run.handle.cancel('worker stopping');
+    }
+    await Promise.all(runs.map((r) => r.exitReported));
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([
+      Promise.all(runs.map((r) => r.settled)),
+      new Promise((r) => {
+        timer = setTimeout(r, STOP_CLEANUP_WAIT_MS);
+      }),
+    ]);
+    clearTimeout(timer);
+  }
+
+  private reject(plan: ExecutionPlan, reason: FailureReason, detail: string): void {
+    this.deps.logger.warn({ execution_id: plan.execution_id, reason, detail }, 'worker: assign rejected');
+    const result: ExecutionSummary = {
+      exit_code: null,
+      signal: null,
+      failure_reason: reason,
+      outputs: [],
+      detail,
+    };
+    this.deps.outbox.enqueue(phaseBody(this.deps.store.recordExecution(plan, 'rejected', result)));
+  }
+
+  /**
+   * Resumes an execution a previous worker process left with a Slurm job (slurm/recovery.ts): the job is
+   * watched again from where Slurm has it, with the same reports as a fresh run.
+   */
+  resumeSlurm(record: ExecutionRecord, report: SlurmJobReport): void {
+    if (this.running.has(record.execution_id)) return;
+    const { phase } = record;
+    if (phase !== 'accepted' && phase !== 'started' && phase !== 'exited') return;
+    this.run(record.plan, { report, phase });
+  }
+
+  /**
+   * A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. Returns
+   * whether it moved the execution `accepted` → `started` (compare-and-set on the stored phase).
+   */
+  private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): boolean {
+    const { store, outbox, logger } = this.deps;
+    const id = plan.execution_id;
+    let moved = false;
+    store.transaction(() => {
+      store.setExecutionSlurm(id, report);
+      const record = store.getExecution(id);
+      if (record === null) return;
+      if (phase === 'started' && record.phase === 'accepted') {
+        logger.info(
+          { execution_id: id, job_id: report.job_id, binding: report.binding },
+          'worker: Slurm job started',
+        );
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+        moved = true;
+      } else outbox.enqueue(phaseBody(record));
+    });
+    return moved;
+  }
+
+  /**
+   * Runs `plan`; `resume` (Slurm only): the job a previous worker process submitted, and the phase that
+   * process recorded for it.
+   */
+  private run(
+    plan: ExecutionPlan,
+    resume?: { report: SlurmJobReport; phase: 'accepted' | 'started' | 'exited' },
+  ): void {
+    const { store, outbox, logger } = this.deps;
+    const id = plan.execution_id;
+    const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
+    const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
+      outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
+    };
+    // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
+    // resumed Slurm job goes on from the phase the previous worker process recorded.
+    let phase: 'accepted' | 'started' | 'exited' = resume?.phase ?? 'accepted';
+    const handle: ExecutionHandle = this.deps.executor.start(plan, {
+      onLog,
+      onJob: (report, jobPhase) => {
+        if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
+      },
+      ...(check === undefined ? {} : { checkCardsClean: check }),
+      ...(resume === undefined ? {} : { resume: resume.report }),
+    });
+    const onStarted = (pid: number | null) => {
+      if (pid === null) return;
+      logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');
+      store.transaction(() => {
+        store.setExecutionPgid(id, pid);
+        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+      });
+      phase = 'started';
+    };
+    const onExited = (exit: ExecutionExit) => {
+      // A resumed Slurm job whose exit the previous worker process recorded (and queued, outputs
+      // first): only its cleanup receipt is left to report.
+      if (phase === 'exited') return;
+      const stopped = entry.stopping && exit.failure_reason === 'CANCELLED';
+      const result: ExecutionSummary = {
+        exit_code: exit.exit_code,
+        signal: exit.signal,
+        failure_reason: stopped ? 'WORKER_LOST' : exit.failure_reason,
+        outputs: exit.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
+        ...optionalDetail(
+          joinDetail([
+            stopped ? 'the worker stopped while the task ran' : undefined,
+            exit.setup_error,
+            ...exit.output_errors,
+            ...exit.log_errors,
+          ]),
+        ),
+      };
+      logger.info(
+        { execution_id: id, ...result, outputs: result.outputs.length },
+        'worker: execution exited',
+      );
+      store.transaction(() => {
+        // Outputs first: when the master sees `exited`, every output it lists has already arrived.
+        for (const o of exit.outputs) {
+          outbox.enqueue({
+            type: 'output',
+            execution_id: id,
+            lease_epoch: plan.lease_epoch,
+            path: o.path,
+            size: o.size,
+            sha256: o.sha256,
+            content_base64: o.content.toString('base64'),
+          });
+        }
+        outbox.enqueue(phaseBody(store.moveExecution(id, phase, 'exited', result)));
+      });
+      phase = 'exited';
+    };
+    const onDone = (done: ExecutionResult) => {
+      const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
+      // The exit as reported (with WORKER_LOST on a stop), falling back to the executor's own.
+      const exit: ExecutionSummary = store.getExecution(id)?.result ?? {
+        exit_code: done.exit_code,
+        signal: done.signal,
+        failure_reason: done.failure_reason,
+        outputs: done.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
+      };
+      const result: ExecutionSummary = { ...exit, cleaned: done.cleaned, detail: done.cleanup_detail };
+      (done.cleaned ? logger.info : logger.error).call(
+        logger,
+        { execution_id: id, detail: done.cleanup_detail },
+        `worker: execution ${final}`,
+      );
+      // From `exited` only: when that report could not be recorded, the record stays unfinished and
+      // the next worker process reports it, rather than jumping over `exited` here.
+      outbox.enqueue(phaseBody(store.moveExecution(id, phase, final, result)));
+    };
+    const failed = (step: string) => (err: unknown) => {
+      // Only a store or outbox failure lands here (e.g. the store closed mid-shutdown); the record
+      // stays unfinished and the next worker process reports it.
+      logger.error(
+        { execution_id: id, step, err: (err as Error)?.message },
+        'worker: could not record a phase',
+      );
+    };
+    const exitReported = handle.started
+      .then(onStarted)
+      .catch(failed('started'))
+      .then(() => handle.exited)
+      .then(onExited)
+      .catch(failed('exited'));
+    const settled = exitReported
+      .then(() => handle.done)
+      .then(onDone)
+      .catch(failed('done'))
+      .finally(() => this.running.delete(id));
+    const entry: Running = { handle, stopping: false, exitReported, settled };
+    this.running.set(id, entry);
+  }
+}
+
+function unknownExecution(executionId: string): Handled {
+  return {
+    error: { code: 'UNKNOWN_EXECUTION', message: `execution ${executionId} is not known to this worker` },
+  };
+}
+
+function optionalDetail(detail: string | undefined): { detail?: string } {
+  return detail === undefined ? {} : { detail };
+}
+
+/**
+ * Why `plan` may not start while `unfinished` executions of this worker run: one of them still holds one
+ * of its cards (the master lost track of it, e.g. restored from a backup). Null when the cards are free.
+ */
+export function heldCardsProblem(
+  plan: ExecutionPlan,
+  unfinished: ReadonlyArray<{ execution_id: string; lease_epoch: number; plan: ExecutionPlan }>,
+): string | null {
+  const wanted = new Set(plan.cards.map((c) => c.index));
+  for (const e of unfinished) {
+    if (e.execution_id === plan.execution_id) continue;
+    const card = e.plan.cards.find((c) => wanted.has(c.index));
+    if (card !== undefined)
+      return `card ${card.index} is still held by execution ${e.execution_id} (lease epoch ${e.lease_epoch}) on this worker`;
+  }
+  return null;
+}

@@ -1,0 +1,272 @@
+import type { IncomingMessage } from 'node:http';
+import type { Logger } from 'pino';
+import WebSocket from 'ws';
+import { WORKER_CONNECT_PATH } from '../../src/contracts/paths.js';
+import { MAX_MESSAGE_BYTES } from '../../src/contracts/worker-protocol.js';
+
+/**
+ * The worker's end of the WSS link to the master (DESIGN §2, §8): one socket at a time, reconnected for
+ * ever. This file knows nothing of the protocol's messages; the daemon gives it text to send and gets
+ * text back. States of the link:
+ *
+ *   connecting   a handshake is under way
+ *   open         the socket is up (the daemon then says hello and waits for welcome)
+ *   waiting      the socket is gone; the next attempt starts after a jittered backoff
+ *   closed       `close()` was called; nothing is attempted any more
+ */
+
+/** Reconnect timing; every delay is jittered by ±50 %. Tests shorten them. */
+export interface BackoffOptions {
+  /** First retry delay after a lost or failed connection (default 200 ms). */
+  readonly initialMs?: number;
+  /** Ceiling of the doubling delay (default 10 s). */
+  readonly maxMs?: number;
+  /** Delay after the master refused the handshake (401/403): a bad token will not fix itself (default 30 s). */
+  readonly refusedMs?: number;
+  /**
+   * Delay after the master closed with 4003 (its store cannot take our messages: out of disk space);
+   * space comes back when an operator frees it, not in milliseconds (default 5 s).
+   */
+  readonly unavailableMs?: number;
+}
+
+/** Close code of a master whose store cannot take the worker's messages now (src/ws/hub.ts). */
+export const CLOSE_MASTER_UNAVAILABLE = 4003;
+
+/** What the link needs; the callbacks are the daemon's. */
+export interface ConnectionOptions {
+  /** The ws:// or wss:// URL to connect to (see `workerConnectUrl`). */
+  readonly url: string;
+  /** The worker token, sent as `Authorization: Bearer …`. */
+  readonly token: string;
+  /** PEM of a private CA to trust (the master's dev CA); the system roots otherwise. */
+  readonly ca?: string;
+  readonly logger: Logger;
+  readonly backoff?: BackoffOptions;
+  /** A socket that answers no ping for this long is dropped and redialled (default 10 s). */
+  readonly pingIntervalMs?: number;
+  /** Called once per socket when it opens; the daemon sends hello from here. */
+  readonly onOpen: () => void;
+  /** Called with every text message of the current socket. */
+  readonly onMessage: (text: string) => void;
+  /** Called once per socket that had opened, when it is gone. */
+  readonly onClose: () => void;
+  /** Jitter source in [0, 1); tests may fix it. */
+  readonly random?: () => number;
+}
+
+/** The running link. */
+export interface WorkerConnection {
+  /** Sends on the open socket; false when there is none (the caller keeps the message). */
+  send(text: string): boolean;
+  /** Bytes queued on the socket and not yet written; the daemon pauses sending above a mark. */
+  bufferedAmount(): number;
+  /** Whether a socket is open. */
+  isOpen(): boolean;
+  /** Drops the current socket (if any) so that a fresh one is dialled, e.g. when no welcome came. */
+  drop(reason: string): void;
+  /** The connection works end to end (welcome received): the next failure starts from the shortest delay. */
+  resetBackoff(): void;
+  /** Closes the socket and stops reconnecting; resolves when the socket is closed. */
+  close(): Promise<void>;
+}
+
+const DEFAULT_INITIAL_MS = 200;
+const DEFAULT_MAX_MS = 10_000;
+const DEFAULT_REFUSED_MS = 30_000;
+const DEFAULT_UNAVAILABLE_MS = 5_000;
+const DEFAULT_PING_MS = 10_000;
+const HANDSHAKE_TIMEOUT_MS = 10_000;
+/** A close() that the peer never answers must not hang the worker's shutdown. */
+const CLOSE_WAIT_MS = 1_000;
+
+/**
+ * The master's base URL (`https://host:port[/prefix]`, or `http://` on a loopback address only) →
+ * the worker endpoint (`wss://host:port[/prefix]/api/v1/workers/connect`). `ws://` and `wss://` are
+ * accepted as they are. Throws `RangeError` saying what is accepted: plain http elsewhere than on
+ * loopback would send the worker token in clear.
+ */
+export function workerConnectUrl(masterUrl: string): string {
+  let url: URL;
+  try {
+    url = new URL(masterUrl);
+  } catch {
+    throw new RangeError(`--url must be the master's https://host:port; got "${masterUrl}"`);
+  }
+  const secure = url.protocol === 'https:' || url.protocol === 'wss:';
+  const plain = url.protocol === 'http:' || url.protocol === 'ws:';
+  if (!secure && !plain)
+    throw new RangeError(`--url must start with https:// (or http:// on loopback); got "${masterUrl}"`);
+  if (plain && !isLoopbackHost(url.hostname)) {
+    throw new RangeError(
+      `--url ${masterUrl} is plain http on a non-loopback address; use https:// so the token is not sent in clear`,
+    );
+  }
+  const base = url.pathname.replace(/\/+$/, '');
+  const path = base.endsWith(WORKER_CONNECT_PATH) ? base : `${base}${WORKER_CONNECT_PATH}`;
+  return `${secure ? 'wss' : 'ws'}://${url.host}${path}`;
+}
+
+function rawToText(data: WebSocket.RawData): string {
+  if (Array.isArray(data)) return Buffer.concat(data).toString('utf8');
+  return Buffer.isBuffer(data) ? data.toString('utf8') : Buffer.from(data).toString('utf8');
+}
+
+function isLoopbackHost(host: string): boolean {
+  const h = host.replace(/^\[|\]$/g, '');
+  return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
+}
+
+/** Starts dialling at once and keeps a socket up until `close()`; see the module comment. */
+export function connectForever(opts: ConnectionOptions): WorkerConnection {
+  const initialMs = opts.backoff?.initialMs ?? DEFAULT_INITIAL_MS;
+  const maxMs = opts.backoff?.maxMs ?? DEFAULT_MAX_MS;
+  const refusedMs = opts.backoff?.refusedMs ?? DEFAULT_REFUSED_MS;
+  const unavailableMs = opts.backoff?.unavailableMs ?? DEFAULT_UNAVAILABLE_MS;
+  const pingMs = opts.pingIntervalMs ?? DEFAULT_PING_MS;
+  const random = opts.random ?? Math.random;
+  const log = opts.logger;
+
+  let socket: WebSocket | null = null;
+  let open = false;
+  let closed = false;
+  let nextDelay = initialMs;
+  let retryTimer: NodeJS.Timeout | undefined;
+  let attempt = 0;
+
+  const jitter = (ms: number) => Math.round(ms * (0.5 + random()));
+
+  const scheduleRetry = (refusedStatus: number | null, closeCode: number | null) => {
+    if (closed) return;
+    let delay: number;
+    if (refusedStatus !== null) {
+      delay = jitter(refusedMs);
+    } else if (closeCode === CLOSE_MASTER_UNAVAILABLE) {
+      // Not doubled from the short initial delay: the welcome before the refusal reset the backoff.
+      delay = jitter(unavailableMs);
+    } else {
+      delay = jitter(nextDelay);
+      nextDelay = Math.min(maxMs, nextDelay * 2);
+    }
+    log.debug({ delay_ms: delay }, 'worker: reconnecting after a delay');
+    retryTimer = setTimeout(dial, delay);
+  };
+
+  function dial(): void {
+    if (closed) return;
+    attempt += 1;
+    const ws = new WebSocket(opts.url, {
+      headers: { Authorization: `Bearer ${opts.token}` },
+      maxPayload: MAX_MESSAGE_BYTES,
+      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+      perMessageDeflate: false,
+      ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+    });
+    socket = ws;
+    let refusedStatus: number | null = null;
+    let opened = false;
+    let pongSeen = true;
+    let pingTimer: NodeJS.Timeout | undefined;
+
+    ws.on('unexpected-response', (_req, res: IncomingMessage) => {
+      const status = res.statusCode ?? 0;
+      res.resume();
+      if (status === 401 || status === 403) {
+        refusedStatus = status;
+        log.error(
+          { status, url: opts.url },
+          `worker: the master refused the worker token (HTTP ${status}); check --token-file / GPU_BROKER_WORKER_TOKEN and that the token has the worker role for this worker id; retrying slowly`,
+        );
+      } else {
+        log.warn({ status, url: opts.url }, `worker: handshake refused with HTTP ${status}`);
+      }
+      ws.terminate();
+    });
+    ws.on('open', () => {
+      if (closed) {
+        ws.close(1001, 'worker stopping');
+        return;
+      }
+      opened = true;
+      open = true;
+      log.info({ url: opts.url, attempt }, 'worker: connected to the master');
+      // ws answers the master's pings by itself; our own pings find a master that vanished without a
+      // FIN (a half-open socket would otherwise look connected for ever).
+      pingTimer = setInterval(() => {
+        if (!pongSeen) {
+          log.warn('worker: the master did not answer a ping; reconnecting');
+          ws.terminate();
+          return;
+        }
+        pongSeen = false;
+        ws.ping();
+      }, pingMs);
+      opts.onOpen();
+    });
+    ws.on('pong', () => {
+      pongSeen = true;
+    });
+    ws.on('message', (data) => {
+      pongSeen = true;
+      // A binary frame is decoded like text: the daemon answers what it cannot parse with an error.
+      opts.onMessage(rawToText(data));
+    });
+    ws.on('error', (err) => {
+      if (refusedStatus === null && !closed)
+        log.warn({ err: err.message, url: opts.url }, 'worker: connection error');
+    });
+    ws.on('close', (code, reason) => {
+      clearInterval(pingTimer);
+      if (socket === ws) socket = null;
+      if (opened) {
+        open = false;
+        if (code === CLOSE_MASTER_UNAVAILABLE)
+          log.warn(
+            { code, reason: reason.toString('utf8') },
+            'worker: the master cannot store our messages now (out of disk space); they stay in the outbox and are resent after a delay',
+          );
+        else log.info({ code, reason: reason.toString('utf8') }, 'worker: disconnected from the master');
+        opts.onClose();
+      }
+      scheduleRetry(refusedStatus, code);
+    });
+  }
+
+  dial();
+
+  return {
+    send(text) {
+      if (!open || socket === null || socket.readyState !== WebSocket.OPEN) return false;
+      socket.send(text);
+      return true;
+    },
+    bufferedAmount: () => socket?.bufferedAmount ?? 0,
+    isOpen: () => open,
+    drop(reason) {
+      if (socket === null) return;
+      log.warn({ reason }, 'worker: dropping the connection');
+      socket.terminate();
+    },
+    resetBackoff() {
+      nextDelay = initialMs;
+    },
+    async close() {
+      closed = true;
+      clearTimeout(retryTimer);
+      const ws = socket;
+      if (ws === null || ws.readyState === WebSocket.CLOSED) return;
+      await new Promise<void>((resolve) => {
+        const timer = setTimeout(() => {
+          ws.terminate();
+          resolve();
+        }, CLOSE_WAIT_MS);
+        ws.once('close', () => {
+          clearTimeout(timer);
+          resolve();
+        });
+        if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+        else ws.close(1001, 'worker stopping');
+      });
+    },
+  };
+}

@@ -1,0 +1,174 @@
+import type { Logger } from 'pino';
+import { sequenced } from '../../src/contracts/sequencing.js';
+import type { WorkerMessage, WorkerSequencedBody } from '../../src/contracts/worker-protocol.js';
+import { type Clock, systemClock } from '../../src/platform/clock.js';
+import type { LocalStore, OutboxEntry } from '../store/local-store.js';
+
+/**
+ * Outgoing sequenced messages (sample, execution, log, output). Every one is written to the local
+ * store's outbox first and only then sent, so nothing the worker accepted is lost across reconnects or
+ * worker restarts. Sending is a pump over the outbox in append order, with a cursor per session:
+ *
+ *   1. `startSession` (on welcome): everything at or below the master's `worker_marks` is acknowledged
+ *      locally; the cursor goes back to the start, so every other unacknowledged message is resent.
+ *   2. `enqueue`: append, then pump. The pump never sends a message before an older unsent one, because
+ *      the master drops any seq at or below the highest it processed: out of order would mean lost.
+ *   3. `ack` from the master: the entry is acknowledged and kept until pruned.
+ *   4. `endSession` (socket gone): the pump stops; step 1 starts over on the next welcome.
+ *
+ * The pump pauses while the socket holds more than HIGH_WATER_BYTES unwritten, so a long backlog (or a
+ * big output) is paged out of SQLite instead of being copied into memory at once.
+ */
+
+type SequencedMessage = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>;
+
+/** A sequenced message before the outbox gives it its protocol version, boot id and seq. */
+export type OutgoingBody = WorkerSequencedBody;
+
+/** Where the pump writes: the connection, or whatever a test puts in its place. */
+export interface OutboxTransport {
+  /** Sends one message; false when no socket is open. */
+  send(text: string): boolean;
+  /** Bytes the socket has not written yet. */
+  bufferedAmount(): number;
+}
+
+const HIGH_WATER_BYTES = 8 * 1024 * 1024;
+const PAGE_SIZE = 64;
+const RETRY_PUMP_MS = 20;
+/** Acknowledged messages are kept this long (for debugging a session), then pruned. */
+const KEEP_ACKED_MS = 10 * 60_000;
+const PRUNE_EVERY_MS = 60_000;
+
+/** The worker's sending side; see the module comment. */
+export class OutboxSender {
+  private live = false;
+  private cursor = 0;
+  private pumpTimer: NodeJS.Timeout | undefined;
+  private lastPrune = 0;
+  private pumpQueued = false;
+
+  constructor(
+    private readonly store: LocalStore,
+    /** This process's boot id: the sequence every new message joins. */
+    readonly bootId: string,
+    private readonly transport: OutboxTransport,
+    private readonly logger: Logger,
+    /** When acknowledged messages are old enough to prune (default the system clock). */
+    private readonly clock: Clock = systemClock,
+  ) {}
+
+  /** Appends one message under this boot's next seq and sends it if a session is live. */
+  enqueue(body: OutgoingBody): OutboxEntry {
+    const entry = this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
+    this.schedulePump();
+    return entry;
+  }
+
+  /**
+   * Like `enqueue`, but first drops every unacknowledged message of the same type, for messages where
+   * only the newest matters (samples). A dropped seq is a gap the master never sees, which is harmless:
+   * it only compares against the highest seq it processed.
+   */
+  enqueueLatest(body: OutgoingBody): OutboxEntry {
+    const entry = this.store.transaction(() => {
+      this.store.supersedeUnacked(body.type);
+      return this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
+    });
+    // Superseded samples count as acknowledged, so a worker that never reaches its master prunes too.
+    this.maybePrune();
+    this.schedulePump();
+    return entry;
+  }
+
+  /** Step 1: the master welcomed us and said what it already has. */
+  startSession(workerMarks: ReadonlyArray<{ boot_id: string; seq: number }>): void {
+    for (const mark of workerMarks) {
+      const n = this.store.ackOutboxThrough(mark.boot_id, mark.seq);
+      if (n > 0)
+        this.logger.debug({ boot_id: mark.boot_id, seq: mark.seq, n }, 'outbox: master already had these');
+    }
+    this.cursor = 0;
+    this.live = true;
+    this.pump();
+  }
+
+  /** Step 4: the socket is gone. */
+  endSession(): void {
+    this.live = false;
+    clearTimeout(this.pumpTimer);
+    this.pumpTimer = undefined;
+  }
+
+  /** Step 3: the master acknowledged one message. */
+  ack(bootId: string, seq: number): void {
+    this.store.ackOutbox(bootId, seq);
+    this.maybePrune();
+  }
+
+  /** Whether any message still waits for its acknowledgement. */
+  hasUnacked(): boolean {
+    return this.store.listUnackedOutbox(1).length > 0;
+  }
+
+  /** Whether a session is live (welcome received, socket open). */
+  isLive(): boolean {
+    return this.live;
+  }
+
+  private maybePrune(): void {
+    const now = this.clock.now();
+    if (now - this.lastPrune < PRUNE_EVERY_MS) return;
+    this.lastPrune = now;
+    this.store.pruneOutbox(now - KEEP_ACKED_MS);
+  }
+
+  private stamp(body: OutgoingBody, seq: number): SequencedMessage {
+    return sequenced(body, this.bootId, seq) as SequencedMessage;
+  }
+
+  /**
+   * Pumps once the current synchronous work is over. `enqueue` is often called inside a caller's
+   * transaction: sending from there could put a message on the wire that a rollback then erases, and
+   * whose seq would be handed out again for another message, which the master would drop as a duplicate.
+   */
+  private schedulePump(): void {
+    if (this.pumpQueued) return;
+    this.pumpQueued = true;
+    queueMicrotask(() => {
+      this.pumpQueued = false;
+      this.pump();
+    });
+  }
+
+  private pump(): void {
+    if (!this.live || this.pumpTimer !== undefined) return;
+    for (;;) {
+      if (this.transport.bufferedAmount() > HIGH_WATER_BYTES) {
+        this.pumpTimer = setTimeout(() => {
+          this.pumpTimer = undefined;
+          this.pump();
+        }, RETRY_PUMP_MS);
+        return;
+      }
+      let page: ReturnType<LocalStore['listUnackedOutboxAfter']>;
+      try {
+        page = this.store.listUnackedOutboxAfter(this.cursor, PAGE_SIZE);
+      } catch (err) {
+        // The store is closing (shutdown) or broken; the next session starts over from the outbox.
+        this.logger.error({ err: (err as Error)?.message }, 'outbox: cannot read queued messages');
+        return;
+      }
+      if (page.length === 0) return;
+      for (const entry of page) {
+        if (!this.transport.send(JSON.stringify(entry.message))) {
+          // The socket closed under us; endSession follows from its close event.
+          this.live = false;
+          return;
+        }
+        this.cursor = entry.id;
+        if (this.transport.bufferedAmount() > HIGH_WATER_BYTES) break;
+      }
+    }
+  }
+}

@@ -1,0 +1,145 @@
+import type { ChildProcess } from 'node:child_process';
+import { constants } from 'node:os';
+import type { GroupMember } from './process-group.js';
+import { liveGroupMembers, liveNamespaceMembers, signalGroup, signalPid } from './process-group.js';
+
+/**
+ * A task box: how one execution's processes are spawned, signalled, watched and torn down. The executor
+ * runs the same steps for every kind (executor.ts); only these few operations differ.
+ *
+ *   none   the task's argv as the leader of a new process group (optionally as the `--run-as` user);
+ *          what it forks stays in the group unless it calls setsid, so this is not isolation.
+ *   bwrap  bubblewrap (sandbox/bwrap.ts) as the group leader; the task runs in its own PID namespace,
+ *          which the kernel empties when the namespace's init exits.
+ *   container  the engine's `run` client as the group leader; the container itself is the engine's
+ *          (container-box.ts).
+ */
+
+/** What to spawn. */
+export interface BoxSpawn {
+  readonly command: string;
+  readonly args: readonly string[];
+  readonly env: Readonly<Record<string, string>>;
+  /** Switch to this uid/gid before exec (the `none` kind under `--run-as`). */
+  readonly uid?: number;
+  readonly gid?: number;
+  /** Give the process a pipe on fd 3 (bwrap's JSON status). */
+  readonly statusPipe?: boolean;
+  /**
+   * Written into a pipe on fd 4 and closed (bwrap's `--args 4`): the sandbox's options, kept off its
+   * command line (sandbox/bwrap.ts bwrapCommandLine).
+   */
+  readonly argsData?: Buffer;
+}
+
+/** A task's exit as the box reports it. */
+export interface BoxExit {
+  readonly code: number | null;
+  readonly signal: NodeJS.Signals | null;
+}
+
+/** One execution's box; see the module comment. */
+export interface TaskBox {
+  readonly kind: 'none' | 'bwrap' | 'container';
+  readonly spawn: BoxSpawn;
+  /** Called once the spawned process runs. */
+  attach(child: ChildProcess): void;
+  /** Asks the task's processes to stop (SIGTERM); the grace period starts. */
+  terminate(): void;
+  /** Kills every process of the box (SIGKILL); idempotent. */
+  kill(): void;
+  /** Processes of the box still alive; empty once it is gone. */
+  live(): Promise<GroupMember[]>;
+  /** Maps the spawned process's exit to the task's. */
+  exitOf(code: number | null, signal: NodeJS.Signals | null): BoxExit;
+  /** Releases what the box holds outside its processes (a container record); never throws. */
+  dispose(): Promise<void>;
+}
+
+/** The `none` box: the task's own argv in a new process group. */
+export function plainBox(spawn: BoxSpawn): TaskBox {
+  let pgid: number | undefined;
+  return {
+    kind: 'none',
+    spawn,
+    attach: (child) => {
+      pgid = child.pid;
+    },
+    terminate: () => {
+      if (pgid !== undefined) signalGroup(pgid, 'SIGTERM');
+    },
+    kill: () => {
+      if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+    },
+    live: async () => (pgid === undefined ? [] : liveGroupMembers(pgid)),
+    exitOf: (code, signal) => ({ code, signal }),
+    dispose: async () => undefined,
+  };
+}
+
+/**
+ * The `bwrap` box. bwrap reports on fd 3 (`--json-status-fd`) the host pid of the sandbox's init and
+ * the inode of its PID namespace; SIGTERM goes to every process of that namespace but the init, SIGKILL
+ * to the init (the kernel then kills the rest) and to bwrap's own group. bwrap exits with the task's
+ * status, a signal death as 128 + the signal number, which is mapped back (so a task that calls
+ * `exit(137)` reads as SIGKILL: bwrap gives no way to tell them apart).
+ */
+export function bwrapBox(spawn: BoxSpawn): TaskBox {
+  let pgid: number | undefined;
+  let initPid: number | undefined;
+  let pidNamespace: number | undefined;
+  const members = async (): Promise<GroupMember[]> => {
+    const inNamespace = pidNamespace === undefined ? [] : await liveNamespaceMembers(pidNamespace);
+    const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
+    const seen = new Set(group.map((m) => m.pid));
+    return [...group, ...inNamespace.filter((m) => !seen.has(m.pid))].sort((a, b) => a.pid - b.pid);
+  };
+  return {
+    kind: 'bwrap',
+    spawn: { ...spawn, statusPipe: true },
+    attach: (child) => {
+      pgid = child.pid;
+      const status = child.stdio[3];
+      if (status === null || status === undefined || !('on' in status)) return;
+      let text = '';
+      status.on('data', (chunk: Buffer) => {
+        text += chunk.toString('utf8');
+        // bwrap writes one JSON document per event; the first names the init and the namespaces.
+        for (const m of text.matchAll(/"child-pid":\s*(\d+)/g)) initPid = Number(m[1]);
+        for (const m of text.matchAll(/"pid-namespace":\s*(\d+)/g)) pidNamespace = Number(m[1]);
+        if (text.length > 65536) text = text.slice(-4096);
+      });
+      status.on('error', () => undefined);
+    },
+    terminate: () => {
+      if (pidNamespace === undefined || initPid === undefined) {
+        // Not yet known: the sandbox is still being set up and nothing of the task can be asked to stop.
+        if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+        return;
+      }
+      const init = initPid;
+      void liveNamespaceMembers(pidNamespace).then((list) => {
+        for (const m of list) if (m.pid !== init) signalPid(m.pid, 'SIGTERM');
+      });
+    },
+    kill: () => {
+      if (initPid !== undefined) signalPid(initPid, 'SIGKILL');
+      if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+    },
+    live: members,
+    exitOf: (code, signal) => {
+      if (signal !== null || code === null || code <= 128) return { code, signal };
+      const name = signalName(code - 128);
+      return name === null ? { code, signal } : { code: null, signal: name };
+    },
+    dispose: async () => undefined,
+  };
+}
+
+/** The name of signal number `n` (9 → SIGKILL); null for a number that names none. */
+export function signalName(n: number): NodeJS.Signals | null {
+  for (const [name, num] of Object.entries(constants.signals)) {
+    if (num === n) return name as NodeJS.Signals;
+  }
+  return null;
+}

@@ -1,0 +1,84 @@
+import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import {
+  ALWAYS_HIDDEN,
+  bwrapArgs,
+  bwrapCommandLine,
+  hiddenMounts,
+  programBinds,
+  taskEnvProblem,
+} from '../sandbox/bwrap.js';
+import { deviceNodesFor } from '../sandbox/devices.js';
+import { HELPER_ENV } from '../sandbox/helper-commands.js';
+import type { SandboxSetup } from '../sandbox/setup.js';
+import type { ExecutorProvider } from '../task-io/env.js';
+import type { TaskBox } from './box.js';
+import { bwrapBox } from './box.js';
+
+/**
+ * The box of a sandboxed `process` task (sandbox/bwrap.ts for what the sandbox holds). The executor has
+ * made the execution's directories and placed its inputs; this picks the device nodes, the paths to hide
+ * and to pin, and assembles bwrap's start: options through a pipe, the task's env applied at the task's
+ * own exec only, bwrap itself with the fixed helper env (issue 20).
+ */
+
+/** Everything one bwrap box needs from the executor. */
+export interface BwrapBoxRequest {
+  readonly plan: ExecutionPlan;
+  readonly sandbox: Extract<SandboxSetup, { kind: 'bwrap' }>;
+  readonly provider: ExecutorProvider;
+  /** The host dir bound at /task. */
+  readonly taskDir: string;
+  /** The host dir holding the placed inputs. */
+  readonly inputsDir: string;
+  /** The named data mounts, resolved. */
+  readonly mounts: ReadonlyArray<{ hostPath: string; inside: string; readOnly: boolean }>;
+  /** The task's uid/gid on a root worker; null when bwrap runs unprivileged. */
+  readonly identity: { uid: number; gid: number } | null;
+  /** The task's environment (task-io/env.ts buildTaskEnv). */
+  readonly env: Readonly<Record<string, string>>;
+}
+
+/** The box, or why the task cannot start (SETUP_FAILED). */
+export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
+  const { plan, sandbox } = req;
+  // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
+  // mode, src/domain/run-argv.ts), else the spec's.
+  const argv = plan.argv ?? plan.spec.runtime.argv;
+  let devices: ReturnType<typeof deviceNodesFor>;
+  try {
+    devices = deviceNodesFor(req.provider, plan.cards, {
+      ...(sandbox.simNodes === undefined ? {} : { simNodes: sandbox.simNodes }),
+      ...(sandbox.devDir === undefined ? {} : { devDir: sandbox.devDir }),
+    });
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+  // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
+  // restarted worker recognises its process group (recovery.ts).
+  const env = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: plan.execution_id };
+  const dropTo =
+    req.identity === null || sandbox.setpriv === null ? null : { ...req.identity, setpriv: sandbox.setpriv };
+  const problem = taskEnvProblem(argv, req.env, dropTo !== null);
+  if (problem !== null) return problem;
+  const inputs = plan.spec.inputs ?? [];
+  const args = bwrapArgs({
+    system: sandbox.system,
+    taskDir: req.taskDir,
+    hidden: hiddenMounts([...sandbox.hiddenPaths, ...ALWAYS_HIDDEN, ...(plan.hidden_paths ?? [])]),
+    pinned: programBinds(
+      argv[0],
+      (plan.pins ?? []).map((p) => p.path),
+    ),
+    devices,
+    network: plan.spec.network ?? 'none',
+    identity: dropTo,
+    statusFd: 3,
+    argv,
+    inputs: { dir: req.inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
+    mounts: req.mounts,
+    // The env reaches the task's own exec only; bwrap and setpriv run with the fixed env below.
+    taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
+  });
+  const line = bwrapCommandLine(args, 4);
+  return bwrapBox({ command: sandbox.bwrap, args: line.argv, env, argsData: line.data });
+}

@@ -1,0 +1,100 @@
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import type { ContainerTasks } from '../sandbox/container.js';
+import {
+  CONTAINER_TASK_DIR,
+  cardDevices,
+  containerArgs,
+  containerName,
+  DEFAULT_PIDS_LIMIT,
+  envFileText,
+  imageRunRef,
+  inspectImage,
+} from '../sandbox/container.js';
+import { deviceNodesFor } from '../sandbox/devices.js';
+import type { ExecutorProvider } from '../task-io/env.js';
+import { buildTaskEnv } from '../task-io/env.js';
+import type { TaskBox } from './box.js';
+import { containerBox } from './container-box.js';
+
+/**
+ * The box of a `container` task (sandbox/container.ts for what the container sees). The executor has
+ * already made the execution's directories, owned by `user`; this checks the image, writes the env file
+ * into the worker-only execution root and assembles the engine's argv.
+ */
+
+/** Everything one container box needs from the executor. */
+export interface ContainerBoxRequest {
+  readonly plan: ExecutionPlan;
+  readonly tasks: ContainerTasks;
+  readonly execRoot: string;
+  readonly taskDir: string;
+  readonly workerId: string;
+  readonly provider: ExecutorProvider;
+  readonly user: { uid: number; gid: number };
+}
+
+/** The box, or why the task cannot start (SETUP_FAILED). */
+export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox | string> {
+  const { plan, tasks } = req;
+  const runtime = plan.spec.runtime;
+  if (runtime.kind !== 'container') return `runtime kind ${runtime.kind} is not a container`;
+  const local = await inspectImage(tasks.setup, runtime.image);
+  const image = imageRunRef(runtime.image, plan.image_digest, local, {
+    worker: req.workerId,
+    engine: tasks.setup.engine,
+  });
+  if (!image.ok) return image.error;
+  let devices: ReturnType<typeof cardDevices>;
+  try {
+    devices = cardDevices(
+      req.provider,
+      tasks.setup.cdi,
+      plan.cards.map((c) => c.index),
+      () =>
+        deviceNodesFor(req.provider, plan.cards, {
+          ...(tasks.simNodes === undefined ? {} : { simNodes: tasks.simNodes }),
+          ...(tasks.devDir === undefined ? {} : { devDir: tasks.devDir }),
+        }),
+    );
+  } catch (err) {
+    return err instanceof Error ? err.message : String(err);
+  }
+  const env = buildTaskEnv(
+    plan,
+    { execDir: CONTAINER_TASK_DIR, outputDir: `${CONTAINER_TASK_DIR}/out`, tmpDir: '/tmp' },
+    req.workerId,
+    req.provider,
+    { sandboxed: true },
+  );
+  const envFile = join(req.execRoot, 'container.env');
+  const { text, inline } = envFileText(env);
+  try {
+    await writeFile(envFile, text, { mode: 0o600 });
+  } catch (err) {
+    return `cannot write ${envFile}: ${err instanceof Error ? err.message : String(err)}`;
+  }
+  const name = containerName(plan.execution_id);
+  const args = containerArgs({
+    engine: tasks.setup.engine,
+    name,
+    executionId: plan.execution_id,
+    image: image.ref,
+    taskDir: req.taskDir,
+    envFile,
+    inlineEnv: inline,
+    devices,
+    network: plan.spec.network ?? 'none',
+    user: req.user,
+    pidsLimit: DEFAULT_PIDS_LIMIT,
+    init: tasks.setup.init,
+    argv: runtime.argv,
+  });
+  // The execution id in the client's own env lets recovery recognise its process group after a restart.
+  const clientEnv = { ...tasks.setup.env, GPU_BROKER_EXECUTION_ID: plan.execution_id };
+  return containerBox(
+    { command: tasks.setup.command, args, env: clientEnv },
+    { setup: tasks.setup, name, executionId: plan.execution_id, graceSeconds: plan.kill_grace_seconds },
+  );
+}

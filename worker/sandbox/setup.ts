@@ -1,0 +1,156 @@
+import { join } from 'node:path';
+import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
+import type { CardSampler } from '../samplers/card-sampler.js';
+import { SimSampler } from '../samplers/sim-sampler.js';
+import type { SystemMounts } from './bwrap.js';
+import { probeBwrap, systemMounts } from './bwrap.js';
+import type { ContainerEngineChoice, ContainerTasks } from './container.js';
+import { NOBODY, probeContainerEngine } from './container.js';
+import type { SimNodes } from './devices.js';
+import { makeSimDeviceNodes } from './devices.js';
+import type { UidRange } from './task-uids.js';
+import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
+
+/**
+ * Chooses how a worker isolates its tasks (`--isolation auto|bwrap|none`, issue 9) and prepares what the
+ * sandbox needs once, at start: the bwrap and setpriv executables, the uid range for a root worker, the
+ * simulated cards' device nodes, the host's system tree and the paths to hide.
+ *
+ *   auto   bubblewrap when it works here; otherwise start fails and says which package to install.
+ *   bwrap  the same, said explicitly.
+ *   none   no sandbox: tasks run as plain process groups (as `--run-as USER` when given). Loud: the hello
+ *          says so, the master marks the worker UNISOLATED and, under `policy.require_isolation`
+ *          (default), places no task on it.
+ */
+
+/** How a worker isolates `process` tasks; built once at worker start. */
+export type SandboxSetup =
+  | { readonly kind: 'none' }
+  | {
+      readonly kind: 'bwrap';
+      /** The bwrap executable. */
+      readonly bwrap: string;
+      /** setpriv, when the worker is root (each task then gets its own uid from `uids`). */
+      readonly setpriv: string | null;
+      /** env (absolute): sets the task's env after setpriv's uid drop (bwrap.ts). */
+      readonly envHelper: string;
+      /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
+      readonly uids: TaskUidPool | null;
+      /** Host paths no task may see (the data dirs); /root, /home and the plan's list are added. */
+      readonly hiddenPaths: readonly string[];
+      /** Simulated cards' device nodes (sim workers). */
+      readonly simNodes?: SimNodes;
+      /** Where the real providers' device nodes are; default /dev (tests point it at fake nodes). */
+      readonly devDir?: string;
+      /** The host's system directories, as bound into every sandbox (bwrap.ts systemMounts()). */
+      readonly system: SystemMounts;
+    };
+
+/** What `--isolation` accepts. */
+export type IsolationChoice = 'auto' | IsolationMode;
+
+/** Inputs of `prepareSandbox`. */
+export interface SandboxChoice {
+  readonly isolation: IsolationChoice;
+  /** The worker's data dir: hidden from tasks, and where sim device nodes are made. */
+  readonly dataDir: string;
+  /** More host paths to hide (e.g. the master's data dir when both run on this host). */
+  readonly hiddenPaths?: readonly string[];
+  /** The worker's sampler: a sim sampler's cards get device nodes. */
+  readonly sampler: CardSampler;
+  /** Uid range for tasks of a root worker; default DEFAULT_TASK_UIDS. */
+  readonly taskUids?: UidRange;
+  /** Whether the worker runs as root; default: asks the process. */
+  readonly root?: boolean;
+  /** Where nvidia/hy device nodes are looked up; default /dev (tests with a fake nvidia-smi/hy-smi). */
+  readonly devDir?: string;
+  /** The engine for `container` tasks (`--container-engine`); default none (the CLIs default to auto). */
+  readonly containerEngine?: ContainerEngineChoice;
+}
+
+/** The prepared isolation. */
+export interface PreparedSandbox {
+  readonly isolation: IsolationMode;
+  readonly setup: SandboxSetup;
+  /** One line for the worker's banner. */
+  readonly summary: string;
+  /** How `container` tasks run; absent when no engine works here (they then wait for another worker). */
+  readonly containers?: ContainerTasks;
+  /** One line for the banner: the engine, or none and that container tasks will wait. */
+  readonly containerSummary: string;
+}
+
+/** Thrown when the chosen isolation cannot work here; the message says what to install or pass. */
+export class IsolationUnavailableError extends Error {}
+
+/** Parses `--isolation`; throws for anything else. */
+export function parseIsolation(text: string): IsolationChoice {
+  if (text === 'auto' || text === 'bwrap' || text === 'none') return text;
+  throw new Error(`--isolation ${JSON.stringify(text)}: expected auto, bwrap or none`);
+}
+
+/** Prepares the sandbox; see the module comment. */
+export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSandbox> {
+  const root = choice.root ?? process.getuid?.() === 0;
+  const range = choice.taskUids ?? DEFAULT_TASK_UIDS;
+  // One pool for both kinds of task, so a process task and a container task never share a uid.
+  // Never reused (task-uids.ts): the next unused uid is kept in the data dir across restarts.
+  const uids = root ? new TaskUidPool(range, join(choice.dataDir, TASK_UIDS_STATE)) : null;
+  const engine = await probeContainerEngine({
+    engine: choice.containerEngine ?? 'none',
+    confDir: join(choice.dataDir, 'containers'),
+  });
+  let nodes: SimNodes | undefined;
+  const simNodes = async () => {
+    if (!(choice.sampler instanceof SimSampler)) return undefined;
+    nodes ??= await makeSimDeviceNodes(join(choice.dataDir, 'devices'), choice.sampler.count, root);
+    return nodes;
+  };
+  const containers = async (): Promise<Pick<PreparedSandbox, 'containers' | 'containerSummary'>> => {
+    if (engine.setup === null) return { containerSummary: engine.detail };
+    const sim = await simNodes();
+    return {
+      containerSummary: `${engine.detail}; each runs as ${root ? `its own uid from ${range.first}-${range.last}` : `uid ${NOBODY}`}`,
+      containers: {
+        setup: engine.setup,
+        uids,
+        ...(sim === undefined ? {} : { simNodes: sim }),
+        ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
+      },
+    };
+  };
+  if (choice.isolation === 'none') {
+    return {
+      isolation: 'none',
+      setup: { kind: 'none' },
+      summary:
+        'UNISOLATED (--isolation none): tasks run as plain processes that can see this host; the master places no task here unless policy.require_isolation is false',
+      ...(await containers()),
+    };
+  }
+  const probe = await probeBwrap({ root });
+  if (!probe.ok || probe.bwrap === null || probe.env === null) {
+    throw new IsolationUnavailableError(
+      `cannot sandbox tasks: ${probe.detail}. Install it, or start the worker with --isolation none (tasks then run unsandboxed and the master marks this worker UNISOLATED)`,
+    );
+  }
+  const sim = await simNodes();
+  return {
+    ...(await containers()),
+    isolation: 'bwrap',
+    setup: {
+      kind: 'bwrap',
+      bwrap: probe.bwrap,
+      setpriv: root ? probe.setpriv : null,
+      envHelper: probe.env,
+      uids,
+      hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
+      system: systemMounts(),
+      ...(sim === undefined ? {} : { simNodes: sim }),
+      ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
+    },
+    summary: root
+      ? `sandboxed: ${probe.detail}; each task gets its own uid from ${range.first}-${range.last}`
+      : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host)`,
+  };
+}

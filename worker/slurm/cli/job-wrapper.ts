@@ -1,0 +1,308 @@
+/**
+ * The batch script a Slurm job runs, and the files it leaves in its job directory:
+ *
+ *   <jobDir>/job.sh        this script (0700; the directory is 0700)
+ *   <jobDir>/rank.sh       what every rank runs (rank-script.ts): the task, sandboxed or not
+ *   <jobDir>/task.env      the task's environment (0600, NUL-separated NAME=VALUE), read only by rank.sh
+ *   <jobDir>/stdout.log    sbatch --output (the task's stdout, all ranks)
+ *   <jobDir>/stderr.log    sbatch --error
+ *   <jobDir>/binding.json  written atomically (tmp + rename) when the job starts, before the task
+ *   <jobDir>/exit.json     written atomically when the task's srun step returns
+ *   <jobDir>/sandbox-started.<rank> "started", written from inside the sandbox just before the task
+ *   <jobDir>/setup-error.<rank>      why a rank could not set up its sandbox (the task never ran there)
+ *
+ * Environment (issue 20): sbatch runs with the driver's fixed environment and `--export=ALL` (driver.ts),
+ * so the batch step has that, Slurm's own variables and nothing of the spec (Slurm 22.05's NONE would
+ * run the job user's login shell on the node to load its login environment). job.sh is started by
+ * `bash --noprofile --norc` and at once re-executes itself under `env -i` with only Slurm's variables,
+ * a fixed PATH and LANG=C; every srun step inherits exactly that. The task's own environment is in
+ * task.env, and only rank.sh's final `env -i` (inside the sandbox when there is one) applies it.
+ *
+ * Steps of the script: 1 compute the rendezvous (first node's NodeAddr, a port derived from the job id);
+ * 2 ask every node for its GPUs with a one-task-per-node `srun` probe (SLURM_STEP_GPUS, which are the
+ * node's physical GRES indices, and CUDA_VISIBLE_DEVICES as the job sees it), falling back to the batch
+ * host's SLURM_JOB_GPUS when the probe fails; 3 write binding.json; 4 run rank.sh in one `srun` step with
+ * `--ntasks-per-node` (each rank sets RANK / LOCAL_RANK / NODE_RANK / WORLD_SIZE from SLURM_PROCID /
+ * SLURM_LOCALID / SLURM_NODEID / SLURM_NTASKS and runs argv); 5 write exit.json with srun's exit status.
+ *
+ * The script survives SIGTERM so that the task's exit is still recorded when it can be. When the job is
+ * cancelled or reaches its time limit, Slurm SIGKILLs what is left after KillWait: there may then be no
+ * exit.json, and the job's Slurm state (CANCELLED, TIMEOUT) is the answer in any case.
+ *
+ * With a sandbox (docs/decisions/0018-slurm-sandbox.md) every rank builds a bwrap sandbox on its node
+ * (rank-script.ts). The task sees its own directory at /task and nothing of the job directory, so it can
+ * neither read other jobs' files nor write binding.json or exit.json.
+ */
+import { mkdir, readdir, readFile, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { SlurmRequestError } from './errors.js';
+import { bashQuote, JOB_PATH, renderRankScript, taskEnvFile, type WrapperSandbox } from './rank-script.js';
+
+export { bashQuote, SANDBOX_SETUP_EXIT, type WrapperSandbox } from './rank-script.js';
+
+/** What the wrapper runs. */
+export interface JobWrapperSpec {
+  /** The per-job directory (absolute; on the filesystem shared with the compute nodes). */
+  jobDir: string;
+  /** The task command as an argv (argv[0] resolved by the task's PATH on the node, or absolute). */
+  argv: string[];
+  /**
+   * The task's environment before the binding variables (the fixed base, the spec's env, GPU_BROKER_*),
+   * written to task.env. Default: PATH and LANG only.
+   */
+  taskEnv?: Record<string, string>;
+  /** Tasks per node (must match the submit's ntasksPerNode); default 1. */
+  ntasksPerNode?: number;
+  /** Run every rank in this bwrap sandbox (rank-script.ts); absent: run argv as it is. */
+  sandbox?: WrapperSandbox;
+  /**
+   * srun and scontrol as the worker resolved them at start (absolute; the same path on the nodes);
+   * default: found on the script's fixed PATH.
+   */
+  slurmCommands?: { srun?: string | null; scontrol?: string | null };
+  /** Lowest rendezvous port; the port is base + job id mod span. Default 20000. */
+  masterPortBase?: number;
+  /** Span of rendezvous ports; default 10000 (20000–29999 stays below Linux's ephemeral range). */
+  masterPortSpan?: number;
+}
+
+/** Paths of a job's files. */
+export interface JobFiles {
+  jobDir: string;
+  script: string;
+  stdout: string;
+  stderr: string;
+  binding: string;
+  exit: string;
+  rank: string;
+  env: string;
+}
+
+/** GPUs of one node as the job saw them. */
+export interface BindingNode {
+  node: string;
+  /** Physical GRES indices on that node (SLURM_STEP_GPUS / SLURM_JOB_GPUS). */
+  gpus: number[];
+  /** CUDA_VISIBLE_DEVICES as set for the job on that node (may be renumbered under ConstrainDevices). */
+  cuda_visible_devices: string | null;
+}
+
+/** binding.json (version 1). */
+export interface JobBinding {
+  version: 1;
+  job_id: string;
+  nodes: string[];
+  per_node: BindingNode[];
+  master_addr: string;
+  master_port: number;
+  world_size: number;
+  ntasks_per_node: number;
+  /** ISO-8601 UTC with milliseconds. */
+  started_at: string;
+  /** 'probe' when every node answered the srun probe, 'batch-env' when only the batch host's env was read. */
+  gpu_source: 'probe' | 'batch-env';
+}
+
+/** exit.json (version 1). */
+export interface JobExit {
+  version: 1;
+  job_id: string;
+  /** srun's exit status: the highest exit code of the ranks, or 128+signal. */
+  exit_code: number;
+  ended_at: string;
+}
+
+/** The files of a job dir. */
+export function jobFiles(jobDir: string): JobFiles {
+  return {
+    jobDir,
+    script: join(jobDir, 'job.sh'),
+    stdout: join(jobDir, 'stdout.log'),
+    stderr: join(jobDir, 'stderr.log'),
+    binding: join(jobDir, 'binding.json'),
+    exit: join(jobDir, 'exit.json'),
+    rank: join(jobDir, 'rank.sh'),
+    env: join(jobDir, 'task.env'),
+  };
+}
+
+/** The rendezvous port the script derives from a job id (same formula; exported for tests and the worker). */
+export function masterPortFor(jobId: string, base = 20000, span = 10000): number {
+  const n = Number(/^\d+/.exec(jobId)?.[0] ?? '0');
+  return base + (n % span);
+}
+
+/** The batch script for a spec (pure). */
+export function renderBatchScript(spec: JobWrapperSpec): string {
+  if (!spec.jobDir.startsWith('/') || /[\0\n\r]/.test(spec.jobDir))
+    throw new SlurmRequestError(`jobDir must be an absolute path without NUL or newlines: '${spec.jobDir}'`);
+  if (spec.argv.length === 0 || spec.argv[0] === '') throw new SlurmRequestError('argv must not be empty');
+  const tasks = spec.ntasksPerNode ?? 1;
+  if (!Number.isInteger(tasks) || tasks < 1 || tasks > 1024)
+    throw new SlurmRequestError(`bad ntasksPerNode ${tasks}`);
+  const base = spec.masterPortBase ?? 20000;
+  const span = spec.masterPortSpan ?? 10000;
+  if (!Number.isInteger(base) || !Number.isInteger(span) || base < 1024 || span < 1 || base + span > 65536)
+    throw new SlurmRequestError(`bad rendezvous port range ${base}+${span}`);
+  const command = (given: string | null | undefined, name: string) => {
+    if (given === undefined || given === null) return name;
+    if (!given.startsWith('/') || /[\0\n\r]/.test(given))
+      throw new SlurmRequestError(`${name} must be an absolute path: '${given}'`);
+    return given;
+  };
+  const srun = bashQuote(command(spec.slurmCommands?.srun, 'srun'));
+  const scontrol = bashQuote(command(spec.slurmCommands?.scontrol, 'scontrol'));
+  const f = jobFiles(spec.jobDir);
+  return `#!/bin/bash --norc
+# gpu-broker Slurm job wrapper (generated; see worker/slurm/cli/job-wrapper.ts)
+# (A #! line passes one argument: --norc. A non-interactive bash reads no profile; BASH_ENV is the one
+# startup file it would read, and sbatch's fixed environment never carries it.)
+# Start again from nothing but Slurm's own variables (and the GPUs it set for the batch step), a fixed
+# PATH and LANG: whatever else the batch step was given reaches no step of this job.
+if [ "\${GPU_BROKER_JOB_ENV:-}" != clean ]; then
+  KEEP=()
+  for v in "\${!SLURM@}" CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL; do
+    [[ -v $v ]] && KEEP+=("$v=\${!v}")
+  done
+  exec /usr/bin/env -i GPU_BROKER_JOB_ENV=clean PATH=${bashQuote(JOB_PATH)} LANG=C "\${KEEP[@]}" /bin/bash --noprofile --norc "$0"
+fi
+unset GPU_BROKER_JOB_ENV
+set -u
+umask 077
+SRUN=${srun}
+SCONTROL=${scontrol}
+# A plain scancel sends SIGTERM to this shell as well as the task: keep running (a handler, not an
+# ignore, so children get the default disposition) until the task's step returns, then write exit.json.
+# Slurm SIGKILLs what is left after KillWait anyway.
+trap 'true' TERM
+JOB_DIR=${bashQuote(f.jobDir)}
+NTASKS_PER_NODE=${tasks}
+now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
+# write_atomic FILE: stdin to FILE.tmp.PID, then rename over FILE
+write_atomic() { local tmp="$1.tmp.$$"; cat >"$tmp" && mv -f "$tmp" "$1"; }
+# gpu_list TEXT: "0,1,4" -> "0,1,4" when it is a plain index list, else ""
+gpu_list() { case "$1" in ''|*[!0-9,]*) echo '' ;; *) echo "$1" ;; esac; }
+STARTED_AT=$(now)
+
+# 1. rendezvous: the first node (the batch host is always the first), by its NodeAddr
+NODES=$("$SCONTROL" show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) || NODES=\${SLURMD_NODENAME:-$(hostname)}
+FIRST=$(printf '%s\\n' "$NODES" | head -n 1)
+ADDR=$("$SCONTROL" show node -o "$FIRST" 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
+export MASTER_ADDR=\${ADDR:-$FIRST}
+export MASTER_PORT=$(( ${base} + \${SLURM_JOB_ID%%[!0-9]*} % ${span} ))
+NNODES=\${SLURM_JOB_NUM_NODES:-1}
+export WORLD_SIZE=$(( NNODES * NTASKS_PER_NODE ))
+
+# 2. GPUs per node: one probe task per node
+PROBE=$("$SRUN" --export=ALL --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+  /bin/bash --noprofile --norc -c 'echo "GPUPROBE $SLURMD_NODENAME \${SLURM_STEP_GPUS:-\${SLURM_JOB_GPUS:-}} \${CUDA_VISIBLE_DEVICES:-}"' 2>/dev/null \\
+  | grep '^GPUPROBE ')
+GPU_SOURCE=probe
+if [ "$(printf '%s\\n' "$PROBE" | grep -c '^GPUPROBE ')" != "$NNODES" ]; then
+  GPU_SOURCE=batch-env
+  PROBE="GPUPROBE \${SLURMD_NODENAME:-$FIRST} \${SLURM_JOB_GPUS:-} \${CUDA_VISIBLE_DEVICES:-}"
+fi
+
+# 3. binding.json
+json_nodes=""; json_per=""
+for n in $NODES; do
+  case "$n" in *[!A-Za-z0-9._-]*) continue ;; esac
+  json_nodes="$json_nodes\${json_nodes:+,}\\"$n\\""
+done
+# in node-list order
+for want in $NODES; do
+  while read -r _ node gpus cvd; do
+    [ "$node" = "$want" ] || continue
+    case "$node" in ''|*[!A-Za-z0-9._-]*) continue ;; esac
+    gpus=$(gpu_list "\${gpus:-}"); cvd=$(gpu_list "\${cvd:-}")
+    if [ -n "$cvd" ]; then cvd_json="\\"$cvd\\""; else cvd_json=null; fi
+    json_per="$json_per\${json_per:+,}{\\"node\\":\\"$node\\",\\"gpus\\":[$gpus],\\"cuda_visible_devices\\":$cvd_json}"
+    break
+  done <<<"$PROBE"
+done
+case "$MASTER_ADDR" in *[!A-Za-z0-9._:-]*) MASTER_ADDR=$FIRST ;; esac
+printf '{"version":1,"job_id":"%s","nodes":[%s],"per_node":[%s],"master_addr":"%s","master_port":%d,"world_size":%d,"ntasks_per_node":%d,"started_at":"%s","gpu_source":"%s"}\\n' \\
+  "\${SLURM_JOB_ID%%[!0-9_+]*}" "$json_nodes" "$json_per" "$MASTER_ADDR" "$MASTER_PORT" "$WORLD_SIZE" "$NTASKS_PER_NODE" "$STARTED_AT" "$GPU_SOURCE" \\
+  | write_atomic "$JOB_DIR/binding.json"
+
+# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env)
+"$SRUN" --export=ALL --nodes="$NNODES" --ntasks=$(( NNODES * NTASKS_PER_NODE )) --ntasks-per-node="$NTASKS_PER_NODE" --kill-on-bad-exit=1 \\
+  /bin/bash --noprofile --norc "$JOB_DIR/rank.sh"
+RC=$?
+
+# 5. exit.json
+printf '{"version":1,"job_id":"%s","exit_code":%d,"ended_at":"%s"}\\n' "\${SLURM_JOB_ID%%[!0-9_+]*}" "$RC" "$(now)" \\
+  | write_atomic "$JOB_DIR/exit.json"
+exit "$RC"
+`;
+}
+
+/** Why ranks could not set up their sandbox (setup-error.<rank> files, at most 8, each cut to 1 KiB). */
+export async function readSetupErrors(jobDir: string): Promise<string[]> {
+  let names: string[];
+  try {
+    names = (await readdir(jobDir)).filter((n) => /^setup-error\.\d+$/.test(n)).sort();
+  } catch {
+    return [];
+  }
+  const out: string[] = [];
+  for (const name of names.slice(0, 8)) {
+    const text = await readOptional(join(jobDir, name)).catch(() => null);
+    if (text !== null && text.trim() !== '') out.push(text.trim().slice(0, 1024));
+  }
+  return out;
+}
+
+/**
+ * Creates the job directory (0700) and writes job.sh and rank.sh (0700) and task.env (0600) into it;
+ * fails if the directory exists (a job directory is never reused). Returns the paths to pass to the
+ * driver's submit.
+ */
+export async function writeJobFiles(spec: JobWrapperSpec): Promise<JobFiles> {
+  const script = renderBatchScript(spec);
+  const rank = renderRankScript(spec.jobDir, spec.argv, spec.sandbox);
+  const env = taskEnvFile(spec.taskEnv ?? { PATH: JOB_PATH, LANG: 'C.UTF-8' });
+  const f = jobFiles(spec.jobDir);
+  await mkdir(f.jobDir, { mode: 0o700 });
+  await writeFile(f.env, env, { mode: 0o600, flag: 'wx' });
+  await writeFile(f.script, script, { mode: 0o700, flag: 'wx' });
+  await writeFile(f.rank, rank, { mode: 0o700, flag: 'wx' });
+  return f;
+}
+
+/** Reads binding.json; null while absent. Throws on a malformed file (the job dir is the job's to write). */
+export async function readBinding(jobDir: string): Promise<JobBinding | null> {
+  const raw = await readOptional(jobFiles(jobDir).binding);
+  if (raw === null) return null;
+  const v = JSON.parse(raw) as Partial<JobBinding>;
+  if (
+    v.version !== 1 ||
+    typeof v.job_id !== 'string' ||
+    !Array.isArray(v.nodes) ||
+    !Array.isArray(v.per_node) ||
+    typeof v.master_addr !== 'string' ||
+    typeof v.master_port !== 'number' ||
+    typeof v.started_at !== 'string'
+  )
+    throw new SlurmRequestError(`malformed binding.json in ${jobDir}`);
+  return v as JobBinding;
+}
+
+/** Reads exit.json; null while absent. */
+export async function readExit(jobDir: string): Promise<JobExit | null> {
+  const raw = await readOptional(jobFiles(jobDir).exit);
+  if (raw === null) return null;
+  const v = JSON.parse(raw) as Partial<JobExit>;
+  if (v.version !== 1 || typeof v.job_id !== 'string' || typeof v.exit_code !== 'number')
+    throw new SlurmRequestError(`malformed exit.json in ${jobDir}`);
+  return v as JobExit;
+}
+
+async function readOptional(path: string): Promise<string | null> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    throw err;
+  }
+}

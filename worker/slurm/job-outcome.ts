@@ -1,0 +1,122 @@
+import { open } from 'node:fs/promises';
+import { constants as osConstants } from 'node:os';
+import type { FailureReason } from '../../src/contracts/worker-protocol.js';
+import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
+import { incompleteTailLength, type LogChunkHandler, type LogStreamName } from '../task-io/logs.js';
+import type { JobFiles } from './cli/job-wrapper.js';
+import type { SlurmJobState } from './cli/types.js';
+
+/**
+ * What a Slurm execution (executor.ts) reads back from its job: the logs, tailed from the job's
+ * output files by offset, and the verdict, from Slurm's final state and the wrapper's exit code.
+ */
+
+/** What decides a Slurm execution's failure reason. */
+export interface SlurmOutcome {
+  /** Set when the broker itself scancelled the job (cancel, or its own time limit). */
+  killReason: 'TIMED_OUT' | 'CANCELLED' | null;
+  /** Slurm's final state; UNKNOWN_TO_SLURM when slurmctld, jobcomp and sacct no longer know it. */
+  state: SlurmJobState | 'UNKNOWN_TO_SLURM';
+  exitCode: number | null;
+  signal: string | null;
+  /** The job vanished: no record of its end anywhere. */
+  lost: boolean;
+  requiredMissing: boolean;
+  /** Why ranks could not build their sandbox (setup-error.<rank>); read only for sandboxed jobs. */
+  setupErrors?: readonly string[];
+}
+
+/** The failure reason (null on success) and a detail line for the agent. Pure. */
+export function slurmVerdict(o: SlurmOutcome): { failure: FailureReason | null; detail: string | null } {
+  if (o.killReason !== null) return { failure: o.killReason, detail: null };
+  // A rank that could not build its sandbox never ran the task (and the others were killed with it).
+  if ((o.setupErrors ?? []).length > 0)
+    return { failure: 'SETUP_FAILED', detail: `sandbox: ${(o.setupErrors ?? []).join('; ')}` };
+  if (o.lost) return { failure: 'WORKER_LOST', detail: 'the Slurm job vanished' };
+  switch (o.state) {
+    case 'TIMEOUT':
+      return { failure: 'TIMED_OUT', detail: 'Slurm ended the job at its --time limit' };
+    case 'CANCELLED':
+      return { failure: 'KILLED_BY_SIGNAL', detail: 'the Slurm job was cancelled outside the broker' };
+    case 'OUT_OF_MEMORY':
+      return { failure: 'OOM_KILLED', detail: 'Slurm reports OUT_OF_MEMORY' };
+    case 'NODE_FAIL':
+    case 'BOOT_FAIL':
+      return { failure: 'WORKER_LOST', detail: `Slurm reports ${o.state}` };
+    case 'PREEMPTED':
+    case 'DEADLINE':
+    case 'REVOKED':
+      return { failure: 'KILLED_BY_SIGNAL', detail: `Slurm reports ${o.state}` };
+    default:
+      break;
+  }
+  if (o.signal !== null) return { failure: 'KILLED_BY_SIGNAL', detail: null };
+  if (o.exitCode === null)
+    return { failure: 'WORKER_LOST', detail: `no exit code from Slurm (state ${o.state})` };
+  if (o.exitCode !== 0) return { failure: 'EXIT_NONZERO', detail: null };
+  return { failure: o.requiredMissing ? 'OUTPUT_MISSING' : null, detail: null };
+}
+
+/** A signal's name from its number (`15` → `SIGTERM`). */
+export function signalName(n: number): string {
+  for (const [name, value] of Object.entries(osConstants.signals)) if (value === n) return name;
+  return `SIG${n}`;
+}
+
+/**
+ * Tails a job's stdout.log and stderr.log: each call delivers what was appended since the last, in
+ * chunks of at most MAX_LOG_CHUNK_BYTES at their byte offsets, holding back a UTF-8 character whose
+ * bytes have not all been written yet (except on the final call). A restarted worker starts again from
+ * 0: the master trims overlapping chunks.
+ */
+export class JobLogTail {
+  private readonly offsets: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
+  private readonly problems: string[] = [];
+
+  constructor(
+    private readonly files: Pick<JobFiles, 'stdout' | 'stderr'>,
+    private readonly onLog: LogChunkHandler,
+  ) {}
+
+  /** Problems reading the files (at most 8); a missing file is not one (the job has not written yet). */
+  errors(): string[] {
+    return [...this.problems];
+  }
+
+  /** Delivers what both files gained; `final` also delivers a trailing partial character. */
+  async pump(final: boolean): Promise<void> {
+    for (const [stream, path] of [
+      ['stdout', this.files.stdout],
+      ['stderr', this.files.stderr],
+    ] as const) {
+      try {
+        await this.pumpFile(stream, path, final);
+      } catch (err) {
+        const code = (err as NodeJS.ErrnoException).code;
+        if (code !== 'ENOENT' && this.problems.length < 8)
+          this.problems.push(`${stream}.log: ${err instanceof Error ? err.message : String(err)}`);
+      }
+    }
+  }
+
+  private async pumpFile(stream: LogStreamName, path: string, final: boolean): Promise<void> {
+    const handle = await open(path, 'r');
+    try {
+      for (;;) {
+        const buf = Buffer.alloc(MAX_LOG_CHUNK_BYTES);
+        const { bytesRead } = await handle.read(buf, 0, buf.length, this.offsets[stream]);
+        if (bytesRead === 0) return;
+        let data = buf.subarray(0, bytesRead);
+        const keep = final ? 0 : incompleteTailLength(data);
+        if (keep === data.length) return;
+        data = data.subarray(0, data.length - keep);
+        const offset = this.offsets[stream];
+        this.offsets[stream] += data.length;
+        this.onLog(stream, offset, data.toString('utf8'));
+        if (bytesRead < buf.length) return;
+      }
+    } finally {
+      await handle.close();
+    }
+  }
+}

@@ -1,0 +1,196 @@
+import { chown, mkdir } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import { SAFE_SEGMENT } from '../executions/executor.js';
+import { ALWAYS_HIDDEN, bwrapArgs, programBinds, SANDBOX_TASK_DIR } from '../sandbox/bwrap.js';
+import { buildTaskEnv } from '../task-io/env.js';
+import { placeInputs } from '../task-io/inputs.js';
+import { mountPointOf } from '../task-io/mounts.js';
+import type { SlurmExecutionOptions } from './backend.js';
+import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
+import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
+import type { SlurmSubmitRequest } from './cli/types.js';
+
+/** Variable names Slurm reads or sets itself: a spec may not set them for its task. */
+const SLURM_OWN = /^(SLURM_|SLURMD_|SBATCH_|SRUN_|SALLOC_|SPANK_)/;
+
+/** The `--comment` marker of this worker's jobs: `gpu-broker:<worker>:<execution>`. */
+export function jobMarker(workerId: string, executionId: string): string {
+  return `${markerPrefix(workerId)}${executionId}`;
+}
+
+/** What every job of this worker's comment starts with (the worker id reduced to the marker's alphabet). */
+export function markerPrefix(workerId: string): string {
+  return `gpu-broker:${workerId.replace(/[^A-Za-z0-9._@%+-]/g, '_').slice(0, 100)}:`;
+}
+
+/**
+ * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime; named
+ * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox
+ * (all but the device binds and which hidden paths exist, which only the node knows), writes the job
+ * wrapper, the task's env file (the only way the spec's env travels: issue 20) and the task's
+ * directories, and returns the sbatch request — or why the plan cannot run as a Slurm job.
+ */
+export async function prepareSlurmJob(
+  plan: ExecutionPlan,
+  opts: Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs' | 'mounts'>,
+  execDir: string,
+): Promise<SlurmSubmitRequest | string> {
+  const { backend } = opts;
+  const id = plan.execution_id;
+  if (!SAFE_SEGMENT.test(id) || id.length > 128)
+    return `execution id ${JSON.stringify(id)} is not usable as a directory name`;
+  const runtime = plan.spec.runtime;
+  if (runtime.kind !== 'process')
+    return `runtime kind ${runtime.kind} is not supported by a Slurm worker; run a process task`;
+  const slurmOwn = Object.keys(runtime.env ?? {}).find((k) => SLURM_OWN.test(k));
+  if (slurmOwn !== undefined)
+    return `environment variable ${JSON.stringify(slurmOwn)} is Slurm's own: a Slurm worker sets these for the task; remove it from runtime.env`;
+  // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
+  // mode, src/domain/run-argv.ts), else the spec's.
+  const argv = plan.argv ?? runtime.argv;
+  // Each rank starts the task through `env -i -- NAME=VALUE… argv`: a program path with `=` would read as a variable.
+  if ((argv[0] ?? '').includes('='))
+    return `argv[0] ${JSON.stringify(argv[0])} contains "=": name the program by a path without one`;
+  const inputs = plan.spec.inputs ?? [];
+  if (inputs.length > 0 && opts.inputs === undefined)
+    return 'this worker was started without a way to fetch inputs';
+  const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
+  const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
+  const taskDir = join(execDir, 'task');
+  const sandbox = backend.sandbox;
+  // A root worker's jobs run as root on the nodes: the task drops to a uid of its own (setpriv), as on
+  // a local root worker. An unprivileged worker's bwrap runs in a user namespace under the job's user.
+  let identity: { uid: number; gid: number; setpriv: string } | null = null;
+  try {
+    if (sandbox !== null && sandbox.setup.uids !== null && sandbox.setup.setpriv !== null) {
+      const uid = sandbox.setup.uids.acquire(id);
+      identity = { uid, gid: uid, setpriv: sandbox.setup.setpriv };
+    }
+  } catch (err) {
+    return describe(err);
+  }
+  // Inputs (the reviewed files, by sha256) on the shared job dir: a sandbox binds each top-level entry
+  // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
+  const inputsDir = sandbox === null ? taskDir : join(execDir, 'inputs');
+  // Named data mounts: exactly those the spec asks for, as the operator declared them (paths on the
+  // filesystem the nodes share), and only in a sandbox, at /mnt/<name>.
+  const mounts: Array<{ hostPath: string; inside: string; readOnly: boolean }> = [];
+  for (const name of plan.spec.mounts ?? []) {
+    const m = (opts.mounts ?? []).find((x) => x.name === name);
+    if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
+    if (sandbox === null)
+      return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
+    mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
+  }
+  let wrapperSandbox: WrapperSandbox | undefined;
+  if (sandbox !== null) {
+    const args = bwrapArgs({
+      system: sandbox.setup.system,
+      taskDir,
+      // Hidden by rank.sh on each node where they exist (below).
+      hidden: [],
+      pinned: programBinds(
+        argv[0],
+        (plan.pins ?? []).map((p) => p.path),
+      ),
+      devices: [],
+      network: plan.spec.network ?? 'none',
+      identity,
+      statusFd: null,
+      argv,
+      mounts,
+      inputs: {
+        dir: inputsDir,
+        entries: [...new Set(inputs.map((i) => i.path.split('/')[0] as string))].sort(),
+      },
+    });
+    const split = splitBwrapArgs(args, argv);
+    if (split === null) return 'internal error: unexpected bwrap argument layout for a Slurm rank';
+    wrapperSandbox = {
+      ...split,
+      bwrap: sandbox.setup.bwrap,
+      // The worker's data dir and token file (setup.hiddenPaths), /root, /home, the policy's paths and
+      // the whole job directory: a task never sees another job's files nor its own binding.json,
+      // exit.json and task.env.
+      hidden: hiddenPathList([
+        ...sandbox.setup.hiddenPaths,
+        ...ALWAYS_HIDDEN,
+        backend.jobDir,
+        ...(plan.hidden_paths ?? []),
+      ]),
+      gpuDevDir: sandbox.gpuDevDir,
+      gpuKind: sandbox.gpuKind ?? 'nvidia',
+      pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
+    };
+  }
+  // The task's environment from nothing: the base, the spec's env, GPU_BROKER_*; the ranks add the binding.
+  const env = buildTaskEnv(
+    plan,
+    sandbox === null
+      ? { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') }
+      : { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' },
+    opts.workerId,
+    opts.provider,
+    { sandboxed: sandbox !== null },
+  );
+  // Tells the task (the qualification workload) that its GPUs are the ones Slurm gave the job.
+  env.GPU_BROKER_BACKEND = 'slurm';
+  // The lease's indexes are pool slots, not devices: each rank sets the visible devices for the GPUs
+  // Slurm gave it (and a sandboxed rank renumbers them for the devices it binds).
+  for (const k of [
+    'CUDA_VISIBLE_DEVICES',
+    'HIP_VISIBLE_DEVICES',
+    'ROCR_VISIBLE_DEVICES',
+    'GPU_BROKER_GPU_IDS',
+    'GPU_BROKER_GPU_UUIDS',
+  ])
+    delete env[k];
+  try {
+    await mkdir(backend.jobDir, { recursive: true, mode: 0o700 });
+    await writeJobFiles({
+      jobDir: execDir,
+      argv: [...argv],
+      taskEnv: env,
+      ntasksPerNode: 1,
+      slurmCommands: {
+        srun: backend.driver.commandPath('srun'),
+        scontrol: backend.driver.commandPath('scontrol'),
+      },
+      ...(wrapperSandbox === undefined ? {} : { sandbox: wrapperSandbox }),
+    });
+    await mkdir(taskDir, { mode: 0o700 });
+    await mkdir(join(taskDir, 'out'), { mode: 0o700 });
+    if (sandbox === null) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
+    if (identity !== null)
+      for (const dir of [taskDir, join(taskDir, 'out')]) await chown(dir, identity.uid, identity.gid);
+    if (inputs.length > 0 && sandbox !== null) await mkdir(inputsDir, { mode: 0o755 });
+  } catch (err) {
+    return `cannot prepare the job directory ${execDir}: ${describe(err)}`;
+  }
+  if (inputs.length > 0 && opts.inputs !== undefined) {
+    const problem = await placeInputs(inputs, inputsDir, id, opts.inputs);
+    if (problem !== null) return problem;
+  }
+  const files = jobFiles(execDir);
+  return {
+    scriptPath: files.script,
+    jobName: `gpu-broker-${id}`.slice(0, 200),
+    comment: jobMarker(opts.workerId, id),
+    partition: backend.partition,
+    ...(backend.account === undefined ? {} : { account: backend.account }),
+    ...(backend.qos === undefined ? {} : { qos: backend.qos }),
+    gpusPerNode: perNode,
+    nodes,
+    ntasksPerNode: 1,
+    timeLimitSeconds: plan.spec.time_limit_seconds,
+    stdout: files.stdout,
+    stderr: files.stderr,
+    chdir: taskDir,
+    extraArgs: [...backend.extraArgs],
+  };
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}

@@ -1,0 +1,151 @@
+import { createWriteStream } from 'node:fs';
+import type { Readable } from 'node:stream';
+import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
+
+/**
+ * Copies one output stream of a task (stdout or stderr) into its log file and hands it, in chunks of at
+ * most MAX_LOG_CHUNK_BYTES, to a callback that streams it to the master.
+ *
+ * Chunks are cut on UTF-8 character boundaries, so a multi-byte character is never split between two
+ * chunks. `data` is the UTF-8 decoding of the chunk: output that is not valid UTF-8 (binary) arrives with
+ * U+FFFD replacement characters, so it is a lossy view; `offset` is always the byte offset of the chunk in
+ * the stream, which equals its offset in the log file, where the exact bytes are kept.
+ */
+
+/** Which stream of the task. */
+export type LogStreamName = 'stdout' | 'stderr';
+
+/** Receives one chunk: the stream, the byte offset of its first byte, and its text. */
+export type LogChunkHandler = (stream: LogStreamName, offset: number, data: string) => void;
+
+/** What a pump reports when it has finished. */
+export interface LogPumpSummary {
+  /** Bytes read from the task. */
+  readonly bytes: number;
+  /** Why the log file or the callback failed, if it did; the task is never disturbed by it. */
+  readonly errors: readonly string[];
+}
+
+/** A running copy of one stream; see the module comment. */
+export interface LogPump {
+  /** Settles when the stream has ended (or been aborted) and the log file is flushed and closed. */
+  readonly finished: Promise<LogPumpSummary>;
+  /** Stops reading, e.g. when a process that escaped the group still holds the pipe open. */
+  abort(): void;
+}
+
+/** Starts copying `source` into `filePath` and to `onChunk`. Never throws; failures land in `errors`. */
+export function startLogPump(
+  stream: LogStreamName,
+  source: Readable,
+  filePath: string,
+  onChunk: LogChunkHandler,
+): LogPump {
+  const errors: string[] = [];
+  let bytes = 0;
+  let delivered = 0;
+  let carry: Buffer = Buffer.alloc(0);
+  let fileOk = true;
+  let callbackFailed = false;
+
+  const file = createWriteStream(filePath, { flags: 'w' });
+  file.on('error', (err) => {
+    // A full disk must not stall or kill the task: stop writing the file, keep draining the pipe.
+    if (fileOk) errors.push(`${stream}.log: ${err.message}`);
+    fileOk = false;
+    source.resume();
+  });
+
+  const deliver = (chunk: Buffer): void => {
+    const offset = delivered;
+    delivered += chunk.length;
+    if (callbackFailed) return;
+    try {
+      onChunk(stream, offset, chunk.toString('utf8'));
+    } catch (err) {
+      // A broken consumer must not take the executor down; the file still has everything.
+      callbackFailed = true;
+      errors.push(`${stream} log callback failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+
+  const deliverAll = (buf: Buffer): void => {
+    let start = 0;
+    while (buf.length - start > MAX_LOG_CHUNK_BYTES) {
+      const end = charBoundaryAtOrBefore(buf, start + MAX_LOG_CHUNK_BYTES, start);
+      deliver(buf.subarray(start, end));
+      start = end;
+    }
+    if (start < buf.length) deliver(buf.subarray(start));
+  };
+
+  source.on('data', (data: Buffer) => {
+    bytes += data.length;
+    if (fileOk && !file.write(data)) {
+      // Backpressure: a task that writes faster than the disk waits, instead of the worker's memory.
+      source.pause();
+      file.once('drain', () => source.resume());
+    }
+    const pending = carry.length > 0 ? Buffer.concat([carry, data]) : data;
+    const keep = incompleteTailLength(pending);
+    deliverAll(pending.subarray(0, pending.length - keep));
+    carry = Buffer.from(pending.subarray(pending.length - keep));
+  });
+
+  const finished = new Promise<LogPumpSummary>((resolve) => {
+    let done = false;
+    const finish = (): void => {
+      if (done) return;
+      done = true;
+      // A truncated character at the very end is delivered as is (decoded lossily).
+      if (carry.length > 0) deliverAll(carry);
+      carry = Buffer.alloc(0);
+      const settle = (): void => resolve({ bytes, errors });
+      // 'close' follows both a clean finish and a failure; a stream that already closed won't repeat it.
+      if (file.closed || file.destroyed) settle();
+      else {
+        file.once('close', settle);
+        file.end();
+      }
+    };
+    source.once('end', finish);
+    source.once('close', finish);
+    source.once('error', (err) => {
+      errors.push(`${stream} pipe: ${err.message}`);
+      finish();
+    });
+  });
+
+  return {
+    finished,
+    abort: () => {
+      source.destroy();
+    },
+  };
+}
+
+/**
+ * The largest index `i` in (min, at] such that `buf[i]` starts a character, so `buf[..i)` holds whole
+ * characters; `at` itself when the bytes there are not valid UTF-8 (nothing to protect).
+ */
+function charBoundaryAtOrBefore(buf: Buffer, at: number, min: number): number {
+  for (let i = at, back = 0; i > min && back <= 3; i--, back++) {
+    if (((buf[i] ?? 0) & 0xc0) !== 0x80) return i;
+  }
+  return at;
+}
+
+/**
+ * How many bytes at the end of `buf` are the start of a character whose remaining bytes have not come
+ * yet. Also used by the Slurm job's log tail (slurm/job-outcome.ts).
+ */
+export function incompleteTailLength(buf: Buffer): number {
+  const n = buf.length;
+  for (let back = 1; back <= Math.min(3, n); back++) {
+    const b = buf[n - back] ?? 0;
+    if ((b & 0xc0) === 0x80) continue;
+    const need = b < 0xc0 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : b < 0xf8 ? 4 : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
