@@ -1,23 +1,23 @@
 import type { ChildProcess, StdioOptions } from 'node:child_process';
 import { spawn } from 'node:child_process';
-import { chmod, chown, mkdir } from 'node:fs/promises';
+import { chmod, mkdir } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
 import type { ExecutionPlan, FailureReason } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
-import { exitWithoutTask, SAFE_SEGMENT } from '../executions/executor.js';
-import { SANDBOX_TASK_DIR } from '../sandbox/bwrap.js';
+import { executionIdProblem, exitWithoutTask } from '../executions/executor.js';
 import type { ContainerTasks } from '../sandbox/container.js';
 import { NOBODY } from '../sandbox/container.js';
 import type { RunAs } from '../sandbox/run-as.js';
 import type { SandboxSetup } from '../sandbox/setup.js';
-import type { ExecutorProvider, TaskDirs } from '../task-io/env.js';
+import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { type InputSource, placeInputs } from '../task-io/inputs.js';
+import { makeTaskDirs, taskLayout } from '../task-io/layout.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
-import { type DataMount, mountPointOf } from '../task-io/mounts.js';
+import { type DataMount, resolveMounts } from '../task-io/mounts.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
 import { plainBox } from './box.js';
@@ -271,9 +271,8 @@ class ExecutionRun {
     taskDir: string,
   ): Promise<{ box: TaskBox; owner: number | null } | string> {
     const id = this.plan.execution_id;
-    if (!SAFE_SEGMENT.test(id) || id.length > 128) {
-      return `execution id ${JSON.stringify(id)} is not usable as a directory name`;
-    }
+    const badId = executionIdProblem(id);
+    if (badId !== null) return badId;
     const runtime = this.plan.spec.runtime;
     const containers = this.opts.containers;
     if (runtime.kind === 'container' && containers === undefined)
@@ -296,27 +295,21 @@ class ExecutionRun {
       return describe(err);
     }
     const sandboxed = sandbox.kind === 'bwrap' || runtime.kind === 'container';
-    const dirs: TaskDirs = sandboxed
-      ? { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' }
-      : { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') };
+    const layout = taskLayout(execRoot, sandboxed);
     try {
       await mkdir(this.opts.rootDir, { recursive: true, mode: 0o700 });
       // Not recursive: an existing directory means this execution already ran here, and a run must
       // start from a fresh directory, never from a previous attempt's files.
       await mkdir(execRoot, { mode: 0o700 });
-      await mkdir(taskDir, { mode: 0o700 });
-      await mkdir(join(taskDir, 'out'), { mode: 0o700 });
-      if (!sandboxed) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
-      if (identity !== null && (runtime.kind === 'process' || process.getuid?.() === 0)) {
-        if (!sandboxed) {
-          // Unsandboxed, the task's user reaches its dir through the host path: it may pass through the
-          // executions dir and the execution root (not list them) and owns only its own dir.
-          await chmod(this.opts.rootDir, 0o711);
-          await chmod(execRoot, 0o711);
-        }
-        for (const dir of [taskDir, join(taskDir, 'out'), ...(sandboxed ? [] : [join(taskDir, 'tmp')])])
-          await chown(dir, identity.uid, identity.gid);
+      const owner =
+        identity !== null && (runtime.kind === 'process' || process.getuid?.() === 0) ? identity : null;
+      if (owner !== null && !sandboxed) {
+        // Unsandboxed, the task's user reaches its dir through the host path: it may pass through the
+        // executions dir and the execution root (not list them) and owns only its own dir.
+        await chmod(this.opts.rootDir, 0o711);
+        await chmod(execRoot, 0o711);
       }
+      await makeTaskDirs(layout, owner);
     } catch (err) {
       return `cannot create execution directory ${taskDir}: ${describe(err)}`;
     }
@@ -325,7 +318,7 @@ class ExecutionRun {
     // Not yet bound into containers: refuse rather than run a container without the reviewed files.
     if (runtime.kind === 'container' && (inputs.length > 0 || (this.plan.spec.mounts ?? []).length > 0))
       return 'inputs and named mounts are not supported for container tasks yet: put the files in the image, or run a process task';
-    const inputsDir = sandboxed ? join(execRoot, 'inputs') : taskDir;
+    const { inputsDir } = layout;
     if (inputs.length > 0) {
       if (this.opts.inputs === undefined) return 'this worker was started without a way to fetch inputs';
       try {
@@ -337,15 +330,8 @@ class ExecutionRun {
       if (problem !== null) return problem;
     }
     // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
-    const wanted = this.plan.spec.mounts ?? [];
-    const mounts: Array<{ hostPath: string; inside: string; readOnly: boolean }> = [];
-    for (const name of wanted) {
-      const m = (this.opts.mounts ?? []).find((x) => x.name === name);
-      if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
-      if (!sandboxed)
-        return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
-      mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
-    }
+    const mounts = resolveMounts(this.plan.spec.mounts ?? [], this.opts.mounts ?? [], sandboxed);
+    if (typeof mounts === 'string') return mounts;
     const owner = identity?.uid ?? process.getuid?.() ?? null;
     if (runtime.kind === 'container' && containers !== undefined && identity !== null) {
       const box = await containerBoxFor({
@@ -360,7 +346,7 @@ class ExecutionRun {
       return typeof box === 'string' ? box : { box, owner };
     }
     if (runtime.kind !== 'process') return `runtime kind ${runtime.kind} is not supported by this worker`;
-    const env = buildTaskEnv(this.plan, dirs, this.opts.workerId, this.opts.provider, { sandboxed });
+    const env = buildTaskEnv(this.plan, layout.dirs, this.opts.workerId, this.opts.provider, { sandboxed });
     if (sandbox.kind === 'none') {
       const [command = '', ...args] = this.plan.argv ?? runtime.argv;
       return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };

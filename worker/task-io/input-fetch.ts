@@ -31,9 +31,7 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
     .replace(/\/api\/v1\/workers\/connect$/, '');
   return (executionId, sha256, maxBytes) =>
     new Promise<Buffer>((resolve, reject) => {
-      const url = new URL(
-        `${base.replace(/\/$/, '')}${workerInputPath(executionId, sha256)}`,
-      );
+      const url = new URL(`${base.replace(/\/$/, '')}${workerInputPath(executionId, sha256)}`);
       const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
       const req = request(
         url,
