@@ -1,7 +1,17 @@
+import type { Logger } from 'pino';
+import type { Clock } from '../../src/platform/clock.js';
 import type { Executor } from '../executions/executor.js';
+import type { ExecutionManager } from '../executions/manager.js';
+import type { OutboxSender } from '../link/outbox.js';
 import { type ExecutorOptions, startExecution } from '../local/executor.js';
+import { recoverUnfinished } from '../local/recovery.js';
 import type { SlurmExecutionOptions } from '../slurm/backend.js';
 import { startSlurmExecution } from '../slurm/executor.js';
+import { startSlurmUpkeep } from '../slurm/recovery.js';
+import type { LocalStore } from '../store/local-store.js';
+import type { InputSource } from '../task-io/inputs.js';
+import type { HelloFacts } from './hello.js';
+import type { WorkerOptions } from './options.js';
 
 /**
  * The two bindings of the Executor port (executions/executor.ts): the daemon picks one at start, with
@@ -30,5 +40,89 @@ export function slurmExecutor(opts: Omit<SlurmExecutionOptions, 'onLog' | 'onJob
         onJob: hooks.onJob,
         ...(hooks.resume === undefined ? {} : { resume: hooks.resume }),
       }),
+  };
+}
+
+/** What start-up hands the binding. */
+export interface BindingContext {
+  readonly opts: WorkerOptions;
+  /** `<dataDir>/executions`: where the local executor makes each execution's directory. */
+  readonly executionsDir: string;
+  readonly clock: Clock;
+  readonly inputs: InputSource;
+  readonly store: LocalStore;
+  readonly outbox: OutboxSender;
+  readonly logger: Logger;
+}
+
+/** The worker's backend as the daemon sees it: the one place that tells a local worker from a Slurm one. */
+export interface BackendBinding {
+  readonly executor: Executor;
+  /** Where the execution directories are (a Slurm worker's are its job directories on the shared filesystem). */
+  readonly executionsRoot: string;
+  /** What the hello says of the backend. */
+  readonly backend: HelloFacts['backend'];
+  /** A Slurm worker's pool for the hello; null on a local worker. */
+  pool(): HelloFacts['slurm'];
+  /**
+   * Once the execution manager exists: recovery of what a previous process left (never rejects; a local
+   * one ends early on `signal`), and what the backend keeps doing until `stop` (Slurm fencing).
+   */
+  startUpkeep(executions: ExecutionManager, signal: AbortSignal): { recovery: Promise<void>; stop(): void };
+}
+
+/** Binds the Executor port and the backend's upkeep: Slurm jobs with `--backend slurm`, else this host. */
+export function bindBackend(ctx: BindingContext): BackendBinding {
+  const { opts, clock, store, outbox, logger } = ctx;
+  const slurm = opts.slurm;
+  if (slurm === undefined)
+    return {
+      executor: localExecutor({
+        rootDir: ctx.executionsDir,
+        clock,
+        workerId: opts.workerId,
+        provider: opts.sampler.provider,
+        inputs: ctx.inputs,
+        ...(opts.cleanupPollMs === undefined ? {} : { cleanupPollMs: opts.cleanupPollMs }),
+        ...(opts.runAs === undefined ? {} : { runAs: opts.runAs }),
+        ...(opts.sandbox === undefined ? {} : { sandbox: opts.sandbox }),
+        ...(opts.containers === undefined ? {} : { containers: opts.containers }),
+        ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+      }),
+      executionsRoot: ctx.executionsDir,
+      backend: 'local',
+      pool: () => null,
+      startUpkeep: (_executions, signal) => ({
+        recovery: recoverUnfinished({
+          store,
+          outbox,
+          logger,
+          sampler: opts.sampler,
+          signal,
+          clock,
+          ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
+          ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
+        }),
+        stop: () => undefined,
+      }),
+    };
+  return {
+    executor: slurmExecutor({
+      backend: slurm.backend,
+      clock,
+      workerId: opts.workerId,
+      provider: opts.sampler.provider,
+      inputs: ctx.inputs,
+      ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+      logger,
+    }),
+    executionsRoot: slurm.backend.jobDir,
+    backend: 'slurm',
+    pool: () => slurm.sampler.pool(),
+    startUpkeep: (executions) =>
+      startSlurmUpkeep(
+        { backend: slurm.backend, store, outbox, executions, workerId: opts.workerId, logger },
+        slurm.sampler,
+      ),
   };
 }

@@ -30,6 +30,13 @@ export interface ExecutionHooks {
 /** Execution ids become a directory name, so they must be one plain path segment. */
 export const SAFE_SEGMENT = /^[A-Za-z0-9_][A-Za-z0-9._-]*$/;
 
+/** Why `id` cannot name an execution's directory (not one safe segment of at most 128), or null. */
+export function executionIdProblem(id: string): string | null {
+  return SAFE_SEGMENT.test(id) && id.length <= 128
+    ? null
+    : `execution id ${JSON.stringify(id)} is not usable as a directory name`;
+}
+
 /** What is known once the task's main process has exited and its outputs are collected. */
 export interface ExecutionExit {
   /** The main process's exit code; null when it was killed by a signal or never started. */

@@ -1,16 +1,11 @@
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
-import {
-  ALWAYS_HIDDEN,
-  bwrapArgs,
-  bwrapCommandLine,
-  hiddenMounts,
-  programBinds,
-  taskEnvProblem,
-} from '../sandbox/bwrap.js';
+import { bwrapArgs, bwrapCommandLine, hiddenMounts, taskEnvProblem } from '../sandbox/bwrap.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { HELPER_ENV } from '../sandbox/helper-commands.js';
 import type { SandboxSetup } from '../sandbox/setup.js';
+import { taskBwrapRequest, taskHiddenPaths } from '../sandbox/task-bwrap.js';
 import type { ExecutorProvider } from '../task-io/env.js';
+import type { ResolvedMount } from '../task-io/mounts.js';
 import type { TaskBox } from './box.js';
 import { bwrapBox } from './box.js';
 
@@ -31,7 +26,7 @@ export interface BwrapBoxRequest {
   /** The host dir holding the placed inputs. */
   readonly inputsDir: string;
   /** The named data mounts, resolved. */
-  readonly mounts: ReadonlyArray<{ hostPath: string; inside: string; readOnly: boolean }>;
+  readonly mounts: readonly ResolvedMount[];
   /** The task's uid/gid on a root worker; null when bwrap runs unprivileged. */
   readonly identity: { uid: number; gid: number } | null;
   /** The task's environment (task-io/env.ts buildTaskEnv). */
@@ -60,22 +55,12 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     req.identity === null || sandbox.setpriv === null ? null : { ...req.identity, setpriv: sandbox.setpriv };
   const problem = taskEnvProblem(argv, req.env, dropTo !== null);
   if (problem !== null) return problem;
-  const inputs = plan.spec.inputs ?? [];
   const args = bwrapArgs({
-    system: sandbox.system,
-    taskDir: req.taskDir,
-    hidden: hiddenMounts([...sandbox.hiddenPaths, ...ALWAYS_HIDDEN, ...(plan.hidden_paths ?? [])]),
-    pinned: programBinds(
-      argv[0],
-      (plan.pins ?? []).map((p) => p.path),
-    ),
+    ...taskBwrapRequest(plan, sandbox, req, req.mounts),
+    hidden: hiddenMounts(taskHiddenPaths(sandbox, plan)),
     devices,
-    network: plan.spec.network ?? 'none',
     identity: dropTo,
     statusFd: 3,
-    argv,
-    inputs: { dir: req.inputsDir, entries: [...new Set(inputs.map((i) => i.path.split('/')[0]!))].sort() },
-    mounts: req.mounts,
     // The env reaches the task's own exec only; bwrap and setpriv run with the fixed env below.
     taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
   });

@@ -2,6 +2,7 @@ import { execFile } from 'node:child_process';
 import { existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { NetworkMode } from '../../src/contracts/task-spec.js';
+import { SANDBOX_TASK_DIR } from '../task-io/layout.js';
 import type { DeviceNode } from './devices.js';
 import { findHelper, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 
@@ -50,8 +51,6 @@ export { findOnPath } from './helper-commands.js';
  * line the task can read at /proc/1/cmdline, shows only `bwrap --args 4 -- <command>`.
  */
 
-/** Where the task's execution dir appears inside the sandbox. */
-export const SANDBOX_TASK_DIR = '/task';
 /** Paths every sandbox hides, besides the data dirs and the policy's list. */
 export const ALWAYS_HIDDEN = ['/root', '/home'] as const;
 

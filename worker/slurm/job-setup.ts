@@ -1,11 +1,12 @@
-import { chown, mkdir } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir } from 'node:fs/promises';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
-import { SAFE_SEGMENT } from '../executions/executor.js';
-import { ALWAYS_HIDDEN, bwrapArgs, programBinds, SANDBOX_TASK_DIR } from '../sandbox/bwrap.js';
+import { executionIdProblem } from '../executions/executor.js';
+import { bwrapArgs } from '../sandbox/bwrap.js';
+import { taskBwrapRequest, taskHiddenPaths } from '../sandbox/task-bwrap.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { placeInputs } from '../task-io/inputs.js';
-import { mountPointOf } from '../task-io/mounts.js';
+import { makeTaskDirs, taskLayout } from '../task-io/layout.js';
+import { resolveMounts } from '../task-io/mounts.js';
 import type { SlurmExecutionOptions } from './backend.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
@@ -38,8 +39,8 @@ export async function prepareSlurmJob(
 ): Promise<SlurmSubmitRequest | string> {
   const { backend } = opts;
   const id = plan.execution_id;
-  if (!SAFE_SEGMENT.test(id) || id.length > 128)
-    return `execution id ${JSON.stringify(id)} is not usable as a directory name`;
+  const badId = executionIdProblem(id);
+  if (badId !== null) return badId;
   const runtime = plan.spec.runtime;
   if (runtime.kind !== 'process')
     return `runtime kind ${runtime.kind} is not supported by a Slurm worker; run a process task`;
@@ -57,8 +58,9 @@ export async function prepareSlurmJob(
     return 'this worker was started without a way to fetch inputs';
   const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
   const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
-  const taskDir = join(execDir, 'task');
   const sandbox = backend.sandbox;
+  const layout = taskLayout(execDir, sandbox !== null);
+  const { taskDir, inputsDir } = layout;
   // A root worker's jobs run as root on the nodes: the task drops to a uid of its own (setpriv), as on
   // a local root worker. An unprivileged worker's bwrap runs in a user namespace under the job's user.
   let identity: { uid: number; gid: number; setpriv: string } | null = null;
@@ -72,38 +74,19 @@ export async function prepareSlurmJob(
   }
   // Inputs (the reviewed files, by sha256) on the shared job dir: a sandbox binds each top-level entry
   // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
-  const inputsDir = sandbox === null ? taskDir : join(execDir, 'inputs');
   // Named data mounts: exactly those the spec asks for, as the operator declared them (paths on the
   // filesystem the nodes share), and only in a sandbox, at /mnt/<name>.
-  const mounts: Array<{ hostPath: string; inside: string; readOnly: boolean }> = [];
-  for (const name of plan.spec.mounts ?? []) {
-    const m = (opts.mounts ?? []).find((x) => x.name === name);
-    if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
-    if (sandbox === null)
-      return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
-    mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
-  }
+  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandbox !== null);
+  if (typeof mounts === 'string') return mounts;
   let wrapperSandbox: WrapperSandbox | undefined;
   if (sandbox !== null) {
     const args = bwrapArgs({
-      system: sandbox.setup.system,
-      taskDir,
+      ...taskBwrapRequest(plan, sandbox.setup, layout, mounts),
       // Hidden by rank.sh on each node where they exist (below).
       hidden: [],
-      pinned: programBinds(
-        argv[0],
-        (plan.pins ?? []).map((p) => p.path),
-      ),
       devices: [],
-      network: plan.spec.network ?? 'none',
       identity,
       statusFd: null,
-      argv,
-      mounts,
-      inputs: {
-        dir: inputsDir,
-        entries: [...new Set(inputs.map((i) => i.path.split('/')[0] as string))].sort(),
-      },
     });
     const split = splitBwrapArgs(args, argv);
     if (split === null) return 'internal error: unexpected bwrap argument layout for a Slurm rank';
@@ -113,27 +96,14 @@ export async function prepareSlurmJob(
       // The worker's data dir and token file (setup.hiddenPaths), /root, /home, the policy's paths and
       // the whole job directory: a task never sees another job's files nor its own binding.json,
       // exit.json and task.env.
-      hidden: hiddenPathList([
-        ...sandbox.setup.hiddenPaths,
-        ...ALWAYS_HIDDEN,
-        backend.jobDir,
-        ...(plan.hidden_paths ?? []),
-      ]),
+      hidden: hiddenPathList(taskHiddenPaths(sandbox.setup, plan, [backend.jobDir])),
       gpuDevDir: sandbox.gpuDevDir,
       gpuKind: sandbox.gpuKind ?? 'nvidia',
       pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
     };
   }
   // The task's environment from nothing: the base, the spec's env, GPU_BROKER_*; the ranks add the binding.
-  const env = buildTaskEnv(
-    plan,
-    sandbox === null
-      ? { execDir: taskDir, outputDir: join(taskDir, 'out'), tmpDir: join(taskDir, 'tmp') }
-      : { execDir: SANDBOX_TASK_DIR, outputDir: `${SANDBOX_TASK_DIR}/out`, tmpDir: '/tmp' },
-    opts.workerId,
-    opts.provider,
-    { sandboxed: sandbox !== null },
-  );
+  const env = buildTaskEnv(plan, layout.dirs, opts.workerId, opts.provider, { sandboxed: sandbox !== null });
   // Tells the task (the qualification workload) that its GPUs are the ones Slurm gave the job.
   env.GPU_BROKER_BACKEND = 'slurm';
   // The lease's indexes are pool slots, not devices: each rank sets the visible devices for the GPUs
@@ -159,11 +129,8 @@ export async function prepareSlurmJob(
       },
       ...(wrapperSandbox === undefined ? {} : { sandbox: wrapperSandbox }),
     });
-    await mkdir(taskDir, { mode: 0o700 });
-    await mkdir(join(taskDir, 'out'), { mode: 0o700 });
-    if (sandbox === null) await mkdir(join(taskDir, 'tmp'), { mode: 0o700 });
-    if (identity !== null)
-      for (const dir of [taskDir, join(taskDir, 'out')]) await chown(dir, identity.uid, identity.gid);
+    // The owner is the task's uid when a root worker's task drops to one (only in a sandbox: no tmp/).
+    await makeTaskDirs(layout, identity);
     if (inputs.length > 0 && sandbox !== null) await mkdir(inputsDir, { mode: 0o755 });
   } catch (err) {
     return `cannot prepare the job directory ${execDir}: ${describe(err)}`;

@@ -7,6 +7,7 @@ import type { SlurmBackend } from './backend.js';
 import type { SlurmJob } from './cli/types.js';
 import { jobIsLive } from './executor.js';
 import { markerPrefix } from './job-setup.js';
+import type { SlurmPoolSampler } from './sampler.js';
 
 /**
  * What a Slurm worker does besides running executions (docs/decisions/0013-slurm-backend.md):
@@ -101,6 +102,42 @@ export async function recoverSlurmExecutions(deps: SlurmDaemonDeps): Promise<voi
       );
     });
   }
+}
+
+/** What a Slurm worker keeps doing beside its executions; `stop` ends it. */
+export interface SlurmUpkeep {
+  /** Recovery of what a previous process left (recoverSlurmExecutions); never rejects. */
+  readonly recovery: Promise<void>;
+  /** Stops the fencing timer. */
+  stop(): void;
+}
+
+/**
+ * Starts a Slurm worker's own duties (see the module comment): the pool sampler counts only the jobs
+ * recorded in the store as this worker's, fencing runs every poll (one pass at a time), and recovery
+ * begins.
+ */
+export function startSlurmUpkeep(deps: SlurmDaemonDeps, sampler: SlurmPoolSampler): SlurmUpkeep {
+  const { store } = deps;
+  // Only jobs recorded in the store are this worker's when the pool is sampled.
+  sampler.setOwnJobs(
+    () =>
+      new Set(store.listUnfinishedExecutions().flatMap((e) => (e.slurm === null ? [] : [e.slurm.job_id]))),
+  );
+  // Fencing on the cluster: stale broker jobs are scancelled every poll.
+  let fencing = false;
+  const fenceTimer = setInterval(
+    () => {
+      if (fencing) return;
+      fencing = true;
+      void fenceSlurmJobs(deps).finally(() => {
+        fencing = false;
+      });
+    },
+    Math.max(500, deps.backend.pollMs),
+  );
+  fenceTimer.unref();
+  return { recovery: recoverSlurmExecutions(deps), stop: () => clearInterval(fenceTimer) };
 }
 
 /** One fencing pass (see the module comment); returns the job ids it scancelled. Never throws. */

@@ -28,3 +28,30 @@ export function parseMount(text: string): DataMount {
 export function mountPointOf(name: string): string {
   return `/mnt/${name}`;
 }
+
+/** A mount the spec asked for, as bound into its sandbox. */
+export interface ResolvedMount {
+  readonly hostPath: string;
+  readonly inside: string;
+  readonly readOnly: boolean;
+}
+
+/**
+ * The mounts a spec asks for (`wanted`), as this worker's operator declared them (`offered`), or why the
+ * task cannot have them: a name this worker does not offer, or any mount without the sandbox.
+ */
+export function resolveMounts(
+  wanted: readonly string[],
+  offered: readonly DataMount[],
+  sandboxed: boolean,
+): ResolvedMount[] | string {
+  const mounts: ResolvedMount[] = [];
+  for (const name of wanted) {
+    const m = offered.find((x) => x.name === name);
+    if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
+    if (!sandboxed)
+      return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
+    mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
+  }
+  return mounts;
+}

@@ -1,0 +1,38 @@
+import { describe, expect, it } from 'vitest';
+import { type LocalOutcome, localVerdict } from '../../../../worker/local/verdict.js';
+
+/** How a local execution's end becomes a failure reason (worker/local/verdict.ts). */
+
+const base: LocalOutcome = {
+  killReason: null,
+  exitCode: 0,
+  signal: null,
+  oomKilled: false,
+  requiredMissing: false,
+};
+
+describe('localVerdict', () => {
+  it("puts the executor's own cancel or time limit first, whatever the task did", () => {
+    expect(localVerdict({ ...base, killReason: 'CANCELLED', exitCode: null, signal: 'SIGTERM' })).toBe(
+      'CANCELLED',
+    );
+    expect(
+      localVerdict({ ...base, killReason: 'TIMED_OUT', exitCode: null, signal: 'SIGKILL', oomKilled: true }),
+    ).toBe('TIMED_OUT');
+    expect(localVerdict({ ...base, killReason: 'CANCELLED', requiredMissing: true })).toBe('CANCELLED');
+  });
+
+  it('tells an OOM kill from any other signal', () => {
+    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL', oomKilled: true })).toBe('OOM_KILLED');
+    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL' })).toBe('KILLED_BY_SIGNAL');
+    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGSEGV', requiredMissing: true })).toBe(
+      'KILLED_BY_SIGNAL',
+    );
+  });
+
+  it('judges a task that exited by itself by its code, then its outputs', () => {
+    expect(localVerdict(base)).toBeNull();
+    expect(localVerdict({ ...base, exitCode: 3, requiredMissing: true })).toBe('EXIT_NONZERO');
+    expect(localVerdict({ ...base, requiredMissing: true })).toBe('OUTPUT_MISSING');
+  });
+});

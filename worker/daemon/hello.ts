@@ -1,0 +1,80 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { WorkerMessage } from '../../src/contracts/worker-protocol.js';
+import { PROTOCOL_VERSION } from '../../src/contracts/worker-protocol.js';
+import { packageRoot } from '../../src/platform/package-root.js';
+import type { ExecutionRecord } from '../store/local-store.js';
+import type { DataMount } from '../task-io/mounts.js';
+
+/**
+ * The worker's `hello`, sent first on every connection (docs/worker-protocol.md): who it is, its cards,
+ * what it knows of its executions, its marks and epochs (fencing), and what it can run.
+ */
+
+/** The hello message. */
+export type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
+
+/** What one hello says, read from the worker's options, its sampler and its store just before sending. */
+export interface HelloFacts {
+  readonly workerId: string;
+  readonly bootId: string;
+  readonly version: string;
+  readonly hostname: string;
+  readonly provider: HelloMessage['provider'];
+  readonly cards: HelloMessage['cards'];
+  /** store.listKnownExecutions(HELLO_MAX_EXECUTIONS): every unfinished one first, then recent finished ones. */
+  readonly executions: readonly ExecutionRecord[];
+  readonly masterMarks: HelloMessage['master_marks'];
+  readonly cardEpochs: HelloMessage['card_epochs'];
+  readonly isolation: HelloMessage['isolation'];
+  readonly containerEngine: HelloMessage['container_engine'];
+  readonly mounts: readonly DataMount[];
+  readonly backend: HelloMessage['backend'];
+  /** A Slurm worker's pool (its sampler's latest view); null on a local worker. */
+  readonly slurm: HelloMessage['slurm'];
+}
+
+/** The hello for `facts`; pure. */
+export function buildHello(facts: HelloFacts): HelloMessage {
+  return {
+    type: 'hello',
+    protocol_version: PROTOCOL_VERSION,
+    worker_id: facts.workerId,
+    boot_id: facts.bootId,
+    version: facts.version,
+    hostname: facts.hostname.slice(0, 255),
+    provider: facts.provider,
+    cards: facts.cards,
+    executions: facts.executions.map((e) => ({
+      execution_id: e.execution_id,
+      task_id: e.task_id,
+      lease_epoch: e.lease_epoch,
+      phase: e.phase,
+      cards: e.plan.cards.map((c) => c.index),
+    })),
+    master_marks: facts.masterMarks,
+    card_epochs: facts.cardEpochs,
+    isolation: facts.isolation,
+    container_engine: facts.containerEngine,
+    mounts: facts.mounts.map((m) => ({ name: m.name, read_only: m.read_only })),
+    backend: facts.backend,
+    slurm: facts.slurm,
+  };
+}
+
+let cachedVersion: string | undefined;
+
+/** package.json's version (at most 64 characters), read once; `unknown` when it cannot be read. */
+export function packageVersion(): string {
+  if (cachedVersion === undefined) {
+    try {
+      const pkg = JSON.parse(readFileSync(join(packageRoot(), 'package.json'), 'utf8')) as {
+        version?: unknown;
+      };
+      cachedVersion = typeof pkg.version === 'string' ? pkg.version.slice(0, 64) : 'unknown';
+    } catch {
+      cachedVersion = 'unknown';
+    }
+  }
+  return cachedVersion;
+}

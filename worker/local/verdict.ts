@@ -1,0 +1,28 @@
+import type { FailureReason } from '../../src/contracts/worker-protocol.js';
+
+/**
+ * How a local execution's end becomes its failure reason (step 5 of executor.ts); the Slurm executor's
+ * counterpart is slurmVerdict (slurm/job-outcome.ts).
+ */
+
+/** What decides a local execution's failure reason. */
+export interface LocalOutcome {
+  /** Set when the executor itself killed the task (cancel, or the spec's time limit). */
+  readonly killReason: 'TIMED_OUT' | 'CANCELLED' | null;
+  /** The main process's exit code, as its box reports it; null when a signal ended it. */
+  readonly exitCode: number | null;
+  /** The signal that ended the main process; null when it exited. */
+  readonly signal: string | null;
+  /** The cgroup's OOM kill count rose while the task ran (looked at only when SIGKILL ended it). */
+  readonly oomKilled: boolean;
+  /** A required output was not found. */
+  readonly requiredMissing: boolean;
+}
+
+/** The failure reason, null on success: the executor's own kill first, then the signal, the code, the outputs. Pure. */
+export function localVerdict(o: LocalOutcome): FailureReason | null {
+  if (o.killReason !== null) return o.killReason;
+  if (o.signal !== null) return o.oomKilled ? 'OOM_KILLED' : 'KILLED_BY_SIGNAL';
+  if (o.exitCode !== 0) return 'EXIT_NONZERO';
+  return o.requiredMissing ? 'OUTPUT_MISSING' : null;
+}
