@@ -5,6 +5,7 @@ import {
   isFinal,
   type TransitionResult,
   type TransitionTable,
+  terminalStates,
 } from './state-machine.js';
 
 /**
@@ -97,6 +98,18 @@ export function transitionTask(state: TaskState, event: TaskEvent): TransitionRe
 /** True once a task can no longer change (COMPLETED, FAILED, CANCELLED): no event leaves its state. */
 export function isTerminalTask(state: TaskState): boolean {
   return isFinal(TASK_TABLE, state);
+}
+
+/** The terminal task states, in table order: those with no outgoing edge. */
+export const TERMINAL_TASK_STATES: readonly TaskState[] = terminalStates(TASK_TABLE);
+
+/**
+ * True when a task waits for nothing more on its own: it is terminal, or its fate is unknown and only
+ * an operator's reconcile (or a late worker report) moves it — the states in which it takes a
+ * `reconcile_*` event. wait_for_task returns at once there.
+ */
+export function isSettledTask(state: TaskState): boolean {
+  return isTerminalTask(state) || taskAccepts(state, 'reconcile_completed');
 }
 
 /** Whether TASK_TABLE lets `event` move a task that is `state` (the guard, never a list of states). */

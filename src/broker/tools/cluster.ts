@@ -1,5 +1,7 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { transitionExecution } from '../../domain/execution.js';
+import { leaseAccepts, leaseHoldsCards } from '../../domain/lease.js';
+import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { moveExecution } from '../machines/execution.js';
@@ -196,7 +198,7 @@ export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: strin
     deps.store.afterCommit(() => deps.cluster.requestPass());
     return { task: taskView(deps.store, next, deps.observe) };
   }
-  if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state))
+  if (isTerminalTask(t.state))
     throw new BrokerError('INVALID_STATE', `task ${t.id} already ended (${t.state})`, 'Nothing to cancel.', {
       state: t.state,
     });
@@ -237,8 +239,8 @@ export function reconcileTask(
   if (!t) throw new BrokerError('NOT_FOUND', `no task ${taskId}`, 'Check the id.');
   const lease = deps.store.leases.latestLeaseForTask(t.id);
   const needsDecision = t.state === 'RECONCILIATION_REQUIRED';
-  const leaseHeld = lease !== undefined && lease.state !== 'RELEASED';
-  if (!needsDecision && !(leaseHeld && ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)))
+  const leaseHeld = lease !== undefined && leaseHoldsCards(lease.state);
+  if (!needsDecision && !(leaseHeld && isTerminalTask(t.state)))
     throw new BrokerError(
       'INVALID_STATE',
       `task ${t.id} is ${t.state} and holds no quarantined cards`,
@@ -265,7 +267,8 @@ export function reconcileTask(
   let released = false;
   if (lease && leaseHeld) {
     let l = lease;
-    if (l.state !== 'QUARANTINED')
+    // Only a quarantined lease takes reconcile_release: quarantine a held one first.
+    if (!leaseAccepts(l.state, 'reconcile_release'))
       l = moveLease(deps, l, 'quarantine', principal.name, `reconcile: ${reason}`);
     moveLease(deps, l, 'reconcile_release', principal.name, `reconcile: ${reason}`);
     const e = deps.store.leases.executionForLease(lease.id);

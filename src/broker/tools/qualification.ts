@@ -1,6 +1,7 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../../contracts/tools-qualification.js';
 import { planLadder, usableNodes } from '../../domain/qualification-ladder.js';
+import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../../store/qualification-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -206,7 +207,7 @@ export function cancelQualification(
   });
   // The run's own tasks (owned by its submitter principal) stop too, so none lands on cards later.
   for (const t of deps.store.tasks.list({ owner_id: run.submitter_id, limit: 64 })) {
-    if (!['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)) cancelTask(deps, principal, t.id);
+    if (!isTerminalTask(t.state)) cancelTask(deps, principal, t.id);
   }
   deps.store.afterCommit(() => {
     // A run whose runner is gone (it cannot be, short of a bug) is ended here so it never stays RUNNING.
@@ -360,7 +361,7 @@ export function finishRun(deps: BrokerDeps, runId: string, outcome: RunOutcome):
     const owner = store.principals.findById(run.submitter_id);
     if (owner) {
       for (const t of store.tasks.list({ owner_id: owner.id, limit: 100 })) {
-        if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state) || t.desired === 'cancel') continue;
+        if (isTerminalTask(t.state) || t.desired === 'cancel') continue;
         try {
           cancelTask(deps, owner, t.id);
         } catch (err) {
