@@ -4,6 +4,7 @@ import { leaseAccepts, leaseHoldsCards } from '../../domain/lease.js';
 import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { cordonCard, uncordonCard } from '../machines/cordon.js';
 import { moveExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
@@ -151,24 +152,15 @@ export function setCordon(
       `worker ${workerId} has no card ${index}`,
       'list_cards shows the indexes.',
     );
-  const now = deps.clock.now();
-  if (cordon)
-    deps.store.workers.cordon({
-      worker_id: workerId,
-      card_index: index,
-      reason: reason ?? 'cordoned by operator',
-      actor: principal.name,
-      created_at: now,
-    });
-  else deps.store.workers.uncordon(workerId, index);
-  deps.store.audit.append({
-    at: now,
+  const change = {
+    worker_id: workerId,
+    index,
     actor: principal.name,
-    action: cordon ? 'card.cordoned' : 'card.uncordoned',
-    subject_type: 'card',
-    subject_id: `${workerId}/${index}`,
-    data: { reason: reason ?? null },
-  });
+    at: deps.clock.now(),
+    audit: { reason: reason ?? null },
+  };
+  if (cordon) cordonCard(deps, { ...change, reason: reason ?? 'cordoned by operator' });
+  else uncordonCard(deps, change);
   deps.store.afterCommit(() => {
     deps.notifier.notify(CARDS_TOPIC);
     deps.cluster.requestPass();
@@ -204,7 +196,9 @@ export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: strin
     });
   if (t.desired !== 'cancel') {
     const now = deps.clock.now();
-    deps.store.tasks.update({ ...t, desired: 'cancel', updated_at: now }, t.state);
+    // Compare-and-set on the state read above: nothing may have moved the task in between.
+    if (!deps.store.tasks.update({ ...t, desired: 'cancel', updated_at: now }, t.state))
+      throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
     deps.store.audit.append({
       at: now,
       actor: principal.name,

@@ -5,6 +5,7 @@ import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../../store/qualification-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { cordonCard, uncordonCard } from '../machines/cordon.js';
 import {
   canMoveQualificationRun,
   moveQualificationRun,
@@ -134,20 +135,13 @@ export function startQualification(
   };
   store.qualifications.insert(run);
   for (const index of reserved) {
-    store.workers.cordon({
+    cordonCard(deps, {
       worker_id: worker.id,
-      card_index: index,
+      index,
       reason: runCordonReason(id),
       actor,
-      created_at: now,
-    });
-    store.audit.append({
       at: now,
-      actor,
-      action: 'card.cordoned',
-      subject_type: 'card',
-      subject_id: `${worker.id}/${index}`,
-      data: { reason: runCordonReason(id), run_id: id },
+      audit: { reason: runCordonReason(id), run_id: id },
     });
   }
   store.audit.append({
@@ -327,34 +321,11 @@ export function finishRun(deps: BrokerDeps, runId: string, outcome: RunOutcome):
     );
     for (const index of run.reserved_cards) {
       if (!ours.has(index)) continue; // an operator changed this cordon during the run: theirs now
-      const subject = `${run.worker_id}/${index}`;
-      if (state === 'PASSED') {
-        store.workers.uncordon(run.worker_id, index);
-        store.audit.append({
-          at: now,
-          actor: 'qualification',
-          action: 'card.uncordoned',
-          subject_type: 'card',
-          subject_id: subject,
-          data: { run_id: run.id, verdict: state },
-        });
-      } else {
+      const card = { worker_id: run.worker_id, index, actor: 'qualification', at: now };
+      if (state === 'PASSED') uncordonCard(deps, { ...card, audit: { run_id: run.id, verdict: state } });
+      else {
         const reason = `qualification run ${run.id} ended ${state}; uncordon once the host is checked`;
-        store.workers.cordon({
-          worker_id: run.worker_id,
-          card_index: index,
-          reason,
-          actor: 'qualification',
-          created_at: now,
-        });
-        store.audit.append({
-          at: now,
-          actor: 'qualification',
-          action: 'card.cordoned',
-          subject_type: 'card',
-          subject_id: subject,
-          data: { run_id: run.id, reason },
-        });
+        cordonCard(deps, { ...card, reason, audit: { run_id: run.id, reason } });
       }
     }
     // Whatever the run left queued or running must not wait for ever on cards no longer reserved for it.
