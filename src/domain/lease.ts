@@ -1,4 +1,10 @@
-import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
+import {
+  accepts,
+  applyTransition,
+  isFinal,
+  type TransitionResult,
+  type TransitionTable,
+} from './state-machine.js';
 
 /**
  * Lease state machine (DESIGN §6). A card is never free on a guess: only a cleanup receipt or an audited
@@ -33,6 +39,16 @@ export function transitionLease(
   event: LeaseEvent,
 ): TransitionResult<LeaseState, LeaseEvent> {
   return applyTransition(LEASE_TABLE, state, event);
+}
+
+/** Whether LEASE_TABLE lets `event` move a lease that is `state` (the guard, never a list of states). */
+export function leaseAccepts(state: LeaseState, event: LeaseEvent): boolean {
+  return accepts(LEASE_TABLE, state, event);
+}
+
+/** Whether a lease in `state` still holds its cards: every state but the final one (RELEASED). */
+export function leaseHoldsCards(state: LeaseState): boolean {
+  return !isFinal(LEASE_TABLE, state);
 }
 
 /** `lease_epoch` for a new lease: 1 + the highest epoch ever issued for any of its cards; never reused. */

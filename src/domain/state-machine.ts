@@ -25,7 +25,21 @@ export function applyTransition<S extends string, E extends string>(
   return { ok: true, from: state, to, event };
 }
 
+/** Whether `table` lets `event` move a record out of `state` (the guard every `can…` predicate derives). */
+export function accepts<S extends string, E extends string>(
+  table: TransitionTable<S, E>,
+  state: S,
+  event: E,
+): boolean {
+  return table[state][event] !== undefined;
+}
+
+/** Whether `state` has no outgoing transition: nothing moves a record out of it. */
+export function isFinal<S extends string, E extends string>(table: TransitionTable<S, E>, state: S): boolean {
+  return Object.keys(table[state]).length === 0;
+}
+
 /** States with no outgoing transitions. */
 export function terminalStates<S extends string, E extends string>(table: TransitionTable<S, E>): S[] {
-  return (Object.keys(table) as S[]).filter((s) => Object.keys(table[s]).length === 0);
+  return (Object.keys(table) as S[]).filter((s) => isFinal(table, s));
 }

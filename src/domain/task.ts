@@ -1,5 +1,12 @@
 import type { FailureReason } from '../contracts/worker-protocol.js';
-import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
+import {
+  accepts,
+  applyTransition,
+  isFinal,
+  type TransitionResult,
+  type TransitionTable,
+  terminalStates,
+} from './state-machine.js';
 
 /**
  * Task state machine (DESIGN §6). Desired state (`run` | `cancel`) is a separate field; these are
@@ -88,9 +95,26 @@ export function transitionTask(state: TaskState, event: TaskEvent): TransitionRe
   return applyTransition(TASK_TABLE, state, event);
 }
 
-/** True once a task can no longer change. */
+/** True once a task can no longer change (COMPLETED, FAILED, CANCELLED): no event leaves its state. */
 export function isTerminalTask(state: TaskState): boolean {
-  return Object.keys(TASK_TABLE[state]).length === 0;
+  return isFinal(TASK_TABLE, state);
+}
+
+/** The terminal task states, in table order: those with no outgoing edge. */
+export const TERMINAL_TASK_STATES: readonly TaskState[] = terminalStates(TASK_TABLE);
+
+/**
+ * True when a task waits for nothing more on its own: it is terminal, or its fate is unknown and only
+ * an operator's reconcile (or a late worker report) moves it — the states in which it takes a
+ * `reconcile_*` event. wait_for_task returns at once there.
+ */
+export function isSettledTask(state: TaskState): boolean {
+  return isTerminalTask(state) || taskAccepts(state, 'reconcile_completed');
+}
+
+/** Whether TASK_TABLE lets `event` move a task that is `state` (the guard, never a list of states). */
+export function taskAccepts(state: TaskState, event: TaskEvent): boolean {
+  return accepts(TASK_TABLE, state, event);
 }
 
 /** States in which a task holds (or may hold) cards through a lease. */

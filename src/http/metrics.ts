@@ -3,6 +3,7 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 import type { BrokerDeps } from '../broker/deps.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
+import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/task.js';
 
 /**
  * `GET /metrics` in Prometheus text format (prom-client). Like every route but /healthz it needs a
@@ -23,7 +24,6 @@ const TOOL_BUCKETS = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1
 const ADMISSION_BUCKETS = [0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 900, 1800, 3600, 14400];
 /** Task ids remembered to count each start and finish once; older ids are forgotten first. */
 const SEEN_LIMIT = 10_000;
-const TERMINAL = ['COMPLETED', 'FAILED', 'CANCELLED'] as const;
 
 /** What the metrics read besides deps. */
 export interface MetricsOptions {
@@ -208,7 +208,7 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
     labelNames: ['state'],
     registers,
   });
-  for (const state of TERMINAL) finished.inc({ state }, 0);
+  for (const state of TERMINAL_TASK_STATES) finished.inc({ state }, 0);
 
   const known = new Set(opts.toolNames);
   const started = new RecentIds();
@@ -220,8 +220,7 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
     if (!t) return;
     if (t.started_at !== null && started.add(t.id))
       admission.observe(Math.max(0, t.started_at - t.approved_at) / 1000);
-    if ((TERMINAL as readonly string[]).includes(t.state) && ended.add(t.id))
-      finished.inc({ state: t.state });
+    if (isTerminalTask(t.state) && ended.add(t.id)) finished.inc({ state: t.state });
   };
 
   return {

@@ -1,4 +1,6 @@
 import { EXECUTION_TABLE, type ExecutionEvent, type ExecutionPhase } from '../../domain/execution.js';
+import { leaseAccepts } from '../../domain/lease.js';
+import { taskAccepts } from '../../domain/task.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { applyMove } from './apply-move.js';
@@ -66,11 +68,10 @@ export function markExecutionLost(
   const lease = deps.store.leases.lease(e.lease_id);
   if (!task || !lease) return false;
   let moved = false;
-  if (task.state === 'ASSIGNED' || task.state === 'RUNNING' || task.state === 'FINALIZING') {
+  if (taskAccepts(task.state, 'worker_lost')) {
     moveTask(deps, task, 'worker_lost', actor, {}, { ...data, reason });
     moved = true;
   }
-  if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
-    moveLease(deps, lease, 'quarantine', actor, reason);
+  if (leaseAccepts(lease.state, 'quarantine')) moveLease(deps, lease, 'quarantine', actor, reason);
   return moved;
 }

@@ -1,7 +1,10 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { transitionExecution } from '../../domain/execution.js';
+import { leaseAccepts, leaseHoldsCards } from '../../domain/lease.js';
+import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { cordonCard, uncordonCard } from '../machines/cordon.js';
 import { moveExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
@@ -149,24 +152,15 @@ export function setCordon(
       `worker ${workerId} has no card ${index}`,
       'list_cards shows the indexes.',
     );
-  const now = deps.clock.now();
-  if (cordon)
-    deps.store.workers.cordon({
-      worker_id: workerId,
-      card_index: index,
-      reason: reason ?? 'cordoned by operator',
-      actor: principal.name,
-      created_at: now,
-    });
-  else deps.store.workers.uncordon(workerId, index);
-  deps.store.audit.append({
-    at: now,
+  const change = {
+    worker_id: workerId,
+    index,
     actor: principal.name,
-    action: cordon ? 'card.cordoned' : 'card.uncordoned',
-    subject_type: 'card',
-    subject_id: `${workerId}/${index}`,
-    data: { reason: reason ?? null },
-  });
+    at: deps.clock.now(),
+    audit: { reason: reason ?? null },
+  };
+  if (cordon) cordonCard(deps, { ...change, reason: reason ?? 'cordoned by operator' });
+  else uncordonCard(deps, change);
   deps.store.afterCommit(() => {
     deps.notifier.notify(CARDS_TOPIC);
     deps.cluster.requestPass();
@@ -196,13 +190,15 @@ export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: strin
     deps.store.afterCommit(() => deps.cluster.requestPass());
     return { task: taskView(deps.store, next, deps.observe) };
   }
-  if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state))
+  if (isTerminalTask(t.state))
     throw new BrokerError('INVALID_STATE', `task ${t.id} already ended (${t.state})`, 'Nothing to cancel.', {
       state: t.state,
     });
   if (t.desired !== 'cancel') {
     const now = deps.clock.now();
-    deps.store.tasks.update({ ...t, desired: 'cancel', updated_at: now }, t.state);
+    // Compare-and-set on the state read above: nothing may have moved the task in between.
+    if (!deps.store.tasks.update({ ...t, desired: 'cancel', updated_at: now }, t.state))
+      throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
     deps.store.audit.append({
       at: now,
       actor: principal.name,
@@ -237,8 +233,8 @@ export function reconcileTask(
   if (!t) throw new BrokerError('NOT_FOUND', `no task ${taskId}`, 'Check the id.');
   const lease = deps.store.leases.latestLeaseForTask(t.id);
   const needsDecision = t.state === 'RECONCILIATION_REQUIRED';
-  const leaseHeld = lease !== undefined && lease.state !== 'RELEASED';
-  if (!needsDecision && !(leaseHeld && ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)))
+  const leaseHeld = lease !== undefined && leaseHoldsCards(lease.state);
+  if (!needsDecision && !(leaseHeld && isTerminalTask(t.state)))
     throw new BrokerError(
       'INVALID_STATE',
       `task ${t.id} is ${t.state} and holds no quarantined cards`,
@@ -265,7 +261,8 @@ export function reconcileTask(
   let released = false;
   if (lease && leaseHeld) {
     let l = lease;
-    if (l.state !== 'QUARANTINED')
+    // Only a quarantined lease takes reconcile_release: quarantine a held one first.
+    if (!leaseAccepts(l.state, 'reconcile_release'))
       l = moveLease(deps, l, 'quarantine', principal.name, `reconcile: ${reason}`);
     moveLease(deps, l, 'reconcile_release', principal.name, `reconcile: ${reason}`);
     const e = deps.store.leases.executionForLease(lease.id);

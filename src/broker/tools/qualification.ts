@@ -1,9 +1,11 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../../contracts/tools-qualification.js';
 import { planLadder, usableNodes } from '../../domain/qualification-ladder.js';
+import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../../store/qualification-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { cordonCard, uncordonCard } from '../machines/cordon.js';
 import {
   canMoveQualificationRun,
   moveQualificationRun,
@@ -133,20 +135,13 @@ export function startQualification(
   };
   store.qualifications.insert(run);
   for (const index of reserved) {
-    store.workers.cordon({
+    cordonCard(deps, {
       worker_id: worker.id,
-      card_index: index,
+      index,
       reason: runCordonReason(id),
       actor,
-      created_at: now,
-    });
-    store.audit.append({
       at: now,
-      actor,
-      action: 'card.cordoned',
-      subject_type: 'card',
-      subject_id: `${worker.id}/${index}`,
-      data: { reason: runCordonReason(id), run_id: id },
+      audit: { reason: runCordonReason(id), run_id: id },
     });
   }
   store.audit.append({
@@ -206,7 +201,7 @@ export function cancelQualification(
   });
   // The run's own tasks (owned by its submitter principal) stop too, so none lands on cards later.
   for (const t of deps.store.tasks.list({ owner_id: run.submitter_id, limit: 64 })) {
-    if (!['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state)) cancelTask(deps, principal, t.id);
+    if (!isTerminalTask(t.state)) cancelTask(deps, principal, t.id);
   }
   deps.store.afterCommit(() => {
     // A run whose runner is gone (it cannot be, short of a bug) is ended here so it never stays RUNNING.
@@ -326,41 +321,18 @@ export function finishRun(deps: BrokerDeps, runId: string, outcome: RunOutcome):
     );
     for (const index of run.reserved_cards) {
       if (!ours.has(index)) continue; // an operator changed this cordon during the run: theirs now
-      const subject = `${run.worker_id}/${index}`;
-      if (state === 'PASSED') {
-        store.workers.uncordon(run.worker_id, index);
-        store.audit.append({
-          at: now,
-          actor: 'qualification',
-          action: 'card.uncordoned',
-          subject_type: 'card',
-          subject_id: subject,
-          data: { run_id: run.id, verdict: state },
-        });
-      } else {
+      const card = { worker_id: run.worker_id, index, actor: 'qualification', at: now };
+      if (state === 'PASSED') uncordonCard(deps, { ...card, audit: { run_id: run.id, verdict: state } });
+      else {
         const reason = `qualification run ${run.id} ended ${state}; uncordon once the host is checked`;
-        store.workers.cordon({
-          worker_id: run.worker_id,
-          card_index: index,
-          reason,
-          actor: 'qualification',
-          created_at: now,
-        });
-        store.audit.append({
-          at: now,
-          actor: 'qualification',
-          action: 'card.cordoned',
-          subject_type: 'card',
-          subject_id: subject,
-          data: { run_id: run.id, reason },
-        });
+        cordonCard(deps, { ...card, reason, audit: { run_id: run.id, reason } });
       }
     }
     // Whatever the run left queued or running must not wait for ever on cards no longer reserved for it.
     const owner = store.principals.findById(run.submitter_id);
     if (owner) {
       for (const t of store.tasks.list({ owner_id: owner.id, limit: 100 })) {
-        if (['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state) || t.desired === 'cancel') continue;
+        if (isTerminalTask(t.state) || t.desired === 'cancel') continue;
         try {
           cancelTask(deps, owner, t.id);
         } catch (err) {

@@ -1,5 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_RESULT_BYTES } from '../../contracts/tools-tasks.js';
+import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { loadVisibleTask } from './tasks.js';
@@ -27,7 +28,7 @@ export function getTaskLogs(
   const t = loadVisibleTask(deps, principal, q.task_id);
   const stream = q.stream ?? 'stdout';
   const max = q.max_bytes ?? DEFAULT_RESULT_BYTES;
-  const complete = ['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state);
+  const complete = isTerminalTask(t.state);
   const execId = latestExecutionId(deps, t.id);
   const logs_pruned_at = iso(deps.store.logs.prunedAt(t.id).logs_pruned_at);
   if (!execId)

@@ -8,6 +8,7 @@ import type {
 } from '../../contracts/views.js';
 import type { SlurmJobReport } from '../../contracts/worker-protocol.js';
 import { isConfirmable } from '../../domain/policy.js';
+import { isSettledTask } from '../../domain/task.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { Store } from '../../store/store.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -112,7 +113,7 @@ export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummar
 }
 
 function taskNextAction(t: TaskRecord): string {
-  const live = !['COMPLETED', 'FAILED', 'CANCELLED', 'RECONCILIATION_REQUIRED'].includes(t.state);
+  const live = !isSettledTask(t.state);
   if (t.desired === 'cancel' && live)
     return t.state === 'QUEUED'
       ? 'Cancelling; it will not start. Call wait_for_task to see it end CANCELLED.'

@@ -1,13 +1,14 @@
 import { createHash } from 'node:crypto';
 import type { z } from 'zod';
 import { BrokerError } from '../../contracts/errors.js';
-import type {
-  ExecutionMessageSchema,
-  LogMessageSchema,
-  OutputMessageSchema,
-} from '../../contracts/worker-protocol.js';
-import { executionStep } from '../../domain/execution.js';
-import { cleanedEvent, exitFailure, type TaskEvent } from '../../domain/task.js';
+import type { LogMessageSchema, OutputMessageSchema } from '../../contracts/worker-protocol.js';
+import {
+  type ExecutionReport,
+  fenceReport,
+  type ReportReaction,
+  type ReportSnapshot,
+  reactToReport,
+} from '../../domain/execution-report.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { markExecutionLost, moveExecution } from '../machines/execution.js';
@@ -18,222 +19,128 @@ import { taskTopic } from '../topics.js';
 /**
  * What the master does with a worker's reports about an execution (DESIGN §§6, 8, 9). Every report is
  * fenced: it must come from the execution's worker and carry the execution's lease_epoch. Reports are
- * idempotent: a phase the execution already passed is acknowledged and ignored.
+ * idempotent: a phase the execution already passed is acknowledged and ignored. What an `execution`
+ * report changes is decided by `reactToReport` (src/domain/execution-report.ts); this file applies it.
  */
 
-type ExecutionMessage = z.infer<typeof ExecutionMessageSchema>;
 type LogMessage = z.infer<typeof LogMessageSchema>;
 type OutputMessage = z.infer<typeof OutputMessageSchema>;
 
+/** The execution a report or upload names, fenced (see `fenceReport`); throws the refusal. */
 function fenced(deps: BrokerDeps, workerId: string, executionId: string, epoch: number): ExecutionRecord {
-  const e = deps.store.leases.execution(executionId);
-  if (!e || e.worker_id !== workerId)
-    throw new BrokerError(
-      'NOT_FOUND',
-      `no execution ${executionId} on worker ${workerId}`,
-      'The master has no record of it.',
-    );
-  if (e.lease_epoch !== epoch)
-    throw new BrokerError(
-      'STALE_EPOCH',
-      `execution ${executionId} has lease_epoch ${e.lease_epoch}, report says ${epoch}`,
-      'Stale report ignored.',
-    );
+  const e = deps.store.leases.execution(executionId) ?? null;
+  const refusal = fenceReport(workerId, e, { execution_id: executionId, lease_epoch: epoch });
+  if (refusal !== null || e === null) throw new BrokerError(refusal!.code, refusal!.message, refusal!.hint);
   return e;
 }
 
-/** Moves the task if its table allows the event from where it is; a terminal task is left alone. */
-function tryMoveTask(
-  deps: BrokerDeps,
-  taskId: string,
-  event: TaskEvent,
-  changes: Parameters<typeof moveTask>[4] = {},
-  data = {},
-) {
-  const t = deps.store.tasks.get(taskId);
-  if (!t) return;
-  try {
-    moveTask(deps, t, event, 'worker', changes, data);
-  } catch (err) {
-    if (err instanceof BrokerError && err.code === 'INVALID_STATE') {
-      deps.logger.info(
-        { task_id: taskId, state: t.state, event },
-        'late worker report ignored by task state machine',
-      );
-      return;
-    }
-    throw err;
-  }
-}
-
 /**
- * Handles an `execution` report. Call inside a transaction. The execution table (src/domain/execution.ts)
- * decides: a legal next phase is applied, a duplicate is ignored, and an illegal one is refused — the
- * returned error goes back to the worker — after moving the task to RECONCILIATION_REQUIRED and
- * quarantining its lease, in this same transaction: the worker and the master disagree about the
- * execution, so neither its outcome nor its cards can be trusted until an operator reconciles.
+ * Handles an `execution` report in one transaction (a savepoint inside the hub's): reads the snapshot,
+ * asks `reactToReport` (src/domain/execution-report.ts) what it changes, and applies the reactions in
+ * order, each move through its machine (compare-and-set, audit row). Throws a refusal (nothing
+ * changed); returns the INVALID_STATE answer to an illegal report after committing what it changed
+ * (task RECONCILIATION_REQUIRED, lease QUARANTINED), else null.
  */
 export function handleExecutionReport(
   deps: BrokerDeps,
   workerId: string,
-  msg: ExecutionMessage,
+  msg: ExecutionReport,
 ): BrokerError | null {
-  const e = fenced(deps, workerId, msg.execution_id, msg.lease_epoch);
-  // A report about one execution that names another task is refused before anything reads it
-  // (issue 10, row 9): the master never applies a report to a task it does not name. Unlike an illegal
-  // phase (below), nothing is known to have happened to the execution, so nothing changes.
-  if (msg.task_id !== e.task_id)
-    throw new BrokerError(
-      'INVALID_INPUT',
-      `execution ${e.id} belongs to task ${e.task_id}, but the report names task ${msg.task_id}`,
-      'Report refused; nothing changed. A report must name the task of its execution.',
-    );
-  // The Slurm job behind it (job id, pending reason, binding) is recorded whatever the phase step says:
-  // a repeated `accepted` carries a changed pending reason. A binding once known is never dropped.
-  if (msg.slurm !== undefined) {
-    const before = deps.store.leases.executionSlurm(e.id);
-    const binding = msg.slurm.binding ?? before?.binding ?? null;
-    deps.store.leases.setExecutionSlurm(e.id, { ...msg.slurm, binding });
-    if (binding !== null && before?.binding == null)
-      deps.store.audit.append({
-        at: deps.clock.now(),
-        actor: workerId,
-        action: 'execution.slurm_bound',
-        subject_type: 'task',
-        subject_id: e.task_id,
-        data: { execution_id: e.id, job_id: msg.slurm.job_id, binding },
-      });
-    deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
-  }
-  if (msg.phase === 'cleaned' && e.phase === 'cleanup_failed') {
-    lateCleanupReceipt(deps, e, msg.detail);
-    return null;
-  }
-  const step = executionStep(e.phase, msg.phase);
-  if (step.kind === 'duplicate') return null;
-  if (step.kind === 'illegal') return illegalReport(deps, e, msg.phase, step.allowed);
+  return deps.store.transaction(() => {
+    const e = deps.store.leases.execution(msg.execution_id) ?? null;
+    const reactions = reactToReport(reportSnapshot(deps, workerId, e), msg);
+    const refusal = reactions.find((r): r is ReportReaction & { kind: 'refuse' } => r.kind === 'refuse');
+    if (refusal !== undefined) throw new BrokerError(refusal.code, refusal.message, refusal.hint);
+    // reactToReport refuses a report about an execution the master does not have.
+    return applyReport(deps, e!, reactions);
+  });
+}
+
+/** What the master holds about the reported execution (`e`, already read), for `reactToReport`. */
+function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord | null): ReportSnapshot {
   const now = deps.clock.now();
-  const next: ExecutionRecord = { ...e, phase: msg.phase, updated_at: now };
+  // Only the fence reads an execution of another worker; nothing else of it is read.
+  if (e === null || e.worker_id !== workerId) return { worker_id: workerId, records: null, now };
   const task = deps.store.tasks.get(e.task_id)!;
   const lease = deps.store.leases.lease(e.lease_id)!;
-  switch (msg.phase) {
-    case 'accepted':
-      break;
-    case 'started':
-      tryMoveTask(deps, e.task_id, 'started', { started_at: now });
-      break;
-    case 'rejected': {
-      next.failure_reason = msg.failure_reason ?? 'SETUP_FAILED';
-      next.detail = msg.detail ?? null;
-      tryMoveTask(
-        deps,
-        e.task_id,
-        'worker_rejected',
-        { failure_reason: next.failure_reason },
-        { detail: msg.detail },
-      );
-      // Nothing ran: the worker refused before any side effect, so the cards are as clean as before.
-      if (lease.state !== 'RELEASED')
-        moveLease(deps, lease, 'cleaned', 'worker', `rejected: ${next.failure_reason}`);
-      break;
-    }
-    case 'exited': {
-      const outputs = msg.outputs ?? [];
-      const stored = new Map(deps.store.logs.outputs(e.id).map((o) => [o.path, o]));
-      const missing = task.spec.outputs.filter((o) => o.required && !stored.has(o.path)).map((o) => o.path);
-      const mismatched = outputs.filter((o) => stored.get(o.path)?.sha256 !== o.sha256).map((o) => o.path);
-      let failure = exitFailure({
-        exit_code: msg.exit_code ?? null,
-        signal: msg.signal ?? null,
-        failure_reason: msg.failure_reason ?? null,
-      });
-      if (!failure && (missing.length > 0 || mismatched.length > 0)) failure = 'OUTPUT_MISSING';
-      Object.assign(next, {
-        exit_code: msg.exit_code ?? null,
-        signal: msg.signal ?? null,
-        failure_reason: failure,
-        // The master's own record of each output (its size counted from the bytes it stored), never
-        // the report's claim.
-        outputs: outputs.flatMap((o) => {
-          const kept = stored.get(o.path);
-          return kept && kept.sha256 === o.sha256 ? [kept] : [];
-        }),
-        detail: msg.detail ?? (missing.length ? `missing required outputs: ${missing.join(', ')}` : null),
-      });
-      tryMoveTask(
-        deps,
-        e.task_id,
-        'exited',
-        { exit_code: next.exit_code, signal: next.signal, failure_reason: failure },
-        { failure_reason: failure },
-      );
-      if (lease.state === 'ACTIVE') moveLease(deps, lease, 'execution_ended', 'worker');
-      break;
-    }
-    case 'cleaned': {
-      if (lease.state !== 'RELEASED') moveLease(deps, lease, 'cleaned', 'worker', 'cleanup receipt');
-      const t = deps.store.tasks.get(e.task_id)!;
-      const failure = t.failure_reason ?? e.failure_reason;
-      tryMoveTask(deps, e.task_id, cleanedEvent(failure, t.desired));
-      break;
-    }
-    case 'cleanup_failed': {
-      next.detail = msg.detail ?? 'cleanup not confirmed';
-      if (lease.state === 'ACTIVE' || lease.state === 'RELEASING')
-        moveLease(deps, lease, 'quarantine', 'worker', next.detail);
-      tryMoveTask(
-        deps,
-        e.task_id,
-        'cleanup_failed',
-        { failure_reason: 'CLEANUP_UNCONFIRMED' },
-        { detail: next.detail },
-      );
-      break;
-    }
-  }
-  const { exit_code, signal, failure_reason, outputs, detail } = next;
-  moveExecution(deps, e, msg.phase, 'worker', { exit_code, signal, failure_reason, outputs, detail });
-  if (next.phase === 'cleaned' || next.phase === 'rejected') {
-    const indexes = lease.cards.map((c) => c.index);
-    deps.store.afterCommit(() => deps.cluster.fleet.releaseHeld(e.worker_id, indexes));
-  }
-  deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
-  return null;
+  return {
+    worker_id: workerId,
+    now,
+    records: {
+      execution: e,
+      slurm_binding: deps.store.leases.executionSlurm(e.id)?.binding ?? null,
+      task: {
+        state: task.state,
+        desired: task.desired,
+        failure_reason: task.failure_reason,
+        outputs: task.spec.outputs,
+      },
+      lease: { state: lease.state, cards: lease.cards.map((c) => c.index) },
+      stored_outputs: deps.store.logs.outputs(e.id),
+    },
+  };
 }
 
-/** An illegal report (see handleExecutionReport): reconcile, audit, and the refusal for the worker. */
-function illegalReport(
+/** Applies `reactToReport`'s reactions in order; see handleExecutionReport. Call inside a transaction. */
+function applyReport(
   deps: BrokerDeps,
   e: ExecutionRecord,
-  reported: ExecutionMessage['phase'],
-  allowed: readonly string[],
-): BrokerError {
-  const why = `execution ${e.id} is ${e.phase}; a report of ${reported} cannot follow (expected ${allowed.join(' or ') || 'nothing more'})`;
-  deps.logger.warn(
-    { execution_id: e.id, task_id: e.task_id, phase: e.phase, reported },
-    'illegal execution report',
-  );
-  markExecutionLost(deps, e, 'master', `illegal execution report: ${why}`, { reported, phase: e.phase });
-  deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
-  return new BrokerError(
-    'INVALID_STATE',
-    why,
-    'The master moved the task to RECONCILIATION_REQUIRED; an operator reconciles it (gpu-broker reconcile).',
-  );
-}
-
-/**
- * A cleanup receipt after the master stopped waiting for it (the sweeper quarantined the lease and
- * failed the task CLEANUP_UNCONFIRMED): the cards are proven clean, so the quarantined lease is
- * released (DESIGN §6). The task keeps its terminal state. A lease an operator already released by
- * reconcile is left as it is.
- */
-function lateCleanupReceipt(deps: BrokerDeps, e: ExecutionRecord, detail: string | undefined): void {
-  const lease = deps.store.leases.lease(e.lease_id)!;
-  if (lease.state !== 'QUARANTINED') return;
-  moveLease(deps, lease, 'cleaned', 'worker', 'late cleanup receipt');
-  moveExecution(deps, e, 'cleaned', 'worker', { detail: detail ?? 'late cleanup receipt' });
-  deps.store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+  reactions: readonly ReportReaction[],
+): BrokerError | null {
+  const { store } = deps;
+  let answer: BrokerError | null = null;
+  for (const r of reactions) {
+    switch (r.kind) {
+      case 'refuse': // thrown by handleExecutionReport before anything is applied
+        break;
+      case 'record_slurm':
+        store.leases.setExecutionSlurm(e.id, r.slurm);
+        break;
+      case 'slurm_bound':
+        store.audit.append({
+          at: deps.clock.now(),
+          actor: e.worker_id,
+          action: 'execution.slurm_bound',
+          subject_type: 'task',
+          subject_id: e.task_id,
+          data: { execution_id: e.id, job_id: r.job_id, binding: r.binding },
+        });
+        break;
+      case 'move_task':
+        moveTask(deps, store.tasks.get(e.task_id)!, r.event, 'worker', r.changes, { ...r.data });
+        break;
+      case 'task_unmoved':
+        deps.logger.info(
+          { task_id: e.task_id, state: r.state, event: r.event },
+          'late worker report ignored by task state machine',
+        );
+        break;
+      case 'move_lease':
+        moveLease(deps, store.leases.lease(e.lease_id)!, r.event, 'worker', r.reason);
+        break;
+      case 'move_execution':
+        moveExecution(deps, e, r.phase, 'worker', r.changes);
+        break;
+      case 'mark_lost':
+        deps.logger.warn(
+          { execution_id: e.id, task_id: e.task_id, phase: e.phase, reported: r.reported },
+          'illegal execution report',
+        );
+        markExecutionLost(deps, e, 'master', r.reason, { reported: r.reported, phase: e.phase });
+        break;
+      case 'answer':
+        answer = new BrokerError(r.code, r.message, r.hint);
+        break;
+      case 'release_held': {
+        const cards = [...r.cards];
+        store.afterCommit(() => deps.cluster.fleet.releaseHeld(e.worker_id, cards));
+        break;
+      }
+    }
+  }
+  // A notification carries no data (listeners re-read), so one covers every change above.
+  if (reactions.length > 0) store.afterCommit(() => deps.notifier.notify(taskTopic(e.task_id)));
+  return answer;
 }
 
 /**
