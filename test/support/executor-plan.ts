@@ -78,15 +78,6 @@ export function text(chunks: Chunk[], stream: 'stdout' | 'stderr'): string {
     .join('');
 }
 
-/** Waits for `cond`, polling every 10 ms, for at most `timeoutMs`. */
-export async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}
-
 /** Alive and not a zombie (an unreaped zombie holds no resources). */
 export function isLive(pid: number): boolean {
   try {

@@ -206,12 +206,3 @@ export class FakeMaster {
     if (this.autoAck) for (const r of received.replies) ws.send(JSON.stringify(r));
   }
 }
-
-/** Polls `predicate` until it holds; fails with `what` after `timeoutMs`. */
-export async function waitFor(predicate: () => boolean, timeoutMs = 2500, what = 'condition'): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
-}

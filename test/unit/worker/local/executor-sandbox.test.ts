@@ -13,7 +13,8 @@ import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
-import { makePlan, pidsWithMarker, sh, text, waitFor } from '../../../support/executor-plan.js';
+import { makePlan, pidsWithMarker, sh, text } from '../../../support/executor-plan.js';
+import { waitFor } from '../../../support/wait.js';
 
 // Attacks on the bubblewrap sandbox, each by a real task in a real sandbox (issue 9). The worker's data
 // dir here is `dataDir`: it holds a fake worker token and worker.sqlite, which no task may read.
@@ -150,7 +151,9 @@ describe('attacks', () => {
 
   it('row 3: another running task is invisible in /proc, and so is its environ', async () => {
     const victim = start(makePlan({ argv: sh('echo victim-ready; sleep 3'), env: { MARK: 'victim-env' } }));
-    await waitFor(() => text(victim.chunks, 'stdout').includes('victim-ready'), 'the victim to start');
+    await waitFor(() => text(victim.chunks, 'stdout').includes('victim-ready'), {
+      what: 'the victim to start',
+    });
     const attacker = start(
       makePlan({
         argv: sh(
@@ -214,8 +217,8 @@ describe('attacks', () => {
         grace: 0.3,
       }),
     );
-    await waitFor(() => text(cancelled.chunks, 'stdout').includes('up'), 'the task to start');
-    await waitFor(() => pidsWithMarker(marker2).length > 0, 'the setsid child');
+    await waitFor(() => text(cancelled.chunks, 'stdout').includes('up'), { what: 'the task to start' });
+    await waitFor(() => pidsWithMarker(marker2).length > 0, { what: 'the setsid child' });
     cancelled.handle.cancel('test');
     expect(await cancelled.handle.done).toMatchObject({ failure_reason: 'CANCELLED', cleaned: true });
     expect(pidsWithMarker(marker2)).toEqual([]);

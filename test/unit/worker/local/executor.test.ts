@@ -12,7 +12,8 @@ import { startExecution } from '../../../../worker/local/executor.js';
 import { probeOomKills } from '../../../../worker/local/process-group.js';
 import { startLogPump } from '../../../../worker/task-io/logs.js';
 import type { Chunk } from '../../../support/executor-plan.js';
-import { isLive, makePlan, sh, text, waitFor } from '../../../support/executor-plan.js';
+import { isLive, makePlan, sh, text } from '../../../support/executor-plan.js';
+import { waitFor } from '../../../support/wait.js';
 
 // Real child processes throughout: the executor's job is the interaction with the kernel.
 
@@ -252,7 +253,7 @@ describe('time limit, cancel and the process group', () => {
     const plan = makePlan({ argv: sh('sleep 1000 & echo $!; wait'), grace: 0.3 });
     const { handle, chunks } = start(plan);
     expect(await handle.started).toBeGreaterThan(0);
-    await waitFor(() => text(chunks, 'stdout').includes('\n'), 'the grandchild pid');
+    await waitFor(() => text(chunks, 'stdout').includes('\n'), { what: 'the grandchild pid' });
     const grandchild = Number(text(chunks, 'stdout').trim());
     expect(isLive(grandchild)).toBe(true);
     handle.cancel('operator asked');
