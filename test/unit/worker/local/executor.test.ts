@@ -59,6 +59,7 @@ describe('environment', () => {
         { index: 2, uuid: 'GPU-aaa' },
         { index: 5, uuid: 'GPU-bbb' },
       ],
+      epoch: 7,
       // A spec must not be able to widen its cards or forge its ids.
       env: { MY_SETTING: 'x y', CUDA_VISIBLE_DEVICES: '0,1,2,3', GPU_BROKER_TASK_ID: 'forged' },
     });
