@@ -187,7 +187,7 @@ afterAll(async () => {
   if (secretsRoot) rmSync(secretsRoot, { recursive: true, force: true });
 });
 
-describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
+describe.runIf(slurmUp)('Slurm backend against a real Slurm', () => {
   it('reports the partition as a pool: backend, partition and nodes in list_workers', async () => {
     const r = expectOk(await callTool<{ workers: Array<Record<string, unknown>> }>(ops, 'list_workers', {}));
     const w = r.workers.find((x) => x['worker_id'] === WORKER_ID)!;
@@ -750,7 +750,7 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
   }, 60_000);
 });
 
-describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)', () => {
+describe.runIf(slurmUp)('Slurm backend, multi-node (two slurmd on this host)', () => {
   const MULTI_ID = `slurm-multi-${process.pid}`;
   let multi: RunningWorker | null = null;
   let multiEnv: Record<string, string> = {};

@@ -5,6 +5,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { startExecution } from '../../../../worker/local/executor.js';
 import { resolveRunAs } from '../../../../worker/sandbox/run-as.js';
 import { makePlan } from '../../../support/executor-plan.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-run-as-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -37,9 +38,9 @@ describe('resolveRunAs', () => {
   });
 });
 
-const isRoot = process.getuid?.() === 0;
+const rootOnly = requireOrSkip('root', isRoot, 'run the tests as root: task uids, chown and setpriv need it');
 
-describe.skipIf(!isRoot)('a task run as another user (worker running as root)', () => {
+describe.runIf(rootOnly)('a task run as another user (worker running as root)', () => {
   it('runs as that user and cannot read the worker’s private files', async () => {
     // The executions root's parents must be traversable by the task's user, as on a real worker host.
     const root = join(dir, 'executions');
