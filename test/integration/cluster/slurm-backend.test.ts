@@ -32,7 +32,7 @@ import { waitFor } from '../../support/wait.js';
 
 /**
  * The Slurm backend through a real master and the real single-node Slurm of this machine (partition
- * `gpu`, node `localhost`, 8 fake GPUs; ../shared/reference/slurm/): proposal, review, sbatch, the start
+ * `gpu`, node `localhost`, 8 fake GPUs; scripts/slurm/): proposal, review, sbatch, the start
  * binding on the task and the cards, logs, outputs, cancel, time limit, a job scancelled behind the
  * broker's back, worker restart with a job still running, a foreign job's GPUs not offered, and a stale
  * broker job fenced off the cluster. One file, run serially: the tests share the one Slurm (another
