@@ -2,8 +2,8 @@ import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WorkerConnection } from '../../../../worker/link/connection.js';
 import { connectForever, workerConnectUrl } from '../../../../worker/link/connection.js';
+import { FakeMaster } from '../../../support/fake-master.js';
 import { waitFor } from '../../../support/wait.js';
-import { FakeMaster } from '../daemon/daemon-fake-master.js';
 
 describe('workerConnectUrl', () => {
   it('derives the WSS endpoint from the master URL', () => {

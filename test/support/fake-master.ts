@@ -1,14 +1,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
-import {
-  MemoryMarks,
-  parseMessage,
-  receiveSequenced,
-  sequenced,
-} from '../../../../src/contracts/sequencing.js';
-import type { ExecutionPlan, WorkerMessage } from '../../../../src/contracts/worker-protocol.js';
-import { PROTOCOL_VERSION, WorkerMessageSchema } from '../../../../src/contracts/worker-protocol.js';
+import { MemoryMarks, parseMessage, receiveSequenced, sequenced } from '../../src/contracts/sequencing.js';
+import type { ExecutionPlan, WorkerMessage } from '../../src/contracts/worker-protocol.js';
+import { PROTOCOL_VERSION, WorkerMessageSchema } from '../../src/contracts/worker-protocol.js';
 
 /**
  * A small master for worker daemon tests: a real `ws` server on 127.0.0.1 that checks the bearer token,

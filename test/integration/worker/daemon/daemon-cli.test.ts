@@ -4,8 +4,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CliIo } from '../../../../src/cli/io.js';
 import { run } from '../../../../src/cli/worker.js';
+import { FakeMaster } from '../../../support/fake-master.js';
 import { waitFor } from '../../../support/wait.js';
-import { FakeMaster } from './daemon-fake-master.js';
 
 let dir: string;
 let master: FakeMaster;

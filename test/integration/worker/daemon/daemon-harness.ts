@@ -8,7 +8,7 @@ import { startWorker } from '../../../../worker/daemon/start-worker.js';
 import type { CardSampler } from '../../../../worker/samplers/card-sampler.js';
 import { SimSampler, simCardUuid } from '../../../../worker/samplers/sim-sampler.js';
 import { type PlanOptions as MakePlanOptions, makePlan } from '../../../support/executor-plan.js';
-import { FakeMaster } from './daemon-fake-master.js';
+import { FakeMaster } from '../../../support/fake-master.js';
 
 /** Shared set-up of the daemon tests: a temp dir, a fake master and workers that are closed afterwards. */
 
