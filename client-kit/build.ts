@@ -7,7 +7,7 @@ import { packageRoot } from '../src/platform/package-root.js';
 import { mcpEndpoint } from './stdio-bridge-command.js';
 
 /**
- * The client kit (DESIGN §3): the skill, example specs and harness configs rendered for one master
+ * The client kit (docs/clients.md): the skill, example specs and harness configs rendered for one master
  * URL, plus the master's CA certificate when it uses the dev CA. A kit is handed to people and agents,
  * so it must never carry a token or a private key, and it is sealed twice: MANIFEST.json (sizes and
  * sha256 per file) and SHA256SUMS (the same digests plus MANIFEST.json's, checkable with

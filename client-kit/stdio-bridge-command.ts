@@ -132,7 +132,7 @@ export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeComma
 /**
  * The `/mcp` endpoint for a master URL given with or without the `/mcp` suffix. A bearer token must
  * not cross the network in clear, so plain `http:` is accepted only for loopback hosts, as the master
- * itself only listens without TLS there (DESIGN §12).
+ * itself only listens without TLS there (docs/security.md).
  */
 export function mcpEndpoint(raw: string): URL {
   let url: URL;

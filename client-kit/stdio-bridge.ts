@@ -18,8 +18,8 @@ import { z } from 'zod';
 import type { ErrorBody } from '../src/contracts/errors.js';
 
 /**
- * The stdio bridge (DESIGN §2, §10): a stdio MCP server for harnesses that cannot speak Streamable
- * HTTP, forwarding `tools/list` and `tools/call` to a master's `/mcp` endpoint unchanged.
+ * The stdio bridge (docs/architecture.md; docs/mcp-tools.md): a stdio MCP server for harnesses that cannot
+ * speak Streamable HTTP, forwarding `tools/list` and `tools/call` to a master's `/mcp` endpoint unchanged.
  *
  * Upstream is stateless (a fresh server per POST), so a master restart needs no session recovery: a
  * client whose call failed is simply dropped and the next call builds a new one. Retries are limited

@@ -35,7 +35,7 @@ LOG="$OUT/device-check.log"
 : >"$LOG"
 
 # The sampler's calls, field for field (NVIDIA_CORE_FIELDS, NVIDIA_HEALTH_FIELDS, NVIDIA_APP_FIELDS in
-# worker/samplers/nvidia-parse.ts; test/unit/worker/samplers/device-check-script.test.ts keeps them equal).
+# worker/samplers/nvidia-parse.ts; test/integration/worker/samplers/device-check-script.test.ts keeps them equal).
 CSV_FORMAT='--format=csv,noheader,nounits'
 CORE_FIELDS='index,uuid,name,memory.total,memory.used,utilization.gpu,temperature.gpu,power.draw'
 HEALTH_FIELDS='ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure,retired_pages.pending'

@@ -24,13 +24,13 @@ import { type BrokerMcp, connectBrokerMcp } from './mcp-client.js';
 import { describeTask, postSettled, rungSettled, settle } from './runner-settle.js';
 
 /**
- * The qualification runner (DESIGN §11). It drives the whole path through MCP, as agents do, with two
- * principals created for the run: the submitter proposes and confirms the pinned workload for each card
- * count (itself, or by launching Claude Code / Codex with a prompt), the distinct reviewer reads the
- * revision and approves it only if it is exactly the workload spec, then the scheduler and the worker do
- * the rest. After each rung the verifier judges what the master recorded (gathered through `hooks`,
- * which the broker implements over its store); after the ladder it checks the post-conditions and
- * seals the evidence document. Storing it, and returning the cards on PASSED, is the broker's part.
+ * The qualification runner (docs/qualification.md). It drives the whole path through MCP, as agents do, with
+ * two principals created for the run: the submitter proposes and confirms the pinned workload for each card
+ * count (itself, or by launching Claude Code / Codex with a prompt), the distinct reviewer reads the revision
+ * and approves it only if it is exactly the workload spec, then the scheduler and the worker do the rest.
+ * After each rung the verifier judges what the master recorded (gathered through `hooks`, which the broker
+ * implements over its store); after the ladder it checks the post-conditions and seals the evidence document.
+ * Storing it, and returning the cards on PASSED, is the broker's part.
  *
  * A failed rung stops the ladder (the rest are listed as not run): the verdict is FAILED either way,
  * and the next rung would only queue behind whatever the failure left behind.

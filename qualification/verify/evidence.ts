@@ -5,7 +5,7 @@ import { WorkloadResultSchema } from './schema.js';
 import type { Check, RungRecords } from './verifier.js';
 
 /**
- * The evidence document of a qualification run (DESIGN §11; docs/qualification.md "Reading the
+ * The evidence document of a qualification run (docs/qualification.md "Reading the
  * evidence"). It is canonical JSON: `digest` is the sha256 of the canonical JSON of the document
  * without its `digest` member, so anyone holding the document can recompute it. Each rung carries the
  * ids of the whole chain, the uploaded result document itself and every check with its detail, so the

@@ -6,7 +6,7 @@ import { checkSlurmBinding } from './slurm-checks.js';
 import { checkWorkloadResult, type SlurmExpectation, workloadCheckNames } from './workload-checks.js';
 
 /**
- * The qualification verifier (DESIGN §11). It trusts no agent and no worker: its input is what the
+ * The qualification verifier (docs/qualification.md). It trusts no agent and no worker: its input is what the
  * master itself recorded (proposal, revision, reviews, task, lease, execution, the uploaded output bytes,
  * the audit trail's facts), gathered by the broker from its store, and it recomputes every binding and
  * number. Pure: no I/O, no clock. Fail closed: a record that is missing fails every check that needs

@@ -10,7 +10,7 @@ import { checkSlurmJob, SLURM_CHECK_NAMES, type SlurmExpectation } from './slurm
 /**
  * The pure checks the verifier runs on the qualification workload's result document
  * (`qualification.json`, written by rank 0 of `qualification/workload/qualify.py`; its schema is
- * schema.ts) (DESIGN §11).
+ * schema.ts) (docs/qualification.md).
  *
  * The document is evidence produced by code running on the worker, so nothing in it is taken on its
  * word: its `ok` flags and `expected` values are ignored; every verdict is recomputed from the measured

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""gpu-broker qualification workload (DESIGN section 11).
+"""gpu-broker qualification workload (docs/qualification.md "The workload").
 
 Run by the worker executor on the leased cards. It starts one rank per visible card itself (Debian's
 torchrun is broken on Python 3.11, and a self-launching script behaves the same on every host), and on

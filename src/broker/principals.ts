@@ -7,7 +7,8 @@ import { ROLES } from '../store/principals-repo.js';
 import type { BrokerDeps } from './deps.js';
 
 /**
- * Tokens and principals (DESIGN §4). A token is 32 random bytes, shown once, stored only as its sha256.
+ * Tokens and principals (docs/security.md "Tokens"). A token is 32 random bytes, shown once, stored only as
+ * its sha256.
  */
 
 /** Prefix that makes a leaked token easy to recognise and grep for. */

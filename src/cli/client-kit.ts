@@ -6,7 +6,7 @@ import type { CliIo, CommandRunner } from './io.js';
 
 /**
  * `gpu-broker client-kit build --out DIR [--url URL] [--ca-file F] [--json]` and
- * `gpu-broker client-kit verify DIR [--json]` (DESIGN §13). Exit codes: 0 success, 1 the build
+ * `gpu-broker client-kit verify DIR [--json]` (docs/clients.md). Exit codes: 0 success, 1 the build
  * failed or the kit does not verify, 2 usage.
  */
 

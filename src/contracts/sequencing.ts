@@ -3,9 +3,9 @@ import { jsonDepthExceeds, MAX_JSON_DEPTH } from './json-depth.js';
 import { PROTOCOL_VERSION } from './worker-protocol.js';
 
 /**
- * The rules for sequenced messages (DESIGN §8, docs/worker-protocol.md "Sequencing"), written once and
+ * The rules for sequenced messages (docs/worker-protocol.md "Sequencing"), written once and
  * used by both receivers — the master's hub (src/ws/hub.ts), the worker daemon (worker/daemon/start-worker.ts) —
- * and by the test fakes that stand in for either (test/unit/worker/daemon/daemon-fake-master.ts,
+ * and by the test fakes that stand in for either (test/support/fake-master.ts,
  * test/support/raw-worker.ts). Pure: the edges pass in their mark store and their transaction.
  *
  *   1. parse   — text → JSON (depth-checked) → zod; anything else is an `InvalidMessage`, never a throw;

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { codePointName, HIDDEN_CHAR } from './hidden-chars.js';
 
 /**
- * The task spec an agent proposes (DESIGN §5). Names are final; unknown keys are refused.
+ * The task spec an agent proposes (docs/mcp-tools.md). Names are final; unknown keys are refused.
  * Policy (which executables, env names, card and time limits) is checked separately and reported as
  * findings, so that a spec that parses but breaks policy can still be saved as a draft and fixed.
  */

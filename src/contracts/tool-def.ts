@@ -8,7 +8,7 @@ import { z } from 'zod';
 /** Roles that may call a tool. */
 export type ToolRole = 'submitter' | 'reviewer' | 'operator' | 'viewer' | 'worker';
 
-/** MCP tool annotations, always all four (DESIGN §10). */
+/** MCP tool annotations, always all four (docs/mcp-tools.md "Annotations"). */
 export interface ToolAnnotations {
   readOnlyHint: boolean;
   destructiveHint: boolean;

@@ -9,7 +9,7 @@ import {
   WorkerBackendSchema,
 } from './worker-protocol.js';
 
-/** Tools to see the cluster (everyone) and to operate it (operators). DESIGN §10. */
+/** Tools to see the cluster (everyone) and to operate it (operators). docs/mcp-tools.md. */
 
 const WorkerIdSchema = z.string().min(1).max(128).describe('The worker id, e.g. gpu-host-1');
 

@@ -23,7 +23,7 @@ import {
   TimeSchema,
 } from './views.js';
 
-/** Tools an agent uses to propose work and a reviewer uses to judge it (DESIGN §10). */
+/** Tools an agent uses to propose work and a reviewer uses to judge it (docs/mcp-tools.md). */
 
 const RevisionResultSchema = z.object({
   proposal_id: z.string(),

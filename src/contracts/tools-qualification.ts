@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { DESTRUCTIVE, defineTool, IdempotencyKeySchema, PageInput, READ_ONLY } from './tool-def.js';
 import { TimeSchema } from './views.js';
 
-/** Tools to qualify a GPU host end to end (DESIGN §11; docs/qualification.md). Operators only. */
+/** Tools to qualify a GPU host end to end (docs/qualification.md). Operators only. */
 
 /** The ladder a run uses when none is given. */
 export const DEFAULT_LADDER = [1, 2, 4, 8] as const;

@@ -10,7 +10,7 @@ import {
 } from './tool-def.js';
 import { TaskStateSchema, TaskSummarySchema, TaskViewSchema } from './views.js';
 
-/** Tools to follow, cancel and read the results of tasks (DESIGN §10). */
+/** Tools to follow, cancel and read the results of tasks (docs/mcp-tools.md). */
 
 const TaskIdSchema = z.string().min(1).max(128).describe('The task id, e.g. task_01J…');
 

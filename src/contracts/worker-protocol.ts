@@ -3,7 +3,7 @@ import { CardSampleSchema, ProviderSchema } from './sample.js';
 import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 
 /**
- * The worker protocol (DESIGN §8, docs/worker-protocol.md): JSON messages over WSS, one zod
+ * The worker protocol (docs/worker-protocol.md): JSON messages over WSS, one zod
  * discriminated union per direction on `type`.
  *
  * Sequencing: every message except `hello`, `welcome`, `ack` and `error` carries `seq`, numbered per

@@ -1,8 +1,8 @@
 import type { CardSample } from '../contracts/sample.js';
 
 /**
- * Card state (DESIGN §6), derived on every read from the latest sample and the broker's own records,
- * never stored: a stored state would go stale the moment a sample or a lease changed.
+ * Card state (docs/state-machines.md), derived on every read from the latest sample and the broker's own
+ * records, never stored: a stored state would go stale the moment a sample or a lease changed.
  *
  * Precedence, first match wins. Facts from our own records come first because they hold whatever the
  * hardware says and must stay visible when the worker goes silent (a leased card on an offline worker
@@ -52,10 +52,10 @@ export const CARD_STATES: readonly CardState[] = [
   'AVAILABLE',
 ];
 
-/** Default VRAM-used threshold, in percent of the card's total memory (DESIGN §7). */
+/** Default VRAM-used threshold, in percent of the card's total memory (docs/state-machines.md). */
 export const DEFAULT_VRAM_THRESHOLD_PCT = 2;
 
-/** A sample older than this many sample intervals is not fresh (DESIGN §7). */
+/** A sample older than this many sample intervals is not fresh (docs/state-machines.md). */
 export const STALE_AFTER_SAMPLE_INTERVALS = 3;
 
 /** The sample fields a card's state depends on. */
@@ -89,7 +89,7 @@ export interface CardRecords {
 
 /** What the master knows about a worker's sampling. */
 export interface WorkerSampling {
-  /** The worker has a live session (DESIGN §8: offline after 15 s without a message). */
+  /** The worker has a live session (docs/worker-protocol.md: offline after 15 s without a message). */
   online: boolean;
   /** When the worker's latest sample was taken, in ms on the master's clock; null if it never sampled. */
   sampled_at: number | null;

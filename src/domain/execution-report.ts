@@ -10,7 +10,7 @@ import { type LeaseEvent, type LeaseState, leaseAccepts } from './lease.js';
 import { cleanedEvent, exitFailure, type TaskEvent, type TaskState, taskAccepts } from './task.js';
 
 /**
- * What a worker's `execution` report means for the master's records (DESIGN §§6, 8, 9). Pure:
+ * What a worker's `execution` report means for the master's records (docs/state-machines.md, docs/worker-protocol.md). Pure:
  * `reactToReport(snapshot, report)` returns the reactions as data, like `reconcileHello` in
  * worker-reconcile.ts; src/broker/workers/reports.ts reads the snapshot and applies the reactions in one
  * transaction, each move through its machine (compare-and-set, audit row). The time is in the snapshot.

@@ -2,8 +2,8 @@ import { applyTransition, type TransitionResult, type TransitionTable } from './
 
 /**
  * The execution machine: where one assignment of a task to a worker stands, as the worker reports it
- * (DESIGN §8; issue 10, row 1). States are the phases; the event that moves it is the report of the
- * next phase, so the table says which report may follow which.
+ * (docs/worker-protocol.md; issue 10, row 1). States are the phases; the event that moves it is the report of
+ * the next phase, so the table says which report may follow which.
  *
  *   assigned        the master sent `assign`
  *   accepted        the worker checked the plan (fence, pins, setup) and will run it

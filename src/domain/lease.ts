@@ -7,8 +7,8 @@ import {
 } from './state-machine.js';
 
 /**
- * Lease state machine (DESIGN §6). A card is never free on a guess: only a cleanup receipt or an audited
- * operator reconcile releases a card.
+ * Lease state machine (docs/state-machines.md). A card is never free on a guess: only a cleanup receipt or an
+ * audited operator reconcile releases a card.
  *
  * States:
  * - `ACTIVE`: the lease binds its cards to one execution.

@@ -10,11 +10,11 @@ import { quoteUntrusted as q, quoteList } from './untrusted.js';
 export type { Finding, FindingSeverity, PolicyFacts } from './policy-types.js';
 
 /**
- * Policy findings for one revision (DESIGN §5). `error` findings block confirmation; `warning` findings
- * are shown to the reviewer. Every finding teaches: it says what is wrong and what a valid value looks
- * like. Every submitter value in a message is quoted (src/domain/untrusted.ts), never spliced in.
- * The checks live in policy-runtime.ts (what runs), policy-inputs.ts (the inputs) and here (env,
- * network, mounts, limits).
+ * Policy findings for one revision (docs/security.md "Policy"). `error` findings block confirmation;
+ * `warning` findings are shown to the reviewer. Every finding teaches: it says what is wrong and what a valid
+ * value looks like. Every submitter value in a message is quoted (src/domain/untrusted.ts), never spliced in.
+ * The checks live in policy-runtime.ts (what runs), policy-inputs.ts (the inputs) and here (env, network,
+ * mounts, limits).
  */
 
 /** Env names the broker sets itself; a spec may never set them. */

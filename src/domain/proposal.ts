@@ -1,7 +1,7 @@
 import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
 /**
- * Proposal state machine (DESIGN §6).
+ * Proposal state machine (docs/state-machines.md).
  *
  * States:
  * - `DRAFT`: being written; revisions may be added; not visible to reviewers.

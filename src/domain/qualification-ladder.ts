@@ -1,5 +1,5 @@
 /**
- * Which rungs a qualification run can test (DESIGN §11; docs/qualification.md). Pure: the broker passes
+ * Which rungs a qualification run can test (docs/qualification.md). Pure: the broker passes
  * in what it knows of the worker and gets the ladder back as data.
  *
  * - A local worker: a count runs when the worker has that many usable cards and policy allows it.

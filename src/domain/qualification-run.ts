@@ -1,9 +1,9 @@
 import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
 /**
- * Qualification run state machine (DESIGN §11). A run is created RUNNING and leaves it exactly once,
- * through `moveQualificationRun` (src/broker/machines/qualification-run.ts, `applyMove`: compare-and-set and
- * an audit row `qualification_run.<event>`).
+ * Qualification run state machine (docs/state-machines.md). A run is created RUNNING and leaves it exactly
+ * once, through `moveQualificationRun` (src/broker/machines/qualification-run.ts, `applyMove`:
+ * compare-and-set and an audit row `qualification_run.<event>`).
  *
  * States:
  * - `RUNNING`: the runner drives the ladder; the run's cards are reserved for its own tasks.

@@ -9,8 +9,8 @@ import {
 } from './state-machine.js';
 
 /**
- * Task state machine (DESIGN §6). Desired state (`run` | `cancel`) is a separate field; these are
- * observed states.
+ * Task state machine (docs/state-machines.md). Desired state (`run` | `cancel`) is a separate field; these
+ * are observed states.
  *
  * States:
  * - `QUEUED`: approved, waiting for cards; carries a `reason` and a queue position.

@@ -2,11 +2,11 @@ import type { ExecutionPhase as ReportedPhase } from '../contracts/worker-protoc
 import type { ExecutionPhase } from './execution.js';
 
 /**
- * What a worker's `hello` means for the master's records (DESIGN §§6, 8; docs/architecture.md "The hub
- * and reconcile"). Pure: `reconcileHello(snapshot)` returns the decisions as data, like
- * `decide(snapshot, now)` in scheduling/decide.ts; src/broker/workers/session.ts applies them in one
- * transaction and the hub only sends. No clock: nothing here depends on time (the grace for an offline
- * worker is the sweeper's business, src/broker/loops/liveness.ts).
+ * What a worker's `hello` means for the master's records (docs/worker-protocol.md; docs/architecture.md "The
+ * hub and reconcile"). Pure: `reconcileHello(snapshot)` returns the decisions as data, like `decide(snapshot,
+ * now)` in scheduling/decide.ts; src/broker/workers/session.ts applies them in one transaction and the hub
+ * only sends. No clock: nothing here depends on time (the grace for an offline worker is the sweeper's
+ * business, src/broker/loops/liveness.ts).
  *
  * Decisions, in the order they are applied:
  *   ack_outbox_through  the worker processed the master's messages up to `seq` of that master boot

@@ -11,10 +11,10 @@ import * as x509 from '@peculiar/x509';
 export { type CaTrustingFetch, createCaAgent, createCaTrustingFetch } from './ca-fetch.js';
 
 /**
- * Development TLS for the master (DESIGN §12: TLS by default). A private ECDSA P-256 CA and one server
- * certificate live in `<dataDir>/tls/`. The CA is generated once and kept, so agents and workers that
- * were given `ca.pem` keep trusting the master when the server certificate is re-issued (new SANs,
- * close to expiry). Private keys are written with mode 0600 and never leave this directory.
+ * Development TLS for the master (docs/operations.md "TLS": TLS by default). A private ECDSA P-256 CA and one
+ * server certificate live in `<dataDir>/tls/`. The CA is generated once and kept, so agents and workers that
+ * were given `ca.pem` keep trusting the master when the server certificate is re-issued (new SANs, close to
+ * expiry). Private keys are written with mode 0600 and never leave this directory.
  */
 
 /** Paths and PEM contents of the dev CA and the server certificate. */

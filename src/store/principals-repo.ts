@@ -1,6 +1,6 @@
 import type { Db } from './db.js';
 
-/** Roles a principal may hold (DESIGN §4). */
+/** Roles a principal may hold (docs/security.md). */
 export const ROLES = ['submitter', 'reviewer', 'operator', 'viewer', 'worker'] as const;
 /** A role. */
 export type Role = (typeof ROLES)[number];

@@ -17,6 +17,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { z } from 'zod';
 import { packageRoot } from '../../src/platform/package-root.js';
 import { createCaTrustingFetch, type DevTls, ensureDevTls } from '../../src/platform/tls.js';
+import { waitFor } from '../support/wait.js';
 
 /**
  * The stdio bridge as a real child process, between the SDK's stdio client and a small real MCP
@@ -346,7 +347,10 @@ describe('stdio bridge (child process)', () => {
         stderr += d.toString();
       });
       const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-      await waitFor(() => stderr.includes('serving MCP on stdio'));
+      await waitFor(() => stderr.includes('serving MCP on stdio'), {
+        timeoutMs: 15_000,
+        what: 'the bridge to serve MCP on stdio',
+      });
       if (how === 'stdin') child.stdin.end();
       else child.kill('SIGTERM');
       expect(await exited).toBe(0);
@@ -371,11 +375,3 @@ describe('stdio bridge (child process)', () => {
     expect((noToken as { stderr: string }).stderr).toContain('set GPU_BROKER_TOKEN');
   });
 });
-
-async function waitFor(condition: () => boolean, timeoutMs = 15_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!condition()) {
-    if (Date.now() > deadline) throw new Error('condition not met in time');
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}

@@ -1,7 +1,11 @@
 import { readdirSync, readFileSync } from 'node:fs';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 
-/** Plans, chunks and process probes shared by the executor tests (real processes throughout). */
+/**
+ * Plans, chunks and process probes shared by the worker tests. `makePlan` is the only builder of an
+ * `ExecutionPlan` in the tests (issue 22): the daemon harness and the local-store tests call it with their
+ * own defaults, so a change to the plan's shape is made here once.
+ */
 
 /** What a test plan may set; everything else gets a small default. */
 export interface PlanOptions {
@@ -12,7 +16,13 @@ export interface PlanOptions {
   grace?: number;
   cleanupTimeout?: number;
   cards?: Array<{ index: number; uuid: string }>;
+  /**
+   * The execution id; the task and assignment ids are derived from it (`task-of-…`, `asg-…`), so the same
+   * id always gives the same plan. Without it the ids are fresh (process id and a counter).
+   */
   executionId?: string;
+  /** The plan's lease epoch, default 1. */
+  epoch?: number;
   network?: 'none' | 'host';
   hiddenPaths?: string[];
   pins?: Array<{ path: string; sha256: string }>;
@@ -24,20 +34,31 @@ export interface PlanOptions {
 
 let counter = 0;
 
-/** A plan for one execution with unique ids. */
+/** A plan for one execution: unique ids unless `executionId` is given. */
 export function makePlan(o: PlanOptions): ExecutionPlan {
   counter += 1;
+  const cards = o.cards ?? [{ index: 0, uuid: 'GPU-sim-0' }];
+  const ids =
+    o.executionId === undefined
+      ? {
+          task_id: `task-${process.pid}-${counter}`,
+          execution_id: `exec-${process.pid}-${counter}`,
+          assignment_id: `asg-${process.pid}-${counter}`,
+        }
+      : {
+          task_id: `task-of-${o.executionId}`,
+          execution_id: o.executionId,
+          assignment_id: `asg-${o.executionId}`,
+        };
   return {
-    task_id: `task-${counter}`,
-    execution_id: o.executionId ?? `exec-${counter}`,
-    assignment_id: `asg-${counter}`,
-    lease_epoch: 7,
-    cards: o.cards ?? [{ index: 0, uuid: 'GPU-sim-0' }],
+    ...ids,
+    lease_epoch: o.epoch ?? 1,
+    cards,
     spec: {
       title: 't',
       objective: 'o',
       success_criteria: 's',
-      cards: { count: (o.cards ?? [1]).length },
+      cards: { count: cards.length },
       runtime: {
         ...(o.image === undefined
           ? { kind: 'process' as const }
@@ -76,15 +97,6 @@ export function text(chunks: Chunk[], stream: 'stdout' | 'stderr'): string {
     .filter((c) => c.stream === stream)
     .map((c) => c.data)
     .join('');
-}
-
-/** Waits for `cond`, polling every 10 ms, for at most `timeoutMs`. */
-export async function waitFor(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 /** Alive and not a zombie (an unreaped zombie holds no resources). */

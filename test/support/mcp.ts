@@ -66,7 +66,7 @@ export async function callTool<T = Record<string, unknown>>(
   }
   const structured = result.structuredContent;
   if (structured === undefined) throw new Error(`${name}: success without structuredContent`);
-  // The JSON text mirror must say the same as structuredContent (DESIGN §10).
+  // The JSON text mirror must say the same as structuredContent (docs/mcp-tools.md "Results").
   const content = result.content as Array<{ type: string; text?: string }> | undefined;
   const mirror = content?.find((c) => c.type === 'text')?.text;
   if (mirror === undefined || JSON.stringify(JSON.parse(mirror)) !== JSON.stringify(structured))

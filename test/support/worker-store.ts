@@ -28,30 +28,3 @@ export function seedExecution(
   for (const to of rest) record = store.moveExecution(plan.execution_id, record.phase, to, last(to));
   return record;
 }
-
-/**
- * A plan for one execution as the local-store tests store it: ids derived from `executionId`
- * (`task-of-…`, `asg-…`), one card, a `/usr/bin/true` process; `overrides` replaces top-level fields.
- */
-export function storedPlan(executionId: string, overrides: Partial<ExecutionPlan> = {}): ExecutionPlan {
-  return {
-    task_id: `task-of-${executionId}`,
-    execution_id: executionId,
-    assignment_id: `asg-${executionId}`,
-    lease_epoch: 1,
-    cards: [{ index: 0, uuid: 'GPU-0' }],
-    spec: {
-      title: 't',
-      objective: 'o',
-      success_criteria: 's',
-      cards: { count: 1 },
-      runtime: { kind: 'process', argv: ['/usr/bin/true'] },
-      outputs: [],
-      time_limit_seconds: 60,
-    },
-    spec_digest: 'a'.repeat(64),
-    kill_grace_seconds: 5,
-    cleanup_timeout_seconds: 30,
-    ...overrides,
-  };
-}

@@ -24,7 +24,7 @@ import type { RunningWorker, WorkerOptions } from './options.js';
 export type { RunningWorker, WorkerOptions } from './options.js';
 
 /**
- * The worker daemon (DESIGN §2, §8, §9): one per GPU host, connected to the master over WSS.
+ * The worker daemon (docs/architecture.md, docs/worker-protocol.md): one per GPU host, connected to the master over WSS.
  *
  * Start-up:
  *   1. secure the data dir (data-dir-modes.ts), open `<dataDir>/worker.sqlite` (0600); a new boot id;

@@ -3,9 +3,9 @@ import type { LeasedCard } from '../../src/contracts/worker-protocol.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 
 /**
- * Card checks of the worker daemon: before running (do the leased cards exist here, with the uuids the
- * master leased?) and for the cleanup receipt (DESIGN §9: no process left on the leased cards and memory
- * back under the threshold).
+ * Card checks of the worker daemon: before running (do the leased cards exist here, with the uuids the master
+ * leased?) and for the cleanup receipt (docs/worker-protocol.md: no process left on the leased cards and
+ * memory back under the threshold).
  */
 
 /** VRAM use at or under this percent of the total counts as clean when the plan names no threshold. */

@@ -15,7 +15,7 @@ import { pinsProblem } from './pin-check.js';
 import { joinDetail, phaseBody } from './reports.js';
 
 /**
- * What the worker does with `assign`, `cancel` and `query` (DESIGN §8, §9), and how a running
+ * What the worker does with `assign`, `cancel` and `query` (docs/worker-protocol.md), and how a running
  * execution's events become messages. Phases an execution goes through on this worker:
  *
  *   accepted   fenced, recorded and reported; the executor is starting it

@@ -5,9 +5,9 @@ import { WORKER_CONNECT_PATH } from '../../src/contracts/paths.js';
 import { MAX_MESSAGE_BYTES } from '../../src/contracts/worker-protocol.js';
 
 /**
- * The worker's end of the WSS link to the master (DESIGN §2, §8): one socket at a time, reconnected for
- * ever. This file knows nothing of the protocol's messages; the daemon gives it text to send and gets
- * text back. States of the link:
+ * The worker's end of the WSS link to the master (docs/architecture.md; docs/worker-protocol.md): one socket
+ * at a time, reconnected for ever. This file knows nothing of the protocol's messages; the daemon gives it
+ * text to send and gets text back. States of the link:
  *
  *   connecting   a handshake is under way
  *   open         the socket is up (the daemon then says hello and waits for welcome)

@@ -17,7 +17,7 @@ import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
 import { localVerdict } from './verdict.js';
 
 /**
- * Runs one ExecutionPlan on this host (DESIGN §9).
+ * Runs one ExecutionPlan on this host (docs/worker-protocol.md, docs/security.md).
  *
  * Layout of one execution (the root is the worker's; only `task/` is the task's):
  *

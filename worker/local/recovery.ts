@@ -12,7 +12,7 @@ import type { GroupMember } from './process-group.js';
 import { liveGroupMembers, signalGroup } from './process-group.js';
 
 /**
- * Executions a previous worker process left unfinished (DESIGN §9). They are never run again:
+ * Executions a previous worker process left unfinished (docs/worker-protocol.md). They are never run again:
  *
  *   1. (at startup, before connecting) `accepted` / `started` ones are reported `exited` with
  *      WORKER_LOST, "worker restarted"; `exited` ones already were.

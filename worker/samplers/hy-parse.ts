@@ -2,7 +2,7 @@ import { SamplerError } from './card-sampler.js';
 import { clip, parseIndex, parseNumber } from './smi-values.js';
 
 /**
- * Pure parsers for Hygon `hy-smi` output (shared/reference/gpu-tools.md): the default table, read by
+ * Pure parsers for Hygon `hy-smi` output (samples in test/unit/worker/samplers/): the default table, read by
  * header names, and the `DCU[i] : key: value` detail modes (`--showmeminfo vram`, `--showproductname`),
  * whose `--json` variants have been seen with text around the JSON and with missing commas inside it.
  */

@@ -4,7 +4,7 @@ import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { CardSampler } from './card-sampler.js';
 
 /**
- * The sampling loop (DESIGN §8): every interval, one sample of all cards, or why there is none.
+ * The sampling loop (docs/worker-protocol.md): every interval, one sample of all cards, or why there is none.
  *
  * - One sample in flight at a time: a tick that finds the previous sample still running skips it, so a
  *   hanging tool never stacks up processes.

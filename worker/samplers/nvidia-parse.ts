@@ -3,8 +3,8 @@ import { SamplerError } from './card-sampler.js';
 import { clip, isUnmeasured, parseFlag, parseIndex, parseNumber } from './smi-values.js';
 
 /**
- * Pure parsers for `nvidia-smi --query-* --format=csv,noheader,nounits` output (formats in
- * shared/reference/gpu-tools.md). No I/O here, so tests feed them the literal sample text.
+ * Pure parsers for `nvidia-smi --query-* --format=csv,noheader,nounits` output (the formats of the literal
+ * samples in test/unit/worker/samplers/nvidia-parse.test.ts). No I/O here, so tests feed them that text.
  */
 
 /** Fields every driver answers; queried together because one unsupported field fails the whole list. */

@@ -24,7 +24,7 @@ import { prepareSlurmJob } from './job-setup.js';
  *       tmp/                   TMPDIR
  *
  * Steps:
- *   1. setup: refuse what a Slurm job cannot honour (container runtime, inputs, named mounts); write the
+ *   1. setup: refuse what a Slurm job cannot honour (container runtime; mounts without a sandbox); write the
  *      wrapper; build the env from nothing (the slot indexes of the lease are not devices, so no
  *      CUDA_VISIBLE_DEVICES of ours: Slurm sets it).
  *   2. sbatch (`--gres=gpu:N`, `--nodes`/`--ntasks-per-node` for `cards.per_node`, `--time` rounded up to

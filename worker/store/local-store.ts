@@ -12,7 +12,7 @@ import { migrateLocalStore } from './local-store-migrations.js';
 import { ExecutionMoveError, moveRecordedPhase } from './local-store-moves.js';
 
 /**
- * The worker's own small SQLite file (DESIGN §8): what must survive a worker restart.
+ * The worker's own small SQLite file (docs/worker-protocol.md): what must survive a worker restart.
  *
  *   card_epochs   per card, the highest lease epoch seen; an assign or cancel below it is STALE_EPOCH
  *   executions    what the worker knows about each execution (reported in `hello`), with the task's

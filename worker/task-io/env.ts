@@ -1,7 +1,7 @@
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 
 /**
- * The environment a task process sees (DESIGN §9). It is built from nothing: the worker's own
+ * The environment a task process sees (docs/worker-protocol.md). It is built from nothing: the worker's own
  * environment (its token, its config paths) never reaches the task.
  */
 

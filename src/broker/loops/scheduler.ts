@@ -14,7 +14,7 @@ import type { TaskObserver, TaskPlacement, WorkerLink } from '../ports.js';
 import { enqueueForWorker } from '../workers/link.js';
 
 /**
- * The imperative half of scheduling (DESIGN §7). Each pass:
+ * The imperative half of scheduling (docs/architecture.md). Each pass:
  *  1. snapshot — queued tasks and leases from SQLite, sessions and samples from the fleet;
  *  2. decide   — the pure `decide(snapshot, now)` returns grants and wait reasons as data;
  *  3. apply    — one transaction; each grant re-checks (compare-and-set) that its task is still QUEUED

@@ -20,7 +20,7 @@ import { assertInterpreterReady, assertPoolIdle } from './qualification-prefligh
 import { iso, principalName } from './views.js';
 
 /**
- * Use cases of qualification runs (DESIGN §11): start (validate, create the run's two principals,
+ * Use cases of qualification runs (docs/qualification.md): start (validate, create the run's two principals,
  * cordon its cards for it, hand it to the background runner), read, and finish (store the evidence,
  * return the cards only on PASSED, revoke the principals). The runner itself lives in
  * qualification/run/runner.ts; src/master/qualification-service.ts connects the two.

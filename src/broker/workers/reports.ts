@@ -17,7 +17,7 @@ import { moveTask } from '../machines/task.js';
 import { taskTopic } from '../topics.js';
 
 /**
- * What the master does with a worker's reports about an execution (DESIGN §§6, 8, 9). Every report is
+ * What the master does with a worker's reports about an execution (docs/state-machines.md, docs/worker-protocol.md). Every report is
  * fenced: it must come from the execution's worker and carry the execution's lease_epoch. Reports are
  * idempotent: a phase the execution already passed is acknowledged and ignored. What an `execution`
  * report changes is decided by `reactToReport` (src/domain/execution-report.ts); this file applies it.

@@ -3,7 +3,7 @@ import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
 
 /**
- * The scheduler's decision function (DESIGN §7). Pure: it reads a snapshot and returns grants,
+ * The scheduler's decision function (docs/architecture.md). Pure: it reads a snapshot and returns grants,
  * reservations and wait reasons as data. The broker applies them in one SQLite transaction with
  * compare-and-set (re-checking each card is still free) and computes lease epochs itself, so a decision
  * made on a stale snapshot is rejected, never applied.

@@ -23,7 +23,7 @@ import { startWorkerOn, type TestWorker } from '../../support/worker.js';
  * A cleanup receipt that comes late. On real cards the receipt needs a fresh sample showing the cards
  * idle; when sampling stalls, the master stops waiting (cleanup timeout plus two offline windows),
  * quarantines the lease and fails the task CLEANUP_UNCONFIRMED. The receipt that arrives afterwards
- * must still release the cards (DESIGN §6: QUARANTINED → RELEASED by a later cleanup receipt).
+ * must still release the cards (docs/state-machines.md: QUARANTINED → RELEASED by a later cleanup receipt).
  */
 
 /** Idle "real" cards whose sampling the test can stall: every sample() waits while held. */

@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
+import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { validSpec } from '../../support/spec.js';
 import { makeGateDir, makeTempDir } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
@@ -185,7 +186,7 @@ function mountTmpfs(size: string): string {
   return dir;
 }
 
-describe.skipIf(process.getuid?.() !== 0)(
+describe.runIf(requireOrSkip('root', isRoot, 'mounting a tmpfs needs it'))(
   'a master whose data dir sits on a filesystem that really fills up',
   () => {
     let tmpfs: string | null = null;

@@ -32,7 +32,7 @@ import { waitFor } from '../../support/wait.js';
 
 /**
  * The Slurm backend through a real master and the real single-node Slurm of this machine (partition
- * `gpu`, node `localhost`, 8 fake GPUs; ../shared/reference/slurm/): proposal, review, sbatch, the start
+ * `gpu`, node `localhost`, 8 fake GPUs; scripts/slurm/): proposal, review, sbatch, the start
  * binding on the task and the cards, logs, outputs, cancel, time limit, a job scancelled behind the
  * broker's back, worker restart with a job still running, a foreign job's GPUs not offered, and a stale
  * broker job fenced off the cluster. One file, run serially: the tests share the one Slurm (another
@@ -187,7 +187,7 @@ afterAll(async () => {
   if (secretsRoot) rmSync(secretsRoot, { recursive: true, force: true });
 });
 
-describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
+describe.runIf(slurmUp)('Slurm backend against a real Slurm', () => {
   it('reports the partition as a pool: backend, partition and nodes in list_workers', async () => {
     const r = expectOk(await callTool<{ workers: Array<Record<string, unknown>> }>(ops, 'list_workers', {}));
     const w = r.workers.find((x) => x['worker_id'] === WORKER_ID)!;
@@ -750,7 +750,7 @@ describe.skipIf(!slurmUp)('Slurm backend against a real Slurm', () => {
   }, 60_000);
 });
 
-describe.skipIf(!slurmUp)('Slurm backend, multi-node (two slurmd on this host)', () => {
+describe.runIf(slurmUp)('Slurm backend, multi-node (two slurmd on this host)', () => {
   const MULTI_ID = `slurm-multi-${process.pid}`;
   let multi: RunningWorker | null = null;
   let multiEnv: Record<string, string> = {};

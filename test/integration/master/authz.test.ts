@@ -6,7 +6,7 @@ import { expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Who may do what (DESIGN §4): tools/list per role, FORBIDDEN for other tools, no self-review whatever
+ * Who may do what (docs/security.md): tools/list per role, FORBIDDEN for other tools, no self-review whatever
  * the roles, STALE_REVISION for superseded revisions, and NOT_FOUND (never a hint of existence) for
  * another submitter's proposal.
  */

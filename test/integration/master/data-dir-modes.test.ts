@@ -6,6 +6,7 @@ import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
 import { MASTER_SECRET_FILES } from '../../../src/main.js';
 import { startTestMaster } from '../../support/master.js';
+import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 // Issue 9 item 5: the master's data dir and secrets, checked on real files of a real master.
@@ -13,7 +14,7 @@ import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 afterAll(() => removeTempDirs());
 
 const mode = (path: string) => statSync(path).mode & 0o7777;
-const isRoot = process.getuid?.() === 0;
+const rootOnly = requireOrSkip('root', isRoot, 'run the tests as root: task uids, chown and setpriv need it');
 
 /** A pino logger whose lines the test can read. */
 function capturingLogger() {
@@ -69,7 +70,7 @@ describe('master data dir modes', () => {
     for (const f of readdirSync(dataDir)) if (f.startsWith('broker.db')) chmodSync(join(dataDir, f), 0o644);
     chmodSync(join(dataDir, 'operator.token'), 0o644);
     chmodSync(join(dataDir, 'tls', 'server-key.pem'), 0o644);
-    if (isRoot) {
+    if (rootOnly) {
       // Before: another local user (a task, when unsandboxed) reads the database.
       const before = spawnSync('/bin/cat', [join(dataDir, 'broker.db')], { uid: 65534, gid: 65534 });
       expect(before.status).toBe(0);
@@ -85,7 +86,7 @@ describe('master data dir modes', () => {
       expect(warning?.level).toBe(40);
       expect(warning?.msg).toContain(`${join(dataDir, 'broker.db')} 0644→0600`);
       expect(warning?.msg).toContain(`${dataDir} 0755→0700`);
-      if (isRoot) {
+      if (rootOnly) {
         const after = spawnSync('/bin/cat', [join(dataDir, 'broker.db')], { uid: 65534, gid: 65534 });
         expect(after.status).not.toBe(0);
       }
@@ -94,7 +95,7 @@ describe('master data dir modes', () => {
     }
   });
 
-  it.skipIf(!isRoot)(
+  it.runIf(rootOnly)(
     'refuses to start on a loose data dir another user owns, saying what to run',
     async () => {
       const dataDir = makeTempDir('modes');

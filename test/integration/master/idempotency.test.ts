@@ -7,7 +7,7 @@ import { validSpec } from '../../support/spec.js';
 
 /**
  * Every mutating tool takes an idempotency key: a replay with the same body returns the original
- * result, the same key with another body is IDEMPOTENCY_CONFLICT (DESIGN §10).
+ * result, the same key with another body is IDEMPOTENCY_CONFLICT (docs/mcp-tools.md "Idempotency").
  */
 
 let m: TestMaster;

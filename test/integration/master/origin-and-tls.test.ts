@@ -11,7 +11,7 @@ import { startTestMaster, type TestMaster, testConfig } from '../../support/mast
 import { expectOk } from '../../support/mcp.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
-/** MCP Origin validation (DNS rebinding) and "plain HTTP only on loopback" (DESIGN §12). */
+/** MCP Origin validation (DNS rebinding) and "plain HTTP only on loopback" (docs/security.md). */
 
 let m: TestMaster;
 let token: string;

@@ -9,7 +9,10 @@ import { callTool, connectMcpClient, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
-/** Restarting the master loses nothing that was acknowledged (DESIGN §12: reply only after commit). */
+/**
+ * Restarting the master loses nothing that was acknowledged (docs/architecture.md "Durability": reply only
+ * after commit).
+ */
 
 const cleanup: Array<() => Promise<unknown>> = [];
 

@@ -14,7 +14,7 @@ import { waitFor } from '../../support/wait.js';
  */
 const avail = startMultiNodeSlurm();
 
-describe.skipIf(!avail.ok)(
+describe.runIf(avail.ok)(
   avail.ok ? 'two-node Slurm job through the wrapper' : (avail as { reason: string }).reason,
   () => {
     const slurm = avail.ok ? avail.slurm : (undefined as never);

@@ -27,7 +27,7 @@ afterAll(async () => {
   removeTempDirs();
 });
 
-describe.skipIf(!avail.ok)('qualification on a single-node Slurm pool', () => {
+describe.runIf(avail.ok)('qualification on a single-node Slurm pool', () => {
   it('runs 1, 2, 4 and 8 GPUs as Slurm jobs and PASSES, labelled simulated, each rung bound to its job', async () => {
     const v = await c.start({});
     expect(v).toMatchObject({ ladder: [1, 2, 4, 8], span: null, reserved_cards: [0, 1, 2, 3, 4, 5, 6, 7] });

@@ -32,7 +32,7 @@ afterAll(async () => {
   removeTempDirs();
 });
 
-describe.skipIf(!avail.ok)('qualification on a two-node Slurm pool', () => {
+describe.runIf(avail.ok)('qualification on a two-node Slurm pool', () => {
   it('runs 1, 2, 4 in a node and 8 across two nodes (4 per node) and PASSES', async () => {
     // Through the CLI, as an operator would: this cluster is the test's own, so the pool is idle.
     const cli = await runCli(qualify, ['--worker', c.workerId, '--json'], {

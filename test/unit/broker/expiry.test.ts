@@ -7,7 +7,7 @@ import type { Principal } from '../../../src/store/principals-repo.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
 import { validSpec } from '../../support/spec.js';
 
-/** The expiry sweeper (DESIGN §6: a sweeper, not lazily) with a ManualClock. */
+/** The expiry sweeper (docs/state-machines.md: a sweeper, not lazily) with a ManualClock. */
 
 const TTL_S = 3600;
 let f: BrokerFixture;

@@ -13,7 +13,9 @@ import { makeBrokerDeps } from '../../support/deps.js';
 import { specRunning, validSpec } from '../../support/spec.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
-/** Policy findings (DESIGN §5): what blocks confirmation, what only warns, and sha256 pins. */
+/**
+ * Policy findings (docs/security.md "Policy"): what blocks confirmation, what only warns, and sha256 pins.
+ */
 
 afterAll(() => removeTempDirs());
 

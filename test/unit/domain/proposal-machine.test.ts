@@ -12,10 +12,10 @@ import {
 } from '../../../src/domain/proposal.js';
 
 /**
- * The proposal machine against an independent statement of DESIGN §6, written out here edge by edge:
- * DRAFT →confirm→ IN_REVIEW → APPROVED | CHANGES_REQUESTED | REJECTED; CHANGES_REQUESTED →revise→ DRAFT;
- * DRAFT →revise→ DRAFT; any non-terminal → CANCELLED | EXPIRED. Terminal: APPROVED, REJECTED, CANCELLED,
- * EXPIRED. If the table and this list ever differ, one of them is wrong.
+ * The proposal machine against an independent statement of docs/state-machines.md, written out here edge by
+ * edge: DRAFT →confirm→ IN_REVIEW → APPROVED | CHANGES_REQUESTED | REJECTED; CHANGES_REQUESTED →revise→
+ * DRAFT; DRAFT →revise→ DRAFT; any non-terminal → CANCELLED | EXPIRED. Terminal: APPROVED, REJECTED,
+ * CANCELLED, EXPIRED. If the table and this list ever differ, one of them is wrong.
  */
 const DESIGN_EDGES: ReadonlyArray<[ProposalState, ProposalEvent, ProposalState]> = [
   ['DRAFT', 'revise', 'DRAFT'],
@@ -38,7 +38,7 @@ const eventArb = fc.constantFrom(...PROPOSAL_EVENTS);
 const stateArb = fc.constantFrom(...PROPOSAL_STATES);
 
 describe('proposal transition table', () => {
-  it('has exactly the edges DESIGN §6 names, and no others', () => {
+  it('has exactly the edges listed above, and no others', () => {
     const tableEdges = PROPOSAL_STATES.flatMap((s) =>
       Object.entries(PROPOSAL_TABLE[s]).map(([e, to]) => [s, e, to]),
     );

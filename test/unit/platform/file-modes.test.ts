@@ -9,12 +9,13 @@ import {
   secureFile,
   writeSecretFile,
 } from '../../../src/platform/file-modes.js';
+import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 afterAll(() => removeTempDirs());
 
 const mode = (path: string) => statSync(path).mode & 0o7777;
-const isRoot = process.getuid?.() === 0;
+const rootOnly = requireOrSkip('root', isRoot, 'run the tests as root: task uids, chown and setpriv need it');
 
 describe('secureDataDir', () => {
   it('creates a missing dir with exactly the mode asked, whatever the umask', () => {
@@ -82,7 +83,7 @@ describe('secureDataDir', () => {
     expect(() => secureDataDir({ dir, dirMode: 0o700, files: ['broker.db'] })).toThrow(/not a regular file/);
   });
 
-  it.skipIf(!isRoot)('refuses, naming the owner, a loose file another user owns', () => {
+  it.runIf(rootOnly)('refuses, naming the owner, a loose file another user owns', () => {
     const dir = makeTempDir('modes');
     const file = join(dir, 'operator.token');
     writeFileSync(file, 'secret');
@@ -148,7 +149,7 @@ describe('firstUntraversable', () => {
     chmodSync(b, 0o711);
     expect(firstUntraversable(b, nobody)).toBeNull();
     expect(firstUntraversable(b, { uid: 0, gid: 0 })).toBeNull();
-    if (!isRoot) return;
+    if (!rootOnly) return;
     // Owner class wins: "other" may search, the owner may not.
     chownSync(b, 65534, 65534);
     chmodSync(b, 0o011);
@@ -156,7 +157,7 @@ describe('firstUntraversable', () => {
     expect(firstUntraversable(b, { uid: 1234, gid: 1234 })).toBeNull();
   });
 
-  it.skipIf(!isRoot)('agrees with what a real process of that user can do', () => {
+  it.runIf(rootOnly)('agrees with what a real process of that user can do', () => {
     const base = makeTempDir('modes');
     const deep = join(base, 'x', 'y');
     mkdirSync(deep, { recursive: true });

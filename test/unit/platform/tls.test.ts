@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { createCaTrustingFetch, ensureDevTls } from '../../../src/platform/tls.js';
+import { requireOrSkip } from '../../support/require-or-skip.js';
 
 let dataDir: string;
 const servers: Server[] = [];
@@ -122,10 +123,10 @@ describe('ensureDevTls', () => {
     expect(new X509Certificate(repaired.cert).verify(new X509Certificate(first.ca).publicKey)).toBe(true);
   });
 
-  it('serves an extra IP SAN over real TLS', async () => {
+  it('serves an extra IP SAN over real TLS', async (ctx) => {
     const tls = await ensureDevTls(dataDir, { sans: ['::1'] });
     const port = await serve(tls.cert, tls.key, '::1').catch(() => undefined);
-    if (port === undefined) return; // IPv6 loopback unavailable in this sandbox
+    if (!requireOrSkip('an IPv6 loopback (::1)', port !== undefined) || port === undefined) return ctx.skip();
     const trusting = createCaTrustingFetch(tls.ca);
     try {
       expect((await trusting.fetch(`https://[::1]:${port}/`)).status).toBe(200);

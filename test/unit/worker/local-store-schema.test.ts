@@ -15,8 +15,8 @@ import {
   localStoreMigrationsDir,
   migrateLocalStore,
 } from '../../../worker/store/local-store-migrations.js';
+import { makePlan } from '../../support/executor-plan.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
-import { storedPlan } from '../../support/worker-store.js';
 
 /**
  * The worker's migrations are files (worker/store/migrations, ADR 0014), with a committed snapshot
@@ -96,11 +96,11 @@ const tablesOf = (dump: string) =>
     .map((stmt) => stmt.trim())
     .filter((stmt) => stmt !== '' && !stmt.startsWith('CREATE TRIGGER') && !stmt.startsWith('-- generated'));
 
-const PLAN: ExecutionPlan = storedPlan('ex_old', {
+const PLAN: ExecutionPlan = {
+  ...makePlan({ executionId: 'ex_old', argv: ['/usr/bin/true'], epoch: 4 }),
   task_id: 'task_old',
   assignment_id: 'asg_old',
-  lease_epoch: 4,
-});
+};
 
 function freshSchema(): string {
   const db = new Database(':memory:');

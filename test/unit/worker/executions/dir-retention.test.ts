@@ -4,8 +4,9 @@ import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { ReportedPhase } from '../../../../src/domain/execution.js';
 import { pruneExecutionDirs } from '../../../../worker/executions/dir-retention.js';
 import { type LocalStore, openLocalStore } from '../../../../worker/store/local-store.js';
+import { makePlan } from '../../../support/executor-plan.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
-import { seedExecution, storedPlan } from '../../../support/worker-store.js';
+import { seedExecution } from '../../../support/worker-store.js';
 
 /**
  * Retention of finished execution directories (issue 14): only cleaned or rejected executions, older
@@ -19,7 +20,7 @@ let dir: string;
 
 /** An execution in `phase` last updated at the current clock, with a folder holding a log. */
 function execution(id: string, phase: ReportedPhase): void {
-  seedExecution(store, storedPlan(id), phase);
+  seedExecution(store, makePlan({ executionId: id, argv: ['/usr/bin/true'] }), phase);
   mkdirSync(join(dir, id, 'task'), { recursive: true });
   writeFileSync(join(dir, id, 'stdout.log'), 'log\n');
 }

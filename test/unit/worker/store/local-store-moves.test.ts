@@ -9,7 +9,7 @@ import {
 import { ManualClock } from '../../../../src/platform/clock.js';
 import { type LocalStore, openLocalStore } from '../../../../worker/store/local-store.js';
 import { ExecutionMoveError } from '../../../../worker/store/local-store-moves.js';
-import { storedPlan } from '../../../support/worker-store.js';
+import { makePlan } from '../../../support/executor-plan.js';
 
 /**
  * The worker's execution record moves only through the master's EXECUTION_TABLE, with compare-and-set
@@ -32,7 +32,7 @@ afterEach(() => {
 });
 
 function plan(id: string): ExecutionPlan {
-  return storedPlan(id, { lease_epoch: 2 });
+  return makePlan({ executionId: id, argv: ['/usr/bin/true'], epoch: 2 });
 }
 
 const moveError = (code: string, extra: Record<string, unknown> = {}) =>

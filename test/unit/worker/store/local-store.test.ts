@@ -7,7 +7,8 @@ import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js
 import type { LocalStore } from '../../../../worker/store/local-store.js';
 import { LOCAL_STORE_SCHEMA_VERSION, openLocalStore } from '../../../../worker/store/local-store.js';
 import { ExecutionMoveError } from '../../../../worker/store/local-store-moves.js';
-import { seedExecution, storedPlan } from '../../../support/worker-store.js';
+import { makePlan } from '../../../support/executor-plan.js';
+import { seedExecution } from '../../../support/worker-store.js';
 
 let dir: string;
 let file: string;
@@ -38,7 +39,7 @@ afterEach(() => {
 });
 
 function plan(executionId: string, epoch = 3): ExecutionPlan {
-  return storedPlan(executionId, { lease_epoch: epoch });
+  return makePlan({ executionId, argv: ['/usr/bin/true'], epoch });
 }
 
 describe('schema', () => {

@@ -13,6 +13,7 @@ import {
   taskEnvFile,
   type WrapperSandbox,
 } from '../../../../../worker/slurm/cli/rank-script.js';
+import { isRoot, requireOrSkip } from '../../../../support/require-or-skip.js';
 import { makeTempDir, removeTempDirs } from '../../../../support/temp.js';
 
 /**
@@ -24,7 +25,7 @@ import { makeTempDir, removeTempDirs } from '../../../../support/temp.js';
  */
 
 const bwrap = findOnPath('bwrap', process.env.PATH ?? '');
-const root = process.getuid?.() === 0;
+const root = isRoot;
 const setpriv = findOnPath('setpriv', process.env.PATH ?? '');
 const TASK_UID = 2_000_000_777;
 
@@ -102,7 +103,13 @@ beforeAll(() => {
 
 afterAll(() => removeTempDirs());
 
-describe.skipIf(bwrap === null || !root)('rank.sh: a Slurm rank in bwrap on its node', () => {
+const runs = requireOrSkip(
+  'bubblewrap and root',
+  bwrap !== null && root,
+  'rank.sh drops the rank to a task uid',
+);
+
+describe.runIf(runs)('rank.sh: a Slurm rank in bwrap on its node', () => {
   it('binds only the GPUs Slurm gave the rank, numbered from 0, and keeps the physical ids', () => {
     const { rank } = job(
       'devices',

@@ -1,14 +1,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { WebSocket, WebSocketServer } from 'ws';
-import {
-  MemoryMarks,
-  parseMessage,
-  receiveSequenced,
-  sequenced,
-} from '../../../../src/contracts/sequencing.js';
-import type { ExecutionPlan, WorkerMessage } from '../../../../src/contracts/worker-protocol.js';
-import { PROTOCOL_VERSION, WorkerMessageSchema } from '../../../../src/contracts/worker-protocol.js';
+import { MemoryMarks, parseMessage, receiveSequenced, sequenced } from '../../src/contracts/sequencing.js';
+import type { ExecutionPlan, WorkerMessage } from '../../src/contracts/worker-protocol.js';
+import { PROTOCOL_VERSION, WorkerMessageSchema } from '../../src/contracts/worker-protocol.js';
 
 /**
  * A small master for worker daemon tests: a real `ws` server on 127.0.0.1 that checks the bearer token,
@@ -204,14 +199,5 @@ export class FakeMaster {
     });
     this.received.push({ message: m, duplicate: received.kind === 'duplicate' });
     if (this.autoAck) for (const r of received.replies) ws.send(JSON.stringify(r));
-  }
-}
-
-/** Polls `predicate` until it holds; fails with `what` after `timeoutMs`. */
-export async function waitFor(predicate: () => boolean, timeoutMs = 2500, what = 'condition'): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!predicate()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
   }
 }

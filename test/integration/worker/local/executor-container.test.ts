@@ -13,7 +13,8 @@ import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { TestImage } from '../../../support/container-image.js';
 import { testImage } from '../../../support/container-image.js';
 import type { Chunk } from '../../../support/executor-plan.js';
-import { makePlan, text, waitFor } from '../../../support/executor-plan.js';
+import { makePlan, text } from '../../../support/executor-plan.js';
+import { waitFor } from '../../../support/wait.js';
 
 // Container tasks through the executor with this machine's real podman and runc, on an image built
 // locally from busybox (test/support/container-image.ts). Nothing is mocked.
@@ -155,7 +156,10 @@ describe('stopping a container task', () => {
     const plan = makePlan({ image: image.pinned, argv: ['sh', '-c', 'echo up; sleep 600'], grace: 1 });
     const { handle, chunks } = start(plan);
     expect(await handle.started).not.toBeNull();
-    await waitFor(() => text(chunks, 'stdout').includes('up'), 'the task to start', 30_000);
+    await waitFor(() => text(chunks, 'stdout').includes('up'), {
+      what: 'the task to start',
+      timeoutMs: 30_000,
+    });
     handle.cancel('test');
     const result = await handle.done;
     expect(result.failure_reason).toBe('CANCELLED');

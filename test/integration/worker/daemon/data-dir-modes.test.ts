@@ -12,6 +12,7 @@ import { prepareSandbox } from '../../../../worker/sandbox/setup.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, sh, text } from '../../../support/executor-plan.js';
 import { startTestMaster } from '../../../support/master.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { makeGateDir, makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
 // Issue 9 item 5 on the worker side, with real files, real workers and real task processes.
@@ -19,7 +20,7 @@ import { makeGateDir, makeTempDir, removeTempDirs } from '../../../support/temp.
 afterAll(() => removeTempDirs());
 
 const mode = (path: string) => statSync(path).mode & 0o7777;
-const isRoot = process.getuid?.() === 0;
+const rootOnly = requireOrSkip('root', isRoot, 'run the tests as root: task uids, chown and setpriv need it');
 
 /** Starts a worker far from any master (it only dials): what start-up does to its data dir is the point. */
 async function startIdleWorker(dataDir: string, extra: { runAs?: ReturnType<typeof resolveRunAs> } = {}) {
@@ -66,7 +67,7 @@ describe('worker data dir modes', () => {
     }
   });
 
-  it.skipIf(!isRoot)(
+  it.runIf(rootOnly)(
     'row 6: --isolation none --run-as nobody on a 0700 data dir is refused at start, saying what to change',
     async () => {
       const dataDir = makeTempDir('wmodes');
@@ -83,7 +84,7 @@ describe('worker data dir modes', () => {
     },
   );
 
-  it.skipIf(!isRoot)(
+  it.runIf(rootOnly)(
     'row 6: a data dir the --run-as worker creates is 0711 and its task writes $GPU_BROKER_OUTPUT_DIR',
     async () => {
       const parent = makeTempDir('wmodes');
@@ -132,7 +133,7 @@ describe('sandboxed tasks and 0700 data dirs', () => {
     const result = await done;
     expect(result).toMatchObject({ exit_code: 0, failure_reason: null });
     expect(result.outputs.map((o) => o.path)).toEqual(['r.txt']);
-    if (isRoot) expect(Number(text(chunks, 'stdout').trim())).toBeGreaterThanOrEqual(2_000_200_000);
+    if (rootOnly) expect(Number(text(chunks, 'stdout').trim())).toBeGreaterThanOrEqual(2_000_200_000);
   });
 
   it('a sandboxed task cannot read the operator.token of a master on the same host', async () => {

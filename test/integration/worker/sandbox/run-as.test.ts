@@ -2,9 +2,10 @@ import { chmodSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import { resolveRunAs } from '../../../../worker/sandbox/run-as.js';
+import { makePlan } from '../../../support/executor-plan.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-run-as-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));
@@ -37,41 +38,25 @@ describe('resolveRunAs', () => {
   });
 });
 
-const isRoot = process.getuid?.() === 0;
+const rootOnly = requireOrSkip('root', isRoot, 'run the tests as root: task uids, chown and setpriv need it');
 
-describe.skipIf(!isRoot)('a task run as another user (worker running as root)', () => {
+describe.runIf(rootOnly)('a task run as another user (worker running as root)', () => {
   it('runs as that user and cannot read the worker’s private files', async () => {
     // The executions root's parents must be traversable by the task's user, as on a real worker host.
     const root = join(dir, 'executions');
     chmodSync(dir, 0o711);
     const secret = join(dir, 'worker.token');
     writeFileSync(secret, 'gpb_secret\n', { mode: 0o600 });
-    const plan: ExecutionPlan = {
-      task_id: 'task-ra',
-      execution_id: 'exec-ra',
-      assignment_id: 'asg-ra',
-      lease_epoch: 1,
+    const plan = makePlan({
+      executionId: 'exec-ra',
       cards: [{ index: 0, uuid: 'SIM-0' }],
-      spec: {
-        title: 'run as',
-        objective: 'o',
-        success_criteria: 's',
-        cards: { count: 1 },
-        runtime: {
-          kind: 'process',
-          argv: [
-            '/bin/sh',
-            '-c',
-            `id -u; cat ${secret} || echo DENIED; echo ok > "$GPU_BROKER_OUTPUT_DIR/r.txt"`,
-          ],
-        },
-        outputs: [{ path: 'r.txt', required: true }],
-        time_limit_seconds: 20,
-      },
-      spec_digest: '0'.repeat(64),
-      kill_grace_seconds: 0.5,
-      cleanup_timeout_seconds: 5,
-    };
+      argv: [
+        '/bin/sh',
+        '-c',
+        `id -u; cat ${secret} || echo DENIED; echo ok > "$GPU_BROKER_OUTPUT_DIR/r.txt"`,
+      ],
+      outputs: [{ path: 'r.txt', required: true }],
+    });
     let out = '';
     const handle = startExecution(plan, {
       rootDir: root,

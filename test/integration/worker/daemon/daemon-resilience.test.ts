@@ -7,8 +7,8 @@ import type { CardSampler } from '../../../../worker/samplers/card-sampler.js';
 import { selectSampler } from '../../../../worker/samplers/select-sampler.js';
 import { openLocalStore } from '../../../../worker/store/local-store.js';
 import { fakeH100Cards, fakeSmiEnv, writeFakeSmiState } from '../../../fixtures/fake-smi.js';
+import { waitFor } from '../../../support/wait.js';
 import { seedExecution } from '../../../support/worker-store.js';
-import { waitFor } from './daemon-fake-master.js';
 import { type Harness, harness, plan } from './daemon-harness.js';
 
 let h: Harness;
@@ -49,24 +49,25 @@ describe('worker daemon: connection loss', () => {
       argv: ['/bin/sh', '-c', `echo before; while [ ! -f ${gate} ]; do sleep 0.02; done; echo after`],
     });
     h.master.assign(p);
-    await waitFor(() => h.master.logText(p.execution_id) === 'before\n', 2500, 'the task to run');
+    await waitFor(() => h.master.logText(p.execution_id) === 'before\n', {
+      timeoutMs: 2500,
+      what: 'the task to run',
+    });
 
     // Messages sent now are lost in flight, then the socket dies: the worker must resend them.
     h.master.blackhole = true;
     writeFileSync(gate, '');
-    await waitFor(
-      () => h.master.lost.some((m) => (m as { phase?: string }).phase === 'cleaned'),
-      2500,
-      'the worker to send cleaned into the void',
-    );
+    await waitFor(() => h.master.lost.some((m) => (m as { phase?: string }).phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'the worker to send cleaned into the void',
+    });
     h.master.dropSocket();
     h.master.blackhole = false;
 
-    await waitFor(
-      () => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'),
-      2500,
-      'resent phases',
-    );
+    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'resent phases',
+    });
     expect(h.master.processed('hello')).toHaveLength(2);
     expect(h.master.phases(p.execution_id).map((m) => m.phase)).toEqual([
       'accepted',
@@ -93,11 +94,17 @@ describe('worker daemon: connection loss', () => {
     h.master.dropSocket();
     writeFileSync(gate, '');
     const attemptsBefore = h.master.attempts.length;
-    await waitFor(() => h.master.attempts.length >= attemptsBefore + 2, 2500, 'reconnect attempts');
+    await waitFor(() => h.master.attempts.length >= attemptsBefore + 2, {
+      timeoutMs: 2500,
+      what: 'reconnect attempts',
+    });
     h.master.autoAck = true;
     h.master.refuseWith = null;
 
-    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), 2500, 'cleaned');
+    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'cleaned',
+    });
     expect(h.master.phases(p.execution_id).map((m) => m.phase)).toEqual([
       'accepted',
       'started',
@@ -124,17 +131,19 @@ describe('worker daemon: sampling', () => {
     });
     const choice = await selectSampler({ gpus: 'nvidia', env: { ...process.env, ...fakeSmiEnv(statePath) } });
     await h.worker({ sampler: choice.sampler });
-    await waitFor(
-      () => h.master.processed('sample').some((s) => s.sampler_error !== null),
-      2500,
-      'an error sample',
-    );
+    await waitFor(() => h.master.processed('sample').some((s) => s.sampler_error !== null), {
+      timeoutMs: 2500,
+      what: 'an error sample',
+    });
     const bad = h.master.processed('sample').find((s) => s.sampler_error !== null)!;
     expect(bad.cards).toEqual([]);
     expect(bad.sampler_error).toMatch(/NVML gone|exit/);
 
     await writeFakeSmiState(h.dir, state);
-    await waitFor(() => h.master.processed('sample').at(-1)?.cards.length === 2, 2500, 'a good sample');
+    await waitFor(() => h.master.processed('sample').at(-1)?.cards.length === 2, {
+      timeoutMs: 2500,
+      what: 'a good sample',
+    });
     expect(h.master.processed('sample').at(-1)?.sampler_error).toBeNull();
   });
 
@@ -148,11 +157,10 @@ describe('worker daemon: sampling', () => {
       },
     };
     await h.worker({ sampler: hanging, firstSampleWaitMs: 50 });
-    await waitFor(
-      () => h.master.processed('sample').some((s) => s.sampler_error !== null),
-      2500,
-      'a stall report',
-    );
+    await waitFor(() => h.master.processed('sample').some((s) => s.sampler_error !== null), {
+      timeoutMs: 2500,
+      what: 'a stall report',
+    });
     expect(h.master.processed('sample').at(-1)?.sampler_error).toMatch(/has not answered/);
     expect(calls).toBe(1);
     expect(h.master.processed('hello')[0]?.cards).toEqual([]);
@@ -189,8 +197,7 @@ describe('worker daemon: restarts and stops', () => {
     await h.worker();
     await waitFor(
       () => [ours, neverStarted, foreign].every((p) => h.master.phases(p.execution_id).length === 2),
-      2500,
-      'lost executions accounted for',
+      { timeoutMs: 2500, what: 'lost executions accounted for' },
     );
     const [hello] = h.master.processed('hello');
     expect(hello?.master_marks).toEqual([{ boot_id: 'old-master-boot', seq: 7 }]);
@@ -251,20 +258,18 @@ describe('worker daemon: a master message that fails unexpectedly', () => {
     };
     try {
       await h.worker();
-      await waitFor(
-        () => h.master.connected() && h.master.processed('hello').length === 1,
-        2500,
-        'first hello',
-      );
+      await waitFor(() => h.master.connected() && h.master.processed('hello').length === 1, {
+        timeoutMs: 2500,
+        what: 'first hello',
+      });
       h.master.sendSequenced({ type: 'query', execution_id: 'exec-poisoned' }, 5);
       // Already in flight behind it: must not be processed on the doomed session.
       h.master.sendSequenced({ type: 'query', execution_id: 'exec-later' }, 6);
-      await waitFor(
-        () => h.master.replies('error').some((e) => e.code === 'INTERNAL' && e.ref_seq === 5),
-        2500,
-        'INTERNAL error',
-      );
-      await waitFor(() => h.master.processed('hello').length >= 2, 5000, 'reconnect');
+      await waitFor(() => h.master.replies('error').some((e) => e.code === 'INTERNAL' && e.ref_seq === 5), {
+        timeoutMs: 2500,
+        what: 'INTERNAL error',
+      });
+      await waitFor(() => h.master.processed('hello').length >= 2, { timeoutMs: 5000, what: 'reconnect' });
       const hello = h.master.processed('hello').at(-1)!;
       const mark = hello.master_marks.find((m) => m.boot_id === h.master.bootId)?.seq ?? 0;
       expect(mark).toBeLessThan(5);
@@ -273,11 +278,10 @@ describe('worker daemon: a master message that fails unexpectedly', () => {
       // The master resends both in order on the new session; now both are processed and acknowledged.
       h.master.sendSequenced({ type: 'query', execution_id: 'exec-poisoned' }, 5);
       h.master.sendSequenced({ type: 'query', execution_id: 'exec-later' }, 6);
-      await waitFor(
-        () => [5, 6].every((s) => h.master.replies('ack').some((a) => a.seq === s)),
-        2500,
-        'acks of 5 and 6',
-      );
+      await waitFor(() => [5, 6].every((s) => h.master.replies('ack').some((a) => a.seq === s)), {
+        timeoutMs: 2500,
+        what: 'acks of 5 and 6',
+      });
       expect(
         h.master
           .replies('error')

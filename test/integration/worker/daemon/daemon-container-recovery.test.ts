@@ -7,8 +7,8 @@ import { CONTAINER_LABEL, containerName } from '../../../../worker/sandbox/conta
 import { openLocalStore } from '../../../../worker/store/local-store.js';
 import type { TestImage } from '../../../support/container-image.js';
 import { testImage } from '../../../support/container-image.js';
+import { waitFor } from '../../../support/wait.js';
 import { seedExecution } from '../../../support/worker-store.js';
-import { waitFor } from './daemon-fake-master.js';
 import { type Harness, harness, plan } from './daemon-harness.js';
 
 // A container task's container outlives a worker that crashed (the engine holds it, not the task's
@@ -70,11 +70,10 @@ describe('worker restart with a container task left running', () => {
     const p = leftover();
     expect(labelled(p.execution_id)).toBe(containerName(p.execution_id));
     await h.worker({ containers: { setup: image.setup, uids: null } });
-    await waitFor(
-      () => h.master.phases(p.execution_id).length === 2,
-      20_000,
-      'the lost execution accounted for',
-    );
+    await waitFor(() => h.master.phases(p.execution_id).length === 2, {
+      timeoutMs: 20_000,
+      what: 'the lost execution accounted for',
+    });
     const [exited, cleaned] = h.master.phases(p.execution_id);
     expect(exited).toMatchObject({ phase: 'exited', failure_reason: 'WORKER_LOST' });
     expect(cleaned).toMatchObject({ phase: 'cleaned' });
@@ -85,11 +84,10 @@ describe('worker restart with a container task left running', () => {
     const p = leftover();
     try {
       await h.worker();
-      await waitFor(
-        () => h.master.phases(p.execution_id).length === 2,
-        20_000,
-        'the lost execution accounted for',
-      );
+      await waitFor(() => h.master.phases(p.execution_id).length === 2, {
+        timeoutMs: 20_000,
+        what: 'the lost execution accounted for',
+      });
       const cleanup = h.master.phases(p.execution_id)[1];
       expect(cleanup).toMatchObject({ phase: 'cleanup_failed' });
       expect(cleanup?.detail).toContain('no container engine on this worker');

@@ -12,7 +12,8 @@ import { startExecution } from '../../../../worker/local/executor.js';
 import { probeOomKills } from '../../../../worker/local/process-group.js';
 import { startLogPump } from '../../../../worker/task-io/logs.js';
 import type { Chunk } from '../../../support/executor-plan.js';
-import { isLive, makePlan, sh, text, waitFor } from '../../../support/executor-plan.js';
+import { isLive, makePlan, sh, text } from '../../../support/executor-plan.js';
+import { waitFor } from '../../../support/wait.js';
 
 // Real child processes throughout: the executor's job is the interaction with the kernel.
 
@@ -58,6 +59,7 @@ describe('environment', () => {
         { index: 2, uuid: 'GPU-aaa' },
         { index: 5, uuid: 'GPU-bbb' },
       ],
+      epoch: 7,
       // A spec must not be able to widen its cards or forge its ids.
       env: { MY_SETTING: 'x y', CUDA_VISIBLE_DEVICES: '0,1,2,3', GPU_BROKER_TASK_ID: 'forged' },
     });
@@ -252,7 +254,7 @@ describe('time limit, cancel and the process group', () => {
     const plan = makePlan({ argv: sh('sleep 1000 & echo $!; wait'), grace: 0.3 });
     const { handle, chunks } = start(plan);
     expect(await handle.started).toBeGreaterThan(0);
-    await waitFor(() => text(chunks, 'stdout').includes('\n'), 'the grandchild pid');
+    await waitFor(() => text(chunks, 'stdout').includes('\n'), { what: 'the grandchild pid' });
     const grandchild = Number(text(chunks, 'stdout').trim());
     expect(isLive(grandchild)).toBe(true);
     handle.cancel('operator asked');

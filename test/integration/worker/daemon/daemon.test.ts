@@ -3,7 +3,7 @@ import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
-import { waitFor } from './daemon-fake-master.js';
+import { waitFor } from '../../../support/wait.js';
 import { type Harness, harness, plan, simUuid } from './daemon-harness.js';
 
 // Real ws, real child processes, real SQLite files: only the master is a fake.
@@ -19,7 +19,7 @@ afterEach(async () => {
 describe('worker daemon: session', () => {
   it('says hello with its cards and sends samples after welcome', { timeout: 3000 }, async () => {
     const worker = await h.worker();
-    await waitFor(() => h.master.processed('sample').length >= 2, 2500, 'two samples');
+    await waitFor(() => h.master.processed('sample').length >= 2, { timeoutMs: 2500, what: 'two samples' });
     const [hello] = h.master.processed('hello');
     expect(hello).toMatchObject({
       protocol_version: PROTOCOL_VERSION,
@@ -55,7 +55,10 @@ describe('worker daemon: assign', () => {
       outputs: [{ path: 'r.txt', required: true }],
     });
     const seq = h.master.assign(p);
-    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), 2500, 'cleaned');
+    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'cleaned',
+    });
 
     const phases = h.master.phases(p.execution_id);
     expect(phases.map((m) => m.phase)).toEqual(['accepted', 'started', 'exited', 'cleaned']);
@@ -98,11 +101,17 @@ describe('worker daemon: assign', () => {
     const p = plan({ argv: ['/bin/sh', '-c', `echo x >> ${runs}`] });
     const seq = h.master.assign(p);
     h.master.assign(p, seq); // the same message again (a resend)
-    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), 2500, 'cleaned');
+    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'cleaned',
+    });
     expect(h.master.replies('ack').filter((a) => a.seq === seq)).toHaveLength(2);
 
     h.master.assign(p); // a new seq, the same execution (e.g. the master re-dispatched it)
-    await waitFor(() => h.master.phases(p.execution_id).length === 5, 2500, 'the re-report');
+    await waitFor(() => h.master.phases(p.execution_id).length === 5, {
+      timeoutMs: 2500,
+      what: 'the re-report',
+    });
     expect(h.master.phases(p.execution_id).map((m) => m.phase)).toEqual([
       'accepted',
       'started',
@@ -156,7 +165,10 @@ describe('worker daemon: cancel, query, bad messages', () => {
     await waitFor(() => h.master.connected() && h.master.processed('sample').length > 0);
     const p = plan({ epoch: 3, argv: ['/bin/sh', '-c', 'echo up; exec sleep 30'] });
     h.master.assign(p);
-    await waitFor(() => h.master.logText(p.execution_id) === 'up\n', 2500, 'the task to run');
+    await waitFor(() => h.master.logText(p.execution_id) === 'up\n', {
+      timeoutMs: 2500,
+      what: 'the task to run',
+    });
 
     const stale = h.master.sendSequenced({
       type: 'cancel',
@@ -193,7 +205,10 @@ describe('worker daemon: cancel, query, bad messages', () => {
       lease_epoch: 3,
       reason: 'user asked',
     });
-    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), 2500, 'cleaned');
+    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'cleaned',
+    });
     expect(h.master.phases(p.execution_id).find((m) => m.phase === 'exited')).toMatchObject({
       failure_reason: 'CANCELLED',
       signal: 'SIGTERM',

@@ -13,7 +13,9 @@ import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
-import { makePlan, pidsWithMarker, sh, text, waitFor } from '../../../support/executor-plan.js';
+import { makePlan, pidsWithMarker, sh, text } from '../../../support/executor-plan.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
+import { waitFor } from '../../../support/wait.js';
 
 // Attacks on the bubblewrap sandbox, each by a real task in a real sandbox (issue 9). The worker's data
 // dir here is `dataDir`: it holds a fake worker token and worker.sqlite, which no task may read.
@@ -22,17 +24,21 @@ let dataDir: string;
 let rootDir: string;
 let sandbox: SandboxSetup;
 const WORKER_SECRET = 'worker-token-0123456789abcdef';
+const probe = await probeBwrap({ root: isRoot });
+const sandboxed = requireOrSkip(
+  'bubblewrap',
+  probe.ok && probe.bwrap !== null && probe.env !== null,
+  probe.detail,
+);
 
 beforeAll(async () => {
-  const probe = await probeBwrap({ root: process.getuid?.() === 0 });
-  if (!probe.ok || probe.bwrap === null || probe.env === null)
-    throw new Error(`these tests need bubblewrap: ${probe.detail}`);
+  if (!sandboxed || probe.bwrap === null || probe.env === null) return;
   // Under /var (bound into every sandbox), so only the hiding keeps it out of sight.
   dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-sandbox-'));
   rootDir = join(dataDir, 'executions');
   writeFileSync(join(dataDir, 'worker.token'), WORKER_SECRET, { mode: 0o600 });
   writeFileSync(join(dataDir, 'worker.sqlite'), `sqlite ${WORKER_SECRET}`, { mode: 0o600 });
-  const root = process.getuid?.() === 0;
+  const root = isRoot;
   sandbox = {
     kind: 'bwrap',
     bwrap: probe.bwrap,
@@ -45,7 +51,7 @@ beforeAll(async () => {
   };
 });
 afterAll(() => {
-  rmSync(dataDir, { recursive: true, force: true });
+  if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
 });
 
 function start(plan: ExecutionPlan, extra: Partial<ExecutorOptions> = {}) {
@@ -62,7 +68,7 @@ function start(plan: ExecutionPlan, extra: Partial<ExecutorOptions> = {}) {
   return { handle, chunks };
 }
 
-describe('what a sandboxed task sees', () => {
+describe.runIf(sandboxed)('what a sandboxed task sees', () => {
   it('exactly its leased cards as device nodes, with visibility numbered as present', async () => {
     const plan = makePlan({
       argv: sh('ls /dev; echo "vis=$CUDA_VISIBLE_DEVICES ids=$GPU_BROKER_GPU_IDS"'),
@@ -98,18 +104,21 @@ describe('what a sandboxed task sees', () => {
     expect(text(chunks, 'stdout')).toContain('tmp-writable');
   });
 
-  it('gives two running tasks different uids', async () => {
-    if (process.getuid?.() !== 0) return; // an unprivileged worker's tasks share its uid (documented)
-    const a = start(makePlan({ argv: sh('id -u; sleep 1') }));
-    const b = start(makePlan({ argv: sh('id -u; sleep 1') }));
-    const [ra, rb] = await Promise.all([a.handle.done, b.handle.done]);
-    expect(ra.failure_reason).toBeNull();
-    expect(rb.failure_reason).toBeNull();
-    expect(text(a.chunks, 'stdout')).not.toBe(text(b.chunks, 'stdout'));
-  });
+  // An unprivileged worker's tasks share its uid (documented).
+  it.runIf(requireOrSkip('root', isRoot, 'task uids need it'))(
+    'gives two running tasks different uids',
+    async () => {
+      const a = start(makePlan({ argv: sh('id -u; sleep 1') }));
+      const b = start(makePlan({ argv: sh('id -u; sleep 1') }));
+      const [ra, rb] = await Promise.all([a.handle.done, b.handle.done]);
+      expect(ra.failure_reason).toBeNull();
+      expect(rb.failure_reason).toBeNull();
+      expect(text(a.chunks, 'stdout')).not.toBe(text(b.chunks, 'stdout'));
+    },
+  );
 });
 
-describe('attacks', () => {
+describe.runIf(sandboxed)('attacks', () => {
   it('row 1: a symlinked log file cannot make the worker write elsewhere', async () => {
     const target = join(dataDir, 'root-owned.txt');
     writeFileSync(target, 'original');
@@ -150,7 +159,9 @@ describe('attacks', () => {
 
   it('row 3: another running task is invisible in /proc, and so is its environ', async () => {
     const victim = start(makePlan({ argv: sh('echo victim-ready; sleep 3'), env: { MARK: 'victim-env' } }));
-    await waitFor(() => text(victim.chunks, 'stdout').includes('victim-ready'), 'the victim to start');
+    await waitFor(() => text(victim.chunks, 'stdout').includes('victim-ready'), {
+      what: 'the victim to start',
+    });
     const attacker = start(
       makePlan({
         argv: sh(
@@ -214,8 +225,8 @@ describe('attacks', () => {
         grace: 0.3,
       }),
     );
-    await waitFor(() => text(cancelled.chunks, 'stdout').includes('up'), 'the task to start');
-    await waitFor(() => pidsWithMarker(marker2).length > 0, 'the setsid child');
+    await waitFor(() => text(cancelled.chunks, 'stdout').includes('up'), { what: 'the task to start' });
+    await waitFor(() => pidsWithMarker(marker2).length > 0, { what: 'the setsid child' });
     cancelled.handle.cancel('test');
     expect(await cancelled.handle.done).toMatchObject({ failure_reason: 'CANCELLED', cleaned: true });
     expect(pidsWithMarker(marker2)).toEqual([]);
@@ -340,7 +351,7 @@ describe('attacks', () => {
   });
 });
 
-describe('symlinks placed before the run', () => {
+describe.runIf(sandboxed)('symlinks placed before the run', () => {
   it('refuses an output dir replaced by a symlink', async () => {
     const decoy = mkdtempSync(join(tmpdir(), 'gpu-broker-decoy-'));
     writeFileSync(join(decoy, 'r.txt'), 'decoy');

@@ -4,7 +4,8 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CliIo } from '../../../../src/cli/io.js';
 import { run } from '../../../../src/cli/worker.js';
-import { FakeMaster, waitFor } from './daemon-fake-master.js';
+import { FakeMaster } from '../../../support/fake-master.js';
+import { waitFor } from '../../../support/wait.js';
 
 let dir: string;
 let master: FakeMaster;
@@ -57,7 +58,7 @@ describe('gpu-broker worker', () => {
       ],
       cli,
     );
-    await waitFor(() => master.processed('sample').length > 0, 2500, 'a sample');
+    await waitFor(() => master.processed('sample').length > 0, { timeoutMs: 2500, what: 'a sample' });
     expect(master.processed('hello')[0]).toMatchObject({ worker_id: 'cli-1', provider: 'sim' });
     expect(JSON.parse(cli.out.join(''))).toMatchObject({
       worker_id: 'cli-1',
@@ -91,9 +92,9 @@ describe('gpu-broker worker', () => {
     let stop!: () => void;
     const cli = io({ GPU_BROKER_WORKER_TOKEN: master.token }, new Promise<void>((r) => (stop = r)));
     const exit = run(['--url', master.url, '--gpus', 'sim:2', '--data-dir', join(dir, 'd'), '--json'], cli);
-    await waitFor(() => master.processed('hello').length > 0, 10_000, 'a hello');
+    await waitFor(() => master.processed('hello').length > 0, { timeoutMs: 10_000, what: 'a hello' });
     expect(master.processed('hello')[0]).toMatchObject({ container_engine: 'podman' });
-    await waitFor(() => cli.out.join('').includes('\n'), 5000, 'the JSON banner');
+    await waitFor(() => cli.out.join('').includes('\n'), { timeoutMs: 5000, what: 'the JSON banner' });
     expect(JSON.parse(cli.out.join(''))).toMatchObject({
       container_engine: 'podman',
       container_summary: expect.stringMatching(/^container tasks: podman/),

@@ -7,7 +7,8 @@ import type { RunningWorker, WorkerOptions } from '../../../../worker/daemon/sta
 import { startWorker } from '../../../../worker/daemon/start-worker.js';
 import type { CardSampler } from '../../../../worker/samplers/card-sampler.js';
 import { SimSampler, simCardUuid } from '../../../../worker/samplers/sim-sampler.js';
-import { FakeMaster } from './daemon-fake-master.js';
+import { type PlanOptions as MakePlanOptions, makePlan } from '../../../support/executor-plan.js';
+import { FakeMaster } from '../../../support/fake-master.js';
 
 /** Shared set-up of the daemon tests: a temp dir, a fake master and workers that are closed afterwards. */
 
@@ -59,40 +60,11 @@ export async function harness(): Promise<Harness> {
   };
 }
 
-let counter = 0;
+/** Options of `plan`: those of `makePlan`, with cards named by index. */
+export type PlanOptions = Omit<MakePlanOptions, 'cards'> & { cards?: number[] };
 
-/** Options of `plan`. */
-export interface PlanOptions {
-  argv: string[];
-  cards?: number[];
-  epoch?: number;
-  env?: Record<string, string>;
-  outputs?: Array<{ path: string; required: boolean }>;
-  executionId?: string;
-  grace?: number;
-}
-
-/** A plan for simulated cards (default card 0, epoch 1). */
+/** `makePlan` on the harness's simulated cards (default card 0), with short grace and cleanup bounds. */
 export function plan(o: PlanOptions): ExecutionPlan {
-  counter += 1;
   const cards = (o.cards ?? [0]).map((index) => ({ index, uuid: simUuid(index) }));
-  return {
-    task_id: `task-${counter}`,
-    execution_id: o.executionId ?? `exec-${process.pid}-${counter}`,
-    assignment_id: `asg-${counter}`,
-    lease_epoch: o.epoch ?? 1,
-    cards,
-    spec: {
-      title: 't',
-      objective: 'o',
-      success_criteria: 's',
-      cards: { count: cards.length },
-      runtime: { kind: 'process', argv: o.argv, ...(o.env === undefined ? {} : { env: o.env }) },
-      outputs: o.outputs ?? [],
-      time_limit_seconds: 20,
-    },
-    spec_digest: 'a'.repeat(64),
-    kill_grace_seconds: o.grace ?? 0.2,
-    cleanup_timeout_seconds: 2,
-  };
+  return makePlan({ grace: 0.2, cleanupTimeout: 2, ...o, cards });
 }

@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
-import { waitFor } from './daemon-fake-master.js';
+import { waitFor } from '../../../support/wait.js';
 import { type Harness, harness, plan } from './daemon-harness.js';
 
 /**
@@ -39,7 +39,7 @@ describe('worker daemon: messages from the master', () => {
       JSON.stringify({ type: 'assign', protocol_version: 1, boot_id: h.master.bootId, seq: 3, plan: {} }),
     ];
     for (const text of hostile) h.master.sendRaw(text);
-    await waitFor(() => errors().length === hostile.length, 2500, 'one error per frame');
+    await waitFor(() => errors().length === hostile.length, { timeoutMs: 2500, what: 'one error per frame' });
     expect(errors().every((e) => e.code === 'INVALID_MESSAGE')).toBe(true);
     expect(({} as Record<string, unknown>)['polluted']).toBeUndefined();
     // Only the last one names a place in the master's sequence (seq 2^53 is not a safe integer).
@@ -49,7 +49,10 @@ describe('worker daemon: messages from the master', () => {
     // Above the poison message's seq, as the real master's next message would be.
     const p = plan({ argv: ['/bin/true'] });
     h.master.assign(p, 4);
-    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), 2500, 'cleaned');
+    await waitFor(() => h.master.phases(p.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'cleaned',
+    });
     expect(h.master.processed('hello')).toHaveLength(1);
   });
 
@@ -57,22 +60,24 @@ describe('worker daemon: messages from the master', () => {
     await h.worker();
     await waitFor(() => h.master.connected() && h.master.processed('sample').length > 0);
     h.master.sendSequenced({ type: 'assign', plan: { execution_id: 'half-a-plan' } }, 50);
-    await waitFor(() => acked(50), 2500, 'ack of the poison message');
+    await waitFor(() => acked(50), { timeoutMs: 2500, what: 'ack of the poison message' });
     expect(errors()).toEqual([expect.objectContaining({ code: 'INVALID_MESSAGE', ref_seq: 50 })]);
 
     // Same seq, now a valid plan: a duplicate, acknowledged again and never run.
     const dup = plan({ argv: ['/bin/true'] });
     h.master.assign(dup, 50);
-    await waitFor(() => h.master.replies('ack').filter((a) => a.seq === 50).length === 2, 2500, 'second ack');
+    await waitFor(() => h.master.replies('ack').filter((a) => a.seq === 50).length === 2, {
+      timeoutMs: 2500,
+      what: 'second ack',
+    });
 
     // The next seq runs.
     const next = plan({ argv: ['/bin/true'] });
     expect(h.master.assign(next)).toBe(51);
-    await waitFor(
-      () => h.master.phases(next.execution_id).some((m) => m.phase === 'cleaned'),
-      2500,
-      'cleaned',
-    );
+    await waitFor(() => h.master.phases(next.execution_id).some((m) => m.phase === 'cleaned'), {
+      timeoutMs: 2500,
+      what: 'cleaned',
+    });
     expect(h.master.phases(dup.execution_id)).toEqual([]);
   });
 });

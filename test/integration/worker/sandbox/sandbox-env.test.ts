@@ -27,6 +27,7 @@ import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, sh, text } from '../../../support/executor-plan.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 // Issue 20: the spec's env reaches the task's own exec and nothing before it; bwrap's options (every
 // host path) never show on a command line. The cluster-level proof is
@@ -139,15 +140,17 @@ describe('the sandbox command line', () => {
   });
 });
 
-describe('in a real sandbox', () => {
+const root = isRoot;
+const bwrapProbe = await probeBwrap({ root });
+const sandboxed = requireOrSkip(
+  'bubblewrap',
+  bwrapProbe.ok && bwrapProbe.bwrap !== null && bwrapProbe.env !== null,
+  bwrapProbe.detail,
+);
+
+describe.runIf(sandboxed)('in a real sandbox', () => {
   let dataDir: string;
-  let root: boolean;
-  let probe: Awaited<ReturnType<typeof probeBwrap>>;
-  beforeAll(async () => {
-    root = process.getuid?.() === 0;
-    probe = await probeBwrap({ root });
-    if (!probe.ok || probe.bwrap === null || probe.env === null)
-      throw new Error(`these tests need bubblewrap: ${probe.detail}`);
+  beforeAll(() => {
     dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-sandbox-env-'));
   });
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
@@ -155,9 +158,9 @@ describe('in a real sandbox', () => {
   async function runIn(plan: ExecutionPlan, dropUid: boolean) {
     const sandbox: SandboxSetup = {
       kind: 'bwrap',
-      bwrap: probe.bwrap!,
-      setpriv: dropUid ? probe.setpriv : null,
-      envHelper: probe.env!,
+      bwrap: bwrapProbe.bwrap!,
+      setpriv: dropUid ? bwrapProbe.setpriv : null,
+      envHelper: bwrapProbe.env!,
       uids: dropUid ? new TaskUidPool({ first: 2_000_200_000, last: 2_000_200_099 }) : null,
       hiddenPaths: [dataDir],
       system: systemMounts(),
@@ -201,17 +204,20 @@ describe('in a real sandbox', () => {
   const env = { MARK: 'a b=c', LD_DEBUG: 'files', LD_DEBUG_OUTPUT: '/tmp/ld' };
 
   for (const dropUid of [true, false]) {
-    it(`${dropUid ? 'root bwrap + setpriv' : 'bwrap alone (unprivileged mode)'}: only the task's own processes read its env`, async () => {
-      if (dropUid && !root) return; // setpriv is a root worker's
-      const { result, out } = await runIn(makePlan({ argv: sh(script), env }), dropUid);
-      expect(result.failure_reason).toBeNull();
-      expect(out).toContain('mark=[a b=c]');
-      expect(out).toContain('debug-files');
-      expect(out).toContain('helpers=none');
-      expect(out).toContain(`names=${names.join(' ')} \n`);
-      const m = /owners=(\S+) uid=(\d+)/.exec(out);
-      expect(m?.[1]).toBe(m?.[2]);
-    });
+    // setpriv is a root worker's.
+    it.runIf(!dropUid || requireOrSkip('root', root, 'setpriv needs it'))(
+      `${dropUid ? 'root bwrap + setpriv' : 'bwrap alone (unprivileged mode)'}: only the task's own processes read its env`,
+      async () => {
+        const { result, out } = await runIn(makePlan({ argv: sh(script), env }), dropUid);
+        expect(result.failure_reason).toBeNull();
+        expect(out).toContain('mark=[a b=c]');
+        expect(out).toContain('debug-files');
+        expect(out).toContain('helpers=none');
+        expect(out).toContain(`names=${names.join(' ')} \n`);
+        const m = /owners=(\S+) uid=(\d+)/.exec(out);
+        expect(m?.[1]).toBe(m?.[2]);
+      },
+    );
   }
 
   it("bwrap's own environment is the fixed one plus the execution id (for recovery), never the spec's", async () => {
@@ -275,10 +281,11 @@ describe('container tasks', () => {
     const confDir = mkdtempSync(join(tmpdir(), 'gpu-broker-engine-env-'));
     try {
       const probe = await probeContainerEngine({ engine: 'podman', confDir });
-      if (probe.setup === null) return; // no podman here: nothing to check
-      expect(Object.keys(probe.setup.env).sort()).toEqual(['CONTAINERS_CONF', 'LANG', 'PATH']);
-      expect(probe.setup.env['PATH']).toBe(HELPER_ENV['PATH']);
-      expect(HELPER_ENV['PATH']?.split(':')).toContain(dirname(probe.setup.command));
+      if (requireOrSkip('podman', probe.setup !== null, probe.detail) && probe.setup !== null) {
+        expect(Object.keys(probe.setup.env).sort()).toEqual(['CONTAINERS_CONF', 'LANG', 'PATH']);
+        expect(probe.setup.env['PATH']).toBe(HELPER_ENV['PATH']);
+        expect(HELPER_ENV['PATH']?.split(':')).toContain(dirname(probe.setup.command));
+      }
     } finally {
       rmSync(confDir, { recursive: true, force: true });
     }

@@ -1,0 +1,29 @@
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, expect, it } from 'vitest';
+import { packageRoot } from '../../../src/platform/package-root.js';
+import { sourceFiles } from '../../support/import-graph.js';
+
+/**
+ * Comments cite docs/ and the ADRs in the repository, never a design document outside it (issue 22): a
+ * reader of the code has the repository, not the session's shared notes. `LEFT` lists the files whose
+ * citations other branches of issue 22 rewrite along with the files themselves; it only shrinks.
+ */
+
+const ROOT = packageRoot();
+const OUTSIDE = /DESIGN §|DESIGN section|DESIGN\.md|shared\/reference\//;
+const LEFT = new Set(['src/broker/tools/proposals.ts', 'src/main.ts', 'src/ws/hub.ts']);
+
+describe('citations', () => {
+  it('no source or test cites a document outside the repository', () => {
+    const files = sourceFiles(ROOT, ['src', 'worker', 'test', 'qualification', 'client-kit']).filter(
+      (f) => f !== 'test/unit/docs/in-repo-citations.test.ts' && !LEFT.has(f),
+    );
+    const found = files.flatMap((f) =>
+      readFileSync(join(ROOT, f), 'utf8')
+        .split('\n')
+        .flatMap((line, i) => (OUTSIDE.test(line) ? [`${f}:${i + 1}: ${line.trim()}`] : [])),
+    );
+    expect(found).toEqual([]);
+  });
+});
