@@ -15,7 +15,7 @@ import { canReadAll } from '../principals.js';
 import { proposalTopic } from '../topics.js';
 import { verifiedBlob } from '../verified-blob.js';
 import { fetchPage } from './paging.js';
-import { iso, proposalSummary, proposalView } from './views.js';
+import { proposalSummary, proposalView } from './views.js';
 
 /** Use cases of proposals: create, revise, confirm, cancel, read, list, wait, expire. */
 
@@ -294,17 +294,4 @@ export async function waitForProposal(
       return { proposal: proposalView(deps.store, p), timed_out: true };
     await deps.notifier.waitFor(proposalTopic(proposalId), left, signal);
   }
-}
-
-/** The sweeper: expires proposals past their TTL (DESIGN §6: a sweeper, not lazily). */
-export function expireProposals(deps: BrokerDeps, batch = 100): number {
-  const now = deps.clock.now();
-  let expired = 0;
-  deps.store.transaction(() => {
-    for (const p of deps.store.proposals.expiredBy(now, batch)) {
-      moveProposal(deps, p, 'expire', 'sweeper', {}, { expires_at: iso(p.expires_at) });
-      expired++;
-    }
-  });
-  return expired;
 }
