@@ -16,6 +16,7 @@ import { proposalTopic } from '../topics.js';
 import { verifiedBlob } from '../verified-blob.js';
 import { fetchPage } from './paging.js';
 import { proposalSummary, proposalView } from './views.js';
+import { waitUntil } from './wait-until.js';
 
 /** Use cases of proposals: create, revise, confirm, cancel, read, list, wait, expire. */
 
@@ -285,13 +286,13 @@ export async function waitForProposal(
   timeoutSeconds: number,
   signal?: AbortSignal,
 ): Promise<{ proposal: ProposalView; timed_out: boolean }> {
-  const deadline = Date.now() + timeoutSeconds * 1000;
-  for (;;) {
-    const p = loadVisibleProposal(deps, principal, proposalId);
-    if (p.state !== 'IN_REVIEW') return { proposal: proposalView(deps.store, p), timed_out: false };
-    const left = deadline - Date.now();
-    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
-      return { proposal: proposalView(deps.store, p), timed_out: true };
-    await deps.notifier.waitFor(proposalTopic(proposalId), left, signal);
-  }
+  const { value, timed_out } = await waitUntil(
+    deps,
+    proposalTopic(proposalId),
+    timeoutSeconds * 1000,
+    () => loadVisibleProposal(deps, principal, proposalId),
+    (p) => p.state !== 'IN_REVIEW',
+    signal,
+  );
+  return { proposal: proposalView(deps.store, value), timed_out };
 }
