@@ -1,5 +1,5 @@
 import { resolve } from 'node:path';
-import { openStore } from '../main.js';
+import { openStore } from '../master/data-dir.js';
 import { systemClock } from '../platform/clock.js';
 import { createIdGenerator } from '../platform/ids.js';
 import type { Store } from '../store/store.js';

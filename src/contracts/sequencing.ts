@@ -1,6 +1,6 @@
 import type { z } from 'zod';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from './json-depth.js';
-import { PROTOCOL_VERSION } from './worker-protocol.js';
+import { PROTOCOL_VERSION, type WorkerErrorCode } from './worker-protocol.js';
 
 /**
  * The rules for sequenced messages (docs/worker-protocol.md "Sequencing"), written once and
@@ -41,7 +41,7 @@ export interface AckReply extends SequenceRef {
 /** `error {code, message, ref_seq?}`: the same shape in both directions. */
 export interface ErrorReply {
   type: 'error';
-  code: string;
+  code: WorkerErrorCode;
   message: string;
   ref_seq?: number;
 }
@@ -51,7 +51,7 @@ export type Reply = AckReply | ErrorReply;
 
 /** A typed refusal: what the receiver could not (or would not) do with one message. */
 export interface Refusal {
-  code: string;
+  code: WorkerErrorCode;
   message: string;
 }
 

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ERROR_CODES } from './errors.js';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
 import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 
@@ -351,10 +352,36 @@ export type ProbeMessage = z.infer<typeof ProbeMessageSchema>;
 /** Either direction: acknowledges one sequenced message. */
 export const AckSchema = z.object({ type: z.literal('ack'), boot_id: Id, seq: z.number().int().min(1) });
 
+/**
+ * The codes only the worker link uses, beside the broker's own (src/contracts/errors.ts, which a
+ * refusal of a worker message carries: `BrokerError.code`):
+ * - `INVALID_MESSAGE`: a frame that does not parse (either side; src/contracts/sequencing.ts);
+ * - `INVALID_WORKER_ID`: a hello whose worker_id breaks the rule (master; then close 4002);
+ * - `HELLO_REQUIRED`: a message before hello (master);
+ * - `PROTOCOL_VERSION`: a hello in another protocol version (master; then close 4002);
+ * - `UNKNOWN_EXECUTION`: a cancel or query naming an execution the worker does not know (worker).
+ */
+export const WORKER_LINK_ERROR_CODES = [
+  'INVALID_MESSAGE',
+  'INVALID_WORKER_ID',
+  'HELLO_REQUIRED',
+  'PROTOCOL_VERSION',
+  'UNKNOWN_EXECUTION',
+] as const;
+
+/**
+ * Every `code` an `error` message may carry, in either direction: a closed vocabulary (ADR 0020 step 2;
+ * the strings are the ones both ends sent before it was closed). A code outside it makes the message
+ * invalid (answered `INVALID_MESSAGE`, never acknowledged: `error` is not sequenced).
+ */
+export const WorkerErrorCodeSchema = z.enum([...ERROR_CODES, ...WORKER_LINK_ERROR_CODES]);
+/** One code of an `error` message. */
+export type WorkerErrorCode = z.infer<typeof WorkerErrorCodeSchema>;
+
 /** Either direction: a message could not be processed. Never closes the connection by itself. */
 export const ProtocolErrorSchema = z.object({
   type: z.literal('error'),
-  code: z.string().max(64),
+  code: WorkerErrorCodeSchema,
   message: z.string().max(4096),
   ref_seq: z.number().int().optional(),
 });

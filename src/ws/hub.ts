@@ -7,17 +7,11 @@ import type { Fleet } from '../broker/fleet.js';
 import type { WorkerLink } from '../broker/ports.js';
 import { authenticate, bearerToken } from '../broker/principals.js';
 import { CARDS_TOPIC } from '../broker/topics.js';
-import { handleExecutionReport, handleLogChunk, handleOutputUpload } from '../broker/workers/reports.js';
-import { acceptHello, recordProbe, recordSample, storeHello } from '../broker/workers/session.js';
+import { sequenceRefOf, WorkerInbox } from '../broker/workers/inbox.js';
+import { acceptHello, storeHello } from '../broker/workers/session.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_CONNECT_PATH } from '../contracts/paths.js';
-import {
-  type InvalidMessage,
-  parseMessage,
-  receiveSequenced,
-  repliesToInvalid,
-  type SequenceRef,
-} from '../contracts/sequencing.js';
+import { type InvalidMessage, parseMessage } from '../contracts/sequencing.js';
 import {
   MAX_MESSAGE_BYTES,
   type MasterMessage,
@@ -29,17 +23,15 @@ import {
 } from '../contracts/worker-protocol.js';
 import { asStorageUnavailable } from '../store/storage-errors.js';
 
-type SequencedWorkerMessage = Exclude<WorkerMessage, { type: 'hello' | 'ack' | 'error' }>;
 type HelloMessage = Extract<WorkerMessage, { type: 'hello' }>;
 
 /**
- * The worker hub (DESIGN §8; docs/architecture.md "The hub and the reconcile use case"): one WSS session
+ * The worker hub (docs/worker-protocol.md; docs/architecture.md "The hub and the reconcile use case"): one WSS session
  * per worker on the master's port. An edge: it authenticates the upgrade with a worker token bound to
- * one worker id, parses frames and applies the sequencing rules (src/contracts/sequencing.ts: poison,
- * de-duplication with the mark raised in the effect's transaction, refusals, failures), hands each
- * message to its broker use case (hello → acceptHello, sample/probe → broker/workers/session.ts,
- * execution / log / output → broker/workers/reports.ts), sends the replies, and flushes the durable
- * outbox. A newer session for the same worker replaces the older one (deterministic: newest wins, the
+ * one worker id, parses frames, checks and answers the hello (hello → acceptHello), hands every later
+ * message to the inbox (src/broker/workers/inbox.ts: what a message means — touch, ack, the sequencing
+ * rules with their marks, the growth gate, the use case per type), sends the replies, and flushes the
+ * durable outbox. A newer session for the same worker replaces the older one (deterministic: newest wins, the
  * old socket is closed with 4000).
  * Nothing a worker sends can crash the master: a bad message gets an `error` reply and is logged.
  * While the store cannot write (out of disk space; issue 10, row 4, ADR 0016) a message is neither
@@ -86,14 +78,16 @@ export interface HubHooks {
 export class WorkerHub implements WorkerLink {
   private readonly wss = new WebSocketServer({ noServer: true, maxPayload: MAX_MESSAGE_BYTES });
   private readonly sessions = new Map<string, Session>();
-  private readonly lastTouchWrite = new Map<string, number>();
+  private readonly inbox: WorkerInbox;
   hooks: HubHooks = { requestPass: () => {} };
 
   constructor(
     private readonly deps: BrokerDeps,
     private readonly fleet: Fleet,
     readonly bootId: string,
-  ) {}
+  ) {
+    this.inbox = new WorkerInbox(deps, fleet);
+  }
 
   /** Attaches the upgrade handler to the app's server and closes sessions before the app closes. */
   attach(app: FastifyInstance): void {
@@ -262,11 +256,7 @@ export class WorkerHub implements WorkerLink {
   private refuseInvalid(s: Session, text: string | null, bad: InvalidMessage): void {
     this.deps.logger.warn({ worker_id: s.workerId, message: bad.message }, 'bad worker message');
     if (bad.type === 'hello' && this.refuseBadWorkerId(s, text)) return;
-    const replies = repliesToInvalid(bad, {
-      acceptsPoison: s.bootId !== null,
-      recordPoison: (ref) =>
-        this.deps.store.workers.raiseMark(s.workerId, ref.boot_id, ref.seq, this.deps.clock.now()),
-    });
+    const replies = this.inbox.invalid(s.workerId, bad, s.bootId !== null, this.deps.clock.now());
     for (const r of replies) this.reply(s, r);
   }
 
@@ -318,85 +308,12 @@ export class WorkerHub implements WorkerLink {
       this.reply(s, { type: 'error', code: 'HELLO_REQUIRED', message: 'send hello first' });
       return;
     }
-    this.fleet.touched(s.workerId, now);
-    if ((this.lastTouchWrite.get(s.workerId) ?? 0) + 5000 < now) {
-      this.lastTouchWrite.set(s.workerId, now);
-      this.deps.store.workers.touch(s.workerId, now);
-    }
-    switch (msg.type) {
-      case 'ack':
-        this.deps.store.outbox.ack(s.workerId, msg.boot_id, msg.seq, now);
-        return;
-      case 'error':
-        this.deps.logger.warn(
-          { worker_id: s.workerId, code: msg.code, message: msg.message, ref_seq: msg.ref_seq },
-          'worker reported an error',
-        );
-        return;
-      default:
-        this.sequenced(s, msg, now);
-    }
-  }
-
-  /**
-   * Applies one sequenced message at most once (src/contracts/sequencing.ts): the raised mark and the
-   * effect commit together, then error (if refused) and ack. A refusal (BrokerError) rolls back the
-   * effect but not the mark: the message is processed and not retried. `UNAVAILABLE` (the store cannot
-   * write) is not a refusal: it rolls back the mark too and escapes unacknowledged (rule 5), and
-   * onMessage answers it (storageRefused).
-   */
-  private sequenced(s: Session, msg: SequencedWorkerMessage, now: number): void {
-    const { store } = this.deps;
+    this.inbox.touched(s.workerId, now);
     // What the hello could not store comes first: nothing may build on a worker row or epochs not stored.
-    this.applyPendingHello(s);
-    let sampleChanged = false;
-    const received = receiveSequenced<BrokerError>(msg, {
-      transaction: (fn) => store.transaction(fn),
-      marks: {
-        raiseAbove: (bootId, seq) => {
-          if (seq <= store.workers.mark(s.workerId, bootId)) return false;
-          store.workers.raiseMark(s.workerId, bootId, seq, now);
-          return true;
-        },
-      },
-      apply: () => {
-        try {
-          // An illegal execution report is refused without rolling back what the refusal changed.
-          return store.transaction(() => {
-            // Logs and outputs are what fills a disk: refused below the free-space floor.
-            if (msg.type === 'log' || msg.type === 'output')
-              this.deps.storage?.assertAcceptsGrowth(`worker ${msg.type} message`);
-            switch (msg.type) {
-              case 'sample':
-                sampleChanged = recordSample(this.deps, s.workerId, msg, now);
-                return null;
-              case 'execution':
-                return handleExecutionReport(this.deps, s.workerId, msg);
-              case 'log':
-                handleLogChunk(this.deps, s.workerId, msg);
-                return null;
-              case 'output':
-                handleOutputUpload(this.deps, s.workerId, msg);
-                return null;
-              case 'probe':
-                recordProbe(this.deps, s.workerId, msg, now);
-                return null;
-            }
-          });
-        } catch (err) {
-          // Out of space is not a refusal of the message: roll back (the mark too), do not acknowledge.
-          if (!(err instanceof BrokerError) || err.code === 'UNAVAILABLE') throw err;
-          return err;
-        }
-      },
-    });
-    if (received.kind === 'applied' && received.refusal !== null)
-      this.deps.logger.warn(
-        { worker_id: s.workerId, code: received.refusal.code, message: received.refusal.message },
-        'worker message refused',
-      );
-    for (const r of received.replies) this.reply(s, r);
-    if (msg.type === 'execution' || sampleChanged) this.hooks.requestPass();
+    if (sequenceRefOf(msg) !== null) this.applyPendingHello(s);
+    const { replies, requestPass } = this.inbox.receive(s.workerId, msg, now);
+    for (const r of replies) this.reply(s, r);
+    if (requestPass) this.hooks.requestPass();
   }
 
   private hello(s: Session, msg: HelloMessage, now: number): void {
@@ -427,9 +344,4 @@ export class WorkerHub implements WorkerLink {
     this.flush(s.workerId);
     this.hooks.requestPass();
   }
-}
-
-/** Where a parsed worker message sits in the worker's sequence; null for hello, ack and error. */
-function sequenceRefOf(msg: WorkerMessage): SequenceRef | null {
-  return msg.type === 'hello' || msg.type === 'ack' || msg.type === 'error' ? null : msg;
 }

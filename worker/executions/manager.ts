@@ -5,6 +5,7 @@ import type {
   FailureReason,
   MasterMessage,
   SlurmJobReport,
+  WorkerErrorCode,
 } from '../../src/contracts/worker-protocol.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
@@ -37,7 +38,7 @@ export interface Handled {
   /** Runs after the transaction commits. */
   readonly after?: () => void;
   /** An `error` reply for the master (the message is still acknowledged). */
-  readonly error?: { readonly code: string; readonly message: string };
+  readonly error?: { readonly code: WorkerErrorCode; readonly message: string };
 }
 
 /** What the manager needs from the daemon. */

@@ -11,8 +11,8 @@ import { loadVisibleProposal } from './proposals.js';
 /**
  * Use cases of inputs (issue 13): uploading content by sha256 (MCP `upload_inputs`, REST
  * `PUT /api/v1/blobs/{sha256}`), reading an input of a revision (`get_input`), serving a blob to the
- * worker that runs an execution naming it, and garbage collection (the reviewer's diff of two manifests
- * is src/broker/tools/revision-diff.ts).
+ * worker that runs an execution naming it (garbage collection is a step of the sweep,
+ * src/broker/loops/sweep.ts; the reviewer's diff of two manifests is src/broker/tools/revision-diff.ts).
  *
  * Every read recomputes the sha256 of the stored bytes: a blob changed in the database behind the
  * master's back is refused (and logged), never served, so a worker can only ever receive approved bytes.
@@ -214,13 +214,4 @@ export function blobForExecution(
       'A worker fetches the inputs of its own executions before they start.',
     );
   return verifiedBlob(deps, task.owner_id, sha256);
-}
-
-/** How long an uploaded blob is kept before any spec names it, and a finished task's blobs after it ends. */
-export const BLOB_GRACE_MS = 24 * 3600 * 1000;
-
-/** Garbage collection of blobs no live revision or recent task names (run by the master's sweeper). */
-export function collectBlobGarbage(deps: BrokerDeps, graceMs = BLOB_GRACE_MS): number {
-  const now = deps.clock.now();
-  return deps.store.transaction(() => deps.store.blobs.collectGarbage(now - graceMs, now - graceMs));
 }

@@ -15,7 +15,8 @@ import { canReadAll } from '../principals.js';
 import { proposalTopic } from '../topics.js';
 import { verifiedBlob } from '../verified-blob.js';
 import { fetchPage } from './paging.js';
-import { iso, proposalSummary, proposalView } from './views.js';
+import { proposalSummary, proposalView } from './views.js';
+import { waitUntil } from './wait-until.js';
 
 /** Use cases of proposals: create, revise, confirm, cancel, read, list, wait, expire. */
 
@@ -285,26 +286,13 @@ export async function waitForProposal(
   timeoutSeconds: number,
   signal?: AbortSignal,
 ): Promise<{ proposal: ProposalView; timed_out: boolean }> {
-  const deadline = Date.now() + timeoutSeconds * 1000;
-  for (;;) {
-    const p = loadVisibleProposal(deps, principal, proposalId);
-    if (p.state !== 'IN_REVIEW') return { proposal: proposalView(deps.store, p), timed_out: false };
-    const left = deadline - Date.now();
-    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
-      return { proposal: proposalView(deps.store, p), timed_out: true };
-    await deps.notifier.waitFor(proposalTopic(proposalId), left, signal);
-  }
-}
-
-/** The sweeper: expires proposals past their TTL (DESIGN §6: a sweeper, not lazily). */
-export function expireProposals(deps: BrokerDeps, batch = 100): number {
-  const now = deps.clock.now();
-  let expired = 0;
-  deps.store.transaction(() => {
-    for (const p of deps.store.proposals.expiredBy(now, batch)) {
-      moveProposal(deps, p, 'expire', 'sweeper', {}, { expires_at: iso(p.expires_at) });
-      expired++;
-    }
-  });
-  return expired;
+  const { value, timed_out } = await waitUntil(
+    deps,
+    proposalTopic(proposalId),
+    timeoutSeconds * 1000,
+    () => loadVisibleProposal(deps, principal, proposalId),
+    (p) => p.state !== 'IN_REVIEW',
+    signal,
+  );
+  return { proposal: proposalView(deps.store, value), timed_out };
 }

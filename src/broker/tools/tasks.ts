@@ -1,6 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { TaskView } from '../../contracts/views.js';
-import type { TaskState } from '../../domain/task.js';
+import { isSettledTask, type TaskState } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -8,6 +8,7 @@ import { canReadAll } from '../principals.js';
 import { taskTopic } from '../topics.js';
 import { fetchPage } from './paging.js';
 import { taskSummary, taskView } from './views.js';
+import { waitUntil } from './wait-until.js';
 
 /** Use cases of tasks: read, list, wait (the one function that moves a task's state is machines/task.ts). */
 
@@ -40,14 +41,6 @@ export function listTasks(
   return { tasks: page.map((t) => taskSummary(deps.store, t, deps.observe)), next_cursor };
 }
 
-/** States in which wait_for_task returns at once. */
-const SETTLED: ReadonlySet<TaskState> = new Set([
-  'COMPLETED',
-  'FAILED',
-  'CANCELLED',
-  'RECONCILIATION_REQUIRED',
-]);
-
 /** wait_for_task: returns when the task settles or after the timeout. */
 export async function waitForTask(
   deps: BrokerDeps,
@@ -56,13 +49,13 @@ export async function waitForTask(
   timeoutSeconds: number,
   signal?: AbortSignal,
 ): Promise<{ task: TaskView; timed_out: boolean }> {
-  const deadline = Date.now() + timeoutSeconds * 1000;
-  for (;;) {
-    const t = loadVisibleTask(deps, principal, taskId);
-    if (SETTLED.has(t.state)) return { task: taskView(deps.store, t, deps.observe), timed_out: false };
-    const left = deadline - Date.now();
-    if (left <= 0 || signal?.aborted || deps.notifier.isClosed)
-      return { task: taskView(deps.store, t, deps.observe), timed_out: true };
-    await deps.notifier.waitFor(taskTopic(taskId), left, signal);
-  }
+  const { value, timed_out } = await waitUntil(
+    deps,
+    taskTopic(taskId),
+    timeoutSeconds * 1000,
+    () => loadVisibleTask(deps, principal, taskId),
+    (t) => isSettledTask(t.state),
+    signal,
+  );
+  return { task: taskView(deps.store, value, deps.observe), timed_out };
 }

@@ -3,7 +3,7 @@ import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPrincipal } from '../../../src/broker/principals.js';
-import { openStore } from '../../../src/main.js';
+import { openStore } from '../../../src/master/data-dir.js';
 import { systemClock } from '../../../src/platform/clock.js';
 import { createIdGenerator } from '../../../src/platform/ids.js';
 import { createCaTrustingFetch } from '../../../src/platform/tls.js';

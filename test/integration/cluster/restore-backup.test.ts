@@ -5,7 +5,7 @@ import Database from 'better-sqlite3';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { createPrincipal } from '../../../src/broker/principals.js';
 import type { TaskView } from '../../../src/contracts/views.js';
-import { openStore } from '../../../src/main.js';
+import { openStore } from '../../../src/master/data-dir.js';
 import { systemClock } from '../../../src/platform/clock.js';
 import { createIdGenerator } from '../../../src/platform/ids.js';
 import { createCaTrustingFetch } from '../../../src/platform/tls.js';

@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { afterAll, describe, expect, it } from 'vitest';
-import { MASTER_SECRET_FILES } from '../../../src/main.js';
+import { MASTER_SECRET_FILES } from '../../../src/master/data-dir.js';
 import { startTestMaster } from '../../support/master.js';
 import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';

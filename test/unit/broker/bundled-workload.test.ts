@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { workloadPath, workloadSha256 } from '../../../qualification/workload/location.js';
-import { withBundledWorkload } from '../../../src/main.js';
+import { withBundledWorkload } from '../../../src/master/bundled-workload.js';
 import { parseConfig } from '../../../src/platform/config.js';
 
 describe('the bundled qualification workload in the policy', () => {

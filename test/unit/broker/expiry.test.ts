@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { expireProposals, type RevisionResult } from '../../../src/broker/tools/proposals.js';
+import { expireProposals } from '../../../src/broker/loops/sweep.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { ProposalView } from '../../../src/contracts/views.js';
 import { ManualClock } from '../../../src/platform/clock.js';

@@ -1,6 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { expireProposals, type RevisionResult } from '../../../src/broker/tools/proposals.js';
+import { expireProposals } from '../../../src/broker/loops/sweep.js';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { BrokerError, type ErrorCode } from '../../../src/contracts/errors.js';
 import { PROPOSAL_TABLE, type ProposalEvent, type ProposalState } from '../../../src/domain/proposal.js';
 import { ManualClock } from '../../../src/platform/clock.js';

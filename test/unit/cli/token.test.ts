@@ -4,7 +4,7 @@ import { afterAll, beforeEach, describe, expect, it } from 'vitest';
 import { authenticate } from '../../../src/broker/principals.js';
 import { run as token } from '../../../src/cli/token.js';
 import type { ErrorBody } from '../../../src/contracts/errors.js';
-import { openStore } from '../../../src/main.js';
+import { openStore } from '../../../src/master/data-dir.js';
 import { runCli } from '../../support/cli.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { afterEach, describe, expect, it } from 'vitest';
-import { collectBlobGarbage } from '../../../src/broker/tools/inputs.js';
+import { collectBlobGarbage } from '../../../src/broker/loops/sweep.js';
 import { verifiedBlob } from '../../../src/broker/verified-blob.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { ManualClock } from '../../../src/platform/clock.js';
