@@ -20,3 +20,10 @@ export async function proposeInReview(client: Client, spec: unknown = validSpec(
   );
   return r;
 }
+
+/** What upload_inputs answers, as the tests read it. */
+export interface UploadResult {
+  inputs: Array<{ path: string; sha256: string; size: number }>;
+  stored_bytes: number;
+  quota: { used_bytes: number; limit_bytes: number };
+}

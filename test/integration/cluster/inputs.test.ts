@@ -3,11 +3,13 @@ import { chmodSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
+import type { UploadResult } from '../../support/proposals.js';
 import { validSpec } from '../../support/spec.js';
 import { makeTempDir } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
@@ -24,18 +26,8 @@ import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 const PYTHON = '/usr/bin/python3';
 const QUOTA = 3 * 1024 * 1024;
 
-interface Upload {
-  inputs: Array<{ path: string; sha256: string; size: number }>;
-  stored_bytes: number;
-  quota: { used_bytes: number; limit_bytes: number };
-}
-interface Revision {
-  proposal_id: string;
-  revision_id: string;
-  digest: string;
-  findings: Array<{ code: string; severity: string; path: string }>;
-  confirmable: boolean;
-}
+type Upload = UploadResult;
+type Revision = RevisionResult;
 
 let m: TestMaster;
 let w: TestWorker;

@@ -1,10 +1,12 @@
 import { createHash } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import { run as auditCli } from '../../../src/cli/audit.js';
 import { runCli } from '../../support/cli.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
+import type { UploadResult } from '../../support/proposals.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
@@ -19,18 +21,8 @@ import { validSpec } from '../../support/spec.js';
 const SECRET = 'print("alice\'s private training code")\n';
 const sha = (b: string | Buffer) => createHash('sha256').update(b).digest('hex');
 
-interface Upload {
-  inputs: Array<{ path: string; sha256: string; size: number }>;
-  stored_bytes: number;
-  quota: { used_bytes: number; limit_bytes: number };
-}
-interface Revision {
-  proposal_id: string;
-  revision_id: string;
-  digest: string;
-  findings: Array<{ code: string; severity: string; path: string; message: string; hint: string }>;
-  confirmable: boolean;
-}
+type Upload = UploadResult;
+type Revision = RevisionResult;
 
 let m: TestMaster;
 let alice: Client;
