@@ -1,0 +1,66 @@
+import type { QueuedTaskView } from './types.js';
+
+/** A queued task's card requirement, normalised once per pass, and how a card's model is matched. */
+
+/** A task's card requirement, normalised once. Tasks with the same `key` are placed identically. */
+export interface Requirement {
+  key: string;
+  need: number;
+  /** The model as the task gave it (for messages), or null. */
+  model: string | null;
+  /** The model as padded lower-case words, or null when any model will do. */
+  modelWords: string | null;
+  minMemoryMib: number | null;
+  /** Pinned worker id, or null. */
+  worker: string | null;
+  /** The qualification run the task belongs to, or null: it matches only cards reserved for that run. */
+  run: string | null;
+  /** A container task: only workers with a container engine may take it. */
+  container: boolean;
+  /** Named data mounts, sorted: only workers offering all of them may take it. */
+  mounts: string[];
+  /** Multi-node (`cards.per_node`): only Slurm pool workers may take it; null for one host. */
+  perNode: number | null;
+}
+
+/** Reads a queued task's requirement. */
+export function requirementOf(task: QueuedTaskView): Requirement {
+  const model = task.cards.model ?? null;
+  const minMemoryMib = task.cards.min_memory_mib ?? null;
+  const worker = task.worker ?? null;
+  const run = task.run_id ?? null;
+  const container = task.runtime === 'container';
+  const mounts = [...(task.mounts ?? [])].sort();
+  const perNode = task.cards.per_node ?? null;
+  return {
+    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container, mounts, perNode]),
+    need: task.cards.count,
+    model,
+    modelWords: model === null ? null : modelWords(model),
+    minMemoryMib,
+    worker,
+    run,
+    container,
+    mounts,
+    perNode,
+  };
+}
+
+/**
+ * Whether a card's model satisfies a wanted model: case-insensitive, on whole words, ignoring
+ * punctuation. "a100" and "A100-SXM4" match "NVIDIA A100-SXM4-80GB", "A10" does not (a plain substring
+ * test would hand an A100 to a task that asked for an A10); "K100" matches Hygon's "DCU K100_AI".
+ */
+export function modelMatches(cardModel: string, wanted: string): boolean {
+  const needle = modelWords(wanted);
+  return needle !== '' && modelWords(cardModel).includes(needle);
+}
+
+/** Lower-case letter/digit words joined by single spaces and padded with one space each side. */
+export function modelWords(model: string): string {
+  const words = model
+    .toLowerCase()
+    .split(/[^\p{L}\p{N}]+/u)
+    .filter((w) => w !== '');
+  return words.length === 0 ? '' : ` ${words.join(' ')} `;
+}

@@ -1,0 +1,133 @@
+import { type CardState, type CardStateConfig, deriveCardState } from '../card-state.js';
+import { type PoolNode, poolFacts } from './nodes.js';
+import { modelWords, type Requirement } from './requirement.js';
+import type { CardView, WorkerView } from './types.js';
+
+/**
+ * The cards of one scheduling pass, per worker, with each card's derived state and its mark in the pass
+ * (see CardPool in pool.ts), and whether a card matches a requirement.
+ */
+
+/** What a free card is doing in this pass. */
+export const OPEN = 0;
+export const CLAIMED = 1;
+export const RESERVED = 2;
+
+/** One card with its derived state and its mark in this pass. */
+export interface PoolCard {
+  view: CardView;
+  /** The card's model as padded lower-case words (see modelWords). */
+  words: string;
+  state: CardState;
+  /** The qualification run this card is reserved for (only that run's tasks may use it), or null. */
+  run: string | null;
+  /** An operator cordon (not a run's reservation) keeps every task off it. */
+  cordoned: boolean;
+  /** OPEN, CLAIMED or RESERVED; meaningful only for free-list cards. */
+  mark: number;
+  /** When RESERVED: which reservation of the pass (1-based) holds it, and that task's queue position. */
+  reservation: number;
+  holderPosition: number;
+}
+
+/** One worker's cards in this pass. */
+export interface Slot {
+  worker: WorkerView;
+  /** Online and not draining: only these get grants or reservations. */
+  usable: boolean;
+  /** All cards, ascending index. */
+  cards: PoolCard[];
+  /** AVAILABLE cards of a usable worker, ascending index: the only cards that can be granted. */
+  free: PoolCard[];
+  /** How many of `free` are still OPEN. */
+  openCount: number;
+  /** How many of `free` are reserved for a qualification run (they match only that run's tasks). */
+  runReserved: number;
+  /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (nodes.ts). */
+  nodes: PoolNode[] | null;
+}
+
+/** What building the slots of a pass counted: every usable free card, and those reserved for a run. */
+export interface SlotTotals {
+  open: number;
+  runReserved: number;
+}
+
+/** The pass's slots, by worker id; free cards limited to a Slurm pool's free count (nodes.ts). */
+export function buildSlots(
+  workers: readonly WorkerView[],
+  now: number,
+  config: CardStateConfig,
+): { slots: Slot[]; totals: SlotTotals } {
+  const totals: SlotTotals = { open: 0, runReserved: 0 };
+  const slots = [...workers]
+    .sort((a, b) => compareIds(a.worker_id, b.worker_id))
+    .map((worker): Slot => {
+      const usable = worker.online && !worker.draining;
+      const cards = [...worker.cards]
+        .sort((a, b) => a.index - b.index)
+        .map((view) => poolCard(view, worker, now, config));
+      let free = usable ? cards.filter((c) => c.state === 'AVAILABLE') : [];
+      // A Slurm worker's cards are a pool (docs/decisions/0013-slurm-backend.md): Slurm, not the
+      // index, decides which device a job gets, so only the pool's free *count* may be offered, and
+      // a task must also fit the free GPUs of its node(s).
+      let nodes: PoolNode[] | null = null;
+      if (usable && worker.backend === 'slurm') {
+        const facts = poolFacts(worker, cards, now, config);
+        free = free.slice(0, facts.free);
+        nodes = facts.nodes;
+      }
+      const runReserved = free.filter((c) => c.run !== null).length;
+      totals.open += free.length;
+      totals.runReserved += runReserved;
+      return { worker, usable, cards, free, openCount: free.length, runReserved, nodes };
+    });
+  return { slots, totals };
+}
+
+function poolCard(view: CardView, worker: WorkerView, now: number, config: CardStateConfig): PoolCard {
+  const run = view.reserved_for_run ?? null;
+  // A run's reservation is a cordon to everyone else, which `matches` enforces; for the
+  // card's own state it does not count, so the run's tasks see the card as it really is.
+  const card = run === null ? view : { ...view, cordoned: false };
+  return {
+    view,
+    words: modelWords(view.model),
+    state: deriveCardState({ card, worker }, now, config).state,
+    run,
+    cordoned: card.cordoned,
+    mark: OPEN,
+    reservation: 0,
+    holderPosition: 0,
+  };
+}
+
+/**
+ * Whether a task may use the card: a card reserved for a qualification run matches only that run's
+ * tasks, and a run's task matches only its run's cards; then model and memory (see `fitsShape`).
+ */
+export function matches(card: PoolCard, req: Requirement): boolean {
+  return card.run === req.run && fitsShape(card, req);
+}
+
+/** Model and memory only, whatever reservation holds the card (capacity counts every card). */
+export function fitsShape(card: PoolCard, req: Requirement): boolean {
+  if (req.modelWords !== null && (req.modelWords === '' || !card.words.includes(req.modelWords)))
+    return false;
+  if (req.minMemoryMib !== null) {
+    const total = card.view.memory_total_mib;
+    if (total === null || total < req.minMemoryMib) return false;
+  }
+  return true;
+}
+
+/** How many of `slot`'s free cards are still OPEN and match `req`. */
+export function countOpen(slot: Slot, req: Requirement): number {
+  let n = 0;
+  for (const card of slot.free) if (card.mark === OPEN && matches(card, req)) n++;
+  return n;
+}
+
+function compareIds(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}

@@ -1,0 +1,182 @@
+import type {
+  ExecutionPlan,
+  FailureReason,
+  OutputRecord,
+  SlurmJobReport,
+} from '../../src/contracts/worker-protocol.js';
+import { ExecutionPlanSchema } from '../../src/contracts/worker-protocol.js';
+import type { ReportedPhase } from '../../src/domain/execution.js';
+import type { LocalDb } from './db.js';
+import { ExecutionMoveError, moveRecordedPhase } from './local-store-moves.js';
+
+/**
+ * What the worker knows about each execution (`executions`): phase, plan, outcome, process group id,
+ * Slurm job, and when its directory was pruned. The TSDoc of each method is on `LocalStore`.
+ */
+
+/** What the worker keeps of an execution's outcome (the bytes of outputs are not kept here). */
+export interface ExecutionSummary {
+  readonly exit_code: number | null;
+  readonly signal: string | null;
+  readonly failure_reason: FailureReason | null;
+  readonly outputs: readonly OutputRecord[];
+  readonly cleaned?: boolean;
+  readonly detail?: string;
+}
+
+/** One execution as the worker knows it. */
+export interface ExecutionRecord {
+  readonly execution_id: string;
+  readonly task_id: string;
+  readonly lease_epoch: number;
+  readonly phase: ReportedPhase;
+  readonly plan: ExecutionPlan;
+  readonly result: ExecutionSummary | null;
+  /** The task's process group id once it was spawned; null before, or when it never ran. */
+  readonly pgid: number | null;
+  /** Slurm workers: the job behind it as last seen (job id, state, pending reason, binding); else null. */
+  readonly slurm: SlurmJobReport | null;
+  readonly created_at: number;
+  readonly updated_at: number;
+}
+
+interface ExecutionRow {
+  execution_id: string;
+  task_id: string;
+  lease_epoch: number;
+  phase: ReportedPhase;
+  plan_json: string;
+  result_json: string | null;
+  pgid: number | null;
+  slurm_json: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+function prepareExecutions(db: LocalDb) {
+  return {
+    insertExecution: db.prepare<[string, string, number, string, string, string | null, number, number]>(
+      `INSERT INTO executions (execution_id, task_id, lease_epoch, phase, plan_json, result_json, created_at, updated_at)
+       VALUES (?, ?, ?, ?, ?, ?, ?, ?)
+       ON CONFLICT (execution_id) DO NOTHING`,
+    ),
+    moveExecution: db.prepare<[string, string | null, number, string, string]>(
+      `UPDATE executions SET phase = ?, result_json = coalesce(?, result_json), updated_at = ?
+       WHERE execution_id = ? AND phase = ?`,
+    ),
+    getExecution: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    unfinished: db.prepare<[], ExecutionRow>(
+      `SELECT * FROM executions WHERE phase NOT IN ('rejected', 'cleaned', 'cleanup_failed')
+       ORDER BY created_at, execution_id`,
+    ),
+    known: db.prepare<[number], ExecutionRow>(
+      `SELECT * FROM executions
+       ORDER BY phase IN ('rejected', 'cleaned', 'cleanup_failed'), updated_at DESC, execution_id LIMIT ?`,
+    ),
+    setSlurm: db.prepare<[string, number, string]>(
+      'UPDATE executions SET slurm_json = ?, updated_at = ? WHERE execution_id = ?',
+    ),
+    setPgid: db.prepare<[number, number, string]>(
+      'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
+    ),
+    prunableDirs: db.prepare<[number, number, number], { execution_id: string }>(
+      `SELECT execution_id FROM (
+         SELECT execution_id, updated_at, dir_pruned_at FROM executions
+         WHERE phase IN ('cleaned', 'rejected')
+         ORDER BY updated_at DESC, execution_id LIMIT -1 OFFSET ?
+       ) AS old
+       WHERE dir_pruned_at IS NULL AND updated_at < ?
+         AND NOT EXISTS (SELECT 1 FROM outbox WHERE acked_at IS NULL
+                         AND json_extract(message_json, '$.execution_id') = old.execution_id)
+       ORDER BY updated_at LIMIT ?`,
+    ),
+    markDirPruned: db.prepare<[number, string]>(
+      'UPDATE executions SET dir_pruned_at = ? WHERE execution_id = ?',
+    ),
+  };
+}
+
+/** The execution methods of `LocalStore`, over `db`. */
+export function executionsRepo(db: LocalDb, now: () => number) {
+  const stmts = prepareExecutions(db);
+  const getExecution = (id: string): ExecutionRecord | null => {
+    const row = stmts.getExecution.get(id);
+    return row === undefined ? null : toExecutionRecord(row);
+  };
+
+  const recordExecution = db.transaction(
+    (plan: ExecutionPlan, phase: ReportedPhase, result: ExecutionSummary | undefined): ExecutionRecord => {
+      moveRecordedPhase(plan.execution_id, 'assigned', phase, getExecution(plan.execution_id)?.phase ?? null);
+      const t = now();
+      const json = result === undefined ? null : JSON.stringify(result);
+      const { execution_id, task_id, lease_epoch } = plan;
+      const inserted = stmts.insertExecution.run(
+        execution_id,
+        task_id,
+        lease_epoch,
+        phase,
+        JSON.stringify(plan),
+        json,
+        t,
+        t,
+      );
+      if (inserted.changes !== 1) throw new ExecutionMoveError('CONFLICT', execution_id, 'assigned', phase);
+      return getExecution(execution_id)!;
+    },
+  );
+
+  const moveExecution = db.transaction(
+    (id: string, from: ReportedPhase, to: ReportedPhase, result: ExecutionSummary | undefined) => {
+      moveRecordedPhase(id, from, to, getExecution(id)?.phase ?? null);
+      const json = result === undefined ? null : JSON.stringify(result);
+      // Compare-and-set on the phase read above: a concurrent writer makes this a CONFLICT, not a jump.
+      if (stmts.moveExecution.run(to, json, now(), id, from).changes !== 1)
+        throw new ExecutionMoveError('CONFLICT', id, from, to);
+      return getExecution(id)!;
+    },
+  );
+
+  return {
+    recordExecution: (
+      plan: ExecutionPlan,
+      phase: 'accepted' | 'rejected',
+      result?: ExecutionSummary,
+    ): ExecutionRecord => recordExecution.immediate(plan, phase, result),
+    moveExecution: (
+      id: string,
+      from: ReportedPhase,
+      to: ReportedPhase,
+      result?: ExecutionSummary,
+    ): ExecutionRecord => moveExecution.immediate(id, from, to, result),
+    setExecutionPgid: (executionId: string, pgid: number): void => {
+      stmts.setPgid.run(pgid, now(), executionId);
+    },
+    setExecutionSlurm: (executionId: string, slurm: SlurmJobReport): void => {
+      stmts.setSlurm.run(JSON.stringify(slurm), now(), executionId);
+    },
+    getExecution,
+    listUnfinishedExecutions: (): ExecutionRecord[] => stmts.unfinished.all().map(toExecutionRecord),
+    listKnownExecutions: (limit: number): ExecutionRecord[] => stmts.known.all(limit).map(toExecutionRecord),
+    listPrunableExecutionDirs: (before: number, keep: number, limit: number): string[] =>
+      stmts.prunableDirs.all(keep, before, limit).map((r) => r.execution_id),
+    markExecutionDirPruned: (id: string): void => {
+      stmts.markDirPruned.run(now(), id);
+    },
+  };
+}
+
+function toExecutionRecord(row: ExecutionRow): ExecutionRecord {
+  return {
+    execution_id: row.execution_id,
+    task_id: row.task_id,
+    lease_epoch: row.lease_epoch,
+    phase: row.phase,
+    // Parsed, not cast: a damaged file must fail loudly rather than hand the worker a bad plan.
+    plan: ExecutionPlanSchema.parse(JSON.parse(row.plan_json)),
+    result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
+    pgid: row.pgid,
+    slurm: row.slurm_json == null ? null : (JSON.parse(row.slurm_json) as SlurmJobReport),
+    created_at: row.created_at,
+    updated_at: row.updated_at,
+  };
+}

@@ -1,0 +1,103 @@
+import type { LocalDb } from './db.js';
+
+/**
+ * The durable outbox: outgoing sequenced messages (`outbox`) kept until the master acknowledges them,
+ * and the last seq handed out per worker boot (`outbox_seqs`). The TSDoc of each method is on `LocalStore`.
+ */
+
+/** One outgoing message waiting for (or holding) its acknowledgement. */
+export interface OutboxEntry {
+  readonly boot_id: string;
+  readonly seq: number;
+  /** The message as built by the caller, with its `boot_id` and `seq`. */
+  readonly message: unknown;
+  readonly created_at: number;
+}
+
+/** An unacknowledged message with its position in the outbox, for sending in pages. */
+export interface OutboxPageEntry extends OutboxEntry {
+  /** Position in the outbox: increases with every append, across boots. */
+  readonly id: number;
+}
+
+interface OutboxRow {
+  boot_id: string;
+  seq: number;
+  message_json: string;
+  created_at: number;
+}
+
+function prepareOutbox(db: LocalDb) {
+  return {
+    nextSeq: db.prepare<[string], { last_seq: number }>(
+      `INSERT INTO outbox_seqs (boot_id, last_seq) VALUES (?, 1)
+       ON CONFLICT (boot_id) DO UPDATE SET last_seq = last_seq + 1
+       RETURNING last_seq`,
+    ),
+    insertOutbox: db.prepare<[string, number, string, string | null, number]>(
+      'INSERT INTO outbox (boot_id, seq, message_json, kind, created_at) VALUES (?, ?, ?, ?, ?)',
+    ),
+    ack: db.prepare<[number, string, number]>(
+      'UPDATE outbox SET acked_at = ? WHERE boot_id = ? AND seq = ? AND acked_at IS NULL',
+    ),
+    ackThrough: db.prepare<[number, string, number]>(
+      'UPDATE outbox SET acked_at = ? WHERE boot_id = ? AND seq <= ? AND acked_at IS NULL',
+    ),
+    unacked: db.prepare<[number], OutboxRow>(
+      'SELECT boot_id, seq, message_json, created_at FROM outbox WHERE acked_at IS NULL ORDER BY id LIMIT ?',
+    ),
+    unackedAfter: db.prepare<[number, number], OutboxRow & { id: number }>(
+      `SELECT id, boot_id, seq, message_json, created_at FROM outbox
+       WHERE acked_at IS NULL AND id > ? ORDER BY id LIMIT ?`,
+    ),
+    supersede: db.prepare<[number, string]>(
+      'UPDATE outbox SET acked_at = ? WHERE acked_at IS NULL AND kind = ?',
+    ),
+    prune: db.prepare<[number]>('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
+  };
+}
+
+/** The outbox methods of `LocalStore`, over `db`. */
+export function outboxRepo(db: LocalDb, now: () => number) {
+  const stmts = prepareOutbox(db);
+
+  const appendOutbox = db.transaction((bootId: string, build: (seq: number) => unknown): OutboxEntry => {
+    const seq = stmts.nextSeq.get(bootId)!.last_seq;
+    const message = build(seq);
+    const created = now();
+    const kind = (message as { type?: unknown } | null)?.type;
+    stmts.insertOutbox.run(
+      bootId,
+      seq,
+      JSON.stringify(message),
+      typeof kind === 'string' ? kind : null,
+      created,
+    );
+    return { boot_id: bootId, seq, message, created_at: created };
+  });
+
+  return {
+    appendOutbox: (bootId: string, build: (seq: number) => unknown): OutboxEntry =>
+      appendOutbox.immediate(bootId, build),
+    ackOutbox: (bootId: string, seq: number): boolean => stmts.ack.run(now(), bootId, seq).changes > 0,
+    ackOutboxThrough: (bootId: string, seq: number): number =>
+      stmts.ackThrough.run(now(), bootId, seq).changes,
+    listUnackedOutbox: (limit = 10_000): OutboxEntry[] =>
+      stmts.unacked.all(limit).map((r) => ({
+        boot_id: r.boot_id,
+        seq: r.seq,
+        message: JSON.parse(r.message_json) as unknown,
+        created_at: r.created_at,
+      })),
+    listUnackedOutboxAfter: (afterId: number, limit: number): OutboxPageEntry[] =>
+      stmts.unackedAfter.all(afterId, limit).map((r) => ({
+        id: r.id,
+        boot_id: r.boot_id,
+        seq: r.seq,
+        message: JSON.parse(r.message_json) as unknown,
+        created_at: r.created_at,
+      })),
+    supersedeUnacked: (type: string): number => stmts.supersede.run(now(), type).changes,
+    pruneOutbox: (before: number): number => stmts.prune.run(before).changes,
+  };
+}
