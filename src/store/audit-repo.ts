@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../contracts/canonical-json.js';
+import type { AuditAction } from '../domain/audit-action.js';
 import type { Db } from './db.js';
 
 /** The hash before the first audit event. */
@@ -18,11 +19,11 @@ export interface AuditEvent {
   hash: string;
 }
 
-/** What a caller appends. */
+/** What a caller appends: the action is one of the audit vocabulary's (src/domain/audit-action.ts). */
 export interface AuditInput {
   at: number;
   actor: string;
-  action: string;
+  action: AuditAction;
   subject_type: string;
   subject_id: string;
   data?: unknown;

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
+import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import type { Clock } from '../../src/platform/clock.js';
-import type { Executor } from '../executions/executor.js';
+import type { BackendRef, ExecutionHooks, Executor } from '../executions/executor.js';
 import type { ExecutionManager } from '../executions/manager.js';
 import type { OutboxSender } from '../link/outbox.js';
 import { type ExecutorOptions, startExecution } from '../local/executor.js';
@@ -30,16 +31,32 @@ export function localExecutor(opts: Omit<ExecutorOptions, 'onLog' | 'checkCardsC
   };
 }
 
-/** The Slurm executor (slurm/executor.ts, `--backend slurm`): each plan runs as a batch job. */
-export function slurmExecutor(opts: Omit<SlurmExecutionOptions, 'onLog' | 'onJob' | 'resume'>): Executor {
+/**
+ * The Slurm executor (slurm/executor.ts, `--backend slurm`): each plan runs as a batch job. The job's
+ * news is recorded with the execution in `store` (its Slurm report) before the manager reports it; a job
+ * a previous worker process submitted is resumed by its report instead of submitted again.
+ */
+export function slurmExecutor(
+  opts: Omit<SlurmExecutionOptions, 'onLog' | 'onJob' | 'resume'>,
+  store: Pick<LocalStore, 'setExecutionSlurm'>,
+): Executor {
+  const run = (plan: ExecutionPlan, hooks: ExecutionHooks, resume?: BackendRef) =>
+    startSlurmExecution(plan, {
+      ...opts,
+      onLog: hooks.onLog,
+      onJob: (report, phase) => {
+        const moved = hooks.onProgress(phase, () => store.setExecutionSlurm(plan.execution_id, report));
+        if (moved)
+          opts.logger?.info(
+            { execution_id: plan.execution_id, job_id: report.job_id, binding: report.binding },
+            'worker: Slurm job started',
+          );
+      },
+      ...(resume === undefined ? {} : { resume }),
+    });
   return {
-    start: (plan, hooks) =>
-      startSlurmExecution(plan, {
-        ...opts,
-        onLog: hooks.onLog,
-        onJob: hooks.onJob,
-        ...(hooks.resume === undefined ? {} : { resume: hooks.resume }),
-      }),
+    start: (plan, hooks) => run(plan, hooks),
+    resume: (plan, ref, hooks) => run(plan, hooks, ref),
   };
 }
 
@@ -107,15 +124,18 @@ export function bindBackend(ctx: BindingContext): BackendBinding {
       }),
     };
   return {
-    executor: slurmExecutor({
-      backend: slurm.backend,
-      clock,
-      workerId: opts.workerId,
-      provider: opts.sampler.provider,
-      inputs: ctx.inputs,
-      ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
-      logger,
-    }),
+    executor: slurmExecutor(
+      {
+        backend: slurm.backend,
+        clock,
+        workerId: opts.workerId,
+        provider: opts.sampler.provider,
+        inputs: ctx.inputs,
+        ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+        logger,
+      },
+      store,
+    ),
     executionsRoot: slurm.backend.jobDir,
     backend: 'slurm',
     pool: () => slurm.sampler.pool(),

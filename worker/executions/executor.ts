@@ -11,9 +11,22 @@ import type { CollectedOutput } from '../task-io/outputs.js';
 
 /** Runs plans; bound once at worker start to the local or the Slurm executor with the worker's settings. */
 export interface Executor {
-  /** Starts (or, with `hooks.resume`, resumes) `plan`; returns at once. */
+  /** Starts `plan`; returns at once. */
   start(plan: ExecutionPlan, hooks: ExecutionHooks): ExecutionHandle;
+  /**
+   * Present when the task outlives the worker (a Slurm job): takes up again, from where the backend has
+   * it, the run of `plan` a previous worker process started and knew by `ref`; returns at once, with the
+   * same handle and hooks as `start`.
+   */
+  resume?(plan: ExecutionPlan, ref: BackendRef, hooks: ExecutionHooks): ExecutionHandle;
 }
+
+/**
+ * What the backend knows a run by, when the run outlives the worker process: a Slurm job's report (id,
+ * state, pending reason, binding). The executor binding records it with the execution; recovery hands
+ * it back to `Executor.resume`.
+ */
+export type BackendRef = SlurmJobReport;
 
 /** What the manager hands the executor with each plan. */
 export interface ExecutionHooks {
@@ -21,10 +34,12 @@ export interface ExecutionHooks {
   readonly onLog: LogChunkHandler;
   /** Says whether the leased cards show no process of this execution any more (local receipts; absent for sim cards). */
   readonly checkCardsClean?: () => Promise<{ clean: boolean; detail?: string }>;
-  /** A batch job's news (Slurm): `accepted` after sbatch or a pending reason change, `started` with the binding. */
-  readonly onJob: (report: SlurmJobReport, phase: 'accepted' | 'started') => void;
-  /** A job a previous worker process submitted (Slurm): resume it instead of submitting. */
-  readonly resume?: SlurmJobReport;
+  /**
+   * The backend's news of a run whose handle's `started` carries no pid (a batch job): in one transaction,
+   * `record` writes the backend's facts with the execution, then the execution is reported at `phase`
+   * (`started` moves it on from `accepted`). Returns whether it moved the execution to `started`.
+   */
+  readonly onProgress: (phase: 'accepted' | 'started', record: () => void) => boolean;
 }
 
 /** Execution ids become a directory name, so they must be one plain path segment. */

@@ -4,14 +4,20 @@ import type {
   ExecutionPlan,
   FailureReason,
   MasterMessage,
-  SlurmJobReport,
   WorkerErrorCode,
 } from '../../src/contracts/worker-protocol.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
 import { cardsCleanCheck, leasedCardsProblem } from './card-check.js';
-import type { ExecutionExit, ExecutionHandle, ExecutionResult, Executor } from './executor.js';
+import type {
+  BackendRef,
+  ExecutionExit,
+  ExecutionHandle,
+  ExecutionHooks,
+  ExecutionResult,
+  Executor,
+} from './executor.js';
 import { pinsProblem } from './pin-check.js';
 import { joinDetail, phaseBody } from './reports.js';
 
@@ -202,47 +208,51 @@ export class ExecutionManager {
   }
 
   /**
-   * Resumes an execution a previous worker process left with a Slurm job (slurm/recovery.ts): the job is
-   * watched again from where Slurm has it, with the same reports as a fresh run.
+   * Resumes an execution a previous worker process left with a task that outlives the worker (found by
+   * the backend's recovery, e.g. slurm/recovery.ts, and known by `ref`): the executor watches it again
+   * from where the backend has it, with the same reports as a fresh run.
    */
-  resumeSlurm(record: ExecutionRecord, report: SlurmJobReport): void {
+  resume(record: ExecutionRecord, ref: BackendRef): void {
     if (this.running.has(record.execution_id)) return;
     const { phase } = record;
     if (phase !== 'accepted' && phase !== 'started' && phase !== 'exited') return;
-    this.run(record.plan, { report, phase });
+    const { executor, logger } = this.deps;
+    const resumeRun = executor.resume;
+    if (resumeRun === undefined) {
+      logger.error({ execution_id: record.execution_id }, 'worker: this executor cannot resume a run');
+      return;
+    }
+    this.run(record.plan, phase, (hooks) => resumeRun.call(executor, record.plan, ref, hooks));
   }
 
   /**
-   * A Slurm job's news: recorded with the execution, reported at its (possibly new) phase. Returns
-   * whether it moved the execution `accepted` → `started` (compare-and-set on the stored phase).
+   * The executor's news of a run: `record` writes the backend's facts, and the execution is reported at
+   * its (possibly new) phase, in one transaction. Returns whether it moved the execution `accepted` →
+   * `started` (compare-and-set on the stored phase).
    */
-  private onSlurmJob(plan: ExecutionPlan, report: SlurmJobReport, phase: 'accepted' | 'started'): boolean {
-    const { store, outbox, logger } = this.deps;
-    const id = plan.execution_id;
+  private onProgress(id: string, phase: 'accepted' | 'started', record: () => void): boolean {
+    const { store, outbox } = this.deps;
     let moved = false;
     store.transaction(() => {
-      store.setExecutionSlurm(id, report);
-      const record = store.getExecution(id);
-      if (record === null) return;
-      if (phase === 'started' && record.phase === 'accepted') {
-        logger.info(
-          { execution_id: id, job_id: report.job_id, binding: report.binding },
-          'worker: Slurm job started',
-        );
+      record();
+      const current = store.getExecution(id);
+      if (current === null) return;
+      if (phase === 'started' && current.phase === 'accepted') {
         outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
         moved = true;
-      } else outbox.enqueue(phaseBody(record));
+      } else outbox.enqueue(phaseBody(current));
     });
     return moved;
   }
 
   /**
-   * Runs `plan`; `resume` (Slurm only): the job a previous worker process submitted, and the phase that
-   * process recorded for it.
+   * Runs `plan` from `from`, the phase recorded for it: `accepted` for a fresh run; for a resumed one
+   * (`resume`), the phase the previous worker process recorded. `begin` starts (or resumes) it.
    */
   private run(
     plan: ExecutionPlan,
-    resume?: { report: SlurmJobReport; phase: 'accepted' | 'started' | 'exited' },
+    from: 'accepted' | 'started' | 'exited' = 'accepted',
+    begin: (hooks: ExecutionHooks) => ExecutionHandle = (hooks) => this.deps.executor.start(plan, hooks),
   ): void {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
@@ -251,15 +261,16 @@ export class ExecutionManager {
       outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
     };
     // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
-    // resumed Slurm job goes on from the phase the previous worker process recorded.
-    let phase: 'accepted' | 'started' | 'exited' = resume?.phase ?? 'accepted';
-    const handle: ExecutionHandle = this.deps.executor.start(plan, {
+    // resumed run goes on from the phase the previous worker process recorded.
+    let phase: 'accepted' | 'started' | 'exited' = from;
+    const handle = begin({
       onLog,
-      onJob: (report, jobPhase) => {
-        if (this.onSlurmJob(plan, report, jobPhase)) phase = 'started';
+      onProgress: (news, record) => {
+        const moved = this.onProgress(id, news, record);
+        if (moved) phase = 'started';
+        return moved;
       },
       ...(check === undefined ? {} : { checkCardsClean: check }),
-      ...(resume === undefined ? {} : { resume: resume.report }),
     });
     const onStarted = (pid: number | null) => {
       if (pid === null) return;
@@ -271,8 +282,8 @@ export class ExecutionManager {
       phase = 'started';
     };
     const onExited = (exit: ExecutionExit) => {
-      // A resumed Slurm job whose exit the previous worker process recorded (and queued, outputs
-      // first): only its cleanup receipt is left to report.
+      // A resumed run whose exit the previous worker process recorded (and queued, outputs first):
+      // only its cleanup receipt is left to report.
       if (phase === 'exited') return;
       const stopped = entry.stopping && exit.failure_reason === 'CANCELLED';
       const result: ExecutionSummary = {

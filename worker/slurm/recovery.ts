@@ -71,7 +71,7 @@ export async function recoverSlurmExecutions(deps: SlurmDaemonDeps): Promise<voi
         'worker: resuming a Slurm job',
       );
       if (record.slurm === null) store.setExecutionSlurm(id, report);
-      executions.resumeSlurm(record, report);
+      executions.resume(record, report);
       continue;
     }
     if (jobs === null) continue; // cannot tell yet; the next worker process tries again

@@ -1,4 +1,5 @@
 import { BrokerError } from '../../contracts/errors.js';
+import { type MachineEvents, type MachineKind, machineAuditAction } from '../../domain/audit-action.js';
 import { applyTransition, type TransitionTable } from '../../domain/state-machine.js';
 import type { BrokerDeps } from '../deps.js';
 
@@ -8,12 +9,12 @@ import type { BrokerDeps } from '../deps.js';
  * written with compare-and-set on its previous state, an audit row records the transition in the same
  * transaction, and notifications go out only after commit.
  */
-export interface Move<S extends string, E extends string, R extends { id: string; state: S }> {
+export interface Move<K extends MachineKind, S extends string, R extends { id: string; state: S }> {
   /** Names the audit subject type and action prefix (`task.started`). */
-  kind: 'proposal' | 'task' | 'lease' | 'qualification_run' | 'execution';
-  table: TransitionTable<S, E>;
+  kind: K;
+  table: TransitionTable<S, MachineEvents[K]>;
   record: R;
-  event: E;
+  event: MachineEvents[K];
   actor: string;
   /** Builds the new row for the target state. */
   next: (to: S, now: number) => R;
@@ -26,9 +27,9 @@ export interface Move<S extends string, E extends string, R extends { id: string
 }
 
 /** Applies a move; throws INVALID_STATE (with the events allowed from here) or CONFLICT. */
-export function applyMove<S extends string, E extends string, R extends { id: string; state: S }>(
+export function applyMove<K extends MachineKind, S extends string, R extends { id: string; state: S }>(
   deps: Pick<BrokerDeps, 'store' | 'clock' | 'notifier'>,
-  m: Move<S, E, R>,
+  m: Move<K, S, R>,
 ): R {
   const from = m.record.state;
   const t = applyTransition(m.table, from, m.event);
@@ -50,7 +51,7 @@ export function applyMove<S extends string, E extends string, R extends { id: st
   deps.store.audit.append({
     at: now,
     actor: m.actor,
-    action: `${m.kind}.${m.event}`,
+    action: machineAuditAction(m.kind, m.event),
     subject_type: m.kind,
     subject_id: m.record.id,
     data: { from, to: t.to, ...m.data },

@@ -33,7 +33,7 @@ export function moveExecution(
   actor: string,
   changes: ExecutionChanges = {},
 ): ExecutionRecord {
-  const moved = applyMove<ExecutionPhase, ExecutionEvent, ExecutionMachine>(deps, {
+  const moved = applyMove<'execution', ExecutionPhase, ExecutionMachine>(deps, {
     kind: 'execution',
     table: EXECUTION_TABLE,
     record: { id: e.id, state: e.phase, execution: e },

@@ -188,7 +188,13 @@ describe('audit retention', () => {
     });
     // Appends continue the chain; a full pass starts at the archive boundary.
     store.transaction(() =>
-      store.audit.append({ at: clock.now(), actor: 'a', action: 'x', subject_type: 's', subject_id: 'i' }),
+      store.audit.append({
+        at: clock.now(),
+        actor: 'a',
+        action: 'worker.connected',
+        subject_type: 's',
+        subject_id: 'i',
+      }),
     );
     expect(await m.verifyAll()).toEqual({ ok: true, events: 101 });
     // Rows no segment covers still cannot be deleted.

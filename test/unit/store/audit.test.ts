@@ -12,7 +12,7 @@ function appendN(n: number): void {
       store.audit.append({
         at: 1_000 + i,
         actor: `actor-${i}`,
-        action: 'thing.happened',
+        action: 'worker.connected',
         subject_type: 'thing',
         subject_id: `t${i % 2}`,
         data: { i, nested: { b: 2, a: 1 } },
@@ -123,7 +123,13 @@ describe('audit chain', () => {
     let ran = false;
     expect(() =>
       store.transaction(() => {
-        store.audit.append({ at: 5, actor: 'a', action: 'x', subject_type: 's', subject_id: 'i' });
+        store.audit.append({
+          at: 5,
+          actor: 'a',
+          action: 'worker.connected',
+          subject_type: 's',
+          subject_id: 'i',
+        });
         store.afterCommit(() => {
           ran = true;
         });

@@ -75,7 +75,7 @@ function setup(jobs: SlurmJob[]) {
   };
   const resumed: Array<{ record: ExecutionRecord; report: SlurmJobReport }> = [];
   const executions = {
-    resumeSlurm: (record: ExecutionRecord, report: SlurmJobReport) => resumed.push({ record, report }),
+    resume: (record: ExecutionRecord, report: SlurmJobReport) => resumed.push({ record, report }),
   } as unknown as ExecutionManager;
   const deps = { backend, store, outbox, executions, workerId: WORKER, logger: silentLogger() };
   const sent = () =>
