@@ -1,5 +1,6 @@
-import { statSync } from 'node:fs';
-import { delimiter, isAbsolute, join } from 'node:path';
+import { findOnPath } from '../../src/platform/find-on-path.js';
+
+export { findOnPath };
 
 /**
  * The programs the local worker runs itself (bwrap, setpriv, env, podman, runc, docker, mknod): each is
@@ -17,22 +18,6 @@ export const HELPER_ENV: Readonly<Record<string, string>> = Object.freeze({
   PATH: HELPER_PATH,
   LANG: 'C.UTF-8',
 });
-
-/** The absolute path of `name` in the first directory of `path` that has it as a regular file. */
-export function findOnPath(name: string, path: string): string | null {
-  for (const dir of path.split(delimiter)) {
-    // A relative entry (or an empty one, which means the cwd) would make the answer depend on where
-    // the worker was started.
-    if (dir === '' || !isAbsolute(dir)) continue;
-    const candidate = join(dir, name);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return null;
-}
 
 /** `name` on HELPER_PATH (or `path` where a test points elsewhere); null when it is not installed. */
 export function findHelper(name: string, path: string = HELPER_PATH): string | null {

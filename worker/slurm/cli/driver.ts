@@ -21,8 +21,8 @@
  * not Slurm's: ids are reused only after MaxJobId wraps.
  */
 import { execFile } from 'node:child_process';
-import { statSync } from 'node:fs';
-import { delimiter, isAbsolute, join } from 'node:path';
+import { delimiter, isAbsolute } from 'node:path';
+import { findOnPath } from '../../../src/platform/find-on-path.js';
 import { SlurmCommandError, SlurmRequestError } from './errors.js';
 import { findJobcompRecord, parseConfig, safeExpand } from './jobcomp.js';
 import {
@@ -113,7 +113,7 @@ export class SlurmDriver {
     this.env = slurmCommandEnv(operator);
     this.timeoutMs = opts.timeoutMs ?? 30_000;
     this.searched = opts.binDir ?? `${operator['PATH'] ?? ''}${delimiter}${SLURM_COMMAND_PATH}`;
-    this.paths = new Map(COMMANDS.map((c) => [c, findCommand(c, this.searched)]));
+    this.paths = new Map(COMMANDS.map((c) => [c, findOnPath(c, this.searched)]));
     this.maxOutputBytes = opts.maxOutputBytes ?? 64 * 1024 * 1024;
   }
 
@@ -343,20 +343,6 @@ export class SlurmDriver {
       );
     });
   }
-}
-
-/** `name` in the first absolute directory of `path` that has it as a regular file. */
-function findCommand(name: string, path: string): string | null {
-  for (const dir of path.split(delimiter)) {
-    if (dir === '' || !isAbsolute(dir)) continue;
-    const candidate = join(dir, name);
-    try {
-      if (statSync(candidate).isFile()) return candidate;
-    } catch {
-      // not here
-    }
-  }
-  return null;
 }
 
 function checkJobId(id: string): void {
