@@ -50,28 +50,33 @@ export interface BlobRouteOptions {
   maxUploadsPerPrincipal: number;
 }
 
-/** Uploads in flight per principal. */
+/** Uploads in flight per principal: how many, and the bytes they declared. */
 class UploadSlots {
-  private readonly open = new Map<string, number>();
+  private readonly open = new Map<string, { count: number; bytes: number }>();
   constructor(private readonly max: number) {}
 
+  /** Bytes the principal's uploads in flight declared. */
+  bytesOf(principalId: string): number {
+    return this.open.get(principalId)?.bytes ?? 0;
+  }
+
   /** Takes a slot for `principalId` or throws TOO_MANY_UPLOADS; returns its release (idempotent). */
-  take(principalId: string): () => void {
-    const n = this.open.get(principalId) ?? 0;
-    if (n >= this.max)
+  take(principalId: string, bytes: number): () => void {
+    const held = this.open.get(principalId) ?? { count: 0, bytes: 0 };
+    if (held.count >= this.max)
       throw new BrokerError(
         'TOO_MANY_UPLOADS',
-        `${n} uploads of this token are in flight; at most ${this.max} at a time (http.max_uploads_per_principal)`,
+        `${held.count} uploads of this token are in flight; at most ${this.max} at a time (http.max_uploads_per_principal)`,
         'Wait for one of your uploads to finish, then retry this one.',
-        { in_flight: n, limit: this.max },
+        { in_flight: held.count, limit: this.max },
       );
-    this.open.set(principalId, n + 1);
-    let held = true;
+    this.open.set(principalId, { count: held.count + 1, bytes: held.bytes + bytes });
+    let holding = true;
     return () => {
-      if (!held) return;
-      held = false;
-      const left = (this.open.get(principalId) ?? 1) - 1;
-      if (left > 0) this.open.set(principalId, left);
+      if (!holding) return;
+      holding = false;
+      const now = this.open.get(principalId) ?? { count: 1, bytes };
+      if (now.count > 1) this.open.set(principalId, { count: now.count - 1, bytes: now.bytes - bytes });
       else this.open.delete(principalId);
     };
   }
@@ -143,8 +148,8 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
           'Use a submitter token.',
         );
       const declared = declaredLength(req);
-      admitBlobUpload(deps, principal, sha256, declared);
-      const release = slots.take(principal.id);
+      admitBlobUpload(deps, principal, sha256, declared, slots.bytesOf(principal.id));
+      const release = slots.take(principal.id, declared);
       const tmp = join(opts.uploadDir, randomUUID());
       let reservation: StorageReservation | undefined;
       let written = 0;

@@ -129,7 +129,7 @@ export const HttpConfigSchema = z.strictObject({
     .int()
     .min(0)
     .default(64 * 1024),
-  request_timeout_ms: z.number().int().min(0).max(86_400_000).default(3_600_000),
+  request_timeout_ms: z.number().int().min(0).max(86_400_000).default(7_200_000),
   /** How long an idle keep-alive connection stays open. */
   keep_alive_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
   /** Open connections from one peer address; more are closed when accepted. */

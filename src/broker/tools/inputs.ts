@@ -108,7 +108,8 @@ function decode(content: string, encoding: 'utf8' | 'base64', path: string): Buf
 
 /**
  * PUT /api/v1/blobs/{sha256}, before a byte of the body is read (issue 21): the declared size must fit
- * `policy.max_input_bytes` and, unless the principal already holds this digest, their quota. The
+ * `policy.max_input_bytes` and, unless the principal already holds this digest, their quota beside
+ * what their other uploads in flight declared (so parallel uploads cannot together pass it). The
  * route then streams the body to a temporary file, hashing it, and calls {@link putBlob}.
  */
 export function admitBlobUpload(
@@ -116,6 +117,8 @@ export function admitBlobUpload(
   principal: Principal,
   sha256: string,
   declared: number,
+  /** Bytes the principal's other uploads in flight declared: they count as if stored. */
+  inFlight: number,
 ): void {
   const max = deps.config.policy.max_input_bytes;
   if (declared > max)
@@ -125,7 +128,7 @@ export function admitBlobUpload(
       'Inputs larger than policy.max_input_bytes cannot be uploaded; ask an operator, or fetch the data inside the task.',
       { limit_bytes: max },
     );
-  if (!deps.store.blobs.uploadedBy(principal.id, sha256)) assertQuota(deps, principal, declared);
+  if (!deps.store.blobs.uploadedBy(principal.id, sha256)) assertQuota(deps, principal, inFlight + declared);
 }
 
 /** The refusal of bytes that do not hash to the name they were PUT under. */

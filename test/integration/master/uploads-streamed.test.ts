@@ -160,6 +160,30 @@ describe('refused before a byte of the body is read', () => {
     await c2.closed;
   });
 
+  it('uploads in flight count against the quota: parallel uploads cannot together pass it', async () => {
+    const token = m.createToken('pia', ['submitter']);
+    const first = await openRaw(m.url);
+    first.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': 150 * MiB,
+      }),
+    );
+    first.socket.write(Buffer.alloc(1000));
+    await waitFor(() => readdirSync(uploadDir()).length >= 1, { what: 'the first upload streaming' });
+    const second = await openRaw(m.url);
+    second.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': 100 * MiB,
+      }),
+    );
+    const r = await second.response;
+    expect(errorCode(r)).toBe('QUOTA_EXCEEDED'); // 150 + 100 MiB > 210 MiB, nothing stored yet
+    first.socket.destroy();
+    await waitFor(() => readdirSync(uploadDir()).length === 0, { what: 'the first upload gone' });
+  });
+
   it('a principal’s uploads in flight are capped: the next one is 429 TOO_MANY_UPLOADS, retryable', async () => {
     const token = m.createToken('tina', ['submitter']);
     const held = await Promise.all(
@@ -214,7 +238,8 @@ describe('streamed', () => {
   });
 
   it('8 concurrent 200 MiB uploads with a wrong digest keep the master’s RSS bounded', async () => {
-    const tokens = [m.createToken('rss-a', ['submitter']), m.createToken('rss-b', ['submitter'])];
+    // One upload each: the quota counts uploads in flight, and 210 MiB holds one 200 MiB upload.
+    const tokens = Array.from({ length: 8 }, (_, i) => m.createToken(`rss-${i}`, ['submitter']));
     global.gc?.();
     const before = process.memoryUsage().rss;
     let peak = before;
@@ -223,7 +248,7 @@ describe('streamed', () => {
     }, 50);
     try {
       const answers = await Promise.all(
-        Array.from({ length: 8 }, (_, i) => streamUpload(tokens[i % 2]!, WRONG, 200 * MiB)),
+        Array.from({ length: 8 }, (_, i) => streamUpload(tokens[i]!, WRONG, 200 * MiB)),
       );
       for (const a of answers) expect(a.body.error?.code).toBe('DIGEST_MISMATCH');
     } finally {
