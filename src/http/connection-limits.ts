@@ -105,6 +105,10 @@ export function installConnectionLimits(
       );
       if (verdict === null) continue;
       watched.delete(w);
+      logger.info(
+        { peer: socket.remoteAddress, url: w.req.url, verdict, received: bytes - w.baseBytes },
+        'request body cut',
+      );
       cut(w, socket, bodyTimeoutError(verdict, limits));
     }
     if (watched.size === 0 && timer) {
