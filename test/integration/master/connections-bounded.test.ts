@@ -168,3 +168,20 @@ describe('one peer address', () => {
     );
   }, 60_000);
 });
+
+describe('with TLS', () => {
+  it('the per-peer cap holds before the TLS handshake', async () => {
+    const tls = await startTestMaster({ config: { http: { max_connections_per_peer: 5 } } });
+    try {
+      const url = tls.url.replace('https:', 'http:'); // raw TCP to the TLS port
+      const flood = await Promise.all(Array.from({ length: 20 }, () => openRaw(url, '127.0.0.2')));
+      await waitFor(() => flood.filter((c) => c.isClosed()).length >= 15, { what: 'the excess closed' });
+      expect(flood.filter((c) => !c.isClosed()).length).toBe(5);
+      const res = await tls.rest(tls.createToken('tess', ['submitter'])).get('/api/v1/status');
+      expect(res.status).toBe(200);
+      for (const c of flood) c.socket.destroy();
+    } finally {
+      await tls.close();
+    }
+  });
+});
