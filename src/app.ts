@@ -1,9 +1,13 @@
+import { randomUUID } from 'node:crypto';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import Fastify, { type FastifyInstance, LogController } from 'fastify';
 import type { BrokerDeps } from './broker/deps.js';
 import type { BoundTool } from './broker/tools/dispatch.js';
 import { WORKER_CONNECT_PATH, WORKER_INPUT_PATH } from './contracts/paths.js';
 import { authHook } from './http/auth.js';
 import { registerBlobRoutes } from './http/blobs.js';
+import { installConnectionLimits } from './http/connection-limits.js';
 import { installErrorHandling } from './http/errors.js';
 import { isAllowedOrigin, ownHostNames } from './http/origin.js';
 import { registerRestRoutes } from './http/rest.js';
@@ -20,6 +24,8 @@ export interface AppOptions {
   onToolCall?: ((tool: string, ms: number, ok: boolean) => void) | undefined;
   /** Health details beyond the basics (e.g. audit chain, workers). */
   health?: (() => Record<string, unknown>) | undefined;
+  /** Where uploads stream before they are verified (the master's `<data-dir>/uploads`); default a temp dir. */
+  uploadDir?: string | undefined;
 }
 
 /**
@@ -38,14 +44,25 @@ function closeConnectionsAsTheyIdle(app: FastifyInstance): void {
 
 /** Builds the master's fastify app without listening (tests use `inject()` or listen themselves). */
 export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<FastifyInstance> {
+  const limits = deps.config.http;
+  // Node's own bounds (issue 21, item 5): headers, a whole request, idle keep-alive sockets. Node checks
+  // the first two every `connectionsCheckingInterval` (30 s by default): a tenth of the headers timeout.
+  const server = {
+    headersTimeout: limits.headers_timeout_ms,
+    requestTimeout: limits.request_timeout_ms,
+    connectionsCheckingInterval: Math.max(100, Math.floor(limits.headers_timeout_ms / 10)),
+  };
   const app = Fastify({
     loggerInstance: deps.logger,
     logController: new LogController({ disableRequestLogging: true }),
     bodyLimit: 1024 * 1024,
-    ...(opts.https ? { https: opts.https } : {}),
+    keepAliveTimeout: limits.keep_alive_timeout_ms,
+    requestTimeout: limits.request_timeout_ms,
+    ...(opts.https ? { https: { ...opts.https, ...server } } : { http: server }),
   }) as unknown as FastifyInstance;
   app.decorateRequest('principal', null);
   installErrorHandling(app, deps.logger, (detail) => deps.store.onWriteFailure(detail));
+  installConnectionLimits(app, limits, deps.logger);
   app.addHook(
     'onRequest',
     authHook(deps, (path) => path === WORKER_CONNECT_PATH || WORKER_INPUT_PATH.test(path)),
@@ -68,7 +85,10 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
     isAllowedOrigin(origin, host, deps.config.allowed_origins, ownNames);
   registerMcpRoute(app, deps, catalog, allowOrigin, opts.onToolCall);
   registerRestRoutes(app, deps, new Map(opts.tools.map((t) => [t.def.name, t])));
-  registerBlobRoutes(app, deps, Math.max(deps.config.policy.max_input_bytes, 1));
+  registerBlobRoutes(app, deps, {
+    uploadDir: opts.uploadDir ?? join(tmpdir(), `gpu-broker-uploads-${randomUUID()}`),
+    maxUploadsPerPrincipal: limits.max_uploads_per_principal,
+  });
   await opts.extend?.(app);
   return app;
 }

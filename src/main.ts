@@ -10,6 +10,7 @@ import { buildMasterApp, composeMaster, type MasterOptions } from './master/comp
 import { OPERATOR_TOKEN_FILE } from './master/data-dir.js';
 import { isLoopback, parseListen } from './platform/config.js';
 import { createLogger } from './platform/logger.js';
+import { raiseNofile } from './platform/nofile.js';
 import { ensureDevTls } from './platform/tls.js';
 
 /**
@@ -47,6 +48,11 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       'Keep TLS on (the default) or listen on 127.0.0.1.',
     );
   const logger = opts.logger ?? createLogger();
+  if (config.http.raise_nofile) {
+    const nofile = raiseNofile(process.pid);
+    if (nofile.raised) logger.info(nofile, 'RLIMIT_NOFILE raised to the hard limit');
+    else logger.info(nofile, 'RLIMIT_NOFILE left as it is');
+  }
   const parts = composeMaster(opts, { dataDir, logger, env: process.env });
   const { deps, hub, audit, storage, retention, qualification } = parts;
   const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;

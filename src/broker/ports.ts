@@ -79,6 +79,20 @@ export interface StorageGate {
   acceptsGrowth(): boolean;
   /** The last time growth was refused: now while it is, else the moment it last was (null: never). */
   lastRefusalAt(): number | null;
-  /** Throws a retryable UNAVAILABLE naming `what` unless growth is accepted. */
-  assertAcceptsGrowth(what: string): void;
+  /**
+   * Throws a retryable UNAVAILABLE naming `what` unless growth is accepted and `bytes` (default 0) more
+   * fit above the floor beside what writes in flight reserved.
+   */
+  assertAcceptsGrowth(what: string, bytes?: number): void;
+  /**
+   * Reserves `bytes` for a write that grows the store over time (an upload streaming to disk): checked
+   * like `assertAcceptsGrowth`, then held against free space until released. Release exactly once.
+   */
+  reserve(what: string, bytes: number): StorageReservation;
+}
+
+/** Space held by one write in flight. */
+export interface StorageReservation {
+  /** Gives the space back; `written`: bytes the write added to the disk (counted until the next sample). */
+  release(written?: number): void;
 }

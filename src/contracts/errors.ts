@@ -18,6 +18,9 @@ export const ERROR_CODES = [
   'CONFLICT',
   'STALE_EPOCH',
   'QUOTA_EXCEEDED',
+  'TOO_MANY_UPLOADS',
+  'DIGEST_MISMATCH',
+  'REQUEST_TIMEOUT',
   'UNAVAILABLE',
   'INTERNAL',
 ] as const;
@@ -40,12 +43,21 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   CONFLICT: 409,
   STALE_EPOCH: 409,
   QUOTA_EXCEEDED: 429,
+  TOO_MANY_UPLOADS: 429,
+  DIGEST_MISMATCH: 400,
+  REQUEST_TIMEOUT: 408,
   UNAVAILABLE: 503,
   INTERNAL: 500,
 };
 
 /** Codes a client may simply retry (possibly after waiting). */
-const RETRYABLE: ReadonlySet<ErrorCode> = new Set(['UNAVAILABLE', 'QUOTA_EXCEEDED', 'CONFLICT']);
+const RETRYABLE: ReadonlySet<ErrorCode> = new Set([
+  'UNAVAILABLE',
+  'QUOTA_EXCEEDED',
+  'CONFLICT',
+  'TOO_MANY_UPLOADS',
+  'REQUEST_TIMEOUT',
+]);
 
 /** The wire shape of an error, identical on MCP, REST and WSS. */
 export interface ErrorBody {

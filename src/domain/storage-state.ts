@@ -40,3 +40,22 @@ export function storageState(facts: StorageFacts, limits: StorageThresholds): St
 export function storageAcceptsGrowth(state: StorageState): boolean {
   return state === 'ok' || state === 'low';
 }
+
+/** What a write that grows the store asks before it starts (issue 21: reserved, not sampled). */
+export interface GrowthRequest {
+  /** Free bytes at the last sample; null when statfs failed (counts as enough). */
+  free_bytes: number | null;
+  /** Bytes already promised to writes in flight (uploads streaming, not yet stored). */
+  reserved_bytes: number;
+  /** Bytes this write declares it will add. */
+  bytes: number;
+}
+
+/**
+ * Whether `bytes` more fit above the floor once every write in flight has landed: free − reserved −
+ * bytes ≥ `min_free_bytes`. A floor of 0 turns the check off, as it turns the refusal off.
+ */
+export function growthFits(req: GrowthRequest, limits: StorageThresholds): boolean {
+  if (req.free_bytes === null || limits.min_free_bytes === 0) return true;
+  return req.free_bytes - req.reserved_bytes - req.bytes >= limits.min_free_bytes;
+}

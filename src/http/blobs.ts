@@ -1,6 +1,13 @@
-import type { FastifyInstance } from 'fastify';
+import { createHash, randomUUID } from 'node:crypto';
+import { createWriteStream, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import type { IncomingMessage } from 'node:http';
+import { join } from 'node:path';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
-import { blobForExecution, putBlob } from '../broker/tools/inputs.js';
+import type { StorageReservation } from '../broker/ports.js';
+import { admitBlobUpload, blobForExecution, digestMismatch, putBlob } from '../broker/tools/inputs.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
 
@@ -14,21 +21,118 @@ import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
  *                                       a worker fetches an input of one of its own executions, with its
  *                                       worker token (auth.ts lets worker tokens in here and nowhere else
  *                                       but the WSS endpoint).
+ *
+ * An upload is streamed, never buffered while it arrives (issue 21, item 4). Before a byte of the body
+ * is read the route checks, in order: the digest's form, the role, `Content-Length` (required; over
+ * `policy.max_input_bytes` is 413), the principal's quota, the principal's uploads in flight
+ * (`http.max_uploads_per_principal`, else 429 TOO_MANY_UPLOADS), and reserves disk space with the
+ * storage guard. Then the body streams through a sha256 into a temporary file in the data dir
+ * (`<data-dir>/uploads/`); a wrong digest is refused (DIGEST_MISMATCH) having held one stream buffer
+ * in memory. Only bytes that hash to their name are read back, in one synchronous step, into the store
+ * (blobs live in SQLite: docs/decisions/0012-input-blobs-in-sqlite.md), so at most one verified
+ * upload's bytes are in memory at a time. Any refusal before the body was read closes the connection
+ * (src/http/connection-limits.ts) instead of reading the body to its end.
  */
 
 const SHA256 = /^[0-9a-f]{64}$/;
 
-/** Registers the routes; `maxBlobBytes` bounds one PUT body. */
-export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, maxBlobBytes: number): void {
-  app.addContentTypeParser(
-    'application/octet-stream',
-    { parseAs: 'buffer', bodyLimit: maxBlobBytes },
-    (_req, body, done) => done(null, body),
+/**
+ * Disk one upload may take at its peak, per declared byte: the temporary file, the SQLite WAL frames
+ * of the insert, and the page in the database file the checkpoint copies them to.
+ */
+export const UPLOAD_DISK_FACTOR = 3;
+
+/** Settings of the byte routes. */
+export interface BlobRouteOptions {
+  /** Where bodies stream to before they are verified; emptied at start. */
+  uploadDir: string;
+  /** Uploads one principal may have in flight. */
+  maxUploadsPerPrincipal: number;
+}
+
+/** Uploads in flight per principal: how many, and the bytes they declared. */
+class UploadSlots {
+  private readonly open = new Map<string, { count: number; bytes: number }>();
+  constructor(private readonly max: number) {}
+
+  /** Bytes the principal's uploads in flight declared. */
+  bytesOf(principalId: string): number {
+    return this.open.get(principalId)?.bytes ?? 0;
+  }
+
+  /** Takes a slot for `principalId` or throws TOO_MANY_UPLOADS; returns its release (idempotent). */
+  take(principalId: string, bytes: number): () => void {
+    const held = this.open.get(principalId) ?? { count: 0, bytes: 0 };
+    if (held.count >= this.max)
+      throw new BrokerError(
+        'TOO_MANY_UPLOADS',
+        `${held.count} uploads of this token are in flight; at most ${this.max} at a time (http.max_uploads_per_principal)`,
+        'Wait for one of your uploads to finish, then retry this one.',
+        { in_flight: held.count, limit: this.max },
+      );
+    this.open.set(principalId, { count: held.count + 1, bytes: held.bytes + bytes });
+    let holding = true;
+    return () => {
+      if (!holding) return;
+      holding = false;
+      const now = this.open.get(principalId) ?? { count: 1, bytes };
+      if (now.count > 1) this.open.set(principalId, { count: now.count - 1, bytes: now.bytes - bytes });
+      else this.open.delete(principalId);
+    };
+  }
+}
+
+/** The declared body size: `Content-Length` is required (no chunked bodies). */
+function declaredLength(req: FastifyRequest): number {
+  const raw = req.headers['content-length'];
+  if (req.headers['transfer-encoding'] !== undefined || raw === undefined || !/^\d{1,15}$/.test(raw))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'an upload needs a Content-Length header (no chunked bodies)',
+      'Send the file as the body with its length; fetch, curl -T and the CLI do so.',
+    );
+  return Number(raw);
+}
+
+/** Streams `raw` into a new file at `path`, hashing it; throws unless exactly `declared` bytes came. */
+async function receive(raw: IncomingMessage, path: string, declared: number): Promise<string> {
+  const hash = createHash('sha256');
+  let received = 0;
+  const hashing = new Transform({
+    transform(chunk: Buffer, _enc, done) {
+      hash.update(chunk);
+      received += chunk.length;
+      done(null, chunk);
+    },
+  });
+  try {
+    await pipeline(raw, hashing, createWriteStream(path, { flags: 'wx', mode: 0o600 }));
+  } catch {
+    throw bodyEnded(received, declared);
+  }
+  if (received !== declared) throw bodyEnded(received, declared);
+  return hash.digest('hex');
+}
+
+function bodyEnded(received: number, declared: number): BrokerError {
+  return new BrokerError(
+    'INVALID_INPUT',
+    `the body ended after ${received} of its ${declared} declared bytes`,
+    'Send the whole file; nothing was stored.',
   );
-  app.put<{ Params: { sha256: string } }>(
-    '/api/v1/blobs/:sha256',
-    { bodyLimit: maxBlobBytes },
-    async (req) => {
+}
+
+/** Registers the routes. */
+export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts: BlobRouteOptions): void {
+  // Leftovers of a master that stopped mid-upload are unverified bytes: gone at start.
+  rmSync(opts.uploadDir, { recursive: true, force: true });
+  mkdirSync(opts.uploadDir, { recursive: true, mode: 0o700 });
+  const slots = new UploadSlots(opts.maxUploadsPerPrincipal);
+  // In its own scope: the body is left unread for the handler, whatever its content type.
+  void app.register(async (scope) => {
+    scope.removeAllContentTypeParsers();
+    scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
+    scope.put<{ Params: { sha256: string } }>('/api/v1/blobs/:sha256', async (req) => {
       const { sha256 } = req.params;
       if (!SHA256.test(sha256))
         throw new BrokerError(
@@ -43,17 +147,28 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, maxBl
           'uploading inputs needs the submitter role',
           'Use a submitter token.',
         );
-      if (!Buffer.isBuffer(req.body))
-        throw new BrokerError(
-          'INVALID_INPUT',
-          'the body must be the raw bytes',
-          'Send Content-Type: application/octet-stream with the file as the body.',
+      const declared = declaredLength(req);
+      admitBlobUpload(deps, principal, sha256, declared, slots.bytesOf(principal.id));
+      const release = slots.take(principal.id, declared);
+      const tmp = join(opts.uploadDir, randomUUID());
+      let reservation: StorageReservation | undefined;
+      let written = 0;
+      try {
+        reservation = deps.storage?.reserve('input upload', declared * UPLOAD_DISK_FACTOR);
+        const actual = await receive(req.raw, tmp, declared);
+        if (actual !== sha256) throw digestMismatch(sha256, actual);
+        const result = deps.store.transaction(() =>
+          putBlob(deps, principal, sha256, actual, () => readFileSync(tmp)),
         );
-      const body = req.body;
-      deps.storage?.assertAcceptsGrowth('input upload');
-      return deps.store.transaction(() => putBlob(deps, principal, sha256, body));
-    },
-  );
+        if (result.stored) written = declared;
+        return result;
+      } finally {
+        rmSync(tmp, { force: true });
+        reservation?.release(written);
+        release();
+      }
+    });
+  });
   app.get<{ Params: { execution_id: string; sha256: string } }>(WORKER_INPUT_ROUTE, async (req, reply) => {
     const principal = req.principal!;
     const workerId = principal.worker_id;

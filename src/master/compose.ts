@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../app.js';
 import type { BrokerDeps } from '../broker/deps.js';
@@ -54,6 +55,8 @@ export interface MasterParts {
   qualification: QualificationService;
   /** Set only when this start created the operator token (first start). */
   bootstrappedOperatorToken: string | null;
+  /** The resolved data dir. */
+  dataDir: string;
   /** Stops the scheduler's wake-up on task and card changes. */
   unsubscribe(): void;
 }
@@ -142,6 +145,7 @@ export function composeMaster(opts: MasterOptions, site: MasterSite): MasterPart
     metrics,
     qualification,
     bootstrappedOperatorToken,
+    dataDir,
     unsubscribe,
   };
 }
@@ -158,6 +162,7 @@ export function buildMasterApp(parts: MasterParts, tls: DevTls | null): Promise<
       workers: { connected: hub.connectedWorkers().length },
     }),
     onToolCall: metrics.onToolCall,
+    uploadDir: join(parts.dataDir, 'uploads'),
     extend: (a) => {
       hub.attach(a);
       registerDashboard(a);

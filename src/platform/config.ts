@@ -59,6 +59,11 @@ export const StorageConfigSchema = z.strictObject({
   /** How often the free space is checked, and a failed store probed with a write (default 10 s). */
   check_interval_ms: z.number().int().min(10).max(3_600_000).default(10_000),
   /**
+   * How long an uploaded input nothing names is kept before the sweep deletes it (default 24 h): the
+   * time an agent has between uploading and naming it in a proposal. Lower it on a small disk.
+   */
+  blob_grace_seconds: z.number().int().min(1).max(31_536_000).default(86_400),
+  /**
    * Retention of what FINAL tasks produced (docs/operations.md "Retention"): logs and output files of
    * tasks that ended more than N days ago are deleted; the task row, its audit events and the outputs'
    * names, sizes and sha256 stay. 0 keeps them for ever.
@@ -110,6 +115,33 @@ export const AuditConfigSchema = z.strictObject({
     .prefault({}),
 });
 
+/**
+ * Limits on HTTP connections and uploads (issue 21, docs/operations.md "Connections and uploads"). A
+ * request must send its headers within `headers_timeout_ms`; its body may idle at most
+ * `body_timeout_ms` and, past that first `body_timeout_ms`, must average `min_body_bytes_per_second`,
+ * else the connection is cut; `request_timeout_ms` bounds receiving a whole request (0: no bound).
+ */
+export const HttpConfigSchema = z.strictObject({
+  headers_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
+  body_timeout_ms: z.number().int().min(100).max(3_600_000).default(30_000),
+  min_body_bytes_per_second: z
+    .number()
+    .int()
+    .min(0)
+    .default(64 * 1024),
+  request_timeout_ms: z.number().int().min(0).max(86_400_000).default(7_200_000),
+  /** How long an idle keep-alive connection stays open. */
+  keep_alive_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
+  /** Open connections from one peer address; more are closed when accepted. */
+  max_connections_per_peer: z.number().int().min(1).max(1_000_000).default(256),
+  /** Open connections in all (0: no bound beyond the descriptor limit). */
+  max_connections: z.number().int().min(0).max(10_000_000).default(8192),
+  /** Uploads (`PUT /api/v1/blobs`) one principal may have in flight. */
+  max_uploads_per_principal: z.number().int().min(1).max(1024).default(4),
+  /** Raise the soft RLIMIT_NOFILE to the hard limit at start (with util-linux `prlimit`). */
+  raise_nofile: z.boolean().default(true),
+});
+
 /** The whole master config file. */
 export const MasterConfigSchema = z.strictObject({
   listen: z.string().default('127.0.0.1:8443'),
@@ -130,6 +162,7 @@ export const MasterConfigSchema = z.strictObject({
   scheduling: SchedulingConfigSchema.default(SchedulingConfigSchema.parse({})),
   storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
   audit: AuditConfigSchema.default(AuditConfigSchema.parse({})),
+  http: HttpConfigSchema.default(HttpConfigSchema.parse({})),
 });
 
 /** A validated master config. */

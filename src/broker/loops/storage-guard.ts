@@ -1,5 +1,6 @@
 import { statfs } from 'node:fs/promises';
 import {
+  growthFits,
   type StorageState,
   type StorageThresholds,
   storageAcceptsGrowth,
@@ -9,7 +10,7 @@ import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import { storageUnavailable } from '../../store/storage-errors.js';
 import type { Store } from '../../store/store.js';
-import type { StorageGate, StorageStatus } from '../ports.js';
+import type { StorageGate, StorageReservation, StorageStatus } from '../ports.js';
 
 /**
  * Keeps the master honest about its disk (issue 10, row 4). Every `check_interval_ms` it reads the free
@@ -21,6 +22,11 @@ import type { StorageGate, StorageStatus } from '../ports.js';
  * - `assertAcceptsGrowth` throws a retryable `UNAVAILABLE` while the state is `refusing` or
  *   `unwritable`: the tool dispatcher, the blob upload route and the worker hub (log and output
  *   chunks) call it before writing, so a filling disk refuses early instead of failing with INTERNAL;
+ * - `reserve` (issue 21) holds the declared size of a write that lands later (an upload streams to a
+ *   temporary file, then into the store) in an in-memory ledger: every admission checks free − reserved
+ *   − its own size ≥ `min_free_bytes`, so concurrent uploads cannot together overshoot the floor that
+ *   each alone respects (a sample only sees what already landed). A release with the bytes written
+ *   takes them off the sampled free space until the next sample sees them itself;
  * - `status()` feeds `/healthz` (503 while growth is refused), the `disk_low` / `disk_full` alerts and
  *   the scheduler (no grants while growth is refused);
  * - `onRecovered` listeners run when the state leaves `refusing`/`unwritable` (the hub re-applies the
@@ -59,6 +65,8 @@ export class StorageGuard implements StorageGate {
   private checking: Promise<void> | null = null;
   /** When growth was last refused (or found refused); null: never since start. */
   private refusedAt: number | null = null;
+  /** Bytes held by reservations not yet released. */
+  private reserved = 0;
 
   constructor(
     private readonly store: Store,
@@ -99,11 +107,41 @@ export class StorageGuard implements StorageGate {
     return this.acceptsGrowth() ? this.refusedAt : this.clock.now();
   }
 
-  /** Throws a retryable UNAVAILABLE naming `what` unless growth is accepted. */
-  assertAcceptsGrowth(what: string): void {
-    if (this.acceptsGrowth()) return;
-    this.refusedAt = this.clock.now();
-    throw storageUnavailable(`${what} refused: ${this.detail() ?? this.state}`);
+  /** Bytes reserved by writes in flight. */
+  reservedBytes(): number {
+    return this.reserved;
+  }
+
+  /** Throws a retryable UNAVAILABLE naming `what` unless growth is accepted and `bytes` more fit. */
+  assertAcceptsGrowth(what: string, bytes = 0): void {
+    if (!this.acceptsGrowth()) {
+      this.refusedAt = this.clock.now();
+      throw storageUnavailable(`${what} refused: ${this.detail() ?? this.state}`);
+    }
+    const free = this.space?.free_bytes ?? null;
+    if (growthFits({ free_bytes: free, reserved_bytes: this.reserved, bytes }, this.opts)) return;
+    // Not a refusal of all growth (health stays as it is): this write alone does not fit now.
+    throw storageUnavailable(
+      `${what} refused: it needs ${mib(bytes)}; ${mib(free ?? 0)} free, ${mib(this.reserved)} reserved by writes in flight, storage.min_free_bytes is ${mib(this.opts.min_free_bytes)}`,
+    );
+  }
+
+  /** Reserves `bytes` for a write in flight; see the file comment. */
+  reserve(what: string, bytes: number): StorageReservation {
+    this.assertAcceptsGrowth(what, bytes);
+    this.reserved += bytes;
+    let held = true;
+    return {
+      release: (written = 0) => {
+        if (!held) return;
+        held = false;
+        this.reserved -= bytes;
+        if (written > 0 && this.space) {
+          this.space = { ...this.space, free_bytes: Math.max(0, this.space.free_bytes - written) };
+          this.update();
+        }
+      },
+    };
   }
 
   /** Registers `cb` to run each time growth is accepted again after a refusal. */

@@ -23,7 +23,10 @@ export const ACKED_OUTBOX_RETENTION_MS = 24 * 3600_000;
 export const IDEMPOTENCY_RETENTION_MS = 7 * 24 * 3600_000;
 /** How often live worker sessions are re-checked against their principal and worker rows. */
 export const REVALIDATE_MS = 5000;
-/** How long an uploaded blob is kept before any spec names it, and a finished task's blobs after it ends. */
+/**
+ * The default of `storage.blob_grace_seconds`: how long an uploaded blob is kept before any spec names
+ * it, and a finished task's blobs after it ends.
+ */
 export const BLOB_GRACE_MS = 24 * 3600 * 1000;
 
 /** When the throttled steps last ran (epoch ms; 0: never). */
@@ -86,7 +89,10 @@ export function expireProposals(deps: BrokerDeps, batch = 100): number {
 }
 
 /** Step 1: garbage collection of blobs no live revision or recent task names; returns how many. */
-export function collectBlobGarbage(deps: BrokerDeps, graceMs = BLOB_GRACE_MS): number {
+export function collectBlobGarbage(
+  deps: BrokerDeps,
+  graceMs = deps.config.storage.blob_grace_seconds * 1000,
+): number {
   const now = deps.clock.now();
   return deps.store.transaction(() => deps.store.blobs.collectGarbage(now - graceMs, now - graceMs));
 }

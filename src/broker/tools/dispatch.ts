@@ -111,7 +111,8 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
 
   const key = input['idempotency_key'] as string;
   const { idempotency_key: _omit, ...body } = input;
-  const requestDigest = sha256Hex(canonicalJson(body));
+  const canonical = canonicalJson(body);
+  const requestDigest = sha256Hex(canonical);
   const { store, clock } = ctx.deps;
   return store.transaction(() => {
     const seen = store.idempotency.get(ctx.principal.id, tool.def.name, key);
@@ -125,8 +126,11 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
       return seen.response;
     }
     // Below the free-space floor only what stops growth goes through (issue 10, row 4); a replay of a
-    // call that already succeeded (above) still gets its answer.
-    if (!GROWTH_EXEMPT.has(tool.def.name)) ctx.deps.storage?.assertAcceptsGrowth(tool.def.name);
+    // call that already succeeded (above) still gets its answer. The call's size counts against what
+    // uploads in flight reserved (issue 21): the write is synchronous, so checking it beside the
+    // reservations is reserving and releasing it in one step.
+    if (!GROWTH_EXEMPT.has(tool.def.name))
+      ctx.deps.storage?.assertAcceptsGrowth(tool.def.name, Buffer.byteLength(canonical));
     const result = shapeOutput(tool, tool.handler(ctx, input as never));
     store.idempotency.put(ctx.principal.id, tool.def.name, key, requestDigest, result, clock.now());
     return result;

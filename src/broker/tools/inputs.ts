@@ -32,17 +32,7 @@ function store(deps: BrokerDeps, principal: Principal, sha256: string, content: 
   const now = deps.clock.now();
   const blobs = deps.store.blobs;
   const fresh = !blobs.uploadedBy(principal.id, sha256);
-  if (fresh) {
-    const limit = deps.config.policy.input_quota_bytes;
-    const used = blobs.bytesOf(principal.id);
-    if (used + content.length > limit)
-      throw new BrokerError(
-        'QUOTA_EXCEEDED',
-        `storing ${content.length} more bytes would put ${principal.name} at ${used + content.length} of ${limit} bytes of inputs`,
-        'Inputs no live proposal or recent task names are collected after a while; cancel old drafts, or ask an operator to raise policy.input_quota_bytes.',
-        { used_bytes: used, limit_bytes: limit },
-      );
-  }
+  if (fresh) assertQuota(deps, principal, content.length);
   blobs.put(sha256, content, now);
   blobs.recordUpload(principal.id, sha256, now);
   deps.store.audit.append({
@@ -54,6 +44,19 @@ function store(deps: BrokerDeps, principal: Principal, sha256: string, content: 
     data: { principal_id: principal.id, size: content.length, new: fresh },
   });
   return fresh;
+}
+
+/** Throws QUOTA_EXCEEDED unless `bytes` more fit in the principal's `policy.input_quota_bytes`. */
+function assertQuota(deps: BrokerDeps, principal: Principal, bytes: number): void {
+  const limit = deps.config.policy.input_quota_bytes;
+  const used = deps.store.blobs.bytesOf(principal.id);
+  if (used + bytes > limit)
+    throw new BrokerError(
+      'QUOTA_EXCEEDED',
+      `storing ${bytes} more bytes would put ${principal.name} at ${used + bytes} of ${limit} bytes of inputs`,
+      'Inputs no live proposal or recent task names are collected after a while; cancel old drafts, or ask an operator to raise policy.input_quota_bytes.',
+      { used_bytes: used, limit_bytes: limit },
+    );
 }
 
 /** upload_inputs: decodes, hashes and stores each file; answers the manifest entries. Call inside a transaction. */
@@ -103,15 +106,54 @@ function decode(content: string, encoding: 'utf8' | 'base64', path: string): Buf
   return Buffer.from(content, 'base64');
 }
 
-/** PUT /api/v1/blobs/{sha256}: the server recomputes the digest and refuses a mismatch. Call inside a transaction. */
-export function putBlob(deps: BrokerDeps, principal: Principal, sha256: string, body: Buffer) {
-  const actual = sha256Hex(body);
-  if (actual !== sha256)
+/**
+ * PUT /api/v1/blobs/{sha256}, before a byte of the body is read (issue 21): the declared size must fit
+ * `policy.max_input_bytes` and, unless the principal already holds this digest, their quota beside
+ * what their other uploads in flight declared (so parallel uploads cannot together pass it). The
+ * route then streams the body to a temporary file, hashing it, and calls {@link putBlob}.
+ */
+export function admitBlobUpload(
+  deps: BrokerDeps,
+  principal: Principal,
+  sha256: string,
+  declared: number,
+  /** Bytes the principal's other uploads in flight declared: they count as if stored. */
+  inFlight: number,
+): void {
+  const max = deps.config.policy.max_input_bytes;
+  if (declared > max)
     throw new BrokerError(
-      'INVALID_INPUT',
-      `the body's sha256 is ${actual}, not ${sha256}`,
-      'PUT the exact bytes to /api/v1/blobs/<their sha256> (sha256sum FILE).',
+      'PAYLOAD_TOO_LARGE',
+      `the body is declared as ${declared} bytes; one input is at most ${max} bytes (policy.max_input_bytes)`,
+      'Inputs larger than policy.max_input_bytes cannot be uploaded; ask an operator, or fetch the data inside the task.',
+      { limit_bytes: max },
     );
+  if (!deps.store.blobs.uploadedBy(principal.id, sha256)) assertQuota(deps, principal, inFlight + declared);
+}
+
+/** The refusal of bytes that do not hash to the name they were PUT under. */
+export function digestMismatch(expected: string, actual: string): BrokerError {
+  return new BrokerError(
+    'DIGEST_MISMATCH',
+    `the body's sha256 is ${actual}, not ${expected}`,
+    'PUT the exact bytes to /api/v1/blobs/<their sha256> (sha256sum FILE).',
+  );
+}
+
+/**
+ * PUT /api/v1/blobs/{sha256}, once the body is in: `actual` is the sha256 the route computed while the
+ * body streamed; `read` gives the bytes (read only once the digest matched). Call inside a transaction.
+ */
+export function putBlob(
+  deps: BrokerDeps,
+  principal: Principal,
+  sha256: string,
+  actual: string,
+  read: () => Buffer,
+) {
+  if (actual !== sha256) throw digestMismatch(sha256, actual);
+  // Every later read re-hashes the stored bytes (verifiedBlob), so a bad temporary file is never served.
+  const body = read();
   const fresh = store(deps, principal, sha256, body);
   return { sha256, size: body.length, stored: fresh };
 }

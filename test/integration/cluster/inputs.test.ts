@@ -475,7 +475,7 @@ describe('the byte routes', () => {
       });
     const bad = await put(sha('something else'), body);
     expect(bad.status).toBe(400);
-    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe('INVALID_INPUT');
+    expect(((await bad.json()) as { error: { code: string } }).error.code).toBe('DIGEST_MISMATCH');
     const ok = await put(sha(body), body);
     expect(ok.status).toBe(200);
     expect(await ok.json()).toEqual({ sha256: sha(body), size: body.length, stored: true });

@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import { storageAcceptsGrowth, storageState } from '../../../src/domain/storage-state.js';
+import { growthFits, storageAcceptsGrowth, storageState } from '../../../src/domain/storage-state.js';
 
 const limits = { warn_free_bytes: 1000, min_free_bytes: 100 };
 
@@ -38,6 +38,30 @@ describe('storageState', () => {
           expect(storageAcceptsGrowth(state)).toBe(expected);
         },
       ),
+    );
+  });
+});
+
+describe('growthFits (issue 21: reserved, not sampled)', () => {
+  it('admits a write only if free − reserved − its size stays at or above the floor', () => {
+    expect(growthFits({ free_bytes: 1000, reserved_bytes: 0, bytes: 900 }, limits)).toBe(true);
+    expect(growthFits({ free_bytes: 1000, reserved_bytes: 0, bytes: 901 }, limits)).toBe(false);
+    // What writes in flight hold counts, although the sample does not show it yet.
+    expect(growthFits({ free_bytes: 1000, reserved_bytes: 500, bytes: 401 }, limits)).toBe(false);
+    expect(growthFits({ free_bytes: null, reserved_bytes: 5000, bytes: 5000 }, limits)).toBe(true);
+    expect(
+      growthFits({ free_bytes: 0, reserved_bytes: 0, bytes: 10 }, { warn_free_bytes: 0, min_free_bytes: 0 }),
+    ).toBe(true);
+  });
+
+  it('no sequence of admitted writes ends under the floor', () => {
+    fc.assert(
+      fc.property(fc.nat(1_000_000), fc.array(fc.nat(100_000), { maxLength: 50 }), (free, sizes) => {
+        let reserved = 0;
+        for (const bytes of sizes)
+          if (growthFits({ free_bytes: free, reserved_bytes: reserved, bytes }, limits)) reserved += bytes;
+        return reserved === 0 || free - reserved >= limits.min_free_bytes;
+      }),
     );
   });
 });

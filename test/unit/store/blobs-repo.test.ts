@@ -64,6 +64,17 @@ describe('input blobs in the master store', () => {
     expect(f.deps.store.blobs.bytesOf(alice.id)).toBe(5);
   });
 
+  it('takes its grace period from storage.blob_grace_seconds (issue 21)', async () => {
+    f = makeBrokerDeps({ config: { storage: { blob_grace_seconds: 60 } } });
+    const clock = f.clock as ManualClock;
+    const alice = f.principal('alice', ['submitter']);
+    await upload(f, alice, 'orphan.py', 'orphan\n');
+    clock.advance(30_000);
+    expect(collectBlobGarbage(f.deps)).toBe(0);
+    clock.advance(31_000);
+    expect(collectBlobGarbage(f.deps)).toBe(1); // a minute, not the default day
+  });
+
   it('keeps an upload row only for its own uploader’s reasons: another principal naming the digest keeps nothing alive', async () => {
     f = makeBrokerDeps();
     const clock = f.clock as ManualClock;

@@ -1,0 +1,177 @@
+import type { Server } from 'node:http';
+import type { Socket } from 'node:net';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { BrokerError } from '../contracts/errors.js';
+import type { Logger } from '../platform/logger.js';
+
+/**
+ * What keeps one peer from holding the master's connections (issue 21, item 5). Node's own timeouts
+ * (`headersTimeout`, `requestTimeout`, `keepAliveTimeout`, set in src/app.ts) bound the headers, the
+ * whole request and idle keep-alive sockets; this file adds what Node lacks:
+ *
+ * - a body watchdog: a request whose body is still arriving is cut when no byte came for
+ *   `body_timeout_ms`, or when, past its first `body_timeout_ms`, it averages under
+ *   `min_body_bytes_per_second` (progress is the socket's `bytesRead`, so nothing is buffered to count);
+ *   the peer gets `408 REQUEST_TIMEOUT` and the connection is closed;
+ * - a cap on open connections per peer address (`max_connections_per_peer`), enforced at accept: the
+ *   excess socket is destroyed before TLS or HTTP reads a byte, so one address cannot use up every file
+ *   descriptor while everyone else is still served (`max_connections` bounds all of them, Node's
+ *   `server.maxConnections`);
+ * - `Connection: close` on every answer to a request without a valid token, and on every answer sent
+ *   while the request's body is still unread (a refused upload): nothing unauthenticated keeps a socket,
+ *   and no refused body is read to its end to keep the connection alive.
+ */
+
+/** The settings (master config `http`). */
+export interface ConnectionLimits {
+  body_timeout_ms: number;
+  min_body_bytes_per_second: number;
+  max_connections_per_peer: number;
+  max_connections: number;
+}
+
+/** What the watchdog knows about one body still arriving. */
+export interface BodyProgress {
+  /** Since the request's headers were read. */
+  elapsed_ms: number;
+  /** Since the last byte arrived (or the headers, before any). */
+  idle_ms: number;
+  /** Body bytes (approximately: socket bytes) received so far. */
+  received: number;
+}
+
+/** Why a body is cut: `idle` (nothing for body_timeout_ms) or `slow` (under the minimum average rate). */
+export type BodyVerdict = 'idle' | 'slow' | null;
+
+/** The watchdog's decision for one body; pure. */
+export function bodyVerdict(p: BodyProgress, limits: ConnectionLimits): BodyVerdict {
+  if (p.idle_ms >= limits.body_timeout_ms) return 'idle';
+  const rated = p.elapsed_ms - limits.body_timeout_ms;
+  if (rated > 0 && p.received < (limits.min_body_bytes_per_second * rated) / 1000) return 'slow';
+  return null;
+}
+
+interface Watched {
+  req: FastifyRequest;
+  reply: FastifyReply;
+  startedAt: number;
+  lastProgressAt: number;
+  baseBytes: number;
+  lastBytes: number;
+}
+
+/** Whether the request announced a body (a length over 0, or a chunked body). */
+function hasBody(req: FastifyRequest): boolean {
+  const length = req.headers['content-length'];
+  return (length !== undefined && length !== '0') || req.headers['transfer-encoding'] !== undefined;
+}
+
+/** The typed error a cut body answers with. */
+export function bodyTimeoutError(verdict: Exclude<BodyVerdict, null>, limits: ConnectionLimits): BrokerError {
+  return new BrokerError(
+    'REQUEST_TIMEOUT',
+    verdict === 'idle'
+      ? `no body bytes for ${limits.body_timeout_ms} ms`
+      : `the body arrived at under ${limits.min_body_bytes_per_second} bytes/s`,
+    'Send the body without pauses; the master cuts bodies that idle past http.body_timeout_ms or stay under http.min_body_bytes_per_second.',
+  );
+}
+
+/** Installs the body watchdog, the close-after-answer rule and the per-peer cap on `app`. */
+export function installConnectionLimits(
+  app: FastifyInstance,
+  limits: ConnectionLimits,
+  logger: Logger,
+): void {
+  const watched = new Set<Watched>();
+  const tickMs = Math.max(50, Math.min(1000, Math.floor(limits.body_timeout_ms / 4)));
+  let timer: NodeJS.Timeout | null = null;
+  const sweep = () => {
+    const now = performance.now();
+    for (const w of watched) {
+      const socket = w.req.raw.socket;
+      if (w.req.raw.complete || !socket || socket.destroyed) {
+        watched.delete(w);
+        continue;
+      }
+      const bytes = socket.bytesRead;
+      if (bytes !== w.lastBytes) {
+        w.lastBytes = bytes;
+        w.lastProgressAt = now;
+      }
+      const verdict = bodyVerdict(
+        { elapsed_ms: now - w.startedAt, idle_ms: now - w.lastProgressAt, received: bytes - w.baseBytes },
+        limits,
+      );
+      if (verdict === null) continue;
+      watched.delete(w);
+      logger.info(
+        { peer: socket.remoteAddress, url: w.req.url, verdict, received: bytes - w.baseBytes },
+        'request body cut',
+      );
+      cut(w, socket, bodyTimeoutError(verdict, limits));
+    }
+    if (watched.size === 0 && timer) {
+      clearInterval(timer);
+      timer = null;
+    }
+  };
+  app.addHook('onRequest', async (req, reply) => {
+    const socket = req.raw.socket;
+    if (!socket || !hasBody(req)) return;
+    const now = performance.now();
+    const bytes = socket.bytesRead;
+    watched.add({ req, reply, startedAt: now, lastProgressAt: now, baseBytes: bytes, lastBytes: bytes });
+    if (!timer) {
+      timer = setInterval(sweep, tickMs);
+      timer.unref();
+    }
+  });
+  app.addHook('onSend', async (req, reply) => {
+    if (!req.principal || !req.raw.complete) reply.header('connection', 'close');
+  });
+  app.addHook('onClose', async () => {
+    if (timer) clearInterval(timer);
+  });
+  limitPeers(app.server, limits, logger);
+}
+
+/** Answers 408 (when nothing was answered yet) and closes the connection. */
+function cut(w: Watched, socket: Socket, err: BrokerError): void {
+  if (w.reply.sent || w.reply.raw.headersSent) {
+    socket.destroy();
+    return;
+  }
+  w.reply.raw.once('finish', () => socket.destroy());
+  void w.reply.code(408).header('connection', 'close').send({ error: err.toBody() });
+  // The peer may not read its answer either: the socket goes anyway.
+  setTimeout(() => socket.destroy(), 1000).unref();
+}
+
+/** The per-peer cap and the total cap, at accept. */
+function limitPeers(server: Server, limits: ConnectionLimits, logger: Logger): void {
+  if (limits.max_connections > 0) server.maxConnections = limits.max_connections;
+  const open = new Map<string, number>();
+  const warned = new Set<string>();
+  server.on('connection', (socket: Socket) => {
+    const peer = socket.remoteAddress ?? 'unknown';
+    const n = open.get(peer) ?? 0;
+    if (n >= limits.max_connections_per_peer) {
+      if (!warned.has(peer)) {
+        warned.add(peer);
+        logger.warn({ peer, limit: limits.max_connections_per_peer }, 'connections refused: per-peer cap');
+      }
+      socket.destroy();
+      return;
+    }
+    open.set(peer, n + 1);
+    socket.once('close', () => {
+      const left = (open.get(peer) ?? 1) - 1;
+      if (left > 0) open.set(peer, left);
+      else {
+        open.delete(peer);
+        warned.delete(peer);
+      }
+    });
+  });
+}

@@ -1,0 +1,30 @@
+import { describe, expect, it } from 'vitest';
+import { bodyVerdict } from '../../../src/http/connection-limits.js';
+
+/** The body watchdog's decision (issue 21, item 5); the cut itself is tested on a real master. */
+
+const limits = {
+  body_timeout_ms: 1000,
+  min_body_bytes_per_second: 1000,
+  max_connections_per_peer: 10,
+  max_connections: 0,
+};
+
+describe('bodyVerdict', () => {
+  it('cuts a body that idles for body_timeout_ms, however fast it was before', () => {
+    expect(bodyVerdict({ elapsed_ms: 5000, idle_ms: 1000, received: 1e9 }, limits)).toBe('idle');
+    expect(bodyVerdict({ elapsed_ms: 5000, idle_ms: 999, received: 1e9 }, limits)).toBeNull();
+  });
+
+  it('gives every body body_timeout_ms before the minimum rate applies, then averages', () => {
+    expect(bodyVerdict({ elapsed_ms: 1000, idle_ms: 0, received: 0 }, limits)).toBeNull();
+    // 2 s in: at least 1 s × 1000 B/s.
+    expect(bodyVerdict({ elapsed_ms: 2000, idle_ms: 0, received: 999 }, limits)).toBe('slow');
+    expect(bodyVerdict({ elapsed_ms: 2000, idle_ms: 0, received: 1000 }, limits)).toBeNull();
+  });
+
+  it('a minimum rate of 0 leaves only the idle cut', () => {
+    const noRate = { ...limits, min_body_bytes_per_second: 0 };
+    expect(bodyVerdict({ elapsed_ms: 1e7, idle_ms: 10, received: 0 }, noRate)).toBeNull();
+  });
+});
