@@ -15,23 +15,21 @@ const fixture = (name: string) => readFileSync(join(FIXTURES, name), 'utf8');
 
 const ARGV = ['python3', '-c', "print('it''s')", 'a b', '$HOME'];
 
-const NVIDIA: WrapperSandbox = {
+const SANDBOX: WrapperSandbox = {
   bwrap: '/usr/bin/bwrap',
   pre: ['--unshare-all', '--die-with-parent', '--ro-bind', '/usr', '/usr'],
   hidden: ['/srv/jobs', "/home/o'neil"],
   post: ['--proc', '/proc', '--dev', '/dev', '--bind', '/srv/jobs/t1/task', '/task'],
   prefix: ['/usr/bin/setpriv', '--reuid=61000', '--regid=61000', '--clear-groups', '--'],
   gpuDevDir: '/dev',
+};
+
+const NVIDIA: WrapperSandbox = {
+  ...SANDBOX,
   pins: [{ path: '/opt/venv/bin/python3', sha256: 'a'.repeat(64) }],
 };
 
-const HY: WrapperSandbox = {
-  ...NVIDIA,
-  prefix: [],
-  gpuDevDir: '/srv/devs/%n',
-  gpuKind: 'hy',
-  pins: undefined,
-};
+const HY: WrapperSandbox = { ...SANDBOX, prefix: [], gpuDevDir: '/srv/devs/%n', gpuKind: 'hy' };
 
 describe('rendered Slurm scripts', () => {
   it('rank.sh without a sandbox', () => {
