@@ -30,27 +30,31 @@ export interface StdioBridgeCommandIo {
 /** Usage text of the command. */
 export const STDIO_BRIDGE_USAGE = helpText(MCP_STDIO);
 
-/** Runs the bridge; resolves with 0 when it ends normally, 2 on a usage error, 1 on a setup error. */
-export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeCommandIo): Promise<number> {
-  const fail = (code: number, message: string): number => {
-    io.stderr(`gpu-broker mcp-stdio: ${message}\n`);
-    return code;
-  };
-  if (argv.some((a) => a === '--token' || a.startsWith('--token='))) {
-    return fail(
+/** Why the command stops before serving: exit `code` (2 usage, 1 setup) and the line it prints. */
+class CommandStop extends Error {
+  constructor(
+    readonly code: number,
+    message: string,
+  ) {
+    super(message);
+  }
+}
+
+/** The command's flags; a token on the command line, or an unknown flag, stops it (2). */
+function parseFlags(argv: string[]): {
+  url?: string | undefined;
+  'token-env'?: string | undefined;
+  'ca-file'?: string | undefined;
+  help?: boolean | undefined;
+} {
+  if (argv.some((a) => a === '--token' || a.startsWith('--token=')))
+    throw new CommandStop(
       2,
       'the token is never taken from the command line (ps and shell history would show it); ' +
         'export it as GPU_BROKER_TOKEN, or name another variable with --token-env',
     );
-  }
-  let values: {
-    url?: string | undefined;
-    'token-env'?: string | undefined;
-    'ca-file'?: string | undefined;
-    help?: boolean | undefined;
-  };
   try {
-    ({ values } = parseArgs({
+    return parseArgs({
       args: argv,
       options: {
         url: { type: 'string' },
@@ -60,60 +64,83 @@ export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeComma
       },
       strict: true,
       allowPositionals: false,
-    }));
+    }).values;
   } catch (err) {
     // parseArgs adds advice about `--` after its first sentence; one line is enough here.
-    return fail(2, `${(err as Error).message.split(/\.\s/)[0]} (see: gpu-broker mcp-stdio --help)`);
+    throw new CommandStop(2, `${(err as Error).message.split(/\.\s/)[0]} (see: gpu-broker mcp-stdio --help)`);
   }
-  if (values.help) {
-    // Not serving, so stdout carries no protocol yet: help goes where every command's help goes.
-    io.stdout.write(STDIO_BRIDGE_USAGE);
-    return 0;
-  }
+}
 
-  const rawUrl = values.url ?? io.env['GPU_BROKER_URL'];
-  if (!rawUrl) return fail(2, '--url is required (or set GPU_BROKER_URL; see: gpu-broker mcp-stdio --help)');
+/** A fetch that trusts the CA certificate in `caFile` (not a key, a PEM certificate); stops the command (1) otherwise. */
+async function caTrust(caFile: string): Promise<ReturnType<typeof createCaTrustingFetch>> {
+  let caPem: string;
+  try {
+    caPem = await readFile(caFile, 'utf8');
+  } catch (err) {
+    throw new CommandStop(1, `cannot read --ca-file ${caFile}: ${(err as Error).message}`);
+  }
+  if (caPem.includes('PRIVATE KEY'))
+    throw new CommandStop(
+      1,
+      `${caFile} contains a private key; pass the CA certificate (<data-dir>/tls/ca.pem) instead`,
+    );
+  if (!caPem.includes('BEGIN CERTIFICATE')) throw new CommandStop(1, `${caFile} holds no PEM certificate`);
+  return createCaTrustingFetch(caPem);
+}
+
+/** What the bridge runs with, from the flags and the environment; stops the command (2) without a URL or token. */
+function bridgeTarget(
+  values: ReturnType<typeof parseFlags>,
+  env: StdioBridgeCommandIo['env'],
+): { mcpUrl: URL; token: string; tokenEnv: string } {
+  const rawUrl = values.url ?? env['GPU_BROKER_URL'];
+  if (!rawUrl)
+    throw new CommandStop(2, '--url is required (or set GPU_BROKER_URL; see: gpu-broker mcp-stdio --help)');
   let mcpUrl: URL;
   try {
     mcpUrl = mcpEndpoint(rawUrl);
   } catch (err) {
-    return fail(2, (err as Error).message);
+    throw new CommandStop(2, (err as Error).message);
   }
-
   const tokenEnv = values['token-env'] ?? 'GPU_BROKER_TOKEN';
-  const token = io.env[tokenEnv]?.trim();
-  if (!token) {
-    return fail(
+  const token = env[tokenEnv]?.trim();
+  if (!token)
+    throw new CommandStop(
       2,
       `no token: set ${tokenEnv} (create one with: gpu-broker token create --name NAME --role submitter)`,
     );
-  }
+  return { mcpUrl, token, tokenEnv };
+}
 
-  const caFile = values['ca-file'] ?? io.env['GPU_BROKER_CA_FILE'];
+/** Runs the bridge; resolves with 0 when it ends normally, 2 on a usage error, 1 on a setup error. */
+export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeCommandIo): Promise<number> {
+  const fail = (code: number, message: string): number => {
+    io.stderr(`gpu-broker mcp-stdio: ${message}\n`);
+    return code;
+  };
   let trusting: ReturnType<typeof createCaTrustingFetch> | undefined;
-  if (caFile) {
-    let caPem: string;
-    try {
-      caPem = await readFile(caFile, 'utf8');
-    } catch (err) {
-      return fail(1, `cannot read --ca-file ${caFile}: ${(err as Error).message}`);
+  let target: ReturnType<typeof bridgeTarget>;
+  try {
+    const values = parseFlags(argv);
+    if (values.help) {
+      // Not serving, so stdout carries no protocol yet: help goes where every command's help goes.
+      io.stdout.write(STDIO_BRIDGE_USAGE);
+      return 0;
     }
-    if (caPem.includes('PRIVATE KEY')) {
-      return fail(
-        1,
-        `${caFile} contains a private key; pass the CA certificate (<data-dir>/tls/ca.pem) instead`,
-      );
-    }
-    if (!caPem.includes('BEGIN CERTIFICATE')) return fail(1, `${caFile} holds no PEM certificate`);
-    trusting = createCaTrustingFetch(caPem);
+    target = bridgeTarget(values, io.env);
+    const caFile = values['ca-file'] ?? io.env['GPU_BROKER_CA_FILE'];
+    if (caFile) trusting = await caTrust(caFile);
+  } catch (err) {
+    if (err instanceof CommandStop) return fail(err.code, err.message);
+    throw err;
   }
 
   const log = (line: string) => io.stderr(`gpu-broker mcp-stdio: ${line}\n`);
   try {
     await runStdioBridge({
-      mcpUrl,
-      token,
-      tokenSource: tokenEnv,
+      mcpUrl: target.mcpUrl,
+      token: target.token,
+      tokenSource: target.tokenEnv,
       stdin: io.stdin,
       stdout: io.stdout,
       log,

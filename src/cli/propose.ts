@@ -1,11 +1,12 @@
 import { BrokerError } from '../contracts/errors.js';
 import type { TaskSpecInput } from '../contracts/task-spec.js';
+import type { FlagValues } from '../platform/args.js';
 import { parseCommand } from './args.js';
 import { PROPOSE } from './command-specs.js';
 import type { CommandRunner } from './io.js';
-import { withMaster } from './master-client.js';
+import { type MasterClient, withMaster } from './master-client.js';
 import { emit, escapeField, reportError } from './output.js';
-import { collectInputs } from './propose-files.js';
+import { collectInputs, type LocalInput } from './propose-files.js';
 
 /**
  * `gpu-broker propose --dir DIR --entry 'python3 train.py --epochs 1' [--include GLOB…] [--cards N] …`
@@ -43,6 +44,97 @@ export function leftOutLine(leftOut: ReadonlyArray<{ path: string; why: string }
   return `${leftOut.length} file(s) left out: an interpreter would load them on its own, unreviewed (${reasons.join('; ')}); e.g. ${escapeField(leftOut[0]?.path ?? '')}`;
 }
 
+/** The flags of `gpu-broker propose`, as parsed. */
+type ProposeFlags = FlagValues<typeof PROPOSE.flags>;
+
+/** Step 3: the spec from the flags and the collected files (`--entry`'s program under /usr/bin unless absolute). */
+function proposalSpec(values: ProposeFlags, entry: string, files: readonly LocalInput[]): TaskSpecInput {
+  const words = splitEntry(entry);
+  const exe = words[0] ?? '';
+  const argvOfTask = [exe.startsWith('/') ? exe : `/usr/bin/${exe}`, ...words.slice(1)];
+  const title = values.title ?? `run ${words.slice(0, 3).join(' ')}`;
+  return {
+    title,
+    objective: values.objective ?? title,
+    success_criteria: values['success-criteria'] ?? 'the entry command exits 0',
+    cards: { count: Number(values.cards ?? 1) },
+    runtime: { kind: 'process', argv: argvOfTask },
+    inputs: files.map((f) => ({
+      path: f.path,
+      sha256: f.sha256,
+      size: f.size,
+      ...(f.executable ? { executable: true } : {}),
+    })),
+    outputs: (values.output ?? []).map((path) => ({ path, required: true })),
+    time_limit_seconds: Number(values['time-limit'] ?? 3600),
+    ...(values.notes ? { notes: values.notes } : {}),
+  };
+}
+
+/** Step 2: uploads each blob the proposal's current revision does not already name; returns how many. */
+async function uploadMissing(
+  c: MasterClient,
+  proposalId: string | undefined,
+  files: readonly LocalInput[],
+): Promise<number> {
+  const known = new Set<string>();
+  if (proposalId) {
+    const p = await c.get<{ proposal: { spec?: { inputs?: Array<{ sha256: string }> } } }>(
+      `/api/v1/proposals/${encodeURIComponent(proposalId)}`,
+    );
+    for (const i of p.proposal.spec?.inputs ?? []) known.add(i.sha256);
+  }
+  let uploaded = 0;
+  for (const f of files) {
+    if (known.has(f.sha256)) continue;
+    known.add(f.sha256);
+    await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
+    uploaded++;
+  }
+  return uploaded;
+}
+
+/** Step 4: create_proposal or revise_proposal, then confirm_revision when asked and it has no error finding. */
+async function submitSpec(
+  c: MasterClient,
+  values: ProposeFlags,
+  spec: TaskSpecInput,
+): Promise<{ r: RevisionResult; state: string }> {
+  const r = values.proposal
+    ? await c.post<RevisionResult>(`/api/v1/proposals/${encodeURIComponent(values.proposal)}/revisions`, {
+        spec,
+      })
+    : await c.post<RevisionResult>('/api/v1/proposals', { spec });
+  let state = 'DRAFT';
+  if (values.confirm && r.confirmable) {
+    const confirmed = await c.post<{ state: string }>(`/api/v1/proposals/${r.proposal_id}/confirm`, {
+      revision_id: r.revision_id,
+    });
+    state = confirmed.state;
+  }
+  return { r, state };
+}
+
+/** What `propose` prints without `--json`: the ids and state, the files, and each finding. */
+function proposeText(
+  r: RevisionResult,
+  state: string,
+  files: number,
+  uploaded: number,
+  leftOut: ReadonlyArray<{ path: string; why: string }>,
+): string {
+  return [
+    `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${state}`,
+    `${files} input file(s), ${uploaded} uploaded`,
+    ...(leftOut.length > 0 ? [leftOutLine(leftOut)] : []),
+    ...r.findings.map(
+      (f) =>
+        `${f.severity}: ${f.code} at ${escapeField(f.path)}: ${escapeField(f.message)} — ${escapeField(f.hint)}`,
+    ),
+  ].join('\n');
+}
+
+/** `gpu-broker propose`: see the module comment. */
 export const run: CommandRunner = async (argv, io) => {
   const parsed = parseCommand(PROPOSE, argv, io);
   if (typeof parsed === 'number') return parsed;
@@ -61,67 +153,12 @@ export const run: CommandRunner = async (argv, io) => {
         `no files to ship under ${values.dir}`,
         'Check --dir and --include.',
       );
-    const words = splitEntry(values.entry);
-    const exe = words[0] ?? '';
-    const argvOfTask = [exe.startsWith('/') ? exe : `/usr/bin/${exe}`, ...words.slice(1)];
-    const title = values.title ?? `run ${words.slice(0, 3).join(' ')}`;
-    const spec: TaskSpecInput = {
-      title,
-      objective: values.objective ?? title,
-      success_criteria: values['success-criteria'] ?? 'the entry command exits 0',
-      cards: { count: Number(values.cards ?? 1) },
-      runtime: { kind: 'process', argv: argvOfTask },
-      inputs: files.map((f) => ({
-        path: f.path,
-        sha256: f.sha256,
-        size: f.size,
-        ...(f.executable ? { executable: true } : {}),
-      })),
-      outputs: (values.output ?? []).map((path) => ({ path, required: true })),
-      time_limit_seconds: Number(values['time-limit'] ?? 3600),
-      ...(values.notes ? { notes: values.notes } : {}),
-    };
+    const spec = proposalSpec(values, values.entry, files);
     return await withMaster(values, io, async (c) => {
-      // 2. upload what the current revision does not already name
-      const known = new Set<string>();
-      if (values.proposal) {
-        const p = await c.get<{ proposal: { spec?: { inputs?: Array<{ sha256: string }> } } }>(
-          `/api/v1/proposals/${encodeURIComponent(values.proposal)}`,
-        );
-        for (const i of p.proposal.spec?.inputs ?? []) known.add(i.sha256);
-      }
-      let uploaded = 0;
-      for (const f of files) {
-        if (known.has(f.sha256)) continue;
-        known.add(f.sha256);
-        await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
-        uploaded++;
-      }
-      // 4. create or revise, then confirm
-      const r = values.proposal
-        ? await c.post<RevisionResult>(`/api/v1/proposals/${encodeURIComponent(values.proposal)}/revisions`, {
-            spec,
-          })
-        : await c.post<RevisionResult>('/api/v1/proposals', { spec });
-      let state = 'DRAFT';
-      if (values.confirm && r.confirmable) {
-        const confirmed = await c.post<{ state: string }>(`/api/v1/proposals/${r.proposal_id}/confirm`, {
-          revision_id: r.revision_id,
-        });
-        state = confirmed.state;
-      }
+      const uploaded = await uploadMissing(c, values.proposal, files);
+      const { r, state } = await submitSpec(c, values, spec);
       const result = { ...r, state, files: files.length, uploaded, left_out: leftOut };
-      emit(io, values.json, result, () =>
-        [
-          `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${state}`,
-          `${files.length} input file(s), ${uploaded} uploaded`,
-          ...(leftOut.length > 0 ? [leftOutLine(leftOut)] : []),
-          ...r.findings.map(
-            (f) =>
-              `${f.severity}: ${f.code} at ${escapeField(f.path)}: ${escapeField(f.message)} — ${escapeField(f.hint)}`,
-          ),
-        ].join('\n'),
-      );
+      emit(io, values.json, result, () => proposeText(r, state, files.length, uploaded, leftOut));
       return r.confirmable ? 0 : 1;
     });
   } catch (err) {

@@ -2,9 +2,9 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { startWorker } from '../../worker/daemon/start-worker.js';
-import { selectSampler } from '../../worker/samplers/select-sampler.js';
+import { type SamplerChoice, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox/container.js';
-import { resolveRunAs } from '../../worker/sandbox/run-as.js';
+import { type RunAs, resolveRunAs } from '../../worker/sandbox/run-as.js';
 import {
   IsolationUnavailableError,
   type PreparedSandbox,
@@ -12,9 +12,10 @@ import {
   prepareSandbox,
   type SandboxChoice,
 } from '../../worker/sandbox/setup.js';
+import type { BrokerDeps } from '../broker/deps.js';
 import { authenticate, createPrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
-import { startMaster } from '../main.js';
+import { type RunningMaster, startMaster } from '../main.js';
 import { writeSecretFile } from '../platform/file-modes.js';
 import { parseCommand } from './args.js';
 import { START } from './command-specs.js';
@@ -107,6 +108,96 @@ function parseEngineFlag(flag: string | undefined): ContainerEngineChoice {
   }
 }
 
+/** The local worker's id unless `--id` names one: `local-<hostname>`, lower case, safe characters. */
+function localWorkerId(id: string | undefined): string {
+  return (
+    id ??
+    `local-${hostname()
+      .toLowerCase()
+      .replace(/[^a-z0-9._-]/g, '-')}`
+  );
+}
+
+/** The tokens `start` keeps in the data dir: the local worker's, and the agent's and reviewer's files. */
+function ensureStartTokens(deps: BrokerDeps, dataDir: string, workerId: string) {
+  const workerToken = ensureToken(deps, join(dataDir, 'worker.token'), 'local-worker', ['worker'], workerId);
+  const agentTokenFile = join(dataDir, 'agent.token');
+  const reviewerTokenFile = join(dataDir, 'reviewer.token');
+  ensureToken(deps, agentTokenFile, 'agent', ['submitter']);
+  ensureToken(deps, reviewerTokenFile, 'reviewer', ['reviewer']);
+  return { workerToken, agentTokenFile, reviewerTokenFile };
+}
+
+/** What the banner tells: where everything is and how to connect. */
+interface StartedLocally {
+  master: RunningMaster;
+  dataDir: string;
+  workerId: string;
+  choice: SamplerChoice;
+  sandbox: PreparedSandbox;
+  configFile: string;
+  starter: { created: boolean } | null;
+  runAs: RunAs | undefined;
+  agentTokenFile: string;
+  reviewerTokenFile: string;
+}
+
+/** The banner on stderr: where things are, what runs how, and how agents and people connect. */
+function startBanner(s: StartedLocally): string {
+  const { master, agentTokenFile, reviewerTokenFile, configFile, starter, runAs } = s;
+  const ca = master.caCertPath;
+  const mcpUrl = `${master.url}/mcp`;
+  const banner = [
+    '',
+    `gpu-broker is running at ${master.url}`,
+    `  data dir:        ${s.dataDir}`,
+    ca ? `  CA certificate:  ${ca}` : '  TLS:             off (loopback only)',
+    `  operator token:  ${master.operatorTokenPath}`,
+    `  agent token:     ${agentTokenFile}   (role submitter)`,
+    `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
+    `  local worker:    ${s.workerId} — ${s.choice.simulated ? `${s.choice.summary} (these are NOT real GPUs)` : s.choice.summary}`,
+    `  tasks:           ${s.sandbox.summary}`,
+    s.sandbox.isolation === 'none'
+      ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
+      : null,
+    `  containers:      ${s.sandbox.containerSummary}`,
+    `  config:          ${configFile}${starter === null ? '' : starter.created ? ' (starter config, written now)' : ' (starter config from an earlier start)'}`,
+    ...policyBannerLines(master.deps.config.policy),
+    runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : null,
+    '',
+    'Connect an agent (in the agent’s shell):',
+    `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,
+    // Added to the public roots, never instead of them: SSL_CERT_FILE would replace the system trust
+    // store for everything else run in that shell (docs/clients.md).
+    ca ? `  export NODE_EXTRA_CA_CERTS=${ca} CODEX_CA_CERTIFICATE=${ca}` : null,
+    '',
+    'Claude Code:',
+    `  claude mcp add --transport http gpu-broker ${mcpUrl} --header "Authorization: Bearer \${GPU_BROKER_TOKEN}"`,
+    '',
+    'Codex (~/.codex/config.toml):',
+    '  [mcp_servers.gpu-broker]',
+    `  url = "${mcpUrl}"`,
+    '  bearer_token_env_var = "GPU_BROKER_TOKEN"',
+    '  tool_timeout_sec = 60',
+    '',
+    'Any stdio-only MCP client:',
+    `  command: npx gpu-broker mcp-stdio --url ${master.url}${ca ? ` --ca-file ${ca}` : ''}   (env GPU_BROKER_TOKEN)`,
+    '',
+    'Review proposals as a person:',
+    `  GPU_BROKER_URL=${master.url} GPU_BROKER_TOKEN_FILE=${reviewerTokenFile}${ca ? ` GPU_BROKER_CA_FILE=${ca}` : ''} npx gpu-broker review list`,
+    '',
+    `Allow more in ${configFile} (policy.executables, then restart) or pass --config FILE. Ctrl-C stops everything.`,
+    '',
+  ];
+  const lines = banner.filter((l): l is string => l !== null);
+  return lines.filter((l, i, a) => !(l === '' && a[i - 1] === '')).join('\n');
+}
+
+/** The line `start --json` prints on stdout. */
+function startJson(s: StartedLocally): string {
+  return `${JSON.stringify({ url: s.master.url, ca_file: s.master.caCertPath, worker_id: s.workerId, simulated: s.choice.simulated, sampler: s.choice.summary, agent_token_file: s.agentTokenFile, reviewer_token_file: s.reviewerTokenFile, operator_token_file: s.master.operatorTokenPath })}\n`;
+}
+
 /** The `start` command. */
 export const run: CommandRunner = async (argv, io) => {
   const parsed = parseCommand(START, argv, io);
@@ -116,11 +207,7 @@ export const run: CommandRunner = async (argv, io) => {
     const dataDir = dataDirOf(values, io);
     // Checked before anything starts, so a bad value leaves no master running.
     const containerEngine = parseEngineFlag(values['container-engine']);
-    const workerId =
-      values.id ??
-      `local-${hostname()
-        .toLowerCase()
-        .replace(/[^a-z0-9._-]/g, '-')}`;
+    const workerId = localWorkerId(values.id);
     // The local worker's sandbox is decided first: when it runs unisolated (no bubblewrap here, or
     // --isolation none), this development master lets it run tasks (require_isolation off) and says so.
     const runAs = values['run-as'] === undefined ? undefined : resolveRunAs(values['run-as']);
@@ -143,17 +230,7 @@ export const run: CommandRunner = async (argv, io) => {
       config: unisolated ? { ...config, policy: { ...config.policy, require_isolation: false } } : config,
     });
     const deps = master.deps;
-    const workerToken = ensureToken(
-      deps,
-      join(dataDir, 'worker.token'),
-      'local-worker',
-      ['worker'],
-      workerId,
-    );
-    const agentTokenFile = join(dataDir, 'agent.token');
-    const reviewerTokenFile = join(dataDir, 'reviewer.token');
-    ensureToken(deps, agentTokenFile, 'agent', ['submitter']);
-    ensureToken(deps, reviewerTokenFile, 'reviewer', ['reviewer']);
+    const { workerToken, agentTokenFile, reviewerTokenFile } = ensureStartTokens(deps, dataDir, workerId);
 
     const worker = await startWorker({
       masterUrl: master.url,
@@ -167,56 +244,20 @@ export const run: CommandRunner = async (argv, io) => {
       sandbox: sandbox.setup,
       ...(sandbox.containers === undefined ? {} : { containers: sandbox.containers }),
     });
-    const ca = master.caCertPath;
-    const mcpUrl = `${master.url}/mcp`;
-    const banner = [
-      '',
-      `gpu-broker is running at ${master.url}`,
-      `  data dir:        ${dataDir}`,
-      ca ? `  CA certificate:  ${ca}` : '  TLS:             off (loopback only)',
-      `  operator token:  ${master.operatorTokenPath}`,
-      `  agent token:     ${agentTokenFile}   (role submitter)`,
-      `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
-      `  local worker:    ${workerId} — ${choice.simulated ? `${choice.summary} (these are NOT real GPUs)` : choice.summary}`,
-      `  tasks:           ${sandbox.summary}`,
-      unisolated
-        ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
-        : null,
-      `  containers:      ${sandbox.containerSummary}`,
-      `  config:          ${configFile}${starter === null ? '' : starter.created ? ' (starter config, written now)' : ' (starter config from an earlier start)'}`,
-      ...policyBannerLines(deps.config.policy),
-      runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : null,
-      '',
-      'Connect an agent (in the agent’s shell):',
-      `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,
-      // Added to the public roots, never instead of them: SSL_CERT_FILE would replace the system trust
-      // store for everything else run in that shell (docs/clients.md).
-      ca ? `  export NODE_EXTRA_CA_CERTS=${ca} CODEX_CA_CERTIFICATE=${ca}` : null,
-      '',
-      'Claude Code:',
-      `  claude mcp add --transport http gpu-broker ${mcpUrl} --header "Authorization: Bearer \${GPU_BROKER_TOKEN}"`,
-      '',
-      'Codex (~/.codex/config.toml):',
-      '  [mcp_servers.gpu-broker]',
-      `  url = "${mcpUrl}"`,
-      '  bearer_token_env_var = "GPU_BROKER_TOKEN"',
-      '  tool_timeout_sec = 60',
-      '',
-      'Any stdio-only MCP client:',
-      `  command: npx gpu-broker mcp-stdio --url ${master.url}${ca ? ` --ca-file ${ca}` : ''}   (env GPU_BROKER_TOKEN)`,
-      '',
-      'Review proposals as a person:',
-      `  GPU_BROKER_URL=${master.url} GPU_BROKER_TOKEN_FILE=${reviewerTokenFile}${ca ? ` GPU_BROKER_CA_FILE=${ca}` : ''} npx gpu-broker review list`,
-      '',
-      `Allow more in ${configFile} (policy.executables, then restart) or pass --config FILE. Ctrl-C stops everything.`,
-      '',
-    ];
-    const lines = banner.filter((l): l is string => l !== null);
-    io.stderr(lines.filter((l, i, a) => !(l === '' && a[i - 1] === '')).join('\n'));
-    if (values.json)
-      io.stdout(
-        `${JSON.stringify({ url: master.url, ca_file: ca, worker_id: workerId, simulated: choice.simulated, sampler: choice.summary, agent_token_file: agentTokenFile, reviewer_token_file: reviewerTokenFile, operator_token_file: master.operatorTokenPath })}\n`,
-      );
+    const started: StartedLocally = {
+      master,
+      dataDir,
+      workerId,
+      choice,
+      sandbox,
+      configFile,
+      starter,
+      runAs,
+      agentTokenFile,
+      reviewerTokenFile,
+    };
+    io.stderr(startBanner(started));
+    if (values.json) io.stdout(startJson(started));
     await io.stopSignal;
     await worker.close();
     await master.close();

@@ -60,6 +60,129 @@ interface Status {
   alerts: Array<{ severity: string; kind: string; message: string; action: string }>;
 }
 
+/** The WORKERS section: one row per worker. */
+function workersSection(workers: Worker[]): string[] {
+  return [
+    'WORKERS',
+    table(
+      [
+        'WORKER',
+        'HOST',
+        'BACKEND',
+        'PROVIDER',
+        'ONLINE',
+        'DRAINING',
+        'CARDS',
+        'ISOLATION',
+        'ENGINE',
+        'SAMPLER',
+      ],
+      workers.map((w) => [
+        w.worker_id,
+        w.hostname,
+        w.backend === 'slurm' && w.slurm
+          ? `slurm:${w.slurm.partition} (${w.slurm.nodes.length} node${w.slurm.nodes.length === 1 ? '' : 's'})`
+          : (w.backend ?? 'local'),
+        w.simulated ? 'sim (SIMULATED)' : w.provider,
+        w.online ? 'yes' : 'NO',
+        w.draining ? 'yes' : '',
+        w.cards,
+        w.unisolated ? 'UNISOLATED' : w.isolation,
+        w.container_engine ?? '',
+        w.sampler_error ?? 'ok',
+      ]),
+    ),
+  ];
+}
+
+/** The CARDS section: one row per card, with its lease and Slurm job. */
+function cardsSection(cards: Card[]): string[] {
+  return [
+    'CARDS',
+    table(
+      ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH', 'SLURM JOB'],
+      cards.map((k) => [
+        k.worker_id,
+        k.index,
+        k.simulated ? `${k.model} (sim)` : k.model,
+        k.state,
+        k.memory_total_mib ? `${k.memory_used_mib ?? '?'}/${k.memory_total_mib} MiB` : '?',
+        k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,
+        k.task_id,
+        k.lease_epoch,
+        slurmJobText(k.slurm),
+      ]),
+    ),
+  ];
+}
+
+/** The QUEUE section: the waiting tasks in order, with why each waits. */
+function queueSection(queue: QueueItem[]): string[] {
+  return [
+    `QUEUE (${queue.length})`,
+    queue.length
+      ? table(
+          ['POS', 'TASK', 'CARDS', 'REASON'],
+          queue.map((q) => [
+            q.position,
+            q.task_id ?? '(other owner)',
+            q.cards,
+            q.reason?.message ?? q.reason?.code,
+          ]),
+        )
+      : '  empty',
+  ];
+}
+
+/** The LEASES section: the live leases. */
+function leasesSection(leases: Status['leases']): string[] {
+  return [
+    `LEASES (${leases.length} live)`,
+    leases.length
+      ? table(
+          ['LEASE', 'TASK', 'WORKER', 'CARDS', 'EPOCH', 'STATE'],
+          leases.map((l) => [l.lease_id, l.task_id, l.worker_id, l.cards.join(','), l.lease_epoch, l.state]),
+        )
+      : '  none',
+  ];
+}
+
+/** The TASKS line: counts by state. */
+function tasksSection(byState: Status['tasks_by_state']): string[] {
+  return [
+    `TASKS  ${
+      Object.entries(byState)
+        .map(([k, v]) => `${k}=${v}`)
+        .join('  ') || 'none'
+    }`,
+  ];
+}
+
+/** The ALERTS section: each alert with what to do about it (their text escaped for the terminal). */
+function alertsSection(alerts: Status['alerts']): string[] {
+  return [
+    `ALERTS (${alerts.length})`,
+    ...(alerts.length
+      ? alerts.map(
+          (a) => `  [${a.severity}] ${a.kind}: ${escapeField(a.message)}\n      → ${escapeField(a.action)}`,
+        )
+      : ['  none']),
+  ];
+}
+
+/** The status screen: its sections, a blank line between each. */
+function statusText(workers: Worker[], cards: Card[], queue: QueueItem[], status: Status): string {
+  const sections = [
+    workersSection(workers),
+    cardsSection(cards),
+    queueSection(queue),
+    leasesSection(status.leases),
+    tasksSection(status.tasks_by_state),
+    alertsSection(status.alerts),
+  ];
+  return sections.flatMap((lines, i) => (i === 0 ? lines : ['', ...lines])).join('\n');
+}
+
 /** `gpu-broker status`: workers, cards, queue, leases and alerts in one screen. */
 export const run: CommandRunner = async (argv, io) => {
   const parsed = parseCommand(STATUS, argv, io);
@@ -74,97 +197,7 @@ export const run: CommandRunner = async (argv, io) => {
         c.get<Status>('/api/v1/status'),
       ]);
       const all = { workers: workers.workers, cards: cards.cards, queue: queue.tasks, ...status };
-      emit(io, values.json, all, () =>
-        [
-          'WORKERS',
-          table(
-            [
-              'WORKER',
-              'HOST',
-              'BACKEND',
-              'PROVIDER',
-              'ONLINE',
-              'DRAINING',
-              'CARDS',
-              'ISOLATION',
-              'ENGINE',
-              'SAMPLER',
-            ],
-            workers.workers.map((w) => [
-              w.worker_id,
-              w.hostname,
-              w.backend === 'slurm' && w.slurm
-                ? `slurm:${w.slurm.partition} (${w.slurm.nodes.length} node${w.slurm.nodes.length === 1 ? '' : 's'})`
-                : (w.backend ?? 'local'),
-              w.simulated ? 'sim (SIMULATED)' : w.provider,
-              w.online ? 'yes' : 'NO',
-              w.draining ? 'yes' : '',
-              w.cards,
-              w.unisolated ? 'UNISOLATED' : w.isolation,
-              w.container_engine ?? '',
-              w.sampler_error ?? 'ok',
-            ]),
-          ),
-          '',
-          'CARDS',
-          table(
-            ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH', 'SLURM JOB'],
-            cards.cards.map((k) => [
-              k.worker_id,
-              k.index,
-              k.simulated ? `${k.model} (sim)` : k.model,
-              k.state,
-              k.memory_total_mib ? `${k.memory_used_mib ?? '?'}/${k.memory_total_mib} MiB` : '?',
-              k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,
-              k.task_id,
-              k.lease_epoch,
-              slurmJobText(k.slurm),
-            ]),
-          ),
-          '',
-          `QUEUE (${queue.tasks.length})`,
-          queue.tasks.length
-            ? table(
-                ['POS', 'TASK', 'CARDS', 'REASON'],
-                queue.tasks.map((q) => [
-                  q.position,
-                  q.task_id ?? '(other owner)',
-                  q.cards,
-                  q.reason?.message ?? q.reason?.code,
-                ]),
-              )
-            : '  empty',
-          '',
-          `LEASES (${status.leases.length} live)`,
-          status.leases.length
-            ? table(
-                ['LEASE', 'TASK', 'WORKER', 'CARDS', 'EPOCH', 'STATE'],
-                status.leases.map((l) => [
-                  l.lease_id,
-                  l.task_id,
-                  l.worker_id,
-                  l.cards.join(','),
-                  l.lease_epoch,
-                  l.state,
-                ]),
-              )
-            : '  none',
-          '',
-          `TASKS  ${
-            Object.entries(status.tasks_by_state)
-              .map(([k, v]) => `${k}=${v}`)
-              .join('  ') || 'none'
-          }`,
-          '',
-          `ALERTS (${status.alerts.length})`,
-          ...(status.alerts.length
-            ? status.alerts.map(
-                (a) =>
-                  `  [${a.severity}] ${a.kind}: ${escapeField(a.message)}\n      → ${escapeField(a.action)}`,
-              )
-            : ['  none']),
-        ].join('\n'),
-      );
+      emit(io, values.json, all, () => statusText(workers.workers, cards.cards, queue.tasks, status));
       return 0;
     });
   } catch (err) {

@@ -26,10 +26,108 @@ export function checkImage(image: string, policy: Policy, add: Add): void {
   );
 }
 
+/** A script from the inputs runs: the reviewer is told which and how; it must be text they can read. */
+function checkInputScript(
+  spec: TaskSpec,
+  policy: Policy,
+  facts: PolicyFacts,
+  add: Add,
+  fromInputs: NonNullable<ReturnType<typeof scriptInput>>,
+): void {
+  const runs = runArgv(spec, policy);
+  add(
+    'warning',
+    'SCRIPT_FROM_INPUTS',
+    'runtime.argv[1]',
+    `the input ${q(fromInputs.path)} (sha256 ${fromInputs.sha256}) runs as the script; the argv that runs is ${quoteList(runs, 8, 120)}`,
+    'Reviewer: read the script and every input it imports (get_input); it runs exactly as approved.',
+  );
+  const inspection = facts.inputText?.[fromInputs.sha256];
+  if (inspection && !inspection.text)
+    add(
+      'error',
+      'SCRIPT_NOT_TEXT',
+      'runtime.argv[1]',
+      `the script ${q(fromInputs.path)} is not UTF-8 text (it holds NUL bytes or invalid UTF-8), so no reviewer can read what runs`,
+      'Ship the script as UTF-8 source; compiled or binary code cannot be reviewed.',
+    );
+}
+
+/** A pinned script must have the pinned sha256 on the master. */
+function checkScriptPin(
+  scriptRule: ReturnType<typeof pinnedScripts>[number],
+  facts: PolicyFacts,
+  add: Add,
+): void {
+  const actual = facts.fileDigests[scriptRule.script];
+  if (actual !== scriptRule.sha256) {
+    add(
+      'error',
+      'SCRIPT_DIGEST_MISMATCH',
+      'runtime.argv[1]',
+      actual == null
+        ? `${q(scriptRule.script)} cannot be read on the master to check its pin`
+        : `${q(scriptRule.script)} has sha256 ${actual}, policy pins ${scriptRule.sha256}`,
+      'The pinned script changed or is missing; ask an operator to update the pin.',
+    );
+  }
+}
+
+/** argv[0] is allowed by no rule: says what is allowed, and how an operator would allow it. */
+function addNotAllowed(exe: string, policy: Policy, forInputsOnly: boolean, add: Add): void {
+  const allowed = [
+    ...policy.executables.map((e) => e.path),
+    ...policy.scripts.map((s) =>
+      'script' in s ? `${s.interpreter} ${s.script}` : `${s.interpreter} <a script from inputs>`,
+    ),
+  ];
+  add(
+    'error',
+    'EXECUTABLE_NOT_ALLOWED',
+    'runtime.argv[0]',
+    forInputsOnly
+      ? `${q(exe)} may run only a script from the inputs, and argv names none`
+      : `${q(exe)} is not an allowed executable`,
+    allowed.length > 0
+      ? `Allowed: ${allowed.join('; ')}. An operator can allow more in the config's policy.executables, e.g. {"path": ${q(exe)}}.`
+      : `No executables are allowed yet. An operator adds {"path": ${q(exe)}} to policy.executables in the master config (--config FILE).`,
+  );
+}
+
+/** An allowed executable the policy pins must have that sha256 (unread on the master: the worker checks it). */
+function checkExecutablePin(
+  exe: string,
+  exeRule: Policy['executables'][number],
+  facts: PolicyFacts,
+  add: Add,
+): void {
+  if (exeRule.sha256 === undefined) return;
+  const actual = facts.fileDigests[exe];
+  if (actual == null) {
+    add(
+      'warning',
+      'EXECUTABLE_PIN_UNVERIFIED',
+      'runtime.argv[0]',
+      `${q(exe)} is pinned but cannot be read on the master`,
+      'The worker checks the pin again before running it.',
+    );
+  } else if (actual !== exeRule.sha256) {
+    add(
+      'error',
+      'EXECUTABLE_DIGEST_MISMATCH',
+      'runtime.argv[0]',
+      `${q(exe)} has sha256 ${actual}, policy pins ${exeRule.sha256}`,
+      'The pinned executable changed; ask an operator to update the pin.',
+    );
+  }
+}
+
 /**
  * A process: argv[0] absolute and allowed (as an executable, a pinned script's interpreter, or an
  * interpreter of scripts from the inputs), pins matching. An interpreter allowed only for input scripts
  * must be given exactly one input file as argv[1], never an option such as `-c`, `-m` or `-`.
+ * The first rule that applies decides: not absolute, a script from the inputs, an input-only
+ * interpreter given something else, a pinned script, not allowed, an allowed (maybe pinned) executable.
  */
 export function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add: Add): void {
   const argv = spec.runtime.argv;
@@ -47,23 +145,7 @@ export function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFac
   const script = argv[1];
   const fromInputs = scriptInput(spec, policy);
   if (fromInputs) {
-    const runs = runArgv(spec, policy);
-    add(
-      'warning',
-      'SCRIPT_FROM_INPUTS',
-      'runtime.argv[1]',
-      `the input ${q(fromInputs.path)} (sha256 ${fromInputs.sha256}) runs as the script; the argv that runs is ${quoteList(runs, 8, 120)}`,
-      'Reviewer: read the script and every input it imports (get_input); it runs exactly as approved.',
-    );
-    const inspection = facts.inputText?.[fromInputs.sha256];
-    if (inspection && !inspection.text)
-      add(
-        'error',
-        'SCRIPT_NOT_TEXT',
-        'runtime.argv[1]',
-        `the script ${q(fromInputs.path)} is not UTF-8 text (it holds NUL bytes or invalid UTF-8), so no reviewer can read what runs`,
-        'Ship the script as UTF-8 source; compiled or binary code cannot be reviewed.',
-      );
+    checkInputScript(spec, policy, facts, add, fromInputs);
     return;
   }
   const scriptRule = pinnedScripts(policy.scripts).find((s) => s.interpreter === exe && s.script === script);
@@ -81,59 +163,7 @@ export function checkExecutable(spec: TaskSpec, policy: Policy, facts: PolicyFac
     );
     return;
   }
-  if (scriptRule) {
-    const actual = facts.fileDigests[scriptRule.script];
-    if (actual !== scriptRule.sha256) {
-      add(
-        'error',
-        'SCRIPT_DIGEST_MISMATCH',
-        'runtime.argv[1]',
-        actual == null
-          ? `${q(scriptRule.script)} cannot be read on the master to check its pin`
-          : `${q(scriptRule.script)} has sha256 ${actual}, policy pins ${scriptRule.sha256}`,
-        'The pinned script changed or is missing; ask an operator to update the pin.',
-      );
-    }
-    return;
-  }
-  if (!exeRule) {
-    const allowed = [
-      ...policy.executables.map((e) => e.path),
-      ...policy.scripts.map((s) =>
-        'script' in s ? `${s.interpreter} ${s.script}` : `${s.interpreter} <a script from inputs>`,
-      ),
-    ];
-    add(
-      'error',
-      'EXECUTABLE_NOT_ALLOWED',
-      'runtime.argv[0]',
-      forInputsOnly
-        ? `${q(exe)} may run only a script from the inputs, and argv names none`
-        : `${q(exe)} is not an allowed executable`,
-      allowed.length > 0
-        ? `Allowed: ${allowed.join('; ')}. An operator can allow more in the config's policy.executables, e.g. {"path": ${q(exe)}}.`
-        : `No executables are allowed yet. An operator adds {"path": ${q(exe)}} to policy.executables in the master config (--config FILE).`,
-    );
-    return;
-  }
-  if (exeRule.sha256 !== undefined) {
-    const actual = facts.fileDigests[exe];
-    if (actual == null) {
-      add(
-        'warning',
-        'EXECUTABLE_PIN_UNVERIFIED',
-        'runtime.argv[0]',
-        `${q(exe)} is pinned but cannot be read on the master`,
-        'The worker checks the pin again before running it.',
-      );
-    } else if (actual !== exeRule.sha256) {
-      add(
-        'error',
-        'EXECUTABLE_DIGEST_MISMATCH',
-        'runtime.argv[0]',
-        `${q(exe)} has sha256 ${actual}, policy pins ${exeRule.sha256}`,
-        'The pinned executable changed; ask an operator to update the pin.',
-      );
-    }
-  }
+  if (scriptRule) checkScriptPin(scriptRule, facts, add);
+  else if (!exeRule) addNotAllowed(exe, policy, forInputsOnly, add);
+  else checkExecutablePin(exe, exeRule, facts, add);
 }

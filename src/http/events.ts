@@ -68,14 +68,84 @@ function maySee(deps: BrokerDeps, principal: Principal, topic: string): boolean 
   return owner === principal.id;
 }
 
+/** Why a stream is refused: the principal's own limit, or the whole master's. */
+function streamRefusal(
+  code: 'QUOTA_EXCEEDED' | 'UNAVAILABLE',
+  principal: Principal,
+  mine: number,
+  perPrincipal: number,
+): BrokerError {
+  return code === 'QUOTA_EXCEEDED'
+    ? new BrokerError(
+        'QUOTA_EXCEEDED',
+        `${principal.name} already has ${mine} open event streams (the limit is ${perPrincipal})`,
+        'Close other dashboard tabs of this token, then retry.',
+      )
+    : new BrokerError(
+        'UNAVAILABLE',
+        'too many open event streams',
+        'Close other dashboard tabs, then retry; operators keep a reserve of streams.',
+      );
+}
+
+/**
+ * Feeds one open stream: the topics this principal may see, each once per flush (`flushMs` after the
+ * first), held while the socket drains; a heartbeat that also ends the stream once the token no longer
+ * authenticates. Returns what stops it.
+ */
+function pumpChanges(
+  deps: BrokerDeps,
+  principal: Principal,
+  token: string | undefined,
+  res: ServerResponse,
+  timing: { flushMs: number; heartbeatMs: number },
+): () => void {
+  const pending = new Set<string>();
+  let flushTimer: NodeJS.Timeout | undefined;
+  const flush = () => {
+    flushTimer = undefined;
+    if (res.writableNeedDrain) return; // 'drain' resumes; meanwhile the set holds each topic once
+    const text = [...pending].map((t) => `event: change\ndata: ${t}\n\n`).join('');
+    pending.clear();
+    if (text) res.write(text);
+  };
+  const unsubscribe = deps.notifier.onAny((topic) => {
+    let visible = false;
+    try {
+      visible = maySee(deps, principal, topic);
+    } catch (err) {
+      deps.logger.warn({ err, topic }, 'event stream: could not check a topic');
+    }
+    if (!visible) return;
+    pending.add(topic);
+    flushTimer ??= setTimeout(flush, timing.flushMs);
+  });
+  const beat = setInterval(() => {
+    try {
+      authenticate(deps, token);
+    } catch {
+      res.end();
+      return;
+    }
+    if (!res.writableNeedDrain) res.write(': ping\n\n');
+  }, timing.heartbeatMs);
+  res.on('drain', () => {
+    if (pending.size > 0) flushTimer ??= setTimeout(flush, 0);
+  });
+  return () => {
+    clearInterval(beat);
+    clearTimeout(flushTimer);
+    unsubscribe();
+  };
+}
+
 /** Registers the event stream route on the app. */
 export function registerEventStream(
   app: FastifyInstance,
   deps: BrokerDeps,
   opts: EventStreamOptions = {},
 ): void {
-  const heartbeatMs = opts.heartbeatMs ?? 15_000;
-  const flushMs = opts.flushMs ?? 100;
+  const timing = { heartbeatMs: opts.heartbeatMs ?? 15_000, flushMs: opts.flushMs ?? 100 };
   const limits = {
     max: opts.maxStreams ?? 256,
     perPrincipal: opts.maxStreamsPerPrincipal ?? 8,
@@ -92,18 +162,7 @@ export function registerEventStream(
     const principal = req.principal!;
     const mine = perPrincipal.get(principal.id) ?? 0;
     const admitted = admitStream({ total: open.size, ofPrincipal: mine }, principal, limits);
-    if (!admitted.ok)
-      throw admitted.code === 'QUOTA_EXCEEDED'
-        ? new BrokerError(
-            'QUOTA_EXCEEDED',
-            `${principal.name} already has ${mine} open event streams (the limit is ${limits.perPrincipal})`,
-            'Close other dashboard tabs of this token, then retry.',
-          )
-        : new BrokerError(
-            'UNAVAILABLE',
-            'too many open event streams',
-            'Close other dashboard tabs, then retry; operators keep a reserve of streams.',
-          );
+    if (!admitted.ok) throw streamRefusal(admitted.code, principal, mine, limits.perPrincipal);
     const token = bearerToken(req.headers.authorization);
     const res = reply.raw;
     reply.hijack();
@@ -117,46 +176,13 @@ export function registerEventStream(
     open.add(res);
     perPrincipal.set(principal.id, mine + 1);
 
-    const pending = new Set<string>();
-    let flushTimer: NodeJS.Timeout | undefined;
-    const flush = () => {
-      flushTimer = undefined;
-      if (res.writableNeedDrain) return; // 'drain' resumes; meanwhile the set holds each topic once
-      const text = [...pending].map((t) => `event: change\ndata: ${t}\n\n`).join('');
-      pending.clear();
-      if (text) res.write(text);
-    };
-    const unsubscribe = deps.notifier.onAny((topic) => {
-      let visible = false;
-      try {
-        visible = maySee(deps, principal, topic);
-      } catch (err) {
-        deps.logger.warn({ err, topic }, 'event stream: could not check a topic');
-      }
-      if (!visible) return;
-      pending.add(topic);
-      flushTimer ??= setTimeout(flush, flushMs);
-    });
-    const beat = setInterval(() => {
-      try {
-        authenticate(deps, token);
-      } catch {
-        res.end();
-        return;
-      }
-      if (!res.writableNeedDrain) res.write(': ping\n\n');
-    }, heartbeatMs);
-    res.on('drain', () => {
-      if (pending.size > 0) flushTimer ??= setTimeout(flush, 0);
-    });
+    const stop = pumpChanges(deps, principal, token, res, timing);
     res.on('close', () => {
       open.delete(res);
       const left = (perPrincipal.get(principal.id) ?? 1) - 1;
       if (left > 0) perPrincipal.set(principal.id, left);
       else perPrincipal.delete(principal.id);
-      clearInterval(beat);
-      clearTimeout(flushTimer);
-      unsubscribe();
+      stop();
     });
   });
 }

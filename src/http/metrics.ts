@@ -60,135 +60,175 @@ class RecentIds {
     return true;
   }
 }
+/** A gauge read at scrape time: its name, help and labels, and how it reads its value(s). */
+interface ScrapedGauge {
+  name: string;
+  help: string;
+  labelNames?: readonly string[];
+  read(gauge: Gauge): void;
+}
 
-/** Creates the registry and its series; see the module comment. */
-export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMetrics {
-  const registry = new Registry();
-  const registers = [registry];
-  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
-  const samplingConfig = () => ({
-    sample_interval_ms: deps.config.timing.sample_interval_ms,
-    vram_threshold_pct: deps.config.scheduling.vram_threshold_pct,
-  });
+/** Cards by derived state, and how many are simulated. */
+function cardGauges(deps: BrokerDeps): ScrapedGauge[] {
+  const listCards = () =>
+    deps.cluster.fleet.listCards(deps.store, deps.clock.now(), {
+      sample_interval_ms: deps.config.timing.sample_interval_ms,
+      vram_threshold_pct: deps.config.scheduling.vram_threshold_pct,
+    });
+  return [
+    {
+      name: 'gpu_broker_cards',
+      help: 'Cards by derived state (AVAILABLE, LEASED, BUSY_FOREIGN, UNHEALTHY, CORDONED, QUARANTINED, UNKNOWN).',
+      labelNames: ['state'],
+      read(gauge) {
+        const counts = new Map<string, number>(CardStateSchema.options.map((s) => [s, 0]));
+        for (const c of listCards()) counts.set(c.state, (counts.get(c.state) ?? 0) + 1);
+        for (const [state, n] of counts) gauge.set({ state }, n);
+      },
+    },
+    {
+      name: 'gpu_broker_cards_simulated',
+      help: 'Cards that are simulated (no real GPU behind them).',
+      read(gauge) {
+        gauge.set(listCards().filter((c) => c.simulated).length);
+      },
+    },
+  ];
+}
 
-  new Gauge({
-    name: 'gpu_broker_cards',
-    help: 'Cards by derived state (AVAILABLE, LEASED, BUSY_FOREIGN, UNHEALTHY, CORDONED, QUARANTINED, UNKNOWN).',
-    labelNames: ['state'],
-    registers,
-    collect() {
-      const counts = new Map<string, number>(CardStateSchema.options.map((s) => [s, 0]));
-      for (const c of deps.cluster.fleet.listCards(deps.store, deps.clock.now(), samplingConfig()))
-        counts.set(c.state, (counts.get(c.state) ?? 0) + 1);
-      for (const [state, n] of counts) this.set({ state }, n);
+/** Tasks by state, and the queue's depth. */
+function taskGauges(deps: BrokerDeps): ScrapedGauge[] {
+  return [
+    {
+      name: 'gpu_broker_tasks',
+      help: 'Tasks by state.',
+      labelNames: ['state'],
+      read(gauge) {
+        const counts = deps.store.tasks.countByState();
+        for (const state of TaskStateSchema.options) gauge.set({ state }, counts[state] ?? 0);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_cards_simulated',
-    help: 'Cards that are simulated (no real GPU behind them).',
-    registers,
-    collect() {
-      const cards = deps.cluster.fleet.listCards(deps.store, deps.clock.now(), samplingConfig());
-      this.set(cards.filter((c) => c.simulated).length);
+    {
+      name: 'gpu_broker_queue_depth',
+      help: 'Tasks waiting in the queue (state QUEUED).',
+      read(gauge) {
+        gauge.set(deps.store.tasks.countByState()['QUEUED'] ?? 0);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_tasks',
-    help: 'Tasks by state.',
-    labelNames: ['state'],
-    registers,
-    collect() {
-      const counts = deps.store.tasks.countByState();
-      for (const state of TaskStateSchema.options) this.set({ state }, counts[state] ?? 0);
+  ];
+}
+
+/** Workers: open sessions, online or not, failing samplers. */
+function workerGauges(deps: BrokerDeps, opts: MetricsOptions): ScrapedGauge[] {
+  return [
+    {
+      name: 'gpu_broker_worker_connections',
+      help: 'Workers with an open WSS session.',
+      read(gauge) {
+        gauge.set(opts.connectedWorkers());
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_queue_depth',
-    help: 'Tasks waiting in the queue (state QUEUED).',
-    registers,
-    collect() {
-      this.set(deps.store.tasks.countByState()['QUEUED'] ?? 0);
+    {
+      name: 'gpu_broker_workers',
+      help: 'Enrolled workers by whether they are online (connected and heard from recently).',
+      labelNames: ['online'],
+      read(gauge) {
+        const now = deps.clock.now();
+        const workers = deps.store.workers.list();
+        const online = workers.filter((w) => deps.cluster.fleet.isOnline(w.id, now)).length;
+        gauge.set({ online: 'true' }, online);
+        gauge.set({ online: 'false' }, workers.length - online);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_worker_connections',
-    help: 'Workers with an open WSS session.',
-    registers,
-    collect() {
-      this.set(opts.connectedWorkers());
+    {
+      name: 'gpu_broker_sampler_errors',
+      help: 'Workers whose latest card sample failed (their cards are UNKNOWN and not scheduled).',
+      read(gauge) {
+        gauge.set(deps.store.workers.list().filter((w) => deps.cluster.fleet.get(w.id).sampler_error).length);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_workers',
-    help: 'Enrolled workers by whether they are online (connected and heard from recently).',
-    labelNames: ['online'],
-    registers,
-    collect() {
-      const now = deps.clock.now();
-      const workers = deps.store.workers.list();
-      const online = workers.filter((w) => deps.cluster.fleet.isOnline(w.id, now)).length;
-      this.set({ online: 'true' }, online);
-      this.set({ online: 'false' }, workers.length - online);
+  ];
+}
+
+/** The master's own health: the audit chain's check and the storage guard's. */
+function healthGauges(deps: BrokerDeps): ScrapedGauge[] {
+  return [
+    {
+      name: 'gpu_broker_audit_chain_ok',
+      help: "1 while the hash-chained audit log verifies, 0 once it does not (the background check's last result).",
+      read(gauge) {
+        gauge.set(deps.auditStatus().ok ? 1 : 0);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_sampler_errors',
-    help: 'Workers whose latest card sample failed (their cards are UNKNOWN and not scheduled).',
-    registers,
-    collect() {
-      this.set(deps.store.workers.list().filter((w) => deps.cluster.fleet.get(w.id).sampler_error).length);
+    {
+      name: 'gpu_broker_storage_free_bytes',
+      help: "Free bytes on the data dir's filesystem at the storage guard's last check (-1: unknown).",
+      read(gauge) {
+        gauge.set(deps.storage?.status().free_bytes ?? -1);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_audit_chain_ok',
-    help: "1 while the hash-chained audit log verifies, 0 once it does not (the background check's last result).",
-    registers,
-    collect() {
-      this.set(deps.auditStatus().ok ? 1 : 0);
+    {
+      name: 'gpu_broker_storage_accepts_writes',
+      help: '1 while the master takes writes that grow its store, 0 while it refuses them (disk full: UNAVAILABLE).',
+      read(gauge) {
+        gauge.set(deps.storage?.status().ok === false ? 0 : 1);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_storage_free_bytes',
-    help: "Free bytes on the data dir's filesystem at the storage guard's last check (-1: unknown).",
-    registers,
-    collect() {
-      this.set(deps.storage?.status().free_bytes ?? -1);
+    {
+      name: 'gpu_broker_audit_events',
+      help: 'Rows of the live audit table verified so far (archived rows not counted).',
+      read(gauge) {
+        gauge.set(deps.auditStatus().events);
+      },
     },
-  });
-  new Gauge({
-    name: 'gpu_broker_storage_accepts_writes',
-    help: '1 while the master takes writes that grow its store, 0 while it refuses them (disk full: UNAVAILABLE).',
-    registers,
-    collect() {
-      this.set(deps.storage?.status().ok === false ? 0 : 1);
-    },
-  });
-  new Gauge({
-    name: 'gpu_broker_audit_events',
-    help: 'Rows of the live audit table verified so far (archived rows not counted).',
-    registers,
-    collect() {
-      this.set(deps.auditStatus().events);
-    },
-  });
-  if (opts.passDurations) {
-    const passes = opts.passDurations;
-    new Gauge({
+  ];
+}
+
+/** p50, p99 and max of the recent scheduling passes, when the master reports them. */
+function passGauges(opts: MetricsOptions): ScrapedGauge[] {
+  const passes = opts.passDurations;
+  if (!passes) return [];
+  return [
+    {
       name: 'gpu_broker_scheduling_pass_seconds',
       help: 'Duration of recent scheduling passes (up to the last 1000): p50, p99 and max.',
       labelNames: ['stat'],
-      registers,
-      collect() {
+      read(gauge) {
         const sorted = [...passes()].sort((a, b) => a - b);
         const at = (q: number) =>
           (sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))] ?? 0) / 1000;
-        this.set({ stat: 'p50' }, at(0.5));
-        this.set({ stat: 'p99' }, at(0.99));
-        this.set({ stat: 'max' }, (sorted[sorted.length - 1] ?? 0) / 1000);
+        gauge.set({ stat: 'p50' }, at(0.5));
+        gauge.set({ stat: 'p99' }, at(0.99));
+        gauge.set({ stat: 'max' }, (sorted[sorted.length - 1] ?? 0) / 1000);
+      },
+    },
+  ];
+}
+
+/** Registers the gauges read at scrape time, in the order `/metrics` lists them. */
+function registerScrapedGauges(deps: BrokerDeps, opts: MetricsOptions, registers: Registry[]): void {
+  const gauges = [
+    ...cardGauges(deps),
+    ...taskGauges(deps),
+    ...workerGauges(deps, opts),
+    ...healthGauges(deps),
+    ...passGauges(opts),
+  ];
+  for (const { name, help, labelNames = [], read } of gauges) {
+    new Gauge({
+      name,
+      help,
+      labelNames,
+      registers,
+      collect() {
+        read(this);
       },
     });
   }
+}
 
+/** The series fed by events: tool latency, admission latency, tasks finished. */
+function registerEventSeries(registers: Registry[]) {
   const toolLatency = new Histogram({
     name: 'gpu_broker_mcp_tool_duration_seconds',
     help: 'MCP tool call latency by tool and outcome (ok, error).',
@@ -209,6 +249,16 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
     registers,
   });
   for (const state of TERMINAL_TASK_STATES) finished.inc({ state }, 0);
+  return { toolLatency, admission, finished };
+}
+
+/** Creates the registry and its series; see the module comment. */
+export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMetrics {
+  const registry = new Registry();
+  const registers = [registry];
+  if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
+  registerScrapedGauges(deps, opts, registers);
+  const { toolLatency, admission, finished } = registerEventSeries(registers);
 
   const known = new Set(opts.toolNames);
   const started = new RecentIds();

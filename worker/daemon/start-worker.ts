@@ -1,8 +1,9 @@
 import { randomUUID } from 'node:crypto';
 import { hostname as osHostname } from 'node:os';
 import { join } from 'node:path';
+import type { Logger } from 'pino';
 import { HELLO_MAX_EXECUTIONS, type WorkerMessage } from '../../src/contracts/worker-protocol.js';
-import { systemClock } from '../../src/platform/clock.js';
+import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { createPrivateFile, describeTightened } from '../../src/platform/file-modes.js';
 import { createLogger } from '../../src/platform/logger.js';
 import { DEFAULT_EXECUTION_RETENTION, pruneExecutionDirs } from '../executions/dir-retention.js';
@@ -14,9 +15,10 @@ import { SamplingLoop } from '../samplers/loop.js';
 import { type LocalStore, openLocalStore } from '../store/local-store.js';
 import { InputCache } from '../task-io/input-cache.js';
 import { httpsBlobFetcher } from '../task-io/input-fetch.js';
+import type { InputSource } from '../task-io/inputs.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
-import { bindBackend } from './executors.js';
-import { buildHello, packageVersion } from './hello.js';
+import { type BackendBinding, bindBackend } from './executors.js';
+import { buildHello, type HelloMessage, packageVersion } from './hello.js';
 import { MasterInbox } from './inbound.js';
 import type { RunningWorker, WorkerOptions } from './options.js';
 
@@ -49,31 +51,85 @@ const EXECUTION_PRUNE_INTERVAL_MS = 3600_000;
 /** A clean stop waits at most this long for the master to acknowledge queued messages. */
 const FLUSH_WAIT_MS = 2_000;
 
-/** Starts the worker; see the module comment. Resolves once it is dialling the master. */
-export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
-  const logger = opts.logger ?? createLogger();
-  const url = workerConnectUrl(opts.masterUrl);
-  const bootId = randomUUID();
-  const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
-  const clock = opts.clock ?? systemClock;
-
-  // 1. store
+/** Step 1: secures the data dir (data-dir-modes.ts) and opens `<dataDir>/worker.sqlite` (0600). */
+function openWorkerStore(opts: WorkerOptions, log: Logger, clock: Clock): LocalStore {
   const tightened = secureWorkerDataDir(opts.dataDir, opts.runAs);
   if (tightened.length > 0)
     log.warn(`worker: data dir was readable by others; tightened ${describeTightened(tightened)}`);
   const storePath = join(opts.dataDir, 'worker.sqlite');
   createPrivateFile(storePath);
-  const store = openLocalStore(storePath, { clock });
+  return openLocalStore(storePath, { clock });
+}
 
-  let conn: WorkerConnection | null = null;
-  const outbox = new OutboxSender(
-    store,
-    bootId,
-    { send: (text) => conn?.send(text) ?? false, bufferedAmount: () => conn?.bufferedAmount() ?? 0 },
-    log,
-    clock,
-  );
-  const sampling = new SamplingLoop({
+/** Where tasks' inputs come from: the local cache, filled from the master's blob route. */
+function taskInputs(opts: WorkerOptions, clock: Clock): InputSource {
+  return {
+    cache: new InputCache(
+      join(opts.dataDir, 'input-cache'),
+      opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+      clock,
+    ),
+    fetch: httpsBlobFetcher({
+      masterUrl: opts.masterUrl,
+      token: opts.token,
+      ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+    }),
+  };
+}
+
+/**
+ * Finished execution directories: pruned now and then; the first pass waits for recovery. After close
+ * the store is shut: a pass then logs the refusal and does nothing. Returns the timer to clear.
+ */
+function startDirPruning(
+  opts: WorkerOptions,
+  store: LocalStore,
+  executionsRoot: string,
+  recovery: Promise<void>,
+  clock: Clock,
+  log: Logger,
+): NodeJS.Timeout {
+  const pruneDirs = () => {
+    try {
+      pruneExecutionDirs(
+        store,
+        executionsRoot,
+        clock.now(),
+        opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
+        log,
+      );
+    } catch (err) {
+      log.warn({ err }, 'worker: execution directory retention failed');
+    }
+  };
+  void recovery.then(pruneDirs, pruneDirs);
+  const pruneTimer = setInterval(pruneDirs, opts.executionPruneIntervalMs ?? EXECUTION_PRUNE_INTERVAL_MS);
+  pruneTimer.unref();
+  return pruneTimer;
+}
+
+/** Step 3: starts sampling and waits (briefly) for the first sample, so `hello` carries real cards. */
+async function startSampling(sampling: SamplingLoop, waitMs: number): Promise<void> {
+  sampling.start();
+  let firstWait: NodeJS.Timeout | undefined;
+  await Promise.race([
+    sampling.firstAttempt,
+    new Promise((r) => {
+      firstWait = setTimeout(r, waitMs);
+    }),
+  ]);
+  clearTimeout(firstWait);
+}
+
+/** The sampling loop: each report goes out as the latest `sample`, with the cards executions hold. */
+function samplingLoop(
+  opts: WorkerOptions,
+  store: LocalStore,
+  outbox: OutboxSender,
+  clock: Clock,
+  log: Logger,
+): SamplingLoop {
+  return new SamplingLoop({
     sampler: opts.sampler,
     logger: log,
     intervalMs: opts.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS,
@@ -87,80 +143,28 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
         held_cards: heldCards(store),
       }),
   });
-  const inputs = {
-    cache: new InputCache(
-      join(opts.dataDir, 'input-cache'),
-      opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
-      clock,
-    ),
-    fetch: httpsBlobFetcher({
-      masterUrl: opts.masterUrl,
-      token: opts.token,
-      ...(opts.ca === undefined ? {} : { ca: opts.ca }),
-    }),
-  };
-  // The Executor port's binding (daemon/executors.ts): Slurm jobs with `--backend slurm`, else this host.
-  const binding = bindBackend({
-    opts,
-    executionsDir: join(opts.dataDir, 'executions'),
-    clock,
-    inputs,
-    store,
-    outbox,
-    logger: log,
-  });
-  const executions = new ExecutionManager({
-    store,
-    outbox,
-    logger: log,
-    sampler: opts.sampler,
-    latestCards: () => sampling.latestCards(),
-    executor: binding.executor,
-  });
+}
+
+/** Says how tasks are isolated and whether container tasks can run here. */
+function logSandbox(opts: WorkerOptions, log: Logger): void {
   log.info(
     { isolation: opts.sandbox?.kind ?? 'none', container_engine: opts.containers?.setup.engine ?? null },
     opts.containers === undefined
       ? 'worker: no container engine; container tasks wait for a worker that has one'
       : `worker: container tasks run with ${opts.containers.setup.engine}`,
   );
+}
 
-  // 2. what the previous process left behind (and, on a Slurm worker, fencing: slurm/recovery.ts)
-  const recoveryAbort = new AbortController();
-  const upkeep = binding.startUpkeep(executions, recoveryAbort.signal);
-  const recovery = upkeep.recovery;
-
-  // Finished execution directories: pruned now and then; the first pass waits for recovery.
-  const pruneDirs = () => {
-    try {
-      pruneExecutionDirs(
-        store,
-        binding.executionsRoot,
-        clock.now(),
-        opts.executionRetention ?? DEFAULT_EXECUTION_RETENTION,
-        log,
-      );
-    } catch (err) {
-      log.warn({ err }, 'worker: execution directory retention failed');
-    }
-  };
-  // After close the store is shut: pruneDirs then logs the refusal and does nothing.
-  void recovery.then(pruneDirs, pruneDirs);
-  const pruneTimer = setInterval(pruneDirs, opts.executionPruneIntervalMs ?? EXECUTION_PRUNE_INTERVAL_MS);
-  pruneTimer.unref();
-
-  // 3. sampling
-  sampling.start();
-  let firstWait: NodeJS.Timeout | undefined;
-  await Promise.race([
-    sampling.firstAttempt,
-    new Promise((r) => {
-      firstWait = setTimeout(r, opts.firstSampleWaitMs ?? FIRST_SAMPLE_WAIT_MS);
-    }),
-  ]);
-  clearTimeout(firstWait);
-
+/** The hello of each connection (hello.ts), from the facts as they are when it is sent. */
+function helloFor(
+  opts: WorkerOptions,
+  bootId: string,
+  store: LocalStore,
+  sampling: SamplingLoop,
+  binding: BackendBinding,
+): () => HelloMessage {
   const version = opts.version ?? packageVersion();
-  const hello = () =>
+  return () =>
     buildHello({
       workerId: opts.workerId,
       bootId,
@@ -177,6 +181,113 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       backend: binding.backend,
       slurm: binding.pool(),
     });
+}
+
+/** Step 4: dials the master, and again for ever (link/connection.ts); the inbox hears each event. */
+function connectToMaster(
+  opts: WorkerOptions,
+  url: string,
+  log: Logger,
+  inbox: MasterInbox,
+): WorkerConnection {
+  return connectForever({
+    url,
+    token: opts.token,
+    ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+    logger: log,
+    ...(opts.backoff === undefined ? {} : { backoff: opts.backoff }),
+    ...(opts.pingIntervalMs === undefined ? {} : { pingIntervalMs: opts.pingIntervalMs }),
+    onOpen: () => inbox.opened(),
+    onMessage: (text) => inbox.receive(text),
+    onClose: () => inbox.closed(),
+  });
+}
+
+/** What the worker keeps running, and stops in this order on close. */
+interface WorkerParts {
+  inbox: MasterInbox;
+  pruneTimer: NodeJS.Timeout;
+  upkeep: { recovery: Promise<void>; stop(): void };
+  recoveryAbort: AbortController;
+  sampling: SamplingLoop;
+  executions: ExecutionManager;
+  outbox: OutboxSender;
+  conn: () => WorkerConnection | null;
+  store: LocalStore;
+  clock: Clock;
+  log: Logger;
+}
+
+/**
+ * A clean stop: no new work, timers and upkeep stopped, running executions stopped and reported,
+ * queued messages flushed while the master acknowledges them (briefly), then the link and the store.
+ */
+async function stopWorker(p: WorkerParts): Promise<void> {
+  p.inbox.stop();
+  clearInterval(p.pruneTimer);
+  p.upkeep.stop();
+  p.log.info({ running: p.executions.runningCount() }, 'worker: stopping');
+  p.sampling.stop();
+  p.recoveryAbort.abort();
+  await p.executions.stopAll();
+  await p.upkeep.recovery;
+  const flushEnd = p.clock.now() + FLUSH_WAIT_MS;
+  while (p.inbox.welcomed && p.outbox.hasUnacked() && p.clock.now() < flushEnd) await sleep(20);
+  p.inbox.dispose();
+  await p.conn()?.close();
+  p.store.close();
+  p.log.info('worker: stopped');
+}
+
+/** Starts the worker; see the module comment. Resolves once it is dialling the master. */
+export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
+  const logger = opts.logger ?? createLogger();
+  const url = workerConnectUrl(opts.masterUrl);
+  const bootId = randomUUID();
+  const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
+  const clock = opts.clock ?? systemClock;
+
+  // 1. store
+  const store = openWorkerStore(opts, log, clock);
+
+  let conn: WorkerConnection | null = null;
+  const outbox = new OutboxSender(
+    store,
+    bootId,
+    { send: (text) => conn?.send(text) ?? false, bufferedAmount: () => conn?.bufferedAmount() ?? 0 },
+    log,
+    clock,
+  );
+  const sampling = samplingLoop(opts, store, outbox, clock, log);
+  // The Executor port's binding (daemon/executors.ts): Slurm jobs with `--backend slurm`, else this host.
+  const binding = bindBackend({
+    opts,
+    executionsDir: join(opts.dataDir, 'executions'),
+    clock,
+    inputs: taskInputs(opts, clock),
+    store,
+    outbox,
+    logger: log,
+  });
+  const executions = new ExecutionManager({
+    store,
+    outbox,
+    logger: log,
+    sampler: opts.sampler,
+    latestCards: () => sampling.latestCards(),
+    executor: binding.executor,
+  });
+  logSandbox(opts, log);
+
+  // 2. what the previous process left behind (and, on a Slurm worker, fencing: slurm/recovery.ts)
+  const recoveryAbort = new AbortController();
+  const upkeep = binding.startUpkeep(executions, recoveryAbort.signal);
+  const pruneTimer = startDirPruning(opts, store, binding.executionsRoot, upkeep.recovery, clock, log);
+
+  // 3. sampling
+  await startSampling(sampling, opts.firstSampleWaitMs ?? FIRST_SAMPLE_WAIT_MS);
+
+  const hello = helloFor(opts, bootId, store, sampling, binding);
   const inbox = new MasterInbox({
     workerId: opts.workerId,
     store,
@@ -196,18 +307,9 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   });
 
   // 4. connect
-  conn = connectForever({
-    url,
-    token: opts.token,
-    ...(opts.ca === undefined ? {} : { ca: opts.ca }),
-    logger: log,
-    ...(opts.backoff === undefined ? {} : { backoff: opts.backoff }),
-    ...(opts.pingIntervalMs === undefined ? {} : { pingIntervalMs: opts.pingIntervalMs }),
-    onOpen: () => inbox.opened(),
-    onMessage: (text) => inbox.receive(text),
-    onClose: () => inbox.closed(),
-  });
+  conn = connectToMaster(opts, url, log, inbox);
 
+  const parts = { inbox, pruneTimer, upkeep, recoveryAbort, sampling, executions, outbox, store, clock, log };
   let closing: Promise<void> | null = null;
   return {
     bootId,
@@ -216,22 +318,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     isConnected: () => inbox.welcomed && conn?.isOpen() === true,
     latestCards: () => sampling.latestCards(),
     close() {
-      closing ??= (async () => {
-        inbox.stop();
-        clearInterval(pruneTimer);
-        upkeep.stop();
-        log.info({ running: executions.runningCount() }, 'worker: stopping');
-        sampling.stop();
-        recoveryAbort.abort();
-        await executions.stopAll();
-        await recovery;
-        const flushEnd = clock.now() + FLUSH_WAIT_MS;
-        while (inbox.welcomed && outbox.hasUnacked() && clock.now() < flushEnd) await sleep(20);
-        inbox.dispose();
-        await conn?.close();
-        store.close();
-        log.info('worker: stopped');
-      })();
+      closing ??= stopWorker({ ...parts, conn: () => conn });
       return closing;
     },
   };

@@ -6,7 +6,9 @@ import type {
 } from '../../../qualification/verify/verifier.js';
 import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
 import { deriveCardState } from '../../domain/card-state.js';
+import type { ExecutionRecord, LeaseRecord } from '../../store/leases-repo.js';
 import type { QualificationRunRecord } from '../../store/qualification-repo.js';
+import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { WorkerRecord } from '../../store/workers-repo.js';
 import type { BrokerDeps } from '../deps.js';
 
@@ -37,6 +39,58 @@ function isolationOf(worker: WorkerRecord | undefined): WorkerIsolation | null {
   return worker ? { mode: worker.isolation, container_engine: worker.container_engine } : null;
 }
 
+/** The task as the verifier reads it. */
+function taskRecord(task: TaskRecord): NonNullable<RungRecords['task']> {
+  return {
+    id: task.id,
+    proposal_id: task.proposal_id,
+    revision_id: task.revision_id,
+    owner_id: task.owner_id,
+    spec: task.spec,
+    spec_digest: task.spec_digest,
+    state: task.state,
+    failure_reason: task.failure_reason,
+    exit_code: task.exit_code,
+  };
+}
+
+/** The lease, with the audit action that released it (null while it is not released). */
+function leaseRecord(deps: BrokerDeps, lease: LeaseRecord): NonNullable<RungRecords['lease']> {
+  const releasedBy =
+    deps.store.audit
+      .forSubject('lease', lease.id)
+      .filter((e) => (e.data as { to?: unknown } | null)?.to === 'RELEASED')
+      .at(-1)?.action ?? null;
+  return {
+    id: lease.id,
+    task_id: lease.task_id,
+    worker_id: lease.worker_id,
+    lease_epoch: lease.lease_epoch,
+    state: lease.state,
+    cards: lease.cards,
+    released_by: releasedBy,
+  };
+}
+
+/** The execution, with its Slurm job when it ran as one. */
+function executionRecord(
+  deps: BrokerDeps,
+  execution: ExecutionRecord,
+): NonNullable<RungRecords['execution']> {
+  const slurm = deps.store.leases.executionSlurm(execution.id);
+  return {
+    id: execution.id,
+    task_id: execution.task_id,
+    lease_id: execution.lease_id,
+    assignment_id: execution.assignment_id,
+    worker_id: execution.worker_id,
+    lease_epoch: execution.lease_epoch,
+    phase: execution.phase,
+    outputs: execution.outputs,
+    slurm: slurm ? { job_id: slurm.job_id, binding: slurm.binding } : null,
+  };
+}
+
 /** The record chain of one rung (`perNode` set for a Slurm span rung). */
 export function collectRung(
   deps: BrokerDeps,
@@ -63,13 +117,6 @@ export function collectRung(
   const lease = task ? store.leases.latestLeaseForTask(task.id) : undefined;
   const execution = lease ? store.leases.executionForLease(lease.id) : undefined;
   const output = execution ? store.logs.output(execution.id, WORKLOAD_RESULT_FILE) : undefined;
-  const releasedBy = lease
-    ? (store.audit
-        .forSubject('lease', lease.id)
-        .filter((e) => (e.data as { to?: unknown } | null)?.to === 'RELEASED')
-        .at(-1)?.action ?? null)
-    : null;
-  const slurm = execution ? store.leases.executionSlurm(execution.id) : null;
   return {
     cards,
     per_node: perNode,
@@ -82,43 +129,9 @@ export function collectRung(
       reviewer_id: r.reviewer_id,
       decision: r.decision,
     })),
-    task: task
-      ? {
-          id: task.id,
-          proposal_id: task.proposal_id,
-          revision_id: task.revision_id,
-          owner_id: task.owner_id,
-          spec: task.spec,
-          spec_digest: task.spec_digest,
-          state: task.state,
-          failure_reason: task.failure_reason,
-          exit_code: task.exit_code,
-        }
-      : null,
-    lease: lease
-      ? {
-          id: lease.id,
-          task_id: lease.task_id,
-          worker_id: lease.worker_id,
-          lease_epoch: lease.lease_epoch,
-          state: lease.state,
-          cards: lease.cards,
-          released_by: releasedBy,
-        }
-      : null,
-    execution: execution
-      ? {
-          id: execution.id,
-          task_id: execution.task_id,
-          lease_id: execution.lease_id,
-          assignment_id: execution.assignment_id,
-          worker_id: execution.worker_id,
-          lease_epoch: execution.lease_epoch,
-          phase: execution.phase,
-          outputs: execution.outputs,
-          slurm: slurm ? { job_id: slurm.job_id, binding: slurm.binding } : null,
-        }
-      : null,
+    task: task ? taskRecord(task) : null,
+    lease: lease ? leaseRecord(deps, lease) : null,
+    execution: execution ? executionRecord(deps, execution) : null,
     output: output
       ? {
           path: output.path,

@@ -1,9 +1,10 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../../contracts/tools-qualification.js';
-import { planLadder, usableNodes } from '../../domain/qualification-ladder.js';
+import { type LadderPlan, planLadder, usableNodes } from '../../domain/qualification-ladder.js';
 import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../../store/qualification-repo.js';
+import type { WorkerRecord } from '../../store/workers-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { cordonCard, uncordonCard } from '../machines/cordon.js';
 import {
@@ -12,6 +13,7 @@ import {
   outcomeEvent,
   type RunOutcome,
 } from '../machines/qualification-run.js';
+import type { QualificationLauncher } from '../ports.js';
 import { createPrincipal, revokePrincipal } from '../principals.js';
 import { CARDS_TOPIC, qualificationTopic } from '../topics.js';
 import { cancelTask } from './cluster.js';
@@ -29,30 +31,23 @@ import { iso, principalName } from './views.js';
 /** The cordon reason that marks a card as reserved by a run. */
 export const runCordonReason = (runId: string) => `qualification run ${runId}`;
 
-/** start_qualification. Call inside a transaction. */
-export function startQualification(
-  deps: BrokerDeps,
-  principal: Principal,
-  input: { worker_id: string; cards?: number[] | undefined; submitter?: SubmitterKind | undefined },
-): QualificationRunView {
-  const { store, clock } = deps;
-  const launcher = deps.qualification;
-  if (launcher === undefined)
+/** The launcher of runs; UNAVAILABLE on a master that has none. */
+function qualificationLauncher(deps: BrokerDeps): QualificationLauncher {
+  if (deps.qualification === undefined)
     throw new BrokerError(
       'UNAVAILABLE',
       'this master cannot run qualifications',
       'Start the master with `gpu-broker serve` or `gpu-broker start`.',
     );
-  const kind = input.submitter ?? 'scripted';
-  launcher.assertReady(kind);
-  const worker = store.workers.get(input.worker_id);
+  return deps.qualification;
+}
+
+/** The worker to qualify, once it is enrolled, online, not draining, ready and not already being qualified. */
+function qualifiableWorker(deps: BrokerDeps, workerId: string, now: number): WorkerRecord {
+  const { store } = deps;
+  const worker = store.workers.get(workerId);
   if (!worker)
-    throw new BrokerError(
-      'NOT_FOUND',
-      `no worker ${input.worker_id}`,
-      'list_workers shows enrolled workers.',
-    );
-  const now = clock.now();
+    throw new BrokerError('NOT_FOUND', `no worker ${workerId}`, 'list_workers shows enrolled workers.');
   if (!deps.cluster.fleet.isOnline(worker.id, now))
     throw new BrokerError(
       'INVALID_STATE',
@@ -73,7 +68,15 @@ export function startQualification(
       `qualification run ${running.id} is already running on ${worker.id}`,
       `Wait for it: gpu-broker qualify show ${running.id}.`,
     );
+  return worker;
+}
 
+/** A run's ladder and the cards it reserves for itself. */
+type RunPlan = LadderPlan & { reserved: number[] };
+
+/** Plans the run's ladder on the worker's usable cards, and the cards the run cordons for itself. */
+function planRun(deps: BrokerDeps, worker: WorkerRecord, cards: number[] | undefined): RunPlan {
+  const { store } = deps;
   // Cards an operator cordoned, or whose cleanup was never confirmed, are not the run's to take.
   const live = deps.cluster.fleet.get(worker.id).cards;
   const indexes = (live.length > 0 ? live : worker.cards).map((c) => c.index).sort((a, b) => a - b);
@@ -92,10 +95,10 @@ export function startQualification(
   const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
   const pool = worker.backend === 'slurm' ? usableNodes(worker.slurm?.nodes ?? [], live) : null;
   if (pool !== null) assertPoolIdle(deps, worker.id, live);
-  const { requested, ladder, span, skipped } = planLadder({
+  const plan = planLadder({
     worker_id: worker.id,
-    requested: [...new Set(input.cards ?? DEFAULT_LADDER)].sort((a, b) => a - b),
-    explicit: input.cards !== undefined,
+    requested: [...new Set(cards ?? DEFAULT_LADDER)].sort((a, b) => a - b),
+    explicit: cards !== undefined,
     usable: usable.length,
     total: indexes.length,
     cordoned: cordoned.size,
@@ -107,7 +110,25 @@ export function startQualification(
   // A Slurm pool's slots are not devices: Slurm places each rung anywhere in the partition, so the run
   // holds every usable slot for itself (ADR 0017). A local worker gives the run its lowest cards.
   const reserved =
-    pool !== null ? usable : usable.slice(0, Math.max(0, ...ladder, ...(span ? [span.cards] : [])));
+    pool !== null
+      ? usable
+      : usable.slice(0, Math.max(0, ...plan.ladder, ...(plan.span ? [plan.span.cards] : [])));
+  return { ...plan, reserved };
+}
+
+/** start_qualification. Call inside a transaction. */
+export function startQualification(
+  deps: BrokerDeps,
+  principal: Principal,
+  input: { worker_id: string; cards?: number[] | undefined; submitter?: SubmitterKind | undefined },
+): QualificationRunView {
+  const { store, clock } = deps;
+  const launcher = qualificationLauncher(deps);
+  const kind = input.submitter ?? 'scripted';
+  launcher.assertReady(kind);
+  const now = clock.now();
+  const worker = qualifiableWorker(deps, input.worker_id, now);
+  const { requested, ladder, span, skipped, reserved } = planRun(deps, worker, input.cards);
 
   const id = deps.ids('qrun');
   const actor = principal.name;

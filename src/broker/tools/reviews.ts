@@ -2,6 +2,7 @@ import { BrokerError } from '../../contracts/errors.js';
 import { GET_REVISION_UNTRUSTED, REVIEW_QUEUE_UNTRUSTED } from '../../contracts/untrusted.js';
 import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/proposal.js';
 import type { Principal } from '../../store/principals-repo.js';
+import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { moveProposal } from '../machines/proposal.js';
@@ -103,18 +104,25 @@ export function getRevision(
 /** Lines of unified diff get_revision shows per file unless asked for more. */
 const DEFAULT_DIFF_LINES = 400;
 
-/** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
-export function submitReview(
+/** What submit_review takes. */
+interface ReviewInput {
+  proposal_id: string;
+  revision_id: string;
+  revision_digest?: string | undefined;
+  decision: ReviewDecision;
+  comments: string;
+}
+
+/**
+ * The proposal and revision a review judges, once the guards pass, in this order: visible, not the
+ * principal's own, the revision belongs to it, the proposal is IN_REVIEW, the revision is the confirmed
+ * current one, and its digest is the one the reviewer read (when given).
+ */
+function judgedRevision(
   deps: BrokerDeps,
   principal: Principal,
-  input: {
-    proposal_id: string;
-    revision_id: string;
-    revision_digest?: string | undefined;
-    decision: ReviewDecision;
-    comments: string;
-  },
-) {
+  input: ReviewInput,
+): { p: ProposalRecord; r: RevisionRecord } {
   const p = loadVisibleProposal(deps, principal, input.proposal_id);
   // Independence first: whatever else is wrong, a proposer never judges its own proposal.
   if (p.owner_id === principal.id)
@@ -150,7 +158,67 @@ export function submitReview(
       'revision_digest does not match the revision',
       'Read the revision again with get_revision.',
     );
+  return { p, r };
+}
 
+/**
+ * The task an approval creates, QUEUED, with its audit row and (after commit) its notifications;
+ * QUOTA_EXCEEDED when the owner already has the most queued tasks the config allows. Returns its id.
+ */
+function createApprovedTask(
+  deps: BrokerDeps,
+  principal: Principal,
+  p: ProposalRecord,
+  r: RevisionRecord,
+  now: number,
+): string {
+  const limit = deps.config.scheduling.max_queued_tasks_per_owner;
+  if (limit !== null && deps.store.tasks.countQueuedByOwner(p.owner_id) >= limit)
+    throw new BrokerError(
+      'QUOTA_EXCEEDED',
+      `the owner already has ${limit} queued task(s)`,
+      'Approve again once some of them have run.',
+    );
+  const taskId = deps.ids('task');
+  const task: TaskRecord = {
+    id: taskId,
+    proposal_id: p.id,
+    revision_id: r.id,
+    owner_id: p.owner_id,
+    spec: r.spec,
+    spec_digest: r.digest,
+    priority: r.spec.priority ?? 0,
+    state: 'QUEUED',
+    desired: 'run',
+    reason: { code: 'pending_scheduling', message: 'waiting for the scheduler' },
+    failure_reason: null,
+    exit_code: null,
+    signal: null,
+    approved_at: now,
+    created_at: now,
+    updated_at: now,
+    started_at: null,
+    finished_at: null,
+  };
+  deps.store.tasks.insert(task);
+  deps.store.audit.append({
+    at: now,
+    actor: principal.name,
+    action: 'task.created',
+    subject_type: 'task',
+    subject_id: taskId,
+    data: { proposal_id: p.id, revision_id: r.id, spec_digest: r.digest, state: 'QUEUED' },
+  });
+  deps.store.afterCommit(() => {
+    deps.notifier.notify(taskTopic(taskId));
+    deps.notifier.notify(TASKS_TOPIC);
+  });
+  return taskId;
+}
+
+/** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
+export function submitReview(deps: BrokerDeps, principal: Principal, input: ReviewInput) {
+  const { p, r } = judgedRevision(deps, principal, input);
   const now = deps.clock.now();
   const reviewId = deps.ids('rvw');
   deps.store.proposals.insertReview({
@@ -163,51 +231,7 @@ export function submitReview(
     comments: input.comments,
     created_at: now,
   });
-  let taskId: string | null = null;
-  if (input.decision === 'APPROVE') {
-    const limit = deps.config.scheduling.max_queued_tasks_per_owner;
-    if (limit !== null && deps.store.tasks.countQueuedByOwner(p.owner_id) >= limit)
-      throw new BrokerError(
-        'QUOTA_EXCEEDED',
-        `the owner already has ${limit} queued task(s)`,
-        'Approve again once some of them have run.',
-      );
-    taskId = deps.ids('task');
-    const task: TaskRecord = {
-      id: taskId,
-      proposal_id: p.id,
-      revision_id: r.id,
-      owner_id: p.owner_id,
-      spec: r.spec,
-      spec_digest: r.digest,
-      priority: r.spec.priority ?? 0,
-      state: 'QUEUED',
-      desired: 'run',
-      reason: { code: 'pending_scheduling', message: 'waiting for the scheduler' },
-      failure_reason: null,
-      exit_code: null,
-      signal: null,
-      approved_at: now,
-      created_at: now,
-      updated_at: now,
-      started_at: null,
-      finished_at: null,
-    };
-    deps.store.tasks.insert(task);
-    deps.store.audit.append({
-      at: now,
-      actor: principal.name,
-      action: 'task.created',
-      subject_type: 'task',
-      subject_id: taskId,
-      data: { proposal_id: p.id, revision_id: r.id, spec_digest: r.digest, state: 'QUEUED' },
-    });
-    const id = taskId;
-    deps.store.afterCommit(() => {
-      deps.notifier.notify(taskTopic(id));
-      deps.notifier.notify(TASKS_TOPIC);
-    });
-  }
+  const taskId = input.decision === 'APPROVE' ? createApprovedTask(deps, principal, p, r, now) : null;
   const next = moveProposal(
     deps,
     p,

@@ -1,41 +1,51 @@
+import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { canReadAll } from '../principals.js';
 
-/** The cluster's health at a glance: live leases, task counts and the alerts an operator acts on. */
-export function getStatus(deps: BrokerDeps, principal: Principal) {
-  const now = deps.clock.now();
-  const alerts: Array<{
-    kind:
-      | 'card_quarantined'
-      | 'sampler_error'
-      | 'worker_offline'
-      | 'task_needs_reconciliation'
-      | 'audit_chain_broken'
-      | 'worker_unisolated'
-      | 'grant_failing'
-      | 'disk_low'
-      | 'disk_full';
-    severity: 'warning' | 'critical';
-    subject: string;
-    message: string;
-    action: string;
-  }> = [];
-  const readAll = canReadAll(principal);
-  // Task ids are shown only to those who may read the task (the owner, reviewers, operators).
-  const taskRef = (taskId: string) =>
-    readAll || deps.store.tasks.get(taskId)?.owner_id === principal.id ? taskId : 'TASK';
-  const leases = deps.store.leases.liveLeases();
-  for (const l of leases) {
-    if (l.state === 'QUARANTINED')
-      alerts.push({
-        kind: 'card_quarantined',
-        severity: 'critical',
-        subject: `${l.worker_id}:${l.cards.map((c) => c.index).join(',')}`,
-        message: `cards held by quarantined lease ${l.id} (task ${taskRef(l.task_id)}): ${l.reason ?? 'cleanup not confirmed'}`,
-        action: `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${taskRef(l.task_id)} --resolution FAILED --reason "…"`,
-      });
-  }
+/** One alert of get_status: what is wrong, how bad, and what an operator does about it. */
+interface StatusAlert {
+  kind:
+    | 'card_quarantined'
+    | 'sampler_error'
+    | 'worker_offline'
+    | 'task_needs_reconciliation'
+    | 'audit_chain_broken'
+    | 'worker_unisolated'
+    | 'grant_failing'
+    | 'disk_low'
+    | 'disk_full';
+  severity: 'warning' | 'critical';
+  subject: string;
+  message: string;
+  action: string;
+}
+
+/** What every alert source reads. */
+interface StatusContext {
+  deps: BrokerDeps;
+  now: number;
+  leases: LeaseRecord[];
+  /** A task id as this principal may see it: the id, or `TASK`. */
+  taskRef(taskId: string): string;
+}
+
+/** Cards held by quarantined leases. */
+function quarantinedLeaseAlerts({ leases, taskRef }: StatusContext): StatusAlert[] {
+  return leases
+    .filter((l) => l.state === 'QUARANTINED')
+    .map((l) => ({
+      kind: 'card_quarantined',
+      severity: 'critical',
+      subject: `${l.worker_id}:${l.cards.map((c) => c.index).join(',')}`,
+      message: `cards held by quarantined lease ${l.id} (task ${taskRef(l.task_id)}): ${l.reason ?? 'cleanup not confirmed'}`,
+      action: `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${taskRef(l.task_id)} --resolution FAILED --reason "…"`,
+    }));
+}
+
+/** Workers offline, else workers whose sampler fails. */
+function workerHealthAlerts({ deps, now }: StatusContext): StatusAlert[] {
+  const alerts: StatusAlert[] = [];
   for (const w of deps.store.workers.list()) {
     const live = deps.cluster.fleet.get(w.id);
     if (!deps.cluster.fleet.isOnline(w.id, now))
@@ -56,12 +66,19 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
         action: 'Its cards are UNKNOWN and not scheduled; check nvidia-smi / hy-smi on the host.',
       });
   }
-  // Loud on purpose: a worker without a sandbox lets a task see the whole host. Critical when the
-  // policy lets tasks run there anyway; a warning when require_isolation keeps tasks off it.
+  return alerts;
+}
+
+/**
+ * Workers without a sandbox. Loud on purpose: such a worker lets a task see the whole host. Critical
+ * when the policy lets tasks run there anyway; a warning when require_isolation keeps tasks off it.
+ */
+function unisolatedWorkerAlerts({ deps }: StatusContext): StatusAlert[] {
   const requireIsolation = deps.config.policy.require_isolation;
-  for (const w of deps.store.workers.list()) {
-    if (w.isolation !== 'none') continue;
-    alerts.push({
+  return deps.store.workers
+    .list()
+    .filter((w) => w.isolation === 'none')
+    .map((w) => ({
       kind: 'worker_unisolated',
       severity: requireIsolation ? 'warning' : 'critical',
       subject: w.id,
@@ -70,27 +87,37 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
         : `worker ${w.id} is UNISOLATED: its tasks run without a sandbox and can see the whole host`,
       action:
         'Restart the worker with bubblewrap isolation (gpu-broker worker --isolation bwrap, the default where bwrap is installed).',
-    });
-  }
-  for (const f of deps.cluster.failingGrants())
-    alerts.push({
-      kind: 'grant_failing',
-      severity: 'critical',
-      subject: taskRef(f.task_id),
-      message: `granting cards to task ${taskRef(f.task_id)} failed ${f.failures} times in a row: ${f.error}`,
-      action: `The scheduler retries at ${new Date(f.retry_at).toISOString()} with a growing delay; check the worker's card list (duplicate indexes or uuids) and the master log.`,
-    });
-  for (const t of deps.store.tasks.inState('RECONCILIATION_REQUIRED'))
-    alerts.push({
-      kind: 'task_needs_reconciliation',
-      severity: 'critical',
-      subject: taskRef(t.id),
-      message: `task ${taskRef(t.id)} lost its worker; its outcome is unknown`,
-      action: `If the worker will not come back: gpu-broker reconcile ${taskRef(t.id)} --resolution FAILED --reason "…"`,
-    });
+    }));
+}
+
+/** Grants the scheduler keeps failing to apply. */
+function failingGrantAlerts({ deps, taskRef }: StatusContext): StatusAlert[] {
+  return deps.cluster.failingGrants().map((f) => ({
+    kind: 'grant_failing',
+    severity: 'critical',
+    subject: taskRef(f.task_id),
+    message: `granting cards to task ${taskRef(f.task_id)} failed ${f.failures} times in a row: ${f.error}`,
+    action: `The scheduler retries at ${new Date(f.retry_at).toISOString()} with a growing delay; check the worker's card list (duplicate indexes or uuids) and the master log.`,
+  }));
+}
+
+/** Tasks whose worker was lost, waiting for an operator's verdict. */
+function reconciliationAlerts({ deps, taskRef }: StatusContext): StatusAlert[] {
+  return deps.store.tasks.inState('RECONCILIATION_REQUIRED').map((t) => ({
+    kind: 'task_needs_reconciliation',
+    severity: 'critical',
+    subject: taskRef(t.id),
+    message: `task ${taskRef(t.id)} lost its worker; its outcome is unknown`,
+    action: `If the worker will not come back: gpu-broker reconcile ${taskRef(t.id)} --resolution FAILED --reason "…"`,
+  }));
+}
+
+/** The master's disk, low or full. */
+function storageAlerts({ deps }: StatusContext): StatusAlert[] {
   const storage = deps.storage?.status();
-  if (storage && storage.state !== 'ok')
-    alerts.push({
+  if (!storage || storage.state === 'ok') return [];
+  return [
+    {
       kind: storage.state === 'low' ? 'disk_low' : 'disk_full',
       severity: storage.state === 'low' ? 'warning' : 'critical',
       subject: 'data_dir',
@@ -100,21 +127,53 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
           : `the master refuses new work, logs and outputs (UNAVAILABLE): ${storage.detail ?? 'out of space'}`,
       action:
         'Free space on the data dir filesystem (old task logs and outputs go with storage.retention; the worker outboxes keep what was refused and resend it); /healthz answers 503 until the store takes writes again.',
-    });
+    },
+  ];
+}
+
+/** The audit chain, once it no longer verifies. */
+function auditAlerts({ deps }: StatusContext): StatusAlert[] {
   const audit = deps.auditStatus();
-  if (!audit.ok)
-    alerts.push({
+  if (audit.ok) return [];
+  return [
+    {
       kind: 'audit_chain_broken',
       severity: 'critical',
       subject: 'audit_events',
       message: audit.detail ?? 'audit chain broken',
       action: 'Run gpu-broker audit verify and investigate the named row.',
-    });
+    },
+  ];
+}
+
+/** The alert sources, in the order get_status lists their alerts. */
+const ALERT_SOURCES: ReadonlyArray<(c: StatusContext) => StatusAlert[]> = [
+  quarantinedLeaseAlerts,
+  workerHealthAlerts,
+  unisolatedWorkerAlerts,
+  failingGrantAlerts,
+  reconciliationAlerts,
+  storageAlerts,
+  auditAlerts,
+];
+
+/** The cluster's health at a glance: live leases, task counts and the alerts an operator acts on. */
+export function getStatus(deps: BrokerDeps, principal: Principal) {
+  const readAll = canReadAll(principal);
+  // Task ids are shown only to those who may read the task (the owner, reviewers, operators).
+  const mayRead = (taskId: string) => readAll || deps.store.tasks.get(taskId)?.owner_id === principal.id;
+  const context: StatusContext = {
+    deps,
+    now: deps.clock.now(),
+    leases: deps.store.leases.liveLeases(),
+    taskRef: (taskId) => (mayRead(taskId) ? taskId : 'TASK'),
+  };
+  const alerts = ALERT_SOURCES.flatMap((source) => source(context));
   return {
     tasks_by_state: deps.store.tasks.countByState(),
-    leases: leases.map((l) => ({
+    leases: context.leases.map((l) => ({
       lease_id: l.id,
-      task_id: readAll || deps.store.tasks.get(l.task_id)?.owner_id === principal.id ? l.task_id : null,
+      task_id: mayRead(l.task_id) ? l.task_id : null,
       worker_id: l.worker_id,
       cards: l.cards.map((c) => c.index),
       lease_epoch: l.lease_epoch,

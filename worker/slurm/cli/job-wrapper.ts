@@ -132,8 +132,27 @@ export function masterPortFor(jobId: string, base = 20000, span = 10000): number
   return base + (n % span);
 }
 
-/** The batch script for a spec (pure). */
-export function renderBatchScript(spec: JobWrapperSpec): string {
+/** What job.sh is rendered from, once the spec is checked. */
+interface BatchSettings {
+  jobDir: string;
+  tasks: number;
+  portBase: number;
+  portSpan: number;
+  /** srun and scontrol, quoted for bash. */
+  srun: string;
+  scontrol: string;
+}
+
+/** A Slurm command as given (absolute), or its name to find on the script's PATH. */
+function slurmCommand(given: string | null | undefined, name: string): string {
+  if (given === undefined || given === null) return name;
+  if (!given.startsWith('/') || /[\0\n\r]/.test(given))
+    throw new SlurmRequestError(`${name} must be an absolute path: '${given}'`);
+  return given;
+}
+
+/** Checks the spec (throws SlurmRequestError) and fills in the defaults. */
+function batchSettings(spec: JobWrapperSpec): BatchSettings {
   if (!spec.jobDir.startsWith('/') || /[\0\n\r]/.test(spec.jobDir))
     throw new SlurmRequestError(`jobDir must be an absolute path without NUL or newlines: '${spec.jobDir}'`);
   if (spec.argv.length === 0 || spec.argv[0] === '') throw new SlurmRequestError('argv must not be empty');
@@ -144,15 +163,13 @@ export function renderBatchScript(spec: JobWrapperSpec): string {
   const span = spec.masterPortSpan ?? 10000;
   if (!Number.isInteger(base) || !Number.isInteger(span) || base < 1024 || span < 1 || base + span > 65536)
     throw new SlurmRequestError(`bad rendezvous port range ${base}+${span}`);
-  const command = (given: string | null | undefined, name: string) => {
-    if (given === undefined || given === null) return name;
-    if (!given.startsWith('/') || /[\0\n\r]/.test(given))
-      throw new SlurmRequestError(`${name} must be an absolute path: '${given}'`);
-    return given;
-  };
-  const srun = bashQuote(command(spec.slurmCommands?.srun, 'srun'));
-  const scontrol = bashQuote(command(spec.slurmCommands?.scontrol, 'scontrol'));
-  const f = jobFiles(spec.jobDir);
+  const srun = bashQuote(slurmCommand(spec.slurmCommands?.srun, 'srun'));
+  const scontrol = bashQuote(slurmCommand(spec.slurmCommands?.scontrol, 'scontrol'));
+  return { jobDir: jobFiles(spec.jobDir).jobDir, tasks, portBase: base, portSpan: span, srun, scontrol };
+}
+
+/** job.sh's start: the clean environment, strict shell, the job's settings and the script's helpers. */
+function batchPreamble(b: BatchSettings): string {
   return `#!/bin/bash --norc
 # gpu-broker Slurm job wrapper (generated; see worker/slurm/cli/job-wrapper.ts)
 # (A #! line passes one argument: --norc. A non-interactive bash reads no profile; BASH_ENV is the one
@@ -169,14 +186,14 @@ fi
 unset GPU_BROKER_JOB_ENV
 set -u
 umask 077
-SRUN=${srun}
-SCONTROL=${scontrol}
+SRUN=${b.srun}
+SCONTROL=${b.scontrol}
 # A plain scancel sends SIGTERM to this shell as well as the task: keep running (a handler, not an
 # ignore, so children get the default disposition) until the task's step returns, then write exit.json.
 # Slurm SIGKILLs what is left after KillWait anyway.
 trap 'true' TERM
-JOB_DIR=${bashQuote(f.jobDir)}
-NTASKS_PER_NODE=${tasks}
+JOB_DIR=${bashQuote(b.jobDir)}
+NTASKS_PER_NODE=${b.tasks}
 now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
 # write_atomic FILE: stdin to FILE.tmp.PID, then rename over FILE
 write_atomic() { local tmp="$1.tmp.$$"; cat >"$tmp" && mv -f "$tmp" "$1"; }
@@ -184,16 +201,25 @@ write_atomic() { local tmp="$1.tmp.$$"; cat >"$tmp" && mv -f "$tmp" "$1"; }
 gpu_list() { case "$1" in ''|*[!0-9,]*) echo '' ;; *) echo "$1" ;; esac; }
 STARTED_AT=$(now)
 
-# 1. rendezvous: the first node (the batch host is always the first), by its NodeAddr
+`;
+}
+
+/** Step 1: the rendezvous address and port, and the world size. */
+function rendezvousStep(b: BatchSettings): string {
+  return `# 1. rendezvous: the first node (the batch host is always the first), by its NodeAddr
 NODES=$("$SCONTROL" show hostnames "$SLURM_JOB_NODELIST" 2>/dev/null) || NODES=\${SLURMD_NODENAME:-$(hostname)}
 FIRST=$(printf '%s\\n' "$NODES" | head -n 1)
 ADDR=$("$SCONTROL" show node -o "$FIRST" 2>/dev/null | tr ' ' '\\n' | sed -n 's/^NodeAddr=//p' | head -n 1)
 export MASTER_ADDR=\${ADDR:-$FIRST}
-export MASTER_PORT=$(( ${base} + \${SLURM_JOB_ID%%[!0-9]*} % ${span} ))
+export MASTER_PORT=$(( ${b.portBase} + \${SLURM_JOB_ID%%[!0-9]*} % ${b.portSpan} ))
 NNODES=\${SLURM_JOB_NUM_NODES:-1}
 export WORLD_SIZE=$(( NNODES * NTASKS_PER_NODE ))
 
-# 2. GPUs per node: one probe task per node
+`;
+}
+
+/** Step 2: every node's GPUs, from a one-task-per-node probe or else the batch host's environment. */
+const PROBE_STEP = `# 2. GPUs per node: one probe task per node
 PROBE=$("$SRUN" --export=ALL --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
   /bin/bash --noprofile --norc -c 'echo "GPUPROBE $SLURMD_NODENAME \${SLURM_STEP_GPUS:-\${SLURM_JOB_GPUS:-}} \${CUDA_VISIBLE_DEVICES:-}"' 2>/dev/null \\
   | grep '^GPUPROBE ')
@@ -203,7 +229,10 @@ if [ "$(printf '%s\\n' "$PROBE" | grep -c '^GPUPROBE ')" != "$NNODES" ]; then
   PROBE="GPUPROBE \${SLURMD_NODENAME:-$FIRST} \${SLURM_JOB_GPUS:-} \${CUDA_VISIBLE_DEVICES:-}"
 fi
 
-# 3. binding.json
+`;
+
+/** Step 3: binding.json, nodes in node-list order. */
+const BINDING_STEP = `# 3. binding.json
 json_nodes=""; json_per=""
 for n in $NODES; do
   case "$n" in *[!A-Za-z0-9._-]*) continue ;; esac
@@ -225,7 +254,10 @@ printf '{"version":1,"job_id":"%s","nodes":[%s],"per_node":[%s],"master_addr":"%
   "\${SLURM_JOB_ID%%[!0-9_+]*}" "$json_nodes" "$json_per" "$MASTER_ADDR" "$MASTER_PORT" "$WORLD_SIZE" "$NTASKS_PER_NODE" "$STARTED_AT" "$GPU_SOURCE" \\
   | write_atomic "$JOB_DIR/binding.json"
 
-# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env)
+`;
+
+/** Steps 4 and 5: every rank runs rank.sh in one srun step; exit.json records its status. */
+const RUN_STEP = `# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env)
 "$SRUN" --export=ALL --nodes="$NNODES" --ntasks=$(( NNODES * NTASKS_PER_NODE )) --ntasks-per-node="$NTASKS_PER_NODE" --kill-on-bad-exit=1 \\
   /bin/bash --noprofile --norc "$JOB_DIR/rank.sh"
 RC=$?
@@ -235,6 +267,11 @@ printf '{"version":1,"job_id":"%s","exit_code":%d,"ended_at":"%s"}\\n' "\${SLURM
   | write_atomic "$JOB_DIR/exit.json"
 exit "$RC"
 `;
+
+/** The batch script for a spec (pure). */
+export function renderBatchScript(spec: JobWrapperSpec): string {
+  const b = batchSettings(spec);
+  return batchPreamble(b) + rendezvousStep(b) + PROBE_STEP + BINDING_STEP + RUN_STEP;
 }
 
 /** Why ranks could not set up their sandbox (setup-error.<rank> files, at most 8, each cut to 1 KiB). */

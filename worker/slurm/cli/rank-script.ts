@@ -142,8 +142,8 @@ const LAUNCH = [
   `exec ${ENV_HELPER} -i -- "\${E[@]}" "$@"`,
 ].join('\n');
 
-/** rank.sh for a job (pure; see the module comment). `sandbox` absent: `--isolation none`. */
-export function renderRankScript(jobDir: string, argv: readonly string[], sandbox?: WrapperSandbox): string {
+/** Why rank.sh cannot be rendered for this job dir and argv, as a thrown SlurmRequestError. */
+function checkRankRequest(jobDir: string, argv: readonly string[]): void {
   if (!jobDir.startsWith('/') || /[\0\n\r]/.test(jobDir))
     throw new SlurmRequestError(`jobDir must be an absolute path without NUL or newlines: '${jobDir}'`);
   if (argv.length === 0 || argv[0] === '') throw new SlurmRequestError('argv must not be empty');
@@ -152,15 +152,30 @@ export function renderRankScript(jobDir: string, argv: readonly string[], sandbo
     throw new SlurmRequestError(
       `argv[0] ${JSON.stringify(argv[0])} contains "=": name the program by a path without one`,
     );
-  const array = (words: readonly string[]) => words.map(bashQuote).join(' ');
-  const head = `#!/bin/bash --norc
+}
+
+/** Why rank.sh cannot build this sandbox, as a thrown SlurmRequestError. */
+function checkSandbox(sandbox: WrapperSandbox): void {
+  if (!sandbox.bwrap.startsWith('/')) throw new SlurmRequestError('the bwrap path must be absolute');
+  if (!sandbox.gpuDevDir.startsWith('/') || /[\0\n\r]/.test(sandbox.gpuDevDir))
+    throw new SlurmRequestError(`bad GPU device directory '${sandbox.gpuDevDir}'`);
+  if ([...sandbox.pre, ...sandbox.post].includes('--chdir'))
+    throw new SlurmRequestError('the sandbox options must not contain --chdir (rank.sh sets it)');
+}
+
+/** Words as the body of a bash array literal. */
+const bashArray = (words: readonly string[]) => words.map(bashQuote).join(' ');
+
+/** rank.sh's start: strict shell, the job's variables, `setup_failed`, and the checks every rank makes. */
+function rankPreamble(jobDir: string, argv: readonly string[]): string {
+  return `#!/bin/bash --norc
 # gpu-broker Slurm rank (generated; see worker/slurm/cli/rank-script.ts)
 set -u
 umask 077
 unset BASH_ENV ENV
 export PATH=${bashQuote(JOB_PATH)} LANG=C
 JOB_DIR=${bashQuote(jobDir)}
-ARGV=(${array(argv)})
+ARGV=(${bashArray(argv)})
 NODE=\${SLURMD_NODENAME:-$(hostname)}
 RANK_ID=\${SLURM_PROCID:-0}
 # setup_failed MESSAGE: record why, say it on stderr, and leave without running the task
@@ -172,15 +187,20 @@ setup_failed() {
 }
 [ -x ${ENV_HELPER} ] || setup_failed "${ENV_HELPER} is not installed (coreutils)"
 [ -r "$JOB_DIR/task.env" ] || setup_failed "the task's environment file $JOB_DIR/task.env is missing"
-# The binding: rendezvous and rank (job.sh exported MASTER_*), Slurm's ids. Appended after task.env.
+`;
+}
+
+/** The binding variables every rank appends after task.env: rendezvous, rank, Slurm's ids. */
+const RANK_BINDING = `# The binding: rendezvous and rank (job.sh exported MASTER_*), Slurm's ids. Appended after task.env.
 BIND=("RANK=$RANK_ID" "LOCAL_RANK=\${SLURM_LOCALID:-0}" "NODE_RANK=\${SLURM_NODEID:-0}" "WORLD_SIZE=\${SLURM_NTASKS:-1}"
   "LOCAL_WORLD_SIZE=\${SLURM_NTASKS_PER_NODE:-1}" "MASTER_ADDR=\${MASTER_ADDR:-}" "MASTER_PORT=\${MASTER_PORT:-}")
 for v in ${SLURM_TASK_VARS.join(' ')}; do
   [[ -v $v ]] && BIND+=("$v=\${!v}")
 done
 `;
-  if (sandbox === undefined)
-    return `${head}# Unsandboxed: the GPUs as Slurm set them for the step.
+
+/** Unsandboxed: the GPUs as Slurm set them for the step, and the task exec'd under `env -i`. */
+const UNSANDBOXED_LAUNCH = `# Unsandboxed: the GPUs as Slurm set them for the step.
 for v in CUDA_VISIBLE_DEVICES HIP_VISIBLE_DEVICES ROCR_VISIBLE_DEVICES GPU_DEVICE_ORDINAL; do
   [[ -v $v ]] && BIND+=("$v=\${!v}")
 done
@@ -189,34 +209,42 @@ E=()
 while IFS= read -r -d '' kv; do E+=("$kv"); done <"$JOB_DIR/task.env"
 exec ${ENV_HELPER} -i -- "\${E[@]}" "\${BIND[@]}" "\${ARGV[@]}"
 `;
-  if (!sandbox.bwrap.startsWith('/')) throw new SlurmRequestError('the bwrap path must be absolute');
-  if (!sandbox.gpuDevDir.startsWith('/') || /[\0\n\r]/.test(sandbox.gpuDevDir))
-    throw new SlurmRequestError(`bad GPU device directory '${sandbox.gpuDevDir}'`);
-  if ([...sandbox.pre, ...sandbox.post].includes('--chdir'))
-    throw new SlurmRequestError('the sandbox options must not contain --chdir (rank.sh sets it)');
-  return `${head}BWRAP=${bashQuote(sandbox.bwrap)}
-PRE=(${array(sandbox.pre)})
-HIDDEN=(${array(sandbox.hidden)})
-POST=(${array(sandbox.post)})
-PREFIX=(${array(sandbox.prefix)})
+
+/** The sandbox's settings for rank.sh, the bwrap check, and the pins to check on the node. */
+function sandboxSettings(sandbox: WrapperSandbox): string {
+  return `BWRAP=${bashQuote(sandbox.bwrap)}
+PRE=(${bashArray(sandbox.pre)})
+HIDDEN=(${bashArray(sandbox.hidden)})
+POST=(${bashArray(sandbox.post)})
+PREFIX=(${bashArray(sandbox.prefix)})
 LAUNCH=${bashQuote(LAUNCH)}
 GPU_DEV_DIR=${bashQuote(sandbox.gpuDevDir)}
 GPU_DEV_DIR=\${GPU_DEV_DIR//%n/$NODE}
 GPU_KIND=${bashQuote(sandbox.gpuKind ?? 'nvidia')}
 [ -x "$BWRAP" ] || setup_failed "bubblewrap ($BWRAP) is not installed"
 # Pinned files must be the bytes the policy pinned, here on this node too.
-PINS=(${array((sandbox.pins ?? []).flatMap((p) => [p.sha256, p.path]))})
-for ((k = 0; k < \${#PINS[@]}; k += 2)); do
+PINS=(${bashArray((sandbox.pins ?? []).flatMap((p) => [p.sha256, p.path]))})
+`;
+}
+
+/** Each pinned file must hash to its pin on this node. */
+const PIN_CHECK = `for ((k = 0; k < \${#PINS[@]}; k += 2)); do
   want=\${PINS[k]}; path=\${PINS[k+1]}
   have=$(sha256sum <"$path" 2>/dev/null | cut -d' ' -f1)
   [ "$have" = "$want" ] || setup_failed "pinned file $path has sha256 \${have:-(unreadable)} on this node; policy pins $want"
 done
-# Hidden paths that exist on this node (bwrap cannot cover a path that is not there, nor need to).
+`;
+
+/** The hidden paths that exist on this node, as bwrap options. */
+const HIDE_PATHS = `# Hidden paths that exist on this node (bwrap cannot cover a path that is not there, nor need to).
 HIDE=()
 for p in "\${HIDDEN[@]}"; do
   if [ -d "$p" ]; then HIDE+=(--tmpfs "$p"); elif [ -e "$p" ]; then HIDE+=(--ro-bind /dev/null "$p"); fi
 done
-# The GPUs Slurm gave this rank on this node: the step's, else (one node) the job's.
+`;
+
+/** The rank's GPU device nodes, as bwrap options, and the GPU variables of the binding. */
+const GPU_DEVICES = `# The GPUs Slurm gave this rank on this node: the step's, else (one node) the job's.
 GPUS=\${SLURM_STEP_GPUS:-}
 if [ -z "$GPUS" ] && [ "\${SLURM_JOB_NUM_NODES:-1}" = 1 ]; then GPUS=\${SLURM_JOB_GPUS:-}; fi
 case "$GPUS" in ''|*[!0-9,]*) setup_failed "Slurm named no GPUs for this rank ('$GPUS')" ;; esac
@@ -244,7 +272,10 @@ fi
 # Only the rank's devices exist in the sandbox, and CUDA/HIP number what they can open from 0.
 BIND+=("CUDA_VISIBLE_DEVICES=$VISIBLE" "HIP_VISIBLE_DEVICES=$VISIBLE" "ROCR_VISIBLE_DEVICES=$VISIBLE"
   "GPU_BROKER_GPU_IDS=$GPUS" CUDA_DEVICE_ORDER=PCI_BUS_ID)
-# The task's entries (fd 5) and bwrap's options (fd 6): files only root/the job's user can read, unlinked
+`;
+
+/** Hands bwrap its options and the task its entries on unlinked fds, runs the sandbox, checks it started. */
+const SANDBOXED_LAUNCH = `# The task's entries (fd 5) and bwrap's options (fd 6): files only root/the job's user can read, unlinked
 # once open, so no copy stays in the job dir.
 ENVF="$JOB_DIR/env.$RANK_ID.$$"
 ARGF="$JOB_DIR/bwrap-args.$RANK_ID.$$"
@@ -263,4 +294,12 @@ exec 5<&- 6<&-
 grep -q '^started$' "$STARTED" 2>/dev/null || setup_failed "bwrap could not create the sandbox (exit $RC; its message is in the task's stderr)"
 exit "$RC"
 `;
+
+/** rank.sh for a job (pure; see the module comment). `sandbox` absent: `--isolation none`. */
+export function renderRankScript(jobDir: string, argv: readonly string[], sandbox?: WrapperSandbox): string {
+  checkRankRequest(jobDir, argv);
+  const head = rankPreamble(jobDir, argv) + RANK_BINDING;
+  if (sandbox === undefined) return head + UNSANDBOXED_LAUNCH;
+  checkSandbox(sandbox);
+  return head + sandboxSettings(sandbox) + PIN_CHECK + HIDE_PATHS + GPU_DEVICES + SANDBOXED_LAUNCH;
 }
