@@ -8,10 +8,11 @@ import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executi
 import { exitWithoutTask } from '../executions/executor.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
+import { describeEnforced } from '../sandbox/limits.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
 import type { OomProbe } from './process-group.js';
-import { probeOomKills, readOomKillCount } from './process-group.js';
+import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js';
 import { type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
 import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
 import { localVerdict } from './verdict.js';
@@ -134,6 +135,7 @@ class ExecutionRun {
     }
     this.box = setup.box;
     if (this.cancelRequested) {
+      await setup.box.dispose();
       releaseTaskUid(this.plan, this.opts);
       return this.neverStarted('CANCELLED');
     }
@@ -144,7 +146,11 @@ class ExecutionRun {
 
     // 2. spawn
     const spawned = await this.spawnTask(setup.box, execRoot);
-    if (typeof spawned === 'string') return this.neverStarted('SETUP_FAILED', spawned);
+    if (typeof spawned === 'string') {
+      await setup.box.dispose();
+      return this.neverStarted('SETUP_FAILED', spawned);
+    }
+    setup.box.limits?.watch(() => setup.box.kill());
 
     // 3. time limit and cancel
     this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
@@ -170,19 +176,31 @@ class ExecutionRun {
       this.plan.spec.outputs,
     );
     const oomKilled = signal === 'SIGKILL' && oomProbe !== null && (await oomCountRose(oomProbe));
+    const limits = box.limits;
+    const breach = limits === undefined ? null : await limits.breach();
+    const failure = localVerdict({
+      killReason: this.killReason,
+      exitCode: code,
+      signal,
+      oomKilled,
+      breach: breach?.reason ?? null,
+      requiredMissing: collection.requiredMissing,
+    });
     const exited: ExecutionExit = {
       exit_code: code,
       signal,
-      failure_reason: localVerdict({
-        killReason: this.killReason,
-        exitCode: code,
-        signal,
-        oomKilled,
-        requiredMissing: collection.requiredMissing,
-      }),
+      failure_reason: failure,
       outputs: collection.outputs,
       output_errors: collection.errors,
       log_errors: logErrors,
+      ...(limits === undefined
+        ? {}
+        : {
+            limits_detail: [
+              ...(breach !== null && failure === breach.reason ? [breach.detail] : []),
+              describeEnforced(limits.enforced()),
+            ],
+          }),
     };
     this.resolveExited(exited);
 
@@ -236,6 +254,15 @@ class ExecutionRun {
     }
     // Later 'error' events (e.g. a failed kill) must not become uncaught exceptions.
     child.on('error', () => undefined);
+    // bwrap reads its options (fd 4) before it does anything else: until they are written it runs none of
+    // the task's code, so this is where it enters the task's cgroup, and all it forks is born inside.
+    const confined = (await box.limits?.confine(child.pid)) ?? null;
+    if (confined !== null) {
+      signalGroup(child.pid, 'SIGKILL');
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      return confined;
+    }
     if (argsData !== undefined) {
       // bwrap reads its options to the end before anything else; if it dies first, its exit says why.
       const argsPipe = child.stdio[4] as Writable | null | undefined;

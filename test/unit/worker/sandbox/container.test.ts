@@ -29,7 +29,7 @@ const request: ContainerRequest = {
   devices: { kind: 'nodes', nodes: [{ host: '/data/devices/nvidia3', inside: '/dev/nvidia3' }] },
   network: 'none',
   user: { uid: 2_000_000_000, gid: 2_000_000_000 },
-  pidsLimit: 4096,
+  limits: null,
   init: true,
   argv: ['/bin/sh', '-c', 'echo hi'],
 };
