@@ -33,7 +33,9 @@ const cpuWeight = z
   .int()
   .min(1)
   .max(MAX_CPU_WEIGHT)
-  .describe("CPU share under contention, cgroup v2's cpu.weight scale (1 to 10000; 100 is one card's default)");
+  .describe(
+    "CPU share under contention, cgroup v2's cpu.weight scale (1 to 10000; 100 is one card's default)",
+  );
 
 /** Every limit, each value given: what the master resolves and the worker enforces. */
 export const ResolvedLimitsSchema = z.strictObject({
@@ -49,7 +51,7 @@ export type ResolvedLimits = z.infer<typeof ResolvedLimitsSchema>;
 
 /** What a spec may ask for: any of the limits, each a total for the whole task. */
 export const SpecLimitsSchema = ResolvedLimitsSchema.partial().describe(
-  'Resource limits for the whole task, each optional: memory_mib (hard; over it the task ends OUT_OF_MEMORY), pids, cpu_weight (1..10000), tmp_mib (/tmp), shm_mib (/dev/shm), disk_mib (/task). Omitted ones are the operator\'s per-card default times cards.count; asking above the policy maximum is an error finding (LIMIT_OVER_POLICY). Omit unless the task needs more (or wants less) than the default.',
+  "Resource limits for the whole task, each optional: memory_mib (hard; over it the task ends OUT_OF_MEMORY), pids, cpu_weight (1..10000), tmp_mib (/tmp), shm_mib (/dev/shm), disk_mib (/task). Omitted ones are the operator's per-card default times cards.count; asking above the policy maximum is an error finding (LIMIT_OVER_POLICY). Omit unless the task needs more (or wants less) than the default.",
 );
 /** What a spec may ask for. */
 export type SpecLimits = z.infer<typeof SpecLimitsSchema>;

@@ -1,6 +1,6 @@
 import { z } from 'zod';
-import { TaskSpecSchema } from './task-spec.js';
 import { ResolvedLimitsSchema } from './task-limits.js';
+import { TaskSpecSchema } from './task-spec.js';
 import { SlurmJobReportSchema } from './worker-protocol.js';
 
 /**

@@ -1,8 +1,8 @@
 import { z } from 'zod';
 import { ERROR_CODES } from './errors.js';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
-import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 import { ResolvedLimitsSchema } from './task-limits.js';
+import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 
 /**
  * The worker protocol (docs/worker-protocol.md): JSON messages over WSS, one zod

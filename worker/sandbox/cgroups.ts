@@ -70,7 +70,11 @@ const V1_CONTROLLERS = ['memory', 'pids', 'cpu'] as const;
  * Where task cgroups go, from `/proc/self/mountinfo` and `/proc/self/cgroup` text; null when the host
  * offers no usable hierarchy (v2 is preferred when it is mounted and offers memory and pids). Pure.
  */
-export function cgroupLayout(mountinfo: string, selfCgroup: string, v2Controllers: string | null): CgroupLayout | null {
+export function cgroupLayout(
+  mountinfo: string,
+  selfCgroup: string,
+  v2Controllers: string | null,
+): CgroupLayout | null {
   const mounts = parseMountinfo(mountinfo);
   const own = parseSelfCgroup(selfCgroup);
   const unified = mounts.find((m) => m.fstype === 'cgroup2');
@@ -131,7 +135,8 @@ function parseSelfCgroup(text: string): Map<string, string> {
 function below(m: Mount, path: string): string {
   const root = m.root === '/' ? '' : m.root;
   if (root !== '' && !(path === root || path.startsWith(`${root}/`))) return m.point;
-  return join(m.point, path.slice(root.length));
+  const rest = path.slice(root.length).replace(/^\/+|\/+$/g, '');
+  return rest === '' ? m.point : join(m.point, rest);
 }
 
 /** Reads the host's cgroup setup; null when no writable hierarchy with memory and pids is there. */
@@ -144,7 +149,8 @@ export async function probeCgroups(opts: { root?: boolean } = {}): Promise<Cgrou
       readFile('/proc/self/cgroup', 'utf8'),
     ]);
     const v2 = mountinfoV2Point(mountinfo);
-    const controllers = v2 === null ? null : await readFile(join(v2, 'cgroup.controllers'), 'utf8').catch(() => null);
+    const controllers =
+      v2 === null ? null : await readFile(join(v2, 'cgroup.controllers'), 'utf8').catch(() => null);
     layout = cgroupLayout(mountinfo, self, controllers);
   } catch {
     return null;
@@ -153,7 +159,11 @@ export async function probeCgroups(opts: { root?: boolean } = {}): Promise<Cgrou
   const hierarchy = layout.version === 2 ? v2Hierarchy(layout.parent) : v1Hierarchy(layout);
   // Fail here, at start, rather than at each task's setup: make and remove a throwaway cgroup.
   try {
-    const probe = await hierarchy.create(`probe-${process.pid}`, { memoryBytes: 2 ** 30, pids: 64, cpuWeight: 100 });
+    const probe = await hierarchy.create(`probe-${process.pid}`, {
+      memoryBytes: 2 ** 30,
+      pids: 64,
+      cpuWeight: 100,
+    });
     await probe.remove();
     return hierarchy;
   } catch {
@@ -272,7 +282,8 @@ async function enableV2Controllers(parent: string, base: string): Promise<void> 
     if ((err as NodeJS.ErrnoException).code !== 'EBUSY') throw err;
     const leaf = join(parent, 'gpu-broker-worker');
     await mkdir(leaf, { recursive: true });
-    for (const pid of await readPids(parent)) await writeFile(join(leaf, 'cgroup.procs'), String(pid)).catch(() => undefined);
+    for (const pid of await readPids(parent))
+      await writeFile(join(leaf, 'cgroup.procs'), String(pid)).catch(() => undefined);
     await writeFile(join(parent, 'cgroup.subtree_control'), want);
   }
   await mkdir(base, { recursive: true });

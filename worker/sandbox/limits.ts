@@ -151,7 +151,10 @@ export function describeEnforced(e: EnforcedLimits): string {
  * Bytes allocated below `dir` (st_blocks × 512, as du counts: sparse holes are free), never following
  * a symlink; `truncated` when more than `maxEntries` entries were seen.
  */
-export async function diskUse(dir: string, maxEntries: number): Promise<{ bytes: number; truncated: boolean }> {
+export async function diskUse(
+  dir: string,
+  maxEntries: number,
+): Promise<{ bytes: number; truncated: boolean }> {
   let bytes = 0;
   let entries = 0;
   const stack = [dir];

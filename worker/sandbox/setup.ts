@@ -3,8 +3,8 @@ import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import { SimSampler } from '../samplers/sim-sampler.js';
 import type { SystemMounts } from './bwrap.js';
-import { type CgroupHierarchy, probeCgroups } from './cgroups.js';
 import { probeBwrap, systemMounts } from './bwrap.js';
+import { type CgroupHierarchy, probeCgroups } from './cgroups.js';
 import type { ContainerEngineChoice, ContainerTasks } from './container.js';
 import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
@@ -144,7 +144,10 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
   }
   const sim = await simNodes();
   const cgroups = choice.cgroups === undefined ? await probeCgroups({ root }) : choice.cgroups;
-  const limitsLine = cgroups === null ? 'no writable cgroups: memory, pids and cpu limits NOT enforced' : `limits through ${cgroups.describe}`;
+  const limitsLine =
+    cgroups === null
+      ? 'no writable cgroups: memory, pids and cpu limits NOT enforced'
+      : `limits through ${cgroups.describe}`;
   return {
     ...(await containers()),
     isolation: 'bwrap',

@@ -18,7 +18,10 @@ export function taskBwrapRequest(
   setup: Extract<SandboxSetup, { kind: 'bwrap' }>,
   layout: Pick<TaskLayout, 'taskDir' | 'inputsDir'>,
   mounts: readonly ResolvedMount[],
-): Pick<BwrapRequest, 'system' | 'taskDir' | 'pinned' | 'network' | 'argv' | 'inputs' | 'mounts' | 'tmpfsBytes'> {
+): Pick<
+  BwrapRequest,
+  'system' | 'taskDir' | 'pinned' | 'network' | 'argv' | 'inputs' | 'mounts' | 'tmpfsBytes'
+> {
   // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
   // mode, src/domain/run-argv.ts), else the spec's.
   const argv = plan.argv ?? plan.spec.runtime.argv;

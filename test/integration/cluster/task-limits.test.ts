@@ -64,10 +64,14 @@ async function run(script: string, overrides: Parameters<typeof shellSpec>[1] = 
 
 async function revisionOf(spec: ReturnType<typeof shellSpec>) {
   const created = expectOk(
-    await callTool<{ proposal_id: string; revision_id: string; confirmable: boolean }>(alice, 'create_proposal', {
-      spec,
-      idempotency_key: `limits-${Date.now()}-${Math.random()}`,
-    }),
+    await callTool<{ proposal_id: string; revision_id: string; confirmable: boolean }>(
+      alice,
+      'create_proposal',
+      {
+        spec,
+        idempotency_key: `limits-${Date.now()}-${Math.random()}`,
+      },
+    ),
   );
   const view = expectOk(
     await callTool<Revision>(rita, 'get_revision', {

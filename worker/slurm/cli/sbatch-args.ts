@@ -115,7 +115,8 @@ function checkPath(what: string, p: string): void {
 }
 
 function checkCount(what: string, n: number, min: number): void {
-  if (!Number.isInteger(n) || n < min || n > (what === 'memoryMibPerNode' ? 2 ** 34 : 100_000)) throw new SlurmRequestError(`bad ${what} ${n}`);
+  if (!Number.isInteger(n) || n < min || n > (what === 'memoryMibPerNode' ? 2 ** 34 : 100_000))
+    throw new SlurmRequestError(`bad ${what} ${n}`);
 }
 
 function checkExtraArg(a: string): void {

@@ -83,7 +83,11 @@ function cgroupDirs(executionId: string): string[] {
   const self = readFileSync('/proc/self/cgroup', 'utf8');
   const dirs: string[] = [];
   for (const c of ['memory', 'pids', 'cpu']) {
-    const path = self.split('\n').find((l) => l.split(':')[1]?.split(',').includes(c))?.split(':')[2] ?? '/';
+    const path =
+      self
+        .split('\n')
+        .find((l) => l.split(':')[1]?.split(',').includes(c))
+        ?.split(':')[2] ?? '/';
     dirs.push(join('/sys/fs/cgroup', c, path, 'gpu-broker', executionId));
   }
   return dirs;
@@ -129,7 +133,9 @@ describe.runIf(ready)('per-task limits, enforced by the kernel', () => {
   it('holds a fork bomb at the pids limit and kills it all at the end', async () => {
     // Each shell forks as fast as it can; the kernel refuses fork past pids.max.
     const { plan, handle, chunks } = start(
-      sh('bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2; echo "n=$(ls /proc | grep -c "^[0-9]")"; sleep 30'),
+      sh(
+        'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2; echo "n=$(ls /proc | grep -c "^[0-9]")"; sleep 30',
+      ),
       {},
       4,
     );

@@ -31,12 +31,16 @@ describe('localVerdict', () => {
     );
   });
 
-  it("names the task limit that ended a failed task, and ignores it when the task still succeeded", () => {
+  it('names the task limit that ended a failed task, and ignores it when the task still succeeded', () => {
     expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL', breach: 'OUT_OF_MEMORY' })).toBe(
       'OUT_OF_MEMORY',
     );
-    expect(localVerdict({ ...base, exitCode: 1, breach: 'OUT_OF_MEMORY', oomKilled: true })).toBe('OUT_OF_MEMORY');
-    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL', breach: 'DISK_LIMIT' })).toBe('DISK_LIMIT');
+    expect(localVerdict({ ...base, exitCode: 1, breach: 'OUT_OF_MEMORY', oomKilled: true })).toBe(
+      'OUT_OF_MEMORY',
+    );
+    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL', breach: 'DISK_LIMIT' })).toBe(
+      'DISK_LIMIT',
+    );
     expect(localVerdict({ ...base, breach: 'OUT_OF_MEMORY' })).toBeNull();
     expect(localVerdict({ ...base, killReason: 'TIMED_OUT', signal: 'SIGKILL', breach: 'DISK_LIMIT' })).toBe(
       'TIMED_OUT',

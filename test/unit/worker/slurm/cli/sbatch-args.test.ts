@@ -16,7 +16,7 @@ const base: SlurmSubmitRequest = {
 };
 
 describe('buildSbatchArgs', () => {
-  it('requests the task\'s memory per node with --mem, and refuses an operator --mem or a bad count', () => {
+  it("requests the task's memory per node with --mem, and refuses an operator --mem or a bad count", () => {
     const { args } = buildSbatchArgs({ ...base, nodes: 2, memoryMibPerNode: 4096 });
     expect(args).toContain('--mem=4096M');
     expect(args.indexOf('--mem=4096M')).toBeLessThan(args.indexOf(base.scriptPath));
