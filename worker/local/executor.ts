@@ -6,7 +6,7 @@ import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
-import { describeEnforced } from '../sandbox/limits.js';
+import { describeEnforced, type LimitBreach } from '../sandbox/limits.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
 import { collectOutputs } from '../task-io/outputs.js';
@@ -193,14 +193,7 @@ class ExecutionRun {
       outputs: collection.outputs,
       output_errors: collection.errors,
       log_errors: logErrors,
-      ...(limits === undefined
-        ? {}
-        : {
-            limits_detail: [
-              ...(breach !== null && failure === breach.reason ? [breach.detail] : []),
-              describeEnforced(limits.enforced()),
-            ],
-          }),
+      ...limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
     };
     this.resolveExited(exited);
 
@@ -321,6 +314,26 @@ class ExecutionRun {
     this.resolveExited(exited);
     return { ...exited, cleaned: false, cleanup_detail: 'executor failed; cleanup not confirmed' };
   }
+}
+
+/** What the exit reports of the task's limits: the one it broke, and what was enforced (sandbox/limits.ts). */
+function limitsDetail(
+  plan: ExecutionPlan,
+  box: TaskBox,
+  broke: LimitBreach | null,
+): Pick<ExecutionExit, 'limits_detail'> {
+  if (plan.limits === undefined) return {};
+  if (box.limits !== undefined)
+    return {
+      limits_detail: [...(broke === null ? [] : [broke.detail]), describeEnforced(box.limits.enforced())],
+    };
+  // An unsandboxed worker enforces nothing, and says so once, in its hello (UNISOLATED).
+  if (box.kind !== 'container') return {};
+  return {
+    limits_detail: [
+      'limits enforced: by the container engine (--memory, --memory-swap, --pids-limit, --cpu-shares, --shm-size, /tmp size); task dir not watched',
+    ],
+  };
 }
 
 async function oomCountRose(probe: OomProbe): Promise<boolean> {

@@ -1,5 +1,5 @@
 import { mkdir, readFile, rmdir, stat, writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 
 /**
  * Per-task cgroups (issue 21, docs/decisions/0021-task-limits.md): one interface over cgroup v2 (the
@@ -139,6 +139,9 @@ function below(m: Mount, path: string): string {
   return rest === '' ? m.point : join(m.point, rest);
 }
 
+/** Probes made by this process (two workers in one process probe at once). */
+let probes = 0;
+
 /** Reads the host's cgroup setup; null when no writable hierarchy with memory and pids is there. */
 export async function probeCgroups(opts: { root?: boolean } = {}): Promise<CgroupHierarchy | null> {
   if (!(opts.root ?? process.getuid?.() === 0)) return null;
@@ -159,7 +162,7 @@ export async function probeCgroups(opts: { root?: boolean } = {}): Promise<Cgrou
   const hierarchy = layout.version === 2 ? v2Hierarchy(layout.parent) : v1Hierarchy(layout);
   // Fail here, at start, rather than at each task's setup: make and remove a throwaway cgroup.
   try {
-    const probe = await hierarchy.create(`probe-${process.pid}`, {
+    const probe = await hierarchy.create(`probe-${process.pid}-${++probes}-${Date.now()}`, {
       memoryBytes: 2 ** 30,
       pids: 64,
       cpuWeight: 100,
@@ -191,7 +194,9 @@ export function v1Hierarchy(parents: { memory: string; pids: string; cpu: string
       try {
         for (const dir of [dirs.memory, dirs.pids, dirs.cpu]) {
           if (made.includes(dir)) continue;
-          await mkdir(dir, { recursive: true });
+          await mkdir(dirname(dir), { recursive: true });
+          // Not recursive: a cgroup of that name already there (another worker's) is never shared.
+          await mkdir(dir);
           made.push(dir);
         }
         await writeFile(join(dirs.memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));

@@ -1,7 +1,7 @@
 import { lstat, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EnforcedLimits, ResolvedLimits } from '../../src/contracts/task-limits.js';
-import type { CgroupHierarchy, TaskCgroup } from './cgroups.js';
+import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
 
 /**
  * One sandboxed task's resource limits on this host (issue 21, docs/security.md "Resource limits"):
@@ -13,7 +13,8 @@ import type { CgroupHierarchy, TaskCgroup } from './cgroups.js';
  *                       task (DISK_LIMIT) past the limit; docs/decisions/0021-task-limits.md says why
  *   scratch             the task dir is removed once the task's processes are gone
  *
- * What is enforced, and how, is reported with the exit (`detail`), limit by limit.
+ * What is enforced, and how, is reported with the exit (`detail`), limit by limit: the cgroup's values
+ * as the kernel reads them back (null, "not read back", where a file could not be read).
  */
 
 const MIB = 1024 * 1024;
@@ -61,6 +62,8 @@ export interface TaskLimitsRequest {
 export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimits | string> {
   const { limits } = req;
   let cgroup: TaskCgroup | null = null;
+  // What the kernel has, read back once made: the report says what is enforced, not what was asked.
+  let kernel: CgroupReadBack = { memoryBytes: null, pids: null, cpuWeight: null };
   if (req.cgroups !== null) {
     try {
       cgroup = await req.cgroups.create(req.executionId, {
@@ -68,14 +71,17 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
         pids: limits.pids,
         cpuWeight: limits.cpu_weight,
       });
+      kernel = await cgroup.readBack();
     } catch (err) {
+      await cgroup?.remove();
       return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
     }
   }
   let timer: NodeJS.Timeout | undefined;
   let diskBreach: LimitBreach | null = null;
   const by = req.cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
-  const viaCgroup = (value: number) => ({ value: cgroup === null ? null : value, by });
+  const viaCgroup = (value: number | null) =>
+    cgroup === null || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
   return {
     limits,
     confine: async (pid) => {
@@ -118,9 +124,9 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
     procs: async () => (cgroup === null ? [] : cgroup.procs()),
     killAll: async () => cgroup?.killAll(),
     enforced: () => ({
-      memory_mib: viaCgroup(limits.memory_mib),
-      pids: viaCgroup(limits.pids),
-      cpu_weight: viaCgroup(limits.cpu_weight),
+      memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
+      pids: viaCgroup(kernel.pids),
+      cpu_weight: viaCgroup(kernel.cpuWeight),
       tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
       shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
       disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },

@@ -1,4 +1,4 @@
-import { existsSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,7 +7,7 @@ import { approveTask, clusterConfig, shellSpec, waitUntilSettled } from '../../s
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
 import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
-import { removeTempDirs } from '../../support/temp.js';
+import { makeGateDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
@@ -117,6 +117,39 @@ describe.runIf(ready)('per-task limits through a real worker', () => {
     expect(next.task.state).toBe('COMPLETED');
     expect(next.logs).toBe('next\n');
     expect(m.deps.cluster.fleet.get('gpu-limits').cards.length).toBe(8);
+  });
+
+  it('runs the task in a cgroup whose limits the kernel reads back as resolved', async () => {
+    // Not in the worker's data dir: the sandbox hides that.
+    const gate = join(makeGateDir('limits'), 'go');
+    const id = await approveTask(
+      alice,
+      rita,
+      shellSpec(`echo ready; while [ ! -e '${gate}' ]; do sleep 0.05; done`, { limits: { memory_mib: 200 } }),
+    );
+    const executions = join(w.dataDir, 'executions');
+    const execId = await waitFor(
+      () => readdirSync(executions).find((d) => existsSync(join(executions, d, 'task'))),
+      { what: 'the running execution' },
+    );
+    const self = readFileSync('/proc/self/cgroup', 'utf8');
+    const pathOf = (c: string) =>
+      self
+        .split('\n')
+        .find((l) => l.split(':')[1]?.split(',').includes(c))
+        ?.split(':')[2] ?? '/';
+    const memory = join('/sys/fs/cgroup/memory', pathOf('memory'), 'gpu-broker', execId);
+    const pids = join('/sys/fs/cgroup/pids', pathOf('pids'), 'gpu-broker', execId);
+    await waitFor(() => readFileSync(join(memory, 'cgroup.procs'), 'utf8').trim() !== '', {
+      what: 'the task inside',
+    });
+    expect(Number(readFileSync(join(memory, 'memory.limit_in_bytes'), 'utf8'))).toBe(200 * 1024 * 1024);
+    expect(readFileSync(join(pids, 'pids.max'), 'utf8').trim()).toBe('48');
+    writeFileSync(gate, '');
+    const done = await waitUntilSettled(alice, id, 45_000);
+    expect(done.state).toBe('COMPLETED');
+    expect(existsSync(memory)).toBe(false);
+    expect(existsSync(pids)).toBe(false);
   });
 
   it('holds a fork bomb at the pids limit, caps /tmp and /dev/shm, and removes the scratch', async () => {
