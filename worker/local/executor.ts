@@ -35,8 +35,9 @@ import { localVerdict } from './verdict.js';
  *      nothing; the box is chosen (box.ts): bubblewrap with only the leased cards' device nodes, or a
  *      plain process group when the worker runs with `--isolation none`; a `container` task gets the
  *      engine's container instead (container-task.ts), whatever the isolation.
- *   2. spawn the box (no shell) as the leader of a new process group; stdout/stderr are pumped to the
- *      log files and to `onLog`.
+ *   2. spawn the box (no shell) as the leader of a new process group; a bwrap box with limits
+ *      (sandbox/limits.ts) enters the task's cgroup before it reads its options, so before any code of
+ *      the task runs, and its task dir is watched; stdout/stderr are pumped to the log files and to `onLog`.
  *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
  *   4. main process exits: whatever is left gets SIGTERM, the rest of the grace, SIGKILL (a sandbox
  *      has nothing left: its PID namespace died with the task's first process) (teardown.ts).
@@ -44,7 +45,8 @@ import { localVerdict } from './verdict.js';
  *      → `exited`.
  *   6. cleanup receipt: poll until the box has no live process and `checkCardsClean` says clean,
  *      for at most `cleanup_timeout_seconds` (counted from the end of step 4) → `done` settles
- *      (teardown.ts).
+ *      (teardown.ts); the box is disposed (a bwrap box with limits: its cgroup emptied and removed, the
+ *      task dir, its scratch, removed).
  *
  * The handle's promises never reject: whatever the task does, the result says what happened.
  */
@@ -142,7 +144,10 @@ class ExecutionRun {
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
     // first allocation could already include its own OOM kill.
     const oomProbe = await probeOomKills('self');
-    if (this.cancelRequested) return this.neverStarted('CANCELLED');
+    if (this.cancelRequested) {
+      await setup.box.dispose();
+      return this.neverStarted('CANCELLED');
+    }
 
     // 2. spawn
     const spawned = await this.spawnTask(setup.box, execRoot);
