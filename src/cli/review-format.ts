@@ -1,4 +1,6 @@
+import type { ResolvedLimits } from '../contracts/task-limits.js';
 import type { TaskSpec } from '../contracts/task-spec.js';
+import { describeLimits } from '../domain/task-limits.js';
 import { escapeText, escapeField as f } from './output.js';
 
 /**
@@ -21,7 +23,7 @@ export interface RevisionDocument {
     number: number;
     digest: string;
     spec: TaskSpec;
-    sandbox: { runtime: string; image: string | null; network: string };
+    sandbox: { runtime: string; image: string | null; network: string; limits?: ResolvedLimits };
     findings: Array<{ severity: string; code: string; path: string; message: string }>;
     current: boolean;
   };
@@ -116,6 +118,7 @@ export function formatRevision(d: RevisionDocument): string {
         ]),
     `  cards:     ${cards.count}${cards.per_node ? ` across ${cards.count / cards.per_node} nodes, ${cards.per_node} per node (Slurm)` : ''}${cards.model ? ` (${f(cards.model)})` : ''}${s.worker ? ` on ${f(s.worker)}` : ''}`,
     `  network:   ${r.sandbox.network}`,
+    ...(r.sandbox.limits ? [`  limits:    ${describeLimits(r.sandbox.limits)}`] : []),
     `  time:      at most ${s.time_limit_seconds} s`,
     `  outputs:   ${s.outputs.length === 0 ? '(none)' : s.outputs.map((o) => `${f(o.path)}${o.required ? '' : ' (optional)'}`).join(', ')}`,
     ...(s.notes ? ['  notes:', indent(s.notes)] : []),

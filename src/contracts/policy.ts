@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { PolicyLimitsSchema } from './task-limits.js';
 
 /**
  * Operator policy: what a task spec may do. Lives in the master's config file under `policy`.
@@ -95,6 +96,8 @@ export const PolicySchema = z.strictObject({
   allow_implicit_code: z.boolean().default(false),
   /** Whether tasks may only be placed on workers that run them sandboxed (not `--isolation none`). */
   require_isolation: z.boolean().default(true),
+  /** Per-task resource limits: defaults and maxima per leased card (src/contracts/task-limits.ts). */
+  task_limits: PolicyLimitsSchema.prefault({}),
 });
 
 /** Operator policy. */

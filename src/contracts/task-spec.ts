@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { codePointName, HIDDEN_CHAR } from './hidden-chars.js';
+import { SpecLimitsSchema } from './task-limits.js';
 
 /**
  * The task spec an agent proposes (docs/mcp-tools.md). Names are final; unknown keys are refused.
@@ -286,6 +287,7 @@ export const TaskSpecSchema = z
       .describe(
         "Hard stop in seconds, a whole number from 1 to 604800 and within the operator's limit: SIGTERM, a grace period, then SIGKILL (TIMED_OUT).",
       ),
+    limits: SpecLimitsSchema.optional(),
     notes: z
       .string()
       .max(65536)

@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { ResolvedLimitsSchema } from './task-limits.js';
 import { TaskSpecSchema } from './task-spec.js';
 import { SlurmJobReportSchema } from './worker-protocol.js';
 
@@ -28,6 +29,8 @@ export const SandboxSummarySchema = z.object({
   runtime: z.enum(['process', 'container']),
   image: z.string().nullable(),
   network: z.enum(['none', 'host']),
+  /** The resource limits the task runs with (the spec's asks, else the policy's per-card defaults). */
+  limits: ResolvedLimitsSchema,
 });
 /** How a spec will run, for the reviewer. */
 export type SandboxSummary = z.infer<typeof SandboxSummarySchema>;

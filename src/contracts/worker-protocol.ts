@@ -1,6 +1,7 @@
 import { z } from 'zod';
 import { ERROR_CODES } from './errors.js';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
+import { ResolvedLimitsSchema } from './task-limits.js';
 import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
 
 /**
@@ -63,6 +64,8 @@ export const FailureReasonSchema = z.enum([
   'KILLED_BY_SIGNAL',
   'TIMED_OUT',
   'OOM_KILLED',
+  'OUT_OF_MEMORY',
+  'DISK_LIMIT',
   'SETUP_FAILED',
   'OUTPUT_MISSING',
   'WORKER_LOST',
@@ -119,6 +122,12 @@ export const ExecutionPlanSchema = z.object({
    * e.g. Python's isolated-mode flags before a script from the inputs); absent = spec.runtime.argv.
    */
   argv: z.array(z.string().max(8192)).min(1).max(1040).optional(),
+  /**
+   * The task's resource limits, resolved by the master from the spec and the policy
+   * (src/domain/task-limits.ts); the worker enforces them and reports what it enforced in the exit's
+   * `detail`. Absent (an older master): the worker applies no limit.
+   */
+  limits: ResolvedLimitsSchema.optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;

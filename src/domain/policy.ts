@@ -5,6 +5,7 @@ import { envControlOf } from './env-control.js';
 import { checkInputs } from './policy-inputs.js';
 import { checkExecutable, checkImage } from './policy-runtime.js';
 import type { Add, Finding, FindingSeverity, PolicyFacts } from './policy-types.js';
+import { checkLimits } from './task-limits.js';
 import { quoteUntrusted as q, quoteList } from './untrusted.js';
 
 export type { Finding, FindingSeverity, PolicyFacts } from './policy-types.js';
@@ -61,6 +62,7 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
   }
 
   checkEnv(spec, policy, add);
+  checkLimits(spec, policy, add);
 
   const perNode = spec.cards.per_node;
   if (perNode !== undefined && spec.cards.count > perNode && (spec.network ?? 'none') === 'none') {

@@ -68,6 +68,8 @@ export interface ExecutionExit {
   readonly log_errors: string[];
   /** Why the task could not be started, when failure_reason is SETUP_FAILED. */
   readonly setup_error?: string;
+  /** The limit the task broke (OUT_OF_MEMORY, DISK_LIMIT) and what the worker enforced, one line each. */
+  readonly limits_detail?: readonly string[];
 }
 
 /** The final result: the exit plus the cleanup receipt. */

@@ -295,6 +295,7 @@ export class ExecutionManager {
           joinDetail([
             stopped ? 'the worker stopped while the task ran' : undefined,
             exit.setup_error,
+            ...(exit.limits_detail ?? []),
             ...exit.output_errors,
             ...exit.log_errors,
           ]),

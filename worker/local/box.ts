@@ -1,5 +1,6 @@
 import type { ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
+import type { TaskLimits } from '../sandbox/limits.js';
 import type { GroupMember } from './process-group.js';
 import { liveGroupMembers, liveNamespaceMembers, signalGroup, signalPid } from './process-group.js';
 
@@ -54,6 +55,12 @@ export interface TaskBox {
   exitOf(code: number | null, signal: NodeJS.Signals | null): BoxExit;
   /** Releases what the box holds outside its processes (a container record); never throws. */
   dispose(): Promise<void>;
+  /**
+   * The task's resource limits where this box enforces them (a bwrap box; sandbox/limits.ts): the
+   * executor moves the spawned process into the task's cgroup before releasing it (`confine`), starts
+   * the disk watch, and asks after the exit which limit, if any, ended the task.
+   */
+  readonly limits?: TaskLimits;
 }
 
 /** The `none` box: the task's own argv in a new process group. */
@@ -84,15 +91,19 @@ export function plainBox(spawn: BoxSpawn): TaskBox {
  * status, a signal death as 128 + the signal number, which is mapped back (so a task that calls
  * `exit(137)` reads as SIGKILL: bwrap gives no way to tell them apart).
  */
-export function bwrapBox(spawn: BoxSpawn): TaskBox {
+export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): TaskBox {
   let pgid: number | undefined;
   let initPid: number | undefined;
   let pidNamespace: number | undefined;
   const members = async (): Promise<GroupMember[]> => {
     const inNamespace = pidNamespace === undefined ? [] : await liveNamespaceMembers(pidNamespace);
     const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
-    const seen = new Set(group.map((m) => m.pid));
-    return [...group, ...inNamespace.filter((m) => !seen.has(m.pid))].sort((a, b) => a.pid - b.pid);
+    // The cgroup holds whatever the task started, wherever it went (a process can leave its group and,
+    // through a setuid helper, even its namespace; never its cgroup).
+    const inCgroup = limits === null ? [] : (await limits.procs()).map((pid) => ({ pid, name: '?' }));
+    const byPid = new Map<number, GroupMember>();
+    for (const m of [...inCgroup, ...inNamespace, ...group]) byPid.set(m.pid, m);
+    return [...byPid.values()].sort((a, b) => a.pid - b.pid);
   };
   return {
     kind: 'bwrap',
@@ -125,6 +136,7 @@ export function bwrapBox(spawn: BoxSpawn): TaskBox {
     kill: () => {
       if (initPid !== undefined) signalPid(initPid, 'SIGKILL');
       if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+      void limits?.killAll();
     },
     live: members,
     exitOf: (code, signal) => {
@@ -132,7 +144,8 @@ export function bwrapBox(spawn: BoxSpawn): TaskBox {
       const name = signalName(code - 128);
       return name === null ? { code, signal } : { code: null, signal: name };
     },
-    dispose: async () => undefined,
+    dispose: async () => limits?.release(),
+    ...(limits === null ? {} : { limits }),
   };
 }
 

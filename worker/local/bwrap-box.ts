@@ -2,6 +2,7 @@ import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { bwrapArgs, bwrapCommandLine, hiddenMounts, taskEnvProblem } from '../sandbox/bwrap.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { HELPER_ENV } from '../sandbox/helper-commands.js';
+import type { TaskLimits } from '../sandbox/limits.js';
 import type { SandboxSetup } from '../sandbox/setup.js';
 import { taskBwrapRequest, taskHiddenPaths } from '../sandbox/task-bwrap.js';
 import type { ExecutorProvider } from '../task-io/env.js';
@@ -31,6 +32,8 @@ export interface BwrapBoxRequest {
   readonly identity: { uid: number; gid: number } | null;
   /** The task's environment (task-io/env.ts buildTaskEnv). */
   readonly env: Readonly<Record<string, string>>;
+  /** The task's resource limits as set up on this host (sandbox/limits.ts); null: the plan has none. */
+  readonly limits: TaskLimits | null;
 }
 
 /** The box, or why the task cannot start (SETUP_FAILED). */
@@ -65,5 +68,5 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
   });
   const line = bwrapCommandLine(args, 4);
-  return bwrapBox({ command: sandbox.bwrap, args: line.argv, env, argsData: line.data });
+  return bwrapBox({ command: sandbox.bwrap, args: line.argv, env, argsData: line.data }, req.limits);
 }

@@ -7,7 +7,6 @@ import {
   cardDevices,
   containerArgs,
   containerName,
-  DEFAULT_PIDS_LIMIT,
   envFileText,
   imageRunRef,
   inspectImage,
@@ -87,7 +86,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     devices,
     network: plan.spec.network ?? 'none',
     user: req.user,
-    pidsLimit: DEFAULT_PIDS_LIMIT,
+    limits: plan.limits ?? null,
     init: tasks.setup.init,
     argv: runtime.argv,
   });

@@ -6,12 +6,13 @@ import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
+import { describeEnforced, type LimitBreach } from '../sandbox/limits.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
 import type { OomProbe } from './process-group.js';
-import { probeOomKills, readOomKillCount } from './process-group.js';
+import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js';
 import { type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
 import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
 import { localVerdict } from './verdict.js';
@@ -34,8 +35,9 @@ import { localVerdict } from './verdict.js';
  *      nothing; the box is chosen (box.ts): bubblewrap with only the leased cards' device nodes, or a
  *      plain process group when the worker runs with `--isolation none`; a `container` task gets the
  *      engine's container instead (container-task.ts), whatever the isolation.
- *   2. spawn the box (no shell) as the leader of a new process group; stdout/stderr are pumped to the
- *      log files and to `onLog`.
+ *   2. spawn the box (no shell) as the leader of a new process group; a bwrap box with limits
+ *      (sandbox/limits.ts) enters the task's cgroup before it reads its options, so before any code of
+ *      the task runs, and its task dir is watched; stdout/stderr are pumped to the log files and to `onLog`.
  *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
  *   4. main process exits: whatever is left gets SIGTERM, the rest of the grace, SIGKILL (a sandbox
  *      has nothing left: its PID namespace died with the task's first process) (teardown.ts).
@@ -43,7 +45,8 @@ import { localVerdict } from './verdict.js';
  *      → `exited`.
  *   6. cleanup receipt: poll until the box has no live process and `checkCardsClean` says clean,
  *      for at most `cleanup_timeout_seconds` (counted from the end of step 4) → `done` settles
- *      (teardown.ts).
+ *      (teardown.ts); the box is disposed (a bwrap box with limits: its cgroup emptied and removed, the
+ *      task dir, its scratch, removed).
  *
  * The handle's promises never reject: whatever the task does, the result says what happened.
  */
@@ -134,17 +137,25 @@ class ExecutionRun {
     }
     this.box = setup.box;
     if (this.cancelRequested) {
+      await setup.box.dispose();
       releaseTaskUid(this.plan, this.opts);
       return this.neverStarted('CANCELLED');
     }
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
     // first allocation could already include its own OOM kill.
     const oomProbe = await probeOomKills('self');
-    if (this.cancelRequested) return this.neverStarted('CANCELLED');
+    if (this.cancelRequested) {
+      await setup.box.dispose();
+      return this.neverStarted('CANCELLED');
+    }
 
     // 2. spawn
     const spawned = await this.spawnTask(setup.box, execRoot);
-    if (typeof spawned === 'string') return this.neverStarted('SETUP_FAILED', spawned);
+    if (typeof spawned === 'string') {
+      await setup.box.dispose();
+      return this.neverStarted('SETUP_FAILED', spawned);
+    }
+    setup.box.limits?.watch(() => setup.box.kill());
 
     // 3. time limit and cancel
     this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
@@ -170,19 +181,24 @@ class ExecutionRun {
       this.plan.spec.outputs,
     );
     const oomKilled = signal === 'SIGKILL' && oomProbe !== null && (await oomCountRose(oomProbe));
+    const limits = box.limits;
+    const breach = limits === undefined ? null : await limits.breach();
+    const failure = localVerdict({
+      killReason: this.killReason,
+      exitCode: code,
+      signal,
+      oomKilled,
+      breach: breach?.reason ?? null,
+      requiredMissing: collection.requiredMissing,
+    });
     const exited: ExecutionExit = {
       exit_code: code,
       signal,
-      failure_reason: localVerdict({
-        killReason: this.killReason,
-        exitCode: code,
-        signal,
-        oomKilled,
-        requiredMissing: collection.requiredMissing,
-      }),
+      failure_reason: failure,
       outputs: collection.outputs,
       output_errors: collection.errors,
       log_errors: logErrors,
+      ...limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
     };
     this.resolveExited(exited);
 
@@ -236,6 +252,15 @@ class ExecutionRun {
     }
     // Later 'error' events (e.g. a failed kill) must not become uncaught exceptions.
     child.on('error', () => undefined);
+    // bwrap reads its options (fd 4) before it does anything else: until they are written it runs none of
+    // the task's code, so this is where it enters the task's cgroup, and all it forks is born inside.
+    const confined = (await box.limits?.confine(child.pid)) ?? null;
+    if (confined !== null) {
+      signalGroup(child.pid, 'SIGKILL');
+      child.stdout?.destroy();
+      child.stderr?.destroy();
+      return confined;
+    }
     if (argsData !== undefined) {
       // bwrap reads its options to the end before anything else; if it dies first, its exit says why.
       const argsPipe = child.stdio[4] as Writable | null | undefined;
@@ -294,6 +319,26 @@ class ExecutionRun {
     this.resolveExited(exited);
     return { ...exited, cleaned: false, cleanup_detail: 'executor failed; cleanup not confirmed' };
   }
+}
+
+/** What the exit reports of the task's limits: the one it broke, and what was enforced (sandbox/limits.ts). */
+function limitsDetail(
+  plan: ExecutionPlan,
+  box: TaskBox,
+  broke: LimitBreach | null,
+): Pick<ExecutionExit, 'limits_detail'> {
+  if (plan.limits === undefined) return {};
+  if (box.limits !== undefined)
+    return {
+      limits_detail: [...(broke === null ? [] : [broke.detail]), describeEnforced(box.limits.enforced())],
+    };
+  // An unsandboxed worker enforces nothing, and says so once, in its hello (UNISOLATED).
+  if (box.kind !== 'container') return {};
+  return {
+    limits_detail: [
+      'limits enforced: by the container engine (--memory, --memory-swap, --pids-limit, --cpu-shares, --shm-size, /tmp size); task dir not watched',
+    ],
+  };
 }
 
 async function oomCountRose(probe: OomProbe): Promise<boolean> {

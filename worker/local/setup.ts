@@ -3,6 +3,7 @@ import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { executionIdProblem } from '../executions/executor.js';
 import type { ContainerTasks } from '../sandbox/container.js';
 import { NOBODY } from '../sandbox/container.js';
+import { setupTaskLimits } from '../sandbox/limits.js';
 import type { RunAs } from '../sandbox/run-as.js';
 import type { SandboxSetup } from '../sandbox/setup.js';
 import type { ExecutorProvider } from '../task-io/env.js';
@@ -95,6 +96,17 @@ export async function setupExecution(
     const [command = '', ...args] = plan.argv ?? runtime.argv;
     return { box: plainBox({ command, args, env, ...(identity ?? {}) }), owner };
   }
+  // 1d. the task's limits: its cgroup exists (empty) before anything of the task does.
+  const limits =
+    plan.limits === undefined
+      ? null
+      : await setupTaskLimits({
+          executionId: plan.execution_id,
+          limits: plan.limits,
+          cgroups: sandbox.cgroups ?? null,
+          taskDir: layout.taskDir,
+        });
+  if (typeof limits === 'string') return limits;
   const box = bwrapBoxFor({
     plan,
     sandbox,
@@ -104,8 +116,13 @@ export async function setupExecution(
     mounts,
     identity,
     env,
+    limits,
   });
-  return typeof box === 'string' ? box : { box, owner };
+  if (typeof box === 'string') {
+    await limits?.release();
+    return box;
+  }
+  return { box, owner };
 }
 
 /** Gives back the task's uid (container or root bwrap task), once nothing of the task can act under it. */

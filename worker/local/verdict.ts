@@ -15,13 +15,20 @@ export interface LocalOutcome {
   readonly signal: string | null;
   /** The cgroup's OOM kill count rose while the task ran (looked at only when SIGKILL ended it). */
   readonly oomKilled: boolean;
+  /** The task limit (sandbox/limits.ts) the task broke: its cgroup's OOM kill, or the disk watch. */
+  readonly breach: 'OUT_OF_MEMORY' | 'DISK_LIMIT' | null;
   /** A required output was not found. */
   readonly requiredMissing: boolean;
 }
 
-/** The failure reason, null on success: the executor's own kill first, then the signal, the code, the outputs. Pure. */
+/**
+ * The failure reason, null on success: the executor's own kill first, then a broken task limit (when
+ * the task failed: a task that survives its child's OOM kill and exits 0 succeeded), the signal, the
+ * code, the outputs. Pure.
+ */
 export function localVerdict(o: LocalOutcome): FailureReason | null {
   if (o.killReason !== null) return o.killReason;
+  if (o.breach !== null && (o.signal !== null || o.exitCode !== 0)) return o.breach;
   if (o.signal !== null) return o.oomKilled ? 'OOM_KILLED' : 'KILLED_BY_SIGNAL';
   if (o.exitCode !== 0) return 'EXIT_NONZERO';
   return o.requiredMissing ? 'OUTPUT_MISSING' : null;

@@ -17,7 +17,8 @@ export { findOnPath } from './helper-commands.js';
  *      its sockets) and the data dirs elsewhere are simply absent;
  *   2. hidden paths inside those covered by an empty tmpfs (directories) or /dev/null (files): the
  *      worker's and the master's data dirs, /root, /home, the policy's `hidden_paths`;
- *   3. a fresh /proc of its own PID namespace, a minimal /dev, a private /tmp and /dev/shm (1777);
+ *   3. a fresh /proc of its own PID namespace, a minimal /dev, a private /tmp and /dev/shm (1777), each
+ *      a tmpfs of the size the task's limits give (sandbox/limits.ts);
  *   4. the task's executable and the files the policy pins (an interpreter's script and its directory)
  *      bound read-only at their own path, so a script the reviewer approved runs wherever it lives
  *      (the directories above it made 0755, see ancestorDirs);
@@ -113,6 +114,8 @@ export interface BwrapRequest {
   readonly statusFd: number | null;
   /** The task's argv. */
   readonly argv: readonly string[];
+  /** Sizes of the private /tmp and /dev/shm in bytes (the task's limits); absent: the kernel's default, half the RAM. */
+  readonly tmpfsBytes?: { readonly tmp: number; readonly shm: number };
   /** The placed inputs (task-io/inputs.ts): their host dir and its top-level names. */
   readonly inputs?: { readonly dir: string; readonly entries: readonly string[] };
   /** Named data mounts the spec asked for, as this worker's operator declared them. */
@@ -156,8 +159,11 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   }
   // The private /tmp first, so that a program pinned under the host's /tmp is bound on top of it.
   // Both tmpfs are 1777 like the host's: bwrap makes them root's 0755, which a task uid cannot write.
-  args.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', '--tmpfs', '/dev/shm');
-  args.push('--perms', '1777', '--tmpfs', '/tmp');
+  // Sized by the task's limits (`--size`, bubblewrap 0.7 on): past it a write fails with ENOSPC, and
+  // what is written counts against the task's memory limit too (tmpfs pages are charged to its cgroup).
+  const size = (bytes: number | undefined) => (bytes === undefined ? [] : ['--size', String(bytes)]);
+  args.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', ...size(req.tmpfsBytes?.shm));
+  args.push('--tmpfs', '/dev/shm', '--perms', '1777', ...size(req.tmpfsBytes?.tmp), '--tmpfs', '/tmp');
   args.push(...ancestorDirs(req.pinned, [...req.system.dirs, ...req.system.links.map(([, path]) => path)]));
   for (const p of req.pinned) args.push('--ro-bind', p, p);
   // A device below a directory /dev does not have (Hygon's /dev/dri/renderD*): bwrap would make that

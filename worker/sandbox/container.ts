@@ -2,8 +2,10 @@ import { execFile } from 'node:child_process';
 import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
+import type { ResolvedLimits } from '../../src/contracts/task-limits.js';
 import type { NetworkMode } from '../../src/contracts/task-spec.js';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
+import { v1Shares } from './cgroups.js';
 import type { DeviceNode, SimNodes } from './devices.js';
 import { findOnPath, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 import type { TaskUidPool } from './task-uids.js';
@@ -34,7 +36,7 @@ export const CONTAINER_LABEL = 'gpu-broker.execution';
 export const CONTAINER_TASK_DIR = '/task';
 /** The uid/gid a task runs as when the worker has no uid pool (a worker that is not root). */
 export const NOBODY = 65534;
-/** Most processes one task container may have. */
+/** Most processes one task container may have when the plan carries no limits (an older master). */
 export const DEFAULT_PIDS_LIMIT = 4096;
 
 /** The engine a worker runs container tasks with, as probed at start. */
@@ -84,7 +86,8 @@ export interface ContainerRequest {
   readonly devices: CardDevices;
   readonly network: NetworkMode;
   readonly user: { uid: number; gid: number };
-  readonly pidsLimit: number;
+  /** The task's resource limits, through the engine's own flags (issue 21); null: the pids limit only. */
+  readonly limits: ResolvedLimits | null;
   readonly init: boolean;
   /** The task's argv inside the image. */
   readonly argv: readonly string[];
@@ -115,6 +118,26 @@ export function cardDevices(
   return { kind: 'nodes', nodes: nodes() };
 }
 
+/**
+ * The engine's flags for the task's limits (issue 21): memory with no swap beyond it, the pids limit,
+ * the CPU weight (as cgroup v1 shares, which both engines map to v2's cpu.weight), /dev/shm's size.
+ * /tmp's size is in its --tmpfs option; the task dir is watched like a sandbox's (sandbox/limits.ts).
+ */
+export function containerLimitArgs(l: ResolvedLimits): string[] {
+  return [
+    '--memory',
+    `${l.memory_mib}m`,
+    '--memory-swap',
+    `${l.memory_mib}m`,
+    '--pids-limit',
+    String(l.pids),
+    '--cpu-shares',
+    String(v1Shares(l.cpu_weight)),
+    '--shm-size',
+    `${l.shm_mib}m`,
+  ];
+}
+
 /** The argv after the engine's executable for one task: `run --rm … IMAGE ARGV…`. Pure. */
 export function containerArgs(req: ContainerRequest): string[] {
   const args = [
@@ -130,11 +153,10 @@ export function containerArgs(req: ContainerRequest): string[] {
     '--read-only',
     // runc keeps the mode of the image's /tmp (1777 in any usual image); mode= covers images without one.
     '--tmpfs',
-    '/tmp:rw,nosuid,nodev,mode=1777',
+    `/tmp:rw,nosuid,nodev,mode=1777${req.limits === null ? '' : `,size=${req.limits.tmp_mib}m`}`,
     '--user',
     `${req.user.uid}:${req.user.gid}`,
-    '--pids-limit',
-    String(req.pidsLimit),
+    ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),
     '--cap-drop=all',
     '--security-opt',
     'no-new-privileges',

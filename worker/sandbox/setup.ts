@@ -4,6 +4,7 @@ import type { CardSampler } from '../samplers/card-sampler.js';
 import { SimSampler } from '../samplers/sim-sampler.js';
 import type { SystemMounts } from './bwrap.js';
 import { probeBwrap, systemMounts } from './bwrap.js';
+import { type CgroupHierarchy, probeCgroups } from './cgroups.js';
 import type { ContainerEngineChoice, ContainerTasks } from './container.js';
 import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
@@ -44,6 +45,11 @@ export type SandboxSetup =
       readonly devDir?: string;
       /** The host's system directories, as bound into every sandbox (bwrap.ts systemMounts()). */
       readonly system: SystemMounts;
+      /**
+       * Where each task's cgroup is made (cgroups.ts; memory, pids and cpu limits); null where this host
+       * has no writable hierarchy (a worker that is not root): those limits are then reported as not enforced.
+       */
+      readonly cgroups?: CgroupHierarchy | null;
     };
 
 /** What `--isolation` accepts. */
@@ -66,6 +72,8 @@ export interface SandboxChoice {
   readonly devDir?: string;
   /** The engine for `container` tasks (`--container-engine`); default none (the CLIs default to auto). */
   readonly containerEngine?: ContainerEngineChoice;
+  /** The cgroup hierarchy for task limits; default: probed (cgroups.ts probeCgroups); null: none. */
+  readonly cgroups?: CgroupHierarchy | null;
 }
 
 /** The prepared isolation. */
@@ -135,6 +143,11 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
     );
   }
   const sim = await simNodes();
+  const cgroups = choice.cgroups === undefined ? await probeCgroups({ root }) : choice.cgroups;
+  const limitsLine =
+    cgroups === null
+      ? 'no writable cgroups: memory, pids and cpu limits NOT enforced'
+      : `limits through ${cgroups.describe}`;
   return {
     ...(await containers()),
     isolation: 'bwrap',
@@ -146,11 +159,12 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       uids,
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system: systemMounts(),
+      cgroups,
       ...(sim === undefined ? {} : { simNodes: sim }),
       ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
     summary: root
-      ? `sandboxed: ${probe.detail}; each task gets its own uid from ${range.first}-${range.last}`
-      : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host)`,
+      ? `sandboxed: ${probe.detail}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}`
+      : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host); ${limitsLine}`,
   };
 }

@@ -7,7 +7,8 @@ import type { SandboxSetup } from './setup.js';
 /**
  * The part of a task's bwrap request that does not depend on where the task runs, shared by the local
  * executor (local/bwrap-box.ts) and the Slurm one (slurm/job-setup.ts, for each rank): the system tree,
- * the task dir, the program and pinned files, the network, the inputs and the named mounts. Each adds
+ * the task dir, the program and pinned files, the network, the inputs, the named mounts and the sizes of
+ * /tmp and /dev/shm (the plan's limits). Each adds
  * what only it knows: the hidden paths as it can check them, the devices, the uid drop and the env.
  */
 
@@ -17,7 +18,10 @@ export function taskBwrapRequest(
   setup: Extract<SandboxSetup, { kind: 'bwrap' }>,
   layout: Pick<TaskLayout, 'taskDir' | 'inputsDir'>,
   mounts: readonly ResolvedMount[],
-): Pick<BwrapRequest, 'system' | 'taskDir' | 'pinned' | 'network' | 'argv' | 'inputs' | 'mounts'> {
+): Pick<
+  BwrapRequest,
+  'system' | 'taskDir' | 'pinned' | 'network' | 'argv' | 'inputs' | 'mounts' | 'tmpfsBytes'
+> {
   // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
   // mode, src/domain/run-argv.ts), else the spec's.
   const argv = plan.argv ?? plan.spec.runtime.argv;
@@ -32,8 +36,13 @@ export function taskBwrapRequest(
     argv,
     inputs: { dir: layout.inputsDir, entries: inputEntries(plan.spec.inputs ?? []) },
     mounts,
+    ...(plan.limits === undefined
+      ? {}
+      : { tmpfsBytes: { tmp: plan.limits.tmp_mib * MIB, shm: plan.limits.shm_mib * MIB } }),
   };
 }
+
+const MIB = 1024 * 1024;
 
 /**
  * The host paths a task's sandbox hides: the worker's data dirs (setup.hiddenPaths), ALWAYS_HIDDEN, the

@@ -239,6 +239,7 @@ class SlurmRun {
       lost: lostDetail !== null,
       requiredMissing: collection.requiredMissing,
       setupErrors,
+      ...(this.plan.limits === undefined ? {} : { memoryLimitMib: this.plan.limits.memory_mib }),
     });
     const exited: ExecutionExit = {
       exit_code: exitFile === null && signal !== null ? null : exitCode,

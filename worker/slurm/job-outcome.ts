@@ -24,6 +24,8 @@ export interface SlurmOutcome {
   requiredMissing: boolean;
   /** Why ranks could not build their sandbox (setup-error.<rank>); read only for sandboxed jobs. */
   setupErrors?: readonly string[];
+  /** The task's memory limit, requested with the job (`--mem`); absent: none was requested. */
+  memoryLimitMib?: number;
 }
 
 /** The failure reason (null on success) and a detail line for the agent. Pure. */
@@ -39,7 +41,13 @@ export function slurmVerdict(o: SlurmOutcome): { failure: FailureReason | null; 
     case 'CANCELLED':
       return { failure: 'KILLED_BY_SIGNAL', detail: 'the Slurm job was cancelled outside the broker' };
     case 'OUT_OF_MEMORY':
-      return { failure: 'OOM_KILLED', detail: 'Slurm reports OUT_OF_MEMORY' };
+      // With the task's limit requested as the job's --mem, Slurm's cgroup enforced that limit.
+      return o.memoryLimitMib === undefined
+        ? { failure: 'OOM_KILLED', detail: 'Slurm reports OUT_OF_MEMORY' }
+        : {
+            failure: 'OUT_OF_MEMORY',
+            detail: `Slurm reports OUT_OF_MEMORY: the task went over its memory limit of ${o.memoryLimitMib} MiB (requested with the job as --mem)`,
+          };
     case 'NODE_FAIL':
     case 'BOOT_FAIL':
       return { failure: 'WORKER_LOST', detail: `Slurm reports ${o.state}` };

@@ -149,6 +149,8 @@ export async function prepareSlurmJob(
     ...(backend.qos === undefined ? {} : { qos: backend.qos }),
     gpusPerNode: perNode,
     nodes,
+    // The task's memory limit, split over its nodes; Slurm's cgroup enforces it (docs/slurm.md).
+    ...(plan.limits === undefined ? {} : { memoryMibPerNode: Math.ceil(plan.limits.memory_mib / nodes) }),
     ntasksPerNode: 1,
     timeLimitSeconds: plan.spec.time_limit_seconds,
     stdout: files.stdout,

@@ -1,4 +1,5 @@
 import { type Policy, pinnedScripts } from '../../contracts/policy.js';
+import type { ResolvedLimits } from '../../contracts/task-limits.js';
 import type { Runtime } from '../../contracts/task-spec.js';
 import type { ExecutionPlan } from '../../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../../domain/lease.js';
@@ -6,6 +7,7 @@ import { runArgv } from '../../domain/run-argv.js';
 import { decide } from '../../domain/scheduling/decide.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type { SchedulingDecision, SchedulingSnapshot } from '../../domain/scheduling/types.js';
+import { resolveLimits } from '../../domain/task-limits.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
@@ -270,7 +272,7 @@ export class Scheduler implements TaskObserver {
       kill_grace_seconds: config.timing.kill_grace_seconds,
       cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
       vram_clean_pct: config.scheduling.vram_threshold_pct,
-      ...sandboxOfPlan(task.spec.runtime, config.policy),
+      ...sandboxOfPlan(task.spec.runtime, config.policy, resolveLimits(task.spec, config.policy)),
       argv: runArgv(task.spec, config.policy),
     };
     enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
@@ -293,18 +295,20 @@ export class Scheduler implements TaskObserver {
 }
 
 /**
- * What the plan carries for the worker's sandbox: the policy's hidden paths and, by runtime, the host
+ * What the plan carries for the worker's sandbox: the policy's hidden paths, the task's resolved limits
+ * (src/domain/task-limits.ts) and, by runtime, the host
  * file pins (a process) or the digest the image must have (a container listed in policy.images with a
  * digest; its argv runs inside the image, so no host file is pinned).
  */
 export function sandboxOfPlan(
   runtime: Runtime,
   policy: Policy,
-): Pick<ExecutionPlan, 'pins' | 'hidden_paths' | 'image_digest'> {
+  limits: ResolvedLimits,
+): Pick<ExecutionPlan, 'pins' | 'hidden_paths' | 'image_digest' | 'limits'> {
   const hidden_paths = policy.hidden_paths;
-  if (runtime.kind === 'process') return { pins: pinnedFiles(runtime.argv, policy), hidden_paths };
+  if (runtime.kind === 'process') return { pins: pinnedFiles(runtime.argv, policy), hidden_paths, limits };
   const digest = policy.images.find((i) => i.ref === runtime.image)?.digest;
-  return { pins: [], hidden_paths, ...(digest !== undefined ? { image_digest: digest } : {}) };
+  return { pins: [], hidden_paths, limits, ...(digest !== undefined ? { image_digest: digest } : {}) };
 }
 
 /** The policy's sha256 pins that apply to this argv: the executable's, and an allowed script's. */

@@ -1,3 +1,4 @@
+import type { Policy } from '../../contracts/policy.js';
 import type { TaskSpec } from '../../contracts/task-spec.js';
 import type {
   ProposalSummary,
@@ -9,6 +10,7 @@ import type {
 import type { SlurmJobReport } from '../../contracts/worker-protocol.js';
 import { isConfirmable } from '../../domain/policy.js';
 import { isSettledTask } from '../../domain/task.js';
+import { resolveLimits } from '../../domain/task-limits.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { Store } from '../../store/store.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -23,12 +25,13 @@ export function iso(ms: number | null): string | null {
   return ms === null ? null : new Date(ms).toISOString();
 }
 
-/** How a spec will run (runtime kind, image, network with its default filled in), for reviewers. */
-export function sandboxOf(spec: TaskSpec): SandboxSummary {
+/** How a spec will run (runtime kind, image, network with its default filled in, limits), for reviewers. */
+export function sandboxOf(spec: TaskSpec, policy: Policy): SandboxSummary {
   return {
     runtime: spec.runtime.kind,
     image: spec.runtime.kind === 'container' ? spec.runtime.image : null,
     network: spec.network ?? 'none',
+    limits: resolveLimits(spec, policy),
   };
 }
 

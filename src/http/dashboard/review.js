@@ -17,6 +17,11 @@ const CONTENT_PAGE_BYTES = 64 * 1024;
 
 const json = (v) => (v === undefined ? '(absent)' : JSON.stringify(v));
 
+/** The task's resource limits in one line (src/domain/task-limits.ts describeLimits). */
+function limitsText(l) {
+  return `memory ${l.memory_mib} MiB, pids ${l.pids}, cpu weight ${l.cpu_weight}, /tmp ${l.tmp_mib} MiB, /dev/shm ${l.shm_mib} MiB, task dir ${l.disk_mib} MiB`;
+}
+
 /** What runs: the sandbox, argv and the environment, each in its own block. */
 function renderRuns(revision) {
   const { sandbox, spec } = revision;
@@ -34,6 +39,7 @@ function renderRuns(revision) {
           sandbox.network === 'host'
             ? h('span', { class: 'badge warn' }, 'host network')
             : h('span', {}, 'none (loopback only)'),
+          sandbox.limits ? [' · limits: ', h('span', { class: 'limits' }, limitsText(sandbox.limits))] : null,
         )
       : null,
     h(

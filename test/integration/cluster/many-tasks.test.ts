@@ -127,7 +127,9 @@ describe('two workers × 4 cards', () => {
       );
     }
     const settled = await Promise.all(ids.map((id) => waitUntilSettled(alice, id, 60_000)));
-    expect(settled.map((t) => t.state)).toEqual(sizes.map(() => 'COMPLETED'));
+    expect(settled.map((t) => [t.state, t.failure_reason, t.failure_detail])).toEqual(
+      sizes.map(() => ['COMPLETED', null, null]),
+    );
     for (const [i, t] of settled.entries()) expect(t.cards).toHaveLength(sizes[i]!);
 
     const intervals = await Promise.all(ids.map(intervalOf));

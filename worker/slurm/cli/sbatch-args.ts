@@ -39,6 +39,9 @@ const RESERVED_OPTIONS = [
   '--qos',
   '--export-file',
   '--get-user-env',
+  '--mem',
+  '--mem-per-cpu',
+  '--mem-per-gpu',
 ];
 const RESERVED_SHORT = ['-o', '-e', '-D', '-J', '-N', '-t', '-p', '-A', '-q', '-G', '-W', '-H', '-n', '-a'];
 
@@ -80,6 +83,10 @@ export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[] } {
     `--ntasks-per-node=${tasks}`,
   );
   if (gpus > 0) args.push(`--gres=gpu:${gpus}`);
+  if (req.memoryMibPerNode !== undefined) {
+    checkCount('memoryMibPerNode', req.memoryMibPerNode, 1);
+    args.push(`--mem=${req.memoryMibPerNode}M`);
+  }
   if (req.timeLimitSeconds !== undefined) {
     if (!Number.isFinite(req.timeLimitSeconds) || req.timeLimitSeconds <= 0)
       throw new SlurmRequestError(`timeLimitSeconds must be > 0, got ${req.timeLimitSeconds}`);
@@ -108,7 +115,8 @@ function checkPath(what: string, p: string): void {
 }
 
 function checkCount(what: string, n: number, min: number): void {
-  if (!Number.isInteger(n) || n < min || n > 100_000) throw new SlurmRequestError(`bad ${what} ${n}`);
+  if (!Number.isInteger(n) || n < min || n > (what === 'memoryMibPerNode' ? 2 ** 34 : 100_000))
+    throw new SlurmRequestError(`bad ${what} ${n}`);
 }
 
 function checkExtraArg(a: string): void {

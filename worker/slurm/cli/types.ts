@@ -135,6 +135,11 @@ export interface SlurmSubmitRequest {
   gpusPerNode?: number;
   /** `--nodes`, default 1. */
   nodes?: number;
+  /**
+   * `--mem` in MiB: real memory per node (the task's memory limit over its nodes); absent: the
+   * partition's default. Slurm's task/cgroup enforces it where `ConstrainRAMSpace=yes` (docs/slurm.md).
+   */
+  memoryMibPerNode?: number;
   /** `--ntasks-per-node`, default 1. */
   ntasksPerNode?: number;
   /**

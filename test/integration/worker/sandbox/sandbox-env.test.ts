@@ -302,7 +302,7 @@ describe('container tasks', () => {
       devices: { kind: 'nodes', nodes: [] },
       network: 'none',
       user: { uid: 1, gid: 1 },
-      pidsLimit: 1,
+      limits: null,
       init: false,
       argv: ['/bin/true'],
     });

@@ -8,6 +8,7 @@ const base: LocalOutcome = {
   exitCode: 0,
   signal: null,
   oomKilled: false,
+  breach: null,
   requiredMissing: false,
 };
 
@@ -27,6 +28,22 @@ describe('localVerdict', () => {
     expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL' })).toBe('KILLED_BY_SIGNAL');
     expect(localVerdict({ ...base, exitCode: null, signal: 'SIGSEGV', requiredMissing: true })).toBe(
       'KILLED_BY_SIGNAL',
+    );
+  });
+
+  it('names the task limit that ended a failed task, and ignores it when the task still succeeded', () => {
+    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL', breach: 'OUT_OF_MEMORY' })).toBe(
+      'OUT_OF_MEMORY',
+    );
+    expect(localVerdict({ ...base, exitCode: 1, breach: 'OUT_OF_MEMORY', oomKilled: true })).toBe(
+      'OUT_OF_MEMORY',
+    );
+    expect(localVerdict({ ...base, exitCode: null, signal: 'SIGKILL', breach: 'DISK_LIMIT' })).toBe(
+      'DISK_LIMIT',
+    );
+    expect(localVerdict({ ...base, breach: 'OUT_OF_MEMORY' })).toBeNull();
+    expect(localVerdict({ ...base, killReason: 'TIMED_OUT', signal: 'SIGKILL', breach: 'DISK_LIMIT' })).toBe(
+      'TIMED_OUT',
     );
   });
 

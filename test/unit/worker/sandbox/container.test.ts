@@ -29,7 +29,7 @@ const request: ContainerRequest = {
   devices: { kind: 'nodes', nodes: [{ host: '/data/devices/nvidia3', inside: '/dev/nvidia3' }] },
   network: 'none',
   user: { uid: 2_000_000_000, gid: 2_000_000_000 },
-  pidsLimit: 4096,
+  limits: null,
   init: true,
   argv: ['/bin/sh', '-c', 'echo hi'],
 };
@@ -40,6 +40,27 @@ function values(args: string[], flag: string): string[] {
 }
 
 describe('containerArgs', () => {
+  it("passes the task's limits through the engine's own flags (issue 21)", () => {
+    const limits = {
+      memory_mib: 2048,
+      pids: 300,
+      cpu_weight: 200,
+      tmp_mib: 64,
+      shm_mib: 128,
+      disk_mib: 1024,
+    };
+    const args = containerArgs({ ...request, limits });
+    expect(values(args, '--memory')).toEqual(['2048m']);
+    // No swap beyond the memory limit.
+    expect(values(args, '--memory-swap')).toEqual(['2048m']);
+    expect(values(args, '--pids-limit')).toEqual(['300']);
+    expect(values(args, '--cpu-shares')).toEqual(['2048']);
+    expect(values(args, '--shm-size')).toEqual(['128m']);
+    expect(values(args, '--tmpfs')).toEqual(['/tmp:rw,nosuid,nodev,mode=1777,size=64m']);
+    // All before the image: after it they would be the task's argv.
+    expect(args.indexOf('--memory')).toBeLessThan(args.indexOf(request.image));
+  });
+
   it('runs the image with no network, read-only, unprivileged, never pulling, the argv last', () => {
     const args = containerArgs(request);
     expect(args.slice(0, 3)).toEqual(['run', '--rm', '--pull=never']);

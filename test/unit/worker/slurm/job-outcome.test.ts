@@ -25,6 +25,9 @@ describe('slurmVerdict', () => {
       detail: 'the Slurm job was cancelled outside the broker',
     });
     expect(slurmVerdict({ ...base, state: 'OUT_OF_MEMORY' }).failure).toBe('OOM_KILLED');
+    const limited = slurmVerdict({ ...base, state: 'OUT_OF_MEMORY', memoryLimitMib: 4096 });
+    expect(limited.failure).toBe('OUT_OF_MEMORY');
+    expect(limited.detail).toContain('memory limit of 4096 MiB');
     expect(slurmVerdict({ ...base, state: 'NODE_FAIL' }).failure).toBe('WORKER_LOST');
     expect(slurmVerdict({ ...base, lost: true, state: 'UNKNOWN_TO_SLURM' }).failure).toBe('WORKER_LOST');
   });

@@ -16,6 +16,17 @@ const base: SlurmSubmitRequest = {
 };
 
 describe('buildSbatchArgs', () => {
+  it("requests the task's memory per node with --mem, and refuses an operator --mem or a bad count", () => {
+    const { args } = buildSbatchArgs({ ...base, nodes: 2, memoryMibPerNode: 4096 });
+    expect(args).toContain('--mem=4096M');
+    expect(args.indexOf('--mem=4096M')).toBeLessThan(args.indexOf(base.scriptPath));
+    expect(buildSbatchArgs(base).args.some((a) => a.startsWith('--mem'))).toBe(false);
+    expect(() => buildSbatchArgs({ ...base, memoryMibPerNode: 0 })).toThrow(SlurmRequestError);
+    expect(() => buildSbatchArgs({ ...base, memoryMibPerNode: 1.5 })).toThrow(SlurmRequestError);
+    for (const extra of ['--mem=1G', '--mem-per-gpu=8G', '--mem-per-cpu=1G'])
+      expect(() => buildSbatchArgs({ ...base, extraArgs: [extra] })).toThrow(SlurmRequestError);
+  });
+
   it('puts operator args first, then the driver options, the script last', () => {
     const { args } = buildSbatchArgs({
       ...base,

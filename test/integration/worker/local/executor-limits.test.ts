@@ -1,0 +1,203 @@
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ResolvedLimits } from '../../../../src/contracts/task-limits.js';
+import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
+import type { ExecutionHandle } from '../../../../worker/executions/executor.js';
+import { startExecution } from '../../../../worker/local/executor.js';
+import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { type CgroupHierarchy, probeCgroups } from '../../../../worker/sandbox/cgroups.js';
+import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
+import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
+import type { Chunk } from '../../../support/executor-plan.js';
+import { makePlan, sh, text } from '../../../support/executor-plan.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
+import { waitFor } from '../../../support/wait.js';
+
+// Per-task resource limits (issue 21), each by a real task in a real sandbox with a real cgroup: the
+// kernel enforces them, and the test reads them back from the kernel. Every attack is kept as a test.
+
+const probe = await probeBwrap({ root: isRoot });
+const cgroups: CgroupHierarchy | null = isRoot ? await probeCgroups({ root: true }) : null;
+const ready = requireOrSkip(
+  'bubblewrap, root and a writable cgroup hierarchy',
+  probe.ok && probe.bwrap !== null && probe.env !== null && cgroups !== null,
+  `${probe.detail}; cgroups ${cgroups === null ? 'not writable here' : cgroups.describe}`,
+);
+
+const LIMITS: ResolvedLimits = {
+  memory_mib: 128,
+  pids: 64,
+  cpu_weight: 50,
+  tmp_mib: 8,
+  shm_mib: 4,
+  disk_mib: 16,
+};
+
+let dataDir: string;
+let rootDir: string;
+let sandbox: SandboxSetup;
+
+beforeAll(async () => {
+  if (!ready || probe.bwrap === null || probe.env === null) return;
+  dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-limits-'));
+  rootDir = join(dataDir, 'executions');
+  sandbox = {
+    kind: 'bwrap',
+    bwrap: probe.bwrap,
+    setpriv: probe.setpriv,
+    envHelper: probe.env,
+    uids: new TaskUidPool({ first: 2_000_200_000, last: 2_000_200_099 }),
+    hiddenPaths: [dataDir],
+    system: systemMounts(),
+    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 2, true),
+    cgroups,
+  };
+});
+afterAll(() => {
+  if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
+});
+
+function start(argv: string[], limits: Partial<ResolvedLimits> = {}, timeLimit = 30) {
+  const chunks: Chunk[] = [];
+  const base = makePlan({ argv });
+  const plan: ExecutionPlan = {
+    ...base,
+    spec: { ...base.spec, time_limit_seconds: timeLimit },
+    limits: { ...LIMITS, ...limits },
+  };
+  const handle: ExecutionHandle = startExecution(plan, {
+    rootDir,
+    workerId: 'worker-1',
+    provider: 'sim',
+    onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
+    cleanupPollMs: 20,
+    sandbox,
+  });
+  return { plan, handle, chunks, execRoot: join(rootDir, plan.execution_id) };
+}
+
+/** The task's cgroup dirs on this host, found by the execution id. */
+function cgroupDirs(executionId: string): string[] {
+  const self = readFileSync('/proc/self/cgroup', 'utf8');
+  const dirs: string[] = [];
+  for (const c of ['memory', 'pids', 'cpu']) {
+    const path =
+      self
+        .split('\n')
+        .find((l) => l.split(':')[1]?.split(',').includes(c))
+        ?.split(':')[2] ?? '/';
+    dirs.push(join('/sys/fs/cgroup', c, path, 'gpu-broker', executionId));
+  }
+  return dirs;
+}
+
+describe.runIf(ready)('per-task limits, enforced by the kernel', () => {
+  it('puts the task in its own cgroup before it runs, with the limits read back from the kernel', async () => {
+    const { plan, handle, chunks } = start(sh('cat /proc/self/cgroup; echo ready; sleep 30'));
+    await waitFor(() => text(chunks, 'stdout').includes('ready'));
+    const [memory, pids, cpu] = cgroupDirs(plan.execution_id);
+    expect(Number(readFileSync(join(memory!, 'memory.limit_in_bytes'), 'utf8'))).toBe(128 * 1024 * 1024);
+    expect(readFileSync(join(pids!, 'pids.max'), 'utf8').trim()).toBe('64');
+    expect(Number(readFileSync(join(cpu!, 'cpu.shares'), 'utf8'))).toBe(512);
+    // The task's own shell is in it (the whole sandbox is: bwrap entered before it read its options).
+    const inside = readFileSync(join(memory!, 'cgroup.procs'), 'utf8').trim().split('\n').map(Number);
+    expect(inside.length).toBeGreaterThanOrEqual(2);
+    handle.cancel('test');
+    const result = await handle.done;
+    expect(result.failure_reason).toBe('CANCELLED');
+    expect(result.cleaned).toBe(true);
+    // Removed at teardown, with the task dir (scratch).
+    for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
+  });
+
+  it('ends a memory hog over its limit with OUT_OF_MEMORY naming the limit; the worker lives on', async () => {
+    const hog = '/usr/bin/python3';
+    const { handle, execRoot } = start(
+      [hog, '-c', 'b = []\nwhile True: b.append(bytearray(16 * 1024 * 1024))'],
+      {},
+    );
+    const result = await handle.done;
+    expect(result.failure_reason).toBe('OUT_OF_MEMORY');
+    const exited = await handle.exited;
+    expect(exited.limits_detail?.join('\n')).toContain('memory limit of 128 MiB');
+    expect(exited.limits_detail?.join('\n')).toMatch(/limits enforced: memory_mib 128 MiB \(cgroup v[12]/);
+    expect(result.cleaned).toBe(true);
+    // Scratch is gone; the worker's logs stay.
+    expect(existsSync(join(execRoot, 'task'))).toBe(false);
+    expect(existsSync(join(execRoot, 'stdout.log'))).toBe(true);
+    expect(process.memoryUsage().rss).toBeLessThan(1024 ** 3);
+  });
+
+  it('holds a fork bomb at the pids limit and kills it all at the end', async () => {
+    // Each shell forks as fast as it can; the kernel refuses fork past pids.max.
+    const { plan, handle, chunks } = start(
+      sh(
+        'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2; echo "n=$(ls /proc | grep -c "^[0-9]")"; sleep 30',
+      ),
+      {},
+      4,
+    );
+    await waitFor(() => text(chunks, 'stdout').includes('n='), { timeoutMs: 15000 });
+    const [, pids] = cgroupDirs(plan.execution_id);
+    const current = Number(readFileSync(join(pids!, 'pids.current'), 'utf8'));
+    expect(current).toBeLessThanOrEqual(64);
+    const seen = Number(text(chunks, 'stdout').match(/n=(\d+)/)?.[1]);
+    expect(seen).toBeLessThanOrEqual(64);
+    const result = await handle.done;
+    expect(result.failure_reason).toBe('TIMED_OUT');
+    expect(result.cleaned).toBe(true);
+    for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
+  });
+
+  it('caps /tmp and /dev/shm: a write past the size fails with ENOSPC', async () => {
+    const { handle, chunks } = start(
+      sh(
+        'df -m /tmp /dev/shm | tail -n 2; head -c 20M /dev/zero 2>&1 >/tmp/big; echo "tmp=$?"; head -c 20M /dev/zero 2>&1 >/dev/shm/big; echo "shm=$?"',
+      ),
+    );
+    const result = await handle.done;
+    const out = text(chunks, 'stdout');
+    expect(out).toMatch(/No space left on device/);
+    expect(out).toContain('tmp=1');
+    expect(out).toContain('shm=1');
+    expect(result.failure_reason).toBeNull();
+  });
+
+  it('ends a task that fills its task dir past the disk limit with DISK_LIMIT', async () => {
+    const { handle, execRoot } = start(sh('head -c 40M /dev/zero > /task/scratch; sleep 30'));
+    const result = await handle.done;
+    expect(result.failure_reason).toBe('DISK_LIMIT');
+    expect((await handle.exited).limits_detail?.join('\n')).toContain('over its disk limit of 16 MiB');
+    expect(existsSync(join(execRoot, 'task'))).toBe(false);
+  });
+
+  it('keeps a task that tries to leave its cgroup inside it (attack)', async () => {
+    // The task writes its pid to the parent's and the root's cgroup.procs (not its to write: read-only
+    // /sys, no capabilities, another uid), calls setsid and double-forks; all of it stays inside.
+    const { plan, handle, chunks } = start(
+      sh(
+        'for f in /sys/fs/cgroup/memory/cgroup.procs /sys/fs/cgroup/pids/cgroup.procs /sys/fs/cgroup/memory/../cgroup.procs; do echo $$ > $f 2>/dev/null && echo "escaped $f"; done; (setsid sh -c "sleep 60" &) ; echo ready; sleep 60',
+      ),
+    );
+    await waitFor(() => text(chunks, 'stdout').includes('ready'));
+    expect(text(chunks, 'stdout')).not.toContain('escaped');
+    const [memory] = cgroupDirs(plan.execution_id);
+    const inside = readFileSync(join(memory!, 'cgroup.procs'), 'utf8').trim().split('\n').map(Number);
+    // bwrap, its init, the shell, the setsid sleeper and the main sleep at least.
+    expect(inside.length).toBeGreaterThanOrEqual(4);
+    handle.cancel('test');
+    const result = await handle.done;
+    expect(result.cleaned).toBe(true);
+    for (const pid of inside) expect(existsSync(`/proc/${pid}`) && !isZombie(pid)).toBe(false);
+  });
+});
+
+function isZombie(pid: number): boolean {
+  try {
+    return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').slice(-200));
+  } catch {
+    return false;
+  }
+}

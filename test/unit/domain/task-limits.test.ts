@@ -1,0 +1,97 @@
+import { describe, expect, it } from 'vitest';
+import { PolicySchema } from '../../../src/contracts/policy.js';
+import { DEFAULT_LIMITS_PER_CARD } from '../../../src/contracts/task-limits.js';
+import { TaskSpecSchema } from '../../../src/contracts/task-spec.js';
+import { evaluatePolicy } from '../../../src/domain/policy.js';
+import { describeLimits, maxLimits, resolveLimits } from '../../../src/domain/task-limits.js';
+import { validSpec } from '../../support/spec.js';
+
+// A task's limits from its spec and the policy (src/domain/task-limits.ts), and the finding for an ask
+// over the maximum.
+
+const policy = PolicySchema.parse({
+  executables: [{ path: '/bin/sh' }],
+  task_limits: {
+    per_card: { memory_mib: 1000, pids: 100, cpu_weight: 100, tmp_mib: 10, shm_mib: 20, disk_mib: 50 },
+    max_per_card: { memory_mib: 4000, pids: 400, cpu_weight: 10000, tmp_mib: 40, shm_mib: 80, disk_mib: 200 },
+  },
+});
+const spec = (over: object = {}) => TaskSpecSchema.parse(validSpec(over));
+
+describe('resolveLimits', () => {
+  it('gives the per-card defaults times the cards when the spec asks for nothing', () => {
+    expect(resolveLimits(spec(), policy)).toEqual({
+      memory_mib: 1000,
+      pids: 100,
+      cpu_weight: 100,
+      tmp_mib: 10,
+      shm_mib: 20,
+      disk_mib: 50,
+    });
+    expect(resolveLimits(spec({ cards: { count: 8 } }), policy).memory_mib).toBe(8000);
+    // cgroup's cpu.weight stops at 10000, whatever the card count.
+    expect(
+      resolveLimits(spec({ cards: { count: 64 } }), {
+        ...policy,
+        task_limits: {
+          ...policy.task_limits,
+          per_card: { ...policy.task_limits.per_card, cpu_weight: 1000 },
+        },
+      }).cpu_weight,
+    ).toBe(10000);
+  });
+
+  it('takes the spec’s asks, less or more than the default, and clamps to the maximum', () => {
+    const r = resolveLimits(spec({ limits: { memory_mib: 3000, pids: 10 } }), policy);
+    expect(r.memory_mib).toBe(3000);
+    expect(r.pids).toBe(10);
+    expect(r.tmp_mib).toBe(10);
+    expect(resolveLimits(spec({ limits: { memory_mib: 9999 } }), policy).memory_mib).toBe(4000);
+  });
+
+  it('has sound defaults in a policy that says nothing', () => {
+    const bare = PolicySchema.parse({});
+    expect(bare.task_limits.per_card).toEqual(DEFAULT_LIMITS_PER_CARD);
+    expect(maxLimits(bare, 2).memory_mib).toBe(2 * bare.task_limits.max_per_card.memory_mib);
+  });
+});
+
+describe('limits in the policy check', () => {
+  it('is an error finding (LIMIT_OVER_POLICY) per limit over the maximum, none within it', () => {
+    const findings = evaluatePolicy(spec({ limits: { memory_mib: 4001, shm_mib: 81, pids: 400 } }), policy, {
+      fileDigests: {},
+    }).filter((f) => f.code === 'LIMIT_OVER_POLICY');
+    expect(findings.map((f) => [f.severity, f.path])).toEqual([
+      ['error', 'limits.memory_mib'],
+      ['error', 'limits.shm_mib'],
+    ]);
+    expect(findings[0]?.message).toContain('at most 4000');
+    // Two cards may ask for twice as much.
+    expect(
+      evaluatePolicy(spec({ cards: { count: 2 }, limits: { memory_mib: 8000 } }), policy, {
+        fileDigests: {},
+      }).some((f) => f.code === 'LIMIT_OVER_POLICY'),
+    ).toBe(false);
+  });
+
+  it('refuses nonsense asks at parse time, and a policy whose default exceeds its maximum', () => {
+    for (const limits of [
+      { memory_mib: 0 },
+      { pids: -1 },
+      { cpu_weight: 10001 },
+      { tmp_mib: 1.5 },
+      { swap: 1 },
+    ])
+      expect(TaskSpecSchema.safeParse(validSpec({ limits })).success).toBe(false);
+    expect(
+      PolicySchema.safeParse({ task_limits: { per_card: { ...DEFAULT_LIMITS_PER_CARD, pids: 10 ** 6 } } })
+        .success,
+    ).toBe(false);
+  });
+
+  it('reads as one line', () => {
+    expect(describeLimits(resolveLimits(spec(), policy))).toBe(
+      'memory 1000 MiB, pids 100, cpu weight 100, /tmp 10 MiB, /dev/shm 20 MiB, task dir 50 MiB',
+    );
+  });
+});

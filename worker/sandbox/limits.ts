@@ -1,0 +1,192 @@
+import { lstat, readdir, rm } from 'node:fs/promises';
+import { join } from 'node:path';
+import type { EnforcedLimits, ResolvedLimits } from '../../src/contracts/task-limits.js';
+import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
+
+/**
+ * One sandboxed task's resource limits on this host (issue 21, docs/security.md "Resource limits"):
+ *
+ *   memory, pids, cpu   the task's own cgroup (cgroups.ts), entered by the sandbox's first process
+ *                       before it runs any of the task's code; OOM kills read from the kernel
+ *   /tmp, /dev/shm      bwrap `--size` on their tmpfs (bwrap.ts); writes past it fail with ENOSPC
+ *   task dir            a watchdog (DiskWatch) that measures the dir's allocated blocks and ends the
+ *                       task (DISK_LIMIT) past the limit; docs/decisions/0021-task-limits.md says why
+ *   scratch             the task dir is removed once the task's processes are gone
+ *
+ * What is enforced, and how, is reported with the exit (`detail`), limit by limit: the cgroup's values
+ * as the kernel reads them back (null, "not read back", where a file could not be read).
+ */
+
+const MIB = 1024 * 1024;
+/** How often the task dir is measured. */
+export const DISK_WATCH_MS = 1000;
+/** Most entries one measurement walks; past it the task is over its limit (a dir of a million files is abuse). */
+export const DISK_WATCH_MAX_ENTRIES = 200_000;
+
+/** Why a task ended because of its limits. */
+export interface LimitBreach {
+  readonly reason: 'OUT_OF_MEMORY' | 'DISK_LIMIT';
+  readonly detail: string;
+}
+
+/** The limits of one running task; see the module comment. */
+export interface TaskLimits {
+  readonly limits: ResolvedLimits;
+  /** Puts `pid` (not yet running the task's code) into the task's cgroup; returns why it could not. */
+  confine(pid: number): Promise<string | null>;
+  /** Starts the disk watch; `kill` ends the task when it is over. */
+  watch(kill: () => void): void;
+  /** After the task's exit: the limit it broke, or null. */
+  breach(): Promise<LimitBreach | null>;
+  /** Processes still in the task's cgroup (empty without one). */
+  procs(): Promise<number[]>;
+  /** Kills what is left in the cgroup (a process that escaped the PID namespace cannot escape it). */
+  killAll(): Promise<void>;
+  /** What was enforced, limit by limit. */
+  enforced(): EnforcedLimits;
+  /** Stops the watch, removes the cgroup and the task dir; never throws. */
+  release(): Promise<void>;
+}
+
+/** What setting up a task's limits needs. */
+export interface TaskLimitsRequest {
+  readonly executionId: string;
+  readonly limits: ResolvedLimits;
+  /** The host's hierarchy, or null where the worker could not find a writable one (reported as such). */
+  readonly cgroups: CgroupHierarchy | null;
+  /** The host dir at /task: watched, then removed. */
+  readonly taskDir: string;
+}
+
+/** Creates the task's cgroup and prepares the watch; returns why it could not (SETUP_FAILED). */
+export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimits | string> {
+  const { limits } = req;
+  let cgroup: TaskCgroup | null = null;
+  // What the kernel has, read back once made: the report says what is enforced, not what was asked.
+  let kernel: CgroupReadBack = { memoryBytes: null, pids: null, cpuWeight: null };
+  if (req.cgroups !== null) {
+    try {
+      cgroup = await req.cgroups.create(req.executionId, {
+        memoryBytes: limits.memory_mib * MIB,
+        pids: limits.pids,
+        cpuWeight: limits.cpu_weight,
+      });
+      kernel = await cgroup.readBack();
+    } catch (err) {
+      await cgroup?.remove();
+      return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
+    }
+  }
+  let timer: NodeJS.Timeout | undefined;
+  let diskBreach: LimitBreach | null = null;
+  const by = req.cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
+  const viaCgroup = (value: number | null) =>
+    cgroup === null || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
+  return {
+    limits,
+    confine: async (pid) => {
+      if (cgroup === null) return null;
+      try {
+        await cgroup.add(pid);
+        return null;
+      } catch (err) {
+        return `cannot move the task into its cgroup: ${describe(err)}`;
+      }
+    },
+    watch: (kill) => {
+      const limitBytes = limits.disk_mib * MIB;
+      const tick = async () => {
+        const used = await diskUse(req.taskDir, DISK_WATCH_MAX_ENTRIES);
+        if (used.bytes > limitBytes || used.truncated) {
+          diskBreach = {
+            reason: 'DISK_LIMIT',
+            detail: used.truncated
+              ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${limits.disk_mib} MiB)`
+              : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${limits.disk_mib} MiB`,
+          };
+          kill();
+          return;
+        }
+        timer = setTimeout(() => void tick(), DISK_WATCH_MS);
+      };
+      timer = setTimeout(() => void tick(), DISK_WATCH_MS);
+    },
+    breach: async () => {
+      clearTimeout(timer);
+      if (diskBreach !== null) return diskBreach;
+      if (cgroup !== null && (await cgroup.oomKills()) > 0)
+        return {
+          reason: 'OUT_OF_MEMORY',
+          detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.cgroups?.describe}) and the kernel killed it`,
+        };
+      return null;
+    },
+    procs: async () => (cgroup === null ? [] : cgroup.procs()),
+    killAll: async () => cgroup?.killAll(),
+    enforced: () => ({
+      memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
+      pids: viaCgroup(kernel.pids),
+      cpu_weight: viaCgroup(kernel.cpuWeight),
+      tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
+      shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
+      disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },
+    }),
+    release: async () => {
+      clearTimeout(timer);
+      if (cgroup !== null) {
+        await cgroup.killAll();
+        await cgroup.remove();
+      }
+      await rm(req.taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+    },
+  };
+}
+
+/** One line for the exit's detail: `limits enforced: memory 512 MiB (cgroup v1 …), …`. */
+export function describeEnforced(e: EnforcedLimits): string {
+  const parts: string[] = [];
+  const unit = (name: string) => (name === 'pids' || name === 'cpu_weight' ? '' : ' MiB');
+  for (const [name, v] of Object.entries(e)) {
+    if (v === undefined) continue;
+    parts.push(v.value === null ? `${name} ${v.by}` : `${name} ${v.value}${unit(name)} (${v.by})`);
+  }
+  return `limits enforced: ${parts.join(', ')}`;
+}
+
+/**
+ * Bytes allocated below `dir` (st_blocks × 512, as du counts: sparse holes are free), never following
+ * a symlink; `truncated` when more than `maxEntries` entries were seen.
+ */
+export async function diskUse(
+  dir: string,
+  maxEntries: number,
+): Promise<{ bytes: number; truncated: boolean }> {
+  let bytes = 0;
+  let entries = 0;
+  const stack = [dir];
+  while (stack.length > 0) {
+    const current = stack.pop()!;
+    let names: string[];
+    try {
+      names = await readdir(current);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      if (++entries > maxEntries) return { bytes, truncated: true };
+      const path = join(current, name);
+      try {
+        const st = await lstat(path);
+        bytes += st.blocks * 512;
+        if (st.isDirectory()) stack.push(path);
+      } catch {
+        // removed while we looked
+      }
+    }
+  }
+  return { bytes, truncated: false };
+}
+
+function describe(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
+}
