@@ -257,8 +257,9 @@ export class ExecutionManager {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
+    // Logs take the log lane (link/log-lane.ts): a seq only at their fair turn, behind no report.
     const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
-      outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
+      outbox.enqueueLog(id, stream, offset, data);
     };
     // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
     // resumed run goes on from the phase the previous worker process recorded.
@@ -305,6 +306,8 @@ export class ExecutionManager {
         'worker: execution exited',
       );
       store.transaction(() => {
+        // An ordinary task's log goes ahead of its exit; a flood's tail keeps its turns (log-lane.ts).
+        outbox.enqueueLogsBeforeExit(id);
         // Outputs first: when the master sees `exited`, every output it lists has already arrived.
         for (const o of exit.outputs) {
           outbox.enqueue({
