@@ -428,6 +428,12 @@ export const WelcomeSchema = z.object({
    * answers with a `probe` message. Absent from older masters: no probe.
    */
   qualification_python: z.string().startsWith('/').max(4096).optional(),
+  /**
+   * The master's `storage.max_log_bytes_per_task`: the worker keeps (on disk, and queued for the master)
+   * at most this much of each task's log it starts from now on, with one marker line past it. Absent
+   * from older masters: DEFAULT_MAX_LOG_BYTES_PER_TASK.
+   */
+  max_log_bytes_per_task: z.number().int().min(1024).optional(),
 });
 
 /** master → worker: run this plan. */

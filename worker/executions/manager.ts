@@ -6,6 +6,7 @@ import type {
   MasterMessage,
   WorkerErrorCode,
 } from '../../src/contracts/worker-protocol.js';
+import { DEFAULT_MAX_LOG_BYTES_PER_TASK } from '../../src/contracts/worker-protocol.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
@@ -77,8 +78,15 @@ const STOP_CLEANUP_WAIT_MS = 5_000;
 /** Executions of this worker process; see the module comment. */
 export class ExecutionManager {
   private readonly running = new Map<string, Running>();
+  /** Log bytes kept per task started from now on: the master's cap, from its latest welcome. */
+  private logCap = DEFAULT_MAX_LOG_BYTES_PER_TASK;
 
   constructor(private readonly deps: ExecutionManagerDeps) {}
+
+  /** The master's per-task log cap (welcome); applies to executions started after it. */
+  setLogCap(bytes: number): void {
+    this.logCap = bytes;
+  }
 
   /** How many executions this process is running. */
   runningCount(): number {
@@ -266,6 +274,7 @@ export class ExecutionManager {
     let phase: 'accepted' | 'started' | 'exited' = from;
     const handle = begin({
       onLog,
+      maxLogBytes: this.logCap,
       onProgress: (news, record) => {
         const moved = this.onProgress(id, news, record);
         if (moved) phase = 'started';

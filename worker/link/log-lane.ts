@@ -106,7 +106,10 @@ export class LogLane {
   }
 
   private take(executionId: string): OutgoingBody[] | null {
-    const turn = coalesceLogChunks(this.store.oldestQueuedLogChunks(executionId, TURN_ROWS), TURN_BYTES);
+    const turn = coalesceLogChunks(
+      this.store.oldestQueuedLogChunks(executionId, TURN_ROWS, TURN_BYTES),
+      TURN_BYTES,
+    );
     if (turn === null) return null;
     this.store.removeQueuedLogChunksThrough(executionId, turn.lastId);
     return turn.pieces.map((p) => ({ type: 'log', execution_id: executionId, ...p }));

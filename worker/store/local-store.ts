@@ -128,8 +128,11 @@ export interface LocalStore {
    * (the log lane's round-robin); null when the queue is empty.
    */
   nextQueuedLogExecution(after: string): string | null;
-  /** The oldest `limit` queued chunks of one execution, in the order they were queued. */
-  oldestQueuedLogChunks(executionId: string, limit: number): QueuedLogChunk[];
+  /**
+   * The oldest queued chunks of one execution, in the order they were queued: at most `limit`, and no
+   * more once they hold over `maxBytes` of UTF-8.
+   */
+  oldestQueuedLogChunks(executionId: string, limit: number, maxBytes: number): QueuedLogChunk[];
   /** Removes one execution's queued chunks up to position `id`; returns how many. */
   removeQueuedLogChunksThrough(executionId: string, id: number): number;
   /** UTF-8 bytes of one execution's queued chunks. */

@@ -44,8 +44,18 @@ export function logQueueRepo(db: LocalDb) {
     },
     nextQueuedLogExecution: (after: string): string | null =>
       stmts.nextAfter.get(after)?.execution_id ?? stmts.nextAfter.get('')?.execution_id ?? null,
-    oldestQueuedLogChunks: (executionId: string, limit: number): QueuedLogChunk[] =>
-      stmts.oldest.all(executionId, limit),
+    oldestQueuedLogChunks: (executionId: string, limit: number, maxBytes: number): QueuedLogChunk[] => {
+      // Rows are read one at a time and the read stops past `maxBytes`: a deep queue of full chunks
+      // must not be copied out of SQLite to move one of them.
+      const rows: QueuedLogChunk[] = [];
+      let bytes = 0;
+      for (const row of stmts.oldest.iterate(executionId, limit)) {
+        rows.push(row);
+        bytes += Buffer.byteLength(row.data);
+        if (bytes > maxBytes) break;
+      }
+      return rows;
+    },
     removeQueuedLogChunksThrough: (executionId: string, id: number): number =>
       stmts.removeThrough.run(executionId, id).changes,
     queuedLogBytes: (executionId: string): number => stmts.bytesOf.get(executionId)?.bytes ?? 0,
