@@ -1,6 +1,5 @@
-import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
+import { MAX_LOG_CHUNK_BYTES, type WorkerSequencedBody } from '../../src/contracts/worker-protocol.js';
 import type { LocalStore, QueuedLogChunk } from '../store/local-store.js';
-import type { OutgoingBody } from './outbox.js';
 
 /**
  * The log lane (issue 21): a task's log chunks do not take a seq when the pump delivers them. They wait
@@ -85,7 +84,7 @@ export class LogLane {
    * The next execution's turn, removed from the queue; empty when nothing is queued. Call inside the
    * transaction that appends the bodies to the outbox, so a chunk is never in neither or both.
    */
-  takeTurn(): OutgoingBody[] {
+  takeTurn(): WorkerSequencedBody[] {
     const id = this.store.nextQueuedLogExecution(this.last);
     if (id === null) return [];
     this.last = id;
@@ -97,15 +96,15 @@ export class LogLane {
    * ordinary task then precedes its `exited` report); nothing otherwise, and the rest keeps its turns.
    * Same transaction rule as `takeTurn`.
    */
-  takeAllOf(executionId: string, maxBytes: number = EXIT_LOG_BYTES): OutgoingBody[] {
+  takeAllOf(executionId: string, maxBytes: number = EXIT_LOG_BYTES): WorkerSequencedBody[] {
     if (this.store.queuedLogBytes(executionId) > maxBytes) return [];
-    const bodies: OutgoingBody[] = [];
+    const bodies: WorkerSequencedBody[] = [];
     for (let turn = this.take(executionId); turn !== null; turn = this.take(executionId))
       bodies.push(...turn);
     return bodies;
   }
 
-  private take(executionId: string): OutgoingBody[] | null {
+  private take(executionId: string): WorkerSequencedBody[] | null {
     const turn = coalesceLogChunks(
       this.store.oldestQueuedLogChunks(executionId, TURN_ROWS, TURN_BYTES),
       TURN_BYTES,

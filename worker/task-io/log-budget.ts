@@ -1,5 +1,3 @@
-import type { LogStreamName } from './logs.js';
-
 /**
  * The per-task log cap on the worker (issue 21): both streams of one task share `cap` bytes, the same
  * cap as the master's default (`DEFAULT_MAX_LOG_BYTES_PER_TASK`). Past it, each stream gets one marker
@@ -7,6 +5,9 @@ import type { LogStreamName } from './logs.js';
  * and outbox hold at most the cap (plus the markers) for a task however much it writes. Pure: the pump
  * (logs.ts) asks, writes what it is told, and keeps draining the pipe.
  */
+
+/** Which stream of the task (logs.ts's `LogStreamName`; not imported, logs.ts imports this file). */
+type LogStreamName = 'stdout' | 'stderr';
 
 /** What to do with one piece of a stream's output. */
 export interface LogTake {
