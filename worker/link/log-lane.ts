@@ -97,7 +97,9 @@ export class LogLane {
    * Same transaction rule as `takeTurn`.
    */
   takeAllOf(executionId: string, maxBytes: number = EXIT_LOG_BYTES): WorkerSequencedBody[] {
-    if (this.store.queuedLogBytes(executionId) > maxBytes) return [];
+    // Reads at most one chunk past `maxBytes`, however much a flood left queued.
+    const head = this.store.oldestQueuedLogChunks(executionId, Number.MAX_SAFE_INTEGER, maxBytes);
+    if (head.reduce((sum, c) => sum + Buffer.byteLength(c.data), 0) > maxBytes) return [];
     const bodies: WorkerSequencedBody[] = [];
     for (let turn = this.take(executionId); turn !== null; turn = this.take(executionId))
       bodies.push(...turn);
