@@ -20,6 +20,20 @@ export const PROTOCOL_VERSION = 2;
 
 /** Largest log chunk a worker sends in one message, in bytes. */
 export const MAX_LOG_CHUNK_BYTES = 64 * 1024;
+/**
+ * Most log bytes (stdout and stderr together) kept per task: the master's default
+ * `storage.max_log_bytes_per_task`, and what a worker keeps on its disk and queues for the master.
+ */
+export const DEFAULT_MAX_LOG_BYTES_PER_TASK = 64 * 1024 * 1024;
+
+/**
+ * The one line a worker writes into a stream's log file (and sends) where that stream's output first went
+ * past the task's cap of `cap` bytes; what follows it is dropped.
+ */
+export function logTruncatedMarker(cap: number): string {
+  return `\n[gpu-broker: log truncated at ${cap} bytes (stdout and stderr together); further output dropped]\n`;
+}
+
 /** Largest single output file a worker uploads, in bytes. */
 export const MAX_OUTPUT_FILE_BYTES = 8 * 1024 * 1024;
 /** Largest WebSocket message either side accepts (base64 of the largest output plus framing). */
@@ -423,6 +437,12 @@ export const WelcomeSchema = z.object({
    * answers with a `probe` message. Absent from older masters: no probe.
    */
   qualification_python: z.string().startsWith('/').max(4096).optional(),
+  /**
+   * The master's `storage.max_log_bytes_per_task`: the worker keeps (on disk, and queued for the master)
+   * at most this much of each task's log it starts from now on, with one marker line past it. Absent
+   * from older masters: DEFAULT_MAX_LOG_BYTES_PER_TASK.
+   */
+  max_log_bytes_per_task: z.number().int().min(1024).optional(),
 });
 
 /** master → worker: run this plan. */

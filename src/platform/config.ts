@@ -2,6 +2,7 @@ import { readFileSync } from 'node:fs';
 import { z } from 'zod';
 import { BrokerError } from '../contracts/errors.js';
 import { PolicySchema } from '../contracts/policy.js';
+import { DEFAULT_MAX_LOG_BYTES_PER_TASK } from '../contracts/worker-protocol.js';
 
 /**
  * The master's configuration: one JSON file (`--config FILE`) validated here, unknown keys refused,
@@ -36,7 +37,7 @@ export const StorageConfigSchema = z.strictObject({
     .int()
     .min(1024)
     .max(16 * 1024 * 1024 * 1024)
-    .default(64 * 1024 * 1024),
+    .default(DEFAULT_MAX_LOG_BYTES_PER_TASK),
   /**
    * Free bytes on the data dir's filesystem below which the master raises a `disk_low` warning
    * (default 1 GiB).

@@ -56,7 +56,16 @@ interface Session {
    * the writes are applied before anything else from this session, or when storage recovers.
    */
   pendingHello: HelloMessage | null;
+  /** When (performance.now) this session's current slice of message handling began; null between slices. */
+  sliceStart: number | null;
 }
+
+/**
+ * A session's messages are handled for at most about this long before its socket is paused until the
+ * event loop has run other work (issue 21): a worker streaming logs as fast as the link allows must
+ * not starve HTTP requests or other workers.
+ */
+export const INGEST_SLICE_MS = 10;
 
 /** Close codes the hub uses. */
 export const CLOSE_REPLACED = 4000;
@@ -156,6 +165,7 @@ export class WorkerHub implements WorkerLink {
       principalId,
       dead: false,
       pendingHello: null,
+      sliceStart: null,
     };
     this.sessions.set(workerId, session);
     ws.on('message', (data, isBinary) => this.onMessage(session, isBinary ? null : data.toString()));
@@ -175,6 +185,25 @@ export class WorkerHub implements WorkerLink {
 
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
+    if (s.sliceStart === null) {
+      s.sliceStart = performance.now();
+      setImmediate(() => {
+        s.sliceStart = null;
+      });
+    }
+    try {
+      this.handleMessage(s, text);
+    } finally {
+      // The slice has lasted long enough: the socket waits (TCP holds the worker back) until the event
+      // loop has run the requests and timers that were waiting.
+      if (!s.ws.isPaused && performance.now() - s.sliceStart >= INGEST_SLICE_MS) {
+        s.ws.pause();
+        setImmediate(() => s.ws.resume());
+      }
+    }
+  }
+
+  private handleMessage(s: Session, text: string | null): void {
     const parsed = parseMessage(WorkerMessageSchema, text);
     try {
       if (parsed.ok) this.dispatch(s, parsed.message);

@@ -20,12 +20,15 @@ import type { WorkerOptions } from './options.js';
  */
 
 /** The local executor (local/executor.ts): each plan runs as a process group (or container) on this host. */
-export function localExecutor(opts: Omit<ExecutorOptions, 'onLog' | 'checkCardsClean'>): Executor {
+export function localExecutor(
+  opts: Omit<ExecutorOptions, 'onLog' | 'checkCardsClean' | 'maxLogBytes'>,
+): Executor {
   return {
     start: (plan, hooks) =>
       startExecution(plan, {
         ...opts,
         onLog: hooks.onLog,
+        maxLogBytes: hooks.maxLogBytes,
         ...(hooks.checkCardsClean === undefined ? {} : { checkCardsClean: hooks.checkCardsClean }),
       }),
   };

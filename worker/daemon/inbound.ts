@@ -154,6 +154,7 @@ export class MasterInbox {
       { master_boot_id: msg.master_boot_id, sample_interval_ms: msg.sample_interval_ms },
       'worker: welcomed by the master',
     );
+    if (msg.max_log_bytes_per_task !== undefined) this.deps.executions.setLogCap(msg.max_log_bytes_per_task);
     outbox.startSession(msg.worker_marks);
     if (msg.qualification_python !== undefined) this.probeOnce(msg.qualification_python);
   }

@@ -32,6 +32,8 @@ export type BackendRef = SlurmJobReport;
 export interface ExecutionHooks {
   /** Receives stdout/stderr chunks; see task-io/logs.ts for the offset and encoding rules. */
   readonly onLog: LogChunkHandler;
+  /** Log bytes (both streams together) to keep for this run: the master's cap (welcome). */
+  readonly maxLogBytes: number;
   /** Says whether the leased cards show no process of this execution any more (local receipts; absent for sim cards). */
   readonly checkCardsClean?: () => Promise<{ clean: boolean; detail?: string }>;
   /**

@@ -6,6 +6,7 @@ import type {
   MasterMessage,
   WorkerErrorCode,
 } from '../../src/contracts/worker-protocol.js';
+import { DEFAULT_MAX_LOG_BYTES_PER_TASK } from '../../src/contracts/worker-protocol.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
@@ -77,8 +78,15 @@ const STOP_CLEANUP_WAIT_MS = 5_000;
 /** Executions of this worker process; see the module comment. */
 export class ExecutionManager {
   private readonly running = new Map<string, Running>();
+  /** Log bytes kept per task started from now on: the master's cap, from its latest welcome. */
+  private logCap = DEFAULT_MAX_LOG_BYTES_PER_TASK;
 
   constructor(private readonly deps: ExecutionManagerDeps) {}
+
+  /** The master's per-task log cap (welcome); applies to executions started after it. */
+  setLogCap(bytes: number): void {
+    this.logCap = bytes;
+  }
 
   /** How many executions this process is running. */
   runningCount(): number {
@@ -257,14 +265,16 @@ export class ExecutionManager {
     const { store, outbox, logger } = this.deps;
     const id = plan.execution_id;
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
+    // Logs take the log lane (link/log-lane.ts): a seq only at their fair turn, behind no report.
     const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
-      outbox.enqueue({ type: 'log', execution_id: id, stream, offset, data });
+      outbox.enqueueLog(id, stream, offset, data);
     };
     // The phase this process last recorded: each move below is compare-and-set on it (ADR 0014). A
     // resumed run goes on from the phase the previous worker process recorded.
     let phase: 'accepted' | 'started' | 'exited' = from;
     const handle = begin({
       onLog,
+      maxLogBytes: this.logCap,
       onProgress: (news, record) => {
         const moved = this.onProgress(id, news, record);
         if (moved) phase = 'started';
@@ -306,6 +316,8 @@ export class ExecutionManager {
         'worker: execution exited',
       );
       store.transaction(() => {
+        // An ordinary task's log goes ahead of its exit; a flood's tail keeps its turns (log-lane.ts).
+        outbox.enqueueLogsBeforeExit(id);
         // Outputs first: when the master sees `exited`, every output it lists has already arrived.
         for (const o of exit.outputs) {
           outbox.enqueue({

@@ -3,6 +3,7 @@ import { sequenced } from '../../src/contracts/sequencing.js';
 import type { WorkerMessage, WorkerSequencedBody } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { LocalStore, OutboxEntry } from '../store/local-store.js';
+import { LogLane } from './log-lane.js';
 
 /**
  * Outgoing sequenced messages (sample, execution, log, output). Every one is written to the local
@@ -18,6 +19,11 @@ import type { LocalStore, OutboxEntry } from '../store/local-store.js';
  *
  * The pump pauses while the socket holds more than HIGH_WATER_BYTES unwritten, so a long backlog (or a
  * big output) is paged out of SQLite instead of being copied into memory at once.
+ *
+ * Log chunks take another road (issue 21; log-lane.ts): `enqueueLog` queues them without a seq, and the
+ * pump moves one fair turn of them into the outbox only when nothing else waits and fewer than
+ * LOG_WINDOW_BYTES of log are sent but not acknowledged. The master's acks pace the logs, so a report
+ * enqueued during a flood waits behind at most that window, and acknowledged chunks leave the disk at once.
  */
 
 type SequencedMessage = Extract<WorkerMessage, { type: 'sample' | 'execution' | 'log' | 'output' | 'probe' }>;
@@ -34,6 +40,12 @@ export interface OutboxTransport {
 }
 
 const HIGH_WATER_BYTES = 8 * 1024 * 1024;
+/**
+ * Log bytes sent and not yet acknowledged before the lane waits: what a report may queue behind. At the
+ * master's ingest rate (tens of MiB/s on loopback) a few tens of ms; on a 50 ms link it still carries
+ * about 20 MiB/s of log.
+ */
+const LOG_WINDOW_BYTES = 1024 * 1024;
 const PAGE_SIZE = 64;
 const RETRY_PUMP_MS = 20;
 /** Acknowledged messages are kept this long (for debugging a session), then pruned. */
@@ -47,6 +59,10 @@ export class OutboxSender {
   private pumpTimer: NodeJS.Timeout | undefined;
   private lastPrune = 0;
   private pumpQueued = false;
+  private readonly logs: LogLane;
+  /** Log messages sent in this session and not yet acknowledged: `boot_id:seq` → bytes. */
+  private readonly logsInFlight = new Map<string, number>();
+  private logBytesInFlight = 0;
 
   constructor(
     private readonly store: LocalStore,
@@ -56,7 +72,9 @@ export class OutboxSender {
     private readonly logger: Logger,
     /** When acknowledged messages are old enough to prune (default the system clock). */
     private readonly clock: Clock = systemClock,
-  ) {}
+  ) {
+    this.logs = new LogLane(store);
+  }
 
   /** Appends one message under this boot's next seq and sends it if a session is live. */
   enqueue(body: OutgoingBody): OutboxEntry {
@@ -81,6 +99,21 @@ export class OutboxSender {
     return entry;
   }
 
+  /** Queues one log chunk of `executionId` for the log lane (see the module comment). */
+  enqueueLog(executionId: string, stream: 'stdout' | 'stderr', offset: number, data: string): void {
+    this.logs.queue(executionId, stream, offset, data);
+    this.schedulePump();
+  }
+
+  /**
+   * At an execution's exit, inside the transaction that enqueues its `exited` report (before it): its
+   * queued log goes first when small (log-lane.ts `takeAllOf`); a flood's tail keeps its turns.
+   */
+  enqueueLogsBeforeExit(executionId: string): void {
+    for (const body of this.logs.takeAllOf(executionId))
+      this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
+  }
+
   /** Step 1: the master welcomed us and said what it already has. */
   startSession(workerMarks: ReadonlyArray<{ boot_id: string; seq: number }>): void {
     for (const mark of workerMarks) {
@@ -89,6 +122,8 @@ export class OutboxSender {
         this.logger.debug({ boot_id: mark.boot_id, seq: mark.seq, n }, 'outbox: master already had these');
     }
     this.cursor = 0;
+    this.logsInFlight.clear();
+    this.logBytesInFlight = 0;
     this.live = true;
     this.pump();
   }
@@ -103,6 +138,13 @@ export class OutboxSender {
   /** Step 3: the master acknowledged one message. */
   ack(bootId: string, seq: number): void {
     this.store.ackOutbox(bootId, seq);
+    const key = `${bootId}:${seq}`;
+    const bytes = this.logsInFlight.get(key);
+    if (bytes !== undefined) {
+      this.logsInFlight.delete(key);
+      this.logBytesInFlight -= bytes;
+      this.schedulePump();
+    }
     this.maybePrune();
   }
 
@@ -141,6 +183,25 @@ export class OutboxSender {
     });
   }
 
+  /**
+   * Moves one turn of the log lane into the outbox when the window has room; whether it moved any. A
+   * full window waits for acks (`ack` pumps again), not for a timer.
+   */
+  private moveLogTurn(): boolean {
+    if (this.logBytesInFlight >= LOG_WINDOW_BYTES) return false;
+    try {
+      return this.store.transaction(() => {
+        const bodies = this.logs.takeTurn();
+        for (const body of bodies) this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
+        return bodies.length > 0;
+      });
+    } catch (err) {
+      // The store is closing or broken: the chunks stay queued (the transaction rolled back).
+      this.logger.error({ err: (err as Error)?.message }, 'outbox: cannot move queued log chunks');
+      return false;
+    }
+  }
+
   private pump(): void {
     if (!this.live || this.pumpTimer !== undefined) return;
     for (;;) {
@@ -159,14 +220,22 @@ export class OutboxSender {
         this.logger.error({ err: (err as Error)?.message }, 'outbox: cannot read queued messages');
         return;
       }
-      if (page.length === 0) return;
+      if (page.length === 0) {
+        if (this.moveLogTurn()) continue;
+        return;
+      }
       for (const entry of page) {
-        if (!this.transport.send(JSON.stringify(entry.message))) {
+        const text = JSON.stringify(entry.message);
+        if (!this.transport.send(text)) {
           // The socket closed under us; endSession follows from its close event.
           this.live = false;
           return;
         }
         this.cursor = entry.id;
+        if ((entry.message as { type?: unknown }).type === 'log') {
+          this.logsInFlight.set(`${entry.boot_id}:${entry.seq}`, text.length);
+          this.logBytesInFlight += text.length;
+        }
         if (this.transport.bufferedAmount() > HIGH_WATER_BYTES) break;
       }
     }

@@ -2,11 +2,12 @@ import type { ChildProcess, StdioOptions } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
 import type { Writable } from 'node:stream';
-import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import { DEFAULT_MAX_LOG_BYTES_PER_TASK, type ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
 import { describeEnforced, type LimitBreach } from '../sandbox/limits.js';
+import { LogBudget } from '../task-io/log-budget.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
 import { collectOutputs } from '../task-io/outputs.js';
@@ -57,6 +58,8 @@ export interface ExecutorOptions extends LocalSetupOptions {
   readonly onLog: LogChunkHandler;
   /** Says whether the leased cards show no process of this execution any more (part of the receipt). */
   readonly checkCardsClean?: () => Promise<{ clean: boolean; detail?: string }>;
+  /** Log bytes (both streams together) kept per task; default DEFAULT_MAX_LOG_BYTES_PER_TASK (64 MiB). */
+  readonly maxLogBytes?: number;
   /** How often the cleanup receipt is polled, in ms (default 200). */
   readonly cleanupPollMs?: number;
   /** Where kill and cleanup deadlines are read from (default the system clock); timers only wake. */
@@ -271,10 +274,12 @@ class ExecutionRun {
     const pgid = child.pid;
     this.pid = pgid;
     const pumps: LogPump[] = [];
+    // One cap for both streams, the master's default (task-io/log-budget.ts).
+    const budget = new LogBudget(this.opts.maxLogBytes ?? DEFAULT_MAX_LOG_BYTES_PER_TASK);
     if (child.stdout)
-      pumps.push(startLogPump('stdout', child.stdout, join(execRoot, 'stdout.log'), this.opts.onLog));
+      pumps.push(startLogPump('stdout', child.stdout, join(execRoot, 'stdout.log'), this.opts.onLog, budget));
     if (child.stderr)
-      pumps.push(startLogPump('stderr', child.stderr, join(execRoot, 'stderr.log'), this.opts.onLog));
+      pumps.push(startLogPump('stderr', child.stderr, join(execRoot, 'stderr.log'), this.opts.onLog, budget));
     this.resolveStarted(pgid);
     return { exit, pumps };
   }

@@ -3,6 +3,7 @@ import type { ReportedPhase } from '../../src/domain/execution.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { inImmediateTransaction, openLocalDb } from './db.js';
 import { type ExecutionRecord, type ExecutionSummary, executionsRepo } from './executions-repo.js';
+import { logQueueRepo, type QueuedLogChunk } from './log-queue-repo.js';
 import { type EpochCheck, type MasterMark, marksRepo } from './marks-repo.js';
 import { type OutboxEntry, type OutboxPageEntry, outboxRepo } from './outbox-repo.js';
 
@@ -16,6 +17,7 @@ import { type OutboxEntry, type OutboxPageEntry, outboxRepo } from './outbox-rep
  *   outbox_seqs   the last seq handed out per worker boot; kept apart from the outbox so that pruning
  *                 acknowledged messages can never make a seq be issued twice
  *   master_marks  the highest master seq processed per master boot id, to drop resent duplicates
+ *   log_queue     log chunks waiting for their fair turn to enter the outbox (link/log-lane.ts)
  *
  * Every method is synchronous (better-sqlite3), so each one is atomic on its own; `transaction` groups
  * several, e.g. "epoch check + execution record + master mark" for one incoming assign.
@@ -25,6 +27,7 @@ import { type OutboxEntry, type OutboxPageEntry, outboxRepo } from './outbox-rep
 export type { ExecutionRecord, ExecutionSummary } from './executions-repo.js';
 /** The schema version this code writes (PRAGMA user_version); the migrations are files. */
 export { LOCAL_STORE_SCHEMA_VERSION } from './local-store-migrations.js';
+export type { QueuedLogChunk } from './log-queue-repo.js';
 export type { EpochCheck, MasterMark } from './marks-repo.js';
 export type { OutboxEntry, OutboxPageEntry } from './outbox-repo.js';
 
@@ -85,9 +88,12 @@ export interface LocalStore {
    * and returns the message to store (it should carry `boot_id` and `seq`).
    */
   appendOutbox(bootId: string, build: (seq: number) => unknown): OutboxEntry;
-  /** Marks one message acknowledged; returns whether it was waiting. */
+  /** Marks one message acknowledged (a log chunk is deleted at once); returns whether it was waiting. */
   ackOutbox(bootId: string, seq: number): boolean;
-  /** Marks every message of `bootId` up to `seq` acknowledged (from `welcome.worker_marks`); returns how many. */
+  /**
+   * Marks every message of `bootId` up to `seq` acknowledged (from `welcome.worker_marks`), deleting the
+   * log chunks among them; returns how many.
+   */
   ackOutboxThrough(bootId: string, seq: number): number;
   /** Unacknowledged messages in the order they were appended (older boots first), at most `limit`. */
   listUnackedOutbox(limit?: number): OutboxEntry[];
@@ -115,6 +121,22 @@ export interface LocalStore {
   raiseMasterMark(bootId: string, seq: number): boolean;
   /** The most recently advanced marks (at most 16), for `hello.master_marks`. */
   listMasterMarks(): MasterMark[];
+  /** Queues one log chunk of an execution for the log lane. */
+  queueLogChunk(executionId: string, stream: 'stdout' | 'stderr', offset: number, data: string): void;
+  /**
+   * The next execution with queued log chunks after `after` in id order, wrapping around to the first
+   * (the log lane's round-robin); null when the queue is empty.
+   */
+  nextQueuedLogExecution(after: string): string | null;
+  /**
+   * The oldest queued chunks of one execution, in the order they were queued: at most `limit`, and no
+   * more once they hold over `maxBytes` of UTF-8.
+   */
+  oldestQueuedLogChunks(executionId: string, limit: number, maxBytes: number): QueuedLogChunk[];
+  /** Removes one execution's queued chunks up to position `id`; returns how many. */
+  removeQueuedLogChunksThrough(executionId: string, id: number): number;
+  /** UTF-8 bytes of one execution's queued chunks. */
+  queuedLogBytes(executionId: string): number;
   /** Runs `fn` in one immediate transaction (nested calls become savepoints). */
   transaction<T>(fn: () => T): T;
   /** Closes the file. */
@@ -130,6 +152,7 @@ export function openLocalStore(path: string, opts: LocalStoreOptions = {}): Loca
     ...marksRepo(db, now),
     ...executionsRepo(db, now),
     ...outboxRepo(db, now),
+    ...logQueueRepo(db),
     transaction: (fn) => inImmediateTransaction(db, fn),
     close: () => db.close(),
   };

@@ -53,6 +53,14 @@ function prepareOutbox(db: LocalDb) {
     supersede: db.prepare<[number, string]>(
       'UPDATE outbox SET acked_at = ? WHERE acked_at IS NULL AND kind = ?',
     ),
+    // Log chunks are forgotten as soon as the master has them: a flooding task's acknowledged chunks
+    // must not pile up on disk for KEEP_ACKED_MS (the outbox stays at about the in-flight window).
+    dropAckedLogs: db.prepare<[string, number]>(
+      "DELETE FROM outbox WHERE boot_id = ? AND seq <= ? AND kind = 'log' AND acked_at IS NOT NULL",
+    ),
+    dropAckedLog: db.prepare<[string, number]>(
+      "DELETE FROM outbox WHERE boot_id = ? AND seq = ? AND kind = 'log' AND acked_at IS NOT NULL",
+    ),
     prune: db.prepare<[number]>('DELETE FROM outbox WHERE acked_at IS NOT NULL AND acked_at < ?'),
   };
 }
@@ -79,9 +87,16 @@ export function outboxRepo(db: LocalDb, now: () => number) {
   return {
     appendOutbox: (bootId: string, build: (seq: number) => unknown): OutboxEntry =>
       appendOutbox.immediate(bootId, build),
-    ackOutbox: (bootId: string, seq: number): boolean => stmts.ack.run(now(), bootId, seq).changes > 0,
-    ackOutboxThrough: (bootId: string, seq: number): number =>
-      stmts.ackThrough.run(now(), bootId, seq).changes,
+    ackOutbox: (bootId: string, seq: number): boolean => {
+      const waiting = stmts.ack.run(now(), bootId, seq).changes > 0;
+      if (waiting) stmts.dropAckedLog.run(bootId, seq);
+      return waiting;
+    },
+    ackOutboxThrough: (bootId: string, seq: number): number => {
+      const n = stmts.ackThrough.run(now(), bootId, seq).changes;
+      if (n > 0) stmts.dropAckedLogs.run(bootId, seq);
+      return n;
+    },
     listUnackedOutbox: (limit = 10_000): OutboxEntry[] =>
       stmts.unacked.all(limit).map((r) => ({
         boot_id: r.boot_id,

@@ -1,6 +1,11 @@
 import { createWriteStream } from 'node:fs';
 import type { Readable } from 'node:stream';
-import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
+import {
+  DEFAULT_MAX_LOG_BYTES_PER_TASK,
+  logTruncatedMarker,
+  MAX_LOG_CHUNK_BYTES,
+} from '../../src/contracts/worker-protocol.js';
+import { LogBudget } from './log-budget.js';
 
 /**
  * Copies one output stream of a task (stdout or stderr) into its log file and hands it, in chunks of at
@@ -10,6 +15,10 @@ import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
  * chunks. `data` is the UTF-8 decoding of the chunk: output that is not valid UTF-8 (binary) arrives with
  * U+FFFD replacement characters, so it is a lossy view; `offset` is always the byte offset of the chunk in
  * the stream, which equals its offset in the log file, where the exact bytes are kept.
+ *
+ * Both streams of a task share a budget (log-budget.ts): past the task's cap, a stream's file and
+ * callback get one marker line and nothing more, while the pipe is still read to its end, so the task
+ * never blocks on a full pipe because of the cap, and the worker's disk holds at most the cap.
  */
 
 /** Which stream of the task. */
@@ -22,6 +31,8 @@ export type LogChunkHandler = (stream: LogStreamName, offset: number, data: stri
 export interface LogPumpSummary {
   /** Bytes read from the task. */
   readonly bytes: number;
+  /** Bytes read and dropped past the task's log cap. */
+  readonly dropped: number;
   /** Why the log file or the callback failed, if it did; the task is never disturbed by it. */
   readonly errors: readonly string[];
 }
@@ -34,12 +45,16 @@ export interface LogPump {
   abort(): void;
 }
 
-/** Starts copying `source` into `filePath` and to `onChunk`. Never throws; failures land in `errors`. */
+/**
+ * Starts copying `source` into `filePath` and to `onChunk`, within `budget` (shared by the task's two
+ * pumps; a budget of its own at the default cap otherwise). Never throws; failures land in `errors`.
+ */
 export function startLogPump(
   stream: LogStreamName,
   source: Readable,
   filePath: string,
   onChunk: LogChunkHandler,
+  budget: LogBudget = new LogBudget(DEFAULT_MAX_LOG_BYTES_PER_TASK),
 ): LogPump {
   const errors: string[] = [];
   let bytes = 0;
@@ -79,17 +94,33 @@ export function startLogPump(
     if (start < buf.length) deliver(buf.subarray(start));
   };
 
-  source.on('data', (data: Buffer) => {
-    bytes += data.length;
+  const write = (data: Buffer): void => {
     if (fileOk && !file.write(data)) {
       // Backpressure: a task that writes faster than the disk waits, instead of the worker's memory.
       source.pause();
       file.once('drain', () => source.resume());
     }
+  };
+
+  source.on('data', (piece: Buffer) => {
+    bytes += piece.length;
+    // Past the cap nothing is written or delivered: the pipe is drained at full speed, never paused.
+    const { keep, marker } = budget.take(stream, piece.length);
+    if (keep === 0 && !marker) return;
+    const data = keep === piece.length ? piece : piece.subarray(0, keep);
+    if (keep > 0) write(data);
     const pending = carry.length > 0 ? Buffer.concat([carry, data]) : data;
-    const keep = incompleteTailLength(pending);
-    deliverAll(pending.subarray(0, pending.length - keep));
-    carry = Buffer.from(pending.subarray(pending.length - keep));
+    if (marker) {
+      // The cut may fall inside a character: what is kept is delivered as is, then the one marker line.
+      const line = Buffer.from(logTruncatedMarker(budget.cap));
+      write(line);
+      deliverAll(Buffer.concat([pending, line]));
+      carry = Buffer.alloc(0);
+      return;
+    }
+    const tail = incompleteTailLength(pending);
+    deliverAll(pending.subarray(0, pending.length - tail));
+    carry = Buffer.from(pending.subarray(pending.length - tail));
   });
 
   const finished = new Promise<LogPumpSummary>((resolve) => {
@@ -100,7 +131,10 @@ export function startLogPump(
       // A truncated character at the very end is delivered as is (decoded lossily).
       if (carry.length > 0) deliverAll(carry);
       carry = Buffer.alloc(0);
-      const settle = (): void => resolve({ bytes, errors });
+      const dropped = budget.dropped(stream);
+      if (dropped > 0)
+        errors.push(`${stream}: ${dropped} bytes past the task's log cap of ${budget.cap} bytes dropped`);
+      const settle = (): void => resolve({ bytes, dropped, errors });
       // 'close' follows both a clean finish and a failure; a stream that already closed won't repeat it.
       if (file.closed || file.destroyed) settle();
       else {

@@ -159,22 +159,24 @@ export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessa
       'Log dropped.',
     );
   const data = Buffer.from(msg.data, 'utf8');
-  const kept = keptOfChunk(deps, e.id, msg.stream, msg.offset, data);
-  if (kept === null) return; // the task's log cap was reached before: dropped
+  // Each total is one indexed aggregate over the stream's chunks: read once per chunk, not per check.
   const held = deps.store.logs.total(e.id, msg.stream);
+  const other = deps.store.logs.total(e.id, msg.stream === 'stdout' ? 'stderr' : 'stdout');
+  const cap = deps.config.storage.max_log_bytes_per_task;
+  const kept = keptOfChunk(cap, held, other, msg.offset, data);
+  if (kept === null) return; // the task's log cap was reached before: dropped
   if (msg.offset > held)
     throw new BrokerError(
       'INVALID_INPUT',
       `log chunk at ${msg.stream} offset ${msg.offset} leaves a gap: the master holds ${held} bytes of it`,
       'Log chunk refused; a chunk must start at or before the end of what the master holds.',
     );
-  deps.store.logs.putChunk(e.id, msg.stream, msg.offset, kept.data);
+  if (kept.data.length > 0) deps.store.logs.putChunk(e.id, msg.stream, msg.offset, kept.data);
   if (kept.capped) {
-    const cap = deps.config.storage.max_log_bytes_per_task;
     deps.store.logs.putChunk(
       e.id,
       msg.stream,
-      msg.offset + kept.data.length,
+      Math.max(held, msg.offset + kept.data.length),
       Buffer.from(`\n[gpu-broker: this task's log reached its cap of ${cap} bytes; the rest was dropped]\n`),
     );
     deps.logger.warn({ task_id: e.task_id, execution_id: e.id, cap }, 'task log capped');
@@ -183,24 +185,24 @@ export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessa
 }
 
 /**
- * How much of a log chunk fits under the task's cap (both streams together): null when the cap was
- * already reached (drop it: a resent chunk is already stored), else the bytes to keep and whether this
- * chunk reaches the cap (the caller then appends the one marker line).
+ * How much of a log chunk fits under the task's `cap` (both streams together), given the bytes held of
+ * its stream (`held`) and of the other one (`other`): null when the cap was already reached and marked
+ * (drop it: a resent chunk is already stored), else the bytes to keep and whether this chunk reaches the
+ * cap (the caller then appends the one marker line). A worker cuts at the same cap (issue 21), so its
+ * log can fill the cap exactly: the first chunk past it then keeps nothing and places the marker. Pure.
  */
 export function keptOfChunk(
-  deps: BrokerDeps,
-  executionId: string,
-  stream: 'stdout' | 'stderr',
+  cap: number,
+  held: number,
+  other: number,
   offset: number,
   data: Buffer,
 ): { data: Buffer; capped: boolean } | null {
-  const cap = deps.config.storage.max_log_bytes_per_task;
-  const other = stream === 'stdout' ? 'stderr' : 'stdout';
-  const used = deps.store.logs.total(executionId, stream) + deps.store.logs.total(executionId, other);
-  if (used >= cap) return null;
+  const used = held + other;
+  const beyond = Math.max(0, offset + data.length - held);
+  // Above the cap means the marker is stored (it is the only thing ever stored past it).
+  if (used > cap || (used === cap && beyond === 0)) return null;
   const room = cap - used;
-  const end = offset + data.length;
-  const beyond = Math.max(0, end - deps.store.logs.total(executionId, stream));
   if (beyond <= room) return { data, capped: false };
   return { data: data.subarray(0, data.length - (beyond - room)), capped: true };
 }

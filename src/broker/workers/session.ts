@@ -93,6 +93,7 @@ export function acceptHello(deps: BrokerDeps, workerId: string, msg: Hello, now:
       sample_interval_ms: deps.config.timing.sample_interval_ms,
       worker_marks: deps.store.workers.marks(workerId),
       qualification_python: deps.config.qualification_python,
+      max_log_bytes_per_task: deps.config.storage.max_log_bytes_per_task,
     },
   };
 }
