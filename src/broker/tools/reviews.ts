@@ -48,7 +48,7 @@ export function listReviewQueue(
  * revision a reviewer decided on, or nothing (src/domain/diff-base.ts) — with the revisions in between
  * that nobody decided on. `untrusted_fields` names what the submitter (or another principal) wrote.
  */
-export function getRevision(
+export async function getRevision(
   deps: BrokerDeps,
   principal: Principal,
   proposalId: string,
@@ -66,6 +66,16 @@ export function getRevision(
     );
   const { base, unreviewed_between } = diffBaseOf(deps, r);
   const baseRevision = base ? (deps.store.proposals.revision(base.revision_id) ?? null) : null;
+  // Read before the diff yields to the event loop: the rest of the answer is from one moment.
+  const reviews = deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv));
+  const inputChanges = await diffInputs(
+    deps,
+    p.owner_id,
+    baseRevision?.spec.inputs ?? [],
+    r.spec.inputs ?? [],
+    diffLines,
+    diffPage,
+  );
   return {
     proposal_id: p.id,
     proposal_state: p.state,
@@ -87,15 +97,8 @@ export function getRevision(
     previous: base ? { revision_id: base.revision_id, number: base.number, digest: base.digest } : null,
     diff: specChanges(baseRevision, r),
     inputs: r.spec.inputs ?? [],
-    input_changes: diffInputs(
-      deps,
-      p.owner_id,
-      baseRevision?.spec.inputs ?? [],
-      r.spec.inputs ?? [],
-      diffLines,
-      diffPage,
-    ),
-    reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
+    input_changes: inputChanges,
+    reviews,
     untrusted_fields: [...GET_REVISION_UNTRUSTED],
   };
 }
