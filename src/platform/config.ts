@@ -104,7 +104,9 @@ export const AuditConfigSchema = z.strictObject({
         .int()
         .min(0)
         .default(30 * 86_400),
-      max_segment_events: z.number().int().min(1).max(1_000_000).default(50_000),
+      max_segment_events: z.number().int().min(1).max(1_000_000).default(10_000),
+      /** Segments one run archives at most; a run stopped at the cap continues on the next check. */
+      max_segments_per_run: z.number().int().min(1).max(10_000).default(50),
       interval_seconds: z.number().int().min(1).max(31_536_000).default(3600),
     })
     .prefault({}),
