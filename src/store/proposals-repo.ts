@@ -61,6 +61,24 @@ export interface RevisionPruneRow {
   ran: boolean;
 }
 
+/**
+ * What listings show of a revision, read by SQLite's JSON functions: a listing of 200 proposals used
+ * to parse 200 specs of up to 256 KiB in JavaScript on the event loop (issue 21, item 3).
+ */
+export interface RevisionHead {
+  id: string;
+  number: number;
+  digest: string;
+  confirmed_at: number | null;
+  title: string;
+  cards: number;
+  runtime_kind: 'process' | 'container';
+  image: string | null;
+  network: 'none' | 'host' | null;
+  errors: number;
+  warnings: number;
+}
+
 /** Filter for listing proposals, newest first. */
 export interface ProposalListQuery {
   owner_id?: string;
@@ -95,6 +113,17 @@ export class ProposalsRepo {
       revision: db.prepare<[string], RevisionRow>('SELECT * FROM revisions WHERE id = ?'),
       revisionByNumber: db.prepare<[string, number], RevisionRow>(
         'SELECT * FROM revisions WHERE proposal_id = ? AND number = ?',
+      ),
+      revisionHead: db.prepare<[string], RevisionHead>(
+        `SELECT id, number, digest, confirmed_at,
+                json_extract(spec, '$.title') AS title,
+                json_extract(spec, '$.cards.count') AS cards,
+                json_extract(spec, '$.runtime.kind') AS runtime_kind,
+                json_extract(spec, '$.runtime.image') AS image,
+                json_extract(spec, '$.network') AS network,
+                (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'error') AS errors,
+                (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'warning') AS warnings
+           FROM revisions WHERE id = ?`,
       ),
       revisions: db.prepare<[string], RevisionRow>(
         'SELECT * FROM revisions WHERE proposal_id = ? ORDER BY number',
@@ -182,6 +211,11 @@ export class ProposalsRepo {
   revision(id: string): RevisionRecord | undefined {
     const row = this.s.revision.get(id);
     return row ? toRevision(row) : undefined;
+  }
+
+  /** What listings show of a revision, without parsing its spec in JavaScript. */
+  revisionHead(id: string): RevisionHead | undefined {
+    return this.s.revisionHead.get(id);
   }
 
   /** A revision by its number within a proposal. */

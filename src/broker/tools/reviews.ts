@@ -22,19 +22,24 @@ export function listReviewQueue(
   const { page, next_cursor } = fetchPage(q.limit, (n) => deps.store.proposals.inReview(q.cursor, n));
   return {
     items: page.map((p) => {
-      const r = deps.store.proposals.revision(p.current_revision_id)!;
+      // The head only (SQLite's JSON functions): no spec parsed in JavaScript per item (issue 21).
+      const r = deps.store.proposals.revisionHead(p.current_revision_id)!;
       return {
         proposal_id: p.id,
         revision_id: r.id,
         revision_number: r.number,
         digest: r.digest,
-        title: r.spec.title,
+        title: r.title,
         owner: principalName(deps.store, p.owner_id),
-        cards: r.spec.cards.count,
-        sandbox: sandboxOf(r.spec),
+        cards: r.cards,
+        sandbox: {
+          runtime: r.runtime_kind,
+          image: r.runtime_kind === 'container' ? r.image : null,
+          network: r.network ?? 'none',
+        },
         confirmed_at: iso(r.confirmed_at ?? p.updated_at),
-        errors: r.findings.filter((f) => f.severity === 'error').length,
-        warnings: r.findings.filter((f) => f.severity === 'warning').length,
+        errors: r.errors,
+        warnings: r.warnings,
         own: p.owner_id === principal.id,
       };
     }),
