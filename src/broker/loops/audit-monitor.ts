@@ -4,7 +4,7 @@ import type { Logger } from '../../platform/logger.js';
 import type { ChainPoint } from '../../store/audit-repo.js';
 import type { Store } from '../../store/store.js';
 import type { AuditStatus } from '../ports.js';
-import { AuditArchiveError, archiveSegment } from './audit-archive.js';
+import { AuditArchiveError, archiveSegment, deleteArchivedRows } from './audit-archive.js';
 
 /**
  * Keeps the audit chain verified without blocking the master (issue 14). `/healthz`, `/status` and
@@ -189,6 +189,7 @@ export class AuditMonitor {
 
   private async applyRetention(now: number): Promise<void> {
     const audit = this.store.audit;
+    await deleteArchivedRows(this.store, this.yieldToLoop); // rows a crash left between batches
     const plan = archivePlan(
       {
         archived_through: audit.liveStart().seq,
