@@ -34,11 +34,22 @@ export interface ChildMaster {
   stop(): Promise<void>;
 }
 
+/**
+ * Per-principal caps off (issue 21): the benches drive one token at thousands of proposals an hour to
+ * measure throughput, which is what the caps exist to refuse.
+ */
+export const QUOTAS_OFF = {
+  max_open_proposals: null,
+  max_revisions_per_proposal: null,
+  max_revisions_per_hour: null,
+  max_revision_bytes: null,
+};
+
 /** Starts `gpu-broker serve` on 127.0.0.1:0 (TLS auto) in a temp data dir with `policy`. */
 export async function startChildMaster(policy: Record<string, unknown>): Promise<ChildMaster> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-'));
   const configPath = join(dataDir, 'bench-config.json');
-  writeFileSync(configPath, JSON.stringify({ policy }));
+  writeFileSync(configPath, JSON.stringify({ policy, quotas: QUOTAS_OFF }));
   // GPU_BROKER_BENCH_MASTER_NODE_ARGS (e.g. "--cpu-prof") goes to the master's node only.
   const nodeArgs = (process.env['GPU_BROKER_BENCH_MASTER_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
   const child: ChildProcess = spawn(

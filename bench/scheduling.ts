@@ -18,6 +18,7 @@ import { createIdGenerator } from '../src/platform/ids.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { Store } from '../src/store/store.js';
 import { SimSampler } from '../worker/samplers/sim-sampler.js';
+import { QUOTAS_OFF } from './child-master.js';
 import { type BenchSection, type OpResult, percentile, summarise } from './stats.js';
 
 /**
@@ -41,7 +42,10 @@ async function runScheduling(): Promise<OpResult[]> {
   const store = Store.open(join(dir, 'broker.db'));
   try {
     const clock = new ManualClock(Date.now());
-    const config = parseConfig({ policy: { executables: [{ path: '/bin/true' }], max_cards: 8 } });
+    const config = parseConfig({
+      policy: { executables: [{ path: '/bin/true' }], max_cards: 8 },
+      quotas: QUOTAS_OFF,
+    });
     const link: WorkerLink = { bootId: 'bench-master', flush: () => {} };
     const fleet = new Fleet(config.timing.worker_offline_seconds * 1000, clock.now());
     let scheduler: Scheduler | null = null;

@@ -2,6 +2,7 @@ import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import type { BrokerDeps } from './broker/deps.js';
 import type { AuditMonitor } from './broker/loops/audit-monitor.js';
+import type { ProposalPruning } from './broker/loops/proposal-pruning.js';
 import type { StorageGuard } from './broker/loops/storage-guard.js';
 import { newSweepMarks, tick } from './broker/loops/sweep.js';
 import type { TaskRetention } from './broker/loops/task-retention.js';
@@ -33,6 +34,8 @@ export interface RunningMaster {
   storage: StorageGuard;
   /** The task log/output retention sweep (`storage.retention`); tests call `run()`. */
   retention: TaskRetention;
+  /** Pruning of abandoned proposals and old unreviewed revisions (`pruning`); tests call `run()`. */
+  pruning: ProposalPruning;
   close(): Promise<void>;
 }
 
@@ -54,7 +57,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     else logger.info(nofile, 'RLIMIT_NOFILE left as it is');
   }
   const parts = composeMaster(opts, { dataDir, logger, env: process.env });
-  const { deps, hub, audit, storage, retention, qualification } = parts;
+  const { deps, hub, audit, storage, retention, pruning, qualification } = parts;
   const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;
   const app = await buildMasterApp(parts, tls);
 
@@ -79,13 +82,19 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     void retention.run().catch((err: unknown) => logger.error({ err }, 'task retention failed'));
   const retentionTimer = setInterval(runRetention, config.storage.retention.interval_seconds * 1000);
   retentionTimer.unref();
+  const runPruning = () =>
+    void pruning.run().catch((err: unknown) => logger.error({ err }, 'proposal pruning failed'));
+  const pruningTimer = setInterval(runPruning, config.pruning.interval_seconds * 1000);
+  pruningTimer.unref();
   // Once at start too: a master restarted more often than the interval would otherwise never prune.
   runRetention();
+  runPruning();
   const stopTimers = () => {
     clearInterval(sweeper);
     clearInterval(auditTimer);
     clearInterval(storageTimer);
     clearInterval(retentionTimer);
+    clearInterval(pruningTimer);
   };
 
   try {
@@ -94,6 +103,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     stopTimers();
     await audit.stop();
     await retention.stop();
+    await pruning.stop();
     parts.unsubscribe();
     await app.close().catch(() => undefined);
     deps.store.close();
@@ -114,6 +124,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     audit,
     storage,
     retention,
+    pruning,
     async close() {
       stopTimers();
       // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
@@ -124,6 +135,7 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
       await app.close();
       await audit.stop();
       await retention.stop();
+      await pruning.stop();
       deps.store.close();
     },
   };

@@ -53,6 +53,19 @@ export const InputChangeSchema = z.object({
       truncated: z.boolean(),
     })
     .optional(),
+  /**
+   * Set when the file was not diffed (issue 21): `file_too_large` (one side over the per-file limit) or
+   * `call_budget_spent` (this answer's reading/comparing budget ran out; page it with diff_path).
+   * `size` is what diffing it would cost and `budget` what was allowed, both in `unit`.
+   */
+  not_diffed: z
+    .object({
+      reason: z.enum(['file_too_large', 'call_budget_spent']),
+      unit: z.enum(['bytes', 'comparisons']),
+      size: z.number().int(),
+      budget: z.number().int(),
+    })
+    .optional(),
   note: z.string().optional(),
 });
 

@@ -35,6 +35,8 @@ export const AUDIT_ACTIONS = [
   'principal.created',
   'principal.revoked',
   'proposal.created',
+  'proposal.pruned',
+  'proposal.revisions_pruned',
   'qualification.cancel_requested',
   'qualification.started',
   'task.cancel_requested',

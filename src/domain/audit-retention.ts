@@ -6,7 +6,12 @@
  * - it is older than `min_age_seconds` and not among the newest `keep_events` rows;
  * - it is before the row the incremental check continues from (the anchor stays live, so appends and
  *   the next check still link to a row in the table);
- * - the segment stays within `max_segment_events`, so one archive run is a bounded delete.
+ * - the segment stays within `max_segment_events`, so one archive is a bounded delete.
+ *
+ * One run archives up to `max_segments_per_run` segments back to back (issue 21: one segment per
+ * hour could never keep up with ~800 audited events/s); when it stops at that cap with rows still due,
+ * the monitor runs again on its next check instead of waiting a whole interval, so the backlog drains
+ * at up to `max_segments_per_run × max_segment_events` rows per check interval.
  */
 
 /** Operator knobs for audit retention (master config `audit.retention`). */
@@ -15,6 +20,8 @@ export interface AuditRetentionPolicy {
   keep_events: number;
   min_age_seconds: number;
   max_segment_events: number;
+  /** Segments one run archives at most (each one a file, a bounded delete and a yield). */
+  max_segments_per_run: number;
 }
 
 /** What the shell knows about the live chain when it asks. */
@@ -39,4 +46,23 @@ export function archiveBoundary(chain: LiveChainFacts, policy: AuditRetentionPol
     chain.archived_through + policy.max_segment_events,
   );
   return through > chain.archived_through ? through : null;
+}
+
+/** The segments one run archives: each one's last seq, oldest first; `more`: rows still due after them. */
+export interface ArchivePlan {
+  through: number[];
+  more: boolean;
+}
+
+/** The segments the next run archives, as if each one were archived before the next is chosen. */
+export function archivePlan(chain: LiveChainFacts, policy: AuditRetentionPolicy): ArchivePlan {
+  const through: number[] = [];
+  let archived = chain.archived_through;
+  for (;;) {
+    const next = archiveBoundary({ ...chain, archived_through: archived }, policy);
+    if (next === null) return { through, more: false };
+    if (through.length >= Math.max(1, policy.max_segments_per_run)) return { through, more: true };
+    through.push(next);
+    archived = next;
+  }
 }

@@ -5,6 +5,7 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { Fleet } from '../broker/fleet.js';
 import { AuditMonitor } from '../broker/loops/audit-monitor.js';
 import { logAuditEvents } from '../broker/loops/event-log.js';
+import { ProposalPruning } from '../broker/loops/proposal-pruning.js';
 import { Scheduler } from '../broker/loops/scheduler.js';
 import { type StatfsFn, StorageGuard } from '../broker/loops/storage-guard.js';
 import { TaskRetention } from '../broker/loops/task-retention.js';
@@ -51,6 +52,8 @@ export interface MasterParts {
   audit: AuditMonitor;
   storage: StorageGuard;
   retention: TaskRetention;
+  /** Pruning of abandoned proposals and old unreviewed revisions (`pruning`). */
+  pruning: ProposalPruning;
   metrics: BrokerMetrics;
   qualification: QualificationService;
   /** Set only when this start created the operator token (first start). */
@@ -92,6 +95,7 @@ export function composeMaster(opts: MasterOptions, site: MasterSite): MasterPart
     logger,
   );
   const retention = new TaskRetention(store, clock, config.storage.retention, logger);
+  const pruning = new ProposalPruning(store, clock, config.pruning, logger);
   const fleet = new Fleet(config.timing.worker_offline_seconds * 1000, clock.now());
   // The hub and the scheduler need deps and deps needs them: closures break the cycle.
   let hub: WorkerHub | undefined;
@@ -142,6 +146,7 @@ export function composeMaster(opts: MasterOptions, site: MasterSite): MasterPart
     audit,
     storage,
     retention,
+    pruning,
     metrics,
     qualification,
     bootstrappedOperatorToken,

@@ -110,7 +110,9 @@ export const AuditConfigSchema = z.strictObject({
         .int()
         .min(0)
         .default(30 * 86_400),
-      max_segment_events: z.number().int().min(1).max(1_000_000).default(50_000),
+      max_segment_events: z.number().int().min(1).max(1_000_000).default(10_000),
+      /** Segments one run archives at most; a run stopped at the cap continues on the next check. */
+      max_segments_per_run: z.number().int().min(1).max(10_000).default(50),
       interval_seconds: z.number().int().min(1).max(31_536_000).default(3600),
     })
     .prefault({}),
@@ -143,6 +145,35 @@ export const HttpConfigSchema = z.strictObject({
   raise_nofile: z.boolean().default(true),
 });
 
+/**
+ * Per-principal caps on proposals and revisions (issue 21, item 6; docs/operations.md "Quotas and
+ * pruning"); over one, create/revise answer QUOTA_EXCEEDED naming the cap. null turns a cap off.
+ */
+export const QuotasConfigSchema = z.strictObject({
+  max_open_proposals: z.number().int().min(1).nullable().default(100),
+  max_revisions_per_proposal: z.number().int().min(1).nullable().default(200),
+  max_revisions_per_hour: z.number().int().min(1).nullable().default(600),
+  max_revision_bytes: z
+    .number()
+    .int()
+    .min(0)
+    .nullable()
+    .default(512 * 1024 * 1024),
+});
+
+/**
+ * Pruning of abandoned proposals and old unreviewed revisions (issue 21, item 6; src/domain/proposal-pruning.ts).
+ * 0 days turns a rule off.
+ */
+export const PruningConfigSchema = z.strictObject({
+  enabled: z.boolean().default(true),
+  revision_days: z.number().min(0).max(36_500).default(14),
+  proposal_days: z.number().min(0).max(36_500).default(14),
+  interval_seconds: z.number().int().min(1).max(31_536_000).default(3600),
+  /** Revisions or proposals examined per transaction; the loop yields to the event loop between batches. */
+  batch_size: z.number().int().min(1).max(10_000).default(200),
+});
+
 /** The whole master config file. */
 export const MasterConfigSchema = z.strictObject({
   listen: z.string().default('127.0.0.1:8443'),
@@ -164,6 +195,8 @@ export const MasterConfigSchema = z.strictObject({
   storage: StorageConfigSchema.default(StorageConfigSchema.parse({})),
   audit: AuditConfigSchema.default(AuditConfigSchema.parse({})),
   http: HttpConfigSchema.default(HttpConfigSchema.parse({})),
+  quotas: QuotasConfigSchema.default(QuotasConfigSchema.parse({})),
+  pruning: PruningConfigSchema.default(PruningConfigSchema.parse({})),
 });
 
 /** A validated master config. */

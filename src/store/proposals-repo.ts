@@ -50,6 +50,37 @@ function toRevision(row: RevisionRow): RevisionRecord {
   return { ...row, spec: JSON.parse(row.spec) as TaskSpec, findings: JSON.parse(row.findings) as Finding[] };
 }
 
+/** A revision as the prune loop sees it (no spec), with the facts its decision needs. */
+export interface RevisionPruneRow {
+  id: string;
+  proposal_id: string;
+  number: number;
+  created_at: number;
+  current: boolean;
+  decided: boolean;
+  ran: boolean;
+}
+
+/**
+ * What listings show of a revision, read by SQLite's JSON functions: a listing of 200 proposals used
+ * to parse 200 specs of up to 256 KiB in JavaScript on the event loop (issue 21, item 3).
+ */
+export interface RevisionHead {
+  id: string;
+  number: number;
+  digest: string;
+  confirmed_at: number | null;
+  title: string;
+  cards: number;
+  runtime_kind: 'process' | 'container';
+  image: string | null;
+  network: 'none' | 'host' | null;
+  /** The spec's `limits` ask as JSON text (small), or null; see TaskLimitsSchema. */
+  limits_json: string | null;
+  errors: number;
+  warnings: number;
+}
+
 /** Filter for listing proposals, newest first. */
 export interface ProposalListQuery {
   owner_id?: string;
@@ -85,6 +116,18 @@ export class ProposalsRepo {
       revisionByNumber: db.prepare<[string, number], RevisionRow>(
         'SELECT * FROM revisions WHERE proposal_id = ? AND number = ?',
       ),
+      revisionHead: db.prepare<[string], RevisionHead>(
+        `SELECT id, number, digest, confirmed_at,
+                json_extract(spec, '$.title') AS title,
+                json_extract(spec, '$.cards.count') AS cards,
+                json_extract(spec, '$.runtime.kind') AS runtime_kind,
+                json_extract(spec, '$.runtime.image') AS image,
+                json_extract(spec, '$.network') AS network,
+                json_extract(spec, '$.limits') AS limits_json,
+                (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'error') AS errors,
+                (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'warning') AS warnings
+           FROM revisions WHERE id = ?`,
+      ),
       revisions: db.prepare<[string], RevisionRow>(
         'SELECT * FROM revisions WHERE proposal_id = ? ORDER BY number',
       ),
@@ -98,6 +141,41 @@ export class ProposalsRepo {
       inReview: db.prepare<[string, number], ProposalRecord>(
         "SELECT * FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
       ),
+      openByOwner: db.prepare<[string], { n: number }>(
+        "SELECT count(*) AS n FROM proposals WHERE owner_id = ? AND state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')",
+      ),
+      revisionsSince: db.prepare<[string, number], { n: number }>(
+        'SELECT count(*) AS n FROM revisions WHERE created_by = ? AND created_at > ?',
+      ),
+      usage: db.prepare<[string], { revisions: number; bytes: number }>(
+        'SELECT revisions, bytes FROM principal_revision_usage WHERE principal_id = ?',
+      ),
+      pruneCandidates: db.prepare<
+        [number, number, string, number],
+        Omit<RevisionPruneRow, 'current' | 'decided' | 'ran'> & {
+          current: number;
+          decided: number;
+          ran: number;
+        }
+      >(
+        `SELECT r.id, r.proposal_id, r.number, r.created_at,
+                r.id = p.current_revision_id AS current,
+                EXISTS (SELECT 1 FROM reviews v WHERE v.revision_id = r.id) AS decided,
+                EXISTS (SELECT 1 FROM tasks t WHERE t.revision_id = r.id) AS ran
+           FROM revisions r JOIN proposals p ON p.id = r.proposal_id
+          WHERE r.created_at < ? AND (r.created_at, r.id) > (?, ?)
+          ORDER BY r.created_at, r.id LIMIT ?`,
+      ),
+      abandoned: db.prepare<[number, string, number], ProposalRecord>(
+        `SELECT * FROM proposals p
+          WHERE p.state IN ('CANCELLED', 'EXPIRED') AND p.updated_at < ? AND p.id > ?
+            AND NOT EXISTS (SELECT 1 FROM reviews v WHERE v.proposal_id = p.id)
+            AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.proposal_id = p.id)
+          ORDER BY p.id LIMIT ?`,
+      ),
+      deleteRevision: db.prepare('DELETE FROM revisions WHERE id = ?'),
+      deleteRevisionsOf: db.prepare('DELETE FROM revisions WHERE proposal_id = ?'),
+      deleteProposal: db.prepare('DELETE FROM proposals WHERE id = ?'),
       expired: db.prepare<[number, number], ProposalRecord>(
         'SELECT * FROM proposals WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?',
       ),
@@ -138,6 +216,11 @@ export class ProposalsRepo {
     return row ? toRevision(row) : undefined;
   }
 
+  /** What listings show of a revision, without parsing its spec in JavaScript. */
+  revisionHead(id: string): RevisionHead | undefined {
+    return this.s.revisionHead.get(id);
+  }
+
   /** A revision by its number within a proposal. */
   revisionByNumber(proposalId: string, number: number): RevisionRecord | undefined {
     const row = this.s.revisionByNumber.get(proposalId, number);
@@ -167,6 +250,55 @@ export class ProposalsRepo {
   /** Proposals whose expiry has passed, oldest first. */
   expiredBy(now: number, limit: number): ProposalRecord[] {
     return this.s.expired.all(now, limit);
+  }
+
+  /** Proposals of `ownerId` that are not final (the open-proposals quota). */
+  openCountByOwner(ownerId: string): number {
+    return this.s.openByOwner.get(ownerId)?.n ?? 0;
+  }
+
+  /** Revisions `principalId` wrote after `since` (the per-hour quota). */
+  revisionsWrittenSince(principalId: string, since: number): number {
+    return this.s.revisionsSince.get(principalId, since)?.n ?? 0;
+  }
+
+  /** Revisions `principalId` wrote that are still stored, and their spec bytes (kept by triggers). */
+  revisionUsage(principalId: string): { revisions: number; bytes: number } {
+    return this.s.usage.get(principalId) ?? { revisions: 0, bytes: 0 };
+  }
+
+  /**
+   * Up to `limit` revisions created before `createdBefore`, oldest first, after the cursor
+   * (`created_at`, `id`): the prune loop's walk, without specs.
+   */
+  pruneCandidates(
+    createdBefore: number,
+    after: { created_at: number; id: string },
+    limit: number,
+  ): RevisionPruneRow[] {
+    return this.s.pruneCandidates
+      .all(createdBefore, after.created_at, after.id, limit)
+      .map((r) => ({ ...r, current: r.current === 1, decided: r.decided === 1, ran: r.ran === 1 }));
+  }
+
+  /**
+   * Up to `limit` CANCELLED or EXPIRED proposals untouched since `updatedBefore`, with no review and
+   * no task, after the id cursor.
+   */
+  abandoned(updatedBefore: number, afterId: string, limit: number): ProposalRecord[] {
+    return this.s.abandoned.all(updatedBefore, afterId, limit);
+  }
+
+  /** Deletes one revision (reviews and tasks reference the ones that must stay: those fail). */
+  deleteRevision(id: string): boolean {
+    return this.s.deleteRevision.run(id).changes === 1;
+  }
+
+  /** Deletes a proposal and its revisions; returns how many revisions went. */
+  deleteProposal(id: string): number {
+    const revisions = this.s.deleteRevisionsOf.run(id).changes;
+    this.s.deleteProposal.run(id);
+    return revisions;
   }
 
   /** Lists proposals newest first with an id cursor. */

@@ -45,7 +45,8 @@ export function segmentFileName(firstSeq: number, lastSeq: number): string {
 /**
  * Writes rows after the live start through `throughSeq` to a new segment file (batch by batch, yielding
  * between batches, each row re-checked against the one before), then records the segment and deletes
- * its rows in one transaction. A row that does not verify aborts the archive: nothing is deleted.
+ * its rows, `batch` per transaction with a yield between (deleteArchivedRows). A row that does not
+ * verify aborts the archive: nothing is recorded or deleted.
  */
 export async function archiveSegment(
   store: Store,
@@ -90,7 +91,26 @@ export async function archiveSegment(
     archived_at: now,
   };
   store.audit.recordArchive(segment);
+  await deleteArchivedRows(store, yieldToLoop, batch);
   return segment;
+}
+
+/**
+ * Deletes the rows recorded segments cover, `batch` per transaction, yielding between: after each
+ * archive, and at the start of a retention run for rows a crash left behind.
+ */
+export async function deleteArchivedRows(
+  store: Store,
+  yieldToLoop: () => Promise<void>,
+  batch = DEFAULT_AUDIT_BATCH,
+): Promise<number> {
+  let deleted = 0;
+  for (;;) {
+    const n = store.audit.deleteArchived(batch);
+    deleted += n;
+    if (n < batch) return deleted;
+    await yieldToLoop();
+  }
 }
 
 /**

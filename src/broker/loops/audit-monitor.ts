@@ -1,10 +1,10 @@
-import { type AuditRetentionPolicy, archiveBoundary } from '../../domain/audit-retention.js';
+import { type AuditRetentionPolicy, archivePlan } from '../../domain/audit-retention.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import type { ChainPoint } from '../../store/audit-repo.js';
 import type { Store } from '../../store/store.js';
 import type { AuditStatus } from '../ports.js';
-import { AuditArchiveError, archiveSegment } from './audit-archive.js';
+import { AuditArchiveError, archiveSegment, deleteArchivedRows } from './audit-archive.js';
 
 /**
  * Keeps the audit chain verified without blocking the master (issue 14). `/healthz`, `/status` and
@@ -15,7 +15,9 @@ import { AuditArchiveError, archiveSegment } from './audit-archive.js';
  *    matches its contents), then check only the rows appended since, in batches;
  * 2. full, every `full_interval_ms` (and first, when no full pass is remembered): walk the whole live
  *    chain from its start in batches; only a full pass clears a broken result;
- * 3. retention: archive the oldest verified rows the policy lets go (domain/audit-retention.ts).
+ * 3. retention: archive the oldest verified rows the policy lets go (domain/audit-retention.ts), as
+ *    many segments as the plan says, yielding between them; a run that stopped at its cap with rows
+ *    still due runs again on the next tick rather than after `retention_interval_ms` (issue 21).
  *
  * Between batches it yields to the event loop (`setImmediate` unless a test injects another), so a
  * request waits at most one batch. Passes never overlap. The anchor is saved in `audit_checkpoint`
@@ -45,6 +47,8 @@ export class AuditMonitor {
   private broken: AuditStatus | null = null;
   private fullAt: number | null;
   private lastRetention = 0;
+  /** The last retention run stopped at its cap with rows still due: the next tick continues. */
+  private retentionBehind = false;
   private running: Promise<void> | null = null;
   private stopped = false;
   private readonly yieldToLoop: () => Promise<void>;
@@ -106,7 +110,8 @@ export class AuditMonitor {
       const now = this.clock.now();
       if (this.fullAt === null || now - this.fullAt >= this.opts.full_interval_ms) await this.walk('full');
       else await this.walk('incremental');
-      if (this.broken === null && now - this.lastRetention >= this.opts.retention_interval_ms) {
+      const due = this.retentionBehind || now - this.lastRetention >= this.opts.retention_interval_ms;
+      if (this.broken === null && due) {
         this.lastRetention = now;
         await this.applyRetention(now);
       }
@@ -184,7 +189,8 @@ export class AuditMonitor {
 
   private async applyRetention(now: number): Promise<void> {
     const audit = this.store.audit;
-    const through = archiveBoundary(
+    await deleteArchivedRows(this.store, this.yieldToLoop); // rows a crash left between batches
+    const plan = archivePlan(
       {
         archived_through: audit.liveStart().seq,
         head_seq: audit.head()?.seq ?? 0,
@@ -193,18 +199,28 @@ export class AuditMonitor {
       },
       this.opts.retention,
     );
-    if (through === null) return;
-    let segment: Awaited<ReturnType<typeof archiveSegment>>;
-    try {
-      segment = await archiveSegment(this.store, this.opts.dataDir, through, now, this.yieldToLoop);
-    } catch (err) {
-      if (err instanceof AuditArchiveError) return this.fail(err.seq, err.problem);
-      throw err;
+    this.retentionBehind = false;
+    for (const through of plan.through) {
+      if (this.stopped) return;
+      let segment: Awaited<ReturnType<typeof archiveSegment>>;
+      try {
+        segment = await archiveSegment(this.store, this.opts.dataDir, through, now, this.yieldToLoop);
+      } catch (err) {
+        if (err instanceof AuditArchiveError) return this.fail(err.seq, err.problem);
+        throw err;
+      }
+      this.result = { ok: true, events: this.anchor.seq - segment.last_seq };
+      this.logger?.info(
+        { first_seq: segment.first_seq, last_seq: segment.last_seq, file: segment.file },
+        'audit segment archived',
+      );
+      await this.yieldToLoop();
     }
-    this.result = { ok: true, events: this.anchor.seq - segment.last_seq };
-    this.logger?.info(
-      { first_seq: segment.first_seq, last_seq: segment.last_seq, file: segment.file },
-      'audit segment archived',
-    );
+    this.retentionBehind = plan.more;
+  }
+
+  /** Whether the last retention run left rows due (it continues on the next tick). */
+  retentionIsBehind(): boolean {
+    return this.retentionBehind;
   }
 }

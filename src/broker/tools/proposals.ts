@@ -4,6 +4,7 @@ import type { ProposalView } from '../../contracts/views.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy.js';
 import { digestsToInspect } from '../../domain/policy-inputs.js';
 import type { ProposalState } from '../../domain/proposal.js';
+import { revisionQuotaBreach } from '../../domain/proposal-quota.js';
 import { inspectText, type TextInspection } from '../../domain/text-inspection.js';
 import { digestOf } from '../../platform/digest.js';
 import { fileSha256 } from '../../platform/file-digest.js';
@@ -31,6 +32,40 @@ export interface RevisionResult {
   confirmable: boolean;
   next_action: string;
 }
+
+/**
+ * Refuses (QUOTA_EXCEEDED, nothing written) a revision that would take `principal` over a cap of
+ * `quotas` (src/domain/proposal-quota.ts): open proposals, revisions per proposal and per hour, stored
+ * revision bytes. Every count is an index seek or one row, so the check costs the same at any usage.
+ */
+function checkRevisionQuota(
+  deps: BrokerDeps,
+  principal: Principal,
+  opensProposal: boolean,
+  revisionNumber: number,
+  specJson: string,
+): void {
+  const proposals = deps.store.proposals;
+  const breach = revisionQuotaBreach(
+    {
+      opens_proposal: opensProposal,
+      open_proposals: opensProposal ? proposals.openCountByOwner(principal.id) : 0,
+      revision_number: revisionNumber,
+      revisions_last_hour: proposals.revisionsWrittenSince(principal.id, deps.clock.now() - HOUR_MS),
+      stored_bytes: proposals.revisionUsage(principal.id).bytes,
+      new_bytes: Buffer.byteLength(specJson),
+    },
+    deps.config.quotas,
+  );
+  if (breach)
+    throw new BrokerError('QUOTA_EXCEEDED', breach.message, breach.hint, {
+      cap: `quotas.${breach.cap}`,
+      limit: breach.limit,
+      used: breach.used,
+    });
+}
+
+const HOUR_MS = 3_600_000;
 
 function checkSize(spec: TaskSpec): string {
   const json = JSON.stringify(spec);
@@ -95,7 +130,7 @@ function insertRevision(
   number: number,
   spec: TaskSpec,
 ) {
-  checkSize(spec);
+  checkRevisionQuota(deps, principal, false, number, checkSize(spec));
   const revision: RevisionRecord = {
     id: deps.ids('rev'),
     proposal_id: proposal.id,
@@ -145,7 +180,7 @@ export function createProposal(deps: BrokerDeps, principal: Principal, spec: Tas
     updated_at: now,
     expires_at: now + deps.config.timing.proposal_ttl_seconds * 1000,
   };
-  checkSize(spec);
+  checkRevisionQuota(deps, principal, true, 1, checkSize(spec));
   deps.store.proposals.insert(p);
   const revision: RevisionRecord = {
     id: revisionId,

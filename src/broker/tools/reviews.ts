@@ -1,6 +1,7 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { GET_REVISION_UNTRUSTED, REVIEW_QUEUE_UNTRUSTED } from '../../contracts/untrusted.js';
 import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/proposal.js';
+import { resolveLimits } from '../../domain/task-limits.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -23,19 +24,31 @@ export function listReviewQueue(
   const { page, next_cursor } = fetchPage(q.limit, (n) => deps.store.proposals.inReview(q.cursor, n));
   return {
     items: page.map((p) => {
-      const r = deps.store.proposals.revision(p.current_revision_id)!;
+      // The head only (SQLite's JSON functions): no spec parsed in JavaScript per item (issue 21).
+      const r = deps.store.proposals.revisionHead(p.current_revision_id)!;
       return {
         proposal_id: p.id,
         revision_id: r.id,
         revision_number: r.number,
         digest: r.digest,
-        title: r.spec.title,
+        title: r.title,
         owner: principalName(deps.store, p.owner_id),
-        cards: r.spec.cards.count,
-        sandbox: sandboxOf(r.spec, deps.config.policy),
+        cards: r.cards,
+        sandbox: {
+          runtime: r.runtime_kind,
+          image: r.runtime_kind === 'container' ? r.image : null,
+          network: r.network ?? 'none',
+          limits: resolveLimits(
+            {
+              cards: { count: r.cards },
+              limits: r.limits_json === null ? undefined : JSON.parse(r.limits_json),
+            },
+            deps.config.policy,
+          ),
+        },
         confirmed_at: iso(r.confirmed_at ?? p.updated_at),
-        errors: r.findings.filter((f) => f.severity === 'error').length,
-        warnings: r.findings.filter((f) => f.severity === 'warning').length,
+        errors: r.errors,
+        warnings: r.warnings,
         own: p.owner_id === principal.id,
       };
     }),
@@ -49,7 +62,7 @@ export function listReviewQueue(
  * revision a reviewer decided on, or nothing (src/domain/diff-base.ts) — with the revisions in between
  * that nobody decided on. `untrusted_fields` names what the submitter (or another principal) wrote.
  */
-export function getRevision(
+export async function getRevision(
   deps: BrokerDeps,
   principal: Principal,
   proposalId: string,
@@ -67,6 +80,16 @@ export function getRevision(
     );
   const { base, unreviewed_between } = diffBaseOf(deps, r);
   const baseRevision = base ? (deps.store.proposals.revision(base.revision_id) ?? null) : null;
+  // Read before the diff yields to the event loop: the rest of the answer is from one moment.
+  const reviews = deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv));
+  const inputChanges = await diffInputs(
+    deps,
+    p.owner_id,
+    baseRevision?.spec.inputs ?? [],
+    r.spec.inputs ?? [],
+    diffLines,
+    diffPage,
+  );
   return {
     proposal_id: p.id,
     proposal_state: p.state,
@@ -88,15 +111,8 @@ export function getRevision(
     previous: base ? { revision_id: base.revision_id, number: base.number, digest: base.digest } : null,
     diff: specChanges(baseRevision, r),
     inputs: r.spec.inputs ?? [],
-    input_changes: diffInputs(
-      deps,
-      p.owner_id,
-      baseRevision?.spec.inputs ?? [],
-      r.spec.inputs ?? [],
-      diffLines,
-      diffPage,
-    ),
-    reviews: deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv)),
+    input_changes: inputChanges,
+    reviews,
     untrusted_fields: [...GET_REVISION_UNTRUSTED],
   };
 }

@@ -1,11 +1,23 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { InputFile, TaskSpec } from '../../contracts/task-spec.js';
 import { chooseDiffBase, type DiffBaseChoice } from '../../domain/diff-base.js';
+import {
+  admitRead,
+  type BudgetLeft,
+  compareLimit,
+  DEFAULT_DIFF_BUDGET,
+  type DiffBudget,
+  fullBudget,
+  type NotDiffed,
+  notDiffedNote,
+  workSpent,
+} from '../../domain/diff-budget.js';
 import { diffSpecs, type SpecChange } from '../../domain/spec-diff.js';
-import { type TextDiff, unifiedDiff } from '../../domain/text-diff.js';
+import { type DiffScript, diffScript, pageScript, type TextDiff } from '../../domain/text-diff.js';
 import type { RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { verifiedBlob } from '../verified-blob.js';
+import { DiffMemo } from './diff-memo.js';
 import { isText } from './inputs.js';
 
 /**
@@ -24,14 +36,31 @@ export interface InputChange {
   after?: { sha256: string; size: number } | undefined;
   /** For a modified or added text file: the unified diff (added: every line `+`), one bounded page. */
   text_diff?: TextDiff | undefined;
+  /** Why no text diff was computed: the file or the answer is over its diff budget (issue 21). */
+  not_diffed?: NotDiffed | undefined;
   /** Why no (or only part of the) text diff is shown: binary, too large, unreadable, budget spent. */
   note?: string | undefined;
 }
 
-/** Largest file the reviewer's diff compares as text; larger ones are read with get_input. */
-export const MAX_DIFF_FILE_BYTES = 512 * 1024;
 /** Most diff lines one answer carries over all files but the one paged with `diff_path`. */
 export const DIFF_LINE_BUDGET = 4000;
+
+/** Resolves on the next turn of the event loop, after pending I/O. */
+const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
+
+/**
+ * One memo per store (so per master; tests that start several masters in one process keep them
+ * apart) without widening BrokerDeps for a cache only this file reads.
+ */
+const memos = new WeakMap<object, DiffMemo>();
+function memoOf(deps: BrokerDeps): DiffMemo {
+  let memo = memos.get(deps.store);
+  if (!memo) {
+    memo = new DiffMemo();
+    memos.set(deps.store, memo);
+  }
+  return memo;
+}
 
 /** The base choice of revision `r` among its proposal's revisions and reviews. */
 export function diffBaseOf(deps: BrokerDeps, r: RevisionRecord): DiffBaseChoice {
@@ -59,40 +88,103 @@ export function specChanges(base: RevisionRecord | null, r: RevisionRecord): Spe
 }
 
 /** A blob's text for the diff, or why there is none; bytes are re-hashed before they are shown. */
-function readText(deps: BrokerDeps, ownerId: string, sha256: string): { text: string } | { note: string } {
+function readText(
+  deps: BrokerDeps,
+  ownerId: string,
+  sha256: string,
+): { text: string } | { note: string; lasting: boolean } {
   let bytes: Buffer;
   try {
     bytes = verifiedBlob(deps, ownerId, sha256);
   } catch (err) {
     if (err instanceof BrokerError && err.code === 'NOT_FOUND')
-      return { note: 'content not stored any more' };
+      return { note: 'content not stored any more', lasting: false };
     if (err instanceof BrokerError && err.code === 'INTERNAL')
-      return { note: 'the stored content does not match its sha256; not shown (an operator must remove it)' };
+      return {
+        note: 'the stored content does not match its sha256; not shown (an operator must remove it)',
+        lasting: false,
+      };
     throw err;
   }
-  return isText(bytes) ? { text: bytes.toString('utf8') } : { note: 'binary' };
+  return isText(bytes) ? { text: bytes.toString('utf8') } : { note: 'binary', lasting: true };
+}
+
+/** What one file's diff came to: a script, a note, or "not diffed" with what it would have cost. */
+type FileOutcome = { script: DiffScript } | { note: string } | { not_diffed: NotDiffed };
+
+/**
+ * The diff of one file of `ownerId`'s, from the memo when both digests are the owner's, else read and
+ * compared within `left` (which it charges). Only lasting outcomes (a script, "binary") are memoised:
+ * "not stored" or "does not match" may change.
+ */
+function fileOutcome(
+  deps: BrokerDeps,
+  ownerId: string,
+  x: InputFile | undefined,
+  y: InputFile,
+  left: BudgetLeft,
+  budget: DiffBudget,
+): FileOutcome {
+  const blobs = deps.store.blobs;
+  const owned = blobs.sizesUploadedBy(ownerId, x ? [x.sha256, y.sha256] : [y.sha256]);
+  const key = DiffMemo.key(x?.sha256 ?? null, y.sha256);
+  const memo = memoOf(deps);
+  // Ownership first: a digest pair someone else's diff put in the memo is no way to read their bytes.
+  if ((!x || owned[x.sha256] !== undefined) && owned[y.sha256] !== undefined) {
+    const hit = memo.get(key);
+    if (hit) return hit;
+  }
+  // Stored sizes, not the manifest's (which the submitter wrote): the bytes that would be read.
+  const sizeBefore = x ? (owned[x.sha256] ?? 0) : 0;
+  const sizeAfter = owned[y.sha256] ?? 0;
+  const refused = admitRead(sizeBefore, sizeAfter, left, budget);
+  if (refused) return { not_diffed: refused };
+  left.bytes -= sizeBefore + sizeAfter;
+  const old = x ? readText(deps, ownerId, x.sha256) : { text: '' };
+  const now = readText(deps, ownerId, y.sha256);
+  if (!('text' in old) || !('text' in now)) {
+    const why = 'note' in now ? now : (old as { note: string; lasting: boolean });
+    if (why.lasting) memo.set(key, { note: why.note });
+    return { note: why.note };
+  }
+  const script = diffScript(old.text, now.text, compareLimit(left, budget));
+  if ('refused' in script) {
+    const why = workSpent(script.refused.work, left);
+    left.work = 0;
+    return { not_diffed: why };
+  }
+  left.work -= script.work;
+  memo.set(key, { script });
+  return { script };
 }
 
 /**
  * The reviewer's diff of two manifests of `ownerId`'s proposal (bytes read only from blobs the owner
- * uploaded): added, removed and modified paths, with text diffs of added and
- * modified text files. One page per file: `maxLines` lines for the file named by `page.path` (from
- * `page.offset`), and the others share DIFF_LINE_BUDGET (or `maxLines`, if larger).
+ * uploaded): added, removed and modified paths, with text diffs of added and modified text files.
+ * One page per file: `maxLines` lines for the file named by `page.path` (from `page.offset`), and the
+ * others share DIFF_LINE_BUDGET (or `maxLines`, if larger).
+ *
+ * Bounded (issue 21, item 3): the call reads and compares within `budget` (src/domain/diff-budget.ts),
+ * the paged file first so it is always diffed when it fits the per-file limits; a file past the budget
+ * gets a `not_diffed` entry and a note. Between files it yields to the event loop, so a request or a
+ * worker's ping waits for one file's work at most, never the whole call.
  */
-export function diffInputs(
+export async function diffInputs(
   deps: BrokerDeps,
   ownerId: string,
   before: readonly InputFile[],
   after: readonly InputFile[],
   maxLines: number,
   page: { path?: string | undefined; offset?: number | undefined } = {},
-): InputChange[] {
+  budget: DiffBudget = DEFAULT_DIFF_BUDGET,
+): Promise<InputChange[]> {
   const a = new Map(before.map((i) => [i.path, i]));
   const b = new Map(after.map((i) => [i.path, i]));
   const paths = [...new Set([...a.keys(), ...b.keys()])].sort();
   const meta = (i: InputFile | undefined) => (i ? { sha256: i.sha256, size: i.size } : undefined);
-  let budget = Math.max(DIFF_LINE_BUDGET, maxLines);
   const changes: InputChange[] = [];
+  const outcomes = new Map<string, FileOutcome>();
+  const work: Array<{ change: InputChange; x: InputFile | undefined; y: InputFile }> = [];
   for (const path of paths) {
     const x = a.get(path);
     const y = b.get(path);
@@ -104,21 +196,32 @@ export function diffInputs(
       after: meta(y),
     };
     changes.push(change);
-    if (!y) continue;
-    if ((x?.size ?? 0) > MAX_DIFF_FILE_BYTES || y.size > MAX_DIFF_FILE_BYTES) {
-      change.note = 'too large to diff here; read it with get_input';
+    if (y) work.push({ change, x, y });
+  }
+  // The paged file first: it gets the budget before the rest of the answer.
+  work.sort((p, q) => Number(q.change.path === page.path) - Number(p.change.path === page.path));
+  const left = fullBudget(budget);
+  for (const [k, { change, x, y }] of work.entries()) {
+    if (k > 0) await nextTurn();
+    outcomes.set(change.path, fileOutcome(deps, ownerId, x, y, left, budget));
+  }
+  let lineBudget = Math.max(DIFF_LINE_BUDGET, maxLines);
+  for (const change of changes) {
+    const outcome = outcomes.get(change.path);
+    if (!outcome) continue;
+    if ('not_diffed' in outcome) {
+      change.not_diffed = outcome.not_diffed;
+      change.note = notDiffedNote(outcome.not_diffed);
       continue;
     }
-    const old = x ? readText(deps, ownerId, x.sha256) : { text: '' };
-    const now = readText(deps, ownerId, y.sha256);
-    if (!('text' in old) || !('text' in now)) {
-      change.note = 'note' in now ? now.note : 'note' in old ? old.note : undefined;
+    if ('note' in outcome) {
+      change.note = outcome.note;
       continue;
     }
-    const paged = page.path === path;
-    const lines = paged ? maxLines : Math.min(maxLines, budget);
-    change.text_diff = unifiedDiff(old.text, now.text, lines, paged ? (page.offset ?? 0) : 0);
-    if (!paged) budget -= lines;
+    const paged = page.path === change.path;
+    const lines = paged ? maxLines : Math.min(maxLines, lineBudget);
+    change.text_diff = pageScript(outcome.script, lines, paged ? (page.offset ?? 0) : 0);
+    if (!paged) lineBudget -= lines;
     if (lines === 0 && change.text_diff.total_lines > 0)
       change.note = 'not shown: this answer carries enough diff lines; page it with diff_path';
   }

@@ -103,11 +103,11 @@ export function proposalView(store: Store, p: ProposalRecord): ProposalView {
 
 /** A proposal listing line. */
 export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummary {
-  const current = store.proposals.revision(p.current_revision_id);
+  const current = store.proposals.revisionHead(p.current_revision_id);
   return {
     proposal_id: p.id,
     state: p.state,
-    title: current?.spec.title ?? '',
+    title: current?.title ?? '',
     owner: principalName(store, p.owner_id),
     revision_number: current?.number ?? 0,
     task_id: p.task_id,

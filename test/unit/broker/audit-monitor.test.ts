@@ -29,7 +29,13 @@ function monitor(over: Partial<AuditMonitorOptions> = {}): AuditMonitor {
     dataDir,
     batch_size: 100,
     full_interval_ms: 3600_000,
-    retention: { enabled: false, keep_events: 50, min_age_seconds: 0, max_segment_events: 1000 },
+    retention: {
+      enabled: false,
+      keep_events: 50,
+      min_age_seconds: 0,
+      max_segment_events: 1000,
+      max_segments_per_run: 1,
+    },
     retention_interval_ms: 0,
     yieldToLoop: async () => {
       yields++;
@@ -156,7 +162,13 @@ describe('audit monitor stop', () => {
 });
 
 describe('audit retention', () => {
-  const retention = { enabled: true, keep_events: 100, min_age_seconds: 60, max_segment_events: 300 };
+  const retention = {
+    enabled: true,
+    keep_events: 100,
+    min_age_seconds: 60,
+    max_segment_events: 300,
+    max_segments_per_run: 2,
+  };
 
   it('archives old verified rows in bounded segments that verify with the live table as one chain', async () => {
     // Rows 1..1000 are an hour old; 1001..1050 are new.
@@ -231,5 +243,32 @@ describe('audit retention', () => {
     expect(store.audit.segments()).toEqual([]);
     expect(store.audit.count()).toBe(400);
     expect(m.status()).toMatchObject({ ok: false, detail: 'seq 5: hash does not match the row contents' });
+  });
+
+  it('keeps up (issue 21): several segments a run, and a run stopped at its cap continues on the next tick', async () => {
+    // Retention runs at most hourly, yet a backlog of 10 segments drains in a few checks, not 10 hours.
+    const fast = { ...retention, keep_events: 1, min_age_seconds: 0, max_segments_per_run: 4 };
+    const m = monitor({ retention: fast, retention_interval_ms: 3600_000 });
+    appendChain(store, 3000, () => clock.now());
+    clock.advance(1000);
+    await m.tick(); // segments 1..4
+    expect(store.audit.segments()).toHaveLength(4);
+    expect(m.retentionIsBehind()).toBe(true);
+    await m.tick(); // 5..8, with no interval passed
+    await m.tick(); // 9..10 and the rest up to the anchor
+    expect(m.retentionIsBehind()).toBe(false);
+    expect(store.audit.liveStart().seq).toBe(2999);
+    // Sustained writes: 3,000 rows an interval, 2.5 runs' worth, drain within 3 checks every time.
+    for (let round = 0; round < 3; round++) {
+      appendChain(store, 3000, () => clock.now());
+      clock.advance(3600_000);
+      for (let check = 0; check < 3; check++) {
+        await m.tick();
+        clock.advance(5000);
+      }
+      expect(m.retentionIsBehind()).toBe(false);
+      expect(store.audit.count()).toBe(1);
+    }
+    expect(verifyWholeChain(store, dataDir)).toMatchObject({ ok: true, events: 12000 });
   });
 });

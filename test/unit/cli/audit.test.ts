@@ -59,12 +59,20 @@ describe('audit verify', () => {
 
   it('verifies archive segments and the live table as one chain; --archive checks a file offline', async () => {
     const store = Store.open(join(dataDir, 'broker.db'));
-    appendChain(store, 300, () => 0);
-    const monitor = new AuditMonitor(store, new ManualClock(), {
+    // Times in append order, as a clock gives them (the retention's age cut-off searches by seq).
+    const at = Date.now();
+    appendChain(store, 300, () => at);
+    const monitor = new AuditMonitor(store, new ManualClock(at + 1000), {
       dataDir,
       batch_size: 50,
       full_interval_ms: 3600_000,
-      retention: { enabled: true, keep_events: 10, min_age_seconds: 0, max_segment_events: 100 },
+      retention: {
+        enabled: true,
+        keep_events: 10,
+        min_age_seconds: 0,
+        max_segment_events: 100,
+        max_segments_per_run: 1,
+      },
       retention_interval_ms: 0,
     });
     for (let i = 0; i < 3; i++) await monitor.tick();

@@ -1,9 +1,15 @@
 import { describe, expect, it } from 'vitest';
-import { archiveBoundary } from '../../../src/domain/audit-retention.js';
+import { archiveBoundary, archivePlan } from '../../../src/domain/audit-retention.js';
 
 /** Which prefix of the live audit chain may move to an archive file. */
 
-const policy = { enabled: true, keep_events: 100, min_age_seconds: 60, max_segment_events: 1000 };
+const policy = {
+  enabled: true,
+  keep_events: 100,
+  min_age_seconds: 60,
+  max_segment_events: 1000,
+  max_segments_per_run: 1,
+};
 const chain = { archived_through: 0, head_seq: 5000, verified_seq: 5000, newest_old_enough: 4000 };
 
 describe('archiveBoundary', () => {
@@ -33,5 +39,19 @@ describe('archiveBoundary', () => {
     expect(archiveBoundary({ ...chain, newest_old_enough: null }, policy)).toBeNull();
     expect(archiveBoundary({ ...chain, archived_through: 4000 }, policy)).toBeNull();
     expect(archiveBoundary({ ...chain, verified_seq: 1 }, policy)).toBeNull();
+  });
+});
+
+describe('archivePlan (issue 21: archiving keeps up)', () => {
+  const chain = { archived_through: 0, head_seq: 10_000, verified_seq: 10_000, newest_old_enough: 10_000 };
+  it('plans segments back to back up to the per-run cap, and says when rows are still due', () => {
+    const p = { ...policy, keep_events: 1, max_segment_events: 1000, max_segments_per_run: 4 };
+    expect(archivePlan(chain, p)).toEqual({ through: [1000, 2000, 3000, 4000], more: true });
+    expect(archivePlan({ ...chain, archived_through: 8000 }, p)).toEqual({
+      through: [9000, 9999],
+      more: false,
+    });
+    expect(archivePlan({ ...chain, archived_through: 9999 }, p)).toEqual({ through: [], more: false });
+    expect(archivePlan(chain, { ...p, enabled: false })).toEqual({ through: [], more: false });
   });
 });

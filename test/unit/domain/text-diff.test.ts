@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { MAX_DIFF_CELLS, unifiedDiff } from '../../../src/domain/text-diff.js';
+import { diffScript, MAX_DIFF_WORK, unifiedDiff } from '../../../src/domain/text-diff.js';
 
 const lines = (n: number, f: (i: number) => string = (i) => `line ${i}`) =>
   `${Array.from({ length: n }, (_, i) => f(i + 1)).join('\n')}\n`;
@@ -62,9 +62,9 @@ describe('unifiedDiff', () => {
     );
     expect(last).toMatchObject({ truncated: false, total_lines: d.total_lines });
     expect(last.unified.split('\n')).toHaveLength(10);
-    // Every odd line differs: an LCS would keep the even ones, but past MAX_DIFF_CELLS the whole middle
-    // (all but the common last line) is shown as removed then added.
-    const n = 2 * Math.ceil(Math.sqrt(MAX_DIFF_CELLS) / 2) + 10;
+    // Every odd line differs: the script keeps the even ones, but past MAX_DIFF_WORK (about D²/2 for D
+    // edits) the whole middle (all but the common last line) is shown as removed then added.
+    const n = 2 * Math.ceil(Math.sqrt(2 * MAX_DIFF_WORK)) + 10;
     const big = unifiedDiff(
       lines(n),
       lines(n, (i) => (i % 2 ? `x${i}` : `line ${i}`)),
@@ -73,4 +73,46 @@ describe('unifiedDiff', () => {
     expect(big.removed_lines).toBe(n - 1);
     expect(big.added_lines).toBe(n - 1);
   });
+
+  it('finds few edits in a long file cheaply, and refuses when told to', () => {
+    const n = 20_000;
+    const after = lines(n).replace('line 7\n', 'seven\n').replace('line 19993\n', 'x\n');
+    const d = diffScript(lines(n), after);
+    expect('lines' in d && d.lines.filter((l) => /^[-+]/.test(l))).toEqual([
+      '-line 7',
+      '+seven',
+      '-line 19993',
+      '+x',
+    ]);
+    expect('work' in d && d.work).toBeLessThan(200_000);
+    const odd = lines(200, (i) => (i % 2 ? `x${i}` : `line ${i}`));
+    expect(diffScript(lines(200), odd, { work: 1000, over: 'refuse' })).toMatchObject({ refused: {} });
+    const small = unifiedDiff(lines(200), odd, 1000);
+    expect(small.removed_lines).toBe(100);
+    expect(small.added_lines).toBe(100);
+  });
+
+  it('agrees with a plain LCS on the number of kept lines (random edits)', () => {
+    let seed = 7;
+    const rnd = () => {
+      seed = (seed * 1103515245 + 12345) % 2 ** 31;
+      return seed / 2 ** 31;
+    };
+    for (let round = 0; round < 50; round++) {
+      const a = Array.from({ length: 1 + Math.floor(rnd() * 40) }, () => String(Math.floor(rnd() * 5)));
+      const b = Array.from({ length: 1 + Math.floor(rnd() * 40) }, () => String(Math.floor(rnd() * 5)));
+      const d = unifiedDiff(`${a.join('\n')}\n`, `${b.join('\n')}\n`, 10_000);
+      const lcs = lcsLength(a, b);
+      expect(a.length - d.removed_lines).toBe(lcs);
+      expect(b.length - d.added_lines).toBe(lcs);
+    }
+  });
 });
+
+function lcsLength(a: string[], b: string[]): number {
+  const t = Array.from({ length: a.length + 1 }, () => new Array<number>(b.length + 1).fill(0));
+  for (let i = a.length - 1; i >= 0; i--)
+    for (let j = b.length - 1; j >= 0; j--)
+      t[i]![j] = a[i] === b[j] ? t[i + 1]![j + 1]! + 1 : Math.max(t[i + 1]![j]!, t[i]![j + 1]!);
+  return t[0]![0]!;
+}

@@ -95,3 +95,25 @@ describe('firstInvalidUtf8', () => {
     );
   });
 });
+
+describe('the fast path (issue 21: inspection inside create_proposal must be cheap)', () => {
+  it('a large clean file reports nothing; one hidden character at its end is still found, on its line', () => {
+    const clean = 'x = compute(a, b)  # ordinary\n'.repeat(70_000); // ~2 MiB
+    expect(inspectText('big.py', Buffer.from(clean))).toEqual({ text: true, oddities: [], count: 0 });
+    const found = inspectText('big.py', Buffer.from(`${clean}y = 1 \u202e\n`));
+    expect(found.count).toBe(1);
+    expect(found.oddities[0]).toMatchObject({ line: 70_001, what: expect.stringMatching(/^a bidi control/) });
+  });
+
+  it('ill-formed UTF-8 the native decoder refuses is reported at the byte the walk names', () => {
+    for (const bad of [
+      [0xc0, 0xaf], // overlong "/"
+      [0xed, 0xa0, 0x80], // a UTF-16 surrogate
+      [0xf4, 0x90, 0x80, 0x80], // past U+10FFFF
+    ]) {
+      const bytes = Buffer.concat([Buffer.from('ok\nok\n'), Buffer.from(bad)]);
+      expect(firstInvalidUtf8(bytes)).toBe(6);
+      expect(inspectText('a.py', bytes)).toMatchObject({ text: false, count: 1, oddities: [{ line: 3 }] });
+    }
+  });
+});

@@ -150,3 +150,15 @@ describe('audit chain', () => {
     expect(events[0]?.data).toEqual({ i: 1, nested: { a: 1, b: 2 } });
   });
 });
+
+describe('lastSeqBefore (the retention age cut-off)', () => {
+  it('finds the newest row older than a time by searching seq, for every cut-off', () => {
+    appendN(37); // at = 1001..1037
+    expect(store.audit.lastSeqBefore(1001)).toBeNull();
+    for (let at = 1002; at <= 1038; at++) expect(store.audit.lastSeqBefore(at)).toBe(at - 1001);
+    expect(store.audit.lastSeqBefore(9_999)).toBe(37);
+    store.close();
+    store = Store.open(':memory:');
+    expect(store.audit.lastSeqBefore(9_999)).toBeNull();
+  });
+});
