@@ -34,29 +34,44 @@ export interface ChildMaster {
   stop(): Promise<void>;
 }
 
+/** How to start the child master beyond its policy. */
+export interface ChildMasterOptions {
+  /**
+   * The soft RLIMIT_NOFILE the master starts with (the hard limit stays), e.g. 1024 as under a default
+   * systemd unit; unset: inherited from the bench.
+   */
+  nofileSoft?: number;
+}
+
 /** Starts `gpu-broker serve` on 127.0.0.1:0 (TLS auto) in a temp data dir with `policy`. */
-export async function startChildMaster(policy: Record<string, unknown>): Promise<ChildMaster> {
+export async function startChildMaster(
+  policy: Record<string, unknown>,
+  opts: ChildMasterOptions = {},
+): Promise<ChildMaster> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-'));
   const configPath = join(dataDir, 'bench-config.json');
   writeFileSync(configPath, JSON.stringify({ policy }));
   // GPU_BROKER_BENCH_MASTER_NODE_ARGS (e.g. "--cpu-prof") goes to the master's node only.
   const nodeArgs = (process.env['GPU_BROKER_BENCH_MASTER_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
-  const child: ChildProcess = spawn(
+  const argv = [
     process.execPath,
-    [
-      ...nodeArgs,
-      CLI_PATH,
-      'serve',
-      '--data-dir',
-      dataDir,
-      '--listen',
-      '127.0.0.1:0',
-      '--json',
-      '--config',
-      configPath,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+    ...nodeArgs,
+    CLI_PATH,
+    'serve',
+    '--data-dir',
+    dataDir,
+    '--listen',
+    '127.0.0.1:0',
+    '--json',
+    '--config',
+    configPath,
+  ];
+  // The shell sets the soft limit and execs node, so the pid stays the master's.
+  const [command, ...args] =
+    opts.nofileSoft === undefined
+      ? argv
+      : ['/bin/sh', '-c', `ulimit -Sn ${Math.floor(opts.nofileSoft)} && exec "$@"`, 'sh', ...argv];
+  const child: ChildProcess = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   let stderr = '';
   child.stderr?.setEncoding('utf8').on('data', (d: string) => {

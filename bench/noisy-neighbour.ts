@@ -1,0 +1,307 @@
+import { readdirSync } from 'node:fs';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { createCaTrustingFetch } from '../src/platform/tls.js';
+import { type ChildMaster, startChildMaster } from './child-master.js';
+import { type ChildWorker, startChildWorker } from './child-worker.js';
+import { BenchClients, keySequence, waitForCards } from './harness.js';
+import {
+  FLOODS,
+  type FloodContext,
+  type FloodSizes,
+  floodLabel,
+  prepareDiffRevision,
+  type ScenarioName,
+} from './noisy-floods.js';
+import { resultRows, type ScenarioResult, summaryTable } from './noisy-report.js';
+import { type Neighbours, runSecondAgent, runSecondTasks } from './noisy-victims.js';
+import type { BenchSection, OpResult } from './stats.js';
+
+/**
+ * Noisy neighbours (issue 21): how much one noisy participant slows everyone else. One master in its own
+ * process (`gpu-broker serve`, soft RLIMIT_NOFILE 1024 as under a default systemd unit), one local worker
+ * in its own process (`gpu-broker worker --gpus sim:2`, sandboxed with bubblewrap), on loopback. In each
+ * scenario a flood runs (noisy-floods.ts) while a second agent makes a steady mix of cheap calls and a
+ * second task (one-card `/bin/true`) is approved again and again (noisy-victims.ts); the table gives
+ * their p50/p99 and times to `started`/`finished` against the idle scenario, and the master's RSS and
+ * file descriptors at their peak. Run alone: `node dist/bench/run.js --only noisy`.
+ *
+ * Sizes (environment variables, defaults in brackets):
+ *   NOISY_SCENARIOS        which scenarios, in this order [idle,uploads,diffs,slow,logs]
+ *   NOISY_SECONDS          measured window of each scenario [15]
+ *   NOISY_PAUSE_MS         the second agent's (and second task's) pause between calls [50]
+ *   NOISY_CALL_TIMEOUT_S   a second-agent call slower than this fails, counted at the limit [30]
+ *   NOISY_TASK_TIMEOUT_S   a second task not COMPLETED by then is cancelled, counted at the limit [30]
+ *   NOISY_LOG_MIB          stdout of the log-flood task [256]
+ *   NOISY_UPLOADS          concurrent uploads of the upload flood [16]
+ *   NOISY_UPLOAD_MIB       size of each upload; the flooder's quota is set below it [128]
+ *   NOISY_DIFF_FILES       modified files of the diff-flood revision [1000]
+ *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines²) [2000]
+ *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
+ *   NOISY_SLOW_CONNS       slow-body connections [1000]
+ *   NOISY_MASTER_NOFILE    the master's soft RLIMIT_NOFILE at start [1024]
+ *   NOISY_SETTLE_S         most seconds to wait after a flood for prompt answers again [30]
+ */
+
+const MIB = 1024 * 1024;
+
+/** A non-negative number from the environment, or `fallback`. */
+function num(name: string, fallback: number): number {
+  const raw = process.env[name];
+  if (raw === undefined || raw === '') return fallback;
+  const n = Number(raw);
+  if (!Number.isFinite(n) || n < 0) throw new Error(`${name}=${raw}: expected a non-negative number`);
+  return n;
+}
+
+interface NoisyConfig {
+  scenarios: ScenarioName[];
+  seconds: number;
+  pauseMs: number;
+  callTimeoutMs: number;
+  taskTimeoutMs: number;
+  diffFiles: number;
+  diffLines: number;
+  masterNofile: number;
+  settleMs: number;
+  sizes: FloodSizes;
+}
+
+function readConfig(): NoisyConfig {
+  const names = (process.env['NOISY_SCENARIOS'] ?? Object.keys(FLOODS).join(',')).split(',').filter(Boolean);
+  for (const n of names)
+    if (!(n in FLOODS))
+      throw new Error(`NOISY_SCENARIOS: no scenario ${n}; known: ${Object.keys(FLOODS).join(', ')}`);
+  return {
+    scenarios: names as ScenarioName[],
+    seconds: num('NOISY_SECONDS', 15),
+    pauseMs: num('NOISY_PAUSE_MS', 50),
+    callTimeoutMs: num('NOISY_CALL_TIMEOUT_S', 30) * 1000,
+    taskTimeoutMs: num('NOISY_TASK_TIMEOUT_S', 30) * 1000,
+    diffFiles: num('NOISY_DIFF_FILES', 1000),
+    diffLines: num('NOISY_DIFF_LINES', 2000),
+    masterNofile: num('NOISY_MASTER_NOFILE', 1024),
+    settleMs: num('NOISY_SETTLE_S', 30) * 1000,
+    sizes: {
+      logMiB: num('NOISY_LOG_MIB', 256),
+      uploads: num('NOISY_UPLOADS', 16),
+      uploadMiB: num('NOISY_UPLOAD_MIB', 128),
+      diffReaders: num('NOISY_DIFF_READERS', 1),
+      slowConnections: num('NOISY_SLOW_CONNS', 1000),
+    },
+  };
+}
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** Peaks of the master's RSS and open files and the worker's RSS, sampled every 200 ms until stopped. */
+function samplePeaks(master: ChildMaster, worker: ChildWorker) {
+  const peak = { masterRssMiB: 0, masterFds: 0, workerRssMiB: 0, masterGone: false };
+  const sample = () => {
+    try {
+      peak.masterRssMiB = Math.max(peak.masterRssMiB, master.memory().rssMiB);
+      peak.masterFds = Math.max(peak.masterFds, readdirSync(`/proc/${master.pid}/fd`).length);
+    } catch {
+      peak.masterGone = true;
+    }
+    const w = worker.rssMiB();
+    if (!Number.isNaN(w)) peak.workerRssMiB = Math.max(peak.workerRssMiB, w);
+  };
+  sample();
+  const timer = setInterval(sample, 200);
+  return {
+    stop() {
+      clearInterval(timer);
+      sample();
+      return peak;
+    },
+  };
+}
+
+/**
+ * Waits until three get_status calls in a row answer within `boundMs` (at most `maxMs`), so one
+ * flood's tail does not land in the next scenario; returns the seconds it took.
+ */
+async function settle(
+  agent: Client,
+  boundMs: number,
+  maxMs: number,
+): Promise<{ settleSeconds: number; settleLimited: boolean }> {
+  const t0 = performance.now();
+  let good = 0;
+  while (good < 3 && performance.now() - t0 < maxMs) {
+    const s = performance.now();
+    const ok = await agent
+      .callTool({ name: 'get_status', arguments: {} }, undefined, { timeout: maxMs })
+      .then((r) => !r.isError)
+      .catch(() => false);
+    good = ok && performance.now() - s < boundMs ? good + 1 : 0;
+    await sleep(ok ? 50 : 500);
+  }
+  return { settleSeconds: (performance.now() - t0) / 1000, settleLimited: good < 3 };
+}
+
+/** Runs one scenario: the flood, the neighbours over the window, the flood's end, the settling. */
+async function runScenario(
+  name: ScenarioName,
+  cfg: NoisyConfig,
+  ctx: FloodContext,
+  n: Neighbours,
+  master: ChildMaster,
+  worker: ChildWorker,
+  settleBoundMs: number,
+): Promise<ScenarioResult> {
+  const base = {
+    name,
+    flood: floodLabel(name, cfg.sizes),
+    agent: null,
+    tasks: null,
+    masterRssMiB: Number.NaN,
+    masterFds: 0,
+    workerRssMiB: Number.NaN,
+    workerDiskMiB: worker.diskMiB(),
+    settleSeconds: 0,
+    settleLimited: false,
+  };
+  const started = performance.now();
+  let flood: Awaited<ReturnType<(typeof FLOODS)[ScenarioName]>>;
+  try {
+    flood = await FLOODS[name](ctx);
+  } catch (err) {
+    return {
+      ...base,
+      seconds: 0,
+      floodNotes: 'the flood did not start',
+      error: String((err as Error).message),
+    };
+  }
+  const peaks = samplePeaks(master, worker);
+  const until = performance.now() + cfg.seconds * 1000;
+  const [agent, tasks] = await Promise.all([runSecondAgent(n, until), runSecondTasks(n, until)]);
+  const seconds = (performance.now() - started) / 1000;
+  const workerDiskMiB = worker.diskMiB();
+  const floodNotes = await flood.stop().catch((err: unknown) => `stopping the flood failed: ${String(err)}`);
+  const p = peaks.stop();
+  const settled = await settle(n.agent, settleBoundMs, cfg.settleMs);
+  return {
+    ...base,
+    seconds,
+    agent,
+    tasks,
+    masterRssMiB: p.masterRssMiB,
+    masterFds: p.masterFds,
+    workerRssMiB: p.workerRssMiB,
+    workerDiskMiB,
+    floodNotes,
+    ...settled,
+    ...(p.masterGone ? { error: 'the master process was gone during the window' } : {}),
+  };
+}
+
+async function runNoisy(): Promise<OpResult[]> {
+  const cfg = readConfig();
+  const diffBytes = cfg.diffFiles * cfg.diffLines * 24;
+  // The flooder's uploads with the right digest must be over its quota on their own; every other
+  // principal needs only what the diff revisions hold.
+  const quota = Math.max(2 * diffBytes + 16 * MIB, 32 * MIB);
+  if (cfg.sizes.uploadMiB * MIB <= quota)
+    console.log(`note: NOISY_UPLOAD_MIB ≤ the quota (${(quota / MIB).toFixed(0)} MiB): uploads fit`);
+  const master = await startChildMaster(
+    {
+      executables: [{ path: '/bin/true' }, { path: '/bin/sh' }],
+      max_input_bytes: Math.max(256 * MIB, Math.ceil(cfg.sizes.uploadMiB * MIB), diffBytes),
+      max_input_files: Math.min(10_000, Math.max(1000, cfg.diffFiles)),
+      input_quota_bytes: quota,
+    },
+    { nofileSoft: cfg.masterNofile },
+  );
+  const trusting = createCaTrustingFetch(master.caPem);
+  const clients = new BenchClients(master.url, trusting.fetch, 'bench-noisy');
+  let worker: ChildWorker | null = null;
+  try {
+    const agentToken = await master.createToken('noisy-agent', ['submitter']);
+    const flooderToken = await master.createToken('noisy-flooder', ['submitter']);
+    const reviewer = await clients.connect(await master.createToken('noisy-reviewer', ['reviewer']));
+    const diffReader = await clients.connect(await master.createToken('noisy-diff-reader', ['reviewer']));
+    const diffOwner = await clients.connect(await master.createToken('noisy-diff-owner', ['submitter']));
+    const agent = await clients.connect(agentToken);
+    const owner = await clients.connect(agentToken);
+    const flooder = await clients.connect(flooderToken);
+    worker = await startChildWorker(master, 'noisy-worker', 2);
+    await waitForCards(
+      agent,
+      (cards) => cards.filter((c) => c.state === 'AVAILABLE').length === 2,
+      30_000,
+      'the bench worker never became available',
+    );
+    const nextKey = keySequence(`noisy-${process.pid}`);
+    const t0 = performance.now();
+    const diff = cfg.scenarios.includes('diffs')
+      ? await prepareDiffRevision(diffOwner, diffReader, cfg.diffFiles, cfg.diffLines, nextKey)
+      : null;
+    if (diff)
+      console.log(
+        `prepared a revision with ${cfg.diffFiles} modified files of ${cfg.diffLines} lines in ` +
+          `${((performance.now() - t0) / 1000).toFixed(1)} s`,
+      );
+    const target = { url: master.url, caPem: master.caPem };
+    const ctx: FloodContext = {
+      target,
+      flooderToken,
+      flooder,
+      reviewer,
+      diffReader,
+      diff,
+      sizes: cfg.sizes,
+      nextKey,
+    };
+    const n: Neighbours = {
+      target,
+      agent,
+      agentToken,
+      owner,
+      reviewer,
+      pauseMs: cfg.pauseMs,
+      callTimeoutMs: cfg.callTimeoutMs,
+      taskTimeoutMs: cfg.taskTimeoutMs,
+      nextKey,
+    };
+    // Warm-up (not recorded): connections, JIT, the sandbox's first start.
+    const warm = performance.now() + 2000;
+    await Promise.all([runSecondAgent(n, warm), runSecondTasks(n, warm)]);
+    const results: ScenarioResult[] = [];
+    let settleBoundMs = 100;
+    for (const name of cfg.scenarios) {
+      const r = await runScenario(name, cfg, ctx, n, master, worker, settleBoundMs);
+      results.push(r);
+      if (name === 'idle' && r.agent && r.agent.status.latencies.length > 0) {
+        const sorted = [...r.agent.status.latencies].sort((a, b) => a - b);
+        settleBoundMs = Math.max(100, 5 * (sorted[Math.floor(sorted.length / 2)] ?? 20));
+      }
+      console.log(`${name}: done in ${r.seconds.toFixed(1)} s (+${r.settleSeconds.toFixed(1)} s settling)`);
+    }
+    console.log(`\n${summaryTable(results)}\n`);
+    return resultRows(results);
+  } finally {
+    await clients.close();
+    await worker?.stop();
+    await trusting.close();
+    const stopped = master.stop();
+    const timer = setTimeout(() => {
+      try {
+        process.kill(master.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    }, 20_000);
+    await stopped;
+    clearTimeout(timer);
+  }
+}
+
+/** The noisy-neighbour section of `npm run bench`. */
+export const noisySection: BenchSection = {
+  name: 'noisy',
+  description:
+    'a second agent and a second task, idle vs under floods of logs, uploads, diffs and slow connections (issue 21)',
+  run: runNoisy,
+};
