@@ -37,10 +37,11 @@ export interface ChildMaster {
 /** How to start the child master beyond its policy. */
 export interface ChildMasterOptions {
   /**
-   * The soft RLIMIT_NOFILE the master starts with (the hard limit stays), e.g. 1024 as under a default
-   * systemd unit; unset: inherited from the bench.
+   * RLIMIT_NOFILE (soft and hard) the master starts with, e.g. 1024 to play a host that allows no
+   * more; unset: inherited from the bench. Node raises its soft limit to the hard one at start, so
+   * only the hard limit really bounds it.
    */
-  nofileSoft?: number;
+  nofile?: number;
 }
 
 /** Starts `gpu-broker serve` on 127.0.0.1:0 (TLS auto) in a temp data dir with `policy`. */
@@ -66,11 +67,11 @@ export async function startChildMaster(
     '--config',
     configPath,
   ];
-  // The shell sets the soft limit and execs node, so the pid stays the master's.
+  // The shell sets the limit and execs node, so the pid stays the master's.
   const [command, ...args] =
-    opts.nofileSoft === undefined
+    opts.nofile === undefined
       ? argv
-      : ['/bin/sh', '-c', `ulimit -Sn ${Math.floor(opts.nofileSoft)} && exec "$@"`, 'sh', ...argv];
+      : ['/bin/sh', '-c', `ulimit -n ${Math.floor(opts.nofile)} && exec "$@"`, 'sh', ...argv];
   const child: ChildProcess = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   let stderr = '';

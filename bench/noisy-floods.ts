@@ -192,8 +192,8 @@ const diffs: FloodStarter = async (ctx) => {
 /**
  * Slow connections: `slowConnections` TLS connections each declaring a 1,000,000-byte body for
  * `POST /api/v1/proposals` and sending one byte of it a second; half carry the flooder's token, half no
- * token. Opened 50 at a time (each given 10 s) before the window; counted as opened, refused, closed by
- * the server during the window, and still open at its end.
+ * token. Opened 100 at a time (each given 10 s, all of them 20 s) before the window; counted as opened,
+ * refused, closed by the server during the window, and still open at its end.
  */
 const slow: FloodStarter = async (ctx) => {
   const url = new URL(ctx.target.url);
@@ -232,10 +232,16 @@ const slow: FloodStarter = async (ctx) => {
         if (sockets.delete(s) && !stopped) closedByServer++;
       });
     });
-  for (let i = 0; i < ctx.sizes.slowConnections; i += 50)
+  const openedBy = performance.now() + 20_000;
+  for (let i = 0; i < ctx.sizes.slowConnections; i += 100) {
+    if (performance.now() > openedBy) {
+      refused.add(`not tried: opening took over 20 s (${ctx.sizes.slowConnections - i} left)`);
+      break;
+    }
     await Promise.all(
-      Array.from({ length: Math.min(50, ctx.sizes.slowConnections - i) }, (_, j) => open(i + j)),
+      Array.from({ length: Math.min(100, ctx.sizes.slowConnections - i) }, (_, j) => open(i + j)),
     );
+  }
   const trickle = setInterval(() => {
     for (const s of sockets) if (s.writable) s.write(' ');
   }, 1000);
@@ -300,9 +306,7 @@ export async function prepareDiffRevision(
       batchBytes = 0;
     };
     for (let f = 0; f < files; f++) {
-      const text = Array.from({ length: lines }, (_, l) =>
-        l === 0 || l === lines - 1 || l % 50 === 0 ? `line ${l} of ${f} v${version}` : `line ${l} of ${f}`,
-      ).join('\n');
+      const text = diffFileText(f, lines, version);
       if (batch.length === 200 || batchBytes + text.length > 900 * 1024) await flush();
       batch.push({ path: `src/f${String(f).padStart(5, '0')}.txt`, content: text });
       batchBytes += text.length;
@@ -345,6 +349,20 @@ export async function prepareDiffRevision(
     idempotency_key: nextKey(),
   });
   return { proposal_id: p.proposal_id, revision_id: r2.revision_id };
+}
+
+/** File `f` of the big revision in `version` (1 or 2). */
+function diffFileText(f: number, lines: number, version: number): string {
+  return Array.from({ length: lines }, (_, l) =>
+    l === 0 || l === lines - 1 || l % 50 === 0 ? `line ${l} of ${f} v${version}` : `line ${l} of ${f}`,
+  ).join('\n');
+}
+
+/** Bytes of one revision of the big diff (the larger of the two), for sizing the input quota. */
+export function diffRevisionBytes(files: number, lines: number): number {
+  let total = 0;
+  for (let f = 0; f < files; f++) total += Buffer.byteLength(diffFileText(f, lines, 2));
+  return total;
 }
 
 function ids(p: { proposal_id: string; revision_id: string }) {

@@ -5,6 +5,7 @@ import { type ChildMaster, startChildMaster } from './child-master.js';
 import { type ChildWorker, startChildWorker } from './child-worker.js';
 import { BenchClients, keySequence, waitForCards } from './harness.js';
 import {
+  diffRevisionBytes,
   FLOODS,
   type FloodContext,
   type FloodSizes,
@@ -18,9 +19,9 @@ import type { BenchSection, OpResult } from './stats.js';
 
 /**
  * Noisy neighbours (issue 21): how much one noisy participant slows everyone else. One master in its own
- * process (`gpu-broker serve`, soft RLIMIT_NOFILE 1024 as under a default systemd unit), one local worker
+ * process (`gpu-broker serve`), one local worker
  * in its own process (`gpu-broker worker --gpus sim:2`, sandboxed with bubblewrap), on loopback. In each
- * scenario a flood runs (noisy-floods.ts) while a second agent makes a steady mix of cheap calls and a
+ * scenario a flood runs for the window (noisy-floods.ts) while a second agent makes a steady mix of cheap calls and a
  * second task (one-card `/bin/true`) is approved again and again (noisy-victims.ts); the table gives
  * their p50/p99 and times to `started`/`finished` against the idle scenario, and the master's RSS and
  * file descriptors at their peak. Run alone: `node dist/bench/run.js --only noisy`.
@@ -30,15 +31,15 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_SECONDS          measured window of each scenario [15]
  *   NOISY_PAUSE_MS         the second agent's (and second task's) pause between calls [50]
  *   NOISY_CALL_TIMEOUT_S   a second-agent call slower than this fails, counted at the limit [30]
- *   NOISY_TASK_TIMEOUT_S   a second task not COMPLETED by then is cancelled, counted at the limit [30]
+ *   NOISY_TASK_TIMEOUT_S   a second task not COMPLETED by then is cancelled, counted at the limit [20]
  *   NOISY_LOG_MIB          stdout of the log-flood task [256]
  *   NOISY_UPLOADS          concurrent uploads of the upload flood [16]
- *   NOISY_UPLOAD_MIB       size of each upload; the flooder's quota is set below it [128]
+ *   NOISY_UPLOAD_MIB       size of each upload; the input quota is set below it [64]
  *   NOISY_DIFF_FILES       modified files of the diff-flood revision [1000]
- *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines²) [2000]
+ *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines² cells) [300]
  *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
  *   NOISY_SLOW_CONNS       slow-body connections [1000]
- *   NOISY_MASTER_NOFILE    the master's soft RLIMIT_NOFILE at start [1024]
+ *   NOISY_MASTER_NOFILE    the master's RLIMIT_NOFILE (soft and hard), 0: the bench's own [0]
  *   NOISY_SETTLE_S         most seconds to wait after a flood for prompt answers again [30]
  */
 
@@ -76,15 +77,15 @@ function readConfig(): NoisyConfig {
     seconds: num('NOISY_SECONDS', 15),
     pauseMs: num('NOISY_PAUSE_MS', 50),
     callTimeoutMs: num('NOISY_CALL_TIMEOUT_S', 30) * 1000,
-    taskTimeoutMs: num('NOISY_TASK_TIMEOUT_S', 30) * 1000,
+    taskTimeoutMs: num('NOISY_TASK_TIMEOUT_S', 20) * 1000,
     diffFiles: num('NOISY_DIFF_FILES', 1000),
-    diffLines: num('NOISY_DIFF_LINES', 2000),
-    masterNofile: num('NOISY_MASTER_NOFILE', 1024),
+    diffLines: num('NOISY_DIFF_LINES', 300),
+    masterNofile: num('NOISY_MASTER_NOFILE', 0),
     settleMs: num('NOISY_SETTLE_S', 30) * 1000,
     sizes: {
       logMiB: num('NOISY_LOG_MIB', 256),
       uploads: num('NOISY_UPLOADS', 16),
-      uploadMiB: num('NOISY_UPLOAD_MIB', 128),
+      uploadMiB: num('NOISY_UPLOAD_MIB', 64),
       diffReaders: num('NOISY_DIFF_READERS', 1),
       slowConnections: num('NOISY_SLOW_CONNS', 1000),
     },
@@ -95,7 +96,13 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 /** Peaks of the master's RSS and open files and the worker's RSS, sampled every 200 ms until stopped. */
 function samplePeaks(master: ChildMaster, worker: ChildWorker) {
-  const peak = { masterRssMiB: 0, masterFds: 0, workerRssMiB: 0, masterGone: false };
+  const peak = {
+    masterRssStartMiB: Number.NaN,
+    masterRssMiB: 0,
+    masterFds: 0,
+    workerRssMiB: 0,
+    masterGone: false,
+  };
   const sample = () => {
     try {
       peak.masterRssMiB = Math.max(peak.masterRssMiB, master.memory().rssMiB);
@@ -107,6 +114,7 @@ function samplePeaks(master: ChildMaster, worker: ChildWorker) {
     if (!Number.isNaN(w)) peak.workerRssMiB = Math.max(peak.workerRssMiB, w);
   };
   sample();
+  peak.masterRssStartMiB = peak.masterRssMiB;
   const timer = setInterval(sample, 200);
   return {
     stop() {
@@ -149,12 +157,14 @@ async function runScenario(
   master: ChildMaster,
   worker: ChildWorker,
   settleBoundMs: number,
+  last: boolean,
 ): Promise<ScenarioResult> {
   const base = {
     name,
     flood: floodLabel(name, cfg.sizes),
     agent: null,
     tasks: null,
+    masterRssStartMiB: Number.NaN,
     masterRssMiB: Number.NaN,
     masterFds: 0,
     workerRssMiB: Number.NaN,
@@ -176,17 +186,29 @@ async function runScenario(
   }
   const peaks = samplePeaks(master, worker);
   const until = performance.now() + cfg.seconds * 1000;
-  const [agent, tasks] = await Promise.all([runSecondAgent(n, until), runSecondTasks(n, until)]);
+  // The flood ends with the window; calls the neighbours started in it are measured to their end.
+  let workerDiskMiB = Number.NaN;
+  const floodEnded = sleep(cfg.seconds * 1000).then(() => {
+    workerDiskMiB = worker.diskMiB();
+    return flood.stop().catch((err: unknown) => `stopping the flood failed: ${String(err)}`);
+  });
+  const [agent, tasks, floodNotes] = await Promise.all([
+    runSecondAgent(n, until),
+    runSecondTasks(n, until),
+    floodEnded,
+  ]);
   const seconds = (performance.now() - started) / 1000;
-  const workerDiskMiB = worker.diskMiB();
-  const floodNotes = await flood.stop().catch((err: unknown) => `stopping the flood failed: ${String(err)}`);
   const p = peaks.stop();
-  const settled = await settle(n.agent, settleBoundMs, cfg.settleMs);
+  // After the last scenario nothing is left to spoil: the master is stopped next.
+  const settled = last
+    ? { settleSeconds: 0, settleLimited: false }
+    : await settle(n.agent, settleBoundMs, cfg.settleMs);
   return {
     ...base,
     seconds,
     agent,
     tasks,
+    masterRssStartMiB: p.masterRssStartMiB,
     masterRssMiB: p.masterRssMiB,
     masterFds: p.masterFds,
     workerRssMiB: p.workerRssMiB,
@@ -199,10 +221,10 @@ async function runScenario(
 
 async function runNoisy(): Promise<OpResult[]> {
   const cfg = readConfig();
-  const diffBytes = cfg.diffFiles * cfg.diffLines * 24;
-  // The flooder's uploads with the right digest must be over its quota on their own; every other
-  // principal needs only what the diff revisions hold.
-  const quota = Math.max(2 * diffBytes + 16 * MIB, 32 * MIB);
+  const diffBytes = diffRevisionBytes(cfg.diffFiles, cfg.diffLines);
+  // The flooder's uploads with the right digest must be over the quota on their own; the only other
+  // uploader is the diff revisions' owner.
+  const quota = Math.max(2 * diffBytes + 8 * MIB, 16 * MIB);
   if (cfg.sizes.uploadMiB * MIB <= quota)
     console.log(`note: NOISY_UPLOAD_MIB ≤ the quota (${(quota / MIB).toFixed(0)} MiB): uploads fit`);
   const master = await startChildMaster(
@@ -212,7 +234,7 @@ async function runNoisy(): Promise<OpResult[]> {
       max_input_files: Math.min(10_000, Math.max(1000, cfg.diffFiles)),
       input_quota_bytes: quota,
     },
-    { nofileSoft: cfg.masterNofile },
+    cfg.masterNofile > 0 ? { nofile: cfg.masterNofile } : {},
   );
   const trusting = createCaTrustingFetch(master.caPem);
   const clients = new BenchClients(master.url, trusting.fetch, 'bench-noisy');
@@ -270,8 +292,9 @@ async function runNoisy(): Promise<OpResult[]> {
     await Promise.all([runSecondAgent(n, warm), runSecondTasks(n, warm)]);
     const results: ScenarioResult[] = [];
     let settleBoundMs = 100;
-    for (const name of cfg.scenarios) {
-      const r = await runScenario(name, cfg, ctx, n, master, worker, settleBoundMs);
+    for (const [i, name] of cfg.scenarios.entries()) {
+      const last = i === cfg.scenarios.length - 1;
+      const r = await runScenario(name, cfg, ctx, n, master, worker, settleBoundMs, last);
       results.push(r);
       if (name === 'idle' && r.agent && r.agent.status.latencies.length > 0) {
         const sorted = [...r.agent.status.latencies].sort((a, b) => a - b);

@@ -14,6 +14,8 @@ export interface ScenarioResult {
   seconds: number;
   agent: AgentSample | null;
   tasks: TaskSample | null;
+  /** The master's RSS as the window began (what earlier floods left behind shows here). */
+  masterRssStartMiB: number;
   /** Peaks over the window, sampled every 200 ms. */
   masterRssMiB: number;
   masterFds: number;
@@ -68,7 +70,7 @@ export function summaryTable(results: readonly ScenarioResult[]): string {
     'task → finished p50 / max ms',
     '× idle',
     'errors agent / tasks',
-    'master RSS peak',
+    'master RSS start → peak',
     'master fds peak',
     'worker RSS peak, disk',
   ];
@@ -82,7 +84,7 @@ export function summaryTable(results: readonly ScenarioResult[]): string {
       ...cells(r.tasks?.toStarted, idle?.tasks?.toStarted, 100),
       ...cells(r.tasks?.toFinished, idle?.tasks?.toFinished, 100),
       `${Number.isNaN(errs) ? '–' : errs} / ${r.tasks ? `${r.tasks.errors} of ${r.tasks.toStarted.length}` : '–'}`,
-      `${r.masterRssMiB.toFixed(0)} MiB`,
+      `${r.masterRssStartMiB.toFixed(0)} → ${r.masterRssMiB.toFixed(0)} MiB`,
       String(r.masterFds),
       `${r.workerRssMiB.toFixed(0)} MiB, ${r.workerDiskMiB.toFixed(0)} MiB`,
     ];
@@ -133,7 +135,9 @@ export function resultRows(results: readonly ScenarioResult[]): OpResult[] {
       `${vsIdle(s.latencies, base?.latencies, 99)}${extra}`,
     );
   for (const r of results) {
-    const head = `flood: ${r.flood}; master RSS peak ${r.masterRssMiB.toFixed(0)} MiB, fds peak ${r.masterFds}`;
+    const head =
+      `flood: ${r.flood}; master RSS ${r.masterRssStartMiB.toFixed(0)} → peak ${r.masterRssMiB.toFixed(0)} MiB, ` +
+      `fds peak ${r.masterFds}`;
     if (!r.agent || !r.tasks) {
       rows.push(summarise('noisy', `${r.name}: not run`, [], 1, r.seconds, `${head}; ${r.error ?? ''}`));
       continue;
