@@ -16,6 +16,7 @@ const MIB = 1024 * 1024;
 
 /** What a flood may use. */
 export interface FloodContext {
+  /** The master, reached from the floods' own loopback address (see noisy-neighbour.ts). */
   target: RawTarget;
   /** The noisy principal (a submitter), its token and MCP session. */
   flooderToken: string;
@@ -204,7 +205,12 @@ const slow: FloodStarter = async (ctx) => {
   const refused = counter();
   const open = (i: number) =>
     new Promise<void>((resolve) => {
-      const s = connect({ host: url.hostname, port: Number(url.port), ca: ctx.target.caPem });
+      const s = connect({
+        host: url.hostname,
+        port: Number(url.port),
+        ca: ctx.target.caPem,
+        ...(ctx.target.localAddress ? { localAddress: ctx.target.localAddress } : {}),
+      });
       const timer = setTimeout(() => {
         refused.add('no TLS in 10 s');
         s.destroy();

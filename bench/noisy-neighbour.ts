@@ -40,6 +40,7 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
  *   NOISY_SLOW_CONNS       slow-body connections [1000]
  *   NOISY_MASTER_NOFILE    the master's RLIMIT_NOFILE (soft and hard), 0: the bench's own [0]
+ *   NOISY_FLOOD_ADDRESS    the local address the uploads and slow bodies connect from [127.0.0.2]
  *   NOISY_SETTLE_S         most seconds to wait after a flood for prompt answers again [30]
  */
 
@@ -64,6 +65,7 @@ interface NoisyConfig {
   diffLines: number;
   masterNofile: number;
   settleMs: number;
+  floodAddress: string;
   sizes: FloodSizes;
 }
 
@@ -82,6 +84,7 @@ function readConfig(): NoisyConfig {
     diffLines: num('NOISY_DIFF_LINES', 300),
     masterNofile: num('NOISY_MASTER_NOFILE', 0),
     settleMs: num('NOISY_SETTLE_S', 30) * 1000,
+    floodAddress: process.env['NOISY_FLOOD_ADDRESS'] || '127.0.0.2',
     sizes: {
       logMiB: num('NOISY_LOG_MIB', 256),
       uploads: num('NOISY_UPLOADS', 16),
@@ -266,8 +269,10 @@ async function runNoisy(): Promise<OpResult[]> {
           `${((performance.now() - t0) / 1000).toFixed(1)} s`,
       );
     const target = { url: master.url, caPem: master.caPem };
+    // The byte floods (uploads, slow bodies) connect from 127.0.0.2, the neighbours from 127.0.0.1:
+    // two peers, as a per-peer connection cap would see two hosts.
     const ctx: FloodContext = {
-      target,
+      target: { ...target, localAddress: cfg.floodAddress },
       flooderToken,
       flooder,
       reviewer,

@@ -10,6 +10,11 @@ import { request } from 'node:https';
 export interface RawTarget {
   url: string;
   caPem: string;
+  /**
+   * The address to connect from (e.g. 127.0.0.2 for the floods, so a per-peer limit of the master
+   * tells them from the neighbours on 127.0.0.1); unset: the system's choice.
+   */
+  localAddress?: string;
 }
 
 /** What came back: the status and body, or why nothing did (`ETIMEDOUT`, `ECONNRESET`, …). */
@@ -30,6 +35,7 @@ export function requestJson(
       method,
       ca: target.caPem,
       agent: false,
+      ...(target.localAddress ? { localAddress: target.localAddress } : {}),
       headers: {
         ...headers,
         ...(payload ? { 'content-type': 'application/json', 'content-length': String(payload.length) } : {}),
@@ -61,6 +67,7 @@ export function putStreamed(
       method: 'PUT',
       ca: target.caPem,
       agent: false,
+      ...(target.localAddress ? { localAddress: target.localAddress } : {}),
       headers: {
         ...headers,
         'content-type': 'application/octet-stream',
