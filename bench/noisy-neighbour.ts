@@ -22,7 +22,7 @@ import type { BenchSection, OpResult } from './stats.js';
  * process (`gpu-broker serve`), one local worker
  * in its own process (`gpu-broker worker --gpus sim:2`, sandboxed with bubblewrap), on loopback. In each
  * scenario a flood runs for the window (noisy-floods.ts) while a second agent makes a steady mix of cheap calls and a
- * second task (one-card `/bin/true`) is approved again and again (noisy-victims.ts); the table gives
+ * second task (one-card `/bin/true`) is submitted and approved again and again (noisy-victims.ts); the table gives
  * their p50/p99 and times to `started`/`finished` against the idle scenario, and the master's RSS and
  * file descriptors at their peak. Run alone: `node dist/bench/run.js --only noisy`.
  *
@@ -34,7 +34,7 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_TASK_TIMEOUT_S   a second task not COMPLETED by then is cancelled, counted at the limit [20]
  *   NOISY_LOG_MIB          stdout of the log-flood task [256]
  *   NOISY_UPLOADS          concurrent uploads of the upload flood [16]
- *   NOISY_UPLOAD_MIB       size of each upload; the input quota is set below it [64]
+ *   NOISY_UPLOAD_MIB       size of each upload; the input quota is set below it [32]
  *   NOISY_DIFF_FILES       modified files of the diff-flood revision [1000]
  *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines² cells) [300]
  *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
@@ -88,7 +88,7 @@ function readConfig(): NoisyConfig {
     sizes: {
       logMiB: num('NOISY_LOG_MIB', 256),
       uploads: num('NOISY_UPLOADS', 16),
-      uploadMiB: num('NOISY_UPLOAD_MIB', 64),
+      uploadMiB: num('NOISY_UPLOAD_MIB', 32),
       diffReaders: num('NOISY_DIFF_READERS', 1),
       slowConnections: num('NOISY_SLOW_CONNS', 1000),
     },

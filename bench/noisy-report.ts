@@ -65,9 +65,9 @@ export function summaryTable(results: readonly ScenarioResult[]): string {
     '× idle',
     'POST proposals p50 / p99 ms',
     '× idle',
-    'task → started p50 / max ms',
+    'task submit → started p50 / max ms',
     '× idle',
-    'task → finished p50 / max ms',
+    'task submit → finished p50 / max ms',
     '× idle',
     'errors agent / tasks',
     'master RSS start → peak',
@@ -148,7 +148,7 @@ export function resultRows(results: readonly ScenarioResult[]): OpResult[] {
     rows.push(
       summarise(
         'noisy',
-        `${r.name}: task approve → started`,
+        `${r.name}: task submit → started`,
         t.toStarted,
         t.errors,
         r.seconds,
@@ -158,7 +158,7 @@ export function resultRows(results: readonly ScenarioResult[]): OpResult[] {
     rows.push(
       summarise(
         'noisy',
-        `${r.name}: task approve → finished`,
+        `${r.name}: task submit → finished`,
         t.toFinished,
         t.errors,
         r.seconds,

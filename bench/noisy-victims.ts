@@ -10,8 +10,9 @@ import { outcomeLabel, type RawTarget, requestJson } from './raw-https.js';
  *     MCP `get_status` on its open session, and REST `POST /api/v1/proposals` on a fresh TLS connection
  *     each (a client that has to get in, not one already connected), each followed by an untimed
  *     `POST …/cancel` so its drafts never pile up against per-principal caps;
- *   - the second task: one-card `/bin/true`, proposed and confirmed untimed, then timed from the moment
- *     the reviewer's APPROVE is sent to the master's `started_at` and `finished_at` (same host, same clock).
+ *   - the second task: one-card `/bin/true`, proposed, confirmed and approved at once (the reviewer is a
+ *     bench client), timed from the moment `create_proposal` is sent to the master's `started_at` and
+ *     `finished_at` (same host, same clock), so a stall anywhere on its path counts.
  */
 
 /** Latencies (ms) of one kind of call, with the failures by kind (`TIMEOUT`, `503`, `ECONNRESET`, …). */
@@ -149,6 +150,8 @@ export async function runSecondTasks(n: Neighbours, until: number): Promise<Task
 
 async function oneTask(n: Neighbours, out: TaskSample): Promise<void> {
   const opts = { timeout: n.callTimeoutMs };
+  const sent = Date.now();
+  const deadline = sent + n.taskTimeoutMs;
   const p = await n.owner.callTool(
     { name: 'create_proposal', arguments: { spec: TASK_SPEC, idempotency_key: n.nextKey() } },
     undefined,
@@ -161,8 +164,6 @@ async function oneTask(n: Neighbours, out: TaskSample): Promise<void> {
     revision_id: prop.revision_id,
     idempotency_key: n.nextKey(),
   });
-  const sent = Date.now();
-  const deadline = sent + n.taskTimeoutMs;
   const approved = await n.reviewer.callTool(
     {
       name: 'submit_review',
