@@ -93,7 +93,11 @@ const logs: FloodStarter = async (ctx) => {
       const t = await view().catch(() => ({ state: 'unknown (get_task failed)' }));
       if (!['COMPLETED', 'FAILED', 'CANCELLED'].includes(t.state))
         await ctx.flooder
-          .callTool({ name: 'cancel_task', arguments: { task_id: taskId, idempotency_key: ctx.nextKey() } })
+          .callTool(
+            { name: 'cancel_task', arguments: { task_id: taskId, idempotency_key: ctx.nextKey() } },
+            undefined,
+            { timeout: 20_000 },
+          )
           .catch(() => undefined);
       return `1 task writing ${ctx.sizes.logMiB} MiB to stdout; it was ${t.state} at the end of the window`;
     },
@@ -114,10 +118,10 @@ const uploads: FloodStarter = async (ctx) => {
   const wrong = counter();
   const overQuota = counter();
   let sent = 0;
-  let stopped = false;
+  const stop = new AbortController();
   const slot = async (i: number) => {
     const isWrong = i % 2 === 0;
-    while (!stopped) {
+    while (!stop.signal.aborted) {
       const sha = isWrong ? randomBytes(32).toString('hex') : rightDigest;
       const r = await putStreamed(
         ctx.target,
@@ -125,21 +129,21 @@ const uploads: FloodStarter = async (ctx) => {
         { authorization: `Bearer ${ctx.flooderToken}` },
         chunk,
         size,
-        () => stopped,
+        stop.signal,
         300_000,
       );
       sent += r.written;
       const label =
         'error' in r.outcome && r.outcome.error === 'STOPPED' ? 'cut at stop' : outcomeLabel(r.outcome);
       (isWrong ? wrong : overQuota).add(label);
-      if (!('status' in r.outcome) && !stopped) await sleep(100);
+      if (!('status' in r.outcome) && !stop.signal.aborted) await sleep(100);
     }
   };
   const slots = Array.from({ length: ctx.sizes.uploads }, (_, i) => slot(i));
   await sleep(500);
   return {
     async stop() {
-      stopped = true;
+      stop.abort();
       await Promise.all(slots);
       return (
         `${ctx.sizes.uploads} concurrent PUTs of ${ctx.sizes.uploadMiB} MiB, ${(sent / 1024 / MIB).toFixed(1)} GiB sent; ` +

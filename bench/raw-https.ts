@@ -48,8 +48,8 @@ export function requestJson(
 
 /**
  * A PUT of `totalBytes` declared in Content-Length, streamed as `chunk` repeated (the last one cut), on
- * its own connection. Writing stops as soon as the server answers or `stopped()` holds; settles within
- * `timeoutMs`. Returns the outcome and the bytes written.
+ * its own connection. Writing stops as soon as the server answers; `stop` aborts it (outcome
+ * `STOPPED`); settles within `timeoutMs`. Returns the outcome and the bytes written.
  */
 export function putStreamed(
   target: RawTarget,
@@ -57,7 +57,7 @@ export function putStreamed(
   headers: Record<string, string>,
   chunk: Buffer,
   totalBytes: number,
-  stopped: () => boolean,
+  stop: AbortSignal,
   timeoutMs: number,
 ): Promise<{ outcome: RawOutcome; written: number }> {
   let written = 0;
@@ -77,13 +77,15 @@ export function putStreamed(
     req.on('response', () => {
       answered = true;
     });
-    settleOn(req, timeoutMs, (outcome) => resolve({ outcome, written }));
+    settleOn(req, timeoutMs, (outcome) => {
+      stop.removeEventListener('abort', onStop);
+      resolve({ outcome, written });
+    });
+    const onStop = () => req.destroy(new Error('STOPPED'));
+    if (stop.aborted) onStop();
+    else stop.addEventListener('abort', onStop);
     const pump = (): void => {
       while (written < totalBytes && !answered && !req.destroyed) {
-        if (stopped()) {
-          req.destroy(new Error('STOPPED'));
-          return;
-        }
         const n = Math.min(chunk.length, totalBytes - written);
         written += n;
         if (!req.write(n === chunk.length ? chunk : chunk.subarray(0, n))) {
@@ -113,8 +115,12 @@ function settleOn(
     req.destroy();
   };
   const timer = setTimeout(() => finish({ error: 'TIMEOUT' }), timeoutMs);
+  // A server that answers early and then drops the connection (a 413 before the body) may make the
+  // request fail while the answer is read: the status it sent still counts.
+  let status: number | undefined;
+  let text = '';
   req.on('response', (res) => {
-    let text = '';
+    status = res.statusCode ?? 0;
     res.setEncoding('utf8');
     res.on('data', (d: string) => {
       if (text.length < 64 * 1024) text += d;
@@ -124,7 +130,9 @@ function settleOn(
       finish({ status: res.statusCode ?? 0, body: err.message }),
     );
   });
-  req.on('error', (err: NodeJS.ErrnoException) => finish({ error: err.code ?? err.message }));
+  req.on('error', (err: NodeJS.ErrnoException) =>
+    finish(status === undefined ? { error: err.code ?? err.message } : { status, body: text }),
+  );
 }
 
 /** A short label for an outcome: `200`, `400 INVALID_INPUT`, `ECONNRESET`. */
