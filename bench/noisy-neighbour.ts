@@ -19,15 +19,15 @@ import type { BenchSection, OpResult } from './stats.js';
 
 /**
  * Noisy neighbours (issue 21): how much one noisy participant slows everyone else. One master in its own
- * process (`gpu-broker serve`), one local worker
- * in its own process (`gpu-broker worker --gpus sim:2`, sandboxed with bubblewrap), on loopback. In each
- * scenario a flood runs for the window (noisy-floods.ts) while a second agent makes a steady mix of cheap calls and a
- * second task (one-card `/bin/true`) is submitted and approved again and again (noisy-victims.ts); the table gives
- * their p50/p99 and times to `started`/`finished` against the idle scenario, and the master's RSS and
- * file descriptors at their peak. Run alone: `node dist/bench/run.js --only noisy`.
+ * process (`gpu-broker serve`), one local worker in its own process (`gpu-broker worker --gpus sim:2`,
+ * sandboxed with bubblewrap), on loopback. In each scenario a flood runs for the window (noisy-floods.ts)
+ * while a second agent makes a steady mix of cheap calls and a second task (one-card `/bin/true`) is
+ * submitted and approved again and again (noisy-victims.ts); the table gives their p50/p99 and times to
+ * `started`/`finished` against the idle scenario, and the master's RSS and file descriptors at their
+ * peak. Run alone: `node dist/bench/run.js --only noisy`.
  *
  * Sizes (environment variables, defaults in brackets):
- *   NOISY_SCENARIOS        which scenarios, in this order [idle,uploads,diffs,slow,logs]
+ *   NOISY_SCENARIOS        which scenarios, in the order given [idle,uploads,diffs,slow,logs]
  *   NOISY_SECONDS          measured window of each scenario [15]
  *   NOISY_PAUSE_MS         the second agent's (and second task's) pause between calls [50]
  *   NOISY_CALL_TIMEOUT_S   a second-agent call slower than this fails, counted at the limit [30]
