@@ -45,29 +45,45 @@ export const QUOTAS_OFF = {
   max_revision_bytes: null,
 };
 
+/** How to start the child master beyond its policy. */
+export interface ChildMasterOptions {
+  /**
+   * RLIMIT_NOFILE (soft and hard) the master starts with, e.g. 1024 to play a host that allows no
+   * more; unset: inherited from the bench. Node raises its soft limit to the hard one at start, so
+   * only the hard limit really bounds it.
+   */
+  nofile?: number;
+}
+
 /** Starts `gpu-broker serve` on 127.0.0.1:0 (TLS auto) in a temp data dir with `policy`. */
-export async function startChildMaster(policy: Record<string, unknown>): Promise<ChildMaster> {
+export async function startChildMaster(
+  policy: Record<string, unknown>,
+  opts: ChildMasterOptions = {},
+): Promise<ChildMaster> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-'));
   const configPath = join(dataDir, 'bench-config.json');
   writeFileSync(configPath, JSON.stringify({ policy, quotas: QUOTAS_OFF }));
   // GPU_BROKER_BENCH_MASTER_NODE_ARGS (e.g. "--cpu-prof") goes to the master's node only.
   const nodeArgs = (process.env['GPU_BROKER_BENCH_MASTER_NODE_ARGS'] ?? '').split(' ').filter(Boolean);
-  const child: ChildProcess = spawn(
+  const argv = [
     process.execPath,
-    [
-      ...nodeArgs,
-      CLI_PATH,
-      'serve',
-      '--data-dir',
-      dataDir,
-      '--listen',
-      '127.0.0.1:0',
-      '--json',
-      '--config',
-      configPath,
-    ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
-  );
+    ...nodeArgs,
+    CLI_PATH,
+    'serve',
+    '--data-dir',
+    dataDir,
+    '--listen',
+    '127.0.0.1:0',
+    '--json',
+    '--config',
+    configPath,
+  ];
+  // The shell sets the limit and execs node, so the pid stays the master's.
+  const [command, ...args] =
+    opts.nofile === undefined
+      ? argv
+      : ['/bin/sh', '-c', `ulimit -n ${Math.floor(opts.nofile)} && exec "$@"`, 'sh', ...argv];
+  const child: ChildProcess = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
   let stderr = '';
   child.stderr?.setEncoding('utf8').on('data', (d: string) => {

@@ -4,6 +4,7 @@ import { admissionSection } from './admission.js';
 import { auditCheckSection } from './audit-check.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
+import { noisySection } from './noisy-neighbour.js';
 import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
@@ -25,6 +26,7 @@ const SECTIONS: BenchSection[] = [
   auditCheckSection,
   inputsSection,
   slurmSection,
+  noisySection,
 ];
 
 async function main(): Promise<number> {
