@@ -7,6 +7,7 @@ import { mcpLoadSection } from './mcp-load.js';
 import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
+import { tasksSection } from './tasks.js';
 
 /**
  * `npm run bench`: runs each benchmark section in turn and prints one table. A section starts what it
@@ -25,6 +26,7 @@ const SECTIONS: BenchSection[] = [
   auditCheckSection,
   inputsSection,
   slurmSection,
+  tasksSection,
 ];
 
 async function main(): Promise<number> {
