@@ -1,7 +1,13 @@
 import type { ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { GroupMember } from './process-group.js';
-import { liveGroupMembers, liveNamespaceMembers, signalGroup, signalPid } from './process-group.js';
+import {
+  liveGroupMembers,
+  liveNamespaceMembers,
+  namespaceInitGone,
+  signalGroup,
+  signalPid,
+} from './process-group.js';
 
 /**
  * A task box: how one execution's processes are spawned, signalled, watched and torn down. The executor
@@ -88,8 +94,11 @@ export function bwrapBox(spawn: BoxSpawn): TaskBox {
   let pgid: number | undefined;
   let initPid: number | undefined;
   let pidNamespace: number | undefined;
+  /** The namespace's processes; no /proc walk once its init is known to be gone (process-group.ts). */
+  const namespaceMembers = async (ns: number): Promise<GroupMember[]> =>
+    initPid !== undefined && (await namespaceInitGone(initPid, ns)) ? [] : liveNamespaceMembers(ns);
   const members = async (): Promise<GroupMember[]> => {
-    const inNamespace = pidNamespace === undefined ? [] : await liveNamespaceMembers(pidNamespace);
+    const inNamespace = pidNamespace === undefined ? [] : await namespaceMembers(pidNamespace);
     const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
     const seen = new Set(group.map((m) => m.pid));
     return [...group, ...inNamespace.filter((m) => !seen.has(m.pid))].sort((a, b) => a.pid - b.pid);
