@@ -8,6 +8,7 @@ import { noisySection } from './noisy-neighbour.js';
 import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
+import { tasksSection } from './tasks.js';
 
 /**
  * `npm run bench`: runs each benchmark section in turn and prints one table. A section starts what it
@@ -27,6 +28,7 @@ const SECTIONS: BenchSection[] = [
   inputsSection,
   slurmSection,
   noisySection,
+  tasksSection,
 ];
 
 async function main(): Promise<number> {

@@ -52,6 +52,9 @@ export interface QueuedTaskRow
   mounts: string[];
 }
 
+/** The part of a QueuedTaskRow taken from the (immutable) spec. */
+type QueuedSpecPart = Pick<QueuedTaskRow, 'spec' | 'runtime_kind' | 'mounts'>;
+
 /** Filter for listing tasks, newest first. */
 export interface TaskListQuery {
   owner_id?: string;
@@ -63,6 +66,8 @@ export interface TaskListQuery {
 /** Tasks. */
 export class TasksRepo {
   private readonly s;
+  /** The spec-derived parts of the tasks queued at the last pass, by task id (queuedForScheduling). */
+  private queuedSpecs = new Map<string, QueuedSpecPart>();
 
   constructor(private readonly db: Db) {
     this.s = {
@@ -82,9 +87,13 @@ export class TasksRepo {
       byState: db.prepare<[string], TaskRow>(
         'SELECT * FROM tasks WHERE state = ? ORDER BY priority DESC, approved_at, id',
       ),
-      queued: db.prepare<
-        [],
-        Omit<QueuedTaskRow, 'spec' | 'runtime_kind' | 'mounts'> & {
+      queued: db.prepare<[], Pick<QueuedTaskRow, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'>>(
+        `SELECT id, owner_id, priority, approved_at, desired
+         FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
+      ),
+      queuedSpec: db.prepare<
+        [string],
+        {
           runtime_kind: string;
           mounts: string | null;
           count: number;
@@ -94,12 +103,11 @@ export class TasksRepo {
           worker: string | null;
         }
       >(
-        `SELECT id, owner_id, priority, approved_at, desired,
-           json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
+        `SELECT json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
            json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.cards.per_node') AS per_node,
            json_extract(spec, '$.worker') AS worker,
            json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts
-         FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
+         FROM tasks WHERE id = ?`,
       ),
       countQueuedByOwner: db.prepare<[string], { n: number }>(
         "SELECT count(*) AS n FROM tasks WHERE owner_id = ? AND state = 'QUEUED'",
@@ -136,22 +144,36 @@ export class TasksRepo {
    * 70 ms per pass through `inState` (every spec parsed), a fraction of that here (docs/performance.md).
    */
   queuedForScheduling(): QueuedTaskRow[] {
-    return this.s.queued
-      .all()
-      .map(({ count, model, min_memory_mib, per_node, worker, runtime_kind, mounts, ...t }) => ({
-        ...t,
-        runtime_kind: runtime_kind === 'container' ? 'container' : 'process',
-        mounts: mounts === null ? [] : (JSON.parse(mounts) as string[]),
-        spec: {
-          cards: {
-            count,
-            ...(model === null ? {} : { model }),
-            ...(min_memory_mib === null ? {} : { min_memory_mib }),
-            ...(per_node === null ? {} : { per_node }),
-          },
-          ...(worker === null ? {} : { worker }),
+    // A task's spec never changes once stored, so what a pass needs of it is read once per task and
+    // kept while the task is queued (issue 21: the json_extracts of every queued task on every pass
+    // were most of a pass with a deep queue). Only the few mutable columns are read each time.
+    const memo = new Map<string, QueuedSpecPart>();
+    const rows = this.s.queued.all().map((t) => {
+      const part = this.queuedSpecs.get(t.id) ?? this.readQueuedSpec(t.id);
+      memo.set(t.id, part);
+      return { ...t, ...part };
+    });
+    this.queuedSpecs = memo;
+    return rows;
+  }
+
+  /** The spec-derived part of a queued task's row (see queuedForScheduling). */
+  private readQueuedSpec(id: string): QueuedSpecPart {
+    const r = this.s.queuedSpec.get(id);
+    if (r === undefined) throw new Error(`task ${id} vanished while being read`);
+    return {
+      runtime_kind: r.runtime_kind === 'container' ? 'container' : 'process',
+      mounts: r.mounts === null ? [] : (JSON.parse(r.mounts) as string[]),
+      spec: {
+        cards: {
+          count: r.count,
+          ...(r.model === null ? {} : { model: r.model }),
+          ...(r.min_memory_mib === null ? {} : { min_memory_mib: r.min_memory_mib }),
+          ...(r.per_node === null ? {} : { per_node: r.per_node }),
         },
-      }));
+        ...(r.worker === null ? {} : { worker: r.worker }),
+      },
+    };
   }
 
   /** How many queued tasks an owner has. */

@@ -2,7 +2,13 @@ import type { ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { TaskLimits } from '../sandbox/limits.js';
 import type { GroupMember } from './process-group.js';
-import { liveGroupMembers, liveNamespaceMembers, signalGroup, signalPid } from './process-group.js';
+import {
+  liveGroupMembers,
+  liveNamespaceMembers,
+  namespaceInitGone,
+  signalGroup,
+  signalPid,
+} from './process-group.js';
 
 /**
  * A task box: how one execution's processes are spawned, signalled, watched and torn down. The executor
@@ -95,8 +101,11 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
   let pgid: number | undefined;
   let initPid: number | undefined;
   let pidNamespace: number | undefined;
+  /** The namespace's processes; no /proc walk once its init is known to be gone (process-group.ts). */
+  const namespaceMembers = async (ns: number): Promise<GroupMember[]> =>
+    initPid !== undefined && (await namespaceInitGone(initPid, ns)) ? [] : liveNamespaceMembers(ns);
   const members = async (): Promise<GroupMember[]> => {
-    const inNamespace = pidNamespace === undefined ? [] : await liveNamespaceMembers(pidNamespace);
+    const inNamespace = pidNamespace === undefined ? [] : await namespaceMembers(pidNamespace);
     const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
     // The cgroup holds whatever the task started, wherever it went (a process can leave its group and,
     // through a setuid helper, even its namespace; never its cgroup).

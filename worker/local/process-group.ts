@@ -115,6 +115,37 @@ export async function liveNamespaceMembers(namespace: number): Promise<GroupMemb
   return members.sort((a, b) => a.pid - b.pid);
 }
 
+/**
+ * Whether PID namespace `namespace` is certainly empty because its init, host pid `initPid`, has
+ * finished exiting: the pid is gone, a zombie, or now names a process of another namespace (reused).
+ * The kernel's dying init kills every other process of its namespace and waits until they are reaped
+ * before it turns zombie (zap_pid_ns_processes), and nothing can enter a namespace whose init is gone,
+ * so then no member can be alive. False (look with {@link liveNamespaceMembers}) whenever it cannot
+ * tell, including while the init is alive or still waiting for the others.
+ *
+ * This spares the cleanup poll a readlink of every /proc entry per task (issue 21: ~4 ms a task on a
+ * host with a few hundred processes).
+ */
+export async function namespaceInitGone(initPid: number, namespace: number): Promise<boolean> {
+  let stat: string;
+  try {
+    stat = await readFile(`/proc/${initPid}/stat`, 'utf8');
+  } catch (err) {
+    return (
+      (err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ESRCH'
+    );
+  }
+  const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
+  if (state === 'Z' || state === 'X') return true;
+  try {
+    return (await readlink(`/proc/${initPid}/ns/pid`)) !== `pid:[${namespace}]`;
+  } catch (err) {
+    return (
+      (err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ESRCH'
+    );
+  }
+}
+
 /** Where the kernel counts OOM kills for a cgroup, and the count when the probe was made. */
 export interface OomProbe {
   readonly file: string;

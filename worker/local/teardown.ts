@@ -10,13 +10,23 @@ import type { TaskBox } from './box.js';
 /** After the group is dead the pipes close at once; only a process that escaped the group delays them. */
 const PIPE_DRAIN_MS = 2000;
 
+/**
+ * The n-th wait (ms, n from 0) of a poll for processes to be gone: 2, 4, 8, 16… up to `cap`. A sandbox's
+ * init is often still exiting when bwrap itself has exited (it reports the task's status before its
+ * init is reaped) and is gone a few ms later (issue 21): a first wait of the full interval (50 ms here,
+ * 200 ms for the receipt) was most of a short task's time on its card.
+ */
+export function pollDelayMs(n: number, cap: number): number {
+  return Math.max(1, Math.min(cap, 2 ** (n + 1)));
+}
+
 /** Step 4: SIGTERM to what the task left in its box, up to `graceMs` for it to go, then SIGKILL. */
 export async function terminateLeftovers(box: TaskBox, graceMs: number, clock: Clock): Promise<void> {
   if ((await box.live()).length === 0) return;
   box.terminate();
   const deadline = clock.now() + graceMs;
-  while (clock.now() < deadline) {
-    await sleep(Math.min(50, Math.max(1, deadline - clock.now())));
+  for (let n = 0; clock.now() < deadline; n++) {
+    await sleep(Math.min(pollDelayMs(n, 50), Math.max(1, deadline - clock.now())));
     if ((await box.live()).length === 0) return;
   }
   box.kill();
@@ -57,7 +67,7 @@ export async function awaitCleanup(
 ): Promise<{ cleaned: boolean; cleanup_detail: string }> {
   const { clock, checkCardsClean } = poll;
   const deadline = clock.now() + poll.timeoutSeconds * 1000;
-  for (;;) {
+  for (let n = 0; ; n++) {
     const problems: string[] = [];
     const members = await box.live();
     if (members.length > 0) {
@@ -82,7 +92,7 @@ export async function awaitCleanup(
         cleanup_detail: `not clean after ${poll.timeoutSeconds}s: ${problems.join('; ')}`,
       };
     }
-    await sleep(Math.min(poll.pollMs, Math.max(1, deadline - clock.now())));
+    await sleep(Math.min(pollDelayMs(n, poll.pollMs), Math.max(1, deadline - clock.now())));
   }
 }
 

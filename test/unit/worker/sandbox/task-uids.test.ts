@@ -2,7 +2,7 @@ import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { DEFAULT_TASK_UIDS, TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
+import { DEFAULT_TASK_UIDS, TaskUidPool, UID_BLOCK } from '../../../../worker/sandbox/task-uids.js';
 
 // Task uids are never handed out twice (issue 20): per-uid kernel state (keyrings) and files a task
 // left in a writable mount must never reach a later task, whoever owns it.
@@ -34,6 +34,32 @@ describe('TaskUidPool', () => {
     expect(used).not.toContain(next);
     expect(next).toBeGreaterThan(Math.max(...used));
     expect(readFileSync(state, 'utf8').trim()).toBe(String(next + 1));
+  });
+
+  it('reserves a wide range in blocks: one state write per block, a restart begins after the block', () => {
+    const state = join(dir, 'task-uids.next');
+    const range = { first: 100_000, last: 999_999 };
+    const pool = new TaskUidPool(range, state);
+    expect(pool.acquire('a')).toBe(100_000);
+    expect(readFileSync(state, 'utf8').trim()).toBe(String(100_000 + UID_BLOCK));
+    // Writing a marker shows whether the pool writes the file again inside the block: it must not.
+    writeFileSync(state, `${100_000 + UID_BLOCK}\n# untouched`);
+    for (let i = 1; i < UID_BLOCK; i++) expect(pool.acquire(`in-block-${i}`)).toBe(100_000 + i);
+    expect(readFileSync(state, 'utf8')).toContain('# untouched');
+    // The next uid is past the block: a new reservation, written before the uid is handed out.
+    expect(pool.acquire('next-block')).toBe(100_000 + UID_BLOCK);
+    expect(readFileSync(state, 'utf8').trim()).toBe(String(100_000 + 2 * UID_BLOCK));
+    // A restart (a crash mid-block included) never hands out a uid of the reserved block.
+    const restarted = new TaskUidPool(range, state);
+    expect(restarted.acquire('after-restart')).toBe(100_000 + 2 * UID_BLOCK);
+  });
+
+  it('a narrow range reserves one uid at a time, so a restart wastes none', () => {
+    const state = join(dir, 'task-uids.next');
+    const pool = new TaskUidPool({ first: 5000, last: 5999 }, state);
+    expect(pool.acquire('a')).toBe(5000);
+    expect(readFileSync(state, 'utf8').trim()).toBe('5001');
+    expect(new TaskUidPool({ first: 5000, last: 5999 }, state).acquire('b')).toBe(5001);
   });
 
   it('says so when the range is used up, instead of reusing', () => {
