@@ -49,6 +49,7 @@ describe('revisionHead', () => {
       {
         runtime: { kind: 'container', image: 'img@sha256:' + 'a'.repeat(64), argv: ['x'] },
         network: 'host',
+        limits: { memory_mib: 512 },
       } as Partial<TaskSpec>,
       [
         { severity: 'error' },
@@ -67,6 +68,7 @@ describe('revisionHead', () => {
       runtime_kind: 'container',
       image: `img@sha256:${'a'.repeat(64)}`,
       network: 'host',
+      limits_json: '{"memory_mib":512}',
       errors: 1,
       warnings: 2,
     });
@@ -78,6 +80,7 @@ describe('revisionHead', () => {
       runtime_kind: 'process',
       image: null,
       network: null,
+      limits_json: null,
       errors: 0,
       warnings: 0,
     });
