@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rmdir, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 
@@ -162,7 +163,7 @@ export async function probeCgroups(opts: { root?: boolean } = {}): Promise<Cgrou
   const hierarchy = layout.version === 2 ? v2Hierarchy(layout.parent) : v1Hierarchy(layout);
   // Fail here, at start, rather than at each task's setup: make and remove a throwaway cgroup.
   try {
-    const probe = await hierarchy.create(`probe-${process.pid}-${++probes}-${Date.now()}`, {
+    const probe = await hierarchy.create(`probe-${process.pid}-${++probes}-${randomUUID().slice(0, 8)}`, {
       memoryBytes: 2 ** 30,
       pids: 64,
       cpuWeight: 100,

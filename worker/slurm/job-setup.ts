@@ -7,7 +7,7 @@ import { buildTaskEnv } from '../task-io/env.js';
 import { placeInputs } from '../task-io/inputs.js';
 import { makeTaskDirs, taskLayout } from '../task-io/layout.js';
 import { resolveMounts } from '../task-io/mounts.js';
-import type { SlurmExecutionOptions } from './backend.js';
+import type { SlurmBackend, SlurmExecutionOptions } from './backend.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
 import type { SlurmSubmitRequest } from './cli/types.js';
@@ -150,7 +150,9 @@ export async function prepareSlurmJob(
     gpusPerNode: perNode,
     nodes,
     // The task's memory limit, split over its nodes; Slurm's cgroup enforces it (docs/slurm.md).
-    ...(plan.limits === undefined ? {} : { memoryMibPerNode: Math.ceil(plan.limits.memory_mib / nodes) }),
+    ...(plan.limits === undefined
+      ? {}
+      : { memoryMibPerNode: await memoryPerNode(backend, plan.limits.memory_mib, nodes) }),
     ntasksPerNode: 1,
     timeLimitSeconds: plan.spec.time_limit_seconds,
     stdout: files.stdout,
@@ -162,4 +164,19 @@ export async function prepareSlurmJob(
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * `--mem` per node: the task's limit over its nodes, but never more than the partition's smallest node
+ * has (`RealMemory`), since Slurm refuses such a job outright ("Requested node configuration is not
+ * available") although the node could never give the task more anyway. A stricter bound than the
+ * reviewed one, never a looser one. When the nodes cannot be read, the limit is asked for as is.
+ */
+async function memoryPerNode(backend: SlurmBackend, memoryMib: number, nodes: number): Promise<number> {
+  const wanted = Math.ceil(memoryMib / nodes);
+  const sizes = await backend.driver.nodes(backend.partition).then(
+    (list) => list.map((n) => n.realMemoryMib ?? null).filter((m): m is number => m !== null),
+    () => [] as number[],
+  );
+  return sizes.length === 0 ? wanted : Math.min(wanted, ...sizes);
 }

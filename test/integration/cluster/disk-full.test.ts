@@ -240,11 +240,21 @@ describe.runIf(requireOrSkip('root', isRoot, 'mounting a tmpfs needs it'))(
       await full.master.storage.check();
       const done = await waitUntilSettled(submitter, id, 60_000);
       expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
-      const page = expectOk(
-        await callTool<{ total_bytes: number }>(submitter, 'get_task_logs', { task_id: id, max_bytes: 1 }),
+      // 25 000 lines of about 215 bytes after the gate (more than the whole filesystem held): all land. A
+      // backlog over 1 MiB may land after `exited` (ADR 0022), so wait for it rather than read once.
+      const landed = await waitFor(
+        async () => {
+          const page = expectOk(
+            await callTool<{ total_bytes: number }>(submitter, 'get_task_logs', {
+              task_id: id,
+              max_bytes: 1,
+            }),
+          );
+          return page.total_bytes > 25_000 * 210 ? page.total_bytes : null;
+        },
+        { what: 'the whole log landed', timeoutMs: 60_000 },
       );
-      // 25 000 lines of about 215 bytes after the gate (more than the whole filesystem held): all landed.
-      expect(page.total_bytes).toBeGreaterThan(25_000 * 210);
+      expect(landed).toBeGreaterThan(25_000 * 210);
       expect(full.store.tasks.inState('RECONCILIATION_REQUIRED')).toEqual([]);
     });
   },

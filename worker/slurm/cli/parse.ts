@@ -313,6 +313,7 @@ export function parseNodeLine(line: string): ParsedNode {
   const gres = parseGpuGres(field(f, 'Gres'));
   const used = parseGpuGres(field(f, 'GresUsed'));
   const cpus = Number(field(f, 'CPUTot') ?? field(f, 'CPUEfctv'));
+  const realMemory = Number(field(f, 'RealMemory'));
   return {
     name: field(f, 'NodeName') ?? '',
     state: cleanBase,
@@ -324,5 +325,6 @@ export function parseNodeLine(line: string): ParsedNode {
     usedGpuIndices: used.indices,
     reason: nullable(field(f, 'Reason')),
     partitions: (nullable(field(f, 'Partitions')) ?? '').split(',').filter((p) => p !== ''),
+    realMemoryMib: Number.isInteger(realMemory) && realMemory > 1 ? realMemory : null,
   };
 }

@@ -118,6 +118,8 @@ export interface SlurmNode {
   /** `Reason=` (why down/drained), `null` when none. */
   reason: string | null;
   partitions: string[];
+  /** `RealMemory=` in MiB; null when absent or Slurm's unconfigured default (1). */
+  realMemoryMib?: number | null;
 }
 
 /** What {@link SlurmDriver.submit} sends to `sbatch --parsable`. */

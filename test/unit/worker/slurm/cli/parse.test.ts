@@ -124,7 +124,14 @@ describe('scontrol show node -d -o', () => {
       usedGpuIndices: null,
       partitions: ['gpu'],
       reason: null,
+      realMemoryMib: 24105,
     });
+  });
+
+  it("RealMemory: Slurm's unconfigured default (1) or none reads as unknown", () => {
+    const line = lineOf('node-mixed.txt');
+    expect(parseNodeLine(line.replace('RealMemory=24105', 'RealMemory=1')).realMemoryMib).toBeNull();
+    expect(parseNodeLine(line.replace('RealMemory=24105 ', '')).realMemoryMib).toBeNull();
   });
 
   it('a drained node is unavailable, with its reason', () => {
