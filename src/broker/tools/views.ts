@@ -115,6 +115,14 @@ export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummar
   };
 }
 
+/** What to do after a failure whose cause the agent can fix in its spec (the rest: read the logs). */
+const FAILURE_NEXT_STEP: Partial<Record<string, string>> = {
+  OUT_OF_MEMORY:
+    'Failed: over its memory limit (failure_detail names it). Use less memory, or propose a new revision asking for more in spec.limits.memory_mib, within the policy maximum.',
+  DISK_LIMIT:
+    'Failed: its task directory went over limits.disk_mib (failure_detail names it). Write less, or propose a new revision asking for more in spec.limits.disk_mib, within the policy maximum.',
+};
+
 function taskNextAction(t: TaskRecord): string {
   const live = !isSettledTask(t.state);
   if (t.desired === 'cancel' && live)
@@ -131,7 +139,10 @@ function taskNextAction(t: TaskRecord): string {
     case 'COMPLETED':
       return 'Done: read get_task_outputs and get_task_logs.';
     case 'FAILED':
-      return 'Failed: read failure_reason and get_task_logs with stream "stderr".';
+      return (
+        (t.failure_reason !== null ? FAILURE_NEXT_STEP[t.failure_reason] : undefined) ??
+        'Failed: read failure_reason and get_task_logs with stream "stderr".'
+      );
     case 'CANCELLED':
       return 'Cancelled; nothing more will run.';
     case 'RECONCILIATION_REQUIRED':

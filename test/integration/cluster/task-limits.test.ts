@@ -111,6 +111,8 @@ describe.runIf(ready)('per-task limits through a real worker', () => {
     expect(hog.task.failure_reason).toBe('OUT_OF_MEMORY');
     expect(hog.task.failure_detail).toContain('memory limit of 96 MiB');
     expect(hog.task.failure_detail).toContain('limits enforced: memory_mib 96 MiB (cgroup v');
+    // The agent is told what it can change: less memory, or a revision asking for more.
+    expect(hog.task.next_action).toContain('spec.limits.memory_mib');
     expect(hog.logs).not.toContain('survived');
     // The worker is still online and runs the next task; the master still answers.
     const next = await run('echo next');
