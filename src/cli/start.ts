@@ -23,7 +23,12 @@ import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
 import { configFromFlags } from './serve.js';
-import { ensureStarterConfig, policyBannerLines } from './starter-config.js';
+import {
+  ensureStarterConfig,
+  policyBannerLines,
+  type StarterAction,
+  starterBannerLines,
+} from './starter-config.js';
 
 /**
  * `gpu-broker start`: the quick start. Initialises the data dir, starts the master and one local worker
@@ -136,7 +141,7 @@ interface StartedLocally {
   choice: SamplerChoice;
   sandbox: PreparedSandbox;
   configFile: string;
-  starter: { created: boolean } | null;
+  starter: { action: StarterAction } | null;
   runAs: RunAs | undefined;
   agentTokenFile: string;
   reviewerTokenFile: string;
@@ -161,7 +166,9 @@ function startBanner(s: StartedLocally): string {
       ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
       : null,
     `  containers:      ${s.sandbox.containerSummary}`,
-    `  config:          ${configFile}${starter === null ? '' : starter.created ? ' (starter config, written now)' : ' (starter config from an earlier start)'}`,
+    ...(starter === null
+      ? [`  config:          ${configFile}`]
+      : starterBannerLines(configFile, starter.action, s.sandbox.isolation !== 'none')),
     ...policyBannerLines(master.deps.config.policy),
     runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : null,
     '',
