@@ -108,6 +108,9 @@ describe('gpu-broker start', () => {
     );
     expect(banner).not.toContain('SSL_CERT_FILE');
     expect(banner).toContain('npx gpu-broker review list');
+    expect(banner).toContain(
+      `dashboard:       ${started!.url}/ (sign in with the contents of a token file above)`,
+    );
     expect(banner).not.toMatch(/[^x] gpu-broker (review|mcp-stdio)/);
     expect(task.state).toBe('COMPLETED');
     expect(task.simulated).toBe(true);
@@ -170,8 +173,11 @@ describe('gpu-broker start', () => {
       { path: '/usr/bin/python3' },
       { path: '/bin/sh' },
     ]);
-    // Unchanged machine, unchanged file: kept, nothing rewritten.
-    expect(await startOnce([])).toContain('(starter config from an earlier start)');
+    // Unchanged machine, unchanged file: kept, nothing rewritten. GPU_BROKER_LOG_LEVEL applies to start.
+    process.env['GPU_BROKER_LOG_LEVEL'] = 'warn';
+    const quiet = await startOnce([]).finally(() => delete process.env['GPU_BROKER_LOG_LEVEL']);
+    expect(quiet).toContain('(starter config from an earlier start)');
+    expect(quiet).not.toContain('Server listening');
 
     // The operator's edit is theirs: kept whatever the sandbox, and the banner says what could be allowed.
     const edited = `${JSON.stringify({ policy: { executables: [{ path: '/usr/bin/python3' }] } })}\n`;

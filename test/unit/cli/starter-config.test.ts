@@ -1,6 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { fallbackSummary } from '../../../src/cli/start.js';
 import {
   decideStarter,
   ensureStarterConfig,
@@ -81,5 +82,18 @@ describe('starterBannerLines', () => {
     const edited = starterBannerLines('/d/config.json', { kind: 'edited', couldAllow: ['/bin/sh'] }, true);
     expect(edited[1]).toContain('could allow:     /bin/sh');
     expect(edited[1]).toContain('delete config.json and restart');
+  });
+});
+
+describe('the tasks: line when bubblewrap does not work', () => {
+  it('says why and the exact command, not an --isolation none the user never passed', () => {
+    const line = fallbackSummary(
+      'UNISOLATED (--isolation none): tasks run as plain processes that can see this host',
+      'cannot sandbox tasks: bubblewrap (bwrap) not found. Install it, or start the worker with --isolation none',
+      false,
+    );
+    expect(line).toBe(
+      'UNISOLATED (no working bubblewrap): tasks run as plain processes that can see this host. Why: cannot sandbox tasks: bubblewrap (bwrap) not found. Install bubblewrap (sudo apt-get install -y bubblewrap) and restart',
+    );
   });
 });
