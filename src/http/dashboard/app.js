@@ -1,10 +1,8 @@
 import { ApiError, apiGet, apiPost, clearToken, followEvents, getToken, setToken } from './api.js';
+import { fill, h, orDash } from './dom.js';
 import {
   empty,
   errorBox,
-  fill,
-  h,
-  orDash,
   renderAlerts,
   renderCounts,
   renderQualifications,

@@ -1,5 +1,6 @@
 import { apiGet } from './api.js';
-import { absent, fill, h, orDash, short } from './render.js';
+import { absent, fill, h, orDash } from './dom.js';
+import { short } from './render.js';
 import { visible } from './visible.js';
 
 /**
