@@ -138,6 +138,13 @@ describe('gpu-broker run', () => {
     expect(readFileSync(join(root, 'metrics.json'), 'utf8')).toBe('{"loss": 0.5}\n');
     expect(readFileSync(join(root, 'weights.bin')).equals(BIN)).toBe(true);
     expect(existsSync(join(dir, '.gpu-broker', 'run.json'))).toBe(true);
+    // Again, unchanged: the approved proposal is final, so a new one; nothing re-uploaded, and neither
+    // .gpu-broker/run.json nor the downloaded outputs are shipped.
+    const again = startRun(['--dir', dir, ...RUN_FLAGS, '--', 'python3', 'train.py', '--epochs', '1']);
+    await review(again.err);
+    expect(await again.done, again.err()).toBe(0);
+    expect(again.err()).toMatch(/proposed prop_\S+ revision 1: 2 file\(s\), 0 uploaded/);
+    expect(again.err()).not.toContain(/proposed (prop_\S+)/.exec(r.err())?.[1] ?? 'x');
   }, 60_000);
 
   it("exits with the script's own exit code", async () => {
@@ -159,6 +166,36 @@ describe('gpu-broker run', () => {
     expect(await second.done, second.err()).toBe(0);
     expect(second.err()).toContain(`revised ${asked.proposal_id} revision 2: 2 file(s), 1 uploaded`);
   }, 90_000);
+
+  it('Ctrl-C in review keeps the proposal; the same code attaches to it, changed code supersedes it', async () => {
+    const dir = project('attach');
+    let interrupt = () => {};
+    const stop = new Promise<void>((resolve) => {
+      interrupt = resolve;
+    });
+    const first = startRun(['--dir', dir, ...RUN_FLAGS, '--', 'python3', 'train.py'], stop);
+    await waitFor(() => first.err().includes('waiting for review by'), { what: first.err() });
+    interrupt();
+    expect(await first.done).toBe(130);
+    expect(first.err()).toContain('stays in review');
+    const id = /proposed (prop_\S+)/.exec(first.err())?.[1] ?? '';
+    let interruptAgain = () => {};
+    const stopAgain = new Promise<void>((resolve) => {
+      interruptAgain = resolve;
+    });
+    const same = startRun(['--dir', dir, ...RUN_FLAGS, '--', 'python3', 'train.py'], stopAgain);
+    await waitFor(() => same.err().includes(`proposal ${id} revision 1 is already in review`), {
+      what: same.err(),
+    });
+    interruptAgain();
+    expect(await same.done).toBe(130);
+    writeFileSync(join(dir, 'train.py'), 'print("v2")\n');
+    const changed = startRun(['--dir', dir, '--', 'python3', 'train.py']);
+    await review(changed.err);
+    expect(await changed.done, changed.err()).toBe(0);
+    expect(changed.err()).toContain(`withdrew proposal ${id}`);
+    expect(changed.out()).toBe('v2\n');
+  }, 60_000);
 
   it('refuses a run without a command, and a bad --cards, before sending anything', async () => {
     const none = await runCli(runCommand, ['--dir', '.'], env);
