@@ -65,11 +65,20 @@ export function decisionLine(a: ConfirmAnswer): string {
   return `waiting for review by a reviewer (the review queue: any principal with the reviewer role)${why}`;
 }
 
+/** How a review decision reads in a sentence. */
+const DECIDED: Readonly<Record<string, string>> = {
+  APPROVE: 'approved',
+  REQUEST_CHANGES: 'changes requested',
+  REJECT: 'rejected',
+};
+
 /** The reviews of the proposal's current revision, one line each. */
 function reviewLines(p: ProposalLike): string[] {
   return p.reviews
     .filter((r) => r.revision_id === p.current_revision.revision_id)
-    .map((r) => `${r.decision} by ${escapeField(r.reviewer)}: ${escapeField(r.comments)}`);
+    .map(
+      (r) => `${DECIDED[r.decision] ?? r.decision} by ${escapeField(r.reviewer)}: ${escapeField(r.comments)}`,
+    );
 }
 
 /** Waits (20 s per call) until the proposal leaves IN_REVIEW; 'interrupted' on Ctrl-C. */
@@ -170,7 +179,8 @@ async function followToEnd(c: MasterClient, ctx: RunContext, taskId: string): Pr
     signal: t.signal,
   });
   ctx.say(endLine(t));
-  if (t.state !== 'COMPLETED') ctx.say(`next: ${escapeField(t.next_action)}`);
+  if (t.state !== 'COMPLETED' && t.failure_reason !== 'EXIT_NONZERO')
+    ctx.say(`next: ${escapeField(t.next_action)}`);
   if (ctx.values['no-download']) return code;
   try {
     const got = await downloadOutputs(c, taskId, ctx.dir);

@@ -77,7 +77,9 @@ export function endLine(t: TaskView): string {
       : [t.failure_reason, t.exit_code !== null ? `exit ${t.exit_code}` : null, t.signal]
           .filter((x) => x)
           .join(', ');
-  const detail = t.failure_detail ? ` — ${escapeField(t.failure_detail)}` : '';
+  // The program's own non-zero exit needs no worker detail (it lists the limits of every execution).
+  const detail =
+    t.failure_detail && t.failure_reason !== 'EXIT_NONZERO' ? ` — ${escapeField(t.failure_detail)}` : '';
   return `task ${t.task_id} ${t.state}${how ? ` (${how})` : ''}${detail}`;
 }
 
