@@ -62,10 +62,10 @@ function project(name: string, opts: { lines?: number; exit?: number; sleep?: nu
     join(dir, 'train.py'),
     [
       'import os, sys, time',
+      'print("to stderr \\x1b]0;pwned\\x07", file=sys.stderr, flush=True)',
       `for i in range(1, ${opts.lines ?? 5} + 1):`,
       '    print(f"line {i}", flush=True)',
       `    time.sleep(${opts.sleep ?? 0})`,
-      'print("to stderr", file=sys.stderr, flush=True)',
       'out = os.environ["GPU_BROKER_OUTPUT_DIR"]',
       'open(os.path.join(out, "metrics.json"), "w").write(\'{"loss": 0.5}\\n\')',
       `open(os.path.join(out, "weights.bin"), "wb").write(bytes(range(256)))`,
@@ -148,10 +148,21 @@ describe('gpu-broker run', () => {
   }, 60_000);
 
   it("exits with the script's own exit code", async () => {
-    const r = startRun(['--dir', project('exit3', { exit: 3 }), ...RUN_FLAGS, '--', 'python3', 'train.py']);
+    const r = startRun([
+      '--dir',
+      project('exit3', { exit: 3 }),
+      ...RUN_FLAGS,
+      '--json',
+      '--',
+      'python3',
+      'train.py',
+    ]);
     await review(r.err);
     expect(await r.done, r.err()).toBe(3);
     expect(r.err()).toContain('EXIT_NONZERO');
+    // --json: stdout is one document; the task's own stdout went to stderr.
+    expect(JSON.parse(r.out())).toMatchObject({ exit: 3, exit_code: 3, state: 'FAILED', uploaded: 2 });
+    expect(r.err()).toContain('line 5\n');
   }, 60_000);
 
   it('a second run in the same dir revises the same proposal and uploads only the changed file', async () => {
@@ -232,11 +243,11 @@ function spawnRun(args: string[]): {
 
 describe('Ctrl-C and gpu-broker task', () => {
   it('SIGINT leaves the task running; task logs --follow then prints every line once; task wait exits 0', async () => {
-    const lines = 300;
+    const lines = 400;
     const r = spawnRun([
       'run',
       '--dir',
-      project('sigint', { lines, sleep: 0.01 }),
+      project('sigint', { lines, sleep: 0.02 }),
       ...RUN_FLAGS,
       '--',
       'python3',
@@ -246,6 +257,9 @@ describe('Ctrl-C and gpu-broker task', () => {
     await waitFor(() => r.out().includes('line 3\n'), { timeoutMs: 20_000, what: `logs: ${r.err()}` });
     r.child.kill('SIGINT');
     expect(await r.exit, r.err()).toBe(130);
+    // The built CLI's terminal guard: the task's escape sequence arrives visible, never raw.
+    expect(r.err()).toContain('to stderr \\x1b]0;pwned\\x07');
+    expect(r.err()).not.toContain('\x1b');
     const taskId = /task (task_\S+): following/.exec(r.err())?.[1] ?? '';
     expect(r.err()).toContain(`gpu-broker task logs ${taskId} --follow`);
     const shown = await runCli(taskCommand, ['show', taskId, '--json'], env);
@@ -255,6 +269,8 @@ describe('Ctrl-C and gpu-broker task', () => {
     expect(follow.stdout).toBe(Array.from({ length: lines }, (_, i) => `line ${i + 1}\n`).join(''));
     const waited = await runCli(taskCommand, ['wait', taskId], env);
     expect(waited.code).toBe(0);
+    const tail = await runCli(taskCommand, ['logs', taskId, '--tail', '2', '--stream', 'stdout'], env);
+    expect(tail.stdout).toBe(`line ${lines - 1}\nline ${lines}\n`);
     const list = await runCli(taskCommand, ['list', '--json'], env);
     expect(list.json<{ tasks: Array<{ task_id: string }> }>().tasks.map((t) => t.task_id)).toContain(taskId);
     const outs = await runCli(taskCommand, ['outputs', taskId, '--dir', makeTempDir('outs'), '--json'], env);
