@@ -56,7 +56,7 @@ const DECISION_EXIT: Readonly<Record<string, number>> = {
 
 /** The one line saying who decides, right after confirm. */
 export function decisionLine(a: ConfirmAnswer): string {
-  if (a.state === 'APPROVED')
+  if (a.state === 'APPROVED' || a.grant?.covered)
     return `covered by grant ${escapeField(a.grant?.grant_id ?? '(unnamed)')} — starting`;
   const failing = a.grant?.failing;
   const why = failing

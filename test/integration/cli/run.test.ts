@@ -208,6 +208,20 @@ describe('gpu-broker run', () => {
     expect(changed.out()).toBe('v2\n');
   }, 60_000);
 
+  it('stops at error findings (120) and prints a broker error with its code and hint (1)', async () => {
+    const dir = project('findings');
+    const refused = await runCli(runCommand, ['--dir', dir, '--', '/usr/bin/curl', 'http://x'], env);
+    expect(refused.code, refused.stderr).toBe(120);
+    expect(refused.stderr).toMatch(/error: \S+ at runtime\.argv/);
+    expect(refused.stderr).toContain('not sent to review');
+    const denied = await runCli(runCommand, ['--dir', dir, '--', 'python3', 'train.py'], {
+      ...env,
+      GPU_BROKER_TOKEN: 'not-a-token',
+    });
+    expect(denied.code).toBe(1);
+    expect(denied.stderr).toMatch(/^error: UNAUTHENTICATED: .+\nhint: .+/);
+  });
+
   it('refuses a run without a command, and a bad --cards, before sending anything', async () => {
     const none = await runCli(runCommand, ['--dir', '.'], env);
     expect(none.code).toBe(2);

@@ -71,6 +71,16 @@ describe('what run says after confirm', () => {
         grant: { covered: true, grant_id: 'grant_1' },
       }),
     ).toBe('covered by grant grant_1 — starting');
+    // A grant that covers it while the answer still says IN_REVIEW (approval applied a moment later).
+    expect(
+      decisionLine({
+        proposal_id: 'p',
+        revision_id: 'r',
+        state: 'IN_REVIEW',
+        next_action: '',
+        grant: { covered: true, grant_id: 'grant_2' },
+      }),
+    ).toBe('covered by grant grant_2 — starting');
     const waiting = decisionLine({
       proposal_id: 'p',
       revision_id: 'r',
