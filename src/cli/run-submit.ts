@@ -38,7 +38,11 @@ export interface ConfirmAnswer {
   state: string;
   next_action: string;
   task_id?: string | null;
-  grant?: { covered: boolean; grant_id?: string; failing?: { clause: string; message: string } };
+  grant?: {
+    covered: boolean;
+    grant_id?: string | null;
+    failing?: { clause: string; message: string } | null;
+  };
 }
 
 /** The part of a proposal view `run` reads. */

@@ -59,9 +59,9 @@ export function decisionLine(a: ConfirmAnswer): string {
   if (a.state === 'APPROVED' || a.grant?.covered)
     return `covered by grant ${escapeField(a.grant?.grant_id ?? '(unnamed)')} — starting`;
   const failing = a.grant?.failing;
-  const why = failing
-    ? ` (no grant covers it: ${escapeField(failing.clause)}: ${escapeField(failing.message)})`
-    : '';
+  const clause = failing && !failing.message.includes(failing.clause) ? `${failing.clause}: ` : '';
+  const which = a.grant?.grant_id ? `grant ${a.grant.grant_id}` : 'no grant';
+  const why = failing ? ` — ${which} does not cover it: ${escapeField(`${clause}${failing.message}`)}` : '';
   return `waiting for review by a reviewer (the review queue: any principal with the reviewer role)${why}`;
 }
 

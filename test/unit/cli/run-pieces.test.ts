@@ -86,10 +86,14 @@ describe('what run says after confirm', () => {
       revision_id: 'r',
       state: 'IN_REVIEW',
       next_action: '',
-      grant: { covered: false, failing: { clause: 'cards', message: 'cards 8 > 4\x1b[2J' } },
+      grant: {
+        covered: false,
+        grant_id: 'grant_1',
+        failing: { clause: 'cards', message: 'cards 8 > 4\x1b[2J' },
+      },
     });
     expect(waiting).toContain('waiting for review by');
-    expect(waiting).toContain('cards: cards 8 > 4\\x1b[2J');
+    expect(waiting).toContain('grant grant_1 does not cover it: cards 8 > 4\\x1b[2J');
   });
 
   it('turns a bare program name into /usr/bin/NAME and keeps paths', () => {
