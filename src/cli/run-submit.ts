@@ -1,4 +1,4 @@
-import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { basename, join } from 'node:path';
 import { canonicalJson } from '../contracts/canonical-json.js';
 import { BrokerError } from '../contracts/errors.js';
@@ -141,6 +141,12 @@ export function collectRunFiles(
   dir: string,
   includes: readonly string[],
 ): { files: LocalInput[]; leftOut: LeftOutInput[] } {
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${dir} is not a directory`,
+      'Pass --dir with your project directory.',
+    );
   const collected = collectInputs(dir, includes, RUN_SKIP_DIRS);
   if (collected.files.length === 0)
     throw new BrokerError('INVALID_INPUT', `no files to ship under ${dir}`, 'Check --dir and --include.');

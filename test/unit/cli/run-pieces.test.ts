@@ -115,6 +115,15 @@ describe('what run ships and remembers', () => {
     expect(collectRunFiles(dir, []).files.map((f) => f.path)).toEqual(['src/train.py']);
   });
 
+  it('refuses a --dir that is not a directory as bad input', () => {
+    expect(() => collectRunFiles('/nonexistent/x', [])).toThrow(/is not a directory/);
+    try {
+      collectRunFiles('/nonexistent/x', []);
+    } catch (err) {
+      expect(err).toMatchObject({ code: 'INVALID_INPUT' });
+    }
+  });
+
   it('remembers one proposal per master URL and survives a damaged memory file', () => {
     const dir = makeTempDir('memory');
     rememberProposal(dir, 'https://a:1', 'prop_a');
