@@ -160,8 +160,13 @@ export interface FollowOptions {
   onState?: (line: string, t: TaskView) => void;
 }
 
-/** Seconds one wait_for_task call may block: short while logs stream, long (but < 25) otherwise. */
+/**
+ * Seconds one wait_for_task call may block: 1 while logs stream (it returns at once when the task ends),
+ * 5 while the task is still QUEUED (no logs yet; a start is noticed within 5 s, and a long wait in the
+ * queue costs one call per 5 s, not three per second), 20 with no logs to read (each call < 25 s).
+ */
 const WAIT_WITH_LOGS_S = 1;
+const WAIT_QUEUED_S = 5;
 const WAIT_QUIET_S = 20;
 
 /**
@@ -171,11 +176,12 @@ const WAIT_QUIET_S = 20;
 export async function followTask(c: MasterClient, taskId: string, opts: FollowOptions): Promise<FollowEnd> {
   const stopped = opts.stop?.then(() => 'interrupted' as const);
   let lastLine = '';
+  let queued = false;
   const path = `/api/v1/tasks/${encodeURIComponent(taskId)}/wait?timeout_seconds=`;
   for (;;) {
-    const step = (async () => {
-      if (opts.logs) await opts.logs.pump();
-      const wait = opts.logs ? WAIT_WITH_LOGS_S : WAIT_QUIET_S;
+    const step = (async (): Promise<TaskView> => {
+      if (opts.logs && !queued) await opts.logs.pump();
+      const wait: number = !opts.logs ? WAIT_QUIET_S : queued ? WAIT_QUEUED_S : WAIT_WITH_LOGS_S;
       return (await c.get<{ task: TaskView }>(`${path}${wait}`)).task;
     })();
     step.catch(() => undefined);
@@ -184,6 +190,7 @@ export async function followTask(c: MasterClient, taskId: string, opts: FollowOp
     const line = stateLine(t);
     if (line !== lastLine && !TERMINAL_TASK_STATES.has(t.state)) opts.onState?.(line, t);
     lastLine = line;
+    queued = t.state === 'QUEUED';
     if (TERMINAL_TASK_STATES.has(t.state)) {
       await opts.logs?.drain();
       return { task: t };
