@@ -268,7 +268,10 @@ describe('Ctrl-C and gpu-broker task', () => {
       'train.py',
     ]);
     await review(r.err);
-    await waitFor(() => r.out().includes('line 3\n'), { timeoutMs: 20_000, what: `logs: ${r.err()}` });
+    await waitFor(() => r.out().includes('line 3\n') && r.err().includes('pwned'), {
+      timeoutMs: 20_000,
+      what: `logs: ${r.err()}`,
+    });
     r.child.kill('SIGINT');
     expect(await r.exit, r.err()).toBe(130);
     // The built CLI's terminal guard: the task's escape sequence arrives visible, never raw.
