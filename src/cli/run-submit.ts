@@ -12,7 +12,7 @@ import { OUTPUTS_DIR } from './task-outputs.js';
 /**
  * The submitting half of `gpu-broker run` (issue 23 §3): DIR's files → blobs the master lacks → a new
  * proposal or a new revision of the one this DIR ran last → confirm_revision. Which proposal a DIR ran
- * last is kept per master URL in DIR/.gpu-broker/run.json (docs/decisions/0025-run-cli.md): a file the
+ * last is kept per master URL in DIR/.gpu-broker/run.json (docs/decisions/0026-run-cli.md): a file the
  * user can read and delete, that needs no listing call and survives a renamed title.
  */
 

@@ -11,7 +11,7 @@ import { escapeField } from './output.js';
 
 /**
  * The exit codes of `gpu-broker run` and `task wait` that are not the task's own (docs/clients.md,
- * docs/decisions/0025-run-cli.md): high enough that a script's usual small codes stay readable, and in
+ * docs/decisions/0026-run-cli.md): high enough that a script's usual small codes stay readable, and in
  * the range timeout(1) uses for the same meanings (124: time limit).
  */
 export const RUN_EXIT = {
