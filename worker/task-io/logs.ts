@@ -120,7 +120,7 @@ interface LogFile {
   close(settle: () => void): void;
 }
 
-/** Opens `filePath` for one stream's bytes. A failure stops the file, never the pipe (it lands in `errors`). */
+/** Opens `filePath` for one stream's bytes; a failure stops the file, never the pipe (see `errors`). */
 function openLogFile(stream: LogStreamName, source: Readable, filePath: string, errors: string[]): LogFile {
   let fileOk = true;
   const file = createWriteStream(filePath, { flags: 'w' });
