@@ -127,7 +127,8 @@ class SlurmRun {
   }
 
   private async run(): Promise<ExecutionResult> {
-    const submitted = this.opts.resume !== undefined ? await this.resume() : await this.setupAndSubmit();
+    const { resume } = this.opts;
+    const submitted = resume !== undefined ? await this.resume(resume) : await this.setupAndSubmit();
     if (typeof submitted !== 'string') return submitted;
     const jobId = submitted;
     // 3. poll
@@ -146,8 +147,7 @@ class SlurmRun {
   }
 
   /** Takes over the job a previous worker process submitted; returns its id. */
-  private async resume(): Promise<string> {
-    const resume = this.opts.resume as SlurmJobReport;
+  private async resume(resume: SlurmJobReport): Promise<string> {
     // The task of a resumed job still runs as the uid the previous process gave it: keep it taken.
     const taskUid = await stat(join(this.execDir, 'task'))
       .then((st) => st.uid)
