@@ -61,6 +61,54 @@ export interface TaskLimitsRequest {
 /** Creates the task's cgroup and prepares the watch; returns why it could not (SETUP_FAILED). */
 export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimits | string> {
   const { limits } = req;
+  const made = await createTaskCgroup(req);
+  if (typeof made === 'string') return made;
+  const { cgroup, kernel } = made;
+  const disk = new DiskWatch(req.taskDir, limits.disk_mib);
+  return {
+    limits,
+    confine: async (pid) => {
+      if (cgroup === null) return null;
+      try {
+        await cgroup.add(pid);
+        return null;
+      } catch (err) {
+        return `cannot move the task into its cgroup: ${describe(err)}`;
+      }
+    },
+    watch: (kill) => disk.start(kill),
+    breach: async () => {
+      disk.stop();
+      if (disk.breach !== null) return disk.breach;
+      if (cgroup !== null && (await cgroup.oomKills()) > 0)
+        return {
+          reason: 'OUT_OF_MEMORY',
+          detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.cgroups?.describe}) and the kernel killed it`,
+        };
+      return null;
+    },
+    procs: async () => (cgroup === null ? [] : cgroup.procs()),
+    killAll: async () => cgroup?.killAll(),
+    enforced: () => enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
+    release: async () => {
+      disk.stop();
+      if (cgroup !== null) {
+        await cgroup.killAll();
+        await cgroup.remove();
+      }
+      await rm(req.taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * The task's cgroup with its limits, and what the kernel has of them; no cgroup where the worker has no
+ * writable hierarchy. Returns why it could not be made.
+ */
+async function createTaskCgroup(
+  req: TaskLimitsRequest,
+): Promise<{ cgroup: TaskCgroup | null; kernel: CgroupReadBack } | string> {
+  const { limits } = req;
   let cgroup: TaskCgroup | null = null;
   // What the kernel has, read back once made: the report says what is enforced, not what was asked.
   let kernel: CgroupReadBack = { memoryBytes: null, pids: null, cpuWeight: null };
@@ -77,68 +125,61 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
       return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
     }
   }
-  let timer: NodeJS.Timeout | undefined;
-  let diskBreach: LimitBreach | null = null;
-  const by = req.cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
-  const viaCgroup = (value: number | null) =>
-    cgroup === null || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
-  return {
-    limits,
-    confine: async (pid) => {
-      if (cgroup === null) return null;
-      try {
-        await cgroup.add(pid);
-        return null;
-      } catch (err) {
-        return `cannot move the task into its cgroup: ${describe(err)}`;
-      }
-    },
-    watch: (kill) => {
-      const limitBytes = limits.disk_mib * MIB;
-      const tick = async () => {
-        const used = await diskUse(req.taskDir, DISK_WATCH_MAX_ENTRIES);
-        if (used.bytes > limitBytes || used.truncated) {
-          diskBreach = {
-            reason: 'DISK_LIMIT',
-            detail: used.truncated
-              ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${limits.disk_mib} MiB)`
-              : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${limits.disk_mib} MiB`,
-          };
-          kill();
-          return;
-        }
-        timer = setTimeout(() => void tick(), DISK_WATCH_MS);
-      };
-      timer = setTimeout(() => void tick(), DISK_WATCH_MS);
-    },
-    breach: async () => {
-      clearTimeout(timer);
-      if (diskBreach !== null) return diskBreach;
-      if (cgroup !== null && (await cgroup.oomKills()) > 0)
-        return {
-          reason: 'OUT_OF_MEMORY',
-          detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.cgroups?.describe}) and the kernel killed it`,
+  return { cgroup, kernel };
+}
+
+/** The watchdog of the task dir: measured every DISK_WATCH_MS, the task killed once over its limit. */
+class DiskWatch {
+  /** Set when the dir went over its limit. */
+  breach: LimitBreach | null = null;
+  private timer: NodeJS.Timeout | undefined;
+
+  constructor(
+    private readonly taskDir: string,
+    private readonly diskMib: number,
+  ) {}
+
+  start(kill: () => void): void {
+    const limitBytes = this.diskMib * MIB;
+    const tick = async () => {
+      const used = await diskUse(this.taskDir, DISK_WATCH_MAX_ENTRIES);
+      if (used.bytes > limitBytes || used.truncated) {
+        this.breach = {
+          reason: 'DISK_LIMIT',
+          detail: used.truncated
+            ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${this.diskMib} MiB)`
+            : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${this.diskMib} MiB`,
         };
-      return null;
-    },
-    procs: async () => (cgroup === null ? [] : cgroup.procs()),
-    killAll: async () => cgroup?.killAll(),
-    enforced: () => ({
-      memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
-      pids: viaCgroup(kernel.pids),
-      cpu_weight: viaCgroup(kernel.cpuWeight),
-      tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
-      shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
-      disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },
-    }),
-    release: async () => {
-      clearTimeout(timer);
-      if (cgroup !== null) {
-        await cgroup.killAll();
-        await cgroup.remove();
+        kill();
+        return;
       }
-      await rm(req.taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
-    },
+      this.timer = setTimeout(() => void tick(), DISK_WATCH_MS);
+    };
+    this.timer = setTimeout(() => void tick(), DISK_WATCH_MS);
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+  }
+}
+
+/** What is enforced, limit by limit: the cgroup's values as the kernel read them back. */
+function enforcedLimits(
+  limits: ResolvedLimits,
+  cgroups: CgroupHierarchy | null,
+  hasCgroup: boolean,
+  kernel: CgroupReadBack,
+): EnforcedLimits {
+  const by = cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
+  const viaCgroup = (value: number | null) =>
+    !hasCgroup || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
+  return {
+    memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
+    pids: viaCgroup(kernel.pids),
+    cpu_weight: viaCgroup(kernel.cpuWeight),
+    tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
+    shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
+    disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },
   };
 }
 
