@@ -221,10 +221,15 @@ export const TOKEN = defineCommand({
     'token revoke NAME [--data-dir DIR] [--json]',
   ],
   summary:
-    "Creates, lists and revokes bearer tokens in the master's database (run on the master host). Roles: submitter, reviewer, operator, worker.",
+    "Creates, lists and revokes bearer tokens in the master's database (run on the master host). Roles: submitter, reviewer, operator, worker, agent_reviewer (an LLM reviewer: approves only within review.agent_ceiling).",
   flags: {
     name: { type: 'string', value: 'NAME', help: 'principal name (unique)' },
-    role: { type: 'string', value: 'ROLE', multiple: true, help: 'submitter, reviewer, operator or worker' },
+    role: {
+      type: 'string',
+      value: 'ROLE',
+      multiple: true,
+      help: 'submitter, reviewer, operator, worker or agent_reviewer',
+    },
     'worker-id': {
       type: 'string',
       value: 'ID',
@@ -234,7 +239,11 @@ export const TOKEN = defineCommand({
   },
   env: LOCAL_ENV,
   subcommands: ['create', 'list', 'revoke'],
-  examples: ['token create --name alice-agent --role submitter', 'token revoke alice-agent'],
+  examples: [
+    'token create --name alice-agent --role submitter',
+    'token create --name claude-reviewer --role agent_reviewer',
+    'token revoke alice-agent',
+  ],
 });
 
 export const STATUS = defineCommand({

@@ -15,5 +15,7 @@ const BASE =
 
 /** The instructions for this principal's session. */
 export function serverInstructions(principal: Principal): string {
-  return hasAnyRole(principal, ['reviewer', 'operator']) ? `${BASE}\n\n${REVIEWER_INSTRUCTIONS}` : BASE;
+  return hasAnyRole(principal, ['reviewer', 'operator', 'agent_reviewer'])
+    ? `${BASE}\n\n${REVIEWER_INSTRUCTIONS}`
+    : BASE;
 }
