@@ -5,6 +5,7 @@ import { REVIEW } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
+import { printPrompt, runAgent } from './review-agent.js';
 import { formatRevision } from './review-format.js';
 import { printInput, readWholeRevision } from './review-read.js';
 
@@ -123,14 +124,16 @@ export const run: CommandRunner = async (argv, io) => {
       REVIEW,
       sub
         ? `unknown subcommand "${sub}"`
-        : 'which subcommand: list, show, input, approve, request-changes or reject?',
+        : 'which subcommand: list, show, input, approve, request-changes, reject, prompt or agent?',
     );
-  if (positionals.length > (sub === 'list' ? 0 : 1))
-    return usageError(io, REVIEW, `unexpected "${positionals[sub === 'list' ? 0 : 1]}"`);
-  if (sub !== 'list' && !positionals[0]) return usageError(io, REVIEW, 'which proposal?');
+  const noProposal = sub === 'list' || sub === 'agent';
+  if (positionals.length > (noProposal ? 0 : 1))
+    return usageError(io, REVIEW, `unexpected "${positionals[noProposal ? 0 : 1]}"`);
+  if (!noProposal && !positionals[0]) return usageError(io, REVIEW, 'which proposal?');
   try {
     return await withMaster(values, io, async (c) => {
       if (sub === 'list') return await listQueue(c, io, values.json);
+      if (sub === 'agent') return await runAgent(c, io, values);
       const proposalId = positionals[0];
       if (!proposalId)
         throw new BrokerError(
@@ -139,6 +142,7 @@ export const run: CommandRunner = async (argv, io) => {
           `gpu-broker review ${sub ?? 'show'} PROPOSAL_ID`,
         );
       if (sub === 'show' || sub === 'input') return await showRevision(c, io, values, sub, proposalId);
+      if (sub === 'prompt') return await printPrompt(c, io, values, proposalId);
       return await decide(c, io, values, sub, proposalId);
     });
   } catch (err) {
