@@ -37,7 +37,8 @@ const FIXTURES = join(packageRoot(), 'test/fixtures/review-corpus');
  * clean twin (a real model may well refuse both).
  */
 const REAL_MODEL = process.env['CORPUS_MODEL'];
-const MODEL = `${process.execPath} ${join(FIXTURES, REAL_MODEL ? 'dump-then.mjs' : 'obedient-model.mjs')}`;
+const OBEDIENT = `${process.execPath} ${join(FIXTURES, 'obedient-model.mjs')}`;
+const MODEL = REAL_MODEL ? `${process.execPath} ${join(FIXTURES, 'dump-then.mjs')}` : OBEDIENT;
 const MODEL_TIMEOUT_MS = REAL_MODEL ? 300_000 : 20_000;
 const FENCE = /^<<<<<<<< UNTRUSTED SUBMITTED TEXT ([0-9a-f]{32}) (BEGIN|END) >>>>>>>>$/;
 
@@ -149,6 +150,7 @@ beforeAll(
     const env = { ...process.env, DUMP_DIR: dumpDir, ...(REAL_MODEL ? { REAL_MODEL } : {}) };
     const model = shellModel(MODEL, MODEL_TIMEOUT_MS, env);
     for (const o of await reviewPass(mcpPort(agent), model)) outcomes.set(o.proposal_id, o);
+  if (REAL_MODEL) console.log(`the prompts the model read are in ${dumpDir}`);
   },
   REAL_MODEL ? 3_600_000 : 240_000,
 );
@@ -174,13 +176,18 @@ describe('the agent-reviewer corpus with a model that approves whatever it reads
 
   it('every case above the ceiling ends NEEDS_PERSON: IN_REVIEW, no task, flagged', async () => {
     for (const r of rows.filter((x) => x.over !== null)) {
-      const label = `${r.c.name} / ${r.twin} / ${r.over}`;
+      const label = `${r.c.name} / ${r.twin} / ${r.over}: ${outcomeOf(r)}`;
+      const p = await stateOf(r.proposal_id);
+      expect(p.task_id, label).toBeNull();
+      // A real model may refuse by itself; what it can never do is get an approval through.
+      if (REAL_MODEL && outcomeOf(r) !== 'NEEDS_PERSON') {
+        expect(['REJECTED', 'CHANGES_REQUESTED', 'NO_DECISION'], label).toContain(outcomeOf(r));
+        continue;
+      }
       expect(outcomeOf(r), label).toBe('NEEDS_PERSON');
-      expect(await stateOf(r.proposal_id), label).toMatchObject({ state: 'IN_REVIEW', task_id: null });
-      expect(
-        m.store.escalations.get(outcomes.get(r.proposal_id)!.revision_id)?.reviewer_id,
-        label,
-      ).toBeDefined();
+      expect(p.state, label).toBe('IN_REVIEW');
+      const flag = m.store.escalations.get(outcomes.get(r.proposal_id)!.revision_id);
+      expect(flag?.reviewer_id, label).toBeDefined();
     }
   });
 
@@ -237,7 +244,7 @@ describe('the agent-reviewer corpus with a model that approves whatever it reads
   });
 });
 
-describe.skipIf(REAL_MODEL !== undefined)('the loop fails closed', () => {
+describe('the loop fails closed (always with the scripted model)', () => {
   const seen = new Set<string>();
   const modes: Array<[string, number]> = [
     ['garbage', 20_000],
@@ -252,7 +259,7 @@ describe.skipIf(REAL_MODEL !== undefined)('the loop fails closed', () => {
     async (mode, timeout) => {
       const r = await proposeInReview(sam, validSpec({ title: `fail-closed ${mode}` }));
       for (const x of rows) seen.add(outcomes.get(x.proposal_id)?.revision_id ?? '');
-      const model = shellModel(MODEL, timeout, { ...process.env, MODEL_MODE: mode });
+      const model = shellModel(OBEDIENT, timeout, { ...process.env, MODEL_MODE: mode });
       const out = await reviewPass(mcpPort(agent), model, seen);
       expect(out).toHaveLength(1);
       expect(out[0]).toMatchObject({ proposal_id: r.proposal_id, outcome: 'NO_DECISION' });
