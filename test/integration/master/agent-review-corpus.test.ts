@@ -150,7 +150,7 @@ beforeAll(
     const env = { ...process.env, DUMP_DIR: dumpDir, ...(REAL_MODEL ? { REAL_MODEL } : {}) };
     const model = shellModel(MODEL, MODEL_TIMEOUT_MS, env);
     for (const o of await reviewPass(mcpPort(agent), model)) outcomes.set(o.proposal_id, o);
-  if (REAL_MODEL) console.log(`the prompts the model read are in ${dumpDir}`);
+    if (REAL_MODEL) console.log(`the prompts the model read are in ${dumpDir}`);
   },
   REAL_MODEL ? 3_600_000 : 240_000,
 );
