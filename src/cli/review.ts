@@ -25,6 +25,7 @@ interface QueueItem {
   errors: number;
   warnings: number;
   own: boolean;
+  needs_person?: { by: string; reason: string } | null;
 }
 
 /** The flags of `gpu-broker review`, as parsed. */
@@ -37,7 +38,7 @@ async function listQueue(c: MasterClient, io: CliIo, json: boolean | undefined):
     q.items.length === 0
       ? 'nothing awaits review'
       : table(
-          ['PROPOSAL', 'REV', 'REVISION_ID', 'CARDS', 'OWNER', 'FINDINGS', 'TITLE'],
+          ['PROPOSAL', 'REV', 'REVISION_ID', 'CARDS', 'OWNER', 'FINDINGS', 'NEEDS_PERSON', 'TITLE'],
           q.items.map((i) => [
             i.proposal_id,
             i.revision_number,
@@ -45,6 +46,7 @@ async function listQueue(c: MasterClient, io: CliIo, json: boolean | undefined):
             i.cards,
             i.own ? `${i.owner} (you)` : i.owner,
             `${i.errors}E/${i.warnings}W`,
+            i.needs_person ? `${i.needs_person.reason} (${i.needs_person.by})` : '',
             i.title,
           ]),
         ),

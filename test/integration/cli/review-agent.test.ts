@@ -54,6 +54,13 @@ describe('gpu-broker review prompt|agent', () => {
     expect(outcomes.find((o) => o.proposal_id === big)?.reason).toContain('cards 2 > 1');
   });
 
+  it('list shows who asked for a person, and why', async () => {
+    const r = await runCli(run, ['list'], env);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('NEEDS_PERSON');
+    expect(r.stdout).toMatch(/cards 2 > 1 \(llm\)/);
+  });
+
   it('agent needs --command', async () => {
     const r = await runCli(run, ['agent', '--once'], env);
     expect(r.code).toBe(2);

@@ -58,6 +58,13 @@ describe('agent reviewer tokens', () => {
     );
   });
 
+  it('are told the ceiling first, in the server instructions', () => {
+    const text = agent.getInstructions() ?? '';
+    expect(text).toContain('agent_reviewer token');
+    expect(text).toContain('NEEDS_PERSON');
+    expect(person.getInstructions() ?? '').not.toContain('agent_reviewer token');
+  });
+
   it('may read the queue and revisions but never propose', async () => {
     expectOk(await m.callTool(agent, 'list_review_queue', {}));
     expectError(
