@@ -93,17 +93,29 @@ function specSections(v: RevisionView): PromptSection[] {
   ];
 }
 
-/** Each input file in full (text) or a note that it is binary, then each text diff. */
+/**
+ * Each input file in full (text) or a note that it is binary or beyond the byte budget, then each text
+ * diff. A file is read only while the files read so far fit `maxBytes`: a prompt for a revision with a
+ * 1 GiB input never loads it (the ceiling's max_input_bytes keeps such a revision from an agent anyway).
+ */
 function fileSections(
   deps: BrokerDeps,
   ownerId: string,
   v: RevisionView,
+  maxBytes: number,
 ): { sections: PromptSection[]; unreadable: number } {
   const sections: PromptSection[] = [];
   let unreadable = 0;
+  let left = maxBytes;
   for (const i of v.inputs) {
-    const content = verifiedBlob(deps, ownerId, i.sha256);
     const path = quoteUntrusted(i.path, 512);
+    if (i.size > left) {
+      unreadable++;
+      sections.push({ label: `file ${path} (${i.size} bytes): beyond max_bytes, not shown`, text: '' });
+      continue;
+    }
+    const content = verifiedBlob(deps, ownerId, i.sha256);
+    left -= i.size;
     if (isText(content))
       sections.push({ label: `file ${path} (${i.size} bytes)`, text: content.toString('utf8') });
     else {
@@ -164,14 +176,18 @@ export async function getReviewPrompt(
     clause: failure?.clause ?? null,
     reason: failure?.reason ?? null,
   };
-  const files = fileSections(deps, p.owner_id, v);
+  const maxBytes = q.max_bytes ?? DEFAULT_PROMPT_BYTES;
+  const files = fileSections(deps, p.owner_id, v, maxBytes);
   const nonce = randomBytes(16).toString('hex');
   const { prompt, complete } = buildReviewPrompt({
     nonce,
     digest: v.revision.digest,
-    facts: [...factsOf(v, ceiling), ['binary inputs (not shown)', String(files.unreadable)]],
+    facts: [
+      ...factsOf(v, ceiling),
+      ['inputs not shown (binary or beyond max_bytes)', String(files.unreadable)],
+    ],
     sections: [...specSections(v), ...files.sections, ...historySections(deps, principal, p.owner_id, v)],
-    maxBytes: q.max_bytes ?? DEFAULT_PROMPT_BYTES,
+    maxBytes,
     unreadable: files.unreadable > 0,
   });
   return {

@@ -149,3 +149,69 @@ describe('metrics', () => {
     expect(text).toMatch(/gpu_broker_review_decisions_total\{kind="agent_reviewer",decision="REJECT"\} 1/);
   });
 });
+
+describe('get_review_prompt', () => {
+  const upload = async (files: Array<{ path: string; content: string; encoding: 'utf8' | 'base64' }>) =>
+    expectOk(
+      await m.callTool<{ inputs: Array<{ path: string; sha256: string; size: number }> }>(
+        submitter,
+        'upload_inputs',
+        {
+          files,
+          idempotency_key: m.key(),
+        },
+      ),
+    ).inputs;
+
+  it('is for reviewers only', async () => {
+    const r = await proposeInReview(submitter);
+    expectError(
+      await m.callTool(submitter, 'get_review_prompt', { proposal_id: r.proposal_id }),
+      'FORBIDDEN',
+    );
+  });
+
+  it('never reads a file beyond max_bytes, and says the prompt is not complete', async () => {
+    const inputs = await upload([
+      { path: 'big.sh', content: `${'#'.repeat(4000)}\necho ok\n`, encoding: 'utf8' },
+    ]);
+    const r = await proposeInReview(
+      submitter,
+      validSpec({ inputs, runtime: { kind: 'process', argv: ['/bin/sh', 'big.sh'] } }),
+    );
+    const out = expectOk(
+      await m.callTool<{ complete: boolean; prompt: string }>(agent, 'get_review_prompt', {
+        proposal_id: r.proposal_id,
+        max_bytes: 1024,
+      }),
+    );
+    expect(out.complete).toBe(false);
+    expect(out.prompt).toContain('## file "big.sh" (4009 bytes): beyond max_bytes, not shown');
+    expect(out.prompt).toContain('complete: false');
+    const whole = expectOk(
+      await m.callTool<{ complete: boolean; prompt: string }>(agent, 'get_review_prompt', {
+        proposal_id: r.proposal_id,
+      }),
+    );
+    expect(whole.complete).toBe(true);
+    expect(whole.prompt).toContain('| echo ok');
+  });
+
+  it('shows a binary input as not shown, never as text', async () => {
+    const inputs = await upload([
+      { path: 'blob.bin', content: Buffer.from([0, 1, 2, 255, 0]).toString('base64'), encoding: 'base64' },
+    ]);
+    const r = await proposeInReview(submitter, validSpec({ inputs }));
+    const out = expectOk(
+      await m.callTool<{ complete: boolean; prompt: string; agent_ceiling: { within: boolean } }>(
+        agent,
+        'get_review_prompt',
+        {
+          proposal_id: r.proposal_id,
+        },
+      ),
+    );
+    expect(out.complete).toBe(false);
+    expect(out.prompt).toContain('## file "blob.bin" (5 bytes): binary, not shown');
+  });
+});
