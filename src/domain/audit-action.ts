@@ -39,6 +39,7 @@ export const AUDIT_ACTIONS = [
   'proposal.revisions_pruned',
   'qualification.cancel_requested',
   'qualification.started',
+  'review.escalated',
   'task.cancel_requested',
   'task.created',
   'task.reconciled',
