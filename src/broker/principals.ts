@@ -35,7 +35,7 @@ export function createPrincipal(
       'Use 1-64 letters, digits, ".", "_" or "-".',
     );
   // An agent reviewer's approvals are bounded by the ceiling; any other role beside it would blur
-  // whether a person or the agent decided (docs/decisions/0026-agent-reviewer.md).
+  // whether a person or the agent decided (docs/decisions/0027-agent-reviewer.md).
   if (roles.includes('agent_reviewer') && roles.length > 1)
     throw new BrokerError(
       'INVALID_INPUT',

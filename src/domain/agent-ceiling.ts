@@ -7,7 +7,7 @@ import { resolveLimits } from './task-limits.js';
 import { quoteUntrusted } from './untrusted.js';
 
 /**
- * What an agent reviewer may approve (issue 23 §2; docs/decisions/0026-agent-reviewer.md). Pure: the
+ * What an agent reviewer may approve (issue 23 §2; docs/decisions/0027-agent-reviewer.md). Pure: the
  * facts of one revision against the operator's ceiling, as a table of clauses checked in order. The
  * first failing clause is what the refusal names ("cards 8 > 1"). Every fact comes from the spec as the
  * broker parsed it and from the broker's own findings, never from text the submitter wrote about it:
