@@ -95,14 +95,21 @@ export function cgroupLayout(
   return { version: 1, memory: v1.memory!, pids: v1.pids!, cpu: v1.cpu! };
 }
 
-interface Mount {
+/** Whether memory is a cgroup v1 controller on this host (v1 or hybrid), from mountinfo text. Pure. */
+export function memoryIsV1(mountinfo: string): boolean {
+  return parseMountinfo(mountinfo).some(
+    (m) => m.fstype === 'cgroup' && m.superOptions.split(',').includes('memory'),
+  );
+}
+
+export interface Mount {
   readonly root: string;
   readonly point: string;
   readonly fstype: string;
   readonly superOptions: string;
 }
 
-function parseMountinfo(text: string): Mount[] {
+export function parseMountinfo(text: string): Mount[] {
   const out: Mount[] = [];
   for (const line of text.split('\n')) {
     const [left, right] = line.split(' - ');
@@ -120,7 +127,7 @@ function unescapeMount(s: string): string {
 }
 
 /** `/proc/self/cgroup`: controller list (empty for v2) → path. */
-function parseSelfCgroup(text: string): Map<string, string> {
+export function parseSelfCgroup(text: string): Map<string, string> {
   const out = new Map<string, string>();
   for (const line of text.split('\n')) {
     const m = line.match(/^[0-9]+:([^:]*):(.*)$/);
@@ -133,7 +140,7 @@ function parseSelfCgroup(text: string): Map<string, string> {
  * The host directory of cgroup `path` under mount `m`. A worker in a container without a cgroup
  * namespace sees its host path, which is not below the mount's root: its own cgroup is then the mount.
  */
-function below(m: Mount, path: string): string {
+export function below(m: Mount, path: string): string {
   const root = m.root === '/' ? '' : m.root;
   if (root !== '' && !(path === root || path.startsWith(`${root}/`))) return m.point;
   const rest = path.slice(root.length).replace(/^\/+|\/+$/g, '');

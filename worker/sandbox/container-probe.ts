@@ -3,6 +3,7 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
+import { memoryIsV1 } from './cgroups.js';
 import { findOnPath, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 
 /**
@@ -26,6 +27,11 @@ export interface ContainerSetup {
   readonly init: boolean;
   /** Whether the host has NVIDIA CDI specs (nvidia.com/gpu), so cards are passed by CDI name. */
   readonly cdi: boolean;
+  /**
+   * Memory is a cgroup v1 controller here: a container with limits runs with `--oom-kill-disable`, so
+   * that the worker sees it held at its limit and reports OUT_OF_MEMORY (container-oom.ts).
+   */
+  readonly holdOnOom?: boolean;
 }
 
 /** Runs one engine command; its stdout, or null when it failed. Never throws. */
@@ -128,6 +134,7 @@ async function probePodman(
       env: { ...HELPER_ENV, CONTAINERS_CONF: conf },
       init: catatonitPresent(),
       cdi,
+      holdOnOom: memoryV1Here(),
     };
     const failure = await tryEmptyRootfs(setup, confDir);
     if (failure === null) {
@@ -153,6 +160,7 @@ async function probeDocker(path: string, cdi: boolean): Promise<ContainerProbe |
     env: { ...HELPER_ENV },
     init: true,
     cdi,
+    holdOnOom: memoryV1Here(),
   };
   const version = await engineOutput(setup, ['info', '--format', '{{.ServerVersion}}'], 10_000);
   if (version === null) return { why: `docker (${docker}) has no reachable daemon` };
@@ -190,6 +198,14 @@ async function tryEmptyRootfs(setup: ContainerSetup, dir: string): Promise<strin
     return (err as Error).message;
   } finally {
     if (rootfs !== null) await rm(rootfs, { recursive: true, force: true }).catch(() => undefined);
+  }
+}
+
+function memoryV1Here(): boolean {
+  try {
+    return memoryIsV1(readFileSync('/proc/self/mountinfo', 'utf8'));
+  } catch {
+    return false;
   }
 }
 

@@ -83,6 +83,8 @@ export interface ContainerRequest {
   readonly user: { uid: number; gid: number };
   /** The task's resource limits, through the engine's own flags (issue 21); null: the pids limit only. */
   readonly limits: ResolvedLimits | null;
+  /** Hold the container at its memory limit rather than kill in it (ContainerSetup.holdOnOom). */
+  readonly holdOnOom?: boolean;
   readonly init: boolean;
   /** The task's argv inside the image. */
   readonly argv: readonly string[];
@@ -152,6 +154,8 @@ export function containerArgs(req: ContainerRequest): string[] {
     '--user',
     `${req.user.uid}:${req.user.gid}`,
     ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),
+    // Only with a memory limit and the worker's watch on it (container-oom.ts): else nothing would end it.
+    ...(req.limits !== null && req.holdOnOom === true ? ['--oom-kill-disable'] : []),
     '--cap-drop=all',
     '--security-opt',
     'no-new-privileges',
