@@ -57,6 +57,10 @@ export interface CgroupHierarchy {
   readonly describe: string;
   /** Makes the task's cgroup `name` with `limits`; throws when the kernel refuses. */
   create(name: string, limits: CgroupLimits): Promise<TaskCgroup>;
+  /** The dirs the task cgroups are made in (`…/gpu-broker`): one on v2, one per controller on v1. */
+  readonly bases: readonly string[];
+  /** The task cgroup `name` as it is now (an earlier process's): to empty and remove it (sweep-stale.ts). */
+  adopt(name: string): TaskCgroup;
 }
 
 /** Where each needed controller lives, as found in mountinfo and /proc/self/cgroup. */
@@ -188,9 +192,19 @@ function mountinfoV2Point(mountinfo: string): string | null {
 
 /** v1: a directory per controller; `parents` are the worker's own cgroups. Exported for tests. */
 export function v1Hierarchy(parents: { memory: string; pids: string; cpu: string }): CgroupHierarchy {
+  const bases = [...new Set([parents.memory, parents.pids, parents.cpu])].map((p) => join(p, 'gpu-broker'));
   return {
     version: 1,
     describe: 'cgroup v1 (memory, pids, cpu)',
+    bases,
+    adopt: (name) => {
+      const dirs = {
+        memory: join(parents.memory, 'gpu-broker', name),
+        pids: join(parents.pids, 'gpu-broker', name),
+        cpu: join(parents.cpu, 'gpu-broker', name),
+      };
+      return v1Cgroup(dirs, [...new Set([dirs.memory, dirs.pids, dirs.cpu])]);
+    },
     create: async (name, limits) => {
       const dirs = {
         memory: join(parents.memory, 'gpu-broker', name),
@@ -260,6 +274,8 @@ export function v2Hierarchy(parent: string): CgroupHierarchy {
   return {
     version: 2,
     describe: 'cgroup v2 (memory, pids, cpu)',
+    bases: [base],
+    adopt: (name) => v2Cgroup(join(base, name), [join(base, name)]),
     create: async (name, limits) => {
       prepared ??= enableV2Controllers(parent, base);
       await prepared;
