@@ -9,11 +9,14 @@ import type { BrokerDeps } from './deps.js';
  * tools/revision-diff.ts, so it sits below all three.
  *
  * Paged reads (get_input, issue 21) do not re-hash the whole blob per page: the first page verifies
- * the whole blob once and remembers, per digest and size, the sha256 of each CHUNK_BYTES chunk
- * (verifiedPages). Each page then reads only the chunks it overlaps and re-hashes those against the
- * remembered chunk digests, so paging a blob costs O(size) in all, and a byte changed behind the master's
- * back after the first page is still refused (INTERNAL) when a page would serve it. Sound across stores
- * and principals: the chunk digests come only from bytes that matched the blob's own sha256.
+ * the whole blob once and remembers, per digest and size, the sha256 of each CHUNK_BYTES chunk and,
+ * within a bounded cache (128 MiB), the verified bytes themselves (verifiedPages). A later page comes
+ * from the cached verified bytes; once the cache let them go, it reads only the chunks it overlaps and
+ * re-hashes those against the remembered digests. So paging costs O(size) in all, and no page ever
+ * serves a byte that does not match the digest: a blob changed behind the master's back after the first
+ * page is either not read at all (the cached copy is served) or refused (INTERNAL). Sound across stores
+ * and principals: chunk digests and cached bytes come only from content that matched its sha256, and
+ * every page still asks the store whether this principal uploaded it (and its size).
  */
 
 /**
@@ -40,9 +43,31 @@ interface Verified {
   readonly text: boolean;
   /** sha256 of each CHUNK_BYTES chunk, in order. */
   readonly chunks: readonly string[];
+  /** The verified bytes themselves while the content cache holds them (contentCacheBytes in all). */
+  content: Buffer | null;
 }
 
 const memo = new Map<string, Verified>();
+/** Most verified bytes kept in memory for paging (least recently read let go first). */
+let contentCacheBytes = 128 * 1024 * 1024;
+
+/** Sets the content cache's budget (tests: 0 sends every page to the chunk-checked store read). */
+export function setVerifiedContentCacheBytes(bytes: number): void {
+  contentCacheBytes = bytes;
+  trimContentCache();
+}
+
+/** Lets go of cached content, least recently read first, until the budget holds. */
+function trimContentCache(): void {
+  let held = 0;
+  for (const v of memo.values()) held += v.content?.length ?? 0;
+  for (const v of memo.values()) {
+    if (held <= contentCacheBytes) return;
+    if (v.content === null) continue;
+    held -= v.content.length;
+    v.content = null;
+  }
+}
 
 /** A blob to read page by page; see the module comment. */
 export interface VerifiedPages {
@@ -74,17 +99,20 @@ export function verifiedPages(
     const chunks: string[] = [];
     for (let at = 0; at < size; at += CHUNK_BYTES)
       chunks.push(sha256Hex(content.subarray(at, at + CHUNK_BYTES)));
-    known = { text: classify(content), chunks };
+    known = { text: classify(content), chunks, content };
   }
   memo.delete(key);
   memo.set(key, known);
   if (memo.size > MEMO_MAX) memo.delete(memo.keys().next().value!);
+  trimContentCache();
   const verified = known;
   return {
     size,
     text: verified.text,
     read: (start, end) => {
       if (end <= start) return Buffer.alloc(0);
+      // The verified copy: exactly the bytes the digest names, whatever the store holds now.
+      if (verified.content !== null) return verified.content.subarray(start, end);
       const first = Math.floor(start / CHUNK_BYTES);
       const last = Math.floor((end - 1) / CHUNK_BYTES);
       const from = first * CHUNK_BYTES;

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { CHUNK_BYTES } from '../../../src/broker/verified-blob.js';
+import { CHUNK_BYTES, setVerifiedContentCacheBytes } from '../../../src/broker/verified-blob.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
@@ -35,6 +35,7 @@ beforeAll(async () => {
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
 });
 afterAll(async () => {
+  setVerifiedContentCacheBytes(128 * 1024 * 1024);
   await m?.close();
 });
 
@@ -103,7 +104,23 @@ describe('get_input pages across verified chunks', () => {
     expect((await readAll(r, 'notes.txt', 99_999)).equals(text)).toBe(true);
   });
 
-  it('refuses a page once the stored blob was changed after the first page, same size (attack)', async () => {
+  it('serves only the verified bytes when the stored blob is changed after the first page (attack, cached)', async () => {
+    const blob = randomBytes(2 * CHUNK_BYTES);
+    const r = await proposalWith('cached.bin', blob);
+    expectOk(await page(r, 'cached.bin', 0, 1024));
+    const changed = Buffer.from(blob);
+    changed[CHUNK_BYTES + 7] = changed[CHUNK_BYTES + 7]! ^ 0xff;
+    const sha = createHash('sha256').update(blob).digest('hex');
+    m.store.db.prepare('UPDATE blobs SET content = ? WHERE sha256 = ?').run(changed, sha);
+    // The page over the changed byte comes from the verified copy: never the changed bytes.
+    const later = expectOk(await page(r, 'cached.bin', CHUNK_BYTES, 1024));
+    expect(Buffer.from(later.content, 'base64').equals(blob.subarray(CHUNK_BYTES, CHUNK_BYTES + 1024))).toBe(
+      true,
+    );
+  });
+
+  it('refuses a page once the stored blob was changed after the first page, same size (attack, uncached)', async () => {
+    setVerifiedContentCacheBytes(0);
     const blob = randomBytes(2 * CHUNK_BYTES);
     const r = await proposalWith('model.bin', blob);
     expectOk(await page(r, 'model.bin', 0, 1024));
