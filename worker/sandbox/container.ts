@@ -33,7 +33,10 @@ export {
  *   - only the leased cards: their device nodes, or CDI names (`nvidia.com/gpu=N`) where the host has
  *     NVIDIA CDI specs, since CDI also brings the driver's libraries into the container;
  *   - a non-root uid: the execution's own task uid on a root worker, else 65534 (nobody);
- *   - a name and a label derived from the execution id, so the box and cleanup can find it.
+ *   - a name and a label derived from the execution id, so the box and cleanup can find it;
+ *   - the task's limits as engine flags (containerLimitArgs) and, where memory is a cgroup v1 controller,
+ *     `--oom-kill-disable`, so that at its memory limit the container is held for the worker's watch to
+ *     end and report as OUT_OF_MEMORY (container-oom.ts, sandbox/limits.ts containerTaskLimits).
  *
  * Podman on some hosts needs settings its defaults lack (found on Debian 12, cgroup v1/v2 hybrid, root):
  * crun refuses hybrid cgroups, and raising RLIMIT_NOFILE to podman's default ulimits is not permitted.
