@@ -9,7 +9,7 @@ import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
  *   memory, pids, cpu   the task's own cgroup (cgroups.ts), entered by the sandbox's first process
  *                       before it runs any of the task's code; OOM kills read from the kernel
  *   /tmp, /dev/shm      bwrap `--size` on their tmpfs (bwrap.ts); writes past it fail with ENOSPC
- *   task dir            a watchdog (DiskWatch) that measures the dir's allocated blocks and ends the
+ *   task dir            a watchdog (taskDirGuard) that measures the dir's allocated blocks and ends the
  *                       task (DISK_LIMIT) past the limit; docs/decisions/0021-task-limits.md says why
  *   scratch             the task dir is removed once the task's processes are gone
  *
@@ -65,26 +65,10 @@ export interface TaskLimitsRequest {
 /** Creates the task's cgroup and prepares the watch; returns why it could not (SETUP_FAILED). */
 export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimits | string> {
   const { limits } = req;
-  let cgroup: TaskCgroup | null = null;
-  // What the kernel has, read back once made: the report says what is enforced, not what was asked.
-  let kernel: CgroupReadBack = { memoryBytes: null, pids: null, cpuWeight: null };
-  if (req.cgroups !== null) {
-    try {
-      cgroup = await req.cgroups.create(req.executionId, {
-        memoryBytes: limits.memory_mib * MIB,
-        pids: limits.pids,
-        cpuWeight: limits.cpu_weight,
-      });
-      kernel = await cgroup.readBack();
-    } catch (err) {
-      await cgroup?.remove();
-      return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
-    }
-  }
+  const made = await createTaskCgroup(req);
+  if (typeof made === 'string') return made;
+  const { cgroup, kernel } = made;
   const guard = taskDirGuard(req.taskDir, limits.disk_mib, null);
-  const by = req.cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
-  const viaCgroup = (value: number | null) =>
-    cgroup === null || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
   return {
     limits,
     confine: async (pid) => {
@@ -110,12 +94,7 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
     },
     procs: async () => (cgroup === null ? [] : cgroup.procs()),
     killAll: async () => cgroup?.killAll(),
-    enforced: () => ({
-      memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
-      pids: viaCgroup(kernel.pids),
-      cpu_weight: viaCgroup(kernel.cpuWeight),
-      ...tmpfsAndDisk(limits),
-    }),
+    enforced: () => enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
     release: async () => {
       guard.stop();
       if (cgroup !== null) {
@@ -191,6 +170,33 @@ function tmpfsAndDisk(limits: ResolvedLimits): Pick<EnforcedLimits, 'tmp_mib' | 
   };
 }
 
+/**
+ * The task's cgroup with its limits, and what the kernel has of them; no cgroup where the worker has no
+ * writable hierarchy. Returns why it could not be made.
+ */
+async function createTaskCgroup(
+  req: TaskLimitsRequest,
+): Promise<{ cgroup: TaskCgroup | null; kernel: CgroupReadBack } | string> {
+  const { limits } = req;
+  let cgroup: TaskCgroup | null = null;
+  // What the kernel has, read back once made: the report says what is enforced, not what was asked.
+  let kernel: CgroupReadBack = { memoryBytes: null, pids: null, cpuWeight: null };
+  if (req.cgroups !== null) {
+    try {
+      cgroup = await req.cgroups.create(req.executionId, {
+        memoryBytes: limits.memory_mib * MIB,
+        pids: limits.pids,
+        cpuWeight: limits.cpu_weight,
+      });
+      kernel = await cgroup.readBack();
+    } catch (err) {
+      await cgroup?.remove();
+      return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
+    }
+  }
+  return { cgroup, kernel };
+}
+
 /** The task dir's watch and its removal at the end, shared by every kind of box that has limits. */
 interface TaskDirGuard {
   /** Starts the watch; `kill` ends the task once a limit is broken. */
@@ -244,6 +250,24 @@ function taskDirGuard(
       clearTimeout(timer);
     },
     remove: () => rm(taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined),
+  };
+}
+
+/** What is enforced, limit by limit: the cgroup's values as the kernel read them back. */
+function enforcedLimits(
+  limits: ResolvedLimits,
+  cgroups: CgroupHierarchy | null,
+  hasCgroup: boolean,
+  kernel: CgroupReadBack,
+): EnforcedLimits {
+  const by = cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
+  const viaCgroup = (value: number | null) =>
+    !hasCgroup || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
+  return {
+    memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
+    pids: viaCgroup(kernel.pids),
+    cpu_weight: viaCgroup(kernel.cpuWeight),
+    ...tmpfsAndDisk(limits),
   };
 }
 

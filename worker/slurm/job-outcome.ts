@@ -6,8 +6,10 @@ import {
   logTruncatedMarker,
   MAX_LOG_CHUNK_BYTES,
 } from '../../src/contracts/worker-protocol.js';
+import type { ExecutionExit } from '../executions/executor.js';
 import { LogBudget } from '../task-io/log-budget.js';
 import { incompleteTailLength, type LogChunkHandler, type LogStreamName } from '../task-io/logs.js';
+import type { OutputCollection } from '../task-io/outputs.js';
 import type { JobFiles } from './cli/job-wrapper.js';
 import type { SlurmJobState } from './cli/types.js';
 
@@ -68,6 +70,59 @@ export function slurmVerdict(o: SlurmOutcome): { failure: FailureReason | null; 
     return { failure: 'WORKER_LOST', detail: `no exit code from Slurm (state ${o.state})` };
   if (o.exitCode !== 0) return { failure: 'EXIT_NONZERO', detail: null };
   return { failure: o.requiredMissing ? 'OUTPUT_MISSING' : null, detail: null };
+}
+
+/** How a job ended, as far as Slurm can say. */
+export interface EndedJob {
+  readonly state: SlurmJobState | 'UNKNOWN_TO_SLURM';
+  readonly exitCode: number | null;
+  readonly signal: number | null;
+}
+
+/** What an ended job left behind, read by the executor. */
+export interface SlurmEnd {
+  readonly ended: EndedJob;
+  /** Why no record of the job's end was found anywhere; null when one was. */
+  readonly lostDetail: string | null;
+  /** The task's exit code from the wrapper's exit.json; null when there is none. */
+  readonly exitFileCode: number | null;
+  readonly killReason: SlurmOutcome['killReason'];
+  readonly collection: OutputCollection;
+  readonly setupErrors: readonly string[];
+  readonly logErrors: ExecutionExit['log_errors'];
+  readonly memoryLimitMib?: number;
+}
+
+/** The execution's exit from what its job left behind. Pure. */
+export function slurmExit(e: SlurmEnd): ExecutionExit {
+  const { ended, lostDetail } = e;
+  // Slurm's ExitCode is the batch script's: only a job that ended by itself (COMPLETED, FAILED) has
+  // the task's. A cancelled or timed-out job's "0:15" must not read as a clean exit 0.
+  const byItself = ended.state === 'COMPLETED' || ended.state === 'FAILED';
+  const exitCode = e.exitFileCode ?? (byItself ? ended.exitCode : null);
+  const signal = ended.signal !== null && ended.signal !== 0 ? signalName(ended.signal) : null;
+  const verdict = slurmVerdict({
+    killReason: e.killReason,
+    state: ended.state,
+    exitCode,
+    signal,
+    lost: lostDetail !== null,
+    requiredMissing: e.collection.requiredMissing,
+    setupErrors: e.setupErrors,
+    ...(e.memoryLimitMib === undefined ? {} : { memoryLimitMib: e.memoryLimitMib }),
+  });
+  return {
+    exit_code: e.exitFileCode === null && signal !== null ? null : exitCode,
+    // (exit.json exists only when the task's srun step returned, so then its code is the task's.)
+    signal,
+    failure_reason: verdict.failure,
+    outputs: e.collection.outputs,
+    output_errors: e.collection.errors,
+    log_errors: e.logErrors,
+    ...(verdict.detail === null && lostDetail === null
+      ? {}
+      : { setup_error: [verdict.detail, lostDetail].filter((x) => x !== null).join('; ') }),
+  };
 }
 
 /** A signal's name from its number (`15` → `SIGTERM`). */
