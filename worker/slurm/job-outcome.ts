@@ -1,8 +1,13 @@
 import { open } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import type { FailureReason } from '../../src/contracts/worker-protocol.js';
-import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
+import {
+  DEFAULT_MAX_LOG_BYTES_PER_TASK,
+  logTruncatedMarker,
+  MAX_LOG_CHUNK_BYTES,
+} from '../../src/contracts/worker-protocol.js';
 import type { ExecutionExit } from '../executions/executor.js';
+import { LogBudget } from '../task-io/log-budget.js';
 import { incompleteTailLength, type LogChunkHandler, type LogStreamName } from '../task-io/logs.js';
 import type { OutputCollection } from '../task-io/outputs.js';
 import type { JobFiles } from './cli/job-wrapper.js';
@@ -131,14 +136,24 @@ export function signalName(n: number): string {
  * chunks of at most MAX_LOG_CHUNK_BYTES at their byte offsets, holding back a UTF-8 character whose
  * bytes have not all been written yet (except on the final call). A restarted worker starts again from
  * 0: the master trims overlapping chunks.
+ *
+ * Both streams share the task's log cap (task-io/log-budget.ts, as a local task's pumps): past it each
+ * stream gets one marker line and its file is read no further, so the outbox and the master hold at
+ * most the cap however much the job writes. (The job's own files on the shared file system are written
+ * by the job, not capped here: docs/security.md "Slurm".)
  */
 export class JobLogTail {
+  /** Bytes of each file read (and delivered or dropped). */
   private readonly offsets: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
+  /** Bytes of each stream delivered: the kept bytes and the marker, the offsets the master sees. */
+  private readonly delivered: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
+  private readonly cut = new Set<LogStreamName>();
   private readonly problems: string[] = [];
 
   constructor(
     private readonly files: Pick<JobFiles, 'stdout' | 'stderr'>,
     private readonly onLog: LogChunkHandler,
+    private readonly budget: LogBudget = new LogBudget(DEFAULT_MAX_LOG_BYTES_PER_TASK),
   ) {}
 
   /** Problems reading the files (at most 8); a missing file is not one (the job has not written yet). */
@@ -163,6 +178,7 @@ export class JobLogTail {
   }
 
   private async pumpFile(stream: LogStreamName, path: string, final: boolean): Promise<void> {
+    if (this.cut.has(stream)) return;
     const handle = await open(path, 'r');
     try {
       for (;;) {
@@ -173,13 +189,24 @@ export class JobLogTail {
         const keep = final ? 0 : incompleteTailLength(data);
         if (keep === data.length) return;
         data = data.subarray(0, data.length - keep);
-        const offset = this.offsets[stream];
         this.offsets[stream] += data.length;
-        this.onLog(stream, offset, data.toString('utf8'));
+        const take = this.budget.take(stream, data.length);
+        if (take.keep > 0) this.deliver(stream, data.subarray(0, take.keep));
+        if (take.marker) {
+          this.deliver(stream, Buffer.from(logTruncatedMarker(this.budget.cap)));
+          this.cut.add(stream);
+          return;
+        }
         if (bytesRead < buf.length) return;
       }
     } finally {
       await handle.close();
     }
+  }
+
+  private deliver(stream: LogStreamName, data: Buffer): void {
+    const offset = this.delivered[stream];
+    this.delivered[stream] += data.length;
+    this.onLog(stream, offset, data.toString('utf8'));
   }
 }
