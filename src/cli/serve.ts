@@ -1,7 +1,7 @@
 import { startMaster } from '../main.js';
 import { loadConfigFile, type MasterConfig, parseConfig } from '../platform/config.js';
 import { parseCommand } from './args.js';
-import { SERVE } from './command-specs.js';
+import { SERVE } from './host-command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';

@@ -19,7 +19,7 @@ import { type RunningMaster, startMaster } from '../main.js';
 import { writeSecretFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
 import { parseCommand } from './args.js';
-import { START } from './command-specs.js';
+import { START } from './host-command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
