@@ -5,9 +5,9 @@ import {
   verifyWholeChain,
 } from '../broker/loops/audit-archive.js';
 import { parseCommand, usageError } from './args.js';
-import { AUDIT } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { withLocalStore } from './local.js';
+import { AUDIT } from './operator-command-specs.js';
 import { emit, reportError } from './output.js';
 
 /**

@@ -1,9 +1,9 @@
 import { BrokerError } from '../contracts/errors.js';
 import type { CommandSpec } from '../platform/args.js';
 import { parseCommand, usageError } from './args.js';
-import { CORDON, DRAIN, RECONCILE, REMOVE_WORKER, UNCORDON, UNDRAIN } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
+import { CORDON, DRAIN, RECONCILE, REMOVE_WORKER, UNCORDON, UNDRAIN } from './operator-command-specs.js';
 import { emit, escapeField, reportError } from './output.js';
 
 /**

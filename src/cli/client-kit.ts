@@ -1,8 +1,8 @@
 import { buildClientKit, defaultBridgeBundle, verifyClientKit } from '../../client-kit/build.js';
 import type { FlagValues } from '../platform/args.js';
 import { parseCommand, usageError } from './args.js';
-import { CLIENT_KIT } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
+import { CLIENT_KIT } from './operator-command-specs.js';
 
 /**
  * `gpu-broker client-kit build --out DIR [--url URL] [--ca-file F] [--json]` and

@@ -1,24 +1,21 @@
 import { MCP_STDIO } from '../../client-kit/stdio-bridge-spec.js';
 import type { CommandSpec } from '../platform/args.js';
+import { SERVE, START, WORKER } from './host-command-specs.js';
+import type { CommandRunner } from './io.js';
 import {
   AUDIT,
   CLIENT_KIT,
   CORDON,
   DRAIN,
-  PROPOSE,
   QUALIFY,
   RECONCILE,
   REMOVE_WORKER,
-  REVIEW,
-  SERVE,
-  START,
   STATUS,
   TOKEN,
   UNCORDON,
   UNDRAIN,
-  WORKER,
-} from './command-specs.js';
-import type { CommandRunner } from './io.js';
+} from './operator-command-specs.js';
+import { PROPOSE, REVIEW } from './proposal-command-specs.js';
 import { RUN, TASK } from './task-command-specs.js';
 
 /** A command: its spec, how to load its code, and whether it gets its own name as argv[0]. */
@@ -32,7 +29,10 @@ export interface CommandEntry {
 
 const cards = () => import('./cards.js');
 
-/** Every `gpu-broker` command, in the order the top-level help lists them. */
+/**
+ * Every `gpu-broker` command, in the order the top-level help lists them. Specs come from one import per
+ * family file (`./<family>-command-specs.js`, listed in command-specs.ts); a new family is one more import.
+ */
 export const COMMANDS: Record<string, CommandEntry> = {
   start: { spec: START, load: () => import('./start.js') },
   serve: { spec: SERVE, load: () => import('./serve.js') },

@@ -2,10 +2,10 @@ import { BrokerError } from '../contracts/errors.js';
 import type { TaskSpecInput } from '../contracts/task-spec.js';
 import type { FlagValues } from '../platform/args.js';
 import { parseCommand } from './args.js';
-import { PROPOSE } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
 import { emit, escapeField, reportError } from './output.js';
+import { PROPOSE } from './proposal-command-specs.js';
 import { collectInputs, type LocalInput } from './propose-files.js';
 
 /**

@@ -7,9 +7,9 @@ import {
 import { BrokerError } from '../contracts/errors.js';
 import type { QualificationRunView } from '../contracts/tools-qualification.js';
 import { parseCommand, usageError } from './args.js';
-import { QUALIFY } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
+import { QUALIFY } from './operator-command-specs.js';
 import { escapeField, escapeText, jsonText, reportError, table } from './output.js';
 
 /**

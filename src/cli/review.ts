@@ -1,10 +1,10 @@
 import { BrokerError } from '../contracts/errors.js';
 import type { FlagValues } from '../platform/args.js';
 import { parseCommand, usageError } from './args.js';
-import { REVIEW } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
+import { REVIEW } from './proposal-command-specs.js';
 import { printPrompt, runAgent } from './review-agent.js';
 import { formatRevision } from './review-format.js';
 import { printInput, readWholeRevision } from './review-read.js';

@@ -1,7 +1,8 @@
 import { startMaster } from '../main.js';
 import { loadConfigFile, type MasterConfig, parseConfig } from '../platform/config.js';
+import { createLogger } from '../platform/logger.js';
 import { parseCommand } from './args.js';
-import { SERVE } from './command-specs.js';
+import { SERVE } from './host-command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
@@ -30,7 +31,11 @@ export const run: CommandRunner = async (argv, io) => {
   if (typeof parsed === 'number') return parsed;
   const { values } = parsed;
   try {
-    const master = await startMaster({ dataDir: dataDirOf(values, io), config: configFromFlags(values) });
+    const master = await startMaster({
+      dataDir: dataDirOf(values, io),
+      logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info'),
+      config: configFromFlags(values),
+    });
     io.stderr(
       [
         `gpu-broker master listening on ${master.url}`,

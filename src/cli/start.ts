@@ -19,7 +19,7 @@ import { type RunningMaster, startMaster } from '../main.js';
 import { writeSecretFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
 import { parseCommand } from './args.js';
-import { START } from './command-specs.js';
+import { START } from './host-command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
@@ -90,25 +90,41 @@ async function localSandbox(
       'Drop --run-as: sandboxed tasks each get a uid of their own.',
     );
   try {
-    return await prepareSandbox({ ...choice, isolation });
+    const sandbox = await prepareSandbox({ ...choice, isolation });
+    return sandbox.isolation === 'none'
+      ? { ...sandbox, summary: unisolatedSummary('--isolation none') }
+      : sandbox;
   } catch (err) {
     if (!(err instanceof IsolationUnavailableError) || isolation !== 'auto') throw err;
     const unisolated = await prepareSandbox({ ...choice, isolation: 'none' });
-    return {
-      ...unisolated,
-      summary: fallbackSummary(unisolated.summary, err.message, process.getuid?.() === 0),
-    };
+    return { ...unisolated, summary: fallbackSummary(err.message, process.getuid?.() === 0) };
   }
+}
+
+/**
+ * The `tasks:` line of an UNISOLATED local worker, `how` it came to be one. Not the worker's own line,
+ * which adds that the master places no task there unless require_isolation is off: this development
+ * master turns it off, and the banner's `policy:` line says so once.
+ */
+export function unisolatedSummary(how: string): string {
+  return `UNISOLATED (${how}): tasks run as plain processes that can see this host`;
 }
 
 /**
  * The `tasks:` line when `auto` found no working bubblewrap: not "(--isolation none)", which the user
  * did not pass, but why, and the exact command (after which a restart also widens the starter config).
  */
-export function fallbackSummary(unisolatedSummary: string, why: string, root: boolean): string {
-  const summary = unisolatedSummary.replace(' (--isolation none)', ' (no working bubblewrap)');
+export function fallbackSummary(why: string, root: boolean): string {
   const install = `${root ? '' : 'sudo '}apt-get install -y bubblewrap`;
-  return `${summary}. Why: ${why.replace(/\. Install it.*$/, '')}. Install bubblewrap (${install}) and restart`;
+  return `${unisolatedSummary('no working bubblewrap')}. Why: ${why.replace(/\. Install it.*$/, '')}. Install bubblewrap (${install}) and restart`;
+}
+
+/**
+ * The `containers:` line: the engine's own line less its "container tasks: " label, which the banner's
+ * label already says.
+ */
+export function containersLine(containerSummary: string): string {
+  return containerSummary.replace(/^container tasks: /, '');
 }
 
 /** `--container-engine` (default auto: podman, then docker, else none; never fatal). */
@@ -174,9 +190,9 @@ function startBanner(s: StartedLocally): string {
     `  local worker:    ${s.workerId} — ${s.choice.simulated ? `${s.choice.summary} (these are NOT real GPUs)` : s.choice.summary}`,
     `  tasks:           ${s.sandbox.summary}`,
     s.sandbox.isolation === 'none'
-      ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
+      ? '  policy:          require_isolation is OFF for this development master, so it places tasks on this worker anyway'
       : null,
-    `  containers:      ${s.sandbox.containerSummary}`,
+    `  containers:      ${containersLine(s.sandbox.containerSummary)}`,
     ...(starter === null
       ? [`  config:          ${configFile}`]
       : starterBannerLines(configFile, starter.action, s.sandbox.isolation !== 'none')),

@@ -1,7 +1,7 @@
 import { parseCommand } from './args.js';
-import { STATUS } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { withMaster } from './master-client.js';
+import { STATUS } from './operator-command-specs.js';
 import { emit, escapeField, reportError, table } from './output.js';
 
 interface Worker {

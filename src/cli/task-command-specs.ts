@@ -3,8 +3,8 @@ import { REMOTE_ENV, REMOTE_FLAGS } from './command-specs.js';
 
 /**
  * The flags, help and examples of `gpu-broker run` and `gpu-broker task …` (issue 23 §3): one command from
- * code to result, and the verbs to follow a task afterwards. Kept apart from command-specs.ts (the other
- * commands' table) so `--help` still loads no command code.
+ * code to result, and the verbs to follow a task afterwards. Specs only, like the other families listed in
+ * command-specs.ts, so `--help` still loads no command code.
  */
 
 export const RUN = defineCommand({

@@ -2,9 +2,9 @@ import { createPrincipal, revokePrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
 import { parseCommand, usageError } from './args.js';
-import { TOKEN } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { withLocalStore } from './local.js';
+import { TOKEN } from './operator-command-specs.js';
 import { emit, reportError, table } from './output.js';
 
 /** `gpu-broker token create|list|revoke`: local admin on the master's data dir. */

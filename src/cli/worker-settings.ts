@@ -20,7 +20,7 @@ import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js'
 import type { FlagValues } from '../platform/args.js';
 import { describeTightened, secureFile } from '../platform/file-modes.js';
 import { createLogger } from '../platform/logger.js';
-import type { WORKER } from './command-specs.js';
+import type { WORKER } from './host-command-specs.js';
 import type { CliIo } from './io.js';
 
 /**

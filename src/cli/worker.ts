@@ -3,7 +3,7 @@ import { selectSampler } from '../../worker/samplers/select-sampler.js';
 import { prepareSandbox } from '../../worker/sandbox/setup.js';
 import { BrokerError } from '../contracts/errors.js';
 import { parseCommand } from './args.js';
-import { WORKER } from './command-specs.js';
+import { WORKER } from './host-command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { reportError } from './output.js';
 import { resolveSettings, type Settings, sharedWorkerOptions, USAGE } from './worker-settings.js';

@@ -14,8 +14,8 @@ export type { Finding, FindingSeverity, PolicyFacts } from './policy-types.js';
  * Policy findings for one revision (docs/security.md "Policy"). `error` findings block confirmation;
  * `warning` findings are shown to the reviewer. Every finding teaches: it says what is wrong and what a valid
  * value looks like. Every submitter value in a message is quoted (src/domain/untrusted.ts), never spliced in.
- * The checks live in policy-runtime.ts (what runs), policy-inputs.ts (the inputs) and here (env, network,
- * mounts, limits).
+ * The checks live in policy-runtime.ts (what runs), policy-inputs.ts (the inputs), task-limits.ts (the
+ * limits) and here (env, network, mounts, placement, ceilings, reviewer aids); `CHECKS` lists them in order.
  */
 
 /** Env names the broker sets itself; a spec may never set them. */
@@ -30,18 +30,42 @@ export const ALWAYS_REFUSED_ENV: readonly string[] = ['LD_PRELOAD', 'LD_LIBRARY_
 /** Env names that usually carry secrets; specs are read by reviewers and stored forever. */
 const SECRET_ENV = /(TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|PRIVATE_KEY|CREDENTIAL)/i;
 
+/** One step of the evaluation: it adds its findings through `add`. */
+type Check = (spec: TaskSpec, policy: Policy, facts: PolicyFacts, add: Add) => void;
+
+/** The steps of `evaluatePolicy`, in the order their findings are listed. */
+const CHECKS: readonly Check[] = [
+  checkRuntime,
+  (spec, policy, _facts, add) => checkNetwork(spec, policy, add),
+  checkInputs,
+  checkMounts,
+  (spec, policy, _facts, add) => checkEnv(spec, policy, add),
+  (spec, policy, _facts, add) => checkLimits(spec, policy, add),
+  (spec, _policy, _facts, add) => checkPlacement(spec, add),
+  (spec, policy, _facts, add) => checkCeilings(spec, policy, add),
+  (spec, _policy, _facts, add) => checkReviewerAids(spec, add),
+];
+
 /** Evaluates `spec` against `policy`. Pure: file digests come in through `facts`. */
 export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFacts): Finding[] {
   const findings: Finding[] = [];
   const add: Add = (severity: FindingSeverity, code, path, message, hint) =>
     findings.push({ severity, code, path, message, hint });
+  for (const check of CHECKS) check(spec, policy, facts, add);
+  return findings;
+}
 
-  // A container's argv runs inside its image, so the host-executable rules do not apply to it; the
-  // image must be pinned instead. Env rules apply to both kinds.
+/**
+ * What runs: a container's argv runs inside its image, so the host-executable rules do not apply to it; the
+ * image must be pinned instead. Env rules apply to both kinds.
+ */
+function checkRuntime(spec: TaskSpec, policy: Policy, facts: PolicyFacts, add: Add): void {
   if (spec.runtime.kind === 'container') checkImage(spec.runtime.image, policy, add);
   else checkExecutable(spec, policy, facts, add);
-  checkNetwork(spec, policy, add);
-  checkInputs(spec, policy, facts, add);
+}
+
+/** Data mounts: one no enrolled worker offers would wait forever; an offered one is pointed out to the reviewer. */
+function checkMounts(spec: TaskSpec, _policy: Policy, facts: PolicyFacts, add: Add): void {
   for (const [n, name] of (spec.mounts ?? []).entries()) {
     if (facts.offeredMounts && !facts.offeredMounts.includes(name))
       add(
@@ -60,21 +84,24 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
         'Reviewer: check that the task needs this data set; it is mounted read-only unless the operator allowed writes.',
       );
   }
+}
 
-  checkEnv(spec, policy, add);
-  checkLimits(spec, policy, add);
-
+/** Ranks spread over several nodes without network cannot reach each other. */
+function checkPlacement(spec: TaskSpec, add: Add): void {
   const perNode = spec.cards.per_node;
-  if (perNode !== undefined && spec.cards.count > perNode && (spec.network ?? 'none') === 'none') {
-    add(
-      'warning',
-      'MULTI_NODE_WITHOUT_NETWORK',
-      'network',
-      `the task runs on ${spec.cards.count / perNode} nodes without network: each rank's sandbox has only loopback, so ranks on different nodes cannot reach each other`,
-      'Set "network": "host" when the ranks talk to each other (torch.distributed, NCCL over sockets); leave it when each node works alone.',
-    );
-  }
-  if (spec.cards.count > policy.max_cards) {
+  if (perNode === undefined || spec.cards.count <= perNode || (spec.network ?? 'none') !== 'none') return;
+  add(
+    'warning',
+    'MULTI_NODE_WITHOUT_NETWORK',
+    'network',
+    `the task runs on ${spec.cards.count / perNode} nodes without network: each rank's sandbox has only loopback, so ranks on different nodes cannot reach each other`,
+    'Set "network": "host" when the ranks talk to each other (torch.distributed, NCCL over sockets); leave it when each node works alone.',
+  );
+}
+
+/** The policy's ceilings on cards and time. */
+function checkCeilings(spec: TaskSpec, policy: Policy, add: Add): void {
+  if (spec.cards.count > policy.max_cards)
     add(
       'error',
       'TOO_MANY_CARDS',
@@ -82,8 +109,7 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
       `${spec.cards.count} cards requested; policy allows at most ${policy.max_cards}`,
       `Use cards.count between 1 and ${policy.max_cards}.`,
     );
-  }
-  if (spec.time_limit_seconds > policy.max_time_limit_seconds) {
+  if (spec.time_limit_seconds > policy.max_time_limit_seconds)
     add(
       'error',
       'TIME_LIMIT_TOO_LONG',
@@ -91,8 +117,11 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
       `${spec.time_limit_seconds} s requested; policy allows at most ${policy.max_time_limit_seconds} s`,
       `Use time_limit_seconds between 1 and ${policy.max_time_limit_seconds}.`,
     );
-  }
-  if (spec.outputs.length === 0) {
+}
+
+/** What the reviewer needs to judge the run and the submitter to get something back: outputs and notes. */
+function checkReviewerAids(spec: TaskSpec, add: Add): void {
+  if (spec.outputs.length === 0)
     add(
       'warning',
       'NO_OUTPUTS',
@@ -100,8 +129,7 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
       'no outputs declared; only logs will come back',
       'Declare files the run writes under $GPU_BROKER_OUTPUT_DIR, e.g. [{"path":"result.json","required":true}].',
     );
-  }
-  if (!spec.notes || spec.notes.trim().length === 0) {
+  if (!spec.notes || spec.notes.trim().length === 0)
     add(
       'warning',
       'NO_NOTES',
@@ -109,8 +137,6 @@ export function evaluatePolicy(spec: TaskSpec, policy: Policy, facts: PolicyFact
       'no notes for the reviewer',
       'Explain in notes why the run needs GPUs, what could go wrong and what the reviewer should check.',
     );
-  }
-  return findings;
 }
 
 /**

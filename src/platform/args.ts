@@ -1,6 +1,6 @@
 /**
  * The declarative description of a command — usage, flags, environment, examples — and the `--help`
- * text made from it. Every `gpu-broker` command (src/cli/command-specs.ts) and the stdio bridge
+ * text made from it. Every `gpu-broker` command (src/cli/*-command-specs.ts) and the stdio bridge
  * (client-kit/stdio-bridge-spec.ts) is described this way; the parser that reads argv against a spec is
  * src/cli/args.ts. See docs/decisions/0011-cli-arguments.md.
  */

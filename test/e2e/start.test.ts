@@ -129,7 +129,9 @@ describe('gpu-broker start', () => {
       '--isolation',
       'none',
     ]);
-    expect(banner).toContain('UNISOLATED');
+    expect(banner).toMatch(/tasks:\s+UNISOLATED \(--isolation none\): tasks run as plain processes/);
+    // One line says require_isolation is off here; the tasks: line does not say it again.
+    expect(banner.match(/require_isolation/g)).toEqual(['require_isolation']);
     expect(banner).toContain('require_isolation is OFF');
     expect(worker).toMatchObject({ isolation: 'none', unisolated: true });
     expect(task.state).toBe('COMPLETED');

@@ -139,6 +139,8 @@ export function spawnMaster(
     config?: MasterConfigInput | null;
     /** `serve` (default) or `start` (master + local worker, same flags and --json line). */
     command?: 'serve' | 'start';
+    /** Environment added to this process's. */
+    env?: Record<string, string>;
   } = {},
 ): Promise<ChildMaster> {
   const configArgs = opts.config === null ? [] : ['--config', writeConfigFile(dataDir, opts.config)];
@@ -155,7 +157,7 @@ export function spawnMaster(
       ...configArgs,
       ...extraArgs,
     ],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, ...(opts.env ?? {}) } },
   );
   let out = '';
   let err = '';

@@ -1,6 +1,7 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_RESULT_BYTES } from '../../contracts/tools-tasks.js';
 import { isTerminalTask } from '../../domain/task.js';
+import type { LogsRepo } from '../../store/logs-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { loadVisibleTask } from './tasks.js';
@@ -52,7 +53,11 @@ export function getTaskLogs(
     // Read a window from the end that is large enough for the lines asked for, capped by max_bytes.
     const from = Math.max(0, total - max);
     const { data } = deps.store.logs.read(execId, stream, from, max);
-    const lines = data.toString('utf8').split('\n');
+    // A window that starts inside a character drops its tail bytes, so `offset` below counts real bytes.
+    const lines = data
+      .subarray(from > 0 ? leadingContinuationBytes(data) : 0)
+      .toString('utf8')
+      .split('\n');
     if (lines.at(-1) === '') lines.pop();
     const tail = lines.slice(-q.tail_lines).join('\n');
     const text = tail.length > 0 ? `${tail}\n` : '';
@@ -68,8 +73,7 @@ export function getTaskLogs(
       logs_pruned_at,
     });
   }
-  const offset = q.offset ?? 0;
-  const { data, next } = deps.store.logs.read(execId, stream, offset, max);
+  const { data, offset, next } = readLogPage(deps.store.logs, execId, stream, q.offset ?? 0, max);
   return page({
     complete,
     log_capped,
@@ -145,6 +149,53 @@ export function getTaskOutputs(
     outputs,
     outputs_pruned_at,
   };
+}
+
+/**
+ * A page of a log stream that splits no UTF-8 character, as output pages do: it starts at `from`, or past
+ * the rest of a character `from` falls inside, and ends at the last character boundary within `max` bytes
+ * (past the first character when that one alone is longer than `max`: at most 3 bytes over). `offset` and
+ * `next` are the store's own positions, so paging on with `next` loses and repeats nothing.
+ */
+export function readLogPage(
+  logs: Pick<LogsRepo, 'read'>,
+  executionId: string,
+  stream: 'stdout' | 'stderr',
+  from: number,
+  max: number,
+): { data: Buffer; offset: number; next: number } {
+  // Up to 3 bytes may be skipped at the start and up to 3 looked at past the end.
+  const { data: window } = logs.read(executionId, stream, from, max + 6);
+  const start = from > 0 ? leadingContinuationBytes(window) : 0;
+  const end = charBoundaryNear(window, start, Math.min(window.length, start + max));
+  // Positions in the store are not bytes of `window` where chunks overlap or leave gaps (binary output),
+  // so the exact offsets come from the store's own reads.
+  const offset = start === 0 ? from : logs.read(executionId, stream, from, start).next;
+  const { data, next } = logs.read(executionId, stream, offset, end - start);
+  return { data, offset, next };
+}
+
+const isContinuation = (b: number | undefined) => b !== undefined && (b & 0xc0) === 0x80;
+
+/** How many bytes at the start of `buf` continue a character begun before it (0 to 3). */
+function leadingContinuationBytes(buf: Buffer): number {
+  let n = 0;
+  while (n < 3 && isContinuation(buf[n])) n++;
+  return n;
+}
+
+/**
+ * The character boundary at `end` in `buf`, else the one before it when that leaves the page (from `start`)
+ * non-empty, else the one after. The end of `buf` counts as a boundary: the stream holds nothing more yet.
+ */
+function charBoundaryNear(buf: Buffer, start: number, end: number): number {
+  if (!isContinuation(buf[end])) return end;
+  let back = end;
+  while (back > start && isContinuation(buf[back])) back--;
+  if (back > start) return back;
+  let ahead = end;
+  while (ahead < buf.length && isContinuation(buf[ahead])) ahead++;
+  return ahead;
 }
 
 /** How many bytes at the end of `buf` are an incomplete UTF-8 sequence (0 to 3). */

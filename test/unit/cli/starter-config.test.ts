@@ -1,7 +1,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { fallbackSummary } from '../../../src/cli/start.js';
+import { containersLine, fallbackSummary, unisolatedSummary } from '../../../src/cli/start.js';
 import {
   decideStarter,
   ensureStarterConfig,
@@ -88,12 +88,26 @@ describe('starterBannerLines', () => {
 describe('the tasks: line when bubblewrap does not work', () => {
   it('says why and the exact command, not an --isolation none the user never passed', () => {
     const line = fallbackSummary(
-      'UNISOLATED (--isolation none): tasks run as plain processes that can see this host',
       'cannot sandbox tasks: bubblewrap (bwrap) not found. Install it, or start the worker with --isolation none',
       false,
     );
     expect(line).toBe(
       'UNISOLATED (no working bubblewrap): tasks run as plain processes that can see this host. Why: cannot sandbox tasks: bubblewrap (bwrap) not found. Install bubblewrap (sudo apt-get install -y bubblewrap) and restart',
     );
+  });
+});
+
+describe('the banner says each thing once', () => {
+  it('an UNISOLATED tasks: line leaves require_isolation to the policy: line', () => {
+    expect(unisolatedSummary('--isolation none')).not.toContain('require_isolation');
+    expect(fallbackSummary('cannot sandbox tasks: bwrap failed', true)).not.toContain('require_isolation');
+  });
+
+  it('the containers: line drops the engine line\'s own "container tasks:" label', () => {
+    expect(containersLine('container tasks: podman 5.0 (/usr/bin/podman, rootful, crun)')).toBe(
+      'podman 5.0 (/usr/bin/podman, rootful, crun)',
+    );
+    const none = 'no container engine (--container-engine none): container tasks wait for another worker';
+    expect(containersLine(none)).toBe(none);
   });
 });

@@ -1,0 +1,99 @@
+import { defineCommand } from '../platform/args.js';
+import { REMOTE_ENV, REMOTE_FLAGS } from './command-specs.js';
+
+/** The commands of a proposal's life: `propose` (submitter) and `review` (reviewer) (see command-specs.ts). */
+
+export const PROPOSE = defineCommand({
+  name: 'propose',
+  usage: [
+    "propose --dir DIR --entry 'python3 train.py --epochs 1' [--cards N] [--title T] [--include GLOB]… [--output PATH]… [--proposal ID] [--confirm] [--json]",
+  ],
+  summary:
+    "Uploads a project directory's files as content-addressed inputs (what changed only, .gitignore-aware; files an interpreter loads on its own, such as __pycache__/ and *.pth, are left out and counted), writes the spec and creates or revises a proposal; prints its id.",
+  flags: {
+    dir: { type: 'string', value: 'DIR', help: 'the project directory to ship' },
+    include: { type: 'string', value: 'GLOB', multiple: true, help: 'only files matching (repeatable)' },
+    entry: {
+      type: 'string',
+      value: 'CMD',
+      help: 'the command to run in the task dir, e.g. "python3 train.py"',
+    },
+    cards: { type: 'string', value: 'N', help: 'cards to ask for (default 1)' },
+    title: { type: 'string', value: 'T', help: 'title of the proposal' },
+    objective: { type: 'string', value: 'TEXT', help: 'what the run should show' },
+    'success-criteria': { type: 'string', value: 'TEXT', help: 'how to tell it worked' },
+    'time-limit': { type: 'string', value: 'SECONDS', help: 'time limit (default 3600)' },
+    output: {
+      type: 'string',
+      value: 'PATH',
+      multiple: true,
+      help: 'an output file under $GPU_BROKER_OUTPUT_DIR',
+    },
+    notes: { type: 'string', value: 'TEXT', help: 'notes for the reviewer' },
+    proposal: { type: 'string', value: 'ID', help: 'revise this proposal instead of creating one' },
+    confirm: { type: 'boolean', help: 'confirm the new revision for review' },
+    ...REMOTE_FLAGS,
+  },
+  env: REMOTE_ENV,
+  examples: ["propose --dir ./project --entry 'python3 train.py --epochs 1' --cards 1 --confirm"],
+});
+
+export const REVIEW = defineCommand({
+  name: 'review',
+  usage: [
+    'review list',
+    'review show PROPOSAL [--revision REV] [--json]',
+    'review input PROPOSAL --path PATH [--revision REV] [--offset N] [--max-bytes N] [--json]',
+    'review approve|request-changes|reject PROPOSAL --revision REV --comment TEXT',
+    'review prompt PROPOSAL [--revision REV] [--max-bytes N] [--json]',
+    "review agent --command 'CMD' [--once] [--timeout-seconds S] [--interval-seconds S] [--json]",
+  ],
+  summary:
+    'The review queue, one revision in full (manifest and every change against the last decided revision), one input file page by page, and decisions on exact revisions (needs a reviewer token).',
+  flags: {
+    revision: {
+      type: 'string',
+      value: 'REV',
+      help: 'the revision id you judge (review list shows it; show and input default to the current one)',
+    },
+    comment: { type: 'string', value: 'TEXT', help: 'why: shown to the submitter' },
+    path: {
+      type: 'string',
+      value: 'PATH',
+      help: 'review input: the input file to print (review show lists them)',
+    },
+    offset: { type: 'string', value: 'N', help: 'review input: byte offset to start at (default 0)' },
+    'max-bytes': {
+      type: 'string',
+      value: 'N',
+      help: 'review input: most bytes to print (default 262144); review prompt: most submitted bytes quoted',
+    },
+    command: {
+      type: 'string',
+      value: 'CMD',
+      help: 'review agent: the model command (sh -c): prompt on stdin, one JSON verdict on stdout; it never gets the token',
+    },
+    once: { type: 'boolean', help: 'review agent: one pass over the queue, then exit' },
+    'timeout-seconds': {
+      type: 'string',
+      value: 'S',
+      help: 'review agent: per-revision model time limit (default 300)',
+    },
+    'interval-seconds': {
+      type: 'string',
+      value: 'S',
+      help: 'review agent: pause between passes (default 10)',
+    },
+    ...REMOTE_FLAGS,
+  },
+  env: REMOTE_ENV,
+  subcommands: ['list', 'show', 'input', 'approve', 'request-changes', 'reject', 'prompt', 'agent'],
+  examples: [
+    'review list',
+    'review show prop_01J…',
+    'review input prop_01J… --path src/train.py',
+    'review approve prop_01J… --revision rev_01J… --comment "bounded, outputs small"',
+    'review prompt prop_01J…',
+    'review agent --command \'claude -p --tools ""\' --once',
+  ],
+});
