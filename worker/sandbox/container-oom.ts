@@ -1,8 +1,8 @@
 import { readFile } from 'node:fs/promises';
 import { join } from 'node:path';
-import { below, parseMountinfo, parseSelfCgroup } from './cgroups.js';
 import type { ContainerSetup } from './container-probe.js';
 import { engineOutput } from './container-probe.js';
+import { below, parseMountinfo, parseSelfCgroup } from './mountinfo.js';
 
 /**
  * Whether a task's container is at its memory limit (issue 21): the engine's own report of an OOM kill

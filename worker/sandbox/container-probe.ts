@@ -3,8 +3,8 @@ import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 
 import { mkdtemp, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
-import { memoryIsV1 } from './cgroups.js';
 import { findOnPath, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
+import { memoryIsV1 } from './mountinfo.js';
 
 /**
  * Finding the worker's container engine at start (container.ts for what a task's container is): podman

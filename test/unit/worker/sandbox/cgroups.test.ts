@@ -2,7 +2,8 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cgroupLayout, memoryIsV1, v1Shares, v2Hierarchy } from '../../../../worker/sandbox/cgroups.js';
+import { cgroupLayout, v1Shares, v2Hierarchy } from '../../../../worker/sandbox/cgroups.js';
+import { memoryIsV1 } from '../../../../worker/sandbox/mountinfo.js';
 
 // Where task cgroups go (pure, from mountinfo and /proc/self/cgroup), and the v2 write sequence against
 // a directory standing in for cgroupfs (this host's v2 has no controllers; v1 is tested for real in
