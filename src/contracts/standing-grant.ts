@@ -79,3 +79,13 @@ export const GrantScopeSchema = z.strictObject({
 });
 /** A grant's scope. */
 export type GrantScope = z.infer<typeof GrantScopeSchema>;
+
+/** What a coverage question answers (confirm_revision's `grant` and explain_grant). */
+export const CoverageViewSchema = z.object({
+  covered: z.boolean(),
+  grant_id: z.string().nullable(),
+  /** The first clause that failed (`{clause: "cards", message: "cards 8 > 4"}`), when not covered. */
+  failing: z.object({ clause: z.string(), message: z.string() }).nullable(),
+  /** Every clause's message, when covered: the receipt. */
+  clauses: z.array(z.object({ clause: z.string(), message: z.string() })),
+});

@@ -1,6 +1,7 @@
 import { AuditRepo } from './audit-repo.js';
 import { BlobsRepo } from './blobs-repo.js';
 import { type Db, openDb } from './db.js';
+import { GrantsRepo } from './grants-repo.js';
 import { IdempotencyRepo } from './idempotency-repo.js';
 import { LeasesRepo } from './leases-repo.js';
 import { LogsRepo } from './logs-repo.js';
@@ -30,6 +31,7 @@ export class Store {
   readonly outbox: OutboxRepo;
   readonly qualifications: QualificationRepo;
   readonly blobs: BlobsRepo;
+  readonly grants: GrantsRepo;
   private pending: Array<() => void> = [];
   private depth = 0;
   /**
@@ -50,6 +52,7 @@ export class Store {
     this.outbox = new OutboxRepo(db);
     this.qualifications = new QualificationRepo(db);
     this.blobs = new BlobsRepo(db);
+    this.grants = new GrantsRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */
