@@ -31,7 +31,10 @@ export const InputGlobSchema = z
 
 /** One env name the grant lets change, optionally only to the listed values. */
 export const GrantEnvRuleSchema = z.strictObject({
-  name: z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names look like MY_VAR'),
+  name: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names look like MY_VAR')
+    .describe('An env name that may change, e.g. "EPOCHS".'),
   values: z
     .array(z.string().max(1024))
     .min(1)
@@ -58,8 +61,13 @@ export const GrantScopeSchema = z.strictObject({
     .describe(
       'Globs of input paths that may change, be added or removed; every other input stays byte-equal to the base revision.',
     ),
-  max_cards: z.number().int().min(1).max(64),
-  max_time_limit_seconds: z.number().int().min(1).max(604800),
+  max_cards: z.number().int().min(1).max(64).describe('Most cards a covered run may lease.'),
+  max_time_limit_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(604800)
+    .describe('Largest time_limit_seconds a covered run may ask for.'),
   limits: ResolvedLimitsSchema.describe('Ceilings for the resolved resource limits.'),
   workers: z
     .array(z.string().min(1).max(128))
@@ -75,7 +83,7 @@ export const GrantScopeSchema = z.strictObject({
     .regex(PINNED_IMAGE, 'an image pinned by digest: name@sha256:<64 hex>')
     .nullable()
     .describe('Container runtimes: the one pinned image allowed; null for process runtimes.'),
-  max_priority: z.number().int().min(0).max(100),
+  max_priority: z.number().int().min(0).max(100).describe('Highest priority a covered run may ask for.'),
 });
 /** A grant's scope. */
 export type GrantScope = z.infer<typeof GrantScopeSchema>;

@@ -60,7 +60,7 @@ export const requestGrantTool = defineTool({
     scope: GrantScopeSchema.partial()
       .optional()
       .describe('What may change; omitted fields come from the base.'),
-    max_runs: z.number().int().min(1).max(10000),
+    max_runs: z.number().int().min(1).max(10000).describe('Most runs it may approve in all.'),
     max_card_hours: z.number().positive().max(1_000_000).describe('Card-hours the runs may use in all.'),
     concurrency: z
       .number()
@@ -99,8 +99,8 @@ export const decideGrantTool = defineTool({
   annotations: MUTATING,
   input: z.strictObject({
     grant_id: GrantIdSchema,
-    decision: z.enum(['APPROVE', 'REJECT']),
-    comment: z.string().max(4000).optional(),
+    decision: z.enum(['APPROVE', 'REJECT']).describe('APPROVE makes it ACTIVE; REJECT ends it.'),
+    comment: z.string().max(4000).optional().describe('Why, for the grantee and the audit log.'),
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ grant: GrantViewSchema }),
@@ -118,7 +118,7 @@ export const revokeGrantTool = defineTool({
   input: z.strictObject({
     grant_id: GrantIdSchema,
     cancel_running: z.boolean().optional().describe('Also cancel the tasks it approved that have not ended.'),
-    comment: z.string().max(4000).optional(),
+    comment: z.string().max(4000).optional().describe('Why, for the grantee and the audit log.'),
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ grant: GrantViewSchema, cancelled_task_ids: z.array(z.string()) }),
@@ -135,8 +135,8 @@ export const explainGrantTool = defineTool({
   annotations: READ_ONLY,
   input: z.strictObject({
     grant_id: GrantIdSchema.optional(),
-    revision_id: z.string().min(1).max(128).optional(),
-    spec: TaskSpecSchema.optional(),
+    revision_id: z.string().min(1).max(128).optional().describe('A revision to test (or give spec).'),
+    spec: TaskSpecSchema.optional().describe('A spec to test as if it were a revision of yours.'),
   }),
   output: z.object({ results: z.array(CoverageViewSchema) }),
 });
@@ -150,7 +150,10 @@ export const listGrantsTool = defineTool({
   roles: READERS,
   mutating: false,
   annotations: READ_ONLY,
-  input: z.strictObject({ state: GrantStateSchema.optional(), ...PageInput }),
+  input: z.strictObject({
+    state: GrantStateSchema.optional().describe('Only grants in this state.'),
+    ...PageInput,
+  }),
   output: z.object({ grants: z.array(GrantViewSchema), next_cursor: z.string().nullable() }),
 });
 
