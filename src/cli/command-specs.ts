@@ -9,8 +9,8 @@ import { defineCommand, type Flags } from '../platform/args.js';
 
 const JSON_FLAG = { json: { type: 'boolean', help: 'print machine-readable JSON on stdout' } } as const;
 
-/** Flags of every command that talks to a running master over HTTPS. */
-const REMOTE_FLAGS = {
+/** Flags of every command that talks to a running master over HTTPS (also grant-commands.ts). */
+export const REMOTE_FLAGS = {
   url: {
     type: 'string',
     value: 'URL',
@@ -30,7 +30,7 @@ const REMOTE_FLAGS = {
   ...JSON_FLAG,
 } as const satisfies Flags;
 
-const REMOTE_ENV = {
+export const REMOTE_ENV = {
   GPU_BROKER_URL: 'the master URL when --url is not given',
   GPU_BROKER_TOKEN: 'bearer token when neither --token nor --token-file is given',
   GPU_BROKER_TOKEN_FILE: 'file holding the bearer token when --token-file is not given',

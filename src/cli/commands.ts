@@ -18,6 +18,7 @@ import {
   UNDRAIN,
   WORKER,
 } from './command-specs.js';
+import { GRANT } from './grant-commands.js';
 import type { CommandRunner } from './io.js';
 
 /** A command: its spec, how to load its code, and whether it gets its own name as argv[0]. */
@@ -40,6 +41,7 @@ export const COMMANDS: Record<string, CommandEntry> = {
   status: { spec: STATUS, load: () => import('./status.js') },
   review: { spec: REVIEW, load: () => import('./review.js') },
   propose: { spec: PROPOSE, load: () => import('./propose.js') },
+  grant: { spec: GRANT, load: () => import('./grant.js') },
   cordon: { spec: CORDON, load: cards, passName: true },
   uncordon: { spec: UNCORDON, load: cards, passName: true },
   drain: { spec: DRAIN, load: cards, passName: true },

@@ -83,10 +83,10 @@ export class GrantsRepo {
       activeOf: db.prepare<[string], GrantRow>(
         "SELECT * FROM standing_grants WHERE grantee_id = ? AND state = 'ACTIVE' ORDER BY created_at, id",
       ),
-      list: db.prepare<[string | null, string | null, string, number], GrantRow>(
+      list: db.prepare<[{ p: string | null; s: string | null; before: string; n: number }], GrantRow>(
         `SELECT * FROM standing_grants
-          WHERE (?1 IS NULL OR grantee_id = ?1 OR created_by = ?1) AND (?2 IS NULL OR state = ?2) AND id < ?3
-          ORDER BY id DESC LIMIT ?4`,
+          WHERE (@p IS NULL OR grantee_id = @p OR created_by = @p) AND (@s IS NULL OR state = @s) AND id < @before
+          ORDER BY id DESC LIMIT @n`,
       ),
       expired: db.prepare<[number, number], GrantRow>(
         `SELECT * FROM standing_grants WHERE state IN ('REQUESTED','ACTIVE','SUSPENDED') AND expires_at <= ?
@@ -154,7 +154,9 @@ export class GrantsRepo {
 
   /** Grants newest first, of a principal (as grantee or requester) or all; by state. */
   list(q: { principal_id: string | null; state: GrantState | null; before_id?: string; limit: number }) {
-    return this.s.list.all(q.principal_id, q.state, q.before_id ?? '\uffff', q.limit).map(toGrant);
+    return this.s.list
+      .all({ p: q.principal_id, s: q.state, before: q.before_id ?? '\uffff', n: q.limit })
+      .map(toGrant);
   }
 
   /** Undecided or live grants past their expiry, at most `limit`. */

@@ -123,6 +123,10 @@ describe('standing grants', () => {
     expect(got.grant.budget).toMatchObject({ runs_used: 1, running: 1 });
     expect(got.runs[0]!.receipt.budget_before.runs_used).toBe(0);
     expect(got.runs[0]!.diff_against_base.map((d) => d.path)).toContain('run.sh');
+    const listed = (await f.invoke(alice, 'list_grants', { state: 'ACTIVE' })) as { grants: unknown[] };
+    expect(listed.grants).toHaveLength(1);
+    const bob = f.principal('bob', ['submitter']);
+    expect(((await f.invoke(bob, 'list_grants', {})) as { grants: unknown[] }).grants).toEqual([]);
   });
 
   it('leaves a revision outside the scope IN_REVIEW and names the first failing clause', async () => {
