@@ -4,6 +4,7 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
 import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/task.js';
+import { registerGrantSeries } from './grant-metrics.js';
 
 /**
  * `GET /metrics` in Prometheus text format (prom-client). Like every route but /healthz it needs a
@@ -259,12 +260,14 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
   registerScrapedGauges(deps, opts, registers);
   const { toolLatency, admission, finished } = registerEventSeries(registers);
+  const onProposalTopic = registerGrantSeries(deps, registers);
 
   const known = new Set(opts.toolNames);
   const started = new RecentIds();
   const ended = new RecentIds();
   /** Reads the task behind a `task:<id>` notification; counts its start and its end once each. */
   const onTopic = (topic: string) => {
+    onProposalTopic(topic);
     if (!topic.startsWith('task:')) return;
     const t = deps.store.tasks.get(topic.slice('task:'.length));
     if (!t) return;

@@ -89,6 +89,7 @@ async function grantFrom(baseRevisionId: string, over: Record<string, unknown>):
 }
 
 let baseRevision = '';
+let metricsToken = '';
 
 /** Revokes alice's ACTIVE grants, so the next test's grant is the only one confirm tries. */
 async function revokeAll(): Promise<void> {
@@ -102,6 +103,7 @@ beforeAll(async () => {
   });
   alice = await m.mcpClient(m.createToken('alice', ['submitter', 'reviewer']));
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
+  metricsToken = m.createToken('ops', ['operator']);
   w = await startWorkerOn(m, 'gpu-grants', { simCards: 4 });
   await waitFor(() => m.deps.cluster.fleet.get('gpu-grants').cards.length === 4, { what: 'four sim cards' });
   // The first run is reviewed by a person: it becomes the grant's base.
@@ -161,6 +163,15 @@ describe('standing grants through a real worker', () => {
       const t = m.store.tasks.get(r.task_id)!;
       expect(r.card_seconds_charged).toBe(Math.ceil((t.finished_at! - t.started_at!) / 1000));
     }
+    // Metrics: five decisions by the grant, one by a person (the base), and the grant's budget ratios.
+    const text = await (
+      await m.fetch(new URL('/metrics', m.url), { headers: { authorization: `Bearer ${metricsToken}` } })
+    ).text();
+    expect(text).toContain('gpu_broker_review_decision_seconds_count{kind="grant"} 5');
+    expect(text).toContain('gpu_broker_review_decision_seconds_count{kind="person"} 1');
+    expect(text).toContain(
+      `gpu_broker_grant_budget_used_ratio{grant="${id}",budget="runs"} 0.8333333333333334`,
+    );
   }, 180_000);
 
   it('revocation cancels the running task when asked and stops the next run at once', async () => {
