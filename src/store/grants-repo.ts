@@ -83,6 +83,10 @@ export class GrantsRepo {
       activeOf: db.prepare<[string], GrantRow>(
         "SELECT * FROM standing_grants WHERE grantee_id = ? AND state = 'ACTIVE' ORDER BY created_at, id",
       ),
+      liveOf: db.prepare<[string], GrantRow>(
+        `SELECT * FROM standing_grants WHERE grantee_id = ? AND state IN ('ACTIVE','SUSPENDED')
+          ORDER BY state = 'SUSPENDED', created_at, id`,
+      ),
       list: db.prepare<[{ p: string | null; s: string | null; before: string; n: number }], GrantRow>(
         `SELECT * FROM standing_grants
           WHERE (@p IS NULL OR grantee_id = @p OR created_by = @p) AND (@s IS NULL OR state = @s) AND id < @before
@@ -150,6 +154,11 @@ export class GrantsRepo {
   /** The grantee's ACTIVE grants, oldest first (the order confirm tries them in). */
   activeOf(granteeId: string): GrantRecord[] {
     return this.s.activeOf.all(granteeId).map(toGrant);
+  }
+
+  /** The grantee's ACTIVE grants oldest first, then its SUSPENDED ones (confirm names why they fail). */
+  liveOf(granteeId: string): GrantRecord[] {
+    return this.s.liveOf.all(granteeId).map(toGrant);
   }
 
   /** Grants newest first, of a principal (as grantee or requester) or all; by state. */

@@ -147,7 +147,8 @@ function approveWithGrant(
 }
 
 /**
- * Tries the owner's ACTIVE grants on a just-confirmed revision. Each attempt runs in a savepoint, so a
+ * Tries the owner's ACTIVE grants on a just-confirmed revision (then its SUSPENDED ones, only to say
+ * so). Each attempt runs in a savepoint, so a
  * refusal on the way (the owner's queued-task quota) undoes the charge and leaves the proposal IN_REVIEW.
  */
 function tryGrants(
@@ -157,7 +158,7 @@ function tryGrants(
   r: RevisionRecord,
 ): CoverageView & { task_id: string | null } {
   let first: CoverageView | null = null;
-  for (const g of deps.store.grants.activeOf(p.owner_id)) {
+  for (const g of deps.store.grants.liveOf(p.owner_id)) {
     const c = grantCoverage(deps, g, r);
     if (!c.covered) {
       first ??= view(g, c);

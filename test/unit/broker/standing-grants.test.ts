@@ -1,5 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sweepGrants } from '../../../src/broker/loops/grant-sweep.js';
+import { settleGrantRun } from '../../../src/broker/machines/standing-grant.js';
 import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { BrokerError } from '../../../src/contracts/errors.js';
 import type { ManualClock } from '../../../src/platform/clock.js';
@@ -235,5 +236,50 @@ describe('standing grants', () => {
     expect((await confirm(await propose('echo 11'))).grant?.failing?.clause).toBe('expiry');
     expect(sweepGrants(f.deps)).toBe(1);
     expect(f.deps.store.grants.get(id)?.state).toBe('EXPIRED');
+  });
+
+  it('max_card_hours is exact under ten confirms at once', async () => {
+    // Each run reserves 1 card × 60 s; the budget holds exactly two.
+    await activeGrant({ max_runs: 100, max_card_hours: 120 / 3600 });
+    const revisions = await Promise.all(Array.from({ length: 10 }, (_, i) => propose(`echo h${i}`)));
+    const results = await Promise.all(revisions.map(confirm));
+    expect(results.filter((r) => r.state === 'APPROVED')).toHaveLength(2);
+    expect(results.filter((r) => r.grant?.failing?.clause === 'card_hours')).toHaveLength(8);
+  });
+
+  it('charges a finished run cards × seconds held; k failures in a row suspend it; alerts at 80 % once', async () => {
+    const id = await activeGrant({ max_runs: 5, breaker_k: 2 });
+    const ended = async (state: 'FAILED' | 'COMPLETED', seconds: number) => {
+      const c = await confirm(await propose(`echo ${state}${seconds}${n}`));
+      const t = f.deps.store.tasks.get(c.task_id!)!;
+      // The end as moveTask writes it, settled as moveTask settles it (no worker in this fixture).
+      f.deps.store.transaction(() =>
+        settleGrantRun(f.deps, { ...t, state, started_at: 1000, finished_at: 1000 + seconds * 1000 }),
+      );
+      return c.task_id!;
+    };
+    const first = await ended('FAILED', 12.5);
+    expect(f.deps.store.grants.runOfTask(first)).toMatchObject({
+      card_seconds_charged: 13,
+      outcome: 'FAILED',
+    });
+    await ended('COMPLETED', 1);
+    expect(f.deps.store.grants.get(id)).toMatchObject({ consecutive_failures: 0, card_seconds_charged: 14 });
+    await ended('FAILED', 1);
+    const fourth = await ended('FAILED', 1);
+    expect(f.deps.store.grants.get(id)?.state).toBe('SUSPENDED');
+    expect((await confirm(await propose('echo after'))).grant?.failing?.clause).toBe('state');
+    // runs 4/5 passed 80 % once: one alert row.
+    const alerts = f.deps.store.audit
+      .forSubject('standing_grant', id)
+      .filter((e) => e.action === 'standing_grant.budget_alert');
+    expect(alerts.map((e) => (e.data as { budget: string }).budget)).toEqual(['runs']);
+    // Settling twice changes nothing.
+    const before = f.deps.store.grants.get(id);
+    const t = f.deps.store.tasks.get(fourth)!;
+    f.deps.store.transaction(() =>
+      settleGrantRun(f.deps, { ...t, state: 'FAILED', started_at: 0, finished_at: 9e6 }),
+    );
+    expect(f.deps.store.grants.get(id)).toEqual(before);
   });
 });
