@@ -111,7 +111,7 @@ export const revokeGrantTool = defineTool({
   name: 'revoke_grant',
   title: 'Revoke a standing grant',
   description:
-    'Stops a grant at once: no revision is auto-approved under it any more. cancel_running: true also cancels its queued and running tasks. The requester may withdraw its own REQUESTED grant.',
+    'Stops a grant at once: no revision is auto-approved under it any more. cancel_running: true also cancels its queued and running tasks. Reviewers and operators may revoke any grant; the grantee its own; the requester its own REQUESTED one.',
   roles: ['submitter', 'reviewer', 'operator'],
   mutating: true,
   annotations: DESTRUCTIVE,

@@ -35,7 +35,11 @@ export function getGrant(deps: BrokerDeps, principal: Principal, grantId: string
       created_at: iso(run.created_at),
     };
   });
-  return { grant: grantView(deps, g), runs, untrusted_fields: ['grant.reason', 'runs[].diff_against_base'] };
+  return {
+    grant: grantView(deps, g),
+    runs,
+    untrusted_fields: ['grant.reason', 'grant.scope', 'grant.decision_comment', 'runs[].diff_against_base'],
+  };
 }
 
 /** Paths added, removed or modified between two input manifests, sorted. */

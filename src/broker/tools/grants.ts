@@ -198,8 +198,8 @@ export function decideGrant(
 
 /**
  * revoke_grant: REVOKED at once (the next confirm no longer matches it); with cancel_running, its
- * tasks that have not ended are cancelled through cancel_task's path. The requester may withdraw its
- * own undecided request; anything else needs a reviewer or operator.
+ * tasks that have not ended are cancelled through cancel_task's path. A reviewer or operator may revoke
+ * any grant; the grantee its own; the requester its own undecided request.
  */
 export function revokeGrant(
   deps: BrokerDeps,
@@ -207,9 +207,14 @@ export function revokeGrant(
   q: { grant_id: string; cancel_running?: boolean | undefined; comment?: string | undefined },
 ) {
   const g = loadVisibleGrant(deps, principal, q.grant_id);
-  const ownRequest = g.state === 'REQUESTED' && g.created_by === principal.id;
-  if (!isReviewer(principal) && !ownRequest)
-    throw new BrokerError('FORBIDDEN', 'only a reviewer or operator may revoke a grant', 'Ask a reviewer.');
+  // Narrowing needs no review: the grantee may give up its grant, the requester withdraw its request.
+  const own = g.grantee_id === principal.id || (g.state === 'REQUESTED' && g.created_by === principal.id);
+  if (!isReviewer(principal) && !own)
+    throw new BrokerError(
+      'FORBIDDEN',
+      'only a reviewer, an operator or the grantee may revoke a grant',
+      'Ask a reviewer.',
+    );
   const next = moveGrant(deps, g, 'revoke', principal.name, {}, { comment: q.comment ?? null });
   const cancelled: string[] = [];
   if (q.cancel_running)
