@@ -274,6 +274,13 @@ describe('standing grants', () => {
       .forSubject('standing_grant', id)
       .filter((e) => e.action === 'standing_grant.budget_alert');
     expect(alerts.map((e) => (e.data as { budget: string }).budget)).toEqual(['runs']);
+    const status = (await f.invoke(alice, 'get_status', {})) as {
+      alerts: Array<{ kind: string; message: string }>;
+    };
+    expect(status.alerts.find((a) => a.kind === 'standing_grant_budget')?.message).toMatch(/SUSPENDED/);
+    const bob = f.principal('bob', ['submitter']);
+    const bobs = (await f.invoke(bob, 'get_status', {})) as { alerts: Array<{ kind: string }> };
+    expect(bobs.alerts.filter((a) => a.kind === 'standing_grant_budget')).toEqual([]);
     // Settling twice changes nothing.
     const before = f.deps.store.grants.get(id);
     const t = f.deps.store.tasks.get(fourth)!;
