@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { UNTRUSTED_TEXT_NOTE } from './review-trust.js';
 import { CoverageViewSchema, GrantScopeSchema } from './standing-grant.js';
 import { TaskSpecSchema } from './task-spec.js';
 import {
@@ -161,8 +162,7 @@ export const listGrantsTool = defineTool({
 export const getGrantTool = defineTool({
   name: 'get_grant',
   title: 'Read a standing grant',
-  description:
-    'One grant with every run it approved: its receipt (matched clauses, budget before and after), its charge, and the changes of that revision against the grant’s base revision.',
+  description: `One grant with every run it approved: its receipt (matched clauses, budget before and after), its charge, and the changes of that revision against the grant’s base revision. ${UNTRUSTED_TEXT_NOTE}`,
   roles: READERS,
   mutating: false,
   annotations: READ_ONLY,
