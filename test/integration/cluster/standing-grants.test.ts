@@ -193,7 +193,7 @@ describe('standing grants through a real worker', () => {
     expect(next.state).toBe('IN_REVIEW');
   }, 120_000);
 
-  it('max_runs is exact under ten confirms at once; a grant never widens itself', async () => {
+  it('max_runs and max_card_hours are exact under ten confirms at once; a grant never widens itself', async () => {
     await revokeAll();
     const id = await grantFrom(baseRevision, { max_runs: 3, concurrency: 10, max_card_hours: 10 });
     const specs = await Promise.all(Array.from({ length: 10 }, (_, i) => scriptSpec(`echo burst ${i}`)));
@@ -203,6 +203,14 @@ describe('standing grants through a real worker', () => {
     expect(results.filter((r) => r.grant.failing?.clause === 'runs')).toHaveLength(7);
     for (const r of approved)
       expect((await waitUntilSettled(alice, r.task_id!, 45_000)).state).toBe('COMPLETED');
+
+    // max_card_hours too: each run reserves 1 card × 60 s; the budget holds exactly two.
+    await revokeAll();
+    await grantFrom(baseRevision, { max_runs: 100, concurrency: 10, max_card_hours: 120 / 3600 });
+    const hourSpecs = await Promise.all(Array.from({ length: 10 }, (_, i) => scriptSpec(`echo hours ${i}`)));
+    const byHours = await Promise.all(hourSpecs.map(proposeAndConfirm));
+    expect(byHours.filter((r) => r.state === 'APPROVED')).toHaveLength(2);
+    expect(byHours.filter((r) => r.grant.failing?.clause === 'card_hours')).toHaveLength(8);
 
     const wider = expectOk(
       await callTool<{ grant: { grant_id: string; state: string } }>(alice, 'request_grant', {
