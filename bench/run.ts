@@ -9,6 +9,7 @@ import { noisySection } from './noisy-neighbour.js';
 import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
+import { storeUpkeepSection } from './store-upkeep.js';
 import { tasksSection } from './tasks.js';
 
 /**
@@ -27,6 +28,7 @@ const SECTIONS: BenchSection[] = [
   schedulingSection,
   auditCheckSection,
   inputsSection,
+  storeUpkeepSection,
   slurmSection,
   noisySection,
   tasksSection,

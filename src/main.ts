@@ -1,5 +1,6 @@
 import { join, resolve } from 'node:path';
 import type { FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
 import type { BrokerDeps } from './broker/deps.js';
 import type { AuditMonitor } from './broker/loops/audit-monitor.js';
 import type { ProposalPruning } from './broker/loops/proposal-pruning.js';
@@ -7,9 +8,9 @@ import type { StorageGuard } from './broker/loops/storage-guard.js';
 import { newSweepMarks, tick } from './broker/loops/sweep.js';
 import type { TaskRetention } from './broker/loops/task-retention.js';
 import { BrokerError } from './contracts/errors.js';
-import { buildMasterApp, composeMaster, type MasterOptions } from './master/compose.js';
+import { buildMasterApp, composeMaster, type MasterOptions, type MasterParts } from './master/compose.js';
 import { OPERATOR_TOKEN_FILE } from './master/data-dir.js';
-import { isLoopback, parseListen } from './platform/config.js';
+import { isLoopback, type MasterConfig, parseListen } from './platform/config.js';
 import { createLogger } from './platform/logger.js';
 import { raiseNofile } from './platform/nofile.js';
 import { ensureDevTls } from './platform/tls.js';
@@ -57,10 +58,58 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
     else logger.info(nofile, 'RLIMIT_NOFILE left as it is');
   }
   const parts = composeMaster(opts, { dataDir, logger, env: process.env });
-  const { deps, hub, audit, storage, retention, pruning, qualification } = parts;
+  const { deps, audit, storage, retention, pruning, qualification } = parts;
   const tls = config.tls.mode === 'auto' ? await ensureDevTls(dataDir, { sans: config.tls.sans }) : null;
   const app = await buildMasterApp(parts, tls);
+  const stopTimers = await startTimers(parts, config, logger);
 
+  try {
+    await app.listen({ host, port });
+  } catch (err) {
+    stopTimers();
+    await audit.stop();
+    await retention.stop();
+    await pruning.stop();
+    parts.unsubscribe();
+    await app.close().catch(() => undefined);
+    deps.store.close();
+    throw listenError(err, config.listen);
+  }
+  const url = listeningUrl(app, host, port, tls !== null);
+  qualification.setEndpoint(url, tls?.caCertPath ?? null);
+  return {
+    url,
+    caCertPath: tls?.caCertPath ?? null,
+    operatorTokenPath: join(dataDir, OPERATOR_TOKEN_FILE),
+    bootstrappedOperatorToken: parts.bootstrappedOperatorToken,
+    deps,
+    app,
+    audit,
+    storage,
+    retention,
+    pruning,
+    async close() {
+      stopTimers();
+      // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
+      await qualification.close();
+      parts.unsubscribe();
+      // Wake agents parked in wait_for_* so their answers go out now, not after up to 25 s.
+      deps.notifier.close();
+      await app.close();
+      await audit.stop();
+      await retention.stop();
+      await pruning.stop();
+      deps.store.close();
+    },
+  };
+}
+
+/**
+ * Starts the master's background timers (sweep, audit, disk guard, retention, pruning); resolves after
+ * the first disk check, with the function that stops them all.
+ */
+async function startTimers(parts: MasterParts, config: MasterConfig, logger: Logger): Promise<() => void> {
+  const { deps, hub, audit, storage, retention, pruning } = parts;
   const sweep = { broker: deps, revalidateSessions: () => hub.revalidate(), marks: newSweepMarks() };
   const sweeper = setInterval(() => {
     try {
@@ -89,56 +138,21 @@ export async function startMaster(opts: MasterOptions): Promise<RunningMaster> {
   // Once at start too: a master restarted more often than the interval would otherwise never prune.
   runRetention();
   runPruning();
-  const stopTimers = () => {
+  return () => {
     clearInterval(sweeper);
     clearInterval(auditTimer);
     clearInterval(storageTimer);
     clearInterval(retentionTimer);
     clearInterval(pruningTimer);
   };
+}
 
-  try {
-    await app.listen({ host, port });
-  } catch (err) {
-    stopTimers();
-    await audit.stop();
-    await retention.stop();
-    await pruning.stop();
-    parts.unsubscribe();
-    await app.close().catch(() => undefined);
-    deps.store.close();
-    throw listenError(err, config.listen);
-  }
+/** The URL the master answers on: the bound port, and a wildcard address as 127.0.0.1. */
+function listeningUrl(app: FastifyInstance, host: string, port: number, tls: boolean): string {
   const addr = app.server.address();
   const boundPort = typeof addr === 'object' && addr ? addr.port : port;
   const urlHost = host.includes(':') ? `[${host}]` : host === '0.0.0.0' ? '127.0.0.1' : host;
-  const url = `${tls ? 'https' : 'http'}://${urlHost}:${boundPort}`;
-  qualification.setEndpoint(url, tls?.caCertPath ?? null);
-  return {
-    url,
-    caCertPath: tls?.caCertPath ?? null,
-    operatorTokenPath: join(dataDir, OPERATOR_TOKEN_FILE),
-    bootstrappedOperatorToken: parts.bootstrappedOperatorToken,
-    deps,
-    app,
-    audit,
-    storage,
-    retention,
-    pruning,
-    async close() {
-      stopTimers();
-      // Runs drive the master through its own endpoint: stop them (CANCELLED) while it still answers.
-      await qualification.close();
-      parts.unsubscribe();
-      // Wake agents parked in wait_for_* so their answers go out now, not after up to 25 s.
-      deps.notifier.close();
-      await app.close();
-      await audit.stop();
-      await retention.stop();
-      await pruning.stop();
-      deps.store.close();
-    },
-  };
+  return `${tls ? 'https' : 'http'}://${urlHost}:${boundPort}`;
 }
 
 /** Turns a failed listen into an error that says what to do. */

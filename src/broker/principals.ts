@@ -34,6 +34,14 @@ export function createPrincipal(
       `bad principal name "${input.name}"`,
       'Use 1-64 letters, digits, ".", "_" or "-".',
     );
+  // An agent reviewer's approvals are bounded by the ceiling; any other role beside it would blur
+  // whether a person or the agent decided (docs/decisions/0027-agent-reviewer.md).
+  if (roles.includes('agent_reviewer') && roles.length > 1)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'an agent reviewer token holds only the agent_reviewer role',
+      'Create separate tokens for people and for agent reviewers.',
+    );
   const isWorker = roles.includes('worker');
   if (isWorker && roles.length > 1)
     throw new BrokerError(
@@ -136,5 +144,5 @@ export function hasAnyRole(p: Principal, roles: readonly string[]): boolean {
 
 /** Reviewers and operators read every proposal and task; submitters only their own. */
 export function canReadAll(p: Principal): boolean {
-  return p.roles.includes('reviewer') || p.roles.includes('operator');
+  return p.roles.includes('reviewer') || p.roles.includes('operator') || p.roles.includes('agent_reviewer');
 }

@@ -7,6 +7,16 @@ import type { BrokerDeps } from './deps.js';
  * proposal's policy facts, a worker's fetch — gets a blob through here, in the name of a principal who
  * uploaded it, re-hashed on every read. Shared by tools/inputs.ts, tools/proposals.ts and
  * tools/revision-diff.ts, so it sits below all three.
+ *
+ * Paged reads (get_input, issue 21) do not re-hash the whole blob per page: the first page verifies
+ * the whole blob once and remembers, per digest and size, the sha256 of each CHUNK_BYTES chunk and,
+ * within a bounded cache (128 MiB), the verified bytes themselves (verifiedPages). A later page comes
+ * from the cached verified bytes; once the cache let them go, it reads only the chunks it overlaps and
+ * re-hashes those against the remembered digests. So paging costs O(size) in all, and no page ever
+ * serves a byte that does not match the digest: a blob changed behind the master's back after the first
+ * page is either not read at all (the cached copy is served) or refused (INTERNAL). Sound across stores
+ * and principals: chunk digests and cached bytes come only from content that matched its sha256, and
+ * every page still asks the store whether this principal uploaded it (and its size).
  */
 
 /**
@@ -16,20 +26,127 @@ import type { BrokerDeps } from './deps.js';
  */
 export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string): Buffer {
   const content = deps.store.blobs.contentUploadedBy(ownerId, sha256);
-  if (content === undefined)
-    throw new BrokerError(
-      'NOT_FOUND',
-      `no stored input has sha256 ${sha256}`,
-      'The proposal’s owner uploads it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
-    );
+  if (content === undefined) throw notStored(sha256);
   const actual = sha256Hex(content);
-  if (actual !== sha256) {
-    deps.logger.error({ sha256, actual }, 'input blob does not match its digest; refusing to serve it');
-    throw new BrokerError(
-      'INTERNAL',
-      `the stored content for ${sha256} does not match its digest`,
-      'The master store was changed outside gpu-broker; upload the file again after an operator removes the damaged blob.',
-    );
-  }
+  if (actual !== sha256) throw tampered(deps, sha256, actual);
   return content;
+}
+
+/** Chunk size of the remembered digests: a page re-hashes at most its own bytes plus two chunks. */
+export const CHUNK_BYTES = 256 * 1024;
+/** Blobs remembered at most (least recently read first out): 256 digests of 64 MiB blobs take ~4 MiB. */
+const MEMO_MAX = 256;
+
+/** What the first read of a blob established. */
+interface Verified {
+  /** Valid UTF-8 without NUL (`isText` of the caller, computed once on the whole blob). */
+  readonly text: boolean;
+  /** sha256 of each CHUNK_BYTES chunk, in order. */
+  readonly chunks: readonly string[];
+  /** The verified bytes themselves while the content cache holds them (contentCacheBytes in all). */
+  content: Buffer | null;
+}
+
+const memo = new Map<string, Verified>();
+/** Most verified bytes kept in memory for paging (least recently read let go first). */
+let contentCacheBytes = 128 * 1024 * 1024;
+
+/** Sets the content cache's budget (tests: 0 sends every page to the chunk-checked store read). */
+export function setVerifiedContentCacheBytes(bytes: number): void {
+  contentCacheBytes = bytes;
+  trimContentCache();
+}
+
+/** Lets go of cached content, least recently read first, until the budget holds. */
+function trimContentCache(): void {
+  let held = 0;
+  for (const v of memo.values()) held += v.content?.length ?? 0;
+  for (const v of memo.values()) {
+    if (held <= contentCacheBytes) return;
+    if (v.content === null) continue;
+    held -= v.content.length;
+    v.content = null;
+  }
+}
+
+/** A blob to read page by page; see the module comment. */
+export interface VerifiedPages {
+  readonly size: number;
+  /** What `classify` said of the whole blob (get_input: whether it is text). */
+  readonly text: boolean;
+  /** Bytes `[start, end)`, each chunk they overlap re-hashed against the blob's verified chunk digests. */
+  read(start: number, end: number): Buffer;
+}
+
+/**
+ * A blob `ownerId` uploaded, for paged reads: verified whole on first use (then remembered by digest and
+ * size, with `classify`'s answer), each later read checked chunk by chunk. Errors as verifiedBlob's.
+ */
+export function verifiedPages(
+  deps: BrokerDeps,
+  ownerId: string,
+  sha256: string,
+  classify: (content: Buffer) => boolean,
+): VerifiedPages {
+  const size = deps.store.blobs.sizeUploadedBy(ownerId, sha256);
+  if (size === undefined) throw notStored(sha256);
+  const key = `${sha256}:${size}`;
+  let known = memo.get(key);
+  if (known === undefined) {
+    const content = verifiedBlob(deps, ownerId, sha256);
+    // A blob whose length differs from the one just read changed between the two reads: refuse it.
+    if (content.length !== size) throw tampered(deps, sha256, sha256Hex(content));
+    const chunks: string[] = [];
+    for (let at = 0; at < size; at += CHUNK_BYTES)
+      chunks.push(sha256Hex(content.subarray(at, at + CHUNK_BYTES)));
+    known = { text: classify(content), chunks, content };
+  }
+  memo.delete(key);
+  memo.set(key, known);
+  if (memo.size > MEMO_MAX) memo.delete(memo.keys().next().value!);
+  trimContentCache();
+  const verified = known;
+  return {
+    size,
+    text: verified.text,
+    read: (start, end) => {
+      if (end <= start) return Buffer.alloc(0);
+      // The verified copy: exactly the bytes the digest names, whatever the store holds now.
+      if (verified.content !== null) return verified.content.subarray(start, end);
+      const first = Math.floor(start / CHUNK_BYTES);
+      const last = Math.floor((end - 1) / CHUNK_BYTES);
+      const from = first * CHUNK_BYTES;
+      const to = Math.min(size, (last + 1) * CHUNK_BYTES);
+      const bytes = deps.store.blobs.rangeUploadedBy(ownerId, sha256, from, to - from);
+      if (bytes === undefined) throw notStored(sha256);
+      for (let i = first; i <= last; i++) {
+        const chunk = bytes.subarray((i - first) * CHUNK_BYTES, (i - first + 1) * CHUNK_BYTES);
+        if (bytes.length === to - from && sha256Hex(chunk) === verified.chunks[i]) continue;
+        memo.delete(key);
+        throw tampered(
+          deps,
+          sha256,
+          `chunk ${i} of ${verified.chunks.length} differs from the verified blob`,
+        );
+      }
+      return bytes.subarray(start - from, end - from);
+    },
+  };
+}
+
+function notStored(sha256: string): BrokerError {
+  return new BrokerError(
+    'NOT_FOUND',
+    `no stored input has sha256 ${sha256}`,
+    'The proposal’s owner uploads it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
+  );
+}
+
+function tampered(deps: BrokerDeps, sha256: string, actual: string): BrokerError {
+  deps.logger.error({ sha256, actual }, 'input blob does not match its digest; refusing to serve it');
+  return new BrokerError(
+    'INTERNAL',
+    `the stored content for ${sha256} does not match its digest`,
+    'The master store was changed outside gpu-broker; upload the file again after an operator removes the damaged blob.',
+  );
 }

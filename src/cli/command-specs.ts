@@ -221,10 +221,15 @@ export const TOKEN = defineCommand({
     'token revoke NAME [--data-dir DIR] [--json]',
   ],
   summary:
-    "Creates, lists and revokes bearer tokens in the master's database (run on the master host). Roles: submitter, reviewer, operator, worker.",
+    "Creates, lists and revokes bearer tokens in the master's database (run on the master host). Roles: submitter, reviewer, operator, worker, agent_reviewer (an LLM reviewer: approves only within review.agent_ceiling).",
   flags: {
     name: { type: 'string', value: 'NAME', help: 'principal name (unique)' },
-    role: { type: 'string', value: 'ROLE', multiple: true, help: 'submitter, reviewer, operator or worker' },
+    role: {
+      type: 'string',
+      value: 'ROLE',
+      multiple: true,
+      help: 'submitter, reviewer, operator, worker or agent_reviewer',
+    },
     'worker-id': {
       type: 'string',
       value: 'ID',
@@ -234,7 +239,11 @@ export const TOKEN = defineCommand({
   },
   env: LOCAL_ENV,
   subcommands: ['create', 'list', 'revoke'],
-  examples: ['token create --name alice-agent --role submitter', 'token revoke alice-agent'],
+  examples: [
+    'token create --name alice-agent --role submitter',
+    'token create --name claude-reviewer --role agent_reviewer',
+    'token revoke alice-agent',
+  ],
 });
 
 export const STATUS = defineCommand({
@@ -255,6 +264,8 @@ export const REVIEW = defineCommand({
     'review show PROPOSAL [--revision REV] [--json]',
     'review input PROPOSAL --path PATH [--revision REV] [--offset N] [--max-bytes N] [--json]',
     'review approve|request-changes|reject PROPOSAL --revision REV --comment TEXT',
+    'review prompt PROPOSAL [--revision REV] [--max-bytes N] [--json]',
+    "review agent --command 'CMD' [--once] [--timeout-seconds S] [--interval-seconds S] [--json]",
   ],
   summary:
     'The review queue, one revision in full (manifest and every change against the last decided revision), one input file page by page, and decisions on exact revisions (needs a reviewer token).',
@@ -271,16 +282,38 @@ export const REVIEW = defineCommand({
       help: 'review input: the input file to print (review show lists them)',
     },
     offset: { type: 'string', value: 'N', help: 'review input: byte offset to start at (default 0)' },
-    'max-bytes': { type: 'string', value: 'N', help: 'review input: most bytes to print (default 262144)' },
+    'max-bytes': {
+      type: 'string',
+      value: 'N',
+      help: 'review input: most bytes to print (default 262144); review prompt: most submitted bytes quoted',
+    },
+    command: {
+      type: 'string',
+      value: 'CMD',
+      help: 'review agent: the model command (sh -c): prompt on stdin, one JSON verdict on stdout; it never gets the token',
+    },
+    once: { type: 'boolean', help: 'review agent: one pass over the queue, then exit' },
+    'timeout-seconds': {
+      type: 'string',
+      value: 'S',
+      help: 'review agent: per-revision model time limit (default 300)',
+    },
+    'interval-seconds': {
+      type: 'string',
+      value: 'S',
+      help: 'review agent: pause between passes (default 10)',
+    },
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,
-  subcommands: ['list', 'show', 'input', 'approve', 'request-changes', 'reject'],
+  subcommands: ['list', 'show', 'input', 'approve', 'request-changes', 'reject', 'prompt', 'agent'],
   examples: [
     'review list',
     'review show prop_01J…',
     'review input prop_01J… --path src/train.py',
     'review approve prop_01J… --revision rev_01J… --comment "bounded, outputs small"',
+    'review prompt prop_01J…',
+    'review agent --command \'claude -p --tools ""\' --once',
   ],
 });
 

@@ -20,6 +20,7 @@ import {
 } from './command-specs.js';
 import { GRANT } from './grant-commands.js';
 import type { CommandRunner } from './io.js';
+import { RUN, TASK } from './task-command-specs.js';
 
 /** A command: its spec, how to load its code, and whether it gets its own name as argv[0]. */
 export interface CommandEntry {
@@ -42,6 +43,8 @@ export const COMMANDS: Record<string, CommandEntry> = {
   review: { spec: REVIEW, load: () => import('./review.js') },
   propose: { spec: PROPOSE, load: () => import('./propose.js') },
   grant: { spec: GRANT, load: () => import('./grant.js') },
+  run: { spec: RUN, load: () => import('./run.js') },
+  task: { spec: TASK, load: () => import('./task.js') },
   cordon: { spec: CORDON, load: cards, passName: true },
   uncordon: { spec: UNCORDON, load: cards, passName: true },
   drain: { spec: DRAIN, load: cards, passName: true },

@@ -16,6 +16,8 @@ const USAGE = `gpu-broker — GPU time for coding agents, safely
   token create --name N --role R [--role R…] [--worker-id ID] | token list | token revoke NAME
   status                        workers, cards, queue, leases, alerts
   propose --dir D --entry 'python3 train.py' [--include GLOB…] [--cards N] [--title T] [--output P…] [--proposal P] [--confirm]
+  run [--dir D] [--cards N] [--output P…] -- python3 train.py   propose, wait, stream logs, fetch outputs, exit as the task
+  task list | show T | logs T [--follow] | wait T | outputs T [--dir D] | cancel T
   review list | show P | approve|request-changes|reject P --revision R --comment TEXT
   cordon|uncordon WORKER:CARD… [--reason T] ; drain|undrain|remove-worker WORKER… ; reconcile TASK… --resolution R --reason T
   qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] | qualify show RUN

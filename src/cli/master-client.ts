@@ -48,8 +48,8 @@ export function remoteSettings(values: Record<string, unknown>, io: CliIo): Remo
   return { url: url.replace(/\/+$/, ''), token, caFile };
 }
 
-/** Opens a client for the settings. */
-export function connectMaster(s: RemoteSettings): MasterClient {
+/** Opens a client for the settings; `signal` aborts every call in flight (e.g. on Ctrl-C). */
+export function connectMaster(s: RemoteSettings, signal?: AbortSignal): MasterClient {
   const trusting = s.caFile ? createCaTrustingFetch(readFileSync(s.caFile, 'utf8')) : null;
   const doFetch = trusting?.fetch ?? globalThis.fetch;
   const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
@@ -64,6 +64,7 @@ export function connectMaster(s: RemoteSettings): MasterClient {
       res = await doFetch(`${s.url}${path}`, {
         method,
         headers,
+        ...(signal ? { signal } : {}),
         ...(method === 'POST' ? { body: JSON.stringify(body ?? {}) } : {}),
         ...(method === 'PUT' ? { body: body as Uint8Array } : {}),
       });
@@ -105,8 +106,9 @@ export async function withMaster<T>(
   values: Record<string, unknown>,
   io: CliIo,
   fn: (c: MasterClient) => Promise<T>,
+  signal?: AbortSignal,
 ): Promise<T> {
-  const client = connectMaster(remoteSettings(values, io));
+  const client = connectMaster(remoteSettings(values, io), signal);
   try {
     return await fn(client);
   } finally {

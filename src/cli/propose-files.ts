@@ -66,8 +66,15 @@ function ignored(
   return patterns.some((p) => (!p.dirOnly || dir) && p.re.test(path));
 }
 
-/** Collects the files under `root`; throws with a message for what cannot be shipped. */
-export function collectInputs(root: string, includes: readonly string[]): CollectedInputs {
+/**
+ * Collects the files under `root`; throws with a message for what cannot be shipped. Directories named
+ * `.git` or one of `skipDirs` (at any depth) are not entered.
+ */
+export function collectInputs(
+  root: string,
+  includes: readonly string[],
+  skipDirs: readonly string[] = [],
+): CollectedInputs {
   if (!existsSync(root) || !statSync(root).isDirectory()) throw new Error(`${root} is not a directory`);
   const gitignore = join(root, '.gitignore');
   const patterns = existsSync(gitignore)
@@ -85,7 +92,7 @@ export function collectInputs(root: string, includes: readonly string[]): Collec
       const path = rel === '' ? name : `${rel}/${name}`;
       const st = lstatSync(join(root, path));
       if (st.isDirectory()) {
-        if (name === '.git' || ignored(patterns, path, true)) continue;
+        if (name === '.git' || skipDirs.includes(name) || ignored(patterns, path, true)) continue;
         walk(path);
       } else if (st.isFile()) {
         if (ignored(patterns, path, false)) continue;

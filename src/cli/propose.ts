@@ -29,6 +29,8 @@ interface RevisionResult {
   digest: string;
   findings: Array<{ severity: string; code: string; path: string; message: string; hint: string }>;
   confirmable: boolean;
+  state: string;
+  next_action: string;
 }
 
 /** Splits an entry command on spaces; single or double quotes group words. No shell runs it. */
@@ -94,43 +96,44 @@ async function uploadMissing(
   return uploaded;
 }
 
-/** Step 4: create_proposal or revise_proposal, then confirm_revision when asked and it has no error finding. */
+/**
+ * Step 4: create_proposal or revise_proposal, then confirm_revision when asked and it has no error
+ * finding. The state and next_action are the last call's, so they describe the proposal as it is now.
+ */
 async function submitSpec(
   c: MasterClient,
   values: ProposeFlags,
   spec: TaskSpecInput,
-): Promise<{ r: RevisionResult; state: string }> {
+): Promise<RevisionResult> {
   const r = values.proposal
     ? await c.post<RevisionResult>(`/api/v1/proposals/${encodeURIComponent(values.proposal)}/revisions`, {
         spec,
       })
     : await c.post<RevisionResult>('/api/v1/proposals', { spec });
-  let state = 'DRAFT';
-  if (values.confirm && r.confirmable) {
-    const confirmed = await c.post<{ state: string }>(`/api/v1/proposals/${r.proposal_id}/confirm`, {
-      revision_id: r.revision_id,
-    });
-    state = confirmed.state;
-  }
-  return { r, state };
+  if (!values.confirm || !r.confirmable) return r;
+  const confirmed = await c.post<{ state: string; next_action: string }>(
+    `/api/v1/proposals/${r.proposal_id}/confirm`,
+    { revision_id: r.revision_id },
+  );
+  return { ...r, state: confirmed.state, next_action: confirmed.next_action };
 }
 
-/** What `propose` prints without `--json`: the ids and state, the files, and each finding. */
+/** What `propose` prints without `--json`: the ids and state, the files, each finding, and what next. */
 function proposeText(
   r: RevisionResult,
-  state: string,
   files: number,
   uploaded: number,
   leftOut: ReadonlyArray<{ path: string; why: string }>,
 ): string {
   return [
-    `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${state}`,
+    `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${r.state}`,
     `${files} input file(s), ${uploaded} uploaded`,
     ...(leftOut.length > 0 ? [leftOutLine(leftOut)] : []),
     ...r.findings.map(
       (f) =>
         `${f.severity}: ${f.code} at ${escapeField(f.path)}: ${escapeField(f.message)} — ${escapeField(f.hint)}`,
     ),
+    `next: ${r.next_action}`,
   ].join('\n');
 }
 
@@ -156,9 +159,9 @@ export const run: CommandRunner = async (argv, io) => {
     const spec = proposalSpec(values, values.entry, files);
     return await withMaster(values, io, async (c) => {
       const uploaded = await uploadMissing(c, values.proposal, files);
-      const { r, state } = await submitSpec(c, values, spec);
-      const result = { ...r, state, files: files.length, uploaded, left_out: leftOut };
-      emit(io, values.json, result, () => proposeText(r, state, files.length, uploaded, leftOut));
+      const r = await submitSpec(c, values, spec);
+      const result = { ...r, files: files.length, uploaded, left_out: leftOut };
+      emit(io, values.json, result, () => proposeText(r, files.length, uploaded, leftOut));
       return r.confirmable ? 0 : 1;
     });
   } catch (err) {

@@ -5,6 +5,7 @@ import { REVIEW } from './command-specs.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
 import { emit, reportError, table } from './output.js';
+import { printPrompt, runAgent } from './review-agent.js';
 import { formatRevision } from './review-format.js';
 import { printInput, readWholeRevision } from './review-read.js';
 
@@ -24,6 +25,7 @@ interface QueueItem {
   errors: number;
   warnings: number;
   own: boolean;
+  needs_person?: { by: string; reason: string } | null;
 }
 
 /** The flags of `gpu-broker review`, as parsed. */
@@ -36,7 +38,7 @@ async function listQueue(c: MasterClient, io: CliIo, json: boolean | undefined):
     q.items.length === 0
       ? 'nothing awaits review'
       : table(
-          ['PROPOSAL', 'REV', 'REVISION_ID', 'CARDS', 'OWNER', 'FINDINGS', 'TITLE'],
+          ['PROPOSAL', 'REV', 'REVISION_ID', 'CARDS', 'OWNER', 'FINDINGS', 'NEEDS_PERSON', 'TITLE'],
           q.items.map((i) => [
             i.proposal_id,
             i.revision_number,
@@ -44,6 +46,7 @@ async function listQueue(c: MasterClient, io: CliIo, json: boolean | undefined):
             i.cards,
             i.own ? `${i.owner} (you)` : i.owner,
             `${i.errors}E/${i.warnings}W`,
+            i.needs_person ? `${i.needs_person.reason} (${i.needs_person.by})` : '',
             i.title,
           ]),
         ),
@@ -123,14 +126,16 @@ export const run: CommandRunner = async (argv, io) => {
       REVIEW,
       sub
         ? `unknown subcommand "${sub}"`
-        : 'which subcommand: list, show, input, approve, request-changes or reject?',
+        : 'which subcommand: list, show, input, approve, request-changes, reject, prompt or agent?',
     );
-  if (positionals.length > (sub === 'list' ? 0 : 1))
-    return usageError(io, REVIEW, `unexpected "${positionals[sub === 'list' ? 0 : 1]}"`);
-  if (sub !== 'list' && !positionals[0]) return usageError(io, REVIEW, 'which proposal?');
+  const noProposal = sub === 'list' || sub === 'agent';
+  if (positionals.length > (noProposal ? 0 : 1))
+    return usageError(io, REVIEW, `unexpected "${positionals[noProposal ? 0 : 1]}"`);
+  if (!noProposal && !positionals[0]) return usageError(io, REVIEW, 'which proposal?');
   try {
     return await withMaster(values, io, async (c) => {
       if (sub === 'list') return await listQueue(c, io, values.json);
+      if (sub === 'agent') return await runAgent(c, io, values);
       const proposalId = positionals[0];
       if (!proposalId)
         throw new BrokerError(
@@ -139,6 +144,7 @@ export const run: CommandRunner = async (argv, io) => {
           `gpu-broker review ${sub ?? 'show'} PROPOSAL_ID`,
         );
       if (sub === 'show' || sub === 'input') return await showRevision(c, io, values, sub, proposalId);
+      if (sub === 'prompt') return await printPrompt(c, io, values, proposalId);
       return await decide(c, io, values, sub, proposalId);
     });
   } catch (err) {

@@ -17,13 +17,19 @@ import { authenticate, createPrincipal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
 import { type RunningMaster, startMaster } from '../main.js';
 import { writeSecretFile } from '../platform/file-modes.js';
+import { createLogger } from '../platform/logger.js';
 import { parseCommand } from './args.js';
 import { START } from './command-specs.js';
 import type { CommandRunner } from './io.js';
 import { dataDirOf } from './local.js';
 import { reportError } from './output.js';
 import { configFromFlags } from './serve.js';
-import { ensureStarterConfig, policyBannerLines } from './starter-config.js';
+import {
+  ensureStarterConfig,
+  policyBannerLines,
+  type StarterAction,
+  starterBannerLines,
+} from './starter-config.js';
 
 /**
  * `gpu-broker start`: the quick start. Initialises the data dir, starts the master and one local worker
@@ -90,9 +96,19 @@ async function localSandbox(
     const unisolated = await prepareSandbox({ ...choice, isolation: 'none' });
     return {
       ...unisolated,
-      summary: `${unisolated.summary}. Why: ${err.message.replace(/\. Install it.*$/, '')}; install bubblewrap and restart`,
+      summary: fallbackSummary(unisolated.summary, err.message, process.getuid?.() === 0),
     };
   }
+}
+
+/**
+ * The `tasks:` line when `auto` found no working bubblewrap: not "(--isolation none)", which the user
+ * did not pass, but why, and the exact command (after which a restart also widens the starter config).
+ */
+export function fallbackSummary(unisolatedSummary: string, why: string, root: boolean): string {
+  const summary = unisolatedSummary.replace(' (--isolation none)', ' (no working bubblewrap)');
+  const install = `${root ? '' : 'sudo '}apt-get install -y bubblewrap`;
+  return `${summary}. Why: ${why.replace(/\. Install it.*$/, '')}. Install bubblewrap (${install}) and restart`;
 }
 
 /** `--container-engine` (default auto: podman, then docker, else none; never fatal). */
@@ -136,7 +152,7 @@ interface StartedLocally {
   choice: SamplerChoice;
   sandbox: PreparedSandbox;
   configFile: string;
-  starter: { created: boolean } | null;
+  starter: { action: StarterAction } | null;
   runAs: RunAs | undefined;
   agentTokenFile: string;
   reviewerTokenFile: string;
@@ -161,9 +177,12 @@ function startBanner(s: StartedLocally): string {
       ? '  policy:          require_isolation is OFF for this development master, so tasks run UNISOLATED on this host'
       : null,
     `  containers:      ${s.sandbox.containerSummary}`,
-    `  config:          ${configFile}${starter === null ? '' : starter.created ? ' (starter config, written now)' : ' (starter config from an earlier start)'}`,
+    ...(starter === null
+      ? [`  config:          ${configFile}`]
+      : starterBannerLines(configFile, starter.action, s.sandbox.isolation !== 'none')),
     ...policyBannerLines(master.deps.config.policy),
     runAs ? `  tasks run as:    ${runAs.name} (uid ${runAs.uid})` : null,
+    `  dashboard:       ${master.url}/ (sign in with the contents of a token file above)`,
     '',
     'Connect an agent (in the agent’s shell):',
     `  export GPU_BROKER_TOKEN=$(cat ${agentTokenFile})`,
@@ -227,6 +246,7 @@ export const run: CommandRunner = async (argv, io) => {
     const config = configFromFlags({ ...values, config: configFile });
     const master = await startMaster({
       dataDir,
+      logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info'),
       config: unisolated ? { ...config, policy: { ...config.policy, require_isolation: false } } : config,
     });
     const deps = master.deps;

@@ -15,6 +15,7 @@ export const ERROR_CODES = [
   'STALE_REVISION',
   'SELF_REVIEW_FORBIDDEN',
   'SELF_GRANT_FORBIDDEN',
+  'NEEDS_PERSON',
   'IDEMPOTENCY_CONFLICT',
   'CONFLICT',
   'STALE_EPOCH',
@@ -41,6 +42,8 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   STALE_REVISION: 409,
   SELF_REVIEW_FORBIDDEN: 403,
   SELF_GRANT_FORBIDDEN: 403,
+  /** An agent reviewer's APPROVE above its ceiling: a person must decide (issue 23 §2). */
+  NEEDS_PERSON: 403,
   IDEMPOTENCY_CONFLICT: 409,
   CONFLICT: 409,
   STALE_EPOCH: 409,

@@ -6,7 +6,11 @@ import { z } from 'zod';
  */
 
 /** Roles that may call a tool. */
-export type ToolRole = 'submitter' | 'reviewer' | 'operator' | 'viewer' | 'worker';
+/**
+ * Roles that may call a tool. `agent_reviewer` (issue 23 §2) is named explicitly on each tool it may
+ * call, never implied by `reviewer`: a new reviewer tool (e.g. deciding grants) refuses agents by default.
+ */
+export type ToolRole = 'submitter' | 'reviewer' | 'operator' | 'viewer' | 'worker' | 'agent_reviewer';
 
 /** MCP tool annotations, always all four (docs/mcp-tools.md "Annotations"). */
 export interface ToolAnnotations {
@@ -67,9 +71,17 @@ export const DESTRUCTIVE: ToolAnnotations = {
 };
 
 /** Roles that read proposals and tasks (visibility is filtered per principal). */
-export const READERS: readonly ToolRole[] = ['submitter', 'reviewer', 'operator'];
+export const READERS: readonly ToolRole[] = ['submitter', 'reviewer', 'operator', 'agent_reviewer'];
 /** Every human or agent role. */
-export const EVERYONE: readonly ToolRole[] = ['submitter', 'reviewer', 'operator', 'viewer'];
+export const EVERYONE: readonly ToolRole[] = [
+  'submitter',
+  'reviewer',
+  'operator',
+  'viewer',
+  'agent_reviewer',
+];
+/** Roles that read the review queue and revisions, and may submit reviews (agents within their ceiling). */
+export const REVIEWERS: readonly ToolRole[] = ['reviewer', 'operator', 'agent_reviewer'];
 
 /** `limit` and `cursor` for listings. */
 export const PageInput = {

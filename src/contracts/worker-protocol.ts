@@ -1,8 +1,17 @@
 import { z } from 'zod';
 import { ERROR_CODES } from './errors.js';
+import {
+  ExecutionPhaseSchema,
+  ExecutionPlanSchema,
+  ExitCodeSchema,
+  FailureReasonSchema,
+  MAX_OUTPUT_FILE_BYTES,
+  OutputRecordSchema,
+  ProtocolIdSchema,
+} from './execution-plan.js';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
-import { ResolvedLimitsSchema } from './task-limits.js';
-import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
+import { SlurmJobReportSchema, SlurmPoolSchema } from './slurm-report.js';
+import { MountNameSchema } from './task-spec.js';
 
 /**
  * The worker protocol (docs/worker-protocol.md): JSON messages over WSS, one zod
@@ -14,6 +23,31 @@ import { MountNameSchema, TaskSpecSchema } from './task-spec.js';
  * unacknowledged messages (worker: its SQLite outbox; master: its outbox table) and resends them, in
  * order, after reconnecting.
  */
+
+// The plan and the Slurm reports have files of their own; re-exported so every consumer of the
+// protocol keeps this one import path.
+export {
+  type ExecutionPhase,
+  ExecutionPhaseSchema,
+  type ExecutionPlan,
+  ExecutionPlanSchema,
+  type FailureReason,
+  FailureReasonSchema,
+  type LeasedCard,
+  LeasedCardSchema,
+  MAX_OUTPUT_FILE_BYTES,
+  type OutputRecord,
+  OutputRecordSchema,
+} from './execution-plan.js';
+export {
+  type SlurmBinding,
+  SlurmBindingSchema,
+  type SlurmJobReport,
+  SlurmJobReportSchema,
+  SlurmNodeSchema,
+  type SlurmPool,
+  SlurmPoolSchema,
+} from './slurm-report.js';
 
 /** Version of this protocol. A peer speaking another version is refused at `hello`. */
 export const PROTOCOL_VERSION = 2;
@@ -34,8 +68,6 @@ export function logTruncatedMarker(cap: number): string {
   return `\n[gpu-broker: log truncated at ${cap} bytes (stdout and stderr together); further output dropped]\n`;
 }
 
-/** Largest single output file a worker uploads, in bytes. */
-export const MAX_OUTPUT_FILE_BYTES = 8 * 1024 * 1024;
 /** Largest WebSocket message either side accepts (base64 of the largest output plus framing). */
 export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
 
@@ -45,7 +77,7 @@ export const MAX_MESSAGE_BYTES = 16 * 1024 * 1024;
  */
 export const HELLO_MAX_EXECUTIONS = 1024;
 
-const Id = z.string().min(1).max(128);
+const Id = ProtocolIdSchema;
 
 /**
  * The one rule for a worker id (issue 10, row 7), enforced where a worker token is created
@@ -64,108 +96,6 @@ export const WorkerIdSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127
  * plan can carry (issue 10, row 9).
  */
 export const MAX_LEASE_EPOCH = 2 ** 48;
-
-/** Largest exit code or status a worker reports (a 32-bit int). */
-const ExitCode = z
-  .number()
-  .int()
-  .min(-(2 ** 31))
-  .max(2 ** 31 - 1);
-
-/** Why an execution failed. */
-export const FailureReasonSchema = z.enum([
-  'EXIT_NONZERO',
-  'KILLED_BY_SIGNAL',
-  'TIMED_OUT',
-  'OOM_KILLED',
-  'OUT_OF_MEMORY',
-  'DISK_LIMIT',
-  'SETUP_FAILED',
-  'OUTPUT_MISSING',
-  'WORKER_LOST',
-  'CLEANUP_UNCONFIRMED',
-  'STALE_EPOCH',
-  'CANCELLED',
-]);
-/** Why an execution failed. */
-export type FailureReason = z.infer<typeof FailureReasonSchema>;
-
-/** A card bound to a lease: its index on the worker and its uuid as sampled. */
-export const LeasedCardSchema = z.object({ index: z.number().int().min(0), uuid: z.string().min(1) });
-/** A card bound to a lease. */
-export type LeasedCard = z.infer<typeof LeasedCardSchema>;
-
-/** Everything a worker needs to run one execution; nothing else is shared with the master. */
-export const ExecutionPlanSchema = z.object({
-  task_id: Id,
-  execution_id: Id,
-  assignment_id: Id,
-  lease_epoch: z.number().int().min(1),
-  cards: z.array(LeasedCardSchema).min(1).max(64),
-  spec: TaskSpecSchema,
-  spec_digest: z.string().regex(/^[0-9a-f]{64}$/),
-  kill_grace_seconds: z.number().min(0).max(600),
-  cleanup_timeout_seconds: z.number().min(0).max(3600),
-  /**
-   * VRAM use (percent of total) under which a leased card counts as clean for the cleanup receipt: the
-   * master's `scheduling.vram_threshold_pct`, so a card is released only if it would be eligible again.
-   * Default 2 when absent.
-   */
-  vram_clean_pct: z.number().min(0).max(100).optional(),
-  /**
-   * Files the policy pins by sha256 (the executable, or an interpreter's script). The worker hashes
-   * them on its own host before running and rejects the plan (SETUP_FAILED) on any mismatch: the
-   * master checked its copy, but what runs is the worker's.
-   */
-  pins: z
-    .array(z.object({ path: z.string().min(1).max(4096), sha256: z.string().regex(/^[0-9a-f]{64}$/) }))
-    .max(16)
-    .optional(),
-  /**
-   * For a `container` task whose image the policy allows by reference with a digest: the digest
-   * (`sha256:…`) the worker's local image must have, checked before it runs.
-   */
-  image_digest: z
-    .string()
-    .regex(/^sha256:[0-9a-f]{64}$/)
-    .optional(),
-  /** The policy's `hidden_paths`: host paths the sandbox hides from the task, besides its own list. */
-  hidden_paths: z.array(z.string().min(1).max(4096)).max(256).optional(),
-  /**
-   * The argv to exec, computed by the master from the approved spec and policy (src/domain/run-argv.ts:
-   * e.g. Python's isolated-mode flags before a script from the inputs); absent = spec.runtime.argv.
-   */
-  argv: z.array(z.string().max(8192)).min(1).max(1040).optional(),
-  /**
-   * The task's resource limits, resolved by the master from the spec and the policy
-   * (src/domain/task-limits.ts); the worker enforces them and reports what it enforced in the exit's
-   * `detail`. Absent (an older master): the worker applies no limit.
-   */
-  limits: ResolvedLimitsSchema.optional(),
-});
-/** Everything a worker needs to run one execution. */
-export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;
-
-/** An output file as recorded after upload. */
-export const OutputRecordSchema = z.object({
-  path: z.string().min(1).max(512),
-  size: z.number().int().min(0).max(MAX_OUTPUT_FILE_BYTES),
-  sha256: z.string().regex(/^[0-9a-f]{64}$/),
-});
-/** An output file as recorded after upload. */
-export type OutputRecord = z.infer<typeof OutputRecordSchema>;
-
-/** Phases an execution reports, in order; `rejected` and `cleanup_failed` are terminal failures. */
-export const ExecutionPhaseSchema = z.enum([
-  'accepted',
-  'rejected',
-  'started',
-  'exited',
-  'cleaned',
-  'cleanup_failed',
-]);
-/** An execution phase. */
-export type ExecutionPhase = z.infer<typeof ExecutionPhaseSchema>;
 
 /** What a worker still knows about an execution when it says hello. */
 export const KnownExecutionSchema = z.object({
@@ -206,53 +136,6 @@ export type WorkerMount = z.infer<typeof WorkerMountSchema>;
 export const WorkerBackendSchema = z.enum(['local', 'slurm']);
 /** How a worker runs tasks. */
 export type WorkerBackend = z.infer<typeof WorkerBackendSchema>;
-
-/** One Slurm node of a pool worker's partition, as its latest hello saw it. */
-export const SlurmNodeSchema = z.object({
-  name: z.string().min(1).max(255),
-  gpus: z.number().int().min(0).max(64),
-  state: z.string().max(64),
-});
-
-/**
- * What a Slurm worker says about its pool (docs/decisions/0013-slurm-backend.md): the partition and its
- * nodes. Its cards are the partition's GPUs numbered 0..N-1 over the nodes in name order; they are a
- * pool, so an index names a slot, not the device Slurm will give.
- */
-export const SlurmPoolSchema = z.object({
-  partition: z.string().min(1).max(255),
-  nodes: z.array(SlurmNodeSchema).max(64),
-});
-/** What a Slurm worker says about its pool. */
-export type SlurmPool = z.infer<typeof SlurmPoolSchema>;
-
-/** Where Slurm ran a job: its nodes and, per node, the GPU indices the job's environment showed. */
-export const SlurmBindingSchema = z.object({
-  nodes: z
-    .array(
-      z.object({ node: z.string().min(1).max(255), gpus: z.array(z.number().int().min(0).max(255)).max(64) }),
-    )
-    .min(1)
-    .max(64),
-});
-/** Where Slurm ran a job. */
-export type SlurmBinding = z.infer<typeof SlurmBindingSchema>;
-
-/**
- * What a Slurm worker knows about the job behind an execution: the job id (the fence on the cluster),
- * Slurm's state and, while the job pends, Slurm's own reason; the binding once the job has started.
- */
-export const SlurmJobReportSchema = z.object({
-  job_id: z
-    .string()
-    .regex(/^[0-9]+$/)
-    .max(32),
-  state: z.string().max(64),
-  pending_reason: z.string().max(256).nullable(),
-  binding: SlurmBindingSchema.nullable(),
-});
-/** What a Slurm worker knows about the job behind an execution. */
-export type SlurmJobReport = z.infer<typeof SlurmJobReportSchema>;
 
 /** worker → master: opens a session. */
 export const HelloSchema = z.object({
@@ -316,7 +199,7 @@ export const ExecutionMessageSchema = z.object({
   task_id: Id,
   lease_epoch: z.number().int().min(1),
   phase: ExecutionPhaseSchema,
-  exit_code: ExitCode.nullable().optional(),
+  exit_code: ExitCodeSchema.nullable().optional(),
   signal: z.string().max(32).nullable().optional(),
   failure_reason: FailureReasonSchema.nullable().optional(),
   outputs: z.array(OutputRecordSchema).max(64).optional(),

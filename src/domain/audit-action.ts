@@ -42,6 +42,7 @@ export const AUDIT_ACTIONS = [
   'qualification.cancel_requested',
   'qualification.started',
   'review.auto_approved',
+  'review.escalated',
   'standing_grant.budget_alert',
   'standing_grant.requested',
   'standing_grant.run_settled',

@@ -3,7 +3,7 @@ import { envControlOf } from './env-control.js';
 import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
 /**
- * Standing grants (issue 23 §1, docs/decisions/0025-grants.md): a reviewer's decision that lets later
+ * Standing grants (issue 23 §1, docs/decisions/0029-grants.md): a reviewer's decision that lets later
  * revisions of one submitter run without a new per-revision review, bounded by what runs (the scope,
  * ./standing-grant-coverage.ts), how much (runs, card-hours, concurrency) and until when (expires_at).
  * Not to be confused with a scheduler's lease grant (src/broker/loops/scheduler.ts).

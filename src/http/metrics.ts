@@ -1,10 +1,11 @@
 import type { FastifyInstance } from 'fastify';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { BrokerDeps } from '../broker/deps.js';
+import { onReviewDecision } from '../broker/review-decisions.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
 import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/task.js';
-import { registerGrantSeries } from './grant-metrics.js';
+import { registerGrantGauge } from './grant-metrics.js';
 
 /**
  * `GET /metrics` in Prometheus text format (prom-client). Like every route but /healthz it needs a
@@ -250,7 +251,25 @@ function registerEventSeries(registers: Registry[]) {
     registers,
   });
   for (const state of TERMINAL_TASK_STATES) finished.inc({ state }, 0);
-  return { toolLatency, admission, finished };
+  return { toolLatency, admission, finished, ...registerDecisionSeries(registers) };
+}
+
+/** Review decisions by kind (person, agent_reviewer, grant): confirm → decision time, and counts. */
+function registerDecisionSeries(registers: Registry[]) {
+  const decisionTime = new Histogram({
+    name: 'gpu_broker_review_decision_seconds',
+    help: 'From a revision confirmed for review to its decision, by who decided (person, agent_reviewer, grant).',
+    labelNames: ['kind'],
+    buckets: ADMISSION_BUCKETS,
+    registers,
+  });
+  const decisions = new Counter({
+    name: 'gpu_broker_review_decisions_total',
+    help: 'Decisions on revisions in review since the master started, by kind and decision; share auto-approved = kind="grant" / all APPROVE.',
+    labelNames: ['kind', 'decision'],
+    registers,
+  });
+  return { decisionTime, decisions };
 }
 
 /** Creates the registry and its series; see the module comment. */
@@ -259,15 +278,14 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   const registers = [registry];
   if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
   registerScrapedGauges(deps, opts, registers);
-  const { toolLatency, admission, finished } = registerEventSeries(registers);
-  const onProposalTopic = registerGrantSeries(deps, registers);
+  const { toolLatency, admission, finished, decisionTime, decisions } = registerEventSeries(registers);
+  registerGrantGauge(deps, registers);
 
   const known = new Set(opts.toolNames);
   const started = new RecentIds();
   const ended = new RecentIds();
   /** Reads the task behind a `task:<id>` notification; counts its start and its end once each. */
   const onTopic = (topic: string) => {
-    onProposalTopic(topic);
     if (!topic.startsWith('task:')) return;
     const t = deps.store.tasks.get(topic.slice('task:'.length));
     if (!t) return;
@@ -292,7 +310,14 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
           deps.logger.warn({ err, topic }, 'metrics: could not read a changed task');
         }
       });
-      app.addHook('onClose', async () => unsubscribe());
+      const unsubscribeDecisions = onReviewDecision(deps.notifier, (e) => {
+        decisionTime.observe({ kind: e.kind }, e.seconds);
+        decisions.inc({ kind: e.kind, decision: e.decision });
+      });
+      app.addHook('onClose', async () => {
+        unsubscribe();
+        unsubscribeDecisions();
+      });
       app.get(METRICS_PATH, async (_req, reply) => {
         reply.header('content-type', registry.contentType);
         reply.header('cache-control', 'no-store');

@@ -34,6 +34,7 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'POST', url: '/api/v1/proposals/:proposal_id/reviews', tool: 'submit_review' },
   { method: 'POST', url: '/api/v1/proposals/:proposal_id/cancel', tool: 'cancel_proposal' },
   { method: 'GET', url: '/api/v1/review-queue', tool: 'list_review_queue' },
+  { method: 'GET', url: '/api/v1/proposals/:proposal_id/review-prompt', tool: 'get_review_prompt' },
   { method: 'GET', url: '/api/v1/tasks', tool: 'list_tasks' },
   { method: 'GET', url: '/api/v1/tasks/:task_id', tool: 'get_task' },
   { method: 'GET', url: '/api/v1/tasks/:task_id/wait', tool: 'wait_for_task' },

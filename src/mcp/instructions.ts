@@ -1,4 +1,5 @@
 import { hasAnyRole } from '../broker/principals.js';
+import { AGENT_REVIEWER_INSTRUCTIONS } from '../contracts/agent-ceiling.js';
 import { REVIEWER_INSTRUCTIONS } from '../contracts/review-trust.js';
 import type { Principal } from '../store/principals-repo.js';
 
@@ -15,5 +16,7 @@ const BASE =
 
 /** The instructions for this principal's session. */
 export function serverInstructions(principal: Principal): string {
+  if (hasAnyRole(principal, ['agent_reviewer']))
+    return `${BASE}\n\n${REVIEWER_INSTRUCTIONS}\n\n${AGENT_REVIEWER_INSTRUCTIONS}`;
   return hasAnyRole(principal, ['reviewer', 'operator']) ? `${BASE}\n\n${REVIEWER_INSTRUCTIONS}` : BASE;
 }

@@ -1,5 +1,6 @@
 import { readFileSync } from 'node:fs';
 import { z } from 'zod';
+import { ReviewConfigSchema } from '../contracts/agent-ceiling.js';
 import { BrokerError } from '../contracts/errors.js';
 import { PolicySchema } from '../contracts/policy.js';
 import { DEFAULT_MAX_LOG_BYTES_PER_TASK } from '../contracts/worker-protocol.js';
@@ -209,6 +210,8 @@ export const MasterConfigSchema = z.strictObject({
   quotas: QuotasConfigSchema.default(QuotasConfigSchema.parse({})),
   pruning: PruningConfigSchema.default(PruningConfigSchema.parse({})),
   grants: GrantsConfigSchema.default(GrantsConfigSchema.parse({})),
+  /** What agent reviewers may approve (src/contracts/agent-ceiling.ts). */
+  review: ReviewConfigSchema.default(ReviewConfigSchema.parse({})),
 });
 
 /** A validated master config. */

@@ -49,7 +49,8 @@ export function prettyLine(json: string): string {
   const time = typeof o['time'] === 'number' ? new Date(o['time']).toISOString().slice(11, 19) : '--:--:--';
   const level = (LEVELS[o['level'] as number] ?? String(o['level'])).padEnd(5);
   const rest = Object.entries(o)
-    .filter(([k]) => !HEAD_FIELDS.has(k))
+    // A null field is one that has nothing to say ("error=null" on a terminal read as an error).
+    .filter(([k, v]) => !HEAD_FIELDS.has(k) && v !== null)
     .map(([k, v]) => `${k}=${typeof v === 'string' && !/\s/.test(v) ? v : JSON.stringify(v)}`)
     .join(' ');
   return `${time} ${level} ${String(o['msg'] ?? '')}${rest ? `  ${rest}` : ''}`;

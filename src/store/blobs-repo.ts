@@ -97,6 +97,27 @@ export class BlobsRepo {
     return row?.content;
   }
 
+  /** The size of a blob `principalId` uploaded (without reading its bytes); undefined as for contentUploadedBy. */
+  sizeUploadedBy(principalId: string, sha256: string): number | undefined {
+    const row = this.db
+      .prepare(
+        'SELECT b.size FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256 WHERE u.principal_id = ? AND u.sha256 = ?',
+      )
+      .get(principalId, sha256) as { size: number } | undefined;
+    return row?.size;
+  }
+
+  /** Bytes `[start, start + length)` of a blob `principalId` uploaded, as stored (unverified). */
+  rangeUploadedBy(principalId: string, sha256: string, start: number, length: number): Buffer | undefined {
+    const row = this.db
+      .prepare(
+        'SELECT substr(b.content, @from, @length) AS bytes FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256 WHERE u.principal_id = @principalId AND u.sha256 = @sha256',
+      )
+      .get({ principalId, sha256, from: start + 1, length }) as { bytes: Buffer | null } | undefined;
+    if (row === undefined) return undefined;
+    return row.bytes ?? Buffer.alloc(0);
+  }
+
   /**
    * Garbage collection, per uploader so that no one's blob outlives its own reasons: first each upload
    * row last refreshed before `createdBefore` is dropped unless an undecided proposal (DRAFT, IN_REVIEW,
@@ -104,12 +125,24 @@ export class BlobsRepo {
    * `finishedAfter`, names the digest in its spec's `inputs`; then every blob nobody's upload row holds
    * is deleted. (Keeping a blob alive because another principal names it would let that other
    * principal's proposals decide whether this one's upload still counts, which tells them it exists.)
-   * Returns how many blobs were deleted.
+   * Returns how many blobs were deleted. All at once: the master's sweep goes batch by batch instead
+   * (expireUploads, deleteUnheld; src/broker/loops/blob-gc.ts).
    */
   collectGarbage(createdBefore: number, finishedAfter: number): number {
-    // The (owner, digest) pairs still in use are computed once; SQLite answers the row-value NOT IN from
-    // an index it builds on them, so the sweep is one pass over expired rows, not a scan per row.
-    this.db
+    while (this.expireUploads(createdBefore, finishedAfter, GC_BATCH_ROWS) === GC_BATCH_ROWS);
+    let deleted = 0;
+    for (;;) {
+      const batch = this.deleteUnheld(createdBefore, GC_BATCH_ROWS, GC_BATCH_BYTES);
+      deleted += batch.blobs;
+      if (!batch.more || batch.blobs === 0) return deleted;
+    }
+  }
+
+  /** Step 1 of collectGarbage for at most `limit` upload rows; returns how many were dropped. */
+  expireUploads(createdBefore: number, finishedAfter: number, limit: number): number {
+    // The (owner, digest) pairs still in use are computed once per batch; SQLite answers the row-value
+    // NOT IN from an index it builds on them, so a batch is one pass over expired rows.
+    return this.db
       .prepare(
         `WITH in_use (principal_id, sha256) AS (
            SELECT p.owner_id, json_extract(i.value, '$.sha256')
@@ -119,16 +152,42 @@ export class BlobsRepo {
            SELECT t.owner_id, json_extract(i.value, '$.sha256')
              FROM tasks t, json_each(t.spec, '$.inputs') i
             WHERE t.finished_at IS NULL OR t.finished_at > @finishedAfter)
-         DELETE FROM blob_uploads WHERE uploaded_at < @createdBefore
-           AND (principal_id, sha256) NOT IN (SELECT principal_id, sha256 FROM in_use)`,
+         DELETE FROM blob_uploads WHERE rowid IN (
+           SELECT rowid FROM blob_uploads WHERE uploaded_at < @createdBefore
+              AND (principal_id, sha256) NOT IN (SELECT principal_id, sha256 FROM in_use)
+            LIMIT @limit)`,
       )
-      .run({ createdBefore, finishedAfter });
-    const r = this.db
+      .run({ createdBefore, finishedAfter, limit }).changes;
+  }
+
+  /**
+   * Step 2 of collectGarbage: deletes blobs older than `createdBefore` that no upload row holds, at most
+   * `limit` of them and about `maxBytes` of content (at least one); `more` when some may be left.
+   */
+  deleteUnheld(createdBefore: number, limit: number, maxBytes: number): { blobs: number; more: boolean } {
+    const candidates = this.db
       .prepare(
-        `DELETE FROM blobs WHERE created_at < @createdBefore
-           AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = blobs.sha256)`,
+        `SELECT sha256, size FROM blobs WHERE created_at < ?
+            AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = blobs.sha256) LIMIT ?`,
       )
-      .run({ createdBefore });
-    return r.changes;
+      .all(createdBefore, limit) as Array<{ sha256: string; size: number }>;
+    const chosen: string[] = [];
+    let bytes = 0;
+    for (const c of candidates) {
+      if (chosen.length > 0 && bytes + c.size > maxBytes) break;
+      chosen.push(c.sha256);
+      bytes += c.size;
+    }
+    const del = this.db.prepare(
+      'DELETE FROM blobs WHERE sha256 = ? AND NOT EXISTS (SELECT 1 FROM blob_uploads u WHERE u.sha256 = blobs.sha256)',
+    );
+    let deleted = 0;
+    for (const sha256 of chosen) deleted += del.run(sha256).changes;
+    return { blobs: deleted, more: candidates.length === limit || chosen.length < candidates.length };
   }
 }
+
+/** Rows per garbage-collection batch (one transaction each in the sweep). */
+export const GC_BATCH_ROWS = 500;
+/** Content bytes per batch of deleted blobs: freeing a blob walks its pages. */
+export const GC_BATCH_BYTES = 64 * 1024 * 1024;

@@ -2,7 +2,7 @@ import type { GrantScope } from '../contracts/standing-grant.js';
 import type { GrantState, StandingGrant } from '../domain/standing-grant.js';
 import type { Db } from './db.js';
 
-/** A standing grant row (migration 012): immutable but for its state, decider and counters. */
+/** A standing grant row (migration 013): immutable but for its state, decider and counters. */
 export interface GrantRecord extends StandingGrant {
   created_by: string;
   decided_by: string | null;

@@ -1,7 +1,7 @@
 import type { Db } from './db.js';
 
 /** Roles a principal may hold (docs/security.md). */
-export const ROLES = ['submitter', 'reviewer', 'operator', 'viewer', 'worker'] as const;
+export const ROLES = ['submitter', 'reviewer', 'operator', 'viewer', 'worker', 'agent_reviewer'] as const;
 /** A role. */
 export type Role = (typeof ROLES)[number];
 

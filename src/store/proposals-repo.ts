@@ -89,96 +89,124 @@ export interface ProposalListQuery {
   limit: number;
 }
 
+/** Statements on proposals themselves. */
+function proposalStatements(db: Db) {
+  return {
+    get: db.prepare<[string], ProposalRecord>('SELECT * FROM proposals WHERE id = ?'),
+    insert: db.prepare(
+      `INSERT INTO proposals (id, owner_id, state, current_revision_id, task_id, created_at, updated_at, expires_at)
+     VALUES (@id, @owner_id, @state, @current_revision_id, @task_id, @created_at, @updated_at, @expires_at)`,
+    ),
+    update: db.prepare(
+      `UPDATE proposals SET state = @state, current_revision_id = @current_revision_id, task_id = @task_id,
+       updated_at = @updated_at, expires_at = @expires_at
+     WHERE id = @id AND state = @expected_state`,
+    ),
+    inReview: db.prepare<[string, number], ProposalRecord>(
+      "SELECT * FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
+    ),
+    openByOwner: db.prepare<[string], { n: number }>(
+      "SELECT count(*) AS n FROM proposals WHERE owner_id = ? AND state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')",
+    ),
+    expired: db.prepare<[number, number], ProposalRecord>(
+      'SELECT * FROM proposals WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?',
+    ),
+  };
+}
+
+/** Statements on revisions and on what a principal has written. */
+function revisionStatements(db: Db) {
+  return {
+    insertRevision: db.prepare(
+      `INSERT INTO revisions (id, proposal_id, number, spec, digest, findings, created_by, created_at, confirmed_at)
+     VALUES (@id, @proposal_id, @number, @spec, @digest, @findings, @created_by, @created_at, NULL)`,
+    ),
+    confirmRevision: db.prepare(
+      'UPDATE revisions SET confirmed_at = ? WHERE id = ? AND confirmed_at IS NULL',
+    ),
+    revision: db.prepare<[string], RevisionRow>('SELECT * FROM revisions WHERE id = ?'),
+    revisionByNumber: db.prepare<[string, number], RevisionRow>(
+      'SELECT * FROM revisions WHERE proposal_id = ? AND number = ?',
+    ),
+    revisionHead: db.prepare<[string], RevisionHead>(
+      `SELECT id, number, digest, confirmed_at,
+            json_extract(spec, '$.title') AS title,
+            json_extract(spec, '$.cards.count') AS cards,
+            json_extract(spec, '$.runtime.kind') AS runtime_kind,
+            json_extract(spec, '$.runtime.image') AS image,
+            json_extract(spec, '$.network') AS network,
+            json_extract(spec, '$.limits') AS limits_json,
+            (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'error') AS errors,
+            (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'warning') AS warnings
+       FROM revisions WHERE id = ?`,
+    ),
+    revisions: db.prepare<[string], RevisionRow>(
+      'SELECT * FROM revisions WHERE proposal_id = ? ORDER BY number',
+    ),
+    revisionsSince: db.prepare<[string, number], { n: number }>(
+      'SELECT count(*) AS n FROM revisions WHERE created_by = ? AND created_at > ?',
+    ),
+    usage: db.prepare<[string], { revisions: number; bytes: number }>(
+      'SELECT revisions, bytes FROM principal_revision_usage WHERE principal_id = ?',
+    ),
+  };
+}
+
+/** Statements on reviews. */
+function reviewStatements(db: Db) {
+  return {
+    insertReview: db.prepare(
+      `INSERT INTO reviews (id, proposal_id, revision_id, revision_digest, reviewer_id, decision, comments, created_at)
+     VALUES (@id, @proposal_id, @revision_id, @revision_digest, @reviewer_id, @decision, @comments, @created_at)`,
+    ),
+    reviews: db.prepare<[string], ReviewRecord>(
+      'SELECT * FROM reviews WHERE proposal_id = ? ORDER BY created_at, id',
+    ),
+  };
+}
+
+/** Statements of the pruning of old revisions and abandoned proposals. */
+function pruningStatements(db: Db) {
+  return {
+    pruneCandidates: db.prepare<
+      [number, number, string, number],
+      Omit<RevisionPruneRow, 'current' | 'decided' | 'ran'> & {
+        current: number;
+        decided: number;
+        ran: number;
+      }
+    >(
+      `SELECT r.id, r.proposal_id, r.number, r.created_at,
+            r.id = p.current_revision_id AS current,
+            EXISTS (SELECT 1 FROM reviews v WHERE v.revision_id = r.id) AS decided,
+            EXISTS (SELECT 1 FROM tasks t WHERE t.revision_id = r.id) AS ran
+       FROM revisions r JOIN proposals p ON p.id = r.proposal_id
+      WHERE r.created_at < ? AND (r.created_at, r.id) > (?, ?)
+      ORDER BY r.created_at, r.id LIMIT ?`,
+    ),
+    abandoned: db.prepare<[number, string, number], ProposalRecord>(
+      `SELECT * FROM proposals p
+      WHERE p.state IN ('CANCELLED', 'EXPIRED') AND p.updated_at < ? AND p.id > ?
+        AND NOT EXISTS (SELECT 1 FROM reviews v WHERE v.proposal_id = p.id)
+        AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.proposal_id = p.id)
+      ORDER BY p.id LIMIT ?`,
+    ),
+    deleteRevision: db.prepare('DELETE FROM revisions WHERE id = ?'),
+    deleteRevisionsOf: db.prepare('DELETE FROM revisions WHERE proposal_id = ?'),
+    deleteProposal: db.prepare('DELETE FROM proposals WHERE id = ?'),
+  };
+}
+
 /** Proposals, their revisions and reviews. */
 export class ProposalsRepo {
   private readonly s;
 
   constructor(private readonly db: Db) {
     this.s = {
-      get: db.prepare<[string], ProposalRecord>('SELECT * FROM proposals WHERE id = ?'),
-      insert: db.prepare(
-        `INSERT INTO proposals (id, owner_id, state, current_revision_id, task_id, created_at, updated_at, expires_at)
-         VALUES (@id, @owner_id, @state, @current_revision_id, @task_id, @created_at, @updated_at, @expires_at)`,
-      ),
-      update: db.prepare(
-        `UPDATE proposals SET state = @state, current_revision_id = @current_revision_id, task_id = @task_id,
-           updated_at = @updated_at, expires_at = @expires_at
-         WHERE id = @id AND state = @expected_state`,
-      ),
-      insertRevision: db.prepare(
-        `INSERT INTO revisions (id, proposal_id, number, spec, digest, findings, created_by, created_at, confirmed_at)
-         VALUES (@id, @proposal_id, @number, @spec, @digest, @findings, @created_by, @created_at, NULL)`,
-      ),
-      confirmRevision: db.prepare(
-        'UPDATE revisions SET confirmed_at = ? WHERE id = ? AND confirmed_at IS NULL',
-      ),
-      revision: db.prepare<[string], RevisionRow>('SELECT * FROM revisions WHERE id = ?'),
-      revisionByNumber: db.prepare<[string, number], RevisionRow>(
-        'SELECT * FROM revisions WHERE proposal_id = ? AND number = ?',
-      ),
-      revisionHead: db.prepare<[string], RevisionHead>(
-        `SELECT id, number, digest, confirmed_at,
-                json_extract(spec, '$.title') AS title,
-                json_extract(spec, '$.cards.count') AS cards,
-                json_extract(spec, '$.runtime.kind') AS runtime_kind,
-                json_extract(spec, '$.runtime.image') AS image,
-                json_extract(spec, '$.network') AS network,
-                json_extract(spec, '$.limits') AS limits_json,
-                (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'error') AS errors,
-                (SELECT count(*) FROM json_each(findings) WHERE json_extract(value, '$.severity') = 'warning') AS warnings
-           FROM revisions WHERE id = ?`,
-      ),
-      revisions: db.prepare<[string], RevisionRow>(
-        'SELECT * FROM revisions WHERE proposal_id = ? ORDER BY number',
-      ),
-      insertReview: db.prepare(
-        `INSERT INTO reviews (id, proposal_id, revision_id, revision_digest, reviewer_id, decision, comments, created_at)
-         VALUES (@id, @proposal_id, @revision_id, @revision_digest, @reviewer_id, @decision, @comments, @created_at)`,
-      ),
-      reviews: db.prepare<[string], ReviewRecord>(
-        'SELECT * FROM reviews WHERE proposal_id = ? ORDER BY created_at, id',
-      ),
-      inReview: db.prepare<[string, number], ProposalRecord>(
-        "SELECT * FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
-      ),
-      openByOwner: db.prepare<[string], { n: number }>(
-        "SELECT count(*) AS n FROM proposals WHERE owner_id = ? AND state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')",
-      ),
-      revisionsSince: db.prepare<[string, number], { n: number }>(
-        'SELECT count(*) AS n FROM revisions WHERE created_by = ? AND created_at > ?',
-      ),
-      usage: db.prepare<[string], { revisions: number; bytes: number }>(
-        'SELECT revisions, bytes FROM principal_revision_usage WHERE principal_id = ?',
-      ),
-      pruneCandidates: db.prepare<
-        [number, number, string, number],
-        Omit<RevisionPruneRow, 'current' | 'decided' | 'ran'> & {
-          current: number;
-          decided: number;
-          ran: number;
-        }
-      >(
-        `SELECT r.id, r.proposal_id, r.number, r.created_at,
-                r.id = p.current_revision_id AS current,
-                EXISTS (SELECT 1 FROM reviews v WHERE v.revision_id = r.id) AS decided,
-                EXISTS (SELECT 1 FROM tasks t WHERE t.revision_id = r.id) AS ran
-           FROM revisions r JOIN proposals p ON p.id = r.proposal_id
-          WHERE r.created_at < ? AND (r.created_at, r.id) > (?, ?)
-          ORDER BY r.created_at, r.id LIMIT ?`,
-      ),
-      abandoned: db.prepare<[number, string, number], ProposalRecord>(
-        `SELECT * FROM proposals p
-          WHERE p.state IN ('CANCELLED', 'EXPIRED') AND p.updated_at < ? AND p.id > ?
-            AND NOT EXISTS (SELECT 1 FROM reviews v WHERE v.proposal_id = p.id)
-            AND NOT EXISTS (SELECT 1 FROM tasks t WHERE t.proposal_id = p.id)
-          ORDER BY p.id LIMIT ?`,
-      ),
-      deleteRevision: db.prepare('DELETE FROM revisions WHERE id = ?'),
-      deleteRevisionsOf: db.prepare('DELETE FROM revisions WHERE proposal_id = ?'),
-      deleteProposal: db.prepare('DELETE FROM proposals WHERE id = ?'),
-      expired: db.prepare<[number, number], ProposalRecord>(
-        'SELECT * FROM proposals WHERE expires_at IS NOT NULL AND expires_at <= ? ORDER BY expires_at LIMIT ?',
-      ),
+      ...proposalStatements(db),
+      ...revisionStatements(db),
+      ...reviewStatements(db),
+      ...pruningStatements(db),
     };
   }
 

@@ -1,6 +1,7 @@
 import { AuditRepo } from './audit-repo.js';
 import { BlobsRepo } from './blobs-repo.js';
 import { type Db, openDb } from './db.js';
+import { EscalationsRepo } from './escalations-repo.js';
 import { GrantsRepo } from './grants-repo.js';
 import { IdempotencyRepo } from './idempotency-repo.js';
 import { LeasesRepo } from './leases-repo.js';
@@ -32,7 +33,9 @@ export class Store {
   readonly qualifications: QualificationRepo;
   readonly blobs: BlobsRepo;
   readonly grants: GrantsRepo;
+  readonly escalations: EscalationsRepo;
   private pending: Array<() => void> = [];
+  private atEnd: Array<() => void> = [];
   private depth = 0;
   /**
    * Called with a description whenever a write fails for lack of space or a failing disk (the storage
@@ -53,6 +56,7 @@ export class Store {
     this.qualifications = new QualificationRepo(db);
     this.blobs = new BlobsRepo(db);
     this.grants = new GrantsRepo(db);
+    this.escalations = new EscalationsRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */
@@ -71,6 +75,7 @@ export class Store {
       this.depth--;
       // Callbacks registered by the part that rolled back must never run.
       this.pending.length = mark;
+      this.runAtEnd();
       // SQLITE_FULL / I/O errors become a retryable UNAVAILABLE at every edge (issue 10, row 4).
       if (isStorageWriteError(err)) {
         const detail = describeStorageError(err);
@@ -85,7 +90,31 @@ export class Store {
       this.pending = [];
       for (const cb of callbacks) cb();
     }
+    this.runAtEnd();
     return result;
+  }
+
+  /**
+   * Runs `cb` in a transaction of its own once the outermost transaction ends, committed or rolled
+   * back: for a record that must outlive a refusal (an agent reviewer's approval refused with
+   * NEEDS_PERSON still flags the proposal for a person, issue 23 §2). Runs now if none is open.
+   */
+  afterOutermost(cb: () => void): void {
+    if (this.depth === 0) this.transaction(cb);
+    else this.atEnd.push(cb);
+  }
+
+  private runAtEnd(): void {
+    if (this.depth !== 0 || this.atEnd.length === 0) return;
+    const callbacks = this.atEnd;
+    this.atEnd = [];
+    for (const cb of callbacks) {
+      try {
+        this.transaction(cb);
+      } catch {
+        // The refusal that registered it stands either way; only its trace is lost (a full disk).
+      }
+    }
   }
 
   /** Defers `cb` until the current outermost transaction commits (runs now if none is open). */

@@ -27,6 +27,9 @@ function loggingSpec(seconds: number) {
   });
 }
 
+/** Words an absent value would print if a view rendered it as is (issue 23: the review pane said "null"). */
+const ABSENT_WORDS = /null|undefined|NaN/;
+
 const card = (index: number, state?: string) =>
   `[data-card="${SIM_WORKER}/${index}"]${state ? `[data-state="${state}"]` : ''}`;
 
@@ -77,7 +80,14 @@ describe('dashboard', () => {
       expect(res.headers.get('www-authenticate')).toMatch(/^Bearer/);
     }
     // The page and its assets are public and carry no data.
-    for (const path of ['/', '/assets/app.js', '/assets/api.js', '/assets/render.js', '/assets/style.css']) {
+    for (const path of [
+      '/',
+      '/assets/app.js',
+      '/assets/api.js',
+      '/assets/render.js',
+      '/assets/dom.js',
+      '/assets/style.css',
+    ]) {
       const res = await anonymous.get(path);
       expect({ path, status: res.status }).toEqual({ path, status: 200 });
       expect(String(res.body)).not.toContain(SIM_WORKER);
@@ -168,6 +178,7 @@ describe('dashboard', () => {
     await page.locator(card(0, 'AVAILABLE')).waitFor({ timeout: 30_000 });
     await expect.poll(() => page.textContent('[data-stream="stdout"]'), BOUND).toContain('step 3/3 done');
     await page.screenshot({ path: join(RESULTS, 'dashboard-after.png'), fullPage: true });
+    expect(await page.locator('#dashboard').textContent()).not.toMatch(ABSENT_WORDS);
   });
 
   it('shows review errors as the API words them, and signing out forgets the token', async () => {
@@ -185,6 +196,10 @@ describe('dashboard', () => {
     const review = page.locator(`[data-proposal="${created.body.proposal_id}"]`);
     await review.waitFor(BOUND);
     expect(await review.locator('.badge', { hasText: 'yours' }).count()).toBe(1);
+    // A first revision with no inputs and no decided base: the pane shows no absent value as a word.
+    await review.locator('summary', { hasText: 'Spec, findings and changes' }).click();
+    await review.locator('.revision pre.spec').waitFor(BOUND);
+    expect(await review.textContent()).not.toMatch(ABSENT_WORDS);
     await expect.poll(() => page.textContent('#qualifications'), BOUND).toContain('shown to operators');
     await review.locator('textarea').fill('Looks fine to me.');
     await review.getByRole('button', { name: 'Approve' }).click();
@@ -249,6 +264,7 @@ describe('dashboard', () => {
     expect(await change.locator('[data-op="del"]').textContent()).toBe('-VERSION = 1');
     expect(await change.locator('[data-op="add"]').textContent()).toBe('+VERSION = 2');
     expect(await review.locator('.diff-base').textContent()).toContain('since revision 2');
+    expect(await review.textContent()).not.toMatch(ABSENT_WORDS);
     await signOut();
   });
 

@@ -108,6 +108,9 @@ describe('gpu-broker start', () => {
     );
     expect(banner).not.toContain('SSL_CERT_FILE');
     expect(banner).toContain('npx gpu-broker review list');
+    expect(banner).toContain(
+      `dashboard:       ${started!.url}/ (sign in with the contents of a token file above)`,
+    );
     expect(banner).not.toMatch(/[^x] gpu-broker (review|mcp-stdio)/);
     expect(task.state).toBe('COMPLETED');
     expect(task.simulated).toBe(true);
@@ -145,6 +148,45 @@ describe('gpu-broker start', () => {
     const banner = started.stderr();
     expect(banner).toMatch(/may run:\s+the bundled qualification workload \(\S+ qualify\.py, pinned\)\n/);
     expect(banner).toContain('UNISOLATED');
+  });
+
+  it('a starter written while UNISOLATED follows the machine once bubblewrap works; an edited one is kept', async () => {
+    // Issue 23, item 4.1: "install bubblewrap and restart" must make python3 allowed.
+    const dataDir = makeTempDir('start');
+    const configFile = join(dataDir, 'config.json');
+    const startOnce = async (args: string[]) => {
+      started = await spawnMaster(dataDir, ['--gpus', 'sim:1', ...args], { command: 'start', config: null });
+      const banner = started.stderr();
+      await started.stop();
+      started = null;
+      return banner;
+    };
+    await startOnce(['--isolation', 'none']);
+    expect(JSON.parse(readFileSync(configFile, 'utf8')).policy.executables).toEqual([]);
+
+    const sandboxed = await startOnce([]);
+    expect(sandboxed).toContain(
+      `config:          ${configFile} (starter config, rewritten: tasks are sandboxed now`,
+    );
+    expect(sandboxed).toMatch(/may run:\s+\/usr\/bin\/python3, \/bin\/sh, the bundled/);
+    expect(JSON.parse(readFileSync(configFile, 'utf8')).policy.executables).toEqual([
+      { path: '/usr/bin/python3' },
+      { path: '/bin/sh' },
+    ]);
+    // Unchanged machine, unchanged file: kept, nothing rewritten. GPU_BROKER_LOG_LEVEL applies to start.
+    process.env['GPU_BROKER_LOG_LEVEL'] = 'warn';
+    const quiet = await startOnce([]).finally(() => delete process.env['GPU_BROKER_LOG_LEVEL']);
+    expect(quiet).toContain('(starter config from an earlier start)');
+    expect(quiet).not.toContain('Server listening');
+
+    // The operator's edit is theirs: kept whatever the sandbox, and the banner says what could be allowed.
+    const edited = `${JSON.stringify({ policy: { executables: [{ path: '/usr/bin/python3' }] } })}\n`;
+    writeFileSync(configFile, edited);
+    expect(await startOnce(['--isolation', 'none'])).toContain('(edited by you, kept as it is)');
+    const after = await startOnce([]);
+    expect(readFileSync(configFile, 'utf8')).toBe(edited);
+    expect(after).toMatch(/could allow:\s+\/bin\/sh \(tasks are sandboxed now\)/);
+    expect(after).toMatch(/may run:\s+\/usr\/bin\/python3, the bundled/);
   });
 });
 

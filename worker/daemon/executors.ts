@@ -6,6 +6,7 @@ import type { ExecutionManager } from '../executions/manager.js';
 import type { OutboxSender } from '../link/outbox.js';
 import { type ExecutorOptions, startExecution } from '../local/executor.js';
 import { recoverUnfinished } from '../local/recovery.js';
+import { sweepStale } from '../sandbox/sweep-stale.js';
 import type { SlurmExecutionOptions } from '../slurm/backend.js';
 import { startSlurmExecution } from '../slurm/executor.js';
 import { startSlurmUpkeep } from '../slurm/recovery.js';
@@ -91,6 +92,18 @@ export interface BackendBinding {
   startUpkeep(executions: ExecutionManager, signal: AbortSignal): { recovery: Promise<void>; stop(): void };
 }
 
+/** What a crashed process left (sandbox/sweep-stale.ts), swept once recovery has stopped its executions. */
+async function sweepAfterCrash(ctx: BindingContext): Promise<void> {
+  const sandbox = ctx.opts.sandbox;
+  await sweepStale({
+    cgroups: sandbox?.kind === 'bwrap' ? (sandbox.cgroups ?? null) : null,
+    executionsDir: ctx.executionsDir,
+    known: (id) => ctx.store.getExecution(id) !== null,
+    running: () => new Set(ctx.store.listUnfinishedExecutions().map((e) => e.execution_id)),
+    logger: ctx.logger,
+  }).catch((err: unknown) => ctx.logger.warn({ err }, 'worker: sweeping stale task cgroups and dirs failed'));
+}
+
 /** Binds the Executor port and the backend's upkeep: Slurm jobs with `--backend slurm`, else this host. */
 export function bindBackend(ctx: BindingContext): BackendBinding {
   const { opts, clock, store, outbox, logger } = ctx;
@@ -122,7 +135,7 @@ export function bindBackend(ctx: BindingContext): BackendBinding {
           clock,
           ...(opts.containers === undefined ? {} : { containers: opts.containers.setup }),
           ...(opts.cleanupPollMs === undefined ? {} : { pollMs: opts.cleanupPollMs }),
-        }),
+        }).then(() => sweepAfterCrash(ctx)),
         stop: () => undefined,
       }),
     };

@@ -10,7 +10,7 @@ import { DEFAULT_EXECUTION_RETENTION, pruneExecutionDirs } from '../executions/d
 import { ExecutionManager } from '../executions/manager.js';
 import type { WorkerConnection } from '../link/connection.js';
 import { connectForever, workerConnectUrl } from '../link/connection.js';
-import { OutboxSender } from '../link/outbox.js';
+import { OutboxSender, type OutboxTransport } from '../link/outbox.js';
 import { SamplingLoop } from '../samplers/loop.js';
 import { type LocalStore, openLocalStore } from '../store/local-store.js';
 import { InputCache } from '../task-io/input-cache.js';
@@ -19,7 +19,7 @@ import type { InputSource } from '../task-io/inputs.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import { type BackendBinding, bindBackend } from './executors.js';
 import { buildHello, type HelloMessage, packageVersion } from './hello.js';
-import { MasterInbox } from './inbound.js';
+import { type InboxLink, MasterInbox } from './inbound.js';
 import type { RunningWorker, WorkerOptions } from './options.js';
 
 // The CLI and the test harnesses import these from here; re-exported so the split changes no importer.
@@ -251,32 +251,10 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const store = openWorkerStore(opts, log, clock);
 
   let conn: WorkerConnection | null = null;
-  const outbox = new OutboxSender(
-    store,
-    bootId,
-    { send: (text) => conn?.send(text) ?? false, bufferedAmount: () => conn?.bufferedAmount() ?? 0 },
-    log,
-    clock,
-  );
+  const ports = linkPorts(() => conn);
+  const outbox = new OutboxSender(store, bootId, ports.transport, log, clock);
   const sampling = samplingLoop(opts, store, outbox, clock, log);
-  // The Executor port's binding (daemon/executors.ts): Slurm jobs with `--backend slurm`, else this host.
-  const binding = bindBackend({
-    opts,
-    executionsDir: join(opts.dataDir, 'executions'),
-    clock,
-    inputs: taskInputs(opts, clock),
-    store,
-    outbox,
-    logger: log,
-  });
-  const executions = new ExecutionManager({
-    store,
-    outbox,
-    logger: log,
-    sampler: opts.sampler,
-    latestCards: () => sampling.latestCards(),
-    executor: binding.executor,
-  });
+  const { binding, executions } = bindExecutions(opts, store, outbox, sampling, clock, log);
   logSandbox(opts, log);
 
   // 2. what the previous process left behind (and, on a Slurm worker, fencing: slurm/recovery.ts)
@@ -295,13 +273,7 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
     executions,
     sampling,
     logger: log,
-    link: {
-      send: (message: WorkerMessage) => {
-        conn?.send(JSON.stringify(message));
-      },
-      resetBackoff: () => conn?.resetBackoff(),
-      drop: (reason) => conn?.drop(reason),
-    },
+    link: ports.link,
     hello,
     welcomeTimeoutMs: opts.welcomeTimeoutMs ?? DEFAULT_WELCOME_TIMEOUT_MS,
   });
@@ -322,6 +294,55 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
       return closing;
     },
   };
+}
+
+/** The outbox's and the inbox's view of the link: whichever socket is current, or none. */
+function linkPorts(conn: () => WorkerConnection | null): { transport: OutboxTransport; link: InboxLink } {
+  return {
+    transport: {
+      send: (text) => conn()?.send(text) ?? false,
+      bufferedAmount: () => conn()?.bufferedAmount() ?? 0,
+    },
+    link: {
+      send: (message: WorkerMessage) => {
+        conn()?.send(JSON.stringify(message));
+      },
+      resetBackoff: () => conn()?.resetBackoff(),
+      drop: (reason) => conn()?.drop(reason),
+    },
+  };
+}
+
+/**
+ * The executions, on the Executor port's binding (daemon/executors.ts): Slurm jobs with
+ * `--backend slurm`, else this host.
+ */
+function bindExecutions(
+  opts: WorkerOptions,
+  store: LocalStore,
+  outbox: OutboxSender,
+  sampling: SamplingLoop,
+  clock: Clock,
+  log: Logger,
+): { binding: BackendBinding; executions: ExecutionManager } {
+  const binding = bindBackend({
+    opts,
+    executionsDir: join(opts.dataDir, 'executions'),
+    clock,
+    inputs: taskInputs(opts, clock),
+    store,
+    outbox,
+    logger: log,
+  });
+  const executions = new ExecutionManager({
+    store,
+    outbox,
+    logger: log,
+    sampler: opts.sampler,
+    latestCards: () => sampling.latestCards(),
+    executor: binding.executor,
+  });
+  return { binding, executions };
 }
 
 function sleep(ms: number): Promise<void> {

@@ -20,7 +20,7 @@ import type {
   Executor,
 } from './executor.js';
 import { pinsProblem } from './pin-check.js';
-import { joinDetail, phaseBody } from './reports.js';
+import { exitSummary, finalSummary, outputBody, phaseBody } from './reports.js';
 
 /**
  * What the worker does with `assign`, `cancel` and `query` (docs/worker-protocol.md), and how a running
@@ -262,7 +262,7 @@ export class ExecutionManager {
     from: 'accepted' | 'started' | 'exited' = 'accepted',
     begin: (hooks: ExecutionHooks) => ExecutionHandle = (hooks) => this.deps.executor.start(plan, hooks),
   ): void {
-    const { store, outbox, logger } = this.deps;
+    const { outbox, logger } = this.deps;
     const id = plan.execution_id;
     const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
     // Logs take the log lane (link/log-lane.ts): a seq only at their fair turn, behind no report.
@@ -282,77 +282,6 @@ export class ExecutionManager {
       },
       ...(check === undefined ? {} : { checkCardsClean: check }),
     });
-    const onStarted = (pid: number | null) => {
-      if (pid === null) return;
-      logger.info({ execution_id: id, pgid: pid }, 'worker: execution started');
-      store.transaction(() => {
-        store.setExecutionPgid(id, pid);
-        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
-      });
-      phase = 'started';
-    };
-    const onExited = (exit: ExecutionExit) => {
-      // A resumed run whose exit the previous worker process recorded (and queued, outputs first):
-      // only its cleanup receipt is left to report.
-      if (phase === 'exited') return;
-      const stopped = entry.stopping && exit.failure_reason === 'CANCELLED';
-      const result: ExecutionSummary = {
-        exit_code: exit.exit_code,
-        signal: exit.signal,
-        failure_reason: stopped ? 'WORKER_LOST' : exit.failure_reason,
-        outputs: exit.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
-        ...optionalDetail(
-          joinDetail([
-            stopped ? 'the worker stopped while the task ran' : undefined,
-            exit.setup_error,
-            ...(exit.limits_detail ?? []),
-            ...exit.output_errors,
-            ...exit.log_errors,
-          ]),
-        ),
-      };
-      logger.info(
-        { execution_id: id, ...result, outputs: result.outputs.length },
-        'worker: execution exited',
-      );
-      store.transaction(() => {
-        // An ordinary task's log goes ahead of its exit; a flood's tail keeps its turns (log-lane.ts).
-        outbox.enqueueLogsBeforeExit(id);
-        // Outputs first: when the master sees `exited`, every output it lists has already arrived.
-        for (const o of exit.outputs) {
-          outbox.enqueue({
-            type: 'output',
-            execution_id: id,
-            lease_epoch: plan.lease_epoch,
-            path: o.path,
-            size: o.size,
-            sha256: o.sha256,
-            content_base64: o.content.toString('base64'),
-          });
-        }
-        outbox.enqueue(phaseBody(store.moveExecution(id, phase, 'exited', result)));
-      });
-      phase = 'exited';
-    };
-    const onDone = (done: ExecutionResult) => {
-      const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
-      // The exit as reported (with WORKER_LOST on a stop), falling back to the executor's own.
-      const exit: ExecutionSummary = store.getExecution(id)?.result ?? {
-        exit_code: done.exit_code,
-        signal: done.signal,
-        failure_reason: done.failure_reason,
-        outputs: done.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
-      };
-      const result: ExecutionSummary = { ...exit, cleaned: done.cleaned, detail: done.cleanup_detail };
-      (done.cleaned ? logger.info : logger.error).call(
-        logger,
-        { execution_id: id, detail: done.cleanup_detail },
-        `worker: execution ${final}`,
-      );
-      // From `exited` only: when that report could not be recorded, the record stays unfinished and
-      // the next worker process reports it, rather than jumping over `exited` here.
-      outbox.enqueue(phaseBody(store.moveExecution(id, phase, final, result)));
-    };
     const failed = (step: string) => (err: unknown) => {
       // Only a store or outbox failure lands here (e.g. the store closed mid-shutdown); the record
       // stays unfinished and the next worker process reports it.
@@ -360,6 +289,23 @@ export class ExecutionManager {
         { execution_id: id, step, err: (err as Error)?.message },
         'worker: could not record a phase',
       );
+    };
+    const onStarted = (pid: number | null) => {
+      if (pid === null) return;
+      this.reportStarted(id, pid);
+      phase = 'started';
+    };
+    const onExited = (exit: ExecutionExit) => {
+      // A resumed run whose exit the previous worker process recorded (and queued, outputs first):
+      // only its cleanup receipt is left to report.
+      if (phase === 'exited') return;
+      this.reportExit(
+        plan,
+        phase,
+        exitSummary(exit, entry.stopping && exit.failure_reason === 'CANCELLED'),
+        exit,
+      );
+      phase = 'exited';
     };
     const exitReported = handle.started
       .then(onStarted)
@@ -369,11 +315,54 @@ export class ExecutionManager {
       .catch(failed('exited'));
     const settled = exitReported
       .then(() => handle.done)
-      .then(onDone)
+      .then((done) => this.reportDone(id, phase, done))
       .catch(failed('done'))
       .finally(() => this.running.delete(id));
     const entry: Running = { handle, stopping: false, exitReported, settled };
     this.running.set(id, entry);
+  }
+
+  private reportStarted(id: string, pgid: number): void {
+    const { store, outbox, logger } = this.deps;
+    logger.info({ execution_id: id, pgid }, 'worker: execution started');
+    store.transaction(() => {
+      store.setExecutionPgid(id, pgid);
+      outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+    });
+  }
+
+  /** Queues the run's logs, its outputs and then `exited`, in one transaction. */
+  private reportExit(
+    plan: ExecutionPlan,
+    from: 'accepted' | 'started',
+    result: ExecutionSummary,
+    exit: ExecutionExit,
+  ): void {
+    const { store, outbox, logger } = this.deps;
+    const id = plan.execution_id;
+    logger.info({ execution_id: id, ...result, outputs: result.outputs.length }, 'worker: execution exited');
+    store.transaction(() => {
+      // An ordinary task's log goes ahead of its exit; a flood's tail keeps its turns (log-lane.ts).
+      outbox.enqueueLogsBeforeExit(id);
+      // Outputs first: when the master sees `exited`, every output it lists has already arrived.
+      for (const o of exit.outputs) outbox.enqueue(outputBody(plan, o));
+      outbox.enqueue(phaseBody(store.moveExecution(id, from, 'exited', result)));
+    });
+  }
+
+  /** The cleanup receipt: `cleaned`, or `cleanup_failed` when the executor could not confirm it. */
+  private reportDone(id: string, from: 'accepted' | 'started' | 'exited', done: ExecutionResult): void {
+    const { store, outbox, logger } = this.deps;
+    const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
+    const result = finalSummary(done, store.getExecution(id)?.result);
+    (done.cleaned ? logger.info : logger.error).call(
+      logger,
+      { execution_id: id, detail: done.cleanup_detail },
+      `worker: execution ${final}`,
+    );
+    // From `exited` only: when that report could not be recorded, the record stays unfinished and
+    // the next worker process reports it, rather than jumping over `exited` here.
+    outbox.enqueue(phaseBody(store.moveExecution(id, from, final, result)));
   }
 }
 
@@ -381,10 +370,6 @@ function unknownExecution(executionId: string): Handled {
   return {
     error: { code: 'UNKNOWN_EXECUTION', message: `execution ${executionId} is not known to this worker` },
   };
-}
-
-function optionalDetail(detail: string | undefined): { detail?: string } {
-  return detail === undefined ? {} : { detail };
 }
 
 /**

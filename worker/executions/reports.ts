@@ -1,6 +1,8 @@
 import type { ExecutionPhase, ExecutionPlan, SlurmJobReport } from '../../src/contracts/worker-protocol.js';
 import type { OutgoingBody } from '../link/outbox.js';
 import type { ExecutionSummary } from '../store/local-store.js';
+import type { CollectedOutput } from '../task-io/outputs.js';
+import type { ExecutionExit, ExecutionResult } from './executor.js';
 
 /**
  * How the worker reports an execution's phase: one builder, so a first report and a re-report (after a
@@ -42,10 +44,66 @@ export function phaseBody(record: {
   };
 }
 
+/** The `output` message carrying one collected output file of `plan`'s execution. */
+export function outputBody(plan: ExecutionPlan, o: CollectedOutput): OutgoingBody {
+  return {
+    type: 'output',
+    execution_id: plan.execution_id,
+    lease_epoch: plan.lease_epoch,
+    path: o.path,
+    size: o.size,
+    sha256: o.sha256,
+    content_base64: o.content.toString('base64'),
+  };
+}
+
 /** Joins the non-empty parts into one detail line, clipped to the protocol's limit. */
 export function joinDetail(parts: ReadonlyArray<string | undefined | null>): string | undefined {
   const text = parts.filter((p): p is string => typeof p === 'string' && p !== '').join('; ');
   return text === '' ? undefined : clipDetail(text);
+}
+
+/**
+ * What an `exited` report records of the executor's exit. `stopped`: the worker itself stopped the task
+ * (clean shutdown), so a CANCELLED exit reads WORKER_LOST.
+ */
+export function exitSummary(exit: ExecutionExit, stopped: boolean): ExecutionSummary {
+  return {
+    exit_code: exit.exit_code,
+    signal: exit.signal,
+    failure_reason: stopped ? 'WORKER_LOST' : exit.failure_reason,
+    outputs: exit.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
+    ...optionalDetail(
+      joinDetail([
+        stopped ? 'the worker stopped while the task ran' : undefined,
+        exit.setup_error,
+        ...(exit.limits_detail ?? []),
+        ...exit.output_errors,
+        ...exit.log_errors,
+      ]),
+    ),
+  };
+}
+
+/**
+ * What the final report (cleaned / cleanup_failed) records: the exit as reported (`reported`, with
+ * WORKER_LOST on a stop), falling back to the executor's own, plus the cleanup receipt.
+ */
+export function finalSummary(
+  done: ExecutionResult,
+  reported: ExecutionSummary | null | undefined,
+): ExecutionSummary {
+  const exit: ExecutionSummary = reported ?? {
+    exit_code: done.exit_code,
+    signal: done.signal,
+    failure_reason: done.failure_reason,
+    outputs: done.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
+  };
+  return { ...exit, cleaned: done.cleaned, detail: done.cleanup_detail };
+}
+
+function optionalDetail(detail: string | undefined): { detail?: string } {
+  return detail === undefined ? {} : { detail };
 }
 
 function clipDetail(text: string): string {

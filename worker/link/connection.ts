@@ -117,20 +117,181 @@ function isLoopbackHost(host: string): boolean {
   return h === 'localhost' || h === '::1' || /^127\.\d+\.\d+\.\d+$/.test(h);
 }
 
+/** The delays and the ping interval of one link, defaults filled in. */
+interface LinkTiming {
+  readonly initialMs: number;
+  readonly maxMs: number;
+  readonly refusedMs: number;
+  readonly unavailableMs: number;
+  readonly pingMs: number;
+}
+
+function linkTiming(opts: ConnectionOptions): LinkTiming {
+  return {
+    initialMs: opts.backoff?.initialMs ?? DEFAULT_INITIAL_MS,
+    maxMs: opts.backoff?.maxMs ?? DEFAULT_MAX_MS,
+    refusedMs: opts.backoff?.refusedMs ?? DEFAULT_REFUSED_MS,
+    unavailableMs: opts.backoff?.unavailableMs ?? DEFAULT_UNAVAILABLE_MS,
+    pingMs: opts.pingIntervalMs ?? DEFAULT_PING_MS,
+  };
+}
+
+/**
+ * The delay before the next attempt, by why the last one ended (before jitter), and the next doubling
+ * delay: a refused handshake waits `refusedMs`, a master out of space `unavailableMs`, anything else the
+ * doubling backoff.
+ */
+function retryDelay(
+  timing: LinkTiming,
+  nextDelay: number,
+  refusedStatus: number | null,
+  closeCode: number | null,
+): { readonly delay: number; readonly nextDelay: number } {
+  if (refusedStatus !== null) return { delay: timing.refusedMs, nextDelay };
+  // Not doubled from the short initial delay: the welcome before the refusal reset the backoff.
+  if (closeCode === CLOSE_MASTER_UNAVAILABLE) return { delay: timing.unavailableMs, nextDelay };
+  return { delay: nextDelay, nextDelay: Math.min(timing.maxMs, nextDelay * 2) };
+}
+
+function openSocket(opts: ConnectionOptions): WebSocket {
+  return new WebSocket(opts.url, {
+    headers: { Authorization: `Bearer ${opts.token}` },
+    maxPayload: MAX_MESSAGE_BYTES,
+    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
+    perMessageDeflate: false,
+    ...(opts.ca === undefined ? {} : { ca: opts.ca }),
+  });
+}
+
+/** Logs a handshake the master answered with HTTP; returns the status when it refused the token. */
+function handshakeRefusal(res: IncomingMessage, opts: ConnectionOptions): number | null {
+  const status = res.statusCode ?? 0;
+  res.resume();
+  if (status === 401 || status === 403) {
+    opts.logger.error(
+      { status, url: opts.url },
+      `worker: the master refused the worker token (HTTP ${status}); check --token-file / GPU_BROKER_WORKER_TOKEN and that the token has the worker role for this worker id; retrying slowly`,
+    );
+    return status;
+  }
+  opts.logger.warn({ status, url: opts.url }, `worker: handshake refused with HTTP ${status}`);
+  return null;
+}
+
+/**
+ * Pings the master every `pingMs` and drops the socket when a ping went unanswered. ws answers the
+ * master's pings by itself; our own pings find a master that vanished without a FIN (a half-open socket
+ * would otherwise look connected for ever). Any message counts as an answer (`alive`).
+ */
+function keepAlive(ws: WebSocket, pingMs: number, log: Logger): { alive(): void; stop(): void } {
+  let pongSeen = true;
+  const timer = setInterval(() => {
+    if (!pongSeen) {
+      log.warn('worker: the master did not answer a ping; reconnecting');
+      ws.terminate();
+      return;
+    }
+    pongSeen = false;
+    ws.ping();
+  }, pingMs);
+  return {
+    alive: () => {
+      pongSeen = true;
+    },
+    stop: () => clearInterval(timer),
+  };
+}
+
+function logDisconnect(code: number, reason: Buffer, log: Logger): void {
+  if (code === CLOSE_MASTER_UNAVAILABLE)
+    log.warn(
+      { code, reason: reason.toString('utf8') },
+      'worker: the master cannot store our messages now (out of disk space); they stay in the outbox and are resent after a delay',
+    );
+  else log.info({ code, reason: reason.toString('utf8') }, 'worker: disconnected from the master');
+}
+
+/** Closes `ws` politely (terminates one still connecting); gives up waiting after CLOSE_WAIT_MS. */
+function closeSocket(ws: WebSocket): Promise<void> {
+  return new Promise<void>((resolve) => {
+    const timer = setTimeout(() => {
+      ws.terminate();
+      resolve();
+    }, CLOSE_WAIT_MS);
+    ws.once('close', () => {
+      clearTimeout(timer);
+      resolve();
+    });
+    if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
+    else ws.close(1001, 'worker stopping');
+  });
+}
+
+/** What one socket's life tells the link that dialled it. */
+interface SocketHooks {
+  /** Whether `close()` was called on the link. */
+  isClosed(): boolean;
+  /** The socket opened; called before `opts.onOpen`. */
+  opened(): void;
+  /** The socket is gone: `wasOpen` when it had opened, `refusedStatus` when the master refused the token. */
+  gone(code: number, wasOpen: boolean, refusedStatus: number | null): void;
+}
+
+/** Follows one socket from handshake to close: logs, keeps it alive, hands messages to the daemon. */
+function watchSocket(
+  ws: WebSocket,
+  opts: ConnectionOptions,
+  timing: LinkTiming,
+  attempt: number,
+  hooks: SocketHooks,
+): void {
+  const log = opts.logger;
+  let refusedStatus: number | null = null;
+  let opened = false;
+  let ping: ReturnType<typeof keepAlive> | undefined;
+
+  ws.on('unexpected-response', (_req, res: IncomingMessage) => {
+    refusedStatus = handshakeRefusal(res, opts);
+    ws.terminate();
+  });
+  ws.on('open', () => {
+    if (hooks.isClosed()) {
+      ws.close(1001, 'worker stopping');
+      return;
+    }
+    opened = true;
+    hooks.opened();
+    log.info({ url: opts.url, attempt }, 'worker: connected to the master');
+    ping = keepAlive(ws, timing.pingMs, log);
+    opts.onOpen();
+  });
+  ws.on('pong', () => ping?.alive());
+  ws.on('message', (data) => {
+    ping?.alive();
+    // A binary frame is decoded like text: the daemon answers what it cannot parse with an error.
+    opts.onMessage(rawToText(data));
+  });
+  ws.on('error', (err) => {
+    if (refusedStatus === null && !hooks.isClosed())
+      log.warn({ err: err.message, url: opts.url }, 'worker: connection error');
+  });
+  ws.on('close', (code, reason) => {
+    ping?.stop();
+    if (opened) logDisconnect(code, reason, log);
+    hooks.gone(code, opened, refusedStatus);
+  });
+}
+
 /** Starts dialling at once and keeps a socket up until `close()`; see the module comment. */
 export function connectForever(opts: ConnectionOptions): WorkerConnection {
-  const initialMs = opts.backoff?.initialMs ?? DEFAULT_INITIAL_MS;
-  const maxMs = opts.backoff?.maxMs ?? DEFAULT_MAX_MS;
-  const refusedMs = opts.backoff?.refusedMs ?? DEFAULT_REFUSED_MS;
-  const unavailableMs = opts.backoff?.unavailableMs ?? DEFAULT_UNAVAILABLE_MS;
-  const pingMs = opts.pingIntervalMs ?? DEFAULT_PING_MS;
+  const timing = linkTiming(opts);
   const random = opts.random ?? Math.random;
   const log = opts.logger;
 
   let socket: WebSocket | null = null;
   let open = false;
   let closed = false;
-  let nextDelay = initialMs;
+  let nextDelay = timing.initialMs;
   let retryTimer: NodeJS.Timeout | undefined;
   let attempt = 0;
 
@@ -138,16 +299,9 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
 
   const scheduleRetry = (refusedStatus: number | null, closeCode: number | null) => {
     if (closed) return;
-    let delay: number;
-    if (refusedStatus !== null) {
-      delay = jitter(refusedMs);
-    } else if (closeCode === CLOSE_MASTER_UNAVAILABLE) {
-      // Not doubled from the short initial delay: the welcome before the refusal reset the backoff.
-      delay = jitter(unavailableMs);
-    } else {
-      delay = jitter(nextDelay);
-      nextDelay = Math.min(maxMs, nextDelay * 2);
-    }
+    const next = retryDelay(timing, nextDelay, refusedStatus, closeCode);
+    const delay = jitter(next.delay);
+    nextDelay = next.nextDelay;
     log.debug({ delay_ms: delay }, 'worker: reconnecting after a delay');
     retryTimer = setTimeout(dial, delay);
   };
@@ -155,80 +309,21 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
   function dial(): void {
     if (closed) return;
     attempt += 1;
-    const ws = new WebSocket(opts.url, {
-      headers: { Authorization: `Bearer ${opts.token}` },
-      maxPayload: MAX_MESSAGE_BYTES,
-      handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
-      perMessageDeflate: false,
-      ...(opts.ca === undefined ? {} : { ca: opts.ca }),
-    });
+    const ws = openSocket(opts);
     socket = ws;
-    let refusedStatus: number | null = null;
-    let opened = false;
-    let pongSeen = true;
-    let pingTimer: NodeJS.Timeout | undefined;
-
-    ws.on('unexpected-response', (_req, res: IncomingMessage) => {
-      const status = res.statusCode ?? 0;
-      res.resume();
-      if (status === 401 || status === 403) {
-        refusedStatus = status;
-        log.error(
-          { status, url: opts.url },
-          `worker: the master refused the worker token (HTTP ${status}); check --token-file / GPU_BROKER_WORKER_TOKEN and that the token has the worker role for this worker id; retrying slowly`,
-        );
-      } else {
-        log.warn({ status, url: opts.url }, `worker: handshake refused with HTTP ${status}`);
-      }
-      ws.terminate();
-    });
-    ws.on('open', () => {
-      if (closed) {
-        ws.close(1001, 'worker stopping');
-        return;
-      }
-      opened = true;
-      open = true;
-      log.info({ url: opts.url, attempt }, 'worker: connected to the master');
-      // ws answers the master's pings by itself; our own pings find a master that vanished without a
-      // FIN (a half-open socket would otherwise look connected for ever).
-      pingTimer = setInterval(() => {
-        if (!pongSeen) {
-          log.warn('worker: the master did not answer a ping; reconnecting');
-          ws.terminate();
-          return;
+    watchSocket(ws, opts, timing, attempt, {
+      isClosed: () => closed,
+      opened: () => {
+        open = true;
+      },
+      gone: (code, wasOpen, refusedStatus) => {
+        if (socket === ws) socket = null;
+        if (wasOpen) {
+          open = false;
+          opts.onClose();
         }
-        pongSeen = false;
-        ws.ping();
-      }, pingMs);
-      opts.onOpen();
-    });
-    ws.on('pong', () => {
-      pongSeen = true;
-    });
-    ws.on('message', (data) => {
-      pongSeen = true;
-      // A binary frame is decoded like text: the daemon answers what it cannot parse with an error.
-      opts.onMessage(rawToText(data));
-    });
-    ws.on('error', (err) => {
-      if (refusedStatus === null && !closed)
-        log.warn({ err: err.message, url: opts.url }, 'worker: connection error');
-    });
-    ws.on('close', (code, reason) => {
-      clearInterval(pingTimer);
-      if (socket === ws) socket = null;
-      if (opened) {
-        open = false;
-        if (code === CLOSE_MASTER_UNAVAILABLE)
-          log.warn(
-            { code, reason: reason.toString('utf8') },
-            'worker: the master cannot store our messages now (out of disk space); they stay in the outbox and are resent after a delay',
-          );
-        else log.info({ code, reason: reason.toString('utf8') }, 'worker: disconnected from the master');
-        opts.onClose();
-      }
-      scheduleRetry(refusedStatus, code);
+        scheduleRetry(refusedStatus, code);
+      },
     });
   }
 
@@ -248,25 +343,14 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
       socket.terminate();
     },
     resetBackoff() {
-      nextDelay = initialMs;
+      nextDelay = timing.initialMs;
     },
     async close() {
       closed = true;
       clearTimeout(retryTimer);
       const ws = socket;
       if (ws === null || ws.readyState === WebSocket.CLOSED) return;
-      await new Promise<void>((resolve) => {
-        const timer = setTimeout(() => {
-          ws.terminate();
-          resolve();
-        }, CLOSE_WAIT_MS);
-        ws.once('close', () => {
-          clearTimeout(timer);
-          resolve();
-        });
-        if (ws.readyState === WebSocket.CONNECTING) ws.terminate();
-        else ws.close(1001, 'worker stopping');
-      });
+      await closeSocket(ws);
     },
   };
 }

@@ -1,6 +1,7 @@
 import { execFile } from 'node:child_process';
 import type { ContainerSetup } from '../sandbox/container.js';
 import { labelledContainers } from '../sandbox/container.js';
+import type { TaskLimits } from '../sandbox/limits.js';
 import type { BoxSpawn, TaskBox } from './box.js';
 import { signalName } from './box.js';
 import type { GroupMember } from './process-group.js';
@@ -19,6 +20,8 @@ import { liveGroupMembers, signalGroup } from './process-group.js';
  *              an exited but not yet removed one counts); an engine that does not answer counts as a
  *              container still there, so a cleanup receipt is never given on a guess; after a kill,
  *              each container still listed is removed again;
+ *   limits     the engine's flags hold memory, pids and cpu; the worker watches the task dir and the
+ *              container's memory state as for a sandboxed task, and removes the task dir at dispose;
  *   exit       the client exits with the task's status, a signal death as 128 + the signal number, which
  *              is mapped back as for bwrap (125-127 are the engine's own errors and stay exit codes).
  */
@@ -31,6 +34,11 @@ export interface ContainerBoxOptions {
   readonly executionId: string;
   /** Seconds `stop` waits before the engine kills the container. */
   readonly graceSeconds: number;
+  /**
+   * The task's limits as the worker watches them (sandbox/limits.ts containerTaskLimits): the task dir's
+   * disk use and the container's memory state, then the task dir removed at dispose; null: none.
+   */
+  readonly limits?: TaskLimits | null;
 }
 
 /** The `container` box; see the module comment. */
@@ -72,7 +80,9 @@ export function containerBox(spawn: BoxSpawn, opts: ContainerBoxOptions): TaskBo
     },
     dispose: async () => {
       await engine(['rm', '--force', opts.name]);
+      await opts.limits?.release();
     },
+    ...(opts.limits === undefined || opts.limits === null ? {} : { limits: opts.limits }),
   };
 }
 

@@ -11,7 +11,9 @@ import {
   imageRunRef,
   inspectImage,
 } from '../sandbox/container.js';
+import { containerOomProbe } from '../sandbox/container-oom.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
+import { containerTaskLimits } from '../sandbox/limits.js';
 import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import type { TaskBox } from './box.js';
@@ -87,13 +89,30 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     network: plan.spec.network ?? 'none',
     user: req.user,
     limits: plan.limits ?? null,
+    holdOnOom: tasks.setup.holdOnOom === true,
     init: tasks.setup.init,
     argv: runtime.argv,
   });
   // The execution id in the client's own env lets recovery recognise its process group after a restart.
   const clientEnv = { ...tasks.setup.env, GPU_BROKER_EXECUTION_ID: plan.execution_id };
+  // The same watch and scratch removal as a sandboxed task's (sandbox/limits.ts); the engine holds the rest.
+  const limits =
+    plan.limits === undefined
+      ? null
+      : containerTaskLimits({
+          limits: plan.limits,
+          taskDir: req.taskDir,
+          engine: tasks.setup.engine,
+          underOom: containerOomProbe(tasks.setup, name),
+        });
   return containerBox(
     { command: tasks.setup.command, args, env: clientEnv },
-    { setup: tasks.setup, name, executionId: plan.execution_id, graceSeconds: plan.kill_grace_seconds },
+    {
+      setup: tasks.setup,
+      name,
+      executionId: plan.execution_id,
+      graceSeconds: plan.kill_grace_seconds,
+      limits,
+    },
   );
 }

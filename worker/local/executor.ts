@@ -14,7 +14,7 @@ import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
 import type { OomProbe } from './process-group.js';
 import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js';
-import { type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
+import { type LocalSetup, type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
 import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
 import { localVerdict } from './verdict.js';
 
@@ -132,6 +132,50 @@ class ExecutionRun {
   private async run(): Promise<ExecutionResult> {
     // 1. setup
     const execRoot = resolve(this.opts.rootDir, this.plan.execution_id);
+    const ready = await this.setup(execRoot);
+    if (!('setup' in ready)) return ready;
+    const { setup, oomProbe } = ready;
+    const box = setup.box;
+
+    // 2. spawn
+    const spawned = await this.spawnTask(box, execRoot);
+    if (typeof spawned === 'string') {
+      await box.dispose();
+      return this.neverStarted('SETUP_FAILED', spawned);
+    }
+    box.limits?.watch(() => box.kill());
+
+    // 3. time limit and cancel
+    this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
+    if (this.cancelRequested) this.beginKill('CANCELLED');
+
+    // 4. exit, then leftovers
+    const main = await this.awaitExit(spawned, box);
+
+    // 5. outputs and the verdict
+    const exited = await this.judge(main, box, execRoot, setup.owner, oomProbe);
+    this.resolveExited(exited);
+
+    // 6. cleanup receipt
+    const receipt = await awaitCleanup(box, {
+      checkCardsClean: this.opts.checkCardsClean,
+      pollMs: this.opts.cleanupPollMs ?? DEFAULT_CLEANUP_POLL_MS,
+      timeoutSeconds: this.plan.cleanup_timeout_seconds,
+      clock: this.clock,
+    });
+    await box.dispose();
+    // A uid goes back only once nothing of the task is left that could still act under it.
+    if (receipt.cleaned) releaseTaskUid(this.plan, this.opts);
+    return { ...exited, ...receipt };
+  }
+
+  /**
+   * Step 1: the execution's layout and box (setup.ts), and the OOM baseline; the result of a run that
+   * never started when setup failed or a cancel came first.
+   */
+  private async setup(
+    execRoot: string,
+  ): Promise<{ readonly setup: LocalSetup; readonly oomProbe: OomProbe | null } | ExecutionResult> {
     const setup = await setupExecution(this.plan, this.opts, execRoot);
     if (typeof setup === 'string') {
       // Nothing ran under the task's uid, so it can go back at once.
@@ -151,22 +195,18 @@ class ExecutionRun {
       await setup.box.dispose();
       return this.neverStarted('CANCELLED');
     }
+    return { setup, oomProbe };
+  }
 
-    // 2. spawn
-    const spawned = await this.spawnTask(setup.box, execRoot);
-    if (typeof spawned === 'string') {
-      await setup.box.dispose();
-      return this.neverStarted('SETUP_FAILED', spawned);
-    }
-    setup.box.limits?.watch(() => setup.box.kill());
-
-    // 3. time limit and cancel
-    this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
-    if (this.cancelRequested) this.beginKill('CANCELLED');
-
-    // 4. exit, then leftovers
+  /**
+   * Step 4: the main process's exit (as the box reports it), then whatever is left of the task is
+   * stopped within the rest of the grace, and the log pumps are drained.
+   */
+  private async awaitExit(
+    spawned: Spawned,
+    box: TaskBox,
+  ): Promise<{ code: number | null; signal: NodeJS.Signals | null; logErrors: string[] }> {
     const raw = await spawned.exit;
-    const box = setup.box;
     const { code, signal } = box.exitOf(raw.code, raw.signal);
     this.mainExited = true;
     clearTimeout(this.limitTimer);
@@ -177,10 +217,20 @@ class ExecutionRun {
         : Math.max(0, this.killDeadline - this.clock.now());
     await terminateLeftovers(box, graceMs, this.clock);
     const logErrors = await drainPumps(spawned.pumps);
+    return { code, signal, logErrors };
+  }
 
-    // 5. outputs and the verdict
+  /** Step 5: collects the outputs and decides the failure reason (verdict.ts). */
+  private async judge(
+    main: { code: number | null; signal: NodeJS.Signals | null; logErrors: string[] },
+    box: TaskBox,
+    execRoot: string,
+    owner: LocalSetup['owner'],
+    oomProbe: OomProbe | null,
+  ): Promise<ExecutionExit> {
+    const { code, signal } = main;
     const collection = await collectOutputs(
-      { base: execRoot, below: ['task', 'out'], owner: setup.owner },
+      { base: execRoot, below: ['task', 'out'], owner },
       this.plan.spec.outputs,
     );
     const oomKilled = signal === 'SIGKILL' && oomProbe !== null && (await oomCountRose(oomProbe));
@@ -194,28 +244,15 @@ class ExecutionRun {
       breach: breach?.reason ?? null,
       requiredMissing: collection.requiredMissing,
     });
-    const exited: ExecutionExit = {
+    return {
       exit_code: code,
       signal,
       failure_reason: failure,
       outputs: collection.outputs,
       output_errors: collection.errors,
-      log_errors: logErrors,
+      log_errors: main.logErrors,
       ...limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
     };
-    this.resolveExited(exited);
-
-    // 6. cleanup receipt
-    const receipt = await awaitCleanup(box, {
-      checkCardsClean: this.opts.checkCardsClean,
-      pollMs: this.opts.cleanupPollMs ?? DEFAULT_CLEANUP_POLL_MS,
-      timeoutSeconds: this.plan.cleanup_timeout_seconds,
-      clock: this.clock,
-    });
-    await box.dispose();
-    // A uid goes back only once nothing of the task is left that could still act under it.
-    if (receipt.cleaned) releaseTaskUid(this.plan, this.opts);
-    return { ...exited, ...receipt };
   }
 
   /**

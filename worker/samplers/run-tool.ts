@@ -1,4 +1,4 @@
-import { execFile } from 'node:child_process';
+import { type ExecFileException, execFile } from 'node:child_process';
 import { constants } from 'node:fs';
 import { access, stat } from 'node:fs/promises';
 import { delimiter, isAbsolute, join } from 'node:path';
@@ -55,17 +55,6 @@ export function runTool(file: string, args: readonly string[], options: ToolRunO
       clearTimeout(backstop);
       fn();
     };
-    const timedOut = (): SamplerError =>
-      new SamplerError(
-        'TOOL_TIMED_OUT',
-        `${file} did not answer within ${options.timeoutMs} ms and was killed`,
-        {
-          tool: file,
-          exitCode: null,
-          signal: 'SIGKILL',
-        },
-      );
-
     const child = execFile(
       file,
       [...args],
@@ -78,58 +67,62 @@ export function runTool(file: string, args: readonly string[], options: ToolRunO
         windowsHide: true,
       },
       (error, stdout, stderr) => {
-        if (!error) {
-          settle(() => resolve({ exitCode: 0, signal: null, stdout, stderr }));
-          return;
-        }
-        const code: unknown = (error as { code?: unknown }).code;
-        const killed = (error as { killed?: boolean }).killed === true;
-        const signal = (error as { signal?: string | null }).signal ?? null;
-        if (code === 'ENOENT' || code === 'EACCES' || code === 'ENOTDIR') {
-          settle(() =>
-            reject(
-              new SamplerError('TOOL_NOT_FOUND', `${file} cannot be run (${String(code)})`, {
-                tool: file,
-                exitCode: null,
-              }),
-            ),
-          );
-        } else if (code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER') {
-          settle(() =>
-            reject(
-              new SamplerError(
-                'OUTPUT_TOO_LARGE',
-                `${file} printed more than ${options.maxBufferBytes} bytes`,
-                {
-                  tool: file,
-                  exitCode: null,
-                },
-              ),
-            ),
-          );
-        } else if (killed && signal === 'SIGKILL') {
-          settle(() => reject(timedOut()));
-        } else if (typeof code === 'number' || signal !== null) {
-          const exitCode = typeof code === 'number' ? code : null;
-          settle(() => resolve({ exitCode, signal, stdout, stderr }));
-        } else {
-          settle(() =>
-            reject(
-              new SamplerError('TOOL_FAILED', `${file} could not be run: ${error.message}`, {
-                tool: file,
-                exitCode: null,
-              }),
-            ),
-          );
-        }
+        const outcome = toolOutcome(file, options, error, stdout, stderr);
+        settle(() => (outcome instanceof SamplerError ? reject(outcome) : resolve(outcome)));
       },
     );
     // execFile reports only once the pipes close; a grandchild holding them open would keep us waiting.
     const backstop = setTimeout(() => {
       child.kill('SIGKILL');
-      settle(() => reject(timedOut()));
+      settle(() => reject(timedOut(file, options)));
     }, options.timeoutMs + CLOSE_GRACE_MS);
   });
+}
+
+/**
+ * How a run that execFile reported ended: the result when the tool exited (zero, non-zero or by a
+ * signal), else the `SamplerError` that says why there is none.
+ */
+function toolOutcome(
+  file: string,
+  options: ToolRunOptions,
+  error: ExecFileException | null,
+  stdout: string,
+  stderr: string,
+): ToolResult | SamplerError {
+  if (!error) return { exitCode: 0, signal: null, stdout, stderr };
+  const code: unknown = (error as { code?: unknown }).code;
+  const killed = (error as { killed?: boolean }).killed === true;
+  const signal = (error as { signal?: string | null }).signal ?? null;
+  if (code === 'ENOENT' || code === 'EACCES' || code === 'ENOTDIR')
+    return new SamplerError('TOOL_NOT_FOUND', `${file} cannot be run (${String(code)})`, {
+      tool: file,
+      exitCode: null,
+    });
+  if (code === 'ERR_CHILD_PROCESS_STDIO_MAXBUFFER')
+    return new SamplerError('OUTPUT_TOO_LARGE', `${file} printed more than ${options.maxBufferBytes} bytes`, {
+      tool: file,
+      exitCode: null,
+    });
+  if (killed && signal === 'SIGKILL') return timedOut(file, options);
+  if (typeof code === 'number' || signal !== null)
+    return { exitCode: typeof code === 'number' ? code : null, signal, stdout, stderr };
+  return new SamplerError('TOOL_FAILED', `${file} could not be run: ${error.message}`, {
+    tool: file,
+    exitCode: null,
+  });
+}
+
+function timedOut(file: string, options: ToolRunOptions): SamplerError {
+  return new SamplerError(
+    'TOOL_TIMED_OUT',
+    `${file} did not answer within ${options.timeoutMs} ms and was killed`,
+    {
+      tool: file,
+      exitCode: null,
+      signal: 'SIGKILL',
+    },
+  );
 }
 
 /** The `TOOL_FAILED` error for a run that exited non-zero, quoting what the tool said. */

@@ -57,6 +57,10 @@ export interface CgroupHierarchy {
   readonly describe: string;
   /** Makes the task's cgroup `name` with `limits`; throws when the kernel refuses. */
   create(name: string, limits: CgroupLimits): Promise<TaskCgroup>;
+  /** The dirs the task cgroups are made in (`…/gpu-broker`): one on v2, one per controller on v1. */
+  readonly bases: readonly string[];
+  /** The task cgroup `name` as it is now (an earlier process's): to empty and remove it (sweep-stale.ts). */
+  adopt(name: string): TaskCgroup;
 }
 
 /** Where each needed controller lives, as found in mountinfo and /proc/self/cgroup. */
@@ -95,14 +99,21 @@ export function cgroupLayout(
   return { version: 1, memory: v1.memory!, pids: v1.pids!, cpu: v1.cpu! };
 }
 
-interface Mount {
+/** Whether memory is a cgroup v1 controller on this host (v1 or hybrid), from mountinfo text. Pure. */
+export function memoryIsV1(mountinfo: string): boolean {
+  return parseMountinfo(mountinfo).some(
+    (m) => m.fstype === 'cgroup' && m.superOptions.split(',').includes('memory'),
+  );
+}
+
+export interface Mount {
   readonly root: string;
   readonly point: string;
   readonly fstype: string;
   readonly superOptions: string;
 }
 
-function parseMountinfo(text: string): Mount[] {
+export function parseMountinfo(text: string): Mount[] {
   const out: Mount[] = [];
   for (const line of text.split('\n')) {
     const [left, right] = line.split(' - ');
@@ -120,7 +131,7 @@ function unescapeMount(s: string): string {
 }
 
 /** `/proc/self/cgroup`: controller list (empty for v2) → path. */
-function parseSelfCgroup(text: string): Map<string, string> {
+export function parseSelfCgroup(text: string): Map<string, string> {
   const out = new Map<string, string>();
   for (const line of text.split('\n')) {
     const m = line.match(/^[0-9]+:([^:]*):(.*)$/);
@@ -133,7 +144,7 @@ function parseSelfCgroup(text: string): Map<string, string> {
  * The host directory of cgroup `path` under mount `m`. A worker in a container without a cgroup
  * namespace sees its host path, which is not below the mount's root: its own cgroup is then the mount.
  */
-function below(m: Mount, path: string): string {
+export function below(m: Mount, path: string): string {
   const root = m.root === '/' ? '' : m.root;
   if (root !== '' && !(path === root || path.startsWith(`${root}/`))) return m.point;
   const rest = path.slice(root.length).replace(/^\/+|\/+$/g, '');
@@ -181,9 +192,19 @@ function mountinfoV2Point(mountinfo: string): string | null {
 
 /** v1: a directory per controller; `parents` are the worker's own cgroups. Exported for tests. */
 export function v1Hierarchy(parents: { memory: string; pids: string; cpu: string }): CgroupHierarchy {
+  const bases = [...new Set([parents.memory, parents.pids, parents.cpu])].map((p) => join(p, 'gpu-broker'));
   return {
     version: 1,
     describe: 'cgroup v1 (memory, pids, cpu)',
+    bases,
+    adopt: (name) => {
+      const dirs = {
+        memory: join(parents.memory, 'gpu-broker', name),
+        pids: join(parents.pids, 'gpu-broker', name),
+        cpu: join(parents.cpu, 'gpu-broker', name),
+      };
+      return v1Cgroup(dirs, [...new Set([dirs.memory, dirs.pids, dirs.cpu])]);
+    },
     create: async (name, limits) => {
       const dirs = {
         memory: join(parents.memory, 'gpu-broker', name),
@@ -253,6 +274,8 @@ export function v2Hierarchy(parent: string): CgroupHierarchy {
   return {
     version: 2,
     describe: 'cgroup v2 (memory, pids, cpu)',
+    bases: [base],
+    adopt: (name) => v2Cgroup(join(base, name), [join(base, name)]),
     create: async (name, limits) => {
       prepared ??= enableV2Controllers(parent, base);
       await prepared;

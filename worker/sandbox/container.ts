@@ -1,14 +1,26 @@
-import { execFile } from 'node:child_process';
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { mkdtemp, rm } from 'node:fs/promises';
-import { join } from 'node:path';
 import type { ResolvedLimits } from '../../src/contracts/task-limits.js';
 import type { NetworkMode } from '../../src/contracts/task-spec.js';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
 import { v1Shares } from './cgroups.js';
+import type { ContainerSetup } from './container-probe.js';
+import { engineOutput } from './container-probe.js';
 import type { DeviceNode, SimNodes } from './devices.js';
-import { findOnPath, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 import type { TaskUidPool } from './task-uids.js';
+
+// The engine's probe and its command runner live in container-probe.ts; re-exported so that no importer changes.
+export type {
+  ContainerEngineChoice,
+  ContainerProbe,
+  ContainerProbeOptions,
+  ContainerSetup,
+} from './container-probe.js';
+export {
+  containersConf,
+  engineOutput,
+  hasNvidiaCdi,
+  parseContainerEngine,
+  probeContainerEngine,
+} from './container-probe.js';
 
 /**
  * The container every `container` task runs in (issue 9, docs/security.md "Container tasks"), built by
@@ -21,7 +33,10 @@ import type { TaskUidPool } from './task-uids.js';
  *   - only the leased cards: their device nodes, or CDI names (`nvidia.com/gpu=N`) where the host has
  *     NVIDIA CDI specs, since CDI also brings the driver's libraries into the container;
  *   - a non-root uid: the execution's own task uid on a root worker, else 65534 (nobody);
- *   - a name and a label derived from the execution id, so the box and cleanup can find it.
+ *   - a name and a label derived from the execution id, so the box and cleanup can find it;
+ *   - the task's limits as engine flags (containerLimitArgs) and, where memory is a cgroup v1 controller,
+ *     `--oom-kill-disable`, so that at its memory limit the container is held for the worker's watch to
+ *     end and report as OUT_OF_MEMORY (container-oom.ts, sandbox/limits.ts containerTaskLimits).
  *
  * Podman on some hosts needs settings its defaults lack (found on Debian 12, cgroup v1/v2 hybrid, root):
  * crun refuses hybrid cgroups, and raising RLIMIT_NOFILE to podman's default ulimits is not permitted.
@@ -38,23 +53,6 @@ export const CONTAINER_TASK_DIR = '/task';
 export const NOBODY = 65534;
 /** Most processes one task container may have when the plan carries no limits (an older master). */
 export const DEFAULT_PIDS_LIMIT = 4096;
-
-/** The engine a worker runs container tasks with, as probed at start. */
-export interface ContainerSetup {
-  readonly engine: ContainerEngine;
-  /** The engine's executable (absolute). */
-  readonly command: string;
-  /**
-   * The whole environment of every engine command: HELPER_ENV (and CONTAINERS_CONF for podman), never
-   * the daemon's nor the spec's; the task's env goes into the container only by the env file and
-   * explicit `--env NAME=VALUE` (a bare `--env NAME` would copy the engine's own variable).
-   */
-  readonly env: Readonly<Record<string, string>>;
-  /** Whether the engine has an init (`--init`) that forwards SIGTERM to the task. */
-  readonly init: boolean;
-  /** Whether the host has NVIDIA CDI specs (nvidia.com/gpu), so cards are passed by CDI name. */
-  readonly cdi: boolean;
-}
 
 /** How a worker runs `container` tasks; built once at worker start (setup.ts). */
 export interface ContainerTasks {
@@ -88,6 +86,8 @@ export interface ContainerRequest {
   readonly user: { uid: number; gid: number };
   /** The task's resource limits, through the engine's own flags (issue 21); null: the pids limit only. */
   readonly limits: ResolvedLimits | null;
+  /** Hold the container at its memory limit rather than kill in it (ContainerSetup.holdOnOom). */
+  readonly holdOnOom?: boolean;
   readonly init: boolean;
   /** The task's argv inside the image. */
   readonly argv: readonly string[];
@@ -157,6 +157,8 @@ export function containerArgs(req: ContainerRequest): string[] {
     '--user',
     `${req.user.uid}:${req.user.gid}`,
     ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),
+    // Only with a memory limit and the worker's watch on it (container-oom.ts): else nothing would end it.
+    ...(req.limits !== null && req.holdOnOom === true ? ['--oom-kill-disable'] : []),
     '--cap-drop=all',
     '--security-opt',
     'no-new-privileges',
@@ -265,196 +267,4 @@ export async function labelledContainers(
     .split('\n')
     .map((l) => l.trim())
     .filter((l) => l !== '');
-}
-
-/** Runs one engine command; its stdout, or null when it failed. Never throws. */
-export function engineOutput(
-  setup: ContainerSetup,
-  args: string[],
-  timeoutMs = 30_000,
-): Promise<string | null> {
-  return new Promise((resolve) => {
-    execFile(setup.command, args, { env: { ...setup.env }, timeout: timeoutMs }, (err, stdout) => {
-      resolve(err === null ? String(stdout) : null);
-    });
-  });
-}
-
-/** What `--container-engine` accepts. */
-export type ContainerEngineChoice = 'auto' | ContainerEngine | 'none';
-
-/** Parses `--container-engine`; throws for anything else. */
-export function parseContainerEngine(text: string): ContainerEngineChoice {
-  if (text === 'auto' || text === 'podman' || text === 'docker' || text === 'none') return text;
-  throw new Error(`--container-engine ${JSON.stringify(text)}: expected auto, podman, docker or none`);
-}
-
-/** The probe's answer: an engine, or none and why. */
-export interface ContainerProbe {
-  readonly setup: ContainerSetup | null;
-  /** One line for the banner: what was found, or why container tasks will wait. */
-  readonly detail: string;
-}
-
-/** Inputs of `probeContainerEngine`. */
-export interface ContainerProbeOptions {
-  readonly engine: ContainerEngineChoice;
-  /** Where the worker keeps its containers.conf and the probe's empty rootfs (under its data dir). */
-  readonly confDir: string;
-  /** Search path for the engines; default HELPER_PATH (never the daemon's PATH). */
-  readonly path?: string;
-  /** Where NVIDIA CDI specs are looked for; default /etc/cdi and /var/run/cdi. */
-  readonly cdiDirs?: readonly string[];
-  /**
-   * The OCI runtimes podman is tried with, in order (null: its default); default the default, then runc.
-   * Only tests set it (a runtime that always fails proves the fallback).
-   */
-  readonly runtimes?: ReadonlyArray<string | null>;
-}
-
-/**
- * Finds a working engine: `auto` tries podman, then docker; a named one is tried alone; `none` skips.
- * Podman is proven by starting a container from an empty rootfs (exit 127, "not found", means the
- * runtime set the container up); its default runtime first, then runc. Never throws: a worker without an
- * engine still runs process tasks, and its container tasks wait (`no_container_engine`).
- */
-export async function probeContainerEngine(opts: ContainerProbeOptions): Promise<ContainerProbe> {
-  if (opts.engine === 'none')
-    return {
-      setup: null,
-      detail: 'no container engine (--container-engine none): container tasks wait for another worker',
-    };
-  const path = opts.path ?? HELPER_PATH;
-  const cdi = hasNvidiaCdi(opts.cdiDirs ?? ['/etc/cdi', '/var/run/cdi']);
-  const tried: string[] = [];
-  if (opts.engine !== 'docker') {
-    const podman = await probePodman(opts.confDir, path, cdi, opts.runtimes);
-    if ('setup' in podman) return podman;
-    tried.push(podman.why);
-  }
-  if (opts.engine !== 'podman') {
-    const docker = await probeDocker(path, cdi);
-    if ('setup' in docker) return docker;
-    tried.push(docker.why);
-  }
-  return {
-    setup: null,
-    detail: `no container engine (${tried.join('; ')}): container tasks wait for a worker that has one`,
-  };
-}
-
-async function probePodman(
-  confDir: string,
-  path: string,
-  cdi: boolean,
-  runtimes: ReadonlyArray<string | null> | undefined,
-): Promise<ContainerProbe | { why: string }> {
-  const podman = findOnPath('podman', path);
-  if (podman === null) return { why: 'podman is not installed: apt-get install podman runc' };
-  const runc = findOnPath('runc', path);
-  const conf = join(confDir, 'containers.conf');
-  const failures: string[] = [];
-  for (const runtime of runtimes ?? [null, ...(runc === null ? [] : [runc])]) {
-    try {
-      mkdirSync(confDir, { recursive: true, mode: 0o700 });
-      writeFileSync(conf, containersConf(runtime), { mode: 0o600 });
-    } catch (err) {
-      return { why: `cannot write ${conf}: ${(err as Error).message}` };
-    }
-    const setup: ContainerSetup = {
-      engine: 'podman',
-      command: podman,
-      env: { ...HELPER_ENV, CONTAINERS_CONF: conf },
-      init: catatonitPresent(),
-      cdi,
-    };
-    const failure = await tryEmptyRootfs(setup, confDir);
-    if (failure === null) {
-      const how = runtime === null ? 'its default runtime' : `runtime ${runtime}`;
-      return {
-        setup,
-        detail: `container tasks: podman (${podman}, ${how}, ${conf})${cdi ? ', NVIDIA cards by CDI' : ''}`,
-      };
-    }
-    failures.push(`${runtime ?? 'default runtime'}: ${failure}`);
-  }
-  return {
-    why: `podman cannot start a container here (${failures.join('; ')})${runc === null ? '; installing runc may help' : ''}`,
-  };
-}
-
-async function probeDocker(path: string, cdi: boolean): Promise<ContainerProbe | { why: string }> {
-  const docker = findOnPath('docker', path);
-  if (docker === null) return { why: 'docker is not installed' };
-  const setup: ContainerSetup = {
-    engine: 'docker',
-    command: docker,
-    env: { ...HELPER_ENV },
-    init: true,
-    cdi,
-  };
-  const version = await engineOutput(setup, ['info', '--format', '{{.ServerVersion}}'], 10_000);
-  if (version === null) return { why: `docker (${docker}) has no reachable daemon` };
-  return {
-    setup,
-    detail: `container tasks: docker ${version.trim()} (${docker})${cdi ? ', NVIDIA cards by CDI' : ''}`,
-  };
-}
-
-/** The worker's containers.conf: no default ulimits (raising them is refused here), the runtime if chosen. */
-export function containersConf(runtime: string | null): string {
-  return [
-    '# Written by the gpu-broker worker; every podman it runs reads this file (CONTAINERS_CONF).',
-    '[containers]',
-    'default_ulimits = []',
-    ...(runtime === null ? [] : ['', '[engine]', `runtime = ${JSON.stringify(runtime)}`]),
-    '',
-  ].join('\n');
-}
-
-/** Starts a container from an empty rootfs; null when the runtime got as far as exec (exit 127). */
-async function tryEmptyRootfs(setup: ContainerSetup, dir: string): Promise<string | null> {
-  let rootfs: string | null = null;
-  try {
-    rootfs = await mkdtemp(join(dir, 'probe-rootfs-'));
-    const args = ['run', '--rm', '--network', 'none', '--read-only', '--rootfs', rootfs, '/gpu-broker-probe'];
-    return await new Promise<string | null>((resolve) => {
-      execFile(setup.command, args, { env: { ...setup.env }, timeout: 30_000 }, (err, _out, stderr) => {
-        const code = err === null ? 0 : (err as { code?: unknown }).code;
-        if (code === 127) resolve(null);
-        else resolve(String(stderr).trim().split('\n').pop() || `exit ${String(code)}`);
-      });
-    });
-  } catch (err) {
-    return (err as Error).message;
-  } finally {
-    if (rootfs !== null) await rm(rootfs, { recursive: true, force: true }).catch(() => undefined);
-  }
-}
-
-function catatonitPresent(): boolean {
-  return ['/usr/libexec/podman/catatonit', '/usr/bin/catatonit', '/usr/local/libexec/podman/catatonit'].some(
-    (p) => existsSync(p),
-  );
-}
-
-/** Whether any CDI spec in `dirs` describes NVIDIA GPUs (`nvidia.com/gpu`). */
-export function hasNvidiaCdi(dirs: readonly string[]): boolean {
-  for (const dir of dirs) {
-    let names: string[];
-    try {
-      names = readdirSync(dir);
-    } catch {
-      continue;
-    }
-    for (const name of names) {
-      if (!/\.(ya?ml|json)$/.test(name)) continue;
-      try {
-        if (readFileSync(join(dir, name), 'utf8').includes('nvidia.com/gpu')) return true;
-      } catch {
-        // unreadable: not ours to use
-      }
-    }
-  }
-  return false;
 }

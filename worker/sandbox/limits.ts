@@ -9,9 +9,13 @@ import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
  *   memory, pids, cpu   the task's own cgroup (cgroups.ts), entered by the sandbox's first process
  *                       before it runs any of the task's code; OOM kills read from the kernel
  *   /tmp, /dev/shm      bwrap `--size` on their tmpfs (bwrap.ts); writes past it fail with ENOSPC
- *   task dir            a watchdog (DiskWatch) that measures the dir's allocated blocks and ends the
+ *   task dir            a watchdog (taskDirGuard) that measures the dir's allocated blocks and ends the
  *                       task (DISK_LIMIT) past the limit; docs/decisions/0021-task-limits.md says why
  *   scratch             the task dir is removed once the task's processes are gone
+ *
+ * A container task (containerTaskLimits) gets memory, pids, cpu and the tmpfs sizes from the engine's
+ * flags (container.ts) and the same task-dir watch and removal (taskDirGuard); the watch also ends a
+ * container held at its memory limit as OUT_OF_MEMORY (container-oom.ts).
  *
  * What is enforced, and how, is reported with the exit (`detail`), limit by limit: the cgroup's values
  * as the kernel reads them back (null, "not read back", where a file could not be read).
@@ -61,6 +65,119 @@ export interface TaskLimitsRequest {
 /** Creates the task's cgroup and prepares the watch; returns why it could not (SETUP_FAILED). */
 export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimits | string> {
   const { limits } = req;
+  const made = await createTaskCgroup(req);
+  if (typeof made === 'string') return made;
+  const { cgroup, kernel } = made;
+  const guard = taskDirGuard(req.taskDir, limits.disk_mib, null);
+  return {
+    limits,
+    confine: async (pid) => {
+      if (cgroup === null) return null;
+      try {
+        await cgroup.add(pid);
+        return null;
+      } catch (err) {
+        return `cannot move the task into its cgroup: ${describe(err)}`;
+      }
+    },
+    watch: guard.watch,
+    breach: async () => {
+      guard.stop();
+      const watched = guard.breach();
+      if (watched !== null) return watched;
+      if (cgroup !== null && (await cgroup.oomKills()) > 0)
+        return {
+          reason: 'OUT_OF_MEMORY',
+          detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.cgroups?.describe}) and the kernel killed it`,
+        };
+      return null;
+    },
+    procs: async () => (cgroup === null ? [] : cgroup.procs()),
+    killAll: async () => cgroup?.killAll(),
+    enforced: () => enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
+    release: async () => {
+      guard.stop();
+      if (cgroup !== null) {
+        await cgroup.killAll();
+        await cgroup.remove();
+      }
+      await guard.remove();
+    },
+  };
+}
+
+/** What a container task's limits need: the engine enforces memory, pids and cpu (container.ts). */
+export interface ContainerLimitsRequest {
+  readonly limits: ResolvedLimits;
+  /** The host dir at /task: watched, then removed. */
+  readonly taskDir: string;
+  /** The engine, for the report: `podman`, `docker`. */
+  readonly engine: string;
+  /**
+   * Whether the container is at its memory limit now (sandbox/container-oom.ts); null where the host
+   * gives no way to tell (the exit then reads as a signal death).
+   */
+  readonly underOom: (() => Promise<boolean>) | null;
+}
+
+/**
+ * The limits of a container task: the engine's flags hold memory, pids and cpu; the task dir is watched
+ * and removed exactly as a sandboxed task's (taskDirGuard); a container found at its memory limit by
+ * the same watch is ended as OUT_OF_MEMORY (container.ts says how the engine holds it there).
+ */
+export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
+  const { limits, underOom } = req;
+  const memory: (() => Promise<LimitBreach | null>) | null =
+    underOom === null
+      ? null
+      : async () =>
+          (await underOom())
+            ? {
+                reason: 'OUT_OF_MEMORY',
+                detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.engine} --memory) and the worker ended it`,
+              }
+            : null;
+  const guard = taskDirGuard(req.taskDir, limits.disk_mib, memory);
+  const by = `${req.engine} flags`;
+  return {
+    limits,
+    confine: async () => null,
+    watch: guard.watch,
+    breach: async () => {
+      guard.stop();
+      return guard.breach();
+    },
+    procs: async () => [],
+    killAll: async () => undefined,
+    enforced: () => ({
+      memory_mib: { value: limits.memory_mib, by: `${by} (--memory, --memory-swap)` },
+      pids: { value: limits.pids, by: `${by} (--pids-limit)` },
+      cpu_weight: { value: limits.cpu_weight, by: `${by} (--cpu-shares)` },
+      ...tmpfsAndDisk(limits),
+    }),
+    release: async () => {
+      guard.stop();
+      await guard.remove();
+    },
+  };
+}
+
+function tmpfsAndDisk(limits: ResolvedLimits): Pick<EnforcedLimits, 'tmp_mib' | 'shm_mib' | 'disk_mib'> {
+  return {
+    tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
+    shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
+    disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },
+  };
+}
+
+/**
+ * The task's cgroup with its limits, and what the kernel has of them; no cgroup where the worker has no
+ * writable hierarchy. Returns why it could not be made.
+ */
+async function createTaskCgroup(
+  req: TaskLimitsRequest,
+): Promise<{ cgroup: TaskCgroup | null; kernel: CgroupReadBack } | string> {
+  const { limits } = req;
   let cgroup: TaskCgroup | null = null;
   // What the kernel has, read back once made: the report says what is enforced, not what was asked.
   let kernel: CgroupReadBack = { memoryBytes: null, pids: null, cpuWeight: null };
@@ -77,33 +194,49 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
       return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
     }
   }
+  return { cgroup, kernel };
+}
+
+/** The task dir's watch and its removal at the end, shared by every kind of box that has limits. */
+interface TaskDirGuard {
+  /** Starts the watch; `kill` ends the task once a limit is broken. */
+  watch(kill: () => void): void;
+  /** The limit the watch saw broken, or null. */
+  breach(): LimitBreach | null;
+  stop(): void;
+  /** Removes the task dir (scratch); never throws. */
+  remove(): Promise<void>;
+}
+
+/**
+ * Measures `taskDir` every DISK_WATCH_MS and, past `diskMib`, ends the task (DISK_LIMIT); `also` is one
+ * more check per tick (a container's memory state).
+ */
+function taskDirGuard(
+  taskDir: string,
+  diskMib: number,
+  also: (() => Promise<LimitBreach | null>) | null,
+): TaskDirGuard {
   let timer: NodeJS.Timeout | undefined;
-  let diskBreach: LimitBreach | null = null;
-  const by = req.cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
-  const viaCgroup = (value: number | null) =>
-    cgroup === null || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
+  let stopped = false;
+  let seen: LimitBreach | null = null;
+  const diskCheck = async (): Promise<LimitBreach | null> => {
+    const used = await diskUse(taskDir, DISK_WATCH_MAX_ENTRIES);
+    if (used.bytes <= diskMib * MIB && !used.truncated) return null;
+    return {
+      reason: 'DISK_LIMIT',
+      detail: used.truncated
+        ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${diskMib} MiB)`
+        : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${diskMib} MiB`,
+    };
+  };
   return {
-    limits,
-    confine: async (pid) => {
-      if (cgroup === null) return null;
-      try {
-        await cgroup.add(pid);
-        return null;
-      } catch (err) {
-        return `cannot move the task into its cgroup: ${describe(err)}`;
-      }
-    },
     watch: (kill) => {
-      const limitBytes = limits.disk_mib * MIB;
       const tick = async () => {
-        const used = await diskUse(req.taskDir, DISK_WATCH_MAX_ENTRIES);
-        if (used.bytes > limitBytes || used.truncated) {
-          diskBreach = {
-            reason: 'DISK_LIMIT',
-            detail: used.truncated
-              ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${limits.disk_mib} MiB)`
-              : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${limits.disk_mib} MiB`,
-          };
+        const found = (await diskCheck()) ?? (also === null ? null : await also());
+        if (stopped) return;
+        if (found !== null) {
+          seen = found;
           kill();
           return;
         }
@@ -111,34 +244,30 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
       };
       timer = setTimeout(() => void tick(), DISK_WATCH_MS);
     },
-    breach: async () => {
+    breach: () => seen,
+    stop: () => {
+      stopped = true;
       clearTimeout(timer);
-      if (diskBreach !== null) return diskBreach;
-      if (cgroup !== null && (await cgroup.oomKills()) > 0)
-        return {
-          reason: 'OUT_OF_MEMORY',
-          detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.cgroups?.describe}) and the kernel killed it`,
-        };
-      return null;
     },
-    procs: async () => (cgroup === null ? [] : cgroup.procs()),
-    killAll: async () => cgroup?.killAll(),
-    enforced: () => ({
-      memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
-      pids: viaCgroup(kernel.pids),
-      cpu_weight: viaCgroup(kernel.cpuWeight),
-      tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
-      shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
-      disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },
-    }),
-    release: async () => {
-      clearTimeout(timer);
-      if (cgroup !== null) {
-        await cgroup.killAll();
-        await cgroup.remove();
-      }
-      await rm(req.taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
-    },
+    remove: () => rm(taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined),
+  };
+}
+
+/** What is enforced, limit by limit: the cgroup's values as the kernel read them back. */
+function enforcedLimits(
+  limits: ResolvedLimits,
+  cgroups: CgroupHierarchy | null,
+  hasCgroup: boolean,
+  kernel: CgroupReadBack,
+): EnforcedLimits {
+  const by = cgroups?.describe ?? 'not enforced: no writable cgroup hierarchy on this worker';
+  const viaCgroup = (value: number | null) =>
+    !hasCgroup || value !== null ? { value, by } : { value, by: `${by}: set, but not read back` };
+  return {
+    memory_mib: viaCgroup(kernel.memoryBytes === null ? null : Math.floor(kernel.memoryBytes / MIB)),
+    pids: viaCgroup(kernel.pids),
+    cpu_weight: viaCgroup(kernel.cpuWeight),
+    ...tmpfsAndDisk(limits),
   };
 }
 

@@ -7,7 +7,7 @@ import { collectOutputs } from '../task-io/outputs.js';
 import type { SlurmExecutionOptions } from './backend.js';
 import { jobFiles, readBinding, readExit, readSetupErrors } from './cli/job-wrapper.js';
 import type { SlurmJob, SlurmJobState } from './cli/types.js';
-import { JobLogTail, signalName, slurmVerdict } from './job-outcome.js';
+import { type EndedJob, JobLogTail, slurmExit } from './job-outcome.js';
 import { prepareSlurmJob } from './job-setup.js';
 
 /**
@@ -81,6 +81,9 @@ export function startSlurmExecution(plan: ExecutionPlan, opts: SlurmExecutionOpt
   };
 }
 
+/** What `run` returns on when the worker is stopping: the job is left to the next worker process. */
+const DETACHED = Symbol('detached');
+
 class SlurmRun {
   readonly exited: Promise<ExecutionExit>;
   readonly done: Promise<ExecutionResult>;
@@ -124,41 +127,71 @@ class SlurmRun {
   }
 
   private async run(): Promise<ExecutionResult> {
-    const { backend } = this.opts;
-    if (this.opts.resume !== undefined) {
-      // The task of a resumed job still runs as the uid the previous process gave it: keep it taken.
-      const taskUid = await stat(join(this.execDir, 'task'))
-        .then((st) => st.uid)
-        .catch(() => null);
-      if (taskUid !== null) backend.sandbox?.setup.uids?.claim(this.plan.execution_id, taskUid);
-      this.jobId = this.opts.resume.job_id;
-      this.report = this.opts.resume;
-      if (this.opts.resume.binding !== null) {
-        this.startedAt = this.opts.clock.now();
-        this.resumedStart = true;
-      }
-    } else {
-      // 1. setup
-      const problem = await prepareSlurmJob(this.plan, this.opts, this.execDir);
-      if (typeof problem === 'string') return this.neverStarted('SETUP_FAILED', problem);
-      if (this.cancelRequested) return this.neverStarted('CANCELLED');
-      // 2. submit
-      try {
-        this.jobId = await backend.driver.submit(problem);
-      } catch (err) {
-        return this.neverStarted('SETUP_FAILED', `sbatch refused the job: ${describe(err)}`);
-      }
-      this.publish({ job_id: this.jobId, state: 'PENDING', pending_reason: null, binding: null }, 'accepted');
-      if (this.cancelRequested) await this.scancel();
-    }
-    const jobId = this.jobId as string;
+    const { resume } = this.opts;
+    const submitted = resume !== undefined ? await this.resume(resume) : await this.setupAndSubmit();
+    if (typeof submitted !== 'string') return submitted;
+    const jobId = submitted;
     // 3. poll
-    let job: SlurmJob | null = null;
+    const job = await this.pollUntilEnded(jobId);
+    if (job === DETACHED) return new Promise<ExecutionResult>(() => undefined);
+    // 4. ended: drain, collect, judge
+    const { exited, state } = await this.judge(jobId, job);
+    this.resolveExited(exited);
+    // 5. receipt: the job is over in Slurm (not COMPLETING any more)
+    if ((await this.awaitReceipt(jobId)) === DETACHED) return new Promise<ExecutionResult>(() => undefined);
+    return {
+      ...exited,
+      cleaned: true,
+      cleanup_detail: `Slurm job ${jobId} has ended (${state === 'UNKNOWN_TO_SLURM' ? 'no longer known to slurmctld' : state}); its GPUs are Slurm's again`,
+    };
+  }
+
+  /** Takes over the job a previous worker process submitted; returns its id. */
+  private async resume(resume: SlurmJobReport): Promise<string> {
+    // The task of a resumed job still runs as the uid the previous process gave it: keep it taken.
+    const taskUid = await stat(join(this.execDir, 'task'))
+      .then((st) => st.uid)
+      .catch(() => null);
+    if (taskUid !== null) this.opts.backend.sandbox?.setup.uids?.claim(this.plan.execution_id, taskUid);
+    this.jobId = resume.job_id;
+    this.report = resume;
+    if (resume.binding !== null) {
+      this.startedAt = this.opts.clock.now();
+      this.resumedStart = true;
+    }
+    return resume.job_id;
+  }
+
+  /** Steps 1 and 2: the job's files, then sbatch; the job id, or the result of a job never submitted. */
+  private async setupAndSubmit(): Promise<string | ExecutionResult> {
+    // 1. setup
+    const problem = await prepareSlurmJob(this.plan, this.opts, this.execDir);
+    if (typeof problem === 'string') return this.neverStarted('SETUP_FAILED', problem);
+    if (this.cancelRequested) return this.neverStarted('CANCELLED');
+    // 2. submit
+    let jobId: string;
+    try {
+      jobId = await this.opts.backend.driver.submit(problem);
+    } catch (err) {
+      return this.neverStarted('SETUP_FAILED', `sbatch refused the job: ${describe(err)}`);
+    }
+    this.jobId = jobId;
+    this.publish({ job_id: jobId, state: 'PENDING', pending_reason: null, binding: null }, 'accepted');
+    if (this.cancelRequested) await this.scancel();
+    return jobId;
+  }
+
+  /**
+   * Step 3: polls until the job is no longer live; returns its last state, null once slurmctld no longer
+   * knows it (or after 30 failed polls in a row), or DETACHED when the worker is stopping.
+   */
+  private async pollUntilEnded(jobId: string): Promise<SlurmJob | null | typeof DETACHED> {
     let pollErrors = 0;
     for (;;) {
-      if (this.detached) return new Promise<ExecutionResult>(() => undefined);
+      if (this.detached) return DETACHED;
+      let job: SlurmJob | null;
       try {
-        job = await backend.driver.job(jobId);
+        job = await this.opts.backend.driver.job(jobId);
         pollErrors = 0;
       } catch (err) {
         pollErrors++;
@@ -170,44 +203,59 @@ class SlurmRun {
         job = null;
       }
       // Detached meanwhile (the worker is stopping): touch nothing more, the next process resumes it.
-      if (this.detached) return new Promise<ExecutionResult>(() => undefined);
-      if (job === null) break;
-      // A resumed job's time limit counts from Slurm's start time, not from this worker's restart.
-      if (this.resumedStart && job.startTime !== null) {
-        this.startedAt = Math.min(this.startedAt ?? job.startTime, job.startTime);
-        this.resumedStart = false;
-      }
-      if (WAITING_STATES.has(job.state)) {
-        const reason = job.reason;
-        if (this.report === null || this.report.pending_reason !== reason || this.report.state !== job.state)
-          this.publish(
-            { job_id: jobId, state: job.state, pending_reason: reason, binding: null },
-            'accepted',
-          );
-      } else {
-        await this.ensureStarted(job);
-      }
-      await this.logs.pump(false);
-      this.checkTimeLimit();
+      if (this.detached) return DETACHED;
+      if (job === null) return null;
+      await this.observe(jobId, job);
       // COMPLETING is not the end: its final state (CANCELLED, FAILED, …) decides the verdict.
-      if (!jobIsLive(job)) break;
+      if (!jobIsLive(job)) return job;
       await this.sleep();
     }
-    // 4. ended: drain, collect, judge
-    let ended: { state: SlurmJobState | 'UNKNOWN_TO_SLURM'; exitCode: number | null; signal: number | null } =
-      job === null
-        ? { state: 'UNKNOWN_TO_SLURM', exitCode: null, signal: null }
-        : { state: job.state, exitCode: job.exitCode, signal: job.signal };
-    let lostDetail: string | null = null;
-    if (job === null) {
-      const lookup = await backend.driver.lookupEnded(jobId).catch((err: unknown) => ({
-        kind: 'lost' as const,
-        detail: describe(err),
-      }));
-      if (lookup.kind === 'ended')
-        ended = { state: lookup.job.state, exitCode: lookup.job.exitCode, signal: lookup.job.signal };
-      else lostDetail = lookup.detail;
+  }
+
+  /** One poll's news: the start time of a resumed job, the pending reason or the start, logs, time limit. */
+  private async observe(jobId: string, job: SlurmJob): Promise<void> {
+    // A resumed job's time limit counts from Slurm's start time, not from this worker's restart.
+    if (this.resumedStart && job.startTime !== null) {
+      this.startedAt = Math.min(this.startedAt ?? job.startTime, job.startTime);
+      this.resumedStart = false;
     }
+    if (WAITING_STATES.has(job.state)) {
+      const reason = job.reason;
+      if (this.report === null || this.report.pending_reason !== reason || this.report.state !== job.state)
+        this.publish({ job_id: jobId, state: job.state, pending_reason: reason, binding: null }, 'accepted');
+    } else {
+      await this.ensureStarted(job);
+    }
+    await this.logs.pump(false);
+    this.checkTimeLimit();
+  }
+
+  /** How the job ended: its last polled state, else what sacct knows of it, else lost (with why). */
+  private async endState(
+    jobId: string,
+    job: SlurmJob | null,
+  ): Promise<{ ended: EndedJob; lostDetail: string | null }> {
+    if (job !== null)
+      return { ended: { state: job.state, exitCode: job.exitCode, signal: job.signal }, lostDetail: null };
+    const lookup = await this.opts.backend.driver.lookupEnded(jobId).catch((err: unknown) => ({
+      kind: 'lost' as const,
+      detail: describe(err),
+    }));
+    if (lookup.kind === 'ended')
+      return {
+        ended: { state: lookup.job.state, exitCode: lookup.job.exitCode, signal: lookup.job.signal },
+        lostDetail: null,
+      };
+    return { ended: { state: 'UNKNOWN_TO_SLURM', exitCode: null, signal: null }, lostDetail: lookup.detail };
+  }
+
+  /** Step 4: drains the logs, collects the outputs and judges the job's end. */
+  private async judge(
+    jobId: string,
+    job: SlurmJob | null,
+  ): Promise<{ exited: ExecutionExit; state: EndedJob['state'] }> {
+    const { backend } = this.opts;
+    const { ended, lostDetail } = await this.endState(jobId, job);
     if (this.startedAt === null) {
       const binding = await this.bindingFromFile();
       if (binding !== null)
@@ -226,46 +274,27 @@ class SlurmRun {
       { base: this.execDir, below: ['task', 'out'], owner },
       this.plan.spec.outputs,
     );
-    // Slurm's ExitCode is the batch script's: only a job that ended by itself (COMPLETED, FAILED) has
-    // the task's. A cancelled or timed-out job's "0:15" must not read as a clean exit 0.
-    const byItself = ended.state === 'COMPLETED' || ended.state === 'FAILED';
-    const exitCode = exitFile?.exit_code ?? (byItself ? ended.exitCode : null);
-    const signal = ended.signal !== null && ended.signal !== 0 ? signalName(ended.signal) : null;
-    const verdict = slurmVerdict({
+    const exited = slurmExit({
+      ended,
+      lostDetail,
+      exitFileCode: exitFile === null ? null : exitFile.exit_code,
       killReason: this.killReason,
-      state: ended.state,
-      exitCode,
-      signal,
-      lost: lostDetail !== null,
-      requiredMissing: collection.requiredMissing,
+      collection,
       setupErrors,
+      logErrors: this.logs.errors(),
       ...(this.plan.limits === undefined ? {} : { memoryLimitMib: this.plan.limits.memory_mib }),
     });
-    const exited: ExecutionExit = {
-      exit_code: exitFile === null && signal !== null ? null : exitCode,
-      // (exit.json exists only when the task's srun step returned, so then its code is the task's.)
-      signal,
-      failure_reason: verdict.failure,
-      outputs: collection.outputs,
-      output_errors: collection.errors,
-      log_errors: this.logs.errors(),
-      ...(verdict.detail === null && lostDetail === null
-        ? {}
-        : { setup_error: [verdict.detail, lostDetail].filter((x) => x !== null).join('; ') }),
-    };
-    this.resolveExited(exited);
-    // 5. receipt: the job is over in Slurm (not COMPLETING any more)
+    return { exited, state: ended.state };
+  }
+
+  /** Step 5: waits until Slurm no longer lists the job as live (its GPUs are free); DETACHED if stopping. */
+  private async awaitReceipt(jobId: string): Promise<'ended' | typeof DETACHED> {
     for (;;) {
-      if (this.detached) return new Promise<ExecutionResult>(() => undefined);
-      const now = await backend.driver.job(jobId).catch(() => undefined);
-      if (now === null || (now !== undefined && !jobIsLive(now))) break;
+      if (this.detached) return DETACHED;
+      const now = await this.opts.backend.driver.job(jobId).catch(() => undefined);
+      if (now === null || (now !== undefined && !jobIsLive(now))) return 'ended';
       await this.sleep();
     }
-    return {
-      ...exited,
-      cleaned: true,
-      cleanup_detail: `Slurm job ${jobId} has ended (${ended.state === 'UNKNOWN_TO_SLURM' ? 'no longer known to slurmctld' : ended.state}); its GPUs are Slurm's again`,
-    };
   }
 
   private async ensureStarted(job: SlurmJob): Promise<void> {

@@ -1,8 +1,15 @@
 import { open } from 'node:fs/promises';
 import { constants as osConstants } from 'node:os';
 import type { FailureReason } from '../../src/contracts/worker-protocol.js';
-import { MAX_LOG_CHUNK_BYTES } from '../../src/contracts/worker-protocol.js';
+import {
+  DEFAULT_MAX_LOG_BYTES_PER_TASK,
+  logTruncatedMarker,
+  MAX_LOG_CHUNK_BYTES,
+} from '../../src/contracts/worker-protocol.js';
+import type { ExecutionExit } from '../executions/executor.js';
+import { LogBudget } from '../task-io/log-budget.js';
 import { incompleteTailLength, type LogChunkHandler, type LogStreamName } from '../task-io/logs.js';
+import type { OutputCollection } from '../task-io/outputs.js';
 import type { JobFiles } from './cli/job-wrapper.js';
 import type { SlurmJobState } from './cli/types.js';
 
@@ -65,6 +72,59 @@ export function slurmVerdict(o: SlurmOutcome): { failure: FailureReason | null; 
   return { failure: o.requiredMissing ? 'OUTPUT_MISSING' : null, detail: null };
 }
 
+/** How a job ended, as far as Slurm can say. */
+export interface EndedJob {
+  readonly state: SlurmJobState | 'UNKNOWN_TO_SLURM';
+  readonly exitCode: number | null;
+  readonly signal: number | null;
+}
+
+/** What an ended job left behind, read by the executor. */
+export interface SlurmEnd {
+  readonly ended: EndedJob;
+  /** Why no record of the job's end was found anywhere; null when one was. */
+  readonly lostDetail: string | null;
+  /** The task's exit code from the wrapper's exit.json; null when there is none. */
+  readonly exitFileCode: number | null;
+  readonly killReason: SlurmOutcome['killReason'];
+  readonly collection: OutputCollection;
+  readonly setupErrors: readonly string[];
+  readonly logErrors: ExecutionExit['log_errors'];
+  readonly memoryLimitMib?: number;
+}
+
+/** The execution's exit from what its job left behind. Pure. */
+export function slurmExit(e: SlurmEnd): ExecutionExit {
+  const { ended, lostDetail } = e;
+  // Slurm's ExitCode is the batch script's: only a job that ended by itself (COMPLETED, FAILED) has
+  // the task's. A cancelled or timed-out job's "0:15" must not read as a clean exit 0.
+  const byItself = ended.state === 'COMPLETED' || ended.state === 'FAILED';
+  const exitCode = e.exitFileCode ?? (byItself ? ended.exitCode : null);
+  const signal = ended.signal !== null && ended.signal !== 0 ? signalName(ended.signal) : null;
+  const verdict = slurmVerdict({
+    killReason: e.killReason,
+    state: ended.state,
+    exitCode,
+    signal,
+    lost: lostDetail !== null,
+    requiredMissing: e.collection.requiredMissing,
+    setupErrors: e.setupErrors,
+    ...(e.memoryLimitMib === undefined ? {} : { memoryLimitMib: e.memoryLimitMib }),
+  });
+  return {
+    exit_code: e.exitFileCode === null && signal !== null ? null : exitCode,
+    // (exit.json exists only when the task's srun step returned, so then its code is the task's.)
+    signal,
+    failure_reason: verdict.failure,
+    outputs: e.collection.outputs,
+    output_errors: e.collection.errors,
+    log_errors: e.logErrors,
+    ...(verdict.detail === null && lostDetail === null
+      ? {}
+      : { setup_error: [verdict.detail, lostDetail].filter((x) => x !== null).join('; ') }),
+  };
+}
+
 /** A signal's name from its number (`15` → `SIGTERM`). */
 export function signalName(n: number): string {
   for (const [name, value] of Object.entries(osConstants.signals)) if (value === n) return name;
@@ -76,14 +136,24 @@ export function signalName(n: number): string {
  * chunks of at most MAX_LOG_CHUNK_BYTES at their byte offsets, holding back a UTF-8 character whose
  * bytes have not all been written yet (except on the final call). A restarted worker starts again from
  * 0: the master trims overlapping chunks.
+ *
+ * Both streams share the task's log cap (task-io/log-budget.ts, as a local task's pumps): past it each
+ * stream gets one marker line and its file is read no further, so the outbox and the master hold at
+ * most the cap however much the job writes. (The job's own files on the shared file system are written
+ * by the job, not capped here: docs/security.md "Slurm".)
  */
 export class JobLogTail {
+  /** Bytes of each file read (and delivered or dropped). */
   private readonly offsets: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
+  /** Bytes of each stream delivered: the kept bytes and the marker, the offsets the master sees. */
+  private readonly delivered: Record<LogStreamName, number> = { stdout: 0, stderr: 0 };
+  private readonly cut = new Set<LogStreamName>();
   private readonly problems: string[] = [];
 
   constructor(
     private readonly files: Pick<JobFiles, 'stdout' | 'stderr'>,
     private readonly onLog: LogChunkHandler,
+    private readonly budget: LogBudget = new LogBudget(DEFAULT_MAX_LOG_BYTES_PER_TASK),
   ) {}
 
   /** Problems reading the files (at most 8); a missing file is not one (the job has not written yet). */
@@ -108,6 +178,7 @@ export class JobLogTail {
   }
 
   private async pumpFile(stream: LogStreamName, path: string, final: boolean): Promise<void> {
+    if (this.cut.has(stream)) return;
     const handle = await open(path, 'r');
     try {
       for (;;) {
@@ -118,13 +189,24 @@ export class JobLogTail {
         const keep = final ? 0 : incompleteTailLength(data);
         if (keep === data.length) return;
         data = data.subarray(0, data.length - keep);
-        const offset = this.offsets[stream];
         this.offsets[stream] += data.length;
-        this.onLog(stream, offset, data.toString('utf8'));
+        const take = this.budget.take(stream, data.length);
+        if (take.keep > 0) this.deliver(stream, data.subarray(0, take.keep));
+        if (take.marker) {
+          this.deliver(stream, Buffer.from(logTruncatedMarker(this.budget.cap)));
+          this.cut.add(stream);
+          return;
+        }
         if (bytesRead < buf.length) return;
       }
     } finally {
       await handle.close();
     }
+  }
+
+  private deliver(stream: LogStreamName, data: Buffer): void {
+    const offset = this.delivered[stream];
+    this.delivered[stream] += data.length;
+    this.onLog(stream, offset, data.toString('utf8'));
   }
 }

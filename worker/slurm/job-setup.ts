@@ -5,8 +5,8 @@ import { bwrapArgs } from '../sandbox/bwrap.js';
 import { taskBwrapRequest, taskHiddenPaths } from '../sandbox/task-bwrap.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { placeInputs } from '../task-io/inputs.js';
-import { makeTaskDirs, taskLayout } from '../task-io/layout.js';
-import { resolveMounts } from '../task-io/mounts.js';
+import { makeTaskDirs, type TaskLayout, taskLayout } from '../task-io/layout.js';
+import { type ResolvedMount, resolveMounts } from '../task-io/mounts.js';
 import type { SlurmBackend, SlurmExecutionOptions } from './backend.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
@@ -25,6 +25,21 @@ export function markerPrefix(workerId: string): string {
   return `gpu-broker:${workerId.replace(/[^A-Za-z0-9._@%+-]/g, '_').slice(0, 100)}:`;
 }
 
+/** What `prepareSlurmJob` reads of the execution's options. */
+type JobSetupOptions = Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs' | 'mounts'>;
+
+/** The uid (and setpriv) a root worker's sandboxed task drops to; null when it does not drop. */
+type TaskIdentity = { uid: number; gid: number; setpriv: string } | null;
+
+/** Visible-device variables of the lease: its indexes are pool slots, not devices, so the ranks set them. */
+const LEASE_DEVICE_VARS = [
+  'CUDA_VISIBLE_DEVICES',
+  'HIP_VISIBLE_DEVICES',
+  'ROCR_VISIBLE_DEVICES',
+  'GPU_BROKER_GPU_IDS',
+  'GPU_BROKER_GPU_UUIDS',
+] as const;
+
 /**
  * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime; named
  * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox
@@ -34,12 +49,39 @@ export function markerPrefix(workerId: string): string {
  */
 export async function prepareSlurmJob(
   plan: ExecutionPlan,
-  opts: Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs' | 'mounts'>,
+  opts: JobSetupOptions,
   execDir: string,
 ): Promise<SlurmSubmitRequest | string> {
   const { backend } = opts;
   const id = plan.execution_id;
-  const badId = executionIdProblem(id);
+  const argv = rankArgv(plan, opts.inputs !== undefined);
+  if (typeof argv === 'string') return argv;
+  const sandbox = backend.sandbox;
+  const layout = taskLayout(execDir, sandbox !== null);
+  const identity = taskIdentity(backend, id);
+  if (typeof identity === 'string') return identity;
+  // Inputs (the reviewed files, by sha256) on the shared job dir: a sandbox binds each top-level entry
+  // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
+  // Named data mounts: exactly those the spec asks for, as the operator declared them (paths on the
+  // filesystem the nodes share), and only in a sandbox, at /mnt/<name>.
+  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandbox !== null);
+  if (typeof mounts === 'string') return mounts;
+  const wrapperSandbox = rankSandbox(plan, backend, layout, mounts, identity, argv);
+  if (typeof wrapperSandbox === 'string') return wrapperSandbox;
+  const env = slurmTaskEnv(plan, layout, opts);
+  const written = await writeJobDir(plan, backend, layout, identity, { execDir, argv, env, wrapperSandbox });
+  if (written !== null) return written;
+  const inputs = plan.spec.inputs ?? [];
+  if (inputs.length > 0 && opts.inputs !== undefined) {
+    const problem = await placeInputs(inputs, layout.inputsDir, id, opts.inputs);
+    if (problem !== null) return problem;
+  }
+  return submitRequest(plan, opts, execDir, layout.taskDir);
+}
+
+/** The argv each rank runs, or why the plan cannot run as a Slurm job. */
+function rankArgv(plan: ExecutionPlan, canFetchInputs: boolean): readonly string[] | string {
+  const badId = executionIdProblem(plan.execution_id);
   if (badId !== null) return badId;
   const runtime = plan.spec.runtime;
   if (runtime.kind !== 'process')
@@ -53,92 +95,125 @@ export async function prepareSlurmJob(
   // Each rank starts the task through `env -i -- NAME=VALUE… argv`: a program path with `=` would read as a variable.
   if ((argv[0] ?? '').includes('='))
     return `argv[0] ${JSON.stringify(argv[0])} contains "=": name the program by a path without one`;
-  const inputs = plan.spec.inputs ?? [];
-  if (inputs.length > 0 && opts.inputs === undefined)
+  if ((plan.spec.inputs ?? []).length > 0 && !canFetchInputs)
     return 'this worker was started without a way to fetch inputs';
-  const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
-  const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
+  return argv;
+}
+
+/**
+ * A root worker's jobs run as root on the nodes: the task drops to a uid of its own (setpriv), as on
+ * a local root worker. An unprivileged worker's bwrap runs in a user namespace under the job's user.
+ */
+function taskIdentity(backend: SlurmBackend, id: string): TaskIdentity | string {
   const sandbox = backend.sandbox;
-  const layout = taskLayout(execDir, sandbox !== null);
-  const { taskDir, inputsDir } = layout;
-  // A root worker's jobs run as root on the nodes: the task drops to a uid of its own (setpriv), as on
-  // a local root worker. An unprivileged worker's bwrap runs in a user namespace under the job's user.
-  let identity: { uid: number; gid: number; setpriv: string } | null = null;
   try {
     if (sandbox !== null && sandbox.setup.uids !== null && sandbox.setup.setpriv !== null) {
       const uid = sandbox.setup.uids.acquire(id);
-      identity = { uid, gid: uid, setpriv: sandbox.setup.setpriv };
+      return { uid, gid: uid, setpriv: sandbox.setup.setpriv };
     }
   } catch (err) {
     return describe(err);
   }
-  // Inputs (the reviewed files, by sha256) on the shared job dir: a sandbox binds each top-level entry
-  // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
-  // Named data mounts: exactly those the spec asks for, as the operator declared them (paths on the
-  // filesystem the nodes share), and only in a sandbox, at /mnt/<name>.
-  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandbox !== null);
-  if (typeof mounts === 'string') return mounts;
-  let wrapperSandbox: WrapperSandbox | undefined;
-  if (sandbox !== null) {
-    const args = bwrapArgs({
-      ...taskBwrapRequest(plan, sandbox.setup, layout, mounts),
-      // Hidden by rank.sh on each node where they exist (below).
-      hidden: [],
-      devices: [],
-      identity,
-      statusFd: null,
-    });
-    const split = splitBwrapArgs(args, argv);
-    if (split === null) return 'internal error: unexpected bwrap argument layout for a Slurm rank';
-    wrapperSandbox = {
-      ...split,
-      bwrap: sandbox.setup.bwrap,
-      // The worker's data dir and token file (setup.hiddenPaths), /root, /home, the policy's paths and
-      // the whole job directory: a task never sees another job's files nor its own binding.json,
-      // exit.json and task.env.
-      hidden: hiddenPathList(taskHiddenPaths(sandbox.setup, plan, [backend.jobDir])),
-      gpuDevDir: sandbox.gpuDevDir,
-      gpuKind: sandbox.gpuKind ?? 'nvidia',
-      pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
-    };
-  }
-  // The task's environment from nothing: the base, the spec's env, GPU_BROKER_*; the ranks add the binding.
-  const env = buildTaskEnv(plan, layout.dirs, opts.workerId, opts.provider, { sandboxed: sandbox !== null });
+  return null;
+}
+
+/** The rank's bwrap sandbox as the wrapper writes it; undefined without a sandbox. */
+function rankSandbox(
+  plan: ExecutionPlan,
+  backend: SlurmBackend,
+  layout: TaskLayout,
+  mounts: readonly ResolvedMount[],
+  identity: TaskIdentity,
+  argv: readonly string[],
+): WrapperSandbox | undefined | string {
+  const sandbox = backend.sandbox;
+  if (sandbox === null) return undefined;
+  const args = bwrapArgs({
+    ...taskBwrapRequest(plan, sandbox.setup, layout, mounts),
+    // Hidden by rank.sh on each node where they exist (below).
+    hidden: [],
+    devices: [],
+    identity,
+    statusFd: null,
+  });
+  const split = splitBwrapArgs(args, argv);
+  if (split === null) return 'internal error: unexpected bwrap argument layout for a Slurm rank';
+  return {
+    ...split,
+    bwrap: sandbox.setup.bwrap,
+    // The worker's data dir and token file (setup.hiddenPaths), /root, /home, the policy's paths and
+    // the whole job directory: a task never sees another job's files nor its own binding.json,
+    // exit.json and task.env.
+    hidden: hiddenPathList(taskHiddenPaths(sandbox.setup, plan, [backend.jobDir])),
+    gpuDevDir: sandbox.gpuDevDir,
+    gpuKind: sandbox.gpuKind ?? 'nvidia',
+    pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
+  };
+}
+
+/** The task's environment from nothing: the base, the spec's env, GPU_BROKER_*; the ranks add the binding. */
+function slurmTaskEnv(
+  plan: ExecutionPlan,
+  layout: TaskLayout,
+  opts: JobSetupOptions,
+): Record<string, string> {
+  const sandboxed = opts.backend.sandbox !== null;
+  const env = buildTaskEnv(plan, layout.dirs, opts.workerId, opts.provider, { sandboxed });
   // Tells the task (the qualification workload) that its GPUs are the ones Slurm gave the job.
   env.GPU_BROKER_BACKEND = 'slurm';
   // The lease's indexes are pool slots, not devices: each rank sets the visible devices for the GPUs
   // Slurm gave it (and a sandboxed rank renumbers them for the devices it binds).
-  for (const k of [
-    'CUDA_VISIBLE_DEVICES',
-    'HIP_VISIBLE_DEVICES',
-    'ROCR_VISIBLE_DEVICES',
-    'GPU_BROKER_GPU_IDS',
-    'GPU_BROKER_GPU_UUIDS',
-  ])
-    delete env[k];
+  for (const k of LEASE_DEVICE_VARS) delete env[k];
+  return env;
+}
+
+/** Writes the job wrapper and the task's directories; null, or why the job dir could not be prepared. */
+async function writeJobDir(
+  plan: ExecutionPlan,
+  backend: SlurmBackend,
+  layout: TaskLayout,
+  identity: TaskIdentity,
+  job: {
+    execDir: string;
+    argv: readonly string[];
+    env: Record<string, string>;
+    wrapperSandbox: WrapperSandbox | undefined;
+  },
+): Promise<string | null> {
   try {
     await mkdir(backend.jobDir, { recursive: true, mode: 0o700 });
     await writeJobFiles({
-      jobDir: execDir,
-      argv: [...argv],
-      taskEnv: env,
+      jobDir: job.execDir,
+      argv: [...job.argv],
+      taskEnv: job.env,
       ntasksPerNode: 1,
       slurmCommands: {
         srun: backend.driver.commandPath('srun'),
         scontrol: backend.driver.commandPath('scontrol'),
       },
-      ...(wrapperSandbox === undefined ? {} : { sandbox: wrapperSandbox }),
+      ...(job.wrapperSandbox === undefined ? {} : { sandbox: job.wrapperSandbox }),
     });
     // The owner is the task's uid when a root worker's task drops to one (only in a sandbox: no tmp/).
     await makeTaskDirs(layout, identity);
-    if (inputs.length > 0 && sandbox !== null) await mkdir(inputsDir, { mode: 0o755 });
+    if ((plan.spec.inputs ?? []).length > 0 && backend.sandbox !== null)
+      await mkdir(layout.inputsDir, { mode: 0o755 });
   } catch (err) {
-    return `cannot prepare the job directory ${execDir}: ${describe(err)}`;
+    return `cannot prepare the job directory ${job.execDir}: ${describe(err)}`;
   }
-  if (inputs.length > 0 && opts.inputs !== undefined) {
-    const problem = await placeInputs(inputs, inputsDir, id, opts.inputs);
-    if (problem !== null) return problem;
-  }
+  return null;
+}
+
+/** Step 2's sbatch request for the prepared job. */
+async function submitRequest(
+  plan: ExecutionPlan,
+  opts: JobSetupOptions,
+  execDir: string,
+  taskDir: string,
+): Promise<SlurmSubmitRequest> {
+  const { backend } = opts;
+  const id = plan.execution_id;
+  const perNode = plan.spec.cards.per_node ?? plan.spec.cards.count;
+  const nodes = Math.max(1, Math.round(plan.spec.cards.count / perNode));
   const files = jobFiles(execDir);
   return {
     scriptPath: files.script,

@@ -58,49 +58,9 @@ export function startLogPump(
 ): LogPump {
   const errors: string[] = [];
   let bytes = 0;
-  let delivered = 0;
   let carry: Buffer = Buffer.alloc(0);
-  let fileOk = true;
-  let callbackFailed = false;
-
-  const file = createWriteStream(filePath, { flags: 'w' });
-  file.on('error', (err) => {
-    // A full disk must not stall or kill the task: stop writing the file, keep draining the pipe.
-    if (fileOk) errors.push(`${stream}.log: ${err.message}`);
-    fileOk = false;
-    source.resume();
-  });
-
-  const deliver = (chunk: Buffer): void => {
-    const offset = delivered;
-    delivered += chunk.length;
-    if (callbackFailed) return;
-    try {
-      onChunk(stream, offset, chunk.toString('utf8'));
-    } catch (err) {
-      // A broken consumer must not take the executor down; the file still has everything.
-      callbackFailed = true;
-      errors.push(`${stream} log callback failed: ${err instanceof Error ? err.message : String(err)}`);
-    }
-  };
-
-  const deliverAll = (buf: Buffer): void => {
-    let start = 0;
-    while (buf.length - start > MAX_LOG_CHUNK_BYTES) {
-      const end = charBoundaryAtOrBefore(buf, start + MAX_LOG_CHUNK_BYTES, start);
-      deliver(buf.subarray(start, end));
-      start = end;
-    }
-    if (start < buf.length) deliver(buf.subarray(start));
-  };
-
-  const write = (data: Buffer): void => {
-    if (fileOk && !file.write(data)) {
-      // Backpressure: a task that writes faster than the disk waits, instead of the worker's memory.
-      source.pause();
-      file.once('drain', () => source.resume());
-    }
-  };
+  const file = openLogFile(stream, source, filePath, errors);
+  const deliverAll = chunkDelivery(stream, onChunk, errors);
 
   source.on('data', (piece: Buffer) => {
     bytes += piece.length;
@@ -108,12 +68,12 @@ export function startLogPump(
     const { keep, marker } = budget.take(stream, piece.length);
     if (keep === 0 && !marker) return;
     const data = keep === piece.length ? piece : piece.subarray(0, keep);
-    if (keep > 0) write(data);
+    if (keep > 0) file.write(data);
     const pending = carry.length > 0 ? Buffer.concat([carry, data]) : data;
     if (marker) {
       // The cut may fall inside a character: what is kept is delivered as is, then the one marker line.
       const line = Buffer.from(logTruncatedMarker(budget.cap));
-      write(line);
+      file.write(line);
       deliverAll(Buffer.concat([pending, line]));
       carry = Buffer.alloc(0);
       return;
@@ -134,13 +94,7 @@ export function startLogPump(
       const dropped = budget.dropped(stream);
       if (dropped > 0)
         errors.push(`${stream}: ${dropped} bytes past the task's log cap of ${budget.cap} bytes dropped`);
-      const settle = (): void => resolve({ bytes, dropped, errors });
-      // 'close' follows both a clean finish and a failure; a stream that already closed won't repeat it.
-      if (file.closed || file.destroyed) settle();
-      else {
-        file.once('close', settle);
-        file.end();
-      }
+      file.close(() => resolve({ bytes, dropped, errors }));
     };
     source.once('end', finish);
     source.once('close', finish);
@@ -155,6 +109,78 @@ export function startLogPump(
     abort: () => {
       source.destroy();
     },
+  };
+}
+
+/** The log file of one stream; see `openLogFile`. */
+interface LogFile {
+  /** Writes unless the file failed; pauses `source` while the disk is behind. */
+  write(data: Buffer): void;
+  /** Ends the file; `settle` runs once it is closed (at once when it already is). */
+  close(settle: () => void): void;
+}
+
+/** Opens `filePath` for one stream's bytes; a failure stops the file, never the pipe (see `errors`). */
+function openLogFile(stream: LogStreamName, source: Readable, filePath: string, errors: string[]): LogFile {
+  let fileOk = true;
+  const file = createWriteStream(filePath, { flags: 'w' });
+  file.on('error', (err) => {
+    // A full disk must not stall or kill the task: stop writing the file, keep draining the pipe.
+    if (fileOk) errors.push(`${stream}.log: ${err.message}`);
+    fileOk = false;
+    source.resume();
+  });
+  return {
+    write: (data) => {
+      if (fileOk && !file.write(data)) {
+        // Backpressure: a task that writes faster than the disk waits, instead of the worker's memory.
+        source.pause();
+        file.once('drain', () => source.resume());
+      }
+    },
+    close: (settle) => {
+      // 'close' follows both a clean finish and a failure; a stream that already closed won't repeat it.
+      if (file.closed || file.destroyed) settle();
+      else {
+        file.once('close', settle);
+        file.end();
+      }
+    },
+  };
+}
+
+/**
+ * Hands bytes to `onChunk` in chunks of at most MAX_LOG_CHUNK_BYTES cut on character boundaries, each
+ * with its byte offset in the stream. A callback that throws gets nothing more (its error lands in
+ * `errors`); offsets still count, since the file has everything.
+ */
+function chunkDelivery(
+  stream: LogStreamName,
+  onChunk: LogChunkHandler,
+  errors: string[],
+): (buf: Buffer) => void {
+  let delivered = 0;
+  let callbackFailed = false;
+  const deliver = (chunk: Buffer): void => {
+    const offset = delivered;
+    delivered += chunk.length;
+    if (callbackFailed) return;
+    try {
+      onChunk(stream, offset, chunk.toString('utf8'));
+    } catch (err) {
+      // A broken consumer must not take the executor down; the file still has everything.
+      callbackFailed = true;
+      errors.push(`${stream} log callback failed: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  };
+  return (buf) => {
+    let start = 0;
+    while (buf.length - start > MAX_LOG_CHUNK_BYTES) {
+      const end = charBoundaryAtOrBefore(buf, start + MAX_LOG_CHUNK_BYTES, start);
+      deliver(buf.subarray(start, end));
+      start = end;
+    }
+    if (start < buf.length) deliver(buf.subarray(start));
   };
 }
 

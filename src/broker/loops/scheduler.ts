@@ -1,7 +1,7 @@
 import { type Policy, pinnedScripts } from '../../contracts/policy.js';
 import type { ResolvedLimits } from '../../contracts/task-limits.js';
 import type { Runtime } from '../../contracts/task-spec.js';
-import type { ExecutionPlan } from '../../contracts/worker-protocol.js';
+import type { ExecutionPlan, LeasedCard } from '../../contracts/worker-protocol.js';
 import { nextLeaseEpoch } from '../../domain/lease.js';
 import { runArgv } from '../../domain/run-argv.js';
 import { decide } from '../../domain/scheduling/decide.js';
@@ -9,6 +9,7 @@ import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type { SchedulingDecision, SchedulingSnapshot } from '../../domain/scheduling/types.js';
 import { resolveLimits } from '../../domain/task-limits.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
+import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
 import { moveTask } from '../machines/task.js';
@@ -196,15 +197,38 @@ export class Scheduler implements TaskObserver {
 
   /** Step 3 for one grant: lease with a fresh epoch, execution, task → ASSIGNED, assign in the outbox. */
   private applyGrant(taskId: string, workerId: string, indexes: number[]): void {
-    const { store, clock, ids, config } = this.deps;
+    const { store, config } = this.deps;
     const task = store.tasks.get(taskId);
     if (task?.state !== 'QUEUED' || task.desired !== 'run') return;
+    const grant = this.recordGrant(taskId, workerId, this.sampledCards(workerId, indexes));
+    moveTask(
+      this.deps,
+      task,
+      'lease_granted',
+      'scheduler',
+      {},
+      { worker_id: workerId, lease_epoch: grant.lease.lease_epoch, execution_id: grant.executionId },
+    );
+    enqueueForWorker(this.deps, this.link, workerId, {
+      type: 'assign',
+      plan: assignPlan(task, grant, config),
+    });
+  }
+
+  /** The granted cards with the uuids the worker last sampled for them. */
+  private sampledCards(workerId: string, indexes: readonly number[]): LeasedCard[] {
     const sampled = this.fleet.get(workerId).cards;
-    const cards = indexes.map((index) => {
+    return indexes.map((index) => {
       const uuid = sampled.find((c) => c.index === index)?.uuid;
       if (!uuid) throw new Error(`card ${workerId}/${index} has no sampled uuid`);
       return { index, uuid };
     });
+  }
+
+  /** Inserts the lease (fresh epoch) and its execution, and audits the grant. */
+  private recordGrant(taskId: string, workerId: string, cards: LeasedCard[]): Grant {
+    const { store, clock, ids } = this.deps;
+    const indexes = cards.map((c) => c.index);
     const now = clock.now();
     const lease: LeaseRecord = {
       id: ids('lease'),
@@ -253,29 +277,7 @@ export class Scheduler implements TaskObserver {
         assignment_id: assignmentId,
       },
     });
-    moveTask(
-      this.deps,
-      task,
-      'lease_granted',
-      'scheduler',
-      {},
-      { worker_id: workerId, lease_epoch: lease.lease_epoch, execution_id: executionId },
-    );
-    const plan: ExecutionPlan = {
-      task_id: taskId,
-      execution_id: executionId,
-      assignment_id: assignmentId,
-      lease_epoch: lease.lease_epoch,
-      cards,
-      spec: task.spec,
-      spec_digest: task.spec_digest,
-      kill_grace_seconds: config.timing.kill_grace_seconds,
-      cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
-      vram_clean_pct: config.scheduling.vram_threshold_pct,
-      ...sandboxOfPlan(task.spec.runtime, config.policy, resolveLimits(task.spec, config.policy)),
-      argv: runArgv(task.spec, config.policy),
-    };
-    enqueueForWorker(this.deps, this.link, workerId, { type: 'assign', plan });
+    return { lease, executionId, assignmentId };
   }
 
   /** Where a task runs: its newest lease. */
@@ -292,6 +294,31 @@ export class Scheduler implements TaskObserver {
   queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null {
     return this.queue.get(taskId) ?? null;
   }
+}
+
+/** A recorded grant: the lease and the ids of its execution and assignment. */
+interface Grant {
+  readonly lease: LeaseRecord;
+  readonly executionId: string;
+  readonly assignmentId: string;
+}
+
+/** The `assign` plan of a granted task. */
+function assignPlan(task: TaskRecord, grant: Grant, config: BrokerDeps['config']): ExecutionPlan {
+  return {
+    task_id: task.id,
+    execution_id: grant.executionId,
+    assignment_id: grant.assignmentId,
+    lease_epoch: grant.lease.lease_epoch,
+    cards: grant.lease.cards,
+    spec: task.spec,
+    spec_digest: task.spec_digest,
+    kill_grace_seconds: config.timing.kill_grace_seconds,
+    cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
+    vram_clean_pct: config.scheduling.vram_threshold_pct,
+    ...sandboxOfPlan(task.spec.runtime, config.policy, resolveLimits(task.spec, config.policy)),
+    argv: runArgv(task.spec, config.policy),
+  };
 }
 
 /**

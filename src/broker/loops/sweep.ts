@@ -1,5 +1,6 @@
 import type { BrokerDeps } from '../deps.js';
 import { moveProposal } from '../machines/proposal.js';
+import { collectBlobGarbageInBatches } from './blob-gc.js';
 import { sweepGrants } from './grant-sweep.js';
 import { sweepExecutions } from './liveness.js';
 
@@ -7,7 +8,8 @@ import { sweepExecutions } from './liveness.js';
  * The master's sweep, one `tick` every `timing.sweep_interval_ms` (src/main.ts schedules it; deadlines
  * are stored, so a restart loses none). Each tick, in order:
  *  1. every `RETENTION_SWEEP_MS`: prune acknowledged outbox rows and old idempotency keys (one
- *     transaction), then collect the blobs nothing names any more;
+ *     transaction), then start collecting the blobs nothing names any more, batch by batch with the
+ *     event loop free in between (blob-gc.ts; one collection at a time);
  *  2. every `REVALIDATE_MS`: re-check the live worker sessions (a revoked token or a disabled worker is
  *     disconnected);
  *  3. expire proposals past their TTL (docs/state-machines.md: a sweeper, not lazily), and standing
@@ -37,6 +39,14 @@ export interface SweepMarks {
   lastRevalidate: number;
 }
 
+/** The blob collection under way per sweep (it spans many event-loop turns; one at a time). */
+const blobCollections = new WeakMap<SweepMarks, Promise<void>>();
+
+/** The blob collection the sweep with these marks has under way, or null. */
+export function blobGcUnderWay(marks: SweepMarks): Promise<void> | null {
+  return blobCollections.get(marks) ?? null;
+}
+
 /** What a tick needs: the broker, the hub's session re-check (an edge), and the marks it keeps. */
 export interface SweepDeps {
   broker: BrokerDeps;
@@ -61,7 +71,7 @@ export function tick(deps: SweepDeps, now: number): void {
       store.outbox.prune(now - ACKED_OUTBOX_RETENTION_MS);
       store.idempotency.prune(now - IDEMPOTENCY_RETENTION_MS);
     });
-    collectBlobGarbage(broker);
+    startBlobCollection(broker, marks);
   }
   // 2. Live sessions re-checked.
   if (now - marks.lastRevalidate > REVALIDATE_MS) {
@@ -75,6 +85,18 @@ export function tick(deps: SweepDeps, now: number): void {
   sweepExecutions(broker, broker.cluster.fleet);
   // 5. A scheduling pass.
   broker.cluster.requestPass();
+}
+
+/** Step 1's blob collection, unless one is under way; it goes on after the tick returns. */
+function startBlobCollection(broker: BrokerDeps, marks: SweepMarks): void {
+  if (blobCollections.has(marks)) return;
+  const running = collectBlobGarbageInBatches(broker)
+    .then(
+      () => undefined,
+      (err: unknown) => broker.logger.error({ err }, 'blob garbage collection failed'),
+    )
+    .finally(() => blobCollections.delete(marks));
+  blobCollections.set(marks, running);
 }
 
 /** Step 3: expires proposals past their TTL, at most `batch` per call; returns how many. */
@@ -91,7 +113,10 @@ export function expireProposals(deps: BrokerDeps, batch = 100): number {
   return expired;
 }
 
-/** Step 1: garbage collection of blobs no live revision or recent task names; returns how many. */
+/**
+ * Garbage collection of blobs no live revision or recent task names, all in one transaction; returns
+ * how many. The sweep collects batch by batch instead (blob-gc.ts); this stays for tools and tests.
+ */
 export function collectBlobGarbage(
   deps: BrokerDeps,
   graceMs = deps.config.storage.blob_grace_seconds * 1000,

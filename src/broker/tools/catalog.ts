@@ -1,3 +1,4 @@
+import * as A from '../../contracts/tools-agent-review.js';
 import * as C from '../../contracts/tools-cluster.js';
 import * as G from '../../contracts/tools-grants.js';
 import * as I from '../../contracts/tools-inputs.js';
@@ -34,6 +35,7 @@ import {
   listQualificationRuns,
   startQualification,
 } from './qualification.js';
+import { getReviewPrompt } from './review-prompt.js';
 import { getRevision, listReviewQueue, submitReview } from './reviews.js';
 import { getStatus } from './status.js';
 import { getTaskLogs, getTaskOutputs } from './task-results.js';
@@ -72,6 +74,7 @@ export function brokerTools(): BoundTool[] {
       }),
     ),
     bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
+    bindTool(A.getReviewPromptTool, ({ deps, principal }, i) => getReviewPrompt(deps, principal, i)),
     bindTool(T.getTaskTool, ({ deps, principal }, i) => ({
       task: getTask(deps, principal, i.task_id),
     })),

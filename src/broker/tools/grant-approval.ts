@@ -10,12 +10,13 @@ import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.
 import type { BrokerDeps } from '../deps.js';
 import { moveProposal } from '../machines/proposal.js';
 import { updateGrantCounters } from '../machines/standing-grant.js';
+import { recordReviewDecision } from '../review-decisions.js';
 import { loadVisibleGrant } from './grants.js';
 import { confirmRevision, findingsFor, loadVisibleProposal } from './proposals.js';
 import { createApprovedTask } from './reviews.js';
 
 /**
- * Auto-approval by standing grant (issue 23 §1, docs/decisions/0025-grants.md): at confirm_revision, in
+ * Auto-approval by standing grant (issue 23 §1, docs/decisions/0029-grants.md): at confirm_revision, in
  * the same transaction, the owner's ACTIVE grants are tried oldest first; the first that covers the
  * revision approves it (a review row naming the grant, its budget charged exactly, the task created on
  * the path a reviewer's approval takes, a `review.auto_approved` audit row with the receipt). Otherwise
@@ -129,6 +130,7 @@ function approveWithGrant(
       ...receipt,
     },
   });
+  recordReviewDecision(deps, 'grant', 'APPROVE', r.confirmed_at);
   moveProposal(
     deps,
     p,

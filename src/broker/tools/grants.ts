@@ -16,7 +16,7 @@ import { fetchPage } from './paging.js';
 import { iso, principalName } from './views.js';
 
 /**
- * Use cases of standing grants (issue 23 §1, docs/decisions/0025-grants.md): request, decide, revoke,
+ * Use cases of standing grants (issue 23 §1, docs/decisions/0029-grants.md): request, decide, revoke,
  * list and read. Coverage and auto-approval live in ./grant-approval.ts.
  */
 

@@ -5,7 +5,7 @@ import { GET_INPUT_UNTRUSTED } from '../../contracts/untrusted.js';
 import { sha256Hex } from '../../platform/digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { verifiedBlob } from '../verified-blob.js';
+import { verifiedBlob, verifiedPages } from '../verified-blob.js';
 import { loadVisibleProposal } from './proposals.js';
 
 /**
@@ -181,18 +181,25 @@ export function getInput(
       `revision ${q.revision_id} of ${q.proposal_id} has no input ${q.path}`,
       'get_revision lists the inputs of a revision.',
     );
-  // Only what the owner uploaded: a draft naming someone else's digest reads as not stored.
-  const content = verifiedBlob(deps, p.owner_id, input.sha256);
-  const text = isText(content);
-  const { offset, end } = pageBounds(content, text, q.offset ?? 0, q.max_bytes ?? MAX_GET_INPUT_BYTES);
-  const slice = content.subarray(offset, end);
+  // Only what the owner uploaded: a draft naming someone else's digest reads as not stored. Verified
+  // whole once, then page by page (verified-blob.ts verifiedPages): paging is O(size) in all.
+  const blob = verifiedPages(deps, p.owner_id, input.sha256, isText);
+  const { size, text } = blob;
+  const maxBytes = q.max_bytes ?? MAX_GET_INPUT_BYTES;
+  // pageBounds moves each end by at most 3 bytes (one UTF-8 character): a window that much wider does.
+  const from = Math.min(q.offset ?? 0, size);
+  const windowStart = Math.max(0, from - 3);
+  const window = blob.read(windowStart, Math.min(size, from + maxBytes + 3));
+  const bounds = pageBounds(window, text, from - windowStart, maxBytes);
+  const [offset, end] = [windowStart + bounds.offset, windowStart + bounds.end];
+  const slice = window.subarray(bounds.offset, bounds.end);
   return {
     path: input.path,
     sha256: input.sha256,
-    size: content.length,
+    size,
     offset,
     next_offset: end,
-    complete: end === content.length,
+    complete: end === size,
     encoding: text ? ('utf8' as const) : ('base64' as const),
     content: text ? slice.toString('utf8') : slice.toString('base64'),
     untrusted_fields: [...GET_INPUT_UNTRUSTED],

@@ -16,7 +16,7 @@ import { canReadAll } from '../principals.js';
 import { proposalTopic } from '../topics.js';
 import { verifiedBlob } from '../verified-blob.js';
 import { fetchPage } from './paging.js';
-import { proposalSummary, proposalView } from './views.js';
+import { proposalNextAction, proposalSummary, proposalView } from './views.js';
 import { waitUntil } from './wait-until.js';
 
 /** Use cases of proposals: create, revise, confirm, cancel, read, list, wait, expire. */
@@ -159,12 +159,6 @@ function revisionResult(p: ProposalRecord, r: RevisionRecord, next_action: strin
   };
 }
 
-function afterRevisionAction(p: ProposalRecord, r: RevisionRecord): string {
-  return isConfirmable(r.findings)
-    ? `Call confirm_revision with proposal_id ${p.id} and revision_id ${r.id} to send it to review.`
-    : 'Fix the error findings with revise_proposal (a full replacement spec), then confirm_revision.';
-}
-
 /** create_proposal: a new DRAFT with revision 1. Call inside a transaction. */
 export function createProposal(deps: BrokerDeps, principal: Principal, spec: TaskSpec): RevisionResult {
   const now = deps.clock.now();
@@ -203,7 +197,7 @@ export function createProposal(deps: BrokerDeps, principal: Principal, spec: Tas
     data: { revision_id: revisionId, digest: revision.digest },
   });
   deps.store.afterCommit(() => deps.notifier.notify(proposalTopic(id)));
-  return revisionResult(p, revision, afterRevisionAction(p, revision));
+  return revisionResult(p, revision, proposalNextAction(p, revision));
 }
 
 /** revise_proposal: a new immutable revision; CHANGES_REQUESTED goes back to DRAFT. */
@@ -227,7 +221,7 @@ export function reviseProposal(
       digest: revision.digest,
     },
   );
-  return revisionResult(next, revision, afterRevisionAction(next, revision));
+  return revisionResult(next, revision, proposalNextAction(next, revision));
 }
 
 /** confirm_revision: the current, error-free revision of a DRAFT goes IN_REVIEW. */
@@ -268,7 +262,7 @@ export function confirmRevision(
     proposal_id: p.id,
     revision_id: revisionId,
     state: next.state,
-    next_action: 'An independent reviewer must decide; call wait_for_proposal.',
+    next_action: proposalNextAction(next, revision),
   };
 }
 

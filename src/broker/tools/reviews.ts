@@ -7,7 +7,9 @@ import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { moveProposal } from '../machines/proposal.js';
+import { recordReviewDecision } from '../review-decisions.js';
 import { TASKS_TOPIC, taskTopic } from '../topics.js';
+import { assertAgentMayApprove, decisionKindOf, needsPersonOf } from './agent-review.js';
 import { fetchPage } from './paging.js';
 import { loadVisibleProposal } from './proposals.js';
 import { diffBaseOf, diffInputs, specChanges } from './revision-diff.js';
@@ -50,6 +52,7 @@ export function listReviewQueue(
         errors: r.errors,
         warnings: r.warnings,
         own: p.owner_id === principal.id,
+        needs_person: needsPersonOf(deps, r.id),
       };
     }),
     next_cursor,
@@ -235,6 +238,8 @@ export function createApprovedTask(
 /** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
 export function submitReview(deps: BrokerDeps, principal: Principal, input: ReviewInput) {
   const { p, r } = judgedRevision(deps, principal, input);
+  // Agent reviewers approve only within the operator's ceiling (issue 23 §2): NEEDS_PERSON otherwise.
+  if (input.decision === 'APPROVE') assertAgentMayApprove(deps, principal, p, r);
   const now = deps.clock.now();
   const reviewId = deps.ids('rvw');
   deps.store.proposals.insertReview({
@@ -247,6 +252,7 @@ export function submitReview(deps: BrokerDeps, principal: Principal, input: Revi
     comments: input.comments,
     created_at: now,
   });
+  recordReviewDecision(deps, decisionKindOf(principal), input.decision, r.confirmed_at);
   const taskId = input.decision === 'APPROVE' ? createApprovedTask(deps, principal, p, r, now) : null;
   const next = moveProposal(
     deps,

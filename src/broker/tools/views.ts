@@ -40,8 +40,11 @@ export function principalName(store: Store, id: string): string {
   return store.principals.findById(id)?.name ?? 'unknown';
 }
 
-/** What the owner should do next, in words an agent can act on. */
-function proposalNextAction(p: ProposalRecord, current: RevisionRecord): string {
+/**
+ * What the owner should do next, in words an agent can act on: one source for get_proposal and for what
+ * create/revise/confirm answer, so the action always matches the state it is shown with.
+ */
+export function proposalNextAction(p: ProposalRecord, current: RevisionRecord): string {
   switch (p.state) {
     case 'DRAFT':
       return isConfirmable(current.findings)

@@ -1,9 +1,9 @@
 import { ApiError, apiGet, apiPost, clearToken, followEvents, getToken, setToken } from './api.js';
+import { fill, h, orDash } from './dom.js';
 import { renderGrants } from './grants.js';
 import {
   empty,
   errorBox,
-  h,
   renderAlerts,
   renderCounts,
   renderQualifications,
@@ -44,23 +44,23 @@ const state = {
 
 async function refreshCards() {
   const [{ workers }, { cards }] = await Promise.all([apiGet('/api/v1/workers'), apiGet('/api/v1/cards')]);
-  $('workers').replaceChildren(...renderWorkers(workers, cards));
+  fill($('workers'), ...renderWorkers(workers, cards));
 }
 
 async function refreshStatus() {
   const status = await apiGet('/api/v1/status');
-  $('alerts').replaceChildren(...renderAlerts(status.alerts));
-  $('task-counts').replaceChildren(...renderCounts(status.tasks_by_state));
+  fill($('alerts'), ...renderAlerts(status.alerts));
+  fill($('task-counts'), ...renderCounts(status.tasks_by_state));
 }
 
 async function refreshQueue() {
   const { tasks } = await apiGet('/api/v1/queue');
-  $('queue').replaceChildren(...renderQueue(tasks));
+  fill($('queue'), ...renderQueue(tasks));
 }
 
 async function refreshTasks() {
   const { tasks } = await apiGet('/api/v1/tasks?limit=15');
-  $('tasks').replaceChildren(...renderTasks(tasks, state.selectedTask, selectTask));
+  fill($('tasks'), ...renderTasks(tasks, state.selectedTask, selectTask));
 }
 
 async function refreshDetail() {
@@ -74,7 +74,7 @@ async function refreshDetail() {
     readLog('stderr'),
   ]);
   if (state.selectedTask !== id) return;
-  $('task-detail').replaceChildren(...renderTaskDetail(task, { stdout, stderr }));
+  fill($('task-detail'), ...renderTaskDetail(task, { stdout, stderr }));
 }
 
 /**
@@ -95,7 +95,7 @@ async function refreshQualifications() {
       (e) => !(e instanceof ApiError && e.status === 403),
     );
     if (err.status === 403 || !state.operator) {
-      $('qualifications').replaceChildren(empty('Qualification runs are shown to operators.'));
+      fill($('qualifications'), empty('Qualification runs are shown to operators.'));
       return;
     }
     const read = (id) => apiGet(`/api/v1/qualifications/${encodeURIComponent(id)}`).catch(() => null);
@@ -116,7 +116,7 @@ async function refreshQualifications() {
     h('input', { name: 'run', placeholder: 'Run id (qrun_…)', spellcheck: 'false', 'aria-label': 'Run id' }),
     h('button', { class: 'button', type: 'submit' }, 'Show run'),
   );
-  $('qualifications').replaceChildren(...renderQualifications(runs), lookup);
+  fill($('qualifications'), ...renderQualifications(runs), lookup);
 }
 
 async function refreshGrants() {
@@ -143,9 +143,9 @@ function renderReviewItem(item) {
         if (!e.target.open) return;
         const path = `/api/v1/proposals/${encodeURIComponent(item.proposal_id)}/revisions/${encodeURIComponent(item.revision_id)}`;
         try {
-          body.replaceChildren(...renderRevision(await apiGet(path)));
+          fill(body, ...renderRevision(await apiGet(path)));
         } catch (err) {
-          body.replaceChildren(errorBox(err));
+          fill(body, errorBox(err));
         }
       },
     },
@@ -155,7 +155,7 @@ function renderReviewItem(item) {
   const decide = (decision) => async (e) => {
     const button = e.currentTarget;
     button.disabled = true;
-    result.replaceChildren();
+    fill(result);
     try {
       const out = await apiPost(`/api/v1/proposals/${encodeURIComponent(item.proposal_id)}/reviews`, {
         revision_id: item.revision_id,
@@ -171,7 +171,7 @@ function renderReviewItem(item) {
       );
       schedule('reviews', 'tasks', 'queue', 'status');
     } catch (err) {
-      result.replaceChildren(errorBox(err));
+      fill(result, errorBox(err));
       button.disabled = false;
     }
   };
@@ -190,7 +190,7 @@ function renderReviewItem(item) {
     h(
       'div',
       { class: 'muted small' },
-      `by ${item.owner} · ${item.cards} card${item.cards === 1 ? '' : 's'} · digest `,
+      `by ${orDash(item.owner)} · ${orDash(item.cards)} card${item.cards === 1 ? '' : 's'} · digest `,
       short(item.digest, 12),
       ` · confirmed ${time(item.confirmed_at)}`,
     ),
@@ -219,7 +219,7 @@ async function refreshReviews() {
     ({ items } = await apiGet('/api/v1/review-queue'));
   } catch (err) {
     if (err instanceof ApiError && err.status === 403) {
-      $('reviews').replaceChildren(empty('Your token has no reviewer role.'));
+      fill($('reviews'), empty('Your token has no reviewer role.'));
       return;
     }
     throw err;
@@ -227,9 +227,7 @@ async function refreshReviews() {
   // Keep the focus and caret of a comment being typed across the re-render.
   const focused = document.activeElement?.dataset?.comment;
   const caret = focused ? document.activeElement.selectionStart : 0;
-  $('reviews').replaceChildren(
-    ...(items.length ? items.map(renderReviewItem) : [empty('Nothing awaits review.')]),
-  );
+  fill($('reviews'), ...(items.length ? items.map(renderReviewItem) : [empty('Nothing awaits review.')]));
   if (focused) {
     const box = document.querySelector(`textarea[data-comment="${CSS.escape(focused)}"]`);
     box?.focus();
@@ -298,7 +296,7 @@ function viewsFor(topic) {
 
 function selectTask(id) {
   state.selectedTask = id;
-  $('task-detail').replaceChildren(h('p', { class: 'muted' }, 'Loading…'));
+  fill($('task-detail'), h('p', { class: 'muted' }, 'Loading…'));
   schedule('tasks', 'detail');
 }
 
@@ -344,9 +342,7 @@ function signOut(message = '') {
   state.runIds.clear();
   for (const id of ['workers', 'alerts', 'task-counts', 'queue', 'reviews', 'tasks', 'qualifications'])
     $(id).replaceChildren();
-  $('task-detail').replaceChildren(
-    h('p', { class: 'muted' }, 'Select a task to see its placement and logs.'),
-  );
+  fill($('task-detail'), h('p', { class: 'muted' }, 'Select a task to see its placement and logs.'));
   $('flash').hidden = true;
   $('dashboard').hidden = true;
   $('live').hidden = true;

@@ -1,4 +1,5 @@
-import { empty, h, pill, short, time } from './render.js';
+import { h } from './dom.js';
+import { empty, pill, short, time } from './render.js';
 
 /**
  * The standing-grants pane (issue 23 §1): every grant the token may see, newest first, with its state,

@@ -1,3 +1,4 @@
+import { absent, h, orDash } from './dom.js';
 import { visible } from './visible.js';
 
 /**
@@ -5,24 +6,6 @@ import { visible } from './visible.js';
  * (never as HTML), so nothing a task title or a log line contains can run in the page; submitter text
  * (titles, log lines) goes through visible(), so nothing in it hides or reorders what is shown.
  */
-
-/** Creates an element: `h('div', {class: 'x', dataset: {k: 'v'}, onclick: fn}, child, 'text', …)`. */
-export function h(tag, attrs = {}, ...children) {
-  const el = document.createElement(tag);
-  for (const [key, value] of Object.entries(attrs)) {
-    if (value === null || value === undefined || value === false) continue;
-    if (key === 'class') el.className = value;
-    else if (key === 'dataset') Object.assign(el.dataset, value);
-    else if (key === 'style') Object.assign(el.style, value);
-    else if (key.startsWith('on')) el.addEventListener(key.slice(2), value);
-    else el.setAttribute(key, value === true ? '' : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    el.append(child instanceof Node ? child : String(child));
-  }
-  return el;
-}
 
 /** A state pill coloured by `data-state`. */
 export function pill(state, label = state) {
@@ -98,7 +81,7 @@ function mib(n) {
 /** One card tile: state colour, VRAM bar, utilisation, temperature, and the task holding it. */
 function renderCard(c) {
   const pct =
-    c.memory_used_mib !== null && c.memory_total_mib
+    !absent(c.memory_used_mib) && c.memory_total_mib
       ? Math.min(100, (100 * c.memory_used_mib) / c.memory_total_mib)
       : 0;
   return h(
@@ -108,7 +91,7 @@ function renderCard(c) {
       'div',
       { class: 'card-head' },
       h('span', { class: 'card-index' }, `#${c.index}`),
-      h('span', { class: 'card-model', title: c.uuid }, c.model),
+      h('span', { class: 'card-model', title: c.uuid }, orDash(c.model)),
       c.simulated ? simBadge() : null,
     ),
     h('div', { class: 'card-state' }, pill(c.state)),
@@ -123,9 +106,9 @@ function renderCard(c) {
       { class: 'card-stats' },
       h('span', {}, `util ${c.utilization_pct ?? '–'}%`),
       h('span', {}, `${c.temperature_c ?? '–'} °C`),
-      c.power_w !== null ? h('span', {}, `${Math.round(c.power_w)} W`) : null,
+      absent(c.power_w) ? null : h('span', {}, `${Math.round(c.power_w)} W`),
     ),
-    c.lease_epoch !== null
+    !absent(c.lease_epoch)
       ? h(
           'div',
           { class: 'card-lease' },
@@ -171,7 +154,11 @@ export function renderWorkers(workers, cards) {
         { class: 'worker-head' },
         h('span', { class: 'worker-dot', title: w.online ? 'online' : 'offline' }),
         h('strong', {}, w.worker_id),
-        h('span', { class: 'muted' }, `${w.hostname} · ${w.provider} · v${w.version}`),
+        h(
+          'span',
+          { class: 'muted' },
+          `${orDash(w.hostname)} · ${orDash(w.provider)} · v${orDash(w.version)}`,
+        ),
         w.simulated ? simBadge() : null,
         w.draining ? h('span', { class: 'badge warn' }, 'draining') : null,
         w.online ? null : h('span', { class: 'badge bad' }, `offline since ${time(w.offline_since)}`),
@@ -244,7 +231,7 @@ export function renderQueue(tasks) {
                 t.priority ? ` · priority ${t.priority}` : '',
               ),
             ),
-            h('td', { class: 'num' }, t.cards),
+            h('td', { class: 'num' }, orDash(t.cards)),
             h('td', {}, renderReason(t.reason)),
           ),
         ),
@@ -281,7 +268,7 @@ export function renderTasks(tasks, selected, onSelect) {
               },
             },
             h('td', {}, visible(t.title), h('div', { class: 'muted small' }, t.task_id)),
-            h('td', {}, t.owner),
+            h('td', {}, orDash(t.owner)),
             h(
               'td',
               {},
@@ -311,7 +298,7 @@ export function renderTaskDetail(task, logs) {
       'dl',
       { class: 'fields' },
       field('Task', h('code', {}, task.task_id)),
-      field('Owner', task.owner),
+      field('Owner', orDash(task.owner)),
       field('Worker', task.worker_id ?? '–'),
       field('Cards', [cards, task.simulated ? simBadge() : null]),
       field('Lease epoch', task.lease_epoch ?? '–'),

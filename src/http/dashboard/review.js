@@ -1,5 +1,6 @@
 import { apiGet } from './api.js';
-import { h, short } from './render.js';
+import { absent, fill, h, orDash } from './dom.js';
+import { short } from './render.js';
 import { visible } from './visible.js';
 
 /**
@@ -15,11 +16,13 @@ const DIFF_PAGE_LINES = 500;
 /** Bytes of an input's content loaded per "more" click. */
 const CONTENT_PAGE_BYTES = 64 * 1024;
 
-const json = (v) => (v === undefined ? '(absent)' : JSON.stringify(v));
+/** A spec value in the diff: JSON, or "(absent)" for a path one side does not have. */
+const json = (v) => (absent(v) ? '(absent)' : JSON.stringify(v));
 
 /** The task's resource limits in one line (src/domain/task-limits.ts describeLimits). */
 function limitsText(l) {
-  return `memory ${l.memory_mib} MiB, pids ${l.pids}, cpu weight ${l.cpu_weight}, /tmp ${l.tmp_mib} MiB, /dev/shm ${l.shm_mib} MiB, task dir ${l.disk_mib} MiB`;
+  const d = orDash;
+  return `memory ${d(l.memory_mib)} MiB, pids ${d(l.pids)}, cpu weight ${d(l.cpu_weight)}, /tmp ${d(l.tmp_mib)} MiB, /dev/shm ${d(l.shm_mib)} MiB, task dir ${d(l.disk_mib)} MiB`;
 }
 
 /** What runs: the sandbox, argv and the environment, each in its own block. */
@@ -110,7 +113,7 @@ function renderTextDiff(rev, change) {
     const lines = page.unified === '' ? [] : page.unified.split('\n');
     pre.append(...lines.map(diffLine));
     shown += lines.length;
-    footer.replaceChildren();
+    fill(footer);
     if (shown < page.total_lines) {
       footer.append(
         h('span', { class: 'muted' }, `${shown} of ${page.total_lines} lines `),
@@ -197,7 +200,8 @@ function renderContent(rev, input) {
       `/api/v1/proposals/${encodeURIComponent(rev.proposal_id)}/revisions/${encodeURIComponent(rev.revision.revision_id)}/input?${q}`,
     );
     if (page.encoding !== 'utf8') {
-      body.replaceChildren(
+      fill(
+        body,
         h(
           'p',
           { class: 'binary small', dataset: { binary: input.path } },
@@ -206,9 +210,10 @@ function renderContent(rev, input) {
       );
       return;
     }
-    if (offset === 0) body.replaceChildren(pre, footer);
+    if (offset === 0) fill(body, pre, footer);
     pre.append(...visible(page.content, { lines: true }));
-    footer.replaceChildren(
+    fill(
+      footer,
       ...(page.complete
         ? [h('span', { class: 'muted', dataset: { complete: '' } }, `${page.size} bytes, the end`)]
         : [
@@ -236,7 +241,7 @@ function renderContent(rev, input) {
       ontoggle: (e) => {
         if (!e.target.open || loaded) return;
         loaded = true;
-        load(0).catch((err) => body.replaceChildren(h('p', { class: 'bad-text small' }, err.message)));
+        load(0).catch((err) => fill(body, h('p', { class: 'bad-text small' }, err.message)));
       },
     },
     h('summary', { class: 'small' }, 'Content'),

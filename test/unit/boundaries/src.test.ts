@@ -59,6 +59,7 @@ const BROKER: RankTable = [
   ['src/broker/deps.ts', 2],
   ['src/broker/principals.ts', 3],
   ['src/broker/verified-blob.ts', 3],
+  ['src/broker/review-decisions.ts', 3],
   ['src/broker/machines/', 4],
   ['src/broker/workers/', 5],
   ['src/broker/tools/', 6],

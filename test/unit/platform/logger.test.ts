@@ -26,6 +26,13 @@ describe('createLogger', () => {
     expect(JSON.parse(c.lines[0]!)).toMatchObject({ level: 40, msg: 'careful', a: 1, service: 'gpu-broker' });
   });
 
+  it('leaves out null fields on a terminal (issue 23: "error=null" read as an error)', () => {
+    const line = prettyLine(
+      JSON.stringify({ level: 30, time: 0, msg: 'probed', python: '/usr/bin/python3', error: null }),
+    );
+    expect(line).toBe('00:00:00 INFO  probed  python=/usr/bin/python3');
+  });
+
   it('passes a line that is not JSON through', () => {
     expect(prettyLine('plain text\n')).toBe('plain text');
   });

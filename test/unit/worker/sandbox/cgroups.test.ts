@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cgroupLayout, v1Shares, v2Hierarchy } from '../../../../worker/sandbox/cgroups.js';
+import { cgroupLayout, memoryIsV1, v1Shares, v2Hierarchy } from '../../../../worker/sandbox/cgroups.js';
 
 // Where task cgroups go (pure, from mountinfo and /proc/self/cgroup), and the v2 write sequence against
 // a directory standing in for cgroupfs (this host's v2 has no controllers; v1 is tested for real in
@@ -23,6 +23,13 @@ const UNIFIED_SELF = '0::/system.slice/gpu-broker-worker.service\n';
 const dirs: string[] = [];
 afterAll(() => {
   for (const d of dirs) rmSync(d, { recursive: true, force: true });
+});
+
+describe('memoryIsV1', () => {
+  it('is true where memory is a v1 controller (a container is then held at its limit) and false on v2', () => {
+    expect(memoryIsV1(HYBRID)).toBe(true);
+    expect(memoryIsV1(UNIFIED)).toBe(false);
+  });
 });
 
 describe('cgroupLayout', () => {

@@ -61,6 +61,16 @@ describe('containerArgs', () => {
     expect(args.indexOf('--memory')).toBeLessThan(args.indexOf(request.image));
   });
 
+  it('holds a container at its memory limit only where the worker watches it (cgroup v1 memory)', () => {
+    const limits = { memory_mib: 64, pids: 64, cpu_weight: 100, tmp_mib: 8, shm_mib: 8, disk_mib: 16 };
+    const held = containerArgs({ ...request, limits, holdOnOom: true });
+    expect(held).toContain('--oom-kill-disable');
+    expect(held.indexOf('--oom-kill-disable')).toBeLessThan(held.indexOf(request.image));
+    expect(containerArgs({ ...request, limits })).not.toContain('--oom-kill-disable');
+    // Without a memory limit nothing would end a held container.
+    expect(containerArgs({ ...request, limits: null, holdOnOom: true })).not.toContain('--oom-kill-disable');
+  });
+
   it('runs the image with no network, read-only, unprivileged, never pulling, the argv last', () => {
     const args = containerArgs(request);
     expect(args.slice(0, 3)).toEqual(['run', '--rm', '--pull=never']);

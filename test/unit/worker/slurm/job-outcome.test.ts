@@ -1,5 +1,15 @@
+import { appendFileSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { type SlurmOutcome, signalName, slurmVerdict } from '../../../../worker/slurm/job-outcome.js';
+import { logTruncatedMarker } from '../../../../src/contracts/worker-protocol.js';
+import {
+  JobLogTail,
+  type SlurmOutcome,
+  signalName,
+  slurmVerdict,
+} from '../../../../worker/slurm/job-outcome.js';
+import { LogBudget } from '../../../../worker/task-io/log-budget.js';
 
 /** How a Slurm job's end becomes a failure reason (worker/slurm/job-outcome.ts). */
 
@@ -40,5 +50,59 @@ describe('slurmVerdict', () => {
       'KILLED_BY_SIGNAL',
     );
     expect(signalName(15)).toBe('SIGTERM');
+  });
+});
+
+describe('JobLogTail (issue 21: the task log cap on a Slurm worker)', () => {
+  it('delivers at most the cap of both streams together, then one marker line per stream, and reads no further', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-job-log-'));
+    try {
+      const files = { stdout: join(dir, 'stdout.log'), stderr: join(dir, 'stderr.log') };
+      writeFileSync(files.stdout, 'a'.repeat(300));
+      writeFileSync(files.stderr, 'b'.repeat(50));
+      const got: Array<{ stream: string; offset: number; data: string }> = [];
+      const tail = new JobLogTail(
+        files,
+        (stream, offset, data) => got.push({ stream, offset, data }),
+        new LogBudget(200),
+      );
+      await tail.pump(false);
+      // A flood after the cut is never read again.
+      appendFileSync(files.stdout, 'c'.repeat(10_000));
+      appendFileSync(files.stderr, 'd'.repeat(10_000));
+      await tail.pump(true);
+      const text = (s: string) =>
+        got
+          .filter((g) => g.stream === s)
+          .map((g) => g.data)
+          .join('');
+      expect(text('stdout')).toBe(`${'a'.repeat(200)}${logTruncatedMarker(200)}`);
+      expect(text('stderr')).toBe(logTruncatedMarker(200));
+      // Offsets stay contiguous per stream: what the master stores is exactly the delivered text.
+      for (const s of ['stdout', 'stderr']) {
+        let at = 0;
+        for (const g of got.filter((x) => x.stream === s)) {
+          expect(g.offset).toBe(at);
+          at += Buffer.byteLength(g.data);
+        }
+      }
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('delivers everything under the cap, as before', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-job-log-'));
+    try {
+      const files = { stdout: join(dir, 'stdout.log'), stderr: join(dir, 'stderr.log') };
+      writeFileSync(files.stdout, 'hello\n');
+      const got: string[] = [];
+      const tail = new JobLogTail(files, (_s, _o, data) => got.push(data));
+      await tail.pump(true);
+      expect(got.join('')).toBe('hello\n');
+      expect(tail.errors()).toEqual([]);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });

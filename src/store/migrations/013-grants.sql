@@ -1,4 +1,4 @@
--- Issue 23 §1: standing grants (docs/decisions/0025-grants.md). A grant is immutable once written: only
+-- Issue 23 §1: standing grants (docs/decisions/0029-grants.md). A grant is immutable once written: only
 -- its state, its decider and its counters change, and a trigger refuses any other column. The budgets
 -- are CHECKed here too, so no bug in the broker can overspend one.
 

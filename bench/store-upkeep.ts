@@ -1,0 +1,163 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { BrokerDeps } from '../src/broker/deps.js';
+import { collectBlobGarbageInBatches } from '../src/broker/loops/blob-gc.js';
+import { isText, pageBounds } from '../src/broker/tools/inputs.js';
+import { verifiedBlob, verifiedPages } from '../src/broker/verified-blob.js';
+import { silentLogger } from '../src/platform/logger.js';
+import { Store } from '../src/store/store.js';
+import { type BenchSection, type OpResult, summarise } from './stats.js';
+
+/**
+ * Store upkeep (issue 21), in this process on a real SQLite file:
+ *
+ *   - get_input over a 64 MiB input in 256 KiB pages: the whole blob re-hashed per page (as before;
+ *     8 pages measured, the rest extrapolated) against verified-once + the page's chunks
+ *     (src/broker/verified-blob.ts verifiedPages), all 256 pages;
+ *   - blob garbage collection of 100,000 unreferenced blobs: one transaction (BlobsRepo.collectGarbage,
+ *     as before) against batches (src/broker/loops/blob-gc.ts); p50/p99/max are the gaps between turns
+ *     of a setImmediate loop running alongside (how long a request would have waited).
+ */
+
+const MIB = 1024 * 1024;
+const PAGE = 256 * 1024;
+const BLOBS = 100_000;
+
+interface Fixture {
+  readonly deps: BrokerDeps;
+  readonly owner: string;
+  close(): void;
+}
+
+function fixture(): Fixture {
+  const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-upkeep-'));
+  const store = Store.open(join(dir, 'master.sqlite'));
+  const owner = 'prin-bench';
+  store.principals.insert({
+    id: owner,
+    name: 'bench',
+    roles: ['submitter'],
+    worker_id: null,
+    created_at: 0,
+    token_hash: '0'.repeat(64),
+  });
+  const deps = { store, logger: silentLogger(), clock: { now: () => Date.now() } } as unknown as BrokerDeps;
+  return {
+    deps,
+    owner,
+    close: () => {
+      store.db.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+function oldPage(f: Fixture, sha256: string, offset: number): number {
+  const content = verifiedBlob(f.deps, f.owner, sha256);
+  const text = isText(content);
+  const b = pageBounds(content, text, offset, PAGE);
+  return content.subarray(b.offset, b.end).length;
+}
+
+function newPage(f: Fixture, sha256: string, offset: number): number {
+  const blob = verifiedPages(f.deps, f.owner, sha256, isText);
+  return blob.read(offset, Math.min(blob.size, offset + PAGE)).length;
+}
+
+function getInputRows(): OpResult[] {
+  const f = fixture();
+  try {
+    const content = randomBytes(64 * MIB);
+    const sha256 = createHash('sha256').update(content).digest('hex');
+    f.deps.store.blobs.put(sha256, content, 0);
+    f.deps.store.blobs.recordUpload(f.owner, sha256, 0);
+    const rows: OpResult[] = [];
+    for (const [op, read, pages] of [
+      ['get_input 64 MiB, whole blob re-hashed per page (before)', oldPage, 8],
+      ['get_input 64 MiB, verified once + per-page chunks', newPage, (64 * MIB) / PAGE],
+    ] as const) {
+      const latencies: number[] = [];
+      const started = performance.now();
+      for (let i = 0; i < pages; i++) {
+        const t = performance.now();
+        read(f, sha256, i * PAGE);
+        latencies.push(performance.now() - t);
+      }
+      const seconds = (performance.now() - started) / 1000;
+      const all = (seconds * (64 * MIB)) / PAGE / pages;
+      rows.push(summarise('store-upkeep', op, latencies, 0, seconds, `all 256 pages: ${all.toFixed(1)} s`));
+    }
+    return rows;
+  } finally {
+    f.close();
+  }
+}
+
+function seed(f: Fixture): void {
+  f.deps.store.transaction(() => {
+    for (let i = 0; i < BLOBS; i++) {
+      const content = Buffer.from(`orphan-${i}-${'x'.repeat(200)}`);
+      const sha256 = createHash('sha256').update(content).digest('hex');
+      f.deps.store.blobs.put(sha256, content, 0);
+      f.deps.store.blobs.recordUpload(f.owner, sha256, 0);
+    }
+  });
+}
+
+/** Runs `work` with a setImmediate loop alongside; the gaps between its turns (ms), sorted. */
+async function loopGaps(work: () => Promise<unknown>): Promise<{ gaps: number[]; seconds: number }> {
+  let stop = false;
+  const gaps: number[] = [];
+  const watcher = (async () => {
+    let last = performance.now();
+    while (!stop) {
+      await new Promise((r) => setImmediate(r));
+      const now = performance.now();
+      gaps.push(now - last);
+      last = now;
+    }
+  })();
+  const started = performance.now();
+  await work();
+  const seconds = (performance.now() - started) / 1000;
+  stop = true;
+  await watcher;
+  return { gaps: gaps.sort((a, b) => a - b), seconds };
+}
+
+async function blobGcRows(): Promise<OpResult[]> {
+  const rows: OpResult[] = [];
+  for (const [op, run] of [
+    [
+      `blob GC of ${BLOBS} unreferenced blobs, one transaction (before)`,
+      async (f: Fixture) => f.deps.store.transaction(() => f.deps.store.blobs.collectGarbage(1, 1)),
+    ],
+    [
+      `blob GC of ${BLOBS} unreferenced blobs, batches of 500 / 64 MiB`,
+      async (f: Fixture) => collectBlobGarbageInBatches(f.deps, Date.now() - 1),
+    ],
+  ] as const) {
+    const f = fixture();
+    try {
+      seed(f);
+      const { gaps, seconds } = await loopGaps(() => run(f));
+      const left = (f.deps.store.db.prepare('SELECT count(*) AS n FROM blobs').get() as { n: number }).n;
+      // p50/p99/max are of the event loop's turns while the collection ran: how long others waited.
+      rows.push({
+        ...summarise('store-upkeep', op, gaps, left === 0 ? 0 : 1, seconds),
+        notes: `event-loop turns measured; longest block ${gaps.at(-1)?.toFixed(0)} ms; ${left} blobs left`,
+      });
+    } finally {
+      f.close();
+    }
+  }
+  return rows;
+}
+
+export const storeUpkeepSection: BenchSection = {
+  name: 'store-upkeep',
+  description: 'get_input paging cost and blob GC event-loop blocking (issue 21)',
+  run: async () => [...getInputRows(), ...(await blobGcRows())],
+};

@@ -1,0 +1,202 @@
+import { randomBytes } from 'node:crypto';
+import { DEFAULT_PROMPT_BYTES } from '../../contracts/tools-agent-review.js';
+import { buildReviewPrompt, type PromptSection } from '../../domain/review-prompt.js';
+import { describeLimits } from '../../domain/task-limits.js';
+import { quoteList, quoteUntrusted } from '../../domain/untrusted.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { verifiedBlob } from '../verified-blob.js';
+import { agentCeilingFailure } from './agent-review.js';
+import { isText } from './inputs.js';
+import { loadVisibleProposal } from './proposals.js';
+import { getRevision } from './reviews.js';
+import { getTaskLogs } from './task-results.js';
+
+/**
+ * get_review_prompt (issue 23 §2): one revision as the prompt an LLM reviewer reads. gpu-broker's facts
+ * are computed here from the parsed spec, the findings and the diff; everything the submitter wrote goes
+ * to the fenced block (src/domain/review-prompt.ts). The nonce is 128 random bits drawn per call.
+ */
+
+type RevisionView = Awaited<ReturnType<typeof getRevision>>;
+
+/** The facts block: every value computed by gpu-broker; submitter values inside are quoted. */
+function factsOf(v: RevisionView, ceiling: { within: boolean; reason: string | null }) {
+  const spec = v.revision.spec;
+  const changes = v.input_changes;
+  const count = (c: string) => changes.filter((x) => x.change === c).length;
+  const lines = (k: 'added_lines' | 'removed_lines') =>
+    changes.reduce((n, x) => n + (x.text_diff?.[k] ?? 0), 0);
+  const bytes = v.inputs.reduce((n, i) => n + i.size, 0);
+  const facts: Array<readonly [string, string]> = [
+    ['proposal_id', v.proposal_id],
+    ['proposal_state', v.proposal_state],
+    ['revision', `${v.revision.number} (${v.revision.revision_id}), current: ${v.revision.current}`],
+    ['revision_digest', v.revision.digest],
+    ['owner', v.owner],
+    ['runtime', v.revision.sandbox.runtime],
+    ['image', v.revision.sandbox.image === null ? 'none' : quoteUntrusted(v.revision.sandbox.image, 300)],
+    ['executable', quoteUntrusted(spec.runtime.argv[0] ?? '', 300)],
+    ['argv items', String(spec.runtime.argv.length)],
+    ['env names', String(Object.keys(spec.runtime.env ?? {}).length)],
+    ['cards', String(spec.cards.count)],
+    ['time_limit_seconds', String(spec.time_limit_seconds)],
+    ['network', v.revision.sandbox.network],
+    ['mounts', spec.mounts?.length ? quoteList(spec.mounts, 16) : 'none'],
+    ['limits', describeLimits(v.revision.sandbox.limits)],
+    ['inputs', `${v.inputs.length} file(s), ${bytes} bytes`],
+    [
+      'diff base',
+      v.diff_base ? `revision ${v.diff_base.number} (${v.diff_base.decision})` : 'none (every file is new)',
+    ],
+    ['unreviewed revisions since the base', String(v.unreviewed_between.length)],
+    [
+      'input changes',
+      `${count('added')} added, ${count('removed')} removed, ${count('modified')} modified; +${lines('added_lines')} −${lines('removed_lines')} lines`,
+    ],
+    [
+      'spec fields changed',
+      v.diff.length === 0
+        ? 'none'
+        : quoteList(
+            v.diff.map((d) => d.path),
+            20,
+          ),
+    ],
+    ...v.revision.findings.map(
+      (f, i) => [`finding ${i + 1}`, `${f.severity} ${f.code} at ${f.path}: ${f.message}`] as const,
+    ),
+    ['findings', String(v.revision.findings.length)],
+    [
+      'agent_ceiling',
+      ceiling.within
+        ? 'within: an agent reviewer may approve'
+        : `above: ${ceiling.reason} (an APPROVE from you will be refused; a person decides)`,
+    ],
+  ];
+  return facts;
+}
+
+/** The spec's own text fields and values, each as one section. */
+function specSections(v: RevisionView): PromptSection[] {
+  const spec = v.revision.spec;
+  const env = Object.entries(spec.runtime.env ?? {}).map(([k, val]) => `${k}=${val}`);
+  return [
+    { label: 'title', text: spec.title },
+    { label: 'objective', text: spec.objective },
+    { label: 'success_criteria', text: spec.success_criteria },
+    { label: 'notes', text: spec.notes ?? '' },
+    { label: 'argv (one item per line)', text: spec.runtime.argv.join('\n') },
+    { label: 'env (NAME=VALUE per line)', text: env.join('\n') },
+    { label: 'input paths', text: v.inputs.map((i) => i.path).join('\n') },
+    { label: 'output paths', text: spec.outputs.map((o) => o.path).join('\n') },
+  ];
+}
+
+/**
+ * Each input file in full (text) or a note that it is binary or beyond the byte budget, then each text
+ * diff. A file is read only while the files read so far fit `maxBytes`: a prompt for a revision with a
+ * 1 GiB input never loads it (the ceiling's max_input_bytes keeps such a revision from an agent anyway).
+ */
+function fileSections(
+  deps: BrokerDeps,
+  ownerId: string,
+  v: RevisionView,
+  maxBytes: number,
+): { sections: PromptSection[]; unreadable: number } {
+  const sections: PromptSection[] = [];
+  let unreadable = 0;
+  let left = maxBytes;
+  for (const i of v.inputs) {
+    const path = quoteUntrusted(i.path, 512);
+    if (i.size > left) {
+      unreadable++;
+      sections.push({ label: `file ${path} (${i.size} bytes): beyond max_bytes, not shown`, text: '' });
+      continue;
+    }
+    const content = verifiedBlob(deps, ownerId, i.sha256);
+    left -= i.size;
+    if (isText(content))
+      sections.push({ label: `file ${path} (${i.size} bytes)`, text: content.toString('utf8') });
+    else {
+      unreadable++;
+      sections.push({ label: `file ${path} (${i.size} bytes): binary, not shown`, text: '' });
+    }
+  }
+  for (const c of v.input_changes)
+    if (c.text_diff)
+      sections.push({
+        label: `diff of ${quoteUntrusted(c.path, 512)} against the diff base`,
+        text: c.text_diff.unified,
+      });
+  return { sections, unreadable };
+}
+
+/** Earlier review comments, and the log tails of the owner's latest task (written by its program). */
+function historySections(
+  deps: BrokerDeps,
+  principal: Principal,
+  ownerId: string,
+  v: RevisionView,
+): PromptSection[] {
+  const out: PromptSection[] = v.reviews.map((r) => ({
+    label: `review comment by ${quoteUntrusted(r.reviewer, 64)} (${r.decision} on ${r.revision_id})`,
+    text: r.comments,
+  }));
+  const last = deps.store.tasks.list({ owner_id: ownerId, limit: 1 })[0];
+  if (last)
+    for (const stream of ['stdout', 'stderr'] as const) {
+      const log = getTaskLogs(deps, principal, {
+        task_id: last.id,
+        stream,
+        tail_lines: 40,
+        max_bytes: 16384,
+      });
+      if (log.data.length > 0)
+        out.push({
+          label: `earlier log: ${stream} of the owner's latest task ${last.id} (${last.state}), last 40 lines`,
+          text: log.data,
+        });
+    }
+  return out;
+}
+
+/** get_review_prompt. */
+export async function getReviewPrompt(
+  deps: BrokerDeps,
+  principal: Principal,
+  q: { proposal_id: string; revision_id?: string | undefined; max_bytes?: number | undefined },
+) {
+  const p = loadVisibleProposal(deps, principal, q.proposal_id);
+  const v = await getRevision(deps, principal, p.id, q.revision_id ?? p.current_revision_id);
+  const record = deps.store.proposals.revision(v.revision.revision_id)!;
+  const failure = agentCeilingFailure(deps, p, record);
+  const ceiling = {
+    within: failure === null,
+    clause: failure?.clause ?? null,
+    reason: failure?.reason ?? null,
+  };
+  const maxBytes = q.max_bytes ?? DEFAULT_PROMPT_BYTES;
+  const files = fileSections(deps, p.owner_id, v, maxBytes);
+  const nonce = randomBytes(16).toString('hex');
+  const { prompt, complete } = buildReviewPrompt({
+    nonce,
+    digest: v.revision.digest,
+    facts: [
+      ...factsOf(v, ceiling),
+      ['inputs not shown (binary or beyond max_bytes)', String(files.unreadable)],
+    ],
+    sections: [...specSections(v), ...files.sections, ...historySections(deps, principal, p.owner_id, v)],
+    maxBytes,
+    unreadable: files.unreadable > 0,
+  });
+  return {
+    proposal_id: p.id,
+    revision_id: v.revision.revision_id,
+    revision_digest: v.revision.digest,
+    nonce,
+    complete,
+    agent_ceiling: ceiling,
+    prompt,
+  };
+}

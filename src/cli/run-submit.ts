@@ -1,0 +1,238 @@
+import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
+import { basename, join } from 'node:path';
+import { canonicalJson } from '../contracts/canonical-json.js';
+import { BrokerError } from '../contracts/errors.js';
+import { type TaskSpecInput, TaskSpecSchema } from '../contracts/task-spec.js';
+import type { FlagValues } from '../platform/args.js';
+import type { MasterClient } from './master-client.js';
+import { collectInputs, type LeftOutInput, type LocalInput } from './propose-files.js';
+import type { RUN } from './task-command-specs.js';
+import { OUTPUTS_DIR } from './task-outputs.js';
+
+/**
+ * The submitting half of `gpu-broker run` (issue 23 §3): DIR's files → blobs the master lacks → a new
+ * proposal or a new revision of the one this DIR ran last → confirm_revision. Which proposal a DIR ran
+ * last is kept per master URL in DIR/.gpu-broker/run.json (docs/decisions/0026-run-cli.md): a file the
+ * user can read and delete, that needs no listing call and survives a renamed title.
+ */
+
+/** The flags of `gpu-broker run`, as parsed. */
+export type RunFlags = FlagValues<typeof RUN.flags>;
+
+/** Directories `run` never ships: VCS, dependencies, its own memory and its downloads. */
+export const RUN_SKIP_DIRS = ['.git', 'node_modules', '.gpu-broker', OUTPUTS_DIR] as const;
+
+/** What create_proposal / revise_proposal answer. */
+export interface RevisionResult {
+  proposal_id: string;
+  revision_id: string;
+  revision_number: number;
+  findings: Array<{ severity: string; code: string; path: string; message: string; hint: string }>;
+  confirmable: boolean;
+}
+
+/** What confirm_revision answers; `grant` and `task_id` come from standing grants (issue 23 §1). */
+export interface ConfirmAnswer {
+  proposal_id: string;
+  revision_id: string;
+  state: string;
+  next_action: string;
+  task_id?: string | null;
+  grant?: {
+    covered: boolean;
+    grant_id?: string | null;
+    failing?: { clause: string; message: string } | null;
+  };
+}
+
+/** The part of a proposal view `run` reads. */
+export interface ProposalLike {
+  proposal_id: string;
+  state: string;
+  spec: { inputs?: Array<{ sha256: string }> } & Record<string, unknown>;
+  task_id: string | null;
+  current_revision: { revision_id: string; number: number };
+  reviews: Array<{ revision_id: string; reviewer: string; decision: string; comments: string }>;
+  next_action: string;
+}
+
+/** How a submission ended. */
+export type Submitted =
+  | { kind: 'findings'; r: RevisionResult }
+  | { kind: 'confirmed'; r: RevisionResult; answer: ConfirmAnswer }
+  | { kind: 'attached'; proposal: ProposalLike };
+
+/** What `submitRun` tells the person as it goes (one line each). */
+export type Say = (line: string) => void;
+
+const MEMORY = join('.gpu-broker', 'run.json');
+
+/** The proposal DIR last ran against `url`, if remembered. */
+export function rememberedProposal(dir: string, url: string): string | undefined {
+  const path = join(dir, MEMORY);
+  if (!existsSync(path)) return undefined;
+  try {
+    const m = JSON.parse(readFileSync(path, 'utf8')) as { proposals?: Record<string, unknown> };
+    const id = m.proposals?.[url];
+    return typeof id === 'string' ? id : undefined;
+  } catch {
+    return undefined; // a damaged memory file only costs a new proposal
+  }
+}
+
+/** Remembers the proposal DIR ran against `url` (atomically: a crash leaves the old file or the new). */
+export function rememberProposal(dir: string, url: string, proposalId: string): void {
+  const path = join(dir, MEMORY);
+  let proposals: Record<string, string> = {};
+  try {
+    proposals = (JSON.parse(readFileSync(path, 'utf8')) as { proposals: Record<string, string> }).proposals;
+  } catch {
+    proposals = {};
+  }
+  mkdirSync(join(dir, '.gpu-broker'), { recursive: true });
+  writeFileSync(
+    `${path}.tmp`,
+    `${JSON.stringify({ version: 1, proposals: { ...proposals, [url]: proposalId } }, null, 2)}\n`,
+  );
+  renameSync(`${path}.tmp`, path);
+}
+
+/** The task's argv from the words after `--`: a bare program name becomes /usr/bin/NAME. */
+export function taskArgv(command: readonly string[]): string[] {
+  const [exe = '', ...args] = command;
+  return [exe.includes('/') ? exe : `/usr/bin/${exe}`, ...args];
+}
+
+/** The spec `run` proposes. */
+export function runSpec(
+  values: RunFlags,
+  command: readonly string[],
+  files: readonly LocalInput[],
+  dir: string,
+): TaskSpecInput {
+  const title = values.title ?? `run ${command.slice(0, 3).join(' ')}`;
+  return {
+    title,
+    objective: values.objective ?? title,
+    success_criteria: values['success-criteria'] ?? 'the command exits 0',
+    cards: { count: Number(values.cards ?? 1) },
+    runtime: { kind: 'process', argv: taskArgv(command) },
+    inputs: files.map((f) => ({
+      path: f.path,
+      sha256: f.sha256,
+      size: f.size,
+      ...(f.executable ? { executable: true } : {}),
+    })),
+    outputs: (values.output ?? []).map((path) => ({ path, required: true })),
+    time_limit_seconds: Number(values['time-limit'] ?? 3600),
+    notes: values.notes ?? `gpu-broker run from ${basename(dir)}/: ${files.length} file(s)`,
+  };
+}
+
+/** Whether a proposal's current spec is exactly `spec` (after the schema's defaults). */
+function sameSpec(spec: TaskSpecInput, current: unknown): boolean {
+  const mine = TaskSpecSchema.safeParse(spec);
+  const theirs = TaskSpecSchema.safeParse(current);
+  return mine.success && theirs.success && canonicalJson(mine.data) === canonicalJson(theirs.data);
+}
+
+/** The files to ship, or a clear error. */
+export function collectRunFiles(
+  dir: string,
+  includes: readonly string[],
+): { files: LocalInput[]; leftOut: LeftOutInput[] } {
+  if (!existsSync(dir) || !statSync(dir).isDirectory())
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${dir} is not a directory`,
+      'Pass --dir with your project directory.',
+    );
+  const collected = collectInputs(dir, includes, RUN_SKIP_DIRS);
+  if (collected.files.length === 0)
+    throw new BrokerError('INVALID_INPUT', `no files to ship under ${dir}`, 'Check --dir and --include.');
+  return collected;
+}
+
+/** Uploads each file whose digest is not in `known` (and adds it there); returns how many. */
+async function upload(c: MasterClient, files: readonly LocalInput[], known: Set<string>): Promise<number> {
+  let n = 0;
+  for (const f of files) {
+    if (known.has(f.sha256)) continue;
+    known.add(f.sha256);
+    await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
+    n++;
+  }
+  return n;
+}
+
+/** The proposal to continue from: `--proposal` (must exist) or the remembered one (if it still does). */
+async function previousProposal(
+  c: MasterClient,
+  explicit: string | undefined,
+  remembered: string | undefined,
+): Promise<ProposalLike | undefined> {
+  const id = explicit ?? remembered;
+  if (!id) return undefined;
+  try {
+    return (await c.get<{ proposal: ProposalLike }>(`/api/v1/proposals/${encodeURIComponent(id)}`)).proposal;
+  } catch (err) {
+    if (explicit || !(err instanceof BrokerError) || err.code !== 'NOT_FOUND') throw err;
+    return undefined;
+  }
+}
+
+/** States in which a proposal takes a new revision. */
+const REVISABLE = new Set(['DRAFT', 'CHANGES_REQUESTED']);
+
+/** Everything `submitRun` needs. */
+export interface SubmitInput {
+  url: string;
+  dir: string;
+  values: RunFlags;
+  files: readonly LocalInput[];
+  spec: TaskSpecInput;
+}
+
+/**
+ * Uploads, proposes or revises, and confirms. A remembered proposal still IN_REVIEW with exactly this
+ * spec is attached to; with another spec it is withdrawn (superseded) and a new proposal made.
+ */
+export async function submitRun(
+  c: MasterClient,
+  say: Say,
+  input: SubmitInput,
+): Promise<Submitted & { uploaded: number }> {
+  const { dir, url, values, files, spec } = input;
+  const prev = await previousProposal(c, values.proposal, rememberedProposal(dir, url));
+  if (prev?.state === 'IN_REVIEW' && sameSpec(spec, prev.spec))
+    return { kind: 'attached', proposal: prev, uploaded: 0 };
+  if (prev?.state === 'IN_REVIEW') {
+    await c.post(`/api/v1/proposals/${encodeURIComponent(prev.proposal_id)}/cancel`, {});
+    say(`withdrew proposal ${prev.proposal_id} (it was in review with other code; this run supersedes it)`);
+  }
+  // Blobs the previous revision names are on the master already; a pruned one shows up as INPUT_UNKNOWN.
+  const known = new Set((prev?.spec.inputs ?? []).map((i) => i.sha256));
+  let uploaded = await upload(c, files, known);
+  const revise = prev && REVISABLE.has(prev.state) ? prev.proposal_id : undefined;
+  const send = (id: string | undefined) =>
+    id
+      ? c.post<RevisionResult>(`/api/v1/proposals/${encodeURIComponent(id)}/revisions`, { spec })
+      : c.post<RevisionResult>('/api/v1/proposals', { spec });
+  let r = await send(revise);
+  if (r.findings.some((f) => f.code === 'INPUT_UNKNOWN')) {
+    uploaded += await upload(c, files, new Set());
+    r = await send(r.proposal_id);
+  }
+  rememberProposal(dir, url, r.proposal_id);
+  say(
+    `${revise ? 'revised' : 'proposed'} ${r.proposal_id} revision ${r.revision_number}: ${files.length} file(s), ${uploaded} uploaded`,
+  );
+  if (!r.confirmable) return { kind: 'findings', r, uploaded };
+  const answer = await c.post<ConfirmAnswer>(
+    `/api/v1/proposals/${encodeURIComponent(r.proposal_id)}/confirm`,
+    {
+      revision_id: r.revision_id,
+    },
+  );
+  return { kind: 'confirmed', r, answer, uploaded };
+}

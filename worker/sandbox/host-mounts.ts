@@ -1,0 +1,103 @@
+import { existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
+import { dirname } from 'node:path';
+
+/**
+ * What of the host a bubblewrap sandbox (bwrap.ts) binds or hides: the system tree it recreates
+ * read-only (step 1 there), the paths it covers (step 2), the task's own program and pinned files
+ * (step 4) and the directories above them. The functions that look at the host live here; bwrap.ts
+ * builds the arguments from what they find.
+ */
+
+/** Paths every sandbox hides, besides the data dirs and the policy's list. */
+export const ALWAYS_HIDDEN = ['/root', '/home'] as const;
+
+/** Host directories bound read-only into every sandbox (those that exist). */
+export const SYSTEM_DIRS = ['/usr', '/etc', '/opt', '/var', '/sys'] as const;
+/** Top-level names that are links into /usr on merged-/usr hosts and directories elsewhere. */
+export const SYSTEM_LINKS_OR_DIRS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'] as const;
+
+/** The host's system tree as the sandbox recreates it. */
+export interface SystemMounts {
+  /** Directories to bind read-only at the same path. */
+  readonly dirs: readonly string[];
+  /** Links to recreate: `[target, path]`, e.g. `['usr/bin', '/bin']`. */
+  readonly links: ReadonlyArray<readonly [string, string]>;
+}
+
+/** Looks at this host's top-level system directories; see SYSTEM_DIRS. */
+export function systemMounts(): SystemMounts {
+  const dirs: string[] = [];
+  const links: Array<[string, string]> = [];
+  for (const path of [...SYSTEM_LINKS_OR_DIRS, ...SYSTEM_DIRS]) {
+    try {
+      const st = lstatSync(path);
+      if (st.isSymbolicLink()) links.push([readlinkSync(path), path]);
+      else if (st.isDirectory()) dirs.push(path);
+    } catch {
+      // not on this host
+    }
+  }
+  return { dirs, links };
+}
+
+/** `--symlink` and `--ro-bind` arguments that recreate the host's system tree. */
+export function systemArgs(system: SystemMounts): string[] {
+  const args: string[] = [];
+  for (const [target, path] of system.links) args.push('--symlink', target, path);
+  for (const dir of system.dirs) args.push('--ro-bind', dir, dir);
+  return args;
+}
+
+/**
+ * `--perms 0755 --dir` for each ancestor of a pinned path that the sandbox does not already have, parents
+ * first: bwrap makes missing mount points 0700 and root-owned, which a task running as its own uid cannot
+ * traverse, so a script pinned at /srv/models/run.py would be there and unreachable. Ancestors inside
+ * `mounted` (the read-only system dirs and links) exist with the host's modes and are left alone; the
+ * sandbox's fresh /tmp exists too, but what is below it must be made.
+ */
+export function ancestorDirs(pinned: readonly string[], mounted: readonly string[]): string[] {
+  const exists = (dir: string) => dir === '/tmp' || mounted.some((m) => dir === m || dir.startsWith(`${m}/`));
+  const dirs = new Set<string>();
+  for (const path of pinned) {
+    for (let dir = dirname(path); dir !== '/' && !exists(dir); dir = dirname(dir)) dirs.add(dir);
+  }
+  return [...dirs]
+    .sort((a, b) => a.split('/').length - b.split('/').length || a.localeCompare(b))
+    .flatMap((d) => ['--perms', '0755', '--dir', d]);
+}
+
+/**
+ * The paths a sandbox hides, with their kind, skipping those that do not exist (bwrap cannot cover a
+ * missing path, and there is nothing to hide) and those under another hidden directory.
+ */
+export function hiddenMounts(paths: readonly string[]): Array<{ path: string; kind: 'dir' | 'file' }> {
+  const unique = [...new Set(paths)].sort();
+  const out: Array<{ path: string; kind: 'dir' | 'file' }> = [];
+  for (const path of unique) {
+    if (!path.startsWith('/') || path === '/') continue;
+    if (out.some((o) => o.kind === 'dir' && (path + '/').startsWith(o.path + '/'))) continue;
+    let kind: 'dir' | 'file';
+    try {
+      kind = statSync(path).isDirectory() ? 'dir' : 'file';
+    } catch {
+      continue;
+    }
+    out.push({ path, kind });
+  }
+  return out;
+}
+
+/**
+ * What of the task's own program to bind read-only: its executable (argv[0], which the policy allowed by
+ * path) and the directory of every pinned file (an interpreter's script may import its siblings). Paths
+ * that do not exist are left out: the task then fails to start, as it would on the host.
+ */
+export function programBinds(argv0: string | undefined, pinned: readonly string[]): string[] {
+  const out = new Set<string>();
+  if (argv0?.startsWith('/') && existsSync(argv0)) out.add(argv0);
+  for (const file of pinned) {
+    const dir = dirname(file);
+    if (dir !== '/' && existsSync(dir)) out.add(dir);
+  }
+  return [...out].sort();
+}
