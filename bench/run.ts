@@ -1,6 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { parseArgs } from 'node:util';
 import { admissionSection } from './admission.js';
+import { agentLoopSection } from './agent-loop.js';
 import { auditCheckSection } from './audit-check.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
@@ -31,6 +32,7 @@ const SECTIONS: BenchSection[] = [
   slurmSection,
   noisySection,
   tasksSection,
+  agentLoopSection,
 ];
 
 async function main(): Promise<number> {

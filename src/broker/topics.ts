@@ -16,3 +16,7 @@ export const TASKS_TOPIC = 'tasks';
 export const CARDS_TOPIC = 'cards';
 /** Topic notified whenever a run records a step or ends. */
 export const qualificationTopic = (id: string) => `qualification:${id}`;
+/** Topic notified whenever a standing grant changes (its state or its counters). */
+export const grantTopic = (id: string) => `standing-grant:${id}`;
+/** Topic notified whenever any standing grant is created or changes (dashboard). */
+export const GRANTS_TOPIC = 'standing-grants';

@@ -8,6 +8,7 @@ import type { Flags } from '../platform/args.js';
  *   proposal-command-specs.ts  propose, review (the proposal and its review)
  *   task-command-specs.ts      run, task (a task from code to result, and following it)
  *   operator-command-specs.ts  token, status, cordon…reconcile, qualify, client-kit, audit
+ *   grant-command-specs.ts     grant (standing grants: request, decide, revoke, explain)
  * A family file holds specs only, no command code, so `--help` and the test that checks it load none.
  * `mcp-stdio`'s spec is the stdio bridge's own (client-kit/stdio-bridge-spec.ts), which the bridge bundle
  * carries without the CLI.
@@ -17,7 +18,7 @@ export const JSON_FLAG = {
   json: { type: 'boolean', help: 'print machine-readable JSON on stdout' },
 } as const;
 
-/** Flags of every command that talks to a running master over HTTPS. */
+/** Flags of every command that talks to a running master over HTTPS (every family). */
 export const REMOTE_FLAGS = {
   url: {
     type: 'string',

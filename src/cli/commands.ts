@@ -1,5 +1,6 @@
 import { MCP_STDIO } from '../../client-kit/stdio-bridge-spec.js';
 import type { CommandSpec } from '../platform/args.js';
+import { GRANT } from './grant-command-specs.js';
 import { SERVE, START, WORKER } from './host-command-specs.js';
 import type { CommandRunner } from './io.js';
 import {
@@ -41,6 +42,7 @@ export const COMMANDS: Record<string, CommandEntry> = {
   status: { spec: STATUS, load: () => import('./status.js') },
   review: { spec: REVIEW, load: () => import('./review.js') },
   propose: { spec: PROPOSE, load: () => import('./propose.js') },
+  grant: { spec: GRANT, load: () => import('./grant.js') },
   run: { spec: RUN, load: () => import('./run.js') },
   task: { spec: TASK, load: () => import('./task.js') },
   cordon: { spec: CORDON, load: cards, passName: true },

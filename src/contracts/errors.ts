@@ -14,6 +14,7 @@ export const ERROR_CODES = [
   'INVALID_STATE',
   'STALE_REVISION',
   'SELF_REVIEW_FORBIDDEN',
+  'SELF_GRANT_FORBIDDEN',
   'NEEDS_PERSON',
   'IDEMPOTENCY_CONFLICT',
   'CONFLICT',
@@ -40,6 +41,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   INVALID_STATE: 409,
   STALE_REVISION: 409,
   SELF_REVIEW_FORBIDDEN: 403,
+  SELF_GRANT_FORBIDDEN: 403,
   /** An agent reviewer's APPROVE above its ceiling: a person must decide (issue 23 §2). */
   NEEDS_PERSON: 403,
   IDEMPOTENCY_CONFLICT: 409,

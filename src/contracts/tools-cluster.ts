@@ -245,6 +245,7 @@ export const AlertSchema = z.object({
     'audit_chain_broken',
     'worker_unisolated',
     'grant_failing',
+    'standing_grant_budget',
     'disk_low',
     'disk_full',
   ]),

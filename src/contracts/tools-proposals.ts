@@ -1,5 +1,6 @@
 import { z } from 'zod';
 import { MUST_READ_BEFORE_APPROVING, UNTRUSTED_TEXT_NOTE } from './review-trust.js';
+import { CoverageViewSchema } from './standing-grant.js';
 import { InputFileSchema, TaskSpecSchema } from './task-spec.js';
 import {
   DESTRUCTIVE,
@@ -108,7 +109,7 @@ export const confirmRevisionTool = defineTool({
   name: 'confirm_revision',
   title: 'Send a revision to review',
   description:
-    'Confirms the current revision of a DRAFT proposal: it goes IN_REVIEW. Refused while the revision has error findings or if revision_id is not the current one.',
+    'Confirms the current revision of a DRAFT proposal: it goes IN_REVIEW, or straight to APPROVED (with task_id) when one of your ACTIVE standing grants covers it; `grant` says which, or the first clause that failed (e.g. "cards 8 > 4"). Refused while the revision has error findings or if revision_id is not the current one.',
   roles: ['submitter'],
   mutating: true,
   annotations: MUTATING,
@@ -121,6 +122,10 @@ export const confirmRevisionTool = defineTool({
     proposal_id: z.string(),
     revision_id: z.string(),
     state: ProposalStateSchema,
+    /** The task, when a standing grant approved the revision at once. */
+    task_id: z.string().nullable().optional(),
+    /** Standing grants: which one approved it, or the first clause that failed (`cards 8 > 4`). */
+    grant: CoverageViewSchema.optional(),
     next_action: z.string(),
   }),
 });

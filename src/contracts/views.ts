@@ -70,6 +70,8 @@ export const ReviewViewSchema = z.object({
   decision: ReviewDecisionSchema,
   comments: z.string(),
   created_at: TimeSchema,
+  /** Set when a standing grant approved the revision (`reviewer` is then the grant's decider). */
+  grant_id: z.string().nullable().optional(),
 });
 
 /** A revision's identity and policy result. */

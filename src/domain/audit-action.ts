@@ -2,6 +2,7 @@ import type { ExecutionEvent } from './execution.js';
 import type { LeaseEvent } from './lease.js';
 import type { ProposalEvent } from './proposal.js';
 import type { QualificationRunEvent } from './qualification-run.js';
+import type { GrantEvent } from './standing-grant.js';
 import type { TaskEvent } from './task.js';
 
 /**
@@ -17,6 +18,7 @@ export interface MachineEvents {
   lease: LeaseEvent;
   qualification_run: QualificationRunEvent;
   execution: ExecutionEvent;
+  standing_grant: GrantEvent;
 }
 
 /** A stored state machine (src/broker/machines/apply-move.ts). */
@@ -39,7 +41,11 @@ export const AUDIT_ACTIONS = [
   'proposal.revisions_pruned',
   'qualification.cancel_requested',
   'qualification.started',
+  'review.auto_approved',
   'review.escalated',
+  'standing_grant.budget_alert',
+  'standing_grant.requested',
+  'standing_grant.run_settled',
   'task.cancel_requested',
   'task.created',
   'task.reconciled',

@@ -54,7 +54,7 @@ export function admitStream(
   return { ok: true };
 }
 
-const ID_TOPIC = /^(task|logs|proposal):(.+)$/;
+const ID_TOPIC = /^(task|logs|proposal|standing-grant):(.+)$/;
 
 /** Whether `principal` may learn that `topic` changed. */
 function maySee(deps: BrokerDeps, principal: Principal, topic: string): boolean {
@@ -63,6 +63,10 @@ function maySee(deps: BrokerDeps, principal: Principal, topic: string): boolean 
   const m = ID_TOPIC.exec(topic);
   if (!m || canReadAll(principal)) return true;
   const id = m[2] ?? '';
+  if (m[1] === 'standing-grant') {
+    const g = deps.store.grants.get(id);
+    return g?.grantee_id === principal.id || g?.created_by === principal.id;
+  }
   const owner =
     m[1] === 'proposal' ? deps.store.proposals.get(id)?.owner_id : deps.store.tasks.get(id)?.owner_id;
   return owner === principal.id;

@@ -5,6 +5,7 @@ import { onReviewDecision } from '../broker/review-decisions.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
 import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/task.js';
+import { registerGrantGauge } from './grant-metrics.js';
 
 /**
  * `GET /metrics` in Prometheus text format (prom-client). Like every route but /healthz it needs a
@@ -278,6 +279,7 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   if (opts.processMetrics !== false) collectDefaultMetrics({ register: registry });
   registerScrapedGauges(deps, opts, registers);
   const { toolLatency, admission, finished, decisionTime, decisions } = registerEventSeries(registers);
+  registerGrantGauge(deps, registers);
 
   const known = new Set(opts.toolNames);
   const started = new RecentIds();

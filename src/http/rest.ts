@@ -55,6 +55,12 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'POST', url: '/api/v1/qualifications', tool: 'start_qualification' },
   { method: 'GET', url: '/api/v1/qualifications/:run_id', tool: 'get_qualification_run' },
   { method: 'POST', url: '/api/v1/qualifications/:run_id/cancel', tool: 'cancel_qualification' },
+  { method: 'GET', url: '/api/v1/grants', tool: 'list_grants' },
+  { method: 'POST', url: '/api/v1/grants', tool: 'request_grant' },
+  { method: 'POST', url: '/api/v1/grants/explain', tool: 'explain_grant' },
+  { method: 'GET', url: '/api/v1/grants/:grant_id', tool: 'get_grant' },
+  { method: 'POST', url: '/api/v1/grants/:grant_id/decide', tool: 'decide_grant' },
+  { method: 'POST', url: '/api/v1/grants/:grant_id/revoke', tool: 'revoke_grant' },
 ];
 
 const NUMERIC = /^(limit|timeout_seconds|offset|tail_lines|max_bytes|index|diff_lines|diff_offset)$/;

@@ -26,6 +26,17 @@ export const TimingSchema = z.strictObject({
   sweep_interval_ms: z.number().int().min(10).max(60000).default(1000),
 });
 
+/** Standing grants (issue 23 §1, docs/operations.md "Standing grants"). */
+export const GrantsConfigSchema = z.strictObject({
+  /** The hard cap on a grant's lifetime: expires_at is at most this long after it is decided. */
+  max_ttl_seconds: z
+    .number()
+    .int()
+    .min(60)
+    .max(31_536_000)
+    .default(7 * 86400),
+});
+
 /** Scheduling knobs. */
 /** Limits on what the master stores per task (issue 10, row 4). */
 export const StorageConfigSchema = z.strictObject({
@@ -198,6 +209,7 @@ export const MasterConfigSchema = z.strictObject({
   http: HttpConfigSchema.default(HttpConfigSchema.parse({})),
   quotas: QuotasConfigSchema.default(QuotasConfigSchema.parse({})),
   pruning: PruningConfigSchema.default(PruningConfigSchema.parse({})),
+  grants: GrantsConfigSchema.default(GrantsConfigSchema.parse({})),
   /** What agent reviewers may approve (src/contracts/agent-ceiling.ts). */
   review: ReviewConfigSchema.default(ReviewConfigSchema.parse({})),
 });

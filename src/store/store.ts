@@ -2,6 +2,7 @@ import { AuditRepo } from './audit-repo.js';
 import { BlobsRepo } from './blobs-repo.js';
 import { type Db, openDb } from './db.js';
 import { EscalationsRepo } from './escalations-repo.js';
+import { GrantsRepo } from './grants-repo.js';
 import { IdempotencyRepo } from './idempotency-repo.js';
 import { LeasesRepo } from './leases-repo.js';
 import { LogsRepo } from './logs-repo.js';
@@ -31,6 +32,7 @@ export class Store {
   readonly outbox: OutboxRepo;
   readonly qualifications: QualificationRepo;
   readonly blobs: BlobsRepo;
+  readonly grants: GrantsRepo;
   readonly escalations: EscalationsRepo;
   private pending: Array<() => void> = [];
   private atEnd: Array<() => void> = [];
@@ -53,6 +55,7 @@ export class Store {
     this.outbox = new OutboxRepo(db);
     this.qualifications = new QualificationRepo(db);
     this.blobs = new BlobsRepo(db);
+    this.grants = new GrantsRepo(db);
     this.escalations = new EscalationsRepo(db);
   }
 

@@ -116,6 +116,7 @@ describe('dashboard', () => {
     await signIn(c.tm.operatorToken);
     await page.locator('#live[data-state="live"]').waitFor(BOUND);
     await page.locator('#qualifications form.lookup').waitFor(BOUND);
+    await expect.poll(() => page.textContent('#grants'), BOUND).toContain('No standing grants');
     for (const i of [0, 1, 2]) await page.locator(card(i, 'AVAILABLE')).waitFor(BOUND);
     await page.locator(card(3, 'BUSY_FOREIGN')).waitFor(BOUND);
     expect(await page.locator(`${card(0)} .badge.sim`).count()).toBe(1);

@@ -1,6 +1,7 @@
 import type { BrokerDeps } from '../deps.js';
 import { moveProposal } from '../machines/proposal.js';
 import { collectBlobGarbageInBatches } from './blob-gc.js';
+import { sweepGrants } from './grant-sweep.js';
 import { sweepExecutions } from './liveness.js';
 
 /**
@@ -11,7 +12,8 @@ import { sweepExecutions } from './liveness.js';
  *     event loop free in between (blob-gc.ts; one collection at a time);
  *  2. every `REVALIDATE_MS`: re-check the live worker sessions (a revoked token or a disabled worker is
  *     disconnected);
- *  3. expire proposals past their TTL (docs/state-machines.md: a sweeper, not lazily);
+ *  3. expire proposals past their TTL (docs/state-machines.md: a sweeper, not lazily), and standing
+ *     grants past theirs (grant-sweep.ts);
  *  4. the execution deadlines: offline workers past grace, overdue cleanup receipts (liveness.ts);
  *  5. ask the scheduler for a pass (deadlines may have freed cards).
  * A step that throws stops the tick; the caller logs it and the next tick starts again at step 1.
@@ -78,6 +80,7 @@ export function tick(deps: SweepDeps, now: number): void {
   }
   // 3. Proposals past their TTL.
   expireProposals(broker);
+  sweepGrants(broker);
   // 4. Execution deadlines.
   sweepExecutions(broker, broker.cluster.fleet);
   // 5. A scheduling pass.

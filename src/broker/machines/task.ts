@@ -3,6 +3,7 @@ import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { TASKS_TOPIC, taskTopic } from '../topics.js';
 import { applyMove } from './apply-move.js';
+import { settleGrantRun } from './standing-grant.js';
 
 /** Fields a transition may set besides the state. */
 export type TaskChanges = Partial<
@@ -21,7 +22,7 @@ export function moveTask(
   changes: TaskChanges = {},
   data: Record<string, unknown> = {},
 ): TaskRecord {
-  return applyMove(deps, {
+  const next = applyMove(deps, {
     kind: 'task',
     table: TASK_TABLE,
     record: t,
@@ -40,6 +41,9 @@ export function moveTask(
     data,
     topics: [taskTopic(t.id), TASKS_TOPIC],
   });
+  // A run a standing grant approved is charged and released in the same transaction as its end.
+  if (isTerminalTask(next.state)) settleGrantRun(deps, next);
+  return next;
 }
 
 /** get_task. */

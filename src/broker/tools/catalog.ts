@@ -1,5 +1,6 @@
 import * as A from '../../contracts/tools-agent-review.js';
 import * as C from '../../contracts/tools-cluster.js';
+import * as G from '../../contracts/tools-grants.js';
 import * as I from '../../contracts/tools-inputs.js';
 import * as P from '../../contracts/tools-proposals.js';
 import * as Q from '../../contracts/tools-qualification.js';
@@ -16,10 +17,12 @@ import {
 } from './cluster.js';
 import type { BoundTool } from './dispatch.js';
 import { bindTool } from './dispatch.js';
+import { confirmRevisionWithGrants, explainGrant } from './grant-approval.js';
+import { getGrant } from './grant-receipts.js';
+import { decideGrant, listGrants, requestGrant, revokeGrant } from './grants.js';
 import { getInput, uploadInputs } from './inputs.js';
 import {
   cancelProposal,
-  confirmRevision,
   createProposal,
   getProposal,
   listProposals,
@@ -49,7 +52,7 @@ export function brokerTools(): BoundTool[] {
       reviseProposal(deps, principal, i.proposal_id, i.spec),
     ),
     bindTool(P.confirmRevisionTool, ({ deps, principal }, i) =>
-      confirmRevision(deps, principal, i.proposal_id, i.revision_id),
+      confirmRevisionWithGrants(deps, principal, i.proposal_id, i.revision_id),
     ),
     bindTool(P.getProposalTool, ({ deps, principal }, i) => ({
       proposal: getProposal(deps, principal, i.proposal_id),
@@ -106,5 +109,18 @@ export function brokerTools(): BoundTool[] {
     bindTool(Q.cancelQualificationTool, ({ deps, principal }, i) =>
       cancelQualification(deps, principal, i.run_id),
     ),
+    ...grantTools(),
+  ];
+}
+
+/** The standing-grant tools (issue 23 §1). */
+function grantTools(): BoundTool[] {
+  return [
+    bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i)),
+    bindTool(G.decideGrantTool, ({ deps, principal }, i) => decideGrant(deps, principal, i)),
+    bindTool(G.revokeGrantTool, ({ deps, principal }, i) => revokeGrant(deps, principal, i)),
+    bindTool(G.explainGrantTool, ({ deps, principal }, i) => explainGrant(deps, principal, i)),
+    bindTool(G.listGrantsTool, ({ deps, principal }, i) => listGrants(deps, principal, i)),
+    bindTool(G.getGrantTool, ({ deps, principal }, i) => getGrant(deps, principal, i.grant_id)),
   ];
 }

@@ -3,6 +3,7 @@ import { transitionExecution } from '../../domain/execution.js';
 import { leaseAccepts, leaseHoldsCards } from '../../domain/lease.js';
 import { isTerminalTask } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
+import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { cordonCard, uncordonCard } from '../machines/cordon.js';
 import { moveExecution } from '../machines/execution.js';
@@ -182,8 +183,16 @@ export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: strin
       'only the task’s owner or an operator may cancel it',
       'Ask the owner.',
     );
+  return cancelTaskAs(deps, principal.name, t);
+}
+
+/**
+ * The cancel itself, once the caller may cancel `t` (cancel_task: its owner or an operator; revoke_grant
+ * with cancel_running: the reviewer revoking the grant that approved it).
+ */
+export function cancelTaskAs(deps: BrokerDeps, actor: string, t: TaskRecord) {
   if (t.state === 'QUEUED') {
-    const next = moveTask(deps, t, 'cancel_queued', principal.name, {
+    const next = moveTask(deps, t, 'cancel_queued', actor, {
       desired: 'cancel',
       failure_reason: 'CANCELLED',
     });
@@ -201,7 +210,7 @@ export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: strin
       throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
     deps.store.audit.append({
       at: now,
-      actor: principal.name,
+      actor: actor,
       action: 'task.cancel_requested',
       subject_type: 'task',
       subject_id: t.id,
@@ -214,7 +223,7 @@ export function cancelTask(deps: BrokerDeps, principal: Principal, taskId: strin
         type: 'cancel',
         execution_id: e.id,
         lease_epoch: lease.lease_epoch,
-        reason: `cancelled by ${principal.name}`,
+        reason: `cancelled by ${actor}`,
       });
     deps.store.afterCommit(() => deps.notifier.notify(TASKS_TOPIC));
   }

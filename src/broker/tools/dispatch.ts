@@ -25,6 +25,7 @@ const GROWTH_EXEMPT: ReadonlySet<string> = new Set([
   'drain_worker',
   'cordon_card',
   'reconcile_task',
+  'revoke_grant',
 ]);
 
 /** What a handler gets besides its input. */

@@ -83,7 +83,7 @@ function checkSize(spec: TaskSpec): string {
  * digests, the sizes of blobs the owner uploaded, offered mounts, the text inspection of input blobs
  * within the inspection budget), then evaluates. Inputs count only if the owner uploaded them.
  */
-function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): Finding[] {
+export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): Finding[] {
   const fileDigests: Record<string, string | null> = {};
   for (const f of filesToDigest(spec, deps.config.policy)) fileDigests[f] = fileSha256(f);
   const storedBlobs = deps.store.blobs.sizesUploadedBy(

@@ -184,7 +184,7 @@ function judgedRevision(
  * The task an approval creates, QUEUED, with its audit row and (after commit) its notifications;
  * QUOTA_EXCEEDED when the owner already has the most queued tasks the config allows. Returns its id.
  */
-function createApprovedTask(
+export function createApprovedTask(
   deps: BrokerDeps,
   principal: Principal,
   p: ProposalRecord,

@@ -1,3 +1,4 @@
+import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/standing-grant.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -13,6 +14,7 @@ interface StatusAlert {
     | 'audit_chain_broken'
     | 'worker_unisolated'
     | 'grant_failing'
+    | 'standing_grant_budget'
     | 'disk_low'
     | 'disk_full';
   severity: 'warning' | 'critical';
@@ -28,6 +30,8 @@ interface StatusContext {
   leases: LeaseRecord[];
   /** A task id as this principal may see it: the id, or `TASK`. */
   taskRef(taskId: string): string;
+  /** Whether this principal may see this standing grant (readers of all, or its grantee). */
+  mayReadGrant(granteeId: string): boolean;
 }
 
 /** Cards held by quarantined leases. */
@@ -146,12 +150,34 @@ function auditAlerts({ deps }: StatusContext): StatusAlert[] {
   ];
 }
 
+/** Live standing grants at 80 % of a budget or of their lifetime, or suspended by their breaker. */
+function standingGrantAlerts({ deps, now, mayReadGrant }: StatusContext): StatusAlert[] {
+  return deps.store.grants.live().flatMap((g): StatusAlert[] => {
+    if (!mayReadGrant(g.grantee_id)) return [];
+    const high = Object.entries(grantUsage(g, now)).filter(([, r]) => r >= GRANT_ALERT_RATIO);
+    if (g.state !== 'SUSPENDED' && high.length === 0) return [];
+    return [
+      {
+        kind: 'standing_grant_budget',
+        severity: 'warning',
+        subject: g.id,
+        message:
+          g.state === 'SUSPENDED'
+            ? `standing grant ${g.id} is SUSPENDED after ${g.consecutive_failures} failed runs in a row`
+            : `standing grant ${g.id} has used ${high.map(([k, r]) => `${Math.round(r * 100)} % of its ${k}`).join(', ')}`,
+        action: 'get_grant shows its runs; a new grant (request_grant with supersedes) needs a reviewer.',
+      },
+    ];
+  });
+}
+
 /** The alert sources, in the order get_status lists their alerts. */
 const ALERT_SOURCES: ReadonlyArray<(c: StatusContext) => StatusAlert[]> = [
   quarantinedLeaseAlerts,
   workerHealthAlerts,
   unisolatedWorkerAlerts,
   failingGrantAlerts,
+  standingGrantAlerts,
   reconciliationAlerts,
   storageAlerts,
   auditAlerts,
@@ -167,6 +193,7 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
     now: deps.clock.now(),
     leases: deps.store.leases.liveLeases(),
     taskRef: (taskId) => (mayRead(taskId) ? taskId : 'TASK'),
+    mayReadGrant: (granteeId) => readAll || granteeId === principal.id,
   };
   const alerts = ALERT_SOURCES.flatMap((source) => source(context));
   return {

@@ -73,6 +73,7 @@ export function reviewView(store: Store, r: ReviewRecord): ProposalView['reviews
     decision: r.decision,
     comments: r.comments,
     created_at: iso(r.created_at),
+    grant_id: (r as ReviewRecord & { grant_id?: string | null }).grant_id ?? null,
   };
 }
 

@@ -1,5 +1,6 @@
 import { ApiError, apiGet, apiPost, clearToken, followEvents, getToken, setToken } from './api.js';
 import { fill, h, orDash } from './dom.js';
+import { renderGrants } from './grants.js';
 import {
   empty,
   errorBox,
@@ -116,6 +117,11 @@ async function refreshQualifications() {
     h('button', { class: 'button', type: 'submit' }, 'Show run'),
   );
   fill($('qualifications'), ...renderQualifications(runs), lookup);
+}
+
+async function refreshGrants() {
+  const { grants } = await apiGet('/api/v1/grants?limit=50');
+  $('grants').replaceChildren(...renderGrants(grants));
 }
 
 /** One proposal awaiting review, with the comment box and the decisions. */
@@ -237,6 +243,7 @@ const VIEWS = {
   detail: refreshDetail,
   reviews: refreshReviews,
   qualifications: refreshQualifications,
+  grants: refreshGrants,
 };
 
 // ---- refresh scheduling ---------------------------------------------------------------------------
@@ -276,6 +283,7 @@ function viewsFor(topic) {
   if (topic === 'cards') return ['cards', 'status', 'queue'];
   if (topic === 'tasks') return ['tasks', 'queue', 'cards', 'status'];
   if (topic === 'review-queue' || topic.startsWith('proposal:')) return ['reviews'];
+  if (topic === 'standing-grants' || topic.startsWith('standing-grant:')) return ['grants'];
   if (topic.startsWith('task:'))
     return topic.slice(5) === state.selectedTask ? ['tasks', 'detail'] : ['tasks'];
   if (topic.startsWith('logs:')) return topic.slice(5) === state.selectedTask ? ['detail'] : [];

@@ -5,6 +5,7 @@ import { brokerTools } from '../../../src/broker/tools/catalog.js';
 import { LEASE_TABLE } from '../../../src/domain/lease.js';
 import { PROPOSAL_TABLE } from '../../../src/domain/proposal.js';
 import { QUALIFICATION_RUN_TABLE } from '../../../src/domain/qualification-run.js';
+import { GRANT_TABLE } from '../../../src/domain/standing-grant.js';
 import { TASK_TABLE } from '../../../src/domain/task.js';
 import { REST_ROUTES } from '../../../src/http/rest.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
@@ -83,6 +84,7 @@ describe('docs/state-machines.md', () => {
     ['Task', TASK_TABLE],
     ['Lease', LEASE_TABLE],
     ['Qualification run', QUALIFICATION_RUN_TABLE],
+    ['Standing grants', GRANT_TABLE],
   ] as const;
   for (const [heading, table] of cases)
     it(`shows the ${heading.toLowerCase()} table exactly as the code has it`, () => {

@@ -1,0 +1,99 @@
+import { z } from 'zod';
+import { ResolvedLimitsSchema } from './task-limits.js';
+import { PINNED_IMAGE } from './task-spec.js';
+
+/**
+ * A standing grant's scope (issue 23 §1, docs/mcp-tools.md "Grants"): the fields of a spec a reviewer
+ * lets later revisions of one submitter change without a new review. Everything not named here must
+ * stay as in the grant's base revision; src/domain/standing-grant.ts evaluates it.
+ */
+
+/**
+ * A path glob over input paths: `*` and `?` stay within one segment, `**` spans segments. Relative, no
+ * `.`/`..`/empty segments, no backslash (input paths never contain one either).
+ */
+export const InputGlobSchema = z
+  .string()
+  .min(1)
+  .max(256)
+  .refine((g) => !g.startsWith('/') && !g.includes('\\') && !g.includes('\0'), {
+    message: 'a relative glob like "src/**/*.py" (no leading "/", no backslash)',
+  })
+  .refine((g) => !g.split('/').some((s) => s === '' || s === '.' || s === '..'), {
+    message: 'no ".", ".." or empty segments, e.g. "src/**/*.py"',
+  })
+  .refine((g) => /^[A-Za-z0-9._*?/+@=,-]+$/.test(g), {
+    message: 'only letters, digits, . _ - + @ = , / and the wildcards * ? (no [ ] or { })',
+  })
+  .refine((g) => g.split('/').filter((s) => s === '**').length <= 3, {
+    message: 'at most three "**" segments',
+  });
+
+/** One env name the grant lets change, optionally only to the listed values. */
+export const GrantEnvRuleSchema = z.strictObject({
+  name: z
+    .string()
+    .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'env names look like MY_VAR')
+    .describe('An env name that may change, e.g. "EPOCHS".'),
+  values: z
+    .array(z.string().max(1024))
+    .min(1)
+    .max(64)
+    .optional()
+    .describe('The only values it may take; omit to allow any value.'),
+});
+
+/** The scope. */
+export const GrantScopeSchema = z.strictObject({
+  argv_prefix: z
+    .array(z.string().min(1).max(8192))
+    .min(1)
+    .max(16)
+    .describe(
+      'The first argv tokens, exact: the executable or interpreter and the script path, e.g. ["/usr/bin/python3", "train.py"]. No option tokens ("-c", "-m", …) after the first.',
+    ),
+  extra_args: z
+    .boolean()
+    .describe('Whether argv may continue past the prefix (arguments to the script); needs a prefix of 2+.'),
+  mutable_inputs: z
+    .array(InputGlobSchema)
+    .max(64)
+    .describe(
+      'Globs of input paths that may change, be added or removed; every other input stays byte-equal to the base revision.',
+    ),
+  max_cards: z.number().int().min(1).max(64).describe('Most cards a covered run may lease.'),
+  max_time_limit_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(604800)
+    .describe('Largest time_limit_seconds a covered run may ask for.'),
+  limits: ResolvedLimitsSchema.describe('Ceilings for the resolved resource limits.'),
+  workers: z
+    .array(z.string().min(1).max(128))
+    .max(64)
+    .nullable()
+    .describe('Workers spec.worker may name (then it must name one); null: any, as the scheduler picks.'),
+  env: z
+    .array(GrantEnvRuleSchema)
+    .max(64)
+    .describe('Env names that may change (never interpreter-control ones).'),
+  image: z
+    .string()
+    .regex(PINNED_IMAGE, 'an image pinned by digest: name@sha256:<64 hex>')
+    .nullable()
+    .describe('Container runtimes: the one pinned image allowed; null for process runtimes.'),
+  max_priority: z.number().int().min(0).max(100).describe('Highest priority a covered run may ask for.'),
+});
+/** A grant's scope. */
+export type GrantScope = z.infer<typeof GrantScopeSchema>;
+
+/** What a coverage question answers (confirm_revision's `grant` and explain_grant). */
+export const CoverageViewSchema = z.object({
+  covered: z.boolean(),
+  grant_id: z.string().nullable(),
+  /** The first clause that failed (`{clause: "cards", message: "cards 8 > 4"}`), when not covered. */
+  failing: z.object({ clause: z.string(), message: z.string() }).nullable(),
+  /** Every clause's message, when covered: the receipt. */
+  clauses: z.array(z.object({ clause: z.string(), message: z.string() })),
+});
