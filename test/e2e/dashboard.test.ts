@@ -191,11 +191,24 @@ describe('dashboard', () => {
       revision_id: created.body.revision_id,
     });
 
+    // An agent reviewer's approval above its ceiling (the default: process runtime, no warnings, one card)
+    // is refused; the pane tells the person why it waits for them.
+    const agent = c.tm.rest(c.tm.createToken('claude-rev', ['agent_reviewer']));
+    const refused = await agent.post(`/api/v1/proposals/${created.body.proposal_id}/reviews`, {
+      revision_id: created.body.revision_id,
+      decision: 'APPROVE',
+      comments: 'ok',
+    });
+    expect(refused.status).toBe(403);
+
     await signOut();
     await signIn(samToken);
     const review = page.locator(`[data-proposal="${created.body.proposal_id}"]`);
     await review.waitFor(BOUND);
     expect(await review.locator('.badge', { hasText: 'yours' }).count()).toBe(1);
+    expect(await review.locator('.needs-person').textContent()).toMatch(
+      /needs a person: agent reviewer claude-rev could not approve \(.+; 1 attempt\(s\)\)/,
+    );
     // A first revision with no inputs and no decided base: the pane shows no absent value as a word.
     await review.locator('summary', { hasText: 'Spec, findings and changes' }).click();
     await review.locator('.revision pre.spec').waitFor(BOUND);

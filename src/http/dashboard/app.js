@@ -201,6 +201,17 @@ function renderReviewItem(item) {
           `${item.errors} error(s), ${item.warnings} warning(s)`,
         )
       : null,
+    item.needs_person
+      ? h(
+          'div',
+          { class: 'small warn-text needs-person' },
+          'needs a person: agent reviewer ',
+          visible(item.needs_person.by),
+          ' could not approve (',
+          visible(item.needs_person.reason),
+          `; ${item.needs_person.attempts} attempt(s))`,
+        )
+      : null,
     details,
     comment,
     h(
