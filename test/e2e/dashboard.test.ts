@@ -385,4 +385,46 @@ describe('dashboard', () => {
       .toBe("print('hello')\nif user == 'admin⟨U+202E⟩ ⟨U+2066⟩':  # ok\n");
     await signOut();
   });
+
+  it('shows a standing grant’s scope and the requester’s reason, and approves and revokes it from the page', async () => {
+    // The submitter's script ran once (approved by a person); it asks for a grant from that revision.
+    const alice = c.tm.rest(c.submitterToken);
+    const up = await alice.post<{ inputs: Array<{ path: string; sha256: string; size: number }> }>(
+      '/api/v1/inputs',
+      { files: [{ path: 'run.py', content: 'echo one epoch\n' }] },
+    );
+    const base = await c.propose(
+      specRunning(['/bin/sh', 'run.py'], { title: 'iterate', inputs: up.body.inputs, outputs: [] }),
+    );
+    await c.waitForTask(await c.approve(base), ['COMPLETED'], 30_000);
+    const requested = await alice.post<{ grant: { grant_id: string } }>('/api/v1/grants', {
+      base_revision_id: base.revision_id,
+      scope: { mutable_inputs: ['*.py'] },
+      max_runs: 5,
+      max_card_hours: 1,
+      ttl_seconds: 3600,
+      reason: 'iterate on the script',
+    });
+    expect(requested.body, JSON.stringify(requested.body)).toHaveProperty('grant');
+    const grantId = requested.body.grant.grant_id;
+
+    await signIn(c.tm.operatorToken);
+    const detail = page.locator(`[data-grant-detail="${grantId}"]`);
+    await detail.waitFor(BOUND);
+    await detail.locator('summary', { hasText: 'Scope and reason' }).click();
+    const scope = (await detail.locator('.grant-scope').textContent()) ?? '';
+    expect(scope).toContain('/bin/sh run.py');
+    expect(scope).toContain('*.py');
+    expect(scope).toContain('byte-equal to the base revision');
+    expect(await detail.locator('.untrusted').textContent()).toBe('iterate on the script');
+    await detail.getByRole('button', { name: 'Approve grant' }).click();
+    await page.locator(`[data-grant="${grantId}"] .pill[data-state="ACTIVE"]`).waitFor(BOUND);
+    await detail.getByRole('button', { name: 'Revoke and cancel its tasks' }).click();
+    await expect
+      .poll(() => page.textContent('#flash'), BOUND)
+      .toContain(`Grant ${grantId} revoked; 0 task(s)`);
+    await page.locator(`[data-grant="${grantId}"] .pill[data-state="REVOKED"]`).waitFor(BOUND);
+    expect(await page.locator('#grants').textContent()).not.toMatch(ABSENT_WORDS);
+    await signOut();
+  });
 });

@@ -121,7 +121,31 @@ async function refreshQualifications() {
 
 async function refreshGrants() {
   const { grants } = await apiGet('/api/v1/grants?limit=50');
-  $('grants').replaceChildren(...renderGrants(grants));
+  $('grants').replaceChildren(...renderGrants(grants, grantAction));
+}
+
+/** Approve, reject or revoke one grant from the pane; a refusal shows as the API words it. */
+async function grantAction(grant, action, button, result) {
+  button.disabled = true;
+  fill(result);
+  const id = encodeURIComponent(grant.grant_id);
+  const comment = action.comment === '' ? {} : { comment: action.comment };
+  try {
+    if (action.kind === 'decide') {
+      const out = await apiPost(`/api/v1/grants/${id}/decide`, { decision: action.decision, ...comment });
+      flash(`Grant ${grant.grant_id} is ${out.grant.state.toLowerCase()}.`);
+    } else {
+      const out = await apiPost(`/api/v1/grants/${id}/revoke`, {
+        cancel_running: action.cancel_running,
+        ...comment,
+      });
+      flash(`Grant ${grant.grant_id} revoked; ${out.cancelled_task_ids.length} task(s) cancelled.`);
+    }
+    schedule('grants', 'tasks', 'queue');
+  } catch (err) {
+    fill(result, errorBox(err));
+    button.disabled = false;
+  }
 }
 
 /** One proposal awaiting review, with the comment box and the decisions. */
