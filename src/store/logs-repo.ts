@@ -36,7 +36,8 @@ export class LogsRepo {
       // The end of a stream is max(offset + length) over its chunks. A chunk starting more than
       // MAX_STORED_CHUNK_BYTES before the last chunk's offset ends before that offset, so only the chunks
       // in that window are read: a few index steps instead of a scan of every chunk (issue 21: the scan,
-      // twice per ingested chunk, was a third of the master's time under a 64 MiB log flood).
+      // twice per ingested chunk, was a third of the master's time under a 64 MiB log flood;
+      // docs/decisions/0030-log-total-window.md).
       total: db.prepare<{ e: string; s: string; w: number }, { total: number | null }>(
         `SELECT max(offset + length(data)) AS total FROM task_logs
          WHERE execution_id = @e AND stream = @s
