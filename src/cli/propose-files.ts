@@ -2,6 +2,7 @@ import { createHash } from 'node:crypto';
 import { existsSync, lstatSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { implicitCodeOf } from '../domain/implicit-code.js';
+import type { MasterClient } from './master-client.js';
 
 /**
  * The files `gpu-broker propose --dir` ships (issue 13): every regular file under DIR, skipping `.git/`,
@@ -115,4 +116,24 @@ export function collectInputs(
   };
   walk('');
   return { files: out, leftOut };
+}
+
+/**
+ * Uploads each file whose digest is not in `known` (adding it there) with PUT /api/v1/blobs/<sha256>;
+ * returns how many it sent. `propose` and `run` share it: a digest the master already names is never
+ * sent again.
+ */
+export async function uploadUnknown(
+  c: MasterClient,
+  files: readonly LocalInput[],
+  known: Set<string>,
+): Promise<number> {
+  let n = 0;
+  for (const f of files) {
+    if (known.has(f.sha256)) continue;
+    known.add(f.sha256);
+    await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
+    n++;
+  }
+  return n;
 }

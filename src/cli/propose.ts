@@ -6,7 +6,7 @@ import type { CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
 import { emit, escapeField, reportError } from './output.js';
 import { PROPOSE } from './proposal-command-specs.js';
-import { collectInputs, type LocalInput } from './propose-files.js';
+import { collectInputs, type LocalInput, uploadUnknown } from './propose-files.js';
 
 /**
  * `gpu-broker propose --dir DIR --entry 'python3 train.py --epochs 1' [--include GLOB…] [--cards N] …`
@@ -86,14 +86,7 @@ async function uploadMissing(
     );
     for (const i of p.proposal.spec?.inputs ?? []) known.add(i.sha256);
   }
-  let uploaded = 0;
-  for (const f of files) {
-    if (known.has(f.sha256)) continue;
-    known.add(f.sha256);
-    await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
-    uploaded++;
-  }
-  return uploaded;
+  return uploadUnknown(c, files, known);
 }
 
 /**

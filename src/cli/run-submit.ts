@@ -5,7 +5,7 @@ import { BrokerError } from '../contracts/errors.js';
 import { type TaskSpecInput, TaskSpecSchema } from '../contracts/task-spec.js';
 import type { FlagValues } from '../platform/args.js';
 import type { MasterClient } from './master-client.js';
-import { collectInputs, type LeftOutInput, type LocalInput } from './propose-files.js';
+import { collectInputs, type LeftOutInput, type LocalInput, uploadUnknown } from './propose-files.js';
 import type { RUN } from './task-command-specs.js';
 import { OUTPUTS_DIR } from './task-outputs.js';
 
@@ -153,18 +153,6 @@ export function collectRunFiles(
   return collected;
 }
 
-/** Uploads each file whose digest is not in `known` (and adds it there); returns how many. */
-async function upload(c: MasterClient, files: readonly LocalInput[], known: Set<string>): Promise<number> {
-  let n = 0;
-  for (const f of files) {
-    if (known.has(f.sha256)) continue;
-    known.add(f.sha256);
-    await c.putBytes(`/api/v1/blobs/${f.sha256}`, f.bytes);
-    n++;
-  }
-  return n;
-}
-
 /** The proposal to continue from: `--proposal` (must exist) or the remembered one (if it still does). */
 async function previousProposal(
   c: MasterClient,
@@ -212,7 +200,7 @@ export async function submitRun(
   }
   // Blobs the previous revision names are on the master already; a pruned one shows up as INPUT_UNKNOWN.
   const known = new Set((prev?.spec.inputs ?? []).map((i) => i.sha256));
-  let uploaded = await upload(c, files, known);
+  let uploaded = await uploadUnknown(c, files, known);
   const revise = prev && REVISABLE.has(prev.state) ? prev.proposal_id : undefined;
   const send = (id: string | undefined) =>
     id
@@ -220,7 +208,7 @@ export async function submitRun(
       : c.post<RevisionResult>('/api/v1/proposals', { spec });
   let r = await send(revise);
   if (r.findings.some((f) => f.code === 'INPUT_UNKNOWN')) {
-    uploaded += await upload(c, files, new Set());
+    uploaded += await uploadUnknown(c, files, new Set());
     r = await send(r.proposal_id);
   }
   rememberProposal(dir, url, r.proposal_id);
