@@ -2,9 +2,10 @@ import { BrokerError } from '../contracts/errors.js';
 import type { FlagValues } from '../platform/args.js';
 import { parseCommand, usageError } from './args.js';
 import { GRANT } from './grant-command-specs.js';
+import { formatGrantShow, type GrantShow } from './grant-format.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
-import { emit, jsonText, reportError, table } from './output.js';
+import { emit, reportError, table } from './output.js';
 
 /** `gpu-broker grant request|list|show|approve|reject|revoke|explain` over the REST mirror. */
 
@@ -122,13 +123,8 @@ async function dispatch(c: MasterClient, io: CliIo, sub: string, id: string | un
       return 0;
     }
     case 'show': {
-      const out = await c.get<{ grant: GrantView; runs: unknown[] }>(path(need()));
-      emit(
-        io,
-        v.json,
-        out,
-        () => `${oneLine(out.grant)}\nscope: ${jsonText(out.grant.scope)}\nruns: ${jsonText(out.runs)}`,
-      );
+      const out = await c.get<GrantShow>(path(need()));
+      emit(io, v.json, out, () => formatGrantShow(out));
       return 0;
     }
     case 'approve':
