@@ -38,7 +38,8 @@ import { prepareSlurmJob } from './job-setup.js';
  *      the local executor's confinement rules, the verdict from exit.json / Slurm's state → `exited`.
  *   5. cleanup receipt: Slurm no longer lists the job as COMPLETING (it owns the GPUs, so the job being
  *      over is the receipt) → `done`.
- * Cancel: scancel, and CANCELLED once Slurm says the job ended. `detach` (worker stopping) stops polling
+ * Cancel: scancel (again every SCANCEL_RETRY_MS while Slurm still reports the job live), and CANCELLED
+ * once Slurm says the job ended. `detach` (worker stopping) stops polling
  * and leaves the job to the next worker process, which resumes it by job id.
  */
 
@@ -84,6 +85,9 @@ export function startSlurmExecution(plan: ExecutionPlan, opts: SlurmExecutionOpt
 /** What `run` returns on when the worker is stopping: the job is left to the next worker process. */
 const DETACHED = Symbol('detached');
 
+/** A failed or lost scancel (slurmctld busy, the job still launching) is repeated this often; harmless. */
+const SCANCEL_RETRY_MS = 5_000;
+
 class SlurmRun {
   readonly exited: Promise<ExecutionExit>;
   readonly done: Promise<ExecutionResult>;
@@ -93,6 +97,7 @@ class SlurmRun {
   private report: SlurmJobReport | null = null;
   private cancelRequested = false;
   private killReason: 'TIMED_OUT' | 'CANCELLED' | null = null;
+  private lastScancelAt: number | null = null;
   private detached = false;
   private startedAt: number | null = null;
   private resumedStart = false;
@@ -208,6 +213,7 @@ class SlurmRun {
       await this.observe(jobId, job);
       // COMPLETING is not the end: its final state (CANCELLED, FAILED, …) decides the verdict.
       if (!jobIsLive(job)) return job;
+      this.scancelAgainIfStillLive();
       await this.sleep();
     }
   }
@@ -335,8 +341,17 @@ class SlurmRun {
     void this.scancel();
   }
 
+  /** A job asked to end that is still live is scancelled again: a failed or lost scancel must not stand. */
+  private scancelAgainIfStillLive(): void {
+    if (this.killReason === null) return;
+    const now = this.opts.clock.now();
+    if (this.lastScancelAt !== null && now - this.lastScancelAt < SCANCEL_RETRY_MS) return;
+    void this.scancel();
+  }
+
   private async scancel(): Promise<void> {
     if (this.jobId === null) return;
+    this.lastScancelAt = this.opts.clock.now();
     try {
       await this.opts.backend.driver.cancel(this.jobId);
     } catch (err) {
