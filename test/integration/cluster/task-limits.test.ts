@@ -160,13 +160,18 @@ describe.runIf(ready)('per-task limits through a real worker', () => {
         'head -c 8M /dev/zero 2>&1 >/tmp/big; echo "tmp=$?"',
         'head -c 8M /dev/zero 2>&1 >/dev/shm/big; echo "shm=$?"',
         'head -c 1M /dev/zero > /task/scratch',
-        'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2',
-        'echo "procs=$(ls /proc | grep -c "^[0-9]")"',
+        'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &)',
+        // From here the shell forks nothing (the bomb holds every pid the limit allows, so a fork of the
+        // main shell would race it): it counts the sandbox's processes with globbing, a builtin.
+        'n=0; i=0; while [ "$i" -lt 5000 ]; do set -- /proc/[0-9]*; n=$#; [ "$n" -ge 40 ] && break; i=$((i+1)); done',
+        'echo "reached=$n"',
+        'i=0; while [ "$i" -lt 50000 ]; do i=$((i+1)); done; set -- /proc/[0-9]*; echo "procs=$#"',
       ].join('\n'),
       { time_limit_seconds: 30 },
     );
     // The main shell exits; the bomb dies with the sandbox's PID namespace and its cgroup.
-    expect(task.state).toBe('COMPLETED');
+    expect(task.state, `${JSON.stringify(task)}\n${logs}`).toBe('COMPLETED');
+    expect(Number(logs.match(/reached=(\d+)/)?.[1])).toBeGreaterThanOrEqual(40);
     expect(logs).toContain('tmp=1');
     expect(logs).toContain('shm=1');
     expect(logs.match(/No space left on device/g)?.length).toBe(2);
