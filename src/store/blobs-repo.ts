@@ -72,16 +72,21 @@ export class BlobsRepo {
     return row.n;
   }
 
-  /** Sizes of those of `shas` that `principalId` uploaded (and are still stored); others' uploads never count. */
+  /**
+   * Sizes of those of `shas` that `principalId` uploaded (and are still stored); others' uploads never
+   * count. One query for all of them (issue 21: get_revision asks for ~2,000 digests per call, and one
+   * statement per digest was ~17 % of the master's time under a diff flood): the digests go in as one
+   * JSON array, and SQLite looks each up in the (principal_id, sha256) primary key.
+   */
   sizesUploadedBy(principalId: string, shas: readonly string[]): Record<string, number> {
-    const out: Record<string, number> = {};
-    const stmt = this.sql(
-      'SELECT b.size FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256 WHERE u.principal_id = ? AND u.sha256 = ?',
-    );
-    for (const sha of new Set(shas)) {
-      const row = stmt.get(principalId, sha) as { size: number } | undefined;
-      if (row) out[sha] = row.size;
-    }
+    // No prototype: a digest such as "constructor" is simply absent, never "owned".
+    const out: Record<string, number> = Object.create(null);
+    if (shas.length === 0) return out;
+    const rows = this.sql(
+      `SELECT u.sha256, b.size FROM blob_uploads u JOIN blobs b ON b.sha256 = u.sha256
+        WHERE u.principal_id = ? AND u.sha256 IN (SELECT value FROM json_each(?))`,
+    ).all(principalId, JSON.stringify([...new Set(shas)])) as Array<{ sha256: string; size: number }>;
+    for (const row of rows) out[row.sha256] = row.size;
     return out;
   }
 

@@ -113,20 +113,20 @@ function readText(
 type FileOutcome = { script: DiffScript } | { note: string } | { not_diffed: NotDiffed };
 
 /**
- * The diff of one file of `ownerId`'s, from the memo when both digests are the owner's, else read and
- * compared within `left` (which it charges). Only lasting outcomes (a script, "binary") are memoised:
- * "not stored" or "does not match" may change.
+ * The diff of one file of `ownerId`'s, from the memo when both digests are the owner's (`owned`: the
+ * sizes of the call's digests the owner uploaded, asked once per call), else read and compared within
+ * `left` (which it charges). Only lasting outcomes (a script, "binary") are memoised: "not stored" or
+ * "does not match" may change.
  */
 function fileOutcome(
   deps: BrokerDeps,
   ownerId: string,
+  owned: Readonly<Record<string, number>>,
   x: InputFile | undefined,
   y: InputFile,
   left: BudgetLeft,
   budget: DiffBudget,
 ): FileOutcome {
-  const blobs = deps.store.blobs;
-  const owned = blobs.sizesUploadedBy(ownerId, x ? [x.sha256, y.sha256] : [y.sha256]);
   const key = DiffMemo.key(x?.sha256 ?? null, y.sha256);
   const memo = memoOf(deps);
   // Ownership first: a digest pair someone else's diff put in the memo is no way to read their bytes.
@@ -201,9 +201,15 @@ export async function diffInputs(
   // The paged file first: it gets the budget before the rest of the answer.
   work.sort((p, q) => Number(q.change.path === page.path) - Number(p.change.path === page.path));
   const left = fullBudget(budget);
+  // One ownership query for every digest the call may read (ADR 0031), from the moment the call
+  // starts; the bytes themselves are still read (and re-checked) in the owner's name, file by file.
+  const owned = deps.store.blobs.sizesUploadedBy(
+    ownerId,
+    work.flatMap(({ x, y }) => (x ? [x.sha256, y.sha256] : [y.sha256])),
+  );
   for (const [k, { change, x, y }] of work.entries()) {
     if (k > 0) await nextTurn();
-    outcomes.set(change.path, fileOutcome(deps, ownerId, x, y, left, budget));
+    outcomes.set(change.path, fileOutcome(deps, ownerId, owned, x, y, left, budget));
   }
   let lineBudget = Math.max(DIFF_LINE_BUDGET, maxLines);
   for (const change of changes) {

@@ -72,9 +72,9 @@ async function create(client: Client, spec: TaskSpecInput): Promise<Created> {
   return expectOk(await m.callTool<Created>(client, 'create_proposal', { spec, idempotency_key: m.key() }));
 }
 
-async function requestChanges(r: Created): Promise<void> {
+async function requestChanges(r: Created, owner: Client = alice): Promise<void> {
   expectOk(
-    await m.callTool(alice, 'confirm_revision', {
+    await m.callTool(owner, 'confirm_revision', {
       proposal_id: r.proposal_id,
       revision_id: r.revision_id,
       idempotency_key: m.key(),
@@ -195,5 +195,37 @@ describe('the diff memo', () => {
     );
     expect(JSON.stringify(view)).not.toContain('hunter2');
     expect(view.input_changes[0]?.text_diff).toBeUndefined();
+  });
+
+  it('asks ownership once per call, per digest: in one revision mixing her own files with alice’s memoised one, only hers are shown', async () => {
+    // Alice's file, memoised as "added" by a reviewer's read of her revision.
+    const aliceCfg = storeBlob('alice', 'cfg.env', 'TOKEN=alice-secret-cfg\n');
+    const a1 = await create(alice, validSpec({ inputs: [aliceCfg] }));
+    expect(JSON.stringify((await getRevision(a1)).input_changes)).toContain('alice-secret-cfg');
+    const aliceMix = storeBlob('alice', 'mix.env', 'TOKEN=alice-secret-mix\n');
+    // Mallory's decided revision holds only her own files; her next one changes hers and, in the same
+    // call, names alice's memoised digest (added) and alice's digest as the new version of her file.
+    const mallory = await m.mcpClient(m.createToken('mallory2', ['submitter']));
+    const mineOld = storeBlob('mallory2', 'mine.txt', 'mallory line 1\n');
+    const mineNew = storeBlob('mallory2', 'mine.txt', 'mallory line 2\n');
+    const mixOld = storeBlob('mallory2', 'mix.env', 'TOKEN=mallory-own\n');
+    const m1 = await create(mallory, validSpec({ inputs: [mineOld, mixOld] }));
+    await requestChanges(m1, mallory);
+    const m2 = expectOk(
+      await m.callTool<Created>(mallory, 'revise_proposal', {
+        proposal_id: m1.proposal_id,
+        spec: validSpec({ inputs: [aliceCfg, mineNew, aliceMix] }),
+        idempotency_key: m.key(),
+      }),
+    );
+    const view = await getRevision(m2);
+    const byPath = new Map(view.input_changes.map((c) => [c.path, c]));
+    expect(byPath.get('mine.txt')?.text_diff?.unified).toContain('+mallory line 2');
+    expect(byPath.get('cfg.env')?.change).toBe('added');
+    expect(byPath.get('cfg.env')?.text_diff).toBeUndefined();
+    expect(byPath.get('cfg.env')?.note).toBe('content not stored any more');
+    expect(byPath.get('mix.env')?.change).toBe('modified');
+    expect(byPath.get('mix.env')?.text_diff).toBeUndefined();
+    expect(JSON.stringify(view)).not.toContain('alice-secret');
   });
 });

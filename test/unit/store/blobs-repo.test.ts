@@ -105,6 +105,29 @@ describe('input blobs in the master store', () => {
     expect(again.stored_bytes).toBe(7);
   });
 
+  it('answers sizesUploadedBy in one query with only the asker’s own uploads (issue 21, ADR 0031)', async () => {
+    f = makeBrokerDeps();
+    const alice = f.principal('alice', ['submitter']);
+    const bob = f.principal('bob', ['submitter']);
+    const mine = (await upload(f, bob, 'b.txt', 'bob\n')).inputs[0]!;
+    const theirs = (await upload(f, alice, 'a.txt', 'alice\n')).inputs[0]!;
+    const shared = (await upload(f, alice, 's.txt', 'both\n')).inputs[0]!;
+    await upload(f, bob, 's.txt', 'both\n');
+    const many = Array.from({ length: 1500 }, (_, i) => sha(`nobody ${i}`));
+    const sizes = f.deps.store.blobs.sizesUploadedBy(bob.id, [
+      ...many,
+      mine.sha256,
+      theirs.sha256,
+      shared.sha256,
+      mine.sha256,
+    ]);
+    expect({ ...sizes }).toEqual({ [mine.sha256]: 4, [shared.sha256]: 5 });
+    expect(sizes[theirs.sha256]).toBeUndefined();
+    expect(sizes.constructor).toBeUndefined(); // no prototype: nothing is "owned" by accident
+    expect({ ...f.deps.store.blobs.sizesUploadedBy(alice.id, [mine.sha256]) }).toEqual({});
+    expect({ ...f.deps.store.blobs.sizesUploadedBy(alice.id, []) }).toEqual({});
+  });
+
   it('never serves bytes that do not match their digest', async () => {
     f = makeBrokerDeps();
     const alice = f.principal('alice', ['submitter']);
