@@ -1,13 +1,7 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
-import { startWorker } from '../worker/daemon/start-worker.js';
-import { SimSampler } from '../worker/samplers/sim-sampler.js';
-import { prepareSandbox } from '../worker/sandbox/setup.js';
 import { startChildMaster } from './child-master.js';
-import { BenchClients, callTool, keySequence, proposeAndApprove, waitForCards } from './harness.js';
+import { BenchClients, callTool, keySequence, proposeAndApprove } from './harness.js';
+import { type BenchWorker, startBenchWorker } from './in-process-worker.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
@@ -45,32 +39,12 @@ interface TaskTimes {
 async function runAdmission(): Promise<OpResult[]> {
   const master = await startChildMaster({ executables: [{ path: '/bin/true' }] });
   const trusting = createCaTrustingFetch(master.caPem);
-  const workerDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-worker-'));
   const clients = new BenchClients(master.url, trusting.fetch, 'bench-admission');
-  let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+  let worker: BenchWorker | null = null;
   try {
     const alice = await clients.connect(await master.createToken('bench-alice', ['submitter']));
     const rita = await clients.connect(await master.createToken('bench-rita', ['reviewer']));
-    const sampler = new SimSampler({ count: 8, seed: 'bench-worker' });
-    // Tasks run in the real sandbox, so admission latency includes setting it up.
-    const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
-    worker = await startWorker({
-      sandbox: sandbox.setup,
-      masterUrl: master.url,
-      token: await master.createToken('bench-worker', ['worker'], 'bench-worker'),
-      workerId: 'bench-worker',
-      dataDir: workerDir,
-      sampler,
-      ca: master.caPem,
-      logger: silentLogger(),
-    });
-    // Wait (bounded) until the worker's cards are schedulable.
-    await waitForCards(
-      alice,
-      (cards) => cards.filter((c) => c.state === 'AVAILABLE').length === 8,
-      15_000,
-      'the bench worker never became available',
-    );
+    worker = await startBenchWorker(master, alice, { workerId: 'bench-worker', cards: 8 });
 
     const nextKey = keySequence('adm');
     const admitOne = async (): Promise<TaskTimes> => {
@@ -112,7 +86,6 @@ async function runAdmission(): Promise<OpResult[]> {
     await worker?.close();
     await trusting.close();
     await master.stop();
-    rmSync(workerDir, { recursive: true, force: true });
   }
 }
 

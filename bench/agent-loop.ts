@@ -1,14 +1,8 @@
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
-import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
-import { startWorker } from '../worker/daemon/start-worker.js';
-import { SimSampler } from '../worker/samplers/sim-sampler.js';
-import { prepareSandbox } from '../worker/sandbox/setup.js';
 import { startChildMaster } from './child-master.js';
-import { BenchClients, callTool, keySequence, waitForCards } from './harness.js';
+import { BenchClients, callTool, keySequence } from './harness.js';
+import { type BenchWorker, startBenchWorker } from './in-process-worker.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
@@ -84,30 +78,12 @@ async function runAgentLoop(): Promise<OpResult[]> {
     scripts: [{ interpreter: '/bin/sh', script_from_inputs: true }],
   });
   const trusting = createCaTrustingFetch(master.caPem);
-  const workerDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-loop-'));
   const clients = new BenchClients(master.url, trusting.fetch, 'bench-agent-loop');
-  let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+  let worker: BenchWorker | null = null;
   try {
     const alice = await clients.connect(await master.createToken('loop-alice', ['submitter']));
     const rita = await clients.connect(await master.createToken('loop-rita', ['reviewer']));
-    const sampler = new SimSampler({ count: 4, seed: 'bench-loop' });
-    const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
-    worker = await startWorker({
-      sandbox: sandbox.setup,
-      masterUrl: master.url,
-      token: await master.createToken('loop-worker', ['worker'], 'loop-worker'),
-      workerId: 'loop-worker',
-      dataDir: workerDir,
-      sampler,
-      ca: master.caPem,
-      logger: silentLogger(),
-    });
-    await waitForCards(
-      alice,
-      (cards) => cards.filter((c) => c.state === 'AVAILABLE').length === 4,
-      15_000,
-      'no cards',
-    );
+    worker = await startBenchWorker(master, alice, { workerId: 'loop-worker', cards: 4 });
     const nextKey = keySequence('loop');
     const measure = async (reviewer: Client | null) => {
       const ms: number[] = [];
@@ -154,7 +130,6 @@ async function runAgentLoop(): Promise<OpResult[]> {
     await worker?.close();
     await trusting.close();
     await master.stop();
-    rmSync(workerDir, { recursive: true, force: true });
   }
 }
 

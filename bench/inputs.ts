@@ -1,14 +1,8 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { silentLogger } from '../src/platform/logger.js';
 import { createCaTrustingFetch } from '../src/platform/tls.js';
-import { startWorker } from '../worker/daemon/start-worker.js';
-import { SimSampler } from '../worker/samplers/sim-sampler.js';
-import { prepareSandbox } from '../worker/sandbox/setup.js';
 import { startChildMaster } from './child-master.js';
-import { BenchClients, callTool, keySequence, proposeAndApprove, waitForCards } from './harness.js';
+import { BenchClients, callTool, keySequence, proposeAndApprove } from './harness.js';
+import { type BenchWorker, startBenchWorker } from './in-process-worker.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
@@ -31,31 +25,13 @@ async function runInputs(): Promise<OpResult[]> {
     input_quota_bytes: 4096 * MIB,
   });
   const trusting = createCaTrustingFetch(master.caPem);
-  const workerDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-inputs-'));
   const clients = new BenchClients(master.url, trusting.fetch, 'bench-inputs');
-  let worker: Awaited<ReturnType<typeof startWorker>> | null = null;
+  let worker: BenchWorker | null = null;
   try {
     const aliceToken = await master.createToken('bench-alice', ['submitter']);
     const alice = await clients.connect(aliceToken);
     const rita = await clients.connect(await master.createToken('bench-rita', ['reviewer']));
-    const sampler = new SimSampler({ count: 2, seed: 'bench-inputs' });
-    const sandbox = await prepareSandbox({ isolation: 'bwrap', dataDir: workerDir, sampler });
-    worker = await startWorker({
-      sandbox: sandbox.setup,
-      masterUrl: master.url,
-      token: await master.createToken('bench-inputs-worker', ['worker'], 'bench-inputs'),
-      workerId: 'bench-inputs',
-      dataDir: workerDir,
-      sampler,
-      ca: master.caPem,
-      logger: silentLogger(),
-    });
-    await waitForCards(
-      alice,
-      (cards) => cards.filter((c) => c.state === 'AVAILABLE').length === 2,
-      15_000,
-      'the bench worker never became available',
-    );
+    worker = await startBenchWorker(master, alice, { workerId: 'bench-inputs', cards: 2 });
 
     // Upload throughput: PUT
     const put = async (bytes: Buffer) => {
@@ -181,7 +157,6 @@ async function runInputs(): Promise<OpResult[]> {
     await worker?.close();
     await trusting.close();
     await master.stop();
-    rmSync(workerDir, { recursive: true, force: true });
   }
 }
 
