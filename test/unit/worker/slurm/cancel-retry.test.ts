@@ -4,6 +4,7 @@ import type { SlurmDriver } from '../../../../worker/slurm/cli/driver.js';
 import type { SlurmJob } from '../../../../worker/slurm/cli/types.js';
 import { startSlurmExecution } from '../../../../worker/slurm/executor.js';
 import { makePlan } from '../../../support/executor-plan.js';
+import { slurmJob } from '../../../support/slurm-job.js';
 import { makeTempDir } from '../../../support/temp.js';
 
 /**
@@ -13,33 +14,7 @@ import { makeTempDir } from '../../../support/temp.js';
  * fails the first scancel; the real Slurm runs cancel in test/integration/cluster/slurm-backend.test.ts.
  */
 
-function job(id: string, state: SlurmJob['state']): SlurmJob {
-  return {
-    id,
-    name: 'gpu-broker-x',
-    comment: null,
-    user: 'root',
-    partition: 'gpu',
-    account: null,
-    state,
-    rawState: state,
-    reason: null,
-    exitCode: null,
-    signal: null,
-    nodes: ['n1'],
-    gpus: [{ node: 'n1', indices: [0] }],
-    gpusPerNode: 1,
-    numNodes: 1,
-    submitTime: null,
-    startTime: null,
-    endTime: null,
-    timeLimitSeconds: 60,
-    workDir: null,
-    stdout: null,
-    stderr: null,
-    batchHost: 'n1',
-  } as SlurmJob;
-}
+const job = (id: string, state: SlurmJob['state']) => slurmJob(id, { state, rawState: state });
 
 describe('Slurm cancel', () => {
   it('scancels again while the job stays live after a failed scancel, and ends CANCELLED', async () => {

@@ -10,6 +10,7 @@ import { jobMarker } from '../../../../worker/slurm/job-setup.js';
 import { fenceSlurmJobs, recoverSlurmExecutions } from '../../../../worker/slurm/recovery.js';
 import { type ExecutionRecord, openLocalStore } from '../../../../worker/store/local-store.js';
 import { makePlan } from '../../../support/executor-plan.js';
+import { slurmJob } from '../../../support/slurm-job.js';
 import { seedExecution } from '../../../support/worker-store.js';
 
 /**
@@ -21,32 +22,11 @@ import { seedExecution } from '../../../support/worker-store.js';
 const WORKER = 'w1';
 
 function job(id: string, executionId: string, over: Partial<SlurmJob> = {}): SlurmJob {
-  return {
-    id,
+  return slurmJob(id, {
     name: `gpu-broker-${executionId}`,
     comment: jobMarker(WORKER, executionId),
-    user: 'root',
-    partition: 'gpu',
-    account: null,
-    state: 'RUNNING',
-    rawState: 'RUNNING',
-    reason: null,
-    exitCode: null,
-    signal: null,
-    nodes: ['n1'],
-    gpus: [{ node: 'n1', indices: [0] }],
-    gpusPerNode: 1,
-    numNodes: 1,
-    submitTime: null,
-    startTime: null,
-    endTime: null,
-    timeLimitSeconds: 60,
-    workDir: null,
-    stdout: null,
-    stderr: null,
-    batchHost: 'n1',
     ...over,
-  };
+  });
 }
 
 function setup(jobs: SlurmJob[]) {
