@@ -19,7 +19,11 @@ export const GRANT = defineCommand({
     reason: { type: 'string', value: 'TEXT', help: 'request: why, for the reviewer' },
     mutable: { type: 'string', value: 'GLOB', multiple: true, help: 'request: input paths that may change' },
     'max-runs': { type: 'string', value: 'N', help: 'request: most runs (default 10)' },
-    'card-hours': { type: 'string', value: 'H', help: 'request: card-hours in all (default 1)' },
+    'card-hours': {
+      type: 'string',
+      value: 'H',
+      help: 'request: card-hours in all; each run reserves cards × its time limit until it ends (default: max-runs × max-cards)',
+    },
     ttl: {
       type: 'string',
       value: 'SECONDS',

@@ -53,11 +53,14 @@ async function request(c: MasterClient, io: CliIo, v: GrantFlags): Promise<numbe
   const maxTime = num(v['max-time'], 'max-time');
   if (maxCards !== undefined) scope['max_cards'] = maxCards;
   if (maxTime !== undefined) scope['max_time_limit_seconds'] = maxTime;
+  const maxRuns = num(v['max-runs'], 'max-runs', 10) ?? 10;
   const out = await c.post<{ grant: GrantView; next_action: string }>('/api/v1/grants', {
     base_revision_id: v.base,
     scope,
-    max_runs: num(v['max-runs'], 'max-runs', 10),
-    max_card_hours: num(v['card-hours'], 'card-hours', 1),
+    max_runs: maxRuns,
+    // Each run reserves cards × its time limit until it ends: one card-hour per run by default, so a
+    // one-card, one-hour base is not cut off after its first run.
+    max_card_hours: num(v['card-hours'], 'card-hours', maxRuns * (maxCards ?? 1)),
     ttl_seconds: num(v.ttl, 'ttl', 86400),
     concurrency: num(v.concurrency, 'concurrency', 1),
     reason: v.reason,

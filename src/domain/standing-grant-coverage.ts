@@ -221,8 +221,15 @@ function checkPlacement({ base, spec }: CoverageInput) {
 function checkCardHours({ grant: g, spec }: CoverageInput) {
   const need = reservationOf(spec.cards.count, spec.time_limit_seconds);
   const used = g.card_seconds_charged + g.card_seconds_reserved;
-  const h = (s: number) => (s / 3600).toFixed(2);
   return used + need <= g.max_card_seconds
-    ? pass(`card-hours ${h(used)} + ${h(need)} <= ${h(g.max_card_seconds)}`)
-    : fail(`card-hours ${h(used)} + ${h(need)} > ${h(g.max_card_seconds)}`);
+    ? pass(`card-hours ${hours(used)} + ${hours(need)} <= ${hours(g.max_card_seconds)}`)
+    : fail(
+        `card-hours ${hours(used)} + ${hours(need)} > ${hours(g.max_card_seconds)} (this run reserves ${spec.cards.count} card(s) × its ${spec.time_limit_seconds} s time limit; a shorter time_limit_seconds needs less)`,
+      );
+}
+
+/** Card-seconds as hours: two decimals, more when a non-zero amount would read as 0.00. */
+function hours(cardSeconds: number): string {
+  const h = cardSeconds / 3600;
+  return h > 0 && h < 0.005 ? h.toPrecision(2) : h.toFixed(2);
 }

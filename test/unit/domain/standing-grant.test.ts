@@ -120,8 +120,12 @@ describe('coverage', () => {
     expect(failing(input({}, { grant: grant({ consecutive_failures: 3 }) }))?.clause).toBe('breaker');
     // 2 cards × 600 s = 1200 card-seconds; 9.8 h used leaves 0.2 h = 720 s.
     expect(failing(input({}, { grant: grant({ card_seconds_charged: 9.8 * 3600 }) }))?.message).toBe(
-      'card-hours 9.80 + 0.33 > 10.00',
+      'card-hours 9.80 + 0.33 > 10.00 (this run reserves 2 card(s) × its 600 s time limit; a shorter time_limit_seconds needs less)',
     );
+    // A few seconds charged never reads as 0.00 next to a failure.
+    expect(
+      failing(input({}, { grant: grant({ card_seconds_charged: 2, max_card_seconds: 1200 }) }))?.message,
+    ).toMatch(/^card-hours 0\.00056 \+ 0\.33 > 0\.33 /);
   });
 
   it('sends any error finding and any new warning to a person', () => {
