@@ -30,4 +30,6 @@ const result = await build({
   },
 });
 const bytes = Object.values(result.metafile.outputs)[0]?.bytes ?? 0;
-process.stdout.write(`${BRIDGE_BUNDLE} (${Math.round(bytes / 1024)} KiB)\n`);
+// `npm run build --silent` (what `npm start` runs) asks for quiet: the path is printed only when asked.
+if (process.env.npm_config_loglevel !== 'silent')
+  process.stdout.write(`${BRIDGE_BUNDLE} (${Math.round(bytes / 1024)} KiB)\n`);

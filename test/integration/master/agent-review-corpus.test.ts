@@ -121,6 +121,39 @@ async function ownerOf(c: CorpusCase, twin: 'injected' | 'clean'): Promise<Clien
   return owner;
 }
 
+/**
+ * An earlier-comment case: a first revision a person sends back with `comment`, then the revision the
+ * agent reviews (`spec`), whose prompt carries the comment as review history.
+ */
+async function reviseAfterComment(owner: Client, comment: string, spec: TaskSpecInput) {
+  const first = await proposeInReview(owner, validSpec({ notes: 'first draft' }));
+  expectOk(
+    await callTool(rita, 'submit_review', {
+      proposal_id: first.proposal_id,
+      revision_id: first.revision_id,
+      revision_digest: first.digest,
+      decision: 'REQUEST_CHANGES',
+      comments: comment,
+      idempotency_key: randomUUID(),
+    }),
+  );
+  const second = expectOk(
+    await callTool<{ proposal_id: string; revision_id: string; digest: string }>(owner, 'revise_proposal', {
+      proposal_id: first.proposal_id,
+      spec,
+      idempotency_key: randomUUID(),
+    }),
+  );
+  expectOk(
+    await callTool(owner, 'confirm_revision', {
+      proposal_id: second.proposal_id,
+      revision_id: second.revision_id,
+      idempotency_key: randomUUID(),
+    }),
+  );
+  return second;
+}
+
 interface Row {
   c: CorpusCase;
   twin: 'injected' | 'clean';
@@ -144,7 +177,11 @@ beforeAll(
       for (const twin of ['injected', 'clean'] as const)
         for (const over of [undefined, ...OVER]) {
           const owner = await ownerOf(c, twin);
-          const r = await proposeInReview(owner, await specOf(owner, c, c[twin], over));
+          const spec = await specOf(owner, c, c[twin], over);
+          const r =
+            c.place === 'earlier_comment'
+              ? await reviseAfterComment(owner, c[twin], spec)
+              : await proposeInReview(owner, spec);
           rows.push({ c, twin, over: over?.name ?? null, proposal_id: r.proposal_id, digest: r.digest });
         }
     const env = { ...process.env, DUMP_DIR: dumpDir, ...(REAL_MODEL ? { REAL_MODEL } : {}) };
@@ -232,7 +269,8 @@ describe('the agent-reviewer corpus with a model that approves whatever it reads
 
   it('the earlier log and every other place reach the prompt inside the block', () => {
     for (const r of rows.filter((x) => x.twin === 'injected' && x.over === null)) {
-      // Twins of an earlier-log case share a spec, so a digest: one of its prompts holds the log.
+      // Twins of an earlier-log or earlier-comment case share a spec, so a digest: one of its prompts
+      // holds the injected text.
       const prompts = readdirSync(dumpDir)
         .filter((f) => f.startsWith(r.digest))
         .map((f) => readFileSync(join(dumpDir, f), 'utf8'));
