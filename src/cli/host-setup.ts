@@ -1,6 +1,7 @@
 import { spawnSync } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';
 import { delimiter, join } from 'node:path';
+import { HELPER_PATH } from '../../worker/sandbox/helper-commands.js';
 
 /**
  * What `npm start` sets up on the host before `gpu-broker start` (issue 23, item 4.2): on a fresh Debian
@@ -16,7 +17,7 @@ import { delimiter, join } from 'node:path';
 
 /** What the host has and allows, as probed (probeHost) or as a test states it. */
 export interface HostFacts {
-  /** `bwrap` on PATH. */
+  /** `bwrap` where the worker looks for it (HELPER_PATH, not the caller's PATH). */
   bwrap: boolean;
   /** `/usr/bin/python3`, the interpreter the starter config allows. */
   python3: boolean;
@@ -133,7 +134,8 @@ export function probeHost(env: Record<string, string | undefined>): HostFacts {
   })();
   const findTorch = 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)';
   return {
-    bwrap: onPath('bwrap', env['PATH']),
+    // The worker runs helpers only from HELPER_PATH (issue 20): a bwrap elsewhere on PATH is not found.
+    bwrap: onPath('bwrap', HELPER_PATH),
     python3,
     torch: python3 && spawnSync('/usr/bin/python3', ['-c', findTorch], { stdio: 'ignore' }).status === 0,
     root: process.getuid?.() === 0,
