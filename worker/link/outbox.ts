@@ -16,7 +16,8 @@ import { LogLane } from './log-lane.js';
  *      the master drops any seq at or below the highest it processed: out of order would mean lost.
  *   3. `ack` from the master: the entry is acknowledged and kept until pruned. The master acknowledges
  *      every message on its own; the acks of one turn of the event loop are written in one transaction
- *      (`flushAcks`, on setImmediate). An ack not yet written when the worker dies only means that
+ *      (`flushAcks`, on setImmediate), or in the transaction of the next message enqueued before that.
+ *      An ack not written (the worker died first, or that transaction rolled back) only means that
  *      message is resent: the master drops it as a duplicate (at or below its mark) and acks it again.
  *   4. `endSession` (socket gone): the pump stops; step 1 starts over on the next welcome.
  *
@@ -84,6 +85,8 @@ export class OutboxSender {
 
   /** Appends one message under this boot's next seq and sends it if a session is live. */
   enqueue(body: OutgoingBody): OutboxEntry {
+    // Acks waiting for their write join the caller's transaction (usually a report's): one commit less.
+    this.flushAcks();
     const entry = this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
     this.schedulePump();
     return entry;
@@ -96,6 +99,7 @@ export class OutboxSender {
    */
   enqueueLatest(body: OutgoingBody): OutboxEntry {
     const entry = this.store.transaction(() => {
+      this.flushAcks();
       this.store.supersedeUnacked(body.type);
       return this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
     });

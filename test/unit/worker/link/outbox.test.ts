@@ -145,6 +145,30 @@ describe('OutboxSender', () => {
     expect(store.listUnackedOutbox()).toEqual([]);
   });
 
+  it('writes waiting acks in the transaction of the next report; a rollback only makes them resent', async () => {
+    outbox.startSession([]);
+    for (let i = 1; i <= 3; i++) outbox.enqueue(log(i));
+    await flush();
+    outbox.ack('boot-1', 1);
+    store.transaction(() => {
+      outbox.enqueue(log(4));
+      expect(store.listUnackedOutbox().map((e) => e.seq)).toEqual([2, 3, 4]); // before any tick
+    });
+    outbox.ack('boot-1', 2);
+    expect(() =>
+      store.transaction(() => {
+        outbox.enqueue(log(5));
+        throw new Error('report failed');
+      }),
+    ).toThrow('report failed');
+    await flush();
+    // The ack of seq 2 was lost with the rollback: seq 2 is resent next session (a duplicate there).
+    sent = [];
+    outbox.endSession();
+    outbox.startSession([]);
+    expect(sent.map((m) => m.seq)).toEqual([2, 3, 4]);
+  });
+
   it('a worker that dies before writing its acks resends those messages, and nothing else', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-outbox-'));
     try {
@@ -189,7 +213,13 @@ describe('OutboxSender', () => {
       silentLogger(),
     );
     raw.startSession([]);
-    raw.enqueue({ ...log(1), data: 'tab\t"quote" é \u2028 end' });
+    raw.enqueue({
+      type: 'log',
+      execution_id: 'e1',
+      stream: 'stdout',
+      offset: 0,
+      data: 'tab\t"quote" é \u2028 end',
+    });
     await flush();
     expect(texts).toEqual(store.listUnackedOutboxAfter(0, 10).map((e) => e.text));
     expect(JSON.parse(texts[0]!)).toMatchObject({ data: 'tab\t"quote" é \u2028 end', seq: 1 });
