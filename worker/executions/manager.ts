@@ -350,19 +350,25 @@ export class ExecutionManager {
     });
   }
 
-  /** The cleanup receipt: `cleaned`, or `cleanup_failed` when the executor could not confirm it. */
+  /**
+   * The cleanup receipt: `cleaned`, or `cleanup_failed` when the executor could not confirm it. The move
+   * and its report commit together, like every other phase: a crash between two commits would leave the
+   * record final with no report queued for it.
+   */
   private reportDone(id: string, from: 'accepted' | 'started' | 'exited', done: ExecutionResult): void {
     const { store, outbox, logger } = this.deps;
     const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
-    const result = finalSummary(done, store.getExecution(id)?.result);
     (done.cleaned ? logger.info : logger.error).call(
       logger,
       { execution_id: id, detail: done.cleanup_detail },
       `worker: execution ${final}`,
     );
-    // From `exited` only: when that report could not be recorded, the record stays unfinished and
-    // the next worker process reports it, rather than jumping over `exited` here.
-    outbox.enqueue(phaseBody(store.moveExecution(id, from, final, result)));
+    store.transaction(() => {
+      const result = finalSummary(done, store.getExecution(id)?.result);
+      // From `exited` only: when that report could not be recorded, the record stays unfinished and
+      // the next worker process reports it, rather than jumping over `exited` here.
+      outbox.enqueue(phaseBody(store.moveExecution(id, from, final, result)));
+    });
   }
 }
 

@@ -72,12 +72,24 @@ export function coalesceLogChunks(chunks: readonly QueuedLogChunk[], maxBytes: n
 export class LogLane {
   /** The execution whose turn was last: the next turn goes to the one after it. */
   private last = '';
+  /**
+   * False once a turn found the queue empty, until the next chunk is queued: the sender then skips the
+   * transaction that would look for a turn (most pumps of a worker whose tasks log little). True at
+   * first, since a previous worker process may have left chunks queued.
+   */
+  private maybeQueued = true;
 
   constructor(private readonly store: LocalStore) {}
 
   /** Queues one chunk from a pump (task-io/logs.ts). */
   queue(executionId: string, stream: 'stdout' | 'stderr', offset: number, data: string): void {
     this.store.queueLogChunk(executionId, stream, offset, data);
+    this.maybeQueued = true;
+  }
+
+  /** Whether `takeTurn` may find anything: false only when the last turn found the queue empty since. */
+  mayHaveTurn(): boolean {
+    return this.maybeQueued;
   }
 
   /**
@@ -86,7 +98,10 @@ export class LogLane {
    */
   takeTurn(): WorkerSequencedBody[] {
     const id = this.store.nextQueuedLogExecution(this.last);
-    if (id === null) return [];
+    if (id === null) {
+      this.maybeQueued = false;
+      return [];
+    }
     this.last = id;
     return this.take(id) ?? [];
   }

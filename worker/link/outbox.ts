@@ -2,7 +2,7 @@ import type { Logger } from 'pino';
 import { sequenced } from '../../src/contracts/sequencing.js';
 import type { WorkerMessage, WorkerSequencedBody } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
-import type { LocalStore, OutboxEntry } from '../store/local-store.js';
+import type { LocalStore, OutboxAck, OutboxEntry } from '../store/local-store.js';
 import { LogLane } from './log-lane.js';
 
 /**
@@ -14,7 +14,11 @@ import { LogLane } from './log-lane.js';
  *      locally; the cursor goes back to the start, so every other unacknowledged message is resent.
  *   2. `enqueue`: append, then pump. The pump never sends a message before an older unsent one, because
  *      the master drops any seq at or below the highest it processed: out of order would mean lost.
- *   3. `ack` from the master: the entry is acknowledged and kept until pruned.
+ *   3. `ack` from the master: the entry is acknowledged and kept until pruned. The master acknowledges
+ *      every message on its own; the acks of one turn of the event loop are written in one transaction
+ *      (`flushAcks`, on setImmediate), or in the transaction of the next message enqueued before that.
+ *      An ack not written (the worker died first, or that transaction rolled back) only means that
+ *      message is resent: the master drops it as a duplicate (at or below its mark) and acks it again.
  *   4. `endSession` (socket gone): the pump stops; step 1 starts over on the next welcome.
  *
  * The pump pauses while the socket holds more than HIGH_WATER_BYTES unwritten, so a long backlog (or a
@@ -63,6 +67,9 @@ export class OutboxSender {
   /** Log messages sent in this session and not yet acknowledged: `boot_id:seq` → bytes. */
   private readonly logsInFlight = new Map<string, number>();
   private logBytesInFlight = 0;
+  /** Acknowledgements received and not yet written to the store (step 3). */
+  private pendingAcks: OutboxAck[] = [];
+  private ackFlush: NodeJS.Immediate | undefined;
 
   constructor(
     private readonly store: LocalStore,
@@ -78,6 +85,8 @@ export class OutboxSender {
 
   /** Appends one message under this boot's next seq and sends it if a session is live. */
   enqueue(body: OutgoingBody): OutboxEntry {
+    // Acks waiting for their write join the caller's transaction (usually a report's): one commit less.
+    this.flushAcks();
     const entry = this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
     this.schedulePump();
     return entry;
@@ -90,6 +99,7 @@ export class OutboxSender {
    */
   enqueueLatest(body: OutgoingBody): OutboxEntry {
     const entry = this.store.transaction(() => {
+      this.flushAcks();
       this.store.supersedeUnacked(body.type);
       return this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
     });
@@ -116,6 +126,7 @@ export class OutboxSender {
 
   /** Step 1: the master welcomed us and said what it already has. */
   startSession(workerMarks: ReadonlyArray<{ boot_id: string; seq: number }>): void {
+    this.flushAcks();
     for (const mark of workerMarks) {
       const n = this.store.ackOutboxThrough(mark.boot_id, mark.seq);
       if (n > 0)
@@ -130,14 +141,19 @@ export class OutboxSender {
 
   /** Step 4: the socket is gone. */
   endSession(): void {
+    this.flushAcks();
     this.live = false;
     clearTimeout(this.pumpTimer);
     this.pumpTimer = undefined;
   }
 
-  /** Step 3: the master acknowledged one message. */
+  /**
+   * Step 3: the master acknowledged one message. It is written with the other acks of this turn of the
+   * event loop, in one transaction; the log window opens at once.
+   */
   ack(bootId: string, seq: number): void {
-    this.store.ackOutbox(bootId, seq);
+    this.pendingAcks.push({ boot_id: bootId, seq });
+    this.ackFlush ??= setImmediate(() => this.flushAcks());
     const key = `${bootId}:${seq}`;
     const bytes = this.logsInFlight.get(key);
     if (bytes !== undefined) {
@@ -145,12 +161,29 @@ export class OutboxSender {
       this.logBytesInFlight -= bytes;
       this.schedulePump();
     }
+  }
+
+  /** Writes the acknowledgements received so far, in one transaction (see step 3). */
+  flushAcks(): void {
+    clearImmediate(this.ackFlush);
+    this.ackFlush = undefined;
+    if (this.pendingAcks.length === 0) return;
+    const acks = this.pendingAcks;
+    this.pendingAcks = [];
+    try {
+      this.store.ackOutboxMany(acks);
+    } catch (err) {
+      // The store is closing or broken: those messages are resent and acknowledged again next session.
+      this.logger.error({ err: (err as Error)?.message, acks: acks.length }, 'outbox: cannot record acks');
+      return;
+    }
     this.maybePrune();
   }
 
   /** Whether any message still waits for its acknowledgement. */
   hasUnacked(): boolean {
-    return this.store.listUnackedOutbox(1).length > 0;
+    this.flushAcks();
+    return this.store.hasUnackedOutbox();
   }
 
   /** Whether a session is live (welcome received, socket open). */
@@ -188,7 +221,7 @@ export class OutboxSender {
    * full window waits for acks (`ack` pumps again), not for a timer.
    */
   private moveLogTurn(): boolean {
-    if (this.logBytesInFlight >= LOG_WINDOW_BYTES) return false;
+    if (this.logBytesInFlight >= LOG_WINDOW_BYTES || !this.logs.mayHaveTurn()) return false;
     try {
       return this.store.transaction(() => {
         const bodies = this.logs.takeTurn();
@@ -220,24 +253,24 @@ export class OutboxSender {
         this.logger.error({ err: (err as Error)?.message }, 'outbox: cannot read queued messages');
         return;
       }
-      if (page.length === 0) {
-        if (this.moveLogTurn()) continue;
-        return;
-      }
       for (const entry of page) {
-        const text = JSON.stringify(entry.message);
-        if (!this.transport.send(text)) {
+        // The stored text is the message: sent as it was written, never parsed and serialised again.
+        if (!this.transport.send(entry.text)) {
           // The socket closed under us; endSession follows from its close event.
           this.live = false;
           return;
         }
         this.cursor = entry.id;
-        if ((entry.message as { type?: unknown }).type === 'log') {
-          this.logsInFlight.set(`${entry.boot_id}:${entry.seq}`, text.length);
-          this.logBytesInFlight += text.length;
+        if (entry.kind === 'log') {
+          this.logsInFlight.set(`${entry.boot_id}:${entry.seq}`, entry.text.length);
+          this.logBytesInFlight += entry.text.length;
         }
         if (this.transport.bufferedAmount() > HIGH_WATER_BYTES) break;
       }
+      // A short page sent whole was the end of the outbox (sending appends nothing): no need to read an
+      // empty page to know it. Then the log lane's turn, if it has one.
+      const sentAll = page.length === 0 || this.cursor === page[page.length - 1]!.id;
+      if (sentAll && page.length < PAGE_SIZE && !this.moveLogTurn()) return;
     }
   }
 }

@@ -65,6 +65,9 @@ function prepareExecutions(db: LocalDb) {
        WHERE execution_id = ? AND phase = ?`,
     ),
     getExecution: db.prepare<[string], ExecutionRow>('SELECT * FROM executions WHERE execution_id = ?'),
+    getPhase: db.prepare<[string], { phase: ReportedPhase }>(
+      'SELECT phase FROM executions WHERE execution_id = ?',
+    ),
     unfinished: db.prepare<[], ExecutionRow>(
       `SELECT * FROM executions WHERE phase NOT IN ('rejected', 'cleaned', 'cleanup_failed')
        ORDER BY created_at, execution_id`,
@@ -96,17 +99,45 @@ function prepareExecutions(db: LocalDb) {
   };
 }
 
+/**
+ * How many parsed plans the store keeps in memory. A plan never changes once recorded, and every phase
+ * move reads its record back: without the cache each move re-validated the whole plan with zod (issue 21,
+ * item 7). Far above the executions a worker has unfinished at once (one per card).
+ */
+const PLAN_CACHE_SIZE = 1024;
+
+/**
+ * Parsed plans by the exact JSON they were parsed from: a row whose `plan_json` differs from the cached
+ * text (a file edited or restored underneath) is parsed again, so the cache never hides a damaged plan.
+ */
+function planCache(size: number) {
+  const plans = new Map<string, { readonly json: string; readonly plan: ExecutionPlan }>();
+  return (id: string, json: string): ExecutionPlan => {
+    const hit = plans.get(id);
+    if (hit !== undefined && hit.json === json) return hit.plan;
+    // Parsed, not cast: a damaged file must fail loudly rather than hand the worker a bad plan.
+    const plan = ExecutionPlanSchema.parse(JSON.parse(json));
+    plans.delete(id);
+    plans.set(id, { json, plan });
+    if (plans.size > size) plans.delete(plans.keys().next().value!);
+    return plan;
+  };
+}
+
 /** The execution methods of `LocalStore`, over `db`. */
 export function executionsRepo(db: LocalDb, now: () => number) {
   const stmts = prepareExecutions(db);
+  const parsePlan = planCache(PLAN_CACHE_SIZE);
+  const toRecord = (row: ExecutionRow): ExecutionRecord => toExecutionRecord(row, parsePlan);
   const getExecution = (id: string): ExecutionRecord | null => {
     const row = stmts.getExecution.get(id);
-    return row === undefined ? null : toExecutionRecord(row);
+    return row === undefined ? null : toRecord(row);
   };
+  const storedPhase = (id: string): ReportedPhase | null => stmts.getPhase.get(id)?.phase ?? null;
 
   const recordExecution = db.transaction(
     (plan: ExecutionPlan, phase: ReportedPhase, result: ExecutionSummary | undefined): ExecutionRecord => {
-      moveRecordedPhase(plan.execution_id, 'assigned', phase, getExecution(plan.execution_id)?.phase ?? null);
+      moveRecordedPhase(plan.execution_id, 'assigned', phase, storedPhase(plan.execution_id));
       const t = now();
       const json = result === undefined ? null : JSON.stringify(result);
       const { execution_id, task_id, lease_epoch } = plan;
@@ -127,7 +158,7 @@ export function executionsRepo(db: LocalDb, now: () => number) {
 
   const moveExecution = db.transaction(
     (id: string, from: ReportedPhase, to: ReportedPhase, result: ExecutionSummary | undefined) => {
-      moveRecordedPhase(id, from, to, getExecution(id)?.phase ?? null);
+      moveRecordedPhase(id, from, to, storedPhase(id));
       const json = result === undefined ? null : JSON.stringify(result);
       // Compare-and-set on the phase read above: a concurrent writer makes this a CONFLICT, not a jump.
       if (stmts.moveExecution.run(to, json, now(), id, from).changes !== 1)
@@ -155,8 +186,8 @@ export function executionsRepo(db: LocalDb, now: () => number) {
       stmts.setSlurm.run(JSON.stringify(slurm), now(), executionId);
     },
     getExecution,
-    listUnfinishedExecutions: (): ExecutionRecord[] => stmts.unfinished.all().map(toExecutionRecord),
-    listKnownExecutions: (limit: number): ExecutionRecord[] => stmts.known.all(limit).map(toExecutionRecord),
+    listUnfinishedExecutions: (): ExecutionRecord[] => stmts.unfinished.all().map(toRecord),
+    listKnownExecutions: (limit: number): ExecutionRecord[] => stmts.known.all(limit).map(toRecord),
     listPrunableExecutionDirs: (before: number, keep: number, limit: number): string[] =>
       stmts.prunableDirs.all(keep, before, limit).map((r) => r.execution_id),
     markExecutionDirPruned: (id: string): void => {
@@ -165,14 +196,16 @@ export function executionsRepo(db: LocalDb, now: () => number) {
   };
 }
 
-function toExecutionRecord(row: ExecutionRow): ExecutionRecord {
+function toExecutionRecord(
+  row: ExecutionRow,
+  parsePlan: (id: string, json: string) => ExecutionPlan,
+): ExecutionRecord {
   return {
     execution_id: row.execution_id,
     task_id: row.task_id,
     lease_epoch: row.lease_epoch,
     phase: row.phase,
-    // Parsed, not cast: a damaged file must fail loudly rather than hand the worker a bad plan.
-    plan: ExecutionPlanSchema.parse(JSON.parse(row.plan_json)),
+    plan: parsePlan(row.execution_id, row.plan_json),
     result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
     pgid: row.pgid,
     slurm: row.slurm_json == null ? null : (JSON.parse(row.slurm_json) as SlurmJobReport),

@@ -5,7 +5,7 @@ import { inImmediateTransaction, openLocalDb } from './db.js';
 import { type ExecutionRecord, type ExecutionSummary, executionsRepo } from './executions-repo.js';
 import { logQueueRepo, type QueuedLogChunk } from './log-queue-repo.js';
 import { type EpochCheck, type MasterMark, marksRepo } from './marks-repo.js';
-import { type OutboxEntry, type OutboxPageEntry, outboxRepo } from './outbox-repo.js';
+import { type OutboxAck, type OutboxEntry, type OutboxPageEntry, outboxRepo } from './outbox-repo.js';
 
 /**
  * The worker's own small SQLite file (docs/worker-protocol.md): what must survive a worker restart.
@@ -29,7 +29,7 @@ export type { ExecutionRecord, ExecutionSummary } from './executions-repo.js';
 export { LOCAL_STORE_SCHEMA_VERSION } from './local-store-migrations.js';
 export type { QueuedLogChunk } from './log-queue-repo.js';
 export type { EpochCheck, MasterMark } from './marks-repo.js';
-export type { OutboxEntry, OutboxPageEntry } from './outbox-repo.js';
+export type { OutboxAck, OutboxEntry, OutboxPageEntry } from './outbox-repo.js';
 
 /** Options for opening the store. */
 export interface LocalStoreOptions {
@@ -91,13 +91,23 @@ export interface LocalStore {
   /** Marks one message acknowledged (a log chunk is deleted at once); returns whether it was waiting. */
   ackOutbox(bootId: string, seq: number): boolean;
   /**
+   * Like `ackOutbox` for each of `acks`, in one transaction; returns how many were waiting. An ack of a
+   * message that is unknown or already acknowledged changes nothing.
+   */
+  ackOutboxMany(acks: readonly OutboxAck[]): number;
+  /** Whether any message waits for its acknowledgement. */
+  hasUnackedOutbox(): boolean;
+  /**
    * Marks every message of `bootId` up to `seq` acknowledged (from `welcome.worker_marks`), deleting the
    * log chunks among them; returns how many.
    */
   ackOutboxThrough(bootId: string, seq: number): number;
   /** Unacknowledged messages in the order they were appended (older boots first), at most `limit`. */
   listUnackedOutbox(limit?: number): OutboxEntry[];
-  /** Like `listUnackedOutbox`, but only those appended after position `afterId` (0 = from the start). */
+  /**
+   * The unacknowledged messages appended after position `afterId` (0 = from the start), in order, at most
+   * `limit`, as their stored text (for sending).
+   */
   listUnackedOutboxAfter(afterId: number, limit: number): OutboxPageEntry[];
   /**
    * Marks every unacknowledged message whose `type` is `type` acknowledged, for messages where only the

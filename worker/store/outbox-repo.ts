@@ -14,10 +14,25 @@ export interface OutboxEntry {
   readonly created_at: number;
 }
 
-/** An unacknowledged message with its position in the outbox, for sending in pages. */
-export interface OutboxPageEntry extends OutboxEntry {
+/**
+ * An unacknowledged message as the pump sends it: the stored JSON text itself (sent as is, never parsed
+ * and serialised again) with its position in the outbox.
+ */
+export interface OutboxPageEntry {
   /** Position in the outbox: increases with every append, across boots. */
   readonly id: number;
+  readonly boot_id: string;
+  readonly seq: number;
+  /** The message's `type` (`log`, `execution`, …), null when it had none. */
+  readonly kind: string | null;
+  /** The message as stored: the exact text to send. */
+  readonly text: string;
+}
+
+/** One acknowledgement from the master: the message `(boot_id, seq)` was processed. */
+export interface OutboxAck {
+  readonly boot_id: string;
+  readonly seq: number;
 }
 
 interface OutboxRow {
@@ -46,10 +61,11 @@ function prepareOutbox(db: LocalDb) {
     unacked: db.prepare<[number], OutboxRow>(
       'SELECT boot_id, seq, message_json, created_at FROM outbox WHERE acked_at IS NULL ORDER BY id LIMIT ?',
     ),
-    unackedAfter: db.prepare<[number, number], OutboxRow & { id: number }>(
-      `SELECT id, boot_id, seq, message_json, created_at FROM outbox
+    unackedAfter: db.prepare<[number, number], OutboxPageEntry>(
+      `SELECT id, boot_id, seq, kind, message_json AS text FROM outbox
        WHERE acked_at IS NULL AND id > ? ORDER BY id LIMIT ?`,
     ),
+    anyUnacked: db.prepare<[], { one: number }>('SELECT 1 AS one FROM outbox WHERE acked_at IS NULL LIMIT 1'),
     supersede: db.prepare<[number, string]>(
       'UPDATE outbox SET acked_at = ? WHERE acked_at IS NULL AND kind = ?',
     ),
@@ -84,14 +100,26 @@ export function outboxRepo(db: LocalDb, now: () => number) {
     return { boot_id: bootId, seq, message, created_at: created };
   });
 
+  const ackOne = (at: number, bootId: string, seq: number): boolean => {
+    const waiting = stmts.ack.run(at, bootId, seq).changes > 0;
+    if (waiting) stmts.dropAckedLog.run(bootId, seq);
+    return waiting;
+  };
+
+  // One commit for every acknowledgement of a batch (the master acknowledges each message on its own).
+  const ackMany = db.transaction((acks: readonly OutboxAck[]): number => {
+    const at = now();
+    let n = 0;
+    for (const a of acks) if (ackOne(at, a.boot_id, a.seq)) n++;
+    return n;
+  });
+
   return {
     appendOutbox: (bootId: string, build: (seq: number) => unknown): OutboxEntry =>
       appendOutbox.immediate(bootId, build),
-    ackOutbox: (bootId: string, seq: number): boolean => {
-      const waiting = stmts.ack.run(now(), bootId, seq).changes > 0;
-      if (waiting) stmts.dropAckedLog.run(bootId, seq);
-      return waiting;
-    },
+    ackOutbox: (bootId: string, seq: number): boolean => ackOne(now(), bootId, seq),
+    ackOutboxMany: (acks: readonly OutboxAck[]): number => (acks.length === 0 ? 0 : ackMany.immediate(acks)),
+    hasUnackedOutbox: (): boolean => stmts.anyUnacked.get() !== undefined,
     ackOutboxThrough: (bootId: string, seq: number): number => {
       const n = stmts.ackThrough.run(now(), bootId, seq).changes;
       if (n > 0) stmts.dropAckedLogs.run(bootId, seq);
@@ -105,13 +133,7 @@ export function outboxRepo(db: LocalDb, now: () => number) {
         created_at: r.created_at,
       })),
     listUnackedOutboxAfter: (afterId: number, limit: number): OutboxPageEntry[] =>
-      stmts.unackedAfter.all(afterId, limit).map((r) => ({
-        id: r.id,
-        boot_id: r.boot_id,
-        seq: r.seq,
-        message: JSON.parse(r.message_json) as unknown,
-        created_at: r.created_at,
-      })),
+      stmts.unackedAfter.all(afterId, limit),
     supersedeUnacked: (type: string): number => stmts.supersede.run(now(), type).changes,
     pruneOutbox: (before: number): number => stmts.prune.run(before).changes,
   };

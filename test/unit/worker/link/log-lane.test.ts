@@ -89,6 +89,37 @@ describe('LogLane', () => {
   });
 });
 
+describe('LogLane: knowing the queue is empty', () => {
+  it('says there may be a turn at first (chunks left by a previous process) and after each queued chunk', () => {
+    store.queueLogChunk('left-over', 'stdout', 0, 'from before the restart');
+    const lane = new LogLane(store);
+    expect(lane.mayHaveTurn()).toBe(true);
+    expect(lane.takeTurn()).toHaveLength(1);
+    expect(lane.mayHaveTurn()).toBe(true); // not known empty until a turn finds nothing
+    expect(lane.takeTurn()).toEqual([]);
+    expect(lane.mayHaveTurn()).toBe(false);
+    lane.queue('e1', 'stdout', 0, 'x');
+    expect(lane.mayHaveTurn()).toBe(true);
+    expect(lane.takeTurn()).toEqual([
+      { type: 'log', execution_id: 'e1', stream: 'stdout', offset: 0, data: 'x' },
+    ]);
+  });
+
+  it('the sender still moves a chunk queued after the lane was found empty', async () => {
+    const sent: Array<{ type: string }> = [];
+    const outbox = new OutboxSender(
+      store,
+      'boot-1',
+      { send: (t) => sent.push(JSON.parse(t)) > 0, bufferedAmount: () => 0 },
+      silentLogger(),
+    );
+    outbox.startSession([]); // finds the lane empty
+    outbox.enqueueLog('e1', 'stdout', 0, 'late');
+    await new Promise((r) => setImmediate(r));
+    expect(sent).toMatchObject([{ type: 'log', execution_id: 'e1', data: 'late', seq: 1 }]);
+  });
+});
+
 describe('OutboxSender with the log lane', () => {
   let sent: Array<{ type: string; seq: number; execution_id?: string; data?: string }>;
   let outbox: OutboxSender;

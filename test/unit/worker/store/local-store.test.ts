@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, rmSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import Database from 'better-sqlite3';
@@ -15,6 +15,12 @@ let file: string;
 let clock: number;
 const now = (): number => clock;
 const open: LocalStore[] = [];
+
+/** Frames in the WAL of `name` (pages written by commits since the last checkpoint). */
+function walFrames(name = 'worker.sqlite'): number {
+  const wal = join(dir, `${name}-wal`);
+  return existsSync(wal) ? Math.max(0, (statSync(wal).size - 32) / (4096 + 24)) : 0;
+}
 
 function openStore(path = file): LocalStore {
   const store = openLocalStore(path, { clock: { now } });
@@ -177,6 +183,29 @@ describe('executions', () => {
     });
   });
 
+  it('parses a plan once, but again when its stored text changed underneath (a damaged file fails loudly)', () => {
+    const store = openStore();
+    seedExecution(store, plan('e1'), 'started');
+    const a = store.getExecution('e1')!;
+    expect(store.getExecution('e1')!.plan).toBe(a.plan); // the same parsed object: not validated again
+    expect(store.listUnfinishedExecutions()[0]!.plan).toBe(a.plan);
+    // Another writer (a restore, an edit) changes the stored plan: the cache must not hide it.
+    const raw = new Database(file);
+    raw
+      .prepare(
+        "UPDATE executions SET plan_json = json_set(plan_json, '$.lease_epoch', 7) WHERE execution_id = 'e1'",
+      )
+      .run();
+    expect(store.getExecution('e1')!.plan.lease_epoch).toBe(7);
+    raw
+      .prepare(
+        "UPDATE executions SET plan_json = json_set(plan_json, '$.cards', 'none') WHERE execution_id = 'e1'",
+      )
+      .run();
+    raw.close();
+    expect(() => store.getExecution('e1')).toThrow();
+  });
+
   it('lists unfinished executions after reopening, oldest first', () => {
     const store = openStore();
     seedExecution(store, plan('b'), 'started');
@@ -239,6 +268,54 @@ describe('outbox', () => {
     // welcome.worker_marks acknowledges everything up to a seq at once.
     expect(again.ackOutboxThrough('boot-A', 4)).toBe(3);
     expect(again.listUnackedOutbox().map((e) => `${e.boot_id}/${e.seq}`)).toEqual(['boot-B/1']);
+  });
+
+  it('applies a batch of acks in one transaction; unknown and repeated acks change nothing', () => {
+    const store = openStore();
+    for (const t of ['1', '2', '3']) store.appendOutbox('boot-A', msg('boot-A', t));
+    store.appendOutbox('boot-A', (seq) => ({ type: 'log', boot_id: 'boot-A', seq, data: 'x' }));
+    const walBefore = walFrames();
+    expect(
+      store.ackOutboxMany([
+        { boot_id: 'boot-A', seq: 1 },
+        { boot_id: 'boot-A', seq: 3 },
+        { boot_id: 'boot-A', seq: 3 }, // repeated
+        { boot_id: 'boot-A', seq: 4 }, // a log chunk: deleted at once
+        { boot_id: 'boot-A', seq: 99 }, // never sent
+        { boot_id: 'boot-Z', seq: 1 }, // unknown boot
+      ]),
+    ).toBe(3);
+    const batchFrames = walFrames() - walBefore;
+    // One commit writes each page it changed once; the same acks one by one write that page per commit.
+    const single = openStore(join(dir, 'single.sqlite'));
+    for (const t of ['1', '2', '3']) single.appendOutbox('boot-A', msg('boot-A', t));
+    single.appendOutbox('boot-A', (seq) => ({ type: 'log', boot_id: 'boot-A', seq, data: 'x' }));
+    const singleBefore = walFrames('single.sqlite');
+    for (const seq of [1, 3, 4]) single.ackOutbox('boot-A', seq);
+    expect(batchFrames).toBeLessThan(walFrames('single.sqlite') - singleBefore);
+    expect(store.listUnackedOutbox().map((e) => e.seq)).toEqual([2]);
+    expect(store.hasUnackedOutbox()).toBe(true);
+    expect(store.ackOutboxMany([])).toBe(0);
+    expect(store.ackOutboxMany([{ boot_id: 'boot-A', seq: 2 }])).toBe(1);
+    expect(store.hasUnackedOutbox()).toBe(false);
+    // The acknowledged log chunk is gone; the others are kept until pruned.
+    const kept = new Database(file);
+    expect(kept.prepare('SELECT seq FROM outbox ORDER BY seq').pluck().all()).toEqual([1, 2, 3]);
+    kept.close();
+  });
+
+  it('pages the unacknowledged messages as their stored text, to be sent as is', () => {
+    const store = openStore();
+    store.appendOutbox('boot-A', msg('boot-A', 'one'));
+    store.appendOutbox('boot-A', msg('boot-A', 'é\u2028"\\'));
+    store.appendOutbox('boot-A', msg('boot-A', 'three'));
+    store.ackOutbox('boot-A', 1);
+    const text = JSON.stringify(msg('boot-A', 'é\u2028"\\')(2));
+    expect(store.listUnackedOutboxAfter(0, 1)).toEqual([
+      { id: 2, boot_id: 'boot-A', seq: 2, kind: 'sample', text },
+    ]);
+    expect(store.listUnackedOutboxAfter(2, 10).map((e) => e.seq)).toEqual([3]);
+    expect(store.listUnackedOutboxAfter(3, 10)).toEqual([]);
   });
 
   it('prunes acknowledged messages without ever reusing a seq', () => {
