@@ -1,6 +1,6 @@
-import type { ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { TaskLimits } from '../sandbox/limits.js';
+import type { Launched } from './launch.js';
 import type { GroupMember } from './process-group.js';
 import {
   liveGroupMembers,
@@ -50,7 +50,7 @@ export interface TaskBox {
   readonly kind: 'none' | 'bwrap' | 'container';
   readonly spawn: BoxSpawn;
   /** Called once the spawned process runs. */
-  attach(child: ChildProcess): void;
+  attach(child: Pick<Launched, 'pid' | 'stdio'>): void;
   /** Asks the task's processes to stop (SIGTERM); the grace period starts. */
   terminate(): void;
   /** Kills every process of the box (SIGKILL); idempotent. */
