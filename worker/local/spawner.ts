@@ -36,7 +36,7 @@ import { stdioOf } from './launch.js';
 export const SPAWN_TIMEOUT_MS = 10_000;
 
 /** The spawner's program (CommonJS, run with `node -e`, so it needs no file of its own in dist/). */
-const SPAWNER_SOURCE = String.raw`'use strict';
+const SPAWNER_SOURCE = `'use strict';
 const { spawn } = require('node:child_process');
 const kids = new Map();
 const send = (m, h) => { try { process.send(m, h); } catch {} };
