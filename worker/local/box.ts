@@ -105,7 +105,9 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
   const namespaceMembers = async (ns: number): Promise<GroupMember[]> =>
     initPid !== undefined && (await namespaceInitGone(initPid, ns)) ? [] : liveNamespaceMembers(ns);
   const members = async (): Promise<GroupMember[]> => {
-    const inNamespace = pidNamespace === undefined ? [] : await namespaceMembers(pidNamespace);
+    // A task held in its own cgroup is all there (its procs); the namespace walk reads every /proc entry.
+    const inNamespace =
+      pidNamespace === undefined || limits?.contained === true ? [] : await namespaceMembers(pidNamespace);
     const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
     // The cgroup holds whatever the task started, wherever it went (a process can leave its group and,
     // through a setuid helper, even its namespace; never its cgroup).
