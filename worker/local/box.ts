@@ -140,8 +140,13 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
         return;
       }
       const init = initPid;
-      void liveNamespaceMembers(pidNamespace).then((list) => {
-        for (const m of list) if (m.pid !== init) signalPid(m.pid, 'SIGTERM');
+      // The namespace's processes: in a contained task, its cgroup's but bwrap's own (outside the namespace).
+      const inNamespace =
+        limits?.contained === true
+          ? limits.procs().then((pids) => pids.filter((pid) => pid !== pgid))
+          : liveNamespaceMembers(pidNamespace).then((list) => list.map((m) => m.pid));
+      void inNamespace.then((pids) => {
+        for (const pid of pids) if (pid !== init) signalPid(pid, 'SIGTERM');
       });
     },
     kill: () => {
