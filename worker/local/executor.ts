@@ -35,7 +35,8 @@ import { localVerdict } from './verdict.js';
  *      nothing; the box is chosen (box.ts): bubblewrap with only the leased cards' device nodes, or a
  *      plain process group when the worker runs with `--isolation none`; a `container` task gets the
  *      engine's container instead (container-task.ts), whatever the isolation.
- *   2. spawn the box (no shell) as the leader of a new process group; a bwrap box with limits
+ *   2. spawn the box (no shell) as the leader of a new process group, through the worker's spawner
+ *      (spawner.ts, ADR 0032: the fork happens off this event loop); a bwrap box with limits
  *      (sandbox/limits.ts) enters the task's cgroup before it reads its options, so before any code of
  *      the task runs, and its task dir is watched; stdout/stderr are pumped to the log files and to `onLog`.
  *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
