@@ -91,6 +91,11 @@ export class Spawner implements Launcher {
   private proc: ChildProcess | null = null;
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
+  private readonly startTimeoutMs: number;
+
+  constructor(opts: { readonly startTimeoutMs?: number } = {}) {
+    this.startTimeoutMs = opts.startTimeoutMs ?? SPAWN_TIMEOUT_MS;
+  }
 
   /** The spawner's pid while it runs (tests kill it to prove the worker copes). */
   get pid(): number | undefined {
@@ -127,7 +132,7 @@ export class Spawner implements Launcher {
       this.refWhileBusy();
       p.timer = setTimeout(() => {
         if (!p.started) this.proc?.kill('SIGKILL');
-      }, SPAWN_TIMEOUT_MS);
+      }, this.startTimeoutMs);
       p.timer.unref();
       const sent = this.send(proc, {
         t: 'spawn',

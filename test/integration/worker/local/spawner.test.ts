@@ -126,4 +126,25 @@ describe('spawner', () => {
     expect(next).toMatchObject({ failure_reason: null, exit_code: 0 });
     expect(spawner.pid).not.toBe(spawnerPid);
   });
+
+  it('attack: a spawner that stops answering is killed after the start timeout; the start fails, the next one works', async () => {
+    const spawner = new Spawner({ startTimeoutMs: 300 });
+    const first = await launched(spawner, 'exit 0');
+    await first.exit;
+    const stuck = spawner.pid!;
+    process.kill(stuck, 'SIGSTOP');
+    const failed = await spawner.launch({
+      command: '/bin/true',
+      args: [],
+      env: {},
+      cwd: '/',
+      statusPipe: false,
+      inputPipe: false,
+    });
+    expect(failed).toMatch(/spawner .*before the task started/);
+    await waitFor(() => !isLive(stuck));
+    const next = await launched(spawner, 'echo fine');
+    expect(await read(next.stdio[1])).toBe('fine\n');
+    expect(spawner.pid).not.toBe(stuck);
+  });
 });
