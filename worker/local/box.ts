@@ -1,6 +1,6 @@
-import type { ChildProcess } from 'node:child_process';
 import { constants } from 'node:os';
 import type { TaskLimits } from '../sandbox/limits.js';
+import type { Launched } from './launch.js';
 import type { GroupMember } from './process-group.js';
 import {
   liveGroupMembers,
@@ -50,7 +50,7 @@ export interface TaskBox {
   readonly kind: 'none' | 'bwrap' | 'container';
   readonly spawn: BoxSpawn;
   /** Called once the spawned process runs. */
-  attach(child: ChildProcess): void;
+  attach(child: Pick<Launched, 'pid' | 'stdio'>): void;
   /** Asks the task's processes to stop (SIGTERM); the grace period starts. */
   terminate(): void;
   /** Kills every process of the box (SIGKILL); idempotent. */
@@ -105,7 +105,9 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
   const namespaceMembers = async (ns: number): Promise<GroupMember[]> =>
     initPid !== undefined && (await namespaceInitGone(initPid, ns)) ? [] : liveNamespaceMembers(ns);
   const members = async (): Promise<GroupMember[]> => {
-    const inNamespace = pidNamespace === undefined ? [] : await namespaceMembers(pidNamespace);
+    // A task held in its own cgroup is all there (its procs); the namespace walk reads every /proc entry.
+    const inNamespace =
+      pidNamespace === undefined || limits?.contained === true ? [] : await namespaceMembers(pidNamespace);
     const group = pgid === undefined ? [] : await liveGroupMembers(pgid);
     // The cgroup holds whatever the task started, wherever it went (a process can leave its group and,
     // through a setuid helper, even its namespace; never its cgroup).
@@ -138,8 +140,13 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
         return;
       }
       const init = initPid;
-      void liveNamespaceMembers(pidNamespace).then((list) => {
-        for (const m of list) if (m.pid !== init) signalPid(m.pid, 'SIGTERM');
+      // The namespace's processes: in a contained task, its cgroup's but bwrap's own (outside the namespace).
+      const inNamespace =
+        limits?.contained === true
+          ? limits.procs().then((pids) => pids.filter((pid) => pid !== pgid))
+          : liveNamespaceMembers(pidNamespace).then((list) => list.map((m) => m.pid));
+      void inNamespace.then((pids) => {
+        for (const pid of pids) if (pid !== init) signalPid(pid, 'SIGTERM');
       });
     },
     kill: () => {

@@ -1,7 +1,4 @@
-import type { ChildProcess, StdioOptions } from 'node:child_process';
-import { spawn } from 'node:child_process';
 import { join, resolve } from 'node:path';
-import type { Writable } from 'node:stream';
 import { DEFAULT_MAX_LOG_BYTES_PER_TASK, type ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
@@ -12,9 +9,11 @@ import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
+import type { Launcher } from './launch.js';
 import type { OomProbe } from './process-group.js';
 import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js';
 import { type LocalSetup, type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
+import { sharedSpawner } from './spawner.js';
 import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
 import { localVerdict } from './verdict.js';
 
@@ -36,7 +35,8 @@ import { localVerdict } from './verdict.js';
  *      nothing; the box is chosen (box.ts): bubblewrap with only the leased cards' device nodes, or a
  *      plain process group when the worker runs with `--isolation none`; a `container` task gets the
  *      engine's container instead (container-task.ts), whatever the isolation.
- *   2. spawn the box (no shell) as the leader of a new process group; a bwrap box with limits
+ *   2. spawn the box (no shell) as the leader of a new process group, through the worker's spawner
+ *      (spawner.ts, ADR 0032: the fork happens off this event loop); a bwrap box with limits
  *      (sandbox/limits.ts) enters the task's cgroup before it reads its options, so before any code of
  *      the task runs, and its task dir is watched; stdout/stderr are pumped to the log files and to `onLog`.
  *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
@@ -64,6 +64,11 @@ export interface ExecutorOptions extends LocalSetupOptions {
   readonly cleanupPollMs?: number;
   /** Where kill and cleanup deadlines are read from (default the system clock); timers only wake. */
   readonly clock?: Clock;
+  /**
+   * How the box's process is started (launch.ts): default this process's spawner (spawner.ts, ADR 0032),
+   * so no fork of the worker blocks its event loop; `inlineLauncher` forks the worker itself.
+   */
+  readonly launcher?: Launcher;
 }
 
 const DEFAULT_CLEANUP_POLL_MS = 200;
@@ -103,6 +108,8 @@ class ExecutionRun {
   private cancelRequested = false;
   private mainExited = false;
   private killReason: 'TIMED_OUT' | 'CANCELLED' | null = null;
+  /** Set when the task's exit status was lost with its spawner (it was killed): it ends WORKER_LOST. */
+  private lostReason: string | null = null;
   /** When the group gets SIGKILL in a kill sequence (ms since epoch); null when none is running. */
   private killDeadline: number | null = null;
   private killTimer: NodeJS.Timeout | undefined;
@@ -237,7 +244,7 @@ class ExecutionRun {
     const limits = box.limits;
     const breach = limits === undefined ? null : await limits.breach();
     const failure = localVerdict({
-      killReason: this.killReason,
+      killReason: this.lostReason === null ? this.killReason : 'WORKER_LOST',
       exitCode: code,
       signal,
       oomKilled,
@@ -250,7 +257,10 @@ class ExecutionRun {
       failure_reason: failure,
       outputs: collection.outputs,
       output_errors: collection.errors,
-      log_errors: main.logErrors,
+      log_errors:
+        this.lostReason === null
+          ? main.logErrors
+          : [...main.logErrors, `the task's exit status was lost (${this.lostReason}); it was killed`],
       ...limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
     };
   }
@@ -261,62 +271,49 @@ class ExecutionRun {
    */
   private async spawnTask(box: TaskBox, execRoot: string): Promise<Spawned | string> {
     const { command, args, env, uid, gid, statusPipe, argsData } = box.spawn;
-    const stdio: StdioOptions = ['ignore', 'pipe', 'pipe'];
     // fd 3: bwrap's JSON status; fd 4: its options (`--args 4`), so they never show on a command line.
-    if (statusPipe || argsData !== undefined) stdio.push(statusPipe ? 'pipe' : 'ignore');
-    if (argsData !== undefined) stdio.push('pipe');
-    let child: ChildProcess;
-    try {
-      child = spawn(command, args, {
-        cwd: box.kind === 'none' ? join(execRoot, 'task') : '/',
-        env,
-        detached: true,
-        stdio,
-        ...(uid === undefined || gid === undefined ? {} : { uid, gid }),
-      });
-    } catch (err) {
-      return `cannot spawn ${JSON.stringify(command)}: ${describe(err)}`;
-    }
-    const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((r) => {
-      child.once('exit', (code, signal) => r({ code, signal }));
+    const launcher = this.opts.launcher ?? sharedSpawner();
+    const child = await launcher.launch({
+      command,
+      args,
+      env,
+      cwd: box.kind === 'none' ? join(execRoot, 'task') : '/',
+      statusPipe: statusPipe === true,
+      inputPipe: argsData !== undefined,
+      ...(uid === undefined || gid === undefined ? {} : { uid, gid }),
     });
-    const spawnError = await new Promise<Error | null>((r) => {
-      child.once('spawn', () => r(null));
-      child.once('error', (err) => r(err));
+    if (typeof child === 'string') return `cannot spawn ${JSON.stringify(command)}: ${child}`;
+    const exit = child.exit.then((e) => {
+      // Nobody can say how it ended (its spawner died): whatever is left of it is killed, and it is lost.
+      if (e.lost !== undefined) {
+        this.lostReason = e.lost;
+        box.kill();
+      }
+      return e;
     });
-    if (spawnError !== null || child.pid === undefined) {
-      child.stdout?.destroy();
-      child.stderr?.destroy();
-      const why = spawnError === null ? 'no pid' : describe(spawnError);
-      return `cannot spawn ${JSON.stringify(command)}: ${why}`;
-    }
-    // Later 'error' events (e.g. a failed kill) must not become uncaught exceptions.
-    child.on('error', () => undefined);
+    const [, stdout, stderr] = child.stdio;
     // bwrap reads its options (fd 4) before it does anything else: until they are written it runs none of
     // the task's code, so this is where it enters the task's cgroup, and all it forks is born inside.
     const confined = (await box.limits?.confine(child.pid)) ?? null;
     if (confined !== null) {
       signalGroup(child.pid, 'SIGKILL');
-      child.stdout?.destroy();
-      child.stderr?.destroy();
+      stdout?.destroy();
+      stderr?.destroy();
+      child.stdio[3]?.destroy();
       return confined;
     }
-    if (argsData !== undefined) {
-      // bwrap reads its options to the end before anything else; if it dies first, its exit says why.
-      const argsPipe = child.stdio[4] as Writable | null | undefined;
-      argsPipe?.on('error', () => undefined);
-      argsPipe?.end(argsData);
-    }
+    // bwrap reads its options to the end before anything else; if it dies first, its exit says why.
+    if (argsData !== undefined) child.writeInput(argsData);
     box.attach(child);
     const pgid = child.pid;
     this.pid = pgid;
     const pumps: LogPump[] = [];
     // One cap for both streams, the master's default (task-io/log-budget.ts).
     const budget = new LogBudget(this.opts.maxLogBytes ?? DEFAULT_MAX_LOG_BYTES_PER_TASK);
-    if (child.stdout)
-      pumps.push(startLogPump('stdout', child.stdout, join(execRoot, 'stdout.log'), this.opts.onLog, budget));
-    if (child.stderr)
-      pumps.push(startLogPump('stderr', child.stderr, join(execRoot, 'stderr.log'), this.opts.onLog, budget));
+    if (stdout)
+      pumps.push(startLogPump('stdout', stdout, join(execRoot, 'stdout.log'), this.opts.onLog, budget));
+    if (stderr)
+      pumps.push(startLogPump('stderr', stderr, join(execRoot, 'stderr.log'), this.opts.onLog, budget));
     this.resolveStarted(pgid);
     return { exit, pumps };
   }

@@ -1,4 +1,5 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
+import { readKernelFile, readKernelLink } from '../sandbox/kernel-files.js';
 
 /**
  * Process-group and cgroup probes for the executor (Linux). A task runs as the leader of its own process
@@ -129,7 +130,7 @@ export async function liveNamespaceMembers(namespace: number): Promise<GroupMemb
 export async function namespaceInitGone(initPid: number, namespace: number): Promise<boolean> {
   let stat: string;
   try {
-    stat = await readFile(`/proc/${initPid}/stat`, 'utf8');
+    stat = readKernelFile(`/proc/${initPid}/stat`);
   } catch (err) {
     return (
       (err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ESRCH'
@@ -138,7 +139,7 @@ export async function namespaceInitGone(initPid: number, namespace: number): Pro
   const state = stat.slice(stat.lastIndexOf(')') + 2).split(' ')[0];
   if (state === 'Z' || state === 'X') return true;
   try {
-    return (await readlink(`/proc/${initPid}/ns/pid`)) !== `pid:[${namespace}]`;
+    return readKernelLink(`/proc/${initPid}/ns/pid`) !== `pid:[${namespace}]`;
   } catch (err) {
     return (
       (err as NodeJS.ErrnoException).code === 'ENOENT' || (err as NodeJS.ErrnoException).code === 'ESRCH'
@@ -160,7 +161,7 @@ export interface OomProbe {
 export async function probeOomKills(pid: number | 'self'): Promise<OomProbe | null> {
   let cgroups: string;
   try {
-    cgroups = await readFile(`/proc/${pid}/cgroup`, 'utf8');
+    cgroups = readKernelFile(`/proc/${pid}/cgroup`);
   } catch {
     return null;
   }
@@ -189,7 +190,7 @@ export async function probeOomKills(pid: number | 'self'): Promise<OomProbe | nu
 /** The `oom_kill` counter in `file`, or null when it cannot be read. */
 export async function readOomKillCount(file: string): Promise<number | null> {
   try {
-    const text = await readFile(file, 'utf8');
+    const text = readKernelFile(file);
     const m = text.match(/^oom_kill ([0-9]+)$/m);
     return m?.[1] === undefined ? null : Number(m[1]);
   } catch {

@@ -1,6 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rmdir, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
+import { readKernelFile } from './kernel-files.js';
 import { below, parseMountinfo, parseSelfCgroup } from './mountinfo.js';
 
 /**
@@ -321,7 +322,7 @@ async function removeDirs(dirs: string[]): Promise<boolean> {
 
 async function readPids(dir: string): Promise<number[]> {
   try {
-    const text = await readFile(join(dir, 'cgroup.procs'), 'utf8');
+    const text = readKernelFile(join(dir, 'cgroup.procs'));
     return text
       .split('\n')
       .filter((l) => /^[0-9]+$/.test(l))
@@ -334,7 +335,7 @@ async function readPids(dir: string): Promise<number[]> {
 /** A number file (`max` reads as Infinity's stand-in: null). */
 async function readNumber(file: string): Promise<number | null> {
   try {
-    const n = Number((await readFile(file, 'utf8')).trim());
+    const n = Number(readKernelFile(file).trim());
     return Number.isFinite(n) ? n : null;
   } catch {
     return null;
@@ -343,7 +344,7 @@ async function readNumber(file: string): Promise<number | null> {
 
 async function oomKillCount(file: string): Promise<number> {
   try {
-    const m = (await readFile(file, 'utf8')).match(/^oom_kill ([0-9]+)$/m);
+    const m = readKernelFile(file).match(/^oom_kill ([0-9]+)$/m);
     return m?.[1] === undefined ? 0 : Number(m[1]);
   } catch {
     return 0;

@@ -44,6 +44,12 @@ export interface TaskLimits {
   breach(): Promise<LimitBreach | null>;
   /** Processes still in the task's cgroup (empty without one). */
   procs(): Promise<number[]>;
+  /**
+   * True when the task has a cgroup of its own that every process of it is born in (`confine` moves the
+   * box before it runs anything) and none can leave (the task has no capability and no write access to
+   * another cgroup): then `procs` lists all of it, and the box need not walk /proc for its namespace.
+   */
+  readonly contained: boolean;
   /** Kills what is left in the cgroup (a process that escaped the PID namespace cannot escape it). */
   killAll(): Promise<void>;
   /** What was enforced, limit by limit. */
@@ -93,6 +99,7 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
       return null;
     },
     procs: async () => (cgroup === null ? [] : cgroup.procs()),
+    contained: cgroup !== null,
     killAll: async () => cgroup?.killAll(),
     enforced: () => enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
     release: async () => {
@@ -148,6 +155,7 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
       return guard.breach();
     },
     procs: async () => [],
+    contained: false,
     killAll: async () => undefined,
     enforced: () => ({
       memory_mib: { value: limits.memory_mib, by: `${by} (--memory, --memory-swap)` },

@@ -173,6 +173,17 @@ describe.runIf(ready)('per-task limits, enforced by the kernel', () => {
     expect(existsSync(join(execRoot, 'task'))).toBe(false);
   });
 
+  it('asks a contained task to stop (SIGTERM to its processes, found by its cgroup) before it kills it', async () => {
+    // The box finds a task with a cgroup by cgroup.procs alone, no /proc walk (box.ts): the grace
+    // period's SIGTERM must still reach the task's own processes, and not only its init.
+    const { handle, chunks } = start(sh('trap "echo bye; exit 0" TERM; echo ready; sleep 60 & wait'));
+    await waitFor(() => text(chunks, 'stdout').includes('ready'));
+    handle.cancel('test');
+    const result = await handle.done;
+    expect(text(chunks, 'stdout')).toContain('bye');
+    expect(result).toMatchObject({ failure_reason: 'CANCELLED', cleaned: true });
+  });
+
   it('keeps a task that tries to leave its cgroup inside it (attack)', async () => {
     // The task writes its pid to the parent's and the root's cgroup.procs (not its to write: read-only
     // /sys, no capabilities, another uid), calls setsid and double-forks; all of it stays inside.

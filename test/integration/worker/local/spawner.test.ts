@@ -1,0 +1,150 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { Readable } from 'node:stream';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { startExecution } from '../../../../worker/local/executor.js';
+import type { Launched } from '../../../../worker/local/launch.js';
+import { liveGroupMembers } from '../../../../worker/local/process-group.js';
+import { Spawner } from '../../../../worker/local/spawner.js';
+import type { Chunk } from '../../../support/executor-plan.js';
+import { isLive, makePlan, sh, text } from '../../../support/executor-plan.js';
+import { waitFor } from '../../../support/wait.js';
+
+// The spawner (worker/local/spawner.ts, ADR 0032) with real processes: the pipes it hands over lose no
+// byte, fd 4 is written and closed, and its death ends its tasks typed, killed, and is survived.
+
+let root: string;
+beforeAll(() => {
+  root = mkdtempSync(join(tmpdir(), 'gpu-broker-spawner-'));
+});
+afterAll(() => {
+  rmSync(root, { recursive: true, force: true });
+});
+
+function read(stream: Readable | null | undefined): Promise<string> {
+  return new Promise((resolve, reject) => {
+    if (!stream) return resolve('');
+    let s = '';
+    stream.on('data', (d: Buffer) => {
+      s += d.toString('utf8');
+    });
+    stream.once('end', () => resolve(s));
+    stream.once('error', reject);
+  });
+}
+
+async function launched(spawner: Spawner, script: string, input = false): Promise<Launched> {
+  const l = await spawner.launch({
+    command: '/bin/sh',
+    args: ['-c', script],
+    env: { PATH: '/usr/bin:/bin' },
+    cwd: '/',
+    statusPipe: true,
+    inputPipe: input,
+  });
+  if (typeof l === 'string') throw new Error(l);
+  return l;
+}
+
+describe('spawner', () => {
+  it('hands over every byte of tasks that write at once and exit at once, twenty at a time', async () => {
+    const spawner = new Spawner();
+    // 200 KiB on stdout (more than a pipe holds), a line on stderr and on the status pipe, then exit.
+    const script = 'head -c 204800 /dev/zero | tr "\\0" a; echo err >&2; echo st >&3';
+    const runs = await Promise.all(
+      Array.from({ length: 20 }, async () => {
+        const l = await launched(spawner, script);
+        const [out, err, st, exit] = await Promise.all([
+          read(l.stdio[1]),
+          read(l.stdio[2]),
+          read(l.stdio[3]),
+          l.exit,
+        ]);
+        return { out: out.length, err, st, exit };
+      }),
+    );
+    for (const r of runs)
+      expect(r).toEqual({ out: 204800, err: 'err\n', st: 'st\n', exit: { code: 0, signal: null } });
+  });
+
+  it('writes fd 4 once and closes it (bwrap reads its options to the end), and reports a signal death', async () => {
+    const spawner = new Spawner();
+    const l = await launched(spawner, 'cat <&4; kill -TERM $$', true);
+    const out = read(l.stdio[1]);
+    l.writeInput(Buffer.from('options\0end\0'));
+    expect(await out).toBe('options\0end\0');
+    expect(await l.exit).toEqual({ code: null, signal: 'SIGTERM' });
+  });
+
+  it('says why a program cannot start, and the process is a new process group', async () => {
+    const spawner = new Spawner();
+    const missing = await spawner.launch({
+      command: '/nonexistent/program',
+      args: [],
+      env: {},
+      cwd: '/',
+      statusPipe: false,
+      inputPipe: false,
+    });
+    expect(missing).toMatch(/ENOENT/);
+    const l = await launched(spawner, 'sleep 5');
+    const stat = (await import('node:fs')).readFileSync(`/proc/${l.pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    expect(Number(fields[2])).toBe(l.pid); // pgrp
+    process.kill(-l.pid, 'SIGKILL');
+    expect(await l.exit).toEqual({ code: null, signal: 'SIGKILL' });
+  });
+
+  it('attack: the spawner killed under a running task ends it WORKER_LOST, kills its group, and the next task runs', async () => {
+    const spawner = new Spawner();
+    const chunks: Chunk[] = [];
+    const opts = {
+      rootDir: root,
+      workerId: 'worker-1',
+      provider: 'sim' as const,
+      onLog: (stream: 'stdout' | 'stderr', offset: number, data: string) =>
+        chunks.push({ stream, offset, data }),
+      cleanupPollMs: 20,
+      launcher: spawner,
+    };
+    // The task forks a child that ignores SIGTERM and would outlive it: neither may survive.
+    const handle = startExecution(makePlan({ argv: sh('trap "" TERM; sleep 300 & echo up; wait') }), opts);
+    const pgid = await handle.started;
+    expect(pgid).not.toBeNull();
+    await waitFor(() => text(chunks, 'stdout').includes('up'));
+    const spawnerPid = spawner.pid!;
+    process.kill(spawnerPid, 'SIGKILL');
+    const result = await handle.done;
+    expect(result).toMatchObject({ failure_reason: 'WORKER_LOST', exit_code: null, cleaned: true });
+    expect(result.log_errors.join('\n')).toMatch(/exit status was lost \(the spawner/);
+    expect(isLive(pgid!)).toBe(false);
+    // Orphaned by the spawner, reaped by whatever init the host has: only zombies may be left.
+    expect(await liveGroupMembers(pgid!)).toEqual([]);
+
+    const next = await startExecution(makePlan({ argv: sh('echo again') }), opts).done;
+    expect(next).toMatchObject({ failure_reason: null, exit_code: 0 });
+    expect(spawner.pid).not.toBe(spawnerPid);
+  });
+
+  it('attack: a spawner that stops answering is killed after the start timeout; the start fails, the next one works', async () => {
+    const spawner = new Spawner({ startTimeoutMs: 300 });
+    const first = await launched(spawner, 'exit 0');
+    await first.exit;
+    const stuck = spawner.pid!;
+    process.kill(stuck, 'SIGSTOP');
+    const failed = await spawner.launch({
+      command: '/bin/true',
+      args: [],
+      env: {},
+      cwd: '/',
+      statusPipe: false,
+      inputPipe: false,
+    });
+    expect(failed).toMatch(/spawner .*before the task started/);
+    await waitFor(() => !isLive(stuck));
+    const next = await launched(spawner, 'echo fine');
+    expect(await read(next.stdio[1])).toBe('fine\n');
+    expect(spawner.pid).not.toBe(stuck);
+  });
+});

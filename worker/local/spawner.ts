@@ -1,0 +1,287 @@
+import type { ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
+import type { Socket } from 'node:net';
+import { PassThrough, type Readable } from 'node:stream';
+import type { LaunchExit, Launched, Launcher, LaunchRequest } from './launch.js';
+import { stdioOf } from './launch.js';
+
+/**
+ * The spawner (ADR 0032): a small long-lived Node process, this worker's child, that forks the task
+ * boxes so that the worker's event loop never blocks in a fork of the whole worker (issue 21: ~7.5 ms of
+ * every task's worker time went to `child_process.spawn`, which forks the ~100 MiB worker and waits for
+ * the exec; forking the ~40 MiB spawner is cheaper, and it happens on another process's thread).
+ *
+ * Over its IPC channel (JSON, one message per event):
+ *   worker → spawner  {t: spawn, id, command, args, env, cwd, uid?, gid?, stdio}
+ *                     {t: input, id, data}  fd 4's bytes (base64), written and closed
+ *   spawner → worker  {t: spawned, id, pid}, then {t: fd, id, fd} with the pipe's handle (SCM_RIGHTS)
+ *                     for each readable pipe (stdout, stderr, the status pipe), or {t: error, id, message}
+ *                     {t: exit, id, code, signal}  once reaped
+ *
+ * The pipes change hands: the spawner stops reading them before it sends them and marks them not
+ * readable (libuv starts reading a child's pipe at once, and Node resumes a child's pipes when it exits:
+ * what it read there would never reach the worker); Node closes the spawner's copy of each once the
+ * worker has acknowledged it. The worker reads them as if it had spawned the task itself (log caps and
+ * backpressure unchanged, task-io/logs.ts). The process is the spawner's child, so the spawner reaps it;
+ * the worker signals it by pid and group as before.
+ *
+ * When the spawner dies (or stops answering a start within SPAWN_TIMEOUT_MS, when it is killed): every
+ * task it started is killed — bwrap's `--die-with-parent` already did for a sandbox; the worker kills
+ * each box too — and ends WORKER_LOST (its exit status is lost with its parent); a start in flight fails
+ * SETUP_FAILED; the next start forks a fresh spawner. When the worker dies, the spawner sees its channel
+ * close and exits (and with it every sandbox, as before).
+ */
+
+/** A start the spawner has not answered in this long means it is stuck: it is killed and restarted. */
+export const SPAWN_TIMEOUT_MS = 10_000;
+
+/** The spawner's program (CommonJS, run with `node -e`, so it needs no file of its own in dist/). */
+const SPAWNER_SOURCE = `'use strict';
+const { spawn } = require('node:child_process');
+const kids = new Map();
+const send = (m, h) => { try { process.send(m, h); } catch {} };
+function start(m) {
+  let c;
+  try {
+    c = spawn(m.command, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: m.stdio,
+      ...(m.uid === undefined ? {} : { uid: m.uid, gid: m.gid }) });
+  } catch (e) { send({ t: 'error', id: m.id, message: String((e && e.message) || e) }); return; }
+  if (c.pid === undefined) {
+    c.once('error', (e) => send({ t: 'error', id: m.id, message: String((e && e.message) || e) }));
+    return;
+  }
+  c.on('error', () => {});
+  kids.set(m.id, c);
+  const give = [];
+  m.stdio.forEach((s, fd) => {
+    if (s !== 'pipe' || fd === 4) return;
+    const pipe = c.stdio[fd];
+    if (pipe._handle) { pipe._handle.reading = false; pipe._handle.readStop(); }
+    pipe.readable = false;
+    give.push(fd);
+  });
+  send({ t: 'spawned', id: m.id, pid: c.pid });
+  for (const fd of give) send({ t: 'fd', id: m.id, fd }, c.stdio[fd]);
+  c.once('exit', (code, signal) => { kids.delete(m.id); send({ t: 'exit', id: m.id, code, signal }); });
+}
+process.on('message', (m) => {
+  if (m.t === 'spawn') start(m);
+  else if (m.t === 'input') {
+    const w = kids.get(m.id)?.stdio[4];
+    if (w) { w.on('error', () => {}); w.end(Buffer.from(m.data, 'base64')); }
+  }
+});
+process.on('disconnect', () => process.exit(0));
+`;
+
+/** One start in flight or one started process, by id. */
+interface Pending {
+  readonly want: readonly number[];
+  readonly fds: Map<number, Readable>;
+  pid?: number;
+  started: boolean;
+  readonly exit: Promise<LaunchExit>;
+  timer?: NodeJS.Timeout;
+  resolveStart(r: Launched | string): void;
+  resolveExit(e: LaunchExit): void;
+}
+
+/** The worker's side of the spawner; see the module comment. */
+export class Spawner implements Launcher {
+  private proc: ChildProcess | null = null;
+  private readonly pending = new Map<number, Pending>();
+  private nextId = 1;
+  private readonly startTimeoutMs: number;
+
+  constructor(opts: { readonly startTimeoutMs?: number } = {}) {
+    this.startTimeoutMs = opts.startTimeoutMs ?? SPAWN_TIMEOUT_MS;
+  }
+
+  /** The spawner's pid while it runs (tests kill it to prove the worker copes). */
+  get pid(): number | undefined {
+    return this.proc?.pid;
+  }
+
+  launch(req: LaunchRequest): Promise<Launched | string> {
+    const proc = this.current();
+    if (typeof proc === 'string') return Promise.resolve(proc);
+    const id = this.nextId++;
+    const stdio = stdioOf(req);
+    const want = stdio.flatMap((s, fd) => (s === 'pipe' && fd !== 4 ? [fd] : []));
+    return new Promise<Launched | string>((resolveStart) => {
+      let resolveExit!: (e: LaunchExit) => void;
+      const exit = new Promise<LaunchExit>((r) => {
+        resolveExit = r;
+      });
+      const p: Pending = {
+        want,
+        fds: new Map(),
+        started: false,
+        exit,
+        resolveStart: (r) => {
+          clearTimeout(p.timer);
+          if (typeof r === 'string') this.forget(id);
+          resolveStart(r);
+        },
+        resolveExit: (e) => {
+          this.forget(id);
+          resolveExit(e);
+        },
+      };
+      this.pending.set(id, p);
+      this.refWhileBusy();
+      p.timer = setTimeout(() => {
+        if (!p.started) this.proc?.kill('SIGKILL');
+      }, this.startTimeoutMs);
+      p.timer.unref();
+      const sent = this.send(proc, {
+        t: 'spawn',
+        id,
+        command: req.command,
+        args: req.args,
+        env: req.env,
+        cwd: req.cwd,
+        stdio,
+        ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
+      });
+      if (!sent) p.resolveStart('the spawner is gone');
+    });
+  }
+
+  /** The running spawner, forked on first use and after a death; why not when it cannot start. */
+  private current(): ChildProcess | string {
+    if (this.proc !== null) return this.proc;
+    let proc: ChildProcess;
+    try {
+      // No inherited node options (a profiler flag, NODE_OPTIONS): it is a plain, small process.
+      proc = spawn(process.execPath, ['--max-old-space-size=64', '-e', SPAWNER_SOURCE], {
+        stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+        env: {},
+        serialization: 'json',
+      });
+    } catch (err) {
+      return `cannot start the spawner: ${err instanceof Error ? err.message : String(err)}`;
+    }
+    this.proc = proc;
+    proc.on('message', (m: SpawnerMessage, handle: unknown) => this.onMessage(m, handle));
+    const died = (why: string) => this.died(proc, why);
+    proc.once('error', (err) => died(`spawner error: ${err.message}`));
+    proc.once('exit', (code, signal) => died(`the spawner exited (${signal ?? `code ${code}`})`));
+    proc.once('disconnect', () => died('the spawner closed its channel'));
+    this.refWhileBusy();
+    return proc;
+  }
+
+  private onMessage(m: SpawnerMessage, handle: unknown): void {
+    const p = this.pending.get(m.id);
+    if (p === undefined) {
+      // A pipe of a start already given up on: nobody will read it.
+      (handle as Readable | undefined)?.destroy?.();
+      return;
+    }
+    if (m.t === 'error') p.resolveStart(m.message);
+    else if (m.t === 'spawned') p.pid = m.pid;
+    else if (m.t === 'fd') p.fds.set(m.fd, held(handle as Socket));
+    else if (m.t === 'exit') {
+      if (p.started) p.resolveExit({ code: m.code, signal: m.signal });
+      else p.resolveStart(`the process exited before its pipes arrived (${m.signal ?? `code ${m.code}`})`);
+      return;
+    }
+    if (!p.started && p.pid !== undefined && p.want.every((fd) => p.fds.has(fd))) this.complete(m.id, p);
+  }
+
+  private complete(id: number, p: Pending): void {
+    p.started = true;
+    const stdio: Array<Readable | null> = [null, null, null, null];
+    for (const [fd, s] of p.fds) stdio[fd] = s;
+    const proc = this.proc;
+    p.resolveStart({
+      pid: p.pid!,
+      stdio,
+      exit: p.exit,
+      writeInput: (data) => {
+        if (proc !== null) this.send(proc, { t: 'input', id, data: data.toString('base64') });
+      },
+    });
+  }
+
+  /** The spawner is gone: its starts fail, its tasks are lost (and killed), the next start forks anew. */
+  private died(proc: ChildProcess, why: string): void {
+    if (this.proc !== proc) return;
+    this.proc = null;
+    if (proc.exitCode === null && proc.signalCode === null) proc.kill('SIGKILL');
+    for (const p of [...this.pending.values()]) {
+      // A process it forked but never handed over: nobody else knows its pid.
+      if (p.pid !== undefined) killGroup(p.pid);
+      if (p.started) p.resolveExit({ code: null, signal: null, lost: why });
+      else p.resolveStart(`${why} before the task started`);
+    }
+  }
+
+  private forget(id: number): void {
+    this.pending.delete(id);
+    this.refWhileBusy();
+  }
+
+  /** Keeps this process alive only while a start or a task is in flight. */
+  private refWhileBusy(): void {
+    const proc = this.proc;
+    if (proc === null) return;
+    if (this.pending.size > 0) {
+      proc.ref();
+      proc.channel?.ref();
+    } else {
+      proc.unref();
+      proc.channel?.unref();
+    }
+  }
+
+  private send(proc: ChildProcess, m: object): boolean {
+    if (!proc.connected) return false;
+    try {
+      proc.send(m, (err: Error | null) => {
+        if (err !== null) this.died(proc, `cannot reach the spawner: ${err.message}`);
+      });
+      return true;
+    } catch {
+      return false;
+    }
+  }
+}
+
+type SpawnerMessage =
+  | { t: 'spawned'; id: number; pid: number }
+  | { t: 'fd'; id: number; fd: number }
+  | { t: 'error'; id: number; message: string }
+  | { t: 'exit'; id: number; code: number | null; signal: NodeJS.Signals | null };
+
+/**
+ * A received pipe, held until its reader comes: the socket starts reading as it arrives, and the start is
+ * complete only once every pipe has (one acknowledgement each): a pipe of a task that already exited would
+ * end, and close, before anyone listened. The PassThrough keeps its bytes and its end for the log pump;
+ * `pipe` keeps the backpressure (the socket pauses while the pump's file is behind), and destroying the
+ * PassThrough (the pump's abort) destroys the socket.
+ */
+function held(socket: Socket): Readable {
+  const out = new PassThrough();
+  socket.on('error', (err) => out.destroy(err));
+  out.on('close', () => socket.destroy());
+  socket.pipe(out);
+  return out;
+}
+
+function killGroup(pid: number): void {
+  try {
+    process.kill(-pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+let shared: Spawner | undefined;
+
+/** This process's spawner, made on first use. */
+export function sharedSpawner(): Spawner {
+  shared ??= new Spawner();
+  return shared;
+}
