@@ -102,6 +102,9 @@ export function startLogPump(
       errors.push(`${stream} pipe: ${err.message}`);
       finish();
     });
+    // A pipe that closed before the pump listened emits neither event again: finish now, or the task's
+    // teardown (drainPumps) would wait for it for ever.
+    if (source.closed || source.readableEnded) finish();
   });
 
   return {

@@ -99,3 +99,23 @@ describe('a pump under the cap', () => {
     expect(readFileSync(join(dir, 'quiet.log'), 'utf8')).toBe('quiet\n');
   });
 });
+
+describe('a pump over a pipe that closed before it listened', () => {
+  it('finishes instead of waiting for a close that already happened', async () => {
+    const source = new PassThrough();
+    source.destroy();
+    await new Promise((r) => source.once('close', r));
+    const pump = startLogPump('stdout', source, join(dir, 'closed-before.log'), () => {});
+    const summary = await pump.finished;
+    expect(summary).toMatchObject({ bytes: 0, dropped: 0 });
+  });
+
+  it('finishes for a stream that already ended', async () => {
+    const source = new PassThrough();
+    source.end();
+    source.resume();
+    await new Promise((r) => source.once('end', r));
+    const pump = startLogPump('stderr', source, join(dir, 'ended-before.log'), () => {});
+    expect((await pump.finished).bytes).toBe(0);
+  });
+});
