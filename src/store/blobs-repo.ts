@@ -149,22 +149,7 @@ export class BlobsRepo {
 
   /** Step 1 of collectGarbage for at most `limit` upload rows; returns how many were dropped. */
   expireUploads(createdBefore: number, finishedAfter: number, limit: number): number {
-    // The (owner, digest) pairs still in use are computed once per batch; SQLite answers the row-value
-    // NOT IN from an index it builds on them, so a batch is one pass over expired rows.
-    return this.sql(
-      `WITH in_use (principal_id, sha256) AS (
-           SELECT p.owner_id, json_extract(i.value, '$.sha256')
-             FROM proposals p JOIN revisions r ON r.proposal_id = p.id, json_each(r.spec, '$.inputs') i
-            WHERE p.state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')
-           UNION
-           SELECT t.owner_id, json_extract(i.value, '$.sha256')
-             FROM tasks t, json_each(t.spec, '$.inputs') i
-            WHERE t.finished_at IS NULL OR t.finished_at > @finishedAfter)
-         DELETE FROM blob_uploads WHERE rowid IN (
-           SELECT rowid FROM blob_uploads WHERE uploaded_at < @createdBefore
-              AND (principal_id, sha256) NOT IN (SELECT principal_id, sha256 FROM in_use)
-            LIMIT @limit)`,
-    ).run({ createdBefore, finishedAfter, limit }).changes;
+    return this.sql(EXPIRE_UPLOADS_SQL).run({ createdBefore, finishedAfter, limit }).changes;
   }
 
   /**
@@ -191,6 +176,26 @@ export class BlobsRepo {
     return { blobs: deleted, more: candidates.length === limit || chosen.length < candidates.length };
   }
 }
+
+/**
+ * Step 1 of a collection (BlobsRepo.expireUploads). The (owner, digest) pairs still in use are computed
+ * once per batch; SQLite answers the row-value NOT IN from an index it builds on them, so a batch is one
+ * pass over expired rows. Which tasks count is read through two partial indexes, tasks_unfinished
+ * (migration 014-gaps) and tasks_finished_at, never by scanning the task history (issue 21: 96 ms per batch
+ * with 50,000 finished tasks, 17 ms with the index; test/unit/store/blob-gc.test.ts checks the plan).
+ */
+export const EXPIRE_UPLOADS_SQL = `WITH in_use (principal_id, sha256) AS (
+     SELECT p.owner_id, json_extract(i.value, '$.sha256')
+       FROM proposals p JOIN revisions r ON r.proposal_id = p.id, json_each(r.spec, '$.inputs') i
+      WHERE p.state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')
+     UNION
+     SELECT t.owner_id, json_extract(i.value, '$.sha256')
+       FROM tasks t, json_each(t.spec, '$.inputs') i
+      WHERE t.finished_at IS NULL OR t.finished_at > @finishedAfter)
+   DELETE FROM blob_uploads WHERE rowid IN (
+     SELECT rowid FROM blob_uploads WHERE uploaded_at < @createdBefore
+        AND (principal_id, sha256) NOT IN (SELECT principal_id, sha256 FROM in_use)
+      LIMIT @limit)`;
 
 /** Rows per garbage-collection batch (one transaction each in the sweep). */
 export const GC_BATCH_ROWS = 500;
