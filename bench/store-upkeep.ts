@@ -4,7 +4,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BrokerDeps } from '../src/broker/deps.js';
 import { collectBlobGarbageInBatches } from '../src/broker/loops/blob-gc.js';
-import { isText, pageBounds } from '../src/broker/tools/inputs.js';
+import { isText, pageBounds, textClassifier } from '../src/broker/tools/inputs.js';
 import { verifiedBlob, verifiedPages } from '../src/broker/verified-blob.js';
 import { silentLogger } from '../src/platform/logger.js';
 import { Store } from '../src/store/store.js';
@@ -67,7 +67,7 @@ function oldPage(f: Fixture, sha256: string, offset: number): number {
 }
 
 function newPage(f: Fixture, sha256: string, offset: number): number {
-  const blob = verifiedPages(f.deps, f.owner, sha256, isText);
+  const blob = verifiedPages(f.deps, f.owner, sha256, textClassifier);
   return blob.read(offset, Math.min(blob.size, offset + PAGE)).length;
 }
 

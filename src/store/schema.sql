@@ -75,19 +75,27 @@ CREATE TABLE audit_events (
   hash         TEXT NOT NULL UNIQUE CHECK (length(hash) = 64)
 );
 
-CREATE TABLE blob_uploads (
+CREATE TABLE blob_chunks (
+  sha256 TEXT NOT NULL REFERENCES blobs(sha256) ON DELETE CASCADE,
+  idx    INTEGER NOT NULL CHECK (idx >= 0),
+  bytes  BLOB NOT NULL,
+  PRIMARY KEY (sha256, idx)
+);
+
+CREATE TABLE "blob_uploads" (
   principal_id TEXT NOT NULL REFERENCES principals(id),
-  sha256       TEXT NOT NULL REFERENCES blobs(sha256) ON DELETE CASCADE,
+  sha256       TEXT NOT NULL REFERENCES "blobs"(sha256) ON DELETE CASCADE,
   uploaded_at  INTEGER NOT NULL,
   PRIMARY KEY (principal_id, sha256)
 );
 
-CREATE TABLE blobs (
-  sha256     TEXT PRIMARY KEY CHECK (length(sha256) = 64),
-  size       INTEGER NOT NULL CHECK (size >= 0),
-  content    BLOB NOT NULL,
-  created_at INTEGER NOT NULL,
-  CHECK (length(content) = size)
+CREATE TABLE "blobs" (
+  sha256      TEXT PRIMARY KEY CHECK (length(sha256) = 64),
+  size        INTEGER NOT NULL CHECK (size >= 0),
+  content     BLOB NOT NULL,
+  created_at  INTEGER NOT NULL,
+  chunk_bytes INTEGER CHECK (chunk_bytes IS NULL OR chunk_bytes > 0),
+  CHECK (length(content) = CASE WHEN chunk_bytes IS NULL THEN size ELSE 0 END)
 );
 
 CREATE TABLE card_epochs (
