@@ -274,7 +274,8 @@ const TASK_STEP = `"$SRUN" --export=ALL --nodes="$NNODES" --ntasks=$(( NNODES * 
 /**
  * Step 4 with the log cap: the step writes into two FIFOs, each drained by a `cap_log` (see the module
  * comment). `head -c` reads no byte past its count, so the one byte `head -c 1` then takes says whether
- * there was more. The readers ignore SIGTERM (a plain scancel sends it to the whole batch step) so that
+ * there was more; it runs under `stdbuf -o0` where that works, since head's stdio would otherwise hold
+ * up to a buffer of output back from the file (and from the worker's live tail) until it exits. The readers ignore SIGTERM (a plain scancel sends it to the whole batch step) so that
  * the task's last words still land; Slurm SIGKILLs them after KillWait anyway. Without FIFOs (mkfifo
  * failed) the step writes to the files uncapped, and says so on stderr.
  */
@@ -284,9 +285,12 @@ function cappedTaskStep(cap: { bytes: number; marker: string }): string {
 # the marker line once; the rest is read and dropped, so the task never blocks on a full pipe.
 LOG_CAP=${cap.bytes}
 LOG_MARKER=${bashQuote(cap.marker)}
+# head buffers what it writes to a file; unbuffered (stdbuf -o0), each piece lands as it comes.
+HEAD=(head)
+stdbuf -o0 true 2>/dev/null && HEAD=(stdbuf -o0 head)
 cap_log() {
   trap '' TERM
-  head -c "$LOG_CAP"
+  "\${HEAD[@]}" -c "$LOG_CAP"
   if [ "$(head -c 1 | wc -c)" != 0 ]; then printf '%s' "$LOG_MARKER"; cat >/dev/null; fi
 }
 OUT_FIFO="$JOB_DIR/stdout.fifo"; ERR_FIFO="$JOB_DIR/stderr.fifo"

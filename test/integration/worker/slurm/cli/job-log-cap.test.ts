@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process';
+import { spawn, spawnSync } from 'node:child_process';
 import {
   chmodSync,
   closeSync,
@@ -15,6 +15,7 @@ import { afterAll, describe, expect, it } from 'vitest';
 import { logTruncatedMarker } from '../../../../../src/contracts/worker-protocol.js';
 import { readExit, writeJobFiles } from '../../../../../worker/slurm/cli/job-wrapper.js';
 import { JOB_PATH } from '../../../../../worker/slurm/cli/rank-script.js';
+import { waitFor } from '../../../../support/wait.js';
 
 /**
  * The job's own stdout.log / stderr.log are capped by job.sh (issue 21): the real job.sh and rank.sh run
@@ -99,5 +100,44 @@ describe('job.sh caps the task output it leaves on the shared file system', () =
     expect(r.status).toBe(3);
     expect(r.stderr.length).toBe(CAP + Buffer.byteLength(MARKER));
     expect(r.stdout.length).toBe(0);
+  });
+
+  it('output lands in the file as it comes; SIGTERM to the whole batch step (a plain scancel) still leaves it and exit.json', async () => {
+    const dir = join(root, 'term');
+    const f = await writeJobFiles({
+      jobDir: dir,
+      argv: ['/bin/bash', '-c', 'echo before; sleep 20; echo after'],
+      taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
+      slurmCommands: { srun: fakeSrun, scontrol: fakeScontrol },
+      logCap: { bytes: CAP, marker: MARKER },
+    });
+    const out = openSync(f.stdout, 'w');
+    const err = openSync(f.stderr, 'w');
+    const child = spawn(f.script, [], {
+      cwd: dir,
+      detached: true,
+      stdio: ['ignore', out, err],
+      env: {
+        PATH: '/usr/bin:/bin',
+        SLURM_JOB_ID: '42',
+        SLURM_JOB_NODELIST: 'n1',
+        SLURMD_NODENAME: 'n1',
+        SLURM_JOB_NUM_NODES: '1',
+      },
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    await waitFor(() => (readFileSync(f.stdout, 'utf8').includes('before') ? true : null), {
+      timeoutMs: 20_000,
+      intervalMs: 50,
+      what: 'the first line',
+    });
+    process.kill(-child.pid!, 'SIGTERM');
+    const code = await exited;
+    closeSync(out);
+    closeSync(err);
+    // The task died of SIGTERM (128 + 15); job.sh lived on to record it, and the readers to copy what came.
+    expect(code).toBe(143);
+    expect((await readExit(dir))?.exit_code).toBe(143);
+    expect(readFileSync(f.stdout, 'utf8')).toBe('before\n');
   });
 });
