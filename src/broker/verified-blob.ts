@@ -1,3 +1,4 @@
+import { createHash, type Hash } from 'node:crypto';
 import { BrokerError } from '../contracts/errors.js';
 import { sha256Hex } from '../platform/digest.js';
 import type { BrokerDeps } from './deps.js';
@@ -17,6 +18,11 @@ import type { BrokerDeps } from './deps.js';
  * page is either not read at all (the cached copy is served) or refused (INTERNAL). Sound across stores
  * and principals: chunk digests and cached bytes come only from content that matched its sha256, and
  * every page still asks the store whether this principal uploaded it (and its size).
+ *
+ * A blob stored in chunks (over 1 MiB; src/store/blobs-repo.ts BLOB_CHUNK_BYTES) is verified a chunk at
+ * a time, hashed and classified as it streams by, and kept whole in the cache only when it fits the
+ * cache's budget; later pages read only the chunks they overlap. So a 1 GiB input costs one streamed
+ * read to verify, then about a page per page, and never a 1 GiB buffer (issue 21).
  */
 
 /**
@@ -36,6 +42,15 @@ export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string):
 export const CHUNK_BYTES = 256 * 1024;
 /** Blobs remembered at most (least recently read first out): 256 digests of 64 MiB blobs take ~4 MiB. */
 const MEMO_MAX = 256;
+
+/**
+ * Says something of a blob from its bytes in order (get_input: whether it is text), without holding it
+ * whole: `update` with each piece, then `result` once.
+ */
+export interface ContentClassifier {
+  update(piece: Buffer): void;
+  result(): boolean;
+}
 
 /** What the first read of a blob established. */
 interface Verified {
@@ -79,28 +94,21 @@ export interface VerifiedPages {
 }
 
 /**
- * A blob `ownerId` uploaded, for paged reads: verified whole on first use (then remembered by digest and
- * size, with `classify`'s answer), each later read checked chunk by chunk. Errors as verifiedBlob's.
+ * A blob `ownerId` uploaded, for paged reads: verified whole on first use, streamed (then remembered by
+ * digest and size, with the classifier's answer), each later read checked chunk by chunk. Errors as
+ * verifiedBlob's.
  */
 export function verifiedPages(
   deps: BrokerDeps,
   ownerId: string,
   sha256: string,
-  classify: (content: Buffer) => boolean,
+  classify: () => ContentClassifier,
 ): VerifiedPages {
   const size = deps.store.blobs.sizeUploadedBy(ownerId, sha256);
   if (size === undefined) throw notStored(sha256);
   const key = `${sha256}:${size}`;
   let known = memo.get(key);
-  if (known === undefined) {
-    const content = verifiedBlob(deps, ownerId, sha256);
-    // A blob whose length differs from the one just read changed between the two reads: refuse it.
-    if (content.length !== size) throw tampered(deps, sha256, sha256Hex(content));
-    const chunks: string[] = [];
-    for (let at = 0; at < size; at += CHUNK_BYTES)
-      chunks.push(sha256Hex(content.subarray(at, at + CHUNK_BYTES)));
-    known = { text: classify(content), chunks, content };
-  }
+  if (known === undefined) known = verifyStreaming(deps, ownerId, sha256, size, classify());
   memo.delete(key);
   memo.set(key, known);
   if (memo.size > MEMO_MAX) memo.delete(memo.keys().next().value!);
@@ -132,6 +140,50 @@ export function verifiedPages(
       return bytes.subarray(start - from, end - from);
     },
   };
+}
+
+/**
+ * The first read of a blob for paging: its pieces (inline content, or chunk by chunk) hashed whole, cut
+ * into CHUNK_BYTES digests and classified as they go by; the bytes are kept only when they fit the
+ * content cache. A blob whose bytes do not add up to its digest and size is refused (INTERNAL).
+ */
+function verifyStreaming(
+  deps: BrokerDeps,
+  ownerId: string,
+  sha256: string,
+  size: number,
+  classifier: ContentClassifier,
+): Verified {
+  const pieces = deps.store.blobs.piecesUploadedBy(ownerId, sha256);
+  if (pieces === undefined) throw notStored(sha256);
+  const whole = createHash('sha256');
+  const chunks: string[] = [];
+  let chunk: Hash = createHash('sha256');
+  let inChunk = 0;
+  let total = 0;
+  const kept: Buffer[] | null = size <= contentCacheBytes ? [] : null;
+  for (const piece of pieces) {
+    whole.update(piece);
+    classifier.update(piece);
+    kept?.push(piece);
+    total += piece.length;
+    for (let at = 0; at < piece.length; ) {
+      const take = Math.min(CHUNK_BYTES - inChunk, piece.length - at);
+      chunk.update(piece.subarray(at, at + take));
+      inChunk += take;
+      at += take;
+      if (inChunk === CHUNK_BYTES) {
+        chunks.push(chunk.digest('hex'));
+        chunk = createHash('sha256');
+        inChunk = 0;
+      }
+    }
+  }
+  if (inChunk > 0) chunks.push(chunk.digest('hex'));
+  const actual = whole.digest('hex');
+  // A length that differs from the stored size means the blob changed between the two reads: refuse it.
+  if (actual !== sha256 || total !== size) throw tampered(deps, sha256, actual);
+  return { text: classifier.result(), chunks, content: kept === null ? null : Buffer.concat(kept) };
 }
 
 function notStored(sha256: string): BrokerError {

@@ -1,5 +1,5 @@
 import { createHash, randomUUID } from 'node:crypto';
-import { createWriteStream, mkdirSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, createWriteStream, mkdirSync, openSync, readSync, rmSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { join } from 'node:path';
 import { Transform } from 'node:stream';
@@ -158,7 +158,7 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
         const actual = await receive(req.raw, tmp, declared);
         if (actual !== sha256) throw digestMismatch(sha256, actual);
         const result = deps.store.transaction(() =>
-          putBlob(deps, principal, sha256, actual, () => readFileSync(tmp)),
+          putBlob(deps, principal, sha256, actual, { size: declared, pieces: () => filePieces(tmp) }),
         );
         if (result.stored) written = declared;
         return result;
@@ -177,4 +177,19 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
     const bytes = blobForExecution(deps, workerId, req.params.execution_id, req.params.sha256);
     return reply.header('Content-Type', 'application/octet-stream').send(bytes);
   });
+}
+
+/** A file's bytes a MiB at a time (the upload's temporary file, into the store's chunks). */
+function* filePieces(path: string): Generator<Buffer> {
+  const fd = openSync(path, 'r');
+  try {
+    for (;;) {
+      const buf = Buffer.allocUnsafe(1024 * 1024);
+      const n = readSync(fd, buf, 0, buf.length, null);
+      if (n === 0) return;
+      yield buf.subarray(0, n);
+    }
+  } finally {
+    closeSync(fd);
+  }
 }

@@ -41,13 +41,14 @@ export function localExecutor(
  * a previous worker process submitted is resumed by its report instead of submitted again.
  */
 export function slurmExecutor(
-  opts: Omit<SlurmExecutionOptions, 'onLog' | 'onJob' | 'resume'>,
+  opts: Omit<SlurmExecutionOptions, 'onLog' | 'onJob' | 'resume' | 'maxLogBytes'>,
   store: Pick<LocalStore, 'setExecutionSlurm'>,
 ): Executor {
   const run = (plan: ExecutionPlan, hooks: ExecutionHooks, resume?: BackendRef) =>
     startSlurmExecution(plan, {
       ...opts,
       onLog: hooks.onLog,
+      maxLogBytes: hooks.maxLogBytes,
       onJob: (report, phase) => {
         const moved = hooks.onProgress(phase, () => store.setExecutionSlurm(plan.execution_id, report));
         if (moved)

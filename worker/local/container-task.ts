@@ -11,6 +11,12 @@ import {
   imageRunRef,
   inspectImage,
 } from '../sandbox/container.js';
+import {
+  type ContainerParentCgroup,
+  makeContainerParent,
+  parentOomProbe,
+  wantsParentCgroup,
+} from '../sandbox/container-cgroup.js';
 import { containerOomProbe } from '../sandbox/container-oom.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { containerTaskLimits } from '../sandbox/limits.js';
@@ -77,6 +83,13 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     return `cannot write ${envFile}: ${err instanceof Error ? err.message : String(err)}`;
   }
   const name = containerName(plan.execution_id);
+  // On cgroup v2 (podman), the container goes below the task's own cgroup (container-cgroup.ts).
+  let parent: ContainerParentCgroup | null = null;
+  if (plan.limits !== undefined && wantsParentCgroup(tasks.cgroups, tasks.setup.engine)) {
+    const made = await makeContainerParent(tasks.cgroups, plan.execution_id, plan.limits);
+    if (typeof made === 'string') return made;
+    parent = made;
+  }
   const args = containerArgs({
     engine: tasks.setup.engine,
     name,
@@ -90,6 +103,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     user: req.user,
     limits: plan.limits ?? null,
     holdOnOom: tasks.setup.holdOnOom === true,
+    ...(parent === null ? {} : { cgroupParent: parent.path }),
     init: tasks.setup.init,
     argv: runtime.argv,
   });
@@ -103,7 +117,8 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
           limits: plan.limits,
           taskDir: req.taskDir,
           engine: tasks.setup.engine,
-          underOom: containerOomProbe(tasks.setup, name),
+          underOom: parent === null ? containerOomProbe(tasks.setup, name) : parentOomProbe(parent),
+          parent: parent === null ? null : { cgroup: parent.cgroup, describe: 'v2' },
         });
   return containerBox(
     { command: tasks.setup.command, args, env: clientEnv },

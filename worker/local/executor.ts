@@ -372,12 +372,7 @@ function limitsDetail(
       limits_detail: [...(broke === null ? [] : [broke.detail]), describeEnforced(box.limits.enforced())],
     };
   // An unsandboxed worker enforces nothing, and says so once, in its hello (UNISOLATED).
-  if (box.kind !== 'container') return {};
-  return {
-    limits_detail: [
-      'limits enforced: by the container engine (--memory, --memory-swap, --pids-limit, --cpu-shares, --shm-size, /tmp size); task dir not watched',
-    ],
-  };
+  return {};
 }
 
 async function oomCountRose(probe: OomProbe): Promise<boolean> {

@@ -361,3 +361,19 @@ async function writeIfPresent(file: string, value: string): Promise<boolean> {
   await writeFile(file, value);
   return true;
 }
+
+/**
+ * Gives a v2 task cgroup's memory, pids and cpu to its children: a container engine makes the
+ * container's own cgroup below it (`--cgroup-parent`, sandbox/container-cgroup.ts). The task cgroup then
+ * holds no process itself (v2's "no internal processes"). No-op on v1.
+ */
+export async function delegateToChildren(cg: TaskCgroup): Promise<void> {
+  const dir = cg.dirs[0];
+  if (cg.version !== 2 || dir === undefined) return;
+  await writeFile(join(dir, 'cgroup.subtree_control'), '+memory +pids +cpu');
+}
+
+/** Where the cgroup v2 hierarchy is mounted on this host (`/sys/fs/cgroup` usually); null when not. */
+export async function v2MountPoint(): Promise<string | null> {
+  return mountinfoV2Point(await readFile('/proc/self/mountinfo', 'utf8').catch(() => ''));
+}

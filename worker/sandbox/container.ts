@@ -1,7 +1,7 @@
 import type { ResolvedLimits } from '../../src/contracts/task-limits.js';
 import type { NetworkMode } from '../../src/contracts/task-spec.js';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
-import { v1Shares } from './cgroups.js';
+import { type CgroupHierarchy, v1Shares } from './cgroups.js';
 import type { ContainerSetup } from './container-probe.js';
 import { engineOutput } from './container-probe.js';
 import type { DeviceNode, SimNodes } from './devices.js';
@@ -36,7 +36,9 @@ export {
  *   - a name and a label derived from the execution id, so the box and cleanup can find it;
  *   - the task's limits as engine flags (containerLimitArgs) and, where memory is a cgroup v1 controller,
  *     `--oom-kill-disable`, so that at its memory limit the container is held for the worker's watch to
- *     end and report as OUT_OF_MEMORY (container-oom.ts, sandbox/limits.ts containerTaskLimits).
+ *     end and report as OUT_OF_MEMORY (container-oom.ts, sandbox/limits.ts containerTaskLimits); on a
+ *     cgroup v2 host, podman puts the container below the task's own cgroup (`--cgroup-parent`,
+ *     container-cgroup.ts), whose `memory.events` tells an OOM kill apart after the container is gone.
  *
  * Podman on some hosts needs settings its defaults lack (found on Debian 12, cgroup v1/v2 hybrid, root):
  * crun refuses hybrid cgroups, and raising RLIMIT_NOFILE to podman's default ulimits is not permitted.
@@ -63,6 +65,11 @@ export interface ContainerTasks {
   readonly simNodes?: SimNodes;
   /** Where the real providers' device nodes are; default /dev. */
   readonly devDir?: string;
+  /**
+   * The worker's task cgroups (the sandbox's hierarchy): on cgroup v2, a podman task with limits runs
+   * below its own cgroup (container-cgroup.ts); absent or v1: the engine's flags and the OOM watch only.
+   */
+  readonly cgroups?: CgroupHierarchy | null;
 }
 
 /** Everything `containerArgs` needs. */
@@ -88,6 +95,11 @@ export interface ContainerRequest {
   readonly limits: ResolvedLimits | null;
   /** Hold the container at its memory limit rather than kill in it (ContainerSetup.holdOnOom). */
   readonly holdOnOom?: boolean;
+  /**
+   * The task's own cgroup v2 path (container-cgroup.ts) to put the container's cgroup in
+   * (`--cgroup-parent`; podman with `--cgroup-manager cgroupfs`, which takes a path); absent: the engine's.
+   */
+  readonly cgroupParent?: string;
   readonly init: boolean;
   /** The task's argv inside the image. */
   readonly argv: readonly string[];
@@ -140,7 +152,10 @@ export function containerLimitArgs(l: ResolvedLimits): string[] {
 
 /** The argv after the engine's executable for one task: `run --rm … IMAGE ARGV…`. Pure. */
 export function containerArgs(req: ContainerRequest): string[] {
+  const parent = req.cgroupParent;
   const args = [
+    // A path for --cgroup-parent needs the cgroupfs manager (systemd's takes a slice name).
+    ...(parent !== undefined && req.engine === 'podman' ? ['--cgroup-manager', 'cgroupfs'] : []),
     'run',
     '--rm',
     '--pull=never',
@@ -159,6 +174,7 @@ export function containerArgs(req: ContainerRequest): string[] {
     ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),
     // Only with a memory limit and the worker's watch on it (container-oom.ts): else nothing would end it.
     ...(req.limits !== null && req.holdOnOom === true ? ['--oom-kill-disable'] : []),
+    ...(parent === undefined ? [] : ['--cgroup-parent', parent]),
     '--cap-drop=all',
     '--security-opt',
     'no-new-privileges',

@@ -125,6 +125,11 @@ export interface ContainerLimitsRequest {
    * gives no way to tell (the exit then reads as a signal death).
    */
   readonly underOom: (() => Promise<boolean>) | null;
+  /**
+   * The task's own cgroup v2 the container runs below (container-cgroup.ts): after the exit its OOM
+   * counter decides OUT_OF_MEMORY (the container's cgroup is gone by then), and it is removed at release.
+   */
+  readonly parent?: { readonly cgroup: TaskCgroup; readonly describe: string } | null;
 }
 
 /**
@@ -134,6 +139,7 @@ export interface ContainerLimitsRequest {
  */
 export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
   const { limits, underOom } = req;
+  const parent = req.parent ?? null;
   const memory: (() => Promise<LimitBreach | null>) | null =
     underOom === null
       ? null
@@ -152,19 +158,33 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
     watch: guard.watch,
     breach: async () => {
       guard.stop();
-      return guard.breach();
+      const watched = guard.breach();
+      if (watched !== null || parent === null) return watched;
+      return (await parent.cgroup.oomKills().catch(() => 0)) > 0
+        ? {
+            reason: 'OUT_OF_MEMORY',
+            detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.engine} --memory, in its own ${parent.describe} cgroup) and the kernel killed it`,
+          }
+        : null;
     },
     procs: async () => [],
     contained: false,
     killAll: async () => undefined,
     enforced: () => ({
-      memory_mib: { value: limits.memory_mib, by: `${by} (--memory, --memory-swap)` },
+      memory_mib: {
+        value: limits.memory_mib,
+        by: `${by} (--memory, --memory-swap)${parent === null ? '' : ` below the task's own ${parent.describe} cgroup`}`,
+      },
       pids: { value: limits.pids, by: `${by} (--pids-limit)` },
       cpu_weight: { value: limits.cpu_weight, by: `${by} (--cpu-shares)` },
       ...tmpfsAndDisk(limits),
     }),
     release: async () => {
       guard.stop();
+      if (parent !== null) {
+        await parent.cgroup.killAll();
+        await parent.cgroup.remove();
+      }
       await guard.remove();
     },
   };

@@ -114,7 +114,9 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
     nodes ??= await makeSimDeviceNodes(join(choice.dataDir, 'devices'), choice.sampler.count, root);
     return nodes;
   };
-  const containers = async (): Promise<Pick<PreparedSandbox, 'containers' | 'containerSummary'>> => {
+  const containers = async (
+    cgroups: CgroupHierarchy | null = null,
+  ): Promise<Pick<PreparedSandbox, 'containers' | 'containerSummary'>> => {
     if (engine.setup === null) return { containerSummary: engine.detail };
     const sim = await simNodes();
     return {
@@ -122,6 +124,8 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       containers: {
         setup: engine.setup,
         uids,
+        // cgroup v2: a podman task's container goes below the task's own cgroup (container-cgroup.ts).
+        ...(cgroups?.version === 2 ? { cgroups } : {}),
         ...(sim === undefined ? {} : { simNodes: sim }),
         ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
       },
@@ -149,7 +153,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       ? 'no writable cgroups: memory, pids and cpu limits NOT enforced'
       : `limits through ${cgroups.describe}`;
   return {
-    ...(await containers()),
+    ...(await containers(cgroups)),
     isolation: 'bwrap',
     setup: {
       kind: 'bwrap',

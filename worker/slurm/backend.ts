@@ -50,6 +50,11 @@ export interface SlurmExecutionOptions {
   readonly workerId: string;
   readonly provider: ExecutorProvider;
   readonly onLog: LogChunkHandler;
+  /**
+   * Log bytes (both streams together) the worker forwards per task, and the most each of the job's own
+   * stdout.log and stderr.log keeps on the shared file system; default DEFAULT_MAX_LOG_BYTES_PER_TASK.
+   */
+  readonly maxLogBytes?: number;
   /** Records and reports the job: `accepted` after sbatch or a pending reason change, `started` with the binding. */
   readonly onJob: (report: SlurmJobReport, phase: 'accepted' | 'started') => void;
   /** Where the spec's inputs are fetched from (the master, through the cache). */

@@ -1,8 +1,14 @@
 import { stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
-import type { ExecutionPlan, SlurmBinding, SlurmJobReport } from '../../src/contracts/worker-protocol.js';
+import {
+  DEFAULT_MAX_LOG_BYTES_PER_TASK,
+  type ExecutionPlan,
+  type SlurmBinding,
+  type SlurmJobReport,
+} from '../../src/contracts/worker-protocol.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
+import { LogBudget } from '../task-io/log-budget.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { SlurmExecutionOptions } from './backend.js';
 import { jobFiles, readBinding, readExit, readSetupErrors } from './cli/job-wrapper.js';
@@ -109,7 +115,8 @@ class SlurmRun {
     private readonly opts: SlurmExecutionOptions,
   ) {
     this.execDir = resolve(opts.backend.jobDir, plan.execution_id);
-    this.logs = new JobLogTail(jobFiles(this.execDir), opts.onLog);
+    const cap = new LogBudget(opts.maxLogBytes ?? DEFAULT_MAX_LOG_BYTES_PER_TASK);
+    this.logs = new JobLogTail(jobFiles(this.execDir), opts.onLog, cap);
     this.exited = new Promise((r) => {
       this.resolveExited = r;
     });

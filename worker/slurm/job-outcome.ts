@@ -139,8 +139,8 @@ export function signalName(n: number): string {
  *
  * Both streams share the task's log cap (task-io/log-budget.ts, as a local task's pumps): past it each
  * stream gets one marker line and its file is read no further, so the outbox and the master hold at
- * most the cap however much the job writes. (The job's own files on the shared file system are written
- * by the job, not capped here: docs/security.md "Slurm".)
+ * most the cap however much the job writes. (The job's own files on the shared file system are capped
+ * by the job itself, per stream, at the same cap: job-wrapper.ts.)
  */
 export class JobLogTail {
   /** Bytes of each file read (and delivered or dropped). */

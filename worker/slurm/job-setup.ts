@@ -1,5 +1,9 @@
 import { mkdir } from 'node:fs/promises';
-import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import {
+  DEFAULT_MAX_LOG_BYTES_PER_TASK,
+  type ExecutionPlan,
+  logTruncatedMarker,
+} from '../../src/contracts/worker-protocol.js';
 import { executionIdProblem } from '../executions/executor.js';
 import { bwrapArgs } from '../sandbox/bwrap.js';
 import { taskBwrapRequest, taskHiddenPaths } from '../sandbox/task-bwrap.js';
@@ -26,7 +30,10 @@ export function markerPrefix(workerId: string): string {
 }
 
 /** What `prepareSlurmJob` reads of the execution's options. */
-type JobSetupOptions = Pick<SlurmExecutionOptions, 'backend' | 'workerId' | 'provider' | 'inputs' | 'mounts'>;
+type JobSetupOptions = Pick<
+  SlurmExecutionOptions,
+  'backend' | 'workerId' | 'provider' | 'inputs' | 'mounts' | 'maxLogBytes'
+>;
 
 /** The uid (and setpriv) a root worker's sandboxed task drops to; null when it does not drop. */
 type TaskIdentity = { uid: number; gid: number; setpriv: string } | null;
@@ -69,7 +76,9 @@ export async function prepareSlurmJob(
   const wrapperSandbox = rankSandbox(plan, backend, layout, mounts, identity, argv);
   if (typeof wrapperSandbox === 'string') return wrapperSandbox;
   const env = slurmTaskEnv(plan, layout, opts);
-  const written = await writeJobDir(plan, backend, layout, identity, { execDir, argv, env, wrapperSandbox });
+  const logCap = opts.maxLogBytes ?? DEFAULT_MAX_LOG_BYTES_PER_TASK;
+  const job = { execDir, argv, env, wrapperSandbox, logCap };
+  const written = await writeJobDir(plan, backend, layout, identity, job);
   if (written !== null) return written;
   const inputs = plan.spec.inputs ?? [];
   if (inputs.length > 0 && opts.inputs !== undefined) {
@@ -178,6 +187,8 @@ async function writeJobDir(
     argv: readonly string[];
     env: Record<string, string>;
     wrapperSandbox: WrapperSandbox | undefined;
+    /** The task's log cap: each of the job's output files keeps at most this (job-wrapper.ts). */
+    logCap: number;
   },
 ): Promise<string | null> {
   try {
@@ -187,6 +198,7 @@ async function writeJobDir(
       argv: [...job.argv],
       taskEnv: job.env,
       ntasksPerNode: 1,
+      logCap: { bytes: job.logCap, marker: logTruncatedMarker(job.logCap) },
       slurmCommands: {
         srun: backend.driver.commandPath('srun'),
         scontrol: backend.driver.commandPath('scontrol'),

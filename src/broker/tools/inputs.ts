@@ -5,7 +5,7 @@ import { GET_INPUT_UNTRUSTED } from '../../contracts/untrusted.js';
 import { sha256Hex } from '../../platform/digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { verifiedBlob, verifiedPages } from '../verified-blob.js';
+import { type ContentClassifier, verifiedBlob, verifiedPages } from '../verified-blob.js';
 import { loadVisibleProposal } from './proposals.js';
 
 /**
@@ -28,12 +28,18 @@ import { loadVisibleProposal } from './proposals.js';
  * Stores `content` for `principal` after checking the quota and appends its audit row; answers whether
  * it was new *for this principal* (never whether someone else had uploaded the same bytes).
  */
-function store(deps: BrokerDeps, principal: Principal, sha256: string, content: Buffer): boolean {
+function store(
+  deps: BrokerDeps,
+  principal: Principal,
+  sha256: string,
+  size: number,
+  pieces: () => Iterable<Buffer>,
+): boolean {
   const now = deps.clock.now();
   const blobs = deps.store.blobs;
   const fresh = !blobs.uploadedBy(principal.id, sha256);
-  if (fresh) assertQuota(deps, principal, content.length);
-  blobs.put(sha256, content, now);
+  if (fresh) assertQuota(deps, principal, size);
+  blobs.putChunks(sha256, size, pieces(), now);
   blobs.recordUpload(principal.id, sha256, now);
   deps.store.audit.append({
     at: now,
@@ -41,7 +47,7 @@ function store(deps: BrokerDeps, principal: Principal, sha256: string, content: 
     action: 'input.uploaded',
     subject_type: 'blob',
     subject_id: sha256,
-    data: { principal_id: principal.id, size: content.length, new: fresh },
+    data: { principal_id: principal.id, size, new: fresh },
   });
   return fresh;
 }
@@ -79,7 +85,8 @@ export function uploadInputs(
   const seen = new Set<string>(); // one store (and one audit row) per distinct blob per call
   const inputs: InputFile[] = decoded.map((f) => {
     const sha256 = sha256Hex(f.bytes);
-    if (!seen.has(sha256) && store(deps, principal, sha256, f.bytes)) storedBytes += f.bytes.length;
+    if (!seen.has(sha256) && store(deps, principal, sha256, f.bytes.length, () => [f.bytes]))
+      storedBytes += f.bytes.length;
     seen.add(sha256);
     return { path: f.path, sha256, size: f.bytes.length };
   });
@@ -142,20 +149,20 @@ export function digestMismatch(expected: string, actual: string): BrokerError {
 
 /**
  * PUT /api/v1/blobs/{sha256}, once the body is in: `actual` is the sha256 the route computed while the
- * body streamed; `read` gives the bytes (read only once the digest matched). Call inside a transaction.
+ * body streamed; `pieces` gives its `size` bytes in order (read only once the digest matched, a piece at
+ * a time, so a large body is never in memory whole). Call inside a transaction.
  */
 export function putBlob(
   deps: BrokerDeps,
   principal: Principal,
   sha256: string,
   actual: string,
-  read: () => Buffer,
+  body: { size: number; pieces: () => Iterable<Buffer> },
 ) {
   if (actual !== sha256) throw digestMismatch(sha256, actual);
   // Every later read re-hashes the stored bytes (verifiedBlob), so a bad temporary file is never served.
-  const body = read();
-  const fresh = store(deps, principal, sha256, body);
-  return { sha256, size: body.length, stored: fresh };
+  const fresh = store(deps, principal, sha256, body.size, body.pieces);
+  return { sha256, size: body.size, stored: fresh };
 }
 
 /** get_input: one input of a revision, for reviewers and the proposal's owner. */
@@ -183,7 +190,7 @@ export function getInput(
     );
   // Only what the owner uploaded: a draft naming someone else's digest reads as not stored. Verified
   // whole once, then page by page (verified-blob.ts verifiedPages): paging is O(size) in all.
-  const blob = verifiedPages(deps, p.owner_id, input.sha256, isText);
+  const blob = verifiedPages(deps, p.owner_id, input.sha256, textClassifier);
   const { size, text } = blob;
   const maxBytes = q.max_bytes ?? MAX_GET_INPUT_BYTES;
   // pageBounds moves each end by at most 3 bytes (one UTF-8 character): a window that much wider does.
@@ -233,13 +240,37 @@ export function pageBounds(
 
 /** Text: valid UTF-8 with no NUL byte. */
 export function isText(bytes: Buffer): boolean {
-  if (bytes.includes(0)) return false;
-  try {
-    new TextDecoder('utf-8', { fatal: true }).decode(bytes);
-    return true;
-  } catch {
-    return false;
-  }
+  const c = textClassifier();
+  c.update(bytes);
+  return c.result();
+}
+
+/** isText over bytes that arrive in pieces (a chunked blob streamed through verifiedPages). */
+export function textClassifier(): ContentClassifier {
+  const decoder = new TextDecoder('utf-8', { fatal: true });
+  let text = true;
+  return {
+    update: (piece) => {
+      if (!text) return;
+      if (piece.includes(0)) text = false;
+      else
+        try {
+          decoder.decode(piece, { stream: true });
+        } catch {
+          text = false;
+        }
+    },
+    result: () => {
+      if (!text) return false;
+      try {
+        // A character cut off at the very end is not text.
+        decoder.decode();
+        return true;
+      } catch {
+        return false;
+      }
+    },
+  };
 }
 
 /**

@@ -4,8 +4,9 @@
  *   <jobDir>/job.sh        this script (0700; the directory is 0700)
  *   <jobDir>/rank.sh       what every rank runs (rank-script.ts): the task, sandboxed or not
  *   <jobDir>/task.env      the task's environment (0600, NUL-separated NAME=VALUE), read only by rank.sh
- *   <jobDir>/stdout.log    sbatch --output (the task's stdout, all ranks)
- *   <jobDir>/stderr.log    sbatch --error
+ *   <jobDir>/stdout.log    sbatch --output (the task's stdout, all ranks; capped, see below)
+ *   <jobDir>/stderr.log    sbatch --error (likewise)
+ *   <jobDir>/stdout.fifo, stderr.fifo  while the task's step runs: its output on the way to the cap
  *   <jobDir>/binding.json  written atomically (tmp + rename) when the job starts, before the task
  *   <jobDir>/exit.json     written atomically when the task's srun step returns
  *   <jobDir>/sandbox-started.<rank> "started", written from inside the sandbox just before the task
@@ -64,6 +65,11 @@ export interface JobWrapperSpec {
   masterPortBase?: number;
   /** Span of rendezvous ports; default 10000 (20000–29999 stays below Linux's ephemeral range). */
   masterPortSpan?: number;
+  /**
+   * Caps the task's output in stdout.log and stderr.log: each keeps at most `bytes`, then `marker`
+   * once (see the module comment). Absent: the files take whatever the task writes.
+   */
+  logCap?: { bytes: number; marker: string };
 }
 
 /** Paths of a job's files. */
@@ -141,6 +147,7 @@ interface BatchSettings {
   /** srun and scontrol, quoted for bash. */
   srun: string;
   scontrol: string;
+  logCap: JobWrapperSpec['logCap'];
 }
 
 /** A Slurm command as given (absolute), or its name to find on the script's PATH. */
@@ -165,7 +172,11 @@ function batchSettings(spec: JobWrapperSpec): BatchSettings {
     throw new SlurmRequestError(`bad rendezvous port range ${base}+${span}`);
   const srun = bashQuote(slurmCommand(spec.slurmCommands?.srun, 'srun'));
   const scontrol = bashQuote(slurmCommand(spec.slurmCommands?.scontrol, 'scontrol'));
-  return { jobDir: jobFiles(spec.jobDir).jobDir, tasks, portBase: base, portSpan: span, srun, scontrol };
+  const cap = spec.logCap;
+  if (cap !== undefined && (!Number.isSafeInteger(cap.bytes) || cap.bytes < 1 || cap.marker.includes('\0')))
+    throw new SlurmRequestError(`bad log cap ${cap.bytes}`);
+  const jobDir = jobFiles(spec.jobDir).jobDir;
+  return { jobDir, tasks, portBase: base, portSpan: span, srun, scontrol, logCap: cap };
 }
 
 /** job.sh's start: the clean environment, strict shell, the job's settings and the script's helpers. */
@@ -256,13 +267,60 @@ printf '{"version":1,"job_id":"%s","nodes":[%s],"per_node":[%s],"master_addr":"%
 
 `;
 
-/** Steps 4 and 5: every rank runs rank.sh in one srun step; exit.json records its status. */
-const RUN_STEP = `# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env)
-"$SRUN" --export=ALL --nodes="$NNODES" --ntasks=$(( NNODES * NTASKS_PER_NODE )) --ntasks-per-node="$NTASKS_PER_NODE" --kill-on-bad-exit=1 \\
-  /bin/bash --noprofile --norc "$JOB_DIR/rank.sh"
+/** The task's srun step: every rank runs rank.sh; `$OUT`/`$ERR` name where its output goes. */
+const TASK_STEP = `"$SRUN" --export=ALL --nodes="$NNODES" --ntasks=$(( NNODES * NTASKS_PER_NODE )) --ntasks-per-node="$NTASKS_PER_NODE" --kill-on-bad-exit=1 \\
+  /bin/bash --noprofile --norc "$JOB_DIR/rank.sh"`;
+
+/**
+ * Step 4 with the log cap: the step writes into two FIFOs, each drained by a `cap_log` (see the module
+ * comment). `head -c` reads no byte past its count, so the one byte `head -c 1` then takes says whether
+ * there was more; it runs under `stdbuf -o0` where that works, since head's stdio would otherwise hold
+ * up to a buffer of output back from the file (and from the worker's live tail) until it exits. The readers ignore SIGTERM (a plain scancel sends it to the whole batch step) so that
+ * the task's last words still land; Slurm SIGKILLs them after KillWait anyway. Without FIFOs (mkfifo
+ * failed) the step writes to the files uncapped, and says so on stderr.
+ */
+function cappedTaskStep(cap: { bytes: number; marker: string }): string {
+  return `# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env).
+# Its stdout and stderr reach stdout.log and stderr.log through cap_log: at most LOG_CAP bytes each, then
+# the marker line once; the rest is read and dropped, so the task never blocks on a full pipe.
+LOG_CAP=${cap.bytes}
+LOG_MARKER=${bashQuote(cap.marker)}
+# head buffers what it writes to a file; unbuffered (stdbuf -o0), each piece lands as it comes.
+HEAD=(head)
+stdbuf -o0 true 2>/dev/null && HEAD=(stdbuf -o0 head)
+cap_log() {
+  trap '' TERM
+  "\${HEAD[@]}" -c "$LOG_CAP"
+  if [ "$(head -c 1 | wc -c)" != 0 ]; then printf '%s' "$LOG_MARKER"; cat >/dev/null; fi
+}
+OUT_FIFO="$JOB_DIR/stdout.fifo"; ERR_FIFO="$JOB_DIR/stderr.fifo"
+rm -f "$OUT_FIFO" "$ERR_FIFO"
+if mkfifo -m 600 "$OUT_FIFO" "$ERR_FIFO"; then
+  cap_log <"$OUT_FIFO" & OUT_PID=$!
+  cap_log <"$ERR_FIFO" >&2 & ERR_PID=$!
+  ${TASK_STEP} >"$OUT_FIFO" 2>"$ERR_FIFO"
+  RC=$?
+  # A SIGTERM interrupts wait (the trap runs): wait again until each reader has ended.
+  for p in "$OUT_PID" "$ERR_PID"; do while kill -0 "$p" 2>/dev/null; do wait "$p"; done; done
+  rm -f "$OUT_FIFO" "$ERR_FIFO"
+else
+  echo "gpu-broker: cannot create the log FIFOs in $JOB_DIR: the task's output is not capped" >&2
+  ${TASK_STEP}
+  RC=$?
+fi
+
+`;
+}
+
+/** Step 4 without a log cap. */
+const UNCAPPED_TASK_STEP = `# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env)
+${TASK_STEP}
 RC=$?
 
-# 5. exit.json
+`;
+
+/** Step 5: exit.json records the step's status. */
+const EXIT_STEP = `# 5. exit.json
 printf '{"version":1,"job_id":"%s","exit_code":%d,"ended_at":"%s"}\\n' "\${SLURM_JOB_ID%%[!0-9_+]*}" "$RC" "$(now)" \\
   | write_atomic "$JOB_DIR/exit.json"
 exit "$RC"
@@ -271,7 +329,8 @@ exit "$RC"
 /** The batch script for a spec (pure). */
 export function renderBatchScript(spec: JobWrapperSpec): string {
   const b = batchSettings(spec);
-  return batchPreamble(b) + rendezvousStep(b) + PROBE_STEP + BINDING_STEP + RUN_STEP;
+  const taskStep = b.logCap === undefined ? UNCAPPED_TASK_STEP : cappedTaskStep(b.logCap);
+  return batchPreamble(b) + rendezvousStep(b) + PROBE_STEP + BINDING_STEP + taskStep + EXIT_STEP;
 }
 
 /** Why ranks could not set up their sandbox (setup-error.<rank> files, at most 8, each cut to 1 KiB). */

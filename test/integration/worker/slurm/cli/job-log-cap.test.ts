@@ -1,0 +1,143 @@
+import { spawn, spawnSync } from 'node:child_process';
+import {
+  chmodSync,
+  closeSync,
+  mkdtempSync,
+  openSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { logTruncatedMarker } from '../../../../../src/contracts/worker-protocol.js';
+import { readExit, writeJobFiles } from '../../../../../worker/slurm/cli/job-wrapper.js';
+import { JOB_PATH } from '../../../../../worker/slurm/cli/rank-script.js';
+import { waitFor } from '../../../../support/wait.js';
+
+/**
+ * The job's own stdout.log / stderr.log are capped by job.sh (issue 21): the real job.sh and rank.sh run
+ * here with a stand-in srun that runs its command once (no Slurm needed); sbatch's --output/--error are
+ * the files job.sh is started with. The real Slurm runs the same in test/integration/slurm/log-cap.test.ts.
+ */
+const root = mkdtempSync(join(tmpdir(), 'gpu-broker-slurm-logcap-'));
+afterAll(() => rmSync(root, { recursive: true, force: true }));
+
+// Drops srun's options and runs the command; scontrol answers nothing (job.sh falls back).
+const fakeSrun = join(root, 'srun');
+// biome-ignore lint/suspicious/noTemplateCurlyInString: bash text
+writeFileSync(fakeSrun, '#!/bin/bash\nwhile [[ "${1:-}" == --* ]]; do shift; done\nexec "$@"\n');
+chmodSync(fakeSrun, 0o755);
+const fakeScontrol = join(root, 'scontrol');
+writeFileSync(fakeScontrol, '#!/bin/bash\nexit 1\n');
+chmodSync(fakeScontrol, 0o755);
+
+const CAP = 64 * 1024;
+const MARKER = logTruncatedMarker(CAP);
+
+/** Runs a job whose task is `bash -c script` as Slurm would (output files as fds 1 and 2). */
+async function runJob(name: string, script: string, cap = CAP) {
+  const dir = join(root, name);
+  const f = await writeJobFiles({
+    jobDir: dir,
+    argv: ['/bin/bash', '-c', script],
+    taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
+    slurmCommands: { srun: fakeSrun, scontrol: fakeScontrol },
+    logCap: { bytes: cap, marker: logTruncatedMarker(cap) },
+  });
+  const out = openSync(f.stdout, 'w');
+  const err = openSync(f.stderr, 'w');
+  const r = spawnSync(f.script, [], {
+    cwd: dir,
+    stdio: ['ignore', out, err],
+    env: {
+      PATH: '/usr/bin:/bin',
+      SLURM_JOB_ID: '41',
+      SLURM_JOB_NODELIST: 'n1',
+      SLURMD_NODENAME: 'n1',
+      SLURM_JOB_NUM_NODES: '1',
+    },
+    timeout: 60_000,
+  });
+  closeSync(out);
+  closeSync(err);
+  return { status: r.status, f, stdout: readFileSync(f.stdout), stderr: readFileSync(f.stderr) };
+}
+
+describe('job.sh caps the task output it leaves on the shared file system', () => {
+  it('a task writing far past the cap on both streams leaves cap + marker per file, and its exit code', async () => {
+    // 8 MiB on stdout, 4 MiB on stderr, then exit 7: the task must never block on the dropped rest.
+    const r = await runJob(
+      'flood',
+      'head -c 8388608 /dev/zero | tr "\\0" o; head -c 4194304 /dev/zero | tr "\\0" e >&2; exit 7',
+    );
+    expect(r.status).toBe(7);
+    expect((await readExit(r.f.jobDir))?.exit_code).toBe(7);
+    expect(r.stdout.length).toBe(CAP + Buffer.byteLength(MARKER));
+    expect(r.stdout.subarray(0, CAP).equals(Buffer.alloc(CAP, 'o'))).toBe(true);
+    expect(r.stdout.subarray(CAP).toString()).toBe(MARKER);
+    expect(r.stderr.length).toBe(CAP + Buffer.byteLength(MARKER));
+    expect(r.stderr.subarray(CAP).toString()).toBe(MARKER);
+    // The FIFOs are gone with the step.
+    expect(() => statSync(join(r.f.jobDir, 'stdout.fifo'))).toThrow(/ENOENT/);
+  });
+
+  it('output up to the cap is kept exactly, with no marker; a task that exits at once leaves empty files', async () => {
+    const exact = await runJob('exact', `head -c ${CAP} /dev/zero | tr "\\0" x; printf abc >&2`);
+    expect(exact.status).toBe(0);
+    expect(exact.stdout.equals(Buffer.alloc(CAP, 'x'))).toBe(true);
+    expect(exact.stderr.toString()).toBe('abc');
+    const quiet = await runJob('quiet', 'exit 0');
+    expect(quiet.status).toBe(0);
+    expect(quiet.stdout.length + quiet.stderr.length).toBe(0);
+  });
+
+  it('a task that closes its stdout early, or leaves a child writing, still ends with its code', async () => {
+    // Closing stdout must not end the reader early for the other stream, nor hang job.sh.
+    const r = await runJob('closer', `exec 1>&-; head -c ${4 * CAP} /dev/zero | tr "\\0" e >&2; exit 3`);
+    expect(r.status).toBe(3);
+    expect(r.stderr.length).toBe(CAP + Buffer.byteLength(MARKER));
+    expect(r.stdout.length).toBe(0);
+  });
+
+  it('output lands in the file as it comes; SIGTERM to the whole batch step (a plain scancel) still leaves it and exit.json', async () => {
+    const dir = join(root, 'term');
+    const f = await writeJobFiles({
+      jobDir: dir,
+      argv: ['/bin/bash', '-c', 'echo before; sleep 20; echo after'],
+      taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
+      slurmCommands: { srun: fakeSrun, scontrol: fakeScontrol },
+      logCap: { bytes: CAP, marker: MARKER },
+    });
+    const out = openSync(f.stdout, 'w');
+    const err = openSync(f.stderr, 'w');
+    const child = spawn(f.script, [], {
+      cwd: dir,
+      detached: true,
+      stdio: ['ignore', out, err],
+      env: {
+        PATH: '/usr/bin:/bin',
+        SLURM_JOB_ID: '42',
+        SLURM_JOB_NODELIST: 'n1',
+        SLURMD_NODENAME: 'n1',
+        SLURM_JOB_NUM_NODES: '1',
+      },
+    });
+    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+    await waitFor(() => (readFileSync(f.stdout, 'utf8').includes('before') ? true : null), {
+      timeoutMs: 20_000,
+      intervalMs: 50,
+      what: 'the first line',
+    });
+    process.kill(-child.pid!, 'SIGTERM');
+    const code = await exited;
+    closeSync(out);
+    closeSync(err);
+    // The task died of SIGTERM (128 + 15); job.sh lived on to record it, and the readers to copy what came.
+    expect(code).toBe(143);
+    expect((await readExit(dir))?.exit_code).toBe(143);
+    expect(readFileSync(f.stdout, 'utf8')).toBe('before\n');
+  });
+});
