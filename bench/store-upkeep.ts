@@ -193,7 +193,7 @@ async function blobGcRows(): Promise<OpResult[]> {
 
 /**
  * Step 1 alone (BlobsRepo.expireUploads), batch by batch, over the seeded history: each batch asks which
- * uploads unfinished or recent tasks name (issue 21: without migration 014-gaps's partial index this
+ * uploads unfinished or recent tasks name (issue 21: without migration 014-blob-chunks's partial index this
  * scanned every task per batch). p50/p99/max are per batch.
  */
 function inUseCheckRows(): OpResult[] {

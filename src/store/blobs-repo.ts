@@ -47,7 +47,7 @@ export class BlobsRepo {
   /**
    * `put` from `size` bytes handed over in pieces of any length (a temporary file read a piece at a
    * time): a blob up to BLOB_CHUNK_BYTES is stored inline, a larger one as BLOB_CHUNK_BYTES chunks
-   * (migration 014-gaps), so no caller needs the whole blob in memory. Throws, changing nothing once the
+   * (migration 014-blob-chunks), so no caller needs the whole blob in memory. Throws, changing nothing once the
    * caller's transaction rolls back, when the pieces do not add up to `size`.
    */
   putChunks(sha256: string, size: number, pieces: Iterable<Buffer>, now: number): void {
@@ -167,7 +167,7 @@ export class BlobsRepo {
   /**
    * Bytes `[start, start + length)` of a blob `principalId` uploaded, as stored (unverified). A chunked
    * blob reads only the chunks the range overlaps; an inline one is read whole by SQLite (at most
-   * BLOB_CHUNK_BYTES, or a blob stored before migration 014-gaps).
+   * BLOB_CHUNK_BYTES, or a blob stored before migration 014-blob-chunks).
    */
   rangeUploadedBy(principalId: string, sha256: string, start: number, length: number): Buffer | undefined {
     const head = this.sql(
@@ -257,7 +257,7 @@ export class BlobsRepo {
  * Step 1 of a collection (BlobsRepo.expireUploads). The (owner, digest) pairs still in use are computed
  * once per batch; SQLite answers the row-value NOT IN from an index it builds on them, so a batch is one
  * pass over expired rows. Which tasks count is read through two partial indexes, tasks_unfinished
- * (migration 014-gaps) and tasks_finished_at, never by scanning the task history (issue 21: 96 ms per batch
+ * (migration 014-blob-chunks) and tasks_finished_at, never by scanning the task history (issue 21: 96 ms per batch
  * with 50,000 finished tasks, 17 ms with the index; test/unit/store/blob-gc.test.ts checks the plan).
  */
 export const EXPIRE_UPLOADS_SQL = `WITH in_use (principal_id, sha256) AS (
@@ -274,7 +274,7 @@ export const EXPIRE_UPLOADS_SQL = `WITH in_use (principal_id, sha256) AS (
       LIMIT @limit)`;
 
 /**
- * Blobs larger than this are stored as chunks of this size (migration 014-gaps): a get_input page of
+ * Blobs larger than this are stored as chunks of this size (migration 014-blob-chunks): a get_input page of
  * 256 KiB then reads at most two chunks, and a blob of any allowed size fits (one SQLite value is at
  * most 1,000,000,000 bytes).
  */

@@ -11,7 +11,7 @@ import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 /**
  * Issue 21: a blob larger than the 128 MiB cache of verified bytes was paged by SQLite substr(), which
  * loads the whole value per page (a 1 GiB input: a 1 GiB read per 256 KiB page; and one SQLite value
- * cannot even hold 1 GiB). Blobs over BLOB_CHUNK_BYTES are stored in chunks (migration 014-gaps): the
+ * cannot even hold 1 GiB). Blobs over BLOB_CHUNK_BYTES are stored in chunks (migration 014-blob-chunks): the
  * first page streams them through the hash, each later page reads the chunks it overlaps. On a real
  * SQLite file: a generated 1 GiB blob (mostly zeros, a distinct header per MiB) paged through whole,
  * the pages hash to the blob's digest, and the process never holds the blob (RSS grows far less than
