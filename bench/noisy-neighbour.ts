@@ -35,7 +35,10 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_TASK_TIMEOUT_S   a second task not COMPLETED by then is cancelled, counted at the limit [20]
  *   NOISY_LOG_MIB          stdout of the log-flood task [256]
  *   NOISY_UPLOADS          concurrent uploads of the upload flood [16]
- *   NOISY_UPLOAD_MIB       size of each upload; the input quota is set below it [32]
+ *   NOISY_UPLOAD_MIB       size of the right-digest uploads; the input quota is set below it [32]
+ *   NOISY_WRONG_UPLOAD_MIB size of the wrong-digest uploads [a fifth of the quota: four of them, the
+ *                          per-principal cap of uploads in flight, fit it, so they are streamed and
+ *                          hashed whole; NOISY_UPLOAD_MIB gives the old flood, all refused on size]
  *   NOISY_DIFF_FILES       modified files of the diff-flood revision [1000]
  *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines² cells) [300]
  *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
@@ -105,6 +108,7 @@ function readConfig(): NoisyConfig {
       logMiB: num('NOISY_LOG_MIB', 256),
       uploads: num('NOISY_UPLOADS', 16),
       uploadMiB: num('NOISY_UPLOAD_MIB', 32),
+      wrongUploadMiB: num('NOISY_WRONG_UPLOAD_MIB', Number.NaN),
       diffReaders: num('NOISY_DIFF_READERS', 1),
       slowConnections: num('NOISY_SLOW_CONNS', 1000),
     },
@@ -258,6 +262,8 @@ async function runNoisy(): Promise<OpResult[]> {
   const quota = Math.max(2 * diffBytes + 8 * MIB, 16 * MIB);
   if (cfg.sizes.uploadMiB * MIB <= quota)
     console.log(`note: NOISY_UPLOAD_MIB ≤ the quota (${(quota / MIB).toFixed(0)} MiB): uploads fit`);
+  if (Number.isNaN(cfg.sizes.wrongUploadMiB))
+    cfg.sizes.wrongUploadMiB = Math.max(1, Math.floor(quota / MIB / 5));
   const master = await startChildMaster(
     {
       executables: [{ path: '/bin/true' }, { path: '/bin/sh' }],
