@@ -1,5 +1,5 @@
 import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -83,17 +83,32 @@ export async function startChildMaster(
     opts.nofile === undefined
       ? argv
       : ['/bin/sh', '-c', `ulimit -n ${Math.floor(opts.nofile)} && exec "$@"`, 'sh', ...argv];
-  const child: ChildProcess = spawn(command!, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+  // The master's log (stderr, written synchronously) goes to a file, as to journald or a file on a
+  // host: through a pipe the master blocked in write() whenever the busy bench process was slow to
+  // read it (7 % of its time under the diff flood). GPU_BROKER_BENCH_MASTER_LOG=pipe keeps the pipe.
+  const logToPipe = process.env['GPU_BROKER_BENCH_MASTER_LOG'] === 'pipe';
+  const logPath = join(dataDir, 'master.log');
+  const logFd = logToPipe ? null : openSync(logPath, 'a');
+  const child: ChildProcess = spawn(command!, args, { stdio: ['ignore', 'pipe', logFd ?? 'pipe'] });
+  if (logFd !== null) closeSync(logFd);
   const exited = new Promise<void>((resolve) => child.on('exit', () => resolve()));
-  let stderr = '';
+  let piped = '';
   child.stderr?.setEncoding('utf8').on('data', (d: string) => {
     // Keep only the tail: the master logs JSON lines and we only need them on failure.
-    stderr = (stderr + d).slice(-4000);
+    piped = (piped + d).slice(-4000);
   });
+  const logTail = () => {
+    if (logToPipe) return piped;
+    try {
+      return readFileSync(logPath, 'utf8').slice(-4000);
+    } catch {
+      return '';
+    }
+  };
   const info = await new Promise<{ url: string; ca_file: string }>((resolve, reject) => {
     let out = '';
-    const timer = setTimeout(() => reject(new Error(`master did not start in 30 s: ${stderr}`)), 30_000);
-    void exited.then(() => reject(new Error(`master exited during start: ${stderr}`)));
+    const timer = setTimeout(() => reject(new Error(`master did not start in 30 s: ${logTail()}`)), 30_000);
+    void exited.then(() => reject(new Error(`master exited during start: ${logTail()}`)));
     child.stdout?.setEncoding('utf8').on('data', (d: string) => {
       out += d;
       const line = out.split('\n').find((l, i, all) => i < all.length - 1 && l.startsWith('{'));

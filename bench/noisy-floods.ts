@@ -36,6 +36,12 @@ export interface FloodSizes {
   logMiB: number;
   uploads: number;
   uploadMiB: number;
+  /**
+   * Size of the wrong-digest uploads. Under the quota (the default, see noisy-neighbour.ts) they are
+   * admitted, streamed through the hash to a temporary file and refused at the end (DIGEST_MISMATCH);
+   * at `uploadMiB` they are over the quota and refused before a byte is read, like the other half.
+   */
+  wrongUploadMiB: number;
   diffReaders: number;
   slowConnections: number;
 }
@@ -105,9 +111,10 @@ const logs: FloodStarter = async (ctx) => {
 };
 
 /**
- * Upload flood: `uploads` concurrent `PUT /api/v1/blobs/{sha}` of `uploadMiB` MiB each, streamed with
- * their Content-Length declared, repeated until stopped: half with a wrong digest, half with the right
- * digest of content larger than the flooder's quota (noisy-neighbour.ts sets the quota below one upload).
+ * Upload flood: `uploads` concurrent `PUT /api/v1/blobs/{sha}`, streamed with their Content-Length
+ * declared, repeated until stopped: half with a wrong digest (`wrongUploadMiB` each: by default under the
+ * quota, so the master streams and hashes them whole before refusing), half with the right digest of
+ * `uploadMiB` of content, larger than the flooder's quota (noisy-neighbour.ts sets the quota below it).
  */
 const uploads: FloodStarter = async (ctx) => {
   const size = Math.round(ctx.sizes.uploadMiB * MIB);
@@ -119,6 +126,7 @@ const uploads: FloodStarter = async (ctx) => {
   const overQuota = counter();
   let sent = 0;
   const stop = new AbortController();
+  const wrongSize = Math.round(ctx.sizes.wrongUploadMiB * MIB);
   const slot = async (i: number) => {
     const isWrong = i % 2 === 0;
     while (!stop.signal.aborted) {
@@ -128,7 +136,7 @@ const uploads: FloodStarter = async (ctx) => {
         `/api/v1/blobs/${sha}`,
         { authorization: `Bearer ${ctx.flooderToken}` },
         chunk,
-        size,
+        isWrong ? wrongSize : size,
         stop.signal,
         300_000,
       );
@@ -146,7 +154,7 @@ const uploads: FloodStarter = async (ctx) => {
       stop.abort();
       await Promise.all(slots);
       return (
-        `${ctx.sizes.uploads} concurrent PUTs of ${ctx.sizes.uploadMiB} MiB, ${(sent / 1024 / MIB).toFixed(1)} GiB sent; ` +
+        `${ctx.sizes.uploads} concurrent PUTs, ${(sent / 1024 / MIB).toFixed(1)} GiB sent; ` +
         `wrong digest: ${wrong.text()}; over quota: ${overQuota.text()}`
       );
     },
@@ -280,7 +288,7 @@ export type ScenarioName = keyof typeof FLOODS;
 export function floodLabel(name: ScenarioName, s: FloodSizes): string {
   const labels: Record<ScenarioName, string> = {
     idle: 'none',
-    uploads: `${s.uploads} × PUT ${s.uploadMiB} MiB`,
+    uploads: `${s.uploads} × PUT: wrong digest ${s.wrongUploadMiB} MiB, over quota ${s.uploadMiB} MiB`,
     diffs: `${s.diffReaders} × get_revision loop`,
     slow: `${s.slowConnections} slow bodies`,
     logs: `${s.logMiB} MiB stdout`,

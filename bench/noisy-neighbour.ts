@@ -4,6 +4,7 @@ import { createCaTrustingFetch } from '../src/platform/tls.js';
 import { type ChildMaster, startChildMaster } from './child-master.js';
 import { type ChildWorker, startChildWorker } from './child-worker.js';
 import { BenchClients, keySequence, waitForCards } from './harness.js';
+import { CHILD_FLOODS, startChildFlood } from './noisy-flood-child.js';
 import {
   diffRevisionBytes,
   FLOODS,
@@ -34,7 +35,10 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_TASK_TIMEOUT_S   a second task not COMPLETED by then is cancelled, counted at the limit [20]
  *   NOISY_LOG_MIB          stdout of the log-flood task [256]
  *   NOISY_UPLOADS          concurrent uploads of the upload flood [16]
- *   NOISY_UPLOAD_MIB       size of each upload; the input quota is set below it [32]
+ *   NOISY_UPLOAD_MIB       size of the right-digest uploads; the input quota is set below it [32]
+ *   NOISY_WRONG_UPLOAD_MIB size of the wrong-digest uploads [a fifth of the quota: four of them, the
+ *                          per-principal cap of uploads in flight, fit it, so they are streamed and
+ *                          hashed whole; NOISY_UPLOAD_MIB gives the old flood, all refused on size]
  *   NOISY_DIFF_FILES       modified files of the diff-flood revision [1000]
  *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines² cells) [300]
  *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
@@ -42,6 +46,9 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_MASTER_NOFILE    the master's RLIMIT_NOFILE (soft and hard), 0: the bench's own [0]
  *   NOISY_FLOOD_ADDRESS    the local address the uploads and slow bodies connect from [127.0.0.2]
  *   NOISY_SETTLE_S         most seconds to wait after a flood for prompt answers again [30]
+ *   NOISY_FLOOD_PROCESS    child: the upload, diff and slow-body floods run in their own process at
+ *                          nice 19, standing in for a client on another host (noisy-flood-child.ts);
+ *                          inline: in the bench's own event loop, at its priority (the old mode) [child]
  */
 
 const MIB = 1024 * 1024;
@@ -66,7 +73,18 @@ interface NoisyConfig {
   masterNofile: number;
   settleMs: number;
   floodAddress: string;
+  floodProcess: FloodProcess;
   sizes: FloodSizes;
+}
+
+/** Where the flooding client runs (see NOISY_FLOOD_PROCESS). */
+type FloodProcess = 'child' | 'inline';
+
+function floodProcess(): FloodProcess {
+  const raw = process.env['NOISY_FLOOD_PROCESS'] || 'child';
+  if (raw !== 'child' && raw !== 'inline')
+    throw new Error(`NOISY_FLOOD_PROCESS=${raw}: expected child or inline`);
+  return raw;
 }
 
 function readConfig(): NoisyConfig {
@@ -85,10 +103,12 @@ function readConfig(): NoisyConfig {
     masterNofile: num('NOISY_MASTER_NOFILE', 0),
     settleMs: num('NOISY_SETTLE_S', 30) * 1000,
     floodAddress: process.env['NOISY_FLOOD_ADDRESS'] || '127.0.0.2',
+    floodProcess: floodProcess(),
     sizes: {
       logMiB: num('NOISY_LOG_MIB', 256),
       uploads: num('NOISY_UPLOADS', 16),
       uploadMiB: num('NOISY_UPLOAD_MIB', 32),
+      wrongUploadMiB: num('NOISY_WRONG_UPLOAD_MIB', Number.NaN),
       diffReaders: num('NOISY_DIFF_READERS', 1),
       slowConnections: num('NOISY_SLOW_CONNS', 1000),
     },
@@ -155,16 +175,18 @@ async function settle(
 async function runScenario(
   name: ScenarioName,
   cfg: NoisyConfig,
-  ctx: FloodContext,
+  ctx: FloodContext & { diffReaderToken: string },
   n: Neighbours,
   master: ChildMaster,
   worker: ChildWorker,
   settleBoundMs: number,
   last: boolean,
 ): Promise<ScenarioResult> {
+  const inChild = cfg.floodProcess === 'child' && CHILD_FLOODS.has(name);
   const base = {
     name,
     flood: floodLabel(name, cfg.sizes),
+    floodProcess: name === 'idle' ? '–' : inChild ? 'child, nice 19' : 'inline',
     agent: null,
     tasks: null,
     masterRssStartMiB: Number.NaN,
@@ -178,7 +200,17 @@ async function runScenario(
   const started = performance.now();
   let flood: Awaited<ReturnType<(typeof FLOODS)[ScenarioName]>>;
   try {
-    flood = await FLOODS[name](ctx);
+    flood = inChild
+      ? await startChildFlood({
+          name,
+          target: ctx.target,
+          flooderToken: ctx.flooderToken,
+          diffReaderToken: ctx.diffReaderToken,
+          diff: ctx.diff,
+          sizes: ctx.sizes,
+          keyPrefix: `noisy-flood-${process.pid}-${name}`,
+        })
+      : await FLOODS[name](ctx);
   } catch (err) {
     return {
       ...base,
@@ -230,6 +262,8 @@ async function runNoisy(): Promise<OpResult[]> {
   const quota = Math.max(2 * diffBytes + 8 * MIB, 16 * MIB);
   if (cfg.sizes.uploadMiB * MIB <= quota)
     console.log(`note: NOISY_UPLOAD_MIB ≤ the quota (${(quota / MIB).toFixed(0)} MiB): uploads fit`);
+  if (Number.isNaN(cfg.sizes.wrongUploadMiB))
+    cfg.sizes.wrongUploadMiB = Math.max(1, Math.floor(quota / MIB / 5));
   const master = await startChildMaster(
     {
       executables: [{ path: '/bin/true' }, { path: '/bin/sh' }],
@@ -246,7 +280,8 @@ async function runNoisy(): Promise<OpResult[]> {
     const agentToken = await master.createToken('noisy-agent', ['submitter']);
     const flooderToken = await master.createToken('noisy-flooder', ['submitter']);
     const reviewer = await clients.connect(await master.createToken('noisy-reviewer', ['reviewer']));
-    const diffReader = await clients.connect(await master.createToken('noisy-diff-reader', ['reviewer']));
+    const diffReaderToken = await master.createToken('noisy-diff-reader', ['reviewer']);
+    const diffReader = await clients.connect(diffReaderToken);
     const diffOwner = await clients.connect(await master.createToken('noisy-diff-owner', ['submitter']));
     const agent = await clients.connect(agentToken);
     const owner = await clients.connect(agentToken);
@@ -271,12 +306,13 @@ async function runNoisy(): Promise<OpResult[]> {
     const target = { url: master.url, caPem: master.caPem };
     // The byte floods (uploads, slow bodies) connect from 127.0.0.2, the neighbours from 127.0.0.1:
     // two peers, as a per-peer connection cap would see two hosts.
-    const ctx: FloodContext = {
+    const ctx: FloodContext & { diffReaderToken: string } = {
       target: { ...target, localAddress: cfg.floodAddress },
       flooderToken,
       flooder,
       reviewer,
       diffReader,
+      diffReaderToken,
       diff,
       sizes: cfg.sizes,
       nextKey,

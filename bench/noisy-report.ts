@@ -11,6 +11,8 @@ import { type OpResult, percentile, summarise } from './stats.js';
 export interface ScenarioResult {
   name: ScenarioName;
   flood: string;
+  /** Where the flooding client ran: 'child, nice 19' or 'inline' (NOISY_FLOOD_PROCESS). */
+  floodProcess: string;
   seconds: number;
   agent: AgentSample | null;
   tasks: TaskSample | null;
@@ -61,6 +63,7 @@ export function summaryTable(results: readonly ScenarioResult[]): string {
   const header = [
     'scenario',
     'flood',
+    'flood client',
     'get_status p50 / p99 ms',
     '× idle',
     'POST proposals p50 / p99 ms',
@@ -79,6 +82,7 @@ export function summaryTable(results: readonly ScenarioResult[]): string {
     return [
       r.name,
       r.flood,
+      r.floodProcess,
       ...cells(r.agent?.status.latencies, idle?.agent?.status.latencies, 99),
       ...cells(r.agent?.create.latencies, idle?.agent?.create.latencies, 99),
       ...cells(r.tasks?.toStarted, idle?.tasks?.toStarted, 100),
@@ -136,7 +140,7 @@ export function resultRows(results: readonly ScenarioResult[]): OpResult[] {
     );
   for (const r of results) {
     const head =
-      `flood: ${r.flood}; master RSS ${r.masterRssStartMiB.toFixed(0)} → peak ${r.masterRssMiB.toFixed(0)} MiB, ` +
+      `flood: ${r.flood} (client ${r.floodProcess}); master RSS ${r.masterRssStartMiB.toFixed(0)} → peak ${r.masterRssMiB.toFixed(0)} MiB, ` +
       `fds peak ${r.masterFds}`;
     if (!r.agent || !r.tasks) {
       rows.push(summarise('noisy', `${r.name}: not run`, [], 1, r.seconds, `${head}; ${r.error ?? ''}`));

@@ -12,7 +12,7 @@ import { TASKS_TOPIC, taskTopic } from '../topics.js';
 import { assertAgentMayApprove, decisionKindOf, needsPersonOf } from './agent-review.js';
 import { fetchPage } from './paging.js';
 import { loadVisibleProposal } from './proposals.js';
-import { diffBaseOf, diffInputs, specChanges } from './revision-diff.js';
+import { diffBaseOf, diffInputs, diffShareOf, specChanges } from './revision-diff.js';
 import { iso, principalName, reviewView, sandboxOf } from './views.js';
 
 /** Use cases of reviewers: the review queue, reading one revision with its diff, and deciding. */
@@ -85,13 +85,9 @@ export async function getRevision(
   const baseRevision = base ? (deps.store.proposals.revision(base.revision_id) ?? null) : null;
   // Read before the diff yields to the event loop: the rest of the answer is from one moment.
   const reviews = deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv));
-  const inputChanges = await diffInputs(
-    deps,
-    p.owner_id,
-    baseRevision?.spec.inputs ?? [],
-    r.spec.inputs ?? [],
-    diffLines,
-    diffPage,
+  // The reader's own lane (issue 21): its concurrent calls beyond its share wait behind each other.
+  const inputChanges = await diffShareOf(deps).run(principal.id, () =>
+    diffInputs(deps, p.owner_id, baseRevision?.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage),
   );
   return {
     proposal_id: p.id,

@@ -19,6 +19,7 @@ import type { BrokerDeps } from '../deps.js';
 import { verifiedBlob } from '../verified-blob.js';
 import { DiffMemo } from './diff-memo.js';
 import { isText } from './inputs.js';
+import { PrincipalShare } from './principal-share.js';
 
 /**
  * What a reviewer reads as "the changes" of a revision (issue 20, items 5 and 10): the spec diff and the
@@ -60,6 +61,26 @@ function memoOf(deps: BrokerDeps): DiffMemo {
     memos.set(deps.store, memo);
   }
   return memo;
+}
+
+/**
+ * get_revision's per-principal share (issue 21): at most this many of one reader's diffs run at once;
+ * its further calls wait in its own queue, at most DIFF_QUEUED_PER_READER of them, so one reader's
+ * flood of concurrent calls interleaves at most this many diff loops with everyone else's requests.
+ */
+export const DIFF_CALLS_PER_READER = 2;
+/** Calls of one reader that may wait for a place; past it get_revision answers UNAVAILABLE. */
+export const DIFF_QUEUED_PER_READER = 8;
+
+const shares = new WeakMap<object, PrincipalShare>();
+/** The master's get_revision share (one per store, as the memo). */
+export function diffShareOf(deps: BrokerDeps): PrincipalShare {
+  let share = shares.get(deps.store);
+  if (!share) {
+    share = new PrincipalShare('get_revision', DIFF_CALLS_PER_READER, DIFF_QUEUED_PER_READER);
+    shares.set(deps.store, share);
+  }
+  return share;
 }
 
 /** The base choice of revision `r` among its proposal's revisions and reviews. */
