@@ -92,19 +92,21 @@ export class Scheduler implements TaskObserver {
       // No grants while the store refuses growth (out of disk space): a task started now would only
       // write logs the master must refuse. Wait reasons are still published; the pass after recovery grants.
       const grants = this.deps.storage?.acceptsGrowth() === false ? [] : decision.grants;
-      this.deps.store.transaction(() => {
-        for (const grant of grants) {
-          try {
-            this.deps.store.transaction(() =>
-              this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
-            );
-            this.failingGrants.delete(grant.task_id);
-          } catch (err) {
-            conflicts++;
-            this.grantFailed(grant.task_id, err, now);
+      // A pass that grants nothing writes nothing: no transaction (a commit is most of a small write).
+      if (grants.length > 0)
+        this.deps.store.transaction(() => {
+          for (const grant of grants) {
+            try {
+              this.deps.store.transaction(() =>
+                this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
+              );
+              this.failingGrants.delete(grant.task_id);
+            } catch (err) {
+              conflicts++;
+              this.grantFailed(grant.task_id, err, now);
+            }
           }
-        }
-      });
+        });
       const queued = new Set(snapshot.tasks.map((t) => t.task_id));
       for (const id of this.failingGrants.keys()) if (!queued.has(id)) this.failingGrants.delete(id);
       const queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
