@@ -44,18 +44,22 @@ export interface ReportOutcome {
 
 /**
  * Whether a reaction can change what the next scheduling pass decides (issue 21: a pass per report was
- * a third of the master's CPU per task). Only the moves of a report that frees, holds, quarantines,
- * binds or ends something count; an execution's own phase and a task's `started` change nothing a pass
- * reads (leases, cards, the queue, owners' running cards, pool bindings).
+ * a third of the master's CPU per task). A pass reads the queue, the live leases' cards (ACTIVE and
+ * RELEASING alike hold them), owners' running cards, samples and pool bindings. So an execution's own
+ * phase, a task leaving ASSIGNED (`started`) or RUNNING (`exited`: to FINALIZING, never to the queue)
+ * and a lease going ACTIVE → RELEASING (`execution_ended`) change nothing a pass reads; a lease that
+ * frees or quarantines its cards, a task that ends or is re-queued, a binding or a release do.
  */
+const PASS_NEUTRAL_TASK_EVENTS: ReadonlySet<string> = new Set(['started', 'exited']);
+
 const RESCHEDULES: { readonly [K in ReportReaction['kind']]: (r: ReportReaction & { kind: K }) => boolean } =
   {
     refuse: () => false,
     record_slurm: () => true,
     slurm_bound: () => true,
-    move_task: (r) => r.event !== 'started',
+    move_task: (r) => !PASS_NEUTRAL_TASK_EVENTS.has(r.event),
     task_unmoved: () => false,
-    move_lease: () => true,
+    move_lease: (r) => r.event !== 'execution_ended',
     move_execution: () => false,
     mark_lost: () => true,
     answer: () => false,
