@@ -202,8 +202,8 @@ export class WorkerHub implements WorkerLink {
   }
 
   /**
-   * Frames are queued and handled together once the event loop turns (`drain`): the messages that
-   * arrived in one read of the socket share one transaction.
+   * Frames are queued and handled together right after the callback that delivered them (`drain`): the
+   * messages that arrived in one read of the socket share one transaction.
    */
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
@@ -212,7 +212,9 @@ export class WorkerHub implements WorkerLink {
     if (s.queuedChars > QUEUE_PAUSE_CHARS && !s.ws.isPaused) s.ws.pause();
     if (!s.drainScheduled) {
       s.drainScheduled = true;
-      setImmediate(() => this.drain(s));
+      // After the current callback: ws emits every frame of one socket read in one go, so they are all
+      // queued by then, and no turn of the event loop is waited for (the ack is not delayed).
+      process.nextTick(() => this.drain(s));
     }
   }
 
