@@ -33,7 +33,7 @@ export const run: CommandRunner = async (argv, io) => {
   try {
     const master = await startMaster({
       dataDir: dataDirOf(values, io),
-      logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info'),
+      logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info', { buffered: true }),
       config: configFromFlags(values),
     });
     io.stderr(

@@ -262,7 +262,7 @@ export const run: CommandRunner = async (argv, io) => {
     const config = configFromFlags({ ...values, config: configFile });
     const master = await startMaster({
       dataDir,
-      logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info'),
+      logger: createLogger(io.env['GPU_BROKER_LOG_LEVEL'] ?? 'info', { buffered: true }),
       config: unisolated ? { ...config, policy: { ...config.policy, require_isolation: false } } : config,
     });
     const deps = master.deps;

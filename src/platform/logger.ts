@@ -6,7 +6,22 @@ export interface LoggerOptions {
   pretty?: boolean;
   /** Where lines go; default stderr. */
   destination?: { write(text: string): unknown };
+  /**
+   * Lines to stderr are gathered and written in chunks (default false: each line is one synchronous
+   * write). The master sets it (issue 21: its event-log lines, one per audited move, cost ~1.5 ms of
+   * its CPU per task as one write each): a write leaves (asynchronously) once 4 KiB are gathered or
+   * BUFFERED_LOG_FLUSH_MS passed, at most BUFFERED_LOG_MAX_BYTES wait (past it lines are dropped, not
+   * held), and what is still buffered is written synchronously when the process exits (a normal stop,
+   * an uncaught error; only a SIGKILL loses it). The audit table, not this log, is the durable record.
+   */
+  buffered?: boolean;
 }
+
+/** The most a buffered logger holds while its writes lag behind (see LoggerOptions.buffered). */
+export const BUFFERED_LOG_MAX_BYTES = 16 * 1024 * 1024;
+
+/** The longest a line waits in a buffered logger before it is written (see LoggerOptions.buffered). */
+export const BUFFERED_LOG_FLUSH_MS = 100;
 
 /**
  * The process logger on stderr, so stdout stays free for command output and MCP stdio: JSON lines for
@@ -15,7 +30,17 @@ export interface LoggerOptions {
  */
 export function createLogger(level: string = 'info', opts: LoggerOptions = {}): Logger {
   const pretty = opts.pretty ?? process.stderr.isTTY === true;
-  const out = opts.destination ?? pino.destination(2);
+  const out =
+    opts.destination ??
+    (opts.buffered === true
+      ? pino.destination({
+          dest: 2,
+          sync: false,
+          minLength: 4096,
+          periodicFlush: BUFFERED_LOG_FLUSH_MS,
+          maxLength: BUFFERED_LOG_MAX_BYTES,
+        })
+      : pino.destination(2));
   const stream: DestinationStream = pretty
     ? { write: (line: string) => void out.write(`${prettyLine(line)}\n`) }
     : (out as DestinationStream);

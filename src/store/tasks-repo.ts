@@ -55,6 +55,16 @@ export interface QueuedTaskRow
 /** The part of a QueuedTaskRow taken from the (immutable) spec. */
 type QueuedSpecPart = Pick<QueuedTaskRow, 'spec' | 'runtime_kind' | 'mounts'>;
 
+/** More tasks written between two reads than this: the next read is a full one (bounds `dirty`). */
+const MAX_DIRTY = 10_000;
+
+/** `ORDER BY priority DESC, approved_at, id` (ids are ASCII: code-unit order is SQLite's BINARY order). */
+function bySchedulingOrder(a: QueuedTaskRow, b: QueuedTaskRow): number {
+  if (a.priority !== b.priority) return b.priority - a.priority;
+  if (a.approved_at !== b.approved_at) return a.approved_at - b.approved_at;
+  return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
+}
+
 /** Filter for listing tasks, newest first. */
 export interface TaskListQuery {
   owner_id?: string;
@@ -66,8 +76,18 @@ export interface TaskListQuery {
 /** Tasks. */
 export class TasksRepo {
   private readonly s;
-  /** The spec-derived parts of the tasks queued at the last pass, by task id (queuedForScheduling). */
-  private queuedSpecs = new Map<string, QueuedSpecPart>();
+  /**
+   * The committed QUEUED set as of the last `queuedForScheduling` outside a transaction, by task id
+   * (null: read it in full next time). Kept current through `dirty`: every insert and update names its
+   * task there, and the next read re-reads just those rows by primary key, so a write that rolled back
+   * costs one needless re-read, never a wrong row (issue 21: a full read of the queue on every pass was
+   * a fifth of the master's CPU per task with a few hundred queued).
+   */
+  private queued: Map<string, QueuedTaskRow> | null = null;
+  /** `queued` in scheduling order; null when a change may have moved something. */
+  private queuedOrder: QueuedTaskRow[] | null = null;
+  /** Tasks written since `queued` was last brought up to date. */
+  private readonly dirty = new Set<string>();
 
   constructor(private readonly db: Db) {
     this.s = {
@@ -90,6 +110,13 @@ export class TasksRepo {
       queued: db.prepare<[], Pick<QueuedTaskRow, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'>>(
         `SELECT id, owner_id, priority, approved_at, desired
          FROM tasks WHERE state = 'QUEUED' ORDER BY priority DESC, approved_at, id`,
+      ),
+      queuedOne: db.prepare<
+        [string],
+        Pick<QueuedTaskRow, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'>
+      >(
+        `SELECT id, owner_id, priority, approved_at, desired
+         FROM tasks WHERE id = ? AND state = 'QUEUED'`,
       ),
       queuedSpec: db.prepare<
         [string],
@@ -126,11 +153,13 @@ export class TasksRepo {
 
   /** Inserts a task. */
   insert(t: TaskRecord): void {
+    this.written(t.id);
     this.s.insert.run(toRow(t));
   }
 
   /** Compare-and-set update on the state column; false when another writer moved the task first. */
   update(t: TaskRecord, expectedState: TaskState): boolean {
+    this.written(t.id);
     return this.s.update.run({ ...toRow(t), expected_state: expectedState }).changes === 1;
   }
 
@@ -142,19 +171,62 @@ export class TasksRepo {
   /**
    * The QUEUED tasks in scheduling order, reduced to what scheduling reads. Measured with 10,000 queued:
    * 70 ms per pass through `inState` (every spec parsed), a fraction of that here (docs/performance.md).
+   *
+   * Incremental (issue 21): the queue read in full once, then only the rows written since (`dirty`),
+   * each by primary key; a task's spec never changes once stored, so its spec part is read once while
+   * it stays queued. Inside a transaction (whose writes may still roll back) it reads in full and keeps
+   * nothing. `forgetQueued` makes the next read a full one (the scheduler's safety net).
    */
   queuedForScheduling(): QueuedTaskRow[] {
-    // A task's spec never changes once stored, so what a pass needs of it is read once per task and
-    // kept while the task is queued (issue 21: the json_extracts of every queued task on every pass
-    // were most of a pass with a deep queue). Only the few mutable columns are read each time.
-    const memo = new Map<string, QueuedSpecPart>();
-    const rows = this.s.queued.all().map((t) => {
-      const part = this.queuedSpecs.get(t.id) ?? this.readQueuedSpec(t.id);
-      memo.set(t.id, part);
+    if (this.db.inTransaction) return this.readQueuedInFull(this.queued ?? new Map());
+    if (this.queued === null) {
+      this.dirty.clear();
+      this.queued = new Map(this.readQueuedInFull(new Map()).map((t) => [t.id, t]));
+      this.queuedOrder = null;
+    } else if (this.dirty.size > 0) {
+      for (const id of this.dirty) {
+        const row = this.s.queuedOne.get(id);
+        const held = this.queued.get(id);
+        if (row === undefined) {
+          if (held !== undefined) this.queuedOrder = null;
+          this.queued.delete(id);
+          continue;
+        }
+        const part: QueuedSpecPart = held
+          ? { spec: held.spec, runtime_kind: held.runtime_kind, mounts: held.mounts }
+          : this.readQueuedSpec(id);
+        this.queued.set(id, { ...row, ...part });
+        this.queuedOrder = null;
+      }
+      this.dirty.clear();
+    }
+    this.queuedOrder ??= [...this.queued.values()].sort(bySchedulingOrder);
+    return [...this.queuedOrder];
+  }
+
+  /** Notes a write for the next `queuedForScheduling` (nothing to note while it will read in full). */
+  private written(id: string): void {
+    if (this.queued === null) return;
+    this.dirty.add(id);
+    if (this.dirty.size > MAX_DIRTY) this.forgetQueued();
+  }
+
+  /** Makes the next `queuedForScheduling` read the whole queue again. */
+  forgetQueued(): void {
+    this.queued = null;
+    this.queuedOrder = null;
+    this.dirty.clear();
+  }
+
+  /** Every QUEUED row from SQLite; spec parts taken from `known` where it has them. */
+  private readQueuedInFull(known: ReadonlyMap<string, QueuedTaskRow>): QueuedTaskRow[] {
+    return this.s.queued.all().map((t) => {
+      const held = known.get(t.id);
+      const part: QueuedSpecPart = held
+        ? { spec: held.spec, runtime_kind: held.runtime_kind, mounts: held.mounts }
+        : this.readQueuedSpec(t.id);
       return { ...t, ...part };
     });
-    this.queuedSpecs = memo;
-    return rows;
   }
 
   /** The spec-derived part of a queued task's row (see queuedForScheduling). */

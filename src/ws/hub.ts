@@ -11,7 +11,7 @@ import { sequenceRefOf, WorkerInbox } from '../broker/workers/inbox.js';
 import { acceptHello, storeHello } from '../broker/workers/session.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_CONNECT_PATH } from '../contracts/paths.js';
-import { type InvalidMessage, parseMessage } from '../contracts/sequencing.js';
+import { type InvalidMessage, parseMessage, type SequenceRef } from '../contracts/sequencing.js';
 import {
   MAX_MESSAGE_BYTES,
   type MasterMessage,
@@ -56,8 +56,12 @@ interface Session {
    * the writes are applied before anything else from this session, or when storage recovers.
    */
   pendingHello: HelloMessage | null;
-  /** When (performance.now) this session's current slice of message handling began; null between slices. */
-  sliceStart: number | null;
+  /** Frames received and not yet handled, oldest first (handled together, see `drain`). */
+  queue: Array<string | null>;
+  /** Characters in `queue`: past QUEUE_PAUSE_CHARS the socket is paused until it drained. */
+  queuedChars: number;
+  /** Whether a `drain` is scheduled. */
+  drainScheduled: boolean;
 }
 
 /**
@@ -66,6 +70,16 @@ interface Session {
  * not starve HTTP requests or other workers.
  */
 export const INGEST_SLICE_MS = 10;
+
+/**
+ * At most this many of a session's messages are applied in one transaction (issue 21: one commit per
+ * report was a third of the master's CPU per task). Each still has its own savepoint, and nothing is
+ * acknowledged before the batch committed (docs/decisions/0034-report-batches.md).
+ */
+export const MAX_BATCH_MESSAGES = 64;
+
+/** A session's queue of unhandled frames holding more characters than this pauses its socket. */
+export const QUEUE_PAUSE_CHARS = MAX_MESSAGE_BYTES;
 
 /** Close codes the hub uses. */
 export const CLOSE_REPLACED = 4000;
@@ -165,11 +179,15 @@ export class WorkerHub implements WorkerLink {
       principalId,
       dead: false,
       pendingHello: null,
-      sliceStart: null,
+      queue: [],
+      queuedChars: 0,
+      drainScheduled: false,
     };
     this.sessions.set(workerId, session);
     ws.on('message', (data, isBinary) => this.onMessage(session, isBinary ? null : data.toString()));
     ws.on('close', () => {
+      // What arrived before the close is handled before the worker is taken for disconnected.
+      this.drain(session);
       if (this.sessions.get(workerId) === session) {
         this.sessions.delete(workerId);
         this.fleet.disconnected(workerId, session.bootId, this.deps.clock.now());
@@ -183,24 +201,110 @@ export class WorkerHub implements WorkerLink {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(body));
   }
 
+  /**
+   * Frames are queued and handled together right after the callback that delivered them (`drain`): the
+   * messages that arrived in one read of the socket share one transaction.
+   */
   private onMessage(s: Session, text: string | null): void {
     if (s.dead) return;
-    if (s.sliceStart === null) {
-      s.sliceStart = performance.now();
-      setImmediate(() => {
-        s.sliceStart = null;
-      });
+    s.queue.push(text);
+    s.queuedChars += text?.length ?? 0;
+    if (s.queuedChars > QUEUE_PAUSE_CHARS && !s.ws.isPaused) s.ws.pause();
+    if (!s.drainScheduled) {
+      s.drainScheduled = true;
+      // After the current callback: ws emits every frame of one socket read in one go, so they are all
+      // queued by then, and no turn of the event loop is waited for (the ack is not delayed).
+      process.nextTick(() => this.drain(s));
     }
-    try {
-      this.handleMessage(s, text);
-    } finally {
-      // The slice has lasted long enough: the socket waits (TCP holds the worker back) until the event
-      // loop has run the requests and timers that were waiting.
-      if (!s.ws.isPaused && performance.now() - s.sliceStart >= INGEST_SLICE_MS) {
-        s.ws.pause();
-        setImmediate(() => s.ws.resume());
+  }
+
+  /**
+   * Handles the session's queued frames in order: consecutive messages of a session that said hello
+   * in batches (`applyBatch`), anything else (hello, a frame that does not parse, a session whose hello
+   * is not stored) alone as before. After INGEST_SLICE_MS the socket waits (TCP holds the worker back)
+   * until the event loop has run the requests and timers that were waiting (issue 21).
+   */
+  private drain(s: Session): void {
+    s.drainScheduled = false;
+    const started = performance.now();
+    while (s.queue.length > 0 && !s.dead) {
+      if (this.applyBatch(s) === 0) this.handleMessage(s, this.dequeue(s));
+      if (s.queue.length > 0 && performance.now() - started >= INGEST_SLICE_MS) {
+        if (!s.ws.isPaused) s.ws.pause();
+        s.drainScheduled = true;
+        setImmediate(() => this.drain(s));
+        return;
       }
     }
+    if (s.dead) {
+      s.queue = [];
+      s.queuedChars = 0;
+    }
+    if (s.ws.isPaused) s.ws.resume();
+  }
+
+  private dequeue(s: Session): string | null {
+    const text = s.queue.shift() ?? null;
+    s.queuedChars -= text?.length ?? 0;
+    return text;
+  }
+
+  /**
+   * Applies the longest run (at most MAX_BATCH_MESSAGES) of queued messages that need no hello handling
+   * in ONE transaction, each in its own savepoint, and sends their replies (acks) only once it
+   * committed: "acknowledged" still means "committed" (rule 3 of src/contracts/sequencing.ts). A
+   * message that fails unexpectedly rolls back its own savepoint only; the ones before it commit and
+   * are acknowledged, it and everything after it are not (rule 5: the session is dropped as before).
+   * If the commit itself fails (out of space), nothing of the batch is acknowledged. Returns how many
+   * messages it took from the queue (0: the first one must be handled alone).
+   */
+  private applyBatch(s: Session): number {
+    const batch: Array<{ msg: Exclude<WorkerMessage, { type: 'hello' }> }> = [];
+    while (batch.length < MAX_BATCH_MESSAGES && s.queue.length > 0) {
+      if (s.bootId === null || s.pendingHello !== null) break;
+      const text = s.queue[0]!;
+      const parsed = parseMessage(WorkerMessageSchema, text);
+      if (!parsed.ok || parsed.message.type === 'hello') break;
+      this.dequeue(s);
+      batch.push({ msg: parsed.message });
+    }
+    if (batch.length === 0) return 0;
+    const replies: MasterMessage[] = [];
+    let requestPass = false;
+    let failed: { err: unknown; msg: WorkerMessage } | null = null;
+    try {
+      this.deps.store.transaction(() => {
+        for (const { msg } of batch) {
+          try {
+            const answer = this.deps.store.transaction(() => this.receive(s, msg));
+            replies.push(...answer.replies);
+            requestPass ||= answer.requestPass;
+          } catch (err) {
+            failed = { err, msg };
+            return;
+          }
+        }
+      });
+    } catch (err) {
+      // The commit failed: nothing of the batch was applied or acknowledged.
+      const first = batch[0]!.msg;
+      this.messageFailed(s, err, sequenceRefOf(first), first.type);
+      return batch.length;
+    }
+    for (const r of replies) this.reply(s, r);
+    if (requestPass) this.hooks.requestPass();
+    if (failed !== null) {
+      const { err, msg } = failed as { err: unknown; msg: WorkerMessage };
+      this.messageFailed(s, err, sequenceRefOf(msg), msg.type);
+    }
+    return batch.length;
+  }
+
+  /** One message after hello: the worker is seen, the inbox applies it; its replies are returned. */
+  private receive(s: Session, msg: Exclude<WorkerMessage, { type: 'hello' }>) {
+    const now = this.deps.clock.now();
+    this.inbox.touched(s.workerId, now);
+    return this.inbox.receive(s.workerId, msg, now);
   }
 
   private handleMessage(s: Session, text: string | null): void {
@@ -209,24 +313,32 @@ export class WorkerHub implements WorkerLink {
       if (parsed.ok) this.dispatch(s, parsed.message);
       else this.refuseInvalid(s, text, parsed.invalid);
     } catch (err) {
-      const unavailable = asStorageUnavailable(err, this.deps.store);
-      if (unavailable) {
-        const ref = parsed.ok ? sequenceRefOf(parsed.message) : parsed.invalid.poison;
-        this.storageRefused(s, unavailable, ref?.seq);
-        return;
-      }
-      const type = parsed.ok ? parsed.message.type : parsed.invalid.type;
-      this.deps.logger.error({ err, worker_id: s.workerId, type }, 'worker message failed');
-      this.reply(s, {
-        type: 'error',
-        code: 'INTERNAL',
-        message: 'the master could not process this message; it will be retried',
-      });
-      // Nothing was applied or acknowledged. Stop reading this socket: a later message must not raise
-      // the mark past this one. The worker reconnects and resends everything unacknowledged, in order.
-      s.dead = true;
-      s.ws.terminate();
+      const ref = parsed.ok ? sequenceRefOf(parsed.message) : parsed.invalid.poison;
+      this.messageFailed(s, err, ref, parsed.ok ? parsed.message.type : parsed.invalid.type);
     }
+  }
+
+  /**
+   * A message that could not be processed (`ref`: its place in the sequence, if any): refused
+   * UNAVAILABLE while the store cannot write, else answered INTERNAL; either way nothing more is read
+   * from the session.
+   */
+  private messageFailed(s: Session, err: unknown, ref: SequenceRef | null, type: string | null): void {
+    const unavailable = asStorageUnavailable(err, this.deps.store);
+    if (unavailable) {
+      this.storageRefused(s, unavailable, ref?.seq);
+      return;
+    }
+    this.deps.logger.error({ err, worker_id: s.workerId, type }, 'worker message failed');
+    this.reply(s, {
+      type: 'error',
+      code: 'INTERNAL',
+      message: 'the master could not process this message; it will be retried',
+    });
+    // Nothing was applied or acknowledged. Stop reading this socket: a later message must not raise
+    // the mark past this one. The worker reconnects and resends everything unacknowledged, in order.
+    s.dead = true;
+    s.ws.terminate();
   }
 
   /**

@@ -33,6 +33,13 @@ export function grantRetryDelayMs(failures: number): number {
   return failures <= 1 ? 0 : Math.min(60_000, 1000 * 2 ** (failures - 2));
 }
 
+/**
+ * The queue is kept in memory between passes (TasksRepo.queuedForScheduling re-reads only the tasks
+ * written since); as a safety net a pass reads it in full at least this often, and after any grant
+ * that failed to apply.
+ */
+export const FULL_QUEUE_READ_INTERVAL_MS = 10_000;
+
 /** A task whose grants keep failing to apply (for get_status alerts). */
 export interface FailingGrant {
   task_id: string;
@@ -47,6 +54,8 @@ export class Scheduler implements TaskObserver {
   private readonly failingGrants = new Map<string, FailingGrant>();
   private pending = false;
   private running = false;
+  /** When the last pass read the whole queue from SQLite (see FULL_QUEUE_READ_INTERVAL_MS). */
+  private fullQueueReadAt = Number.NEGATIVE_INFINITY;
   /** Durations of recent passes in ms (for the benchmark and metrics). */
   readonly passDurations: number[] = [];
 
@@ -83,19 +92,21 @@ export class Scheduler implements TaskObserver {
       // No grants while the store refuses growth (out of disk space): a task started now would only
       // write logs the master must refuse. Wait reasons are still published; the pass after recovery grants.
       const grants = this.deps.storage?.acceptsGrowth() === false ? [] : decision.grants;
-      this.deps.store.transaction(() => {
-        for (const grant of grants) {
-          try {
-            this.deps.store.transaction(() =>
-              this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
-            );
-            this.failingGrants.delete(grant.task_id);
-          } catch (err) {
-            conflicts++;
-            this.grantFailed(grant.task_id, err, now);
+      // A pass that grants nothing writes nothing: no transaction (a commit is most of a small write).
+      if (grants.length > 0)
+        this.deps.store.transaction(() => {
+          for (const grant of grants) {
+            try {
+              this.deps.store.transaction(() =>
+                this.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
+              );
+              this.failingGrants.delete(grant.task_id);
+            } catch (err) {
+              conflicts++;
+              this.grantFailed(grant.task_id, err, now);
+            }
           }
-        }
-      });
+        });
       const queued = new Set(snapshot.tasks.map((t) => t.task_id));
       for (const id of this.failingGrants.keys()) if (!queued.has(id)) this.failingGrants.delete(id);
       const queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
@@ -125,6 +136,8 @@ export class Scheduler implements TaskObserver {
    * logged once per attempt rather than in a tight loop, and show in get_status as `grant_failing`.
    */
   private grantFailed(taskId: string, err: unknown, now: number): void {
+    // Whatever made the grant fail, the next pass reads the queue from SQLite, not from memory.
+    this.deps.store.tasks.forgetQueued();
     const failures = (this.failingGrants.get(taskId)?.failures ?? 0) + 1;
     const error = err instanceof Error ? err.message : String(err);
     const retry_at = now + grantRetryDelayMs(failures);
@@ -156,6 +169,10 @@ export class Scheduler implements TaskObserver {
       for (const index of run.reserved_cards) reservedFor.set(`${run.worker_id}/${index}`, run.id);
     }
     const workers = this.fleet.workerViews(store, now);
+    if (!(now - this.fullQueueReadAt < FULL_QUEUE_READ_INTERVAL_MS)) {
+      store.tasks.forgetQueued();
+      this.fullQueueReadAt = now;
+    }
     if (reservedFor.size > 0)
       for (const w of workers)
         w.cards = w.cards.map((c) => ({

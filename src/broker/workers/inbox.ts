@@ -91,7 +91,8 @@ export class WorkerInbox {
   private sequenced(workerId: string, msg: SequencedWorkerMessage, now: number): InboxAnswer {
     const { deps } = this;
     const { store } = deps;
-    let sampleChanged = false;
+    // Whether what this message changed may change a scheduling pass's decision.
+    let reschedule = false;
     const received = receiveSequenced<BrokerError>(msg, {
       transaction: (fn) => store.transaction(fn),
       marks: {
@@ -110,10 +111,13 @@ export class WorkerInbox {
               deps.storage?.assertAcceptsGrowth(`worker ${msg.type} message`);
             switch (msg.type) {
               case 'sample':
-                sampleChanged = recordSample(deps, workerId, msg, now);
+                reschedule = recordSample(deps, workerId, msg, now);
                 return null;
-              case 'execution':
-                return handleExecutionReport(deps, workerId, msg);
+              case 'execution': {
+                const outcome = handleExecutionReport(deps, workerId, msg);
+                reschedule = outcome.reschedule;
+                return outcome.answer;
+              }
               case 'log':
                 handleLogChunk(deps, workerId, msg);
                 return null;
@@ -137,7 +141,9 @@ export class WorkerInbox {
         { worker_id: workerId, code: received.refusal.code, message: received.refusal.message },
         'worker message refused',
       );
-    return { replies: received.replies, requestPass: msg.type === 'execution' || sampleChanged };
+    // Set only by an effect that returned (a thrown refusal or a duplicate leaves it false); an
+    // illegal report's answer comes with committed moves (lease quarantined), which do count.
+    return { replies: received.replies, requestPass: reschedule };
   }
 }
 

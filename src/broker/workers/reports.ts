@@ -34,25 +34,62 @@ function fenced(deps: BrokerDeps, workerId: string, executionId: string, epoch: 
   return e;
 }
 
+/** What an applied `execution` report leaves for the hub: its answer, and whether a pass may help. */
+export interface ReportOutcome {
+  /** The INVALID_STATE answer to an illegal report (its changes committed), else null. */
+  answer: BrokerError | null;
+  /** Whether the report changed something a scheduling pass reads (see `reschedules`). */
+  reschedule: boolean;
+}
+
+/**
+ * Whether a reaction can change what the next scheduling pass decides (issue 21: a pass per report was
+ * a third of the master's CPU per task). A pass reads the queue, the live leases' cards (ACTIVE and
+ * RELEASING alike hold them), owners' running cards, samples and pool bindings. So an execution's own
+ * phase, a task leaving ASSIGNED (`started`) or RUNNING (`exited`: to FINALIZING, never to the queue)
+ * and a lease going ACTIVE → RELEASING (`execution_ended`) change nothing a pass reads; a lease that
+ * frees or quarantines its cards, a task that ends or is re-queued, a binding or a release do.
+ */
+const PASS_NEUTRAL_TASK_EVENTS: ReadonlySet<string> = new Set(['started', 'exited']);
+
+const RESCHEDULES: { readonly [K in ReportReaction['kind']]: (r: ReportReaction & { kind: K }) => boolean } =
+  {
+    refuse: () => false,
+    record_slurm: () => true,
+    slurm_bound: () => true,
+    move_task: (r) => !PASS_NEUTRAL_TASK_EVENTS.has(r.event),
+    task_unmoved: () => false,
+    move_lease: (r) => r.event !== 'execution_ended',
+    move_execution: () => false,
+    mark_lost: () => true,
+    answer: () => false,
+    release_held: () => true,
+  };
+
+/** Whether any of a report's reactions may change the next pass's decision (see RESCHEDULES). */
+export function reschedules(reactions: readonly ReportReaction[]): boolean {
+  return reactions.some((r) => (RESCHEDULES[r.kind] as (r: ReportReaction) => boolean)(r));
+}
+
 /**
  * Handles an `execution` report in one transaction (a savepoint inside the hub's): reads the snapshot,
  * asks `reactToReport` (src/domain/execution-report.ts) what it changes, and applies the reactions in
  * order, each move through its machine (compare-and-set, audit row). Throws a refusal (nothing
  * changed); returns the INVALID_STATE answer to an illegal report after committing what it changed
- * (task RECONCILIATION_REQUIRED, lease QUARANTINED), else null.
+ * (task RECONCILIATION_REQUIRED, lease QUARANTINED), else a null answer.
  */
 export function handleExecutionReport(
   deps: BrokerDeps,
   workerId: string,
   msg: ExecutionReport,
-): BrokerError | null {
+): ReportOutcome {
   return deps.store.transaction(() => {
     const e = deps.store.leases.execution(msg.execution_id) ?? null;
     const reactions = reactToReport(reportSnapshot(deps, workerId, e), msg);
     const refusal = reactions.find((r): r is ReportReaction & { kind: 'refuse' } => r.kind === 'refuse');
     if (refusal !== undefined) throw new BrokerError(refusal.code, refusal.message, refusal.hint);
     // reactToReport refuses a report about an execution the master does not have.
-    return applyReport(deps, e!, reactions);
+    return { answer: applyReport(deps, e!, reactions), reschedule: reschedules(reactions) };
   });
 }
 
