@@ -68,6 +68,9 @@ export class McpCatalog {
 }
 
 /** Turns a use-case result or error into an MCP tool result. */
+/** A tool call that took longer than this yields once before its answer is encoded. */
+const LONG_CALL_MS = 4;
+
 export function toCallToolResult(
   outcome: { ok: true; value: unknown } | { ok: false; error: unknown },
 ): CallToolResult {
@@ -109,6 +112,9 @@ export function createMcpServer(
         { deps, principal, signal: extra.signal },
         req.params.arguments ?? {},
       );
+      // A long call (dispatch.ts yields before its output check) yields again before it is encoded:
+      // checking and encoding a large answer are then two blocks of the event loop, not one.
+      if (performance.now() - started > LONG_CALL_MS) await new Promise((r) => setImmediate(r));
       result = toCallToolResult({ ok: true, value });
     } catch (error) {
       if (!(error instanceof BrokerError))
