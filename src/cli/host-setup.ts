@@ -17,7 +17,7 @@ import { HELPER_PATH } from '../../worker/sandbox/helper-commands.js';
 
 /** What the host has and allows, as probed (probeHost) or as a test states it. */
 export interface HostFacts {
-  /** `bwrap` where the worker looks for it (HELPER_PATH, not the caller's PATH). */
+  /** `bwrap` on PATH and where the worker looks for it (HELPER_PATH). */
   bwrap: boolean;
   /** `/usr/bin/python3`, the interpreter the starter config allows. */
   python3: boolean;
@@ -134,8 +134,9 @@ export function probeHost(env: Record<string, string | undefined>): HostFacts {
   })();
   const findTorch = 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)';
   return {
-    // The worker runs helpers only from HELPER_PATH (issue 20): a bwrap elsewhere on PATH is not found.
-    bwrap: onPath('bwrap', HELPER_PATH),
+    // The worker runs helpers only from HELPER_PATH (issue 20): a bwrap found only elsewhere on PATH
+    // (/opt/bin) is one the worker would not use, so it counts as missing.
+    bwrap: onPath('bwrap', env['PATH']) && onPath('bwrap', HELPER_PATH),
     python3,
     torch: python3 && spawnSync('/usr/bin/python3', ['-c', findTorch], { stdio: 'ignore' }).status === 0,
     root: process.getuid?.() === 0,
