@@ -38,6 +38,18 @@ export const SPAWN_TIMEOUT_MS = 10_000;
 /** The spawner's program (CommonJS, run with `node -e`, so it needs no file of its own in dist/). */
 const SPAWNER_SOURCE = `'use strict';
 const { spawn } = require('node:child_process');
+const fs = require('node:fs');
+// Descriptors the worker inherited without close-on-exec (from whoever started it) would reach every
+// task through this process: close each one above stderr that lacks O_CLOEXEC. Node's own descriptors
+// (the IPC channel, libuv's) all carry it.
+for (const name of fs.readdirSync('/proc/self/fd')) {
+  const fd = Number(name);
+  if (!(fd > 2)) continue;
+  try {
+    const flags = /^flags:\\s*([0-7]+)/m.exec(fs.readFileSync('/proc/self/fdinfo/' + fd, 'utf8'));
+    if (flags && (parseInt(flags[1], 8) & 0o2000000) === 0) fs.closeSync(fd);
+  } catch {}
+}
 const kids = new Map();
 const send = (m, h) => { try { process.send(m, h); } catch {} };
 function start(m) {

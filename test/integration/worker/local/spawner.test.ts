@@ -1,8 +1,10 @@
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { packageRoot } from '../../../../src/platform/package-root.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import type { Launched } from '../../../../worker/local/launch.js';
 import { liveGroupMembers } from '../../../../worker/local/process-group.js';
@@ -146,5 +148,34 @@ describe('spawner', () => {
     const next = await launched(spawner, 'echo fine');
     expect(await read(next.stdio[1])).toBe('fine\n');
     expect(spawner.pid).not.toBe(stuck);
+  });
+
+  it('attack: a descriptor the worker inherited without close-on-exec never reaches a task', () => {
+    // A "worker" process started with fd 20 open and not close-on-exec (as a shell or a service manager
+    // may hand one down); its spawner starts a task that lists its fds.
+    const spawnerJs = join(packageRoot(), 'dist', 'worker', 'local', 'spawner.js');
+    const worker = `
+      const { Spawner } = await import(${JSON.stringify(spawnerJs)});
+      const s = new Spawner();
+      const l = await s.launch({ command: '/bin/sh', args: ['-c', 'ls /proc/$$/fd | sort -n | tr "\\n" " "'],
+        env: { PATH: '/usr/bin:/bin' }, cwd: '/', statusPipe: false, inputPipe: false });
+      if (typeof l === 'string') throw new Error(l);
+      let out = '';
+      l.stdio[1].on('data', (d) => { out += d; });
+      const closed = new Promise((r) => l.stdio[1].once('close', r));
+      await Promise.all([l.exit, closed]);
+      process.stdout.write(out);
+      process.exit(0);`;
+    // bash, not sh: dash takes only single-digit descriptors in a redirection.
+    const r = spawnSync(
+      '/bin/bash',
+      ['-c', 'exec "$0" --input-type=module -e "$1" 20</dev/null', process.execPath, worker],
+      {
+        encoding: 'utf8',
+        timeout: 20_000,
+      },
+    );
+    expect(r.stderr).toBe('');
+    expect(r.stdout.trim().split(' ')).toEqual(['0', '1', '2']);
   });
 });
