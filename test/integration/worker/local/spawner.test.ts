@@ -157,8 +157,8 @@ describe('spawner', () => {
     const worker = `
       const { Spawner } = await import(${JSON.stringify(spawnerJs)});
       const s = new Spawner();
-      const l = await s.launch({ command: '/bin/sh', args: ['-c', 'ls /proc/$$/fd | sort -n | tr "\\n" " "'],
-        env: { PATH: '/usr/bin:/bin' }, cwd: '/', statusPipe: false, inputPipe: false });
+      const l = await s.launch({ command: '/bin/ls', args: ['-l', '/proc/self/fd'],
+        env: {}, cwd: '/', statusPipe: false, inputPipe: false });
       if (typeof l === 'string') throw new Error(l);
       let out = '';
       l.stdio[1].on('data', (d) => { out += d; });
@@ -176,6 +176,10 @@ describe('spawner', () => {
       },
     );
     expect(r.stderr).toBe('');
-    expect(r.stdout.trim().split(' ')).toEqual(['0', '1', '2']);
+    // ls's own descriptors: 0–2 and the one it reads /proc/self/fd through.
+    const fds = [...r.stdout.matchAll(/ (\d+) -> (.*)$/gm)]
+      .filter((m) => !/^\/proc\/\d+\/fd$/.test(m[2] ?? ''))
+      .map((m) => m[1]);
+    expect(fds).toEqual(['0', '1', '2']);
   });
 });
