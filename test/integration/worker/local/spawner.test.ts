@@ -130,7 +130,7 @@ describe('spawner', () => {
   });
 
   it('attack: a spawner that stops answering is killed after the start timeout; the start fails, the next one works', async () => {
-    const spawner = new Spawner({ startTimeoutMs: 300 });
+    const spawner = new Spawner({ startTimeoutMs: 2000 });
     const first = await launched(spawner, 'exit 0');
     await first.exit;
     const stuck = spawner.pid!;
