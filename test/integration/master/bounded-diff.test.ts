@@ -128,8 +128,9 @@ describe('get_revision over ~1,000 modified files', () => {
     const maxBlockMs = delay.max / 1e6;
     // Bounded, not unbounded: it was 20 s on main. One file's slice is ~10 ms idle; the largest gap
     // seen was 80–310 ms on this 2-core machine at load average 13 (answer validation and JSON of a
-    // 1,000-file answer, GC), so the bound leaves room for a loaded CI host (docs/performance.md).
-    expect(maxBlockMs).toBeLessThan(1000);
+    // 1,000-file answer, GC), and 1.9 s once in a fresh-clone CI run (this process descheduled while
+    // the whole suite ran on 2 cores), so the bound is a quarter of the unbounded call (docs/performance.md).
+    expect(maxBlockMs).toBeLessThan(5000);
 
     const changes = view.input_changes;
     expect(changes).toHaveLength(FILES);
