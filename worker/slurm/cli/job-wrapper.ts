@@ -26,7 +26,9 @@
  * `--ntasks-per-node` (each rank sets RANK / LOCAL_RANK / NODE_RANK / WORLD_SIZE from SLURM_PROCID /
  * SLURM_LOCALID / SLURM_NODEID / SLURM_NTASKS and runs argv); 5 write exit.json with srun's exit status.
  *
- * The script survives SIGTERM so that the task's exit is still recorded when it can be. When the job is
+ * The script survives SIGTERM so that the task's exit is still recorded when it can be; a SIGTERM that
+ * comes before the task's step (a cancel right after binding.json) means the step never starts, and one
+ * that comes while srun is being started is passed on to it (run_step). When the job is
  * cancelled or reaches its time limit, Slurm SIGKILLs what is left after KillWait: there may then be no
  * exit.json, and the job's Slurm state (CANCELLED, TIMEOUT) is the answer in any case.
  *
@@ -201,8 +203,10 @@ SRUN=${b.srun}
 SCONTROL=${b.scontrol}
 # A plain scancel sends SIGTERM to this shell as well as the task: keep running (a handler, not an
 # ignore, so children get the default disposition) until the task's step returns, then write exit.json.
-# Slurm SIGKILLs what is left after KillWait anyway.
-trap 'true' TERM
+# The handler remembers it: a job cancelled before its task's step starts never starts it (without
+# this the task would run until Slurm's SIGKILL after KillWait). Slurm SIGKILLs what is left anyway.
+CANCELLED=0
+trap 'CANCELLED=1' TERM
 JOB_DIR=${bashQuote(b.jobDir)}
 NTASKS_PER_NODE=${b.tasks}
 now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
@@ -210,6 +214,18 @@ now() { date -u +%Y-%m-%dT%H:%M:%S.%3NZ; }
 write_atomic() { local tmp="$1.tmp.$$"; cat >"$tmp" && mv -f "$tmp" "$1"; }
 # gpu_list TEXT: "0,1,4" -> "0,1,4" when it is a plain index list, else ""
 gpu_list() { case "$1" in ''|*[!0-9,]*) echo '' ;; *) echo "$1" ;; esac; }
+# run_step CMD...: CMD in the background, so that a SIGTERM that came before it started (CANCELLED) is
+# passed on to it; RC is its exit status. A SIGTERM interrupts wait (the trap runs, wait says 143):
+# wait again while the step lives. (Not "until wait says something else": bash can lose the status of
+# a child that ends just as the trap interrupts wait, and would then wait for it for ever.)
+run_step() {
+  RC=143
+  [ "$CANCELLED" = 1 ] && return
+  "$@" & local pid=$!
+  [ "$CANCELLED" = 1 ] && kill -TERM "$pid" 2>/dev/null
+  wait "$pid"; RC=$?
+  while kill -0 "$pid" 2>/dev/null; do wait "$pid"; RC=$?; done
+}
 STARTED_AT=$(now)
 
 `;
@@ -230,8 +246,9 @@ export WORLD_SIZE=$(( NNODES * NTASKS_PER_NODE ))
 }
 
 /** Step 2: every node's GPUs, from a one-task-per-node probe or else the batch host's environment. */
-const PROBE_STEP = `# 2. GPUs per node: one probe task per node
-PROBE=$("$SRUN" --export=ALL --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
+const PROBE_STEP = `# 2. GPUs per node: one probe task per node (none when the job is already cancelled)
+PROBE=""
+[ "$CANCELLED" = 1 ] || PROBE=$("$SRUN" --export=ALL --nodes="$NNODES" --ntasks="$NNODES" --ntasks-per-node=1 --kill-on-bad-exit=1 \\
   /bin/bash --noprofile --norc -c 'echo "GPUPROBE $SLURMD_NODENAME \${SLURM_STEP_GPUS:-\${SLURM_JOB_GPUS:-}} \${CUDA_VISIBLE_DEVICES:-}"' 2>/dev/null \\
   | grep '^GPUPROBE ')
 GPU_SOURCE=probe
@@ -296,17 +313,21 @@ cap_log() {
 OUT_FIFO="$JOB_DIR/stdout.fifo"; ERR_FIFO="$JOB_DIR/stderr.fifo"
 rm -f "$OUT_FIFO" "$ERR_FIFO"
 if mkfifo -m 600 "$OUT_FIFO" "$ERR_FIFO"; then
-  cap_log <"$OUT_FIFO" & OUT_PID=$!
-  cap_log <"$ERR_FIFO" >&2 & ERR_PID=$!
-  ${TASK_STEP} >"$OUT_FIFO" 2>"$ERR_FIFO"
-  RC=$?
+  # No open of a FIFO may block (a reader killed by an early SIGTERM would leave the step's open waiting
+  # for ever): this shell holds each one read-write (8, 9) while the step runs, opens the readers' ends
+  # (6, 7) itself and hands them over, and lets go of its own ends once the step has returned.
+  exec 8<>"$OUT_FIFO" 9<>"$ERR_FIFO" 6<"$OUT_FIFO" 7<"$ERR_FIFO"
+  cap_log <&6 6<&- 7<&- 8>&- 9>&- & OUT_PID=$!
+  cap_log <&7 >&2 6<&- 7<&- 8>&- 9>&- & ERR_PID=$!
+  exec 6<&- 7<&-
+  run_step ${TASK_STEP} >"$OUT_FIFO" 2>"$ERR_FIFO" 8>&- 9>&-
+  exec 8>&- 9>&-
   # A SIGTERM interrupts wait (the trap runs): wait again until each reader has ended.
   for p in "$OUT_PID" "$ERR_PID"; do while kill -0 "$p" 2>/dev/null; do wait "$p"; done; done
   rm -f "$OUT_FIFO" "$ERR_FIFO"
 else
   echo "gpu-broker: cannot create the log FIFOs in $JOB_DIR: the task's output is not capped" >&2
-  ${TASK_STEP}
-  RC=$?
+  run_step ${TASK_STEP}
 fi
 
 `;
@@ -314,8 +335,7 @@ fi
 
 /** Step 4 without a log cap. */
 const UNCAPPED_TASK_STEP = `# 4. the task, one srun step: every rank runs rank.sh (its rank variables, its sandbox, the task's env)
-${TASK_STEP}
-RC=$?
+run_step ${TASK_STEP}
 
 `;
 

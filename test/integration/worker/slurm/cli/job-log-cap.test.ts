@@ -2,6 +2,7 @@ import { spawn, spawnSync } from 'node:child_process';
 import {
   chmodSync,
   closeSync,
+  existsSync,
   mkdtempSync,
   openSync,
   readFileSync,
@@ -103,41 +104,83 @@ describe('job.sh caps the task output it leaves on the shared file system', () =
   });
 
   it('output lands in the file as it comes; SIGTERM to the whole batch step (a plain scancel) still leaves it and exit.json', async () => {
-    const dir = join(root, 'term');
-    const f = await writeJobFiles({
-      jobDir: dir,
-      argv: ['/bin/bash', '-c', 'echo before; sleep 20; echo after'],
-      taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
-      slurmCommands: { srun: fakeSrun, scontrol: fakeScontrol },
-      logCap: { bytes: CAP, marker: MARKER },
-    });
-    const out = openSync(f.stdout, 'w');
-    const err = openSync(f.stderr, 'w');
-    const child = spawn(f.script, [], {
-      cwd: dir,
-      detached: true,
-      stdio: ['ignore', out, err],
-      env: {
-        PATH: '/usr/bin:/bin',
-        SLURM_JOB_ID: '42',
-        SLURM_JOB_NODELIST: 'n1',
-        SLURMD_NODENAME: 'n1',
-        SLURM_JOB_NUM_NODES: '1',
-      },
-    });
-    const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
-    await waitFor(() => (readFileSync(f.stdout, 'utf8').includes('before') ? true : null), {
+    const job = await startJob('term', 'echo before; sleep 20; echo after');
+    await waitFor(() => (readFileSync(job.f.stdout, 'utf8').includes('before') ? true : null), {
       timeoutMs: 20_000,
       intervalMs: 50,
       what: 'the first line',
     });
-    process.kill(-child.pid!, 'SIGTERM');
-    const code = await exited;
-    closeSync(out);
-    closeSync(err);
+    process.kill(-job.pid, 'SIGTERM');
+    const code = await job.exited;
     // The task died of SIGTERM (128 + 15); job.sh lived on to record it, and the readers to copy what came.
     expect(code).toBe(143);
-    expect((await readExit(dir))?.exit_code).toBe(143);
-    expect(readFileSync(f.stdout, 'utf8')).toBe('before\n');
+    expect((await readExit(job.f.jobDir))?.exit_code).toBe(143);
+    expect(readFileSync(job.f.stdout, 'utf8')).toBe('before\n');
   });
+
+  it('a SIGTERM before the task step (a cancel right after the job started) means the task never starts', async () => {
+    // scontrol (step 1) takes its time: the cancel lands while job.sh waits for it. job.sh used to swallow
+    // that SIGTERM and start the task anyway, which then ran until Slurm's SIGKILL after KillWait.
+    const ran = join(root, 'early-ran');
+    const job = await startJob('early', `touch ${ran}; sleep 20`, slowScontrol);
+    await waitFor(() => existsSync(join(root, 'scontrol-called')) || null, { what: 'scontrol to be called' });
+    process.kill(-job.pid, 'SIGTERM');
+    expect(await job.exited).toBe(143);
+    expect((await readExit(job.f.jobDir))?.exit_code).toBe(143);
+    expect(existsSync(ran)).toBe(false);
+    expect(() => statSync(join(job.f.jobDir, 'stdout.fifo'))).toThrow(/ENOENT/);
+  });
+
+  it('a SIGTERM at any moment around the start of the task step never leaves job.sh hanging (race)', async () => {
+    // The window between binding.json and the step's srun: the log readers and the step are being
+    // started. Each run gets one SIGTERM a little later than the last; each must end with exit.json.
+    for (let i = 0; i < 12; i++) {
+      const job = await startJob(`race-${i}`, 'echo up; sleep 20');
+      await waitFor(() => existsSync(join(job.f.jobDir, 'binding.json')) || null, {
+        intervalMs: 1,
+        what: 'binding.json',
+      });
+      if (i > 0) await new Promise((r) => setTimeout(r, i % 6));
+      process.kill(-job.pid, 'SIGTERM');
+      const code = await Promise.race([job.exited, new Promise((r) => setTimeout(() => r('hung'), 10_000))]);
+      if (code === 'hung') process.kill(-job.pid, 'SIGKILL');
+      expect(code, `run ${i}`).not.toBe('hung');
+      expect((await readExit(job.f.jobDir))?.exit_code, `run ${i}`).toBe(143);
+    }
+  }, 180_000);
 });
+
+// Like fakeScontrol, after it has said it was called and waited 2 s.
+const slowScontrol = join(root, 'scontrol-slow');
+writeFileSync(slowScontrol, `#!/bin/bash\ntouch ${join(root, 'scontrol-called')}\nsleep 2\nexit 1\n`);
+chmodSync(slowScontrol, 0o755);
+
+/** Starts a job in its own process group (Slurm signals the whole batch step); `exited` is its code. */
+async function startJob(name: string, script: string, scontrol = fakeScontrol) {
+  const dir = join(root, name);
+  const f = await writeJobFiles({
+    jobDir: dir,
+    argv: ['/bin/bash', '-c', script],
+    taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
+    slurmCommands: { srun: fakeSrun, scontrol },
+    logCap: { bytes: CAP, marker: MARKER },
+  });
+  const out = openSync(f.stdout, 'w');
+  const err = openSync(f.stderr, 'w');
+  const child = spawn(f.script, [], {
+    cwd: dir,
+    detached: true,
+    stdio: ['ignore', out, err],
+    env: {
+      PATH: '/usr/bin:/bin',
+      SLURM_JOB_ID: '42',
+      SLURM_JOB_NODELIST: 'n1',
+      SLURMD_NODENAME: 'n1',
+      SLURM_JOB_NUM_NODES: '1',
+    },
+  });
+  closeSync(out);
+  closeSync(err);
+  const exited = new Promise<number | null>((resolve) => child.once('exit', (code) => resolve(code)));
+  return { f, pid: child.pid!, exited };
+}
