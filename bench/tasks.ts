@@ -18,7 +18,8 @@ import { type BenchSection, type OpResult, summarise } from './stats.js';
  * The worker connects first and its cards are cordoned while the tasks are queued; uncordoning them
  * starts the measured part, which ends when the last task is COMPLETED (cleanup receipt applied).
  * tasks/s = tasks / that time; CPU ms per task: the worker's (with its reaped children: bwrap, setpriv,
- * env, the task) and the master's, from /proc/PID/stat over the same interval.
+ * env, the task) and the master's, from /proc/PID/stat over the same interval, and the whole machine's
+ * from /proc/stat (machineBusySeconds: it also holds the sandbox teardown charged to the host's init).
  *
  * BENCH_TASKS_ISOLATION=none|bwrap runs one row only; GPU_BROKER_BENCH_WORKER_NODE_ARGS (e.g.
  * "--cpu-prof --cpu-prof-dir=/tmp/prof") goes to the worker's node, as ..._MASTER_NODE_ARGS to the master's.
@@ -46,6 +47,23 @@ function cpuOf(pid: number): { own: number; withReaped: number } {
   const rest = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   const own = (Number(rest[11]) + Number(rest[12])) / 100;
   return { own, withReaped: own + (Number(rest[13]) + Number(rest[14])) / 100 };
+}
+
+/**
+ * CPU seconds the whole machine spent busy (user, nice, system, irq, softirq over all cores; USER_HZ 100).
+ * Per task this also counts what no process of ours is charged for: a bwrap sandbox's PID-namespace init
+ * outlives bwrap (bwrap exits on the task's status, before its init has torn the namespaces down), so
+ * the host's init reaps it and is charged its teardown; and the kernel's own workers.
+ */
+function machineBusySeconds(): number {
+  const fields = readFileSync('/proc/stat', 'utf8')
+    .split('\n', 1)[0]!
+    .trim()
+    .split(/\s+/)
+    .slice(1)
+    .map(Number);
+  const [user = 0, nice = 0, system = 0, , , irq = 0, softirq = 0] = fields;
+  return (user + nice + system + irq + softirq) / 100;
 }
 
 /**
@@ -158,6 +176,7 @@ async function runOnce(isolation: Isolation): Promise<OpResult> {
     }
     const workerCpu0 = cpuSeconds(worker.pid);
     const masterCpu0 = master.cpuSeconds();
+    const machine0 = machineBusySeconds();
     const started = performance.now();
     for (const index of cards)
       await callTool(op, 'uncordon_card', { worker_id: 'bench-worker', index, idempotency_key: nextKey() });
@@ -175,6 +194,7 @@ async function runOnce(isolation: Isolation): Promise<OpResult> {
     const workerCpu = (workerCpu1.all - workerCpu0.all) / TASKS;
     const workerOwnCpu = (workerCpu1.own - workerCpu0.own) / TASKS;
     const masterCpu = (master.cpuSeconds() - masterCpu0) / TASKS;
+    const machineCpu = (machineBusySeconds() - machine0) / TASKS;
     const taskMs: number[] = [];
     let errors = 0;
     for (const id of ids) {
@@ -194,7 +214,7 @@ async function runOnce(isolation: Isolation): Promise<OpResult> {
       taskMs,
       errors,
       seconds,
-      `worker process × 8 sim cards, all queued first; p50/p99 = started → finished; CPU ms/task: worker (with bwrap and tasks) ${(workerCpu * 1000).toFixed(1)} (its own process ${(workerOwnCpu * 1000).toFixed(1)}), master ${(masterCpu * 1000).toFixed(1)}`,
+      `worker process × 8 sim cards, all queued first; p50/p99 = started → finished; CPU ms/task: worker (with bwrap and tasks) ${(workerCpu * 1000).toFixed(1)} (its own process ${(workerOwnCpu * 1000).toFixed(1)}), master ${(masterCpu * 1000).toFixed(1)}, whole machine ${(machineCpu * 1000).toFixed(1)} (with the bench's client and what no process of these is charged for)`,
     );
     // tasks/s over all tasks, not only those that completed
     return { ...row, calls: TASKS, callsPerSecond: TASKS / seconds };
