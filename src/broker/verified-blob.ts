@@ -38,6 +38,49 @@ export function verifiedBlob(deps: BrokerDeps, ownerId: string, sha256: string):
   return content;
 }
 
+/** A blob as pieces to send on, verified as they pass (verifiedPieces). */
+export interface StreamedBlob {
+  readonly size: number;
+  /** The stored pieces in order (at most a store chunk each); iterating past the last throws when they did not add up. */
+  readonly pieces: Iterable<Buffer>;
+}
+
+/**
+ * A blob `ownerId` uploaded, as pieces for a reader that checks the digest itself (a worker's fetch):
+ * each piece is hashed as it passes, so the master holds one store chunk at a time (never the whole
+ * blob) and can yield between pieces. Earlier pieces leave before the whole is verified, the last one
+ * only after: when the pieces do not make the digest and size, the iteration throws (INTERNAL, logged)
+ * instead of yielding it, so the reader never gets a complete body of a blob that does not match. A
+ * blob stored inline (up to a store chunk) is one piece, so it is verified before anything leaves.
+ * Errors before the first piece as verifiedBlob's.
+ */
+export function verifiedPieces(deps: BrokerDeps, ownerId: string, sha256: string): StreamedBlob {
+  const size = deps.store.blobs.sizeUploadedBy(ownerId, sha256);
+  const pieces = deps.store.blobs.piecesUploadedBy(ownerId, sha256);
+  if (size === undefined || pieces === undefined) throw notStored(sha256);
+  return {
+    size,
+    pieces: (function* () {
+      const whole = createHash('sha256');
+      let total = 0;
+      // The piece that reaches the size is held back until the whole is verified.
+      let last: Buffer | null = null;
+      for (const piece of pieces) {
+        whole.update(piece);
+        total += piece.length;
+        if (total >= size) {
+          last = piece;
+          break;
+        }
+        yield piece;
+      }
+      const actual = whole.digest('hex');
+      if (actual !== sha256 || total !== size || last === null) throw tampered(deps, sha256, actual);
+      yield last;
+    })(),
+  };
+}
+
 /** Chunk size of the remembered digests: a page re-hashes at most its own bytes plus two chunks. */
 export const CHUNK_BYTES = 256 * 1024;
 /** Blobs remembered at most (least recently read first out): 256 digests of 64 MiB blobs take ~4 MiB. */

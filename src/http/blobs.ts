@@ -2,7 +2,7 @@ import { createHash, randomUUID } from 'node:crypto';
 import { closeSync, createWriteStream, mkdirSync, openSync, readSync, rmSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
 import { join } from 'node:path';
-import { Transform } from 'node:stream';
+import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
@@ -20,7 +20,8 @@ import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
  *   GET /api/v1/executions/{execution_id}/inputs/{sha256}
  *                                       a worker fetches an input of one of its own executions, with its
  *                                       worker token (auth.ts lets worker tokens in here and nowhere else
- *                                       but the WSS endpoint).
+ *                                       but the WSS endpoint). Streamed a store chunk at a time, hashed
+ *                                       as it goes; a blob that does not match is cut off.
  *
  * An upload is streamed, never buffered while it arrives (issue 21, item 4). Before a byte of the body
  * is read the route checks, in order: the digest's form, the role, `Content-Length` (required; over
@@ -194,8 +195,25 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
     const workerId = principal.worker_id;
     if (!principal.roles.includes('worker') || !workerId)
       throw new BrokerError('FORBIDDEN', 'only worker tokens fetch execution inputs', 'Use get_input.');
-    const bytes = blobForExecution(deps, workerId, req.params.execution_id, req.params.sha256);
-    return reply.header('Content-Type', 'application/octet-stream').send(bytes);
+    const blob = blobForExecution(deps, workerId, req.params.execution_id, req.params.sha256);
+    // The first piece before the headers: a blob of one piece (up to a store chunk) that does not match
+    // is a plain 500 here, not a cut-off body. Then a store chunk per read (highWaterMark 1: the next is
+    // read only once the socket has taken the last), so a 1 GiB input holds a chunk of memory and the
+    // event loop turns between chunks.
+    const pieces = blob.pieces[Symbol.iterator]();
+    const first = pieces.next();
+    const body = Readable.from(
+      (function* () {
+        if (first.done) return;
+        yield first.value;
+        yield* { [Symbol.iterator]: () => pieces };
+      })(),
+      { objectMode: false, highWaterMark: 1 },
+    );
+    return reply
+      .header('Content-Type', 'application/octet-stream')
+      .header('Content-Length', String(blob.size))
+      .send(body);
   });
 }
 

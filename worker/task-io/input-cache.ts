@@ -1,11 +1,13 @@
-import { mkdir, readdir, readFile, rename, stat, unlink, utimes, writeFile } from 'node:fs/promises';
+import { randomUUID } from 'node:crypto';
+import { constants } from 'node:fs';
+import { chmod, copyFile, mkdir, readdir, rename, stat, unlink, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 
 /**
  * The worker's bounded cache of input blobs (issue 13): `<dataDir>/input-cache/<sha256>`, one file per
  * content, so a blob two tasks use is fetched once. Nothing here is trusted: the executor hashes what it
- * reads (inputs.ts) and removes an entry whose bytes do not match its name. Above `maxBytes`
+ * copies out of it (inputs.ts) and removes an entry whose bytes do not match its name. Above `maxBytes`
  * the least recently used entries go (a hit refreshes the file's mtime).
  */
 export class InputCache {
@@ -16,25 +18,30 @@ export class InputCache {
     private readonly clock: Clock = systemClock,
   ) {}
 
-  /** The cached bytes for `sha256` (unverified), or null. */
-  async read(sha256: string): Promise<Buffer | null> {
+  /** The path of the cached file for `sha256` (unverified: the caller hashes what it copies), or null. A hit refreshes its place in the LRU order. */
+  async lookup(sha256: string): Promise<string | null> {
     const path = join(this.dir, sha256);
     try {
-      const bytes = await readFile(path);
+      if (!(await stat(path)).isFile()) return null;
       const seconds = this.clock.now() / 1000;
       await utimes(path, seconds, seconds).catch(() => undefined);
-      return bytes;
+      return path;
     } catch {
       return null;
     }
   }
 
-  /** Stores verified bytes, then trims the cache to its bound. */
-  async write(sha256: string, bytes: Buffer): Promise<void> {
+  /** Copies the verified file `from` in as the entry for `sha256` (a kernel copy), then trims the cache. */
+  async add(sha256: string, from: string): Promise<void> {
     await mkdir(this.dir, { recursive: true, mode: 0o700 });
-    const tmp = join(this.dir, `.${sha256}.${process.pid}.tmp`);
-    await writeFile(tmp, bytes, { mode: 0o600 });
-    await rename(tmp, join(this.dir, sha256));
+    const tmp = join(this.dir, `.${sha256}.${process.pid}.${randomUUID()}.tmp`);
+    try {
+      await copyFile(from, tmp, constants.COPYFILE_EXCL);
+      await chmod(tmp, 0o600);
+      await rename(tmp, join(this.dir, sha256));
+    } finally {
+      await unlink(tmp).catch(() => undefined);
+    }
     await this.trim(sha256);
   }
 

@@ -1,5 +1,8 @@
+import { createWriteStream } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
+import { Transform } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
 import { workerInputPath } from '../../src/contracts/paths.js';
 
 /**
@@ -10,8 +13,12 @@ import { workerInputPath } from '../../src/contracts/paths.js';
  * (inputs.ts).
  */
 
-/** Fetches the bytes named `sha256` for `executionId`; rejects with a message on any failure. */
-export type FetchBlob = (executionId: string, sha256: string, maxBytes: number) => Promise<Buffer>;
+/**
+ * Fetches the bytes named `sha256` for `executionId` into the new file `into` (created O_EXCL, 0600),
+ * streamed: at most `maxBytes`; rejects with a message on any failure (the caller removes the file and
+ * hashes it either way).
+ */
+export type FetchBlob = (executionId: string, sha256: string, maxBytes: number, into: string) => Promise<void>;
 
 /** Where and how to fetch. */
 export interface BlobFetchOptions {
@@ -29,8 +36,8 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
   const base = opts.masterUrl
     .replace(/^ws(s?):\/\//, 'http$1://')
     .replace(/\/api\/v1\/workers\/connect$/, '');
-  return (executionId, sha256, maxBytes) =>
-    new Promise<Buffer>((resolve, reject) => {
+  return (executionId, sha256, maxBytes, into) =>
+    new Promise<void>((resolve, reject) => {
       const url = new URL(`${base.replace(/\/$/, '')}${workerInputPath(executionId, sha256)}`);
       const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
       const req = request(
@@ -42,28 +49,35 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
           ...(opts.ca === undefined ? {} : { ca: opts.ca }),
         },
         (res) => {
-          const chunks: Buffer[] = [];
-          let size = 0;
-          // A success may not exceed the declared size; an error answer is read up to a few KiB.
-          const limit = res.statusCode === 200 ? maxBytes : 4096;
-          res.on('data', (chunk: Buffer) => {
-            size += chunk.length;
-            if (size > limit) {
-              res.destroy();
-              reject(new Error(`the master sent more than the ${maxBytes} bytes the spec declares`));
-              return;
-            }
-            chunks.push(chunk);
-          });
-          res.on('end', () => {
-            const body = Buffer.concat(chunks);
-            if (res.statusCode === 200) resolve(body);
-            else
+          if (res.statusCode !== 200) {
+            // An error answer is read up to a few KiB, for its message.
+            const chunks: Buffer[] = [];
+            let size = 0;
+            res.on('data', (chunk: Buffer) => {
+              if (size < 4096) chunks.push(chunk);
+              size += chunk.length;
+            });
+            res.on('end', () =>
               reject(
-                new Error(`the master answered ${res.statusCode}: ${body.toString('utf8').slice(0, 500)}`),
-              );
+                new Error(
+                  `the master answered ${res.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`,
+                ),
+              ),
+            );
+            res.on('error', reject);
+            return;
+          }
+          // A success may not exceed the declared size; it streams into the file a piece at a time.
+          let size = 0;
+          const cap = new Transform({
+            transform(chunk: Buffer, _enc, done) {
+              size += chunk.length;
+              if (size > maxBytes)
+                done(new Error(`the master sent more than the ${maxBytes} bytes the spec declares`));
+              else done(null, chunk);
+            },
           });
-          res.on('error', reject);
+          pipeline(res, cap, createWriteStream(into, { flags: 'wx', mode: 0o600 })).then(resolve, reject);
         },
       );
       req.on('timeout', () => req.destroy(new Error('timed out')));

@@ -1,5 +1,6 @@
 import { createHash } from 'node:crypto';
-import { mkdir, writeFile } from 'node:fs/promises';
+import { constants, createReadStream } from 'node:fs';
+import { chmod, copyFile, mkdir, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { InputFile } from '../../src/contracts/task-spec.js';
 import type { InputCache } from './input-cache.js';
@@ -7,9 +8,15 @@ import type { FetchBlob } from './input-fetch.js';
 
 /**
  * Step 1b of an execution (issue 13): the spec's inputs, fetched by sha256 (from the cache, else from
- * the master), verified, and written under `dir` before the task starts. Every byte that lands in `dir`
- * has been hashed here and matched the sha256 the reviewer approved; a mismatch fails the execution with
- * SETUP_FAILED naming the file, and a damaged cache entry is removed so that the next run fetches again.
+ * the master), verified, and written under `dir` before the task starts. Every file that lands in `dir`
+ * is hashed there, after it landed, and must match the sha256 and size the reviewer approved; a mismatch
+ * fails the execution with SETUP_FAILED naming the file, and a damaged cache entry is removed so that
+ * the next run fetches again.
+ *
+ * Nothing is held whole in memory (issue 21): a fetch streams the master's body into the file, a cache
+ * hit is a kernel copy, and the hash reads the file back in stream-sized pieces, so a 1 GiB input costs
+ * the worker a buffer and lets its event loop turn between pieces. A blob named at several paths is
+ * fetched or copied from the cache once and copied from its first verified place after that.
  *
  * Layout: `dir/<path>` as the spec says, files 0444 (0555 when `executable`), directories 0755, all
  * owned by the worker. Paths are checked again here (the schema already refuses them): no absolute path,
@@ -30,7 +37,6 @@ export async function placeInputs(
   executionId: string,
   source: InputSource,
 ): Promise<string | null> {
-  const blobs = new Map<string, Buffer>();
   for (const input of inputs) {
     const segments = input.path.split('/');
     if (
@@ -38,44 +44,81 @@ export async function placeInputs(
       segments.some((s) => s === '' || s === '.' || s === '..' || s.includes('\\'))
     )
       return `input ${JSON.stringify(input.path)}: not a plain relative path`;
-    let bytes = blobs.get(input.sha256);
-    if (bytes === undefined) {
-      const got = await obtain(input, executionId, source);
-      if (typeof got === 'string') return got;
-      bytes = got;
-      blobs.set(input.sha256, bytes);
+  }
+  // The first verified place of each digest in `dir`.
+  const placed = new Map<string, string>();
+  for (const input of inputs) {
+    const dest = join(dir, input.path);
+    try {
+      await mkdir(dirname(dest), { recursive: true, mode: 0o755 });
+    } catch (err) {
+      return `input ${input.path}: cannot place it: ${messageOf(err)}`;
+    }
+    const problem = await placeOne(input, dest, placed.get(input.sha256), executionId, source);
+    if (problem !== null) {
+      await unlink(dest).catch(() => undefined);
+      return problem;
     }
     try {
-      await mkdir(dirname(join(dir, input.path)), { recursive: true, mode: 0o755 });
-      await writeFile(join(dir, input.path), bytes, { flag: 'wx', mode: input.executable ? 0o555 : 0o444 });
+      await chmod(dest, input.executable ? 0o555 : 0o444);
     } catch (err) {
-      return `input ${input.path}: cannot place it: ${err instanceof Error ? err.message : String(err)}`;
+      return `input ${input.path}: cannot place it: ${messageOf(err)}`;
     }
+    if (!placed.has(input.sha256)) placed.set(input.sha256, dest);
   }
   return null;
 }
 
-async function obtain(input: InputFile, executionId: string, source: InputSource): Promise<Buffer | string> {
-  const cached = await source.cache.read(input.sha256);
+/** `input`'s bytes into `dest` (created here, O_EXCL): copied from `verified`, the cache or the master. */
+async function placeOne(
+  input: InputFile,
+  dest: string,
+  verified: string | undefined,
+  executionId: string,
+  source: InputSource,
+): Promise<string | null> {
+  const copy = async (from: string): Promise<string | null> => {
+    try {
+      await copyFile(from, dest, constants.COPYFILE_EXCL);
+      return null;
+    } catch (err) {
+      return `input ${input.path}: cannot place it: ${messageOf(err)}`;
+    }
+  };
+  // Already placed and verified at another path of this execution.
+  if (verified !== undefined) return copy(verified);
+  const cached = await source.cache.lookup(input.sha256);
   if (cached !== null) {
-    const actual = sha256(cached);
-    if (actual === input.sha256 && cached.length === input.size) return cached;
+    const problem = await copy(cached);
+    if (problem !== null) return problem;
+    const got = await hashFile(dest);
+    if (got.sha256 === input.sha256 && got.size === input.size) return null;
     await source.cache.remove(input.sha256);
-    return `input ${input.path}: the worker's cached copy of sha256 ${input.sha256} has sha256 ${actual} (${cached.length} bytes); the cache was changed outside the worker, the entry is removed, the task did not run`;
+    return `input ${input.path}: the worker's cached copy of sha256 ${input.sha256} has sha256 ${got.sha256} (${got.size} bytes); the cache was changed outside the worker, the entry is removed, the task did not run`;
   }
-  let fetched: Buffer;
   try {
-    fetched = await source.fetch(executionId, input.sha256, input.size);
+    await source.fetch(executionId, input.sha256, input.size, dest);
   } catch (err) {
-    return `input ${input.path}: cannot fetch sha256 ${input.sha256} from the master: ${err instanceof Error ? err.message : String(err)}`;
+    return `input ${input.path}: cannot fetch sha256 ${input.sha256} from the master: ${messageOf(err)}`;
   }
-  const actual = sha256(fetched);
-  if (actual !== input.sha256 || fetched.length !== input.size)
-    return `input ${input.path}: the master sent ${fetched.length} bytes with sha256 ${actual}, the approved spec names ${input.sha256} (${input.size} bytes); the task did not run`;
-  await source.cache.write(input.sha256, fetched).catch(() => undefined);
-  return fetched;
+  const got = await hashFile(dest);
+  if (got.sha256 !== input.sha256 || got.size !== input.size)
+    return `input ${input.path}: the master sent ${got.size} bytes with sha256 ${got.sha256}, the approved spec names ${input.sha256} (${input.size} bytes); the task did not run`;
+  await source.cache.add(input.sha256, dest).catch(() => undefined);
+  return null;
 }
 
-function sha256(bytes: Buffer): string {
-  return createHash('sha256').update(bytes).digest('hex');
+/** sha256 and size of a file, read in stream-sized pieces. */
+async function hashFile(path: string): Promise<{ sha256: string; size: number }> {
+  const hash = createHash('sha256');
+  let size = 0;
+  for await (const piece of createReadStream(path)) {
+    hash.update(piece as Buffer);
+    size += (piece as Buffer).length;
+  }
+  return { sha256: hash.digest('hex'), size };
+}
+
+function messageOf(err: unknown): string {
+  return err instanceof Error ? err.message : String(err);
 }

@@ -5,7 +5,12 @@ import { GET_INPUT_UNTRUSTED } from '../../contracts/untrusted.js';
 import { sha256Hex } from '../../platform/digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { type ContentClassifier, verifiedBlob, verifiedPages } from '../verified-blob.js';
+import {
+  type ContentClassifier,
+  type StreamedBlob,
+  verifiedPages,
+  verifiedPieces,
+} from '../verified-blob.js';
 import { loadVisibleProposal } from './proposals.js';
 
 /**
@@ -276,14 +281,15 @@ export function textClassifier(): ContentClassifier {
 /**
  * The blob a worker fetches for one of its executions: the execution must be this worker's, not
  * finished, and its task's spec must name the digest, which its owner uploaded. Anything else is
- * NOT_FOUND (no existence leak).
+ * NOT_FOUND (no existence leak). Streamed in store chunks, hashed as they pass (verifiedPieces): the
+ * worker verifies the whole again, and a blob that does not match is cut off before its end.
  */
 export function blobForExecution(
   deps: BrokerDeps,
   workerId: string,
   executionId: string,
   sha256: string,
-): Buffer {
+): StreamedBlob {
   const e = deps.store.leases.execution(executionId);
   const task = e ? deps.store.tasks.get(e.task_id) : undefined;
   const named = task?.spec.inputs?.some((i) => i.sha256 === sha256) ?? false;
@@ -293,5 +299,5 @@ export function blobForExecution(
       `execution ${executionId} of ${workerId} names no input ${sha256} it may fetch now`,
       'A worker fetches the inputs of its own executions before they start.',
     );
-  return verifiedBlob(deps, task.owner_id, sha256);
+  return verifiedPieces(deps, task.owner_id, sha256);
 }

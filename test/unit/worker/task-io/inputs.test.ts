@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { lstatSync, readFileSync } from 'node:fs';
+import { existsSync, lstatSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { InputCache } from '../../../../worker/task-io/input-cache.js';
@@ -16,11 +16,11 @@ function source(blobs: Record<string, Buffer>, cacheBytes = 1 << 20) {
   return {
     fetched,
     cache,
-    fetch: async (_execution: string, digest: string) => {
+    fetch: async (_execution: string, digest: string, _max: number, into: string) => {
       fetched.push(digest);
       const b = blobs[digest];
       if (!b) throw new Error('404');
-      return b;
+      writeFileSync(into, b, { flag: 'wx', mode: 0o600 });
     },
   };
 }
@@ -54,7 +54,7 @@ describe('placeInputs', () => {
     expect(why).toMatch(
       /^input a\.py: the master sent \d+ bytes with sha256 [0-9a-f]{64}, the approved spec names/,
     );
-    expect(await src.cache.read(sha(code))).toBeNull();
+    expect(await src.cache.lookup(sha(code))).toBeNull();
   });
 
   it('refuses paths that escape, whatever reached the worker', async () => {
@@ -73,7 +73,33 @@ describe('placeInputs', () => {
     const src = source({ [sha(one)]: one, [sha(two)]: two }, 1000);
     await placeInputs([input('one.bin', one)], makeTempDir('exec'), 'e1', src);
     await placeInputs([input('two.bin', two)], makeTempDir('exec'), 'e2', src);
-    expect(await src.cache.read(sha(one))).toBeNull();
-    expect(await src.cache.read(sha(two))).toEqual(two);
+    expect(await src.cache.lookup(sha(one))).toBeNull();
+    expect(readFileSync((await src.cache.lookup(sha(two)))!)).toEqual(two);
+  });
+
+  it('a cached copy changed behind the worker is caught after it landed, removed, and nothing is left placed', async () => {
+    const src = source({ [sha(code)]: code });
+    await placeInputs([input('a.py')], makeTempDir('exec'), 'e1', src);
+    writeFileSync((await src.cache.lookup(sha(code)))!, 'print("evil")\n');
+    const dir = makeTempDir('exec');
+    expect(await placeInputs([input('a.py')], dir, 'e2', src)).toMatch(
+      /^input a\.py: the worker's cached copy of sha256 [0-9a-f]{64} has sha256 [0-9a-f]{64} \(14 bytes\); the cache was changed/,
+    );
+    expect(existsSync(join(dir, 'a.py'))).toBe(false);
+    expect(await src.cache.lookup(sha(code))).toBeNull();
+  });
+
+  it('a fetch that fails half way leaves no file behind', async () => {
+    const src = source({});
+    src.fetch = async (_e: string, _d: string, _m: number, into: string) => {
+      writeFileSync(into, 'half', { flag: 'wx' });
+      throw new Error('aborted');
+    };
+    const dir = makeTempDir('exec');
+    expect(await placeInputs([input('a.py')], dir, 'e1', src)).toMatch(
+      /^input a\.py: cannot fetch sha256 [0-9a-f]{64} from the master: aborted$/,
+    );
+    expect(existsSync(join(dir, 'a.py'))).toBe(false);
+    expect(await src.cache.lookup(sha(code))).toBeNull();
   });
 });
