@@ -60,19 +60,19 @@ function fixture(): Fixture {
   };
 }
 
-function oldPage(f: Fixture, sha256: string, offset: number): number {
+async function oldPage(f: Fixture, sha256: string, offset: number): Promise<number> {
   const content = verifiedBlob(f.deps, f.owner, sha256);
   const text = isText(content);
   const b = pageBounds(content, text, offset, PAGE);
   return content.subarray(b.offset, b.end).length;
 }
 
-function newPage(f: Fixture, sha256: string, offset: number): number {
-  const blob = verifiedPages(f.deps, f.owner, sha256, textClassifier);
+async function newPage(f: Fixture, sha256: string, offset: number): Promise<number> {
+  const blob = await verifiedPages(f.deps, f.owner, sha256, textClassifier);
   return blob.read(offset, Math.min(blob.size, offset + PAGE)).length;
 }
 
-function getInputRows(): OpResult[] {
+async function getInputRows(): Promise<OpResult[]> {
   const f = fixture();
   try {
     const content = randomBytes(64 * MIB);
@@ -88,7 +88,7 @@ function getInputRows(): OpResult[] {
       const started = performance.now();
       for (let i = 0; i < pages; i++) {
         const t = performance.now();
-        read(f, sha256, i * PAGE);
+        await read(f, sha256, i * PAGE);
         latencies.push(performance.now() - t);
       }
       const seconds = (performance.now() - started) / 1000;
@@ -225,5 +225,5 @@ function inUseCheckRows(): OpResult[] {
 export const storeUpkeepSection: BenchSection = {
   name: 'store-upkeep',
   description: 'get_input paging cost and blob GC event-loop blocking (issue 21)',
-  run: async () => [...getInputRows(), ...inUseCheckRows(), ...(await blobGcRows())],
+  run: async () => [...(await getInputRows()), ...inUseCheckRows(), ...(await blobGcRows())],
 };

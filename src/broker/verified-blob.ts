@@ -106,6 +106,8 @@ interface Verified {
 }
 
 const memo = new Map<string, Verified>();
+/** First reads under way, by the same key as memo. */
+const verifying = new Map<string, Promise<Verified>>();
 /** Most verified bytes kept in memory for paging (least recently read let go first). */
 let contentCacheBytes = 128 * 1024 * 1024;
 
@@ -141,17 +143,25 @@ export interface VerifiedPages {
  * digest and size, with the classifier's answer), each later read checked chunk by chunk. Errors as
  * verifiedBlob's.
  */
-export function verifiedPages(
+export async function verifiedPages(
   deps: BrokerDeps,
   ownerId: string,
   sha256: string,
   classify: () => ContentClassifier,
-): VerifiedPages {
+): Promise<VerifiedPages> {
   const size = deps.store.blobs.sizeUploadedBy(ownerId, sha256);
   if (size === undefined) throw notStored(sha256);
   const key = `${sha256}:${size}`;
   let known = memo.get(key);
-  if (known === undefined) known = verifyStreaming(deps, ownerId, sha256, size, classify());
+  if (known === undefined) {
+    // One verification per blob at a time: a second first page waits for the one under way.
+    let pending = verifying.get(key);
+    if (pending === undefined) {
+      pending = verifyStreaming(deps, ownerId, sha256, size, classify()).finally(() => verifying.delete(key));
+      verifying.set(key, pending);
+    }
+    known = await pending;
+  }
   memo.delete(key);
   memo.set(key, known);
   if (memo.size > MEMO_MAX) memo.delete(memo.keys().next().value!);
@@ -188,15 +198,17 @@ export function verifiedPages(
 /**
  * The first read of a blob for paging: its pieces (inline content, or chunk by chunk) hashed whole, cut
  * into CHUNK_BYTES digests and classified as they go by; the bytes are kept only when they fit the
- * content cache. A blob whose bytes do not add up to its digest and size is refused (INTERNAL).
+ * content cache. A blob whose bytes do not add up to its digest and size is refused (INTERNAL). The
+ * event loop turns after each store chunk (a few ms of hashing), so a reviewer's first page of a 1 GiB
+ * input does not stop everyone else's requests for the seconds its hash takes (issue 21, item 3).
  */
-function verifyStreaming(
+async function verifyStreaming(
   deps: BrokerDeps,
   ownerId: string,
   sha256: string,
   size: number,
   classifier: ContentClassifier,
-): Verified {
+): Promise<Verified> {
   const pieces = deps.store.blobs.piecesUploadedBy(ownerId, sha256);
   if (pieces === undefined) throw notStored(sha256);
   const whole = createHash('sha256');
@@ -205,7 +217,10 @@ function verifyStreaming(
   let inChunk = 0;
   let total = 0;
   const kept: Buffer[] | null = size <= contentCacheBytes ? [] : null;
+  let first = true;
   for (const piece of pieces) {
+    if (!first) await new Promise<void>((resolve) => setImmediate(resolve));
+    first = false;
     whole.update(piece);
     classifier.update(piece);
     kept?.push(piece);

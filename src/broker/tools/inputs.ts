@@ -171,7 +171,7 @@ export function putBlob(
 }
 
 /** get_input: one input of a revision, for reviewers and the proposal's owner. */
-export function getInput(
+export async function getInput(
   deps: BrokerDeps,
   principal: Principal,
   q: {
@@ -195,7 +195,7 @@ export function getInput(
     );
   // Only what the owner uploaded: a draft naming someone else's digest reads as not stored. Verified
   // whole once, then page by page (verified-blob.ts verifiedPages): paging is O(size) in all.
-  const blob = verifiedPages(deps, p.owner_id, input.sha256, textClassifier);
+  const blob = await verifiedPages(deps, p.owner_id, input.sha256, textClassifier);
   const { size, text } = blob;
   const maxBytes = q.max_bytes ?? MAX_GET_INPUT_BYTES;
   // pageBounds moves each end by at most 3 bytes (one UTF-8 character): a window that much wider does.

@@ -53,7 +53,7 @@ const count = (table: string) =>
   (f.deps.store.db.prepare(`SELECT count(*) AS n FROM ${table}`).get() as { n: number }).n;
 
 describe('a 1 GiB input, paged', () => {
-  it('is stored in chunks; every page is right and the whole never sits in memory', () => {
+  it('is stored in chunks; every page is right and the whole never sits in memory', async () => {
     expect(count('blob_chunks')).toBe(SIZE / BLOB_CHUNK_BYTES);
     global.gc?.();
     const before = process.memoryUsage().rss;
@@ -63,7 +63,7 @@ describe('a 1 GiB input, paged', () => {
     let pages = 0;
     while (offset < SIZE) {
       // As get_input does: the blob, then a window a little wider than the page.
-      const blob = verifiedPages(f.deps, owner, sha256, textClassifier);
+      const blob = await verifiedPages(f.deps, owner, sha256, textClassifier);
       expect(blob.size).toBe(SIZE);
       const windowStart = Math.max(0, offset - 3);
       const window = blob.read(windowStart, Math.min(SIZE, offset + MAX_GET_INPUT_BYTES + 3));
@@ -80,8 +80,8 @@ describe('a 1 GiB input, paged', () => {
     expect(peak - before).toBeLessThan(384 * MIB);
   }, 300_000);
 
-  it('a chunk changed after the first page is refused, never served', () => {
-    const blob = verifiedPages(f.deps, owner, sha256, textClassifier);
+  it('a chunk changed after the first page is refused, never served', async () => {
+    const blob = await verifiedPages(f.deps, owner, sha256, textClassifier);
     const at = 700 * MIB;
     expect(blob.read(at, at + 10).toString()).toBe('MiB 700 of');
     const bad = Buffer.alloc(BLOB_CHUNK_BYTES);
