@@ -88,6 +88,7 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
   registerBlobRoutes(app, deps, {
     uploadDir: opts.uploadDir ?? join(tmpdir(), `gpu-broker-uploads-${randomUUID()}`),
     maxUploadsPerPrincipal: limits.max_uploads_per_principal,
+    uploadBytesPerSecond: limits.upload_bytes_per_second_per_principal,
   });
   await opts.extend?.(app);
   return app;

@@ -10,6 +10,7 @@ import type { StorageReservation } from '../broker/ports.js';
 import { admitBlobUpload, blobForExecution, digestMismatch, putBlob } from '../broker/tools/inputs.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
+import { UploadPace } from './upload-pace.js';
 
 /**
  * The two byte routes of inputs (issue 13), beside the JSON REST mirror:
@@ -27,7 +28,9 @@ import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
  * is read the route checks, in order: the digest's form, the role, `Content-Length` (required; over
  * `policy.max_input_bytes` is 413), the principal's quota, the principal's uploads in flight
  * (`http.max_uploads_per_principal`, else 429 TOO_MANY_UPLOADS), and reserves disk space with the
- * storage guard. Then the body streams through a sha256 into a temporary file in the data dir
+ * storage guard. A principal's bodies together stream at most `http.upload_bytes_per_second_per_principal`
+ * (upload-pace.ts: past it a body is paused, not buffered), so one token's uploads take a bounded share
+ * of the event loop. Then the body streams through a sha256 into a temporary file in the data dir
  * (`<data-dir>/uploads/`); a wrong digest is refused (DIGEST_MISMATCH) having held one stream buffer
  * in memory. Only bytes that hash to their name are read back, in one synchronous step, into the store
  * (blobs live in SQLite: docs/decisions/0012-input-blobs-in-sqlite.md), so at most one verified
@@ -49,6 +52,8 @@ export interface BlobRouteOptions {
   uploadDir: string;
   /** Uploads one principal may have in flight. */
   maxUploadsPerPrincipal: number;
+  /** Body bytes per second one principal's uploads may take together (upload-pace.ts); 0: no bound. */
+  uploadBytesPerSecond: number;
 }
 
 /** Uploads in flight per principal: how many, and the bytes they declared. */
@@ -99,7 +104,12 @@ function declaredLength(req: FastifyRequest): number {
 const WRITE_RUN_BYTES = 256 * 1024;
 
 /** Streams `raw` into a new file at `path`, hashing it; throws unless exactly `declared` bytes came. */
-async function receive(raw: IncomingMessage, path: string, declared: number): Promise<string> {
+async function receive(
+  raw: IncomingMessage,
+  path: string,
+  declared: number,
+  pace: (bytes: number) => number,
+): Promise<string> {
   const hash = createHash('sha256');
   let received = 0;
   // A TLS socket hands the body over in pieces of at most one record (16 KiB); writing each to the file
@@ -119,8 +129,11 @@ async function receive(raw: IncomingMessage, path: string, declared: number): Pr
       received += chunk.length;
       run.push(chunk);
       runBytes += chunk.length;
-      if (runBytes >= WRITE_RUN_BYTES) done(null, takeRun());
-      else done();
+      const next = () => (runBytes >= WRITE_RUN_BYTES ? done(null, takeRun()) : done());
+      // Past the principal's byte rate: hold this piece, so the socket is not read meanwhile.
+      const wait = pace(chunk.length);
+      if (wait > 0) setTimeout(next, wait);
+      else next();
     },
     flush(done) {
       done(null, runBytes > 0 ? takeRun() : undefined);
@@ -149,6 +162,7 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
   rmSync(opts.uploadDir, { recursive: true, force: true });
   mkdirSync(opts.uploadDir, { recursive: true, mode: 0o700 });
   const slots = new UploadSlots(opts.maxUploadsPerPrincipal);
+  const pace = new UploadPace(opts.uploadBytesPerSecond);
   // In its own scope: the body is left unread for the handler, whatever its content type.
   void app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
@@ -176,7 +190,9 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
       let written = 0;
       try {
         reservation = deps.storage?.reserve('input upload', declared * UPLOAD_DISK_FACTOR);
-        const actual = await receive(req.raw, tmp, declared);
+        const actual = await receive(req.raw, tmp, declared, (bytes) =>
+          pace.take(principal.id, bytes, deps.clock.now()),
+        );
         if (actual !== sha256) throw digestMismatch(sha256, actual);
         const result = deps.store.transaction(() =>
           putBlob(deps, principal, sha256, actual, { size: declared, pieces: () => filePieces(tmp) }),
@@ -187,6 +203,7 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
         rmSync(tmp, { force: true });
         reservation?.release(written);
         release();
+        pace.sweep(deps.clock.now());
       }
     });
   });

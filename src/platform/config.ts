@@ -136,26 +136,47 @@ export const AuditConfigSchema = z.strictObject({
  * `body_timeout_ms` and, past that first `body_timeout_ms`, must average `min_body_bytes_per_second`,
  * else the connection is cut; `request_timeout_ms` bounds receiving a whole request (0: no bound).
  */
-export const HttpConfigSchema = z.strictObject({
-  headers_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
-  body_timeout_ms: z.number().int().min(100).max(3_600_000).default(30_000),
-  min_body_bytes_per_second: z
-    .number()
-    .int()
-    .min(0)
-    .default(64 * 1024),
-  request_timeout_ms: z.number().int().min(0).max(86_400_000).default(7_200_000),
-  /** How long an idle keep-alive connection stays open. */
-  keep_alive_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
-  /** Open connections from one peer address; more are closed when accepted. */
-  max_connections_per_peer: z.number().int().min(1).max(1_000_000).default(256),
-  /** Open connections in all (0: no bound beyond the descriptor limit). */
-  max_connections: z.number().int().min(0).max(10_000_000).default(8192),
-  /** Uploads (`PUT /api/v1/blobs`) one principal may have in flight. */
-  max_uploads_per_principal: z.number().int().min(1).max(1024).default(4),
-  /** Raise the soft RLIMIT_NOFILE to the hard limit at start (with util-linux `prlimit`). */
-  raise_nofile: z.boolean().default(true),
-});
+export const HttpConfigSchema = z
+  .strictObject({
+    headers_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
+    body_timeout_ms: z.number().int().min(100).max(3_600_000).default(30_000),
+    min_body_bytes_per_second: z
+      .number()
+      .int()
+      .min(0)
+      .default(64 * 1024),
+    request_timeout_ms: z.number().int().min(0).max(86_400_000).default(7_200_000),
+    /** How long an idle keep-alive connection stays open. */
+    keep_alive_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
+    /** Open connections from one peer address; more are closed when accepted. */
+    max_connections_per_peer: z.number().int().min(1).max(1_000_000).default(256),
+    /** Open connections in all (0: no bound beyond the descriptor limit). */
+    max_connections: z.number().int().min(0).max(10_000_000).default(8192),
+    /** Uploads (`PUT /api/v1/blobs`) one principal may have in flight. */
+    max_uploads_per_principal: z.number().int().min(1).max(1024).default(4),
+    /**
+     * Body bytes per second one principal's uploads may stream together; past it a body is paused (0: no
+     * bound). Keep it at least max_uploads_per_principal × min_body_bytes_per_second.
+     */
+    upload_bytes_per_second_per_principal: z
+      .number()
+      .int()
+      .min(0)
+      .default(64 * 1024 * 1024),
+    /** Raise the soft RLIMIT_NOFILE to the hard limit at start (with util-linux `prlimit`). */
+    raise_nofile: z.boolean().default(true),
+  })
+  .superRefine((h, ctx) => {
+    // Paced below the minimum body rate, a principal's uploads in flight would be cut as too slow.
+    const rate = h.upload_bytes_per_second_per_principal;
+    const needed = h.max_uploads_per_principal * h.min_body_bytes_per_second;
+    if (rate > 0 && rate < needed)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['upload_bytes_per_second_per_principal'],
+        message: `must be 0 or at least max_uploads_per_principal × min_body_bytes_per_second (${needed}): a principal's uploads share it, and each must keep the minimum rate`,
+      });
+  });
 
 /**
  * Per-principal caps on proposals and revisions (issue 21, item 6; docs/operations.md "Quotas and

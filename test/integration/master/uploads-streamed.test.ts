@@ -28,7 +28,8 @@ beforeAll(async () => {
       tls: { mode: 'off' },
       policy: { max_input_bytes: 256 * MiB, input_quota_bytes: 210 * MiB },
       storage: { min_free_bytes: 100 * MiB, warn_free_bytes: 100 * MiB, check_interval_ms: 3_600_000 },
-      http: { max_uploads_per_principal: 4 },
+      // Unpaced here (the RSS case streams 1.6 GiB); pacing has its own master below.
+      http: { max_uploads_per_principal: 4, upload_bytes_per_second_per_principal: 0 },
     },
     statfs: async () => ({ free_bytes: free, total_bytes: 200 * GiB }),
   });
@@ -318,4 +319,32 @@ describe('storage reserved, not sampled', () => {
     free = 100 * GiB;
     await m.master.storage.check();
   });
+});
+
+describe('a principal’s uploads are paced to its byte rate (http.upload_bytes_per_second_per_principal)', () => {
+  it('a body past the rate is slowed, not refused or buffered: stored exactly, no sooner than the rate allows', async () => {
+    // 1 MiB/s: a 3 MiB body has 1 MiB of burst, then owes 2 MiB, i.e. at least ~2 s at the rate.
+    const paced = await startTestMaster({
+      config: {
+        tls: { mode: 'off' },
+        policy: { max_input_bytes: 64 * MiB, input_quota_bytes: 64 * MiB },
+        http: { max_uploads_per_principal: 4, upload_bytes_per_second_per_principal: MiB },
+      },
+    });
+    const outer = m;
+    try {
+      m = paced;
+      const total = 3 * MiB;
+      const started = Date.now();
+      const r = await streamUpload(paced.createToken('pat', ['submitter']), patternDigest(total), total);
+      const took = Date.now() - started;
+      expect(r).toMatchObject({ status: 200, body: { size: total, stored: true } });
+      expect(paced.store.blobs.meta(patternDigest(total))?.size).toBe(total);
+      // A lower bound (the limiter's arithmetic), never an upper one: a slow machine only adds to it.
+      expect(took).toBeGreaterThanOrEqual(1500);
+    } finally {
+      m = outer;
+      await paced.close();
+    }
+  }, 30_000);
 });
