@@ -4,8 +4,10 @@ import type { TaskSpecInput } from '../../src/contracts/task-spec.js';
 import type { TaskView } from '../../src/contracts/views.js';
 import type { MasterConfigInput } from '../../src/platform/config.js';
 import type { Store } from '../../src/store/store.js';
+import type { TestMaster } from './master.js';
 import { callTool, expectOk } from './mcp.js';
 import { ALLOWED_EXECUTABLE, validSpec } from './spec.js';
+import { waitFor } from './wait.js';
 
 /**
  * Helpers for cluster tests (a master with real workers): short timings, approving a task through
@@ -154,4 +156,15 @@ export function watchLeaseCards(store: Store, notifier: Notifier): LeaseWatch {
   const off = notifier.onAny(check);
   check();
   return { checks: () => checks, violations, peak: () => peak, stop: off };
+}
+
+/** Waits until the master lists `count` AVAILABLE cards (the test's workers have connected and sampled). */
+export async function waitForAvailableCards(m: TestMaster, count: number, what: string): Promise<void> {
+  await waitFor(
+    () =>
+      m.deps.cluster.fleet
+        .listCards(m.store, Date.now(), { sample_interval_ms: CLUSTER_TIMING.sample_interval_ms })
+        .filter((c) => c.state === 'AVAILABLE').length === count,
+    { what },
+  );
 }

@@ -1,13 +1,17 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { Finding } from '../../../src/domain/policy.js';
-import { approveTask, clusterConfig, waitUntilSettled } from '../../support/cluster.js';
+import {
+  approveTask,
+  clusterConfig,
+  waitForAvailableCards,
+  waitUntilSettled,
+} from '../../support/cluster.js';
 import type { TestImage } from '../../support/container-image.js';
 import { testImage } from '../../support/container-image.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
-import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
@@ -31,13 +35,7 @@ beforeAll(async () => {
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   w = await startWorkerOn(m, 'gpu-containers', { simCards: 8, containerEngine: 'auto' });
-  await waitFor(
-    () =>
-      m.deps.cluster.fleet
-        .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
-        .filter((c) => c.state === 'AVAILABLE').length === 8,
-    { what: 'eight available cards on gpu-containers' },
-  );
+  await waitForAvailableCards(m, 8, 'eight available cards on gpu-containers');
 }, 60_000);
 
 afterAll(async () => {

@@ -7,12 +7,12 @@ import {
   clusterConfig,
   type LeaseWatch,
   shellSpec,
+  waitForAvailableCards,
   waitUntilSettled,
   watchLeaseCards,
 } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
@@ -51,13 +51,7 @@ beforeAll(async () => {
     processes: [{ pid: 4242, name: 'python', used_memory_mib: 40000 }],
   });
   w = await startWorkerOn(m, 'gpu-e2e', { sampler });
-  await waitFor(
-    () =>
-      m.deps.cluster.fleet
-        .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
-        .filter((c) => c.state === 'AVAILABLE').length === 3,
-    { what: 'three available cards on gpu-e2e' },
-  );
+  await waitForAvailableCards(m, 3, 'three available cards on gpu-e2e');
 });
 
 afterAll(async () => {

@@ -1,11 +1,15 @@
 import { execFileSync } from 'node:child_process';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { approveTask, clusterConfig, waitUntilSettled } from '../../support/cluster.js';
+import {
+  approveTask,
+  clusterConfig,
+  waitForAvailableCards,
+  waitUntilSettled,
+} from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
-import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
@@ -54,13 +58,7 @@ beforeAll(async () => {
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   w = await startWorkerOn(m, 'gpu-isolated-python', { hiddenPaths: [m.dataDir] });
-  await waitFor(
-    () =>
-      m.deps.cluster.fleet
-        .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
-        .filter((c) => c.state === 'AVAILABLE').length === 4,
-    { what: 'four available cards' },
-  );
+  await waitForAvailableCards(m, 4, 'four available cards');
 }, 60_000);
 
 afterAll(async () => {

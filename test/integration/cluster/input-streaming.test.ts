@@ -2,10 +2,15 @@ import { createHash, randomBytes } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { BLOB_CHUNK_BYTES } from '../../../src/store/blobs-repo.js';
-import { approveTask, clusterConfig, shellSpec, waitUntilSettled } from '../../support/cluster.js';
+import {
+  approveTask,
+  clusterConfig,
+  shellSpec,
+  waitForAvailableCards,
+  waitUntilSettled,
+} from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
@@ -48,13 +53,7 @@ beforeAll(async () => {
   alice = await m.mcpClient(aliceToken);
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   w = await startWorkerOn(m, 'gpu-stream', { hiddenPaths: [m.dataDir] });
-  await waitFor(
-    () =>
-      m.deps.cluster.fleet
-        .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
-        .filter((c) => c.state === 'AVAILABLE').length === 4,
-    { what: 'four available cards on gpu-stream' },
-  );
+  await waitForAvailableCards(m, 4, 'four available cards on gpu-stream');
 }, 60_000);
 
 afterAll(async () => {

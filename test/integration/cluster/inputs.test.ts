@@ -6,7 +6,14 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
-import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
+import {
+  approveTask,
+  clusterConfig,
+  getTask,
+  shellSpec,
+  waitForAvailableCards,
+  waitUntilSettled,
+} from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';
 import type { UploadResult } from '../../support/proposals.js';
@@ -128,13 +135,7 @@ beforeAll(async () => {
       { name: 'other', host_path: other, read_only: true },
     ],
   });
-  await waitFor(
-    () =>
-      m.deps.cluster.fleet
-        .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
-        .filter((c) => c.state === 'AVAILABLE').length === 4,
-    { what: 'four available cards on gpu-inputs' },
-  );
+  await waitForAvailableCards(m, 4, 'four available cards on gpu-inputs');
 }, 60_000);
 
 afterAll(async () => {
