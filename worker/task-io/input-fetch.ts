@@ -18,7 +18,12 @@ import { workerInputPath } from '../../src/contracts/paths.js';
  * streamed: at most `maxBytes`; rejects with a message on any failure (the caller removes the file and
  * hashes it either way).
  */
-export type FetchBlob = (executionId: string, sha256: string, maxBytes: number, into: string) => Promise<void>;
+export type FetchBlob = (
+  executionId: string,
+  sha256: string,
+  maxBytes: number,
+  into: string,
+) => Promise<void>;
 
 /** Where and how to fetch. */
 export interface BlobFetchOptions {
