@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import type { Readable, Writable } from 'node:stream';
 import { parseArgs } from 'node:util';
 import { helpText } from '../src/platform/args.js';
-import { createCaTrustingFetch } from '../src/platform/ca-fetch.js';
+import { createCaTrustingFetch, withSessionSignals } from '../src/platform/ca-fetch.js';
 import { packageRoot } from '../src/platform/package-root.js';
 import { runStdioBridge } from './stdio-bridge.js';
 import { MCP_STDIO } from './stdio-bridge-spec.js';
@@ -145,7 +145,7 @@ export async function runStdioBridgeCommand(argv: string[], io: StdioBridgeComma
       stdout: io.stdout,
       log,
       version: await packageVersion(),
-      ...(trusting ? { fetch: trusting.fetch } : {}),
+      fetch: trusting ? trusting.fetch : withSessionSignals(globalThis.fetch),
       ...(io.stopSignal ? { stop: io.stopSignal } : {}),
     });
     return 0;

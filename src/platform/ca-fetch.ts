@@ -1,3 +1,4 @@
+import { setMaxListeners } from 'node:events';
 import { Agent, fetch as undiciFetch } from 'undici';
 
 /*
@@ -37,5 +38,25 @@ export function createCaTrustingFetch(caPem: string): CaTrustingFetch {
       input as never,
       { ...(init as object), dispatcher: agent } as never,
     )) as unknown as typeof globalThis.fetch;
-  return { fetch: trustingFetch, close: () => agent.close() };
+  return { fetch: withSessionSignals(trustingFetch), close: () => agent.close() };
+}
+
+/**
+ * `base`, except that a signal passed with many requests may hold any number of listeners. The MCP SDK's
+ * client transport passes one AbortSignal (its session's) to every request; undici's fetch adds an
+ * `abort` listener to it per request and removes it only when that request is garbage-collected, and
+ * warns (MaxListenersExceededWarning, on stderr) once 1,500 are waiting: after ~1,500 tool calls of a
+ * long-lived stdio bridge, or of any client. The listeners are freed with their requests, so the warning
+ * says nothing; lifting the limit on such a signal keeps it off a user's MCP log.
+ */
+export function withSessionSignals(base: typeof globalThis.fetch): typeof globalThis.fetch {
+  const lifted = new WeakSet<AbortSignal>();
+  return (input, init) => {
+    const signal = init?.signal;
+    if (signal && !lifted.has(signal)) {
+      lifted.add(signal);
+      setMaxListeners(0, signal);
+    }
+    return base(input, init);
+  };
 }
