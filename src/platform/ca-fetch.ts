@@ -42,21 +42,59 @@ export function createCaTrustingFetch(caPem: string): CaTrustingFetch {
 }
 
 /**
- * `base`, except that a signal passed with many requests may hold any number of listeners. The MCP SDK's
- * client transport passes one AbortSignal (its session's) to every request; undici's fetch adds an
- * `abort` listener to it per request and removes it only when that request is garbage-collected, and
- * warns (MaxListenersExceededWarning, on stderr) once 1,500 are waiting: after ~1,500 tool calls of a
- * long-lived stdio bridge, or of any client. The listeners are freed with their requests, so the warning
- * says nothing; lifting the limit on such a signal keeps it off a user's MCP log.
+ * `base`, except that a signal passed with many requests never collects a listener per request. The MCP
+ * SDK's client transport passes its session's one AbortSignal to every request; undici's fetch adds an
+ * `abort` listener to it per request that only garbage collection removes, and warns
+ * (MaxListenersExceededWarning, on stderr) once 1,500 are waiting: after ~1,500 tool calls of a
+ * long-lived stdio bridge. (Raising the signal's limit does not hold: undici sets it back to 1,500 once
+ * it sees 10 listeners; `AbortSignal.any` retains every dependent signal on Node 20.) So each request
+ * gets its own controller, aborted when the shared signal aborts, and linked to it only until its
+ * response body has been read to the end, failed or been cancelled.
  */
 export function withSessionSignals(base: typeof globalThis.fetch): typeof globalThis.fetch {
   const lifted = new WeakSet<AbortSignal>();
-  return (input, init) => {
-    const signal = init?.signal;
-    if (signal && !lifted.has(signal)) {
-      lifted.add(signal);
-      setMaxListeners(0, signal);
+  return async (input, init) => {
+    const shared = init?.signal;
+    if (!shared || shared.aborted) return base(input, init);
+    // Our own links: one per request in flight (an SSE stream and a few calls), so no warning at 10.
+    if (!lifted.has(shared)) {
+      lifted.add(shared);
+      setMaxListeners(0, shared);
     }
-    return base(input, init);
+    const own = new AbortController();
+    const onAbort = () => own.abort(shared.reason);
+    shared.addEventListener('abort', onAbort, { once: true });
+    const unlink = () => shared.removeEventListener('abort', onAbort);
+    let res: Response;
+    try {
+      res = await base(input, { ...init, signal: own.signal });
+    } catch (err) {
+      unlink();
+      throw err;
+    }
+    if (res.body === null) {
+      unlink();
+      return res;
+    }
+    const reader = res.body.getReader();
+    const body = new ReadableStream<Uint8Array>({
+      async pull(controller) {
+        try {
+          const { done, value } = await reader.read();
+          if (done) {
+            unlink();
+            controller.close();
+          } else controller.enqueue(value);
+        } catch (err) {
+          unlink();
+          controller.error(err);
+        }
+      },
+      cancel(reason) {
+        unlink();
+        return reader.cancel(reason);
+      },
+    });
+    return new Response(body, { status: res.status, statusText: res.statusText, headers: res.headers });
   };
 }
