@@ -63,12 +63,14 @@ function openWorkerStore(opts: WorkerOptions, log: Logger, clock: Clock): LocalS
 
 /** Where tasks' inputs come from: the local cache, filled from the master's blob route. */
 function taskInputs(opts: WorkerOptions, clock: Clock): InputSource {
+  const cache = new InputCache(
+    join(opts.dataDir, 'input-cache'),
+    opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
+    clock,
+  );
+  cache.removeLeftovers();
   return {
-    cache: new InputCache(
-      join(opts.dataDir, 'input-cache'),
-      opts.inputCacheBytes ?? DEFAULT_INPUT_CACHE_BYTES,
-      clock,
-    ),
+    cache,
     fetch: httpsBlobFetcher({
       masterUrl: opts.masterUrl,
       token: opts.token,

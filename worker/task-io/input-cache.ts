@@ -1,5 +1,5 @@
 import { randomUUID } from 'node:crypto';
-import { constants } from 'node:fs';
+import { constants, readdirSync, rmSync } from 'node:fs';
 import { chmod, copyFile, mkdir, readdir, rename, stat, unlink, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
@@ -43,6 +43,21 @@ export class InputCache {
       await unlink(tmp).catch(() => undefined);
     }
     await this.trim(sha256);
+  }
+
+  /**
+   * Removes the temporary files of copies that never completed (`add` renames each into place; a worker
+   * that stopped mid-copy leaves one behind). For the worker's start, before any task runs.
+   */
+  removeLeftovers(): void {
+    let names: string[];
+    try {
+      names = readdirSync(this.dir);
+    } catch {
+      return;
+    }
+    for (const name of names)
+      if (/^\.[0-9a-f]{64}\..*\.tmp$/.test(name)) rmSync(join(this.dir, name), { force: true });
   }
 
   /** Removes one entry (a damaged one). */

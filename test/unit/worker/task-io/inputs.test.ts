@@ -102,4 +102,18 @@ describe('placeInputs', () => {
     expect(existsSync(join(dir, 'a.py'))).toBe(false);
     expect(await src.cache.lookup(sha(code))).toBeNull();
   });
+
+  it('removes the temporary files of copies a stopped worker left, and nothing else', async () => {
+    const src = source({ [sha(code)]: code });
+    await placeInputs([input('a.py')], makeTempDir('exec'), 'e1', src);
+    const dir = src.cache.dir;
+    const leftover = join(dir, `.${sha(code)}.123.0b3e5f2a-1c2d-4e5f-8a9b-0c1d2e3f4a5b.tmp`);
+    writeFileSync(leftover, 'half a copy');
+    const stranger = join(dir, 'notes.txt');
+    writeFileSync(stranger, 'not ours to judge');
+    src.cache.removeLeftovers();
+    expect(existsSync(leftover)).toBe(false);
+    expect(existsSync(stranger)).toBe(true);
+    expect(await src.cache.lookup(sha(code))).not.toBeNull();
+  });
 });
