@@ -192,6 +192,10 @@ export const QuotasConfigSchema = z.strictObject({
     .min(0)
     .nullable()
     .default(512 * 1024 * 1024),
+  /** get_revision calls of one reader computed at once (ADR 0035); its further calls wait in its queue. */
+  diff_calls_per_reader: z.number().int().min(1).max(64).default(2),
+  /** get_revision calls of one reader that may wait for a place; past it UNAVAILABLE (retryable). */
+  diff_queued_per_reader: z.number().int().min(0).max(1024).default(8),
 });
 
 /**

@@ -67,11 +67,16 @@ export function brokerTools(): BoundTool[] {
     bindTool(I.uploadInputsTool, ({ deps, principal }, i) => uploadInputs(deps, principal, i.files)),
     bindTool(I.getInputTool, ({ deps, principal }, i) => getInput(deps, principal, i)),
     bindTool(P.listReviewQueueTool, ({ deps, principal }, i) => listReviewQueue(deps, principal, i)),
-    bindTool(P.getRevisionTool, ({ deps, principal }, i) =>
-      getRevision(deps, principal, i.proposal_id, i.revision_id, i.diff_lines, {
-        path: i.diff_path,
-        offset: i.diff_offset,
-      }),
+    bindTool(P.getRevisionTool, ({ deps, principal, signal }, i) =>
+      getRevision(
+        deps,
+        principal,
+        i.proposal_id,
+        i.revision_id,
+        i.diff_lines,
+        { path: i.diff_path, offset: i.diff_offset },
+        signal,
+      ),
     ),
     bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
     bindTool(A.getReviewPromptTool, ({ deps, principal }, i) => getReviewPrompt(deps, principal, i)),

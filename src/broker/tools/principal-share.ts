@@ -35,9 +35,12 @@ export class PrincipalShare {
 
   /**
    * Runs `work` in `principalId`'s lane: at once when it has a free place, else after the calls queued
-   * before it; refused when its queue is full. The place is given back however `work` ends.
+   * before it; refused when its queue is full. The place is given back however `work` ends. A call
+   * whose `signal` aborts while it waits (its client went away) leaves the queue without running:
+   * nobody would read its answer.
    */
-  async run<T>(principalId: string, work: () => Promise<T>): Promise<T> {
+  async run<T>(principalId: string, work: () => Promise<T>, signal?: AbortSignal): Promise<T> {
+    if (signal?.aborted) throw gone(this.what);
     const lane = this.lanes.get(principalId) ?? { running: 0, peakRunning: 0, waiting: [] };
     this.lanes.set(principalId, lane);
     if (lane.running >= this.perPrincipal) {
@@ -49,7 +52,19 @@ export class PrincipalShare {
           { running: lane.running, queued: lane.waiting.length },
         );
       // The place is handed over by the call that leaves (`running` stays counted for us).
-      await new Promise<void>((resolve) => lane.waiting.push(resolve));
+      await new Promise<void>((resolve, reject) => {
+        const take = () => {
+          signal?.removeEventListener('abort', leave);
+          resolve();
+        };
+        const leave = () => {
+          const at = lane.waiting.indexOf(take);
+          if (at >= 0) lane.waiting.splice(at, 1);
+          reject(gone(this.what));
+        };
+        lane.waiting.push(take);
+        signal?.addEventListener('abort', leave, { once: true });
+      });
     } else {
       lane.running++;
     }
@@ -76,4 +91,14 @@ export class PrincipalShare {
       ? { running: lane.running, queued: lane.waiting.length, peakRunning: lane.peakRunning }
       : { running: 0, queued: 0, peakRunning: 0 };
   }
+}
+
+/** A waiting call whose client went away. */
+function gone(what: string): BrokerError {
+  // The client is gone, so the code is for the logs: UNAVAILABLE, retryable, nothing done.
+  return new BrokerError(
+    'UNAVAILABLE',
+    `the ${what} call was abandoned by its client while it waited for its turn`,
+    'Nothing ran; send it again if you still want the answer.',
+  );
 }

@@ -72,6 +72,7 @@ export async function getRevision(
   revisionId: string,
   diffLines = DEFAULT_DIFF_LINES,
   diffPage: { path?: string | undefined; offset?: number | undefined } = {},
+  signal?: AbortSignal,
 ) {
   const p = loadVisibleProposal(deps, principal, proposalId);
   const r = deps.store.proposals.revision(revisionId);
@@ -86,8 +87,12 @@ export async function getRevision(
   // Read before the diff yields to the event loop: the rest of the answer is from one moment.
   const reviews = deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv));
   // The reader's own lane (issue 21): its concurrent calls beyond its share wait behind each other.
-  const inputChanges = await diffShareOf(deps).run(principal.id, () =>
-    diffInputs(deps, p.owner_id, baseRevision?.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage),
+  // A call still waiting when its client goes away leaves the queue without running.
+  const inputChanges = await diffShareOf(deps).run(
+    principal.id,
+    () =>
+      diffInputs(deps, p.owner_id, baseRevision?.spec.inputs ?? [], r.spec.inputs ?? [], diffLines, diffPage),
+    signal,
   );
   return {
     proposal_id: p.id,

@@ -66,21 +66,18 @@ function memoOf(deps: BrokerDeps): DiffMemo {
   return memo;
 }
 
-/**
- * get_revision's per-principal share (issue 21): at most this many of one reader's diffs run at once;
- * its further calls wait in its own queue, at most DIFF_QUEUED_PER_READER of them, so one reader's
- * flood of concurrent calls interleaves at most this many diff loops with everyone else's requests.
- */
-export const DIFF_CALLS_PER_READER = 2;
-/** Calls of one reader that may wait for a place; past it get_revision answers UNAVAILABLE. */
-export const DIFF_QUEUED_PER_READER = 8;
-
 const shares = new WeakMap<object, PrincipalShare>();
-/** The master's get_revision share (one per store, as the memo). */
+/**
+ * The master's get_revision share (issue 21; one per store, as the memo): at most
+ * `quotas.diff_calls_per_reader` of one reader's diffs run at once, at most
+ * `quotas.diff_queued_per_reader` more wait in its own queue, past that get_revision answers
+ * UNAVAILABLE; so one reader's flood interleaves only a few diff loops with everyone else's requests.
+ */
 export function diffShareOf(deps: BrokerDeps): PrincipalShare {
   let share = shares.get(deps.store);
   if (!share) {
-    share = new PrincipalShare('get_revision', DIFF_CALLS_PER_READER, DIFF_QUEUED_PER_READER);
+    const q = deps.config.quotas;
+    share = new PrincipalShare('get_revision', q.diff_calls_per_reader, q.diff_queued_per_reader);
     shares.set(deps.store, share);
   }
   return share;

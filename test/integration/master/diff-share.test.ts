@@ -1,11 +1,8 @@
 import { createHash } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import {
-  DIFF_CALLS_PER_READER,
-  DIFF_QUEUED_PER_READER,
-  diffShareOf,
-} from '../../../src/broker/tools/revision-diff.js';
+import { diffShareOf } from '../../../src/broker/tools/revision-diff.js';
+import { QuotasConfigSchema } from '../../../src/platform/config.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
@@ -13,7 +10,7 @@ import { waitFor } from '../../support/wait.js';
 
 /**
  * Issue 21: one reader's flood of get_revision calls delays that reader, not everyone. Each reader has
- * its own lane: at most DIFF_CALLS_PER_READER of its diffs run at once, the rest wait in its queue, and
+ * its own lane: at most quotas.diff_calls_per_reader of its diffs run at once, the rest wait in its queue, and
  * another reader's call is served beside them. Through the real master (HTTPS, MCP SDK clients); the
  * share's counters and the order of answers are checked, never times.
  */
@@ -27,6 +24,9 @@ interface View {
 }
 
 const FILES = 600;
+// The defaults of quotas.diff_calls_per_reader and quotas.diff_queued_per_reader.
+const { diff_calls_per_reader: DIFF_CALLS_PER_READER, diff_queued_per_reader: DIFF_QUEUED_PER_READER } =
+  QuotasConfigSchema.parse({});
 
 let m: TestMaster;
 let alice: Client;

@@ -98,6 +98,55 @@ describe('PrincipalShare (per-principal share of an expensive call, issue 21)', 
     expect(share.stats('alice')).toEqual({ running: 0, queued: 0, peakRunning: 0 });
   });
 
+  it('a waiting call whose client went away leaves the queue without running; the next one takes the place', async () => {
+    const share = new PrincipalShare('get_revision', 1, 8);
+    const ran: string[] = [];
+    const first = gate();
+    const running = share.run('alice', async () => {
+      ran.push('first');
+      await first.done;
+    });
+    const client = new AbortController();
+    const abandoned = share.run(
+      'alice',
+      async () => {
+        ran.push('abandoned');
+      },
+      client.signal,
+    );
+    const later = share.run('alice', async () => {
+      ran.push('later');
+    });
+    await flush();
+    expect(share.stats('alice')).toMatchObject({ running: 1, queued: 2 });
+    client.abort();
+    await expect(abandoned).rejects.toMatchObject({ code: 'UNAVAILABLE' });
+    expect(share.stats('alice')).toMatchObject({ running: 1, queued: 1 });
+    first.open();
+    await Promise.all([running, later]);
+    expect(ran).toEqual(['first', 'later']);
+    expect(share.stats('alice')).toEqual({ running: 0, queued: 0, peakRunning: 0 });
+    // Already gone before it asked: refused at once, nothing run.
+    await expect(share.run('alice', async () => ran.push('late'), client.signal)).rejects.toBeInstanceOf(
+      BrokerError,
+    );
+    expect(ran).toEqual(['first', 'later']);
+  });
+
+  it('an abort after the call got its place changes nothing', async () => {
+    const share = new PrincipalShare('get_revision', 1, 8);
+    const client = new AbortController();
+    const result = await share.run(
+      'alice',
+      async () => {
+        client.abort();
+        return 42;
+      },
+      client.signal,
+    );
+    expect(result).toBe(42);
+  });
+
   it('refuses a share below one', () => {
     expect(() => new PrincipalShare('x', 0, 1)).toThrow(RangeError);
   });
