@@ -168,3 +168,9 @@ export async function waitForAvailableCards(m: TestMaster, count: number, what: 
     { what },
   );
 }
+
+/** The `detail` the worker reported for a task's latest execution ('' when none): SETUP_FAILED reasons. */
+export function executionDetail(m: TestMaster, taskId: string): string {
+  const lease = m.store.leases.latestLeaseForTask(taskId);
+  return (lease && m.store.leases.executionForLease(lease.id)?.detail) ?? '';
+}

@@ -5,6 +5,7 @@ import { BLOB_CHUNK_BYTES } from '../../../src/store/blobs-repo.js';
 import {
   approveTask,
   clusterConfig,
+  executionDetail,
   shellSpec,
   waitForAvailableCards,
   waitUntilSettled,
@@ -38,11 +39,6 @@ async function put(bytes: Buffer): Promise<{ sha256: string; size: number }> {
   return { sha256: sha(bytes), size: bytes.length };
 }
 
-function executionDetail(taskId: string): string {
-  const lease = m.store.leases.latestLeaseForTask(taskId)!;
-  return m.store.leases.executionForLease(lease.id)?.detail ?? '';
-}
-
 beforeAll(async () => {
   m = await startTestMaster({
     config: clusterConfig({
@@ -74,7 +70,7 @@ describe('an input of several store chunks', () => {
       }),
     );
     const task = await waitUntilSettled(alice, id);
-    expect(task, executionDetail(id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    expect(task, executionDetail(m, id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
     const out = expectOk(
       await callTool<{ file: { content: string } | null }>(alice, 'get_task_outputs', {
         task_id: id,
@@ -98,7 +94,7 @@ describe('an input of several store chunks', () => {
     const task = await waitUntilSettled(alice, id);
     expect(task).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED', exit_code: null });
     // Cut off in transit (not a complete body with the wrong digest).
-    expect(executionDetail(id)).toMatch(
+    expect(executionDetail(m, id)).toMatch(
       /^input data\.bin: cannot fetch sha256 [0-9a-f]{64} from the master: /,
     );
   });

@@ -9,6 +9,7 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 import {
   approveTask,
   clusterConfig,
+  executionDetail,
   getTask,
   shellSpec,
   waitForAvailableCards,
@@ -103,11 +104,6 @@ async function resultOf(taskId: string): Promise<Record<string, unknown>> {
     }),
   );
   return JSON.parse(out.file!.content) as Record<string, unknown>;
-}
-
-function executionDetail(taskId: string): string {
-  const lease = m.store.leases.latestLeaseForTask(taskId)!;
-  return m.store.leases.executionForLease(lease.id)?.detail ?? '';
 }
 
 beforeAll(async () => {
@@ -266,7 +262,7 @@ describe('an agent with only MCP gets its own two-file project reviewed and run'
 
   it('runs exactly the approved bytes, read-only, in the sandbox', async () => {
     const task = await waitUntilSettled(alice, taskId);
-    expect(task, executionDetail(taskId)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    expect(task, executionDetail(m, taskId)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
     const result = await resultOf(taskId);
     expect(result).toMatchObject({
       main: sha(MAIN),
@@ -291,7 +287,9 @@ describe('an agent with only MCP gets its own two-file project reviewed and run'
     const id = await approveTask(alice, rita, pythonSpec(v2));
     const task = await waitUntilSettled(alice, id);
     expect(task).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED', exit_code: null });
-    expect(executionDetail(id)).toMatch(/input helper\.py: the worker's cached copy of sha256 [0-9a-f]{64}/);
+    expect(executionDetail(m, id)).toMatch(
+      /input helper\.py: the worker's cached copy of sha256 [0-9a-f]{64}/,
+    );
     // The agent reads the same through MCP.
     expect(task.failure_detail).toMatch(/input helper\.py: the worker's cached copy/);
     // The damaged entry is gone: the next run fetches it again from the master and runs.
@@ -309,7 +307,7 @@ describe('an agent with only MCP gets its own two-file project reviewed and run'
     const id = await approveTask(alice, rita, pythonSpec([...v2, uploaded]));
     const task = await waitUntilSettled(alice, id);
     expect(task).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED' });
-    expect(executionDetail(id)).toMatch(
+    expect(executionDetail(m, id)).toMatch(
       /input data\.txt: cannot fetch sha256 [0-9a-f]{64} from the master: .*500/,
     );
   });

@@ -38,28 +38,34 @@ chmodSync(fakeScontrol, 0o755);
 const CAP = 64 * 1024;
 const MARKER = logTruncatedMarker(CAP);
 
-/** Runs a job whose task is `bash -c script` as Slurm would (output files as fds 1 and 2). */
-async function runJob(name: string, script: string, cap = CAP) {
-  const dir = join(root, name);
+/** Slurm's variables for a one-node batch step. */
+const SLURM_ENV = {
+  PATH: '/usr/bin:/bin',
+  SLURM_JOB_NODELIST: 'n1',
+  SLURMD_NODENAME: 'n1',
+  SLURM_JOB_NUM_NODES: '1',
+};
+
+/** job.sh and rank.sh for a task `bash -c script`, and the output files Slurm would hand it (fds 1, 2). */
+async function writeJob(name: string, script: string, o: { cap?: number; scontrol?: string } = {}) {
+  const cap = o.cap ?? CAP;
   const f = await writeJobFiles({
-    jobDir: dir,
+    jobDir: join(root, name),
     argv: ['/bin/bash', '-c', script],
     taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
-    slurmCommands: { srun: fakeSrun, scontrol: fakeScontrol },
+    slurmCommands: { srun: fakeSrun, scontrol: o.scontrol ?? fakeScontrol },
     logCap: { bytes: cap, marker: logTruncatedMarker(cap) },
   });
-  const out = openSync(f.stdout, 'w');
-  const err = openSync(f.stderr, 'w');
+  return { f, out: openSync(f.stdout, 'w'), err: openSync(f.stderr, 'w') };
+}
+
+/** Runs a job whose task is `bash -c script` as Slurm would. */
+async function runJob(name: string, script: string, cap = CAP) {
+  const { f, out, err } = await writeJob(name, script, { cap });
   const r = spawnSync(f.script, [], {
-    cwd: dir,
+    cwd: f.jobDir,
     stdio: ['ignore', out, err],
-    env: {
-      PATH: '/usr/bin:/bin',
-      SLURM_JOB_ID: '41',
-      SLURM_JOB_NODELIST: 'n1',
-      SLURMD_NODENAME: 'n1',
-      SLURM_JOB_NUM_NODES: '1',
-    },
+    env: { ...SLURM_ENV, SLURM_JOB_ID: '41' },
     timeout: 60_000,
   });
   closeSync(out);
@@ -157,27 +163,12 @@ chmodSync(slowScontrol, 0o755);
 
 /** Starts a job in its own process group (Slurm signals the whole batch step); `exited` is its code. */
 async function startJob(name: string, script: string, scontrol = fakeScontrol) {
-  const dir = join(root, name);
-  const f = await writeJobFiles({
-    jobDir: dir,
-    argv: ['/bin/bash', '-c', script],
-    taskEnv: { PATH: JOB_PATH, LANG: 'C.UTF-8' },
-    slurmCommands: { srun: fakeSrun, scontrol },
-    logCap: { bytes: CAP, marker: MARKER },
-  });
-  const out = openSync(f.stdout, 'w');
-  const err = openSync(f.stderr, 'w');
+  const { f, out, err } = await writeJob(name, script, { scontrol });
   const child = spawn(f.script, [], {
-    cwd: dir,
+    cwd: f.jobDir,
     detached: true,
     stdio: ['ignore', out, err],
-    env: {
-      PATH: '/usr/bin:/bin',
-      SLURM_JOB_ID: '42',
-      SLURM_JOB_NODELIST: 'n1',
-      SLURMD_NODENAME: 'n1',
-      SLURM_JOB_NUM_NODES: '1',
-    },
+    env: { ...SLURM_ENV, SLURM_JOB_ID: '42' },
   });
   closeSync(out);
   closeSync(err);
