@@ -10,8 +10,31 @@ import { readKernelFile, readKernelLink } from '../sandbox/kernel-files.js';
 /** A process still alive in a task's group. */
 export interface GroupMember {
   readonly pid: number;
-  /** The command name from /proc (at most 15 characters); `?` where /proc cannot tell. */
+  /**
+   * The command name from /proc (at most 15 characters); `?` where it was not read (a cgroup's list of
+   * pids, read on every poll, names nobody: {@link nameMembers} fills them in where they are reported)
+   * or /proc cannot tell.
+   */
   readonly name: string;
+}
+
+/**
+ * `members` with each unread name (`?`) read from `/proc/PID/comm`; one that has exited meanwhile, or
+ * whose entry cannot be read, keeps `?`. Only for what is reported (a cleanup that found leftovers):
+ * the polls themselves stay one read of `cgroup.procs`.
+ */
+export async function nameMembers(members: readonly GroupMember[]): Promise<GroupMember[]> {
+  return Promise.all(
+    members.map(async (m) => {
+      if (m.name !== '?') return m;
+      try {
+        const comm = (await readFile(`/proc/${m.pid}/comm`, 'utf8')).replace(/\n$/, '');
+        return comm === '' ? m : { pid: m.pid, name: comm };
+      } catch {
+        return m;
+      }
+    }),
+  );
 }
 
 /**

@@ -1,6 +1,7 @@
 import type { Clock } from '../../src/platform/clock.js';
 import type { LogPump } from '../task-io/logs.js';
 import type { TaskBox } from './box.js';
+import { nameMembers } from './process-group.js';
 
 /**
  * Steps 4 and 6 of a local execution (executor.ts): what the task left behind is ended, the log pipes
@@ -71,7 +72,7 @@ export async function awaitCleanup(
     const problems: string[] = [];
     const members = await box.live();
     if (members.length > 0) {
-      const list = members.map((m) => `${m.pid} (${m.name})`).join(', ');
+      const list = (await nameMembers(members)).map((m) => `${m.pid} (${m.name})`).join(', ');
       problems.push(`the task (${box.kind}) still has live processes: ${list}`);
     }
     if (checkCardsClean) {

@@ -1,6 +1,10 @@
+import { spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { systemClock } from '../../../../src/platform/clock.js';
 import type { TaskBox } from '../../../../worker/local/box.js';
+import { nameMembers } from '../../../../worker/local/process-group.js';
 import { awaitCleanup, pollDelayMs, terminateLeftovers } from '../../../../worker/local/teardown.js';
 
 // The teardown polls start short (issue 21): a sandbox's init is often still exiting for a few ms after
@@ -50,5 +54,29 @@ describe('teardown polls', () => {
     const r = await awaitCleanup(stuck, { pollMs: 20, timeoutSeconds: 0.1, clock: systemClock });
     expect(r).toMatchObject({ cleaned: false });
     expect(r.cleanup_detail).toMatch(/still has live processes: 1 \(bwrap\)/);
+  });
+
+  it('a leftover known only by its pid (a cgroup member) is reported by its command name', async () => {
+    const child = spawn('sleep', ['30'], { stdio: 'ignore' });
+    try {
+      const pid = child.pid!;
+      const box = { ...fakeBox(0), live: async () => [{ pid, name: '?' }] };
+      const r = await awaitCleanup(box, { pollMs: 20, timeoutSeconds: 0.05, clock: systemClock });
+      expect(r.cleanup_detail).toContain(`still has live processes: ${pid} (sleep)`);
+    } finally {
+      child.kill('SIGKILL');
+      await once(child, 'exit');
+    }
+    // No such process (pids stay below pid_max), or a name already read: unchanged.
+    const none = Number(readFileSync('/proc/sys/kernel/pid_max', 'utf8'));
+    expect(
+      await nameMembers([
+        { pid: none, name: '?' },
+        { pid: 1, name: 'init-x' },
+      ]),
+    ).toEqual([
+      { pid: none, name: '?' },
+      { pid: 1, name: 'init-x' },
+    ]);
   });
 });
