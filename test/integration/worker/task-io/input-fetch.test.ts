@@ -1,0 +1,110 @@
+import { once } from 'node:events';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import { httpsBlobFetcher } from '../../../../worker/task-io/input-fetch.js';
+import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
+
+// The worker's input fetcher against a real HTTP server on loopback that misbehaves the way a broken or
+// hostile master could: the declared size is the most that reaches the worker's disk, whatever is sent.
+
+const SHA = 'a'.repeat(64);
+const servers: Server[] = [];
+
+afterEach(async () => {
+  for (const s of servers.splice(0)) {
+    s.closeAllConnections();
+    await new Promise((r) => s.close(r));
+  }
+  removeTempDirs();
+});
+
+async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<string> {
+  const server = createServer(handler);
+  servers.push(server);
+  server.listen(0, '127.0.0.1');
+  await once(server, 'listening');
+  return `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
+}
+
+describe('httpsBlobFetcher against a real server', () => {
+  it('a body past the declared size is cut: the request is dropped and the file holds at most that size', async () => {
+    let sent = 0;
+    let closed = false;
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      const chunk = Buffer.alloc(64 * 1024, 7);
+      // Endless: only the worker hanging up ends it.
+      const pump = () => {
+        while (!res.destroyed && res.write(chunk)) sent += chunk.length;
+        if (!res.destroyed) res.once('drain', pump);
+      };
+      res.on('close', () => {
+        closed = true;
+      });
+      pump();
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    const max = 1024 * 1024;
+    await expect(httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, max, into)).rejects.toThrow(
+      `the master sent more than the ${max} bytes the spec declares`,
+    );
+    expect(statSync(into).size).toBeLessThanOrEqual(max);
+    await expect.poll(() => closed).toBe(true);
+    // The server was stopped early, not after writing gigabytes (a generous bound: socket buffers).
+    expect(sent).toBeLessThan(64 * max);
+  });
+
+  it("asks for the execution's blob with the worker token, and writes exactly what came", async () => {
+    let seen: { url?: string; auth?: string } = {};
+    const url = await serve((req, res) => {
+      seen = { url: req.url, auth: req.headers.authorization };
+      res.end('hello');
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    await httpsBlobFetcher({
+      masterUrl: `${url.replace('http', 'ws')}/api/v1/workers/connect`,
+      token: 'tok',
+    })('exec-1', SHA, 5, into);
+    expect(seen).toEqual({ url: `/api/v1/executions/exec-1/inputs/${SHA}`, auth: 'Bearer tok' });
+    expect(readFileSync(into, 'utf8')).toBe('hello');
+  });
+
+  it('an error answer is a rejection with its status and the start of its message, nothing written', async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(404);
+      res.end(`${'no such input '.repeat(1000)}`);
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    const err = await httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, 10, into).catch(
+      (e) => e,
+    );
+    expect(String(err)).toMatch(/the master answered 404: no such input/);
+    expect(String(err).length).toBeLessThan(700);
+    expect(existsSync(into)).toBe(false);
+  });
+
+  it('never writes through a file that is already there (a planted link or an earlier copy)', async () => {
+    const url = await serve((_req, res) => res.end('payload'));
+    const dir = makeTempDir('fetch-');
+    const into = join(dir, 'blob');
+    writeFileSync(into, 'earlier');
+    await expect(httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, 100, into)).rejects.toThrow(
+      /EEXIST/,
+    );
+    expect(readFileSync(into, 'utf8')).toBe('earlier');
+  });
+
+  it('a master that stops sending mid-body is a timeout, not a hang', async () => {
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { 'content-length': '100' });
+      res.write('only part');
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    await expect(
+      httpsBlobFetcher({ masterUrl: url, token: 't', timeoutMs: 300 })('exec-1', SHA, 100, into),
+    ).rejects.toThrow();
+  });
+});
