@@ -9,7 +9,7 @@ import type { SandboxSetup } from '../sandbox/setup.js';
 import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { type InputSource, placeInputs } from '../task-io/inputs.js';
-import { makeTaskDirs, type TaskLayout, taskLayout } from '../task-io/layout.js';
+import { giveTaskDirs, makeTaskDirs, type TaskLayout, taskLayout } from '../task-io/layout.js';
 import { type DataMount, resolveMounts } from '../task-io/mounts.js';
 import type { TaskBox } from './box.js';
 import { plainBox } from './box.js';
@@ -69,10 +69,12 @@ export async function setupExecution(
   if (typeof identity === 'string') return identity;
   const sandboxed = sandbox.kind === 'bwrap' || runtime.kind === 'container';
   const layout = taskLayout(execRoot, sandboxed);
-  const dirsProblem = await makeExecutionDirs(plan, opts, execRoot, layout, identity);
-  if (dirsProblem !== null) return dirsProblem;
+  const dirs = await makeExecutionDirs(plan, opts, execRoot, layout, identity);
+  if (typeof dirs === 'string') return dirs;
   const inputsProblem = await placeSpecInputs(plan, opts, layout);
   if (inputsProblem !== null) return inputsProblem;
+  const handOver = await handOverTaskDirs(layout, dirs.giveTo);
+  if (handOver !== null) return handOver;
   // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
   const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandboxed);
   if (typeof mounts === 'string') return mounts;
@@ -153,14 +155,19 @@ function taskIdentity(plan: ExecutionPlan, opts: LocalSetupOptions): Identity | 
   }
 }
 
-/** The executions dir, the execution root and the task's dirs (owned by the task's user); or why not. */
+/**
+ * The executions dir, the execution root and the task's dirs, or why not; with whom the task's dirs go to
+ * once the inputs are placed (handOverTaskDirs), when not given at once. Sandboxed, the inputs have a dir
+ * of their own, so the task's dirs are the task user's from the start; unsandboxed, the inputs land in the
+ * task's dir, which stays the worker's (0700) until they are placed.
+ */
 async function makeExecutionDirs(
   plan: ExecutionPlan,
   opts: LocalSetupOptions,
   execRoot: string,
   layout: TaskLayout,
   identity: Identity | null,
-): Promise<string | null> {
+): Promise<{ giveTo: Identity | null } | string> {
   try {
     await mkdir(opts.rootDir, { recursive: true, mode: 0o700 });
     // Not recursive: an existing directory means this execution already ran here, and a run must
@@ -173,10 +180,22 @@ async function makeExecutionDirs(
       await chmod(opts.rootDir, 0o711);
       await chmod(execRoot, 0o711);
     }
-    await makeTaskDirs(layout, owned ? identity : null);
-    return null;
+    const giveNow = owned && layout.sandboxed;
+    await makeTaskDirs(layout, giveNow ? identity : null);
+    return { giveTo: owned && !giveNow ? identity : null };
   } catch (err) {
     return `cannot create execution directory ${layout.taskDir}: ${describe(err)}`;
+  }
+}
+
+/** 1b'. the task's dirs to their user, after the inputs are in them (unsandboxed); or why not. */
+async function handOverTaskDirs(layout: TaskLayout, owner: Identity | null): Promise<string | null> {
+  if (owner === null) return null;
+  try {
+    await giveTaskDirs(layout, owner);
+    return null;
+  } catch (err) {
+    return `cannot give the execution directory ${layout.taskDir} to uid ${owner.uid}: ${describe(err)}`;
   }
 }
 

@@ -52,10 +52,26 @@ export async function makeTaskDirs(
   layout: TaskLayout,
   owner: { readonly uid: number; readonly gid: number } | null,
 ): Promise<void> {
-  const made = [layout.taskDir, join(layout.taskDir, 'out')];
-  if (!layout.sandboxed) made.push(join(layout.taskDir, 'tmp'));
-  for (const dir of made) await mkdir(dir, { mode: 0o700 });
-  if (owner !== null) for (const dir of made) await chown(dir, owner.uid, owner.gid);
+  for (const dir of taskDirsOf(layout)) await mkdir(dir, { mode: 0o700 });
+  if (owner !== null) await giveTaskDirs(layout, owner);
+}
+
+/**
+ * Gives the task's dirs (made by makeTaskDirs) to `owner`. An unsandboxed task's inputs are placed in its
+ * own dir, so a local worker gives it away only after they are placed: until then no other process of
+ * that uid (every unsandboxed task shares it) can plant a link for root's writes to follow.
+ */
+export async function giveTaskDirs(
+  layout: TaskLayout,
+  owner: { readonly uid: number; readonly gid: number },
+): Promise<void> {
+  for (const dir of taskDirsOf(layout)) await chown(dir, owner.uid, owner.gid);
+}
+
+function taskDirsOf(layout: TaskLayout): string[] {
+  const dirs = [layout.taskDir, join(layout.taskDir, 'out')];
+  if (!layout.sandboxed) dirs.push(join(layout.taskDir, 'tmp'));
+  return dirs;
 }
 
 /** The top-level names of the spec's inputs, sorted: a sandbox binds each read-only at /task/<entry>. */

@@ -58,7 +58,7 @@ describe('httpsBlobFetcher against a real server', () => {
   });
 
   it("asks for the execution's blob with the worker token, and writes exactly what came", async () => {
-    let seen: { url?: string; auth?: string } = {};
+    let seen: { url?: string | undefined; auth?: string | undefined } = {};
     const url = await serve((req, res) => {
       seen = { url: req.url, auth: req.headers.authorization };
       res.end('hello');
