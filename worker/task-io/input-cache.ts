@@ -1,6 +1,6 @@
 import { randomUUID } from 'node:crypto';
-import { constants, readdirSync, rmSync } from 'node:fs';
-import { chmod, copyFile, mkdir, readdir, rename, stat, unlink, utimes } from 'node:fs/promises';
+import { constants, lstatSync, readdirSync, unlinkSync } from 'node:fs';
+import { chmod, copyFile, lstat, mkdir, readdir, rename, stat, unlink, utimes } from 'node:fs/promises';
 import { join } from 'node:path';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 
@@ -18,11 +18,14 @@ export class InputCache {
     private readonly clock: Clock = systemClock,
   ) {}
 
-  /** The path of the cached file for `sha256` (unverified: the caller hashes what it copies), or null. A hit refreshes its place in the LRU order. */
+  /**
+   * The path of the cached file for `sha256` (unverified: the caller hashes what it copies), or null. A hit
+   * refreshes its place in the LRU order. Only a regular file is an entry: a link put there is not followed.
+   */
   async lookup(sha256: string): Promise<string | null> {
     const path = join(this.dir, sha256);
     try {
-      if (!(await stat(path)).isFile()) return null;
+      if (!(await lstat(path)).isFile()) return null;
       const seconds = this.clock.now() / 1000;
       await utimes(path, seconds, seconds).catch(() => undefined);
       return path;
@@ -56,8 +59,16 @@ export class InputCache {
     } catch {
       return;
     }
-    for (const name of names)
-      if (/^\.[0-9a-f]{64}\..*\.tmp$/.test(name)) rmSync(join(this.dir, name), { force: true });
+    for (const name of names) {
+      if (!/^\.[0-9a-f]{64}\..*\.tmp$/.test(name)) continue;
+      const path = join(this.dir, name);
+      try {
+        // Only the files `add` makes; anything else of that name is left alone, and no entry stops the start.
+        if (lstatSync(path).isFile()) unlinkSync(path);
+      } catch {
+        // gone meanwhile, or not ours to remove
+      }
+    }
   }
 
   /** Removes one entry (a damaged one). */

@@ -88,9 +88,10 @@ async function placeOne(
   // Already placed and verified at another path of this execution.
   if (verified !== undefined) return copy(verified);
   const cached = await source.cache.lookup(input.sha256);
-  if (cached !== null) {
-    const problem = await copy(cached);
-    if (problem !== null) return problem;
+  // A cache entry can go between the lookup and the copy (another execution's add trims the cache, or
+  // removes a damaged entry): the cache only saves a fetch, so a copy that fails falls back to the master.
+  if (cached !== null && (await copy(cached)) !== null) await unlink(dest).catch(() => undefined);
+  else if (cached !== null) {
     const got = await hashFile(dest);
     if (got.sha256 === input.sha256 && got.size === input.size) return null;
     await source.cache.remove(input.sha256);

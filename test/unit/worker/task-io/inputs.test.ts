@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { existsSync, lstatSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, lstatSync, mkdirSync, readFileSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, describe, expect, it } from 'vitest';
 import { InputCache } from '../../../../worker/task-io/input-cache.js';
@@ -111,9 +111,43 @@ describe('placeInputs', () => {
     writeFileSync(leftover, 'half a copy');
     const stranger = join(dir, 'notes.txt');
     writeFileSync(stranger, 'not ours to judge');
+    // A directory by a leftover's name (only the worker's uid could make one) is left, and does not stop the start.
+    const odd = join(dir, `.${sha(code)}.456.dir.tmp`);
+    mkdirSync(odd);
     src.cache.removeLeftovers();
     expect(existsSync(leftover)).toBe(false);
     expect(existsSync(stranger)).toBe(true);
+    expect(existsSync(odd)).toBe(true);
     expect(await src.cache.lookup(sha(code))).not.toBeNull();
+  });
+
+  it('an entry that goes between the lookup and the copy is fetched instead (the cache only saves a fetch)', async () => {
+    const src = source({ [sha(code)]: code });
+    await placeInputs([input('a.py')], makeTempDir('exec'), 'e1', src);
+    expect(src.fetched).toHaveLength(1);
+    // Another execution's add trims it, right after this one's lookup found it.
+    const lookup = src.cache.lookup.bind(src.cache);
+    src.cache.lookup = async (digest: string) => {
+      const path = await lookup(digest);
+      if (path !== null) await src.cache.remove(digest);
+      return path;
+    };
+    const dir = makeTempDir('exec');
+    expect(await placeInputs([input('a.py')], dir, 'e2', src)).toBeNull();
+    expect(src.fetched).toHaveLength(2);
+    expect(readFileSync(join(dir, 'a.py'))).toEqual(code);
+  });
+
+  it('a link put in the cache in place of an entry is not followed', async () => {
+    const src = source({ [sha(code)]: code });
+    const target = join(makeTempDir('elsewhere'), 'secret');
+    writeFileSync(target, 'not an input');
+    mkdirSync(src.cache.dir, { recursive: true });
+    symlinkSync(target, join(src.cache.dir, sha(code)));
+    expect(await src.cache.lookup(sha(code))).toBeNull();
+    const dir = makeTempDir('exec');
+    expect(await placeInputs([input('a.py')], dir, 'e1', src)).toBeNull();
+    expect(src.fetched).toHaveLength(1);
+    expect(readFileSync(join(dir, 'a.py'))).toEqual(code);
   });
 });
