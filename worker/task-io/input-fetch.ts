@@ -32,17 +32,42 @@ export interface BlobFetchOptions {
   readonly token: string;
   /** PEM of the CA that signed the master's certificate. */
   readonly ca?: string;
-  /** Per-request timeout (default 120 s). */
+  /** How long the connection may stay silent (default 120 s); also the fixed part of the whole deadline. */
   readonly timeoutMs?: number;
+  /**
+   * The slowest body the worker waits for (default 1 MiB/s): the whole fetch must end within
+   * `timeoutMs + maxBytes / minBytesPerSecond`, so a master that trickles a byte now and then cannot
+   * hold the execution's setup (and its cards) for ever.
+   */
+  readonly minBytesPerSecond?: number;
 }
+
+/** An error answer's message is read up to this much; past it the answer is dropped. */
+const ERROR_BODY_BYTES = 4096;
 
 /** The fetcher for a master. */
 export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
   const base = opts.masterUrl
     .replace(/^ws(s?):\/\//, 'http$1://')
     .replace(/\/api\/v1\/workers\/connect$/, '');
+  const idleMs = opts.timeoutMs ?? 120_000;
+  const minRate = opts.minBytesPerSecond ?? 1024 * 1024;
   return (executionId, sha256, maxBytes, into) =>
     new Promise<void>((resolve, reject) => {
+      const deadlineMs = idleMs + Math.ceil((maxBytes / minRate) * 1000);
+      const deadline = setTimeout(() => {
+        req.destroy(new Error(`took longer than ${deadlineMs} ms for at most ${maxBytes} bytes`));
+      }, deadlineMs);
+      const settle = {
+        resolve: () => {
+          clearTimeout(deadline);
+          resolve();
+        },
+        reject: (err: unknown) => {
+          clearTimeout(deadline);
+          reject(err);
+        },
+      };
       const url = new URL(`${base.replace(/\/$/, '')}${workerInputPath(executionId, sha256)}`);
       const request = url.protocol === 'https:' ? httpsRequest : httpRequest;
       const req = request(
@@ -50,26 +75,30 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
         {
           method: 'GET',
           headers: { authorization: `Bearer ${opts.token}` },
-          timeout: opts.timeoutMs ?? 120_000,
+          timeout: idleMs,
           ...(opts.ca === undefined ? {} : { ca: opts.ca }),
         },
         (res) => {
           if (res.statusCode !== 200) {
-            // An error answer is read up to a few KiB, for its message.
+            // An error answer is read up to a few KiB, for its message; past that the connection is dropped.
             const chunks: Buffer[] = [];
             let size = 0;
-            res.on('data', (chunk: Buffer) => {
-              if (size < 4096) chunks.push(chunk);
-              size += chunk.length;
-            });
-            res.on('end', () =>
-              reject(
+            const fail = () =>
+              settle.reject(
                 new Error(
                   `the master answered ${res.statusCode}: ${Buffer.concat(chunks).toString('utf8').slice(0, 500)}`,
                 ),
-              ),
-            );
-            res.on('error', reject);
+              );
+            res.on('data', (chunk: Buffer) => {
+              chunks.push(chunk);
+              size += chunk.length;
+              if (size >= ERROR_BODY_BYTES) {
+                fail();
+                req.destroy();
+              }
+            });
+            res.on('end', fail);
+            res.on('error', settle.reject);
             return;
           }
           // A success may not exceed the declared size; it streams into the file a piece at a time.
@@ -82,11 +111,14 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
               else done(null, chunk);
             },
           });
-          pipeline(res, cap, createWriteStream(into, { flags: 'wx', mode: 0o600 })).then(resolve, reject);
+          pipeline(res, cap, createWriteStream(into, { flags: 'wx', mode: 0o600 })).then(
+            settle.resolve,
+            settle.reject,
+          );
         },
       );
-      req.on('timeout', () => req.destroy(new Error('timed out')));
-      req.on('error', reject);
+      req.on('timeout', () => req.destroy(new Error(`no data for ${idleMs} ms`)));
+      req.on('error', settle.reject);
       req.end();
     });
 }

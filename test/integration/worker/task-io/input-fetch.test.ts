@@ -107,4 +107,43 @@ describe('httpsBlobFetcher against a real server', () => {
       httpsBlobFetcher({ masterUrl: url, token: 't', timeoutMs: 300 })('exec-1', SHA, 100, into),
     ).rejects.toThrow();
   });
+
+  it('an endless error answer is dropped after its first KiB, not read to its end', async () => {
+    let closed = false;
+    const url = await serve((_req, res) => {
+      res.writeHead(500);
+      res.on('close', () => {
+        closed = true;
+      });
+      const pump = () => {
+        while (!res.destroyed && res.write('x'.repeat(16 * 1024)));
+        if (!res.destroyed) res.once('drain', pump);
+      };
+      pump();
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    await expect(httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, 10, into)).rejects.toThrow(
+      /the master answered 500: x+$/,
+    );
+    await expect.poll(() => closed).toBe(true);
+  });
+
+  it('a master that trickles bytes forever hits the whole-fetch deadline (idle time + size at the slowest rate)', async () => {
+    const timers: NodeJS.Timeout[] = [];
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { 'content-length': '1000' });
+      // A byte every 20 ms: never idle for the 200 ms idle timeout, and never done.
+      timers.push(setInterval(() => res.destroyed || res.write('b'), 20));
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    const fetch = httpsBlobFetcher({ masterUrl: url, token: 't', timeoutMs: 200, minBytesPerSecond: 10_000 });
+    try {
+      // deadline = 200 ms + 1000 bytes at 10,000 B/s = 300 ms
+      await expect(fetch('exec-1', SHA, 1000, into)).rejects.toThrow(
+        'took longer than 300 ms for at most 1000 bytes',
+      );
+    } finally {
+      for (const t of timers) clearInterval(t);
+    }
+  });
 });
