@@ -1,10 +1,11 @@
 import { createHash, randomUUID } from 'node:crypto';
 import { closeSync, createWriteStream, mkdirSync, openSync, readSync, rmSync } from 'node:fs';
 import type { IncomingMessage } from 'node:http';
+import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { Readable, Transform } from 'node:stream';
 import { pipeline } from 'node:stream/promises';
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import type { StorageReservation } from '../broker/ports.js';
 import { admitBlobUpload, blobForExecution, digestMismatch, putBlob } from '../broker/tools/inputs.js';
@@ -139,13 +140,45 @@ async function receive(
       done(null, runBytes > 0 ? takeRun() : undefined);
     },
   });
+  // Whatever closes the connection ends the read (a cut after its answer, a peer gone): a request whose
+  // socket closed once its answer was written is never ended by Node itself.
+  const socket = raw.socket as Socket | null;
+  if (socket === null || socket.destroyed) throw bodyEnded(received, declared);
+  const onClose = () => raw.destroy();
+  socket.once('close', onClose);
+  const file = createWriteStream(path, { flags: 'wx', mode: 0o600 });
+  let writeError: NodeJS.ErrnoException | undefined;
+  file.once('error', (err) => {
+    writeError = err;
+  });
   try {
-    await pipeline(raw, hashing, createWriteStream(path, { flags: 'wx', mode: 0o600 }));
+    await pipeline(raw, hashing, file);
   } catch {
+    // The master's own failure to write (disk full, a damaged upload dir) is not the client's short body.
+    if (writeError !== undefined) throw uploadNotWritten(writeError);
     throw bodyEnded(received, declared);
+  } finally {
+    socket.off('close', onClose);
   }
   if (received !== declared) throw bodyEnded(received, declared);
   return hash.digest('hex');
+}
+
+/** Removes an upload's temporary file; a failure is logged, never thrown (the answer is already decided). */
+function removeUpload(tmp: string, log: FastifyBaseLogger): void {
+  try {
+    rmSync(tmp, { force: true });
+  } catch (err) {
+    log.warn({ err, file: tmp }, 'an upload temporary file could not be removed');
+  }
+}
+
+function uploadNotWritten(err: NodeJS.ErrnoException): BrokerError {
+  return new BrokerError(
+    'UNAVAILABLE',
+    `the master could not write the upload: ${err.code ?? err.message}`,
+    'Retry later; an operator should check the master data dir (free space, permissions).',
+  );
 }
 
 function bodyEnded(received: number, declared: number): BrokerError {
@@ -202,10 +235,11 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
         if (result.stored) written = declared;
         return result;
       } finally {
-        rmSync(tmp, { force: true });
+        // Releases first: none of them may be skipped by a temporary file that cannot be removed.
         reservation?.release(written);
         release();
         pace.sweep(performance.now());
+        removeUpload(tmp, req.log);
       }
     });
   });

@@ -136,16 +136,25 @@ export function installConnectionLimits(
   limitPeers(app.server, limits, logger);
 }
 
-/** Answers 408 (when nothing was answered yet) and closes the connection. */
+/**
+ * Answers 408 (when nothing was answered yet) and closes the connection. The request is destroyed with
+ * the socket: once its answer is written, Node no longer ends a request whose socket closes, so a handler
+ * still reading the body (an upload) would wait for ever, holding its slot, its disk reservation and its
+ * temporary file.
+ */
 function cut(w: Watched, socket: Socket, err: BrokerError): void {
-  if (w.reply.sent || w.reply.raw.headersSent) {
+  const close = () => {
+    w.req.raw.destroy();
     socket.destroy();
+  };
+  if (w.reply.sent || w.reply.raw.headersSent) {
+    close();
     return;
   }
-  w.reply.raw.once('finish', () => socket.destroy());
+  w.reply.raw.once('finish', close);
   void w.reply.code(408).header('connection', 'close').send({ error: err.toBody() });
   // The peer may not read its answer either: the socket goes anyway.
-  setTimeout(() => socket.destroy(), 1000).unref();
+  setTimeout(close, 1000).unref();
 }
 
 /** The per-peer cap and the total cap, at accept. */

@@ -176,6 +176,15 @@ export const HttpConfigSchema = z
         path: ['upload_bytes_per_second_per_principal'],
         message: `must be 0 or at least max_uploads_per_principal × min_body_bytes_per_second (${needed}): a principal's uploads share it, and each must keep the minimum rate`,
       });
+    // A paced body is not read while it waits: the longest wait (every upload of the principal holding a
+    // socket read of up to 64 KiB) must stay well inside the idle cut, or an honest upload is cut as stalled.
+    const longestWaitMs = rate > 0 ? (h.max_uploads_per_principal * 64 * 1024 * 1000) / rate : 0;
+    if (longestWaitMs * 2 > h.body_timeout_ms)
+      ctx.addIssue({
+        code: 'custom',
+        path: ['upload_bytes_per_second_per_principal'],
+        message: `too low for body_timeout_ms ${h.body_timeout_ms}: a paced upload may wait ${Math.ceil(longestWaitMs)} ms for one socket read, which must be under half of body_timeout_ms`,
+      });
   });
 
 /**

@@ -140,7 +140,10 @@ export function admitBlobUpload(
       'Inputs larger than policy.max_input_bytes cannot be uploaded; ask an operator, or fetch the data inside the task.',
       { limit_bytes: max },
     );
-  if (!deps.store.blobs.uploadedBy(principal.id, sha256)) assertQuota(deps, principal, inFlight + declared);
+  // A blob this principal already has, PUT again at its size, stores nothing new. Any other size cannot
+  // hash to that name, but its bytes are still received: it counts like a new upload.
+  if (deps.store.blobs.sizeUploadedBy(principal.id, sha256) !== declared)
+    assertQuota(deps, principal, inFlight + declared);
 }
 
 /** The refusal of bytes that do not hash to the name they were PUT under. */

@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto';
-import { readdirSync } from 'node:fs';
+import { mkdirSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -347,4 +347,123 @@ describe('a principal’s uploads are paced to its byte rate (http.upload_bytes_
       await paced.close();
     }
   }, 30_000);
+});
+
+describe('every end of an upload gives back what it held (slot, disk reservation, temporary file)', () => {
+  let cutM: TestMaster;
+  beforeAll(async () => {
+    cutM = await startTestMaster({
+      config: {
+        tls: { mode: 'off' },
+        policy: { max_input_bytes: 64 * MiB, input_quota_bytes: 64 * MiB },
+        storage: { min_free_bytes: MiB, warn_free_bytes: MiB, check_interval_ms: 3_600_000 },
+        http: {
+          max_uploads_per_principal: 1,
+          body_timeout_ms: 500,
+          upload_bytes_per_second_per_principal: 0,
+        },
+      },
+    });
+  });
+  afterAll(async () => {
+    await cutM?.close();
+  });
+  const uploads = () => readdirSync(join(cutM.dataDir, 'uploads'));
+
+  it('an upload cut as stalled (408) releases its slot, reservation and file: the same principal uploads again', async () => {
+    // Node does not end a request whose socket closes after its answer was written: the cut itself must.
+    const token = cutM.createToken('stella', ['submitter']);
+    const c = await openRaw(cutM.url);
+    c.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': 8 * MiB,
+      }),
+    );
+    c.socket.write(Buffer.alloc(10 * 1024)); // then nothing: a network stall, or on purpose
+    const r = await c.response;
+    expect(r.status).toBe(408);
+    expect(errorCode(r)).toBe('REQUEST_TIMEOUT');
+    await c.closed;
+    await waitFor(() => cutM.master.storage.reservedBytes() === 0 && uploads().length === 0, {
+      what: 'the cut upload released',
+    });
+    // One upload per principal here: a slot still held would make this 429 TOO_MANY_UPLOADS.
+    const body = Buffer.from('after the stall');
+    const again = await openRaw(cutM.url);
+    again.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': body.length,
+      }),
+    );
+    again.socket.write(body);
+    const ok = await again.response;
+    expect(ok.status).toBe(200);
+    again.socket.destroy();
+  });
+
+  it('a blob already owned, PUT again at another size, counts against the quota like a new one', async () => {
+    const token = cutM.createToken('rex', ['submitter']);
+    const body = Buffer.from('owned');
+    const first = await openRaw(cutM.url);
+    first.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': 5,
+      }),
+    );
+    first.socket.write(body);
+    expect((await first.response).status).toBe(200);
+    first.socket.destroy();
+    // 64 MiB quota: a re-PUT declaring the whole quota is refused before a byte is read.
+    const big = await openRaw(cutM.url);
+    big.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': 64 * MiB,
+      }),
+    );
+    const r = await big.response;
+    expect(errorCode(r)).toBe('QUOTA_EXCEEDED');
+    big.socket.destroy();
+    // At its own size it stores nothing new: admitted.
+    const same = await openRaw(cutM.url);
+    same.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': 5,
+      }),
+    );
+    same.socket.write(body);
+    expect((await same.response).status).toBe(200);
+    same.socket.destroy();
+  });
+
+  it('the master failing to write the upload is UNAVAILABLE (not the client’s short body), and releases', async () => {
+    const token = cutM.createToken('walt', ['submitter']);
+    const dir = join(cutM.dataDir, 'uploads');
+    rmSync(dir, { recursive: true, force: true });
+    writeFileSync(dir, 'not a directory');
+    try {
+      const body = Buffer.from('cannot land');
+      const c = await openRaw(cutM.url);
+      c.socket.write(
+        requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
+          authorization: `Bearer ${token}`,
+          'content-length': body.length,
+        }),
+      );
+      c.socket.write(body);
+      const r = await c.response;
+      expect(r.status).toBe(503);
+      expect(JSON.parse(r.body).error).toMatchObject({ code: 'UNAVAILABLE', retryable: true });
+      expect(JSON.parse(r.body).error.message).toContain('could not write the upload: ENOTDIR');
+      c.socket.destroy();
+      expect(cutM.master.storage.reservedBytes()).toBe(0);
+    } finally {
+      rmSync(dir, { force: true });
+      mkdirSync(dir, { mode: 0o700 });
+    }
+  });
 });

@@ -61,4 +61,19 @@ describe('http.upload_bytes_per_second_per_principal', () => {
     );
     expect(MasterConfigSchema.parse({}).http.upload_bytes_per_second_per_principal).toBe(64 * MIB);
   });
+
+  it('is refused where a paced upload’s wait for one socket read would near the idle cut (body_timeout_ms)', () => {
+    // 4 uploads × 64 KiB at 1 MiB/s: a piece may wait 250 ms, more than half of a 400 ms body timeout.
+    const http = { max_uploads_per_principal: 4, min_body_bytes_per_second: 1000 };
+    const bad = MasterConfigSchema.safeParse({
+      http: { ...http, upload_bytes_per_second_per_principal: MIB, body_timeout_ms: 400 },
+    });
+    expect(bad.success).toBe(false);
+    expect(JSON.stringify(bad.error?.issues)).toMatch(/may wait 250 ms for one socket read/);
+    expect(
+      MasterConfigSchema.safeParse({
+        http: { ...http, upload_bytes_per_second_per_principal: MIB, body_timeout_ms: 500 },
+      }).success,
+    ).toBe(true);
+  });
 });
