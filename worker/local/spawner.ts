@@ -25,7 +25,7 @@ import { stdioOf } from './launch.js';
  * backpressure unchanged, task-io/logs.ts). The process is the spawner's child, so the spawner reaps it;
  * the worker signals it by pid and group as before.
  *
- * When the spawner dies (or stops answering a start within SPAWN_TIMEOUT_MS, when it is killed): every
+ * When the spawner dies (or says nothing for SPAWN_TIMEOUT_MS while a start waits, when it is killed): every
  * task it started is killed — bwrap's `--die-with-parent` already did for a sandbox; the worker kills
  * each box too — and ends WORKER_LOST (its exit status is lost with its parent); a start in flight fails
  * SETUP_FAILED; the next start forks a fresh spawner. When the worker dies, the spawner sees its channel
@@ -104,6 +104,8 @@ export class Spawner implements Launcher {
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private readonly startTimeoutMs: number;
+  /** When the spawner last said anything (monotonic ms). */
+  private lastHeard = 0;
 
   constructor(opts: { readonly startTimeoutMs?: number } = {}) {
     this.startTimeoutMs = opts.startTimeoutMs ?? SPAWN_TIMEOUT_MS;
@@ -132,7 +134,12 @@ export class Spawner implements Launcher {
         exit,
         resolveStart: (r) => {
           clearTimeout(p.timer);
-          if (typeof r === 'string') this.forget(id);
+          if (typeof r === 'string') {
+            // Pipes already handed over for a start that failed: nobody will read them (a paused one
+            // would never see its end, and its descriptor would stay open).
+            for (const pipe of p.fds.values()) pipe.destroy();
+            this.forget(id);
+          }
           resolveStart(r);
         },
         resolveExit: (e) => {
@@ -142,10 +149,7 @@ export class Spawner implements Launcher {
       };
       this.pending.set(id, p);
       this.refWhileBusy();
-      p.timer = setTimeout(() => {
-        if (!p.started) this.proc?.kill('SIGKILL');
-      }, this.startTimeoutMs);
-      p.timer.unref();
+      this.armStartTimer(id, p);
       const sent = this.send(proc, {
         t: 'spawn',
         id,
@@ -158,6 +162,24 @@ export class Spawner implements Launcher {
       });
       if (!sent) p.resolveStart('the spawner is gone');
     });
+  }
+
+  /**
+   * Kills a spawner that has said nothing for `startTimeoutMs` while this start waits. Silence, not time
+   * since the request: after the worker's own event loop stalled past the timeout, the spawner's answers
+   * are waiting unread (timers run before pending I/O, and each handed-over pipe takes a round trip), so
+   * the check runs after a poll phase (setImmediate) and waits again while the spawner is still talking.
+   */
+  private armStartTimer(id: number, p: Pending): void {
+    const armedAt = performance.now();
+    p.timer = setTimeout(() => {
+      setImmediate(() => {
+        if (p.started || this.pending.get(id) !== p) return;
+        if (this.lastHeard > armedAt) this.armStartTimer(id, p);
+        else this.proc?.kill('SIGKILL');
+      });
+    }, this.startTimeoutMs);
+    p.timer.unref();
   }
 
   /** The running spawner, forked on first use and after a death; why not when it cannot start. */
@@ -185,6 +207,7 @@ export class Spawner implements Launcher {
   }
 
   private onMessage(m: SpawnerMessage, handle: unknown): void {
+    this.lastHeard = performance.now();
     const p = this.pending.get(m.id);
     if (p === undefined) {
       // A pipe of a start already given up on: nobody will read it.

@@ -1,5 +1,6 @@
 import { spawnSync } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
+import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { Readable } from 'node:stream';
@@ -148,6 +149,65 @@ describe('spawner', () => {
     const next = await launched(spawner, 'echo fine');
     expect(await read(next.stdio[1])).toBe('fine\n');
     expect(spawner.pid).not.toBe(stuck);
+  });
+
+  it('a worker whose own event loop stalls past the start timeout keeps its spawner and its tasks', async () => {
+    // Timers run before pending I/O: the spawner's answers are already waiting when the timeout fires.
+    const spawner = new Spawner({ startTimeoutMs: 300 });
+    const a = await launched(spawner, 'sleep 30');
+    const spawnerPid = spawner.pid;
+    let aEnded = false;
+    void a.exit.then(() => {
+      aEnded = true;
+    });
+    const b = spawner.launch({
+      command: '/bin/true',
+      args: [],
+      env: {},
+      cwd: '/',
+      statusPipe: false,
+      inputPipe: false,
+    });
+    const until = Date.now() + 800;
+    while (Date.now() < until); // a stall of the worker's loop (a long synchronous step, GC)
+    const started = await b;
+    expect(typeof started).not.toBe('string');
+    if (typeof started !== 'string') await started.exit;
+    expect(spawner.pid).toBe(spawnerPid);
+    expect(aEnded).toBe(false);
+    process.kill(-a.pid, 'SIGKILL');
+    expect(await a.exit).toMatchObject({ signal: 'SIGKILL' });
+  });
+
+  it('a start that fails after some of its pipes arrived closes them (no descriptor left open)', async () => {
+    const spawner = new Spawner();
+    // The spawner "dies" right after the first pipe arrived (its death handled as the worker would).
+    const inside = spawner as unknown as {
+      onMessage(m: { t: string }, handle: unknown): void;
+      died(proc: unknown, why: string): void;
+      proc: unknown;
+    };
+    const onMessage = inside.onMessage.bind(spawner);
+    let arrived: Socket | undefined;
+    inside.onMessage = (m, handle) => {
+      onMessage(m, handle);
+      if (m.t === 'fd' && arrived === undefined) {
+        arrived = handle as Socket;
+        inside.died(inside.proc, 'the spawner exited (test)');
+      }
+    };
+    // The task writes far more than a pipe holds, so a pipe nobody reads stays paused, never at its end.
+    const r = await spawner.launch({
+      command: '/bin/sh',
+      args: ['-c', 'head -c 1000000 /dev/zero; sleep 30'],
+      env: { PATH: '/usr/bin:/bin' },
+      cwd: '/',
+      statusPipe: true,
+      inputPipe: false,
+    });
+    expect(r).toMatch(/before the task started/);
+    expect(arrived).toBeDefined();
+    await waitFor(() => arrived!.destroyed, { what: 'the handed-over pipe closed' });
   });
 
   it('attack: a descriptor the worker inherited without close-on-exec never reaches a task', () => {
