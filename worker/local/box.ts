@@ -6,6 +6,7 @@ import {
   liveGroupMembers,
   liveNamespaceMembers,
   namespaceInitGone,
+  processStartTime,
   signalGroup,
   signalPid,
 } from './process-group.js';
@@ -101,6 +102,12 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
   let pgid: number | undefined;
   let initPid: number | undefined;
   let pidNamespace: number | undefined;
+  // Their start times, read when each pid was learned: a SIGKILL by pid goes only to the same process
+  // (a late kill, after the task ended and its pids were reaped, must not reach a process given one since).
+  let leaderStart: string | null = null;
+  let initStart: string | null = null;
+  const still = (pid: number | undefined, start: string | null): pid is number =>
+    pid !== undefined && start !== null && processStartTime(pid) === start;
   /** The namespace's processes; no /proc walk once its init is known to be gone (process-group.ts). */
   const namespaceMembers = async (ns: number): Promise<GroupMember[]> =>
     initPid !== undefined && (await namespaceInitGone(initPid, ns)) ? [] : liveNamespaceMembers(ns);
@@ -121,13 +128,18 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
     spawn: { ...spawn, statusPipe: true },
     attach: (child) => {
       pgid = child.pid;
+      leaderStart = processStartTime(child.pid);
       const status = child.stdio[3];
       if (status === null || status === undefined || !('on' in status)) return;
       let text = '';
       status.on('data', (chunk: Buffer) => {
         text += chunk.toString('utf8');
         // bwrap writes one JSON document per event; the first names the init and the namespaces.
-        for (const m of text.matchAll(/"child-pid":\s*(\d+)/g)) initPid = Number(m[1]);
+        for (const m of text.matchAll(/"child-pid":\s*(\d+)/g)) {
+          if (initPid === Number(m[1])) continue;
+          initPid = Number(m[1]);
+          initStart = processStartTime(initPid);
+        }
         for (const m of text.matchAll(/"pid-namespace":\s*(\d+)/g)) pidNamespace = Number(m[1]);
         if (text.length > 65536) text = text.slice(-4096);
       });
@@ -136,7 +148,7 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
     terminate: () => {
       if (pidNamespace === undefined || initPid === undefined) {
         // Not yet known: the sandbox is still being set up and nothing of the task can be asked to stop.
-        if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+        if (still(pgid, leaderStart)) signalGroup(pgid, 'SIGKILL');
         return;
       }
       const init = initPid;
@@ -150,8 +162,10 @@ export function bwrapBox(spawn: BoxSpawn, limits: TaskLimits | null = null): Tas
       });
     },
     kill: () => {
-      if (initPid !== undefined) signalPid(initPid, 'SIGKILL');
-      if (pgid !== undefined) signalGroup(pgid, 'SIGKILL');
+      // Everything of a sandbox is in its PID namespace (gone with its init) and, contained, in its
+      // cgroup: bwrap's own group needs a signal only while bwrap itself is there.
+      if (still(initPid, initStart)) signalPid(initPid, 'SIGKILL');
+      if (still(pgid, leaderStart)) signalGroup(pgid, 'SIGKILL');
       void limits?.killAll();
     },
     live: members,

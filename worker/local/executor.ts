@@ -150,7 +150,10 @@ class ExecutionRun {
       await box.dispose();
       return this.neverStarted('SETUP_FAILED', spawned);
     }
-    box.limits?.watch(() => box.kill());
+    // The disk watch ends a running task; once it has exited, its leftovers are step 4's to stop.
+    box.limits?.watch(() => {
+      if (!this.mainExited) box.kill();
+    });
 
     // 3. time limit and cancel
     this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);

@@ -96,6 +96,22 @@ export async function liveGroupMembers(pgid: number): Promise<GroupMember[]> {
   return members.sort((a, b) => a.pid - b.pid);
 }
 
+/**
+ * The kernel's start time of process `pid` (`/proc/PID/stat` field 22, clock ticks since boot), or null
+ * when there is no such process. A pid with its start time names one process for the machine's uptime:
+ * compared before a signal, it keeps a signal meant for a process that is gone from reaching another that
+ * was given its pid since.
+ */
+export function processStartTime(pid: number): string | null {
+  try {
+    const stat = readKernelFile(`/proc/${pid}/stat`);
+    // Fields after the command name (which may hold spaces and parentheses) start at field 3.
+    return stat.slice(stat.lastIndexOf(')') + 2).split(' ')[19] ?? null;
+  } catch {
+    return null;
+  }
+}
+
 /** Sends `signal` to one process; false when it is gone. Never throws. */
 export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
   try {
