@@ -117,9 +117,22 @@ export function setVerifiedContentCacheBytes(bytes: number): void {
   trimContentCache();
 }
 
+/**
+ * Bytes first reads under way are keeping for the cache: they count against its budget from their start,
+ * so many first reads of different blobs at once cannot together hold more than the budget.
+ */
+let keeping = 0;
+
+/** What the content cache holds and first reads under way are keeping (tests: it never passes the budget). */
+export function verifiedContentHeldBytes(): number {
+  let held = keeping;
+  for (const v of memo.values()) held += v.content?.length ?? 0;
+  return held;
+}
+
 /** Lets go of cached content, least recently read first, until the budget holds. */
 function trimContentCache(): void {
-  let held = 0;
+  let held = keeping;
   for (const v of memo.values()) held += v.content?.length ?? 0;
   for (const v of memo.values()) {
     if (held <= contentCacheBytes) return;
@@ -216,32 +229,44 @@ async function verifyStreaming(
   let chunk: Hash = createHash('sha256');
   let inChunk = 0;
   let total = 0;
-  const kept: Buffer[] | null = size <= contentCacheBytes ? [] : null;
-  let first = true;
-  for (const piece of pieces) {
-    if (!first) await new Promise<void>((resolve) => setImmediate(resolve));
-    first = false;
-    whole.update(piece);
-    classifier.update(piece);
-    kept?.push(piece);
-    total += piece.length;
-    for (let at = 0; at < piece.length; ) {
-      const take = Math.min(CHUNK_BYTES - inChunk, piece.length - at);
-      chunk.update(piece.subarray(at, at + take));
-      inChunk += take;
-      at += take;
-      if (inChunk === CHUNK_BYTES) {
-        chunks.push(chunk.digest('hex'));
-        chunk = createHash('sha256');
-        inChunk = 0;
+  // Kept (for the cache) only when it fits beside what other first reads keep; older cached content makes
+  // room at once (least recently read first). One buffer of its size: the budget holds at every moment,
+  // with no second copy to join the pieces.
+  const kept = size <= contentCacheBytes - keeping ? Buffer.allocUnsafe(size) : null;
+  if (kept !== null) {
+    keeping += size;
+    trimContentCache();
+  }
+  try {
+    let first = true;
+    for (const piece of pieces) {
+      if (!first) await new Promise<void>((resolve) => setImmediate(resolve));
+      first = false;
+      whole.update(piece);
+      classifier.update(piece);
+      // Past the stored size the blob changed under the read; the digest check below refuses it.
+      if (kept !== null && total + piece.length <= size) piece.copy(kept, total);
+      total += piece.length;
+      for (let at = 0; at < piece.length; ) {
+        const take = Math.min(CHUNK_BYTES - inChunk, piece.length - at);
+        chunk.update(piece.subarray(at, at + take));
+        inChunk += take;
+        at += take;
+        if (inChunk === CHUNK_BYTES) {
+          chunks.push(chunk.digest('hex'));
+          chunk = createHash('sha256');
+          inChunk = 0;
+        }
       }
     }
+  } finally {
+    if (kept !== null) keeping -= size;
   }
   if (inChunk > 0) chunks.push(chunk.digest('hex'));
   const actual = whole.digest('hex');
   // A length that differs from the stored size means the blob changed between the two reads: refuse it.
   if (actual !== sha256 || total !== size) throw tampered(deps, sha256, actual);
-  return { text: classifier.result(), chunks, content: kept === null ? null : Buffer.concat(kept) };
+  return { text: classifier.result(), chunks, content: kept };
 }
 
 function notStored(sha256: string): BrokerError {

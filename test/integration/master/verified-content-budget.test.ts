@@ -1,0 +1,78 @@
+import { createHash, randomBytes } from 'node:crypto';
+import { join } from 'node:path';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { textClassifier } from '../../../src/broker/tools/inputs.js';
+import {
+  setVerifiedContentCacheBytes,
+  verifiedContentHeldBytes,
+  verifiedPages,
+} from '../../../src/broker/verified-blob.js';
+import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
+import { makeTempDir, removeTempDirs } from '../../support/temp.js';
+
+/**
+ * The master keeps verified input bytes in memory for paging up to a budget (128 MiB by default). Found by
+ * review: first reads of *different* blobs at once each kept their whole blob while hashing it, so one
+ * submitter calling get_input in parallel on a few large inputs held several times the budget. Now a first
+ * read counts against the budget from its start; past it, it hashes without keeping.
+ */
+const MIB = 1024 * 1024;
+let f: BrokerFixture;
+let owner: string;
+const blobs: Array<{ sha256: string; bytes: Buffer }> = [];
+
+beforeAll(() => {
+  f = makeBrokerDeps({ dbPath: join(makeTempDir('content-budget'), 'master.sqlite') });
+  owner = f.principal('alice', ['submitter']).id;
+  for (let i = 0; i < 9; i++) {
+    const bytes = randomBytes(2 * MIB);
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    const pieces = [bytes.subarray(0, MIB), bytes.subarray(MIB)];
+    f.deps.store.transaction(() => {
+      f.deps.store.blobs.putChunks(sha256, bytes.length, pieces, f.clock.now());
+      f.deps.store.blobs.recordUpload(owner, sha256, f.clock.now());
+    });
+    blobs.push({ sha256, bytes });
+  }
+});
+afterEach(() => setVerifiedContentCacheBytes(128 * MIB));
+afterAll(() => {
+  f?.close();
+  removeTempDirs();
+});
+
+describe('the verified-content budget', () => {
+  it('holds while six first reads of different 2 MiB blobs run at once (budget 5 MiB), and every page is right', async () => {
+    setVerifiedContentCacheBytes(0); // empty the cache of earlier reads
+    setVerifiedContentCacheBytes(5 * MIB);
+    let peak = 0;
+    let sampling = true;
+    const sample = () => {
+      peak = Math.max(peak, verifiedContentHeldBytes());
+      if (sampling) setImmediate(sample);
+    };
+    sample();
+    const pages = await Promise.all(
+      blobs.slice(0, 6).map((b) => verifiedPages(f.deps, owner, b.sha256, textClassifier)),
+    );
+    sampling = false;
+    expect(peak).toBeLessThanOrEqual(5 * MIB);
+    expect(peak).toBeGreaterThan(0); // some were kept
+    expect(verifiedContentHeldBytes()).toBeLessThanOrEqual(5 * MIB);
+    for (const [i, p] of pages.entries()) {
+      expect(p.size).toBe(2 * MIB);
+      expect(p.read(MIB - 10, MIB + 10)).toEqual(blobs[i]!.bytes.subarray(MIB - 10, MIB + 10));
+    }
+  });
+
+  it('a newer blob takes the place of older cached content (least recently read first)', async () => {
+    setVerifiedContentCacheBytes(0);
+    setVerifiedContentCacheBytes(4 * MIB);
+    // Blobs not read before: each first read keeps its bytes, letting the oldest go when they do not fit.
+    const fresh = blobs.slice(6);
+    for (const b of fresh) await verifiedPages(f.deps, owner, b.sha256, textClassifier);
+    expect(verifiedContentHeldBytes()).toBe(4 * MIB);
+    const again = await verifiedPages(f.deps, owner, fresh[0]!.sha256, textClassifier);
+    expect(again.read(0, 16)).toEqual(fresh[0]!.bytes.subarray(0, 16));
+  });
+});
