@@ -9,6 +9,7 @@ import { authHook } from './http/auth.js';
 import { registerBlobRoutes } from './http/blobs.js';
 import { installConnectionLimits } from './http/connection-limits.js';
 import { installErrorHandling } from './http/errors.js';
+import { answerContinueLate } from './http/expect-continue.js';
 import { isAllowedOrigin, ownHostNames } from './http/origin.js';
 import { registerRestRoutes } from './http/rest.js';
 import { registerMcpRoute } from './mcp/route.js';
@@ -63,6 +64,7 @@ export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<Fast
   app.decorateRequest('principal', null);
   installErrorHandling(app, deps.logger, (detail) => deps.store.onWriteFailure(detail));
   installConnectionLimits(app, limits, deps.logger);
+  answerContinueLate(app);
   app.addHook(
     'onRequest',
     authHook(deps, (path) => path === WORKER_CONNECT_PATH || WORKER_INPUT_PATH.test(path)),

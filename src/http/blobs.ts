@@ -11,6 +11,7 @@ import type { StorageReservation } from '../broker/ports.js';
 import { admitBlobUpload, blobForExecution, digestMismatch, putBlob } from '../broker/tools/inputs.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
+import { continueNow } from './expect-continue.js';
 import { UploadPace } from './upload-pace.js';
 
 /**
@@ -200,48 +201,55 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
   void app.register(async (scope) => {
     scope.removeAllContentTypeParsers();
     scope.addContentTypeParser('*', (_req, _payload, done) => done(null));
-    scope.put<{ Params: { sha256: string } }>('/api/v1/blobs/:sha256', async (req) => {
-      const { sha256 } = req.params;
-      if (!SHA256.test(sha256))
-        throw new BrokerError(
-          'INVALID_INPUT',
-          `${sha256} is not a sha256`,
-          'Use the lowercase hex sha256 of the bytes.',
-        );
-      const principal = req.principal!;
-      if (!principal.roles.includes('submitter'))
-        throw new BrokerError(
-          'FORBIDDEN',
-          'uploading inputs needs the submitter role',
-          'Use a submitter token.',
-        );
-      const declared = declaredLength(req);
-      admitBlobUpload(deps, principal, sha256, declared, slots.bytesOf(principal.id));
-      const release = slots.take(principal.id, declared);
-      const tmp = join(opts.uploadDir, randomUUID());
-      let reservation: StorageReservation | undefined;
-      let written = 0;
-      try {
-        reservation = deps.storage?.reserve('input upload', declared * UPLOAD_DISK_FACTOR);
-        // Monotonic time, as the timers that carry out the waits: a wall clock that jumps (or a test's
-        // frozen one) would turn into waits of any length.
-        const actual = await receive(req.raw, tmp, declared, (bytes) =>
-          pace.take(principal.id, bytes, performance.now()),
-        );
-        if (actual !== sha256) throw digestMismatch(sha256, actual);
-        const result = deps.store.transaction(() =>
-          putBlob(deps, principal, sha256, actual, { size: declared, pieces: () => filePieces(tmp) }),
-        );
-        if (result.stored) written = declared;
-        return result;
-      } finally {
-        // Releases first: none of them may be skipped by a temporary file that cannot be removed.
-        reservation?.release(written);
-        release();
-        pace.sweep(performance.now());
-        removeUpload(tmp, req.log);
-      }
-    });
+    scope.put<{ Params: { sha256: string } }>(
+      '/api/v1/blobs/:sha256',
+      { config: { continueInHandler: true } },
+      async (req, reply) => {
+        const { sha256 } = req.params;
+        if (!SHA256.test(sha256))
+          throw new BrokerError(
+            'INVALID_INPUT',
+            `${sha256} is not a sha256`,
+            'Use the lowercase hex sha256 of the bytes.',
+          );
+        const principal = req.principal!;
+        if (!principal.roles.includes('submitter'))
+          throw new BrokerError(
+            'FORBIDDEN',
+            'uploading inputs needs the submitter role',
+            'Use a submitter token.',
+          );
+        const declared = declaredLength(req);
+        admitBlobUpload(deps, principal, sha256, declared, slots.bytesOf(principal.id));
+        const release = slots.take(principal.id, declared);
+        const tmp = join(opts.uploadDir, randomUUID());
+        let reservation: StorageReservation | undefined;
+        let written = 0;
+        try {
+          reservation = deps.storage?.reserve('input upload', declared * UPLOAD_DISK_FACTOR);
+          // Admitted, with room reserved: a client waiting on `Expect: 100-continue` may send the body
+          // now (expect-continue.ts).
+          continueNow(req, reply);
+          // Monotonic time, as the timers that carry out the waits: a wall clock that jumps (or a test's
+          // frozen one) would turn into waits of any length.
+          const actual = await receive(req.raw, tmp, declared, (bytes) =>
+            pace.take(principal.id, bytes, performance.now()),
+          );
+          if (actual !== sha256) throw digestMismatch(sha256, actual);
+          const result = deps.store.transaction(() =>
+            putBlob(deps, principal, sha256, actual, { size: declared, pieces: () => filePieces(tmp) }),
+          );
+          if (result.stored) written = declared;
+          return result;
+        } finally {
+          // Releases first: none of them may be skipped by a temporary file that cannot be removed.
+          reservation?.release(written);
+          release();
+          pace.sweep(performance.now());
+          removeUpload(tmp, req.log);
+        }
+      },
+    );
   });
   app.get<{ Params: { execution_id: string; sha256: string } }>(WORKER_INPUT_ROUTE, async (req, reply) => {
     const principal = req.principal!;

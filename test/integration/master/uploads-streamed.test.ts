@@ -4,7 +4,7 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
-import { errorCode, openRaw, requestHead } from '../../support/raw-http.js';
+import { errorCode, openRaw, type RawConnection, requestHead } from '../../support/raw-http.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
@@ -465,5 +465,83 @@ describe('every end of an upload gives back what it held (slot, disk reservation
       rmSync(dir, { force: true });
       mkdirSync(dir, { mode: 0o700 });
     }
+  });
+});
+
+describe('Expect: 100-continue is answered by the route, after its checks (Node would answer it first)', () => {
+  /** Everything the master sent on `c`, as text. */
+  function received(c: RawConnection): () => string {
+    let text = '';
+    c.socket.on('data', (d: Buffer) => {
+      text += d.toString('latin1');
+    });
+    return () => text;
+  }
+
+  it('a refused upload is answered at once, with no 100 Continue to invite its body', async () => {
+    const token = m.createToken('eve-continue', ['submitter']);
+    for (const [length, status] of [
+      [300 * MiB, 413], // over policy.max_input_bytes
+      [220 * MiB, 429], // over the quota
+    ] as const) {
+      const c = await openRaw(m.url);
+      const got = received(c);
+      c.socket.write(
+        requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
+          authorization: `Bearer ${token}`,
+          'content-length': length,
+          expect: '100-continue',
+        }),
+      );
+      const r = await c.response;
+      expect(r.status).toBe(status);
+      expect(got()).not.toContain('100 Continue');
+      c.socket.destroy();
+    }
+  });
+
+  it('an admitted upload gets 100 Continue, then its body is read and stored', async () => {
+    const token = m.createToken('cora', ['submitter']);
+    const body = Buffer.from('sent after 100 Continue');
+    const c = await openRaw(m.url);
+    const got = received(c);
+    c.socket.write(
+      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
+        authorization: `Bearer ${token}`,
+        'content-length': body.length,
+        expect: '100-continue',
+      }),
+    );
+    await waitFor(() => got().startsWith('HTTP/1.1 100 Continue\r\n'), { what: '100 Continue' });
+    c.socket.write(body);
+    await waitFor(() => /HTTP\/1\.1 200 /.test(got()), { what: 'the final answer' });
+    expect(m.store.blobs.meta(sha(body))?.size).toBe(body.length);
+    c.socket.destroy();
+  });
+
+  it('a JSON route sends 100 Continue when it starts reading; without a token there is none', async () => {
+    const token = m.createToken('jay', ['submitter']);
+    const body = JSON.stringify({ spec: { nonsense: true } });
+    const head = (bearer: string | null) =>
+      requestHead('POST', '/api/v1/proposals', {
+        ...(bearer === null ? {} : { authorization: `Bearer ${bearer}` }),
+        'content-type': 'application/json',
+        'idempotency-key': m.key(),
+        'content-length': body.length,
+        expect: '100-continue',
+      });
+    const c = await openRaw(m.url);
+    const got = received(c);
+    c.socket.write(head(token));
+    await waitFor(() => got().startsWith('HTTP/1.1 100 Continue\r\n'), { what: '100 Continue' });
+    c.socket.write(body);
+    await waitFor(() => /HTTP\/1\.1 400 /.test(got()), { what: 'the schema’s answer' });
+    c.socket.destroy();
+    const anon = await openRaw(m.url);
+    const anonGot = received(anon);
+    anon.socket.write(head(null));
+    expect((await anon.response).status).toBe(401);
+    expect(anonGot()).not.toContain('100 Continue');
+    anon.socket.destroy();
   });
 });
