@@ -75,7 +75,8 @@ export function verifiedPieces(deps: BrokerDeps, ownerId: string, sha256: string
         yield piece;
       }
       const actual = whole.digest('hex');
-      if (actual !== sha256 || total !== size || last === null) throw tampered(deps, sha256, actual);
+      if (actual !== sha256 || total !== size || last === null)
+        throw goneOrTampered(deps, ownerId, sha256, actual);
       yield last;
     })(),
   };
@@ -265,7 +266,7 @@ async function verifyStreaming(
   if (inChunk > 0) chunks.push(chunk.digest('hex'));
   const actual = whole.digest('hex');
   // A length that differs from the stored size means the blob changed between the two reads: refuse it.
-  if (actual !== sha256 || total !== size) throw tampered(deps, sha256, actual);
+  if (actual !== sha256 || total !== size) throw goneOrTampered(deps, ownerId, sha256, actual);
   return { text: classifier.result(), chunks, content: kept };
 }
 
@@ -275,6 +276,16 @@ function notStored(sha256: string): BrokerError {
     `no stored input has sha256 ${sha256}`,
     'The proposal’s owner uploads it with upload_inputs or PUT /api/v1/blobs/{sha256}.',
   );
+}
+
+/**
+ * A read that came out short or wrong: the blob was collected while it was being read (read chunk by
+ * chunk over event-loop turns; the collector may remove one no live proposal holds) is NOT_FOUND, as if
+ * asked a moment later; only bytes still stored under the digest that do not match it are tampering.
+ */
+function goneOrTampered(deps: BrokerDeps, ownerId: string, sha256: string, actual: string): BrokerError {
+  if (deps.store.blobs.sizeUploadedBy(ownerId, sha256) === undefined) return notStored(sha256);
+  return tampered(deps, sha256, actual);
 }
 
 function tampered(deps: BrokerDeps, sha256: string, actual: string): BrokerError {

@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto';
 import { join } from 'node:path';
-import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it, vi } from 'vitest';
 import { textClassifier } from '../../../src/broker/tools/inputs.js';
 import {
   setVerifiedContentCacheBytes,
@@ -74,5 +74,31 @@ describe('the verified-content budget', () => {
     expect(verifiedContentHeldBytes()).toBe(4 * MIB);
     const again = await verifiedPages(f.deps, owner, fresh[0]!.sha256, textClassifier);
     expect(again.read(0, 16)).toEqual(fresh[0]!.bytes.subarray(0, 16));
+  });
+
+  it('a blob collected while its first read is under way is NOT_FOUND, not reported as tampered', async () => {
+    const bytes = randomBytes(6 * MIB); // six chunks: the read is still fetching them when it is gone
+    const sha256 = createHash('sha256').update(bytes).digest('hex');
+    const errors: unknown[] = [];
+    const logger = f.deps.logger;
+    const spy = vi.spyOn(logger, 'error').mockImplementation((...args: unknown[]) => {
+      errors.push(args);
+    });
+    try {
+      f.deps.store.transaction(() => {
+        f.deps.store.blobs.putChunks(sha256, bytes.length, [bytes], f.clock.now());
+        f.deps.store.blobs.recordUpload(owner, sha256, f.clock.now());
+      });
+      const reading = verifiedPages(f.deps, owner, sha256, textClassifier);
+      // The read yields after its first chunk; the collector removes the blob meanwhile.
+      await new Promise((r) => setImmediate(r));
+      f.deps.store.db.prepare('DELETE FROM blob_uploads WHERE sha256 = ?').run(sha256);
+      f.deps.store.db.prepare('DELETE FROM blob_chunks WHERE sha256 = ?').run(sha256);
+      f.deps.store.db.prepare('DELETE FROM blobs WHERE sha256 = ?').run(sha256);
+      await expect(reading).rejects.toMatchObject({ code: 'NOT_FOUND' });
+      expect(errors).toEqual([]);
+    } finally {
+      spy.mockRestore();
+    }
   });
 });
