@@ -351,11 +351,15 @@ class ExecutionRun {
     return { ...exited, cleaned: true, cleanup_detail: 'no process was started' };
   }
 
-  /** A bug in the executor must still end in a result, and must not leave the task running. */
-  private internalFailure(err: unknown): ExecutionResult {
+  /**
+   * A bug in the executor must still end in a result, and must not leave the task running, nor its box's
+   * cgroup, disk watch and task dir behind (dispose; the receipt still says cleanup is not confirmed).
+   */
+  private async internalFailure(err: unknown): Promise<ExecutionResult> {
     clearTimeout(this.limitTimer);
     clearTimeout(this.killTimer);
     this.box?.kill();
+    await this.box?.dispose().catch(() => undefined);
     this.resolveStarted(this.pid ?? null);
     const exited = exitWithoutTask('SETUP_FAILED', `executor error: ${describe(err)}`);
     this.resolveExited(exited);

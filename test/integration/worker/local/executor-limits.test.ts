@@ -173,6 +173,28 @@ describe.runIf(ready)('per-task limits, enforced by the kernel', () => {
     expect(existsSync(join(execRoot, 'task'))).toBe(false);
   });
 
+  it('an executor failure still gives back the box: its task dir (and cgroup) do not outlive the result', async () => {
+    const base = makePlan({ argv: sh('true') });
+    const plan: ExecutionPlan = { ...base, limits: LIMITS };
+    const handle = startExecution(plan, {
+      rootDir,
+      workerId: 'worker-1',
+      provider: 'sim',
+      onLog: () => undefined,
+      cleanupPollMs: 20,
+      sandbox,
+      launcher: {
+        launch: () => {
+          throw new Error('a bug in the launcher');
+        },
+      },
+    });
+    const result = await handle.done;
+    expect(result).toMatchObject({ failure_reason: 'SETUP_FAILED', cleaned: false });
+    expect(JSON.stringify(result)).toContain('executor error: a bug in the launcher');
+    expect(existsSync(join(rootDir, plan.execution_id, 'task'))).toBe(false);
+  });
+
   it('asks a contained task to stop (SIGTERM to its processes, found by its cgroup) before it kills it', async () => {
     // The box finds a task with a cgroup by cgroup.procs alone, no /proc walk (box.ts): the grace
     // period's SIGTERM must still reach the task's own processes, and not only its init.
