@@ -157,13 +157,36 @@ function cut(w: Watched, socket: Socket, err: BrokerError): void {
   setTimeout(close, 1000).unref();
 }
 
+/**
+ * What the per-peer cap counts as one peer: an IPv4 address (also when written IPv4-mapped, `::ffff:a.b.c.d`),
+ * or an IPv6 address's /64 — one host is usually given a whole /64, so counting each of its addresses apart
+ * would let one client open any number of "peers". Pure.
+ */
+export function peerKey(address: string | undefined): string {
+  if (address === undefined) return 'unknown';
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/i.exec(address);
+  if (mapped) return mapped[1]!;
+  if (!address.includes(':')) return address;
+  const [head = '', tail] = address.split('%')[0]!.toLowerCase().split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups =
+    tail === undefined
+      ? left
+      : [...left, ...Array(Math.max(0, 8 - left.length - right.length)).fill('0'), ...right];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => g.replace(/^0+(?=.)/, ''))
+    .join(':')}::/64`;
+}
+
 /** The per-peer cap and the total cap, at accept. */
 function limitPeers(server: Server, limits: ConnectionLimits, logger: Logger): void {
   if (limits.max_connections > 0) server.maxConnections = limits.max_connections;
   const open = new Map<string, number>();
   const warned = new Set<string>();
   server.on('connection', (socket: Socket) => {
-    const peer = socket.remoteAddress ?? 'unknown';
+    const peer = peerKey(socket.remoteAddress);
     const n = open.get(peer) ?? 0;
     if (n >= limits.max_connections_per_peer) {
       if (!warned.has(peer)) {
