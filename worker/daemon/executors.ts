@@ -5,6 +5,7 @@ import type { BackendRef, ExecutionHooks, Executor } from '../executions/executo
 import type { ExecutionManager } from '../executions/manager.js';
 import type { OutboxSender } from '../link/outbox.js';
 import { type ExecutorOptions, startExecution } from '../local/executor.js';
+import { processIdentity } from '../local/process-group.js';
 import { recoverUnfinished } from '../local/recovery.js';
 import { sweepStale } from '../sandbox/sweep-stale.js';
 import type { SlurmExecutionOptions } from '../slurm/backend.js';
@@ -32,6 +33,7 @@ export function localExecutor(
         maxLogBytes: hooks.maxLogBytes,
         ...(hooks.checkCardsClean === undefined ? {} : { checkCardsClean: hooks.checkCardsClean }),
       }),
+    identify: processIdentity,
   };
 }
 

@@ -1,4 +1,5 @@
 import type { ExecutionPlan, FailureReason, SlurmJobReport } from '../../src/contracts/worker-protocol.js';
+import type { ProcessIdentity } from '../store/executions-repo.js';
 import type { LogChunkHandler } from '../task-io/logs.js';
 import type { CollectedOutput } from '../task-io/outputs.js';
 
@@ -19,6 +20,12 @@ export interface Executor {
    * same handle and hooks as `start`.
    */
   resume?(plan: ExecutionPlan, ref: BackendRef, hooks: ExecutionHooks): ExecutionHandle;
+  /**
+   * Present when the started pid is a process group on this host (the local executor): who its leader
+   * is for good (start time and boot), recorded with the pgid so that a restarted worker's recovery
+   * never takes another group for it (local/recovery.ts). Null when the process is already gone.
+   */
+  identify?(pid: number): ProcessIdentity | null;
 }
 
 /**

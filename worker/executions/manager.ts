@@ -323,10 +323,11 @@ export class ExecutionManager {
   }
 
   private reportStarted(id: string, pgid: number): void {
-    const { store, outbox, logger } = this.deps;
+    const { store, outbox, logger, executor } = this.deps;
     logger.info({ execution_id: id, pgid }, 'worker: execution started');
+    const identity = executor.identify?.(pgid) ?? null;
     store.transaction(() => {
-      store.setExecutionPgid(id, pgid);
+      store.setExecutionPgid(id, pgid, identity);
       outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
     });
   }

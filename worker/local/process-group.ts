@@ -1,5 +1,6 @@
 import { readdir, readFile, readlink } from 'node:fs/promises';
 import { readKernelFile, readKernelLink } from '../sandbox/kernel-files.js';
+import type { ProcessIdentity } from '../store/executions-repo.js';
 
 /**
  * Process-group and cgroup probes for the executor (Linux). A task runs as the leader of its own process
@@ -110,6 +111,26 @@ export function processStartTime(pid: number): string | null {
   } catch {
     return null;
   }
+}
+
+/** This boot's id (`/proc/sys/kernel/random/boot_id`), read once; null where the kernel has none. */
+export function bootId(): string | null {
+  if (cachedBootId === undefined) {
+    try {
+      cachedBootId = readKernelFile('/proc/sys/kernel/random/boot_id').trim() || null;
+    } catch {
+      cachedBootId = null;
+    }
+  }
+  return cachedBootId;
+}
+let cachedBootId: string | null | undefined;
+
+/** Who process `pid` is for good (its start time and this boot), or null when it is gone or cannot tell. */
+export function processIdentity(pid: number): ProcessIdentity | null {
+  const start = processStartTime(pid);
+  const boot = bootId();
+  return start === null || boot === null ? null : { start, boot };
 }
 
 /** Sends `signal` to one process; false when it is gone. Never throws. */

@@ -9,7 +9,7 @@ import type { ContainerSetup } from '../sandbox/container.js';
 import { engineOutput, labelledContainers } from '../sandbox/container.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
 import type { GroupMember } from './process-group.js';
-import { liveGroupMembers, signalGroup } from './process-group.js';
+import { bootId, liveGroupMembers, processStartTime, signalGroup } from './process-group.js';
 
 /**
  * Executions a previous worker process left unfinished (docs/worker-protocol.md). They are never run again:
@@ -23,8 +23,9 @@ import { liveGroupMembers, signalGroup } from './process-group.js';
  *      polled for the plan's cleanup_timeout_seconds → `cleaned` or `cleanup_failed`.
  *
  * A recorded pgid may have been reused by an unrelated process since (after a reboot, certainly), so a
- * group only counts as this execution's when one of its processes carries the execution's
- * GPU_BROKER_EXECUTION_ID in its environment; other groups are never signalled.
+ * group only counts as this execution's when its leader is the process recorded with it (start time and
+ * boot id, worker-store version 7), or, for a record from before, when one of its processes carries the
+ * execution's GPU_BROKER_EXECUTION_ID in its environment; other groups are never signalled.
  */
 
 /** What recovery needs from the daemon. */
@@ -84,12 +85,12 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
   const id = plan.execution_id;
   try {
     // 2. stop what is left of the group
-    if (pgid !== null && (await membersOf(pgid, id)).length > 0) {
+    if (pgid !== null && (await membersOf(record, pgid)).length > 0) {
       logger.warn({ execution_id: id, pgid }, 'worker: stopping the process group of a lost execution');
       signalGroup(pgid, 'SIGTERM');
       const graceEnd = clock.now() + plan.kill_grace_seconds * 1000;
-      while (clock.now() < graceEnd && (await membersOf(pgid, id)).length > 0) await sleep(50);
-      if ((await membersOf(pgid, id)).length > 0) signalGroup(pgid, 'SIGKILL');
+      while (clock.now() < graceEnd && (await membersOf(record, pgid)).length > 0) await sleep(50);
+      if ((await membersOf(record, pgid)).length > 0) signalGroup(pgid, 'SIGKILL');
     }
     const container = plan.spec.runtime.kind === 'container';
     if (container && deps.containers !== undefined) await removeContainers(deps, id, plan.kill_grace_seconds);
@@ -100,7 +101,7 @@ async function confirmCleanup(deps: RecoveryDeps, record: ExecutionRecord): Prom
       if (signal.aborted) return;
       const problems: string[] = [];
       if (pgid !== null) {
-        const left = await membersOf(pgid, id);
+        const left = await membersOf(record, pgid);
         if (left.length > 0)
           problems.push(
             `process group ${pgid} still has live processes: ${left.map(describeMember).join(', ')}`,
@@ -169,8 +170,23 @@ async function containerProblems(setup: ContainerSetup | undefined, id: string):
   return left.length === 0 ? [] : [`containers still present: ${left.join(', ')}`];
 }
 
-/** The live members of group `pgid` when the group is this execution's; [] otherwise. */
-async function membersOf(pgid: number, executionId: string): Promise<GroupMember[]> {
+/**
+ * The live members of the execution's recorded group when it is still that execution's; [] otherwise.
+ * With the leader's identity recorded (worker-store version 7): another boot's group is never ours; a
+ * leader alive with another start time means the pid was given to someone else; a leader alive with its
+ * own, or gone while its group lives on (the kernel gives no process a pid still in use as a group id),
+ * is ours — whatever the task did to its environment. Rows from before fall back to the execution id in a
+ * member's environment (which a sandbox's bwrap holds, out of the task's reach).
+ */
+async function membersOf(record: ExecutionRecord, pgid: number): Promise<GroupMember[]> {
+  const identity = record.pgid_identity;
+  if (identity !== null) {
+    if (identity.boot !== bootId()) return [];
+    const leader = processStartTime(pgid);
+    if (leader !== null && leader !== identity.start) return [];
+    return liveGroupMembers(pgid);
+  }
+  const executionId = record.execution_id;
   const members = await liveGroupMembers(pgid);
   if (members.length === 0) return [];
   const marker = `GPU_BROKER_EXECUTION_ID=${executionId}`;

@@ -24,6 +24,12 @@ export interface ExecutionSummary {
   readonly detail?: string;
 }
 
+/** A process for good: its start time (clock ticks since boot) and the boot id it started in. */
+export interface ProcessIdentity {
+  readonly start: string;
+  readonly boot: string;
+}
+
 /** One execution as the worker knows it. */
 export interface ExecutionRecord {
   readonly execution_id: string;
@@ -34,6 +40,8 @@ export interface ExecutionRecord {
   readonly result: ExecutionSummary | null;
   /** The task's process group id once it was spawned; null before, or when it never ran. */
   readonly pgid: number | null;
+  /** Who the group's leader was: its start time and the boot it started in; null when unknown. */
+  readonly pgid_identity: ProcessIdentity | null;
   /** Slurm workers: the job behind it as last seen (job id, state, pending reason, binding); else null. */
   readonly slurm: SlurmJobReport | null;
   readonly created_at: number;
@@ -48,6 +56,8 @@ interface ExecutionRow {
   plan_json: string;
   result_json: string | null;
   pgid: number | null;
+  pgid_start: string | null;
+  pgid_boot: string | null;
   slurm_json: string | null;
   created_at: number;
   updated_at: number;
@@ -79,8 +89,8 @@ function prepareExecutions(db: LocalDb) {
     setSlurm: db.prepare<[string, number, string]>(
       'UPDATE executions SET slurm_json = ?, updated_at = ? WHERE execution_id = ?',
     ),
-    setPgid: db.prepare<[number, number, string]>(
-      'UPDATE executions SET pgid = ?, updated_at = ? WHERE execution_id = ?',
+    setPgid: db.prepare<[number, string | null, string | null, number, string]>(
+      'UPDATE executions SET pgid = ?, pgid_start = ?, pgid_boot = ?, updated_at = ? WHERE execution_id = ?',
     ),
     prunableDirs: db.prepare<[number, number, number], { execution_id: string }>(
       `SELECT execution_id FROM (
@@ -179,8 +189,8 @@ export function executionsRepo(db: LocalDb, now: () => number) {
       to: ReportedPhase,
       result?: ExecutionSummary,
     ): ExecutionRecord => moveExecution.immediate(id, from, to, result),
-    setExecutionPgid: (executionId: string, pgid: number): void => {
-      stmts.setPgid.run(pgid, now(), executionId);
+    setExecutionPgid: (executionId: string, pgid: number, identity: ProcessIdentity | null = null): void => {
+      stmts.setPgid.run(pgid, identity?.start ?? null, identity?.boot ?? null, now(), executionId);
     },
     setExecutionSlurm: (executionId: string, slurm: SlurmJobReport): void => {
       stmts.setSlurm.run(JSON.stringify(slurm), now(), executionId);
@@ -208,6 +218,10 @@ function toExecutionRecord(
     plan: parsePlan(row.execution_id, row.plan_json),
     result: row.result_json === null ? null : (JSON.parse(row.result_json) as ExecutionSummary),
     pgid: row.pgid,
+    pgid_identity:
+      row.pgid_start === null || row.pgid_boot === null
+        ? null
+        : { start: row.pgid_start, boot: row.pgid_boot },
     slurm: row.slurm_json == null ? null : (JSON.parse(row.slurm_json) as SlurmJobReport),
     created_at: row.created_at,
     updated_at: row.updated_at,

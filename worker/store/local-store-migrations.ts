@@ -13,7 +13,7 @@ import { packageRoot } from '../../src/platform/package-root.js';
  */
 
 /** The schema version this code writes: the number of the last migration file it ships with. */
-export const LOCAL_STORE_SCHEMA_VERSION = 6;
+export const LOCAL_STORE_SCHEMA_VERSION = 7;
 
 /** The folder of the worker's numbered migrations. */
 export function localStoreMigrationsDir(): string {

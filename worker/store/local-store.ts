@@ -2,7 +2,12 @@ import type { ExecutionPlan, SlurmJobReport } from '../../src/contracts/worker-p
 import type { ReportedPhase } from '../../src/domain/execution.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { inImmediateTransaction, openLocalDb } from './db.js';
-import { type ExecutionRecord, type ExecutionSummary, executionsRepo } from './executions-repo.js';
+import {
+  type ExecutionRecord,
+  type ExecutionSummary,
+  executionsRepo,
+  type ProcessIdentity,
+} from './executions-repo.js';
 import { logQueueRepo, type QueuedLogChunk } from './log-queue-repo.js';
 import { type EpochCheck, type MasterMark, marksRepo } from './marks-repo.js';
 import { type OutboxAck, type OutboxEntry, type OutboxPageEntry, outboxRepo } from './outbox-repo.js';
@@ -73,8 +78,11 @@ export interface LocalStore {
     to: ReportedPhase,
     result?: ExecutionSummary,
   ): ExecutionRecord;
-  /** Records the process group id of a running execution (see `ExecutionRecord.pgid`). */
-  setExecutionPgid(executionId: string, pgid: number): void;
+  /**
+   * Records the process group id of a running execution and, when known, who its leader is (see
+   * `ExecutionRecord.pgid`, `pgid_identity`).
+   */
+  setExecutionPgid(executionId: string, pgid: number, identity?: ProcessIdentity | null): void;
   /** Records the Slurm job behind an execution (see `ExecutionRecord.slurm`). */
   setExecutionSlurm(executionId: string, slurm: SlurmJobReport): void;
   /** One execution, or null. */

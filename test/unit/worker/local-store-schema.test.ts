@@ -88,6 +88,7 @@ const SHIPPED: Record<string, string> = {
   '004-phase-moves.sql': '9e2c3e93c466683f9231f210aa688ccdd0df4fa41e4bccd64899af1a623a2e7d',
   '005-slurm-job.sql': 'c88e8fbc89947baef1784df090a8bfb552668a8c539941efbf4039c6c7aadaa3',
   '006-log-queue.sql': '3dd5b8b5181212d83f9c6f61250ba0fed4bc2ffbd2d4198889f818d79bed9a3e',
+  '007-pgid-identity.sql': 'a5952158656a9aad9b52740afa718058356b714fbdd3c2bc506fb41246b28407',
 };
 
 /** The tables and indexes of a dump (triggers left out): what the old inline migrations defined. */
@@ -196,10 +197,11 @@ describe('worker local-store schema', () => {
 
   it('a store at the old version 3 opens with its tables and rows unchanged; only 004 and later are applied', () => {
     const path = oldStoreFile(3);
-    // The tables the old file had, plus the column 005 adds and the log queue of 006 (004 adds triggers only).
+    // The tables the old file had, plus the column 005 adds, the log queue of 006 and the columns of 007
+    // (004 adds triggers only).
     const before = new Database(':memory:');
     for (const sql of OLD_INLINE_MIGRATIONS) before.exec(sql);
-    for (const f of ['005-slurm-job.sql', '006-log-queue.sql'])
+    for (const f of ['005-slurm-job.sql', '006-log-queue.sql', '007-pgid-identity.sql'])
       before.exec(readFileSync(join(localStoreMigrationsDir(), f), 'utf8'));
     const schema = dumpSchema(before);
     before.close();

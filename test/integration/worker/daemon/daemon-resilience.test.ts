@@ -1,8 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
-import { mkdirSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { CardSample } from '../../../../src/contracts/sample.js';
+import { processIdentity } from '../../../../worker/local/process-group.js';
 import type { CardSampler } from '../../../../worker/samplers/card-sampler.js';
 import { selectSampler } from '../../../../worker/samplers/select-sampler.js';
 import { openLocalStore } from '../../../../worker/store/local-store.js';
@@ -222,6 +223,51 @@ describe('worker daemon: restarts and stops', () => {
     expect(h.master.phases(ours.execution_id)[2]?.phase).toBe('cleaned');
   });
 
+  it('recognises a lost group by its leader (start time, boot), not by an environment the task controls', {
+    timeout: 4000,
+  }, async () => {
+    // An unsandboxed task that hid its environment (`exec env -i …`): no execution id in any member.
+    const dataDir = join(h.dir, 'data');
+    mkdirSync(dataDir, { recursive: true });
+    const hidden = plan({ argv: ['/bin/sleep', '30'] });
+    const reused = plan({ argv: ['/bin/sleep', '30'], cards: [1] });
+    const otherBoot = plan({ argv: ['/bin/sleep', '30'], cards: [2] });
+    const task = spawn('/bin/sleep', ['30'], { detached: true, stdio: 'ignore', env: {} });
+    // Groups whose recorded leader is not the process that now has the pid: another start time, or
+    // another boot. Neither may be signalled.
+    const strangerA = spawn('/bin/sleep', ['30'], { detached: true, stdio: 'ignore', env: {} });
+    const strangerB = spawn('/bin/sleep', ['30'], { detached: true, stdio: 'ignore', env: {} });
+    children.push(task, strangerA, strangerB);
+    const store = openLocalStore(join(dataDir, 'worker.sqlite'));
+    seedExecution(store, hidden, 'started');
+    store.setExecutionPgid(hidden.execution_id, task.pid!, processIdentity(task.pid!));
+    seedExecution(store, reused, 'started');
+    store.setExecutionPgid(reused.execution_id, strangerA.pid!, {
+      ...processIdentity(strangerA.pid!)!,
+      start: '1',
+    });
+    seedExecution(store, otherBoot, 'started');
+    store.setExecutionPgid(otherBoot.execution_id, strangerB.pid!, {
+      ...processIdentity(strangerB.pid!)!,
+      boot: '00000000-0000-0000-0000-000000000000',
+    });
+    store.close();
+
+    await h.worker();
+    await waitFor(
+      () => [hidden, reused, otherBoot].every((p) => h.master.phases(p.execution_id).length === 2),
+      { timeoutMs: 3000, what: 'lost executions accounted for' },
+    );
+    for (const p of [hidden, reused, otherBoot])
+      expect(h.master.phases(p.execution_id)[1]).toMatchObject({
+        phase: 'cleaned',
+        failure_reason: 'WORKER_LOST',
+      });
+    expect(alive(task.pid!)).toBe(false);
+    expect(alive(strangerA.pid!)).toBe(true);
+    expect(alive(strangerB.pid!)).toBe(true);
+  });
+
   it('cancels running executions on a clean stop and reports them', { timeout: 3000 }, async () => {
     const worker = await h.worker();
     await waitFor(() => h.master.connected() && h.master.processed('sample').length > 0);
@@ -244,6 +290,16 @@ describe('worker daemon: restarts and stops', () => {
     });
     expect(h.master.phases(p.execution_id)[2]?.detail).toContain('worker stopped');
     expect(worker.isConnected()).toBe(false);
+    // The started group was recorded with its leader's identity (for a later worker's recovery).
+    const store = openLocalStore(join(h.dir, 'data', 'worker.sqlite'));
+    try {
+      expect(store.getExecution(p.execution_id)?.pgid_identity).toMatchObject({
+        start: expect.stringMatching(/^\d+$/),
+        boot: readFileSync('/proc/sys/kernel/random/boot_id', 'utf8').trim(),
+      });
+    } finally {
+      store.close();
+    }
   });
 });
 

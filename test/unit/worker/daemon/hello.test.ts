@@ -22,6 +22,7 @@ const record: ExecutionRecord = {
   plan,
   result: null,
   pgid: 42,
+  pgid_identity: null,
   slurm: null,
   created_at: 1,
   updated_at: 2,
