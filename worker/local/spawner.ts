@@ -104,8 +104,8 @@ export class Spawner implements Launcher {
   private readonly pending = new Map<number, Pending>();
   private nextId = 1;
   private readonly startTimeoutMs: number;
-  /** When the spawner last said anything (monotonic ms). */
-  private lastHeard = 0;
+  /** How many messages the spawner has sent: a start's timer asks whether it said anything since. */
+  private heard = 0;
 
   constructor(opts: { readonly startTimeoutMs?: number } = {}) {
     this.startTimeoutMs = opts.startTimeoutMs ?? SPAWN_TIMEOUT_MS;
@@ -171,11 +171,11 @@ export class Spawner implements Launcher {
    * the check runs after a poll phase (setImmediate) and waits again while the spawner is still talking.
    */
   private armStartTimer(id: number, p: Pending): void {
-    const armedAt = performance.now();
+    const heardBefore = this.heard;
     p.timer = setTimeout(() => {
       setImmediate(() => {
         if (p.started || this.pending.get(id) !== p) return;
-        if (this.lastHeard > armedAt) this.armStartTimer(id, p);
+        if (this.heard > heardBefore) this.armStartTimer(id, p);
         else this.proc?.kill('SIGKILL');
       });
     }, this.startTimeoutMs);
@@ -207,7 +207,7 @@ export class Spawner implements Launcher {
   }
 
   private onMessage(m: SpawnerMessage, handle: unknown): void {
-    this.lastHeard = performance.now();
+    this.heard++;
     const p = this.pending.get(m.id);
     if (p === undefined) {
       // A pipe of a start already given up on: nobody will read it.

@@ -39,6 +39,14 @@ afterAll(async () => {
   await m?.close();
 });
 
+/** The head of a raw `PUT /api/v1/blobs/{digest}` declaring `length` body bytes. */
+const putHead = (token: string, digest: string, length: number, extra: Record<string, string> = {}) =>
+  requestHead('PUT', `/api/v1/blobs/${digest}`, {
+    authorization: `Bearer ${token}`,
+    'content-length': length,
+    ...extra,
+  });
+
 interface Answer {
   status: number;
   body: { error?: { code: string; retryable?: boolean }; stored?: boolean; size?: number };
@@ -149,12 +157,7 @@ describe('refused before a byte of the body is read', () => {
       .run(held, 20 * MiB, 20 * MiB, Date.now());
     m.store.blobs.recordUpload(quinn.id, held, Date.now());
     const c2 = await openRaw(m.url);
-    c2.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 200 * MiB,
-      }),
-    );
+    c2.socket.write(putHead(token, WRONG, 200 * MiB));
     const r = await c2.response;
     expect(r.status).toBe(429);
     expect(errorCode(r)).toBe('QUOTA_EXCEEDED');
@@ -164,21 +167,11 @@ describe('refused before a byte of the body is read', () => {
   it('uploads in flight count against the quota: parallel uploads cannot together pass it', async () => {
     const token = m.createToken('pia', ['submitter']);
     const first = await openRaw(m.url);
-    first.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 150 * MiB,
-      }),
-    );
+    first.socket.write(putHead(token, WRONG, 150 * MiB));
     first.socket.write(Buffer.alloc(1000));
     await waitFor(() => readdirSync(uploadDir()).length >= 1, { what: 'the first upload streaming' });
     const second = await openRaw(m.url);
-    second.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 100 * MiB,
-      }),
-    );
+    second.socket.write(putHead(token, WRONG, 100 * MiB));
     const r = await second.response;
     expect(errorCode(r)).toBe('QUOTA_EXCEEDED'); // 150 + 100 MiB > 210 MiB, nothing stored yet
     first.socket.destroy();
@@ -190,24 +183,14 @@ describe('refused before a byte of the body is read', () => {
     const held = await Promise.all(
       [0, 1, 2, 3].map(async () => {
         const c = await openRaw(m.url);
-        c.socket.write(
-          requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-            authorization: `Bearer ${token}`,
-            'content-length': MiB,
-          }),
-        );
+        c.socket.write(putHead(token, WRONG, MiB));
         c.socket.write(Buffer.alloc(1000));
         return c;
       }),
     );
     await waitFor(() => readdirSync(uploadDir()).length >= 4, { what: 'four uploads streaming' });
     const c = await openRaw(m.url);
-    c.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': MiB,
-      }),
-    );
+    c.socket.write(putHead(token, WRONG, MiB));
     const r = await c.response;
     expect(r.status).toBe(429);
     expect(JSON.parse(r.body).error).toMatchObject({ code: 'TOO_MANY_UPLOADS', retryable: true });
@@ -293,21 +276,11 @@ describe('storage reserved, not sampled', () => {
     await m.master.storage.check();
     const token = m.createToken('fred', ['submitter']);
     const first = await openRaw(m.url);
-    first.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 20 * MiB,
-      }),
-    );
+    first.socket.write(putHead(token, WRONG, 20 * MiB));
     first.socket.write(Buffer.alloc(1000));
     await waitFor(() => m.master.storage.reservedBytes() === 60 * MiB, { what: 'the first reservation' });
     const second = await openRaw(m.url);
-    second.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 20 * MiB,
-      }),
-    );
+    second.socket.write(putHead(token, WRONG, 20 * MiB));
     const r = await second.response;
     expect(r.status).toBe(503);
     expect(JSON.parse(r.body).error).toMatchObject({ code: 'UNAVAILABLE', retryable: true });
@@ -374,12 +347,7 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     // Node does not end a request whose socket closes after its answer was written: the cut itself must.
     const token = cutM.createToken('stella', ['submitter']);
     const c = await openRaw(cutM.url);
-    c.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 8 * MiB,
-      }),
-    );
+    c.socket.write(putHead(token, WRONG, 8 * MiB));
     c.socket.write(Buffer.alloc(10 * 1024)); // then nothing: a network stall, or on purpose
     const r = await c.response;
     expect(r.status).toBe(408);
@@ -391,12 +359,7 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     // One upload per principal here: a slot still held would make this 429 TOO_MANY_UPLOADS.
     const body = Buffer.from('after the stall');
     const again = await openRaw(cutM.url);
-    again.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': body.length,
-      }),
-    );
+    again.socket.write(putHead(token, sha(body), body.length));
     again.socket.write(body);
     const ok = await again.response;
     expect(ok.status).toBe(200);
@@ -407,34 +370,19 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     const token = cutM.createToken('rex', ['submitter']);
     const body = Buffer.from('owned');
     const first = await openRaw(cutM.url);
-    first.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 5,
-      }),
-    );
+    first.socket.write(putHead(token, sha(body), 5));
     first.socket.write(body);
     expect((await first.response).status).toBe(200);
     first.socket.destroy();
     // 64 MiB quota: a re-PUT declaring the whole quota is refused before a byte is read.
     const big = await openRaw(cutM.url);
-    big.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 64 * MiB,
-      }),
-    );
+    big.socket.write(putHead(token, sha(body), 64 * MiB));
     const r = await big.response;
     expect(errorCode(r)).toBe('QUOTA_EXCEEDED');
     big.socket.destroy();
     // At its own size it stores nothing new: admitted.
     const same = await openRaw(cutM.url);
-    same.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': 5,
-      }),
-    );
+    same.socket.write(putHead(token, sha(body), 5));
     same.socket.write(body);
     expect((await same.response).status).toBe(200);
     same.socket.destroy();
@@ -448,12 +396,7 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     try {
       const body = Buffer.from('cannot land');
       const c = await openRaw(cutM.url);
-      c.socket.write(
-        requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
-          authorization: `Bearer ${token}`,
-          'content-length': body.length,
-        }),
-      );
+      c.socket.write(putHead(token, sha(body), body.length));
       c.socket.write(body);
       const r = await c.response;
       expect(r.status).toBe(503);
@@ -486,13 +429,7 @@ describe('Expect: 100-continue is answered by the route, after its checks (Node 
     ] as const) {
       const c = await openRaw(m.url);
       const got = received(c);
-      c.socket.write(
-        requestHead('PUT', `/api/v1/blobs/${WRONG}`, {
-          authorization: `Bearer ${token}`,
-          'content-length': length,
-          expect: '100-continue',
-        }),
-      );
+      c.socket.write(putHead(token, WRONG, length, { expect: '100-continue' }));
       const r = await c.response;
       expect(r.status).toBe(status);
       expect(got()).not.toContain('100 Continue');
@@ -505,13 +442,7 @@ describe('Expect: 100-continue is answered by the route, after its checks (Node 
     const body = Buffer.from('sent after 100 Continue');
     const c = await openRaw(m.url);
     const got = received(c);
-    c.socket.write(
-      requestHead('PUT', `/api/v1/blobs/${sha(body)}`, {
-        authorization: `Bearer ${token}`,
-        'content-length': body.length,
-        expect: '100-continue',
-      }),
-    );
+    c.socket.write(putHead(token, sha(body), body.length, { expect: '100-continue' }));
     await waitFor(() => got().startsWith('HTTP/1.1 100 Continue\r\n'), { what: '100 Continue' });
     c.socket.write(body);
     await waitFor(() => /HTTP\/1\.1 200 /.test(got()), { what: 'the final answer' });

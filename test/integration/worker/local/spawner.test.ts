@@ -37,6 +37,16 @@ function read(stream: Readable | null | undefined): Promise<string> {
   });
 }
 
+/** A start of /bin/true with no pipes. */
+const TRUE = {
+  command: '/bin/true',
+  args: [],
+  env: {},
+  cwd: '/',
+  statusPipe: false,
+  inputPipe: false,
+} as const;
+
 async function launched(spawner: Spawner, script: string, input = false): Promise<Launched> {
   const l = await spawner.launch({
     command: '/bin/sh',
@@ -136,14 +146,7 @@ describe('spawner', () => {
     await first.exit;
     const stuck = spawner.pid!;
     process.kill(stuck, 'SIGSTOP');
-    const failed = await spawner.launch({
-      command: '/bin/true',
-      args: [],
-      env: {},
-      cwd: '/',
-      statusPipe: false,
-      inputPipe: false,
-    });
+    const failed = await spawner.launch(TRUE);
     expect(failed).toMatch(/spawner .*before the task started/);
     await waitFor(() => !isLive(stuck));
     const next = await launched(spawner, 'echo fine');
@@ -160,14 +163,7 @@ describe('spawner', () => {
     void a.exit.then(() => {
       aEnded = true;
     });
-    const b = spawner.launch({
-      command: '/bin/true',
-      args: [],
-      env: {},
-      cwd: '/',
-      statusPipe: false,
-      inputPipe: false,
-    });
+    const b = spawner.launch(TRUE);
     const until = Date.now() + 800;
     while (Date.now() < until); // a stall of the worker's loop (a long synchronous step, GC)
     const started = await b;

@@ -13,7 +13,8 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { startExecution } from '../../../../worker/local/executor.js';
+import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
+import { type ExecutorOptions, startExecution } from '../../../../worker/local/executor.js';
 import { resolveRunAs } from '../../../../worker/sandbox/run-as.js';
 import { InputCache } from '../../../../worker/task-io/input-cache.js';
 import { makePlan } from '../../../support/executor-plan.js';
@@ -50,6 +51,23 @@ describe('resolveRunAs', () => {
   });
 });
 
+/** Starts `plan` unsandboxed as nobody (the worker is root); its stdout as it came. */
+function runAsNobody(plan: ExecutionPlan, rootDir: string, extra: Partial<ExecutorOptions> = {}) {
+  let out = '';
+  const handle = startExecution(plan, {
+    rootDir,
+    workerId: 'w',
+    provider: 'sim',
+    onLog: (stream, _offset, data) => {
+      if (stream === 'stdout') out += data;
+    },
+    cleanupPollMs: 20,
+    runAs: resolveRunAs('65534:65534'),
+    ...extra,
+  });
+  return { handle, stdout: () => out };
+}
+
 const rootOnly = requireOrSkip('root', isRoot, 'run the tests as root: task uids, chown and setpriv need it');
 
 describe.runIf(rootOnly)('a task run as another user (worker running as root)', () => {
@@ -69,18 +87,9 @@ describe.runIf(rootOnly)('a task run as another user (worker running as root)', 
       ],
       outputs: [{ path: 'r.txt', required: true }],
     });
-    let out = '';
-    const handle = startExecution(plan, {
-      rootDir: root,
-      workerId: 'w',
-      provider: 'sim',
-      onLog: (stream, _offset, data) => {
-        if (stream === 'stdout') out += data;
-      },
-      cleanupPollMs: 20,
-      runAs: resolveRunAs('65534:65534'),
-    });
-    const result = await handle.done;
+    const run = runAsNobody(plan, root);
+    const result = await run.handle.done;
+    const out = run.stdout();
     expect(result).toMatchObject({ exit_code: 0, failure_reason: null, cleaned: true });
     expect(out).toContain('65534');
     expect(out).toContain('DENIED');
@@ -110,16 +119,7 @@ describe.runIf(rootOnly)('a task run as another user (worker running as root)', 
     };
     const taskDir = join(root, plan.execution_id, 'task');
     const during: { owner?: number; planted?: number | null } = {};
-    let out = '';
-    const handle = startExecution(plan, {
-      rootDir: root,
-      workerId: 'w',
-      provider: 'sim',
-      onLog: (stream, _offset, data) => {
-        if (stream === 'stdout') out += data;
-      },
-      cleanupPollMs: 20,
-      runAs: resolveRunAs('65534:65534'),
+    const run = runAsNobody(plan, root, {
       inputs: {
         cache: new InputCache(join(dir, 'input-cache'), 1 << 20),
         fetch: async (_execution, _digest, _max, into) => {
@@ -133,7 +133,8 @@ describe.runIf(rootOnly)('a task run as another user (worker running as root)', 
         },
       },
     });
-    const result = await handle.done;
+    const result = await run.handle.done;
+    const out = run.stdout();
     expect(during.owner).toBe(0);
     expect(during.planted).not.toBe(0);
     expect(readdirSync(outside)).toEqual([]);
