@@ -150,6 +150,9 @@ export function signalPid(pid: number, signal: NodeJS.Signals): boolean {
  */
 export async function liveNamespaceMembers(namespace: number): Promise<GroupMember[]> {
   const want = `pid:[${namespace}]`;
+  // Never the worker's own namespace (the whole host, or the container it runs in): a sandbox always has
+  // one of its own, and every process listed here may be signalled.
+  if (want === ownPidNamespace()) return [];
   let entries: string[];
   try {
     entries = await readdir('/proc');
@@ -175,6 +178,19 @@ export async function liveNamespaceMembers(namespace: number): Promise<GroupMemb
   );
   return members.sort((a, b) => a.pid - b.pid);
 }
+
+/** The worker's own PID namespace as /proc names it (`pid:[inode]`), read once; null when unreadable. */
+function ownPidNamespace(): string | null {
+  if (cachedOwnNamespace === undefined) {
+    try {
+      cachedOwnNamespace = readKernelLink('/proc/self/ns/pid');
+    } catch {
+      cachedOwnNamespace = null;
+    }
+  }
+  return cachedOwnNamespace;
+}
+let cachedOwnNamespace: string | null | undefined;
 
 /**
  * Whether PID namespace `namespace` is certainly empty because its init, host pid `initPid`, has

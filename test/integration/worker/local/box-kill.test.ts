@@ -1,9 +1,10 @@
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
+import { readlinkSync } from 'node:fs';
 import { PassThrough } from 'node:stream';
 import { afterEach, describe, expect, it, vi } from 'vitest';
 import { bwrapBox } from '../../../../worker/local/box.js';
-import { processStartTime } from '../../../../worker/local/process-group.js';
+import { liveNamespaceMembers, processStartTime } from '../../../../worker/local/process-group.js';
 
 // A late SIGKILL (the disk watch, a kill timer, a spawner's death noticed late) comes after the task's
 // processes may have been reaped: the box signals a pid only while it still names the same process
@@ -55,5 +56,30 @@ describe('bwrapBox.kill after the task is gone', () => {
     kills.mockClear();
     box.kill();
     expect(kills).not.toHaveBeenCalled();
+  });
+});
+
+describe('a sandbox namespace that is the worker’s own', () => {
+  it('is never walked: terminate signals nobody (found the hard way: every host process got SIGTERM)', async () => {
+    // Whatever reports it (a bug, a future bwrap), the worker's own PID namespace is never a task's.
+    const own = Number(/\d+/.exec(readlinkSync('/proc/self/ns/pid'))![0]);
+    expect(await liveNamespaceMembers(own)).toEqual([]);
+    const leader = spawn('sleep', ['30'], { stdio: 'ignore', detached: true });
+    const box = bwrapBox({ command: '/bin/false', args: [], env: {} });
+    const status = new PassThrough();
+    box.attach({ pid: leader.pid!, stdio: [null, null, null, status] } as never);
+    status.write(`{"child-pid": ${leader.pid}, "pid-namespace": ${own}}\n`);
+    await new Promise((r) => setImmediate(r));
+    // No real signal can leave this test, whatever the code under test does.
+    const kills = vi.spyOn(process, 'kill').mockImplementation(() => true);
+    try {
+      box.terminate();
+      await new Promise((r) => setTimeout(r, 200));
+      expect(kills.mock.calls.filter(([pid]) => pid !== leader.pid)).toEqual([]);
+    } finally {
+      kills.mockRestore();
+      leader.kill('SIGKILL');
+      await once(leader, 'exit');
+    }
   });
 });
