@@ -4,7 +4,13 @@ import { request } from 'node:http';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
-import { errorCode, openRaw, type RawConnection, requestHead } from '../../support/raw-http.js';
+import {
+  errorCode,
+  openRaw,
+  type RawConnection,
+  type RawResponse,
+  requestHead,
+} from '../../support/raw-http.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
@@ -46,6 +52,18 @@ const putHead = (token: string, digest: string, length: number, extra: Record<st
     'content-length': length,
     ...extra,
   });
+
+/** PUTs `body` whole under its sha256 on a raw connection to `url`; the answer (the connection is closed). */
+async function putWhole(url: string, token: string, body: Buffer): Promise<RawResponse> {
+  const c = await openRaw(url);
+  try {
+    c.socket.write(putHead(token, sha(body), body.length));
+    c.socket.write(body);
+    return await c.response;
+  } finally {
+    c.socket.destroy();
+  }
+}
 
 interface Answer {
   status: number;
@@ -358,22 +376,13 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     });
     // One upload per principal here: a slot still held would make this 429 TOO_MANY_UPLOADS.
     const body = Buffer.from('after the stall');
-    const again = await openRaw(cutM.url);
-    again.socket.write(putHead(token, sha(body), body.length));
-    again.socket.write(body);
-    const ok = await again.response;
-    expect(ok.status).toBe(200);
-    again.socket.destroy();
+    expect((await putWhole(cutM.url, token, body)).status).toBe(200);
   });
 
   it('a blob already owned, PUT again at another size, counts against the quota like a new one', async () => {
     const token = cutM.createToken('rex', ['submitter']);
     const body = Buffer.from('owned');
-    const first = await openRaw(cutM.url);
-    first.socket.write(putHead(token, sha(body), 5));
-    first.socket.write(body);
-    expect((await first.response).status).toBe(200);
-    first.socket.destroy();
+    expect((await putWhole(cutM.url, token, body)).status).toBe(200);
     // 64 MiB quota: a re-PUT declaring the whole quota is refused before a byte is read.
     const big = await openRaw(cutM.url);
     big.socket.write(putHead(token, sha(body), 64 * MiB));
@@ -381,11 +390,7 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     expect(errorCode(r)).toBe('QUOTA_EXCEEDED');
     big.socket.destroy();
     // At its own size it stores nothing new: admitted.
-    const same = await openRaw(cutM.url);
-    same.socket.write(putHead(token, sha(body), 5));
-    same.socket.write(body);
-    expect((await same.response).status).toBe(200);
-    same.socket.destroy();
+    expect((await putWhole(cutM.url, token, body)).status).toBe(200);
   });
 
   it('the master failing to write the upload is UNAVAILABLE (not the client’s short body), and releases', async () => {
@@ -395,14 +400,10 @@ describe('every end of an upload gives back what it held (slot, disk reservation
     writeFileSync(dir, 'not a directory');
     try {
       const body = Buffer.from('cannot land');
-      const c = await openRaw(cutM.url);
-      c.socket.write(putHead(token, sha(body), body.length));
-      c.socket.write(body);
-      const r = await c.response;
+      const r = await putWhole(cutM.url, token, body);
       expect(r.status).toBe(503);
       expect(JSON.parse(r.body).error).toMatchObject({ code: 'UNAVAILABLE', retryable: true });
       expect(JSON.parse(r.body).error.message).toContain('could not write the upload: ENOTDIR');
-      c.socket.destroy();
       expect(cutM.master.storage.reservedBytes()).toBe(0);
     } finally {
       rmSync(dir, { force: true });
