@@ -9,8 +9,8 @@ import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
  * Task throughput through one local worker (issue 21 item 7): BENCH_TASKS (500) approved 1-card
- * `/bin/true` tasks run by one worker with 8 simulated cards, once with `--isolation none` and once in
- * bwrap, in the same run so that the two rows share the machine's load. Master and worker are each their
+ * `/bin/true` tasks run by one worker with 8 simulated cards, once with `--isolation none`, once sandboxed
+ * by bwrap + setpriv + env and, on a root host, once by the native sandbox (ADR 0038), in the same run so that the two rows share the machine's load. Master and worker are each their
  * own process, started as an operator would (`gpu-broker serve`, `gpu-broker worker --gpus sim:8`), so
  * neither's CPU or memory is the load generator's (a worker in this process would fork from a heap that
  * holds the MCP clients too, and fork's cost grows with it).
@@ -21,7 +21,7 @@ import { type BenchSection, type OpResult, summarise } from './stats.js';
  * env, the task) and the master's, from /proc/PID/stat over the same interval, and the whole machine's
  * from /proc/stat (machineBusySeconds: it also holds the sandbox teardown charged to the host's init).
  *
- * BENCH_TASKS_ISOLATION=none|bwrap runs one row only; GPU_BROKER_BENCH_WORKER_NODE_ARGS (e.g.
+ * BENCH_TASKS_ISOLATION=none|bwrap|native runs one row only; GPU_BROKER_BENCH_WORKER_NODE_ARGS (e.g.
  * "--cpu-prof --cpu-prof-dir=/tmp/prof") goes to the worker's node, as ..._MASTER_NODE_ARGS to the master's.
  */
 
@@ -39,7 +39,8 @@ const SPEC = {
   notes: 'zero-duration benchmark task',
 };
 
-type Isolation = 'none' | 'bwrap';
+/** none: `--isolation none`; bwrap: the sandbox built by bwrap + setpriv + env; native: by gpu-broker-sandbox (ADR 0038). */
+type Isolation = 'none' | 'bwrap' | 'native';
 
 /** CPU seconds of process `pid` alone (utime, stime; USER_HZ 100), and with its reaped children. */
 function cpuOf(pid: number): { own: number; withReaped: number } {
@@ -124,7 +125,8 @@ async function startWorkerProcess(
       '--gpus',
       'sim:8',
       '--isolation',
-      isolation,
+      isolation === 'none' ? 'none' : 'bwrap',
+      ...(isolation === 'none' ? [] : ['--sandbox-engine', isolation]),
       '--data-dir',
       join(dir, 'state'),
       '--json',
@@ -210,7 +212,7 @@ async function runOnce(isolation: Isolation): Promise<OpResult> {
     }
     const row = summarise(
       'tasks',
-      `${TASKS} × 1-card /bin/true, isolation ${isolation}`,
+      `${TASKS} × 1-card /bin/true, ${isolation === 'none' ? 'isolation none' : isolation === 'bwrap' ? 'sandbox: bwrap' : 'sandbox: native'}`,
       taskMs,
       errors,
       seconds,
@@ -229,7 +231,9 @@ async function runOnce(isolation: Isolation): Promise<OpResult> {
 
 async function runTasks(): Promise<OpResult[]> {
   const only = process.env['BENCH_TASKS_ISOLATION'];
-  const modes: Isolation[] = only === 'none' || only === 'bwrap' ? [only] : ['none', 'bwrap'];
+  // The native sandbox is a root worker's (and built by npm run build).
+  const all: Isolation[] = process.getuid?.() === 0 ? ['none', 'bwrap', 'native'] : ['none', 'bwrap'];
+  const modes: Isolation[] = all.filter((m) => only === undefined || only === m);
   const rows: OpResult[] = [];
   for (const mode of modes) rows.push(await runOnce(mode));
   return rows;
@@ -238,6 +242,6 @@ async function runTasks(): Promise<OpResult[]> {
 /** The task-throughput section of `npm run bench`: sandbox vs no sandbox, side by side. */
 export const tasksSection: BenchSection = {
   name: 'tasks',
-  description: `${TASKS} queued 1-card /bin/true tasks through one local worker, --isolation none vs bwrap`,
+  description: `${TASKS} queued 1-card /bin/true tasks through one local worker, --isolation none vs the sandbox built by bwrap and by the native sandbox`,
   run: runTasks,
 };

@@ -3,7 +3,8 @@
 # workload runs real torch.distributed with gloo under /usr/bin/python3), chromium (the dashboard's
 # browser test), bubblewrap (every process task runs in a bwrap sandbox), podman with runc (container
 # tasks; crun fails on cgroup v1/v2 hybrid hosts), uidmap (rootless podman) and busybox-static (the
-# rootfs of the image the container tests build locally), and Slurm (slurmctld, slurmd, slurm-client,
+# rootfs of the image the container tests build locally), gcc and libc6-dev (npm run build compiles the
+# native sandbox statically, ADR 0038), and Slurm (slurmctld, slurmd, slurm-client,
 # munge: the Slurm backend's tests start a real local cluster with fake GPUs, see test/support/slurm.ts;
 # installed without recommends, as scripts/slurm/start-local-slurm.sh does). Installs them with apt when
 # running as root; otherwise says what to install.
@@ -16,6 +17,9 @@ command -v podman >/dev/null 2>&1 || missing+=(podman)
 command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
 [ -x /bin/busybox ] || missing+=(busybox-static)
+command -v cc >/dev/null 2>&1 || missing+=(gcc)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || [ -e /usr/lib/libc.a ] ||
+  missing+=(libc6-dev)
 slurm=()
 command -v slurmctld >/dev/null 2>&1 || slurm+=(slurmctld)
 command -v slurmd >/dev/null 2>&1 || slurm+=(slurmd)

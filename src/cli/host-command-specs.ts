@@ -33,6 +33,11 @@ const LOCAL_WORKER_FLAGS = {
   },
   id: { type: 'string', value: 'ID', help: 'worker id (default local-<hostname>)' },
   isolation: { type: 'string', value: 'auto|bwrap|none', help: 'how tasks are sandboxed (default auto)' },
+  'sandbox-engine': {
+    type: 'string',
+    value: 'auto|bwrap|native',
+    help: "what builds a root worker's sandboxes (default auto: the native sandbox when built, else bwrap)",
+  },
   'run-as': { type: 'string', value: 'USER', help: 'run tasks as this user (with --isolation none only)' },
   'container-engine': {
     type: 'string',
@@ -65,7 +70,7 @@ export const SERVE = defineCommand({
 export const WORKER = defineCommand({
   name: 'worker',
   usage: [
-    'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
+    'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
     'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-gpu-kind nvidia|hy] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
   ],
   summary:
@@ -90,6 +95,7 @@ export const WORKER = defineCommand({
       help: "the master's CA certificate (default $GPU_BROKER_CA_FILE)",
     },
     isolation: LOCAL_WORKER_FLAGS.isolation,
+    'sandbox-engine': LOCAL_WORKER_FLAGS['sandbox-engine'],
     'task-uids': {
       type: 'string',
       value: 'FIRST-LAST',

@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { startWorker } from '../../worker/daemon/start-worker.js';
 import { type SamplerChoice, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox/container.js';
+import { parseSandboxEngine, type SandboxEngineChoice } from '../../worker/sandbox/native.js';
 import { type RunAs, resolveRunAs } from '../../worker/sandbox/run-as.js';
 import {
   IsolationUnavailableError,
@@ -140,6 +141,18 @@ function parseEngineFlag(flag: string | undefined): ContainerEngineChoice {
   }
 }
 
+function parseSandboxEngineFlag(flag: string | undefined): SandboxEngineChoice {
+  try {
+    return parseSandboxEngine(flag ?? 'auto');
+  } catch (err) {
+    throw new BrokerError(
+      'INVALID_INPUT',
+      (err as Error).message,
+      'Pass --sandbox-engine auto, bwrap or native.',
+    );
+  }
+}
+
 /** The local worker's id unless `--id` names one: `local-<hostname>`, lower case, safe characters. */
 function localWorkerId(id: string | undefined): string {
   return (
@@ -242,6 +255,7 @@ export const run: CommandRunner = async (argv, io) => {
     const dataDir = dataDirOf(values, io);
     // Checked before anything starts, so a bad value leaves no master running.
     const containerEngine = parseEngineFlag(values['container-engine']);
+    const sandboxEngine = parseSandboxEngineFlag(values['sandbox-engine']);
     const workerId = localWorkerId(values.id);
     // The local worker's sandbox is decided first: when it runs unisolated (no bubblewrap here, or
     // --isolation none), this development master lets it run tasks (require_isolation off) and says so.
@@ -253,6 +267,7 @@ export const run: CommandRunner = async (argv, io) => {
       hiddenPaths: [dataDir],
       sampler: choice.sampler,
       containerEngine,
+      sandboxEngine,
     });
     const unisolated = sandbox.isolation === 'none';
     // Without --config, the starter config in the data dir (written on first start; see starter-config.ts).

@@ -10,6 +10,7 @@ import { workerConnectUrl } from '../../worker/link/connection.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { parseGpusOption } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox/container.js';
+import { parseSandboxEngine, type SandboxEngineChoice } from '../../worker/sandbox/native.js';
 import { type RunAs, resolveRunAs } from '../../worker/sandbox/run-as.js';
 import { type IsolationChoice, parseIsolation } from '../../worker/sandbox/setup.js';
 import { parseUidRange, type UidRange } from '../../worker/sandbox/task-uids.js';
@@ -33,7 +34,7 @@ export type WorkerFlags = FlagValues<typeof WORKER.flags>;
 
 /** The usage line shown with errors of the local worker's flags. */
 export const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
 
 /** The usage line shown with errors of `--backend slurm` (its flags, not the local worker's). */
 export const SLURM_USAGE =
@@ -54,6 +55,8 @@ export interface Settings {
   ca?: string;
   runAs?: RunAs;
   isolation: IsolationChoice;
+  /** `--sandbox-engine`: what builds a root worker's sandboxes (sandbox/native.ts). */
+  sandboxEngine: SandboxEngineChoice;
   taskUids?: UidRange;
   hide: string[];
   containerEngine: ContainerEngineChoice;
@@ -116,7 +119,7 @@ function readCa(values: WorkerFlags, io: CliIo): string | undefined {
 /** The sandbox, container, mount and retention flags, and the URL's and `--gpus`' form. */
 type TaskFlags = Pick<
   Settings,
-  'runAs' | 'isolation' | 'taskUids' | 'containerEngine' | 'executionRetention' | 'mounts'
+  'runAs' | 'isolation' | 'sandboxEngine' | 'taskUids' | 'containerEngine' | 'executionRetention' | 'mounts'
 >;
 
 /** Parses the flags of how tasks run; a bad value is an input error (exit 2) with the reason, not a crash. */
@@ -126,6 +129,7 @@ function parseTaskFlags(values: WorkerFlags, url: string): TaskFlags {
   try {
     const containerEngine = parseContainerEngine(values['container-engine'] ?? 'auto');
     const isolation = parseIsolation(values.isolation ?? 'auto');
+    const sandboxEngine = parseSandboxEngine(values['sandbox-engine'] ?? 'auto');
     if (values['task-uids'] !== undefined) taskUids = parseUidRange(values['task-uids']);
     if (values['run-as'] !== undefined) {
       if (isolation !== 'none')
@@ -146,6 +150,7 @@ function parseTaskFlags(values: WorkerFlags, url: string): TaskFlags {
     return {
       ...(runAs === undefined ? {} : { runAs }),
       isolation,
+      sandboxEngine,
       ...(taskUids === undefined ? {} : { taskUids }),
       containerEngine,
       executionRetention,
@@ -174,10 +179,8 @@ export function resolveSettings(values: WorkerFlags, io: CliIo): Settings {
   if (!url) throw new BrokerError('INVALID_INPUT', 'no master URL', `Pass --url https://host:8443. ${USAGE}`);
   const token = readWorkerToken(values, io);
   const ca = readCa(values, io);
-  const { runAs, isolation, taskUids, containerEngine, executionRetention, mounts } = parseTaskFlags(
-    values,
-    url,
-  );
+  const { runAs, isolation, sandboxEngine, taskUids, containerEngine, executionRetention, mounts } =
+    parseTaskFlags(values, url);
   const slurm = parseSlurmSettings(values);
   const workerId = workerIdOf(values);
   return {
@@ -190,6 +193,7 @@ export function resolveSettings(values: WorkerFlags, io: CliIo): Settings {
     ...(ca === undefined ? {} : { ca }),
     ...(runAs === undefined ? {} : { runAs }),
     isolation,
+    sandboxEngine,
     ...(taskUids === undefined ? {} : { taskUids }),
     hide: values.hide ?? [],
     containerEngine,

@@ -64,6 +64,8 @@ async function slurmSandbox(settings: Settings, sampler: CardSampler): Promise<P
     hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],
     sampler,
     containerEngine: 'none',
+    // Each rank builds its sandbox with bwrap on its node (slurm/cli/job-wrapper.ts).
+    sandboxEngine: 'bwrap',
     ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
   }).catch((err: unknown) => {
     throw new BrokerError('INVALID_INPUT', (err as Error).message, SLURM_USAGE);

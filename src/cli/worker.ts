@@ -11,7 +11,7 @@ import { runSlurmWorker } from './worker-slurm.js';
 
 /**
  * `gpu-broker worker --url URL --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N]
- * [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--task-uids FIRST-LAST] [--hide PATH]…
+ * [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--task-uids FIRST-LAST] [--hide PATH]…
  * [--container-engine auto|podman|docker|none] [--keep-executions N] [--keep-executions-days D] [--json]`: runs the worker daemon until SIGINT/SIGTERM, then stops it cleanly (running executions are
  * cancelled and reported). Says first whether the cards are real or simulated, and how tasks are
  * isolated; `auto` (the default) refuses to start without a working bubblewrap rather than run tasks
@@ -41,6 +41,7 @@ async function runLocalWorker(settings: Settings, json: boolean | undefined, io:
   const choice = await selectSampler({ gpus: settings.gpus, env: io.env, simSeed: settings.workerId });
   const sandbox = await prepareSandbox({
     isolation: settings.isolation,
+    sandboxEngine: settings.sandboxEngine,
     dataDir: settings.dataDir,
     // The token file is hidden in every sandbox wherever the operator keeps it (issue 20).
     hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],

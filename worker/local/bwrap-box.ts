@@ -54,9 +54,17 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
   // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
   // restarted worker recognises its process group (recovery.ts).
   const env = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: plan.execution_id };
+  // A root worker drops each task to its uid: in the native sandbox itself (ADR 0038), else through setpriv.
+  const native = req.identity === null ? null : (sandbox.native ?? null);
   const dropTo =
-    req.identity === null || sandbox.setpriv === null ? null : { ...req.identity, setpriv: sandbox.setpriv };
-  const problem = taskEnvProblem(argv, req.env, dropTo !== null);
+    req.identity === null
+      ? null
+      : native !== null
+        ? { ...req.identity, native: true as const }
+        : sandbox.setpriv === null
+          ? null
+          : { ...req.identity, setpriv: sandbox.setpriv };
+  const problem = taskEnvProblem(argv, req.env, dropTo !== null && 'setpriv' in dropTo);
   if (problem !== null) return problem;
   const args = bwrapArgs({
     ...taskBwrapRequest(plan, sandbox, req, req.mounts),
@@ -68,5 +76,5 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
   });
   const line = bwrapCommandLine(args, 4);
-  return bwrapBox({ command: sandbox.bwrap, args: line.argv, env, argsData: line.data }, req.limits);
+  return bwrapBox({ command: native ?? sandbox.bwrap, args: line.argv, env, argsData: line.data }, req.limits);
 }

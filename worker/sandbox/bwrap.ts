@@ -77,8 +77,15 @@ export interface BwrapRequest {
   readonly devices: readonly DeviceNode[];
   /** `none` unshares the network (loopback only); `host` keeps the host's. */
   readonly network: NetworkMode;
-  /** The uid/gid the task runs as, via setpriv, when bwrap runs as root; null when bwrap is unprivileged. */
-  readonly identity: { uid: number; gid: number; setpriv: string } | null;
+  /**
+   * The uid/gid the task runs as when the sandbox is made as root: through setpriv (bwrap), or by the
+   * native sandbox itself (`native`, ADR 0038: `--uid`/`--gid`/`--setenv`, no setpriv or env); null when
+   * bwrap runs unprivileged.
+   */
+  readonly identity:
+    | { uid: number; gid: number; setpriv: string }
+    | { uid: number; gid: number; native: true }
+    | null;
   /**
    * File descriptor (in bwrap's stdio) where bwrap writes its JSON status (child pid, namespaces, exit);
    * null for none (a Slurm rank learns that the sandbox came up from a shim instead, see job-wrapper.ts).
@@ -153,14 +160,20 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   // /mnt is not a system dir: made here 0755 so that a task uid can reach the mounts below it.
   if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
   for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
-  if (req.taskEnv !== undefined && req.identity === null) {
+  if (req.identity !== null && 'native' in req.identity) {
+    // The native sandbox drops to the uid and execs the task with exactly these variables itself.
+    args.push('--uid', String(req.identity.uid), '--gid', String(req.identity.gid));
+    for (const [name, value] of Object.entries(req.taskEnv?.vars ?? {}))
+      if (name !== 'PWD') args.push('--setenv', name, value);
+    args.push('--setenv', 'PWD', SANDBOX_TASK_DIR);
+  } else if (req.taskEnv !== undefined && req.identity === null) {
     // No setpriv in between: bwrap's exec is the task's, with exactly the task's env.
     const { vars, bwrapEnvNames } = req.taskEnv;
     for (const name of bwrapEnvNames) if (!Object.hasOwn(vars, name)) args.push('--unsetenv', name);
     for (const [name, value] of Object.entries(vars)) args.push('--setenv', name, value);
   }
   args.push('--chdir', SANDBOX_TASK_DIR, '--');
-  if (req.identity !== null) {
+  if (req.identity !== null && 'setpriv' in req.identity) {
     const { uid, gid, setpriv } = req.identity;
     args.push(
       setpriv,

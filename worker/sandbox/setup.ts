@@ -9,6 +9,7 @@ import type { ContainerEngineChoice, ContainerTasks } from './container.js';
 import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
 import { makeSimDeviceNodes } from './devices.js';
+import { probeNativeSandbox, type SandboxEngineChoice } from './native.js';
 import type { UidRange } from './task-uids.js';
 import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
@@ -33,6 +34,11 @@ export type SandboxSetup =
       readonly bwrap: string;
       /** setpriv, when the worker is root (each task then gets its own uid from `uids`). */
       readonly setpriv: string | null;
+      /**
+       * The native sandbox (native.ts, ADR 0038) that a root worker starts each task with instead of
+       * bwrap + setpriv + env; null: bwrap. Same layout, namespaces and status; one program.
+       */
+      readonly native?: string | null;
       /** env (absolute): sets the task's env after setpriv's uid drop (bwrap.ts). */
       readonly envHelper: string;
       /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
@@ -74,6 +80,10 @@ export interface SandboxChoice {
   readonly containerEngine?: ContainerEngineChoice;
   /** The cgroup hierarchy for task limits; default: probed (cgroups.ts probeCgroups); null: none. */
   readonly cgroups?: CgroupHierarchy | null;
+  /** What builds a root worker's sandboxes (`--sandbox-engine`, native.ts); default auto. */
+  readonly sandboxEngine?: SandboxEngineChoice;
+  /** The native sandbox's executable; default nativeSandboxPath() (tests). */
+  readonly nativeSandbox?: string;
 }
 
 /** The prepared isolation. */
@@ -146,6 +156,20 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       `cannot sandbox tasks: ${probe.detail}. Install it, or start the worker with --isolation none (tasks then run unsandboxed and the master marks this worker UNISOLATED)`,
     );
   }
+  const system = systemMounts();
+  const sandboxEngine = choice.sandboxEngine ?? 'auto';
+  const native =
+    sandboxEngine === 'bwrap'
+      ? null
+      : await probeNativeSandbox({
+          root,
+          system,
+          ...(choice.nativeSandbox === undefined ? {} : { path: choice.nativeSandbox }),
+        });
+  if (sandboxEngine === 'native' && native?.path == null)
+    throw new IsolationUnavailableError(
+      `--sandbox-engine native: ${native?.detail ?? 'not probed'}. Build it (npm run build, with gcc installed), or start the worker with --sandbox-engine bwrap`,
+    );
   const sim = await simNodes();
   const cgroups = choice.cgroups === undefined ? await probeCgroups({ root }) : choice.cgroups;
   const limitsLine =
@@ -159,16 +183,17 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       kind: 'bwrap',
       bwrap: probe.bwrap,
       setpriv: root ? probe.setpriv : null,
+      native: native?.path ?? null,
       envHelper: probe.env,
       uids,
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
-      system: systemMounts(),
+      system,
       cgroups,
       ...(sim === undefined ? {} : { simNodes: sim }),
       ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
     summary: root
-      ? `sandboxed: ${probe.detail}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}`
+      ? `sandboxed: ${native?.path == null ? probe.detail : `${native.detail} (bwrap's layout, one program per task)`}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}`
       : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host); ${limitsLine}`,
   };
 }

@@ -13,6 +13,7 @@ import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, sh, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
+import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 import { waitFor } from '../../../support/wait.js';
 
 // Per-task resource limits (issue 21), each by a real task in a real sandbox with a real cgroup: the
@@ -93,144 +94,150 @@ function cgroupDirs(executionId: string): string[] {
   return dirs;
 }
 
-describe.runIf(ready)('per-task limits, enforced by the kernel', () => {
-  it('puts the task in its own cgroup before it runs, with the limits read back from the kernel', async () => {
-    const { plan, handle, chunks } = start(sh('cat /proc/self/cgroup; echo ready; sleep 30'));
-    await waitFor(() => text(chunks, 'stdout').includes('ready'));
-    const [memory, pids, cpu] = cgroupDirs(plan.execution_id);
-    expect(Number(readFileSync(join(memory!, 'memory.limit_in_bytes'), 'utf8'))).toBe(128 * 1024 * 1024);
-    expect(readFileSync(join(pids!, 'pids.max'), 'utf8').trim()).toBe('64');
-    expect(Number(readFileSync(join(cpu!, 'cpu.shares'), 'utf8'))).toBe(512);
-    // The task's own shell is in it (the whole sandbox is: bwrap entered before it read its options).
-    const inside = readFileSync(join(memory!, 'cgroup.procs'), 'utf8').trim().split('\n').map(Number);
-    expect(inside.length).toBeGreaterThanOrEqual(2);
-    handle.cancel('test');
-    const result = await handle.done;
-    expect(result.failure_reason).toBe('CANCELLED');
-    expect(result.cleaned).toBe(true);
-    // Removed at teardown, with the task dir (scratch).
-    for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
+describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
+  beforeAll(() => {
+    if (sandbox?.kind === 'bwrap') sandbox = { ...sandbox, native };
   });
 
-  it('ends a memory hog over its limit with OUT_OF_MEMORY naming the limit; the worker lives on', async () => {
-    const hog = '/usr/bin/python3';
-    const { handle, execRoot } = start(
-      [hog, '-c', 'b = []\nwhile True: b.append(bytearray(16 * 1024 * 1024))'],
-      {},
-    );
-    const result = await handle.done;
-    expect(result.failure_reason).toBe('OUT_OF_MEMORY');
-    const exited = await handle.exited;
-    expect(exited.limits_detail?.join('\n')).toContain('memory limit of 128 MiB');
-    expect(exited.limits_detail?.join('\n')).toMatch(/limits enforced: memory_mib 128 MiB \(cgroup v[12]/);
-    expect(result.cleaned).toBe(true);
-    // Scratch is gone; the worker's logs stay.
-    expect(existsSync(join(execRoot, 'task'))).toBe(false);
-    expect(existsSync(join(execRoot, 'stdout.log'))).toBe(true);
-    expect(process.memoryUsage().rss).toBeLessThan(1024 ** 3);
-  });
-
-  it('holds a fork bomb at the pids limit and kills it all at the end', async () => {
-    // Each shell forks as fast as it can; the kernel refuses fork past pids.max.
-    const { plan, handle, chunks } = start(
-      sh(
-        'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2; echo "n=$(ls /proc | grep -c "^[0-9]")"; sleep 30',
-      ),
-      {},
-      4,
-    );
-    await waitFor(() => text(chunks, 'stdout').includes('n='), { timeoutMs: 15000 });
-    const [, pids] = cgroupDirs(plan.execution_id);
-    const current = Number(readFileSync(join(pids!, 'pids.current'), 'utf8'));
-    expect(current).toBeLessThanOrEqual(64);
-    const seen = Number(text(chunks, 'stdout').match(/n=(\d+)/)?.[1]);
-    expect(seen).toBeLessThanOrEqual(64);
-    const result = await handle.done;
-    expect(result.failure_reason).toBe('TIMED_OUT');
-    expect(result.cleaned).toBe(true);
-    for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
-  });
-
-  it('caps /tmp and /dev/shm: a write past the size fails with ENOSPC', async () => {
-    const { handle, chunks } = start(
-      sh(
-        'df -m /tmp /dev/shm | tail -n 2; head -c 20M /dev/zero 2>&1 >/tmp/big; echo "tmp=$?"; head -c 20M /dev/zero 2>&1 >/dev/shm/big; echo "shm=$?"',
-      ),
-    );
-    const result = await handle.done;
-    const out = text(chunks, 'stdout');
-    expect(out).toMatch(/No space left on device/);
-    expect(out).toContain('tmp=1');
-    expect(out).toContain('shm=1');
-    expect(result.failure_reason).toBeNull();
-  });
-
-  it('ends a task that fills its task dir past the disk limit with DISK_LIMIT', async () => {
-    const { handle, execRoot } = start(sh('head -c 40M /dev/zero > /task/scratch; sleep 30'));
-    const result = await handle.done;
-    expect(result.failure_reason).toBe('DISK_LIMIT');
-    expect((await handle.exited).limits_detail?.join('\n')).toContain('over its disk limit of 16 MiB');
-    expect(existsSync(join(execRoot, 'task'))).toBe(false);
-  });
-
-  it('an executor failure still gives back the box: its task dir (and cgroup) do not outlive the result', async () => {
-    const base = makePlan({ argv: sh('true') });
-    const plan: ExecutionPlan = { ...base, limits: LIMITS };
-    const handle = startExecution(plan, {
-      rootDir,
-      workerId: 'worker-1',
-      provider: 'sim',
-      onLog: () => undefined,
-      cleanupPollMs: 20,
-      sandbox,
-      launcher: {
-        launch: () => {
-          throw new Error('a bug in the launcher');
-        },
-      },
+  describe.runIf(ready)('per-task limits, enforced by the kernel', () => {
+    it('puts the task in its own cgroup before it runs, with the limits read back from the kernel', async () => {
+      const { plan, handle, chunks } = start(sh('cat /proc/self/cgroup; echo ready; sleep 30'));
+      await waitFor(() => text(chunks, 'stdout').includes('ready'));
+      const [memory, pids, cpu] = cgroupDirs(plan.execution_id);
+      expect(Number(readFileSync(join(memory!, 'memory.limit_in_bytes'), 'utf8'))).toBe(128 * 1024 * 1024);
+      expect(readFileSync(join(pids!, 'pids.max'), 'utf8').trim()).toBe('64');
+      expect(Number(readFileSync(join(cpu!, 'cpu.shares'), 'utf8'))).toBe(512);
+      // The task's own shell is in it (the whole sandbox is: bwrap entered before it read its options).
+      const inside = readFileSync(join(memory!, 'cgroup.procs'), 'utf8').trim().split('\n').map(Number);
+      expect(inside.length).toBeGreaterThanOrEqual(2);
+      handle.cancel('test');
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('CANCELLED');
+      expect(result.cleaned).toBe(true);
+      // Removed at teardown, with the task dir (scratch).
+      for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
     });
-    const result = await handle.done;
-    expect(result).toMatchObject({ failure_reason: 'SETUP_FAILED', cleaned: false });
-    expect(JSON.stringify(result)).toContain('executor error: a bug in the launcher');
-    expect(existsSync(join(rootDir, plan.execution_id, 'task'))).toBe(false);
+
+    it('ends a memory hog over its limit with OUT_OF_MEMORY naming the limit; the worker lives on', async () => {
+      const hog = '/usr/bin/python3';
+      const { handle, execRoot } = start(
+        [hog, '-c', 'b = []\nwhile True: b.append(bytearray(16 * 1024 * 1024))'],
+        {},
+      );
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('OUT_OF_MEMORY');
+      const exited = await handle.exited;
+      expect(exited.limits_detail?.join('\n')).toContain('memory limit of 128 MiB');
+      expect(exited.limits_detail?.join('\n')).toMatch(/limits enforced: memory_mib 128 MiB \(cgroup v[12]/);
+      expect(result.cleaned).toBe(true);
+      // Scratch is gone; the worker's logs stay.
+      expect(existsSync(join(execRoot, 'task'))).toBe(false);
+      expect(existsSync(join(execRoot, 'stdout.log'))).toBe(true);
+      expect(process.memoryUsage().rss).toBeLessThan(1024 ** 3);
+    });
+
+    it('holds a fork bomb at the pids limit and kills it all at the end', async () => {
+      // Each shell forks as fast as it can; the kernel refuses fork past pids.max.
+      const { plan, handle, chunks } = start(
+        sh(
+          'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2; echo "n=$(ls /proc | grep -c "^[0-9]")"; sleep 30',
+        ),
+        {},
+        4,
+      );
+      await waitFor(() => text(chunks, 'stdout').includes('n='), { timeoutMs: 15000 });
+      const [, pids] = cgroupDirs(plan.execution_id);
+      const current = Number(readFileSync(join(pids!, 'pids.current'), 'utf8'));
+      expect(current).toBeLessThanOrEqual(64);
+      const seen = Number(text(chunks, 'stdout').match(/n=(\d+)/)?.[1]);
+      expect(seen).toBeLessThanOrEqual(64);
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('TIMED_OUT');
+      expect(result.cleaned).toBe(true);
+      for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
+    });
+
+    it('caps /tmp and /dev/shm: a write past the size fails with ENOSPC', async () => {
+      const { handle, chunks } = start(
+        sh(
+          'df -m /tmp /dev/shm | tail -n 2; head -c 20M /dev/zero 2>&1 >/tmp/big; echo "tmp=$?"; head -c 20M /dev/zero 2>&1 >/dev/shm/big; echo "shm=$?"',
+        ),
+      );
+      const result = await handle.done;
+      const out = text(chunks, 'stdout');
+      expect(out).toMatch(/No space left on device/);
+      expect(out).toContain('tmp=1');
+      expect(out).toContain('shm=1');
+      expect(result.failure_reason).toBeNull();
+    });
+
+    it('ends a task that fills its task dir past the disk limit with DISK_LIMIT', async () => {
+      const { handle, execRoot } = start(sh('head -c 40M /dev/zero > /task/scratch; sleep 30'));
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('DISK_LIMIT');
+      expect((await handle.exited).limits_detail?.join('\n')).toContain('over its disk limit of 16 MiB');
+      expect(existsSync(join(execRoot, 'task'))).toBe(false);
+    });
+
+    it('an executor failure still gives back the box: its task dir (and cgroup) do not outlive the result', async () => {
+      const base = makePlan({ argv: sh('true') });
+      const plan: ExecutionPlan = { ...base, limits: LIMITS };
+      const handle = startExecution(plan, {
+        rootDir,
+        workerId: 'worker-1',
+        provider: 'sim',
+        onLog: () => undefined,
+        cleanupPollMs: 20,
+        sandbox,
+        launcher: {
+          launch: () => {
+            throw new Error('a bug in the launcher');
+          },
+        },
+      });
+      const result = await handle.done;
+      expect(result).toMatchObject({ failure_reason: 'SETUP_FAILED', cleaned: false });
+      expect(JSON.stringify(result)).toContain('executor error: a bug in the launcher');
+      expect(existsSync(join(rootDir, plan.execution_id, 'task'))).toBe(false);
+    });
+
+    it('asks a contained task to stop (SIGTERM to its processes, found by its cgroup) before it kills it', async () => {
+      // The box finds a task with a cgroup by cgroup.procs alone, no /proc walk (box.ts): the grace
+      // period's SIGTERM must still reach the task's own processes, and not only its init.
+      const { handle, chunks } = start(sh('trap "echo bye; exit 0" TERM; echo ready; sleep 60 & wait'));
+      await waitFor(() => text(chunks, 'stdout').includes('ready'));
+      handle.cancel('test');
+      const result = await handle.done;
+      expect(text(chunks, 'stdout')).toContain('bye');
+      expect(result).toMatchObject({ failure_reason: 'CANCELLED', cleaned: true });
+    });
+
+    it('keeps a task that tries to leave its cgroup inside it (attack)', async () => {
+      // The task writes its pid to the parent's and the root's cgroup.procs (not its to write: read-only
+      // /sys, no capabilities, another uid), calls setsid and double-forks; all of it stays inside.
+      const { plan, handle, chunks } = start(
+        sh(
+          'for f in /sys/fs/cgroup/memory/cgroup.procs /sys/fs/cgroup/pids/cgroup.procs /sys/fs/cgroup/memory/../cgroup.procs; do echo $$ > $f 2>/dev/null && echo "escaped $f"; done; (setsid sh -c "sleep 60" &) ; echo ready; sleep 60',
+        ),
+      );
+      await waitFor(() => text(chunks, 'stdout').includes('ready'));
+      expect(text(chunks, 'stdout')).not.toContain('escaped');
+      const [memory] = cgroupDirs(plan.execution_id);
+      const inside = readFileSync(join(memory!, 'cgroup.procs'), 'utf8').trim().split('\n').map(Number);
+      // bwrap, its init, the shell, the setsid sleeper and the main sleep at least.
+      expect(inside.length).toBeGreaterThanOrEqual(4);
+      handle.cancel('test');
+      const result = await handle.done;
+      expect(result.cleaned).toBe(true);
+      for (const pid of inside) expect(existsSync(`/proc/${pid}`) && !isZombie(pid)).toBe(false);
+    });
   });
 
-  it('asks a contained task to stop (SIGTERM to its processes, found by its cgroup) before it kills it', async () => {
-    // The box finds a task with a cgroup by cgroup.procs alone, no /proc walk (box.ts): the grace
-    // period's SIGTERM must still reach the task's own processes, and not only its init.
-    const { handle, chunks } = start(sh('trap "echo bye; exit 0" TERM; echo ready; sleep 60 & wait'));
-    await waitFor(() => text(chunks, 'stdout').includes('ready'));
-    handle.cancel('test');
-    const result = await handle.done;
-    expect(text(chunks, 'stdout')).toContain('bye');
-    expect(result).toMatchObject({ failure_reason: 'CANCELLED', cleaned: true });
-  });
-
-  it('keeps a task that tries to leave its cgroup inside it (attack)', async () => {
-    // The task writes its pid to the parent's and the root's cgroup.procs (not its to write: read-only
-    // /sys, no capabilities, another uid), calls setsid and double-forks; all of it stays inside.
-    const { plan, handle, chunks } = start(
-      sh(
-        'for f in /sys/fs/cgroup/memory/cgroup.procs /sys/fs/cgroup/pids/cgroup.procs /sys/fs/cgroup/memory/../cgroup.procs; do echo $$ > $f 2>/dev/null && echo "escaped $f"; done; (setsid sh -c "sleep 60" &) ; echo ready; sleep 60',
-      ),
-    );
-    await waitFor(() => text(chunks, 'stdout').includes('ready'));
-    expect(text(chunks, 'stdout')).not.toContain('escaped');
-    const [memory] = cgroupDirs(plan.execution_id);
-    const inside = readFileSync(join(memory!, 'cgroup.procs'), 'utf8').trim().split('\n').map(Number);
-    // bwrap, its init, the shell, the setsid sleeper and the main sleep at least.
-    expect(inside.length).toBeGreaterThanOrEqual(4);
-    handle.cancel('test');
-    const result = await handle.done;
-    expect(result.cleaned).toBe(true);
-    for (const pid of inside) expect(existsSync(`/proc/${pid}`) && !isZombie(pid)).toBe(false);
-  });
-});
-
-function isZombie(pid: number): boolean {
-  try {
-    return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').slice(-200));
-  } catch {
-    return false;
+  function isZombie(pid: number): boolean {
+    try {
+      return / Z /.test(readFileSync(`/proc/${pid}/stat`, 'utf8').slice(-200));
+    } catch {
+      return false;
+    }
   }
-}
+});

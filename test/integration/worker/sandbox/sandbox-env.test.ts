@@ -28,6 +28,7 @@ import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, sh, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
+import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 // Issue 20: the spec's env reaches the task's own exec and nothing before it; bwrap's options (every
 // host path) never show on a command line. The cluster-level proof is
@@ -84,6 +85,37 @@ describe('the sandbox command line', () => {
     expect(options).toContain('/srv/worker-data');
     expect(options).toContain('/srv/worker-data/executions/e1/task');
     expect(line.argv.join(' ')).not.toContain('/srv/worker-data');
+  });
+
+  it('root worker, native sandbox: the uid, gid and env travel as options; only the task is on the command line', () => {
+    const line = bwrapCommandLine(
+      bwrapArgs(request({ identity: { uid: 2_000_000_001, gid: 2_000_000_002, native: true } })),
+      4,
+    );
+    // No setpriv, no env: the native sandbox drops to the uid and sets the env itself (ADR 0038).
+    expect(line.argv).toEqual(['--args', '4', '--', '/bin/sh', '-c', 'echo hi']);
+    const options = line.data.toString('utf8').split('\0');
+    expect(options.slice(-16)).toEqual([
+      '--uid',
+      '2000000001',
+      '--gid',
+      '2000000002',
+      '--setenv',
+      'LD_DEBUG_OUTPUT',
+      '/srv/x',
+      '--setenv',
+      'A',
+      'b=c',
+      '--setenv',
+      'PWD',
+      '/task',
+      '--chdir',
+      '/task',
+      '',
+    ]);
+    // Never a user namespace, never bwrap's --unsetenv (its own env never reaches the task).
+    expect(options).not.toContain('--unshare-user');
+    expect(options).not.toContain('--unsetenv');
   });
 
   it('unprivileged worker: bwrap sets the env itself when it execs the task, from the piped options', () => {
@@ -155,11 +187,12 @@ describe.runIf(sandboxed)('in a real sandbox', () => {
   });
   afterAll(() => rmSync(dataDir, { recursive: true, force: true }));
 
-  async function runIn(plan: ExecutionPlan, dropUid: boolean) {
+  async function runIn(plan: ExecutionPlan, dropUid: boolean, native: string | null = null) {
     const sandbox: SandboxSetup = {
       kind: 'bwrap',
       bwrap: bwrapProbe.bwrap!,
       setpriv: dropUid ? bwrapProbe.setpriv : null,
+      native,
       envHelper: bwrapProbe.env!,
       uids: dropUid ? new TaskUidPool({ first: 2_000_200_000, last: 2_000_200_099 }) : null,
       hiddenPaths: [dataDir],
@@ -181,7 +214,7 @@ describe.runIf(sandboxed)('in a real sandbox', () => {
   const script = [
     'printf "mark=[%s]\\n" "$MARK"',
     'ls /tmp/ld.* >/dev/null 2>&1 && echo debug-files',
-    'grep -l -e bwrap -e setpriv /tmp/ld.* || echo helpers=none',
+    'grep -l -e bwrap -e setpriv -e gpu-broker-sandbox /tmp/ld.* || echo helpers=none',
     'echo "owners=$(stat -c %u /tmp/ld.* | sort -u | tr "\\n" " ")uid=$(id -u)"',
     'echo "names=$(tr "\\0" "\\n" </proc/$$/environ | cut -d= -f1 | LC_ALL=C sort | tr "\\n" " ")"',
   ].join('\n');
@@ -203,12 +236,21 @@ describe.runIf(sandboxed)('in a real sandbox', () => {
   ].sort();
   const env = { MARK: 'a b=c', LD_DEBUG: 'files', LD_DEBUG_OUTPUT: '/tmp/ld' };
 
-  for (const dropUid of [true, false]) {
-    // setpriv is a root worker's.
+  const variants = [
+    { name: 'root bwrap + setpriv', dropUid: true, native: null },
+    { name: 'bwrap alone (unprivileged mode)', dropUid: false, native: null },
+    ...SANDBOX_ENGINES.filter((e) => e.native !== null).map((e) => ({
+      name: 'the native sandbox (root)',
+      dropUid: true,
+      native: e.native,
+    })),
+  ];
+  for (const { name, dropUid, native } of variants) {
+    // setpriv and the native sandbox are a root worker's.
     it.runIf(!dropUid || requireOrSkip('root', root, 'setpriv needs it'))(
-      `${dropUid ? 'root bwrap + setpriv' : 'bwrap alone (unprivileged mode)'}: only the task's own processes read its env`,
+      `${name}: only the task's own processes read its env`,
       async () => {
-        const { result, out } = await runIn(makePlan({ argv: sh(script), env }), dropUid);
+        const { result, out } = await runIn(makePlan({ argv: sh(script), env }), dropUid, native);
         expect(result.failure_reason).toBeNull();
         expect(out).toContain('mark=[a b=c]');
         expect(out).toContain('debug-files');
@@ -220,29 +262,32 @@ describe.runIf(sandboxed)('in a real sandbox', () => {
     );
   }
 
-  it("bwrap's own environment is the fixed one plus the execution id (for recovery), never the spec's", async () => {
-    // Outside the (hidden) data dir, in a dir a task uid can search.
-    const gateDir = mkdtempSync(join('/var/tmp', 'gpu-broker-gate-'));
-    chmodSync(gateDir, 0o755);
-    const gate = join(gateDir, 'go');
-    const plan = makePlan({
-      argv: sh(`while [ ! -e '${gate}' ]; do sleep 0.05; done`),
-      env: { MARK: 'spec' },
-    });
-    const running = runIn(plan, root);
-    const environ = await waitForEnviron(plan.execution_id);
-    writeFileSync(gate, '');
-    const { result } = await running;
-    rmSync(gateDir, { recursive: true, force: true });
-    expect(result.failure_reason).toBeNull();
-    expect(environ.sort()).toEqual(
-      [
-        `GPU_BROKER_EXECUTION_ID=${plan.execution_id}`,
-        `LANG=${HELPER_ENV['LANG']}`,
-        `PATH=${HELPER_ENV['PATH']}`,
-      ].sort(),
-    );
-  });
+  it.each(SANDBOX_ENGINES)(
+    "the sandbox's own environment ($name) is the fixed one plus the execution id (for recovery), never the spec's",
+    async ({ native }) => {
+      // Outside the (hidden) data dir, in a dir a task uid can search.
+      const gateDir = mkdtempSync(join('/var/tmp', 'gpu-broker-gate-'));
+      chmodSync(gateDir, 0o755);
+      const gate = join(gateDir, 'go');
+      const plan = makePlan({
+        argv: sh(`while [ ! -e '${gate}' ]; do sleep 0.05; done`),
+        env: { MARK: 'spec' },
+      });
+      const running = runIn(plan, root, native);
+      const environ = await waitForEnviron(plan.execution_id);
+      writeFileSync(gate, '');
+      const { result } = await running;
+      rmSync(gateDir, { recursive: true, force: true });
+      expect(result.failure_reason).toBeNull();
+      expect(environ.sort()).toEqual(
+        [
+          `GPU_BROKER_EXECUTION_ID=${plan.execution_id}`,
+          `LANG=${HELPER_ENV['LANG']}`,
+          `PATH=${HELPER_ENV['PATH']}`,
+        ].sort(),
+      );
+    },
+  );
 
   it('a NUL byte in an env value is a setup failure, never a bwrap option', async () => {
     const { result } = await runIn(makePlan({ argv: sh('echo ran'), env: { X: 'a\0--bind\0/\0/x' } }), root);
@@ -256,7 +301,7 @@ describe.runIf(sandboxed)('in a real sandbox', () => {
   });
 });
 
-/** The environment of the host process whose command line is `bwrap --args 4 …` for `executionId`. */
+/** The environment of the host process whose command line is `bwrap|gpu-broker-sandbox --args 4 …` for `executionId`. */
 async function waitForEnviron(executionId: string): Promise<string[]> {
   for (let i = 0; i < 400; i++) {
     for (const pid of readdirSync('/proc').filter((p) => /^\d+$/.test(p))) {
@@ -265,7 +310,10 @@ async function waitForEnviron(executionId: string): Promise<string[]> {
           .split('\0')
           .filter((e) => e !== '');
         const cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
-        if (cmd.includes('bwrap\0--args\0') && environ.includes(`GPU_BROKER_EXECUTION_ID=${executionId}`))
+        if (
+          /(bwrap|gpu-broker-sandbox)\0--args\0/.test(cmd) &&
+          environ.includes(`GPU_BROKER_EXECUTION_ID=${executionId}`)
+        )
           return environ;
       } catch {
         // gone

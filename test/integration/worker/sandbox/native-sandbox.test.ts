@@ -1,0 +1,331 @@
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+} from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { HELPER_ENV } from '../../../../worker/sandbox/helper-commands.js';
+import { systemArgs } from '../../../../worker/sandbox/host-mounts.js';
+import { unsafeToRunAsRoot } from '../../../../worker/sandbox/native.js';
+import { isRoot } from '../../../support/require-or-skip.js';
+import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
+import { waitFor } from '../../../support/wait.js';
+
+// The native sandbox (worker/sandbox/native/gpu-broker-sandbox.c, ADR 0038) started directly, as the
+// worker starts it: options through a pipe, status on fd 3. The executor suites (executor-sandbox,
+// executor-limits, sandbox-env) run their attacks against it too; these pin what is its own: the uid
+// drop, the descriptors a task holds, the root it stands on and the options it refuses.
+
+const native = SANDBOX_ENGINES.find((e) => e.native !== null)?.native ?? null;
+const UID = 2_000_400_001;
+
+let dir: string;
+let taskDir: string;
+beforeAll(() => {
+  if (native === null) return;
+  dir = mkdtempSync(join('/var/tmp', 'gpu-broker-native-'));
+  taskDir = join(dir, 'task');
+  mkdirSync(taskDir);
+  chmodSync(taskDir, 0o777);
+});
+afterAll(() => {
+  if (dir !== undefined) rmSync(dir, { recursive: true, force: true });
+});
+
+/** A task's options as bwrapArgs makes them for a root worker using the native sandbox, with `extra` before `--chdir`. */
+function options(extra: string[] = []): string[] {
+  return [
+    '--die-with-parent',
+    '--new-session',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-cgroup-try',
+    '--unshare-net',
+    '--hostname',
+    'gpu-broker-task',
+    '--json-status-fd',
+    '3',
+    ...systemArgs(systemMounts()),
+    '--tmpfs',
+    dir,
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--perms',
+    '1777',
+    '--tmpfs',
+    '/dev/shm',
+    '--perms',
+    '1777',
+    '--size',
+    String(4 * 1024 * 1024),
+    '--tmpfs',
+    '/tmp',
+    '--bind',
+    taskDir,
+    '/task',
+    '--uid',
+    String(UID),
+    '--gid',
+    String(UID),
+    '--setenv',
+    'PATH',
+    '/usr/bin:/bin',
+    '--setenv',
+    'PWD',
+    '/task',
+    ...extra,
+    '--chdir',
+    '/task',
+  ];
+}
+
+const data = (opts: readonly string[]) => Buffer.from(opts.map((o) => `${o}\0`).join(''));
+
+/** Runs `argv` in the native sandbox with `opts` on fd 4; its stdout, stderr, status (fd 3) and exit code. */
+function run(argv: string[], opts: string[] | Buffer = options()) {
+  // spawnSync writes no fd but stdin: the options go in through a file on fd 4, the status to stdout.
+  const file = join(dir, `opts-${process.hrtime.bigint()}`);
+  writeFileSync(file, Buffer.isBuffer(opts) ? opts : data(opts));
+  const sh = spawnSync(
+    '/bin/sh',
+    ['-c', 'exec "$0" --args 4 -- "$@" 4<"$OPTS" 3>&1 1>"$OUT"', native!, ...argv],
+    {
+      env: { ...HELPER_ENV, OPTS: file, OUT: `${file}.out` },
+      encoding: 'utf8',
+      timeout: 20_000,
+    },
+  );
+  const stdout = existsSync(`${file}.out`) ? readFileSync(`${file}.out`, 'utf8') : '';
+  rmSync(file, { force: true });
+  rmSync(`${file}.out`, { force: true });
+  return { stdout, status: sh.stdout, stderr: sh.stderr, code: sh.status };
+}
+
+describe.runIf(native !== null)('the native sandbox, started directly', () => {
+  it('runs the task as its uid, with no group, no capability in any set and no_new_privs', () => {
+    const r = run([
+      '/bin/sh',
+      '-c',
+      'grep -E "^(Uid|Gid|Groups|Cap[A-Za-z]+|NoNewPrivs):" /proc/self/status',
+    ]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    const lines = Object.fromEntries(
+      r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(':\t') as [string, string]),
+    );
+    expect(lines['Uid']).toBe(`${UID}\t${UID}\t${UID}\t${UID}`);
+    expect(lines['Gid']).toBe(`${UID}\t${UID}\t${UID}\t${UID}`);
+    expect(lines['Groups']?.trim() ?? '').toBe('');
+    for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
+      expect(lines[set]).toBe('0000000000000000');
+    expect(lines['NoNewPrivs']).toBe('1');
+  });
+
+  it('reports the init and its namespaces, then the exit code, on the status fd', () => {
+    const r = run(['/bin/sh', '-c', 'exit 7']);
+    expect(r.code).toBe(7);
+    const [first, second] = r.status
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as Record<string, number>);
+    expect(first?.['child-pid']).toBeGreaterThan(1);
+    const ownPidNs = statSync('/proc/self/ns/pid').ino;
+    expect(first?.['pid-namespace']).toBeGreaterThan(0);
+    expect(first?.['pid-namespace']).not.toBe(ownPidNs);
+    expect(second).toEqual({ 'exit-code': 7 });
+    const killed = run(['/bin/sh', '-c', 'kill -KILL $$']);
+    expect(killed.code).toBe(128 + 9);
+  });
+
+  it('the task holds only stdin, stdout and stderr: never the status pipe (attack: write a fake child-pid)', () => {
+    const r = run([
+      '/bin/sh',
+      '-c',
+      'ls /proc/$$/fd; echo \'{ "child-pid": 1 }\' >&3 || echo no-fd-3; echo \'{ "child-pid": 1 }\' >&4 || echo no-fd-4',
+    ]);
+    expect(r.stdout.split('\n').filter((l) => /^\d+$/.test(l))).toEqual(['0', '1', '2']);
+    expect(r.stdout).toContain('no-fd-3');
+    expect(r.stdout).toContain('no-fd-4');
+    expect(r.status).not.toContain('"child-pid": 1 }');
+  });
+
+  it("stands on a read-only root of its own: the host's tree is gone, and nothing can be made beside the mounts", () => {
+    writeFileSync(join(dir, 'secret'), 'host secret');
+    const r = run([
+      '/bin/sh',
+      '-c',
+      [
+        'touch /newfile 2>/dev/null && echo made-file',
+        'mkdir /newdir 2>/dev/null && echo made-dir',
+        `cat ${dir}/secret 2>/dev/null && echo read-secret`,
+        'ls /proc/1/root/ >/dev/null 2>&1 && echo init-root',
+        '(echo x > /proc/sys/kernel/hostname) 2>/dev/null && echo wrote-proc-sys',
+        'touch /usr/x 2>/dev/null && echo wrote-usr',
+        'ls /tmp | wc -l',
+        'echo $(ls /dev)',
+        'cat /proc/self/mountinfo | grep -c "/work\\|/root\\|/home" || true',
+        'hostname',
+        'touch /task/scratch && echo task-writable',
+      ].join('; '),
+    ]);
+    expect(r.stderr).toBe('');
+    for (const leak of ['made-file', 'made-dir', 'read-secret', 'init-root', 'wrote-proc-sys', 'wrote-usr'])
+      expect(r.stdout).not.toContain(leak);
+    const lines = r.stdout.trim().split('\n');
+    expect(lines[0]).toBe('0');
+    expect(lines[1]?.trim().split(' ').sort()).toEqual(
+      [
+        'core',
+        'fd',
+        'full',
+        'null',
+        'ptmx',
+        'pts',
+        'random',
+        'shm',
+        'stderr',
+        'stdin',
+        'stdout',
+        'tty',
+        'urandom',
+        'zero',
+      ].sort(),
+    );
+    expect(lines[2]).toBe('0');
+    expect(lines[3]).toBe('gpu-broker-task');
+    expect(lines[4]).toBe('task-writable');
+  });
+
+  it('execs through the task PATH: 127 when the program is missing, 126 when it cannot be run', () => {
+    const missing = run(['no-such-program']);
+    expect(missing.code).toBe(127);
+    expect(missing.stderr).toMatch(/cannot run no-such-program: No such file or directory/);
+    writeFileSync(join(taskDir, 'not-exec'), '#!/bin/sh\necho hi\n', { mode: 0o644 });
+    const notExec = run(['/task/not-exec']);
+    expect(notExec.code).toBe(126);
+    expect(run(['true']).code).toBe(0);
+  });
+
+  it('a killed sandbox takes its task and everything the task started with it (die-with-parent)', async () => {
+    const marker = `native-orphan-${process.pid}-${Date.now()}`;
+    const file = join(dir, 'opts-orphan');
+    writeFileSync(file, data(options()));
+    const child: ChildProcess = spawn(
+      '/bin/sh',
+      [
+        '-c',
+        'exec "$0" --args 4 -- "$@" 4<"$OPTS" 3>/dev/null',
+        native!,
+        '/bin/sh',
+        '-c',
+        `setsid /bin/sh -c 'sleep 300; : ${marker}' & sleep 300; : ${marker}`,
+      ],
+      { env: { ...HELPER_ENV, OPTS: file }, stdio: 'ignore' },
+    );
+    const withMarker = () =>
+      readdirSync('/proc')
+        .filter((p) => /^\d+$/.test(p))
+        .filter((p) => {
+          try {
+            return readFileSync(`/proc/${p}/cmdline`, 'utf8').includes(marker);
+          } catch {
+            return false;
+          }
+        });
+    await waitFor(() => withMarker().length >= 2, { timeoutMs: 10_000 });
+    child.kill('SIGKILL');
+    await waitFor(() => withMarker().length === 0, { timeoutMs: 10_000 });
+  });
+
+  const refusals: Array<[string, () => string[] | Buffer, RegExp]> = [
+    ['an unknown option', () => options(['--bind-try', '/', '/x']), /unknown option "--bind-try"/],
+    ['uid 0', () => options(['--uid', '0']), /--uid must be a positive integer/],
+    [
+      'no uid',
+      () => options().filter((o, i, a) => o !== '--uid' && a[i - 1] !== '--uid'),
+      /--uid and --gid are required/,
+    ],
+    ['no PID namespace', () => options().filter((o) => o !== '--unshare-pid'), /--unshare-pid is required/],
+    [
+      'a relative destination',
+      () => options(['--tmpfs', 'tmp2']),
+      /destination "tmp2" is not an absolute path/,
+    ],
+    [
+      'a ".." in a source',
+      () => options(['--ro-bind', '/usr/../etc', '/x']),
+      /source "\/usr\/..\/etc" is not an absolute path/,
+    ],
+    [
+      '--perms before a bind',
+      () => options(['--perms', '0700', '--bind', '/usr', '/x']),
+      /--perms applies to --tmpfs or --dir/,
+    ],
+    ['a negative size', () => options(['--size', '-1', '--tmpfs', '/x']), /--size: not a byte count/],
+    ['an env name with "="', () => options(['--setenv', 'A=B', 'c']), /--setenv: invalid name/],
+    ['a missing argument', () => options(['--hostname']).slice(0, -2), /needs 1 argument/],
+    ['options not ended by a NUL', () => Buffer.from('--unshare-pid'), /do not end with a NUL byte/],
+    ['16 MiB of options', () => Buffer.alloc(17 * 1024 * 1024, 0x41), /options over/],
+    [
+      'a source that does not exist',
+      () => options(['--ro-bind', '/no/such/dir', '/x']),
+      /cannot bind \/no\/such\/dir/,
+    ],
+  ];
+  it.each(refusals)('refuses %s with a message, and runs nothing', (_name, opts, message) => {
+    const marker = join(taskDir, `ran-${process.hrtime.bigint()}`);
+    const r = run(['/usr/bin/touch', marker], opts());
+    expect(r.code).toBe(1);
+    expect(r.stderr).toMatch(message);
+    expect(existsSync(marker)).toBe(false);
+  });
+
+  it('refuses to run as anyone but root', () => {
+    const r = spawnSync(
+      'setpriv',
+      ['--reuid=65534', '--regid=65534', '--clear-groups', native!, '--args', '0', '--', '/bin/true'],
+      {
+        input: data(options()),
+        encoding: 'utf8',
+      },
+    );
+    expect(r.status).toBe(1);
+    expect(r.stderr).toMatch(/must run as root/);
+  });
+});
+
+describe.runIf(isRoot)('whether the native sandbox may be run as root', () => {
+  it('only when it and every dir above it are root-owned and writable by nobody else', () => {
+    const base = mkdtempSync(join(tmpdir(), 'gpu-broker-native-path-'));
+    const bin = join(base, 'gpu-broker-sandbox');
+    writeFileSync(bin, '', { mode: 0o755 });
+    chmodSync(base, 0o755);
+    expect(unsafeToRunAsRoot(bin)).toBeNull();
+    chmodSync(bin, 0o775);
+    expect(unsafeToRunAsRoot(bin)).toMatch(/writable by group or others/);
+    chmodSync(bin, 0o755);
+    chmodSync(base, 0o777);
+    expect(unsafeToRunAsRoot(bin)).toMatch(/writable by group or others/);
+    chmodSync(base, 0o755);
+    spawnSync('chown', ['65534', bin]);
+    expect(unsafeToRunAsRoot(bin)).toMatch(/owned by uid 65534/);
+    expect(unsafeToRunAsRoot(join(base, 'missing'))).toMatch(/does not exist/);
+    rmSync(base, { recursive: true, force: true });
+  });
+});
