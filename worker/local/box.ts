@@ -26,6 +26,8 @@ import {
 /** What to spawn. */
 export interface BoxSpawn {
   readonly command: string;
+  /** argv[0] when it is not `command` (launch.ts LaunchRequest). */
+  readonly argv0?: string;
   readonly args: readonly string[];
   readonly env: Readonly<Record<string, string>>;
   /** Switch to this uid/gid before exec (the `none` kind under `--run-as`). */

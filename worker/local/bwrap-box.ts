@@ -76,5 +76,8 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
   });
   const line = bwrapCommandLine(args, 4);
-  return bwrapBox({ command: native ?? sandbox.bwrap, args: line.argv, env, argsData: line.data }, req.limits);
+  // The native sandbox by its bare name: its command line is the task's /proc/1/cmdline, and names no host path.
+  const command =
+    native === null ? { command: sandbox.bwrap } : { command: native, argv0: 'gpu-broker-sandbox' };
+  return bwrapBox({ ...command, args: line.argv, env, argsData: line.data }, req.limits);
 }

@@ -273,11 +273,12 @@ class ExecutionRun {
    * stderr to the log files and to `onLog`; resolves `started`. Returns why it could not start.
    */
   private async spawnTask(box: TaskBox, execRoot: string): Promise<Spawned | string> {
-    const { command, args, env, uid, gid, statusPipe, argsData } = box.spawn;
+    const { command, argv0, args, env, uid, gid, statusPipe, argsData } = box.spawn;
     // fd 3: bwrap's JSON status; fd 4: its options (`--args 4`), so they never show on a command line.
     const launcher = this.opts.launcher ?? sharedSpawner();
     const child = await launcher.launch({
       command,
+      ...(argv0 === undefined ? {} : { argv0 }),
       args,
       env,
       cwd: box.kind === 'none' ? join(execRoot, 'task') : '/',

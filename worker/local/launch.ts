@@ -20,6 +20,8 @@ import type { Readable, Writable } from 'node:stream';
 /** What to start. */
 export interface LaunchRequest {
   readonly command: string;
+  /** argv[0] when it is not `command` (the native sandbox's bare name, so no install path shows in the task's /proc/1/cmdline). */
+  readonly argv0?: string;
   readonly args: readonly string[];
   readonly env: Readonly<Record<string, string>>;
   readonly cwd: string;
@@ -74,6 +76,7 @@ export const inlineLauncher: Launcher = {
         env: req.env,
         detached: true,
         stdio: stdioOf(req) as StdioOptions,
+        ...(req.argv0 === undefined ? {} : { argv0: req.argv0 }),
         ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
       });
     } catch (err) {

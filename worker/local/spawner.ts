@@ -12,7 +12,7 @@ import { stdioOf } from './launch.js';
  * the exec; forking the ~40 MiB spawner is cheaper, and it happens on another process's thread).
  *
  * Over its IPC channel (JSON, one message per event):
- *   worker → spawner  {t: spawn, id, command, args, env, cwd, uid?, gid?, stdio}
+ *   worker → spawner  {t: spawn, id, command, argv0?, args, env, cwd, uid?, gid?, stdio}
  *                     {t: input, id, data}  fd 4's bytes (base64), written and closed
  *   spawner → worker  {t: spawned, id, pid}, then {t: fd, id, fd} with the pipe's handle (SCM_RIGHTS)
  *                     for each readable pipe (stdout, stderr, the status pipe), or {t: error, id, message}
@@ -56,6 +56,7 @@ function start(m) {
   let c;
   try {
     c = spawn(m.command, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: m.stdio,
+      ...(m.argv0 === undefined ? {} : { argv0: m.argv0 }),
       ...(m.uid === undefined ? {} : { uid: m.uid, gid: m.gid }) });
   } catch (e) { send({ t: 'error', id: m.id, message: String((e && e.message) || e) }); return; }
   if (c.pid === undefined) {
@@ -154,6 +155,7 @@ export class Spawner implements Launcher {
         t: 'spawn',
         id,
         command: req.command,
+        ...(req.argv0 === undefined ? {} : { argv0: req.argv0 }),
         args: req.args,
         env: req.env,
         cwd: req.cwd,

@@ -237,7 +237,7 @@ describe("the worker's secrets and host paths, from inside", () => {
     // bwrap's options (every mount, every hidden path) came through a pipe: PID 1 and every process
     // the task can see name no host path of the worker (its data dir, executions, the master's dir).
     const pid1 = /pid1=\[(.*)\]\n/.exec(logs)?.[1] ?? '';
-    expect(pid1).toMatch(/^\S*bwrap --args 4 -- /);
+    expect(pid1).toMatch(/^(\S*bwrap|gpu-broker-sandbox) --args 4 -- /);
     const seen = logs.split('\n').filter((l) => l.startsWith('cmd=') || l.startsWith('pid1='));
     expect(seen.length).toBeGreaterThan(1);
     for (const line of seen) {

@@ -17,7 +17,7 @@ import { systemMounts } from '../../../../worker/sandbox/bwrap.js';
 import { HELPER_ENV } from '../../../../worker/sandbox/helper-commands.js';
 import { systemArgs } from '../../../../worker/sandbox/host-mounts.js';
 import { unsafeToRunAsRoot } from '../../../../worker/sandbox/native.js';
-import { isRoot } from '../../../support/require-or-skip.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 import { waitFor } from '../../../support/wait.js';
 
@@ -27,6 +27,7 @@ import { waitFor } from '../../../support/wait.js';
 // drop, the descriptors a task holds, the root it stands on and the options it refuses.
 
 const native = SANDBOX_ENGINES.find((e) => e.native !== null)?.native ?? null;
+const nativeReady = requireOrSkip('the native sandbox', native !== null, 'a root host, after npm run build');
 const UID = 2_000_400_001;
 
 let dir: string;
@@ -114,7 +115,7 @@ function run(argv: string[], opts: string[] | Buffer = options()) {
   return { stdout, status: sh.stdout, stderr: sh.stderr, code: sh.status };
 }
 
-describe.runIf(native !== null)('the native sandbox, started directly', () => {
+describe.runIf(nativeReady)('the native sandbox, started directly', () => {
   it('runs the task as its uid, with no group, no capability in any set and no_new_privs', () => {
     const r = run([
       '/bin/sh',
@@ -310,22 +311,25 @@ describe.runIf(native !== null)('the native sandbox, started directly', () => {
   });
 });
 
-describe.runIf(isRoot)('whether the native sandbox may be run as root', () => {
-  it('only when it and every dir above it are root-owned and writable by nobody else', () => {
-    const base = mkdtempSync(join(tmpdir(), 'gpu-broker-native-path-'));
-    const bin = join(base, 'gpu-broker-sandbox');
-    writeFileSync(bin, '', { mode: 0o755 });
-    chmodSync(base, 0o755);
-    expect(unsafeToRunAsRoot(bin)).toBeNull();
-    chmodSync(bin, 0o775);
-    expect(unsafeToRunAsRoot(bin)).toMatch(/writable by group or others/);
-    chmodSync(bin, 0o755);
-    chmodSync(base, 0o777);
-    expect(unsafeToRunAsRoot(bin)).toMatch(/writable by group or others/);
-    chmodSync(base, 0o755);
-    spawnSync('chown', ['65534', bin]);
-    expect(unsafeToRunAsRoot(bin)).toMatch(/owned by uid 65534/);
-    expect(unsafeToRunAsRoot(join(base, 'missing'))).toMatch(/does not exist/);
-    rmSync(base, { recursive: true, force: true });
-  });
-});
+describe.runIf(requireOrSkip('root', isRoot, 'the checks read file owners'))(
+  'whether the native sandbox may be run as root',
+  () => {
+    it('only when it and every dir above it are root-owned and writable by nobody else', () => {
+      const base = mkdtempSync(join(tmpdir(), 'gpu-broker-native-path-'));
+      const bin = join(base, 'gpu-broker-sandbox');
+      writeFileSync(bin, '', { mode: 0o755 });
+      chmodSync(base, 0o755);
+      expect(unsafeToRunAsRoot(bin)).toBeNull();
+      chmodSync(bin, 0o775);
+      expect(unsafeToRunAsRoot(bin)).toMatch(/writable by group or others/);
+      chmodSync(bin, 0o755);
+      chmodSync(base, 0o777);
+      expect(unsafeToRunAsRoot(bin)).toMatch(/writable by group or others/);
+      chmodSync(base, 0o755);
+      spawnSync('chown', ['65534', bin]);
+      expect(unsafeToRunAsRoot(bin)).toMatch(/owned by uid 65534/);
+      expect(unsafeToRunAsRoot(join(base, 'missing'))).toMatch(/does not exist/);
+      rmSync(base, { recursive: true, force: true });
+    });
+  },
+);
