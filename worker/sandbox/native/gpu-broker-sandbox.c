@@ -168,6 +168,7 @@ struct config {
   size_t n_env;
   char *const *argv;
   int dev_trees[N_DEV_NODES]; /* the host's /dev/null… for --dev, -1 where the host has none */
+  mode_t umask;               /* the caller's, given back to the task (the mounts are made with 0) */
 };
 
 static void *xcalloc(size_t n, size_t size) {
@@ -624,6 +625,7 @@ static void sandbox_init(const struct config *cfg, int go_fd) {
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, NULL);
+    umask(cfg->umask);
     drop_privileges(cfg);
     exec_task(cfg);
   }
@@ -668,7 +670,7 @@ int main(int argc, char **argv) {
   parse_options(&cfg, data, len);
   cfg.argv = argv + 4;
   if (geteuid() != 0) die("must run as root (a worker without root uses bwrap in a user namespace)");
-  umask(0);
+  cfg.umask = umask(0);
   if (cfg.status_fd >= 0 && fcntl(cfg.status_fd, F_GETFD) < 0) die_errno("--json-status-fd %d", cfg.status_fd);
   if (cfg.die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die_errno("PR_SET_PDEATHSIG");
   clone_sources(&cfg);

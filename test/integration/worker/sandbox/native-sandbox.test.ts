@@ -138,6 +138,16 @@ describe.runIf(nativeReady)('the native sandbox, started directly', () => {
     expect(lines['NoNewPrivs']).toBe('1');
   });
 
+  it("gives the task its starter's umask, not the 0 the sandbox makes its mounts with", () => {
+    const mask = process.umask();
+    expect(mask).not.toBe(0);
+    const r = run(['/bin/sh', '-c', 'umask; touch /task/umask-probe; stat -c %a /task/umask-probe']);
+    expect(r.stdout.split('\n').slice(0, 2)).toEqual([
+      mask.toString(8).padStart(4, '0'),
+      (0o666 & ~mask).toString(8),
+    ]);
+  });
+
   it('reports the init and its namespaces, then the exit code, on the status fd', () => {
     const r = run(['/bin/sh', '-c', 'exit 7']);
     expect(r.code).toBe(7);
