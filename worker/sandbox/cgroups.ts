@@ -1,7 +1,7 @@
 import { randomUUID } from 'node:crypto';
 import { mkdir, readFile, rmdir, stat, writeFile } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
-import { readKernelFile } from './kernel-files.js';
+import { readKernelFile, writeKernelFile } from './kernel-files.js';
 import { below, parseMountinfo, parseSelfCgroup } from './mountinfo.js';
 
 /**
@@ -142,6 +142,7 @@ function mountinfoV2Point(mountinfo: string): string | null {
 
 /** v1: a directory per controller; `parents` are the worker's own cgroups. Exported for tests. */
 export function v1Hierarchy(parents: { memory: string; pids: string; cpu: string }): CgroupHierarchy {
+  const ensureBase = baseMaker();
   const bases = [...new Set([parents.memory, parents.pids, parents.cpu])].map((p) => join(p, 'gpu-broker'));
   return {
     version: 1,
@@ -166,16 +167,20 @@ export function v1Hierarchy(parents: { memory: string; pids: string; cpu: string
       try {
         for (const dir of [dirs.memory, dirs.pids, dirs.cpu]) {
           if (made.includes(dir)) continue;
-          await mkdir(dirname(dir), { recursive: true });
+          await ensureBase(dirname(dir));
           // Not recursive: a cgroup of that name already there (another worker's) is never shared.
           await mkdir(dir);
           made.push(dir);
         }
-        await writeFile(join(dirs.memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
+        // A new, empty cgroup: its limits are set synchronously (kernel-files.ts).
+        writeKernelFile(join(dirs.memory, 'memory.limit_in_bytes'), String(limits.memoryBytes));
         // No swap beyond the limit, where the kernel accounts swap (memsw must follow limit_in_bytes).
-        await writeIfPresent(join(dirs.memory, 'memory.memsw.limit_in_bytes'), String(limits.memoryBytes));
-        await writeFile(join(dirs.pids, 'pids.max'), String(limits.pids));
-        await writeFile(join(dirs.cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
+        writeKernelFileIfPresent(
+          join(dirs.memory, 'memory.memsw.limit_in_bytes'),
+          String(limits.memoryBytes),
+        );
+        writeKernelFile(join(dirs.pids, 'pids.max'), String(limits.pids));
+        writeKernelFile(join(dirs.cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
       } catch (err) {
         await cg.remove();
         throw err;
@@ -234,12 +239,13 @@ export function v2Hierarchy(parent: string): CgroupHierarchy {
       const made = [dir];
       const cg = v2Cgroup(dir, made);
       try {
-        await writeFile(join(dir, 'memory.max'), String(limits.memoryBytes));
-        await writeIfPresent(join(dir, 'memory.swap.max'), '0');
+        // A new, empty cgroup: its limits are set synchronously (kernel-files.ts).
+        writeKernelFile(join(dir, 'memory.max'), String(limits.memoryBytes));
+        writeKernelFileIfPresent(join(dir, 'memory.swap.max'), '0');
         // On OOM the whole task goes, not one process of it chosen by the kernel.
-        await writeIfPresent(join(dir, 'memory.oom.group'), '1');
-        await writeFile(join(dir, 'pids.max'), String(limits.pids));
-        await writeIfPresent(join(dir, 'cpu.weight'), String(limits.cpuWeight));
+        writeKernelFileIfPresent(join(dir, 'memory.oom.group'), '1');
+        writeKernelFile(join(dir, 'pids.max'), String(limits.pids));
+        writeKernelFileIfPresent(join(dir, 'cpu.weight'), String(limits.cpuWeight));
       } catch (err) {
         await cg.remove();
         throw err;
@@ -304,6 +310,27 @@ async function killUntilEmpty(procs: () => Promise<number[]>, killFile: string |
       }
     }
     await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/** `mkdir -p` of each task cgroup's parent (`…/gpu-broker`), once per hierarchy. */
+function baseMaker(): (dir: string) => Promise<void> {
+  const made = new Set<string>();
+  return async (dir) => {
+    if (made.has(dir)) return;
+    await mkdir(dir, { recursive: true });
+    made.add(dir);
+  };
+}
+
+/** writeKernelFile where the kernel has the file (a controller's optional knob); false where it has not. */
+function writeKernelFileIfPresent(file: string, value: string): boolean {
+  try {
+    writeKernelFile(file, value);
+    return true;
+  } catch (err) {
+    if ((err as NodeJS.ErrnoException).code === 'ENOENT') return false;
+    throw err;
   }
 }
 
