@@ -188,8 +188,13 @@ export async function getInput(
   // Its owner and every reviewer or operator (loadVisibleProposal hides it from anyone else).
   const p = loadVisibleProposal(deps, principal, q.proposal_id);
   const r = deps.store.proposals.revision(q.revision_id);
-  const input =
-    r && r.proposal_id === p.id ? (r.spec.inputs ?? []).find((i) => i.path === q.path) : undefined;
+  if (!r || r.proposal_id !== p.id)
+    throw new BrokerError(
+      'NOT_FOUND',
+      `proposal ${q.proposal_id} has no revision ${q.revision_id}`,
+      'get_proposal lists the revisions of a proposal.',
+    );
+  const input = (r.spec.inputs ?? []).find((i) => i.path === q.path);
   if (!input)
     throw new BrokerError(
       'NOT_FOUND',

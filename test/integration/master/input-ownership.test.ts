@@ -135,6 +135,19 @@ describe('a second submitter and the first one’s blob', () => {
       );
     expect(rest.status).toBe(404);
     expect(JSON.stringify(rest.body)).not.toContain(SECRET.trim());
+    // A revision the proposal does not have is named as such, not as a missing input.
+    const noRevision = expectError(
+      await callTool(bob, 'get_input', {
+        proposal_id: draft.proposal_id,
+        revision_id: '01JZZZZZZZZZZZZZZZZZZZZZZZ',
+        path: 'train.py',
+      }),
+      'NOT_FOUND',
+    );
+    expect(JSON.stringify(noRevision)).toContain(
+      `proposal ${draft.proposal_id} has no revision 01JZZZZZZZZZZZZZZZZZZZZZZZ`,
+    );
+    expect(JSON.stringify(noRevision)).toContain('get_proposal lists the revisions');
   });
 
   it('bob cannot see it through the reviewer’s diff either', async () => {
