@@ -9,7 +9,7 @@ import type { ContainerEngineChoice, ContainerTasks } from './container.js';
 import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
 import { makeSimDeviceNodes } from './devices.js';
-import { probeNativeSandbox, type SandboxEngineChoice } from './native.js';
+import { type NativeProbe, probeNativeSandbox, type SandboxEngineChoice } from './native.js';
 import type { UidRange } from './task-uids.js';
 import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
@@ -193,7 +193,13 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
     summary: root
-      ? `sandboxed: ${native?.path == null ? probe.detail : `${native.detail} (bwrap's layout, one program per task)`}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}`
+      ? `sandboxed: ${engineLine(probe.detail, native)}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}`
       : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host); ${limitsLine}`,
   };
+}
+
+/** What builds a root worker's sandboxes, for the banner: the native sandbox, or bwrap and why not the other. */
+function engineLine(bwrapDetail: string, native: NativeProbe | null): string {
+  if (native?.path != null) return `${native.detail} (bwrap's layout, one program per task)`;
+  return native === null ? bwrapDetail : `${bwrapDetail} (not the native sandbox: ${native.detail})`;
 }

@@ -13,10 +13,12 @@ import {
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { SimSampler } from '../../../../worker/samplers/sim-sampler.js';
 import { systemMounts } from '../../../../worker/sandbox/bwrap.js';
 import { HELPER_ENV } from '../../../../worker/sandbox/helper-commands.js';
 import { systemArgs } from '../../../../worker/sandbox/host-mounts.js';
 import { unsafeToRunAsRoot } from '../../../../worker/sandbox/native.js';
+import { prepareSandbox } from '../../../../worker/sandbox/setup.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 import { waitFor } from '../../../support/wait.js';
@@ -343,3 +345,38 @@ describe.runIf(requireOrSkip('root', isRoot, 'the checks read file owners'))(
     });
   },
 );
+
+describe.runIf(nativeReady)('which engine a root worker uses (--sandbox-engine)', () => {
+  const choose = (over: Partial<Parameters<typeof prepareSandbox>[0]>) =>
+    prepareSandbox({
+      isolation: 'bwrap',
+      dataDir: join(dir, `worker-${process.hrtime.bigint()}`),
+      sampler: new SimSampler({ count: 1, seed: 'engine' }),
+      cgroups: null,
+      ...over,
+    });
+
+  it('auto: the native sandbox when it is built, safe and working; bwrap says why not otherwise', async () => {
+    const chosen = await choose({});
+    expect(chosen.setup.kind === 'bwrap' && chosen.setup.native).toBe(native);
+    expect(chosen.summary).toMatch(/sandboxed: the native sandbox .*bwrap's layout/);
+    // A copy anyone may replace (its dir is group-writable) is never run as root.
+    const loose = mkdtempSync(join(tmpdir(), 'gpu-broker-loose-'));
+    chmodSync(loose, 0o775);
+    const copy = join(loose, 'gpu-broker-sandbox');
+    writeFileSync(copy, readFileSync(native!), { mode: 0o755 });
+    const refused = await choose({ nativeSandbox: copy });
+    expect(refused.setup.kind === 'bwrap' && refused.setup.native).toBeNull();
+    expect(refused.summary).toMatch(/bubblewrap .*\(not the native sandbox: .*writable by group or others/);
+    rmSync(loose, { recursive: true, force: true });
+  });
+
+  it('bwrap never probes it; native refuses to start without it, saying how to build it', async () => {
+    const bwrap = await choose({ sandboxEngine: 'bwrap' });
+    expect(bwrap.setup.kind === 'bwrap' && bwrap.setup.native).toBeNull();
+    expect(bwrap.summary).not.toContain('native');
+    await expect(choose({ sandboxEngine: 'native', nativeSandbox: join(dir, 'missing') })).rejects.toThrow(
+      /--sandbox-engine native: the native sandbox is not built .*npm run build/,
+    );
+  });
+});
