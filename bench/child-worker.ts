@@ -6,7 +6,8 @@ import { type ChildMaster, CLI_PATH } from './child-master.js';
 
 /**
  * A local worker in its own process for benchmarks, started exactly as an operator would
- * (`gpu-broker worker --gpus sim:N --json`, the default isolation: bubblewrap), so what it costs (CPU,
+ * (`gpu-broker worker --gpus sim:N --json`, the default isolation: sandboxed, by the native sandbox on a
+ * root host where it is built, else bwrap), so what it costs (CPU,
  * memory, disk) is its own and not the load generator's. The noisy-neighbour section needs this: a
  * worker shipping a log flood in the bench process would slow the very clients that measure.
  */
