@@ -78,6 +78,8 @@ export interface NativeProbe {
 export async function probeNativeSandbox(opts: {
   root: boolean;
   system: SystemMounts;
+  /** The uid (and gid) the throwaway task runs as: the top of the worker's task uid range. */
+  uid?: number;
   path?: string;
 }): Promise<NativeProbe> {
   const path = opts.path ?? nativeSandboxPath();
@@ -105,9 +107,9 @@ export async function probeNativeSandbox(opts: {
     '--tmpfs',
     '/tmp',
     '--uid',
-    '65534',
+    String(opts.uid ?? 65534),
     '--gid',
-    '65534',
+    String(opts.uid ?? 65534),
     '--setenv',
     'GPU_BROKER_PROBE',
     '1',

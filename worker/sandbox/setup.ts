@@ -164,6 +164,8 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       : await probeNativeSandbox({
           root,
           system,
+          // The highest uid a task may get: a sandbox that cannot run it must not be chosen.
+          uid: range.last,
           ...(choice.nativeSandbox === undefined ? {} : { path: choice.nativeSandbox }),
         });
   if (sandboxEngine === 'native' && native?.path == null)

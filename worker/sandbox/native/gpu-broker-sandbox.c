@@ -93,6 +93,9 @@
 #ifndef CLONE_NEWCGROUP
 #define CLONE_NEWCGROUP 0x02000000
 #endif
+#ifndef KEYCTL_JOIN_SESSION_KEYRING
+#define KEYCTL_JOIN_SESSION_KEYRING 1
+#endif
 #ifndef PR_CAP_AMBIENT
 #define PR_CAP_AMBIENT 47
 #define PR_CAP_AMBIENT_CLEAR_ALL 4
@@ -161,7 +164,7 @@ struct config {
   const char *hostname;
   int status_fd;
   const char *chdir_path;
-  long uid, gid;
+  long long uid, gid;
   struct op *ops;
   size_t n_ops;
   char **env; /* NAME=VALUE, NULL-ended */
@@ -177,13 +180,14 @@ static void *xcalloc(size_t n, size_t size) {
   return p;
 }
 
-static long parse_id(const char *s, const char *what) {
+/* A uid or gid: 1 to 4294967294 (0 is root, 4294967295 is (uid_t)-1, "no change" to setresuid). */
+static long long parse_id(const char *s, const char *what) {
   char *end;
   errno = 0;
-  long v = strtol(s, &end, 10);
-  if (errno != 0 || *s == '\0' || *end != '\0' || v <= 0 || v > 0x7fffffffL)
-    die("%s must be a positive integer (the task never runs as root), not \"%s\"", what, s);
-  return v;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (errno != 0 || *s < '0' || *s > '9' || *end != '\0' || v == 0 || v > 4294967294ULL)
+    die("%s must be an id from 1 to 4294967294 (the task never runs as root), not \"%s\"", what, s);
+  return (long long)v;
 }
 
 static int parse_fd(const char *s, const char *what) {
@@ -563,6 +567,47 @@ static const char *env_value(char *const *env, const char *name) {
 
 static void exec_on_path(const struct config *cfg, const char *path, int *err);
 
+/* A file without `#!` that the kernel will not run: through /bin/sh, as execvp (and so `env`) does.
+   Returns only when that failed too, with errno ENOEXEC kept for the message. */
+static void exec_script(const struct config *cfg, const char *file) {
+  size_t n = 0;
+  while (cfg->argv[n] != NULL) n++;
+  char **argv = calloc(n + 2, sizeof *argv);
+  if (argv != NULL) {
+    argv[0] = (char *)"/bin/sh";
+    argv[1] = (char *)file;
+    for (size_t i = 1; i < n; i++) argv[i + 1] = cfg->argv[i];
+    execve("/bin/sh", argv, cfg->env);
+    free(argv);
+  }
+  errno = ENOEXEC;
+}
+
+/* Every signal back to its default disposition and none blocked: the task starts as from a clean exec
+   (an ignored SIGTERM or SIGCHLD in whoever started the worker must not reach it). */
+static void default_signals(void) {
+  struct sigaction dfl;
+  memset(&dfl, 0, sizeof dfl);
+  dfl.sa_handler = SIG_DFL;
+  for (int sig = 1; sig < NSIG; sig++)
+    if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, NULL);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, NULL);
+}
+
+/* The init, once the task runs: still uid 0 but with no capability in any set, and no_new_privs. */
+static void drop_all_capabilities(void) {
+  for (int cap = 0; cap <= 63; cap++)
+    if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) _exit(1);
+  if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0 && errno != EINVAL) _exit(1);
+  struct __user_cap_header_struct hdr = {.version = _LINUX_CAPABILITY_VERSION_3, .pid = 0};
+  struct __user_cap_data_struct data[2];
+  memset(data, 0, sizeof data);
+  if (syscall(SYS_capset, &hdr, data) != 0) _exit(1);
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) _exit(1);
+}
+
 /* execvp with the task's PATH (as `env -i NAME=VALUE… COMMAND` did): 127 not found, 126 not runnable. */
 static void exec_task(const struct config *cfg) {
   const char *cmd = cfg->argv[0];
@@ -570,6 +615,7 @@ static void exec_task(const struct config *cfg) {
   if (strchr(cmd, '/') != NULL) {
     execve(cmd, cfg->argv, cfg->env);
     err = errno;
+    if (err == ENOEXEC) exec_script(cfg, cmd);
   } else {
     const char *path = env_value(cfg->env, "PATH");
     exec_on_path(cfg, path == NULL ? "/bin:/usr/bin" : path, &err);
@@ -591,6 +637,7 @@ static void exec_on_path(const struct config *cfg, const char *path, int *err) {
       if (dl == 0) snprintf(full, sizeof full, "%s", cmd);
       else snprintf(full, sizeof full, "%.*s/%s", (int)dl, p, cmd);
       execve(full, cfg->argv, cfg->env);
+      if (errno == ENOEXEC) exec_script(cfg, full);
       if (errno != ENOENT && errno != ENOTDIR) *err = errno;
     }
     if (*e == '\0') return;
@@ -610,6 +657,12 @@ static void sandbox_init(const struct config *cfg, int go_fd) {
   do r = read(go_fd, &go, 1);
   while (r < 0 && errno == EINTR);
   if (r != 1 || go != 'g') _exit(1); /* the parent is gone before it could report us */
+  /* The launcher keeps its end open while it lives: end-of-file now means it died before this process
+     armed its death signal (above), which would then never come. */
+  int fl = fcntl(go_fd, F_GETFL);
+  if (fl < 0 || fcntl(go_fd, F_SETFL, fl | O_NONBLOCK) != 0) _exit(1);
+  r = read(go_fd, &go, 1);
+  if (!(r < 0 && errno == EAGAIN)) _exit(1);
   close(go_fd);
   build_root(cfg);
   if (cfg->hostname != NULL && sethostname(cfg->hostname, strlen(cfg->hostname)) != 0) die_errno("sethostname");
@@ -622,16 +675,21 @@ static void sandbox_init(const struct config *cfg, int go_fd) {
     if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {
       for (int fd = 3; fd < 1024; fd++) close(fd);
     }
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, NULL);
+    default_signals();
     umask(cfg->umask);
     drop_privileges(cfg);
+    /* A session keyring of its own, owned by its uid: the one it inherited is the worker's (and every
+       earlier task's), whose keys it could read and where it could leave keys for the next task. */
+    if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
+      die_errno("a session keyring of its own");
     exec_task(cfg);
   }
   if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {
     for (int fd = 3; fd < 1024; fd++) close(fd);
   }
+  /* From here the init only reaps: it keeps no capability, nor the worker's keyring. */
+  if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS) _exit(1);
+  drop_all_capabilities();
   for (;;) {
     int st;
     pid_t p = wait(&st);
@@ -661,6 +719,9 @@ static void write_all(int fd, const char *s) {
 
 int main(int argc, char **argv) {
   struct config cfg = {.status_fd = -1};
+  /* An inherited "ignore SIGCHLD" would make the kernel reap our children before we could wait. */
+  signal(SIGCHLD, SIG_DFL);
+  pid_t parent = getppid();
   if (argc < 5 || strcmp(argv[1], "--args") != 0 || strcmp(argv[3], "--") != 0)
     die("usage: gpu-broker-sandbox --args FD -- COMMAND [ARG...]");
   int args_fd = parse_fd(argv[2], "--args");
@@ -672,7 +733,11 @@ int main(int argc, char **argv) {
   if (geteuid() != 0) die("must run as root (a worker without root uses bwrap in a user namespace)");
   cfg.umask = umask(0);
   if (cfg.status_fd >= 0 && fcntl(cfg.status_fd, F_GETFD) < 0) die_errno("--json-status-fd %d", cfg.status_fd);
-  if (cfg.die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die_errno("PR_SET_PDEATHSIG");
+  if (cfg.die_with_parent) {
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) != 0) die_errno("PR_SET_PDEATHSIG");
+    /* Armed only now: a parent that died while the options were read would never send it. */
+    if (getppid() != parent) die("the parent exited before the sandbox started");
+  }
   clone_sources(&cfg);
   int go[2];
   if (pipe2(go, O_CLOEXEC) != 0) die_errno("pipe");
@@ -702,7 +767,7 @@ int main(int argc, char **argv) {
   }
   ssize_t w = write(go[1], "g", 1);
   (void)w;
-  close(go[1]);
+  /* go[1] stays open until this process exits: the init reads end-of-file on it if we are gone. */
   int st;
   while (waitpid((pid_t)pid, &st, 0) < 0)
     if (errno != EINTR) die_errno("waitpid");

@@ -150,6 +150,84 @@ describe.runIf(nativeReady)('the native sandbox, started directly', () => {
     ]);
   });
 
+  it('runs a uid past 2^31 (the default task uid range reaches 3999999999)', () => {
+    const high = options().map((o, i, a) =>
+      a[i - 1] === '--uid' || a[i - 1] === '--gid' ? '3999999999' : o,
+    );
+    const r = run(['/bin/sh', '-c', 'id -u; id -g'], high);
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe('3999999999\n3999999999\n');
+  });
+
+  it('leaves the init, once the task runs, with no capability and no_new_privs (it only reaps)', () => {
+    const r = run(['/bin/sh', '-c', 'grep -E "^(Cap(Inh|Prm|Eff|Bnd|Amb)|NoNewPrivs):" /proc/1/status']);
+    expect(r.stderr).toBe('');
+    const lines = Object.fromEntries(
+      r.stdout
+        .trim()
+        .split('\n')
+        .map((l) => l.split(':\t') as [string, string]),
+    );
+    for (const set of ['CapInh', 'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'])
+      expect(lines[set]).toBe('0000000000000000');
+    expect(lines['NoNewPrivs']).toBe('1');
+  });
+
+  it("gives the task a session keyring of its own: the starter's keys are not there, and nothing it adds reaches the next task (attack)", () => {
+    // A parent with a key in its session keyring (as a service's worker may have) runs two tasks.
+    const keyctl = `
+import ctypes, os, subprocess, sys
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+def search(name): return libc.syscall(250, 10, -3, b"user", name, 0)
+if sys.argv[1] == "parent":
+    libc.syscall(250, 1, None)
+    assert libc.syscall(248, b"user", b"worker-secret", b"hunter2", 7, -3) > 0
+    assert search(b"worker-secret") > 0
+    for step in ("first", "second"):
+        subprocess.run(["/bin/sh", "-c", 'exec "$0" --args 4 -- /usr/bin/python3 -c "$KEYCTL" "$1" 4<"$OPTS" 3>/dev/null', sys.argv[2], step], check=False)
+else:
+    print(sys.argv[1], "sees", "worker-secret" if search(b"worker-secret") > 0 else "no-worker-secret", "planted" if search(b"planted") > 0 else "no-planted")
+    if sys.argv[1] == "first": print("add", libc.syscall(248, b"user", b"planted", b"x", 1, -3) > 0)
+`;
+    const file = join(dir, 'opts-keys');
+    writeFileSync(file, data(options()));
+    const r = spawnSync('/usr/bin/python3', ['-c', keyctl, 'parent', native!], {
+      env: { ...HELPER_ENV, OPTS: file, KEYCTL: keyctl },
+      encoding: 'utf8',
+      timeout: 20_000,
+    });
+    expect(r.stderr).toBe('');
+    expect(r.stdout).toBe(
+      'first sees no-worker-secret no-planted\nadd True\nsecond sees no-worker-secret no-planted\n',
+    );
+  });
+
+  it('starts the task with default signal dispositions, whatever its starter ignored', () => {
+    // A starter ignoring SIGCHLD made the kernel reap the init's children before it could wait.
+    const file = join(dir, 'opts-signals');
+    writeFileSync(file, data(options()));
+    const r = spawnSync(
+      '/bin/sh',
+      [
+        '-c',
+        'trap "" CHLD TERM INT; exec "$0" --args 4 -- /bin/sh -c "grep SigIgn /proc/self/status; exit 5" 4<"$OPTS" 3>"$OPTS.status"',
+        native!,
+      ],
+      { env: { ...HELPER_ENV, OPTS: file }, encoding: 'utf8', timeout: 20_000 },
+    );
+    expect(r.status).toBe(5);
+    expect(r.stdout).toBe('SigIgn:\t0000000000000000\n');
+    expect(readFileSync(`${file}.status`, 'utf8')).toContain('{ "exit-code": 5 }');
+  });
+
+  it('runs a script without a #! line through /bin/sh, as execvp does', () => {
+    writeFileSync(join(taskDir, 'no-shebang'), 'echo "ran as $0 with $1"\n', { mode: 0o755 });
+    const r = run(['/task/no-shebang', 'arg']);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toBe('ran as /task/no-shebang with arg\n');
+  });
+
   it('reports the init and its namespaces, then the exit code, on the status fd', () => {
     const r = run(['/bin/sh', '-c', 'exit 7']);
     expect(r.code).toBe(7);
@@ -268,7 +346,7 @@ describe.runIf(nativeReady)('the native sandbox, started directly', () => {
 
   const refusals: Array<[string, () => string[] | Buffer, RegExp]> = [
     ['an unknown option', () => options(['--bind-try', '/', '/x']), /unknown option "--bind-try"/],
-    ['uid 0', () => options(['--uid', '0']), /--uid must be a positive integer/],
+    ['uid 0', () => options(['--uid', '0']), /--uid must be an id from 1 to 4294967294/],
     [
       'no uid',
       () => options().filter((o, i, a) => o !== '--uid' && a[i - 1] !== '--uid'),
