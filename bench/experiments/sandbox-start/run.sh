@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# ADR 0036 amendment: whole-machine CPU per task start, bwrap + setpriv + env (today's sandbox) against a
-# launcher entering a prepared root (launch.c). Needs root, gcc and bwrap; prints one row per variant.
+# ADR 0036 amendment and ADR 0038: whole-machine CPU per task start, bwrap + setpriv + env against a
+# launcher entering a prepared root (launch.c) and the native sandbox (worker/sandbox/native/, which builds
+# the root per task). Needs root, gcc and bwrap; prints one row per variant.
 #   bash bench/experiments/sandbox-start/run.sh [TASKS]
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -9,6 +10,8 @@ work=$(mktemp -d)
 trap 'kill "$holder" 2>/dev/null || true; rm -rf "$work"' EXIT
 gcc -O2 -o "$work/launch" "$here/launch.c"
 gcc -O2 -o "$work/drive" "$here/drive.c"
+native_src="$here/../../../worker/sandbox/native/gpu-broker-sandbox.c"
+gcc -O2 -static -o "$work/native" "$native_src" 2>/dev/null || gcc -O2 -o "$work/native" "$native_src"
 mkdir "$work/task"
 SYS=(--ro-bind /usr /usr --ro-bind /etc /etc --ro-bind /opt /opt --ro-bind /var /var --ro-bind /sys /sys
   --symlink usr/bin /bin --symlink usr/lib /lib --symlink usr/lib64 /lib64 --symlink usr/sbin /sbin)
@@ -40,3 +43,12 @@ row "bwrap + setpriv + env (today)" "$m" "$work/drive" "$m" /usr/bin/bwrap --die
   --unshare-pid --unshare-ipc --unshare-uts --unshare-net "${SYS[@]}" --proc /proc --dev /dev --tmpfs /dev/shm \
   --tmpfs /tmp --bind "$work/task" /task --chdir /task -- /usr/bin/setpriv --reuid=65534 --regid=65534 \
   --clear-groups --inh-caps=-all --bounding-set=-all --no-new-privs -- /usr/bin/env -i PATH=/usr/bin /bin/true
+# The native sandbox with the same namespaces, mounts, uid drop and env as the bwrap row; its options come
+# on fd 4, so each start goes through a /bin/sh that opens them (measured alone in the last row).
+printf '%s\0' --die-with-parent --new-session --unshare-pid --unshare-ipc --unshare-uts --unshare-net \
+  "${SYS[@]}" --proc /proc --dev /dev --tmpfs /dev/shm --tmpfs /tmp --bind "$work/task" /task \
+  --uid 65534 --gid 65534 --setenv PATH /usr/bin --chdir /task >"$work/native.opts"
+printf '#!/bin/sh\nexec "%s" --args 4 -- /bin/true 4<"%s"\n' "$work/native" "$work/native.opts" >"$work/native.sh"
+chmod +x "$work/native.sh"
+row "native sandbox, through a /bin/sh" "$m" "$work/drive" "$m" "$work/native.sh"
+row "that /bin/sh alone" "$m" "$work/drive" "$m" /bin/sh -c :
