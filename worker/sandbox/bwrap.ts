@@ -306,19 +306,7 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
     '--',
     '/bin/true',
   ];
-  const line = bwrapCommandLine(options, 0);
-  const error = await new Promise<string | null>((resolve) => {
-    const child = execFile(
-      bwrap,
-      line.argv,
-      { env: { ...HELPER_ENV }, timeout: 10_000 },
-      (err, _out, stderr) => {
-        resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
-      },
-    );
-    child.stdin?.on('error', () => undefined);
-    child.stdin?.end(line.data);
-  });
+  const error = await probeSandbox(bwrap, options);
   if (error !== null)
     return {
       ok: false,
@@ -334,4 +322,25 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
     env,
     detail: `bubblewrap ${bwrap}${opts.root ? `, setpriv ${setpriv}` : ''}`,
   };
+}
+
+/**
+ * Starts a throwaway sandbox: `sandbox` (bwrap or the native one, native.ts) with `options` (ending in
+ * `-- COMMAND…`) through the options pipe on fd 0, HELPER_ENV as its whole environment, 10 s at most.
+ * Null when it exited 0, else what went wrong (its message and stderr). Never throws.
+ */
+export async function probeSandbox(sandbox: string, options: readonly string[]): Promise<string | null> {
+  const line = bwrapCommandLine(options, 0);
+  return new Promise<string | null>((resolve) => {
+    const child = execFile(
+      sandbox,
+      line.argv,
+      { env: { ...HELPER_ENV }, timeout: 10_000 },
+      (err, _out, stderr) => {
+        resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
+      },
+    );
+    child.stdin?.on('error', () => undefined);
+    child.stdin?.end(line.data);
+  });
 }

@@ -1,9 +1,7 @@
-import { execFile } from 'node:child_process';
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { bwrapCommandLine, type SystemMounts } from './bwrap.js';
-import { HELPER_ENV } from './helper-commands.js';
+import { probeSandbox, type SystemMounts } from './bwrap.js';
 import { systemArgs } from './host-mounts.js';
 
 /**
@@ -118,19 +116,7 @@ export async function probeNativeSandbox(opts: {
     '--',
     '/bin/true',
   ];
-  const line = bwrapCommandLine(options, 0);
-  const error = await new Promise<string | null>((resolve) => {
-    const child = execFile(
-      path,
-      line.argv,
-      { env: { ...HELPER_ENV }, timeout: 10_000 },
-      (err, _out, stderr) => {
-        resolve(err === null ? null : `${err.message.trim()} ${String(stderr).trim()}`.trim());
-      },
-    );
-    child.stdin?.on('error', () => undefined);
-    child.stdin?.end(line.data);
-  });
+  const error = await probeSandbox(path, options);
   if (error !== null)
     return { path: null, detail: `the native sandbox (${path}) does not work here: ${error}` };
   return { path, detail: `the native sandbox ${path}` };

@@ -14,9 +14,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimSampler } from '../../../../worker/samplers/sim-sampler.js';
-import { systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { bwrapArgs, systemMounts } from '../../../../worker/sandbox/bwrap.js';
 import { HELPER_ENV } from '../../../../worker/sandbox/helper-commands.js';
-import { systemArgs } from '../../../../worker/sandbox/host-mounts.js';
 import { unsafeToRunAsRoot } from '../../../../worker/sandbox/native.js';
 import { prepareSandbox } from '../../../../worker/sandbox/setup.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
@@ -47,52 +46,22 @@ afterAll(() => {
 
 /** A task's options as bwrapArgs makes them for a root worker using the native sandbox, with `extra` before `--chdir`. */
 function options(extra: string[] = []): string[] {
-  return [
-    '--die-with-parent',
-    '--new-session',
-    '--unshare-pid',
-    '--unshare-ipc',
-    '--unshare-uts',
-    '--unshare-cgroup-try',
-    '--unshare-net',
-    '--hostname',
-    'gpu-broker-task',
-    '--json-status-fd',
-    '3',
-    ...systemArgs(systemMounts()),
-    '--tmpfs',
-    dir,
-    '--proc',
-    '/proc',
-    '--dev',
-    '/dev',
-    '--perms',
-    '1777',
-    '--tmpfs',
-    '/dev/shm',
-    '--perms',
-    '1777',
-    '--size',
-    String(4 * 1024 * 1024),
-    '--tmpfs',
-    '/tmp',
-    '--bind',
+  const args = bwrapArgs({
+    system: systemMounts(),
     taskDir,
-    '/task',
-    '--uid',
-    String(UID),
-    '--gid',
-    String(UID),
-    '--setenv',
-    'PATH',
-    '/usr/bin:/bin',
-    '--setenv',
-    'PWD',
-    '/task',
-    ...extra,
-    '--chdir',
-    '/task',
-  ];
+    hidden: [{ path: dir, kind: 'dir' }],
+    pinned: [],
+    devices: [],
+    network: 'none',
+    identity: { uid: UID, gid: UID, native: true },
+    statusFd: 3,
+    argv: ['/bin/true'],
+    tmpfsBytes: { tmp: 4 * 1024 * 1024, shm: 4 * 1024 * 1024 },
+    taskEnv: { vars: { PATH: '/usr/bin:/bin' }, envHelper: '/usr/bin/env', bwrapEnvNames: [] },
+  });
+  // The options end at `--chdir /task`; what follows `--` is the command, given by each test.
+  const chdir = args.indexOf('--chdir');
+  return [...args.slice(0, chdir), ...extra, ...args.slice(chdir, chdir + 2)];
 }
 
 const data = (opts: readonly string[]) => Buffer.from(opts.map((o) => `${o}\0`).join(''));
