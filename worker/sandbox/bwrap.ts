@@ -282,31 +282,10 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
       `env is not installed in ${path} (it sets each task's env inside the sandbox): apt-get install coreutils`,
     );
   // The same start as a task's: options through `--args`, env set by `--setenv`.
-  const options = [
-    '--die-with-parent',
-    '--unshare-pid',
-    '--unshare-ipc',
-    '--unshare-uts',
-    '--unshare-net',
-    ...(opts.root ? [] : ['--unshare-user']),
-    ...systemArgs(systemMounts()),
-    '--proc',
-    '/proc',
-    '--dev',
-    '/dev',
-    '--tmpfs',
-    '/tmp',
-    '--unsetenv',
-    'LANG',
-    '--setenv',
-    'GPU_BROKER_PROBE',
-    '1',
-    '--chdir',
-    '/',
-    '--',
-    '/bin/true',
-  ];
-  const error = await probeSandbox(bwrap, options);
+  const error = await probeSandbox(bwrap, {
+    system: systemMounts(),
+    extra: [...(opts.root ? [] : ['--unshare-user']), '--unsetenv', 'LANG'],
+  });
   if (error !== null)
     return {
       ok: false,
@@ -325,11 +304,37 @@ export async function probeBwrap(opts: { path?: string; root: boolean }): Promis
 }
 
 /**
- * Starts a throwaway sandbox: `sandbox` (bwrap or the native one, native.ts) with `options` (ending in
- * `-- COMMAND…`) through the options pipe on fd 0, HELPER_ENV as its whole environment, 10 s at most.
- * Null when it exited 0, else what went wrong (its message and stderr). Never throws.
+ * Starts a throwaway sandbox with a task's namespaces, `/proc`, `/dev` and `/tmp` and `extra` options, that
+ * runs `/bin/true`: `sandbox` is bwrap or the native one (native.ts), its options through the pipe on
+ * fd 0, HELPER_ENV its whole environment, 10 s at most. Null when it exited 0, else what went wrong (its
+ * message and stderr). Never throws.
  */
-export async function probeSandbox(sandbox: string, options: readonly string[]): Promise<string | null> {
+export async function probeSandbox(
+  sandbox: string,
+  probe: { readonly system: SystemMounts; readonly extra: readonly string[] },
+): Promise<string | null> {
+  const options = [
+    '--die-with-parent',
+    '--unshare-pid',
+    '--unshare-ipc',
+    '--unshare-uts',
+    '--unshare-net',
+    ...systemArgs(probe.system),
+    '--proc',
+    '/proc',
+    '--dev',
+    '/dev',
+    '--tmpfs',
+    '/tmp',
+    ...probe.extra,
+    '--setenv',
+    'GPU_BROKER_PROBE',
+    '1',
+    '--chdir',
+    '/',
+    '--',
+    '/bin/true',
+  ];
   const line = bwrapCommandLine(options, 0);
   return new Promise<string | null>((resolve) => {
     const child = execFile(

@@ -2,7 +2,6 @@ import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { probeSandbox, type SystemMounts } from './bwrap.js';
-import { systemArgs } from './host-mounts.js';
 
 /**
  * The native per-task sandbox (ADR 0038): `gpu-broker-sandbox`, built from native/gpu-broker-sandbox.c by
@@ -90,33 +89,8 @@ export async function probeNativeSandbox(opts: {
   const unsafe = unsafeToRunAsRoot(path);
   if (unsafe !== null)
     return { path: null, detail: `the native sandbox is not safe to run as root: ${unsafe}` };
-  const options = [
-    '--die-with-parent',
-    '--new-session',
-    '--unshare-pid',
-    '--unshare-ipc',
-    '--unshare-uts',
-    '--unshare-net',
-    ...systemArgs(opts.system),
-    '--proc',
-    '/proc',
-    '--dev',
-    '/dev',
-    '--tmpfs',
-    '/tmp',
-    '--uid',
-    String(opts.uid ?? 65534),
-    '--gid',
-    String(opts.uid ?? 65534),
-    '--setenv',
-    'GPU_BROKER_PROBE',
-    '1',
-    '--chdir',
-    '/',
-    '--',
-    '/bin/true',
-  ];
-  const error = await probeSandbox(path, options);
+  const id = String(opts.uid ?? 65534);
+  const error = await probeSandbox(path, { system: opts.system, extra: ['--uid', id, '--gid', id] });
   if (error !== null)
     return { path: null, detail: `the native sandbox (${path}) does not work here: ${error}` };
   return { path, detail: `the native sandbox ${path}` };
