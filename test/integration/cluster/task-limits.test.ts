@@ -163,7 +163,9 @@ describe.runIf(ready)('per-task limits through a real worker', () => {
         'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &)',
         // From here the shell forks nothing (the bomb holds every pid the limit allows, so a fork of the
         // main shell would race it): it counts the sandbox's processes with globbing, a builtin.
-        'n=0; i=0; while [ "$i" -lt 5000 ]; do set -- /proc/[0-9]*; n=$#; [ "$n" -ge 40 ] && break; i=$((i+1)); done',
+        // Bounded by looks, not time: 200,000 is seconds at most, enough for a bomb not yet scheduled
+        // on a loaded machine (5,000 once ended before its first fork ran, under the whole CI run).
+        'n=0; i=0; while [ "$i" -lt 200000 ]; do set -- /proc/[0-9]*; n=$#; [ "$n" -ge 40 ] && break; i=$((i+1)); done',
         'echo "reached=$n"',
         'i=0; while [ "$i" -lt 50000 ]; do i=$((i+1)); done; set -- /proc/[0-9]*; echo "procs=$#"',
       ].join('\n'),
