@@ -12,6 +12,13 @@ export const REVIEW_QUEUE_TOPIC = 'review-queue';
 export const taskTopic = (id: string) => `task:${id}`;
 /** Topic notified whenever any task is created or changes (scheduler, dashboard). */
 export const TASKS_TOPIC = 'tasks';
+/**
+ * Topic notified when a task joins the queue (approval creates it QUEUED; no task re-enters the queue by a
+ * move). With CARDS_TOPIC it is all the scheduler listens to: a task's other moves (started, exited,
+ * cleaned) change nothing a pass decides on; the cards they hold are freed by the lease's move, which
+ * notifies CARDS_TOPIC, and a queued task that leaves by cancel_queued asks for its pass itself.
+ */
+export const QUEUE_TOPIC = 'queue';
 /** Topic notified when cards may have become free (scheduler, dashboard). */
 export const CARDS_TOPIC = 'cards';
 /** Topic notified whenever a run records a step or ends. */

@@ -6,13 +6,12 @@ import { Fleet } from '../broker/fleet.js';
 import { AuditMonitor } from '../broker/loops/audit-monitor.js';
 import { logAuditEvents } from '../broker/loops/event-log.js';
 import { ProposalPruning } from '../broker/loops/proposal-pruning.js';
-import { Scheduler } from '../broker/loops/scheduler.js';
+import { SCHEDULER_TOPICS, Scheduler } from '../broker/loops/scheduler.js';
 import { type StatfsFn, StorageGuard } from '../broker/loops/storage-guard.js';
 import { TaskRetention } from '../broker/loops/task-retention.js';
 import { Notifier } from '../broker/notifier.js';
 import { brokerTools } from '../broker/tools/catalog.js';
 import { cancelInterruptedRuns } from '../broker/tools/qualification.js';
-import { CARDS_TOPIC, TASKS_TOPIC } from '../broker/topics.js';
 import { registerDashboard } from '../http/dashboard.js';
 import { registerEventStream } from '../http/events.js';
 import { type BrokerMetrics, createMetrics } from '../http/metrics.js';
@@ -133,7 +132,7 @@ export function composeMaster(opts: MasterOptions, site: MasterSite): MasterPart
     passDurations: () => sched.passDurations,
   });
   const unsubscribe = deps.notifier.onAny((topic) => {
-    if (topic === TASKS_TOPIC || topic === CARDS_TOPIC) sched.requestPass();
+    if (SCHEDULER_TOPICS.has(topic)) sched.requestPass();
   });
   const bootstrappedOperatorToken = bootstrapOperator(deps, dataDir);
   const qualification = new QualificationService(deps, { env: site.env, ...opts.qualification, dataDir });

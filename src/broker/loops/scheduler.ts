@@ -14,6 +14,7 @@ import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
 import { moveTask } from '../machines/task.js';
 import type { TaskObserver, TaskPlacement, WorkerLink } from '../ports.js';
+import { CARDS_TOPIC, QUEUE_TOPIC } from '../topics.js';
 import { enqueueForWorker } from '../workers/link.js';
 
 /**
@@ -39,6 +40,14 @@ export function grantRetryDelayMs(failures: number): number {
  * that failed to apply.
  */
 export const FULL_QUEUE_READ_INTERVAL_MS = 10_000;
+
+/**
+ * The notifier topics that ask for a pass (topics.ts): a task joined the queue, or cards may be usable
+ * again (a lease released or quarantined, a worker or card changed, a cordon, a qualification run). A
+ * task's other moves (started, exited, cleaned) change nothing a pass decides on: each used to ask for a
+ * pass over the whole queue that could grant nothing.
+ */
+export const SCHEDULER_TOPICS: ReadonlySet<string> = new Set([QUEUE_TOPIC, CARDS_TOPIC]);
 
 /** A task whose grants keep failing to apply (for get_status alerts). */
 export interface FailingGrant {

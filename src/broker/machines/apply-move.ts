@@ -22,8 +22,8 @@ export interface Move<K extends MachineKind, S extends string, R extends { id: s
   save: (next: R, expected: S) => boolean;
   /** Extra audit data besides `from` and `to`. */
   data?: Record<string, unknown>;
-  /** Topics notified after commit. */
-  topics: string[];
+  /** Topics notified after commit; by the state moved to, where that decides. */
+  topics: string[] | ((to: S) => string[]);
 }
 
 /** Applies a move; throws INVALID_STATE (with the events allowed from here) or CONFLICT. */
@@ -56,8 +56,9 @@ export function applyMove<K extends MachineKind, S extends string, R extends { i
     subject_id: m.record.id,
     data: { from, to: t.to, ...m.data },
   });
+  const topics = typeof m.topics === 'function' ? m.topics(t.to) : m.topics;
   deps.store.afterCommit(() => {
-    for (const topic of m.topics) deps.notifier.notify(topic);
+    for (const topic of topics) deps.notifier.notify(topic);
   });
   return next;
 }

@@ -36,6 +36,9 @@ export function moveLease(
       cards: lease.cards.map((c) => c.index),
       reason,
     },
-    topics: [CARDS_TOPIC],
+    // Cards may be used again only once the lease is released, and a quarantined lease's cards stop
+    // counting against its owner's quota: those moves wake the scheduler (and the dashboard). RELEASING
+    // changes neither (the task's own topic tells a watcher that its execution ended).
+    topics: (to) => (to === 'RELEASED' || to === 'QUARANTINED' ? [CARDS_TOPIC] : []),
   });
 }

@@ -8,7 +8,7 @@ import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { moveProposal } from '../machines/proposal.js';
 import { recordReviewDecision } from '../review-decisions.js';
-import { TASKS_TOPIC, taskTopic } from '../topics.js';
+import { QUEUE_TOPIC, TASKS_TOPIC, taskTopic } from '../topics.js';
 import { assertAgentMayApprove, decisionKindOf, needsPersonOf } from './agent-review.js';
 import { fetchPage } from './paging.js';
 import { loadVisibleProposal } from './proposals.js';
@@ -232,6 +232,7 @@ export function createApprovedTask(
   deps.store.afterCommit(() => {
     deps.notifier.notify(taskTopic(taskId));
     deps.notifier.notify(TASKS_TOPIC);
+    deps.notifier.notify(QUEUE_TOPIC);
   });
   return taskId;
 }
