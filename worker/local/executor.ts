@@ -23,7 +23,8 @@ import { localVerdict } from './verdict.js';
  * Layout of one execution (the root is the worker's; only `task/` is the task's):
  *
  *   <rootDir>/<execution_id>/            0700, the worker's: the task can neither see nor write it
- *     stdout.log, stderr.log             written by the worker from pipes, never opened by the task
+ *     stdout.log, stderr.log             written by the worker from pipes, never opened by the task;
+ *                                        made on the stream's first byte (none for a quiet stream)
  *     inputs/                            the spec's verified inputs, worker-owned (read-only at /task/…)
  *     task/                              the task's dir (`/task` in a sandbox), owned by the task's uid
  *       out/                             $GPU_BROKER_OUTPUT_DIR
@@ -297,8 +298,10 @@ class ExecutionRun {
     });
     const [, stdout, stderr] = child.stdio;
     // bwrap reads its options (fd 4) before it does anything else: until they are written it runs none of
-    // the task's code, so this is where it enters the task's cgroup, and all it forks is born inside.
-    const confined = (await box.limits?.confine(child.pid)) ?? null;
+    // the task's code, so this is where it enters the task's cgroup, and all it forks is born inside. The
+    // native sandbox moves itself in, first of all (`selfConfined`).
+    const confined =
+      box.spawn.selfConfined === true ? null : ((await box.limits?.confine(child.pid)) ?? null);
     if (confined !== null) {
       signalGroup(child.pid, 'SIGKILL');
       stdout?.destroy();

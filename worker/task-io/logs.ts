@@ -1,4 +1,4 @@
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, type WriteStream } from 'node:fs';
 import type { Readable } from 'node:stream';
 import {
   DEFAULT_MAX_LOG_BYTES_PER_TASK,
@@ -119,23 +119,34 @@ export function startLogPump(
 interface LogFile {
   /** Writes unless the file failed; pauses `source` while the disk is behind. */
   write(data: Buffer): void;
-  /** Ends the file; `settle` runs once it is closed (at once when it already is). */
+  /** Ends the file; `settle` runs once it is closed (at once when it already is, or was never made). */
   close(settle: () => void): void;
 }
 
-/** Opens `filePath` for one stream's bytes; a failure stops the file, never the pipe (see `errors`). */
+/**
+ * The file for one stream's bytes, made on the first byte: a task that prints nothing leaves no file
+ * (issue 21 item 7: two files made and later removed per quiet task were a fifth of a sandboxed task's
+ * file system work). Made with O_EXCL, so it is never a file or link that was there before, and never
+ * opened through one. A failure stops the file, never the pipe (see `errors`).
+ */
 function openLogFile(stream: LogStreamName, source: Readable, filePath: string, errors: string[]): LogFile {
   let fileOk = true;
-  const file = createWriteStream(filePath, { flags: 'w' });
-  file.on('error', (err) => {
-    // A full disk must not stall or kill the task: stop writing the file, keep draining the pipe.
-    if (fileOk) errors.push(`${stream}.log: ${err.message}`);
-    fileOk = false;
-    source.resume();
-  });
+  let file: WriteStream | null = null;
+  const made = (): WriteStream => {
+    const f = createWriteStream(filePath, { flags: 'wx' });
+    f.on('error', (err) => {
+      // A full disk must not stall or kill the task: stop writing the file, keep draining the pipe.
+      if (fileOk) errors.push(`${stream}.log: ${err.message}`);
+      fileOk = false;
+      source.resume();
+    });
+    return f;
+  };
   return {
     write: (data) => {
-      if (fileOk && !file.write(data)) {
+      if (!fileOk) return;
+      file ??= made();
+      if (!file.write(data)) {
         // Backpressure: a task that writes faster than the disk waits, instead of the worker's memory.
         source.pause();
         file.once('drain', () => source.resume());
@@ -143,7 +154,7 @@ function openLogFile(stream: LogStreamName, source: Readable, filePath: string, 
     },
     close: (settle) => {
       // 'close' follows both a clean finish and a failure; a stream that already closed won't repeat it.
-      if (file.closed || file.destroyed) settle();
+      if (file === null || file.closed || file.destroyed) settle();
       else {
         file.once('close', settle);
         file.end();

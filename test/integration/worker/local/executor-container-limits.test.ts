@@ -73,8 +73,8 @@ function labelled(executionId: string): string {
     .trim();
 }
 
-/** A shell loop that doubles a string for ever: busybox has no allocator of its own to call. */
-const HOG = 'a=x; while :; do a="$a$a"; done';
+/** A shell loop that doubles a string for ever (busybox has no allocator of its own to call); it says so first, so it has a log. */
+const HOG = 'echo hog; a=x; while :; do a="$a$a"; done';
 /** 40 × 1 MiB into the task dir, then waits. */
 const FILL_TASK_DIR =
   'a=x; i=0; while [ $i -lt 20 ]; do a="$a$a"; i=$((i+1)); done; j=0; while [ $j -lt 40 ]; do echo "$a"; j=$((j+1)); done > /task/scratch; echo filled; sleep 60';

@@ -121,7 +121,7 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
     it('ends a memory hog over its limit with OUT_OF_MEMORY naming the limit; the worker lives on', async () => {
       const hog = '/usr/bin/python3';
       const { handle, execRoot } = start(
-        [hog, '-c', 'b = []\nwhile True: b.append(bytearray(16 * 1024 * 1024))'],
+        [hog, '-c', 'print("hog", flush=True)\nb = []\nwhile True: b.append(bytearray(16 * 1024 * 1024))'],
         {},
       );
       const result = await handle.done;

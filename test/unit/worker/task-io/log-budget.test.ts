@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { PassThrough } from 'node:stream';
@@ -97,6 +97,34 @@ describe('a pump under the cap', () => {
     source.end('quiet\n');
     expect(await pump.finished).toEqual({ bytes: 6, dropped: 0, errors: [] });
     expect(readFileSync(join(dir, 'quiet.log'), 'utf8')).toBe('quiet\n');
+  });
+});
+
+describe("a pump's log file", () => {
+  it('is not made for a stream that carries nothing', async () => {
+    const source = new PassThrough();
+    const file = join(dir, 'silent.log');
+    const pump = startLogPump('stdout', source, file, () => undefined);
+    source.end();
+    expect(await pump.finished).toEqual({ bytes: 0, dropped: 0, errors: [] });
+    expect(existsSync(file)).toBe(false);
+  });
+
+  it('is made new on the first byte: a link or file already at its path is neither followed nor written', async () => {
+    const victim = join(dir, 'victim.txt');
+    writeFileSync(victim, 'precious\n');
+    const planted = join(dir, 'planted.log');
+    symlinkSync(victim, planted);
+    const chunks: string[] = [];
+    const source = new PassThrough();
+    const pump = startLogPump('stderr', source, planted, (_s, _o, data) => chunks.push(data));
+    source.end('hello\n');
+    const summary = await pump.finished;
+    expect(readFileSync(victim, 'utf8')).toBe('precious\n');
+    expect(summary.errors.join('\n')).toContain('stderr.log: EEXIST');
+    // The pipe is still read and streamed: a failed file never disturbs the task.
+    expect(summary.bytes).toBe(6);
+    expect(chunks.join('')).toBe('hello\n');
   });
 });
 
