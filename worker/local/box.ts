@@ -40,6 +40,11 @@ export interface BoxSpawn {
    * command line (sandbox/bwrap.ts bwrapCommandLine).
    */
   readonly argsData?: Buffer;
+  /**
+   * The process moves itself into the task's cgroups before it runs anything else (the native sandbox's
+   * `--cgroup-procs`): the executor skips `limits.confine`.
+   */
+  readonly selfConfined?: boolean;
 }
 
 /** A task's exit as the box reports it. */

@@ -1,3 +1,4 @@
+import { join } from 'node:path';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { bwrapArgs, bwrapCommandLine, hiddenMounts, taskEnvProblem } from '../sandbox/bwrap.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
@@ -56,11 +57,14 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
   const env = { ...HELPER_ENV, GPU_BROKER_EXECUTION_ID: plan.execution_id };
   // A root worker drops each task to its uid: in the native sandbox itself (ADR 0038), else through setpriv.
   const native = req.identity === null ? null : (sandbox.native ?? null);
+  // The native sandbox moves itself into the task's cgroups before anything else, so the executor need
+  // not move it (three v1 migrations, each a wait in the kernel) nor hold its options back until then.
+  const cgroupProcs = (req.limits?.cgroupDirs ?? []).map((dir) => join(dir, 'cgroup.procs'));
   const dropTo =
     req.identity === null
       ? null
       : native !== null
-        ? { ...req.identity, native: true as const }
+        ? { ...req.identity, native: true as const, cgroupProcs }
         : sandbox.setpriv === null
           ? null
           : { ...req.identity, setpriv: sandbox.setpriv };
@@ -79,5 +83,6 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
   // The native sandbox by its bare name: its command line is the task's /proc/1/cmdline, and names no host path.
   const command =
     native === null ? { command: sandbox.bwrap } : { command: native, argv0: 'gpu-broker-sandbox' };
-  return bwrapBox({ ...command, args: line.argv, env, argsData: line.data }, req.limits);
+  const selfConfined = native !== null && cgroupProcs.length > 0;
+  return bwrapBox({ ...command, args: line.argv, env, argsData: line.data, selfConfined }, req.limits);
 }

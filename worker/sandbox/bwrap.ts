@@ -84,7 +84,13 @@ export interface BwrapRequest {
    */
   readonly identity:
     | { uid: number; gid: number; setpriv: string }
-    | { uid: number; gid: number; native: true }
+    | {
+        uid: number;
+        gid: number;
+        native: true;
+        /** The task's cgroup.procs files: the native sandbox moves itself in first (`--cgroup-procs`). */
+        cgroupProcs?: readonly string[];
+      }
     | null;
   /**
    * File descriptor (in bwrap's stdio) where bwrap writes its JSON status (child pid, namespaces, exit);
@@ -161,7 +167,9 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
   for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
   if (req.identity !== null && 'native' in req.identity) {
-    // The native sandbox drops to the uid and execs the task with exactly these variables itself.
+    // The native sandbox joins the task's cgroups, drops to the uid and execs the task with exactly these
+    // variables itself.
+    for (const file of req.identity.cgroupProcs ?? []) args.push('--cgroup-procs', file);
     args.push('--uid', String(req.identity.uid), '--gid', String(req.identity.gid));
     for (const [name, value] of Object.entries(req.taskEnv?.vars ?? {}))
       if (name !== 'PWD') args.push('--setenv', name, value);

@@ -38,6 +38,11 @@ export interface TaskLimits {
   readonly limits: ResolvedLimits;
   /** Puts `pid` (not yet running the task's code) into the task's cgroup; returns why it could not. */
   confine(pid: number): Promise<string | null>;
+  /**
+   * The task's cgroup directories (one on v2, one per controller on v1; none without a cgroup): the native
+   * sandbox moves itself into them before anything else (`--cgroup-procs`), instead of `confine`.
+   */
+  readonly cgroupDirs: readonly string[];
   /** Starts the disk watch; `kill` ends the task when it is over. */
   watch(kill: () => void): void;
   /** After the task's exit: the limit it broke, or null. */
@@ -86,6 +91,7 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
         return `cannot move the task into its cgroup: ${describe(err)}`;
       }
     },
+    cgroupDirs: cgroup?.dirs ?? [],
     watch: guard.watch,
     breach: async () => {
       guard.stop();
@@ -155,6 +161,7 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
   return {
     limits,
     confine: async () => null,
+    cgroupDirs: [],
     watch: guard.watch,
     breach: async () => {
       guard.stop();

@@ -15,6 +15,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SimSampler } from '../../../../worker/samplers/sim-sampler.js';
 import { bwrapArgs, systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { probeCgroups } from '../../../../worker/sandbox/cgroups.js';
 import { HELPER_ENV } from '../../../../worker/sandbox/helper-commands.js';
 import { unsafeToRunAsRoot } from '../../../../worker/sandbox/native.js';
 import { prepareSandbox } from '../../../../worker/sandbox/setup.js';
@@ -30,6 +31,12 @@ import { waitFor } from '../../../support/wait.js';
 const native = SANDBOX_ENGINES.find((e) => e.native !== null)?.native ?? null;
 const nativeReady = requireOrSkip('the native sandbox', native !== null, 'a root host, after npm run build');
 const UID = 2_000_400_001;
+const hierarchy = native !== null ? await probeCgroups({ root: true }) : null;
+const cgroupsReady = requireOrSkip(
+  'a writable cgroup hierarchy',
+  hierarchy !== null,
+  'root with cgroupfs mounted read-write',
+);
 
 let dir: string;
 let taskDir: string;
@@ -313,6 +320,38 @@ else:
     await waitFor(() => withMarker().length === 0, { timeoutMs: 10_000 });
   });
 
+  it.runIf(cgroupsReady)(
+    'moves itself into the cgroups named by --cgroup-procs before it starts anything: the task and its init are born there',
+    async () => {
+      const cg = await hierarchy!.create(`native-join-${process.pid}-${Date.now()}`, {
+        memoryBytes: 256 * 1024 * 1024,
+        pids: 16,
+        cpuWeight: 100,
+      });
+      const file = join(dir, 'opts-join');
+      const procsFiles = cg.dirs.map((d) => join(d, 'cgroup.procs'));
+      writeFileSync(file, data(options(procsFiles.flatMap((f) => ['--cgroup-procs', f]))));
+      const child: ChildProcess = spawn(
+        '/bin/sh',
+        ['-c', 'exec "$0" --args 4 -- "$@" 4<"$OPTS" 3>/dev/null', native!, '/bin/sleep', '30'],
+        { env: { ...HELPER_ENV, OPTS: file }, stdio: 'ignore' },
+      );
+      try {
+        // The sandbox itself (the sh exec'd into it), its init and the task: read back from the kernel, in every controller.
+        await waitFor(async () => (await cg.procs()).length >= 3, { timeoutMs: 10_000 });
+        for (const procs of procsFiles) {
+          const pids = readFileSync(procs, 'utf8').trim().split('\n').map(Number);
+          expect(pids).toContain(child.pid);
+          expect(pids.length).toBeGreaterThanOrEqual(3);
+        }
+      } finally {
+        child.kill('SIGKILL');
+        await cg.killAll();
+        await cg.remove();
+      }
+    },
+  );
+
   const refusals: Array<[string, () => string[] | Buffer, RegExp]> = [
     ['an unknown option', () => options(['--bind-try', '/', '/x']), /unknown option "--bind-try"/],
     ['uid 0', () => options(['--uid', '0']), /--uid must be an id from 1 to 4294967294/],
@@ -338,6 +377,16 @@ else:
       /--perms applies to --tmpfs or --dir/,
     ],
     ['a negative size', () => options(['--size', '-1', '--tmpfs', '/x']), /--size: not a byte count/],
+    [
+      'a relative cgroup file',
+      () => options(['--cgroup-procs', 'sys/fs/cgroup/cgroup.procs']),
+      /--cgroup-procs needs an absolute, clean path/,
+    ],
+    [
+      'a cgroup that does not exist (it never runs outside the cgroup it was given)',
+      () => options(['--cgroup-procs', '/sys/fs/cgroup/no-such-gpu-broker-cgroup/cgroup.procs']),
+      /--cgroup-procs \/sys\/fs\/cgroup\/no-such-gpu-broker-cgroup\/cgroup.procs: No such file/,
+    ],
     ['an env name with "="', () => options(['--setenv', 'A=B', 'c']), /--setenv: invalid name/],
     ['a missing argument', () => options(['--hostname']).slice(0, -2), /needs 1 argument/],
     ['options not ended by a NUL', () => Buffer.from('--unshare-pid'), /do not end with a NUL byte/],
