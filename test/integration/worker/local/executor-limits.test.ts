@@ -137,21 +137,25 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
     });
 
     it('holds a fork bomb at the pids limit and kills it all at the end', async () => {
-      // Each shell forks as fast as it can; the kernel refuses fork past pids.max. The task counts its
-      // processes with shell builtins only (a glob, no fork: at the limit a command substitution cannot
-      // fork, and the count would never be printed), and waits by retrying a sleep that may not fork.
+      // Each shell forks as fast as it can; the kernel refuses fork past pids.max. Once the bomb runs,
+      // the task's own shell never forks again (dash exits on a fork that fails): it counts its
+      // processes with builtins (a glob) until the bomb has filled the namespace, prints the count, and
+      // waits (a builtin) for a sleep it started before the bomb, until the time limit ends it all.
       const { plan, handle, chunks } = start(
         sh(
-          'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &); sleep 2 2>/dev/null; c=0; for p in /proc/[0-9]*; do c=$((c+1)); done; echo "n=$c"; while :; do sleep 30 2>/dev/null; done',
+          'sleep 600 & s=$!; bomb() { bomb & bomb & wait; }; bomb 2>/dev/null & i=0; while [ $i -lt 5000 ]; do c=0; for p in /proc/[0-9]*; do c=$((c+1)); done; [ $c -ge 40 ] && break; i=$((i+1)); done; echo "n=$c"; wait $s',
         ),
         {},
-        4,
+        // The time limit ends it; 10 s leaves the count time to be printed under the whole suite's load.
+        10,
       );
-      await waitFor(() => text(chunks, 'stdout').includes('n='), { timeoutMs: 15000 });
+      await waitFor(() => text(chunks, 'stdout').includes('n='), { timeoutMs: 30_000 });
       const [, pids] = cgroupDirs(plan.execution_id);
       const current = Number(readFileSync(join(pids!, 'pids.current'), 'utf8'));
       expect(current).toBeLessThanOrEqual(64);
       const seen = Number(text(chunks, 'stdout').match(/n=(\d+)/)?.[1]);
+      // It did fill the namespace (the count stops at 40), and no further than the limit.
+      expect(seen).toBeGreaterThanOrEqual(40);
       expect(seen).toBeLessThanOrEqual(64);
       const result = await handle.done;
       expect(result.failure_reason).toBe('TIMED_OUT');
