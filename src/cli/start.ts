@@ -2,6 +2,7 @@ import { existsSync, mkdirSync, readFileSync } from 'node:fs';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
 import { startWorker } from '../../worker/daemon/start-worker.js';
+import { sharedSpawner } from '../../worker/local/spawner.js';
 import { type SamplerChoice, selectSampler } from '../../worker/samplers/select-sampler.js';
 import { type ContainerEngineChoice, parseContainerEngine } from '../../worker/sandbox/container.js';
 import { parseSandboxEngine, type SandboxEngineChoice } from '../../worker/sandbox/native.js';
@@ -202,6 +203,7 @@ function startBanner(s: StartedLocally): string {
     `  reviewer token:  ${reviewerTokenFile}   (role reviewer)`,
     `  local worker:    ${s.workerId} — ${s.choice.simulated ? `${s.choice.summary} (these are NOT real GPUs)` : s.choice.summary}`,
     `  tasks:           ${s.sandbox.summary}`,
+    `  started by:      ${sharedSpawner().describe()}`,
     s.sandbox.isolation === 'none'
       ? '  policy:          require_isolation is OFF for this development master, so it places tasks on this worker anyway'
       : null,

@@ -1,4 +1,5 @@
 import { startWorker } from '../../worker/daemon/start-worker.js';
+import { sharedSpawner } from '../../worker/local/spawner.js';
 import { selectSampler } from '../../worker/samplers/select-sampler.js';
 import { prepareSandbox } from '../../worker/sandbox/setup.js';
 import { BrokerError } from '../contracts/errors.js';
@@ -81,7 +82,7 @@ async function runLocalWorker(settings: Settings, json: boolean | undefined, io:
     );
   } else {
     io.stderr(
-      `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ntasks: ${sandbox.summary}\n${sandbox.containerSummary}\ndata dir: ${settings.dataDir}\n`,
+      `gpu-broker worker ${settings.workerId} → ${settings.url}\n${summary}\ntasks: ${sandbox.summary}\nstarted by: ${sharedSpawner().describe()}\n${sandbox.containerSummary}\ndata dir: ${settings.dataDir}\n`,
     );
   }
   await (io.stopSignal ?? new Promise<void>(() => undefined));

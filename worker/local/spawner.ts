@@ -1,7 +1,11 @@
 import type { ChildProcess } from 'node:child_process';
 import { spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
+import { join } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
+import { packageRoot } from '../../src/platform/package-root.js';
+import { unsafeToRunAsRoot } from '../sandbox/native.js';
 import type { LaunchExit, Launched, Launcher, LaunchRequest } from './launch.js';
 import { stdioOf } from './launch.js';
 
@@ -24,6 +28,12 @@ import { stdioOf } from './launch.js';
  * worker has acknowledged it. The worker reads them as if it had spawned the task itself (log caps and
  * backpressure unchanged, task-io/logs.ts). The process is the spawner's child, so the spawner reaps it;
  * the worker signals it by pid and group as before.
+ *
+ * Two programs speak this protocol (ADR 0040): the native spawner (`gpu-broker-spawner`, built from
+ * native/gpu-broker-spawner.c by `npm run build`), which starts each box with vfork + exec and takes the
+ * worker's requests as binary frames on its stdin (`spawnFrame`, `inputFrame`), and the Node program
+ * below (requests as IPC messages), used where the native one is not built or not safe to run as root.
+ * Both answer on the IPC channel in the same JSON messages, pipes as Node's own handle messages.
  *
  * When the spawner dies (or says nothing for SPAWN_TIMEOUT_MS while a start waits, when it is killed): every
  * task it started is killed — bwrap's `--die-with-parent` already did for a sandbox; the worker kills
@@ -81,11 +91,84 @@ process.on('message', (m) => {
   if (m.t === 'spawn') start(m);
   else if (m.t === 'input') {
     const w = kids.get(m.id)?.stdio[4];
-    if (w) { w.on('error', () => {}); w.end(Buffer.from(m.data, 'base64')); }
+    // Once only: a second end() would destroy the stream with the first bytes still unwritten.
+    if (w && !w.writableEnded) { w.on('error', () => {}); w.end(Buffer.from(m.data, 'base64')); }
   }
 });
 process.on('disconnect', () => process.exit(0));
 `;
+
+/** Which spawner program: `auto` takes the native one when it is built (and safe to run as root). */
+export type SpawnerProgram = 'auto' | 'node' | 'native';
+
+/** Where `npm run build` puts the native spawner (scripts/build-native.sh). */
+export function nativeSpawnerPath(): string {
+  return join(packageRoot(), 'dist', 'native', 'gpu-broker-spawner');
+}
+
+/** The program a spawner runs: the native one's path, or null for the Node one; why not when it cannot. */
+export function chooseSpawnerProgram(
+  choice: SpawnerProgram,
+  path = nativeSpawnerPath(),
+): string | null | Error {
+  if (choice === 'node') return null;
+  const problem = !existsSync(path)
+    ? `${path} is not built (npm run build builds it where a C compiler is installed)`
+    : process.getuid?.() === 0
+      ? unsafeToRunAsRoot(path)
+      : null;
+  if (problem === null) return path;
+  return choice === 'native' ? new Error(`the native spawner cannot be used: ${problem}`) : null;
+}
+
+/** A frame for the native spawner: u32 length (LE) of what follows, then its kind and body. */
+function frame(kind: 'S' | 'I', parts: readonly Buffer[]): Buffer {
+  const body = Buffer.concat([Buffer.from(kind, 'latin1'), ...parts]);
+  const head = Buffer.alloc(4);
+  head.writeUInt32LE(body.length);
+  return Buffer.concat([head, body]);
+}
+
+function u32(n: number): Buffer {
+  const b = Buffer.alloc(4);
+  b.writeUInt32LE(n);
+  return b;
+}
+
+function str(s: string): Buffer {
+  const bytes = Buffer.from(s, 'utf8');
+  return Buffer.concat([u32(bytes.length), bytes]);
+}
+
+/**
+ * The native spawner's `spawn` frame (see native/gpu-broker-spawner.c); throws for a string holding a NUL,
+ * which no exec could take (Node's spawn refuses it the same way).
+ */
+export function spawnFrame(id: number, req: LaunchRequest): Buffer {
+  const strings = [req.command, req.argv0 ?? '', req.cwd, ...req.args, ...Object.entries(req.env).flat()];
+  if (strings.some((x) => x.includes('\0')))
+    throw new Error('an argument or the environment holds a NUL byte');
+  const ids = req.uid !== undefined && req.gid !== undefined;
+  const stdio = stdioOf(req);
+  return frame('S', [
+    u32(id),
+    Buffer.from([(ids ? 1 : 0) | (req.argv0 !== undefined ? 2 : 0)]),
+    ...(ids ? [u32(req.uid!), u32(req.gid!)] : []),
+    Buffer.from([stdio.length, ...stdio.map((s) => (s === 'pipe' ? 1 : 0))]),
+    str(req.command),
+    ...(req.argv0 !== undefined ? [str(req.argv0)] : []),
+    str(req.cwd),
+    u32(req.args.length),
+    ...req.args.map(str),
+    u32(Object.keys(req.env).length),
+    ...Object.entries(req.env).map(([k, v]) => str(`${k}=${v}`)),
+  ]);
+}
+
+/** The native spawner's `input` frame: fd 4's bytes. */
+export function inputFrame(id: number, data: Buffer): Buffer {
+  return frame('I', [u32(id), data]);
+}
 
 /** One start in flight or one started process, by id. */
 interface Pending {
@@ -107,9 +190,25 @@ export class Spawner implements Launcher {
   private readonly startTimeoutMs: number;
   /** How many messages the spawner has sent: a start's timer asks whether it said anything since. */
   private heard = 0;
+  /** The native spawner's path, null for the Node program, or why the asked one cannot run. */
+  private readonly program: string | null | Error;
 
-  constructor(opts: { readonly startTimeoutMs?: number } = {}) {
+  constructor(
+    opts: {
+      readonly startTimeoutMs?: number;
+      readonly program?: SpawnerProgram;
+      /** The native spawner (tests); default nativeSpawnerPath(). */
+      readonly nativePath?: string;
+    } = {},
+  ) {
     this.startTimeoutMs = opts.startTimeoutMs ?? SPAWN_TIMEOUT_MS;
+    this.program = chooseSpawnerProgram(opts.program ?? 'auto', opts.nativePath);
+  }
+
+  /** Which program starts the tasks, for the banner and the tests: `native (PATH)` or `node`. */
+  describe(): string {
+    if (this.program instanceof Error) return this.program.message;
+    return this.program === null ? 'the Node spawner' : `the native spawner ${this.program}`;
   }
 
   /** The spawner's pid while it runs (tests kill it to prove the worker copes). */
@@ -151,17 +250,29 @@ export class Spawner implements Launcher {
       this.pending.set(id, p);
       this.refWhileBusy();
       this.armStartTimer(id, p);
-      const sent = this.send(proc, {
-        t: 'spawn',
-        id,
-        command: req.command,
-        ...(req.argv0 === undefined ? {} : { argv0: req.argv0 }),
-        args: req.args,
-        env: req.env,
-        cwd: req.cwd,
-        stdio,
-        ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
-      });
+      let sent: boolean;
+      if (this.program === null)
+        sent = this.send(proc, {
+          t: 'spawn',
+          id,
+          command: req.command,
+          ...(req.argv0 === undefined ? {} : { argv0: req.argv0 }),
+          args: req.args,
+          env: req.env,
+          cwd: req.cwd,
+          stdio,
+          ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
+        });
+      else {
+        let bytes: Buffer;
+        try {
+          bytes = spawnFrame(id, req);
+        } catch (err) {
+          p.resolveStart(err instanceof Error ? err.message : String(err));
+          return;
+        }
+        sent = this.write(proc, bytes);
+      }
       if (!sent) p.resolveStart('the spawner is gone');
     });
   }
@@ -187,14 +298,23 @@ export class Spawner implements Launcher {
   /** The running spawner, forked on first use and after a death; why not when it cannot start. */
   private current(): ChildProcess | string {
     if (this.proc !== null) return this.proc;
+    if (this.program instanceof Error) return this.program.message;
     let proc: ChildProcess;
     try {
-      // No inherited node options (a profiler flag, NODE_OPTIONS): it is a plain, small process.
-      proc = spawn(process.execPath, ['--max-old-space-size=64', '-e', SPAWNER_SOURCE], {
-        stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
-        env: {},
-        serialization: 'json',
-      });
+      proc =
+        this.program === null
+          ? // No inherited node options (a profiler flag, NODE_OPTIONS): it is a plain, small process.
+            spawn(process.execPath, ['--max-old-space-size=64', '-e', SPAWNER_SOURCE], {
+              stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
+              env: {},
+              serialization: 'json',
+            })
+          : // Its requests come on stdin; its answers go on the IPC channel (fd 3).
+            spawn(this.program, [], {
+              stdio: ['pipe', 'ignore', 'inherit', 'ipc'],
+              env: {},
+              serialization: 'json',
+            });
     } catch (err) {
       return `cannot start the spawner: ${err instanceof Error ? err.message : String(err)}`;
     }
@@ -204,6 +324,7 @@ export class Spawner implements Launcher {
     proc.once('error', (err) => died(`spawner error: ${err.message}`));
     proc.once('exit', (code, signal) => died(`the spawner exited (${signal ?? `code ${code}`})`));
     proc.once('disconnect', () => died('the spawner closed its channel'));
+    proc.stdin?.on('error', (err) => died(`cannot reach the spawner: ${err.message}`));
     this.refWhileBusy();
     return proc;
   }
@@ -237,7 +358,9 @@ export class Spawner implements Launcher {
       stdio,
       exit: p.exit,
       writeInput: (data) => {
-        if (proc !== null) this.send(proc, { t: 'input', id, data: data.toString('base64') });
+        if (proc === null) return;
+        if (this.program === null) this.send(proc, { t: 'input', id, data: data.toString('base64') });
+        else this.write(proc, inputFrame(id, data));
       },
     });
   }
@@ -264,13 +387,25 @@ export class Spawner implements Launcher {
   private refWhileBusy(): void {
     const proc = this.proc;
     if (proc === null) return;
+    // The native spawner's stdin is a socket of its own (Node's child stdio pipes are net.Sockets).
+    const stdin = proc.stdin as Socket | null;
     if (this.pending.size > 0) {
       proc.ref();
       proc.channel?.ref();
+      stdin?.ref();
     } else {
       proc.unref();
       proc.channel?.unref();
+      stdin?.unref();
     }
+  }
+
+  /** Writes a frame to the native spawner's stdin; false when it is gone. */
+  private write(proc: ChildProcess, bytes: Buffer): boolean {
+    const stdin = proc.stdin;
+    if (stdin === null || stdin.destroyed || !proc.connected) return false;
+    stdin.write(bytes);
+    return true;
   }
 
   private send(proc: ChildProcess, m: object): boolean {

@@ -5,7 +5,7 @@ import { probeSandbox, type SystemMounts } from './bwrap.js';
 
 /**
  * The native per-task sandbox (ADR 0038): `gpu-broker-sandbox`, built from native/gpu-broker-sandbox.c by
- * `npm run build` (scripts/build-sandbox.sh) into dist/native/. It takes the options bwrapArgs makes for a
+ * `npm run build` (scripts/build-native.sh) into dist/native/. It takes the options bwrapArgs makes for a
  * root worker, in bwrap's syntax, and does setpriv's uid drop and env's exact environment itself, so one
  * static program replaces bwrap + setpriv + env (a task's start costs about a third of that chain's CPU on
  * the CI host). Only a root worker uses it; an unprivileged worker's bwrap runs in a user namespace.

@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readlinkSync, rmSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -9,13 +9,18 @@ import { packageRoot } from '../../../../src/platform/package-root.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import type { Launched } from '../../../../worker/local/launch.js';
 import { liveGroupMembers } from '../../../../worker/local/process-group.js';
-import { Spawner } from '../../../../worker/local/spawner.js';
+import {
+  Spawner as BaseSpawner,
+  nativeSpawnerPath,
+  type SpawnerProgram,
+} from '../../../../worker/local/spawner.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { isLive, makePlan, sh, text } from '../../../support/executor-plan.js';
 import { waitFor } from '../../../support/wait.js';
 
 // The spawner (worker/local/spawner.ts, ADR 0032) with real processes: the pipes it hands over lose no
-// byte, fd 4 is written and closed, and its death ends its tasks typed, killed, and is survived.
+// byte, fd 4 is written and closed, and its death ends its tasks typed, killed, and is survived. Every
+// case runs against both programs: the Node one and the native one (ADR 0040; `npm run build` builds it).
 
 let root: string;
 beforeAll(() => {
@@ -47,7 +52,9 @@ const TRUE = {
   inputPipe: false,
 } as const;
 
-async function launched(spawner: Spawner, script: string, input = false): Promise<Launched> {
+const PROGRAMS: ReadonlyArray<Exclude<SpawnerProgram, 'auto'>> = ['node', 'native'];
+
+async function launched(spawner: BaseSpawner, script: string, input = false): Promise<Launched> {
   const l = await spawner.launch({
     command: '/bin/sh',
     args: ['-c', script],
@@ -60,7 +67,21 @@ async function launched(spawner: Spawner, script: string, input = false): Promis
   return l;
 }
 
-describe('spawner', () => {
+describe.each(PROGRAMS)('spawner (%s)', (program) => {
+  class Spawner extends BaseSpawner {
+    constructor(opts: { startTimeoutMs?: number } = {}) {
+      super({ ...opts, program });
+    }
+  }
+
+  it('runs the program it was asked for', async () => {
+    const spawner = new Spawner();
+    await (await launched(spawner, 'exit 0')).exit;
+    const exe = readlinkSync(`/proc/${spawner.pid}/exe`);
+    expect(exe).toBe(program === 'native' ? nativeSpawnerPath() : process.execPath);
+    expect(spawner.describe()).toMatch(program === 'native' ? /native spawner/ : /Node spawner/);
+  });
+
   it('hands over every byte of tasks that write at once and exit at once, twenty at a time', async () => {
     const spawner = new Spawner();
     // 200 KiB on stdout (more than a pipe holds), a line on stderr and on the status pipe, then exit.
@@ -107,6 +128,84 @@ describe('spawner', () => {
     expect(Number(fields[2])).toBe(l.pid); // pgrp
     process.kill(-l.pid, 'SIGKILL');
     expect(await l.exit).toEqual({ code: null, signal: 'SIGKILL' });
+  });
+
+  it('starts the process as Node spawn would: exact env, cwd, argv0, a PATH search in the env, its own session', async () => {
+    const spawner = new Spawner();
+    const l = await spawner.launch({
+      command: 'sh', // no slash: searched in the PATH given to the process, not the spawner's
+      argv0: 'custom-name',
+      args: ['-c', 'echo "$0|$(pwd)|$(env | sort | tr "\\n" ,)"; cat /proc/self/stat >&2'],
+      env: { PATH: '/nonexistent:/bin', ODD: 'a "quoted" ü value' },
+      cwd: '/usr',
+      statusPipe: false,
+      inputPipe: false,
+    });
+    if (typeof l === 'string') throw new Error(l);
+    const [out, err] = await Promise.all([read(l.stdio[1]), read(l.stdio[2])]);
+    expect(out).toBe('custom-name|/usr|ODD=a "quoted" ü value,PATH=/nonexistent:/bin,PWD=/usr,\n');
+    const fields = err.slice(err.lastIndexOf(')') + 2).split(' ');
+    expect(Number(fields[3])).toBe(Number(fields[2])); // session id = process group id (setsid)
+    expect(await l.exit).toEqual({ code: 0, signal: null });
+  });
+
+  it('drops to the asked uid and gid with no supplementary groups', async () => {
+    if (process.getuid?.() !== 0) return; // only root can switch (the worker's --run-as)
+    const spawner = new Spawner();
+    const l = await spawner.launch({
+      command: '/bin/sh',
+      args: ['-c', 'grep -E "^(Uid|Gid|Groups):" /proc/self/status'],
+      env: {},
+      cwd: '/',
+      uid: 65534,
+      gid: 65534,
+      statusPipe: false,
+      inputPipe: false,
+    });
+    if (typeof l === 'string') throw new Error(l);
+    const out = await read(l.stdio[1]);
+    expect(out).toMatch(/^Uid:\t65534\t65534\t65534\t65534$/m);
+    expect(out).toMatch(/^Gid:\t65534\t65534\t65534\t65534$/m);
+    expect(out).toMatch(/^Groups:\s*$/m);
+  });
+
+  it('writes an fd 4 larger than a pipe holds, to its end, while the process reads it slowly', async () => {
+    const spawner = new Spawner();
+    const l = await launched(spawner, 'sleep 0.3; wc -c <&4', true);
+    const out = read(l.stdio[1]);
+    l.writeInput(Buffer.alloc(1024 * 1024, 7));
+    l.writeInput(Buffer.from('a second write is ignored'));
+    expect((await out).trim()).toBe(String(1024 * 1024));
+    expect(await l.exit).toEqual({ code: 0, signal: null });
+  });
+
+  it('names how each process ended: exit codes, signals, a process that never reads its fd 4', async () => {
+    const spawner = new Spawner();
+    const ends = await Promise.all(
+      ['exit 7', 'kill -KILL $$', 'kill -SEGV $$', 'exec sleep 0.2'].map(async (script) => {
+        const l = await launched(spawner, script, true);
+        l.writeInput(Buffer.alloc(300 * 1024)); // more than the pipe holds; nobody reads it
+        return l.exit;
+      }),
+    );
+    expect(ends).toEqual([
+      { code: 7, signal: null },
+      { code: null, signal: 'SIGKILL' },
+      { code: null, signal: 'SIGSEGV' },
+      { code: 0, signal: null },
+    ]);
+    expect(await (await launched(spawner, 'exit 0')).exit).toEqual({ code: 0, signal: null });
+  });
+
+  it('refuses an argument holding a NUL byte, and says why a command cannot run', async () => {
+    const spawner = new Spawner();
+    const nul = await spawner.launch({ ...TRUE, args: ['a\0b'] });
+    expect(nul).toMatch(/NUL|null bytes/);
+    const dir = await spawner.launch({ ...TRUE, command: '/tmp' });
+    expect(dir).toMatch(/EACCES|EISDIR/);
+    const cwd = await spawner.launch({ ...TRUE, cwd: '/nonexistent "dir"' });
+    expect(cwd).toMatch(/ENOENT/);
+    expect(await (await launched(spawner, 'exit 0')).exit).toEqual({ code: 0, signal: null });
   });
 
   it('attack: the spawner killed under a running task ends it WORKER_LOST, kills its group, and the next task runs', async () => {
@@ -212,7 +311,7 @@ describe('spawner', () => {
     const spawnerJs = join(packageRoot(), 'dist', 'worker', 'local', 'spawner.js');
     const worker = `
       const { Spawner } = await import(${JSON.stringify(spawnerJs)});
-      const s = new Spawner();
+      const s = new Spawner({ program: ${JSON.stringify(program)} });
       const l = await s.launch({ command: '/bin/ls', args: ['-l', '/proc/self/fd'],
         env: {}, cwd: '/', statusPipe: false, inputPipe: false });
       if (typeof l === 'string') throw new Error(l);
