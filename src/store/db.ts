@@ -23,6 +23,10 @@ export function openDb(path: string): Db {
   db.pragma('synchronous = NORMAL');
   db.pragma('foreign_keys = ON');
   db.pragma('busy_timeout = 5000');
+  // Statement journals (a savepoint's undo: every report of a batch and every grant of a pass runs in
+  // one) and temporary sorts stay in memory: on the default they spill past 64 KiB into a file made and
+  // deleted in /var/tmp, on the event loop, about once per task (docs/performance.md).
+  db.pragma('temp_store = MEMORY');
   migrate(db);
   return db;
 }

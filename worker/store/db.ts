@@ -12,6 +12,8 @@ export function openLocalDb(path: string): LocalDb {
     db.pragma('synchronous = NORMAL');
     db.pragma('foreign_keys = ON');
     db.pragma('busy_timeout = 5000');
+    // As the master's (src/store/db.ts): a savepoint's undo and temporary sorts never become files.
+    db.pragma('temp_store = MEMORY');
     migrateLocalStore(db);
   } catch (err) {
     db.close();
