@@ -58,6 +58,19 @@ type QueuedSpecPart = Pick<QueuedTaskRow, 'spec' | 'runtime_kind' | 'mounts'>;
 /** More tasks written between two reads than this: the next read is a full one (bounds `dirty`). */
 const MAX_DIRTY = 10_000;
 
+/** Whether a re-read row says what the held one says (its spec part never changes while it is queued). */
+function sameQueuedRow(
+  held: QueuedTaskRow,
+  row: Pick<QueuedTaskRow, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'>,
+): boolean {
+  return (
+    held.owner_id === row.owner_id &&
+    held.priority === row.priority &&
+    held.approved_at === row.approved_at &&
+    held.desired === row.desired
+  );
+}
+
 /** `ORDER BY priority DESC, approved_at, id` (ids are ASCII: code-unit order is SQLite's BINARY order). */
 function bySchedulingOrder(a: QueuedTaskRow, b: QueuedTaskRow): number {
   if (a.priority !== b.priority) return b.priority - a.priority;
@@ -184,14 +197,18 @@ export class TasksRepo {
       this.queued = new Map(this.readQueuedInFull(new Map()).map((t) => [t.id, t]));
       this.queuedOrder = null;
     } else if (this.dirty.size > 0) {
+      // A row that left the queue leaves the order as it was (filtered below); a new or changed row
+      // sorts it again. An unchanged row stays the same object, so callers may cache by it.
+      let left = false;
       for (const id of this.dirty) {
         const row = this.s.queuedOne.get(id);
         const held = this.queued.get(id);
         if (row === undefined) {
-          if (held !== undefined) this.queuedOrder = null;
+          if (held !== undefined) left = true;
           this.queued.delete(id);
           continue;
         }
+        if (held !== undefined && sameQueuedRow(held, row)) continue;
         const part: QueuedSpecPart = held
           ? { spec: held.spec, runtime_kind: held.runtime_kind, mounts: held.mounts }
           : this.readQueuedSpec(id);
@@ -199,6 +216,10 @@ export class TasksRepo {
         this.queuedOrder = null;
       }
       this.dirty.clear();
+      if (left && this.queuedOrder !== null) {
+        const queued = this.queued;
+        this.queuedOrder = this.queuedOrder.filter((r) => queued.get(r.id) === r);
+      }
     }
     this.queuedOrder ??= [...this.queued.values()].sort(bySchedulingOrder);
     return [...this.queuedOrder];

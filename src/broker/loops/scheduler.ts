@@ -6,10 +6,14 @@ import { nextLeaseEpoch } from '../../domain/lease.js';
 import { runArgv } from '../../domain/run-argv.js';
 import { decide } from '../../domain/scheduling/decide.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
-import type { SchedulingDecision, SchedulingSnapshot } from '../../domain/scheduling/types.js';
+import type {
+  QueuedTaskView,
+  SchedulingDecision,
+  SchedulingSnapshot,
+} from '../../domain/scheduling/types.js';
 import { resolveLimits } from '../../domain/task-limits.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
-import type { TaskRecord } from '../../store/tasks-repo.js';
+import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
 import { moveTask } from '../machines/task.js';
@@ -58,7 +62,7 @@ export interface FailingGrant {
 }
 
 export class Scheduler implements TaskObserver {
-  private queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
+  private queue = new Map<string, { reason: Readonly<Record<string, unknown>>; position: number }>();
   /** Tasks whose last grants failed to apply, by task id; in memory, like the queue's reasons. */
   private readonly failingGrants = new Map<string, FailingGrant>();
   private pending = false;
@@ -118,9 +122,9 @@ export class Scheduler implements TaskObserver {
         });
       const queued = new Set(snapshot.tasks.map((t) => t.task_id));
       for (const id of this.failingGrants.keys()) if (!queued.has(id)) this.failingGrants.delete(id);
-      const queue = new Map<string, { reason: Record<string, unknown>; position: number }>();
-      for (const w of decision.waiting)
-        queue.set(w.task_id, { reason: { ...w.reason }, position: w.position });
+      // Reasons are shared between tasks and read-only (types.ts); queueInfo hands out copies.
+      const queue = new Map<string, { reason: Readonly<Record<string, unknown>>; position: number }>();
+      for (const w of decision.waiting) queue.set(w.task_id, w);
       // A grant that just failed leaves its task QUEUED: it gets its reason too.
       for (const g of decision.grants) {
         const failing = this.failingGrants.get(g.task_id);
@@ -188,27 +192,20 @@ export class Scheduler implements TaskObserver {
           ...c,
           reserved_for_run: reservedFor.get(`${w.worker_id}/${c.index}`) ?? null,
         }));
+    const tasks: QueuedTaskView[] = [];
+    for (const t of store.tasks.queuedForScheduling()) {
+      if (t.desired !== 'run') continue;
+      const view = queuedView(t);
+      const run_id = runBySubmitter.get(t.owner_id);
+      const grant_backoff = this.failingGrants.get(t.id);
+      // The view of an unchanged row is the same object pass after pass (requirementOf caches by it);
+      // what only this pass knows makes a copy.
+      tasks.push(
+        run_id === undefined && grant_backoff === undefined ? view : { ...view, run_id, grant_backoff },
+      );
+    }
     return {
-      tasks: store.tasks
-        .queuedForScheduling()
-        .filter((t) => t.desired === 'run')
-        .map((t) => ({
-          task_id: t.id,
-          owner: t.owner_id,
-          priority: t.priority,
-          approved_at: t.approved_at,
-          cards: {
-            count: t.spec.cards.count,
-            model: t.spec.cards.model,
-            min_memory_mib: t.spec.cards.min_memory_mib,
-            per_node: t.spec.cards.per_node,
-          },
-          worker: t.spec.worker,
-          run_id: runBySubmitter.get(t.owner_id),
-          runtime: t.runtime_kind,
-          grant_backoff: this.failingGrants.get(t.id),
-          mounts: t.mounts,
-        })),
+      tasks,
       workers,
       running_cards_by_owner: running,
       config: {
@@ -318,8 +315,35 @@ export class Scheduler implements TaskObserver {
 
   /** A queued task's reason and position from the latest pass. */
   queueInfo(taskId: string): { reason: Record<string, unknown>; position: number } | null {
-    return this.queue.get(taskId) ?? null;
+    const info = this.queue.get(taskId);
+    return info === undefined ? null : { reason: { ...info.reason }, position: info.position };
   }
+}
+
+/** Each queued row's view, made once: the repo keeps an unchanged row as the same object. */
+const queuedViews = new WeakMap<QueuedTaskRow, QueuedTaskView>();
+
+function queuedView(t: QueuedTaskRow): QueuedTaskView {
+  let view = queuedViews.get(t);
+  if (view === undefined) {
+    view = {
+      task_id: t.id,
+      owner: t.owner_id,
+      priority: t.priority,
+      approved_at: t.approved_at,
+      cards: {
+        count: t.spec.cards.count,
+        model: t.spec.cards.model,
+        min_memory_mib: t.spec.cards.min_memory_mib,
+        per_node: t.spec.cards.per_node,
+      },
+      worker: t.spec.worker,
+      runtime: t.runtime_kind,
+      mounts: t.mounts,
+    };
+    queuedViews.set(t, view);
+  }
+  return view;
 }
 
 /** A recorded grant: the lease and the ids of its execution and assignment. */

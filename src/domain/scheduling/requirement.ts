@@ -23,8 +23,24 @@ export interface Requirement {
   perNode: number | null;
 }
 
-/** Reads a queued task's requirement. */
+/**
+ * A task view's requirement, worked out once per view object: the scheduler hands the same view of an
+ * unchanged queued task to every pass (the inputs are never mutated), so a pass over a long queue does
+ * not rebuild every key. Pure: the same view always gives the same requirement.
+ */
+const requirements = new WeakMap<QueuedTaskView, Requirement>();
+
+/** Reads a queued task's requirement (see `requirements`); treat it as read-only. */
 export function requirementOf(task: QueuedTaskView): Requirement {
+  let req = requirements.get(task);
+  if (req === undefined) {
+    req = readRequirement(task);
+    requirements.set(task, req);
+  }
+  return req;
+}
+
+function readRequirement(task: QueuedTaskView): Requirement {
   const model = task.cards.model ?? null;
   const minMemoryMib = task.cards.min_memory_mib ?? null;
   const worker = task.worker ?? null;

@@ -33,4 +33,24 @@ describe('TasksRepo.queuedForScheduling', () => {
     tasks.update({ ...tasks.get(b!.id)!, state: 'CANCELLED', finished_at: 1 }, 'QUEUED');
     expect(tasks.queuedForScheduling().map((t) => t.id)).toEqual([a!.id]);
   });
+
+  it('keeps an unchanged task the same object between reads, even written, so that a pass can cache by it', async () => {
+    const c = await enrolledCluster([1, 2, 3]);
+    f = c.f;
+    const tasks = f.deps.store.tasks;
+    const [a, b, d] = tasks.queuedForScheduling();
+    // b is written without change (an update of a column scheduling does not read), d leaves the queue.
+    tasks.update({ ...tasks.get(b!.id)!, updated_at: 123 }, 'QUEUED');
+    tasks.update({ ...tasks.get(d!.id)!, state: 'CANCELLED', finished_at: 1 }, 'QUEUED');
+    const next = tasks.queuedForScheduling();
+    expect(next).toHaveLength(2);
+    expect(next[0]).toBe(a);
+    expect(next[1]).toBe(b);
+    // A change scheduling reads makes a new row.
+    tasks.update({ ...tasks.get(a!.id)!, desired: 'cancel' }, 'QUEUED');
+    const last = tasks.queuedForScheduling();
+    expect(last[0]).not.toBe(a);
+    expect(last[0]!.desired).toBe('cancel');
+    expect(last[1]).toBe(b);
+  });
 });
