@@ -58,6 +58,8 @@ run() {
   # clone, 2026-12-02), which left a full CI run at 18.5 minutes against its 20-minute budget.
   # Left out: the master suites that are long for what they add here (a 1 GiB generated input, the
   # review corpus, the audit check's timing: ~45 s of the subset's CPU, none of it runtime-specific).
+  # The spawner suite is in it for Node's IPC channel: the native spawner speaks its handle messages
+  # (ADR 0040), which Node does not document.
   # (Listed, not `--exclude`d: vitest applies a project's own exclude list instead.)
   local master
   master=$(find test/integration/master -name '*.test.ts' | sort |
@@ -66,7 +68,7 @@ run() {
   npx vitest run --project main $master test/integration/stdio-bridge \
     test/integration/cluster/end-to-end.test.ts test/integration/cluster/protocol.test.ts \
     test/integration/cluster/restored-master.test.ts test/integration/cluster/sandbox-attacks.test.ts \
-    test/unit/platform/node-versions.test.ts
+    test/integration/worker/local/spawner.test.ts test/unit/platform/node-versions.test.ts
 }
 
 case "${1:-}" in
