@@ -160,20 +160,25 @@ describe.runIf(ready)('per-task limits through a real worker', () => {
         'head -c 8M /dev/zero 2>&1 >/tmp/big; echo "tmp=$?"',
         'head -c 8M /dev/zero 2>&1 >/dev/shm/big; echo "shm=$?"',
         'head -c 1M /dev/zero > /task/scratch',
-        'bomb() { bomb & bomb & wait; }; (bomb 2>/dev/null &)',
+        // Each level starts a sleep before it forks on: dash exits on a fork that fails, so a bare bomb
+        // can die out between two looks at a full machine (seen under the whole CI run: reached=2); the
+        // sleeps keep the pids held until the namespace ends.
+        'bomb() { sleep 60 & bomb & bomb & wait; }; (bomb 2>/dev/null &)',
         // From here the shell forks nothing (the bomb holds every pid the limit allows, so a fork of the
         // main shell would race it): it counts the sandbox's processes with globbing, a builtin.
-        // Bounded by looks, not time: 200,000 is seconds at most, enough for a bomb not yet scheduled
-        // on a loaded machine (5,000 once ended before its first fork ran, under the whole CI run).
-        'n=0; i=0; while [ "$i" -lt 200000 ]; do set -- /proc/[0-9]*; n=$#; [ "$n" -ge 40 ] && break; i=$((i+1)); done',
+        // Bounded by looks, not time (dash has no clock): 1,000,000 looks at a /proc of a few dozen
+        // entries take tens of seconds at most, enough for a bomb growing slowly on a loaded machine
+        // (5,000 once ended before its first fork ran, and 200,000 at 33 processes, both under the whole
+        // CI run); a bomb that fills the namespace ends the looking at once.
+        'n=0; i=0; while [ "$i" -lt 1000000 ]; do set -- /proc/[0-9]*; n=$#; [ "$n" -ge 40 ] && break; i=$((i+1)); done',
         'echo "reached=$n"',
         'i=0; while [ "$i" -lt 50000 ]; do i=$((i+1)); done; set -- /proc/[0-9]*; echo "procs=$#"',
       ].join('\n'),
-      { time_limit_seconds: 30 },
+      { time_limit_seconds: 90 },
     );
     // The main shell exits; the bomb dies with the sandbox's PID namespace and its cgroup.
     expect(task.state, `${JSON.stringify(task)}\n${logs}`).toBe('COMPLETED');
-    expect(Number(logs.match(/reached=(\d+)/)?.[1])).toBeGreaterThanOrEqual(40);
+    expect(Number(logs.match(/reached=(\d+)/)?.[1]), logs).toBeGreaterThanOrEqual(40);
     expect(logs).toContain('tmp=1');
     expect(logs).toContain('shm=1');
     expect(logs.match(/No space left on device/g)?.length).toBe(2);
