@@ -239,6 +239,26 @@ describe.each(PROGRAMS)('spawner (%s)', (program) => {
     expect(spawner.pid).not.toBe(spawnerPid);
   });
 
+  it('a request the native spawner cannot parse ends it: its running process is reported lost, the next start works', async () => {
+    if (program !== 'native') return; // the Node spawner's requests are Node's own IPC messages
+    const spawner = new Spawner();
+    const running = await launched(spawner, 'sleep 30');
+    const before = spawner.pid!;
+    const stdin = (spawner as unknown as { proc: { stdin: NodeJS.WritableStream } }).proc.stdin;
+    stdin.write(Buffer.from([2, 0, 0, 0, 0x58, 0])); // a frame of a kind it does not know ('X')
+    expect(await running.exit).toMatchObject({
+      code: null,
+      signal: null,
+      lost: expect.stringMatching(/spawner/),
+    });
+    expect(isLive(before)).toBe(false);
+    // The worker killed what the lost spawner had started (ADR 0032).
+    await waitFor(() => !isLive(running.pid), { what: 'the lost process killed' });
+    const next = await launched(spawner, 'echo fine');
+    expect(await read(next.stdio[1])).toBe('fine\n');
+    expect(spawner.pid).not.toBe(before);
+  });
+
   it('attack: a spawner that stops answering is killed after the start timeout; the start fails, the next one works', async () => {
     const spawner = new Spawner({ startTimeoutMs: 2000 });
     const first = await launched(spawner, 'exit 0');
