@@ -144,10 +144,19 @@ static void json_string(char *out, size_t cap, const char *s) {
   out[n] = 0;
 }
 
-static const struct {
+/* A number and the name Node gives it (an errno's code, a signal's name). */
+struct named {
   int no;
   const char *name;
-} ERRNOS[] = {
+};
+
+static const char *name_of(const struct named *table, size_t n, int no) {
+  for (size_t i = 0; i < n; i++)
+    if (table[i].no == no) return table[i].name;
+  return NULL;
+}
+
+static const struct named ERRNOS[] = {
     {ENOENT, "ENOENT"}, {EACCES, "EACCES"}, {EPERM, "EPERM"}, {ENOEXEC, "ENOEXEC"}, {ENOTDIR, "ENOTDIR"},
     {E2BIG, "E2BIG"}, {ENOMEM, "ENOMEM"}, {EAGAIN, "EAGAIN"}, {ELOOP, "ELOOP"}, {ENAMETOOLONG, "ENAMETOOLONG"},
     {ETXTBSY, "ETXTBSY"}, {EINVAL, "EINVAL"}, {EMFILE, "EMFILE"}, {ENFILE, "ENFILE"}, {EISDIR, "EISDIR"},
@@ -155,9 +164,7 @@ static const struct {
 };
 
 static void send_error(uint32_t id, const char *command, int err) {
-  const char *name = NULL;
-  for (size_t i = 0; i < sizeof ERRNOS / sizeof ERRNOS[0]; i++)
-    if (ERRNOS[i].no == err) name = ERRNOS[i].name;
+  const char *name = name_of(ERRNOS, sizeof ERRNOS / sizeof ERRNOS[0], err);
   char text[600];
   snprintf(text, sizeof text, "spawn %.400s %s (%s)", command, name != NULL ? name : "E?", strerror(err));
   char line[1400];
@@ -167,10 +174,7 @@ static void send_error(uint32_t id, const char *command, int err) {
   send_line(line);
 }
 
-static const struct {
-  int no;
-  const char *name;
-} SIGNALS[] = {
+static const struct named SIGNALS[] = {
     {SIGHUP, "SIGHUP"}, {SIGINT, "SIGINT"}, {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"}, {SIGTRAP, "SIGTRAP"},
     {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"}, {SIGFPE, "SIGFPE"}, {SIGKILL, "SIGKILL"}, {SIGUSR1, "SIGUSR1"},
     {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"}, {SIGPIPE, "SIGPIPE"}, {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"},
@@ -183,9 +187,7 @@ static const struct {
 static void send_exit(uint32_t id, int status) {
   char line[160];
   if (WIFSIGNALED(status)) {
-    const char *name = NULL;
-    for (size_t i = 0; i < sizeof SIGNALS / sizeof SIGNALS[0]; i++)
-      if (SIGNALS[i].no == WTERMSIG(status)) name = SIGNALS[i].name;
+    const char *name = name_of(SIGNALS, sizeof SIGNALS / sizeof SIGNALS[0], WTERMSIG(status));
     /* A real-time signal has no name Node knows: it reads as an exit with 128 + the signal. */
     if (name != NULL)
       snprintf(line, sizeof line, "{\"t\":\"exit\",\"id\":%u,\"code\":null,\"signal\":\"%s\"}\n", id, name);
