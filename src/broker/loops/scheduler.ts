@@ -5,6 +5,7 @@ import type { ExecutionPlan, LeasedCard } from '../../contracts/worker-protocol.
 import { nextLeaseEpoch } from '../../domain/lease.js';
 import { runArgv } from '../../domain/run-argv.js';
 import { decide } from '../../domain/scheduling/decide.js';
+import type { RequirementCache } from '../../domain/scheduling/pool.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type {
   QueuedTaskView,
@@ -69,6 +70,10 @@ export class Scheduler implements TaskObserver {
   private running = false;
   /** When the last pass read the whole queue from SQLite (see FULL_QUEUE_READ_INTERVAL_MS). */
   private fullQueueReadAt = Number.NEGATIVE_INFINITY;
+  /** Each queued row's view, made once: the repo keeps an unchanged row as the same object. */
+  private readonly views = new WeakMap<QueuedTaskRow, QueuedTaskView>();
+  /** Each view's requirement, read once (decide's cache; the domain keeps no state of its own). */
+  private readonly requirements: RequirementCache = new WeakMap();
   /** Durations of recent passes in ms (for the benchmark and metrics). */
   readonly passDurations: number[] = [];
 
@@ -100,7 +105,7 @@ export class Scheduler implements TaskObserver {
     try {
       const now = this.deps.clock.now();
       const snapshot = this.snapshot(now);
-      const decision = decide(snapshot, now);
+      const decision = decide(snapshot, now, this.requirements);
       let conflicts = 0;
       // No grants while the store refuses growth (out of disk space): a task started now would only
       // write logs the master must refuse. Wait reasons are still published; the pass after recovery grants.
@@ -195,10 +200,10 @@ export class Scheduler implements TaskObserver {
     const tasks: QueuedTaskView[] = [];
     for (const t of store.tasks.queuedForScheduling()) {
       if (t.desired !== 'run') continue;
-      const view = queuedView(t);
+      const view = queuedView(this.views, t);
       const run_id = runBySubmitter.get(t.owner_id);
       const grant_backoff = this.failingGrants.get(t.id);
-      // The view of an unchanged row is the same object pass after pass (requirementOf caches by it);
+      // The view of an unchanged row is the same object pass after pass (`requirements` caches by it);
       // what only this pass knows makes a copy.
       tasks.push(
         run_id === undefined && grant_backoff === undefined ? view : { ...view, run_id, grant_backoff },
@@ -320,11 +325,9 @@ export class Scheduler implements TaskObserver {
   }
 }
 
-/** Each queued row's view, made once: the repo keeps an unchanged row as the same object. */
-const queuedViews = new WeakMap<QueuedTaskRow, QueuedTaskView>();
-
-function queuedView(t: QueuedTaskRow): QueuedTaskView {
-  let view = queuedViews.get(t);
+/** A queued row's view for decide, from `views` when made before. */
+function queuedView(views: WeakMap<QueuedTaskRow, QueuedTaskView>, t: QueuedTaskRow): QueuedTaskView {
+  let view = views.get(t);
   if (view === undefined) {
     view = {
       task_id: t.id,
@@ -341,7 +344,7 @@ function queuedView(t: QueuedTaskRow): QueuedTaskView {
       runtime: t.runtime_kind,
       mounts: t.mounts,
     };
-    queuedViews.set(t, view);
+    views.set(t, view);
   }
   return view;
 }

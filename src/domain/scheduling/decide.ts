@@ -1,4 +1,4 @@
-import { CardPool, type RequirementView, requirementOf } from './pool.js';
+import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
 
@@ -32,9 +32,14 @@ export function compareQueuedTasks(a: QueuedTaskView, b: QueuedTaskView): number
 
 /**
  * One scheduling pass at `now` (ms). Pure and deterministic: the same snapshot and `now` give the same
- * decision. Grants never share a card; each puts all of a task's cards on one worker.
+ * decision. Grants never share a card; each puts all of a task's cards on one worker. `requirements`
+ * (optional, the caller's) keeps each task view's requirement between passes; it changes no decision.
  */
-export function decide(snapshot: SchedulingSnapshot, now: number): SchedulingDecision {
+export function decide(
+  snapshot: SchedulingSnapshot,
+  now: number,
+  requirements?: RequirementCache,
+): SchedulingDecision {
   const { config } = snapshot;
   // 1. Pool: derive every card's state once and list each usable worker's free cards, so the loop
   //    below never re-derives anything (64 workers × 8 cards × 10,000 tasks must stay far under 50 ms).
@@ -64,7 +69,7 @@ export function decide(snapshot: SchedulingSnapshot, now: number): SchedulingDec
       wait(task.task_id, grantFailed(task.grant_backoff));
       continue;
     }
-    const req = requirementOf(task);
+    const req = requirementOf(task, requirements);
     // 3. Can it ever run where it may go? (capacity, pinned worker, online, cordons; cached per shape)
     const view = pool.viewOf(req);
     if (view.blocked !== null) {

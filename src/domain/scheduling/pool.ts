@@ -8,7 +8,7 @@ import { buildSlots, CLAIMED, countOpen, matches, OPEN, RESERVED, type Slot } fr
 import type { SchedulingConfig, WaitReason, WorkerView } from './types.js';
 
 export type { RequirementView } from './feasibility.js';
-export { modelMatches, type Requirement, requirementOf } from './requirement.js';
+export { modelMatches, type Requirement, type RequirementCache, requirementOf } from './requirement.js';
 
 /**
  * The cards of one scheduling pass and what has happened to them so far in it. Built once per pass;

@@ -24,18 +24,19 @@ export interface Requirement {
 }
 
 /**
- * A task view's requirement, worked out once per view object: the scheduler hands the same view of an
- * unchanged queued task to every pass (the inputs are never mutated), so a pass over a long queue does
- * not rebuild every key. Pure: the same view always gives the same requirement.
+ * Requirements already read, by task view object. The caller owns it (the scheduler keeps one across
+ * passes and hands the same view of an unchanged queued task to each), so a pass over a long queue does
+ * not rebuild every key, and this module keeps no state: a view is never mutated, so its requirement is
+ * the same whenever it is read.
  */
-const requirements = new WeakMap<QueuedTaskView, Requirement>();
+export type RequirementCache = WeakMap<QueuedTaskView, Requirement>;
 
-/** Reads a queued task's requirement (see `requirements`); treat it as read-only. */
-export function requirementOf(task: QueuedTaskView): Requirement {
-  let req = requirements.get(task);
+/** Reads a queued task's requirement, through `cache` when given; treat it as read-only. */
+export function requirementOf(task: QueuedTaskView, cache?: RequirementCache): Requirement {
+  let req = cache?.get(task);
   if (req === undefined) {
     req = readRequirement(task);
-    requirements.set(task, req);
+    cache?.set(task, req);
   }
   return req;
 }

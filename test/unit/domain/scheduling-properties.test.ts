@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { deriveCardState } from '../../../src/domain/card-state.js';
 import { decide } from '../../../src/domain/scheduling/decide.js';
-import { modelMatches } from '../../../src/domain/scheduling/pool.js';
+import { modelMatches, type RequirementCache } from '../../../src/domain/scheduling/pool.js';
 import type {
   CardView,
   QueuedTaskView,
@@ -220,6 +220,19 @@ describe('decide (properties)', () => {
           })),
         };
         expect(decide(reordered, NOW)).toEqual(first);
+      }),
+      { numRuns: 200 },
+    );
+  });
+
+  it('decides the same with a requirement cache kept across passes, however the snapshot changes', () => {
+    fc.assert(
+      fc.property(snapshotArb, snapshotArb, (a, b) => {
+        // One cache over two passes whose queues share task view objects (as the scheduler's do).
+        const cache: RequirementCache = new WeakMap();
+        const second: SchedulingSnapshot = { ...b, tasks: [...a.tasks.slice(0, 3), ...b.tasks] };
+        expect(decide(a, NOW, cache)).toEqual(decide(a, NOW));
+        expect(decide(second, NOW, cache)).toEqual(decide(second, NOW));
       }),
       { numRuns: 200 },
     );
