@@ -193,19 +193,12 @@ export class Spawner implements Launcher {
   /** The native spawner's path, null for the Node program, or why the asked one cannot run. */
   private readonly program: string | null | Error;
 
-  constructor(
-    opts: {
-      readonly startTimeoutMs?: number;
-      readonly program?: SpawnerProgram;
-      /** The native spawner (tests); default nativeSpawnerPath(). */
-      readonly nativePath?: string;
-    } = {},
-  ) {
+  constructor(opts: { readonly startTimeoutMs?: number; readonly program?: SpawnerProgram } = {}) {
     this.startTimeoutMs = opts.startTimeoutMs ?? SPAWN_TIMEOUT_MS;
-    this.program = chooseSpawnerProgram(opts.program ?? 'auto', opts.nativePath);
+    this.program = chooseSpawnerProgram(opts.program ?? 'auto');
   }
 
-  /** Which program starts the tasks, for the banner and the tests: `native (PATH)` or `node`. */
+  /** Which program starts the tasks (the banner's `started by:`), or why the asked one cannot run. */
   describe(): string {
     if (this.program instanceof Error) return this.program.message;
     return this.program === null ? 'the Node spawner' : `the native spawner ${this.program}`;

@@ -257,6 +257,14 @@ describe.each(PROGRAMS)('spawner (%s)', (program) => {
     const next = await launched(spawner, 'echo fine');
     expect(await read(next.stdio[1])).toBe('fine\n');
     expect(spawner.pid).not.toBe(before);
+    // A frame that claims 2 GiB (over the 64 MiB a frame may hold) ends it before it buffers anything.
+    const second = spawner.pid!;
+    const stdin2 = (spawner as unknown as { proc: { stdin: NodeJS.WritableStream } }).proc.stdin;
+    stdin2.write(Buffer.from([0, 0, 0, 0x80]));
+    await waitFor(() => !isLive(second), { what: 'the spawner ended on a huge frame' });
+    // Once the worker has seen it go (a start sent before then fails SETUP_FAILED, as for any death).
+    await waitFor(() => spawner.pid === undefined, { what: 'the worker saw its spawner go' });
+    expect(await (await launched(spawner, 'exit 0')).exit).toEqual({ code: 0, signal: null });
   });
 
   it('attack: a spawner that stops answering is killed after the start timeout; the start fails, the next one works', async () => {
