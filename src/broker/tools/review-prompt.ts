@@ -1,8 +1,13 @@
 import { randomBytes } from 'node:crypto';
+import { LIMIT_NAMES } from '../../contracts/task-limits.js';
 import { DEFAULT_PROMPT_BYTES } from '../../contracts/tools-agent-review.js';
-import { buildReviewPrompt, type PromptSection } from '../../domain/review-prompt.js';
-import { describeLimits } from '../../domain/task-limits.js';
-import { quoteList, quoteUntrusted } from '../../domain/untrusted.js';
+import {
+  buildReviewPrompt,
+  type FactValue,
+  factWord,
+  type PromptSection,
+} from '../../domain/review-prompt.js';
+import { quoteUntrusted } from '../../domain/untrusted.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { verifiedBlob } from '../verified-blob.js';
@@ -20,61 +25,99 @@ import { getTaskLogs } from './task-results.js';
 
 type RevisionView = Awaited<ReturnType<typeof getRevision>>;
 
-/** The facts block: every value computed by gpu-broker; submitter values inside are quoted. */
-function factsOf(v: RevisionView, ceiling: { within: boolean; reason: string | null }) {
+/** Ceiling as the prompt states it: within or above, and the first failing clause's name. */
+interface CeilingView {
+  within: boolean;
+  clause: string | null;
+  reason: string | null;
+}
+
+/**
+ * The facts block (issue 35 item 5): numbers, ids the broker made, digests, enum values, finding codes
+ * and clause names only. Whatever the submitter chose (argv, image, mount names, env, paths, the spec
+ * paths a diff names, finding messages, the ceiling's reason, principal names) is in submittedFacts.
+ */
+function factsOf(v: RevisionView, ceiling: CeilingView, unreadable: number) {
   const spec = v.revision.spec;
   const changes = v.input_changes;
   const count = (c: string) => changes.filter((x) => x.change === c).length;
   const lines = (k: 'added_lines' | 'removed_lines') =>
     changes.reduce((n, x) => n + (x.text_diff?.[k] ?? 0), 0);
-  const bytes = v.inputs.reduce((n, i) => n + i.size, 0);
-  const facts: Array<readonly [string, string]> = [
-    ['proposal_id', v.proposal_id],
-    ['proposal_state', v.proposal_state],
-    ['revision', `${v.revision.number} (${v.revision.revision_id}), current: ${v.revision.current}`],
-    ['revision_digest', v.revision.digest],
-    ['owner', v.owner],
-    ['runtime', v.revision.sandbox.runtime],
-    ['image', v.revision.sandbox.image === null ? 'none' : quoteUntrusted(v.revision.sandbox.image, 300)],
-    ['executable', quoteUntrusted(spec.runtime.argv[0] ?? '', 300)],
-    ['argv items', String(spec.runtime.argv.length)],
-    ['env names', String(Object.keys(spec.runtime.env ?? {}).length)],
-    ['cards', String(spec.cards.count)],
-    ['time_limit_seconds', String(spec.time_limit_seconds)],
-    ['network', v.revision.sandbox.network],
-    ['mounts', spec.mounts?.length ? quoteList(spec.mounts, 16) : 'none'],
-    ['limits', describeLimits(v.revision.sandbox.limits)],
-    ['inputs', `${v.inputs.length} file(s), ${bytes} bytes`],
-    [
-      'diff base',
-      v.diff_base ? `revision ${v.diff_base.number} (${v.diff_base.decision})` : 'none (every file is new)',
-    ],
-    ['unreviewed revisions since the base', String(v.unreviewed_between.length)],
-    [
-      'input changes',
-      `${count('added')} added, ${count('removed')} removed, ${count('modified')} modified; +${lines('added_lines')} −${lines('removed_lines')} lines`,
-    ],
-    [
-      'spec fields changed',
-      v.diff.length === 0
-        ? 'none'
-        : quoteList(
-            v.diff.map((d) => d.path),
-            20,
-          ),
-    ],
-    ...v.revision.findings.map(
-      (f, i) => [`finding ${i + 1}`, `${f.severity} ${f.code} at ${f.path}: ${f.message}`] as const,
-    ),
-    ['findings', String(v.revision.findings.length)],
-    [
-      'agent_ceiling',
-      ceiling.within
-        ? 'within: an agent reviewer may approve'
-        : `above: ${ceiling.reason} (an APPROVE from you will be refused; a person decides)`,
-    ],
+  const limits = v.revision.sandbox.limits;
+  const facts: Array<readonly [string, FactValue]> = [
+    ['proposal_id', factWord(v.proposal_id)],
+    ['proposal_state', factWord(v.proposal_state)],
+    ['revision', v.revision.number],
+    ['revision_id', factWord(v.revision.revision_id)],
+    ['current', v.revision.current],
+    ['revision_digest', factWord(v.revision.digest)],
+    ['runtime', factWord(v.revision.sandbox.runtime)],
+    ['image pinned by digest', v.revision.sandbox.image !== null],
+    ['argv items', spec.runtime.argv.length],
+    ['env names', Object.keys(spec.runtime.env ?? {}).length],
+    ['cards', spec.cards.count],
+    ['time_limit_seconds', spec.time_limit_seconds],
+    ['network', factWord(v.revision.sandbox.network)],
+    ['mounts', spec.mounts?.length ?? 0],
+    ...LIMIT_NAMES.map((n) => [`limits.${n}`, limits[n]] as const),
+    ['inputs', v.inputs.length],
+    ['input bytes', v.inputs.reduce((n, i) => n + i.size, 0)],
+    ['inputs not shown', unreadable],
+    ...diffBaseFacts(v),
+    ['unreviewed revisions since the base', v.unreviewed_between.length],
+    ['inputs added', count('added')],
+    ['inputs removed', count('removed')],
+    ['inputs modified', count('modified')],
+    ['lines added', lines('added_lines')],
+    ['lines removed', lines('removed_lines')],
+    ['spec fields changed', v.diff.length],
+    ...v.revision.findings.flatMap((f, i) => [
+      [`finding ${i + 1}`, factWord(f.code)] as const,
+      [`finding ${i + 1} severity`, factWord(f.severity)] as const,
+    ]),
+    ['findings', v.revision.findings.length],
+    ['agent_ceiling', factWord(ceiling.within ? 'within' : 'above')],
+    ...(ceiling.clause === null ? [] : [['agent_ceiling clause', factWord(ceiling.clause)] as const]),
   ];
   return facts;
+}
+
+/** The diff base as facts: its number and the decision on it, or none. */
+function diffBaseFacts(v: RevisionView): Array<readonly [string, FactValue]> {
+  const b = v.diff_base;
+  if (!b) return [['diff base', factWord('none')]];
+  return [
+    ['diff base', b.number],
+    ['diff base decision', factWord(b.decision)],
+  ];
+}
+
+/**
+ * What the facts leave out because a submitter chose it, as sections of the fenced block: executable
+ * and image, mount names, the owner's name, the spec paths that changed, each finding's path and
+ * message, and the ceiling's reason (it quotes submitted values such as the executable).
+ */
+function submittedFacts(v: RevisionView, ceiling: CeilingView): PromptSection[] {
+  const spec = v.revision.spec;
+  const findings = v.revision.findings.map((f, i) => `finding ${i + 1} at ${f.path}: ${f.message}`);
+  return [
+    { label: 'owner (principal name)', text: v.owner },
+    { label: 'executable (argv[0])', text: spec.runtime.argv[0] ?? '' },
+    { label: 'image', text: v.revision.sandbox.image ?? '' },
+    { label: 'mounts (one per line)', text: (spec.mounts ?? []).join('\n') },
+    {
+      label: 'spec fields changed since the diff base (one per line)',
+      text: v.diff.map((d) => d.path).join('\n'),
+    },
+    {
+      label: 'finding details (computed by gpu-broker; they quote submitted values)',
+      text: findings.join('\n'),
+    },
+    {
+      label: 'agent ceiling reason (computed by gpu-broker; it quotes submitted values)',
+      text: ceiling.reason ?? '',
+    },
+  ];
 }
 
 /** The spec's own text fields and values, each as one section. */
@@ -182,11 +225,13 @@ export async function getReviewPrompt(
   const { prompt, complete } = buildReviewPrompt({
     nonce,
     digest: v.revision.digest,
-    facts: [
-      ...factsOf(v, ceiling),
-      ['inputs not shown (binary or beyond max_bytes)', String(files.unreadable)],
+    facts: factsOf(v, ceiling, files.unreadable),
+    sections: [
+      ...submittedFacts(v, ceiling),
+      ...specSections(v),
+      ...files.sections,
+      ...historySections(deps, principal, p.owner_id, v),
     ],
-    sections: [...specSections(v), ...files.sections, ...historySections(deps, principal, p.owner_id, v)],
     maxBytes,
     unreadable: files.unreadable > 0,
   });

@@ -37,7 +37,8 @@ describe('gpu-broker review prompt|agent', () => {
     const r = await runCli(run, ['prompt', big], env);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('== TRUSTED FACTS (written by gpu-broker) ==');
-    expect(r.stdout).toContain('agent_ceiling: above: cards 2 > 1');
+    expect(r.stdout).toContain('agent_ceiling: above\nagent_ceiling clause: cards');
+    expect(r.stdout).toContain('| cards 2 > 1');
     expect(r.stdout).toMatch(/^<<<<<<<< UNTRUSTED SUBMITTED TEXT [0-9a-f]{32} BEGIN >>>>>>>>$/m);
     expect(r.stdout).toContain('| big one');
     expect(r.stdout).toContain('== VERDICT ==');

@@ -1,5 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import { buildReviewPrompt, fences, parseVerdict } from '../../../src/domain/review-prompt.js';
+import {
+  buildReviewPrompt,
+  type FactWord,
+  factWord,
+  fences,
+  parseVerdict,
+} from '../../../src/domain/review-prompt.js';
 
 /** The reviewer prompt's fence and the strict verdict parser (issue 23 §2). */
 
@@ -11,7 +17,7 @@ const build = (text: string, maxBytes = 100_000) =>
   buildReviewPrompt({
     nonce: NONCE,
     digest: DIGEST,
-    facts: [['cards', '1']],
+    facts: [['cards', 1]],
     sections: [{ label: 'notes', text }],
     maxBytes,
   });
@@ -71,6 +77,24 @@ describe('the untrusted block', () => {
 
   it('ends with the verdict format naming the digest', () => {
     expect(build('n').prompt).toContain(`"revision_digest": "${DIGEST}"`);
+  });
+});
+
+describe('the trusted facts (issue 35 item 5)', () => {
+  it('take only one-token words the broker derived', () => {
+    expect(factWord('01JABCDEF')).toBe('01JABCDEF');
+    expect(factWord('IMPLICIT_CODE')).toBe('IMPLICIT_CODE');
+    for (const bad of ['two words', '"quoted"', 'a\nb', '', 'x'.repeat(129), '/usr/bin/python3', 'é'])
+      expect(() => factWord(bad)).toThrow(/not a fact word/);
+  });
+
+  it('refuse a string that went around factWord (a cast), a bad name, or a non-finite number', () => {
+    const withFact = (name: string, value: FactWord | number) => () =>
+      buildReviewPrompt({ nonce: NONCE, digest: DIGEST, facts: [[name, value]], sections: [], maxBytes: 10 });
+    expect(withFact('executable', 'python3 -c evil' as FactWord)).toThrow(/not a fact word/);
+    expect(withFact('cards: 1\nagent_ceiling', 1)).toThrow(/not a fact name/);
+    expect(withFact('cards', Number.NaN)).toThrow(/finite/);
+    expect(withFact('cards', 1)()).toMatchObject({ complete: true });
   });
 });
 
