@@ -1,3 +1,4 @@
+import type { DecisionKind } from '../domain/diff-base.js';
 import type { BrokerDeps } from './deps.js';
 import type { Notifier } from './notifier.js';
 
@@ -9,7 +10,7 @@ import type { Notifier } from './notifier.js';
  */
 
 /** Who decided: a person's review, an agent reviewer's review, or a standing grant's auto-approval. */
-export type DecisionKind = 'person' | 'agent_reviewer' | 'grant';
+export type { DecisionKind };
 
 /** One decision as the metrics see it. */
 export interface ReviewDecisionEvent {

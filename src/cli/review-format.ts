@@ -7,7 +7,7 @@ import { escapeText, escapeField as f } from './output.js';
  * `gpu-broker review show` for a person (issue 11, item 9): the revision a reviewer judges, as text —
  * what runs (argv, env, image, network), on how many cards, for how long, what comes back, the
  * findings, the input manifest, every change (spec and files, text diffs whole) since the diff base —
- * the last revision a reviewer decided on, or nothing — earlier reviews, and the command to decide.
+ * the last revision a person decided on, or nothing — earlier reviews, and the command to decide.
  * `--json` keeps the get_revision document. Everything the submitter wrote is escaped for the terminal
  * (issue 10, row 8): one-line values with escapeField (`f`), so a title cannot fake a line of this
  * page; multi-line texts with escapeText, then indented.
@@ -27,8 +27,21 @@ export interface RevisionDocument {
     findings: Array<{ severity: string; code: string; path: string; message: string }>;
     current: boolean;
   };
-  diff_base?: { revision_id: string; number: number; decision: string } | null;
-  unreviewed_between?: Array<{ revision_id: string; number: number; confirmed: boolean }>;
+  diff_base?: {
+    revision_id: string;
+    number: number;
+    decision: string;
+    kind?: string;
+    decided_by?: string;
+  } | null;
+  unreviewed_between?: Array<{
+    revision_id: string;
+    number: number;
+    confirmed: boolean;
+    decision?: string | null;
+    kind?: string | null;
+    decided_by?: string | null;
+  }>;
   previous: { revision_id: string; number: number } | null;
   diff: Array<{ path: string; before?: unknown; after?: unknown }>;
   inputs?: Array<{ path: string; sha256: string; size: number; executable?: boolean }>;
@@ -43,19 +56,32 @@ export interface RevisionDocument {
   reviews: Array<{ reviewer: string; decision: string; comments: string; revision_id: string }>;
 }
 
-/** Where the changes start, and the undecided revisions they include. */
+/** The words for a decision's kind. */
+const KIND_WORDS: Record<string, string> = {
+  person: 'person',
+  agent_reviewer: 'agent reviewer',
+  grant: 'standing grant',
+};
+
+/** One revision no person read, e.g. "revision 2 (REQUEST_CHANGES by claude, agent reviewer)". */
+function notReadLine(r: NonNullable<RevisionDocument['unreviewed_between']>[number]): string {
+  if (r.decision && r.kind)
+    return `revision ${r.number} (${r.decision} by ${f(r.decided_by ?? '?')}, ${KIND_WORDS[r.kind] ?? f(r.kind)})`;
+  return `revision ${r.number}${r.confirmed ? '' : ' (never confirmed)'}`;
+}
+
+/** Where the changes start, who decided it, and the revisions they include that no person read. */
 function baseLines(d: RevisionDocument): string[] {
   const base = d.diff_base ?? null;
   const between = d.unreviewed_between ?? [];
+  const by = base?.decided_by === undefined ? '' : `, decided by ${f(base.decided_by)} (person)`;
   return [
     base
-      ? `  changes since revision ${base.number} (${base.decision}), the last one a reviewer decided on:`
-      : '  changes: no earlier revision was decided on; everything is new (every file added):',
+      ? `  changes since revision ${base.number} (${base.decision}${by}), the last one a person decided on:`
+      : '  changes: no earlier revision was decided on by a person; everything is new (every file added):',
     ...(between.length === 0
       ? []
-      : [
-          `    never reviewed, included here: ${between.map((r) => `revision ${r.number}${r.confirmed ? '' : ' (never confirmed)'}`).join(', ')}`,
-        ]),
+      : [`    no person read these, included here: ${between.map(notReadLine).join(', ')}`]),
   ];
 }
 

@@ -230,7 +230,7 @@ export const listReviewQueueTool = defineTool({
 export const getRevisionTool = defineTool({
   name: 'get_revision',
   title: 'Read one revision for review',
-  description: `Returns one revision: its spec, digest and findings, and its changes (spec diff, input files added/removed/modified with text diffs) against diff_base: the latest earlier revision a reviewer decided on, or nothing (every file added) when none was. unreviewed_between lists the revisions in between that nobody decided on; their changes are in the diff. The diff shows only changes: read every input in full with get_input before approving. ${UNTRUSTED_TEXT_NOTE}`,
+  description: `Returns one revision: its spec, digest and findings, and its changes (spec diff, input files added/removed/modified with text diffs) against diff_base: the latest earlier revision a PERSON decided on (named with decided_by; an agent reviewer's or a standing grant's decision is never a base), or nothing (every file added) when none was. unreviewed_between lists the revisions in between that no person read (undecided, or decided only by an agent reviewer or a grant: decision, kind, decided_by); their changes are in the diff. The diff shows only changes: read every input in full with get_input before approving. ${UNTRUSTED_TEXT_NOTE}`,
   roles: REVIEWERS,
   mutating: false,
   annotations: READ_ONLY,
@@ -270,22 +270,33 @@ export const getRevisionTool = defineTool({
       confirmed_at: TimeSchema.nullable(),
       current: z.boolean(),
     }),
-    /** What the changes are against: the latest earlier revision with a review decision, or null (nothing). */
+    /**
+     * What the changes are against: the latest earlier revision a PERSON decided on (never one only an
+     * agent reviewer or a standing grant decided), with who decided it; or null (nothing).
+     */
     diff_base: z
       .object({
         revision_id: z.string(),
         number: z.number().int(),
         digest: z.string(),
         decision: ReviewDecisionSchema,
+        kind: z.literal('person'),
+        decided_by: z.string(),
       })
       .nullable(),
-    /** Revisions between diff_base and this one that nobody decided on; their changes are in the diff. */
+    /**
+     * Revisions between diff_base and this one that no person read; their changes are in the diff. Each
+     * with the decision an agent reviewer or a grant made on it (kind, decided_by), or null: undecided.
+     */
     unreviewed_between: z.array(
       z.object({
         revision_id: z.string(),
         number: z.number().int(),
         digest: z.string(),
         confirmed: z.boolean(),
+        decision: ReviewDecisionSchema.nullable(),
+        kind: z.enum(['agent_reviewer', 'grant']).nullable(),
+        decided_by: z.string().nullable(),
       }),
     ),
     /** The diff base without its decision, kept for older clients (it is no longer always revision N−1). */

@@ -62,8 +62,9 @@ export function listReviewQueue(
 
 /**
  * get_revision: one revision, its findings, and its changes against its diff base — the latest earlier
- * revision a reviewer decided on, or nothing (src/domain/diff-base.ts) — with the revisions in between
- * that nobody decided on. `untrusted_fields` names what the submitter (or another principal) wrote.
+ * revision a person decided on, or nothing (src/domain/diff-base.ts) — with who decided it, and the
+ * revisions in between that no person read (undecided, or decided only by an agent reviewer or a grant,
+ * each with that decision). `untrusted_fields` names what the submitter (or another principal) wrote.
  */
 export async function getRevision(
   deps: BrokerDeps,

@@ -1,6 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { InputFile, TaskSpec } from '../../contracts/task-spec.js';
-import { chooseDiffBase, type DiffBaseChoice } from '../../domain/diff-base.js';
+import { chooseDiffBase, type DecisionKind, type DiffBaseChoice } from '../../domain/diff-base.js';
 import {
   admitRead,
   type BudgetLeft,
@@ -14,17 +14,19 @@ import {
 } from '../../domain/diff-budget.js';
 import { diffSpecs, type SpecChange } from '../../domain/spec-diff.js';
 import { type DiffScript, diffScript, pageScript, type TextDiff } from '../../domain/text-diff.js';
-import type { RevisionRecord } from '../../store/proposals-repo.js';
+import type { ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { verifiedBlob } from '../verified-blob.js';
+import { decisionKindOf } from './agent-review.js';
 import { DiffMemo } from './diff-memo.js';
 import { isText } from './inputs.js';
 import { PrincipalShare } from './principal-share.js';
+import { principalName } from './views.js';
 
 /**
  * What a reviewer reads as "the changes" of a revision (issue 20, items 5 and 10): the spec diff and the
  * file diffs against the diff base that src/domain/diff-base.ts chooses (the latest earlier revision a
- * reviewer decided on, else nothing). Every view gets the changes from here: MCP and REST get_revision,
+ * PERSON decided on, else nothing). Every view gets the changes from here: MCP and REST get_revision,
  * and through REST the dashboard and `gpu-broker review show`. Blob bytes are read through
  * `verifiedBlob` in the owner's name (re-hashed on every read), so a blob changed behind the master's back is never shown.
  */
@@ -83,6 +85,26 @@ export function diffShareOf(deps: BrokerDeps): PrincipalShare {
   return share;
 }
 
+/**
+ * Who made a stored review, and of what kind: a grant's auto-approval names its grant (`reviewer_id` is
+ * then the person who decided the grant, but nobody read the revision); otherwise the reviewer's roles
+ * say (roles never change once a principal exists, so this is the kind it had when it decided).
+ */
+export function decisionKindOfReview(
+  deps: Pick<BrokerDeps, 'store'>,
+  review: ReviewRecord,
+): { kind: DecisionKind; decided_by: string } {
+  const grantId = (review as ReviewRecord & { grant_id?: string | null }).grant_id ?? null;
+  // Named as the audit row names it (`approved_by: grant <id>`): the grant approved, not its decider.
+  if (grantId !== null) return { kind: 'grant', decided_by: `grant ${grantId}` };
+  const reviewer = deps.store.principals.findById(review.reviewer_id);
+  // An unknown reviewer is never taken for a person.
+  return {
+    kind: reviewer ? decisionKindOf(reviewer) : 'agent_reviewer',
+    decided_by: principalName(deps.store, review.reviewer_id),
+  };
+}
+
 /** The base choice of revision `r` among its proposal's revisions and reviews. */
 export function diffBaseOf(deps: BrokerDeps, r: RevisionRecord): DiffBaseChoice {
   const revisions = deps.store.proposals.revisions(r.proposal_id).map((x) => ({
@@ -91,9 +113,12 @@ export function diffBaseOf(deps: BrokerDeps, r: RevisionRecord): DiffBaseChoice 
     digest: x.digest,
     confirmed: x.confirmed_at !== null,
   }));
-  const decisions = deps.store.proposals
-    .reviews(r.proposal_id)
-    .map((v) => ({ revision_id: v.revision_id, decision: v.decision, at: v.created_at }));
+  const decisions = deps.store.proposals.reviews(r.proposal_id).map((v) => ({
+    revision_id: v.revision_id,
+    decision: v.decision,
+    at: v.created_at,
+    ...decisionKindOfReview(deps, v),
+  }));
   return chooseDiffBase(r.number, revisions, decisions);
 }
 

@@ -77,7 +77,20 @@ function renderRuns(revision) {
   );
 }
 
-/** Where the changes start: the decided revision, or nothing; and the undecided revisions in between. */
+const KIND_WORDS = { person: 'person', agent_reviewer: 'agent reviewer', grant: 'standing grant' };
+
+/** One revision no person read: its number and the agent's or grant's decision on it, if any. */
+function notReadWords(r) {
+  if (r.decision && r.kind)
+    return `revision ${r.number} (${r.decision.replaceAll('_', ' ').toLowerCase()} by ${r.decided_by}, ${KIND_WORDS[r.kind] ?? r.kind})`;
+  return `revision ${r.number}${r.confirmed ? '' : ' (never confirmed)'}`;
+}
+
+/**
+ * Where the changes start: the last revision a PERSON decided on (who, and that it was a person), or
+ * nothing; and the revisions in between that no person read — undecided, or decided only by an agent
+ * reviewer or a standing grant (issue 35 item 3).
+ */
 function renderBase(rev) {
   const base = rev.diff_base;
   const between = rev.unreviewed_between ?? [];
@@ -85,15 +98,13 @@ function renderBase(rev) {
     'div',
     { class: 'diff-base small', dataset: { base: base ? String(base.number) : 'none' } },
     base
-      ? `Changes since revision ${base.number}, the last one a reviewer decided on (${base.decision.replaceAll('_', ' ').toLowerCase()}).`
-      : 'No earlier revision was decided on: everything below is new to review (every file added).',
+      ? `Changes since revision ${base.number}, the last one a person decided on (${base.decision.replaceAll('_', ' ').toLowerCase()} by ${base.decided_by ?? '?'}, ${KIND_WORDS[base.kind] ?? 'person'}).`
+      : 'No earlier revision was decided on by a person: everything below is new to review (every file added).',
     between.length
       ? h(
           'div',
           { class: 'warn-text', dataset: { unreviewed: between.map((r) => r.number).join(',') } },
-          `Never reviewed, included in these changes: ${between
-            .map((r) => `revision ${r.number}${r.confirmed ? '' : ' (never confirmed)'}`)
-            .join(', ')}.`,
+          `No person read these, included in these changes: ${between.map(notReadWords).join(', ')}.`,
         )
       : null,
   );

@@ -1,5 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { formatRevision, type RevisionDocument } from '../../../src/cli/review-format.js';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
 import { GET_REVISION_UNTRUSTED } from '../../../src/contracts/untrusted.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
@@ -24,8 +25,21 @@ interface Created {
   digest: string;
 }
 interface RevisionView {
-  diff_base: { revision_id: string; number: number; decision: string } | null;
-  unreviewed_between: Array<{ revision_id: string; number: number; confirmed: boolean }>;
+  diff_base: {
+    revision_id: string;
+    number: number;
+    decision: string;
+    kind?: string;
+    decided_by?: string;
+  } | null;
+  unreviewed_between: Array<{
+    revision_id: string;
+    number: number;
+    confirmed: boolean;
+    decision?: string | null;
+    kind?: string | null;
+    decided_by?: string | null;
+  }>;
   previous: { revision_id: string } | null;
   diff: Array<{ path: string; before?: unknown; after?: unknown }>;
   input_changes: Array<{
@@ -124,10 +138,20 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
       number: 1,
       digest: r1.digest,
       decision: 'REQUEST_CHANGES',
+      kind: 'person',
+      decided_by: 'rita',
     });
     expect(view.previous?.revision_id).toBe(r1.revision_id);
     expect(view.unreviewed_between).toEqual([
-      { revision_id: r2.revision_id, number: 2, digest: r2.digest, confirmed: false },
+      {
+        revision_id: r2.revision_id,
+        number: 2,
+        digest: r2.digest,
+        confirmed: false,
+        decision: null,
+        kind: null,
+        decided_by: null,
+      },
     ]);
     // Revision 2's notes came and went: nothing in the spec differs from what the reviewer saw.
     expect(view.diff).toEqual([]);
@@ -201,6 +225,64 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
     expect(last.note).toMatch(/page it with diff_path/);
     const paged = await getRevision(r1, { diff_path: 'f10.txt', diff_offset: 0, diff_lines: 500 });
     expect(paged.input_changes[10]!.text_diff).toMatchObject({ total_lines: 451, truncated: false });
+  });
+});
+
+describe('the diff base is a revision a person read (issue 35 item 3)', () => {
+  it('an agent reviewer’s REQUEST_CHANGES on a payload revision is never the base: the payload shows', async () => {
+    const claude = await m.mcpClient(m.createToken('claude-reviewer', ['agent_reviewer']));
+    const v1 = await upload([{ path: 'main.sh', content: MAIN_V1 }]);
+    const r1 = await create(spec(v1));
+    await confirm(r1);
+    expectOk(
+      await m.callTool(rita, 'submit_review', {
+        proposal_id: r1.proposal_id,
+        revision_id: r1.revision_id,
+        decision: 'REQUEST_CHANGES',
+        comments: 'please fix the comment typo',
+        idempotency_key: m.key(),
+      }),
+    );
+    // Revision 2 carries the payload; the agent reviewer sends it back for a title typo only.
+    const [payload] = await upload([{ path: 'setup_hook.sh', content: PAYLOAD }]);
+    const r2 = await revise(r1.proposal_id, { ...spec([...v1, payload!]), title: 'matmul smoke tset' });
+    await confirm(r2);
+    expectOk(
+      await m.callTool(claude, 'submit_review', {
+        proposal_id: r2.proposal_id,
+        revision_id: r2.revision_id,
+        decision: 'REQUEST_CHANGES',
+        comments: 'typo in the title',
+        idempotency_key: m.key(),
+      }),
+    );
+    const r3 = await revise(r1.proposal_id, spec([...v1, payload!]));
+    await confirm(r3);
+
+    const view = await getRevision(r3);
+    expect(view.diff_base).toMatchObject({
+      revision_id: r1.revision_id,
+      number: 1,
+      decision: 'REQUEST_CHANGES',
+      kind: 'person',
+      decided_by: 'rita',
+    });
+    expect(view.unreviewed_between).toEqual([
+      {
+        revision_id: r2.revision_id,
+        number: 2,
+        digest: r2.digest,
+        confirmed: true,
+        decision: 'REQUEST_CHANGES',
+        kind: 'agent_reviewer',
+        decided_by: 'claude-reviewer',
+      },
+    ]);
+    expect(view.input_changes.map((c) => [c.path, c.change])).toEqual([['setup_hook.sh', 'added']]);
+    // The CLI's text says who decided the base and which revision no person read.
+    const text = formatRevision(view as unknown as RevisionDocument);
+    expect(text).toContain('decided by rita (person)');
+    expect(text).toMatch(/no person read.*revision 2 \(REQUEST_CHANGES by claude-reviewer, agent reviewer\)/);
   });
 });
 

