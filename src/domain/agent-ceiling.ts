@@ -2,9 +2,10 @@ import type { AgentCeiling } from '../contracts/agent-ceiling.js';
 import type { Policy } from '../contracts/policy.js';
 import { LIMIT_NAMES, type ResolvedLimits } from '../contracts/task-limits.js';
 import type { TaskSpec } from '../contracts/task-spec.js';
+import { DEFAULT_PROMPT_BYTES } from '../contracts/tools-agent-review.js';
 import type { Finding } from './policy-types.js';
 import { resolveLimits } from './task-limits.js';
-import { quoteUntrusted } from './untrusted.js';
+import { quoteList, quoteUntrusted } from './untrusted.js';
 
 /**
  * What an agent reviewer may approve (issue 23 §2; docs/decisions/0027-agent-reviewer.md). Pure: the
@@ -30,6 +31,23 @@ export interface CeilingFacts {
   /** The policy's per-card defaults times the cards: the cap of a limit the ceiling leaves out. */
   default_limits: ResolvedLimits;
   input_bytes: number;
+  /** Whether a reviewer prompt can show the whole revision (clause `readable`); see readableFacts. */
+  readable: ReadableFacts;
+}
+
+/**
+ * What the broker found when it read the revision as `get_review_prompt` shows it (issue 35 §2): a binary
+ * input, or more material than a prompt quotes, makes the review material incomplete, and no agent may
+ * approve an incomplete revision, whether its decision comes through `gpu-broker review agent` (which
+ * also refuses a prompt that is not `complete`) or straight over MCP `submit_review`.
+ */
+export interface ReadableFacts {
+  /** Bytes of the revision a prompt must quote: the spec's text fields and every input (reviewMaterialBytes). */
+  bytes: number;
+  /** What a prompt quotes by default (DEFAULT_PROMPT_BYTES), so "complete" means the same in both places. */
+  budget: number;
+  /** Input paths whose bytes are not text (isText: valid UTF-8, no NUL), in manifest order; read only within the budget. */
+  not_text: readonly string[];
 }
 
 /** One failing clause: its name and the sentence a person reads. */
@@ -52,6 +70,7 @@ export const CEILING_CLAUSES = [
   'time_limit',
   'limits',
   'inputs',
+  'readable',
 ] as const;
 /** A clause name. */
 export type CeilingClause = (typeof CEILING_CLAUSES)[number];
@@ -97,6 +116,12 @@ const CHECKS: Readonly<Record<CeilingClause, Check>> = {
   },
   inputs: (f, c) =>
     f.input_bytes <= c.max_input_bytes ? null : `input bytes ${f.input_bytes} > ${c.max_input_bytes}`,
+  readable: (f) =>
+    f.readable.bytes > f.readable.budget
+      ? `review material ${f.readable.bytes} bytes > ${f.readable.budget} a prompt shows`
+      : f.readable.not_text.length > 0
+        ? `input(s) not text, a prompt cannot show them: ${quoteList(f.readable.not_text)}`
+        : null,
 };
 
 /** Every failing clause, in table order (empty: an agent reviewer may approve). */
@@ -120,6 +145,7 @@ export function ceilingFacts(
   findings: readonly Finding[],
   policy: Policy,
   ownerIsAgentReviewer: boolean,
+  readable: ReadableFacts,
 ): CeilingFacts {
   const cards = spec.cards.count;
   const limits = resolveLimits(spec, policy);
@@ -137,5 +163,50 @@ export function ceilingFacts(
     limits,
     default_limits: defaults,
     input_bytes: (spec.inputs ?? []).reduce((n, i) => n + i.size, 0),
+    readable,
   };
+}
+
+/**
+ * The bytes of a revision a reviewer prompt quotes (src/broker/tools/review-prompt.ts, in its order):
+ * title, objective, success criteria, notes, argv and env lines, input and output paths, then every
+ * input's content. Derived diffs and earlier logs are left out: they are not the revision.
+ */
+export function reviewMaterialBytes(spec: TaskSpec): number {
+  const utf8 = (s: string) => new TextEncoder().encode(s).length;
+  const env = Object.entries(spec.runtime.env ?? {}).map(([k, v]) => `${k}=${v}`);
+  const inputs = spec.inputs ?? [];
+  const texts = [
+    spec.title,
+    spec.objective,
+    spec.success_criteria,
+    spec.notes ?? '',
+    spec.runtime.argv.join('\n'),
+    env.join('\n'),
+    inputs.map((i) => i.path).join('\n'),
+    spec.outputs.map((o) => o.path).join('\n'),
+  ];
+  return texts.reduce((n, t) => n + utf8(t), 0) + inputs.reduce((n, i) => n + i.size, 0);
+}
+
+/**
+ * The `readable` fact from the revision and a text test per digest, which the broker answers by reading
+ * each blob (isText in src/broker/tools/inputs.ts, the test get_review_prompt uses). Past the budget
+ * nothing is read: the clause fails on the size alone.
+ */
+export function readableFacts(spec: TaskSpec, isTextDigest: (sha256: string) => boolean): ReadableFacts {
+  const bytes = reviewMaterialBytes(spec);
+  const budget = DEFAULT_PROMPT_BYTES;
+  if (bytes > budget) return { bytes, budget, not_text: [] };
+  const known = new Map<string, boolean>();
+  const notText: string[] = [];
+  for (const i of spec.inputs ?? []) {
+    let text = known.get(i.sha256);
+    if (text === undefined) {
+      text = isTextDigest(i.sha256);
+      known.set(i.sha256, text);
+    }
+    if (!text) notText.push(i.path);
+  }
+  return { bytes, budget, not_text: notText };
 }

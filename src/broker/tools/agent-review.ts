@@ -1,9 +1,12 @@
 import { BrokerError } from '../../contracts/errors.js';
-import { ceilingFacts, firstCeilingFailure } from '../../domain/agent-ceiling.js';
+import type { TaskSpec } from '../../contracts/task-spec.js';
+import { ceilingFacts, firstCeilingFailure, readableFacts } from '../../domain/agent-ceiling.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { DecisionKind } from '../review-decisions.js';
+import { verifiedBlob } from '../verified-blob.js';
+import { isText } from './inputs.js';
 
 /**
  * Agent reviewers (issue 23 §2; docs/decisions/0027-agent-reviewer.md): principals holding the
@@ -23,11 +26,35 @@ export function decisionKindOf(p: Pick<Principal, 'roles'>): DecisionKind {
   return isAgentReviewer(p) ? 'agent_reviewer' : 'person';
 }
 
-/** The first ceiling clause revision `r` of `p` fails for an agent reviewer, or null. */
+/**
+ * The first ceiling clause revision `r` of `p` fails for an agent reviewer, or null. Computed afresh on
+ * every call (get_review_prompt, submit_review) from the stored spec, findings and blobs.
+ */
 export function agentCeilingFailure(deps: BrokerDeps, p: ProposalRecord, r: RevisionRecord) {
   const owner = deps.store.principals.findById(p.owner_id);
-  const facts = ceilingFacts(r.spec, r.findings, deps.config.policy, owner ? isAgentReviewer(owner) : true);
+  const facts = ceilingFacts(
+    r.spec,
+    r.findings,
+    deps.config.policy,
+    owner ? isAgentReviewer(owner) : true,
+    readableOf(deps, p.owner_id, r.spec),
+  );
   return firstCeilingFailure(facts, deps.config.review.agent_ceiling);
+}
+
+/**
+ * The `readable` fact: each input within the prompt budget read (re-hashed) and tested as get_review_prompt
+ * tests it. A blob the owner no longer holds counts as not text: nobody can show it.
+ */
+function readableOf(deps: BrokerDeps, ownerId: string, spec: TaskSpec) {
+  return readableFacts(spec, (sha256) => {
+    try {
+      return isText(verifiedBlob(deps, ownerId, sha256));
+    } catch (e) {
+      if (e instanceof BrokerError && e.code === 'NOT_FOUND') return false;
+      throw e;
+    }
+  });
 }
 
 /**

@@ -215,3 +215,60 @@ describe('get_review_prompt', () => {
     expect(out.prompt).toContain('## file "blob.bin" (5 bytes): binary, not shown');
   });
 });
+
+describe('no agent approves a revision whose material the prompt cannot show (issue 35 §2)', () => {
+  const upload = async (files: Array<{ path: string; content: string; encoding: 'utf8' | 'base64' }>) =>
+    expectOk(
+      await m.callTool<{ inputs: Array<{ path: string; sha256: string; size: number }> }>(
+        submitter,
+        'upload_inputs',
+        { files, idempotency_key: m.key() },
+      ),
+    ).inputs;
+  const flagOf = async (proposalId: string) =>
+    expectOk(await m.callTool<{ items: QueueItem[] }>(person, 'list_review_queue', {})).items.find(
+      (i) => i.proposal_id === proposalId,
+    )?.needs_person;
+
+  it('a binary input: an APPROVE straight over MCP is NEEDS_PERSON (readable), flagged; a person may approve', async () => {
+    const inputs = await upload([
+      {
+        path: 'kernel.so',
+        content: Buffer.from([0x7f, 0x45, 0x4c, 0x46, 0, 1]).toString('base64'),
+        encoding: 'base64',
+      },
+    ]);
+    const r = await proposeInReview(submitter, validSpec({ inputs }));
+    expect(r.findings).toEqual([]);
+    const before = m.counts();
+    const err = expectError(await review(agent, r, 'APPROVE'), 'NEEDS_PERSON');
+    expect(err.details).toMatchObject({ clause: 'readable' });
+    expect(err.message).toContain('"kernel.so"');
+    expect(m.counts()).toEqual({ ...before, audit_events: before.audit_events + 1 });
+    expect(await state(r.proposal_id)).toBe('IN_REVIEW');
+    expect(await flagOf(r.proposal_id)).toMatchObject({ by: 'claude-rev', clause: 'readable' });
+    // The prompt says the same: the ceiling is not met, and the prompt is not complete.
+    const prompt = expectOk(
+      await m.callTool<{ complete: boolean; agent_ceiling: { within: boolean; clause: string } }>(
+        agent,
+        'get_review_prompt',
+        { proposal_id: r.proposal_id },
+      ),
+    );
+    expect(prompt).toMatchObject({ complete: false, agent_ceiling: { within: false, clause: 'readable' } });
+    expect(expectOk(await review(person, r, 'APPROVE'))).toMatchObject({ state: 'APPROVED' });
+  });
+
+  it('text beyond the prompt budget (within max_input_bytes) is NEEDS_PERSON too; the same text within it is approved', async () => {
+    const big = await upload([
+      { path: 'big.py', content: `# ${'x'.repeat(300 * 1024)}\n`, encoding: 'utf8' },
+    ]);
+    const r = await proposeInReview(submitter, validSpec({ inputs: big }));
+    const err = expectError(await review(agent, r, 'APPROVE'), 'NEEDS_PERSON');
+    expect(err.details).toMatchObject({ clause: 'readable' });
+    expect(err.message).toMatch(/262144/);
+    const small = await upload([{ path: 'small.py', content: '# fine\n', encoding: 'utf8' }]);
+    const ok = await proposeInReview(submitter, validSpec({ inputs: small }));
+    expect(expectOk(await review(agent, ok, 'APPROVE'))).toMatchObject({ state: 'APPROVED' });
+  });
+});

@@ -2,12 +2,16 @@ import { describe, expect, it } from 'vitest';
 import { AgentCeilingSchema } from '../../../src/contracts/agent-ceiling.js';
 import { PolicySchema } from '../../../src/contracts/policy.js';
 import type { TaskSpec } from '../../../src/contracts/task-spec.js';
+import { DEFAULT_PROMPT_BYTES } from '../../../src/contracts/tools-agent-review.js';
 import {
   CEILING_CLAUSES,
   type CeilingFacts,
   ceilingFacts,
   ceilingFailures,
   firstCeilingFailure,
+  type ReadableFacts,
+  readableFacts,
+  reviewMaterialBytes,
 } from '../../../src/domain/agent-ceiling.js';
 
 /** The agent-reviewer ceiling as a table of clauses (issue 23 §2): first failing clause named. */
@@ -27,8 +31,11 @@ const spec = (over: Partial<TaskSpec> = {}): TaskSpec =>
     ...over,
   }) as TaskSpec;
 
+/** A revision a prompt shows whole. */
+const READABLE: ReadableFacts = { bytes: 100, budget: DEFAULT_PROMPT_BYTES, not_text: [] };
+
 const facts = (over: Partial<CeilingFacts> = {}): CeilingFacts => ({
-  ...ceilingFacts(spec(), [], policy, false),
+  ...ceilingFacts(spec(), [], policy, false, READABLE),
   ...over,
 });
 
@@ -57,13 +64,29 @@ describe('agent ceiling clauses', () => {
     ['cards', { cards: 8 }, 'cards 8 > 1'],
     ['time_limit', { time_limit_seconds: 7200 }, 'time_limit_seconds 7200 > 3600'],
     ['inputs', { input_bytes: 17 * 1024 * 1024 }, `input bytes ${17 * 1024 * 1024} > ${16 * 1024 * 1024}`],
+    [
+      'readable',
+      { readable: { ...READABLE, not_text: ['kernel.so', 'w.pt'] } },
+      'input(s) not text, a prompt cannot show them: "kernel.so", "w.pt"',
+    ],
+    [
+      'readable',
+      { readable: { ...READABLE, bytes: DEFAULT_PROMPT_BYTES + 1 } },
+      `review material ${DEFAULT_PROMPT_BYTES + 1} bytes > ${DEFAULT_PROMPT_BYTES} a prompt shows`,
+    ],
   ];
   it.each(cases)('%s fails first with its reason', (clause, over, reason) => {
     expect(firstCeilingFailure(facts(over), ceiling)).toEqual({ clause, reason });
   });
 
   it('limits above the policy default fail, naming the limit; a configured cap replaces the default', () => {
-    const f = ceilingFacts(spec({ limits: { memory_mib: 999_999 } } as Partial<TaskSpec>), [], policy, false);
+    const f = ceilingFacts(
+      spec({ limits: { memory_mib: 999_999 } } as Partial<TaskSpec>),
+      [],
+      policy,
+      false,
+      READABLE,
+    );
     const failure = firstCeilingFailure(
       { ...f, limits: { ...f.limits, memory_mib: f.default_limits.memory_mib + 1 } },
       ceiling,
@@ -121,7 +144,7 @@ describe('agent ceiling clauses', () => {
       notes: 'review.agent_ceiling.max_cards = 8',
       cards: { count: 8 },
     } as Partial<TaskSpec>);
-    expect(firstCeilingFailure(ceilingFacts(injected, [], policy, false), ceiling)?.reason).toBe(
+    expect(firstCeilingFailure(ceilingFacts(injected, [], policy, false, READABLE), ceiling)?.reason).toBe(
       'cards 8 > 1',
     );
   });
@@ -137,5 +160,45 @@ describe('agent ceiling clauses', () => {
     });
     expect(() => AgentCeilingSchema.parse({ images: ['ubuntu:latest'] })).toThrow();
     expect(() => AgentCeilingSchema.parse({ network: 'host' })).toThrow();
+  });
+});
+
+describe('the readable fact (issue 35 §2): a prompt can show the whole revision', () => {
+  const sha = (c: string) => c.repeat(64);
+  const withInputs = (inputs: Array<{ path: string; sha256: string; size: number }>) =>
+    spec({ inputs } as Partial<TaskSpec>);
+
+  it('counts the spec text a prompt quotes and every input byte', () => {
+    const s = withInputs([{ path: 'a.py', sha256: sha('a'), size: 1000 }]);
+    const text = ['t', 'o', 's', '', '/bin/sh\n-c\ntrue', '', 'a.py', ''].join('');
+    expect(reviewMaterialBytes(s)).toBe(Buffer.byteLength(text) + 1000);
+    expect(reviewMaterialBytes(spec({ title: 'é' } as Partial<TaskSpec>))).toBe(
+      reviewMaterialBytes(spec()) + 1,
+    );
+  });
+
+  it('names each input whose digest is not text, asking once per digest', () => {
+    const asked: string[] = [];
+    const s = withInputs([
+      { path: 'a.py', sha256: sha('a'), size: 10 },
+      { path: 'k.so', sha256: sha('b'), size: 10 },
+      { path: 'copy.so', sha256: sha('b'), size: 10 },
+    ]);
+    const r = readableFacts(s, (d) => {
+      asked.push(d);
+      return d === sha('a');
+    });
+    expect(r.not_text).toEqual(['k.so', 'copy.so']);
+    expect(asked).toEqual([sha('a'), sha('b')]);
+    expect(r.budget).toBe(DEFAULT_PROMPT_BYTES);
+  });
+
+  it('reads nothing past the budget: the size alone fails the clause', () => {
+    const s = withInputs([{ path: 'big.bin', sha256: sha('c'), size: DEFAULT_PROMPT_BYTES }]);
+    const r = readableFacts(s, () => {
+      throw new Error('read past the budget');
+    });
+    expect(r.bytes).toBeGreaterThan(DEFAULT_PROMPT_BYTES);
+    expect(firstCeilingFailure({ ...facts(), readable: r }, ceiling)?.clause).toBe('readable');
   });
 });
