@@ -6,10 +6,11 @@ import { REMOTE_ENV, REMOTE_FLAGS } from './command-specs.js';
 export const PROPOSE = defineCommand({
   name: 'propose',
   usage: [
-    "propose --dir DIR --entry 'python3 train.py --epochs 1' [--cards N] [--title T] [--include GLOB]… [--output PATH]… [--proposal ID] [--confirm] [--json]",
+    "propose --dir DIR --entry 'python3 train.py --epochs 1' [--cards N] [--title T] [--include GLOB]… [--include-secret PATH]… [--output PATH]… [--proposal ID] [--confirm] [--json]",
+    'propose --dir DIR [--include GLOB]… --dry-run [--json]',
   ],
   summary:
-    "Uploads a project directory's files as content-addressed inputs (what changed only, .gitignore-aware; files an interpreter loads on its own, such as __pycache__/ and *.pth, are left out and counted), writes the spec and creates or revises a proposal; prints its id.",
+    "Uploads a project directory's files as content-addressed inputs (what changed only; every .gitignore and .gpu-brokerignore honoured; symbolic links and files an interpreter loads on its own, such as __pycache__/ and *.pth, are left out and counted; credential files and private keys refused unless --include-secret names them; the whole list printed the first time a directory ships), writes the spec and creates or revises a proposal; prints its id.",
   flags: {
     dir: { type: 'string', value: 'DIR', help: 'the project directory to ship' },
     include: { type: 'string', value: 'GLOB', multiple: true, help: 'only files matching (repeatable)' },
@@ -32,6 +33,16 @@ export const PROPOSE = defineCommand({
     notes: { type: 'string', value: 'TEXT', help: 'notes for the reviewer' },
     proposal: { type: 'string', value: 'ID', help: 'revise this proposal instead of creating one' },
     confirm: { type: 'boolean', help: 'confirm the new revision for review' },
+    'include-secret': {
+      type: 'string',
+      value: 'PATH',
+      multiple: true,
+      help: 'ship this credential or private-key file on purpose (its exact path under DIR; repeatable)',
+    },
+    'dry-run': {
+      type: 'boolean',
+      help: 'print every file that would ship, its size and the total, and stop (no master, no token)',
+    },
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,
@@ -46,7 +57,7 @@ export const REVIEW = defineCommand({
     'review input PROPOSAL --path PATH [--revision REV] [--offset N] [--max-bytes N] [--json]',
     'review approve|request-changes|reject PROPOSAL --revision REV --comment TEXT',
     'review prompt PROPOSAL [--revision REV] [--max-bytes N] [--json]',
-    "review agent --command 'CMD' [--once] [--timeout-seconds S] [--interval-seconds S] [--json]",
+    "review agent --command 'CMD' [--model-env NAME]… [--model-bind PATH]… [--model-network none|host] [--unsandboxed-model] [--once] [--timeout-seconds S] [--interval-seconds S] [--json]",
   ],
   summary:
     'The review queue, one revision in full (manifest and every change against the last decided revision), one input file page by page, and decisions on exact revisions (needs a reviewer token).',
@@ -71,7 +82,28 @@ export const REVIEW = defineCommand({
     command: {
       type: 'string',
       value: 'CMD',
-      help: 'review agent: the model command (sh -c): prompt on stdin, one JSON verdict on stdout; it never gets the token',
+      help: 'review agent: the model command (sh -c, in a sandbox: no token, no home, no network, fresh scratch dir): prompt on stdin, one JSON verdict on stdout',
+    },
+    'model-env': {
+      type: 'string',
+      value: 'NAME',
+      multiple: true,
+      help: 'review agent: pass this variable of your environment to the model, e.g. ANTHROPIC_API_KEY (repeatable; never GPU_BROKER_*)',
+    },
+    'model-bind': {
+      type: 'string',
+      value: 'PATH',
+      multiple: true,
+      help: 'review agent: show this host path to the model read-only, e.g. where its CLI is installed (repeatable; refused if it holds a token or data dir)',
+    },
+    'model-network': {
+      type: 'string',
+      value: 'none|host',
+      help: "review agent: the model's network (default none; host to reach its API)",
+    },
+    'unsandboxed-model': {
+      type: 'boolean',
+      help: 'review agent: run the model as yourself, with no sandbox (a model with tools can then read your token; warns)',
     },
     once: { type: 'boolean', help: 'review agent: one pass over the queue, then exit' },
     'timeout-seconds': {
@@ -95,5 +127,6 @@ export const REVIEW = defineCommand({
     'review approve prop_01J… --revision rev_01J… --comment "bounded, outputs small"',
     'review prompt prop_01J…',
     'review agent --command \'claude -p --tools ""\' --once',
+    "review agent --command 'sh /opt/kit/agent-reviewer/claude-model.sh' --model-env ANTHROPIC_API_KEY --model-network host --model-bind /opt/kit",
   ],
 });

@@ -6,15 +6,19 @@ import type { CommandRunner } from './io.js';
 import { type MasterClient, withMaster } from './master-client.js';
 import { emit, escapeField, reportError } from './output.js';
 import { PROPOSE } from './proposal-command-specs.js';
-import { collectInputs, type LocalInput, uploadUnknown } from './propose-files.js';
+import { type CollectedInputs, collectInputs, type LocalInput, uploadUnknown } from './propose-files.js';
+import { leftOutLines, shipListing, shipNotice } from './ship-listing.js';
+import { readDirMemory, rememberRun } from './ship-memory.js';
 
 /**
  * `gpu-broker propose --dir DIR --entry 'python3 train.py --epochs 1' [--include GLOB…] [--cards N] …`
  * (issue 13), for people and agents with a shell: ships DIR's files as the task's inputs and creates a
  * proposal (or, with `--proposal ID`, a new revision of it), then prints the ids and the findings.
  *
- *   1. collect DIR's files (propose-files.ts: .gitignore-aware, no symlinks, no implicit code such as
- *      __pycache__/ — left out and counted) and their sha256;
+ *   1. collect DIR's files (propose-files.ts, the rules `run` ships by: every .gitignore and
+ *      .gpu-brokerignore, no symlinks, no implicit code such as __pycache__/ — left out and counted —,
+ *      credentials and private keys refused unless `--include-secret`) and their sha256; the first time
+ *      this user ships DIR, every file is listed on stderr (`--dry-run` lists them and stops);
  *   2. PUT each blob the proposal's current revision does not already name to /api/v1/blobs/{sha256}
  *      (the master recomputes the digest; storing is idempotent);
  *   3. write the spec: `--entry` split on spaces (quotes group words), a bare interpreter name becomes
@@ -38,12 +42,6 @@ export function splitEntry(entry: string): string[] {
   const words: string[] = [];
   for (const m of entry.matchAll(/"([^"]*)"|'([^']*)'|(\S+)/g)) words.push(m[1] ?? m[2] ?? m[3] ?? '');
   return words;
-}
-
-/** One line saying how many files were left out and why (the reasons, each once). */
-export function leftOutLine(leftOut: ReadonlyArray<{ path: string; why: string }>): string {
-  const reasons = [...new Set(leftOut.map((l) => l.why))];
-  return `${leftOut.length} file(s) left out: an interpreter would load them on its own, unreviewed (${reasons.join('; ')}); e.g. ${escapeField(leftOut[0]?.path ?? '')}`;
 }
 
 /** The flags of `gpu-broker propose`, as parsed. */
@@ -121,7 +119,7 @@ function proposeText(
   return [
     `proposal ${r.proposal_id} revision ${r.revision_number} (${r.revision_id}) ${r.state}`,
     `${files} input file(s), ${uploaded} uploaded`,
-    ...(leftOut.length > 0 ? [leftOutLine(leftOut)] : []),
+    ...leftOutLines(leftOut),
     ...r.findings.map(
       (f) =>
         `${f.severity}: ${f.code} at ${escapeField(f.path)}: ${escapeField(f.message)} — ${escapeField(f.hint)}`,
@@ -130,29 +128,56 @@ function proposeText(
   ].join('\n');
 }
 
+/** `--dry-run`: every file that would ship, and nothing sent. */
+function dryRun(
+  io: Parameters<CommandRunner>[1],
+  values: ProposeFlags,
+  dir: string,
+  c: CollectedInputs,
+): number {
+  emit(
+    io,
+    values.json,
+    {
+      dir,
+      count: c.files.length,
+      total_bytes: c.totalBytes,
+      files: c.files.map((f) => ({ path: f.path, size: f.size, sha256: f.sha256 })),
+      left_out: c.leftOut,
+    },
+    () => [...shipListing(dir, c), ...leftOutLines(c.leftOut)].join('\n'),
+  );
+  return 0;
+}
+
 /** `gpu-broker propose`: see the module comment. */
 export const run: CommandRunner = async (argv, io) => {
   const parsed = parseCommand(PROPOSE, argv, io);
   if (typeof parsed === 'number') return parsed;
   const { values } = parsed;
   try {
-    if (!values.dir || !values.entry)
+    if (!values.dir || (!values.entry && !values['dry-run']))
       throw new BrokerError(
         'INVALID_INPUT',
         '--dir and --entry are required',
         "gpu-broker propose --dir ./project --entry 'python3 train.py --epochs 1' --cards 1 --title 'what it shows'",
       );
-    const { files, leftOut } = collectInputs(values.dir, values.include ?? []);
+    const dir = values.dir;
+    const collected = collectInputs(dir, {
+      includes: values.include,
+      includeSecrets: values['include-secret'],
+    });
+    if (values['dry-run']) return dryRun(io, values, dir, collected);
+    const { files, leftOut } = collected;
     if (files.length === 0)
-      throw new BrokerError(
-        'INVALID_INPUT',
-        `no files to ship under ${values.dir}`,
-        'Check --dir and --include.',
-      );
-    const spec = proposalSpec(values, values.entry, files);
+      throw new BrokerError('INVALID_INPUT', `no files to ship under ${dir}`, 'Check --dir and --include.');
+    const spec = proposalSpec(values, values.entry ?? '', files);
+    const memory = readDirMemory(io.env, dir);
+    for (const line of shipNotice(dir, collected, memory)) io.stderr(`gpu-broker: ${line}\n`);
     return await withMaster(values, io, async (c) => {
       const uploaded = await uploadMissing(c, values.proposal, files);
       const r = await submitSpec(c, values, spec);
+      rememberRun(io.env, dir, { shipped: files.map((f) => f.path) });
       const result = { ...r, files: files.length, uploaded, left_out: leftOut };
       emit(io, values.json, result, () => proposeText(r, files.length, uploaded, leftOut));
       return r.confirmable ? 0 : 1;

@@ -1,19 +1,19 @@
-import { existsSync, mkdirSync, readFileSync, renameSync, statSync, writeFileSync } from 'node:fs';
-import { basename, join } from 'node:path';
+import { existsSync, statSync } from 'node:fs';
+import { basename } from 'node:path';
 import { canonicalJson } from '../contracts/canonical-json.js';
 import { BrokerError } from '../contracts/errors.js';
 import { type TaskSpecInput, TaskSpecSchema } from '../contracts/task-spec.js';
 import type { FlagValues } from '../platform/args.js';
 import type { MasterClient } from './master-client.js';
-import { collectInputs, type LeftOutInput, type LocalInput, uploadUnknown } from './propose-files.js';
+import { type CollectedInputs, collectInputs, type LocalInput, uploadUnknown } from './propose-files.js';
 import type { RUN } from './task-command-specs.js';
 import { OUTPUTS_DIR } from './task-outputs.js';
 
 /**
  * The submitting half of `gpu-broker run` (issue 23 §3): DIR's files → blobs the master lacks → a new
  * proposal or a new revision of the one this DIR ran last → confirm_revision. Which proposal a DIR ran
- * last is kept per master URL in DIR/.gpu-broker/run.json (docs/decisions/0026-run-cli.md): a file the
- * user can read and delete, that needs no listing call and survives a renamed title.
+ * last is kept per master URL in this user's state directory, never in DIR (ship-memory.ts; ADR 0026 §1
+ * as amended by issue 35 §6): it needs no listing call and survives a renamed title.
  */
 
 /** The flags of `gpu-broker run`, as parsed. */
@@ -65,38 +65,6 @@ export type Submitted =
 /** What `submitRun` tells the person as it goes (one line each). */
 export type Say = (line: string) => void;
 
-const MEMORY = join('.gpu-broker', 'run.json');
-
-/** The proposal DIR last ran against `url`, if remembered. */
-export function rememberedProposal(dir: string, url: string): string | undefined {
-  const path = join(dir, MEMORY);
-  if (!existsSync(path)) return undefined;
-  try {
-    const m = JSON.parse(readFileSync(path, 'utf8')) as { proposals?: Record<string, unknown> };
-    const id = m.proposals?.[url];
-    return typeof id === 'string' ? id : undefined;
-  } catch {
-    return undefined; // a damaged memory file only costs a new proposal
-  }
-}
-
-/** Remembers the proposal DIR ran against `url` (atomically: a crash leaves the old file or the new). */
-export function rememberProposal(dir: string, url: string, proposalId: string): void {
-  const path = join(dir, MEMORY);
-  let proposals: Record<string, string> = {};
-  try {
-    proposals = (JSON.parse(readFileSync(path, 'utf8')) as { proposals: Record<string, string> }).proposals;
-  } catch {
-    proposals = {};
-  }
-  mkdirSync(join(dir, '.gpu-broker'), { recursive: true });
-  writeFileSync(
-    `${path}.tmp`,
-    `${JSON.stringify({ version: 1, proposals: { ...proposals, [url]: proposalId } }, null, 2)}\n`,
-  );
-  renameSync(`${path}.tmp`, path);
-}
-
 /** The task's argv from the words after `--`: a bare program name becomes /usr/bin/NAME. */
 export function taskArgv(command: readonly string[]): string[] {
   const [exe = '', ...args] = command;
@@ -136,18 +104,25 @@ function sameSpec(spec: TaskSpecInput, current: unknown): boolean {
   return mine.success && theirs.success && canonicalJson(mine.data) === canonicalJson(theirs.data);
 }
 
-/** The files to ship, or a clear error. */
+/**
+ * The files to ship (propose-files.ts's rules, less RUN_SKIP_DIRS), or a clear error: not a directory,
+ * nothing to ship, a refused credential or private key, a file too large.
+ */
 export function collectRunFiles(
   dir: string,
-  includes: readonly string[],
-): { files: LocalInput[]; leftOut: LeftOutInput[] } {
+  values: Pick<RunFlags, 'include' | 'include-secret'>,
+): CollectedInputs {
   if (!existsSync(dir) || !statSync(dir).isDirectory())
     throw new BrokerError(
       'INVALID_INPUT',
       `${dir} is not a directory`,
       'Pass --dir with your project directory.',
     );
-  const collected = collectInputs(dir, includes, RUN_SKIP_DIRS);
+  const collected = collectInputs(dir, {
+    includes: values.include,
+    skipDirs: RUN_SKIP_DIRS,
+    includeSecrets: values['include-secret'],
+  });
   if (collected.files.length === 0)
     throw new BrokerError('INVALID_INPUT', `no files to ship under ${dir}`, 'Check --dir and --include.');
   return collected;
@@ -174,11 +149,13 @@ const REVISABLE = new Set(['DRAFT', 'CHANGES_REQUESTED']);
 
 /** Everything `submitRun` needs. */
 export interface SubmitInput {
-  url: string;
-  dir: string;
   values: RunFlags;
   files: readonly LocalInput[];
   spec: TaskSpecInput;
+  /** The proposal this user's last run of DIR made against this master (ship-memory.ts). */
+  remembered: string | undefined;
+  /** Records the proposal this run made or revised, once the master has it. */
+  remember: (proposalId: string) => void;
 }
 
 /**
@@ -190,10 +167,12 @@ export async function submitRun(
   say: Say,
   input: SubmitInput,
 ): Promise<Submitted & { uploaded: number }> {
-  const { dir, url, values, files, spec } = input;
-  const prev = await previousProposal(c, values.proposal, rememberedProposal(dir, url));
-  if (prev?.state === 'IN_REVIEW' && sameSpec(spec, prev.spec))
+  const { values, files, spec } = input;
+  const prev = await previousProposal(c, values.proposal, input.remembered);
+  if (prev?.state === 'IN_REVIEW' && sameSpec(spec, prev.spec)) {
+    input.remember(prev.proposal_id);
     return { kind: 'attached', proposal: prev, uploaded: 0 };
+  }
   if (prev?.state === 'IN_REVIEW') {
     await c.post(`/api/v1/proposals/${encodeURIComponent(prev.proposal_id)}/cancel`, {});
     say(`withdrew proposal ${prev.proposal_id} (it was in review with other code; this run supersedes it)`);
@@ -211,7 +190,7 @@ export async function submitRun(
     uploaded += await uploadUnknown(c, files, new Set());
     r = await send(r.proposal_id);
   }
-  rememberProposal(dir, url, r.proposal_id);
+  input.remember(r.proposal_id);
   say(
     `${revise ? 'revised' : 'proposed'} ${r.proposal_id} revision ${r.revision_number}: ${files.length} file(s), ${uploaded} uploaded`,
   );

@@ -5,7 +5,7 @@ import { parseCommand, usageError } from './args.js';
 import type { CliIo, CommandRunner } from './io.js';
 import { type MasterClient, remoteSettings, withMaster } from './master-client.js';
 import { escapeField, jsonText, reportError } from './output.js';
-import { leftOutLine } from './propose.js';
+import type { CollectedInputs } from './propose-files.js';
 import {
   type ConfirmAnswer,
   collectRunFiles,
@@ -15,6 +15,15 @@ import {
   type Submitted,
   submitRun,
 } from './run-submit.js';
+import { leftOutLines, shipListing, shipNotice } from './ship-listing.js';
+import {
+  type DirMemory,
+  hasLegacyMemory,
+  LEGACY_MEMORY,
+  memoryFile,
+  readDirMemory,
+  rememberRun,
+} from './ship-memory.js';
 import { RUN } from './task-command-specs.js';
 import { endLine, followTask, LogReader, RUN_EXIT, taskExitCode } from './task-follow.js';
 import { downloadOutputs } from './task-outputs.js';
@@ -26,6 +35,10 @@ import { downloadOutputs } from './task-outputs.js';
  * (task-outputs.ts) and turns the end into an exit code (RUN_EXIT). Its own lines go to stderr prefixed
  * `gpu-broker:`; the task's stdout and stderr go to stdout and stderr (both to stderr with --json, whose
  * stdout is one JSON document). Ctrl-C stops following and leaves the task running.
+ *
+ * What ships is selected before the master is contacted (propose-files.ts: ignore files, no symbolic
+ * links, credentials and private keys refused unless `--include-secret`), listed in full before the
+ * first run of a directory and with `--dry-run`, which stops there (ship-listing.ts, ship-memory.ts).
  */
 
 /** What one run needs besides the client. */
@@ -193,17 +206,55 @@ async function followToEnd(c: MasterClient, ctx: RunContext, taskId: string): Pr
   return code;
 }
 
-/** The whole run against a connected master. */
-async function runWith(c: MasterClient, ctx: RunContext): Promise<number> {
-  const { files, leftOut } = collectRunFiles(ctx.dir, ctx.values.include ?? []);
-  if (leftOut.length > 0) ctx.say(leftOutLine(leftOut));
+/** The whole run against a connected master, with the files already selected and announced. */
+async function runWith(
+  c: MasterClient,
+  ctx: RunContext,
+  collected: CollectedInputs,
+  memory: DirMemory | undefined,
+): Promise<number> {
+  const { files } = collected;
   const spec = runSpec(ctx.values, ctx.command, files, ctx.dir);
-  const sub = await submitRun(c, ctx.say, { url: ctx.url, dir: ctx.dir, values: ctx.values, files, spec });
+  const sub = await submitRun(c, ctx.say, {
+    values: ctx.values,
+    files,
+    spec,
+    remembered: memory?.proposals[ctx.url],
+    remember: (proposalId) =>
+      rememberRun(ctx.io.env, ctx.dir, { shipped: files.map((f) => f.path), url: ctx.url, proposalId }),
+  });
   ctx.summary['uploaded'] = sub.uploaded;
   ctx.summary['files'] = files.length;
   const taskOrCode = await decide(c, ctx, sub);
   if (typeof taskOrCode === 'number') return taskOrCode;
   return followToEnd(c, ctx, taskOrCode);
+}
+
+/** `--dry-run`: what would ship (every file), and nothing sent; needs no master and no token. */
+function dryRun(ctx: RunContext, collected: CollectedInputs): number {
+  const { io, values } = ctx;
+  if (values.json)
+    io.stdout(
+      `${jsonText({
+        dir: ctx.dir,
+        count: collected.files.length,
+        total_bytes: collected.totalBytes,
+        files: collected.files.map((f) => ({ path: f.path, size: f.size, sha256: f.sha256 })),
+        left_out: collected.leftOut,
+      })}\n`,
+    );
+  else io.stdout(`${[...shipListing(ctx.dir, collected), ...leftOutLines(collected.leftOut)].join('\n')}\n`);
+  return 0;
+}
+
+/** Says what ships before anything is sent: the listing on a first run, else the new files. */
+function announce(ctx: RunContext, collected: CollectedInputs, memory: DirMemory | undefined): void {
+  if (memory === undefined && hasLegacyMemory(ctx.dir))
+    ctx.say(
+      `ignoring ${LEGACY_MEMORY}: it could have come with the repository; this user's runs are remembered in ${memoryFile(ctx.io.env, ctx.dir)}`,
+    );
+  for (const line of shipNotice(ctx.dir, collected, memory)) ctx.say(line);
+  for (const line of leftOutLines(collected.leftOut)) ctx.say(line);
 }
 
 /** Checks the numeric flags before anything is sent. */
@@ -227,7 +278,8 @@ export const run: CommandRunner = async (argv, io) => {
   if (typeof parsed === 'number') return parsed;
   const { values } = parsed;
   const command = end === -1 ? [] : argv.slice(end + 1);
-  if (parsed.positionals.length > 0 || command.length === 0 || command[0] === '')
+  const noCommand = command.length === 0 || command[0] === '';
+  if (parsed.positionals.length > 0 || (noCommand && !values['dry-run']))
     return usageError(io, RUN, 'put the command after --, e.g. gpu-broker run -- python3 train.py');
   const ctx: RunContext = {
     io,
@@ -241,8 +293,12 @@ export const run: CommandRunner = async (argv, io) => {
   };
   try {
     checkNumbers(values);
+    const collected = collectRunFiles(ctx.dir, values);
+    if (values['dry-run']) return dryRun(ctx, collected);
     ctx.url = remoteSettings(values, io).url;
-    const code = await withMaster(values, io, (c) => runWith(c, ctx), ctx.abort.signal);
+    const memory = readDirMemory(io.env, ctx.dir);
+    announce(ctx, collected, memory);
+    const code = await withMaster(values, io, (c) => runWith(c, ctx, collected, memory), ctx.abort.signal);
     if (values.json) io.stdout(`${jsonText({ ...ctx.summary, exit: code })}\n`);
     return code;
   } catch (err) {

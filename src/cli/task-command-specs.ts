@@ -10,10 +10,11 @@ import { REMOTE_ENV, REMOTE_FLAGS } from './command-specs.js';
 export const RUN = defineCommand({
   name: 'run',
   usage: [
-    'run [--dir DIR] [--cards N] [--time-limit SECONDS] [--title T] [--output PATH]… [--proposal ID] [--no-download] -- COMMAND [ARG]…',
+    'run [--dir DIR] [--cards N] [--time-limit SECONDS] [--title T] [--output PATH]… [--proposal ID] [--no-download] [--include-secret PATH]… -- COMMAND [ARG]…',
+    'run [--dir DIR] [--include GLOB]… --dry-run [--json]',
   ],
   summary:
-    "One command from code to result: ships DIR's files (what the master lacks only; .gitignore-aware; .git/, node_modules/, .gpu-broker/ and gpu-broker-outputs/ left out), proposes (or revises the proposal this DIR ran last, remembered in DIR/.gpu-broker/run.json), confirms, says whether a grant covers it or who must review it, waits, streams the logs, downloads the declared outputs into DIR/gpu-broker-outputs/TASK/ (sha256 checked) and exits with the task's exit code. Ctrl-C leaves the task running and prints how to reattach. Exit codes: the task's own; 128+N when a signal N ended it; 120 error findings (nothing ran); 121 changes requested; 122 rejected, withdrawn or expired; 123 task cancelled; 124 time limit reached; 125 the task failed without an exit code of its own (SETUP_FAILED, OUTPUT_MISSING, WORKER_LOST, …); 130 interrupted (the task keeps running); 1 a broker error; 2 bad arguments.",
+    "One command from code to result: ships DIR's files (what the master lacks only; every .gitignore and .gpu-brokerignore honoured; .git/, node_modules/, .gpu-broker/, gpu-broker-outputs/ and symbolic links left out; credential files and private keys refused unless --include-secret names them; the whole list printed before the first run of a directory), proposes (or revises the proposal this DIR ran last, remembered per user under $XDG_STATE_HOME/gpu-broker/runs/, never in DIR), confirms, says whether a grant covers it or who must review it, waits, streams the logs, downloads the declared outputs into DIR/gpu-broker-outputs/TASK/ (sha256 checked) and exits with the task's exit code. Ctrl-C leaves the task running and prints how to reattach. Exit codes: the task's own; 128+N when a signal N ended it; 120 error findings (nothing ran); 121 changes requested; 122 rejected, withdrawn or expired; 123 task cancelled; 124 time limit reached; 125 the task failed without an exit code of its own (SETUP_FAILED, OUTPUT_MISSING, WORKER_LOST, …); 130 interrupted (the task keeps running); 1 a broker error; 2 bad arguments.",
   flags: {
     dir: {
       type: 'string',
@@ -36,15 +37,26 @@ export const RUN = defineCommand({
     proposal: {
       type: 'string',
       value: 'ID',
-      help: 'revise this proposal (default: the one DIR/.gpu-broker/run.json remembers)',
+      help: 'revise this proposal (default: the one your last run of DIR made)',
     },
     'no-download': { type: 'boolean', help: 'do not download the outputs' },
+    'include-secret': {
+      type: 'string',
+      value: 'PATH',
+      multiple: true,
+      help: 'ship this credential or private-key file on purpose (its exact path under DIR; repeatable)',
+    },
+    'dry-run': {
+      type: 'boolean',
+      help: 'print every file that would ship, its size and the total, and stop (no master, no token)',
+    },
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,
   examples: [
     'run --dir . --cards 1 --output metrics.json -- python3 train.py --epochs 1',
     'run -- /bin/sh bench.sh',
+    'run --dry-run',
   ],
 });
 

@@ -37,6 +37,8 @@ beforeAll(async () => {
     GPU_BROKER_URL: m.url,
     GPU_BROKER_TOKEN: m.createToken('agent', ['submitter']),
     GPU_BROKER_CA_FILE: m.caCertPath ?? '',
+    // What run remembers of a directory lives per user, here in a state dir of the test's own.
+    XDG_STATE_HOME: makeTempDir('run-state'),
   };
   reviewer = await m.mcpClient(m.createToken('rev', ['reviewer']));
   await waitFor(() => m.deps.cluster.fleet.get('w-run').cards.length === 2, {
@@ -137,12 +139,18 @@ describe('gpu-broker run', () => {
     const root = join(dir, 'gpu-broker-outputs', taskId);
     expect(readFileSync(join(root, 'metrics.json'), 'utf8')).toBe('{"loss": 0.5}\n');
     expect(readFileSync(join(root, 'weights.bin')).equals(BIN)).toBe(true);
-    expect(existsSync(join(dir, '.gpu-broker', 'run.json'))).toBe(true);
-    // Again, unchanged: the approved proposal is final, so a new one; nothing re-uploaded, and neither
-    // .gpu-broker/run.json nor the downloaded outputs are shipped.
+    // The first run of a directory lists what it ships before sending it (issue 35 §6); the memory of
+    // it is this user's, not in the directory.
+    expect(r.err()).toContain('gpu-broker: first run from this directory');
+    expect(r.err()).toMatch(/gpu-broker: 2 file\(s\), \S+ \S+ \(\d+ bytes\) from /);
+    expect(r.err()).toMatch(/gpu-broker: +\S+ B {2}lib\/consts\.py\n/);
+    expect(existsSync(join(dir, '.gpu-broker', 'run.json'))).toBe(false);
+    // Again, unchanged: the approved proposal is final, so a new one; nothing re-uploaded, no listing,
+    // and the downloaded outputs are not shipped.
     const again = startRun(['--dir', dir, ...RUN_FLAGS, '--', 'python3', 'train.py', '--epochs', '1']);
     await review(again.err);
     expect(await again.done, again.err()).toBe(0);
+    expect(again.err()).not.toContain('first run from this directory');
     expect(again.err()).toMatch(/proposed prop_\S+ revision 1: 2 file\(s\), 0 uploaded/);
     expect(again.err()).not.toContain(/proposed (prop_\S+)/.exec(r.err())?.[1] ?? 'x');
   }, 60_000);
@@ -206,6 +214,51 @@ describe('gpu-broker run', () => {
     expect(await changed.done, changed.err()).toBe(0);
     expect(changed.err()).toContain(`withdrew proposal ${id}`);
     expect(changed.out()).toBe('v2\n');
+  }, 60_000);
+
+  it('ignores a .gpu-broker/run.json that came with the repository: it picks no proposal to revise or withdraw', async () => {
+    // The victim's own proposal, in review from another directory.
+    const mine = project('victim');
+    let stopMine = () => {};
+    const mineRun = startRun(
+      ['--dir', mine, ...RUN_FLAGS, '--', 'python3', 'train.py'],
+      new Promise<void>((resolve) => {
+        stopMine = resolve;
+      }),
+    );
+    await waitFor(() => mineRun.err().includes('waiting for review by'), { what: mineRun.err() });
+    stopMine();
+    expect(await mineRun.done).toBe(130);
+    const victimId = /proposed (prop_\S+)/.exec(mineRun.err())?.[1] ?? '';
+    // A cloned repository carrying a run.json that names it (issue 35 §6).
+    const cloned = project('cloned');
+    writeFileSync(join(cloned, 'train.py'), 'print("other code")\n');
+    mkdirSync(join(cloned, '.gpu-broker'));
+    writeFileSync(
+      join(cloned, '.gpu-broker', 'run.json'),
+      JSON.stringify({ version: 1, proposals: { [m.url]: victimId } }),
+    );
+    let stop = () => {};
+    const r = startRun(
+      ['--dir', cloned, ...RUN_FLAGS, '--', 'python3', 'train.py'],
+      new Promise<void>((resolve) => {
+        stop = resolve;
+      }),
+    );
+    await waitFor(() => r.err().includes('waiting for review by'), { what: r.err() });
+    stop();
+    expect(await r.done).toBe(130);
+    expect(r.err()).toContain('ignoring .gpu-broker/run.json');
+    expect(r.err()).toContain('first run from this directory');
+    expect(r.err()).not.toContain(`withdrew proposal ${victimId}`);
+    expect(r.err()).toMatch(/proposed prop_\S+ revision 1/);
+    expect(m.store.proposals.get(victimId)?.state).toBe('IN_REVIEW');
+    // Leave the review queue as it was for the tests that follow.
+    const agent = await m.mcpClient(env['GPU_BROKER_TOKEN'] ?? '');
+    const clonedId = /proposed (prop_\S+)/.exec(r.err())?.[1] ?? '';
+    for (const id of [victimId, clonedId])
+      expectOk(await m.callTool(agent, 'cancel_proposal', { proposal_id: id, idempotency_key: m.key() }));
+    await agent.close();
   }, 60_000);
 
   it('stops at error findings (120) and prints a broker error with its code and hint (1)', async () => {

@@ -12,12 +12,16 @@ import { makeTempDir } from '../../support/temp.js';
 let m: TestMaster;
 let remote: string[];
 let dir: string;
+/** What the commands remember lives in a state dir of the test's own (never the real home). */
+let env: Record<string, string>;
+const proposeCli = (args: string[]) => runCli(propose, args, env);
 
 beforeAll(async () => {
   m = await startTestMaster({
     config: { policy: { scripts: [{ interpreter: '/usr/bin/python3', script_from_inputs: true }] } },
   });
   remote = ['--url', m.url, '--token', m.createToken('alice', ['submitter']), '--ca-file', m.caCertPath!];
+  env = { XDG_STATE_HOME: makeTempDir('state') };
   dir = makeTempDir('project');
   mkdirSync(join(dir, 'src'));
   mkdirSync(join(dir, 'build'));
@@ -43,7 +47,7 @@ afterAll(async () => {
 
 describe('propose --dir', () => {
   it('ships the project (gitignore-aware, no symlinks) and creates a confirmed proposal', async () => {
-    const r = await runCli(propose, [
+    const r = await proposeCli([
       '--dir',
       dir,
       '--entry',
@@ -67,7 +71,12 @@ describe('propose --dir', () => {
     }>();
     expect(r.code, r.stdout).toBe(0);
     expect(j).toMatchObject({ state: 'IN_REVIEW', files: 4, uploaded: 4 });
-    expect(j.left_out.map((l) => l.path)).toEqual(['evil.pth', 'src/__pycache__/model.cpython-311.pyc']);
+    // The symbolic link to /etc/passwd is left out and said so (issue 35 §6).
+    expect(j.left_out.map((l) => l.path)).toEqual([
+      'evil.pth',
+      'passwd',
+      'src/__pycache__/model.cpython-311.pyc',
+    ]);
     const spec = m.store.proposals.revision(m.store.proposals.get(j.proposal_id)!.current_revision_id)!.spec;
     expect(spec.runtime.argv).toEqual(['/usr/bin/python3', 'train.py', '--name', 'a b']);
     expect(spec.inputs!.map((i) => [i.path, i.executable ?? false])).toEqual([
@@ -80,19 +89,10 @@ describe('propose --dir', () => {
 
   it('revises with --proposal, uploading only what changed', async () => {
     const first = (
-      await runCli(propose, [
-        '--dir',
-        dir,
-        '--entry',
-        'python3 train.py',
-        '--notes',
-        'n',
-        '--json',
-        ...remote,
-      ])
+      await proposeCli(['--dir', dir, '--entry', 'python3 train.py', '--notes', 'n', '--json', ...remote])
     ).json<{ proposal_id: string }>();
     writeFileSync(join(dir, 'src/model.py'), 'X = 2\n');
-    const r = await runCli(propose, [
+    const r = await proposeCli([
       '--dir',
       dir,
       '--entry',
@@ -106,7 +106,7 @@ describe('propose --dir', () => {
   });
 
   it('says how many implicit-code files it left out and why, even when --include names them', async () => {
-    const r = await runCli(propose, [
+    const r = await proposeCli([
       '--dir',
       dir,
       '--entry',
@@ -123,7 +123,7 @@ describe('propose --dir', () => {
   });
 
   it('says what is missing', async () => {
-    const r = await runCli(propose, ['--dir', dir, ...remote]);
+    const r = await proposeCli(['--dir', dir, ...remote]);
     expect(r.code).toBe(2);
     expect(r.stderr).toContain('--dir and --entry are required');
   });
@@ -136,6 +136,6 @@ describe('propose helpers', () => {
     expect(globToRegExp('/top.py').test('src/top.py')).toBe(false);
     expect(globToRegExp('src/**/*.py').test('src/a/b/c.py')).toBe(true);
     expect(globToRegExp('src/**/*.py').test('src/c.py')).toBe(true);
-    expect(collectInputs(dir, ['src/**']).files.map((f) => f.path)).toEqual(['src/model.py']);
+    expect(collectInputs(dir, { includes: ['src/**'] }).files.map((f) => f.path)).toEqual(['src/model.py']);
   });
 });

@@ -1,15 +1,12 @@
 import { createHash } from 'node:crypto';
-import { existsSync, mkdirSync, readdirSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, renameSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { MasterClient } from '../../../src/cli/master-client.js';
 import { decisionLine } from '../../../src/cli/run.js';
-import {
-  collectRunFiles,
-  rememberedProposal,
-  rememberProposal,
-  taskArgv,
-} from '../../../src/cli/run-submit.js';
+import { collectRunFiles, taskArgv } from '../../../src/cli/run-submit.js';
+import { shipNotice } from '../../../src/cli/ship-listing.js';
+import { memoryFile, memoryRoot, readDirMemory, rememberRun } from '../../../src/cli/ship-memory.js';
 import { LogReader, RUN_EXIT, signalExitCode, taskExitCode } from '../../../src/cli/task-follow.js';
 import { downloadOutputs, outputTarget } from '../../../src/cli/task-outputs.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
@@ -112,28 +109,73 @@ describe('what run ships and remembers', () => {
     writeFileSync(join(dir, '.git', 'HEAD'), '');
     writeFileSync(join(dir, 'gpu-broker-outputs', 'task_1', 'm.json'), '{}');
     writeFileSync(join(dir, 'src', 'train.py'), 'print(1)\n');
-    expect(collectRunFiles(dir, []).files.map((f) => f.path)).toEqual(['src/train.py']);
+    expect(collectRunFiles(dir, {}).files.map((f) => f.path)).toEqual(['src/train.py']);
   });
 
   it('refuses a --dir that is not a directory as bad input', () => {
-    expect(() => collectRunFiles('/nonexistent/x', [])).toThrow(/is not a directory/);
+    expect(() => collectRunFiles('/nonexistent/x', {})).toThrow(/is not a directory/);
     try {
-      collectRunFiles('/nonexistent/x', []);
+      collectRunFiles('/nonexistent/x', {});
     } catch (err) {
       expect(err).toMatchObject({ code: 'INVALID_INPUT' });
     }
   });
 
-  it('remembers one proposal per master URL and survives a damaged memory file', () => {
+  it('remembers one proposal per master URL, per user, outside DIR, and survives a damaged memory', () => {
+    const env = { XDG_STATE_HOME: makeTempDir('state') };
     const dir = makeTempDir('memory');
-    rememberProposal(dir, 'https://a:1', 'prop_a');
-    rememberProposal(dir, 'https://b:2', 'prop_b');
-    expect(rememberedProposal(dir, 'https://a:1')).toBe('prop_a');
-    expect(rememberedProposal(dir, 'https://b:2')).toBe('prop_b');
-    writeFileSync(join(dir, '.gpu-broker', 'run.json'), '{not json');
-    expect(rememberedProposal(dir, 'https://a:1')).toBeUndefined();
-    rememberProposal(dir, 'https://a:1', 'prop_c');
-    expect(rememberedProposal(dir, 'https://a:1')).toBe('prop_c');
+    rememberRun(env, dir, { shipped: ['a.py'], url: 'https://a:1', proposalId: 'prop_a' });
+    rememberRun(env, dir, { shipped: ['a.py'], url: 'https://b:2', proposalId: 'prop_b' });
+    expect(readDirMemory(env, dir)).toEqual({
+      proposals: { 'https://a:1': 'prop_a', 'https://b:2': 'prop_b' },
+      shipped: ['a.py'],
+    });
+    expect(readdirSync(dir)).toEqual([]);
+    expect(memoryFile(env, dir).startsWith(memoryRoot(env))).toBe(true);
+    expect(statSync(memoryFile(env, dir)).mode & 0o077).toBe(0);
+    writeFileSync(memoryFile(env, dir), '{not json');
+    expect(readDirMemory(env, dir)).toBeUndefined();
+    rememberRun(env, dir, { shipped: [], url: 'https://a:1', proposalId: 'prop_c' });
+    expect(readDirMemory(env, dir)?.proposals).toEqual({ 'https://a:1': 'prop_c' });
+  });
+
+  it('never reads a .gpu-broker/run.json that came with the repository (issue 35 §6)', () => {
+    const env = { XDG_STATE_HOME: makeTempDir('state') };
+    const dir = makeTempDir('planted');
+    mkdirSync(join(dir, '.gpu-broker'));
+    // As an attacker would commit it: a proposal to revise or withdraw, and "seen" marks.
+    writeFileSync(
+      join(dir, '.gpu-broker', 'run.json'),
+      JSON.stringify({ version: 2, proposals: { 'https://a:1': 'prop_victim' }, shipped: ['train.py'] }),
+    );
+    writeFileSync(join(dir, 'train.py'), '');
+    expect(readDirMemory(env, dir)).toBeUndefined();
+    const notice = shipNotice(dir, collectRunFiles(dir, {}), readDirMemory(env, dir));
+    expect(notice[0]).toContain('first run from this directory');
+    expect(notice.join('\n')).toContain('train.py');
+  });
+
+  it('treats a directory re-created at the same path (another inode) as a first run', () => {
+    const env = { XDG_STATE_HOME: makeTempDir('state') };
+    const parent = makeTempDir('recreated');
+    const dir = join(parent, 'proj');
+    mkdirSync(dir);
+    rememberRun(env, dir, { shipped: ['train.py'], url: 'https://a:1', proposalId: 'prop_a' });
+    expect(readDirMemory(env, dir)).toBeDefined();
+    renameSync(dir, join(parent, 'old'));
+    mkdirSync(dir);
+    expect(readDirMemory(env, dir)).toBeUndefined();
+  });
+
+  it('names the files not shipped before on a later run, escaped', () => {
+    const dir = makeTempDir('later');
+    writeFileSync(join(dir, 'train.py'), '');
+    writeFileSync(join(dir, 'new\x1b[2J.py'), '');
+    const c = collectRunFiles(dir, {});
+    expect(shipNotice(dir, c, { proposals: {}, shipped: ['train.py'] })).toEqual([
+      '1 file(s) not shipped before: new\\x1b[2J.py',
+    ]);
+    expect(shipNotice(dir, c, { proposals: {}, shipped: ['train.py', 'new\x1b[2J.py'] })).toEqual([]);
   });
 });
 
