@@ -1,4 +1,5 @@
-import type { GrantScope } from '../contracts/standing-grant.js';
+import { currentScope, type GrantScope } from '../contracts/standing-grant.js';
+import { extraArgsReach } from '../domain/standing-grant.js';
 import { escapeField, table } from './output.js';
 
 /**
@@ -16,6 +17,8 @@ export interface GrantShow {
     decided_by: string | null;
     base_revision_id: string;
     scope: GrantScope;
+    /** What arguments past the prefix reach, in words (absent from an older master's answer). */
+    extra_args_reach?: string;
     reason: string;
     decision_comment: string | null;
     budget: {
@@ -41,17 +44,20 @@ export interface GrantShow {
   }>;
 }
 
-/** The scope's clauses as [name, words]. */
-export function scopeClauses(scope: GrantScope): Array<[string, string]> {
+/**
+ * The scope's clauses as [name, words]. `reach` is the master's `extra_args_reach`; an older master's
+ * answer lacks it, and then it is worded here from the scope (a boolean `extra_args` read as stored
+ * grants are: true as "script").
+ */
+export function scopeClauses(scope: GrantScope, reach?: string): Array<[string, string]> {
   const env = scope.env.map((e) =>
     e.values === undefined ? e.name : `${e.name} ∈ {${e.values.join(', ')}}`,
   );
   const l = scope.limits;
+  const current = currentScope(scope);
   return [
-    [
-      'runs',
-      `${scope.argv_prefix.join(' ')}${scope.extra_args ? ' … (any arguments after these)' : ' (exactly)'}`,
-    ],
+    ['runs', `${scope.argv_prefix.join(' ')}${current.extra_args === 'none' ? ' (exactly)' : ' …'}`],
+    ['extra arguments', reach ?? extraArgsReach(current)],
     ['may change', scope.mutable_inputs.length === 0 ? 'no input' : scope.mutable_inputs.join(', ')],
     ['everything else', 'byte-equal to the base revision'],
     [
@@ -85,7 +91,7 @@ export function formatGrantShow(out: GrantShow): string {
     `budget: runs ${b.runs_used}/${b.max_runs}, card-hours ${b.card_hours_charged} charged + ${b.card_hours_reserved} reserved of ${b.max_card_hours}, running ${b.running}/${b.concurrency}, failures in a row ${b.consecutive_failures}/${b.breaker_k}`,
     '',
     'lets run without a review:',
-    ...scopeClauses(g.scope).map(([k, v]) => `  ${k.padEnd(20)} ${escapeField(v)}`),
+    ...scopeClauses(g.scope, g.extra_args_reach).map(([k, v]) => `  ${k.padEnd(20)} ${escapeField(v)}`),
     '',
     `reason (written by the requester): ${escapeField(g.reason)}`,
     ...(g.decision_comment === null ? [] : [`decision comment: ${escapeField(g.decision_comment)}`]),

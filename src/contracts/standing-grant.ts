@@ -43,6 +43,19 @@ export const GrantEnvRuleSchema = z.strictObject({
     .describe('The only values it may take; omit to allow any value.'),
 });
 
+/**
+ * What arguments past `argv_prefix` may reach (issue 35 item 4):
+ * - `none`: argv is fixed, exactly the prefix;
+ * - `script`: more arguments, only where they reach a reviewed script: the prefix is
+ *   `[interpreter, script, …]` with an interpreter the policy runs scripts from the inputs with
+ *   (`scripts: [{interpreter, script_from_inputs: true}]`) and `script` one of the run's inputs;
+ * - `any_unsafe`: more arguments whatever argv[0] is: `make train --eval=…`, `torchrun --no-python …`,
+ *   `uv run …` run any command. Only when the grantor widens it on purpose; every view says WIDENED.
+ */
+export const EXTRA_ARGS = ['none', 'script', 'any_unsafe'] as const;
+/** What arguments past the prefix may reach. */
+export type ExtraArgs = (typeof EXTRA_ARGS)[number];
+
 /** The scope. */
 export const GrantScopeSchema = z.strictObject({
   argv_prefix: z
@@ -53,8 +66,10 @@ export const GrantScopeSchema = z.strictObject({
       'The first argv tokens, exact: the executable or interpreter and the script path, e.g. ["/usr/bin/python3", "train.py"]. No option tokens ("-c", "-m", …) after the first.',
     ),
   extra_args: z
-    .boolean()
-    .describe('Whether argv may continue past the prefix (arguments to the script); needs a prefix of 2+.'),
+    .enum(EXTRA_ARGS)
+    .describe(
+      'Arguments past the prefix: "none" (argv fixed), "script" (only where argv[1] is an input the policy runs as a script: they go to that reviewed script), or "any_unsafe" (they reach argv[0] whatever it is: for make, uv run, torchrun, … that can run any command). Default: "script" when the base runs a script from its inputs, else "none".',
+    ),
   mutable_inputs: z
     .array(InputGlobSchema)
     .max(64)
@@ -87,6 +102,23 @@ export const GrantScopeSchema = z.strictObject({
 });
 /** A grant's scope. */
 export type GrantScope = z.infer<typeof GrantScopeSchema>;
+
+/**
+ * A scope as stored, made current. Grants written before issue 35 stored `extra_args` as a boolean:
+ * `true` reads as `script` (arguments only where they reach a reviewed script, which narrows such a
+ * grant: `make train` with `true` now covers exactly `make train`), `false` as `none`. The row itself is
+ * immutable (a trigger), so the reading is done here, once, by the repository's mapper.
+ */
+export function currentScope(stored: Omit<GrantScope, 'extra_args'> & { extra_args: unknown }): GrantScope {
+  const x = stored.extra_args;
+  const extra_args: ExtraArgs =
+    x === true
+      ? 'script'
+      : typeof x === 'string' && (EXTRA_ARGS as readonly string[]).includes(x)
+        ? (x as ExtraArgs)
+        : 'none';
+  return { ...stored, extra_args };
+}
 
 /** What a coverage question answers (confirm_revision's `grant` and explain_grant). */
 export const CoverageViewSchema = z.object({

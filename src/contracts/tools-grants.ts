@@ -28,6 +28,11 @@ export const GrantViewSchema = z.object({
   base_revision_id: z.string(),
   supersedes: z.string().nullable(),
   scope: GrantScopeSchema,
+  /**
+   * What arguments past argv_prefix reach, in words: "none: argv is fixed", "extra arguments go to the
+   * reviewed script train.py", or "WIDENED: extra arguments reach `make`, which can run any command".
+   */
+  extra_args_reach: z.string(),
   /** Written by the requester: untrusted text. */
   reason: z.string(),
   decision_comment: z.string().nullable(),
@@ -52,7 +57,7 @@ export const requestGrantTool = defineTool({
   name: 'request_grant',
   title: 'Request a standing grant',
   description:
-    'Drafts a standing grant from one of your revisions that a reviewer approved (its base): later revisions inside the scope run without a new review, within max_runs, max_card_hours, concurrency and the expiry. Omitted scope fields are drafted from the base (its argv[0..1], cards, time limit, limits, image). The grant is REQUESTED until a reviewer other than you decides it with decide_grant. A reviewer or operator may create one for the base revision’s owner. A grant is immutable: to change one, request a new one with `supersedes`.',
+    'Drafts a standing grant from one of your revisions that a person approved (its base; never one only a grant or an agent reviewer approved): later revisions inside the scope run without a new review, within max_runs, max_card_hours, concurrency and the expiry. Omitted scope fields are drafted from the base (its argv[0..1], cards, time limit, limits, image); extra_args is drafted "script" when argv[1] is an input the policy runs as a script, else "none" (make, uv run, torchrun, python -m and any launcher get a fixed argv unless you ask for "any_unsafe"). The grant is REQUESTED until a reviewer other than you decides it with decide_grant. A reviewer or operator may create one for the base revision’s owner. A grant is immutable: to change one, request a new one with `supersedes`.',
   roles: ['submitter', 'reviewer', 'operator'],
   mutating: true,
   annotations: MUTATING,
@@ -94,7 +99,7 @@ export const decideGrantTool = defineTool({
   name: 'decide_grant',
   title: 'Approve or reject a standing grant',
   description:
-    'Decides one exact REQUESTED grant. Never its grantee (SELF_GRANT_FORBIDDEN) and never its requester. Read it first with get_grant: the scope is what later revisions may change without review.',
+    'Decides one exact REQUESTED grant. Never its grantee and never its requester (SELF_GRANT_FORBIDDEN). Read it first with get_grant: the scope is what later revisions may change without review.',
   roles: ['reviewer', 'operator'],
   mutating: true,
   annotations: MUTATING,

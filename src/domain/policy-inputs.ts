@@ -1,6 +1,6 @@
 import type { Policy } from '../contracts/policy.js';
 import type { InputFile, TaskSpec } from '../contracts/task-spec.js';
-import { implicitCodeOf } from './implicit-code.js';
+import { implicitCodeIn } from './implicit-code.js';
 import type { Add, PolicyFacts } from './policy-types.js';
 import { MAX_INSPECT_FILE_BYTES, MAX_INSPECT_REVISION_BYTES } from './text-inspection.js';
 import { quoteUntrusted as q, quoteList } from './untrusted.js';
@@ -53,21 +53,25 @@ export function checkInputs(spec: TaskSpec, policy: Policy, facts: PolicyFacts, 
       );
     }
   }
-  checkImplicitCode(inputs, policy, add);
+  checkImplicitCode(spec, policy, add);
   checkText(inputs, facts, add);
 }
 
-/** Inputs an interpreter loads on its own: an error unless the policy allows them, then a warning. */
-function checkImplicitCode(inputs: readonly InputFile[], policy: Policy, add: Add): void {
-  for (const [n, input] of inputs.entries()) {
-    const entry = implicitCodeOf(input.path);
-    if (entry === undefined) continue;
+/**
+ * Inputs an interpreter loads on its own (src/domain/implicit-code.ts, one table of path rows and rows over
+ * the whole input set): an error unless the policy allows them, then a warning.
+ */
+function checkImplicitCode(spec: TaskSpec, policy: Policy, add: Add): void {
+  const inputs = spec.inputs ?? [];
+  const paths = inputs.map((i) => i.path);
+  for (const { index: n, entry, detail } of implicitCodeIn(paths, spec.runtime.argv)) {
+    const what = `the input ${q(paths[n]!)} is code that ${entry.family} loads on its own (${entry.why})${detail ? `: ${detail}` : ''}`;
     if (policy.allow_implicit_code)
       add(
         'warning',
         'IMPLICIT_CODE_ALLOWED',
         `inputs[${n}].path`,
-        `the input ${q(input.path)} is code that ${entry.family} loads on its own (${entry.why}); the policy allows it`,
+        `${what}; the policy allows it`,
         'Reviewer: this file runs without the script naming it; read it (get_input) or ask for it to be removed.',
       );
     else
@@ -75,8 +79,10 @@ function checkImplicitCode(inputs: readonly InputFile[], policy: Policy, add: Ad
         'error',
         'IMPLICIT_CODE',
         `inputs[${n}].path`,
-        `the input ${q(input.path)} is code that ${entry.family} loads on its own (${entry.why})`,
-        'Remove it from the inputs (gpu-broker propose --dir leaves such files out); an operator who needs them sets policy.allow_implicit_code to true.',
+        what,
+        entry.scope === 'path'
+          ? 'Remove it from the inputs (gpu-broker propose --dir leaves such files out); an operator who needs them sets policy.allow_implicit_code to true.'
+          : 'Rename or remove one of the inputs so that each name is what runs (a package needs its __init__.py for its modules to be submodules); an operator who needs them sets policy.allow_implicit_code to true.',
       );
   }
 }

@@ -3,7 +3,8 @@ import type { InputFile, TaskSpec } from '../contracts/task-spec.js';
 import { envControlOf } from './env-control.js';
 import { anyGlobMatches } from './grant-glob.js';
 import type { Finding } from './policy-types.js';
-import { argvPrefixProblem, reservationOf, type StandingGrant } from './standing-grant.js';
+import { argvPrefixProblem, prefixScript, reservationOf, type StandingGrant } from './standing-grant.js';
+import { unnamedChange } from './standing-grant-fields.js';
 
 /**
  * Whether a standing grant covers a revision (issue 23 §1): a TABLE of named clauses evaluated in
@@ -11,9 +12,10 @@ import { argvPrefixProblem, reservationOf, type StandingGrant } from './standing
  * hold their messages are the receipt. Pure; the broker gathers the facts and applies the decision in
  * one transaction (src/broker/tools/grant-approval.ts).
  *
- * Fail-closed by construction: a field of the spec the table does not name must be equal to the base
- * revision's (title, objective, success_criteria, notes and outputs excepted: they are what an agent
- * edits between runs and change nothing that runs).
+ * Fail-closed by construction: every spec field is mapped to the clause that compares it or to free
+ * text (title, objective, success_criteria, notes, outputs: what an agent edits between runs) in
+ * ./standing-grant-fields.ts, a test fails on a spec field the map lacks, and the `unchanged` clause
+ * refuses a change to any field the map does not name.
  */
 
 /** The facts one coverage question needs. */
@@ -25,6 +27,8 @@ export interface CoverageInput {
   spec: TaskSpec;
   findings: readonly Finding[];
   limits: ResolvedLimits;
+  /** The interpreters the policy runs a script from the inputs with (extra_args "script" needs one). */
+  script_interpreters: readonly string[];
   now: number;
 }
 
@@ -69,7 +73,7 @@ export const COVERAGE_CLAUSES: ReadonlyArray<{ clause: string; check: Check }> =
   { clause: 'argv', check: checkArgv },
   { clause: 'inputs', check: checkInputs },
   { clause: 'env', check: checkEnv },
-  { clause: 'cards', check: ({ grant, spec }) => cmp('cards', spec.cards.count, grant.scope.max_cards) },
+  { clause: 'cards', check: checkCards },
   {
     clause: 'time_limit',
     check: ({ grant, spec }) =>
@@ -81,6 +85,15 @@ export const COVERAGE_CLAUSES: ReadonlyArray<{ clause: string; check: Check }> =
   {
     clause: 'priority',
     check: ({ grant, spec }) => cmp('priority', spec.priority ?? 0, grant.scope.max_priority),
+  },
+  {
+    clause: 'unchanged',
+    check: ({ base, spec }) => {
+      const path = unnamedChange(base.spec, spec);
+      return path === null
+        ? pass('every other field as in the base revision')
+        : fail(`${path} differs from the base revision's (no clause compares it, so it may not change)`);
+    },
   },
   {
     clause: 'runs',
@@ -139,7 +152,12 @@ function checkRuntime({ grant, base, spec }: CoverageInput) {
     : fail(`image ${rt.image} is not the grant's ${grant.scope.image}`);
 }
 
-function checkArgv({ grant, spec }: CoverageInput) {
+/**
+ * argv starts with the prefix, token by token; arguments past it only as `extra_args` says: `none`
+ * never, `script` only when the prefix runs an input as a script under a policy interpreter (they go to
+ * that reviewed script, not to a launcher such as `make`), `any_unsafe` always (widened on purpose).
+ */
+function checkArgv({ grant, spec, script_interpreters }: CoverageInput) {
   const { argv_prefix: prefix, extra_args } = grant.scope;
   const problem = argvPrefixProblem(prefix, extra_args);
   if (problem) return fail(problem);
@@ -147,9 +165,38 @@ function checkArgv({ grant, spec }: CoverageInput) {
   for (let i = 0; i < prefix.length; i++)
     if (argv[i] !== prefix[i])
       return fail(`argv[${i}] ${JSON.stringify(argv[i] ?? null)} is not ${JSON.stringify(prefix[i])}`);
-  if (argv.length > prefix.length && !extra_args)
-    return fail(`argv has ${argv.length - prefix.length} argument(s) past the prefix; the grant allows none`);
-  return pass(`argv starts with ${JSON.stringify(prefix)}`);
+  const extra = argv.length - prefix.length;
+  if (extra === 0) return pass(`argv is ${JSON.stringify(prefix)}`);
+  if (extra_args === 'none')
+    return fail(`argv has ${extra} argument(s) past the prefix; the grant fixes argv (extra_args "none")`);
+  if (extra_args === 'script') {
+    const script = prefixScript(prefix, spec, script_interpreters);
+    if (script === undefined)
+      return fail(
+        `argv has ${extra} argument(s) past the prefix, and ${JSON.stringify(prefix[1])} is not an input the policy runs as a script under ${prefix[0]}: they would reach ${prefix[0]} itself`,
+      );
+    return pass(
+      `argv starts with ${JSON.stringify(prefix)}; ${extra} argument(s) go to the script ${script}`,
+    );
+  }
+  return pass(
+    `argv starts with ${JSON.stringify(prefix)}; ${extra} argument(s) reach ${prefix[0]} (WIDENED)`,
+  );
+}
+
+/** Cards: at most the grant's count, and the same card model and memory floor as the base revision. */
+function checkCards({ grant, base, spec }: CoverageInput) {
+  const was = base.spec.cards;
+  const is = spec.cards;
+  if (is.model !== was.model)
+    return fail(
+      `cards.model ${JSON.stringify(is.model ?? null)} differs from the base revision's ${JSON.stringify(was.model ?? null)}`,
+    );
+  if (is.min_memory_mib !== was.min_memory_mib)
+    return fail(
+      `cards.min_memory_mib ${is.min_memory_mib ?? 'unset'} differs from the base revision's ${was.min_memory_mib ?? 'unset'}`,
+    );
+  return cmp('cards', is.count, grant.scope.max_cards);
 }
 
 const sameFile = (a: InputFile, b: InputFile) =>

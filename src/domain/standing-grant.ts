@@ -1,4 +1,5 @@
-import type { GrantScope } from '../contracts/standing-grant.js';
+import type { ExtraArgs, GrantScope } from '../contracts/standing-grant.js';
+import type { TaskSpec } from '../contracts/task-spec.js';
 import { envControlOf } from './env-control.js';
 import { applyTransition, type TransitionResult, type TransitionTable } from './state-machine.js';
 
@@ -114,25 +115,76 @@ export function isWrapperExecutable(exe: string): boolean {
 /**
  * Why an argv prefix pins nothing, or null when it is a real pin: a wrapper first; an option token after
  * the first (`-c`, `-m`, `-e`, `--eval`: code in argv instead of a reviewed file); extra arguments after a
- * bare executable (the first of them could be such an option).
+ * bare executable (the first of them could be such an option), whatever `extraArgs` widens.
  */
-export function argvPrefixProblem(prefix: readonly string[], extraArgs: boolean): string | null {
+export function argvPrefixProblem(prefix: readonly string[], extraArgs: ExtraArgs): string | null {
   const [exe] = prefix;
   if (exe === undefined) return 'argv_prefix is empty';
   if (isWrapperExecutable(exe)) return `argv[0] ${exe} runs another program; grants never cover it`;
   const option = prefix.findIndex((t, i) => i > 0 && t.startsWith('-'));
   if (option !== -1)
     return `argv[${option}] ${prefix[option]} is an option (inline code such as sh -c or python3 -c is never coverable)`;
-  if (extraArgs && prefix.length < 2)
+  if (extraArgs !== 'none' && prefix.length < 2)
     return 'extra_args needs a prefix of at least 2 tokens (executable and script): after a bare executable any option could follow';
   return null;
 }
 
-/** Every reason a scope is refused at request time (empty: acceptable). Pure. */
-export function scopeProblems(scope: GrantScope): string[] {
+/**
+ * The input a prefix runs as its script, or undefined: `[interpreter, script, …]` where `interpreter`
+ * is one the policy runs scripts from the inputs with (`interpreters`), `script` does not start with `-`
+ * and names (`./` allowed) an input of `spec`, which runs as a process (src/domain/run-argv.ts
+ * `scriptInput` is the same rule for the spec's own argv). Only then do arguments past the prefix reach
+ * a file a reviewer read rather than a launcher (`make`, `uv run`, `torchrun`, `python -m`, …).
+ */
+export function prefixScript(
+  prefix: readonly string[],
+  spec: TaskSpec,
+  interpreters: readonly string[],
+): string | undefined {
+  const [exe, script] = prefix;
+  if (spec.runtime.kind !== 'process' || exe === undefined || script === undefined) return undefined;
+  if (script.startsWith('-') || !interpreters.includes(exe)) return undefined;
+  const path = script.replace(/^\.\//, '');
+  return (spec.inputs ?? []).some((i) => i.path === path) ? path : undefined;
+}
+
+/**
+ * What arguments past the prefix reach, in the words `grant show` and the dashboard print (issue 35
+ * item 4); the master computes it once (get_grant's `extra_args_reach`).
+ */
+export function extraArgsReach(scope: Pick<GrantScope, 'argv_prefix' | 'extra_args'>): string {
+  const [exe = '?', script = '?'] = scope.argv_prefix;
+  switch (scope.extra_args) {
+    case 'none':
+      return 'none: argv is fixed';
+    case 'script':
+      return `extra arguments go to the reviewed script ${script}`;
+    case 'any_unsafe':
+      return `WIDENED: extra arguments reach \`${baseName(exe)}\`, which can run any command`;
+  }
+}
+
+/**
+ * Every reason a scope is refused at request time (empty: acceptable). `base` and `interpreters` (the
+ * policy's script-from-inputs interpreters) check that `extra_args: "script"` really reaches a script.
+ * Pure.
+ */
+export function scopeProblems(
+  scope: GrantScope,
+  base?: { spec: TaskSpec; interpreters: readonly string[] },
+): string[] {
   const problems: string[] = [];
   const argv = argvPrefixProblem(scope.argv_prefix, scope.extra_args);
   if (argv) problems.push(argv);
+  if (
+    !argv &&
+    base &&
+    scope.extra_args === 'script' &&
+    !prefixScript(scope.argv_prefix, base.spec, base.interpreters)
+  )
+    problems.push(
+      `extra_args "script": argv[1] ${JSON.stringify(scope.argv_prefix[1] ?? null)} is not an input the policy runs as a script under ${scope.argv_prefix[0]}, so extra arguments would reach ${baseName(scope.argv_prefix[0] ?? '?')} itself; use "none" (a fixed argv), or "any_unsafe" to widen it on purpose`,
+    );
   for (const rule of scope.env) {
     const control = envControlOf(rule.name);
     if (control)

@@ -1,4 +1,4 @@
-import type { GrantScope } from '../contracts/standing-grant.js';
+import { currentScope } from '../contracts/standing-grant.js';
 import type { GrantState, StandingGrant } from '../domain/standing-grant.js';
 import type { Db } from './db.js';
 
@@ -41,7 +41,7 @@ interface GrantRow extends Omit<GrantRecord, 'scope' | 'alerted'> {
 
 const toGrant = (r: GrantRow): GrantRecord => ({
   ...r,
-  scope: JSON.parse(r.scope) as GrantScope,
+  scope: currentScope(JSON.parse(r.scope) as Parameters<typeof currentScope>[0]),
   alerted: JSON.parse(r.alerted) as string[],
 });
 

@@ -414,6 +414,8 @@ describe('dashboard', () => {
     await detail.locator('summary', { hasText: 'Scope and reason' }).click();
     const scope = (await detail.locator('.grant-scope').textContent()) ?? '';
     expect(scope).toContain('/bin/sh run.py');
+    // No policy rule runs /bin/sh scripts from the inputs here: argv is fixed, and the pane says so.
+    expect(scope).toContain('none: argv is fixed');
     expect(scope).toContain('*.py');
     expect(scope).toContain('byte-equal to the base revision');
     expect(await detail.locator('.untrusted').textContent()).toBe('iterate on the script');

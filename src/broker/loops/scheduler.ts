@@ -17,6 +17,7 @@ import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
+import { cancelIfGrantLapsed } from '../grant-fence.js';
 import { moveTask } from '../machines/task.js';
 import type { TaskObserver, TaskPlacement, WorkerLink } from '../ports.js';
 import { CARDS_TOPIC, QUEUE_TOPIC } from '../topics.js';
@@ -228,6 +229,12 @@ export class Scheduler implements TaskObserver {
     const { store, config } = this.deps;
     const task = store.tasks.get(taskId);
     if (task?.state !== 'QUEUED' || task.desired !== 'run') return;
+    // A run a standing grant approved starts only while that grant is ACTIVE and unexpired: checked in
+    // this transaction, so a revoke cannot land between the check and the lease (issue 35 item 4).
+    if (cancelIfGrantLapsed(this.deps, task, 'scheduler')) {
+      store.afterCommit(() => this.requestPass());
+      return;
+    }
     const grant = this.recordGrant(taskId, workerId, this.sampledCards(workerId, indexes));
     moveTask(
       this.deps,

@@ -1,4 +1,5 @@
 import { BrokerError } from '../../contracts/errors.js';
+import { inputInterpreters } from '../../contracts/policy.js';
 import type { TaskSpec } from '../../contracts/task-spec.js';
 import type { Finding } from '../../domain/policy-types.js';
 import { reservationOf } from '../../domain/standing-grant.js';
@@ -52,6 +53,7 @@ export function grantCoverage(
     spec: candidate.spec,
     findings: candidate.findings,
     limits: resolveLimits(candidate.spec, deps.config.policy),
+    script_interpreters: inputInterpreters(deps.config.policy.scripts),
     now: deps.clock.now(),
   });
 }
@@ -232,8 +234,18 @@ function explainCandidate(
       'e.g. {"revision_id": "rev_…"}',
     );
   if (q.spec) return { spec: q.spec, findings: findingsFor(deps, principal.id, q.spec), owner: principal.id };
-  const r = deps.store.proposals.revision(q.revision_id!);
-  if (!r) throw new BrokerError('NOT_FOUND', `no revision ${q.revision_id}`, 'get_proposal lists yours.');
-  const p = loadVisibleProposal(deps, principal, r.proposal_id);
+  const id = q.revision_id as string;
+  // A revision the caller may not see answers exactly as one that does not exist (issue 35 item 8):
+  // same code, same message, same hint, and never its proposal's id.
+  const notFound = () => new BrokerError('NOT_FOUND', `no revision ${id}`, 'get_proposal lists yours.');
+  const r = deps.store.proposals.revision(id);
+  if (!r) throw notFound();
+  let p: ProposalRecord;
+  try {
+    p = loadVisibleProposal(deps, principal, r.proposal_id);
+  } catch (err) {
+    if (err instanceof BrokerError && err.code === 'NOT_FOUND') throw notFound();
+    throw err;
+  }
   return { spec: r.spec, findings: r.findings, owner: p.owner_id };
 }

@@ -1,18 +1,27 @@
 import { BrokerError } from '../../contracts/errors.js';
+import { inputInterpreters } from '../../contracts/policy.js';
 import type { GrantScope } from '../../contracts/standing-grant.js';
 import type { TaskSpec } from '../../contracts/task-spec.js';
-import { type GrantState, isTerminalGrant, scopeProblems } from '../../domain/standing-grant.js';
+import {
+  extraArgsReach,
+  type GrantState,
+  isTerminalGrant,
+  prefixScript,
+  scopeProblems,
+} from '../../domain/standing-grant.js';
 import { isTerminalTask } from '../../domain/task.js';
 import { resolveLimits } from '../../domain/task-limits.js';
 import type { GrantRecord } from '../../store/grants-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { cancelQueuedRunsOf } from '../grant-fence.js';
 import { moveGrant } from '../machines/standing-grant.js';
 import { canReadAll } from '../principals.js';
 import { GRANTS_TOPIC, grantTopic } from '../topics.js';
 import { cancelTaskAs } from './cluster.js';
 import { fetchPage } from './paging.js';
+import { decisionKindOfReview } from './revision-diff.js';
 import { iso, principalName } from './views.js';
 
 /**
@@ -38,13 +47,19 @@ export type ScopeDraft = { [K in keyof GrantScope]?: GrantScope[K] | undefined }
 
 const isReviewer = (p: Principal) => p.roles.includes('reviewer') || p.roles.includes('operator');
 
-/** The scope drafted from the base revision, with the request's fields over it. */
+/**
+ * The scope drafted from the base revision, with the request's fields over it. Arguments past the
+ * drafted `[argv0, argv1]` are allowed (`script`) only when argv[1] is an input the policy runs as a
+ * script; otherwise (`make train`, `uv run …`, `torchrun …`, any launcher) argv is fixed (`none`) unless
+ * the request widens it on purpose (`any_unsafe`).
+ */
 export function draftScope(deps: BrokerDeps, base: TaskSpec, over: ScopeDraft = {}): GrantScope {
   const rt = base.runtime;
-  const prefix = rt.argv.slice(0, Math.min(2, rt.argv.length));
+  const prefix = over.argv_prefix ?? rt.argv.slice(0, Math.min(2, rt.argv.length));
+  const script = prefixScript(prefix, base, inputInterpreters(deps.config.policy.scripts));
   return {
     argv_prefix: prefix,
-    extra_args: prefix.length >= 2,
+    extra_args: script === undefined ? 'none' : 'script',
     mutable_inputs: [],
     max_cards: base.cards.count,
     max_time_limit_seconds: base.time_limit_seconds,
@@ -57,7 +72,11 @@ export function draftScope(deps: BrokerDeps, base: TaskSpec, over: ScopeDraft = 
   };
 }
 
-/** The base revision: one that ran (a reviewer approved it), visible to the principal. */
+/**
+ * The base revision: one that ran, approved by a PERSON (issue 35 item 4: a revision only a grant or an
+ * agent reviewer approved was read by no person, so nothing a grant compares with it was reviewed),
+ * visible to the principal.
+ */
 function baseRevision(
   deps: BrokerDeps,
   principal: Principal,
@@ -73,6 +92,17 @@ function baseRevision(
       `revision ${id} never ran`,
       'A grant is based on a revision a reviewer approved: get one approved first, then request the grant from it.',
     );
+  const approval = deps.store.proposals.reviews(p.id).find((v) => v.revision_id === r.id);
+  const who = approval ? decisionKindOfReview(deps, approval) : null;
+  if (who?.kind !== 'person')
+    throw new BrokerError(
+      'INVALID_STATE',
+      who?.kind === 'grant'
+        ? `revision ${id} was approved by ${who.decided_by}, no person read it`
+        : `revision ${id} was approved by ${who?.decided_by ?? 'nobody'} (an agent reviewer), no person read it`,
+      'A grant’s base must be a revision a person approved: base it on the person-approved revision this one descends from, or get this one reviewed by a person.',
+      { approved_by: who?.decided_by ?? null, kind: who?.kind ?? null },
+    );
   if (p.owner_id !== principal.id && !isReviewer(principal))
     throw new BrokerError(
       'FORBIDDEN',
@@ -86,7 +116,10 @@ function baseRevision(
 export function requestGrant(deps: BrokerDeps, principal: Principal, q: GrantRequest) {
   const { r, owner } = baseRevision(deps, principal, q.base_revision_id);
   const scope = draftScope(deps, r.spec, q.scope);
-  const problems = scopeProblems(scope);
+  const problems = scopeProblems(scope, {
+    spec: r.spec,
+    interpreters: inputInterpreters(deps.config.policy.scripts),
+  });
   if ((r.spec.network ?? 'none') !== 'none')
     problems.push('the base revision uses the network; grants cover network none only');
   if (problems.length)
@@ -172,6 +205,14 @@ export function decideGrant(
       'you are the grantee of this grant and may not decide it',
       'Ask another reviewer; a grant is a review decision and needs an independent one.',
     );
+  // Nor its requester (issue 35 item 4): a reviewer who drafted a scope for someone else would otherwise
+  // approve her own draft. The database refuses it too (migration 015).
+  if (g.created_by === principal.id)
+    throw new BrokerError(
+      'SELF_GRANT_FORBIDDEN',
+      'you requested this grant and may not decide it',
+      'Ask another reviewer; the one who drafts a grant never decides it.',
+    );
   const now = deps.clock.now();
   if (q.decision === 'APPROVE' && g.expires_at <= now)
     throw new BrokerError(
@@ -216,7 +257,8 @@ export function revokeGrant(
       'Ask a reviewer.',
     );
   const next = moveGrant(deps, g, 'revoke', principal.name, {}, { comment: q.comment ?? null });
-  const cancelled: string[] = [];
+  // Runs it approved that have not started never will, cancel_running or not (issue 35 item 4).
+  const cancelled = cancelQueuedRunsOf(deps, next, `${principal.name} (revoked grant ${g.id})`);
   if (q.cancel_running)
     for (const run of deps.store.grants.openRuns(g.id)) {
       const t = deps.store.tasks.get(run.task_id);
@@ -258,6 +300,8 @@ export function grantView(deps: Pick<BrokerDeps, 'store'>, g: GrantRecord) {
     base_revision_id: g.base_revision_id,
     supersedes: g.supersedes,
     scope: g.scope,
+    /** What arguments past argv_prefix reach, in words (grant show and the dashboard print it). */
+    extra_args_reach: extraArgsReach(g.scope),
     reason: g.reason,
     decision_comment: g.decision_comment,
     budget: {

@@ -31,16 +31,17 @@ function budgetCell(used, max, unit = '') {
   return h('td', { class: ratio >= HIGH ? 'warn-text' : '' }, `${used}${unit} / ${max}${unit}`);
 }
 
-/** One line per clause of the scope, in words a reviewer reads before approving. */
-export function scopeLines(scope) {
+/**
+ * One line per clause of the scope, in words a reviewer reads before approving. `reach` is the master's
+ * `extra_args_reach`: where arguments past the prefix go ("WIDENED: …" when they reach a launcher).
+ */
+export function scopeLines(scope, reach) {
   const env = scope.env.map((e) =>
     e.values === undefined ? e.name : `${e.name} ∈ {${e.values.join(', ')}}`,
   );
   return [
-    [
-      'runs',
-      [scope.argv_prefix.join(' '), scope.extra_args ? ' … (any arguments after these)' : ' (exactly)'],
-    ],
+    ['runs', [scope.argv_prefix.join(' '), scope.extra_args === 'none' ? ' (exactly)' : ' …']],
+    ['extra arguments', reach ?? String(scope.extra_args)],
     ['may change', scope.mutable_inputs.length === 0 ? 'no input' : scope.mutable_inputs.join(', ')],
     ['everything else', 'byte-equal to the base revision'],
     [
@@ -62,7 +63,14 @@ function scopeView(g) {
   return h(
     'dl',
     { class: 'grant-scope small' },
-    scopeLines(g.scope).flatMap(([k, v]) => [h('dt', {}, k), h('dd', {}, visible(v))]),
+    scopeLines(g.scope, g.extra_args_reach).flatMap(([k, v]) => [
+      h('dt', {}, k),
+      h(
+        'dd',
+        { class: k === 'extra arguments' && String(v).startsWith('WIDENED') ? 'warn-text' : '' },
+        visible(v),
+      ),
+    ]),
     h('dt', {}, 'reason (written by the requester)'),
     h('dd', { class: 'untrusted' }, visible(g.reason, { lines: true })),
     g.decision_comment === null ? null : [h('dt', {}, 'decision'), h('dd', {}, visible(g.decision_comment))],

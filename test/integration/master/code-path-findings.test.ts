@@ -200,3 +200,50 @@ describe('a policy that allows them turns each error into a warning', () => {
     expect(fixed.confirmable).toBe(true);
   });
 });
+
+describe('compiled and shadowing code is code (issue 35 §2)', () => {
+  it('an extension module, a package, a standard-library name, a .pdbrc and a look-alike path: one IMPLICIT_CODE error each', async () => {
+    const elf = Buffer.from([0x7f, 0x45, 0x4c, 0x46, 2, 1, 1, 0]).toString('base64');
+    const files = [
+      { path: 'main.py', content: 'import helper, util, json\nbreakpoint()\nhelper.run()\n' },
+      { path: 'helper.py', content: 'def run():\n    print("reviewed")\n' },
+      { path: 'helper.cpython-311-x86_64-linux-gnu.so', content: elf, encoding: 'base64' },
+      { path: 'util.py', content: 'x = 1\n' },
+      { path: 'util/__init__.py', content: '__import__("os").system("id")\n' },
+      { path: 'json.py', content: '__import__("os").system("id")\n' },
+      { path: '.pdbrc', content: '!__import__("os").system("id")\ncontinue\n' },
+      { path: 'caf\u00e9.py', content: 'ok = 1\n' },
+      { path: 'cafe\u0301.py', content: '__import__("os").system("id")\n' },
+    ];
+    const { inputs } = expectOk(
+      await strict.callTool<Upload>(alice, 'upload_inputs', { files, idempotency_key: strict.key() }),
+    );
+    const r = expectOk(
+      await strict.callTool<RevisionResult>(alice, 'create_proposal', {
+        spec: spec(inputs, [PY, 'main.py']),
+        idempotency_key: strict.key(),
+      }),
+    );
+    expect(r.confirmable).toBe(false);
+    const errors = r.findings.filter((f) => f.severity === 'error');
+    expect(errors.every((f) => f.code === 'IMPLICIT_CODE')).toBe(true);
+    const byInput = Object.fromEntries(
+      errors.map((f) => [inputs[Number(/inputs\[(\d+)\]/.exec(f.path)?.[1])]!.path, f.message]),
+    );
+    expect(Object.keys(byInput).sort()).toEqual(
+      [
+        'helper.cpython-311-x86_64-linux-gnu.so',
+        'util/__init__.py',
+        'json.py',
+        '.pdbrc',
+        'caf\u00e9.py',
+        'cafe\u0301.py',
+      ].sort(),
+    );
+    expect(byInput['helper.cpython-311-x86_64-linux-gnu.so']).toContain('runs instead of "helper.py"');
+    expect(byInput['util/__init__.py']).toContain('runs instead of "util.py"');
+    expect(byInput['json.py']).toContain('standard library\'s "json"');
+    expect(byInput['.pdbrc']).toContain('breakpoint()');
+    expect(byInput['caf\u00e9.py']).toContain('shows like');
+  });
+});

@@ -21,7 +21,7 @@ function show(over: Partial<GrantShow['grant']> = {}, runs: GrantShow['runs'] = 
       base_revision_id: 'rev_1',
       scope: {
         argv_prefix: ['/usr/bin/python3', 'train.py'],
-        extra_args: true,
+        extra_args: 'script',
         mutable_inputs: ['train.py', 'src/**/*.py'],
         max_cards: 1,
         max_time_limit_seconds: 3600,
@@ -73,7 +73,8 @@ describe('grant show in words', () => {
         },
       ]),
     );
-    expect(text).toContain('runs                 /usr/bin/python3 train.py … (any arguments after these)');
+    expect(text).toContain('runs                 /usr/bin/python3 train.py …');
+    expect(text).toContain('extra arguments      extra arguments go to the reviewed script train.py');
     expect(text).toContain('may change           train.py, src/**/*.py');
     expect(text).toContain('everything else      byte-equal to the base revision');
     expect(text).toContain('env that may change  EPOCHS ∈ {1, 2}');
@@ -90,5 +91,26 @@ describe('grant show in words', () => {
       '  network              none (a grant never covers network)',
     ]);
     expect(text).toContain('runs: none yet');
+  });
+
+  it('says in words what extra arguments reach: fixed, the reviewed script, or WIDENED to a launcher', () => {
+    const scope = (over: Record<string, unknown>) =>
+      ({ ...show().grant.scope, ...over }) as GrantShow['grant']['scope'];
+    const make = scope({ argv_prefix: ['/usr/bin/make', 'train'], extra_args: 'none' });
+    expect(formatGrantShow(show({ scope: make }))).toContain('extra arguments      none: argv is fixed');
+    expect(formatGrantShow(show({ scope: make }))).toContain(
+      'runs                 /usr/bin/make train (exactly)',
+    );
+    expect(formatGrantShow(show({ scope: { ...make, extra_args: 'any_unsafe' } }))).toContain(
+      'extra arguments      WIDENED: extra arguments reach `make`, which can run any command',
+    );
+    // The master's words win; an older master's boolean reads as stored grants are (true: "script").
+    expect(formatGrantShow(show({ scope: make, extra_args_reach: 'from the master' }))).toContain(
+      'extra arguments      from the master',
+    );
+    const legacy = scope({ extra_args: true as never });
+    expect(formatGrantShow(show({ scope: legacy }))).toContain(
+      'extra arguments      extra arguments go to the reviewed script train.py',
+    );
   });
 });

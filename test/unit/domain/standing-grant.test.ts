@@ -44,7 +44,7 @@ const baseSpec: TaskSpec = TaskSpecSchema.parse({
 
 const scope: GrantScope = GrantScopeSchema.parse({
   argv_prefix: ['/usr/bin/python3', 'train.py'],
-  extra_args: true,
+  extra_args: 'script',
   mutable_inputs: ['train.py', 'src/**/*.py'],
   max_cards: 4,
   max_time_limit_seconds: 3600,
@@ -81,6 +81,7 @@ function input(specOver: Record<string, unknown> = {}, over: Partial<CoverageInp
     spec,
     findings: [],
     limits: { ...LIMITS, memory_mib: 2048 },
+    script_interpreters: ['/usr/bin/python3'],
     now: 1000,
     ...over,
   };
@@ -152,14 +153,14 @@ describe('coverage', () => {
 
     it('a grant whose own prefix pins nothing covers nothing', () => {
       for (const prefix of [['/bin/sh', '-c'], ['/usr/bin/env'], ['/usr/bin/python3']]) {
-        const g = grant({ scope: { ...scope, argv_prefix: prefix, extra_args: true } });
+        const g = grant({ scope: { ...scope, argv_prefix: prefix, extra_args: 'any_unsafe' } });
         expect(failing(input(runtime([...prefix, 'x']), { grant: g }))?.clause).toBe('argv');
         expect(scopeProblems(g.scope)).not.toEqual([]);
       }
     });
 
     it('extra arguments are refused when the scope says so', () => {
-      const g = grant({ scope: { ...scope, extra_args: false } });
+      const g = grant({ scope: { ...scope, extra_args: 'none' } });
       expect(failing(input({}, { grant: g }))?.message).toMatch(/past the prefix/);
     });
 
@@ -204,8 +205,9 @@ describe('coverage', () => {
 
     it('network host and unpinned or other images are never covered', () => {
       expect(failing(input({ network: 'host' }))?.clause).toBe('network');
+      // The prefix alone: in a container no policy script rule applies, so argv is fixed (issue 35).
       const container = (image: string) => ({
-        runtime: { kind: 'container', image, argv: baseSpec.runtime.argv },
+        runtime: { kind: 'container', image, argv: scope.argv_prefix },
       });
       const cbase = TaskSpecSchema.parse({ ...baseSpec, ...container(IMAGE) });
       const g = grant({ scope: { ...scope, image: IMAGE } });
