@@ -1,6 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { sweepGrants } from '../../../src/broker/loops/grant-sweep.js';
 import { Scheduler } from '../../../src/broker/loops/scheduler.js';
+import { moveGrant } from '../../../src/broker/machines/standing-grant.js';
 import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
 import type { BrokerError } from '../../../src/contracts/errors.js';
 import type { ManualClock } from '../../../src/platform/clock.js';
@@ -208,6 +209,16 @@ describe('explain_grant', () => {
     expect(theirs.message.replace(r.revision_id, 'X')).toBe(none.message.replace('rev_doesnotexist', 'X'));
     expect(theirs.hint).toBe(none.hint);
     expect(JSON.stringify(theirs)).not.toContain(r.proposal_id);
+    // Nor does another tenant's grant id answer otherwise than a missing one.
+    const inputsOk = await upload([{ path: 'run.sh', content: 'echo 2\n' }]);
+    const { grant_id } = await grantFrom(['/bin/sh', 'run.sh'], inputsOk);
+    const grant = await err(f.invoke(bob, 'explain_grant', { grant_id, spec: validSpec() }));
+    const noGrant = await err(f.invoke(bob, 'explain_grant', { grant_id: 'grt_nope', spec: validSpec() }));
+    expect([grant.code, grant.message.replace(grant_id, 'X'), grant.hint]).toEqual([
+      noGrant.code,
+      noGrant.message.replace('grt_nope', 'X'),
+      noGrant.hint,
+    ]);
   });
 });
 
@@ -286,6 +297,16 @@ describe('a run its grant no longer allows does not start', () => {
     (f.clock as ManualClock).advance(3600 * 1000 + 1);
     expect(sweepGrants(f.deps)).toBe(1);
     expect(f.deps.store.grants.get(grant_id)?.state).toBe('EXPIRED');
+    expect(f.deps.store.tasks.get(task_id)).toMatchObject({
+      state: 'CANCELLED',
+      reason: { code: 'grant_not_active' },
+    });
+  });
+
+  it('suspended (its breaker tripped) before the lease: cancelled, never assigned', async () => {
+    const { grant_id, task_id } = await queuedByGrant();
+    f.deps.store.transaction(() => moveGrant(f.deps, f.deps.store.grants.get(grant_id)!, 'suspend', 'test'));
+    enroll().runPass();
     expect(f.deps.store.tasks.get(task_id)).toMatchObject({
       state: 'CANCELLED',
       reason: { code: 'grant_not_active' },
