@@ -6,6 +6,28 @@
  *
  * One table, by interpreter family. A name ending in `*` is a prefix. Keep each `why` to one line: it
  * is shown to the reviewer.
+ *
+ * Issue 35 §8 added the names that change *where* a program or library loads code from: `PATH`, `HOME`,
+ * `XDG_*`, and the caches GPU libraries load compiled or downloaded code from without building it
+ * (Triton, TorchInductor, torch extensions and hub, CUDA's JIT cache, Numba, CuPy, Hugging Face remote
+ * code) and the config dirs of matplotlib, IPython and Jupyter, whose config files are Python or name
+ * modules to import. Pointed at the task dir, where the inputs are, each runs input files that no row of
+ * the implicit-code table (src/domain/implicit-code.ts) looks at, since that table knows the default
+ * places only. Such a row has a `benign` test on the value: a value that only selects among installed code
+ * (`MPLBACKEND=Agg`) or only names installed or task-private directories (`TRITON_CACHE_DIR=/tmp/triton`,
+ * `PATH=/usr/local/cuda/bin:/usr/bin:/bin`) gets no finding, since setting those is routine in training
+ * scripts and a finding on each would teach reviewers to skip findings. Anything else is the same
+ * `ENV_CONTROL` error as the rest of the table: the only files the task did not write that such a value
+ * can reach are the submitter's inputs (/task) or a data mount (/mnt, which may be writable and shared
+ * between tasks), and an operator who trusts a mount lists the name in `allowed_control_env`.
+ *
+ * Not in the table, on purpose: `PYTHONSAFEPATH` (it drops the script's dir from sys.path, so Python
+ * loads less, never more), `PYTHONNOUSERSITE`, `PYTHONDONTWRITEBYTECODE`, `PYTHONUNBUFFERED`,
+ * `PYTHONHASHSEED`, `PYTHONIOENCODING`/`PYTHONUTF8` (a source file's encoding does not follow them),
+ * `PYTHONCASEOK` (ignored on Linux, where workers run), `TMPDIR` (the private /tmp by default; what a
+ * reviewed script writes there is its own), GUI toolkit module paths (`GTK_MODULES`, `QT_PLUGIN_PATH`:
+ * no display in a sandbox), and a scripting interpreter's isolated mode already ignores its own family
+ * (`python -E` every `PYTHON*`), which still counts for a reviewed shell script that starts python.
  */
 
 /** One row of the table. */
@@ -16,7 +38,46 @@ export interface EnvControlEntry {
   family: string;
   /** What it makes that program do. */
   why: string;
+  /**
+   * Values that only select installed code or name installed or task-private paths: no finding. Absent:
+   * every value is a finding.
+   */
+  benign?: (value: string) => boolean;
 }
+
+/**
+ * Directories whose files the submitter cannot have placed: installed software (root-owned in a worker's
+ * image or host) and the task's own private tmpfs, empty at start. Not /task (the inputs), not /mnt (data
+ * mounts, possibly writable and shared), not /proc or /dev (`/proc/self/cwd` is /task).
+ */
+const INSTALLED_OR_PRIVATE = /^\/(usr|opt|bin|sbin|lib|lib32|lib64|tmp|dev\/shm)(\/|$)/;
+
+/**
+ * A `:`-separated list of absolute paths, each under INSTALLED_OR_PRIVATE, with no `.`, `..` or empty
+ * segment (an empty list element means the working dir, /task).
+ */
+export function installedOrPrivatePaths(value: string): boolean {
+  return value.split(':').every(
+    (p) =>
+      INSTALLED_OR_PRIVATE.test(p) &&
+      !p
+        .slice(1)
+        .replace(/\/$/, '')
+        .split('/')
+        .some((seg) => seg === '' || seg === '.' || seg === '..'),
+  );
+}
+
+/** A bare name (a backend or plugin an installed library resolves itself), no path, no module://. */
+const bareName = (value: string) => /^[A-Za-z0-9_-]+$/.test(value);
+
+/** A row for a directory a library loads code from (its own default lives in HOME, the task dir). */
+const loadDir = (name: string, family: string, why: string): EnvControlEntry => ({
+  name,
+  family,
+  why,
+  benign: installedOrPrivatePaths,
+});
 
 /** The table. */
 export const ENV_CONTROL: readonly EnvControlEntry[] = [
@@ -90,6 +151,11 @@ export const ENV_CONTROL: readonly EnvControlEntry[] = [
     family: 'python',
     why: 'Python loads cached bytecode from this tree instead of the source',
   },
+  {
+    name: 'PYTHONOPTIMIZE',
+    family: 'python',
+    why: 'Python skips assert statements and __debug__ blocks: checks the reviewer reads do not run',
+  },
   { name: 'PYTHONEXECUTABLE', family: 'python', why: 'changes sys.executable, which subprocesses run' },
   // Perl
   { name: 'PERL5OPT', family: 'perl', why: 'command-line switches (-M modules, -e code) for every perl' },
@@ -150,6 +216,113 @@ export const ENV_CONTROL: readonly EnvControlEntry[] = [
     family: 'gpu runtime',
     why: 'the ROCm profiler loads these libraries into the process',
   },
+  // where programs and libraries look (issue 35 §8): every default in HOME is the task dir
+  {
+    name: 'PATH',
+    family: 'program lookup',
+    why: 'a command started by bare name (sh, nvidia-smi, python) is looked up in these directories',
+    benign: installedOrPrivatePaths,
+  },
+  loadDir('HOME', 'any program', 'startup files, user site, rc files and caches are read from it'),
+  loadDir('XDG_*', 'any program', 'tools read their config, data (jupyter kernels) and caches from it'),
+  {
+    name: 'MPLBACKEND',
+    family: 'python library',
+    why: 'matplotlib imports the module a "module://NAME" backend names',
+    benign: bareName,
+  },
+  loadDir(
+    'MPLCONFIGDIR',
+    'python library',
+    'matplotlib reads matplotlibrc (which can name a module to import) from it',
+  ),
+  loadDir('IPYTHONDIR', 'python library', 'IPython runs the config and startup files (Python) in it'),
+  loadDir('JUPYTER_CONFIG_DIR', 'python library', 'Jupyter tools run the config files (Python) in it'),
+  loadDir('JUPYTER_CONFIG_PATH', 'python library', 'Jupyter tools run the config files (Python) in it'),
+  loadDir('JUPYTER_PATH', 'python library', 'Jupyter loads kernels (commands) and extensions from it'),
+  loadDir('JUPYTER_DATA_DIR', 'python library', 'Jupyter loads kernels (commands) and extensions from it'),
+  loadDir(
+    'TRITON_CACHE_DIR',
+    'gpu library',
+    'Triton loads compiled kernels and launcher shared objects from it',
+  ),
+  loadDir(
+    'TRITON_HOME',
+    'gpu library',
+    'Triton keeps its cache (shared objects it loads) and overrides in it',
+  ),
+  loadDir('TRITON_OVERRIDE_DIR', 'gpu library', 'Triton loads kernel overrides from it instead of compiling'),
+  loadDir('TRITON_LIBCUDA_PATH', 'gpu library', 'Triton loads libcuda from it'),
+  loadDir('TRITON_LIBDEVICE_PATH', 'gpu library', 'Triton links this libdevice into every kernel'),
+  loadDir('TRITON_PTXAS_PATH', 'gpu library', 'Triton runs this program to assemble kernels'),
+  loadDir('TRITON_CUOBJDUMP_PATH', 'gpu library', 'Triton runs this program'),
+  loadDir('TRITON_NVDISASM_PATH', 'gpu library', 'Triton runs this program'),
+  {
+    name: 'TRITON_CACHE_MANAGER',
+    family: 'gpu library',
+    why: 'Triton imports the module:class it names',
+  },
+  {
+    name: 'TRITON_REMOTE_CACHE_BACKEND',
+    family: 'gpu library',
+    why: 'Triton imports the module:class it names',
+  },
+  loadDir(
+    'TORCHINDUCTOR_CACHE_DIR',
+    'gpu library',
+    'torch.compile loads generated Python and shared objects from it',
+  ),
+  loadDir(
+    'TORCH_EXTENSIONS_DIR',
+    'gpu library',
+    'torch.utils.cpp_extension loads a built shared object from it instead of building',
+  ),
+  loadDir('TORCH_HOME', 'gpu library', 'torch.hub runs hubconf.py and loads checkpoints (pickles) from it'),
+  loadDir(
+    'CUDA_CACHE_PATH',
+    'gpu library',
+    'the CUDA driver loads JIT-compiled kernels from it instead of compiling the PTX',
+  ),
+  loadDir('NUMBA_CACHE_DIR', 'gpu library', 'Numba loads compiled functions (and pickled indexes) from it'),
+  loadDir('CUPY_CACHE_DIR', 'gpu library', 'CuPy loads compiled kernels from it'),
+  loadDir(
+    'HF_HOME',
+    'python library',
+    'Hugging Face imports trust_remote_code modules and loads models from it',
+  ),
+  loadDir('HF_MODULES_CACHE', 'python library', 'transformers imports trust_remote_code modules from it'),
+  loadDir('HF_HUB_CACHE', 'python library', 'Hugging Face loads models (and their remote code) from it'),
+  loadDir(
+    'HUGGINGFACE_HUB_CACHE',
+    'python library',
+    'Hugging Face loads models (and their remote code) from it',
+  ),
+  loadDir(
+    'TRANSFORMERS_CACHE',
+    'python library',
+    'transformers loads models (and their remote code) from it',
+  ),
+  loadDir('HF_DATASETS_CACHE', 'python library', 'datasets runs loading scripts and loads data from it'),
+  {
+    name: 'NCCL_NET_PLUGIN',
+    family: 'gpu library',
+    why: 'NCCL loads this network plugin (a shared object) into the process',
+    benign: (v) => bareName(v) || installedOrPrivatePaths(v),
+  },
+  {
+    name: 'NCCL_TUNER_PLUGIN',
+    family: 'gpu library',
+    why: 'NCCL loads this tuner plugin (a shared object) into the process',
+    benign: (v) => bareName(v) || installedOrPrivatePaths(v),
+  },
+  {
+    name: 'NCCL_PROFILER_PLUGIN',
+    family: 'gpu library',
+    why: 'NCCL loads this profiler plugin (a shared object) into the process',
+    benign: (v) => bareName(v) || installedOrPrivatePaths(v),
+  },
+  loadDir('NCCL_CONF_FILE', 'gpu library', 'NCCL reads env settings (plugins among them) from this file'),
+  loadDir('OMP_TOOL_LIBRARIES', 'openmp', 'the OpenMP runtime loads these tool libraries into the process'),
   // programs that other programs run
   { name: 'BROWSER', family: 'program to run', why: "Python's webbrowser (and others) run this command" },
   { name: 'EDITOR', family: 'program to run', why: 'tools that open an editor run this command' },
@@ -179,9 +352,18 @@ export const ENV_CONTROL: readonly EnvControlEntry[] = [
   },
 ];
 
-/** The table's row for `name`, or undefined when the name controls nothing the table knows. */
+/**
+ * The table's row for `name`, or undefined when the name controls nothing the table knows. A row with a
+ * `benign` test still answers here: whether a value is a finding is envControlFinding's question.
+ */
 export function envControlOf(name: string): EnvControlEntry | undefined {
   return ENV_CONTROL.find((e) =>
     e.name.endsWith('*') ? name.startsWith(e.name.slice(0, -1)) : name === e.name,
   );
+}
+
+/** The row whose finding `name=value` is: undefined when the name controls nothing or the value is benign. */
+export function envControlFinding(name: string, value: string): EnvControlEntry | undefined {
+  const entry = envControlOf(name);
+  return entry?.benign?.(value) ? undefined : entry;
 }

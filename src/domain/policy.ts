@@ -1,7 +1,7 @@
 import type { Policy } from '../contracts/policy.js';
 import { pinnedScripts } from '../contracts/policy.js';
 import type { TaskSpec } from '../contracts/task-spec.js';
-import { envControlOf } from './env-control.js';
+import { envControlFinding } from './env-control.js';
 import { checkInputs } from './policy-inputs.js';
 import { checkExecutable, checkImage } from './policy-runtime.js';
 import type { Add, Finding, FindingSeverity, PolicyFacts } from './policy-types.js';
@@ -141,11 +141,12 @@ function checkReviewerAids(spec: TaskSpec, add: Add): void {
 
 /**
  * Env: names the broker sets are reserved, the loader's worst are always refused, interpreter- and
- * loader-control names (env-control.ts) are errors unless the operator allows them by name, and names
- * that look like secrets warn.
+ * loader-control names (env-control.ts) are errors unless their value is benign (installed or
+ * task-private paths, a bare backend name) or the operator allows them by name, and names that look
+ * like secrets warn.
  */
 function checkEnv(spec: TaskSpec, policy: Policy, add: Add): void {
-  for (const name of Object.keys(spec.runtime.env ?? {})) {
+  for (const [name, value] of Object.entries(spec.runtime.env ?? {})) {
     const at = `runtime.env.${name}`;
     if (RESERVED_ENV.test(name)) {
       add(
@@ -167,7 +168,7 @@ function checkEnv(spec: TaskSpec, policy: Policy, add: Add): void {
       );
       continue;
     }
-    const control = envControlOf(name);
+    const control = envControlFinding(name, value);
     if (control !== undefined && policy.allowed_control_env.includes(name)) {
       add(
         'warning',

@@ -69,7 +69,14 @@ describe('env that controls an interpreter or the loader', () => {
   });
 
   it('ordinary names are not in the table', () => {
-    for (const name of ['PYTHONUNBUFFERED', 'OMP_NUM_THREADS', 'HF_HOME', 'NCCL_DEBUG', 'LANG', 'PATHX'])
+    for (const name of [
+      'PYTHONUNBUFFERED',
+      'OMP_NUM_THREADS',
+      'HF_HUB_OFFLINE',
+      'NCCL_DEBUG',
+      'LANG',
+      'PATHX',
+    ])
       expect(envControlOf(name), name).toBeUndefined();
     for (const e of ENV_CONTROL) expect(e.why.length, e.name).toBeGreaterThan(10);
   });
