@@ -150,6 +150,13 @@ export const HttpConfigSchema = z
     keep_alive_timeout_ms: z.number().int().min(100).max(600_000).default(10_000),
     /** Open connections from one peer address; more are closed when accepted. */
     max_connections_per_peer: z.number().int().min(1).max(1_000_000).default(256),
+    /**
+     * Requests one principal may have in flight at once, over all addresses (issue 35, item 7; HTTP/1.1
+     * holds a connection per request): the next is answered QUOTA_EXCEEDED and its connection closed, and
+     * a connection of a principal holding more open ones than this is closed after its answer. Keep it
+     * well under max_connections_per_peer, so the principals behind one address keep a reserve.
+     */
+    max_connections_per_principal: z.number().int().min(1).max(1_000_000).default(64),
     /** Open connections in all (0: no bound beyond the descriptor limit). */
     max_connections: z.number().int().min(0).max(10_000_000).default(8192),
     /** Uploads (`PUT /api/v1/blobs`) one principal may have in flight. */
@@ -205,6 +212,31 @@ export const QuotasConfigSchema = z.strictObject({
   diff_calls_per_reader: z.number().int().min(1).max(64).default(2),
   /** get_revision calls of one reader that may wait for a place; past it UNAVAILABLE (retryable). */
   diff_queued_per_reader: z.number().int().min(0).max(1024).default(8),
+  /**
+   * Calls of tools the catalog marks `heavy` (src/broker/tools/tool-cost.ts) one principal runs at once
+   * (issue 35, item 7); its further heavy calls wait in its own queue.
+   */
+  heavy_calls_per_principal: z.number().int().min(1).max(64).default(2),
+  /** Heavy calls of one principal that may wait for a place; past it UNAVAILABLE (retryable). */
+  heavy_queued_per_principal: z.number().int().min(0).max(1024).default(16),
+  /**
+   * Milliseconds of event-loop time one principal's heavy calls may take per second, averaged: a call
+   * waits for its turn while the principal is over it (a fifth of one core by default).
+   */
+  heavy_ms_per_second: z.number().min(1).max(1000).default(200),
+  /** The burst of that budget: heavy work a quiet principal may spend at once. */
+  heavy_burst_ms: z.number().min(1).max(600_000).default(1000),
+  /** Long-polls (`wait_for_*`) one principal holds at once; the next is QUOTA_EXCEEDED. */
+  waits_per_principal: z.number().int().min(1).max(4096).default(16),
+  /** Grant requests (REQUESTED) one principal may have made and still pending. */
+  max_pending_grant_requests: z.number().int().min(1).nullable().default(20),
+  /** Bytes (scope and reason, as stored) of one principal's pending grant requests together. */
+  max_pending_grant_request_bytes: z
+    .number()
+    .int()
+    .min(1024)
+    .nullable()
+    .default(1024 * 1024),
 });
 
 /**

@@ -47,72 +47,121 @@ const DEFAULT_WAIT_SECONDS = 20;
 /** Every tool, bound to its use case. MCP and REST both serve this list. */
 export function brokerTools(): BoundTool[] {
   return [
-    bindTool(P.createProposalTool, ({ deps, principal }, i) => createProposal(deps, principal, i.spec)),
-    bindTool(P.reviseProposalTool, ({ deps, principal }, i) =>
-      reviseProposal(deps, principal, i.proposal_id, i.spec),
+    bindTool(
+      P.createProposalTool,
+      ({ deps, principal }, i) => createProposal(deps, principal, i.spec),
+      'heavy',
     ),
-    bindTool(P.confirmRevisionTool, ({ deps, principal }, i) =>
-      confirmRevisionWithGrants(deps, principal, i.proposal_id, i.revision_id),
+    bindTool(
+      P.reviseProposalTool,
+      ({ deps, principal }, i) => reviseProposal(deps, principal, i.proposal_id, i.spec),
+      'heavy',
     ),
-    bindTool(P.getProposalTool, ({ deps, principal }, i) => ({
-      proposal: getProposal(deps, principal, i.proposal_id),
-    })),
-    bindTool(P.listProposalsTool, ({ deps, principal }, i) => listProposals(deps, principal, i)),
-    bindTool(P.waitForProposalTool, ({ deps, principal, signal }, i) =>
-      waitForProposal(deps, principal, i.proposal_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+    bindTool(
+      P.confirmRevisionTool,
+      ({ deps, principal }, i) => confirmRevisionWithGrants(deps, principal, i.proposal_id, i.revision_id),
+      'light',
     ),
-    bindTool(P.cancelProposalTool, ({ deps, principal }, i) =>
-      cancelProposal(deps, principal, i.proposal_id),
+    bindTool(
+      P.getProposalTool,
+      ({ deps, principal }, i) => ({
+        proposal: getProposal(deps, principal, i.proposal_id),
+      }),
+      'light',
     ),
-    bindTool(I.uploadInputsTool, ({ deps, principal }, i) => uploadInputs(deps, principal, i.files)),
-    bindTool(I.getInputTool, ({ deps, principal }, i) => getInput(deps, principal, i)),
-    bindTool(P.listReviewQueueTool, ({ deps, principal }, i) => listReviewQueue(deps, principal, i)),
-    bindTool(P.getRevisionTool, ({ deps, principal, signal }, i) =>
-      getRevision(
-        deps,
-        principal,
-        i.proposal_id,
-        i.revision_id,
-        i.diff_lines,
-        { path: i.diff_path, offset: i.diff_offset },
-        signal,
-      ),
+    bindTool(P.listProposalsTool, ({ deps, principal }, i) => listProposals(deps, principal, i), 'heavy'),
+    bindTool(
+      P.waitForProposalTool,
+      ({ deps, principal, signal }, i) =>
+        waitForProposal(deps, principal, i.proposal_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+      'wait',
     ),
-    bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i)),
-    bindTool(A.getReviewPromptTool, ({ deps, principal }, i) => getReviewPrompt(deps, principal, i)),
-    bindTool(T.getTaskTool, ({ deps, principal }, i) => ({
-      task: getTask(deps, principal, i.task_id),
-    })),
-    bindTool(T.listTasksTool, ({ deps, principal }, i) => listTasks(deps, principal, i)),
-    bindTool(T.waitForTaskTool, ({ deps, principal, signal }, i) =>
-      waitForTask(deps, principal, i.task_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+    bindTool(
+      P.cancelProposalTool,
+      ({ deps, principal }, i) => cancelProposal(deps, principal, i.proposal_id),
+      'light',
     ),
-    bindTool(T.cancelTaskTool, ({ deps, principal }, i) => cancelTask(deps, principal, i.task_id)),
-    bindTool(T.getTaskLogsTool, ({ deps, principal }, i) => getTaskLogs(deps, principal, i)),
-    bindTool(T.getTaskOutputsTool, ({ deps, principal }, i) => getTaskOutputs(deps, principal, i)),
-    bindTool(C.listCardsTool, ({ deps, principal }, i) => listCards(deps, principal, i.worker_id)),
-    bindTool(C.getQueueTool, ({ deps, principal }) => getQueue(deps, principal)),
-    bindTool(C.listWorkersTool, ({ deps }) => listWorkers(deps)),
-    bindTool(C.drainWorkerTool, ({ deps, principal }, i) => setDraining(deps, principal, i.worker_id, true)),
-    bindTool(C.undrainWorkerTool, ({ deps, principal }, i) =>
-      setDraining(deps, principal, i.worker_id, false),
+    bindTool(I.uploadInputsTool, ({ deps, principal }, i) => uploadInputs(deps, principal, i.files), 'light'),
+    bindTool(I.getInputTool, ({ deps, principal }, i) => getInput(deps, principal, i), 'heavy'),
+    bindTool(P.listReviewQueueTool, ({ deps, principal }, i) => listReviewQueue(deps, principal, i), 'heavy'),
+    bindTool(
+      P.getRevisionTool,
+      ({ deps, principal, signal }, i) =>
+        getRevision(
+          deps,
+          principal,
+          i.proposal_id,
+          i.revision_id,
+          i.diff_lines,
+          { path: i.diff_path, offset: i.diff_offset },
+          signal,
+        ),
+      'heavy',
     ),
-    bindTool(C.removeWorkerTool, ({ deps, principal }, i) => removeWorker(deps, principal, i.worker_id)),
-    bindTool(C.cordonCardTool, ({ deps, principal }, i) =>
-      setCordon(deps, principal, i.worker_id, i.index, true, i.reason),
+    bindTool(P.submitReviewTool, ({ deps, principal }, i) => submitReview(deps, principal, i), 'light'),
+    bindTool(A.getReviewPromptTool, ({ deps, principal }, i) => getReviewPrompt(deps, principal, i), 'heavy'),
+    bindTool(
+      T.getTaskTool,
+      ({ deps, principal }, i) => ({
+        task: getTask(deps, principal, i.task_id),
+      }),
+      'light',
     ),
-    bindTool(C.uncordonCardTool, ({ deps, principal }, i) =>
-      setCordon(deps, principal, i.worker_id, i.index, false),
+    bindTool(T.listTasksTool, ({ deps, principal }, i) => listTasks(deps, principal, i), 'heavy'),
+    bindTool(
+      T.waitForTaskTool,
+      ({ deps, principal, signal }, i) =>
+        waitForTask(deps, principal, i.task_id, i.timeout_seconds ?? DEFAULT_WAIT_SECONDS, signal),
+      'wait',
     ),
-    bindTool(C.getStatusTool, ({ deps, principal }) => getStatus(deps, principal)),
-    bindTool(C.reconcileTaskTool, ({ deps, principal }, i) =>
-      reconcileTask(deps, principal, i.task_id, i.resolution, i.reason),
+    bindTool(T.cancelTaskTool, ({ deps, principal }, i) => cancelTask(deps, principal, i.task_id), 'light'),
+    bindTool(T.getTaskLogsTool, ({ deps, principal }, i) => getTaskLogs(deps, principal, i), 'heavy'),
+    bindTool(T.getTaskOutputsTool, ({ deps, principal }, i) => getTaskOutputs(deps, principal, i), 'heavy'),
+    bindTool(C.listCardsTool, ({ deps, principal }, i) => listCards(deps, principal, i.worker_id), 'heavy'),
+    bindTool(C.getQueueTool, ({ deps, principal }) => getQueue(deps, principal), 'heavy'),
+    bindTool(C.listWorkersTool, ({ deps }) => listWorkers(deps), 'heavy'),
+    bindTool(
+      C.drainWorkerTool,
+      ({ deps, principal }, i) => setDraining(deps, principal, i.worker_id, true),
+      'light',
     ),
-    bindTool(Q.startQualificationTool, ({ deps, principal }, i) => startQualification(deps, principal, i)),
-    bindTool(Q.getQualificationRunTool, ({ deps }, i) => getQualificationRun(deps, i.run_id)),
-    bindTool(Q.listQualificationRunsTool, ({ deps }, i) => listQualificationRuns(deps, i)),
-    bindTool(Q.cancelQualificationTool, ({ deps, principal }, i) =>
-      cancelQualification(deps, principal, i.run_id),
+    bindTool(
+      C.undrainWorkerTool,
+      ({ deps, principal }, i) => setDraining(deps, principal, i.worker_id, false),
+      'light',
+    ),
+    bindTool(
+      C.removeWorkerTool,
+      ({ deps, principal }, i) => removeWorker(deps, principal, i.worker_id),
+      'light',
+    ),
+    bindTool(
+      C.cordonCardTool,
+      ({ deps, principal }, i) => setCordon(deps, principal, i.worker_id, i.index, true, i.reason),
+      'light',
+    ),
+    bindTool(
+      C.uncordonCardTool,
+      ({ deps, principal }, i) => setCordon(deps, principal, i.worker_id, i.index, false),
+      'light',
+    ),
+    bindTool(C.getStatusTool, ({ deps, principal }) => getStatus(deps, principal), 'heavy'),
+    bindTool(
+      C.reconcileTaskTool,
+      ({ deps, principal }, i) => reconcileTask(deps, principal, i.task_id, i.resolution, i.reason),
+      'light',
+    ),
+    bindTool(
+      Q.startQualificationTool,
+      ({ deps, principal }, i) => startQualification(deps, principal, i),
+      'light',
+    ),
+    bindTool(Q.getQualificationRunTool, ({ deps }, i) => getQualificationRun(deps, i.run_id), 'heavy'),
+    bindTool(Q.listQualificationRunsTool, ({ deps }, i) => listQualificationRuns(deps, i), 'heavy'),
+    bindTool(
+      Q.cancelQualificationTool,
+      ({ deps, principal }, i) => cancelQualification(deps, principal, i.run_id),
+      'light',
     ),
     ...grantTools(),
   ];
@@ -121,11 +170,11 @@ export function brokerTools(): BoundTool[] {
 /** The standing-grant tools (issue 23 §1). */
 function grantTools(): BoundTool[] {
   return [
-    bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i)),
-    bindTool(G.decideGrantTool, ({ deps, principal }, i) => decideGrant(deps, principal, i)),
-    bindTool(G.revokeGrantTool, ({ deps, principal }, i) => revokeGrant(deps, principal, i)),
-    bindTool(G.explainGrantTool, ({ deps, principal }, i) => explainGrant(deps, principal, i)),
-    bindTool(G.listGrantsTool, ({ deps, principal }, i) => listGrants(deps, principal, i)),
-    bindTool(G.getGrantTool, ({ deps, principal }, i) => getGrant(deps, principal, i.grant_id)),
+    bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i), 'light'),
+    bindTool(G.decideGrantTool, ({ deps, principal }, i) => decideGrant(deps, principal, i), 'light'),
+    bindTool(G.revokeGrantTool, ({ deps, principal }, i) => revokeGrant(deps, principal, i), 'light'),
+    bindTool(G.explainGrantTool, ({ deps, principal }, i) => explainGrant(deps, principal, i), 'heavy'),
+    bindTool(G.listGrantsTool, ({ deps, principal }, i) => listGrants(deps, principal, i), 'heavy'),
+    bindTool(G.getGrantTool, ({ deps, principal }, i) => getGrant(deps, principal, i.grant_id), 'heavy'),
   ];
 }

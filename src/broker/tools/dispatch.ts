@@ -8,6 +8,7 @@ import { sha256Hex } from '../../platform/digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { hasAnyRole } from '../principals.js';
+import { costSharesOf, runHeavy, type ToolCost } from './tool-cost.js';
 
 /**
  * The one path every tool call takes, from MCP or REST: role check → input parse → (mutating: one
@@ -36,21 +37,26 @@ export interface ToolContext {
   signal?: AbortSignal | undefined;
 }
 
-/** A tool with its handler. Mutating handlers are synchronous so they run inside the transaction. */
+/**
+ * A tool with its handler and its cost (tool-cost.ts). Mutating handlers are synchronous so they run
+ * inside the transaction.
+ */
 export type BoundTool =
-  | { def: ToolDef; mutating: true; handler: (ctx: ToolContext, input: never) => unknown }
+  | { def: ToolDef; mutating: true; cost: ToolCost; handler: (ctx: ToolContext, input: never) => unknown }
   | {
       def: ToolDef;
       mutating: false;
+      cost: ToolCost;
       handler: (ctx: ToolContext, input: never) => unknown | Promise<unknown>;
     };
 
-/** Binds a handler to a tool definition with its exact input and output types. */
+/** Binds a handler to a tool definition with its exact input and output types, and says what it costs. */
 export function bindTool<I extends z.ZodType, O extends z.ZodType>(
   def: ToolDef<I, O>,
   handler: (ctx: ToolContext, input: z.output<I>) => z.input<O> | Promise<z.input<O>>,
+  cost: ToolCost,
 ): BoundTool {
-  return { def, mutating: def.mutating, handler } as BoundTool;
+  return { def, mutating: def.mutating, cost, handler } as BoundTool;
 }
 
 /** Formats zod issues as one teaching line: `spec.cards.count: Too big: expected number to be <=64`. */
@@ -111,15 +117,47 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
     );
   }
   const input = parsed.data as Record<string, unknown>;
-  if (!tool.mutating) {
-    const started = performance.now();
-    const value = await tool.handler(ctx, input as never);
-    // A call that already spent a while (a diff's slices) lets waiting requests in before its answer is
-    // checked and encoded, so its last blocks are not one (issue 21: ~25 ms at the end of get_revision).
-    if (performance.now() - started > YIELD_AFTER_MS) await new Promise((r) => setImmediate(r));
-    return shapeOutput(tool, value);
+  const principalId = ctx.principal.id;
+  if (tool.cost === 'heavy')
+    return runHeavy(ctx.deps, principalId, () => runMeasured(tool, ctx, input), ctx.signal);
+  if (tool.cost === 'wait') {
+    const release = costSharesOf(ctx.deps).waits.take(principalId, tool.def.name);
+    try {
+      return (await runMeasured(tool, ctx, input)).value;
+    } finally {
+      release();
+    }
   }
+  return (await runMeasured(tool, ctx, input)).value;
+}
 
+/**
+ * Runs the call and says how long it held the event loop before it first returned (its synchronous
+ * part, which a heavy call's time budget is charged: an async handler's waits are other work's time).
+ */
+async function runMeasured(
+  tool: BoundTool,
+  ctx: ToolContext,
+  input: Record<string, unknown>,
+): Promise<{ value: unknown; syncMs: number }> {
+  const started = performance.now();
+  if (tool.mutating) {
+    const value = runMutating(tool, ctx, input);
+    return { value, syncMs: performance.now() - started };
+  }
+  const pending = tool.handler(ctx, input as never);
+  const syncMs = performance.now() - started;
+  const value = await pending;
+  // A call that already spent a while (a diff's slices) lets waiting requests in before its answer is
+  // checked and encoded, so its last blocks are not one (issue 21: ~25 ms at the end of get_revision).
+  if (performance.now() - started > YIELD_AFTER_MS) await new Promise((r) => setImmediate(r));
+  const checked = performance.now();
+  const shaped = shapeOutput(tool, value);
+  return { value: shaped, syncMs: syncMs + (performance.now() - checked) };
+}
+
+/** A mutating call: one transaction holding the idempotency check, the use case and the stored response. */
+function runMutating(tool: BoundTool, ctx: ToolContext, input: Record<string, unknown>): unknown {
   const key = input['idempotency_key'] as string;
   const { idempotency_key: _omit, ...body } = input;
   const canonical = canonicalJson(body);

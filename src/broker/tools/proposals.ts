@@ -5,16 +5,16 @@ import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../.
 import { digestsToInspect } from '../../domain/policy-inputs.js';
 import type { ProposalState } from '../../domain/proposal.js';
 import { revisionQuotaBreach } from '../../domain/proposal-quota.js';
-import { inspectText, type TextInspection } from '../../domain/text-inspection.js';
+import type { TextInspection } from '../../domain/text-inspection.js';
 import { digestOf } from '../../platform/digest.js';
 import { fileSha256 } from '../../platform/file-digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { inspectedInput } from '../inspection-memo.js';
 import { moveProposal } from '../machines/proposal.js';
 import { canReadAll } from '../principals.js';
 import { proposalTopic } from '../topics.js';
-import { verifiedBlob } from '../verified-blob.js';
 import { fetchPage } from './paging.js';
 import { proposalNextAction, proposalSummary, proposalView } from './views.js';
 import { waitUntil } from './wait-until.js';
@@ -95,7 +95,7 @@ export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): 
   const pathOf = new Map((spec.inputs ?? []).map((i) => [i.sha256, i.path]));
   for (const sha256 of digestsToInspect(spec, storedBlobs)) {
     try {
-      inputText[sha256] = inspectText(pathOf.get(sha256) ?? '', verifiedBlob(deps, ownerId, sha256));
+      inputText[sha256] = inspectedInput(deps, ownerId, sha256, pathOf.get(sha256) ?? '');
     } catch {
       // A blob that fails its re-hash is not inspected (verifiedBlob logged it); it is reported as such,
       // and no worker will ever be served it.

@@ -50,7 +50,13 @@ const text = (v: string, i: number) =>
   `${Array.from({ length: 8 }, (_, k) => `${v} ${i} ${k}`).join('\n')}\n`;
 
 beforeAll(async () => {
-  m = await startTestMaster({ config: { policy: { max_input_files: 2000 } } });
+  // The dispatcher's heavy lane (issue 35) is opened wide here, so the diff's own share is what holds.
+  m = await startTestMaster({
+    config: {
+      policy: { max_input_files: 2000 },
+      quotas: { heavy_calls_per_principal: 64, heavy_queued_per_principal: 64, heavy_ms_per_second: 1000 },
+    },
+  });
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
   rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
   rex = await m.mcpClient(m.createToken('rex', ['reviewer']));

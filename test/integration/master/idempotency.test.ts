@@ -14,7 +14,13 @@ let m: TestMaster;
 let aliceToken: string;
 
 beforeAll(async () => {
-  m = await startTestMaster();
+  // 200 calls of one principal at once: over the per-principal caps of issue 35 by design, opened here.
+  m = await startTestMaster({
+    config: {
+      http: { max_connections_per_principal: 1024, max_connections_per_peer: 2048 },
+      quotas: { heavy_calls_per_principal: 64, heavy_queued_per_principal: 1024, heavy_ms_per_second: 1000 },
+    },
+  });
   aliceToken = m.createToken('alice', ['submitter']);
 });
 

@@ -1,0 +1,163 @@
+import { BrokerError } from '../../contracts/errors.js';
+import type { BrokerDeps } from '../deps.js';
+import { PrincipalShare } from './principal-share.js';
+
+/**
+ * What one call of a tool may cost the master, declared once per tool in the catalog (issue 35, item 7)
+ * and enforced per principal by the dispatcher, so one principal's flood delays that principal:
+ *
+ * - `light`: an index seek, a few rows, or a write bounded by its input and a stored quota. Nothing
+ *   beyond the connection caps (src/http/connection-limits.ts).
+ * - `heavy`: work that grows with stored data or with the input (coverage of a spec, a diff, a prompt, a
+ *   page of logs or of a list). Runs in the principal's heavy lane (`quotas.heavy_calls_per_principal`
+ *   at once, `quotas.heavy_queued_per_principal` waiting, past that UNAVAILABLE) and within its time
+ *   budget (`quotas.heavy_ms_per_second`: the synchronous part of its heavy calls, averaged; a call
+ *   waits for its turn while the principal is over it).
+ * - `wait`: holds its request open until something changes (`wait_for_*`). At most
+ *   `quotas.waits_per_principal` at once; the next is QUOTA_EXCEEDED (retryable) at once.
+ */
+export type ToolCost = 'light' | 'heavy' | 'wait';
+
+/**
+ * A time budget per principal, as a token bucket of milliseconds: it refills at `msPerSecond` up to
+ * `burstMs`; a call may start while the principal's level is above 0 and its duration is charged when
+ * it ends (the level may go below 0: the next call waits until it is back above). Time is an argument.
+ */
+export class TimeBudget {
+  private readonly levels = new Map<string, { level: number; at: number }>();
+
+  constructor(
+    readonly msPerSecond: number,
+    readonly burstMs: number,
+  ) {}
+
+  /** Milliseconds `id` must wait at `now` before its next call may start (0: at once). */
+  delay(id: string, now: number): number {
+    const level = this.level(id, now);
+    return level > 0 ? 0 : Math.ceil(((1 - level) * 1000) / this.msPerSecond);
+  }
+
+  /** Charges `ms` of work to `id` at `now`. */
+  charge(id: string, ms: number, now: number): void {
+    this.levels.set(id, { level: this.level(id, now) - ms, at: now });
+  }
+
+  /** Drops principals whose bucket is full again (they cost nothing to remember). */
+  sweep(now: number): void {
+    for (const [id] of this.levels) if (this.level(id, now) >= this.burstMs) this.levels.delete(id);
+  }
+
+  private level(id: string, now: number): number {
+    const b = this.levels.get(id);
+    if (!b) return this.burstMs;
+    return Math.min(this.burstMs, b.level + ((now - b.at) * this.msPerSecond) / 1000);
+  }
+}
+
+/** The long-polls each principal holds now. */
+export class WaitCounter {
+  private readonly held = new Map<string, number>();
+
+  constructor(readonly perPrincipal: number) {}
+
+  /** Takes a place for `id` or throws QUOTA_EXCEEDED; returns the function that gives it back. */
+  take(id: string, tool: string): () => void {
+    const n = this.held.get(id) ?? 0;
+    if (n >= this.perPrincipal)
+      throw new BrokerError(
+        'QUOTA_EXCEEDED',
+        `${tool}: you already hold ${n} waits at once; the cap is ${this.perPrincipal}`,
+        'Wait on fewer things at once (wait_for_task on the task you need next; get_task or list_tasks for the others), or retry when one of your waits has answered.',
+        { cap: 'quotas.waits_per_principal', limit: this.perPrincipal, used: n },
+      );
+    this.held.set(id, n + 1);
+    let given = false;
+    return () => {
+      if (given) return;
+      given = true;
+      const left = (this.held.get(id) ?? 1) - 1;
+      if (left > 0) this.held.set(id, left);
+      else this.held.delete(id);
+    };
+  }
+
+  /** Waits `id` holds now. */
+  heldBy(id: string): number {
+    return this.held.get(id) ?? 0;
+  }
+}
+
+/** The master's per-principal costs: one set per store, as the diff share (revision-diff.ts). */
+export interface CostShares {
+  heavy: PrincipalShare;
+  budget: TimeBudget;
+  waits: WaitCounter;
+}
+
+const shares = new WeakMap<object, CostShares>();
+
+/** The cost shares of `deps`' master, made on first use from `quotas`. */
+export function costSharesOf(deps: BrokerDeps): CostShares {
+  let s = shares.get(deps.store);
+  if (!s) {
+    const q = deps.config.quotas;
+    s = {
+      heavy: new PrincipalShare('heavy read', q.heavy_calls_per_principal, q.heavy_queued_per_principal),
+      budget: new TimeBudget(q.heavy_ms_per_second, q.heavy_burst_ms),
+      waits: new WaitCounter(q.waits_per_principal),
+    };
+    shares.set(deps.store, s);
+  }
+  return s;
+}
+
+/** Sleeps `ms`, or rejects once `signal` aborts (the client went away: nothing ran). */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    const done = () => {
+      signal?.removeEventListener('abort', gone);
+      resolve();
+    };
+    const timer = setTimeout(done, ms);
+    const gone = () => {
+      clearTimeout(timer);
+      reject(
+        new BrokerError(
+          'UNAVAILABLE',
+          'the call was abandoned by its client while it waited for its time budget',
+          'Nothing ran; send it again if you still want the answer.',
+        ),
+      );
+    };
+    signal?.addEventListener('abort', gone, { once: true });
+  });
+}
+
+/**
+ * Runs a heavy call for `principalId`: in its lane, once its time budget allows, charging the time
+ * `work` held the event loop before it first returned (`work` returns that as `syncMs`, with its value).
+ */
+export async function runHeavy<T>(
+  deps: BrokerDeps,
+  principalId: string,
+  work: () => Promise<{ value: T; syncMs: number }>,
+  signal: AbortSignal | undefined,
+): Promise<T> {
+  const s = costSharesOf(deps);
+  return s.heavy.run(
+    principalId,
+    async () => {
+      // A loop: a call of the same principal in the other lane place may have charged in the meantime.
+      for (let wait = s.budget.delay(principalId, performance.now()); wait > 0; ) {
+        await pause(wait, signal);
+        wait = s.budget.delay(principalId, performance.now());
+      }
+      const { value, syncMs } = await work();
+      const now = performance.now();
+      s.budget.charge(principalId, syncMs, now);
+      s.budget.sweep(now);
+      return value;
+    },
+    signal,
+  );
+}
