@@ -66,6 +66,11 @@ export class GrantsRepo {
 
   constructor(db: Db) {
     this.s = {
+      pendingBy: db.prepare<[string], { count: number; bytes: number }>(
+        `SELECT count(*) AS count,
+                coalesce(sum(length(CAST(scope AS BLOB)) + length(CAST(reason AS BLOB))), 0) AS bytes
+           FROM standing_grants WHERE created_by = ? AND state = 'REQUESTED'`,
+      ),
       insert: db.prepare(
         `INSERT INTO standing_grants (id, grantee_id, created_by, decided_by, base_revision_id, supersedes, scope,
            reason, max_runs, max_card_seconds, concurrency, breaker_k, expires_at, state, decision_comment,
@@ -166,6 +171,15 @@ export class GrantsRepo {
     return this.s.list
       .all({ p: q.principal_id, s: q.state, before: q.before_id ?? '\uffff', n: q.limit })
       .map(toGrant);
+  }
+
+  /**
+   * How many REQUESTED grants `principalId` made, and their scope and reason in bytes (the pending-request
+   * quota, src/domain/grant-quota.ts). No index on created_by: a scan of the grants, which the quota keeps
+   * from growing fast (decided ones stay, at the pace reviewers decide).
+   */
+  pendingRequestedBy(principalId: string): { count: number; bytes: number } {
+    return this.s.pendingBy.get(principalId) ?? { count: 0, bytes: 0 };
   }
 
   /** Undecided or live grants past their expiry, at most `limit`. */

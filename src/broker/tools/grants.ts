@@ -16,11 +16,12 @@ import type { Principal } from '../../store/principals-repo.js';
 import type { RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { cancelQueuedRunsOf } from '../grant-fence.js';
+import { checkGrantRequestQuota } from '../grant-request-quota.js';
 import { moveGrant } from '../machines/standing-grant.js';
 import { canReadAll } from '../principals.js';
 import { GRANTS_TOPIC, grantTopic } from '../topics.js';
 import { cancelTaskAs } from './cluster.js';
-import { fetchPage } from './paging.js';
+import { fetchViewPage } from './paging.js';
 import { decisionKindOfReview } from './revision-diff.js';
 import { iso, principalName } from './views.js';
 
@@ -140,6 +141,7 @@ export function requestGrant(deps: BrokerDeps, principal: Principal, q: GrantReq
         'list_grants shows them.',
       );
   }
+  checkGrantRequestQuota(deps, principal, { scope, reason: q.reason });
   const now = deps.clock.now();
   const ttl = Math.min(q.ttl_seconds, deps.config.grants.max_ttl_seconds);
   const g: GrantRecord = {
@@ -276,15 +278,19 @@ export function listGrants(
   principal: Principal,
   q: { state?: GrantState | undefined; limit?: number | undefined; cursor?: string | undefined },
 ) {
-  const { page, next_cursor } = fetchPage(q.limit, (limit) =>
-    deps.store.grants.list({
-      principal_id: canReadAll(principal) ? null : principal.id,
-      state: q.state ?? null,
-      ...(q.cursor ? { before_id: q.cursor } : {}),
-      limit,
-    }),
+  const { page, next_cursor } = fetchViewPage(
+    q.limit,
+    (limit) =>
+      deps.store.grants.list({
+        principal_id: canReadAll(principal) ? null : principal.id,
+        state: q.state ?? null,
+        ...(q.cursor ? { before_id: q.cursor } : {}),
+        limit,
+      }),
+    (g) => grantView(deps, g),
+    (g) => g.id,
   );
-  return { grants: page.map((g) => grantView(deps, g)), next_cursor };
+  return { grants: page, next_cursor };
 }
 
 const hours = (s: number) => Math.round((s / 3600) * 1e6) / 1e6;
