@@ -105,6 +105,13 @@ function proposalStatements(db: Db) {
     inReview: db.prepare<[string, number], ProposalRecord>(
       "SELECT * FROM proposals WHERE state = 'IN_REVIEW' AND id > ? ORDER BY id LIMIT ?",
     ),
+    inReviewByTurn: db.prepare<[number, number, string, number], ProposalRecord & { turn: number }>(
+      `SELECT * FROM (
+         SELECT *, row_number() OVER (PARTITION BY owner_id ORDER BY id) AS turn
+           FROM proposals WHERE state = 'IN_REVIEW')
+        WHERE turn > ? OR (turn = ? AND id > ?)
+        ORDER BY turn, id LIMIT ?`,
+    ),
     openByOwner: db.prepare<[string], { n: number }>(
       "SELECT count(*) AS n FROM proposals WHERE owner_id = ? AND state IN ('DRAFT', 'IN_REVIEW', 'CHANGES_REQUESTED')",
     ),
@@ -273,6 +280,19 @@ export class ProposalsRepo {
   /** Proposals awaiting review, oldest first, after the cursor id. */
   inReview(afterId: string | undefined, limit: number): ProposalRecord[] {
     return this.s.inReview.all(afterId ?? '', limit);
+  }
+
+  /**
+   * Proposals IN_REVIEW with owners in turn (issue 35, item 7): each owner's oldest, then each owner's
+   * second oldest, and so on; within a turn oldest first. `turn` is the proposal's place among its owner's
+   * (1 = oldest); the page starts after (`afterTurn`, `afterId`).
+   */
+  inReviewByTurn(
+    afterTurn: number,
+    afterId: string,
+    limit: number,
+  ): Array<ProposalRecord & { turn: number }> {
+    return this.s.inReviewByTurn.all(afterTurn, afterTurn, afterId, limit);
   }
 
   /** Proposals whose expiry has passed, oldest first. */

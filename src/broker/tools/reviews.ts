@@ -10,20 +10,20 @@ import { moveProposal } from '../machines/proposal.js';
 import { recordReviewDecision } from '../review-decisions.js';
 import { QUEUE_TOPIC, TASKS_TOPIC, taskTopic } from '../topics.js';
 import { assertAgentMayApprove, decisionKindOf, needsPersonOf } from './agent-review.js';
-import { fetchPage } from './paging.js';
 import { loadVisibleProposal } from './proposals.js';
+import { reviewQueuePage } from './review-queue.js';
 import { diffBaseOf, diffInputs, diffShareOf, specChanges } from './revision-diff.js';
 import { iso, principalName, reviewView, sandboxOf } from './views.js';
 
 /** Use cases of reviewers: the review queue, reading one revision with its diff, and deciding. */
 
-/** list_review_queue: proposals IN_REVIEW, oldest first. */
+/** list_review_queue: proposals IN_REVIEW, owners in turn (review-queue.ts), oldest first in a turn. */
 export function listReviewQueue(
   deps: BrokerDeps,
   principal: Principal,
   q: { limit?: number | undefined; cursor?: string | undefined },
 ) {
-  const { page, next_cursor } = fetchPage(q.limit, (n) => deps.store.proposals.inReview(q.cursor, n));
+  const { page, next_cursor } = reviewQueuePage(deps, q);
   return {
     items: page.map((p) => {
       // The head only (SQLite's JSON functions): no spec parsed in JavaScript per item (issue 21).
