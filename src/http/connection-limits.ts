@@ -17,6 +17,15 @@ import type { Logger } from '../platform/logger.js';
  *   excess socket is destroyed before TLS or HTTP reads a byte, so one address cannot use up every file
  *   descriptor while everyone else is still served (`max_connections` bounds all of them, Node's
  *   `server.maxConnections`);
+ * - a cap per principal (`max_connections_per_principal`, issue 35, item 7): the principal is known
+ *   only once a request's token is read, after the connection was accepted, so what is capped is its
+ *   requests in flight (HTTP/1.1: one per connection); the request past the cap is answered 429
+ *   QUOTA_EXCEEDED before its body is read and its connection closed, and a connection whose principal
+ *   holds more open connections than the cap (idle keep-alive ones) is closed after its answer. 600 long-polls of one principal from one address took the whole per-peer
+ *   cap and a third of another principal's calls from that address failed; now that principal holds at
+ *   most its cap and the rest of the address's cap is a reserve for everyone else behind it. What cannot
+ *   be attributed (connections that never send a valid token) is bounded by the per-peer cap and the
+ *   headers timeout only;
  * - `Connection: close` on every answer to a request without a valid token, and on every answer sent
  *   while the request's body is still unread (a refused upload): nothing unauthenticated keeps a socket,
  *   and no refused body is read to its end to keep the connection alive.
@@ -27,6 +36,7 @@ export interface ConnectionLimits {
   body_timeout_ms: number;
   min_body_bytes_per_second: number;
   max_connections_per_peer: number;
+  max_connections_per_principal: number;
   max_connections: number;
 }
 
@@ -127,13 +137,106 @@ export function installConnectionLimits(
       timer.unref();
     }
   });
+  const principals = new PrincipalConnections(limits.max_connections_per_principal);
+  // preParsing: after every onRequest hook (the token is read there), before the body is.
+  app.addHook('preParsing', async (req, reply) => {
+    const socket = req.raw.socket;
+    if (!req.principal || !socket) return;
+    const id = req.principal.id;
+    const refusal = principals.admit(socket, id);
+    if (!refusal) {
+      let counted = true;
+      const done = () => {
+        if (counted) principals.done(id);
+        counted = false;
+      };
+      reply.raw.once('finish', done);
+      reply.raw.once('close', done);
+      return;
+    }
+    logger.info(
+      { peer: socket.remoteAddress, principal: req.principal.name, limit: refusal.limit },
+      'request refused: per-principal connection cap',
+    );
+    reply.header('connection', 'close');
+    throw new BrokerError(
+      'QUOTA_EXCEEDED',
+      `you have ${refusal.used} requests in flight; the cap is ${refusal.limit}`,
+      'Send fewer requests at once (hold fewer long-polls; wait for answers before sending more), then retry.',
+      { cap: 'http.max_connections_per_principal', limit: refusal.limit, used: refusal.used },
+    );
+  });
   app.addHook('onSend', async (req, reply) => {
-    if (!req.principal || !req.raw.complete) reply.header('connection', 'close');
+    const socket = req.raw.socket;
+    if (!req.principal || !req.raw.complete || (socket && principals.overOpen(socket)))
+      reply.header('connection', 'close');
   });
   app.addHook('onClose', async () => {
     if (timer) clearInterval(timer);
   });
   limitPeers(app.server, limits, logger);
+}
+
+/**
+ * What each principal holds of the master's connections (the per-principal cap): its requests in flight
+ * (a request is counted from its token to its answer; one past the cap is refused), and the open
+ * connections whose latest request was its (one over the cap is closed after its answer instead of
+ * idling, so keep-alive sockets cannot hoard an address's cap either).
+ */
+export class PrincipalConnections {
+  private readonly inFlight = new Map<string, number>();
+  private readonly owner = new WeakMap<Socket, string>();
+  private readonly open = new Map<string, number>();
+
+  constructor(readonly limit: number) {}
+
+  /**
+   * Counts a request of `principalId` on `socket` until `done` is called; answers the refusal when it
+   * would pass the cap (then nothing is counted).
+   */
+  admit(socket: Socket, principalId: string): { limit: number; used: number } | null {
+    const used = this.inFlight.get(principalId) ?? 0;
+    if (used >= this.limit) return { limit: this.limit, used };
+    this.inFlight.set(principalId, used + 1);
+    const current = this.owner.get(socket);
+    if (current !== principalId) {
+      if (current === undefined) socket.once('close', () => this.closed(socket));
+      else bump(this.open, current, -1);
+      this.owner.set(socket, principalId);
+      bump(this.open, principalId, 1);
+    }
+    return null;
+  }
+
+  /** The counted request of `principalId` was answered (or its connection closed). */
+  done(principalId: string): void {
+    bump(this.inFlight, principalId, -1);
+  }
+
+  /** Whether `socket`'s principal holds more open connections than the cap (close it after this answer). */
+  overOpen(socket: Socket): boolean {
+    const id = this.owner.get(socket);
+    return id !== undefined && (this.open.get(id) ?? 0) > this.limit;
+  }
+
+  /** Requests `principalId` has in flight now. */
+  inFlightOf(principalId: string): number {
+    return this.inFlight.get(principalId) ?? 0;
+  }
+
+  private closed(socket: Socket): void {
+    const id = this.owner.get(socket);
+    if (id === undefined) return;
+    this.owner.delete(socket);
+    bump(this.open, id, -1);
+  }
+}
+
+/** Adds `by` to a count, dropping it at 0. */
+function bump(counts: Map<string, number>, id: string, by: number): void {
+  const n = (counts.get(id) ?? 0) + by;
+  if (n > 0) counts.set(id, n);
+  else counts.delete(id);
 }
 
 /**
