@@ -259,6 +259,25 @@ describe('no agent approves a revision whose material the prompt cannot show (is
     expect(expectOk(await review(person, r, 'APPROVE'))).toMatchObject({ state: 'APPROVED' });
   });
 
+  it('variants: bytes that are not UTF-8, or one NUL, are not text either', async () => {
+    for (const bytes of [
+      [0x23, 0x20, 0xe9, 0x0a],
+      [0x70, 0x61, 0x73, 0x73, 0x00, 0x0a],
+    ]) {
+      const inputs = await upload([
+        { path: 'table.dat', content: Buffer.from(bytes).toString('base64'), encoding: 'base64' },
+      ]);
+      const r = await proposeInReview(submitter, validSpec({ inputs }));
+      const err = expectError(await review(agent, r, 'APPROVE'), 'NEEDS_PERSON');
+      expect(err.details).toMatchObject({ clause: 'readable' });
+      expect(err.message).toContain('"table.dat"');
+      // REQUEST_CHANGES still works: an agent can always send work back.
+      expect(expectOk(await review(agent, r, 'REQUEST_CHANGES'))).toMatchObject({
+        state: 'CHANGES_REQUESTED',
+      });
+    }
+  });
+
   it('text beyond the prompt budget (within max_input_bytes) is NEEDS_PERSON too; the same text within it is approved', async () => {
     const big = await upload([
       { path: 'big.py', content: `# ${'x'.repeat(300 * 1024)}\n`, encoding: 'utf8' },
