@@ -11,7 +11,11 @@ import type { CliIo } from './io.js';
 
 /** A connected client. */
 export interface MasterClient {
-  get<T = unknown>(path: string): Promise<T>;
+  /**
+   * GET a JSON document. With `maxBytes`, a body longer than that is not read on: the call fails with
+   * PAYLOAD_TOO_LARGE as soon as more arrives (a lying master cannot make the CLI buffer without bound).
+   */
+  get<T = unknown>(path: string, opts?: { maxBytes?: number }): Promise<T>;
   post<T = unknown>(path: string, body: unknown): Promise<T>;
   /** PUT raw bytes (application/octet-stream), e.g. an input blob. */
   putBytes<T = unknown>(path: string, bytes: Uint8Array): Promise<T>;
@@ -52,7 +56,7 @@ export function remoteSettings(values: Record<string, unknown>, io: CliIo): Remo
 export function connectMaster(s: RemoteSettings, signal?: AbortSignal): MasterClient {
   const trusting = s.caFile ? createCaTrustingFetch(readFileSync(s.caFile, 'utf8')) : null;
   const doFetch = trusting?.fetch ?? globalThis.fetch;
-  const call = async <T>(method: string, path: string, body?: unknown): Promise<T> => {
+  const call = async <T>(method: string, path: string, body?: unknown, maxBytes?: number): Promise<T> => {
     const headers: Record<string, string> = { authorization: `Bearer ${s.token}` };
     if (method === 'POST') {
       headers['content-type'] = 'application/json';
@@ -78,7 +82,7 @@ export function connectMaster(s: RemoteSettings, signal?: AbortSignal): MasterCl
           : 'Is the master running at that URL?',
       );
     }
-    const text = await res.text();
+    const text = maxBytes === undefined ? await res.text() : await boundedText(res, maxBytes, path);
     const json = text ? (JSON.parse(text) as unknown) : {};
     if (!res.ok) {
       const e = (json as { error?: ErrorBody }).error;
@@ -92,13 +96,42 @@ export function connectMaster(s: RemoteSettings, signal?: AbortSignal): MasterCl
     return json as T;
   };
   return {
-    get: (path) => call('GET', path),
+    get: (path, opts) => call('GET', path, undefined, opts?.maxBytes),
     post: (path, body) => call('POST', path, body),
     putBytes: (path, bytes) => call('PUT', path, bytes),
     close: async () => {
       await trusting?.close();
     },
   };
+}
+
+/** A response's body as text, failing as soon as it passes `maxBytes` (what was read so far is dropped). */
+async function boundedText(res: Response, maxBytes: number, path: string): Promise<string> {
+  const tooLarge = () =>
+    new BrokerError(
+      'PAYLOAD_TOO_LARGE',
+      `the master's answer to GET ${path.split('?')[0]} is longer than the ${maxBytes} bytes it can be`,
+      'The master sent more than it was asked for; try again, and tell its operator if it persists.',
+    );
+  if (Number(res.headers.get('content-length') ?? 0) > maxBytes) {
+    await res.body?.cancel();
+    throw tooLarge();
+  }
+  const reader = res.body?.getReader();
+  if (!reader) return '';
+  const parts: Uint8Array[] = [];
+  let n = 0;
+  for (;;) {
+    const { done, value } = await reader.read();
+    if (done) break;
+    n += value.length;
+    if (n > maxBytes) {
+      await reader.cancel();
+      throw tooLarge();
+    }
+    parts.push(value);
+  }
+  return Buffer.concat(parts).toString('utf8');
 }
 
 /** Runs `fn` with a connected client and closes it afterwards. */
