@@ -270,6 +270,15 @@ describe('what is never read', () => {
     expect(got.leftOut[0]?.why).toContain('symbolic link');
   });
 
+  it('neither blocks on a FIFO (as a file or as .gitignore) nor reads an ignore file through a link', () => {
+    const outside = tree({ rules: 'train.py\n' });
+    const dir = tree({ 'train.py': '', 'sub/x.py': '' });
+    execFileSync('mkfifo', [join(dir, 'pipe')]);
+    execFileSync('mkfifo', [join(dir, 'sub', '.gitignore')]);
+    symlinkSync(join(outside, 'rules'), join(dir, '.gitignore'));
+    expect(shipped(dir)).toEqual(['sub/x.py', 'train.py']);
+  });
+
   it('refuses a file over the largest input before reading it (a sparse 1 GiB + 1 file)', () => {
     const dir = tree({ 'train.py': '' });
     execFileSync('truncate', ['-s', String(1024 * 1024 * 1024 + 1), join(dir, 'huge.bin')]);
