@@ -1,6 +1,7 @@
-import { spawn } from 'node:child_process';
 import { BrokerError } from '../contracts/errors.js';
 import { parseVerdict } from '../domain/review-prompt.js';
+import { type ModelAnswer, runModelProcess } from './model-process.js';
+import { agentComment } from './model-reasons.js';
 
 /**
  * The agent reviewer's loop (issue 23 §2), independent of how it reaches the master: for each queued
@@ -49,17 +50,16 @@ export interface LoopOutcome {
 }
 
 /** Runs the model: the prompt on stdin, its stdout (or null and why it gave none). */
-export type ModelRunner = (prompt: string) => Promise<{ stdout: string | null; reason: string }>;
-
-/** Most bytes of model output read; more is no verdict. */
-const MAX_MODEL_OUTPUT = 1024 * 1024;
+export type ModelRunner = (prompt: string) => Promise<ModelAnswer>;
 
 /** Environment names never passed to the model: it must not hold the reviewer's token. */
 const WITHHELD_ENV = /^GPU_BROKER_(TOKEN|TOKEN_FILE)$/;
 
 /**
- * A ModelRunner for a shell command (`/bin/sh -c`), killed with its process group after `timeoutMs`.
- * The reviewer token is withheld from its environment.
+ * A ModelRunner for a shell command (`/bin/sh -c`) in this process's cwd, with `env` less the reviewer
+ * token, killed with its process group after `timeoutMs`. Not sandboxed: for tests and the corpus run
+ * (test/integration/master/agent-review-corpus.test.ts); `review agent` runs the model through
+ * model-sandbox.ts.
  */
 export function shellModel(
   command: string,
@@ -67,45 +67,10 @@ export function shellModel(
   env: Record<string, string | undefined>,
 ): ModelRunner {
   const childEnv = Object.fromEntries(
-    Object.entries(env).filter(([k, v]) => v !== undefined && !WITHHELD_ENV.test(k)),
+    Object.entries(env).filter((e): e is [string, string] => e[1] !== undefined && !WITHHELD_ENV.test(e[0])),
   );
   return (prompt) =>
-    new Promise((resolve) => {
-      const child = spawn('/bin/sh', ['-c', command], {
-        env: childEnv,
-        detached: true,
-        stdio: ['pipe', 'pipe', 'ignore'],
-      });
-      const chunks: Buffer[] = [];
-      let size = 0;
-      let failed: string | null = null;
-      const kill = (why: string) => {
-        failed ??= why;
-        try {
-          if (child.pid !== undefined) process.kill(-child.pid, 'SIGKILL');
-        } catch {
-          // Already gone.
-        }
-      };
-      const timer = setTimeout(() => kill(`timed out after ${timeoutMs} ms`), timeoutMs);
-      child.stdout.on('data', (c: Buffer) => {
-        size += c.length;
-        if (size > MAX_MODEL_OUTPUT) kill(`output over ${MAX_MODEL_OUTPUT} bytes`);
-        else chunks.push(c);
-      });
-      child.stdin.on('error', () => undefined);
-      child.stdin.end(prompt);
-      child.on('error', (err) => kill(`could not start: ${err.message}`));
-      child.on('close', (code, signal) => {
-        clearTimeout(timer);
-        if (failed === null && code !== 0) failed = `exited with ${code ?? signal}`;
-        resolve(
-          failed === null
-            ? { stdout: Buffer.concat(chunks).toString('utf8'), reason: '' }
-            : { stdout: null, reason: failed },
-        );
-      });
-    });
+    runModelProcess({ file: '/bin/sh', args: ['-c', command], env: childEnv, cwd: '.', timeoutMs }, prompt);
 }
 
 const STATE_OUTCOME: Record<string, LoopOutcome['outcome']> = {
@@ -114,8 +79,16 @@ const STATE_OUTCOME: Record<string, LoopOutcome['outcome']> = {
   REJECTED: 'REJECTED',
 };
 
-/** One revision: prompt → model → verdict → submit. */
-export async function reviewOne(port: ReviewPort, model: ModelRunner, e: QueueEntry): Promise<LoopOutcome> {
+/**
+ * One revision: prompt → model → verdict → comment → submit. `secrets` are the tokens the loop holds
+ * (the reviewer's): reasons carrying one, or anything token-shaped, are no decision (model-reasons.ts).
+ */
+export async function reviewOne(
+  port: ReviewPort,
+  model: ModelRunner,
+  e: QueueEntry,
+  secrets: readonly string[] = [],
+): Promise<LoopOutcome> {
   const base = { proposal_id: e.proposal_id, revision_id: e.revision_id };
   try {
     const p = await port.prompt(e.proposal_id, e.revision_id);
@@ -129,13 +102,15 @@ export async function reviewOne(port: ReviewPort, model: ModelRunner, e: QueueEn
         outcome: 'NO_DECISION',
         reason: 'APPROVE of a prompt that did not hold every submitted byte',
       };
+    const comment = agentComment(v.verdict.reasons, secrets);
+    if (!comment.ok) return { ...base, outcome: 'NO_DECISION', reason: comment.reason };
     const out = await port.submit({
       ...base,
       revision_digest: p.revision_digest,
       decision: v.verdict.decision,
-      comments: `agent reviewer verdict: ${v.verdict.reasons}`,
+      comments: comment.comment,
     });
-    return { ...base, outcome: STATE_OUTCOME[out.state] ?? 'ERROR', reason: v.verdict.reasons };
+    return { ...base, outcome: STATE_OUTCOME[out.state] ?? 'ERROR', reason: comment.shown };
   } catch (err) {
     if (err instanceof BrokerError && err.code === 'NEEDS_PERSON')
       return { ...base, outcome: 'NEEDS_PERSON', reason: err.message };
@@ -148,12 +123,13 @@ export async function reviewPass(
   port: ReviewPort,
   model: ModelRunner,
   seen = new Set<string>(),
+  secrets: readonly string[] = [],
 ): Promise<LoopOutcome[]> {
   const out: LoopOutcome[] = [];
   for (const e of await port.queue()) {
     if (e.own || e.needs_person !== null || seen.has(e.revision_id)) continue;
     seen.add(e.revision_id);
-    out.push(await reviewOne(port, model, e));
+    out.push(await reviewOne(port, model, e, secrets));
   }
   return out;
 }

@@ -2,6 +2,7 @@ import { BrokerError } from '../../contracts/errors.js';
 import { GET_REVISION_UNTRUSTED, REVIEW_QUEUE_UNTRUSTED } from '../../contracts/untrusted.js';
 import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/proposal.js';
 import { resolveLimits } from '../../domain/task-limits.js';
+import { tokenLeakIn } from '../../domain/token-leak.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -240,6 +241,15 @@ export function createApprovedTask(
 
 /** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
 export function submitReview(deps: BrokerDeps, principal: Principal, input: ReviewInput) {
+  // The submitter reads every comment: none may hand over a token, whoever wrote it (issue 35 item 1:
+  // an agent reviewer's model may have been steered into finding one).
+  const leak = tokenLeakIn(input.comments);
+  if (leak !== null)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `the comment holds ${leak} (gpb_…); comments are shown to the submitter`,
+      'Remove it and submit again; if it was a real token, revoke it (gpu-broker token revoke NAME).',
+    );
   const { p, r } = judgedRevision(deps, principal, input);
   // Agent reviewers approve only within the operator's ceiling (issue 23 §2): NEEDS_PERSON otherwise.
   if (input.decision === 'APPROVE') assertAgentMayApprove(deps, principal, p, r);

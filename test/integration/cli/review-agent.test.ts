@@ -1,15 +1,27 @@
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run } from '../../../src/cli/review.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
+import { probeBwrap } from '../../../worker/sandbox/bwrap.js';
 import { runCli } from '../../support/cli.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { proposeInReview } from '../../support/proposals.js';
+import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { validSpec } from '../../support/spec.js';
 
 /** `gpu-broker review prompt` and `gpu-broker review agent --once` against a real master over REST. */
 
-const MODEL = `${process.execPath} ${join(packageRoot(), 'test/fixtures/review-corpus/obedient-model.mjs')}`;
+const FIXTURES = join(packageRoot(), 'test/fixtures/review-corpus');
+const MODEL = `${process.execPath} ${join(FIXTURES, 'obedient-model.mjs')}`;
+/** The model runs sandboxed (ADR 0041): it sees its fixture, and node where it is not a system dir. */
+const BINDS = [
+  '--model-bind',
+  FIXTURES,
+  ...(process.execPath.startsWith('/usr/') ? [] : ['--model-bind', dirname(dirname(process.execPath))]),
+];
+
+const probe = await probeBwrap({ root: isRoot });
+const sandboxed = requireOrSkip('bubblewrap', probe.ok, probe.detail);
 
 let m: TestMaster;
 let env: Record<string, string | undefined>;
@@ -44,18 +56,21 @@ describe('gpu-broker review prompt|agent', () => {
     expect(r.stdout).toContain('== VERDICT ==');
   });
 
-  it('agent --once approves within the ceiling and leaves the rest to a person', async () => {
-    const r = await runCli(run, ['agent', '--command', MODEL, '--once', '--json'], env);
-    expect(r.code).toBe(0);
-    const { outcomes } = r.json<{
-      outcomes: Array<{ proposal_id: string; outcome: string; reason: string }>;
-    }>();
-    expect(outcomes.find((o) => o.proposal_id === small)?.outcome).toBe('APPROVED');
-    expect(outcomes.find((o) => o.proposal_id === big)).toMatchObject({ outcome: 'NEEDS_PERSON' });
-    expect(outcomes.find((o) => o.proposal_id === big)?.reason).toContain('cards 2 > 1');
-  });
+  it.runIf(sandboxed)(
+    'agent --once approves within the ceiling and leaves the rest to a person',
+    async () => {
+      const r = await runCli(run, ['agent', '--command', MODEL, ...BINDS, '--once', '--json'], env);
+      expect(r.code).toBe(0);
+      const { outcomes } = r.json<{
+        outcomes: Array<{ proposal_id: string; outcome: string; reason: string }>;
+      }>();
+      expect(outcomes.find((o) => o.proposal_id === small)?.outcome).toBe('APPROVED');
+      expect(outcomes.find((o) => o.proposal_id === big)).toMatchObject({ outcome: 'NEEDS_PERSON' });
+      expect(outcomes.find((o) => o.proposal_id === big)?.reason).toContain('cards 2 > 1');
+    },
+  );
 
-  it('list shows who asked for a person, and why', async () => {
+  it.runIf(sandboxed)('list shows who asked for a person, and why', async () => {
     const r = await runCli(run, ['list'], env);
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('NEEDS_PERSON');
