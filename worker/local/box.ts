@@ -1,6 +1,6 @@
 import { constants } from 'node:os';
 import type { TaskLimits } from '../sandbox/limits.js';
-import type { Launched } from './launch.js';
+import type { FileAt, Launched } from './launch.js';
 import type { GroupMember } from './process-group.js';
 import {
   liveGroupMembers,
@@ -40,6 +40,8 @@ export interface BoxSpawn {
    * command line (sandbox/bwrap.ts bwrapCommandLine).
    */
   readonly argsData?: Buffer;
+  /** A file opened read-only at this descriptor of the process (bwrap's `--seccomp 5`: the filter). */
+  readonly fileAt?: FileAt;
   /**
    * The process moves itself into the task's cgroups before it runs anything else (the native sandbox's
    * `--cgroup-procs`): the executor skips `limits.confine`.

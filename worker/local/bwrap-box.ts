@@ -10,6 +10,7 @@ import type { ExecutorProvider } from '../task-io/env.js';
 import type { ResolvedMount } from '../task-io/mounts.js';
 import type { TaskBox } from './box.js';
 import { bwrapBox } from './box.js';
+import { FIRST_FILE_FD } from './launch.js';
 
 /**
  * The box of a sandboxed `process` task (sandbox/bwrap.ts for what the sandbox holds). The executor has
@@ -70,12 +71,17 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
           : { ...req.identity, setpriv: sandbox.setpriv };
   const problem = taskEnvProblem(argv, req.env, dropTo !== null && 'setpriv' in dropTo);
   if (problem !== null) return problem;
+  // The syscall filter: the native sandbox takes the program in its options; bwrap reads it from fd 5,
+  // which the launcher opens on the filter's file in the data dir (never on a command line or in the task).
+  const seccomp = sandbox.seccomp ?? null;
+  const nativeDrop = dropTo !== null && 'native' in dropTo;
   const args = bwrapArgs({
     ...taskBwrapRequest(plan, sandbox, req, req.mounts),
     hidden: hiddenMounts(taskHiddenPaths(sandbox, plan)),
     devices,
     identity: dropTo,
     statusFd: 3,
+    ...(seccomp === null ? {} : { seccomp: nativeDrop ? { program: seccomp.program } : { fd: SECCOMP_FD } }),
     // The env reaches the task's own exec only; bwrap and setpriv run with the fixed env below.
     taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
   });
@@ -84,5 +90,12 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
   const command =
     native === null ? { command: sandbox.bwrap } : { command: native, argv0: 'gpu-broker-sandbox' };
   const selfConfined = native !== null && cgroupProcs.length > 0;
-  return bwrapBox({ ...command, args: line.argv, env, argsData: line.data, selfConfined }, req.limits);
+  const fileAt = seccomp !== null && !nativeDrop ? { fileAt: { fd: SECCOMP_FD, path: seccomp.file } } : {};
+  return bwrapBox(
+    { ...command, args: line.argv, env, argsData: line.data, selfConfined, ...fileAt },
+    req.limits,
+  );
 }
+
+/** The descriptor bwrap reads the syscall filter from (`--seccomp 5`). */
+const SECCOMP_FD = FIRST_FILE_FD;

@@ -274,7 +274,7 @@ class ExecutionRun {
    * stderr to the log files and to `onLog`; resolves `started`. Returns why it could not start.
    */
   private async spawnTask(box: TaskBox, execRoot: string): Promise<Spawned | string> {
-    const { command, argv0, args, env, uid, gid, statusPipe, argsData } = box.spawn;
+    const { command, argv0, args, env, uid, gid, statusPipe, argsData, fileAt } = box.spawn;
     // fd 3: bwrap's JSON status; fd 4: its options (`--args 4`), so they never show on a command line.
     const launcher = this.opts.launcher ?? sharedSpawner();
     const child = await launcher.launch({
@@ -285,6 +285,7 @@ class ExecutionRun {
       cwd: box.kind === 'none' ? join(execRoot, 'task') : '/',
       statusPipe: statusPipe === true,
       inputPipe: argsData !== undefined,
+      ...(fileAt === undefined ? {} : { fileAt }),
       ...(uid === undefined || gid === undefined ? {} : { uid, gid }),
     });
     if (typeof child === 'string') return `cannot spawn ${JSON.stringify(command)}: ${child}`;

@@ -1,5 +1,6 @@
 import type { ChildProcess, StdioOptions } from 'node:child_process';
 import { spawn } from 'node:child_process';
+import { closeSync, openSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
 
 /**
@@ -32,6 +33,30 @@ export interface LaunchRequest {
   readonly statusPipe: boolean;
   /** fd 4: a pipe written once by `writeInput` (bwrap's options), or nothing. */
   readonly inputPipe: boolean;
+  /** A file the launcher opens read-only at this descriptor (5 or more) of the process, or nothing. */
+  readonly fileAt?: FileAt;
+}
+
+/** A file opened for a process at one of its descriptors (bwrap's `--seccomp 5` reads the filter there). */
+export interface FileAt {
+  readonly fd: number;
+  readonly path: string;
+}
+
+/** The lowest descriptor a FileAt may take (0-4 are stdio, the status pipe and the options pipe). */
+export const FIRST_FILE_FD = 5;
+
+/** `stdio` with `fileAt`'s descriptor at its place (gaps 'ignore'), for child_process.spawn. */
+export function withFileAt(
+  stdio: ReadonlyArray<'ignore' | 'pipe'>,
+  fileAt: FileAt | undefined,
+  opened: number,
+): Array<'ignore' | 'pipe' | number> {
+  const out: Array<'ignore' | 'pipe' | number> = [...stdio];
+  if (fileAt === undefined) return out;
+  while (out.length < fileAt.fd) out.push('ignore');
+  out[fileAt.fd] = opened;
+  return out;
 }
 
 /** How the started process ended; `lost`: nobody can tell any more (the spawner died), it was killed. */
@@ -70,17 +95,22 @@ export function stdioOf(req: Pick<LaunchRequest, 'statusPipe' | 'inputPipe'>): A
 export const inlineLauncher: Launcher = {
   launch: async (req) => {
     let child: ChildProcess;
+    let opened: number | undefined;
     try {
+      if (req.fileAt !== undefined) opened = openSync(req.fileAt.path, 'r');
       child = spawn(req.command, req.args, {
         cwd: req.cwd,
         env: req.env,
         detached: true,
-        stdio: stdioOf(req) as StdioOptions,
+        stdio: withFileAt(stdioOf(req), req.fileAt, opened ?? -1) as StdioOptions,
         ...(req.argv0 === undefined ? {} : { argv0: req.argv0 }),
         ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
       });
     } catch (err) {
       return describe(err);
+    } finally {
+      // The child holds its own copy once spawned (or nobody does).
+      if (opened !== undefined) closeSync(opened);
     }
     const exit = new Promise<LaunchExit>((r) => {
       child.once('exit', (code, signal) => r({ code, signal }));

@@ -7,7 +7,7 @@ import { PassThrough, type Readable } from 'node:stream';
 import { packageRoot } from '../../src/platform/package-root.js';
 import { unsafeToRunAsRoot } from '../sandbox/native.js';
 import type { LaunchExit, Launched, Launcher, LaunchRequest } from './launch.js';
-import { stdioOf } from './launch.js';
+import { FIRST_FILE_FD, stdioOf } from './launch.js';
 
 /**
  * The spawner (ADR 0032): a small long-lived Node process, this worker's child, that forks the task
@@ -16,7 +16,7 @@ import { stdioOf } from './launch.js';
  * the exec; forking the ~40 MiB spawner is cheaper, and it happens on another process's thread).
  *
  * Over its IPC channel (JSON, one message per event):
- *   worker → spawner  {t: spawn, id, command, argv0?, args, env, cwd, uid?, gid?, stdio}
+ *   worker → spawner  {t: spawn, id, command, argv0?, args, env, cwd, uid?, gid?, stdio, fileAt?}
  *                     {t: input, id, data}  fd 4's bytes (base64), written and closed
  *   spawner → worker  {t: spawned, id, pid}, then {t: fd, id, fd} with the pipe's handle (SCM_RIGHTS)
  *                     for each readable pipe (stdout, stderr, the status pipe), or {t: error, id, message}
@@ -64,11 +64,19 @@ const kids = new Map();
 const send = (m, h) => { try { process.send(m, h); } catch {} };
 function start(m) {
   let c;
+  let opened;
+  const stdio = m.stdio.slice();
   try {
-    c = spawn(m.command, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio: m.stdio,
+    if (m.fileAt) {
+      opened = fs.openSync(m.fileAt.path, 'r');
+      while (stdio.length < m.fileAt.fd) stdio.push('ignore');
+      stdio[m.fileAt.fd] = opened;
+    }
+    c = spawn(m.command, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio,
       ...(m.argv0 === undefined ? {} : { argv0: m.argv0 }),
       ...(m.uid === undefined ? {} : { uid: m.uid, gid: m.gid }) });
   } catch (e) { send({ t: 'error', id: m.id, message: String((e && e.message) || e) }); return; }
+  finally { if (opened !== undefined) fs.closeSync(opened); }
   if (c.pid === undefined) {
     c.once('error', (e) => send({ t: 'error', id: m.id, message: String((e && e.message) || e) }));
     return;
@@ -150,13 +158,17 @@ export function spawnFrame(id: number, req: LaunchRequest): Buffer {
     throw new Error('an argument or the environment holds a NUL byte');
   const ids = req.uid !== undefined && req.gid !== undefined;
   const stdio = stdioOf(req);
+  const file = req.fileAt;
+  if (file !== undefined && (file.fd < FIRST_FILE_FD || file.fd > 7 || file.path.includes('\0')))
+    throw new Error(`a file at descriptor ${file.fd} cannot be given`);
   return frame('S', [
     u32(id),
-    Buffer.from([(ids ? 1 : 0) | (req.argv0 !== undefined ? 2 : 0)]),
+    Buffer.from([(ids ? 1 : 0) | (req.argv0 !== undefined ? 2 : 0) | (file !== undefined ? 4 : 0)]),
     ...(ids ? [u32(req.uid!), u32(req.gid!)] : []),
     Buffer.from([stdio.length, ...stdio.map((s) => (s === 'pipe' ? 1 : 0))]),
     str(req.command),
     ...(req.argv0 !== undefined ? [str(req.argv0)] : []),
+    ...(file !== undefined ? [Buffer.from([file.fd]), str(file.path)] : []),
     str(req.cwd),
     u32(req.args.length),
     ...req.args.map(str),
@@ -254,6 +266,7 @@ export class Spawner implements Launcher {
           env: req.env,
           cwd: req.cwd,
           stdio,
+          ...(req.fileAt === undefined ? {} : { fileAt: req.fileAt }),
           ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
         });
       else {

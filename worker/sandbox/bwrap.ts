@@ -99,6 +99,11 @@ export interface BwrapRequest {
   readonly statusFd: number | null;
   /** The task's argv. */
   readonly argv: readonly string[];
+  /**
+   * The task's syscall filter (seccomp.ts): the native sandbox takes the program itself (`--seccomp-bpf`),
+   * bwrap reads it from a descriptor the launcher opened (`--seccomp FD`). Absent: none.
+   */
+  readonly seccomp?: { readonly program: Buffer } | { readonly fd: number };
   /** Sizes of the private /tmp and /dev/shm in bytes (the task's limits); absent: the kernel's default, half the RAM. */
   readonly tmpfsBytes?: { readonly tmp: number; readonly shm: number };
   /** The placed inputs (task-io/inputs.ts): their host dir and its top-level names. */
@@ -179,6 +184,13 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     const { vars, bwrapEnvNames } = req.taskEnv;
     for (const name of bwrapEnvNames) if (!Object.hasOwn(vars, name)) args.push('--unsetenv', name);
     for (const [name, value] of Object.entries(vars)) args.push('--setenv', name, value);
+  }
+  if (req.seccomp !== undefined) {
+    if ('program' in req.seccomp) {
+      if (req.identity === null || !('native' in req.identity))
+        throw new Error('a seccomp program inline is for the native sandbox; bwrap takes it by descriptor');
+      args.push('--seccomp-bpf', req.seccomp.program.toString('hex'));
+    } else args.push('--seccomp', String(req.seccomp.fd));
   }
   args.push('--chdir', SANDBOX_TASK_DIR, '--');
   if (req.identity !== null && 'setpriv' in req.identity) {

@@ -1,3 +1,4 @@
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
@@ -10,6 +11,7 @@ import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
 import { makeSimDeviceNodes } from './devices.js';
 import { type NativeProbe, probeNativeSandbox, type SandboxEngineChoice } from './native.js';
+import { hostSeccompArch, SECCOMP_GROUPS, seccompProgram, seccompVersion } from './seccomp.js';
 import type { UidRange } from './task-uids.js';
 import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
@@ -56,7 +58,24 @@ export type SandboxSetup =
        * has no writable hierarchy (a worker that is not root): those limits are then reported as not enforced.
        */
       readonly cgroups?: CgroupHierarchy | null;
+      /**
+       * The syscall filter every task runs under (seccomp.ts, issue 36 item 1); absent or null: none (a
+       * host architecture the table is not written for, or a test's own setup).
+       */
+      readonly seccomp?: TaskSeccomp | null;
     };
+
+/** The syscall filter as a worker holds it. */
+export interface TaskSeccomp {
+  /** The BPF program (struct sock_filter[]). */
+  readonly program: Buffer;
+  /** seccompVersion(program): what the hello and the dashboard show. */
+  readonly version: string;
+  /** The table's groups the operator allowed again (`--seccomp-allow`). */
+  readonly allowed: readonly string[];
+  /** The program as a file in the worker's data dir, for bwrap's `--seccomp FD` (opened per task). */
+  readonly file: string;
+}
 
 /** What `--isolation` accepts. */
 export type IsolationChoice = 'auto' | IsolationMode;
@@ -84,6 +103,8 @@ export interface SandboxChoice {
   readonly sandboxEngine?: SandboxEngineChoice;
   /** The native sandbox's executable; default nativeSandboxPath() (tests). */
   readonly nativeSandbox?: string;
+  /** Groups of the syscall filter's table to allow again (`--seccomp-allow`); default none. */
+  readonly seccompAllow?: readonly string[];
 }
 
 /** The prepared isolation. */
@@ -174,6 +195,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
     );
   const sim = await simNodes();
   const cgroups = choice.cgroups === undefined ? await probeCgroups({ root }) : choice.cgroups;
+  const seccomp = prepareSeccomp(choice.dataDir, choice.seccompAllow ?? []);
   const limitsLine =
     cgroups === null
       ? 'no writable cgroups: memory, pids and cpu limits NOT enforced'
@@ -191,13 +213,41 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system,
       cgroups,
+      seccomp,
       ...(sim === undefined ? {} : { simNodes: sim }),
       ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
     summary: root
-      ? `sandboxed: ${engineLine(probe.detail, native)}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}`
-      : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host); ${limitsLine}`,
+      ? `sandboxed: ${engineLine(probe.detail, native)}; each task gets its own uid from ${range.first}-${range.last}; ${limitsLine}; ${seccompLine(seccomp)}`
+      : `sandboxed: ${probe.detail} in a user namespace (tasks keep this worker's uid on the host); ${limitsLine}; ${seccompLine(seccomp)}`,
   };
+}
+
+/**
+ * The syscall filter for this host (null where the table has no numbers for its architecture), written
+ * once into the data dir (0600: bwrap reads it through a descriptor the launcher opens per task). An
+ * unknown group in `allow` stops the start: a typo must not silently leave the filter as it was.
+ */
+export function prepareSeccomp(dataDir: string, allow: readonly string[]): TaskSeccomp | null {
+  const unknown = allow.filter((g) => !SECCOMP_GROUPS.includes(g));
+  if (unknown.length > 0)
+    throw new IsolationUnavailableError(
+      `--seccomp-allow ${unknown.join(',')}: not a group of the syscall filter (one of ${SECCOMP_GROUPS.join(', ')})`,
+    );
+  const arch = hostSeccompArch();
+  if (arch === null) return null;
+  const program = seccompProgram(arch, allow);
+  const version = seccompVersion(program);
+  const file = join(dataDir, `seccomp-${version}.bpf`);
+  mkdirSync(dataDir, { recursive: true });
+  writeFileSync(file, program, { mode: 0o600 });
+  return { program, version, allowed: [...allow], file };
+}
+
+/** The banner's words for the filter. */
+function seccompLine(s: TaskSeccomp | null): string {
+  if (s === null) return `NO syscall filter (no table for ${process.arch})`;
+  return `syscall filter ${s.version}${s.allowed.length > 0 ? ` (allowed again: ${s.allowed.join(', ')})` : ''}`;
 }
 
 /** What builds a root worker's sandboxes, for the banner: the native sandbox, or bwrap and why not the other. */

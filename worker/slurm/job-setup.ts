@@ -156,6 +156,7 @@ function rankSandbox(
     hidden: hiddenPathList(taskHiddenPaths(sandbox.setup, plan, [backend.jobDir])),
     gpuDevDir: sandbox.gpuDevDir,
     gpuKind: sandbox.gpuKind ?? 'nvidia',
+    ...(sandbox.setup.seccomp == null ? {} : { seccomp: sandbox.setup.seccomp.program }),
     pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
   };
 }

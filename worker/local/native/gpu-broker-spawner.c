@@ -5,9 +5,10 @@
  * reaps them and reports how they ended. One process per worker, for the worker's whole life.
  *
  * worker -> spawner, on stdin: frames of  u32 length (little-endian, of what follows)  u8 kind  ...
- *   'S' spawn   u32 id, u8 flags (1: uid and gid follow, 2: argv0 follows), [u32 uid, u32 gid],
- *               u8 n, n x u8 stdio (0 ignore, 1 pipe; fd 0 is always ignored), str command, [str argv0],
- *               str cwd, u32 argc, argc x str, u32 envc, envc x str ("NAME=value");
+ *   'S' spawn   u32 id, u8 flags (1: uid and gid follow, 2: argv0 follows, 4: a file follows),
+ *               [u32 uid, u32 gid], u8 n, n x u8 stdio (0 ignore, 1 pipe; fd 0 is always ignored),
+ *               str command, [str argv0], [u8 fd, str path: that file opened read-only at fd 5-7 of the
+ *               process (bwrap's --seccomp 5)], str cwd, u32 argc, argc x str, u32 envc, envc x str ("NAME=value");
  *               str = u32 length + bytes (no NUL inside)
  *   'I' input   u32 id, then the bytes to write into its fd 4, which is then closed
  * spawner -> worker, on fd 3, one JSON line each, as Node's IPC channel carries them:
@@ -53,6 +54,8 @@
 
 #define CHANNEL_FD 3
 #define MAX_STDIO 5
+/* Descriptors 0..MAX_FDS-1 of a started process may be set: stdio, status, options, and one file at 5-7. */
+#define MAX_FDS 8
 /* A frame larger than this is not one the worker sends (argv + env of a task are far smaller). */
 #define MAX_FRAME (64u * 1024u * 1024u)
 /* Descriptors of ours start here, above every fd a task gets (0-4). */
@@ -265,8 +268,10 @@ static void free_strs(char **v) {
 struct start {
   const char *command, *cwd;
   char **argv, **envp;
-  int uid, gid; /* -1: unchanged */
-  int fds[MAX_STDIO]; /* what becomes each fd; -1: closed */
+  int has_ids; /* uid and gid below are set */
+  uid_t uid;
+  gid_t gid;
+  int fds[MAX_FDS]; /* what becomes each fd; -1: closed */
   int nfds;
   volatile int err; /* set by the child when it fails before the exec (vfork shares our memory) */
 };
@@ -318,11 +323,11 @@ __attribute__((noinline)) static void child(struct start *s) {
     if (s->fds[i] < 0) continue;
     if (dup2(s->fds[i], i) < 0) goto fail; /* the copy is not close-on-exec */
   }
-  if (s->gid >= 0) {
+  if (s->has_ids) {
     if (setgroups(0, NULL) < 0 && errno != EPERM) goto fail;
-    if (setgid((gid_t)s->gid) < 0) goto fail;
+    if (setgid(s->gid) < 0) goto fail;
+    if (setuid(s->uid) < 0) goto fail;
   }
-  if (s->uid >= 0 && setuid((uid_t)s->uid) < 0) goto fail;
   if (chdir(s->cwd) < 0) goto fail;
   exec_searching(s);
 fail:
@@ -374,10 +379,12 @@ static void forget(size_t i) {
 static void spawn_frame(struct reader *r) {
   uint32_t id = u32(r);
   uint8_t flags = u8(r);
-  int uid = -1, gid = -1;
-  if (flags & 1) {
-    uid = (int)u32(r);
-    gid = (int)u32(r);
+  /* Unsigned, as the kernel's: a uid from 2^31 up is an ordinary one (task uids reach 4294967294). */
+  uint32_t uid = 0, gid = 0;
+  int has_ids = (flags & 1) != 0;
+  if (has_ids) {
+    uid = u32(r);
+    gid = u32(r);
   }
   uint8_t n = u8(r);
   uint8_t stdio[MAX_STDIO] = {0};
@@ -385,11 +392,17 @@ static void spawn_frame(struct reader *r) {
   for (uint8_t i = 0; i < n && !r->bad; i++) stdio[i] = u8(r);
   char *command = str(r);
   char *argv0 = (flags & 2) ? str(r) : NULL;
+  int file_fd = -1;
+  char *file_path = NULL;
+  if (flags & 4) {
+    file_fd = u8(r);
+    file_path = str(r);
+  }
   char *cwd = str(r);
   uint32_t argc = 0, envc = 0;
   char **args = strs(r, &argc);
   char **env = strs(r, &envc);
-  if (r->bad || r->p != r->end || uid < -1 || gid < -1) {
+  if (r->bad || r->p != r->end || (flags & ~7u) != 0 || ((flags & 4) && (file_fd < MAX_STDIO || file_fd >= MAX_FDS))) {
     fprintf(stderr, "gpu-broker-spawner: a spawn frame that does not parse\n");
     exit(2);
   }
@@ -398,12 +411,21 @@ static void spawn_frame(struct reader *r) {
   argv[0] = argv0 != NULL ? argv0 : command;
   for (uint32_t i = 0; i < argc; i++) argv[i + 1] = args[i];
 
-  struct start s = {.command = command, .cwd = cwd, .argv = argv, .envp = env, .uid = uid, .gid = gid,
-                    .nfds = n > 3 ? n : 3, .err = 0};
+  struct start s = {.command = command, .cwd = cwd, .argv = argv, .envp = env, .has_ids = has_ids,
+                    .uid = (uid_t)uid, .gid = (gid_t)gid, .nfds = n > 3 ? n : 3, .err = 0};
   int ours[MAX_STDIO]; /* our end of each pipe */
   int err = 0;
-  for (int i = 0; i < MAX_STDIO; i++) s.fds[i] = ours[i] = -1;
-  for (int i = 0; i < s.nfds; i++) {
+  for (int i = 0; i < MAX_STDIO; i++) ours[i] = -1;
+  for (int i = 0; i < MAX_FDS; i++) s.fds[i] = -1;
+  /* (uid_t)-1 means "no change" to the kernel: never a task's id. Refused for this start only. */
+  if (has_ids && (uid == UINT32_MAX || gid == UINT32_MAX)) err = EINVAL;
+  if (err == 0 && file_path != NULL) {
+    int f = open(file_path, O_RDONLY | O_CLOEXEC);
+    s.fds[file_fd] = f < 0 ? -1 : high(f);
+    if (f < 0 || s.fds[file_fd] < 0) err = errno;
+    s.nfds = file_fd + 1;
+  }
+  for (int i = 0; i < s.nfds && i < MAX_STDIO && err == 0; i++) {
     if (i < n && stdio[i] == 1 && i > 0) {
       int p[2];
       if (pipe2(p, O_CLOEXEC) < 0) {
@@ -427,7 +449,7 @@ static void spawn_frame(struct reader *r) {
     pid = start_process(&s);
     if (pid < 0) err = s.err;
   }
-  for (int i = 0; i < MAX_STDIO; i++)
+  for (int i = 0; i < MAX_FDS; i++)
     if (s.fds[i] >= 0 && s.fds[i] != devnull) close(s.fds[i]);
   if (pid < 0) {
     for (int i = 0; i < MAX_STDIO; i++)
@@ -455,6 +477,7 @@ static void spawn_frame(struct reader *r) {
   }
   free(command);
   free(argv0);
+  free(file_path);
   free(cwd);
   free_strs(args);
   free_strs(env);

@@ -15,6 +15,8 @@
  *   --uid UID --gid GID      the task's identity (required, not 0): no groups, no capabilities in any
  *                            set, no_new_privs; the drop happens in the process that then execs the task
  *   --setenv NAME VALUE      the task's environment is exactly these (nothing of this program's own)
+ *   --seccomp-bpf HEX        the task's syscall filter (worker/sandbox/seccomp.ts), installed in the task's
+ *                            own process after the drop, just before its exec
  *   --cgroup-procs FILE      a cgroup's `cgroup.procs` (repeatable, one per v1 controller): this process
  *                            moves itself in first of all, before it clones or mounts anything, so the
  *                            sandbox and all it starts are born in the task's cgroups (the worker then
@@ -45,6 +47,8 @@
 #include <grp.h>
 #include <limits.h>
 #include <linux/capability.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <net/if.h>
 #include <sched.h>
 #include <signal.h>
@@ -178,6 +182,8 @@ struct config {
   char *const *argv;
   int dev_trees[N_DEV_NODES]; /* the host's /dev/null… for --dev, -1 where the host has none */
   mode_t umask;               /* the caller's, given back to the task (the mounts are made with 0) */
+  unsigned char *seccomp;     /* the task's syscall filter (struct sock_filter[]), or NULL */
+  size_t seccomp_len;         /* its length in bytes, a multiple of 8 */
 };
 
 static void *xcalloc(size_t n, size_t size) {
@@ -202,6 +208,39 @@ static int parse_fd(const char *s, const char *what) {
   long v = strtol(s, &end, 10);
   if (errno != 0 || *s == '\0' || *end != '\0' || v < 0 || v > 1 << 20) die("%s: not a descriptor: \"%s\"", what, s);
   return (int)v;
+}
+
+/* The most instructions a classic BPF program may have (BPF_MAXINSNS). */
+#define MAX_BPF_INSNS 4096
+
+static int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  return -1;
+}
+
+/* --seccomp-bpf HEX: the filter's instructions, 8 bytes each, as lower-case hex (worker/sandbox/seccomp.ts). */
+static void parse_seccomp(struct config *cfg, const char *hex) {
+  size_t n = strlen(hex);
+  if (cfg->seccomp != NULL) die("--seccomp-bpf given twice");
+  if (n == 0 || n % 16 != 0 || n / 16 > MAX_BPF_INSNS)
+    die("--seccomp-bpf: not a filter of 1 to %d instructions in hex", MAX_BPF_INSNS);
+  cfg->seccomp = xcalloc(n / 2, 1);
+  for (size_t i = 0; i < n; i += 2) {
+    int hi = hex_digit(hex[i]), lo = hex_digit(hex[i + 1]);
+    if (hi < 0 || lo < 0) die("--seccomp-bpf: not hex");
+    cfg->seccomp[i / 2] = (unsigned char)(hi << 4 | lo);
+  }
+  cfg->seccomp_len = n / 2;
+}
+
+/* Installs the task's syscall filter: the last thing before the exec, after the uid drop and no_new_privs
+   (so it needs no privilege) and after the keyring join (a call the filter denies the task). */
+static void install_seccomp(const struct config *cfg) {
+  if (cfg->seccomp == NULL) return;
+  struct sock_fprog prog = {.len = (unsigned short)(cfg->seccomp_len / 8),
+                            .filter = (struct sock_filter *)cfg->seccomp};
+  if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) != 0) die_errno("installing the syscall filter");
 }
 
 static char *read_all(int fd, size_t *len) {
@@ -279,7 +318,10 @@ static void parse_options(struct config *cfg, char *data, size_t len) {
       if (!is_absolute_clean(file)) die("--cgroup-procs needs an absolute, clean path, not \"%s\"", file);
       cfg->cgroup_procs[cfg->n_cgroup_procs++] = words[i];
     }
-    else if (strcmp(opt, "--setenv") == 0) {
+    else if (strcmp(opt, "--seccomp-bpf") == 0) {
+      NEED(1);
+      parse_seccomp(cfg, words[++i]);
+    } else if (strcmp(opt, "--setenv") == 0) {
       NEED(2);
       const char *name = words[++i], *value = words[++i];
       if (name[0] == '\0' || strchr(name, '=') != NULL) die("--setenv: invalid name \"%s\"", name);
@@ -695,6 +737,7 @@ static void sandbox_init(const struct config *cfg, int go_fd) {
        earlier task's), whose keys it could read and where it could leave keys for the next task. */
     if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
       die_errno("a session keyring of its own");
+    install_seccomp(cfg);
     exec_task(cfg);
   }
   if (syscall(SYS_close_range, 3, ~0U, 0) != 0) {

@@ -383,6 +383,8 @@ export async function writeJobFiles(spec: JobWrapperSpec): Promise<JobFiles> {
   await writeFile(f.env, env, { mode: 0o600, flag: 'wx' });
   await writeFile(f.script, script, { mode: 0o700, flag: 'wx' });
   await writeFile(f.rank, rank, { mode: 0o700, flag: 'wx' });
+  if (spec.sandbox?.seccomp !== undefined)
+    await writeFile(join(f.jobDir, 'seccomp.bpf'), spec.sandbox.seccomp, { mode: 0o600, flag: 'wx' });
   return f;
 }
 

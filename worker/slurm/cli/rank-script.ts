@@ -55,6 +55,11 @@ export const SLURM_TASK_VARS = [
 export interface WrapperSandbox {
   /** The bwrap executable (absolute; the same path on every node). */
   bwrap: string;
+  /**
+   * The task's syscall filter (worker/sandbox/seccomp.ts), written to `<jobDir>/seccomp.bpf` with the
+   * job's files; each rank hands it to bwrap (`--seccomp 7`). Absent: none.
+   */
+  seccomp?: Buffer;
   /** bwrap's options before the hidden paths (namespaces, the system tree). */
   pre: string[];
   /** Paths to hide: each one that exists on the node is covered (a dir by a tmpfs, a file by /dev/null). */
@@ -138,7 +143,7 @@ export function taskEnvFile(env: Readonly<Record<string, string>>): Buffer {
 const LAUNCH = [
   'printf started >&4; exec 4>&-',
   'E=(); while IFS= read -r -d \'\' kv; do E+=("$kv"); done <&5',
-  'exec 5<&- 6<&-',
+  'exec 5<&- 6<&- 7<&-',
   `exec ${ENV_HELPER} -i -- "\${E[@]}" "$@"`,
 ].join('\n');
 
@@ -280,7 +285,13 @@ const SANDBOXED_LAUNCH = `# The task's entries (fd 5) and bwrap's options (fd 6)
 ENVF="$JOB_DIR/env.$RANK_ID.$$"
 ARGF="$JOB_DIR/bwrap-args.$RANK_ID.$$"
 { cat "$JOB_DIR/task.env" && printf '%s\\0' "\${BIND[@]}"; } >"$ENVF" || setup_failed "cannot write $ENVF"
-printf '%s\\0' "\${PRE[@]}" "\${HIDE[@]}" "\${POST[@]}" "\${DEV[@]}" \\
+# The syscall filter (seccomp.bpf, written with the job's files), read by bwrap from fd 7.
+SECCOMP=()
+if [ -e "$JOB_DIR/seccomp.bpf" ]; then
+  exec 7<"$JOB_DIR/seccomp.bpf" || setup_failed "cannot read $JOB_DIR/seccomp.bpf"
+  SECCOMP=(--seccomp 7)
+fi
+printf '%s\\0' "\${PRE[@]}" "\${HIDE[@]}" "\${POST[@]}" "\${DEV[@]}" "\${SECCOMP[@]}" \\
   --clearenv --setenv PATH "$PATH" --setenv LANG C --chdir /task >"$ARGF" || setup_failed "cannot write $ARGF"
 exec 5<"$ENVF" 6<"$ARGF"
 rm -f "$ENVF" "$ARGF"
@@ -290,7 +301,7 @@ STARTED="$JOB_DIR/sandbox-started.$RANK_ID"
 "$BWRAP" --args 6 -- "\${PREFIX[@]}" /bin/bash --noprofile --norc -c "$LAUNCH" gpu-broker-task "\${ARGV[@]}" \\
   4>"$STARTED"
 RC=$?
-exec 5<&- 6<&-
+exec 5<&- 6<&- 7<&-
 grep -q '^started$' "$STARTED" 2>/dev/null || setup_failed "bwrap could not create the sandbox (exit $RC; its message is in the task's stderr)"
 exit "$RC"
 `;

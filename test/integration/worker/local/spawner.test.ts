@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readlinkSync, rmSync } from 'node:fs';
+import { mkdtempSync, readlinkSync, rmSync, writeFileSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -167,6 +167,56 @@ describe.each(PROGRAMS)('spawner (%s)', (program) => {
     expect(out).toMatch(/^Uid:\t65534\t65534\t65534\t65534$/m);
     expect(out).toMatch(/^Gid:\t65534\t65534\t65534\t65534$/m);
     expect(out).toMatch(/^Groups:\s*$/m);
+  });
+
+  it('drops to a uid from 2^31 up (unsigned, as the kernel reads it), and refuses (uid_t)-1 for that start only', async () => {
+    if (process.getuid?.() !== 0) return;
+    const spawner = new Spawner();
+    const start = (id: number) =>
+      spawner.launch({
+        command: '/bin/sh',
+        args: ['-c', 'grep -E "^Uid:" /proc/self/status'],
+        env: {},
+        cwd: '/',
+        uid: id,
+        gid: id,
+        statusPipe: false,
+        inputPipe: false,
+      });
+    const high = await start(3_000_000_000);
+    if (program === 'node')
+      expect(high).toMatch(/int32/); // Node's spawn takes int32 ids only: refused in one line
+    else {
+      if (typeof high === 'string') throw new Error(high);
+      expect(await read(high.stdio[1])).toMatch(/^Uid:\t3000000000\t/m);
+    }
+    expect(await start(4_294_967_295)).toMatch(/EINVAL|uid/);
+    // The spawner lives on: the next start works.
+    await (await launched(spawner, 'exit 0')).exit;
+  });
+
+  it('opens a file read-only at fd 5 of the process (bwrap reads the syscall filter there)', async () => {
+    const file = join(root, `fd5-${program}`);
+    writeFileSync(file, 'filter bytes');
+    const spawner = new Spawner();
+    const l = await spawner.launch({
+      command: '/bin/sh',
+      args: ['-c', 'cat <&5; echo; ls /proc/self/fd | sort -n | tr "\\n" " "'],
+      env: { PATH: '/usr/bin:/bin' },
+      cwd: '/',
+      statusPipe: false,
+      inputPipe: false,
+      fileAt: { fd: 5, path: file },
+    });
+    if (typeof l === 'string') throw new Error(l);
+    const out = await read(l.stdio[1]);
+    expect(out.split('\n')[0]).toBe('filter bytes');
+    // 0-2, 5, and the one ls itself opens: no descriptor of the spawner's.
+    expect(out.split('\n')[1]?.trim().split(' ').map(Number)).toEqual([0, 1, 2, 3, 5]);
+    expect(await spawner.launch({ ...TRUE, fileAt: { fd: 5, path: join(root, 'no-such-file') } })).toMatch(
+      /ENOENT/,
+    );
+    await (await launched(spawner, 'exit 0')).exit;
   });
 
   it('writes an fd 4 larger than a pipe holds, to its end, while the process reads it slowly', async () => {
