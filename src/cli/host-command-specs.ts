@@ -70,7 +70,7 @@ export const SERVE = defineCommand({
 export const WORKER = defineCommand({
   name: 'worker',
   usage: [
-    'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
+    'worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--seccomp-allow GROUP]… [--task-uids FIRST-LAST] [--hide PATH]… [--container-engine auto|podman|docker|none] [--mount NAME=PATH[:rw]]… [--keep-executions N] [--keep-executions-days D] [--run-as USER] [--json]',
     'worker --backend slurm --slurm-partition NAME --slurm-job-dir DIR [--slurm-account NAME] [--slurm-qos NAME] [--slurm-extra-arg ARG]… [--slurm-poll-ms MS] [--slurm-gpu-dev-dir DIR] [--slurm-gpu-kind nvidia|hy] [--slurm-simulated-gpus] [--isolation auto|bwrap|none] --url https://HOST:PORT --token-file FILE [--id ID] [--data-dir DIR] [--json]',
   ],
   summary:
@@ -96,6 +96,12 @@ export const WORKER = defineCommand({
     },
     isolation: LOCAL_WORKER_FLAGS.isolation,
     'sandbox-engine': LOCAL_WORKER_FLAGS['sandbox-engine'],
+    'seccomp-allow': {
+      type: 'string',
+      value: 'GROUP',
+      multiple: true,
+      help: "allow a group of the tasks' syscall filter again (e.g. io_uring, perf; audited at every connection)",
+    },
     'task-uids': {
       type: 'string',
       value: 'FIRST-LAST',

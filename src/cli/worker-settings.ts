@@ -34,7 +34,7 @@ export type WorkerFlags = FlagValues<typeof WORKER.flags>;
 
 /** The usage line shown with errors of the local worker's flags. */
 export const USAGE =
-  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
+  'gpu-broker worker --url https://HOST:PORT --token-file FILE [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir DIR] [--ca-file FILE] [--isolation auto|bwrap|none] [--sandbox-engine auto|bwrap|native] [--seccomp-allow GROUP]... [--task-uids FIRST-LAST] [--hide PATH]... [--mount NAME=PATH[:rw]]... [--container-engine auto|podman|docker|none] [--run-as USER (with --isolation none)] [--keep-executions N] [--keep-executions-days D] [--json]';
 
 /** The usage line shown with errors of `--backend slurm` (its flags, not the local worker's). */
 export const SLURM_USAGE =
@@ -59,6 +59,8 @@ export interface Settings {
   sandboxEngine: SandboxEngineChoice;
   taskUids?: UidRange;
   hide: string[];
+  /** `--seccomp-allow`: groups of the tasks' syscall filter allowed again (sandbox/seccomp.ts). */
+  seccompAllow: string[];
   containerEngine: ContainerEngineChoice;
   executionRetention: ExecutionRetention;
   mounts: DataMount[];
@@ -196,6 +198,7 @@ export function resolveSettings(values: WorkerFlags, io: CliIo): Settings {
     sandboxEngine,
     ...(taskUids === undefined ? {} : { taskUids }),
     hide: values.hide ?? [],
+    seccompAllow: values['seccomp-allow'] ?? [],
     containerEngine,
     executionRetention,
     mounts,

@@ -66,6 +66,7 @@ async function slurmSandbox(settings: Settings, sampler: CardSampler): Promise<P
     containerEngine: 'none',
     // Each rank builds its sandbox with bwrap on its node (slurm/cli/job-wrapper.ts).
     sandboxEngine: 'bwrap',
+    seccompAllow: settings.seccompAllow,
     ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
   }).catch((err: unknown) => {
     throw new BrokerError('INVALID_INPUT', (err as Error).message, SLURM_USAGE);

@@ -48,6 +48,7 @@ async function runLocalWorker(settings: Settings, json: boolean | undefined, io:
     hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],
     sampler: choice.sampler,
     containerEngine: settings.containerEngine,
+    seccompAllow: settings.seccompAllow,
     ...(settings.taskUids === undefined ? {} : { taskUids: settings.taskUids }),
   }).catch((err: unknown) => {
     throw new BrokerError('INVALID_INPUT', (err as Error).message, USAGE);

@@ -114,6 +114,11 @@ export const WorkerListingSchema = z.object({
   backend: WorkerBackendSchema,
   /** A Slurm worker's partition and its nodes (name, GPUs, Slurm state); null on a local worker. */
   slurm: SlurmPoolSchema.nullable(),
+  /**
+   * The syscall filter its process tasks run under: `version` names the exact program, `allowed` the
+   * groups of the filter's table its operator allowed again (`--seccomp-allow`); null: no filter.
+   */
+  seccomp: z.object({ version: z.string(), allowed: z.array(z.string()) }).nullable(),
 });
 
 /** list_workers */

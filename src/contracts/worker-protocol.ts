@@ -174,6 +174,18 @@ export const HelloSchema = z.object({
   backend: WorkerBackendSchema.default('local'),
   /** A Slurm worker's partition and nodes; null on a local worker. */
   slurm: SlurmPoolSchema.nullable().default(null),
+  /**
+   * The syscall filter its process tasks run under (worker/sandbox/seccomp.ts): the version names the
+   * exact program, `allowed` the table's groups the operator allowed again; null: none (unsandboxed, or
+   * a host the table has no numbers for). Older workers do not say: null.
+   */
+  seccomp: z
+    .object({
+      version: z.string().regex(/^v[0-9]+-[0-9a-f]{12}$/),
+      allowed: z.array(z.string().regex(/^[a-z_]{1,32}$/)).max(32),
+    })
+    .nullable()
+    .default(null),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */

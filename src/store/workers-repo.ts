@@ -36,6 +36,8 @@ export interface WorkerRecord {
   backend: WorkerBackend;
   /** A Slurm worker's partition and nodes, from its latest hello; null on a local worker. */
   slurm: SlurmPool | null;
+  /** The syscall filter its process tasks run under, from its latest hello; null: none. */
+  seccomp: WorkerSeccomp | null;
   /** What its qualification interpreter can do, as its current process reported; null until then. */
   qualification_probe: QualificationProbe | null;
   draining: boolean;
@@ -63,10 +65,17 @@ export interface CordonRecord {
   created_at: number;
 }
 
+/** A worker's syscall filter as its hello names it. */
+export interface WorkerSeccomp {
+  version: string;
+  allowed: string[];
+}
+
 interface WorkerRow
-  extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts' | 'qualification_probe' | 'slurm'> {
+  extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts' | 'qualification_probe' | 'slurm' | 'seccomp'> {
   cards: string;
   slurm: string | null;
+  seccomp: string | null;
   mounts: string;
   qualification_probe: string | null;
   draining: number;
@@ -77,6 +86,7 @@ const toWorker = (r: WorkerRow): WorkerRecord => ({
   cards: JSON.parse(r.cards) as KnownCard[],
   mounts: JSON.parse(r.mounts) as WorkerMount[],
   slurm: r.slurm === null ? null : (JSON.parse(r.slurm) as SlurmPool),
+  seccomp: r.seccomp === null ? null : (JSON.parse(r.seccomp) as WorkerSeccomp),
   qualification_probe:
     r.qualification_probe === null ? null : (JSON.parse(r.qualification_probe) as QualificationProbe),
   draining: r.draining === 1,
@@ -91,12 +101,12 @@ export class WorkersRepo {
       get: db.prepare<[string], WorkerRow>('SELECT * FROM workers WHERE id = ?'),
       all: db.prepare<[], WorkerRow>('SELECT * FROM workers ORDER BY id'),
       upsert: db.prepare(
-        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, backend, slurm, draining, first_seen_at, last_seen_at)
-         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, @backend, @slurm, 0, @now, @now)
+        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, backend, slurm, seccomp, draining, first_seen_at, last_seen_at)
+         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, @backend, @slurm, @seccomp, 0, @now, @now)
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
            version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
            isolation = excluded.isolation, container_engine = excluded.container_engine,
-           mounts = excluded.mounts, backend = excluded.backend, slurm = excluded.slurm, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
+           mounts = excluded.mounts, backend = excluded.backend, slurm = excluded.slurm, seccomp = excluded.seccomp, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
       setProbe: db.prepare('UPDATE workers SET qualification_probe = ? WHERE id = ?'),
@@ -136,11 +146,19 @@ export class WorkersRepo {
   upsertOnHello(
     w: Omit<
       WorkerRecord,
-      'draining' | 'first_seen_at' | 'last_seen_at' | 'mounts' | 'qualification_probe' | 'backend' | 'slurm'
+      | 'draining'
+      | 'first_seen_at'
+      | 'last_seen_at'
+      | 'mounts'
+      | 'qualification_probe'
+      | 'backend'
+      | 'slurm'
+      | 'seccomp'
     > & {
       mounts?: WorkerMount[];
       backend?: WorkerBackend;
       slurm?: SlurmPool | null;
+      seccomp?: WorkerSeccomp | null;
     },
     now: number,
   ): void {
@@ -150,6 +168,7 @@ export class WorkersRepo {
       mounts: JSON.stringify(w.mounts ?? []),
       backend: w.backend ?? 'local',
       slurm: w.slurm === undefined || w.slurm === null ? null : JSON.stringify(w.slurm),
+      seccomp: w.seccomp === undefined || w.seccomp === null ? null : JSON.stringify(w.seccomp),
       now,
     });
   }

@@ -32,6 +32,8 @@ export interface HelloFacts {
   readonly backend: HelloMessage['backend'];
   /** A Slurm worker's pool (its sampler's latest view); null on a local worker. */
   readonly slurm: HelloMessage['slurm'];
+  /** The syscall filter its process tasks run under; null: none. */
+  readonly seccomp: HelloMessage['seccomp'];
 }
 
 /** The hello for `facts`; pure. */
@@ -59,6 +61,7 @@ export function buildHello(facts: HelloFacts): HelloMessage {
     mounts: facts.mounts.map((m) => ({ name: m.name, read_only: m.read_only })),
     backend: facts.backend,
     slurm: facts.slurm,
+    seccomp: facts.seccomp,
   };
 }
 

@@ -182,6 +182,10 @@ function helloFor(
       mounts: opts.mounts ?? [],
       backend: binding.backend,
       slurm: binding.pool(),
+      seccomp:
+        opts.sandbox?.kind === 'bwrap' && opts.sandbox.seccomp != null
+          ? { version: opts.sandbox.seccomp.version, allowed: [...opts.sandbox.seccomp.allowed] }
+          : null,
     });
 }
 

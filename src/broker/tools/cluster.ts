@@ -77,6 +77,7 @@ export function listWorkers(deps: BrokerDeps) {
         unisolated: w.isolation === 'none',
         backend: w.backend,
         slurm: w.slurm,
+        seccomp: w.seccomp,
       };
     }),
   };

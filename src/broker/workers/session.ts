@@ -123,6 +123,7 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
         mounts: msg.mounts,
         backend: msg.backend,
         slurm: msg.slurm,
+        seccomp: msg.seccomp,
       },
       now,
     );
@@ -140,6 +141,9 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
         isolation: msg.isolation,
         container_engine: msg.container_engine,
         backend: msg.backend,
+        // What its tasks' syscall filter is, and which of its groups the operator allowed again:
+        // a widened filter is on the record at every connection.
+        seccomp: msg.seccomp,
         ...(msg.slurm === null ? {} : { partition: msg.slurm.partition }),
       },
     });

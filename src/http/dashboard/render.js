@@ -183,10 +183,32 @@ export function renderWorkers(workers, cards) {
               'UNISOLATED',
             )
           : null,
+        w.unisolated ? null : renderSeccomp(w.seccomp),
       ),
       h('div', { class: 'cards' }, own.length ? own.map(renderCard) : empty('No cards reported.')),
     );
   });
+}
+
+/** A sandboxed worker's syscall filter: its version, and any group its operator allowed again. */
+function renderSeccomp(s) {
+  if (!s)
+    return h(
+      'span',
+      { class: 'badge warn seccomp', title: 'Its process tasks run without a syscall filter' },
+      'no syscall filter',
+    );
+  const widened = s.allowed.length > 0;
+  return h(
+    'span',
+    {
+      class: `badge seccomp${widened ? ' warn' : ''}`,
+      title: widened
+        ? `Syscall filter ${s.version}; allowed again by its operator: ${s.allowed.join(', ')}`
+        : `Every process task runs under the syscall filter ${s.version}`,
+    },
+    widened ? `seccomp ${s.version} (allowed: ${s.allowed.join(', ')})` : `seccomp ${s.version}`,
+  );
 }
 
 /** A wait reason: its code and the message written for people and agents. */

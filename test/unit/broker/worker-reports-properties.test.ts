@@ -236,6 +236,7 @@ async function apply(
           mounts: [],
           backend: 'local',
           slurm: null,
+          seccomp: null,
         },
         now,
       );

@@ -37,6 +37,7 @@ function hello(over: Partial<Hello> = {}): Hello {
     mounts: [],
     backend: 'local',
     slurm: null,
+    seccomp: null,
     ...over,
   };
 }

@@ -42,6 +42,7 @@ const facts: HelloFacts = {
   mounts: [{ name: 'data', host_path: '/srv/secret/data', read_only: true }],
   backend: 'local',
   slurm: null,
+  seccomp: { version: 'v1-0123456789ab', allowed: ['io_uring'] },
 };
 
 describe('buildHello', () => {
@@ -65,6 +66,7 @@ describe('buildHello', () => {
       isolation: 'bwrap',
       backend: 'local',
       slurm: null,
+      seccomp: { version: 'v1-0123456789ab', allowed: ['io_uring'] },
     });
     expect(hello.hostname).toHaveLength(255);
     expect(HelloSchema.safeParse(hello).success).toBe(true);
