@@ -60,8 +60,11 @@ const BROKER: RankTable = [
   ['src/broker/principals.ts', 3],
   ['src/broker/verified-blob.ts', 3],
   ['src/broker/review-decisions.ts', 3],
+  ['src/broker/inspection-memo.ts', 4],
+  ['src/broker/grant-request-quota.ts', 3],
   ['src/broker/machines/', 4],
   ['src/broker/workers/', 5],
+  ['src/broker/grant-fence.ts', 5],
   ['src/broker/tools/', 6],
   ['src/broker/loops/', 6],
 ];
