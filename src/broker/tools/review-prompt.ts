@@ -64,7 +64,12 @@ function factsOf(v: RevisionView, ceiling: CeilingView, unreadable: number) {
     ['input bytes', v.inputs.reduce((n, i) => n + i.size, 0)],
     ['inputs not shown', unreadable],
     ...diffBaseFacts(v),
-    ['unreviewed revisions since the base', v.unreviewed_between.length],
+    ['revisions since the base no person read', v.unreviewed_between.length],
+    [
+      'of them decided by an agent reviewer',
+      v.unreviewed_between.filter((u) => u.kind === 'agent_reviewer').length,
+    ],
+    ['of them approved by a grant', v.unreviewed_between.filter((u) => u.kind === 'grant').length],
     ['inputs added', count('added')],
     ['inputs removed', count('removed')],
     ['inputs modified', count('modified')],
@@ -89,6 +94,7 @@ function diffBaseFacts(v: RevisionView): Array<readonly [string, FactValue]> {
   return [
     ['diff base', b.number],
     ['diff base decision', factWord(b.decision)],
+    ['diff base decided by', factWord(b.kind)],
   ];
 }
 
@@ -102,6 +108,7 @@ function submittedFacts(v: RevisionView, ceiling: CeilingView): PromptSection[] 
   const findings = v.revision.findings.map((f, i) => `finding ${i + 1} at ${f.path}: ${f.message}`);
   return [
     { label: 'owner (principal name)', text: v.owner },
+    { label: 'who decided the diff base (principal name)', text: v.diff_base?.decided_by ?? '' },
     { label: 'executable (argv[0])', text: spec.runtime.argv[0] ?? '' },
     { label: 'image', text: v.revision.sandbox.image ?? '' },
     { label: 'mounts (one per line)', text: (spec.mounts ?? []).join('\n') },

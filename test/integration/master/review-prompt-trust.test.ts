@@ -148,6 +148,7 @@ describe('the trusted part of the review prompt', () => {
     expect(trusted).toMatch(/^finding 1: [A-Z_]+$/m);
     expect(trusted).toMatch(/^agent_ceiling clause: [a-z_]+$/m);
     expect(trusted).toMatch(/^diff base: 1$/m);
+    expect(trusted).toMatch(/^diff base decided by: person$/m);
     expect(trusted).toMatch(/^spec fields changed: [1-9]\d*$/m);
     expect(trusted).toMatch(/^mounts: 1$/m);
     // Not one canary there, whatever its case; each one is in the block instead.
