@@ -10,7 +10,9 @@
 #             with the GPU_BROKER_* binding the worker would give it (worker/task-io/env.ts).
 #   broker    with node, bwrap and a built checkout: `gpu-broker start` (master + a bwrap-sandboxed
 #             worker on the real cards), a 1-card `gpu-broker qualify`, and one task that prints
-#             `nvidia-smi -L` and torch.cuda.device_count() from inside the sandbox.
+#             `nvidia-smi -L`, torch.cuda.device_count() and a CUDA matmul from inside the sandbox; both
+#             run under the tasks' syscall filter (worker/sandbox/seccomp.ts; `Seccomp: 2` in the row),
+#             so the first run on a real card shows whether it breaks CUDA or NCCL.
 #
 # Then it prints a short table (also in $OUT/summary.txt).
 #
@@ -273,7 +275,8 @@ step_broker() {
   # The probe first: a failed qualification leaves its cards cordoned for the operator to look at.
   say 'broker: a task that lists the devices it sees from inside the sandbox'
   local script spec created pidp rev task state
-  script="nvidia-smi -L; echo nodes: \$(ls /dev | grep '^nvidia' | tr '\\n' ' '); $py -c 'import torch; print(\"torch.cuda.device_count() =\", torch.cuda.device_count())'"
+  # Under the syscall filter (worker/sandbox/seccomp.ts, Seccomp: 2): a CUDA op shows whether it breaks device work.
+  script="nvidia-smi -L; echo nodes: \$(ls /dev | grep '^nvidia' | tr '\\n' ' '); grep '^Seccomp:' /proc/self/status; $py -c 'import torch; print(\"torch.cuda.device_count() =\", torch.cuda.device_count()); print(\"cuda op =\", float((torch.ones(64, 64, device=\"cuda\") @ torch.ones(64, 64, device=\"cuda\")).sum()))'"
   spec=$("$PY" -c 'import json,sys; print(json.dumps({"spec": {"title": "device-check: devices inside the sandbox", "objective": "Show which GPUs a sandboxed task sees.", "success_criteria": "nvidia-smi -L lists one GPU and torch counts one device.", "cards": {"count": 1}, "worker": sys.argv[1], "runtime": {"kind": "process", "argv": ["/bin/sh", "-c", sys.argv[2]]}, "outputs": [], "time_limit_seconds": 300}}))' "$wid" "$script")
   created=$(api POST "$url/api/v1/proposals" "$agent" "$ca" "$spec" 2>>"$LOG")
   echo "$created" >"$d/probe-proposal.json"
@@ -301,7 +304,7 @@ step_broker() {
 
     [[ $state == FAILED ]] && state="FAILED ($(json_get "$d/probe-task.json" 'd["task"].get("failure_reason")' 2>>"$LOG"))"
     [[ $state == QUEUED ]] && state="QUEUED ($(json_get "$d/probe-task.json" 'd["task"].get("reason")' 2>>"$LOG"))"
-    row 'devices inside sandbox' "task ${state:-unknown}: $(grep -c '^GPU ' "$d/probe-stdout.txt") GPU(s) in nvidia-smi -L; $(grep -h '^nodes:\|device_count' "$d/probe-stdout.txt" | tr '\n' ' ')"
+    row 'devices inside sandbox' "task ${state:-unknown}: $(grep -c '^GPU ' "$d/probe-stdout.txt") GPU(s) in nvidia-smi -L; $(grep -h '^nodes:\|device_count\|^Seccomp:\|^cuda op' "$d/probe-stdout.txt" | tr '\n' ' ')"
   fi
   say "broker: gpu-broker qualify --worker $wid --cards 1"
   GPU_BROKER_URL=$url GPU_BROKER_TOKEN=$op GPU_BROKER_CA_FILE=$ca \
