@@ -13,7 +13,7 @@ import { makeSimDeviceNodes } from './devices.js';
 import { type NativeProbe, probeNativeSandbox, type SandboxEngineChoice } from './native.js';
 import { hostSeccompArch, SECCOMP_GROUPS, seccompProgram, seccompVersion } from './seccomp.js';
 import type { UidRange } from './task-uids.js';
-import { DEFAULT_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
+import { DEFAULT_TASK_UIDS, HOST_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
 /**
  * Chooses how a worker isolates its tasks (`--isolation auto|bwrap|none`, issue 9) and prepares what the
@@ -91,6 +91,8 @@ export interface SandboxChoice {
   readonly sampler: CardSampler;
   /** Uid range for tasks of a root worker; default DEFAULT_TASK_UIDS. */
   readonly taskUids?: UidRange;
+  /** The host-wide task uid counter (task-uids.ts); default HOST_TASK_UIDS (tests point it elsewhere). */
+  readonly taskUidRegistry?: string;
   /** Whether the worker runs as root; default: asks the process. */
   readonly root?: boolean;
   /** Where nvidia/hy device nodes are looked up; default /dev (tests with a fake nvidia-smi/hy-smi). */
@@ -134,7 +136,11 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
   const range = choice.taskUids ?? DEFAULT_TASK_UIDS;
   // One pool for both kinds of task, so a process task and a container task never share a uid.
   // Never reused (task-uids.ts): the next unused uid is kept in the data dir across restarts.
-  const uids = root ? new TaskUidPool(range, join(choice.dataDir, TASK_UIDS_STATE)) : null;
+  // Reserved through the host's counter too (task-uids.ts): two root workers on this host never give
+  // two tasks one uid, whatever their data dirs and ranges.
+  const uids = root
+    ? new TaskUidPool(range, join(choice.dataDir, TASK_UIDS_STATE), choice.taskUidRegistry ?? HOST_TASK_UIDS)
+    : null;
   const engine = await probeContainerEngine({
     engine: choice.containerEngine ?? 'none',
     confDir: join(choice.dataDir, 'containers'),

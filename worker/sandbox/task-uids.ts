@@ -1,4 +1,15 @@
-import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } from 'node:fs';
+import {
+  closeSync,
+  fsyncSync,
+  mkdirSync,
+  openSync,
+  readFileSync,
+  renameSync,
+  statSync,
+  unlinkSync,
+  writeSync,
+} from 'node:fs';
+import { dirname } from 'node:path';
 
 /**
  * A uid of its own for every task (issue 9), never handed out twice (issue 20). A root worker gives each
@@ -22,6 +33,16 @@ import { closeSync, fsyncSync, openSync, readFileSync, renameSync, writeSync } f
  *
  * The default range sits far above the ranges `useradd` and /etc/subuid hand out (1000…, 100000…), so a
  * task uid never owns a real user's files.
+ *
+ * Host-wide (issue 36 item 4): two root workers on one host (a local and a Slurm worker, or two local
+ * ones) each with its own data dir used to start at the same uid, so two owners' tasks ran as one uid at
+ * once. Every reservation now also goes through one counter for the whole host (`hostRegistry`, default
+ * HOST_TASK_UIDS under /var/lib): under a lock file it takes the block from the larger of its own next
+ * uid and the host's, and raises the host's past it. Blocks of different workers are then disjoint
+ * whatever their ranges (overlapping ones included), and no worker ever starts a range over from its first
+ * uid. A range wholly below what the host has handed out is used up at once and says so. The lock is a
+ * file made with O_EXCL holding the holder's pid; a holder that is gone (a crash) leaves it stale, and the
+ * next reservation takes it over.
  */
 
 /** First and last uid a worker may give tasks. */
@@ -32,6 +53,12 @@ export interface UidRange {
 
 /** The file in the worker's data dir that holds the next never-used task uid. */
 export const TASK_UIDS_STATE = 'task-uids.next';
+
+/** The host-wide counter every root worker of this host reserves its blocks through (see the module comment). */
+export const HOST_TASK_UIDS = '/var/lib/gpu-broker/task-uids.next';
+
+/** How long a reservation waits for another worker's lock before it gives up. */
+const HOST_LOCK_WAIT_MS = 5000;
 
 /** How many uids one write of the state file reserves at most (see the module comment). */
 export const UID_BLOCK = 64;
@@ -66,11 +93,13 @@ export class TaskUidPool {
 
   /**
    * `stateFile`: where the next never-used uid is kept across restarts (the worker's data dir); without
-   * one (tests) uids are still never reused within this process.
+   * one (tests) uids are still never reused within this process. `hostRegistry`: the host-wide counter
+   * (HOST_TASK_UIDS for a real worker); without one, this pool coordinates with no other.
    */
   constructor(
     private readonly range: UidRange,
     private readonly stateFile?: string,
+    private readonly hostRegistry?: string,
   ) {
     this.next = Math.max(range.first, stateFile === undefined ? range.first : readNext(stateFile));
     this.reservedUpTo = this.next;
@@ -82,14 +111,12 @@ export class TaskUidPool {
     const have = this.byExecution.get(executionId);
     if (have !== undefined) return have;
     while (this.taken.has(this.next)) this.next++;
-    const uid = this.next;
-    if (uid > this.range.last)
-      throw new Error(
-        `every task uid of ${this.range.first}-${this.range.last} has been used once, and uids are never reused (per-uid kernel state and files can outlive a task): give the worker a --task-uids range above ${this.range.last}`,
-      );
     // Reserved (written and fsync'd) before the uid is used: a crash wastes the rest of the block, never
-    // hands a uid out twice.
-    if (uid >= this.reservedUpTo) this.reserveFrom(uid);
+    // hands a uid out twice. The host's counter may move the block further up.
+    if (this.next >= this.reservedUpTo) this.reserve();
+    while (this.taken.has(this.next)) this.next++;
+    const uid = this.next;
+    if (uid > this.range.last || uid >= this.reservedUpTo) throw this.usedUp();
     this.next = uid + 1;
     this.taken.add(uid);
     this.byExecution.set(executionId, uid);
@@ -110,16 +137,46 @@ export class TaskUidPool {
     this.byExecution.set(executionId, uid);
     if (uid >= this.next) {
       this.next = uid + 1;
-      if (uid >= this.reservedUpTo) this.reserveFrom(uid);
+      // Past what this worker reserved: reserve from here on (the uid itself was reserved when it was
+      // first handed out, by this worker's earlier process, so the host's counter is already past it).
+      if (this.next > this.reservedUpTo) this.reserve();
     }
     return true;
   }
 
-  /** Persists a reservation of `uid` and the block after it (up to the range's end). */
-  private reserveFrom(uid: number): void {
-    const upTo = Math.min(this.range.last + 1, uid + this.block);
-    if (this.stateFile !== undefined) writeNext(this.stateFile, upTo);
-    this.reservedUpTo = this.stateFile === undefined ? Number.POSITIVE_INFINITY : upTo;
+  /**
+   * Persists a reservation of the next block: from `next`, or from the host's counter where it is
+   * higher (then `next` moves up to it), to at most the range's end.
+   */
+  private reserve(): void {
+    if (this.hostRegistry === undefined) {
+      const upTo = Math.min(this.range.last + 1, this.next + this.block);
+      if (this.stateFile !== undefined) writeNext(this.stateFile, upTo);
+      this.reservedUpTo = this.stateFile === undefined ? Number.POSITIVE_INFINITY : upTo;
+      return;
+    }
+    const registry = this.hostRegistry;
+    withHostLock(registry, () => {
+      const hostNext = readNext(registry);
+      const start = Math.max(this.next, hostNext);
+      if (start > this.range.last) throw this.usedUp(hostNext);
+      const upTo = Math.min(this.range.last + 1, start + this.block);
+      writeNext(registry, Math.max(hostNext, upTo));
+      if (this.stateFile !== undefined) writeNext(this.stateFile, upTo);
+      this.next = start;
+      this.reservedUpTo = upTo;
+    });
+  }
+
+  /** The error of a range with no unused uid left (on this host, when `hostNext` says how far it went). */
+  private usedUp(hostNext?: number): Error {
+    const host =
+      hostNext !== undefined && hostNext > this.range.first
+        ? `; this host's workers have handed out uids up to ${hostNext - 1}`
+        : '';
+    return new Error(
+      `every task uid of ${this.range.first}-${this.range.last} has been used once${host}, and uids are never reused (per-uid kernel state and files can outlive a task): give the worker a --task-uids range above ${Math.max(this.range.last, (hostNext ?? 0) - 1)}`,
+    );
   }
 
   /** Forgets `executionId`'s uid once nothing of it runs; the uid itself is never handed out again. */
@@ -154,9 +211,72 @@ function readNext(file: string): number {
   return n;
 }
 
+/**
+ * Runs `work` holding `${registry}.lock` (O_EXCL, holding our pid). A lock whose holder is gone is
+ * stale and taken over; one held longer than HOST_LOCK_WAIT_MS by a live process is an error.
+ */
+export function withHostLock<T>(registry: string, work: () => T): T {
+  mkdirSync(dirname(registry), { recursive: true, mode: 0o755 });
+  const lock = `${registry}.lock`;
+  const deadline = Date.now() + HOST_LOCK_WAIT_MS;
+  const nap = new Int32Array(new SharedArrayBuffer(4));
+  for (;;) {
+    let fd: number;
+    try {
+      fd = openSync(lock, 'wx', 0o600);
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      if (holderGone(lock)) {
+        try {
+          unlinkSync(lock);
+        } catch {
+          // Another worker took it over first.
+        }
+        continue;
+      }
+      if (Date.now() > deadline)
+        throw new Error(
+          `${lock} is held by another worker for over ${HOST_LOCK_WAIT_MS} ms; remove it if no worker runs`,
+        );
+      Atomics.wait(nap, 0, 0, 5);
+      continue;
+    }
+    try {
+      writeSync(fd, `${process.pid}\n`);
+    } finally {
+      closeSync(fd);
+    }
+    try {
+      return work();
+    } finally {
+      unlinkSync(lock);
+    }
+  }
+}
+
+/** Whether the pid in a lock file names no running process (a lock left by a crash). */
+function holderGone(lock: string): boolean {
+  let pid: number;
+  let age: number;
+  try {
+    pid = Number(readFileSync(lock, 'utf8').trim());
+    age = Date.now() - statSync(lock).mtimeMs;
+  } catch {
+    return false; // gone already: look again
+  }
+  // Empty: being written, or its writer died between making and writing it (then stale after a while).
+  if (!Number.isSafeInteger(pid) || pid <= 0) return age > 2000;
+  try {
+    process.kill(pid, 0);
+    return false;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+  }
+}
+
 /** Replaces the state file atomically and durably (write, fsync, rename). */
 function writeNext(file: string, next: number): void {
-  const tmp = `${file}.tmp`;
+  const tmp = `${file}.tmp.${process.pid}`;
   const fd = openSync(tmp, 'w', 0o600);
   try {
     writeSync(fd, `${next}\n`);

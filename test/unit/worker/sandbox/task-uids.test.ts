@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -86,5 +86,75 @@ describe('TaskUidPool', () => {
 
   it('the default range is wide enough not to run out', () => {
     expect(DEFAULT_TASK_UIDS.last - DEFAULT_TASK_UIDS.first).toBeGreaterThan(1_000_000_000);
+  });
+});
+
+describe('task uids on one host (issue 36 item 4)', () => {
+  const registry = () => join(dir, 'host', 'task-uids.next');
+
+  it('two workers with the same range and their own data dirs never hand out one uid', () => {
+    const range = { first: 2_000_000_000, last: 3_999_999_999 };
+    const a = new TaskUidPool(range, join(dir, 'a.next'), registry());
+    const b = new TaskUidPool(range, join(dir, 'b.next'), registry());
+    const seen = new Set<number>();
+    for (let i = 0; i < 3 * UID_BLOCK; i++)
+      for (const [name, pool] of [
+        ['a', a],
+        ['b', b],
+      ] as const) {
+        const uid = pool.acquire(`${name}-${i}`);
+        expect(seen.has(uid), `uid ${uid} twice`).toBe(false);
+        seen.add(uid);
+      }
+  });
+
+  it('a worker restarted on a fresh data dir never starts its range over from the first uid', () => {
+    const range = { first: 5000, last: 99_999 };
+    const first = new TaskUidPool(range, join(dir, 'old.next'), registry());
+    const used = first.acquire('x');
+    expect(used).toBe(5000);
+    const again = new TaskUidPool(range, join(dir, 'new-data-dir.next'), registry());
+    expect(again.acquire('y')).toBeGreaterThan(used);
+  });
+
+  it('overlapping ranges of several workers stay disjoint, whatever the order of their starts', () => {
+    const ranges = [
+      { first: 10_000, last: 200_000 },
+      { first: 50_000, last: 300_000 },
+      { first: 10_000, last: 400_000 },
+    ];
+    const pools = ranges.map((r, i) => new TaskUidPool(r, join(dir, `${i}.next`), registry()));
+    const seen = new Set<number>();
+    let x = 7;
+    for (let i = 0; i < 600; i++) {
+      x = (x * 1103515245 + 12345) % 2147483648;
+      const k = x % pools.length;
+      const uid = pools[k]!.acquire(`p${k}-${i}`);
+      expect(uid).toBeGreaterThanOrEqual(ranges[k]!.first);
+      expect(uid).toBeLessThanOrEqual(ranges[k]!.last);
+      expect(seen.has(uid), `uid ${uid} twice`).toBe(false);
+      seen.add(uid);
+    }
+  });
+
+  it('a range wholly below what the host handed out is used up, and says how far the host went', () => {
+    const high = new TaskUidPool({ first: 9000, last: 99_999 }, undefined, registry());
+    high.acquire('h');
+    const low = new TaskUidPool({ first: 5000, last: 8999 }, undefined, registry());
+    expect(() => low.acquire('l')).toThrow(/handed out uids up to \d+.*range above/);
+  });
+
+  it('a lock left by a worker that is gone is taken over; one a live worker holds is waited for', () => {
+    mkdirSync(join(dir, 'host'));
+    const pool = new TaskUidPool({ first: 5000, last: 99_999 }, undefined, registry());
+    writeFileSync(`${registry()}.lock`, '2147483646\n'); // no such pid
+    expect(pool.acquire('a')).toBe(5000);
+    expect(() => readFileSync(`${registry()}.lock`)).toThrow(/ENOENT/);
+    // Held by this very process (alive): the reservation waits, then gives up naming the lock.
+    writeFileSync(`${registry()}.lock`, `${process.pid}\n`);
+    const other = new TaskUidPool({ first: 5000, last: 99_999 }, undefined, registry());
+    expect(() => other.acquire('b')).toThrow(/held by another worker/);
+    rmSync(`${registry()}.lock`);
+    expect(other.acquire('b')).toBeGreaterThan(5000);
   });
 });
