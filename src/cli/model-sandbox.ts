@@ -1,6 +1,6 @@
 import { chownSync, mkdtempSync, readdirSync, realpathSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
-import { isAbsolute, join, resolve } from 'node:path';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
 import {
   ALWAYS_HIDDEN,
   type BwrapProbe,
@@ -8,6 +8,8 @@ import {
   bwrapCommandLine,
   hiddenMounts,
   probeBwrap,
+  SYSTEM_DIRS,
+  SYSTEM_LINKS_OR_DIRS,
   type SystemMounts,
   systemMounts,
 } from '../../worker/sandbox/bwrap.js';
@@ -110,7 +112,16 @@ export function secretPaths(input: {
   env: Readonly<Record<string, string | undefined>>;
 }): string[] {
   const paths: string[] = [];
-  if (input.tokenFile) paths.push(resolve(input.cwd, input.tokenFile));
+  if (input.tokenFile) {
+    const file = resolve(input.cwd, input.tokenFile);
+    paths.push(file);
+    // Its dir too: `gpu-broker start` writes the operator's and the agent's tokens beside the
+    // reviewer's (and a data dir holds the database), so hiding the one file left its siblings in
+    // view wherever the dir lies inside a system dir (/var/tmp, /opt/…). Unless the dir is one the
+    // sandbox cannot do without (a system dir, /usr/*) — then the file alone is hidden.
+    const dir = dirname(file);
+    if (!tooBroadToHide(dir)) paths.push(dir);
+  }
   const dataHome = input.env['GPU_BROKER_HOME'];
   if (dataHome) paths.push(resolve(input.cwd, dataHome));
   paths.push(join(input.cwd, '.gpu-broker'), join(input.cwd, '.gpu-broker-worker'));
@@ -134,6 +145,12 @@ export function secretPaths(input: {
       // does not exist
     }
   return [...new Set(paths)].sort();
+}
+
+/** A dir hiding which would break the sandbox: `/`, a system dir or a parent of one, a direct child of /usr. */
+function tooBroadToHide(dir: string): boolean {
+  const needed = [...SYSTEM_DIRS, ...SYSTEM_LINKS_OR_DIRS, ...WELL_KNOWN_PARENTS];
+  return needed.some((d) => within(d, dir)) || dirname(dir) === '/usr';
 }
 
 const within = (path: string, dir: string) => path === dir || path.startsWith(dir === '/' ? '/' : `${dir}/`);

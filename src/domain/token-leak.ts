@@ -41,7 +41,8 @@ export type LeakForm =
   | 'a token split by spaces'
   | 'a reversed token'
   | 'a base64-encoded token'
-  | 'a hex-encoded token';
+  | 'a hex-encoded token'
+  | 'a disguised token';
 
 /** The first way `text` carries a gpu-broker token, or a piece of one of `known`; null when none. */
 export function tokenLeakIn(text: string, known: readonly string[] = []): LeakForm | null {
@@ -52,12 +53,36 @@ export function tokenLeakIn(text: string, known: readonly string[] = []): LeakFo
   if (holds(text, SHAPE)) return 'a token as written';
   if (holds(squeezed, WHOLE_SHAPE)) return 'a token split by spaces';
   if (holds(reversed, WHOLE_SHAPE)) return 'a reversed token';
+  // Percent-encoded, fullwidth or other compatibility forms: what they stand for, as written.
+  const plain = percentDecoded(text.normalize('NFKC'));
+  if (holds(plain, SHAPE) || holds(plain.replace(SPACING, ''), WHOLE_SHAPE)) return 'a disguised token';
+  // A known token's letters and digits, in order, whatever is between them or their case: dotted
+  // (`g.p.b._.x`), bulleted one per line, upper-cased. 12 of them in a row stand for 60+ random bits,
+  // so ordinary text never matches by chance; unknown tokens get no such view (prose would).
+  if (pieces.length > 0) {
+    const skeleton = alnumLower(plain);
+    const loose = known.flatMap((t) => piecesOf(alnumLower(t)));
+    if (loose.some((p) => skeleton.includes(p) || [...skeleton].reverse().join('').includes(p)))
+      return 'a disguised token';
+  }
   for (const view of [squeezed, reversed]) {
     if (decodedRuns(view, BASE64_RUN, 4, 'base64').some((d) => holds(d, SHAPE)))
       return 'a base64-encoded token';
     if (decodedRuns(view, HEX_RUN, 2, 'hex').some((d) => holds(d, SHAPE))) return 'a hex-encoded token';
   }
   return null;
+}
+
+/** `text` with each `%XX` replaced by the byte it names (as latin1; UTF-8 sequences stay split). */
+function percentDecoded(text: string): string {
+  return text.replace(/%([0-9a-fA-F]{2})/g, (_m, hex: string) =>
+    String.fromCharCode(Number.parseInt(hex, 16)),
+  );
+}
+
+/** Only the ASCII letters and digits of `text`, lower-cased. */
+function alnumLower(text: string): string {
+  return text.replace(/[^A-Za-z0-9]/g, '').toLowerCase();
 }
 
 /** Every run of `run` in `text`, decoded from each of its first `alignments` offsets (as latin1 text). */

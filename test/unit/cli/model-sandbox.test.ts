@@ -75,6 +75,20 @@ describe('secretPaths and checkedBinds', () => {
     );
   });
 
+  it('names the token file’s dir (its siblings: the operator and agent tokens), never a system dir', () => {
+    expect(secrets).toContain(join(root, 'etc'));
+    for (const [file, dir] of [
+      ['/etc/reviewer.token', '/etc'],
+      ['/var/reviewer.token', '/var'],
+      ['/usr/bin/reviewer.token', '/usr/bin'],
+      ['/var/lib/reviewer.token', '/var/lib'],
+    ] as const)
+      expect(secretPaths({ tokenFile: file, cwd: '/', env: {} }), file).not.toContain(dir);
+    expect(secretPaths({ tokenFile: '/var/tmp/team/reviewer.token', cwd: '/', env: {} })).toContain(
+      '/var/tmp/team',
+    );
+  });
+
   it('lets a bind through that holds none of them', () => {
     expect(checkedBinds([kit], secrets, home)).toEqual([kit]);
   });

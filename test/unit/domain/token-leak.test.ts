@@ -54,6 +54,25 @@ describe('tokenLeakIn', () => {
     expect(tokenLeakIn(reverse(body), [token])).toBe('a reversed token');
   });
 
+  it('finds a token disguised: percent-encoded, fullwidth, dotted, bulleted, upper-cased (fresh-eyes review)', () => {
+    const pct = (t: string) => [...Buffer.from(t)].map((b) => `%${b.toString(16).padStart(2, '0')}`).join('');
+    const fullwidth = (t: string) =>
+      [...t].map((c) => (/[!-~]/.test(c) ? String.fromCodePoint(c.codePointAt(0)! + 0xfee0) : c)).join('');
+    // Without knowing the token (the master's check): the encodings that stand for it character by character.
+    expect(tokenLeakIn(`see ${pct(token)}`)).toBe('a disguised token');
+    expect(tokenLeakIn(`see ${fullwidth(token)}`)).toBe('a disguised token');
+    // Knowing it (the loop's check): any separators, any case, forwards or backwards.
+    const body = token.slice(TOKEN_PREFIX.length);
+    for (const text of [
+      [...token].join('.'),
+      [...body].map((c) => `- ${c}`).join('\n'),
+      body.toUpperCase(),
+      reverse([...body].join(', ')),
+      `letters: ${[...body.slice(3, 30)].join('|')}`,
+    ])
+      expect(tokenLeakIn(text, [token]), text).not.toBeNull();
+  });
+
   it('finds every issued token in every form (property)', () => {
     const forms = [
       (t: string) => t,
