@@ -170,7 +170,7 @@ export function brokerTools(): BoundTool[] {
 /** The standing-grant tools (issue 23 §1). */
 function grantTools(): BoundTool[] {
   return [
-    bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i), 'light'),
+    bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i), 'heavy'),
     bindTool(G.decideGrantTool, ({ deps, principal }, i) => decideGrant(deps, principal, i), 'light'),
     bindTool(G.revokeGrantTool, ({ deps, principal }, i) => revokeGrant(deps, principal, i), 'light'),
     bindTool(G.explainGrantTool, ({ deps, principal }, i) => explainGrant(deps, principal, i), 'heavy'),

@@ -134,13 +134,14 @@ function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
 }
 
 /**
- * Runs a heavy call for `principalId`: in its lane, once its time budget allows, charging the time
- * `work` held the event loop before it first returned (`work` returns that as `syncMs`, with its value).
+ * Runs a heavy call for `principalId`: in its lane, once its time budget allows, charging the
+ * event-loop time `work` reports in its meter (its synchronous parts). A call that throws is charged
+ * what it ran too: a flood of refused heavy calls is no cheaper to refuse.
  */
 export async function runHeavy<T>(
   deps: BrokerDeps,
   principalId: string,
-  work: () => Promise<{ value: T; syncMs: number }>,
+  work: (meter: { ms: number }) => Promise<T>,
   signal: AbortSignal | undefined,
 ): Promise<T> {
   const s = costSharesOf(deps);
@@ -152,11 +153,14 @@ export async function runHeavy<T>(
         await pause(wait, signal);
         wait = s.budget.delay(principalId, performance.now());
       }
-      const { value, syncMs } = await work();
-      const now = performance.now();
-      s.budget.charge(principalId, syncMs, now);
-      s.budget.sweep(now);
-      return value;
+      const meter = { ms: 0 };
+      try {
+        return await work(meter);
+      } finally {
+        const now = performance.now();
+        s.budget.charge(principalId, meter.ms, now);
+        s.budget.sweep(now);
+      }
     },
     signal,
   );
