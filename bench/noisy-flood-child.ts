@@ -9,6 +9,7 @@ import {
   type RunningFlood,
   type ScenarioName,
 } from './noisy-floods.js';
+import type { ToolFloodPrep } from './noisy-tool-floods.js';
 import type { RawTarget } from './raw-https.js';
 
 /**
@@ -24,7 +25,7 @@ import type { RawTarget } from './raw-https.js';
  */
 
 /** The floods that can run in the child: those that need only a token and the master's address. */
-export const CHILD_FLOODS: ReadonlySet<ScenarioName> = new Set(['uploads', 'diffs', 'slow']);
+export const CHILD_FLOODS: ReadonlySet<ScenarioName> = new Set(['uploads', 'diffs', 'slow', 'longpolls']);
 
 /** What the child needs to start a flood (all of it serialisable). */
 export interface ChildFloodConfig {
@@ -35,6 +36,8 @@ export interface ChildFloodConfig {
   diff: { proposal_id: string; revision_id: string } | null;
   sizes: FloodSizes;
   keyPrefix: string;
+  neighbourTarget: RawTarget;
+  tools: ToolFloodPrep;
 }
 
 type FromChild = { started: true } | { error: string } | { notes: string };
@@ -108,6 +111,9 @@ async function childMain(): Promise<void> {
       diff: cfg.diff,
       sizes: cfg.sizes,
       nextKey: keySequence(cfg.keyPrefix),
+      neighbourTarget: cfg.neighbourTarget,
+      tools: cfg.tools,
+      dataDir: '',
     };
     const flood = await FLOODS[cfg.name](ctx);
     const stopAsked = new Promise<void>((resolve) => process.once('message', () => resolve()));

@@ -2,6 +2,13 @@ import { createHash, randomBytes } from 'node:crypto';
 import { connect, type TLSSocket } from 'node:tls';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { callTool, proposeAndApprove } from './harness.js';
+import {
+  explainFlood,
+  grantFlood,
+  longPollFlood,
+  type ToolFloodPrep,
+  type ToolFloodSizes,
+} from './noisy-tool-floods.js';
 import { outcomeLabel, putStreamed, type RawTarget } from './raw-https.js';
 
 /**
@@ -29,6 +36,12 @@ export interface FloodContext {
   diff: { proposal_id: string; revision_id: string } | null;
   sizes: FloodSizes;
   nextKey: () => string;
+  /** The neighbours' own target (no localAddress): the long-poll flood comes from their address. */
+  neighbourTarget: RawTarget;
+  /** What the tool floods use (noisy-tool-floods.ts), prepared for the chosen scenarios. */
+  tools: ToolFloodPrep;
+  /** The master's data dir (the grant flood reports its database growth). */
+  dataDir: string;
 }
 
 /** The flood sizes (noisy-neighbour.ts reads them from the environment). */
@@ -44,6 +57,7 @@ export interface FloodSizes {
   wrongUploadMiB: number;
   diffReaders: number;
   slowConnections: number;
+  tools: ToolFloodSizes;
 }
 
 /** A flood under way. */
@@ -278,8 +292,34 @@ const slow: FloodStarter = async (ctx) => {
   };
 };
 
-/** The scenarios in the order they run (the log flood last: on main its backlog outlives the window). */
-export const FLOODS = { idle, uploads, diffs, slow, logs } satisfies Record<string, FloodStarter>;
+/** explain_grant with a heavy spec (issue 35, item 7). */
+const explain: FloodStarter = (ctx) => explainFlood(ctx.flooder, ctx.tools, ctx.sizes.tools);
+
+/** request_grant with big scopes (issue 35, item 7). */
+const grants: FloodStarter = (ctx) =>
+  grantFlood(ctx.flooder, ctx.reviewer, ctx.tools, ctx.sizes.tools, ctx.dataDir, ctx.nextKey);
+
+/** Long-polls held by one principal from the neighbours' address (issue 35, item 7). */
+const longpolls: FloodStarter = async (ctx) => {
+  const proposal = ctx.tools.pollProposal;
+  if (!proposal) throw new Error('the long-poll flood was not prepared');
+  return longPollFlood(ctx.neighbourTarget, ctx.flooderToken, proposal, ctx.sizes.tools.longPolls);
+};
+
+/**
+ * The scenarios (the log flood last of the `noisy` section: on main its backlog outlives the window);
+ * explain, grants and longpolls are the `noisy-tools` section's.
+ */
+export const FLOODS = {
+  idle,
+  uploads,
+  diffs,
+  slow,
+  logs,
+  explain,
+  grants,
+  longpolls,
+} satisfies Record<string, FloodStarter>;
 
 /** A scenario's name. */
 export type ScenarioName = keyof typeof FLOODS;
@@ -292,6 +332,9 @@ export function floodLabel(name: ScenarioName, s: FloodSizes): string {
     diffs: `${s.diffReaders} × get_revision loop`,
     slow: `${s.slowConnections} slow bodies`,
     logs: `${s.logMiB} MiB stdout`,
+    explain: `${s.tools.explainClients} × explain_grant, ${s.tools.explainMiB} MiB of inputs + ${s.tools.explainPaths} paths`,
+    grants: `${s.tools.grantClients} × request_grant, scope ~${s.tools.grantKiB} KiB`,
+    longpolls: `${s.tools.longPolls} long-polls, one principal, the neighbours' address`,
   };
   return labels[name];
 }

@@ -15,6 +15,7 @@ import {
   type ScenarioName,
 } from './noisy-floods.js';
 import { resultRows, type ScenarioResult, summaryTable } from './noisy-report.js';
+import { prepareToolFloods } from './noisy-tool-floods.js';
 import { type Neighbours, runSecondAgent, runSecondTasks } from './noisy-victims.js';
 import type { BenchSection, OpResult } from './stats.js';
 
@@ -28,7 +29,8 @@ import type { BenchSection, OpResult } from './stats.js';
  * peak. Run alone: `node dist/bench/run.js --only noisy`.
  *
  * Sizes (environment variables, defaults in brackets):
- *   NOISY_SCENARIOS        which scenarios, in the order given [idle,uploads,diffs,slow,logs]
+ *   NOISY_SCENARIOS        which scenarios, in the order given [noisy: idle,uploads,diffs,slow,logs;
+ *                          noisy-tools: idle,explain,grants,longpolls]
  *   NOISY_SECONDS          measured window of each scenario [15]
  *   NOISY_PAUSE_MS         the second agent's (and second task's) pause between calls [50]
  *   NOISY_CALL_TIMEOUT_S   a second-agent call slower than this fails, counted at the limit [30]
@@ -43,6 +45,9 @@ import type { BenchSection, OpResult } from './stats.js';
  *   NOISY_DIFF_LINES       lines per file (the LCS of each is lines² cells) [300]
  *   NOISY_DIFF_READERS     concurrent get_revision loops [1]
  *   NOISY_SLOW_CONNS       slow-body connections [1000]
+ *   NOISY_EXPLAIN_MIB, NOISY_EXPLAIN_PATHS, NOISY_EXPLAIN_CLIENTS   the explain_grant flood [12, 1500, 4]
+ *   NOISY_GRANT_KIB, NOISY_GRANT_CLIENTS                            the request_grant flood [600, 4]
+ *   NOISY_LONG_POLLS       long-polls the flooder holds from the neighbours' address [600]
  *   NOISY_MASTER_NOFILE    the master's RLIMIT_NOFILE (soft and hard), 0: the bench's own [0]
  *   NOISY_FLOOD_ADDRESS    the local address the uploads and slow bodies connect from [127.0.0.2]
  *   NOISY_SETTLE_S         most seconds to wait after a flood for prompt answers again [30]
@@ -87,8 +92,16 @@ function floodProcess(): FloodProcess {
   return raw;
 }
 
-function readConfig(): NoisyConfig {
-  const names = (process.env['NOISY_SCENARIOS'] ?? Object.keys(FLOODS).join(',')).split(',').filter(Boolean);
+/** The scenarios of each section, in the order they run. */
+const SECTION_SCENARIOS = {
+  noisy: ['idle', 'uploads', 'diffs', 'slow', 'logs'],
+  'noisy-tools': ['idle', 'explain', 'grants', 'longpolls'],
+} as const satisfies Record<string, readonly ScenarioName[]>;
+
+function readConfig(section: keyof typeof SECTION_SCENARIOS): NoisyConfig {
+  const names = (process.env['NOISY_SCENARIOS'] ?? SECTION_SCENARIOS[section].join(','))
+    .split(',')
+    .filter(Boolean);
   for (const n of names)
     if (!(n in FLOODS))
       throw new Error(`NOISY_SCENARIOS: no scenario ${n}; known: ${Object.keys(FLOODS).join(', ')}`);
@@ -111,6 +124,14 @@ function readConfig(): NoisyConfig {
       wrongUploadMiB: num('NOISY_WRONG_UPLOAD_MIB', Number.NaN),
       diffReaders: num('NOISY_DIFF_READERS', 1),
       slowConnections: num('NOISY_SLOW_CONNS', 1000),
+      tools: {
+        explainMiB: num('NOISY_EXPLAIN_MIB', 12),
+        explainPaths: num('NOISY_EXPLAIN_PATHS', 1500),
+        explainClients: num('NOISY_EXPLAIN_CLIENTS', 4),
+        grantKiB: num('NOISY_GRANT_KIB', 600),
+        grantClients: num('NOISY_GRANT_CLIENTS', 4),
+        longPolls: num('NOISY_LONG_POLLS', 600),
+      },
     },
   };
 }
@@ -209,6 +230,8 @@ async function runScenario(
           diff: ctx.diff,
           sizes: ctx.sizes,
           keyPrefix: `noisy-flood-${process.pid}-${name}`,
+          neighbourTarget: ctx.neighbourTarget,
+          tools: ctx.tools,
         })
       : await FLOODS[name](ctx);
   } catch (err) {
@@ -254,8 +277,8 @@ async function runScenario(
   };
 }
 
-async function runNoisy(): Promise<OpResult[]> {
-  const cfg = readConfig();
+async function runNoisy(section: keyof typeof SECTION_SCENARIOS): Promise<OpResult[]> {
+  const cfg = readConfig(section);
   const diffBytes = diffRevisionBytes(cfg.diffFiles, cfg.diffLines);
   // The flooder's uploads with the right digest must be over the quota on their own; the only other
   // uploader is the diff revisions' owner.
@@ -304,6 +327,13 @@ async function runNoisy(): Promise<OpResult[]> {
           `${((performance.now() - t0) / 1000).toFixed(1)} s`,
       );
     const target = { url: master.url, caPem: master.caPem };
+    const tools = await prepareToolFloods(
+      new Set(cfg.scenarios),
+      flooder,
+      reviewer,
+      cfg.sizes.tools,
+      nextKey,
+    );
     // The byte floods (uploads, slow bodies) connect from 127.0.0.2, the neighbours from 127.0.0.1:
     // two peers, as a per-peer connection cap would see two hosts.
     const ctx: FloodContext & { diffReaderToken: string } = {
@@ -316,6 +346,9 @@ async function runNoisy(): Promise<OpResult[]> {
       diff,
       sizes: cfg.sizes,
       nextKey,
+      neighbourTarget: target,
+      tools,
+      dataDir: master.dataDir,
     };
     const n: Neighbours = {
       target,
@@ -367,5 +400,17 @@ export const noisySection: BenchSection = {
   name: 'noisy',
   description:
     'a second agent and a second task, idle vs under floods of logs, uploads, diffs and slow connections (issue 21)',
-  run: runNoisy,
+  run: () => runNoisy('noisy'),
+};
+
+/**
+ * The tool floods of issue 35, item 7 (noisy-tool-floods.ts): explain_grant with a heavy spec,
+ * request_grant with big scopes, 600 long-polls of one principal from the neighbours' own address; the
+ * same neighbours and the same table against an idle window of the same run.
+ */
+export const noisyToolsSection: BenchSection = {
+  name: 'noisy-tools',
+  description:
+    'a second agent and a second task, idle vs one principal flooding explain_grant, request_grant and long-polls (issue 35)',
+  run: () => runNoisy('noisy-tools'),
 };

@@ -5,7 +5,7 @@ import { agentLoopSection } from './agent-loop.js';
 import { auditCheckSection } from './audit-check.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
-import { noisySection } from './noisy-neighbour.js';
+import { noisySection, noisyToolsSection } from './noisy-neighbour.js';
 import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
@@ -31,6 +31,7 @@ const SECTIONS: BenchSection[] = [
   storeUpkeepSection,
   slurmSection,
   noisySection,
+  noisyToolsSection,
   tasksSection,
   agentLoopSection,
 ];
