@@ -66,10 +66,11 @@ export interface InputIndex {
 /**
  * Suffixes Python imports a module from, in FileFinder's order. Extensions: every platform's form, not
  * only the worker's (`.cpython-311-x86_64-linux-gnu.so`, `.cpython-313t-…`, `.abi3.so`, `.so`,
- * `.cp311-win_amd64.pyd`, `.pyd`): a revision does not know which CPython runs it, and a tag that does not
+ * `.cp311-win_amd64.pyd`, `.pyd`, PyPy's `.pypy310-pp73-x86_64-linux-gnu.so`): a revision does not know which CPython runs it, and a tag that does not
  * fit is dead weight nobody ships by accident. Sources `.py` and `.pyw` (Windows only, counted anyway).
  */
-const EXTENSION = /^([^.]+)\.(?:(cpython-[^.]+|cp\d+-[^.]+)\.(so|pyd)|(abi3)\.so|(so|pyd))$/;
+const EXTENSION =
+  /^([^.]+)\.(?:(cpython-[^.]+|cp\d+-[^.]+|pypy\d+-pp\d+-[^.]+)\.(so|pyd)|(abi3)\.so|(so|pyd))$/;
 const SOURCE = /^([^.]+)\.pyw?$/;
 const BYTECODE = /^([^.]+)\.py[co]$/;
 
@@ -95,8 +96,15 @@ function moduleFileOf(path: string): ModuleFile | null {
 
 const dirOf = (path: string) => path.split('/').slice(0, -1).join('/');
 
-/** A path's NFKC form; ASCII is its own (measured: normalize() was most of the index's cost). */
-const formOf = (path: string) => (/^[\x00-\x7f]*$/.test(path) ? path : path.normalize('NFKC'));
+/** Code points every viewer draws as nothing (soft hyphen, variation selectors, fillers, tags…). */
+const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
+
+/**
+ * A path's NFKC form without its default-ignorable code points, which NFKC keeps (`tra\u00adin.py`
+ * shows as `train.py`); ASCII is its own (measured: normalize() was most of the index's cost).
+ */
+const formOf = (path: string) =>
+  /^[\x00-\x7f]*$/.test(path) ? path : path.normalize('NFKC').replace(IGNORABLE, '');
 
 /** Indexes `paths` for the `inputs` rows; `argv` names the scripts whose directories lead sys.path. */
 export function indexInputs(paths: readonly string[], argv: readonly string[]): InputIndex {

@@ -269,3 +269,63 @@ describe('through the policy', () => {
     expect((performance.now() - t) / 20).toBeLessThan(50);
   });
 });
+
+describe('attacked again (fresh-eyes review)', () => {
+  const sha = (c: string) => c.repeat(64);
+  const policy = PolicySchema.parse({ scripts: [{ interpreter: PY, script_from_inputs: true }] });
+  const errorsOf = (argv: string[], paths: string[]) => {
+    const s = TaskSpecSchema.parse(
+      validSpec({
+        runtime: { kind: 'process', argv },
+        inputs: paths.map((path, i) => ({ path, sha256: sha('abcdef0123456789'[i]!), size: 1 })),
+      }),
+    );
+    const facts = {
+      fileDigests: {},
+      storedBlobs: Object.fromEntries((s.inputs ?? []).map((i) => [i.sha256, i.size])),
+    };
+    return evaluatePolicy(s, policy, facts).filter((f) => f.severity === 'error');
+  };
+
+  // Characters every viewer draws as nothing that NFKC keeps and the hidden-character class misses.
+  it.each([
+    ['soft hyphen', '\u00ad'],
+    ['combining grapheme joiner', '\u034f'],
+    ['variation selector 16', '\ufe0f'],
+    ['Hangul filler', '\u3164'],
+    ['Mongolian vowel separator', '\u180e'],
+    ['tag letter', '\u{e0061}'],
+  ])('two paths that differ by a %s are shown alike: a finding, or refused', (_name, c) => {
+    const twin = `tra${c}in.py`;
+    const spec = TaskSpecSchema.safeParse(
+      validSpec({
+        runtime: { kind: 'process', argv: [PY, 'train.py'] },
+        inputs: [
+          { path: 'train.py', sha256: sha('a'), size: 1 },
+          { path: twin, sha256: sha('b'), size: 1 },
+        ],
+      }),
+    );
+    if (!spec.success) return;
+    expect(implicitCodeIn(['train.py', twin], [PY, 'train.py']).length).toBeGreaterThan(0);
+  });
+
+  it.each([['sub//train.py'], ['sub/./train.py'], ['./sub/train.py']])(
+    'a standard-library name beside a script argv names as %s (a package dir) is found',
+    (script) => {
+      const errors = errorsOf([PY, script], ['sub/__init__.py', 'sub/train.py', 'sub/json.py']);
+      // Either the argv is refused, or sub/json.py is an IMPLICIT_CODE finding.
+      expect(errors.length).toBeGreaterThan(0);
+      if (errors.every((f) => f.code === 'IMPLICIT_CODE'))
+        expect(errors.map((f) => f.path)).toContain('inputs[2].path');
+    },
+  );
+
+  it('a PyPy extension module beside the source of the same name', () => {
+    const hits = implicitCodeIn(
+      ['main.py', 'helper.py', 'helper.pypy310-pp73-x86_64-linux-gnu.so'],
+      [PY, 'main.py'],
+    );
+    expect(hits.map((h) => h.index)).toContain(2);
+  });
+});
