@@ -2,6 +2,7 @@ import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/standing-grant.js';
 import type { BrokerDeps } from '../deps.js';
 import { cancelQueuedRunsOf } from '../grant-fence.js';
 import { appendAlert, moveGrant } from '../machines/standing-grant.js';
+import { cancelUnstartedRunsOf } from '../workers/cancel-request.js';
 
 /**
  * The sweep's standing-grant step (src/broker/loops/sweep.ts step 3): grants past `expires_at` become
@@ -24,6 +25,7 @@ export function sweepGrants(deps: BrokerDeps, batch = 100): number {
       );
       // Its runs that have not started never will (the scheduler's fence refuses them anyway).
       cancelQueuedRunsOf(deps, next, 'sweeper');
+      cancelUnstartedRunsOf(deps, g.id, 'sweeper');
       expired++;
     }
     for (const g of deps.store.grants.live()) {

@@ -10,7 +10,8 @@ import { moveExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
 import { canReadAll } from '../principals.js';
-import { CARDS_TOPIC, TASKS_TOPIC } from '../topics.js';
+import { CARDS_TOPIC } from '../topics.js';
+import { requestTaskCancel } from '../workers/cancel-request.js';
 import { enqueueForWorker } from '../workers/link.js';
 import { loadVisibleTask } from './tasks.js';
 import { iso, taskView } from './views.js';
@@ -204,30 +205,9 @@ export function cancelTaskAs(deps: BrokerDeps, actor: string, t: TaskRecord) {
     throw new BrokerError('INVALID_STATE', `task ${t.id} already ended (${t.state})`, 'Nothing to cancel.', {
       state: t.state,
     });
-  if (t.desired !== 'cancel') {
-    const now = deps.clock.now();
-    // Compare-and-set on the state read above: nothing may have moved the task in between.
-    if (!deps.store.tasks.update({ ...t, desired: 'cancel', updated_at: now }, t.state))
-      throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
-    deps.store.audit.append({
-      at: now,
-      actor: actor,
-      action: 'task.cancel_requested',
-      subject_type: 'task',
-      subject_id: t.id,
-      data: { state: t.state },
-    });
-    const lease = deps.store.leases.latestLeaseForTask(t.id);
-    const e = lease ? deps.store.leases.executionForLease(lease.id) : undefined;
-    if (lease && e)
-      enqueueForWorker(deps, deps.cluster.link, lease.worker_id, {
-        type: 'cancel',
-        execution_id: e.id,
-        lease_epoch: lease.lease_epoch,
-        reason: `cancelled by ${actor}`,
-      });
-    deps.store.afterCommit(() => deps.notifier.notify(TASKS_TOPIC));
-  }
+  // Compare-and-set on the state read above: nothing may have moved the task in between.
+  if (t.desired !== 'cancel' && !requestTaskCancel(deps, actor, t))
+    throw new BrokerError('CONFLICT', `task ${t.id} changed concurrently`, 'Read it again and retry.');
   return { task: taskView(deps.store, deps.store.tasks.get(t.id)!, deps.observe) };
 }
 

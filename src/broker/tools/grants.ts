@@ -20,6 +20,7 @@ import { checkGrantRequestQuota } from '../grant-request-quota.js';
 import { moveGrant } from '../machines/standing-grant.js';
 import { canReadAll } from '../principals.js';
 import { GRANTS_TOPIC, grantTopic } from '../topics.js';
+import { cancelUnstartedRunsOf } from '../workers/cancel-request.js';
 import { cancelTaskAs } from './cluster.js';
 import { fetchViewPage } from './paging.js';
 import { decisionKindOfReview } from './revision-diff.js';
@@ -260,11 +261,14 @@ export function revokeGrant(
     );
   const next = moveGrant(deps, g, 'revoke', principal.name, {}, { comment: q.comment ?? null });
   // Runs it approved that have not started never will, cancel_running or not (issue 35 item 4).
-  const cancelled = cancelQueuedRunsOf(deps, next, `${principal.name} (revoked grant ${g.id})`);
+  const cancelled = [
+    ...cancelQueuedRunsOf(deps, next, `${principal.name} (revoked grant ${g.id})`),
+    ...cancelUnstartedRunsOf(deps, g.id, `${principal.name} (revoked grant ${g.id})`),
+  ];
   if (q.cancel_running)
     for (const run of deps.store.grants.openRuns(g.id)) {
       const t = deps.store.tasks.get(run.task_id);
-      if (!t || isTerminalTask(t.state)) continue;
+      if (!t || isTerminalTask(t.state) || cancelled.includes(t.id)) continue;
       cancelTaskAs(deps, `${principal.name} (revoked grant ${g.id})`, t);
       cancelled.push(t.id);
     }

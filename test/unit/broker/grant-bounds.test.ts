@@ -313,6 +313,29 @@ describe('a run its grant no longer allows does not start', () => {
     });
   });
 
+  // Fresh-eyes review: "before they start" includes ASSIGNED — a lease granted and the plan sent, the
+  // worker still staging inputs or its Slurm job still pending (hours, on a busy cluster).
+  it('revoked after the lease but before the worker started it: the assigned run is cancelled too', async () => {
+    const { grant_id, task_id } = await queuedByGrant();
+    enroll().runPass();
+    expect(f.deps.store.tasks.get(task_id)?.state).toBe('ASSIGNED');
+    const out = (await f.invoke(rita, 'revoke_grant', { grant_id, idempotency_key: key() })) as {
+      cancelled_task_ids: string[];
+    };
+    expect(out.cancelled_task_ids).toEqual([task_id]);
+    expect(f.deps.store.tasks.get(task_id)?.desired).toBe('cancel');
+  });
+
+  it('expired after the lease but before the worker started it: the sweeper cancels the assigned run', async () => {
+    const { grant_id, task_id } = await queuedByGrant();
+    enroll().runPass();
+    expect(f.deps.store.tasks.get(task_id)?.state).toBe('ASSIGNED');
+    (f.clock as ManualClock).advance(3600 * 1000 + 1);
+    expect(sweepGrants(f.deps)).toBe(1);
+    expect(f.deps.store.grants.get(grant_id)?.state).toBe('EXPIRED');
+    expect(f.deps.store.tasks.get(task_id)?.desired).toBe('cancel');
+  });
+
   it('a task its ACTIVE grant approved still starts', async () => {
     const { task_id } = await queuedByGrant();
     enroll().runPass();
