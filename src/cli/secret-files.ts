@@ -129,6 +129,22 @@ export const SECRET_FILES: readonly SecretRow[] = [
   },
   { pattern: '.s3cfg, .boto', why: 'S3 / Cloud Storage keys', matches: glob(/^(?:\.s3cfg|\.boto)$/) },
   { pattern: '.vault-token', why: 'a HashiCorp Vault token', matches: name('.vault-token') },
+  {
+    pattern: '.terraformrc, terraform.rc, .terraform.d/credentials.tfrc.json',
+    why: 'Terraform registry and cloud tokens',
+    matches: (s) =>
+      glob(/^(?:\.terraformrc|terraform\.rc)$/)(s) || tail('.terraform.d', 'credentials.tfrc.json')(s),
+  },
+  {
+    pattern: '.m2/settings.xml, .gradle/gradle.properties',
+    why: 'Maven and Gradle repository passwords',
+    matches: (s) => tail('.m2', 'settings.xml')(s) || tail('.gradle', 'gradle.properties')(s),
+  },
+  { pattern: 'rclone.conf', why: "rclone's cloud storage keys", matches: name('rclone.conf') },
+  { pattern: '.dockercfg', why: 'container registry logins (the old format)', matches: name('.dockercfg') },
+  { pattern: '.databrickscfg', why: 'Databricks tokens', matches: name('.databrickscfg') },
+  { pattern: '.oci/', why: 'Oracle Cloud API keys and profiles', matches: under('.oci') },
+  { pattern: '*.kdbx', why: 'a KeePass password database', matches: glob(/\.kdbx$/) },
 ];
 
 /** The row that refuses `path` (relative, `/`-separated), if any. */

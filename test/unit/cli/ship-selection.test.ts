@@ -165,6 +165,17 @@ describe('credential files and private keys', () => {
     'user/.cache/huggingface/token',
     'kaggle.json',
     'secrets.yaml',
+    // Fresh-eyes review: credential files the first table missed.
+    'passwords.kdbx',
+    '.terraform.d/credentials.tfrc.json',
+    '.terraformrc',
+    'terraform.rc',
+    '.m2/settings.xml',
+    '.gradle/gradle.properties',
+    'rclone.conf',
+    '.dockercfg',
+    '.databrickscfg',
+    '.oci/config',
   ])('refuses %s by name, naming it', (path) => {
     const dir = tree({ 'train.py': '', [path]: 'x' });
     const e = refusal(() => shipped(dir));
