@@ -160,10 +160,23 @@ export function secretRowOf(path: string): SecretRow | undefined {
  */
 const PRIVATE_KEY = /-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY(?: BLOCK)?-----|PuTTY-User-Key-File-\d+:/;
 
+/**
+ * A PEM header base64-encoded from its first byte (`LS0tLS1CRUdJTi` is `-----BEGIN `), as a Kubernetes
+ * Secret's `data:` or a CI variable holds a whole key file: decoded and tested like the plain ones.
+ */
+const ENCODED_PEM = /LS0tLS1CRUdJTi[A-Za-z0-9+/]{0,64}/g;
+
 /** Longest marker, so a reader that scans in chunks keeps this many bytes of the previous chunk. */
-export const PRIVATE_KEY_MARKER_MAX = 64;
+export const PRIVATE_KEY_MARKER_MAX = 96;
 
 /** The private-key marker in `bytes` (read as latin1: every byte one character), if any. */
 export function privateKeyMarkerIn(bytes: Buffer): string | undefined {
-  return PRIVATE_KEY.exec(bytes.toString('latin1'))?.[0];
+  const text = bytes.toString('latin1');
+  const plain = PRIVATE_KEY.exec(text)?.[0];
+  if (plain !== undefined) return plain;
+  for (const m of text.matchAll(ENCODED_PEM)) {
+    const header = PRIVATE_KEY.exec(Buffer.from(m[0], 'base64').toString('latin1'))?.[0];
+    if (header !== undefined) return `${header} (base64)`;
+  }
+  return undefined;
 }

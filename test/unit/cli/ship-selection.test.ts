@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { closeSync, mkdirSync, openSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, linkSync, mkdirSync, openSync, symlinkSync, writeFileSync, writeSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
 import { run as proposeCommand } from '../../../src/cli/propose.js';
@@ -229,6 +229,31 @@ describe('credential files and private keys', () => {
   ])('recognises %s', (marker) => {
     const dir = tree({ 'a.json': `{"k": "${marker}\\nMIIE"}`, 'train.py': '' });
     expect(refusal(() => shipped(dir)).message).toContain('a.json');
+  });
+
+  // Fresh-eyes review: a key shipped under another name or another encoding.
+  it('refuses a hard link to a private key outside the tree (symlinks are refused; a hard link is a file)', () => {
+    const outside = tree({ id_rsa: PRIVATE_KEY });
+    const dir = tree({ 'train.py': '' });
+    linkSync(join(outside, 'id_rsa'), join(dir, 'notes.txt'));
+    expect(refusal(() => shipped(dir)).message).toContain('notes.txt');
+  });
+
+  it('refuses a private key base64-encoded, as a Kubernetes Secret or a CI variable holds one', () => {
+    const b64 = Buffer.from(PRIVATE_KEY).toString('base64');
+    const dir = tree({
+      'k8s/tls.yaml': `apiVersion: v1\nkind: Secret\ndata:\n  tls.key: ${b64}\n`,
+      'train.py': '',
+    });
+    expect(refusal(() => shipped(dir)).message).toContain('k8s/tls.yaml');
+  });
+
+  it('ships a base64-encoded certificate (public)', () => {
+    const cert = Buffer.from('-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n').toString(
+      'base64',
+    );
+    const dir = tree({ 'ca.yaml': `ca.crt: ${cert}\n`, 'train.py': '' });
+    expect(shipped(dir)).toContain('ca.yaml');
   });
 
   it('finds a key deep in a large file, across the boundary of the bounded reads', () => {
