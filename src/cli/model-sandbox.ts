@@ -15,6 +15,7 @@ import {
 } from '../../worker/sandbox/bwrap.js';
 import { SANDBOX_TASK_DIR } from '../../worker/task-io/layout.js';
 import { BrokerError } from '../contracts/errors.js';
+import { tokenLeakIn } from '../domain/token-leak.js';
 import { runModelProcess } from './model-process.js';
 import type { ModelRunner } from './review-agent-loop.js';
 
@@ -95,6 +96,13 @@ export function modelEnv(
         'INVALID_INPUT',
         `--model-env ${name}: not set in this environment`,
         `export ${name}=… first`,
+      );
+    // A careless operator's `--model-env MY_TOKEN` holding a gpu-broker token under another name.
+    if (tokenLeakIn(value) !== null)
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `--model-env ${name}: its value holds a gpu-broker token`,
+        'The model must never see a gpu-broker token; pass only what its own CLI needs (an API key).',
       );
     env[name] = value;
   }

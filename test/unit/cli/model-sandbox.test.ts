@@ -39,6 +39,15 @@ describe('modelEnv', () => {
     });
   });
 
+  it('refuses a variable of another name whose value holds a gpu-broker token (fresh-eyes review)', () => {
+    const token = `gpb_${'A1b2C3d4'.repeat(5)}xyz`;
+    for (const value of [token, `Bearer ${token}`, Buffer.from(token).toString('base64')])
+      expect(
+        codeOf(() => modelEnv({ REVIEW_TOKEN: value }, ['REVIEW_TOKEN'], '/task')),
+        value,
+      ).toBe('INVALID_INPUT');
+  });
+
   it('refuses GPU_BROKER_* names (any case), malformed names and names not set', () => {
     for (const name of ['GPU_BROKER_TOKEN', 'gpu_broker_token_file', 'GPU_BROKER_URL', 'A=B', '', 'MISSING'])
       expect(
