@@ -57,7 +57,7 @@ async function approvedBase(): Promise<string> {
   const up = (await f.invoke(alice, 'upload_inputs', {
     files: [{ path: 'run.sh', content: 'echo 1' }],
     idempotency_key: key(),
-  })) as { inputs: unknown[] };
+  })) as { inputs: Array<{ path: string; sha256: string; size: number }> };
   const p = (await f.invoke(alice, 'create_proposal', {
     spec: validSpec({ runtime: { kind: 'process', argv: ['/bin/sh', 'run.sh'] }, inputs: up.inputs }),
     idempotency_key: key(),

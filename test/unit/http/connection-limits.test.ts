@@ -7,6 +7,7 @@ const limits = {
   body_timeout_ms: 1000,
   min_body_bytes_per_second: 1000,
   max_connections_per_peer: 10,
+  max_connections_per_principal: 64,
   max_connections: 0,
 };
 
