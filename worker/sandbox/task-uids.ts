@@ -5,7 +5,6 @@ import {
   openSync,
   readFileSync,
   renameSync,
-  statSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
@@ -59,6 +58,10 @@ export const HOST_TASK_UIDS = '/var/lib/gpu-broker/task-uids.next';
 
 /** How long a reservation waits for another worker's lock before it gives up. */
 const HOST_LOCK_WAIT_MS = 5000;
+/** How long an empty lock file (its writer died before writing its pid) is waited for. */
+const EMPTY_LOCK_STALE_MS = 2000;
+/** One wait between looks at a held lock. */
+const NAP_MS = 5;
 
 /** How many uids one write of the state file reserves at most (see the module comment). */
 export const UID_BLOCK = 64;
@@ -218,15 +221,21 @@ function readNext(file: string): number {
 export function withHostLock<T>(registry: string, work: () => T): T {
   mkdirSync(dirname(registry), { recursive: true, mode: 0o755 });
   const lock = `${registry}.lock`;
-  const deadline = Date.now() + HOST_LOCK_WAIT_MS;
+  // Counted in naps of NAP_MS, not read from a clock: a worker reads time only from its injected Clock,
+  // and this bound need not be exact.
   const nap = new Int32Array(new SharedArrayBuffer(4));
+  let naps = 0;
+  let emptyNaps = 0;
   for (;;) {
     let fd: number;
     try {
       fd = openSync(lock, 'wx', 0o600);
     } catch (err) {
       if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
-      if (holderGone(lock)) {
+      const holder = lockHolder(lock);
+      emptyNaps = holder === 'empty' ? emptyNaps + 1 : 0;
+      // Gone, or empty for long: its writer died between making the file and writing its pid.
+      if (holder === 'gone' || emptyNaps * NAP_MS > EMPTY_LOCK_STALE_MS) {
         try {
           unlinkSync(lock);
         } catch {
@@ -234,11 +243,11 @@ export function withHostLock<T>(registry: string, work: () => T): T {
         }
         continue;
       }
-      if (Date.now() > deadline)
+      if (++naps * NAP_MS > HOST_LOCK_WAIT_MS)
         throw new Error(
           `${lock} is held by another worker for over ${HOST_LOCK_WAIT_MS} ms; remove it if no worker runs`,
         );
-      Atomics.wait(nap, 0, 0, 5);
+      Atomics.wait(nap, 0, 0, NAP_MS);
       continue;
     }
     try {
@@ -254,23 +263,20 @@ export function withHostLock<T>(registry: string, work: () => T): T {
   }
 }
 
-/** Whether the pid in a lock file names no running process (a lock left by a crash). */
-function holderGone(lock: string): boolean {
+/** Who holds a lock file: a live process, one that is gone (a crash), or nobody yet (empty). */
+function lockHolder(lock: string): 'alive' | 'gone' | 'empty' {
   let pid: number;
-  let age: number;
   try {
     pid = Number(readFileSync(lock, 'utf8').trim());
-    age = Date.now() - statSync(lock).mtimeMs;
   } catch {
-    return false; // gone already: look again
+    return 'alive'; // removed meanwhile: look again
   }
-  // Empty: being written, or its writer died between making and writing it (then stale after a while).
-  if (!Number.isSafeInteger(pid) || pid <= 0) return age > 2000;
+  if (!Number.isSafeInteger(pid) || pid <= 0) return 'empty';
   try {
     process.kill(pid, 0);
-    return false;
+    return 'alive';
   } catch (err) {
-    return (err as NodeJS.ErrnoException).code === 'ESRCH';
+    return (err as NodeJS.ErrnoException).code === 'ESRCH' ? 'gone' : 'alive';
   }
 }
 
