@@ -38,6 +38,8 @@ const MASTER_CONFIG: MasterConfigInput = clusterConfig({
       'ENV',
       'SHELLOPTS',
       'PS4',
+      // A control name since issue 35 item 8 (program lookup); the worker's own env never reads it.
+      'PATH',
       'LD_DEBUG',
       'LD_DEBUG_OUTPUT',
       'LD_PROFILE',
