@@ -106,6 +106,8 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     ...(parent === null ? {} : { cgroupParent: parent.path }),
     init: tasks.setup.init,
     argv: runtime.argv,
+    // The worker stops it at its time limit; without the worker, podman's conmon does a little later.
+    backstopSeconds: plan.spec.time_limit_seconds + CONTAINER_BACKSTOP_GRACE_S,
   });
   // The execution id in the client's own env lets recovery recognise its process group after a restart.
   const clientEnv = { ...tasks.setup.env, GPU_BROKER_EXECUTION_ID: plan.execution_id };
@@ -131,3 +133,9 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     },
   );
 }
+
+/**
+ * How long past its time limit podman kills a container on its own (`--timeout`), when the worker that
+ * should have stopped it is gone: well past the worker's own stop and kill grace.
+ */
+export const CONTAINER_BACKSTOP_GRACE_S = 120;

@@ -103,6 +103,12 @@ export interface ContainerRequest {
   readonly init: boolean;
   /** The task's argv inside the image. */
   readonly argv: readonly string[];
+  /**
+   * podman only (`--timeout`): conmon kills the container after this many seconds whether or not the
+   * worker is still there (issue 36 item 7: a SIGKILLed worker's container ran on with no time limit).
+   * The worker's own stop at the task's time limit comes first; this is the backstop. Absent: none.
+   */
+  readonly backstopSeconds?: number;
 }
 
 /** How the leased cards reach the container. */
@@ -167,8 +173,15 @@ export function containerArgs(req: ContainerRequest): string[] {
     req.network === 'host' ? 'host' : 'none',
     '--read-only',
     // runc keeps the mode of the image's /tmp (1777 in any usual image); mode= covers images without one.
+    // /var/tmp too, of the same size (issue 36 item 7: the engine's own was unsized). /run stays the
+    // engine's root-owned 0755 tmpfs, which a task uid cannot write.
     '--tmpfs',
     `/tmp:rw,nosuid,nodev,mode=1777${req.limits === null ? '' : `,size=${req.limits.tmp_mib}m`}`,
+    '--tmpfs',
+    `/var/tmp:rw,nosuid,nodev,mode=1777${req.limits === null ? '' : `,size=${req.limits.tmp_mib}m`}`,
+    ...(req.engine === 'podman' && req.backstopSeconds !== undefined
+      ? ['--timeout', String(req.backstopSeconds)]
+      : []),
     '--user',
     `${req.user.uid}:${req.user.gid}`,
     ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),

@@ -1,5 +1,5 @@
-import { execFileSync } from 'node:child_process';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -7,7 +7,7 @@ import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js
 import type { ExecutionHandle } from '../../../../worker/executions/executor.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import type { ContainerTasks } from '../../../../worker/sandbox/container.js';
-import { CONTAINER_LABEL } from '../../../../worker/sandbox/container.js';
+import { CONTAINER_LABEL, containerArgs, containerName } from '../../../../worker/sandbox/container.js';
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { TestImage } from '../../../support/container-image.js';
@@ -188,6 +188,41 @@ describe('stopping a container task', () => {
     expect(result.cleaned).toBe(true);
     expect(labelled(plan.execution_id)).toBe('');
   });
+});
+
+describe('without its worker (issue 36 item 7)', () => {
+  it("podman's backstop ends a container whose client and worker are gone, at its --timeout", async () => {
+    const id = `backstop-${process.pid}`;
+    const taskDir = mkdtempSync(join(dataDir, 'backstop-'));
+    const envFile = join(taskDir, 'env');
+    writeFileSync(envFile, '');
+    const args = containerArgs({
+      engine: 'podman',
+      name: containerName(id),
+      executionId: id,
+      image: image.pinned,
+      taskDir,
+      envFile,
+      inlineEnv: [],
+      devices: { kind: 'nodes', nodes: [] },
+      network: 'none',
+      user: { uid: 65534, gid: 65534 },
+      limits: null,
+      init: false,
+      argv: ['sleep', '300'],
+      backstopSeconds: 3,
+    });
+    const client = spawn(image.setup.command, args, {
+      env: { ...image.setup.env },
+      stdio: 'ignore',
+      detached: true,
+    });
+    await waitFor(() => labelled(id) !== '', { timeoutMs: 30_000 });
+    // The worker and its engine client die; the container lives on under conmon, until the backstop.
+    process.kill(-client.pid!, 'SIGKILL');
+    await waitFor(() => labelled(id) === '', { timeoutMs: 40_000 });
+    rmSync(taskDir, { recursive: true, force: true });
+  }, 90_000);
 });
 
 describe('refused before it runs', () => {

@@ -56,7 +56,10 @@ describe('containerArgs', () => {
     expect(values(args, '--pids-limit')).toEqual(['300']);
     expect(values(args, '--cpu-shares')).toEqual(['2048']);
     expect(values(args, '--shm-size')).toEqual(['128m']);
-    expect(values(args, '--tmpfs')).toEqual(['/tmp:rw,nosuid,nodev,mode=1777,size=64m']);
+    expect(values(args, '--tmpfs')).toEqual([
+      '/tmp:rw,nosuid,nodev,mode=1777,size=64m',
+      '/var/tmp:rw,nosuid,nodev,mode=1777,size=64m',
+    ]);
     // All before the image: after it they would be the task's argv.
     expect(args.indexOf('--memory')).toBeLessThan(args.indexOf(request.image));
   });
@@ -80,7 +83,10 @@ describe('containerArgs', () => {
     expect(values(args, '--security-opt')).toEqual(['no-new-privileges']);
     expect(values(args, '--user')).toEqual(['2000000000:2000000000']);
     expect(values(args, '--pids-limit')).toEqual(['4096']);
-    expect(values(args, '--tmpfs')).toEqual(['/tmp:rw,nosuid,nodev,mode=1777']);
+    expect(values(args, '--tmpfs')).toEqual([
+      '/tmp:rw,nosuid,nodev,mode=1777',
+      '/var/tmp:rw,nosuid,nodev,mode=1777',
+    ]);
     expect(values(args, '--volume')).toEqual(['/data/executions/exec-1/task:/task:rw']);
     expect(values(args, '--workdir')).toEqual(['/task']);
     expect(values(args, '--name')).toEqual(['gpu-broker-exec-1']);
@@ -88,6 +94,14 @@ describe('containerArgs', () => {
     expect(values(args, '--env-file')).toEqual([request.envFile]);
     expect(args).toContain('--init');
     expect(args.slice(-4)).toEqual(['a'.repeat(64), '/bin/sh', '-c', 'echo hi']);
+  });
+
+  it('gives podman a backstop time limit that holds without the worker (issue 36 item 7); docker has none', () => {
+    const podman = containerArgs({ ...request, engine: 'podman', backstopSeconds: 180 });
+    expect(values(podman, '--timeout')).toEqual(['180']);
+    expect(podman.indexOf('--timeout')).toBeLessThan(podman.indexOf(request.image));
+    expect(containerArgs({ ...request, engine: 'docker', backstopSeconds: 180 })).not.toContain('--timeout');
+    expect(containerArgs({ ...request, engine: 'podman' })).not.toContain('--timeout');
   });
 
   it('keeps the host network only when the spec says so', () => {
