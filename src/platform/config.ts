@@ -217,8 +217,12 @@ export const QuotasConfigSchema = z.strictObject({
    * (issue 35, item 7); its further heavy calls wait in its own queue.
    */
   heavy_calls_per_principal: z.number().int().min(1).max(64).default(2),
-  /** Heavy calls of one principal that may wait for a place; past it UNAVAILABLE (retryable). */
-  heavy_queued_per_principal: z.number().int().min(0).max(1024).default(16),
+  /**
+   * Heavy calls of one principal that may wait for a place; past it UNAVAILABLE (retryable). As many as
+   * its requests in flight (http.max_connections_per_principal): a client following 20 tasks at once
+   * (Promise.all of get_task_logs) waits its turn rather than failing; the HTTP cap bounds the queue.
+   */
+  heavy_queued_per_principal: z.number().int().min(0).max(1024).default(64),
   /**
    * Milliseconds of event-loop time one principal's heavy calls may take per second, averaged: a call
    * waits for its turn while the principal is over it (a fifth of one core by default).

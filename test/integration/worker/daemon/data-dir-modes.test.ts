@@ -124,6 +124,8 @@ describe('sandboxed tasks and 0700 data dirs', () => {
       dataDir,
       sampler: new SimSampler({ count: 1, seed: 'modes' }),
       taskUids: { first: 2_000_200_000, last: 2_000_200_009 },
+      // A narrow fixed range: its own host counter, or earlier runs on this host would have used it up.
+      taskUidRegistry: join(dataDir, '..', 'task-uids.next'),
     });
     const plan = makePlan({
       argv: sh('id -u; echo ok > "$GPU_BROKER_OUTPUT_DIR/r.txt"'),
@@ -150,6 +152,7 @@ describe('sandboxed tasks and 0700 data dirs', () => {
         hiddenPaths: [masterDir],
         sampler: new SimSampler({ count: 1, seed: 'modes' }),
         taskUids: { first: 2_000_200_010, last: 2_000_200_019 },
+        taskUidRegistry: join(workerDir, '..', 'task-uids.next'),
       });
       const plan = makePlan({
         argv: sh(
