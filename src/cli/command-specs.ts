@@ -18,6 +18,20 @@ export const JSON_FLAG = {
   json: { type: 'boolean', help: 'print machine-readable JSON on stdout' },
 } as const;
 
+/** Flags of the two commands that ship a directory (`run`, `propose --dir`: src/cli/propose-files.ts). */
+export const SHIP_FLAGS = {
+  'include-secret': {
+    type: 'string',
+    value: 'PATH',
+    multiple: true,
+    help: 'ship this credential or private-key file on purpose (its exact path under DIR; repeatable)',
+  },
+  'dry-run': {
+    type: 'boolean',
+    help: 'print every file that would ship, its size and the total, and stop (no master, no token)',
+  },
+} as const satisfies Flags;
+
 /** Flags of every command that talks to a running master over HTTPS (every family). */
 export const REMOTE_FLAGS = {
   url: {

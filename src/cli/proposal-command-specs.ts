@@ -1,5 +1,5 @@
 import { defineCommand } from '../platform/args.js';
-import { REMOTE_ENV, REMOTE_FLAGS } from './command-specs.js';
+import { REMOTE_ENV, REMOTE_FLAGS, SHIP_FLAGS } from './command-specs.js';
 
 /** The commands of a proposal's life: `propose` (submitter) and `review` (reviewer) (see command-specs.ts). */
 
@@ -33,16 +33,7 @@ export const PROPOSE = defineCommand({
     notes: { type: 'string', value: 'TEXT', help: 'notes for the reviewer' },
     proposal: { type: 'string', value: 'ID', help: 'revise this proposal instead of creating one' },
     confirm: { type: 'boolean', help: 'confirm the new revision for review' },
-    'include-secret': {
-      type: 'string',
-      value: 'PATH',
-      multiple: true,
-      help: 'ship this credential or private-key file on purpose (its exact path under DIR; repeatable)',
-    },
-    'dry-run': {
-      type: 'boolean',
-      help: 'print every file that would ship, its size and the total, and stop (no master, no token)',
-    },
+    ...SHIP_FLAGS,
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,

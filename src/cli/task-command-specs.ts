@@ -1,5 +1,5 @@
 import { defineCommand } from '../platform/args.js';
-import { REMOTE_ENV, REMOTE_FLAGS } from './command-specs.js';
+import { REMOTE_ENV, REMOTE_FLAGS, SHIP_FLAGS } from './command-specs.js';
 
 /**
  * The flags, help and examples of `gpu-broker run` and `gpu-broker task …` (issue 23 §3): one command from
@@ -40,16 +40,7 @@ export const RUN = defineCommand({
       help: 'revise this proposal (default: the one your last run of DIR made)',
     },
     'no-download': { type: 'boolean', help: 'do not download the outputs' },
-    'include-secret': {
-      type: 'string',
-      value: 'PATH',
-      multiple: true,
-      help: 'ship this credential or private-key file on purpose (its exact path under DIR; repeatable)',
-    },
-    'dry-run': {
-      type: 'boolean',
-      help: 'print every file that would ship, its size and the total, and stop (no master, no token)',
-    },
+    ...SHIP_FLAGS,
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,
