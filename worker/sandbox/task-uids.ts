@@ -5,6 +5,7 @@ import {
   openSync,
   readFileSync,
   renameSync,
+  statSync,
   unlinkSync,
   writeSync,
 } from 'node:fs';
@@ -219,7 +220,14 @@ function readNext(file: string): number {
  * stale and taken over; one held longer than HOST_LOCK_WAIT_MS by a live process is an error.
  */
 export function withHostLock<T>(registry: string, work: () => T): T {
-  mkdirSync(dirname(registry), { recursive: true, mode: 0o755 });
+  const dir = dirname(registry);
+  mkdirSync(dir, { recursive: true, mode: 0o755 });
+  // Whoever else could write there could set the counter back (uids handed out twice) or hold the lock.
+  const st = statSync(dir);
+  if (st.uid !== (process.getuid?.() ?? st.uid) || (st.mode & 0o022) !== 0)
+    throw new Error(
+      `${dir} must be owned by this worker's user and writable by nobody else (it holds the host's task uid counter)`,
+    );
   const lock = `${registry}.lock`;
   // Counted in naps of NAP_MS, not read from a clock: a worker reads time only from its injected Clock,
   // and this bound need not be exact.

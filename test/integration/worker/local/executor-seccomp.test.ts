@@ -149,6 +149,17 @@ describe.runIf(ready).each(SANDBOX_ENGINES)('the syscall filter, built by $name'
     expect(filtered['x32 getpid']).toBe('EPERM');
   });
 
+  it('attack: the descriptor bwrap read the filter from never reaches the task', async () => {
+    const r = await run({ ...base, native, seccomp }, [
+      '/usr/bin/python3',
+      '-c',
+      'import os; print(" ".join(sorted(os.listdir("/proc/self/fd"), key=int)))',
+    ]);
+    expect(r.result.failure_reason, r.stderr).toBeNull();
+    // 0-2, and the one listdir itself opens.
+    expect(r.stdout.trim().split(' ').map(Number)).toEqual([0, 1, 2, 3]);
+  });
+
   it('leaves what a GPU workload needs: threads, children, loopback sockets, shared memory', async () => {
     const r = await run({ ...base, native, seccomp }, ['/usr/bin/python3', '-c', WORKLOAD]);
     expect(r.stderr).toBe('');

@@ -1,4 +1,4 @@
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -142,6 +142,14 @@ describe('task uids on one host (issue 36 item 4)', () => {
     high.acquire('h');
     const low = new TaskUidPool({ first: 5000, last: 8999 }, undefined, registry());
     expect(() => low.acquire('l')).toThrow(/handed out uids up to \d+.*range above/);
+  });
+
+  it('attack: a counter dir others can write is refused (they could set the counter back)', () => {
+    const open = join(dir, 'open');
+    mkdirSync(open, { mode: 0o777 });
+    chmodSync(open, 0o777);
+    const pool = new TaskUidPool({ first: 5000, last: 99_999 }, undefined, join(open, 'task-uids.next'));
+    expect(() => pool.acquire('a')).toThrow(/writable by nobody else/);
   });
 
   it('a lock left by a worker that is gone is taken over; one a live worker holds is waited for', () => {
