@@ -24,6 +24,8 @@ export interface PlanOptions {
   /** The plan's lease epoch, default 1. */
   epoch?: number;
   network?: 'none' | 'host';
+  /** The spec's named mounts (names the worker offers). */
+  mounts?: string[];
   hiddenPaths?: string[];
   pins?: Array<{ path: string; sha256: string }>;
   /** Makes a `container` task running `argv` in this image. */
@@ -69,6 +71,7 @@ export function makePlan(o: PlanOptions): ExecutionPlan {
       outputs: o.outputs ?? [],
       time_limit_seconds: o.timeLimit ?? 20,
       ...(o.network === undefined ? {} : { network: o.network }),
+      ...(o.mounts === undefined ? {} : { mounts: o.mounts }),
     },
     spec_digest: '0'.repeat(64),
     kill_grace_seconds: o.grace ?? 0.5,

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto';
 import { hostname as osHostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
+import { BrokerError } from '../../src/contracts/errors.js';
 import { HELLO_MAX_EXECUTIONS, type WorkerMessage } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { createPrivateFile, describeTightened } from '../../src/platform/file-modes.js';
@@ -16,6 +17,7 @@ import { type LocalStore, openLocalStore } from '../store/local-store.js';
 import { InputCache } from '../task-io/input-cache.js';
 import { httpsBlobFetcher } from '../task-io/input-fetch.js';
 import type { InputSource } from '../task-io/inputs.js';
+import { declaredMountsProblem, mountsAsDeclared } from '../task-io/mounts.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import { type BackendBinding, bindBackend } from './executors.js';
 import { buildHello, type HelloMessage, packageVersion } from './hello.js';
@@ -50,6 +52,31 @@ const FIRST_SAMPLE_WAIT_MS = 3_000;
 const EXECUTION_PRUNE_INTERVAL_MS = 3600_000;
 /** A clean stop waits at most this long for the master to acknowledge queued messages. */
 const FLUSH_WAIT_MS = 2_000;
+
+/**
+ * Step 0: the declared mounts bind exactly the paths declared (task-io/mounts.ts): canonical, resolving
+ * to themselves, none inside a writable one or a hidden path, no writable one holding a hidden path.
+ * Refuses to start otherwise (INVALID_INPUT), before anything is opened.
+ */
+async function checkDeclaredMounts(opts: WorkerOptions): Promise<void> {
+  const mounts = opts.mounts ?? [];
+  if (mounts.length === 0) return;
+  const slurm = opts.slurm?.backend;
+  const hidden = [
+    opts.dataDir,
+    ...(opts.sandbox?.kind === 'bwrap' ? opts.sandbox.hiddenPaths : []),
+    ...(slurm === undefined ? [] : [slurm.jobDir, ...(slurm.sandbox?.setup.hiddenPaths ?? [])]),
+  ];
+  const problem =
+    declaredMountsProblem(mounts, hidden) ??
+    (await mountsAsDeclared(mounts.map((m) => ({ name: m.name, hostPath: m.host_path }))));
+  if (problem !== null)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      problem,
+      'Declare each --mount by its real path, apart from writable mounts and from the worker\'s own dirs (docs/operations.md "Named data mounts").',
+    );
+}
 
 /** Step 1: secures the data dir (data-dir-modes.ts) and opens `<dataDir>/worker.sqlite` (0600). */
 function openWorkerStore(opts: WorkerOptions, log: Logger, clock: Clock): LocalStore {
@@ -253,7 +280,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   const log = logger.child({ worker_id: opts.workerId, boot_id: bootId });
   const clock = opts.clock ?? systemClock;
 
-  // 1. store
+  // 0. the declared mounts; 1. store
+  await checkDeclaredMounts(opts);
   const store = openWorkerStore(opts, log, clock);
 
   let conn: WorkerConnection | null = null;

@@ -10,7 +10,7 @@ import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { type InputSource, placeInputs } from '../task-io/inputs.js';
 import { giveTaskDirs, makeTaskDirs, type TaskLayout, taskLayout } from '../task-io/layout.js';
-import { type DataMount, resolveMounts } from '../task-io/mounts.js';
+import { type DataMount, mountsAsDeclared, resolveMounts } from '../task-io/mounts.js';
 import type { TaskBox } from './box.js';
 import { plainBox } from './box.js';
 import { bwrapBoxFor } from './bwrap-box.js';
@@ -76,8 +76,10 @@ export async function setupExecution(
   const handOver = await handOverTaskDirs(layout, dirs.giveTo);
   if (handOver !== null) return handOver;
   // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
-  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandboxed);
+  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandboxed, plan.hidden_paths);
   if (typeof mounts === 'string') return mounts;
+  const moved = await mountsAsDeclared(mounts);
+  if (moved !== null) return moved;
   const owner = identity?.uid ?? process.getuid?.() ?? null;
   const containers = opts.containers;
   if (runtime.kind === 'container' && containers !== undefined && identity !== null) {

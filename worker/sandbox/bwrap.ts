@@ -4,7 +4,14 @@ import type { NetworkMode } from '../../src/contracts/task-spec.js';
 import { SANDBOX_TASK_DIR } from '../task-io/layout.js';
 import type { DeviceNode } from './devices.js';
 import { findHelper, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
-import { ancestorDirs, type SystemMounts, systemArgs, systemMounts } from './host-mounts.js';
+import {
+  ancestorDirs,
+  outermost,
+  rehiddenBelow,
+  type SystemMounts,
+  systemArgs,
+  systemMounts,
+} from './host-mounts.js';
 
 // Re-exported so that the splits (helper-commands.ts, host-mounts.ts) change no importer.
 export { findOnPath } from './helper-commands.js';
@@ -12,7 +19,9 @@ export {
   ALWAYS_HIDDEN,
   ancestorDirs,
   hiddenMounts,
+  outermost,
   programBinds,
+  rehiddenBelow,
   SYSTEM_DIRS,
   SYSTEM_LINKS_OR_DIRS,
   type SystemMounts,
@@ -39,7 +48,9 @@ export {
  *      bound with --ro-bind at `/task/<entry>` (so `/task/src/train.py` cannot be written, renamed or
  *      removed, while the task may still create scratch files beside it);
  *   8. the named data mounts the spec asked for, at `/mnt/<name>`, read-only unless the operator said
- *      otherwise.
+ *      otherwise;
+ *   9. every hidden path that lies below a pinned directory or a mount covered again where that bind
+ *      shows it (`rehiddenBelow`): a hidden path stays hidden wherever the host tree reappears.
  *
  * Namespaces: PID, mount, IPC, UTS, cgroup (where the kernel has it) and, unless the reviewed spec says
  * `network: "host"`, network (loopback only). bwrap's own init is PID 1: when the task's first process
@@ -69,7 +80,10 @@ export interface BwrapRequest {
   readonly system: SystemMounts;
   /** The host directory bound writable at SANDBOX_TASK_DIR. */
   readonly taskDir: string;
-  /** Paths to hide (data dirs, policy `hidden_paths`); nonexistent ones are skipped by the caller. */
+  /**
+   * Paths to hide (data dirs, policy `hidden_paths`); nonexistent ones are skipped by the caller. Those
+   * below another are covered only where a pinned dir or a mount shows them again (step 9).
+   */
   readonly hidden: ReadonlyArray<{ path: string; kind: 'dir' | 'file' }>;
   /** Files or dirs bound read-only at their own path after hiding (executable, pinned script's dir). */
   readonly pinned: readonly string[];
@@ -143,10 +157,9 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     ...(req.statusFd === null ? [] : ['--json-status-fd', String(req.statusFd)]),
   ];
   args.push(...systemArgs(req.system));
-  for (const h of req.hidden) {
-    if (h.kind === 'dir') args.push('--tmpfs', h.path);
-    else args.push('--ro-bind', '/dev/null', h.path);
-  }
+  const hide = (h: { path: string; kind: 'dir' | 'file' }) =>
+    h.kind === 'dir' ? ['--tmpfs', h.path] : ['--ro-bind', '/dev/null', h.path];
+  for (const h of outermost(req.hidden)) args.push(...hide(h));
   // The private /tmp first, so that a program pinned under the host's /tmp is bound on top of it.
   // Both tmpfs are 1777 like the host's: bwrap makes them root's 0755, which a task uid cannot write.
   // Sized by the task's limits (`--size`, bubblewrap 0.7 on): past it a write fails with ENOSPC, and
@@ -171,6 +184,8 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   // /mnt is not a system dir: made here 0755 so that a task uid can reach the mounts below it.
   if ((req.mounts ?? []).length > 0) args.push('--perms', '0755', '--dir', '/mnt');
   for (const m of req.mounts ?? []) args.push(m.readOnly ? '--ro-bind' : '--bind', m.hostPath, m.inside);
+  const binds = [...req.pinned.map((p) => ({ hostPath: p, inside: p })), ...(req.mounts ?? [])];
+  for (const h of rehiddenBelow(req.hidden, binds)) args.push(...hide(h));
   if (req.identity !== null && 'native' in req.identity) {
     // The native sandbox joins the task's cgroups, drops to the uid and execs the task with exactly these
     // variables itself.

@@ -68,14 +68,13 @@ export function ancestorDirs(pinned: readonly string[], mounted: readonly string
 
 /**
  * The paths a sandbox hides, with their kind, skipping those that do not exist (bwrap cannot cover a
- * missing path, and there is nothing to hide) and those under another hidden directory.
+ * missing path, and there is nothing to hide). Those under another hidden directory are kept: bwrapArgs
+ * covers only the outermost, and hides the others again where a bind shows them (`rehiddenBelow`).
  */
 export function hiddenMounts(paths: readonly string[]): Array<{ path: string; kind: 'dir' | 'file' }> {
-  const unique = [...new Set(paths)].sort();
   const out: Array<{ path: string; kind: 'dir' | 'file' }> = [];
-  for (const path of unique) {
+  for (const path of [...new Set(paths)].sort()) {
     if (!path.startsWith('/') || path === '/') continue;
-    if (out.some((o) => o.kind === 'dir' && (path + '/').startsWith(o.path + '/'))) continue;
     let kind: 'dir' | 'file';
     try {
       kind = statSync(path).isDirectory() ? 'dir' : 'file';
@@ -85,6 +84,39 @@ export function hiddenMounts(paths: readonly string[]): Array<{ path: string; ki
     out.push({ path, kind });
   }
   return out;
+}
+
+/** The entries not below another entry of the list (sorted by path; pure). */
+export function outermost<T extends { readonly path: string }>(entries: readonly T[]): T[] {
+  const sorted = [...entries].sort((a, b) => (a.path < b.path ? -1 : a.path > b.path ? 1 : 0));
+  const out: T[] = [];
+  for (const e of sorted)
+    if (!out.some((o) => o.path === e.path || e.path.startsWith(`${o.path}/`))) out.push(e);
+  return out;
+}
+
+/** A host path bound into the sandbox at `inside` (a pinned dir at its own path, a mount at /mnt/<name>). */
+export interface HostBind {
+  readonly hostPath: string;
+  readonly inside: string;
+}
+
+/**
+ * Where each hidden path strictly below a bind shows in the sandbox (issue 36 item 2): a pinned program
+ * directory or a named mount is bound after the hidden paths were covered, so a hidden path below it (the
+ * worker's data dir under a pinned project dir, a policy secret under a mount) would show again. Each is
+ * covered again at its path inside, after the binds; pure, `path` becomes the path inside.
+ */
+export function rehiddenBelow<T extends { readonly path: string }>(
+  hidden: readonly T[],
+  binds: readonly HostBind[],
+): T[] {
+  const out: T[] = [];
+  for (const b of binds)
+    for (const h of hidden)
+      if (b.hostPath !== '/' && h.path.startsWith(`${b.hostPath}/`))
+        out.push({ ...h, path: b.inside + h.path.slice(b.hostPath.length) });
+  return outermost(out);
 }
 
 /**

@@ -6,11 +6,12 @@ import {
 } from '../../src/contracts/worker-protocol.js';
 import { executionIdProblem } from '../executions/executor.js';
 import { bwrapArgs } from '../sandbox/bwrap.js';
+import { rehiddenBelow } from '../sandbox/host-mounts.js';
 import { taskBwrapRequest, taskHiddenPaths } from '../sandbox/task-bwrap.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import { placeInputs } from '../task-io/inputs.js';
 import { makeTaskDirs, type TaskLayout, taskLayout } from '../task-io/layout.js';
-import { type ResolvedMount, resolveMounts } from '../task-io/mounts.js';
+import { mountsAsDeclared, type ResolvedMount, resolveMounts } from '../task-io/mounts.js';
 import type { SlurmBackend, SlurmExecutionOptions } from './backend.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
@@ -71,8 +72,15 @@ export async function prepareSlurmJob(
   // read-only at /task/<entry>, as on a local worker; unsandboxed they are placed in the task dir, 0444.
   // Named data mounts: exactly those the spec asks for, as the operator declared them (paths on the
   // filesystem the nodes share), and only in a sandbox, at /mnt/<name>.
-  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandbox !== null);
+  const mounts = resolveMounts(
+    plan.spec.mounts ?? [],
+    opts.mounts ?? [],
+    sandbox !== null,
+    plan.hidden_paths,
+  );
   if (typeof mounts === 'string') return mounts;
+  const moved = await mountsAsDeclared(mounts);
+  if (moved !== null) return moved;
   const wrapperSandbox = rankSandbox(plan, backend, layout, mounts, identity, argv);
   if (typeof wrapperSandbox === 'string') return wrapperSandbox;
   const env = slurmTaskEnv(plan, layout, opts);
@@ -137,14 +145,16 @@ function rankSandbox(
 ): WrapperSandbox | undefined | string {
   const sandbox = backend.sandbox;
   if (sandbox === null) return undefined;
+  const shared = taskBwrapRequest(plan, sandbox.setup, layout, mounts);
   const args = bwrapArgs({
-    ...taskBwrapRequest(plan, sandbox.setup, layout, mounts),
+    ...shared,
     // Hidden by rank.sh on each node where they exist (below).
     hidden: [],
     devices: [],
     identity,
     statusFd: null,
   });
+  const hidden = taskHiddenPaths(sandbox.setup, plan, [backend.jobDir]);
   const split = splitBwrapArgs(args, argv);
   if (split === null) return 'internal error: unexpected bwrap argument layout for a Slurm rank';
   return {
@@ -153,7 +163,11 @@ function rankSandbox(
     // The worker's data dir and token file (setup.hiddenPaths), /root, /home, the policy's paths and
     // the whole job directory: a task never sees another job's files nor its own binding.json,
     // exit.json and task.env.
-    hidden: hiddenPathList(taskHiddenPaths(sandbox.setup, plan, [backend.jobDir])),
+    hidden: hiddenPathList(hidden),
+    rehide: rehiddenBelow(
+      hidden.map((path) => ({ path, host: path })),
+      [...shared.pinned.map((p) => ({ hostPath: p, inside: p })), ...mounts],
+    ).flatMap((h) => [h.host, h.path]),
     gpuDevDir: sandbox.gpuDevDir,
     gpuKind: sandbox.gpuKind ?? 'nvidia',
     ...(sandbox.setup.seccomp == null ? {} : { seccomp: sandbox.setup.seccomp.program }),

@@ -1,8 +1,22 @@
+import { lstat, realpath } from 'node:fs/promises';
+import { normalize } from 'node:path';
+
 /**
  * Named data mounts a worker offers (issue 13): its operator declares `--mount NAME=PATH[:rw]`; a spec
  * asks for names (`mounts: ["imagenet-val"]`); the master places the task only on a worker offering all
  * of them; the sandbox binds exactly those at `/mnt/<name>`, read-only unless the operator said `:rw`.
  * Data sets are never uploaded; the host path never leaves the worker.
+ *
+ * A mount binds exactly the path the operator declared (issue 36 item 2). A task may write a `:rw`
+ * mount, so it could plant a symbolic link there for a later task of another owner to be given instead
+ * (`models -> /run`, `out -> /tmp`). So, when the worker starts (`declaredMountsProblem`): each path is
+ * canonical (no `..`, no symbolic link on the way: it resolves to itself), no mount lies inside (or is)
+ * a writable one, none lies inside a path the worker hides (its data dir, token file, `--hide`), and no
+ * writable mount holds one. Every task start checks again that each path still resolves to itself
+ * (`mountsAsDeclared`), and the policy's `hidden_paths` likewise (`resolveMounts`). Since no mount lies
+ * inside a writable one and tasks write nothing else of the host, no task can change what a declared path
+ * resolves to between that check and the bind. A hidden path below a read-only mount is hidden again
+ * under `/mnt/<name>` (sandbox/bwrap.ts `rehiddenBelow`).
  */
 
 /** One declared mount. */
@@ -31,6 +45,7 @@ export function mountPointOf(name: string): string {
 
 /** A mount the spec asked for, as bound into its sandbox. */
 export interface ResolvedMount {
+  readonly name: string;
   readonly hostPath: string;
   readonly inside: string;
   readonly readOnly: boolean;
@@ -38,12 +53,15 @@ export interface ResolvedMount {
 
 /**
  * The mounts a spec asks for (`wanted`), as this worker's operator declared them (`offered`), or why the
- * task cannot have them: a name this worker does not offer, or any mount without the sandbox.
+ * task cannot have them: a name this worker does not offer, any mount without the sandbox, or a mount
+ * the policy's `hidden_paths` (`hidden`) would reach into (one inside a hidden path, or a writable one
+ * holding one; a read-only one holding one has it hidden again below its mount point).
  */
 export function resolveMounts(
   wanted: readonly string[],
   offered: readonly DataMount[],
   sandboxed: boolean,
+  hidden: readonly string[] = [],
 ): ResolvedMount[] | string {
   const mounts: ResolvedMount[] = [];
   for (const name of wanted) {
@@ -51,7 +69,76 @@ export function resolveMounts(
     if (m === undefined) return `mount ${JSON.stringify(name)} is not offered by this worker`;
     if (!sandboxed)
       return `mount ${JSON.stringify(name)} needs the sandbox; this worker runs with --isolation none`;
-    mounts.push({ hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
+    const reach = hiddenReach(m, hidden, "the policy's hidden path");
+    if (reach !== null) return reach;
+    mounts.push({ name, hostPath: m.host_path, inside: mountPointOf(name), readOnly: m.read_only });
   }
   return mounts;
+}
+
+/** Whether `path` is `dir` or lies below it (both canonical absolute paths). */
+export function within(path: string, dir: string): boolean {
+  return path === dir || dir === '/' || path.startsWith(`${dir}/`);
+}
+
+/** Why `m` would reach into one of `hidden` (named `what`), or null. */
+function hiddenReach(m: DataMount, hidden: readonly string[], what: string): string | null {
+  for (const h of hidden) {
+    if (within(m.host_path, h))
+      return `mount ${JSON.stringify(m.name)} (${m.host_path}) lies inside ${what} ${h}`;
+    if (!m.read_only && within(h, m.host_path))
+      return `writable mount ${JSON.stringify(m.name)} (${m.host_path}) holds ${what} ${h}: a task could rename or replace it; mount a directory that holds none`;
+  }
+  return null;
+}
+
+/**
+ * Why the declared mounts cannot be offered as declared, or null (pure; the worker's start refuses on
+ * it): a name twice, a path that is not canonical (`..`, `.`, `//`, a trailing `/`) or is `/`, a mount
+ * inside (or equal to) a writable one, or one reaching into a path the worker hides (`hidden`: its data
+ * dir, token file and `--hide` paths).
+ */
+export function declaredMountsProblem(
+  mounts: readonly DataMount[],
+  hidden: readonly string[],
+): string | null {
+  const names = new Set<string>();
+  for (const m of mounts) {
+    if (names.has(m.name)) return `--mount ${m.name} is declared twice`;
+    names.add(m.name);
+    if (m.host_path === '/' || normalize(m.host_path) !== m.host_path || m.host_path.endsWith('/'))
+      return `--mount ${m.name}=${m.host_path}: give the directory's canonical absolute path (not /, no "..", ".", "//" or trailing "/")`;
+  }
+  for (const m of mounts)
+    for (const w of mounts)
+      if (w !== m && !w.read_only && within(m.host_path, w.host_path))
+        return `--mount ${m.name}=${m.host_path} lies inside the writable mount ${w.name}=${w.host_path}: a task writing ${w.name} could plant a symbolic link or replace what ${m.name} names; declare mounts that do not nest in a writable one`;
+  for (const m of mounts) {
+    const reach = hiddenReach(m, hidden, 'the hidden path');
+    if (reach !== null) return `--${reach}`;
+  }
+  return null;
+}
+
+/**
+ * Why a declared mount no longer binds exactly its declared path, or null: the path is gone, or resolves
+ * elsewhere (a symbolic link on the way). Checked when the worker starts and before each task's bind.
+ */
+export async function mountsAsDeclared(
+  mounts: ReadonlyArray<{ name?: string; hostPath: string }>,
+): Promise<string | null> {
+  for (const m of mounts) {
+    const label = m.name === undefined ? m.hostPath : `${m.name} (${m.hostPath})`;
+    let resolved: string;
+    try {
+      resolved = await realpath(m.hostPath);
+      const st = await lstat(resolved);
+      if (!st.isDirectory() && !st.isFile()) return `mount ${label} is neither a directory nor a file`;
+    } catch (err) {
+      return `mount ${label} cannot be reached: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
+    }
+    if (resolved !== m.hostPath)
+      return `mount ${label} resolves to ${resolved} (a symbolic link on the way): a mount binds exactly the path its operator declared`;
+  }
+  return null;
 }

@@ -360,6 +360,37 @@ describe.runIf(slurmUp)('Slurm backend against a real Slurm', () => {
     expect(existsSync(join(dataset, 'new'))).toBe(false);
   }, 90_000);
 
+  it('attack: a hidden path below a named mount stays hidden at /mnt/<name> on the node', async () => {
+    const keys = join(dataset, 'keys');
+    mkdirSync(keys, { recursive: true, mode: 0o755 });
+    writeFileSync(join(keys, 'k'), 'the-secret\n', { mode: 0o644 });
+    const sandbox = backend.sandbox!;
+    backend.sandbox = {
+      ...sandbox,
+      setup: { ...sandbox.setup, hiddenPaths: [...sandbox.setup.hiddenPaths, keys] },
+    };
+    try {
+      const taskId = await approveTask(
+        alice,
+        rita,
+        shellSpec(
+          'cat /mnt/dataset/labels.txt; ls -A /mnt/dataset/keys; cat /mnt/dataset/keys/k 2>/dev/null || echo NO_KEY',
+          {
+            cards: { count: 1 },
+            mounts: ['dataset'],
+          },
+        ),
+      );
+      const done = await waitUntilSettled(alice, taskId, 60_000);
+      expect(done, JSON.stringify(done)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+      const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+      expect(logs.data).toBe('cat\ndog\nNO_KEY\n');
+    } finally {
+      backend.sandbox = sandbox;
+      rmSync(keys, { recursive: true, force: true });
+    }
+  }, 90_000);
+
   it('never runs the task unsandboxed: a GPU whose device node is missing on the node fails SETUP_FAILED', async () => {
     const sandbox = backend.sandbox!;
     backend.sandbox = { ...sandbox, gpuDevDir: makeTempDir('slurm-no-devices') };

@@ -66,6 +66,11 @@ export interface WrapperSandbox {
   hidden: string[];
   /** bwrap's options after the hidden paths, up to where the device binds go (before `--chdir`). */
   post: string[];
+  /**
+   * Hidden paths below a pinned dir or a named mount, as pairs `host path, path inside` (host-mounts.ts
+   * `rehiddenBelow`): each whose host path exists on the node is covered again inside, after the binds.
+   */
+  rehide?: string[];
   /** Words run in the sandbox before the task (setpriv … `--` for a root worker; else none). */
   prefix: string[];
   /**
@@ -220,6 +225,7 @@ function sandboxSettings(sandbox: WrapperSandbox): string {
   return `BWRAP=${bashQuote(sandbox.bwrap)}
 PRE=(${bashArray(sandbox.pre)})
 HIDDEN=(${bashArray(sandbox.hidden)})
+REHIDE=(${bashArray(sandbox.rehide ?? [])})
 POST=(${bashArray(sandbox.post)})
 PREFIX=(${bashArray(sandbox.prefix)})
 LAUNCH=${bashQuote(LAUNCH)}
@@ -245,6 +251,12 @@ const HIDE_PATHS = `# Hidden paths that exist on this node (bwrap cannot cover a
 HIDE=()
 for p in "\${HIDDEN[@]}"; do
   if [ -d "$p" ]; then HIDE+=(--tmpfs "$p"); elif [ -e "$p" ]; then HIDE+=(--ro-bind /dev/null "$p"); fi
+done
+# Hidden paths a pinned dir or a mount shows again: covered again where they show, after the binds.
+AGAIN=()
+for ((k = 0; k < \${#REHIDE[@]}; k += 2)); do
+  p=\${REHIDE[k]}; at=\${REHIDE[k+1]}
+  if [ -d "$p" ]; then AGAIN+=(--tmpfs "$at"); elif [ -e "$p" ]; then AGAIN+=(--ro-bind /dev/null "$at"); fi
 done
 `;
 
@@ -291,7 +303,7 @@ if [ -e "$JOB_DIR/seccomp.bpf" ]; then
   exec 7<"$JOB_DIR/seccomp.bpf" || setup_failed "cannot read $JOB_DIR/seccomp.bpf"
   SECCOMP=(--seccomp 7)
 fi
-printf '%s\\0' "\${PRE[@]}" "\${HIDE[@]}" "\${POST[@]}" "\${DEV[@]}" "\${SECCOMP[@]}" \\
+printf '%s\\0' "\${PRE[@]}" "\${HIDE[@]}" "\${POST[@]}" "\${DEV[@]}" "\${AGAIN[@]}" "\${SECCOMP[@]}" \\
   --clearenv --setenv PATH "$PATH" --setenv LANG C --chdir /task >"$ARGF" || setup_failed "cannot write $ARGF"
 exec 5<"$ENVF" 6<"$ARGF"
 rm -f "$ENVF" "$ARGF"

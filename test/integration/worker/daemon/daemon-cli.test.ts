@@ -1,4 +1,4 @@
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -144,5 +144,31 @@ describe('gpu-broker worker', () => {
       expect(await run(['--url', master.url, '--id', id], bad)).toBe(2);
       expect(bad.err.join('')).toContain('a worker id is 1 to 128 letters');
     }
+  });
+
+  it('attack: refuses to start with a mount inside a writable one, or one reached through a symbolic link', async () => {
+    const scratch = join(dir, 'scratch');
+    mkdirSync(join(scratch, 'models'), { recursive: true });
+    symlinkSync('/run', join(dir, 'models-link'));
+    const base = [
+      '--url',
+      master.url,
+      '--gpus',
+      'sim:1',
+      '--data-dir',
+      join(dir, 'd'),
+      '--container-engine',
+      'none',
+    ];
+    const nested = io({ GPU_BROKER_WORKER_TOKEN: 't' });
+    const args = ['--mount', `scratch=${scratch}:rw`, '--mount', `models=${scratch}/models`];
+    expect(await run([...base, ...args], nested)).toBe(2);
+    expect(nested.err.join('')).toContain(`models=${scratch}/models lies inside the writable mount scratch`);
+    const linked = io({ GPU_BROKER_WORKER_TOKEN: 't' });
+    expect(await run([...base, '--mount', `models=${dir}/models-link`], linked)).toBe(2);
+    expect(linked.err.join('')).toContain('resolves to /run');
+    const inData = io({ GPU_BROKER_WORKER_TOKEN: 't' });
+    expect(await run([...base, '--mount', `w=${dir}/d/executions`], inData)).toBe(2);
+    expect(inData.err.join('')).toContain(`lies inside the hidden path ${dir}/d`);
   });
 });

@@ -34,7 +34,7 @@ describe('resolveMounts', () => {
 
   it('binds exactly the mounts asked for, at /mnt/<name>', () => {
     expect(resolveMounts(['scratch'], offered, true)).toEqual([
-      { hostPath: '/srv/scratch', inside: '/mnt/scratch', readOnly: false },
+      { name: 'scratch', hostPath: '/srv/scratch', inside: '/mnt/scratch', readOnly: false },
     ]);
   });
 

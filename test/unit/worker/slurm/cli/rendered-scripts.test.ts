@@ -27,6 +27,7 @@ const SANDBOX: WrapperSandbox = {
 const NVIDIA: WrapperSandbox = {
   ...SANDBOX,
   pins: [{ path: '/opt/venv/bin/python3', sha256: 'a'.repeat(64) }],
+  rehide: ['/srv/data/keys', '/mnt/data/keys'],
 };
 
 const HY: WrapperSandbox = { ...SANDBOX, prefix: [], gpuDevDir: '/srv/devs/%n', gpuKind: 'hy' };
