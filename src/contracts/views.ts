@@ -119,7 +119,13 @@ export type ProposalSummary = z.infer<typeof ProposalSummarySchema>;
 /** A card bound to a task's lease. */
 export const TaskCardSchema = z.object({ index: z.number().int(), uuid: z.string() });
 
-/** A task. `reason` and `position` are set while it waits; `failure_reason` once it failed. */
+/**
+ * A task. `reason` and `position` are set while it waits; `failure_reason` once it failed. `reason` also
+ * says what happened to a task's worker: `worker_unreachable` while the task is RECONCILIATION_REQUIRED
+ * because its worker fell silent, `worker_returned` once the worker came back with the task alive (with
+ * `unreachable_seconds` and a `message` such as "worker w1 was unreachable for 120 s; the task kept
+ * running").
+ */
 export const TaskViewSchema = z.object({
   task_id: z.string(),
   proposal_id: z.string(),
@@ -163,6 +169,8 @@ export const TaskSummarySchema = z.object({
   state: TaskStateSchema,
   failure_reason: z.string().nullable(),
   position: z.number().int().nullable(),
+  /** As in the task view: why it waits, or what happened to its worker (`worker_unreachable`, `worker_returned`). */
+  reason: z.record(z.string(), z.unknown()).nullable(),
   updated_at: TimeSchema,
 });
 /** A task summary. */

@@ -15,13 +15,21 @@ import {
  * - `RELEASING`: the execution ended; waiting for the worker's cleanup receipt.
  * - `RELEASED` (terminal): cleanup confirmed; the cards are free.
  * - `QUARANTINED`: cleanup not confirmed in time, or the worker was lost; the cards stay out of the pool.
+ *   A worker that comes back listing the lease's execution as still alive, under the same epoch, takes
+ *   it back to `ACTIVE` (`worker_returned`): the cards were never freed, so nothing else holds them.
  */
 export const LEASE_STATES = ['ACTIVE', 'RELEASING', 'RELEASED', 'QUARANTINED'] as const;
 /** A lease state. */
 export type LeaseState = (typeof LEASE_STATES)[number];
 
 /** Events that move a lease. */
-export const LEASE_EVENTS = ['execution_ended', 'cleaned', 'quarantine', 'reconcile_release'] as const;
+export const LEASE_EVENTS = [
+  'execution_ended',
+  'cleaned',
+  'quarantine',
+  'reconcile_release',
+  'worker_returned',
+] as const;
 /** A lease event. */
 export type LeaseEvent = (typeof LEASE_EVENTS)[number];
 
@@ -29,7 +37,7 @@ export type LeaseEvent = (typeof LEASE_EVENTS)[number];
 export const LEASE_TABLE: TransitionTable<LeaseState, LeaseEvent> = {
   ACTIVE: { execution_ended: 'RELEASING', cleaned: 'RELEASED', quarantine: 'QUARANTINED' },
   RELEASING: { cleaned: 'RELEASED', quarantine: 'QUARANTINED' },
-  QUARANTINED: { cleaned: 'RELEASED', reconcile_release: 'RELEASED' },
+  QUARANTINED: { cleaned: 'RELEASED', reconcile_release: 'RELEASED', worker_returned: 'ACTIVE' },
   RELEASED: {},
 };
 

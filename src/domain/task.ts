@@ -21,7 +21,8 @@ import {
  * - `FAILED` (terminal): see `failure_reason`.
  * - `CANCELLED` (terminal): cancelled by its owner or an operator (cleanup confirmed if it ran).
  * - `RECONCILIATION_REQUIRED`: the fate of the execution is unknown (worker lost past grace); only a
- *   worker report or an operator reconcile leaves it.
+ *   worker report, the worker's return listing the execution as alive (`worker_returned`, back to
+ *   `RUNNING`; `worker_returned_unstarted`, back to `ASSIGNED`) or an operator reconcile leaves it.
  */
 export const TASK_STATES = [
   'QUEUED',
@@ -48,6 +49,8 @@ export const TASK_EVENTS = [
   'cleanup_failed',
   'cancel_queued',
   'worker_lost',
+  'worker_returned',
+  'worker_returned_unstarted',
   'reconcile_completed',
   'reconcile_failed',
   'reconcile_cancelled',
@@ -74,6 +77,8 @@ export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
     worker_lost: 'RECONCILIATION_REQUIRED',
   },
   RECONCILIATION_REQUIRED: {
+    worker_returned: 'RUNNING',
+    worker_returned_unstarted: 'ASSIGNED',
     started: 'RUNNING',
     exited: 'FINALIZING',
     cleaned_success: 'COMPLETED',

@@ -1,5 +1,7 @@
 import type { ExecutionPhase as ReportedPhase } from '../contracts/worker-protocol.js';
 import type { ExecutionPhase } from './execution.js';
+import type { LeaseState } from './lease.js';
+import type { TaskEvent, TaskState } from './task.js';
 
 /**
  * What a worker's `hello` means for the master's records (docs/worker-protocol.md; docs/architecture.md "The
@@ -21,20 +23,34 @@ import type { ExecutionPhase } from './execution.js';
  *                       QUARANTINED). Leaving it running would hold its cards for ever, since an online
  *                       worker is never swept;
  *   query               the same, but hello's list was cut at HELLO_MAX_EXECUTIONS: ask the worker;
+ *   resume              the master gave up on the execution only because its worker stopped answering
+ *                       (task RECONCILIATION_REQUIRED with reason `worker_unreachable`, lease QUARANTINED),
+ *                       and the worker lists it alive (`accepted` or `started`) under the lease's epoch,
+ *                       with no higher epoch seen on its cards: the task goes back to RUNNING (or ASSIGNED
+ *                       when the master never heard it start) and the lease to ACTIVE (issue 40, item 1).
+ *                       Any other cause (an illegal report, an execution the worker did not know) is
+ *                       not resumed: there the worker and the master disagree;
  *   hold_cards          the cards the worker's own unfinished executions hold: never granted, whatever
  *                       the master's records say. Always last, exactly once.
- * An execution the worker listed, or whose assign is still on its way, is left alone: the worker's
- * reports (resent from its outbox) move it.
+ * Otherwise an execution the worker listed, or whose assign is still on its way, is left alone: the
+ * worker's reports (resent from its outbox) move it.
  */
 
 /** Phases after which an execution the worker lists no longer holds its cards. */
 const FINISHED_ON_WORKER: ReadonlySet<ReportedPhase> = new Set(['rejected', 'cleaned', 'cleanup_failed']);
+
+/** Phases in which the worker still has an execution alive that has not ended: what `resume` takes. */
+const ALIVE_ON_WORKER: ReadonlySet<ReportedPhase> = new Set(['accepted', 'started']);
+
+/** The task reason code the sweeper records when it gives up on a silent worker (the only one resumed). */
+export const WORKER_UNREACHABLE = 'worker_unreachable';
 
 /** What one `hello` and the master's own records say about a worker, at the moment it says hello. */
 export interface HelloSnapshot {
   /** The executions hello listed (every unfinished one first, then the most recent finished ones). */
   readonly reported: ReadonlyArray<{
     readonly execution_id: string;
+    readonly lease_epoch: number;
     readonly phase: ReportedPhase;
     readonly cards: readonly number[];
   }>;
@@ -48,6 +64,13 @@ export interface HelloSnapshot {
     readonly execution_id: string;
     readonly phase: ExecutionPhase;
     readonly pending_assign: { readonly boot_id: string; readonly seq: number } | null;
+    readonly lease_epoch: number;
+    /** Its task's state, and the code of the task's `reason` (null when none). */
+    readonly task_state: TaskState;
+    readonly task_reason: string | null;
+    /** Its lease's state and card indexes. */
+    readonly lease_state: LeaseState;
+    readonly cards: readonly number[];
   }>;
   /** hello.master_marks. */
   readonly master_marks: ReadonlyArray<{ readonly boot_id: string; readonly seq: number }>;
@@ -61,6 +84,14 @@ export type ReconcileAction =
   | { readonly kind: 'raise_epoch'; readonly index: number; readonly epoch: number }
   | { readonly kind: 'mark_lost'; readonly execution_id: string; readonly reason: string }
   | { readonly kind: 'query'; readonly execution_id: string }
+  | {
+      readonly kind: 'resume';
+      readonly execution_id: string;
+      /** `worker_returned` (back to RUNNING) or `worker_returned_unstarted` (back to ASSIGNED). */
+      readonly event: Extract<TaskEvent, 'worker_returned' | 'worker_returned_unstarted'>;
+      /** The phase the worker listed it in. */
+      readonly phase: ReportedPhase;
+    }
   | { readonly kind: 'hold_cards'; readonly cards: readonly number[] };
 
 /** Decides what a hello changes; see the module comment. */
@@ -69,11 +100,17 @@ export function reconcileHello(snapshot: HelloSnapshot): ReconcileAction[] {
   for (const m of snapshot.master_marks)
     actions.push({ kind: 'ack_outbox_through', boot_id: m.boot_id, seq: m.seq });
   for (const c of snapshot.card_epochs) actions.push({ kind: 'raise_epoch', index: c.index, epoch: c.epoch });
-  const known = new Set(snapshot.reported.map((e) => e.execution_id));
+  const known = new Map(snapshot.reported.map((e) => [e.execution_id, e]));
   const marks = new Map<string, number>();
   for (const m of snapshot.master_marks) marks.set(m.boot_id, Math.max(m.seq, marks.get(m.boot_id) ?? 0));
   for (const e of snapshot.unfinished) {
-    if (known.has(e.execution_id)) continue;
+    const listed = known.get(e.execution_id);
+    if (listed !== undefined) {
+      const event = resumeEvent(e, listed, snapshot.card_epochs);
+      if (event !== null)
+        actions.push({ kind: 'resume', execution_id: e.execution_id, event, phase: listed.phase });
+      continue;
+    }
     // On its way: its assign is unacknowledged, and the worker's marks do not say it processed it.
     const pending = e.pending_assign;
     if (e.phase === 'assigned' && pending !== null && pending.seq > (marks.get(pending.boot_id) ?? 0))
@@ -90,6 +127,27 @@ export function reconcileHello(snapshot: HelloSnapshot): ReconcileAction[] {
   }
   actions.push({ kind: 'hold_cards', cards: heldCards(snapshot.reported) });
   return actions;
+}
+
+/**
+ * Whether a listed execution resumes (see `resume` in the module comment), and with which task event:
+ * null unless the master parked it only for silence and the worker vouches for it under the same epoch.
+ * A worker that saw a higher epoch on one of its cards was told of a later lease there, so its word about
+ * this one is not taken. `started` on the master stays `started`: a worker listing such an execution as
+ * `accepted` contradicts the master and is not resumed.
+ */
+function resumeEvent(
+  e: HelloSnapshot['unfinished'][number],
+  listed: HelloSnapshot['reported'][number],
+  cardEpochs: HelloSnapshot['card_epochs'],
+): Extract<TaskEvent, 'worker_returned' | 'worker_returned_unstarted'> | null {
+  if (e.task_state !== 'RECONCILIATION_REQUIRED' || e.task_reason !== WORKER_UNREACHABLE) return null;
+  if (e.lease_state !== 'QUARANTINED' || listed.lease_epoch !== e.lease_epoch) return null;
+  if (!ALIVE_ON_WORKER.has(listed.phase)) return null;
+  if (e.phase === 'started' && listed.phase !== 'started') return null;
+  if (e.phase !== 'assigned' && e.phase !== 'accepted' && e.phase !== 'started') return null;
+  if (cardEpochs.some((c) => e.cards.includes(c.index) && c.epoch > e.lease_epoch)) return null;
+  return e.phase === 'started' ? 'worker_returned' : 'worker_returned_unstarted';
 }
 
 /**

@@ -1,6 +1,6 @@
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
-import { markExecutionLost, moveExecution } from '../machines/execution.js';
+import { markExecutionLost, moveExecution, unreachableReason } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
 
@@ -29,10 +29,14 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
       if (!task || !lease) continue;
       if (live.offline_since !== null && now - live.offline_since >= lease_grace_seconds * 1000) {
         if (
-          markExecutionLost(deps, e, 'sweeper', 'worker lost past grace', {
-            worker_id: e.worker_id,
-            offline_since: live.offline_since,
-          })
+          markExecutionLost(
+            deps,
+            e,
+            'sweeper',
+            'worker lost past grace',
+            { worker_id: e.worker_id, offline_since: live.offline_since },
+            unreachableReason(e.worker_id, live.last_message_at ?? live.offline_since),
+          )
         )
           moved++;
         continue;

@@ -11,6 +11,7 @@ import type { SlurmJobReport } from '../../contracts/worker-protocol.js';
 import { isConfirmable } from '../../domain/policy.js';
 import { isSettledTask } from '../../domain/task.js';
 import { resolveLimits } from '../../domain/task-limits.js';
+import { WORKER_UNREACHABLE } from '../../domain/worker-reconcile.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { Store } from '../../store/store.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -127,8 +128,25 @@ const FAILURE_NEXT_STEP: Partial<Record<string, string>> = {
     'Failed: its task directory went over limits.disk_mib (failure_detail names it). Write less, or propose a new revision asking for more in spec.limits.disk_mib, within the policy maximum.',
 };
 
+/** The message of a task's recorded `reason` (what happened to its worker), or null. */
+function reasonMessage(t: TaskRecord): string | null {
+  const message = t.reason?.message;
+  return typeof message === 'string' ? message : null;
+}
+
 function taskNextAction(t: TaskRecord): string {
   const live = !isSettledTask(t.state);
+  // A worker that was unreachable and came back: say so, then what to do in the state it is now in.
+  const outage = t.state !== 'QUEUED' && t.reason?.code === 'worker_returned' ? reasonMessage(t) : null;
+  const next = nextActionFor(t, live);
+  return outage === null ? next : `${capitalize(outage)}. ${next}`;
+}
+
+function capitalize(text: string): string {
+  return text.charAt(0).toUpperCase() + text.slice(1);
+}
+
+function nextActionFor(t: TaskRecord, live: boolean): string {
   if (t.desired === 'cancel' && live)
     return t.state === 'QUEUED'
       ? 'Cancelling; it will not start. Call wait_for_task to see it end CANCELLED.'
@@ -150,7 +168,9 @@ function taskNextAction(t: TaskRecord): string {
     case 'CANCELLED':
       return 'Cancelled; nothing more will run.';
     case 'RECONCILIATION_REQUIRED':
-      return 'The outcome is unknown (worker lost); an operator must reconcile. wait_for_task returns when resolved.';
+      return t.reason?.code === WORKER_UNREACHABLE
+        ? `${reasonMessage(t) ?? 'The worker is unreachable.'} wait_for_task returns at once in this state: check again with get_task in a minute.`
+        : 'The outcome is unknown (the worker lost track of it, or reported what cannot follow); an operator must reconcile. wait_for_task returns at once in this state.';
   }
 }
 
@@ -167,7 +187,9 @@ export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): Ta
     owner: principalName(store, t.owner_id),
     state: t.state,
     desired: t.desired,
-    reason: queued?.reason ?? (t.state === 'QUEUED' ? t.reason : null),
+    // A queued task's wait reason; else what happened to its worker, if anything (`worker_unreachable`
+    // while RECONCILIATION_REQUIRED, `worker_returned` once it came back with the task alive).
+    reason: queued?.reason ?? t.reason,
     position: queued?.position ?? null,
     failure_reason: t.failure_reason,
     failure_detail: t.failure_reason === null ? null : failureDetail(store, t.id),
@@ -201,13 +223,15 @@ function failureDetail(store: Store, taskId: string): string | null {
 
 /** A task listing line. */
 export function taskSummary(store: Store, t: TaskRecord, observe: TaskObserver): TaskSummary {
+  const queued = t.state === 'QUEUED' ? observe.queueInfo(t.id) : null;
   return {
     task_id: t.id,
     title: t.spec.title,
     owner: principalName(store, t.owner_id),
     state: t.state,
     failure_reason: t.failure_reason,
-    position: t.state === 'QUEUED' ? (observe.queueInfo(t.id)?.position ?? null) : null,
+    position: queued?.position ?? null,
+    reason: queued?.reason ?? t.reason,
     updated_at: iso(t.updated_at),
   };
 }

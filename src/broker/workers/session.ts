@@ -10,7 +10,7 @@ import { heldCards, type ReconcileAction, reconcileHello } from '../../domain/wo
 import { asStorageUnavailable } from '../../store/storage-errors.js';
 import type { KnownCard } from '../../store/workers-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { markExecutionLost } from '../machines/execution.js';
+import { markExecutionLost, resumeExecution } from '../machines/execution.js';
 import { CARDS_TOPIC } from '../topics.js';
 import { enqueueForWorker } from './link.js';
 
@@ -152,11 +152,25 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
     const actions = reconcileHello({
       reported: msg.executions,
       listed_all: msg.executions.length < HELLO_MAX_EXECUTIONS,
-      unfinished: unfinished.map((e) => ({
-        execution_id: e.id,
-        phase: e.phase,
-        pending_assign: e.phase === 'assigned' ? (store.outbox.pendingAssign(workerId, e.id) ?? null) : null,
-      })),
+      unfinished: unfinished.flatMap((e) => {
+        const task = store.tasks.get(e.task_id);
+        const lease = store.leases.lease(e.lease_id);
+        if (!task || !lease) return [];
+        const code = task.reason?.code;
+        return [
+          {
+            execution_id: e.id,
+            phase: e.phase,
+            pending_assign:
+              e.phase === 'assigned' ? (store.outbox.pendingAssign(workerId, e.id) ?? null) : null,
+            lease_epoch: e.lease_epoch,
+            task_state: task.state,
+            task_reason: typeof code === 'string' ? code : null,
+            lease_state: lease.state,
+            cards: lease.cards.map((c) => c.index),
+          },
+        ];
+      }),
       master_marks: msg.master_marks,
       card_epochs: msg.card_epochs,
     });
@@ -186,6 +200,11 @@ function applyReconcile(
     case 'mark_lost': {
       const e = unfinished.get(action.execution_id);
       if (e) markExecutionLost(deps, e, 'master', action.reason, { worker_id: workerId, boot_id: bootId });
+      return undefined;
+    }
+    case 'resume': {
+      const e = unfinished.get(action.execution_id);
+      if (e) resumeExecution(deps, e, action.event, action.phase, { worker_id: workerId, boot_id: bootId });
       return undefined;
     }
     case 'query':

@@ -1,12 +1,48 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ExecutionPhase } from '../../../src/domain/execution.js';
-import { type HelloSnapshot, reconcileHello } from '../../../src/domain/worker-reconcile.js';
+import type { LeaseState } from '../../../src/domain/lease.js';
+import type { TaskState } from '../../../src/domain/task.js';
+import {
+  type HelloSnapshot,
+  reconcileHello,
+  WORKER_UNREACHABLE,
+} from '../../../src/domain/worker-reconcile.js';
 
 /** The hello reconcile (src/domain/worker-reconcile.ts): decisions as data, checked as properties. */
 
 const REPORTED = ['accepted', 'rejected', 'started', 'exited', 'cleaned', 'cleanup_failed'] as const;
 const UNFINISHED: ExecutionPhase[] = ['assigned', 'accepted', 'started', 'exited'];
+const TASK_STATES_HELD: TaskState[] = ['ASSIGNED', 'RUNNING', 'FINALIZING', 'RECONCILIATION_REQUIRED'];
+const LEASE_STATES_HELD: LeaseState[] = ['ACTIVE', 'RELEASING', 'QUARANTINED'];
+
+/** An unfinished execution the master parked for silence: RECONCILIATION_REQUIRED, lease QUARANTINED. */
+function parked(
+  execution_id: string,
+  phase: ExecutionPhase,
+  over: Partial<HelloSnapshot['unfinished'][number]> = {},
+): HelloSnapshot['unfinished'][number] {
+  return {
+    execution_id,
+    phase,
+    pending_assign: null,
+    lease_epoch: 5,
+    task_state: 'RECONCILIATION_REQUIRED',
+    task_reason: WORKER_UNREACHABLE,
+    lease_state: 'QUARANTINED',
+    cards: [0, 1],
+    ...over,
+  };
+}
+
+/** A hello listing `reported` (complete), with `unfinished` on the master and `card_epochs`. */
+function hello(
+  reported: HelloSnapshot['reported'],
+  unfinished: HelloSnapshot['unfinished'],
+  card_epochs: HelloSnapshot['card_epochs'] = [],
+): HelloSnapshot {
+  return { reported, listed_all: true, unfinished, master_marks: [], card_epochs };
+}
 
 const snapshotArb: fc.Arbitrary<HelloSnapshot> = fc
   .record({
@@ -23,6 +59,14 @@ const snapshotArb: fc.Arbitrary<HelloSnapshot> = fc
       minLength: 12,
       maxLength: 12,
     }),
+    epochs: fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 12, maxLength: 12 }),
+    listedEpochs: fc.array(fc.integer({ min: 1, max: 3 }), { minLength: 12, maxLength: 12 }),
+    taskStates: fc.array(fc.constantFrom(...TASK_STATES_HELD), { minLength: 12, maxLength: 12 }),
+    taskReasons: fc.array(fc.constantFrom(WORKER_UNREACHABLE, 'illegal_report', null), {
+      minLength: 12,
+      maxLength: 12,
+    }),
+    leaseStates: fc.array(fc.constantFrom(...LEASE_STATES_HELD), { minLength: 12, maxLength: 12 }),
     listed_all: fc.boolean(),
     master_marks: fc.array(fc.record({ boot_id: fc.constantFrom('m1', 'm2'), seq: fc.nat({ max: 50 }) }), {
       maxLength: 3,
@@ -35,7 +79,12 @@ const snapshotArb: fc.Arbitrary<HelloSnapshot> = fc
     reported: g.ids
       .map((id, i) => ({ id, i }))
       .filter(({ i }) => g.reportedMask[i])
-      .map(({ id, i }) => ({ execution_id: `ex${id}`, phase: g.phases[i]!, cards: g.cards[i]! })),
+      .map(({ id, i }) => ({
+        execution_id: `ex${id}`,
+        lease_epoch: g.listedEpochs[i]!,
+        phase: g.phases[i]!,
+        cards: g.cards[i]!,
+      })),
     unfinished: g.ids
       .map((id, i) => ({ id, i }))
       .filter(({ i }) => g.masterMask[i])
@@ -43,6 +92,11 @@ const snapshotArb: fc.Arbitrary<HelloSnapshot> = fc
         execution_id: `ex${id}`,
         phase: g.masterPhases[i]!,
         pending_assign: g.pending[i] ?? null,
+        lease_epoch: g.epochs[i]!,
+        task_state: g.taskStates[i]!,
+        task_reason: g.taskReasons[i]!,
+        lease_state: g.leaseStates[i]!,
+        cards: g.cards[i]!,
       })),
     listed_all: g.listed_all,
     master_marks: g.master_marks,
@@ -111,9 +165,9 @@ describe('reconcileHello', () => {
       reported: [],
       listed_all: true,
       unfinished: [
-        { execution_id: 'ex_on_its_way', phase: 'assigned', pending_assign: { boot_id: 'm1', seq: 8 } },
-        { execution_id: 'ex_processed', phase: 'assigned', pending_assign: { boot_id: 'm1', seq: 7 } },
-        { execution_id: 'ex_forgotten', phase: 'started', pending_assign: null },
+        parked('ex_on_its_way', 'assigned', { pending_assign: { boot_id: 'm1', seq: 8 } }),
+        parked('ex_processed', 'assigned', { pending_assign: { boot_id: 'm1', seq: 7 } }),
+        parked('ex_forgotten', 'started'),
       ],
       master_marks: [{ boot_id: 'm1', seq: 7 }],
       card_epochs: [],
@@ -132,5 +186,85 @@ describe('reconcileHello', () => {
       },
       { kind: 'hold_cards', cards: [] },
     ]);
+  });
+
+  it('resumes exactly the listed executions parked for silence that the worker vouches for', () => {
+    fc.assert(
+      fc.property(snapshotArb, (snap) => {
+        const listed = new Map(snap.reported.map((e) => [e.execution_id, e]));
+        const expected = snap.unfinished.flatMap((e) => {
+          const l = listed.get(e.execution_id);
+          if (!l || e.task_state !== 'RECONCILIATION_REQUIRED' || e.task_reason !== WORKER_UNREACHABLE)
+            return [];
+          if (e.lease_state !== 'QUARANTINED' || l.lease_epoch !== e.lease_epoch) return [];
+          if (l.phase !== 'accepted' && l.phase !== 'started') return [];
+          if (e.phase === 'exited' || (e.phase === 'started' && l.phase === 'accepted')) return [];
+          if (snap.card_epochs.some((c) => e.cards.includes(c.index) && c.epoch > e.lease_epoch)) return [];
+          return [
+            {
+              kind: 'resume',
+              execution_id: e.execution_id,
+              event: e.phase === 'started' ? 'worker_returned' : 'worker_returned_unstarted',
+              phase: l.phase,
+            },
+          ];
+        });
+        expect(reconcileHello(snap).filter((a) => a.kind === 'resume')).toEqual(expected);
+      }),
+    );
+  });
+
+  it('a worker back with a started execution resumes it RUNNING; an accepted one ASSIGNED', () => {
+    const actions = reconcileHello(
+      hello(
+        [
+          { execution_id: 'ex_run', lease_epoch: 5, phase: 'started', cards: [0] },
+          { execution_id: 'ex_acc', lease_epoch: 6, phase: 'started', cards: [1] },
+        ],
+        [
+          parked('ex_run', 'started', { cards: [0] }),
+          parked('ex_acc', 'accepted', { lease_epoch: 6, cards: [1] }),
+        ],
+        [
+          { index: 0, epoch: 5 },
+          { index: 1, epoch: 6 },
+        ],
+      ),
+    );
+    expect(actions.filter((a) => a.kind === 'resume')).toEqual([
+      { kind: 'resume', execution_id: 'ex_run', event: 'worker_returned', phase: 'started' },
+      { kind: 'resume', execution_id: 'ex_acc', event: 'worker_returned_unstarted', phase: 'started' },
+    ]);
+  });
+
+  it.each([
+    ['another epoch', parked('ex', 'started', { lease_epoch: 4 }), [] as HelloSnapshot['card_epochs']],
+    ['a later epoch seen on one of its cards', parked('ex', 'started'), [{ index: 1, epoch: 6 }]],
+    ['a task parked for an illegal report', parked('ex', 'started', { task_reason: 'illegal_report' }), []],
+    ['a task already reconciled', parked('ex', 'started', { task_state: 'FAILED' }), []],
+    ['a lease not quarantined', parked('ex', 'started', { lease_state: 'RELEASING' }), []],
+    ['an execution that exited on the master', parked('ex', 'exited'), []],
+  ])('never resumes %s', (_what, unfinished, epochs) => {
+    const actions = reconcileHello(
+      hello([{ execution_id: 'ex', lease_epoch: 5, phase: 'started', cards: [0, 1] }], [unfinished], epochs),
+    );
+    expect(actions.filter((a) => a.kind === 'resume')).toEqual([]);
+  });
+
+  it('never resumes an execution the worker lists as ended or not yet started past the master', () => {
+    for (const phase of ['exited', 'cleaned', 'cleanup_failed', 'rejected'] as const)
+      expect(
+        reconcileHello(
+          hello([{ execution_id: 'ex', lease_epoch: 5, phase, cards: [0] }], [parked('ex', 'started')]),
+        ),
+      ).not.toContainEqual(expect.objectContaining({ kind: 'resume' }));
+    expect(
+      reconcileHello(
+        hello(
+          [{ execution_id: 'ex', lease_epoch: 5, phase: 'accepted', cards: [0] }],
+          [parked('ex', 'started')],
+        ),
+      ),
+    ).not.toContainEqual(expect.objectContaining({ kind: 'resume' }));
   });
 });

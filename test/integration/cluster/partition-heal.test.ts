@@ -1,0 +1,181 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { TaskSummary } from '../../../src/contracts/views.js';
+import {
+  approveTask,
+  type ClusterTiming,
+  clusterConfig,
+  getTask,
+  type LeaseWatch,
+  shellSpec,
+  waitUntilSettled,
+  watchLeaseCards,
+} from '../../support/cluster.js';
+import { startTestMaster, type TestMaster } from '../../support/master.js';
+import { callTool, expectOk } from '../../support/mcp.js';
+import { startTcpProxy, type TcpProxy } from '../../support/tcp-proxy.js';
+import { makeGateDir, removeTempDirs } from '../../support/temp.js';
+import { waitFor } from '../../support/wait.js';
+import { startTestWorker, type TestWorker } from '../../support/worker.js';
+
+/**
+ * Issue 40: after a network partition the system heals itself. A TCP proxy on loopback between a real
+ * worker and a real master black-holes the link (`hold`: nothing is forwarded, nothing is closed), so
+ * the master hears silence; the heal resets the held sockets and lets the worker dial again.
+ *  - item 1: a task still running when its worker returns goes back to RUNNING (lease ACTIVE, alerts
+ *    gone), and its views say what happened.
+ */
+
+const WORKER = 'gpu-part';
+
+interface Cluster {
+  m: TestMaster;
+  proxy: TcpProxy;
+  w: TestWorker;
+  alice: Client;
+  rita: Client;
+  op: Client;
+  watch: LeaseWatch;
+  gates: string;
+}
+
+let open: Cluster | null = null;
+
+async function cluster(timing: Partial<ClusterTiming> = {}): Promise<Cluster> {
+  const m = await startTestMaster({ config: clusterConfig({ timing }) });
+  const watch = watchLeaseCards(m.store, m.deps.notifier);
+  const proxy = await startTcpProxy(m.url);
+  const w = await startTestWorker({
+    url: proxy.url,
+    caPem: m.caPem,
+    token: m.createToken(`worker-${WORKER}`, ['worker'], WORKER),
+    workerId: WORKER,
+    simCards: 2,
+  });
+  const c: Cluster = {
+    m,
+    proxy,
+    w,
+    alice: await m.mcpClient(m.createToken('alice', ['submitter'])),
+    rita: await m.mcpClient(m.createToken('rita', ['reviewer'])),
+    op: await m.mcpClient(m.operatorToken),
+    watch,
+    gates: makeGateDir('gates'),
+  };
+  open = c;
+  await waitFor(() => m.deps.cluster.fleet.isOnline(WORKER, Date.now()), { what: `${WORKER} online` });
+  return c;
+}
+
+afterEach(async () => {
+  if (!open) return;
+  const c = open;
+  open = null;
+  c.watch.stop();
+  c.proxy.restore();
+  await c.w.close();
+  await c.proxy.close();
+  await c.m.close();
+  removeTempDirs();
+});
+
+/** A 1-card task that runs until `gate` exists. */
+function gatedSpec(gate: string) {
+  return shellSpec(`echo started; while [ ! -e '${gate}' ]; do sleep 0.05; done; echo finished`);
+}
+
+function leaseOf(c: Cluster, taskId: string) {
+  return c.m.store.leases.latestLeaseForTask(taskId)!;
+}
+
+async function runningTask(c: Cluster, gate: string): Promise<string> {
+  const id = await approveTask(c.alice, c.rita, gatedSpec(gate));
+  await waitFor(async () => (await getTask(c.alice, id)).state === 'RUNNING', { what: 'task RUNNING' });
+  await waitFor(() => c.m.store.leases.executionForLease(leaseOf(c, id).id)?.phase === 'started');
+  return id;
+}
+
+/** The partition starts: the link black-holes; the master hears nothing more from the worker. */
+async function partition(c: Cluster): Promise<void> {
+  c.proxy.hold();
+  await waitFor(() => !c.m.deps.cluster.fleet.isOnline(WORKER, Date.now()), { what: 'worker offline' });
+}
+
+/** The partition heals: the held sockets are reset and the worker dials again. */
+async function heal(c: Cluster): Promise<void> {
+  c.proxy.cut();
+  c.proxy.restore();
+  await waitFor(() => c.m.deps.cluster.fleet.isOnline(WORKER, Date.now()), { what: 'worker back online' });
+}
+
+async function alertKinds(c: Cluster): Promise<string[]> {
+  const status = expectOk(await callTool<{ alerts: Array<{ kind: string }> }>(c.op, 'get_status', {}));
+  return status.alerts.map((a) => a.kind);
+}
+
+describe('item 1: a worker that returns with its task alive', () => {
+  it('takes the task back to RUNNING and the lease to ACTIVE, clears the alerts, says what happened', async () => {
+    const c = await cluster({ worker_offline_seconds: 1, lease_grace_seconds: 1 });
+    const gate = join(c.gates, 'alive');
+    const id = await runningTask(c, gate);
+    const lease = leaseOf(c, id);
+    await partition(c);
+
+    const lost = await waitUntilSettled(c.alice, id);
+    expect(lost.state).toBe('RECONCILIATION_REQUIRED');
+    expect(lost.reason).toMatchObject({ code: 'worker_unreachable', worker_id: WORKER });
+    expect(lost.next_action).toContain('goes back to RUNNING by itself');
+    expect(leaseOf(c, id).state).toBe('QUARANTINED');
+
+    await heal(c);
+    const back = await waitFor(
+      async () => {
+        const t = await getTask(c.alice, id);
+        return t.state === 'RUNNING' ? t : null;
+      },
+      { what: 'the task back to RUNNING' },
+    );
+    // The process never stopped: the gate is still closed, so only the hello can have moved it.
+    expect(back.reason).toMatchObject({ code: 'worker_returned', worker_id: WORKER });
+    expect(back.reason?.message).toMatch(
+      new RegExp(`^worker ${WORKER} was unreachable for \\d+ s; the task kept running$`),
+    );
+    expect(back.next_action).toMatch(
+      /^Worker gpu-part was unreachable for \d+ s; the task kept running\. Running;/,
+    );
+    const listed = expectOk(await callTool<{ tasks: TaskSummary[] }>(c.alice, 'list_tasks', {}));
+    expect(listed.tasks.find((t) => t.task_id === id)).toMatchObject({
+      state: 'RUNNING',
+      reason: expect.objectContaining({ code: 'worker_returned' }),
+    });
+    expect(leaseOf(c, id)).toMatchObject({ id: lease.id, state: 'ACTIVE', lease_epoch: lease.lease_epoch });
+    const cards = expectOk(
+      await callTool<{ cards: Array<{ index: number; state: string }> }>(c.op, 'list_cards', {}),
+    );
+    expect(cards.cards.find((x) => x.index === lease.cards[0]!.index)?.state).toBe('LEASED');
+    const kinds = await alertKinds(c);
+    expect(kinds).not.toContain('card_quarantined');
+    expect(kinds).not.toContain('task_needs_reconciliation');
+    // Audited, each move through its table, fenced by the lease's epoch.
+    expect(c.m.store.audit.forSubject('task', id).map((e) => e.action)).toEqual([
+      'task.created',
+      'task.lease_granted',
+      'task.started',
+      'task.worker_lost',
+      'task.worker_returned',
+    ]);
+    expect(c.m.store.audit.forSubject('lease', lease.id).at(-1)).toMatchObject({
+      action: 'lease.worker_returned',
+      data: expect.objectContaining({ from: 'QUARANTINED', to: 'ACTIVE', lease_epoch: lease.lease_epoch }),
+    });
+
+    writeFileSync(gate, '');
+    expect(await waitUntilSettled(c.alice, id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    expect(leaseOf(c, id).state).toBe('RELEASED');
+    const logs = expectOk(await callTool<{ data: string }>(c.alice, 'get_task_logs', { task_id: id }));
+    expect(logs.data).toBe('started\nfinished\n');
+    expect(c.watch.violations).toEqual([]);
+  });
+});
