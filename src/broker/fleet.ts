@@ -25,6 +25,8 @@ export interface LiveWorker {
   held_cards: number[];
   /** Since when the worker has been offline (null while online); grace periods count from here. */
   offline_since: number | null;
+  /** When its current session said `hello` (null before the first since the master started). */
+  connected_at: number | null;
 }
 
 /** A card as listed to people and agents. */
@@ -77,6 +79,7 @@ export class Fleet {
         cards: [],
         held_cards: [],
         offline_since: this.startedAt,
+        connected_at: null,
       };
       this.live.set(workerId, w);
     }
@@ -97,6 +100,7 @@ export class Fleet {
       boot_id: bootId,
       last_message_at: now,
       offline_since: null,
+      connected_at: now,
       held_cards: heldCards,
     });
     if (cards.length > 0) Object.assign(w, { cards, sampled_at: now, sampler_error: null });

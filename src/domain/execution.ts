@@ -111,3 +111,34 @@ export function transitionExecution(
 ): TransitionResult<ExecutionPhase, ExecutionEvent> {
   return applyTransition(EXECUTION_TABLE, from, event);
 }
+
+/** What decides when the master stops waiting for an exited execution's cleanup receipt. */
+export interface ReceiptClock {
+  /** When the master recorded the exit (the execution's `updated_at` in phase `exited`). */
+  readonly exited_at: number;
+  /** The last time the master refused worker messages for lack of disk space (null: never). */
+  readonly refused_at: number | null;
+  /**
+   * Since when the worker has been reachable without a break: the `hello` of its current session;
+   * null while it is offline (or has not said hello since the master started).
+   */
+  readonly reachable_since: number | null;
+  /** How long the receipt may take once the worker can send it: cleanup timeout + two offline windows. */
+  readonly window_ms: number;
+}
+
+/**
+ * When the master gives up on a cleanup receipt (quarantines the lease, fails the task
+ * CLEANUP_UNCONFIRMED), or null while it must not (issue 40, item 2). The receipt is the worker's
+ * second message about an ended run, sent milliseconds after the exit: a partition that starts between
+ * the two holds it in the worker's outbox until the link heals. So the window runs only while the worker
+ * is reachable: never while it is offline, and counted from the latest of the exit, its reconnection and
+ * the master's last refusal of its messages (a full disk; issue 10, row 4). A restart of the window at
+ * each reconnection, rather than a pause, is deliberate: the outbox resends the receipt at once after a
+ * hello, so a worker that keeps reconnecting without sending one holds its cards (RELEASING, never free on
+ * a guess) but nothing else. Pure.
+ */
+export function receiptDeadline(c: ReceiptClock): number | null {
+  if (c.reachable_since === null) return null;
+  return Math.max(c.exited_at, c.refused_at ?? c.exited_at, c.reachable_since) + c.window_ms;
+}

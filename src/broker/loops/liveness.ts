@@ -1,3 +1,4 @@
+import { receiptDeadline } from '../../domain/execution.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
 import { markExecutionLost, moveExecution, unreachableReason } from '../machines/execution.js';
@@ -10,10 +11,13 @@ import { moveTask } from '../machines/task.js';
  *  - a worker silent past `worker_offline_seconds` is offline; its executions get `lease_grace_seconds`
  *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
  *    freed on a guess;
- *  - an execution that exited but whose cleanup receipt is overdue (cleanup timeout plus the offline
- *    window for the report to arrive, counted from the exit or from the last time the master refused
- *    worker messages for lack of disk space, whichever is later) has its lease quarantined and its
- *    task failed CLEANUP_UNCONFIRMED.
+ *  - an execution that exited but whose cleanup receipt is overdue (`receiptDeadline`,
+ *    src/domain/execution.ts: cleanup timeout plus two offline windows, counted only while the worker is
+ *    reachable — from the exit, its latest reconnection or the master's last refusal of its messages for
+ *    lack of disk space, whichever is later) has its lease quarantined and its task failed
+ *    CLEANUP_UNCONFIRMED. A partition between the exit report and the receipt therefore never fails a
+ *    task that exited 0 (issue 40, item 2): offline past grace it is RECONCILIATION_REQUIRED, which the
+ *    receipt settles when the link heals.
  * Returns how many executions it moved.
  */
 export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
@@ -41,12 +45,15 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
           moved++;
         continue;
       }
-      // A receipt may wait in the worker's outbox behind messages a full master refused (issue 10, row 4):
-      // the window counts from the last refusal too, so a full disk never fails a task CLEANUP_UNCONFIRMED.
-      const refusedAt = deps.storage?.lastRefusalAt() ?? null;
-      const since = refusedAt === null ? e.updated_at : Math.max(e.updated_at, refusedAt);
-      const overdueAt = since + (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000;
-      if (e.phase === 'exited' && lease.state === 'RELEASING' && now >= overdueAt) {
+      // A receipt may wait in the worker's outbox behind messages a full master refused (issue 10, row 4),
+      // or behind a partition (issue 40, item 2): the window runs only while the worker is reachable.
+      const overdueAt = receiptDeadline({
+        exited_at: e.updated_at,
+        refused_at: deps.storage?.lastRefusalAt() ?? null,
+        reachable_since: live.offline_since === null ? live.connected_at : null,
+        window_ms: (cleanup_timeout_seconds + 2 * worker_offline_seconds) * 1000,
+      });
+      if (e.phase === 'exited' && lease.state === 'RELEASING' && overdueAt !== null && now >= overdueAt) {
         moveLease(deps, lease, 'quarantine', 'sweeper', 'cleanup receipt overdue');
         if (task.state === 'FINALIZING')
           moveTask(deps, task, 'cleanup_failed', 'sweeper', { failure_reason: 'CLEANUP_UNCONFIRMED' });

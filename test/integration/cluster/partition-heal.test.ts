@@ -2,7 +2,9 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterEach, describe, expect, it } from 'vitest';
+import type { CardSample } from '../../../src/contracts/sample.js';
 import type { TaskSummary } from '../../../src/contracts/views.js';
+import type { CardSampler } from '../../../worker/samplers/card-sampler.js';
 import {
   approveTask,
   type ClusterTiming,
@@ -25,7 +27,9 @@ import { startTestWorker, type TestWorker } from '../../support/worker.js';
  * worker and a real master black-holes the link (`hold`: nothing is forwarded, nothing is closed), so
  * the master hears silence; the heal resets the held sockets and lets the worker dial again.
  *  - item 1: a task still running when its worker returns goes back to RUNNING (lease ACTIVE, alerts
- *    gone), and its views say what happened.
+ *    gone), and its views say what happened;
+ *  - item 2: a partition between a task's exit report and its cleanup receipt never fails a task that
+ *    exited 0: the receipt deadline runs only while the worker is reachable.
  */
 
 const WORKER = 'gpu-part';
@@ -43,7 +47,7 @@ interface Cluster {
 
 let open: Cluster | null = null;
 
-async function cluster(timing: Partial<ClusterTiming> = {}): Promise<Cluster> {
+async function cluster(timing: Partial<ClusterTiming> = {}, sampler?: CardSampler): Promise<Cluster> {
   const m = await startTestMaster({ config: clusterConfig({ timing }) });
   const watch = watchLeaseCards(m.store, m.deps.notifier);
   const proxy = await startTcpProxy(m.url);
@@ -53,6 +57,7 @@ async function cluster(timing: Partial<ClusterTiming> = {}): Promise<Cluster> {
     token: m.createToken(`worker-${WORKER}`, ['worker'], WORKER),
     workerId: WORKER,
     simCards: 2,
+    ...(sampler ? { sampler } : {}),
   });
   const c: Cluster = {
     m,
@@ -177,5 +182,85 @@ describe('item 1: a worker that returns with its task alive', () => {
     const logs = expectOk(await callTool<{ data: string }>(c.alice, 'get_task_logs', { task_id: id }));
     expect(logs.data).toBe('started\nfinished\n');
     expect(c.watch.violations).toEqual([]);
+  });
+});
+
+/**
+ * Idle "real" cards whose sampling the test can stall: a cleanup receipt on real cards waits for a fresh
+ * sample showing them idle, so stalling the sampler holds the receipt back after the exit report went out.
+ */
+class StallableSampler implements CardSampler {
+  readonly provider = 'nvidia' as const;
+  private gate: Promise<void> | null = null;
+  private open: () => void = () => {};
+
+  hold(): void {
+    this.gate ??= new Promise((resolve) => {
+      this.open = resolve;
+    });
+  }
+
+  release(): void {
+    this.open();
+    this.gate = null;
+  }
+
+  async sample(): Promise<CardSample[]> {
+    if (this.gate) await this.gate;
+    return [0, 1].map((index) => ({
+      index,
+      uuid: `GPU-part-${index}`,
+      model: 'NVIDIA H100 80GB HBM3',
+      memory_used_mib: 1,
+      memory_total_mib: 81559,
+      utilization_pct: 0,
+      temperature_c: 30,
+      power_w: 70,
+      health: 'ok',
+      health_reasons: [],
+      processes: [],
+      simulated: false,
+    }));
+  }
+}
+
+describe('item 2: a partition between the exit report and the cleanup receipt', () => {
+  it('does not fail a task that exited 0: the receipt deadline waits for the worker to be reachable', async () => {
+    const sampler = new StallableSampler();
+    // The receipt deadline is cleanup timeout + 2 offline windows = 3 s after the exit; grace is long,
+    // so the task stays FINALIZING through the partition.
+    const c = await cluster(
+      { worker_offline_seconds: 1, cleanup_timeout_seconds: 1, lease_grace_seconds: 60 },
+      sampler,
+    );
+    try {
+      const gate = join(c.gates, 'exit');
+      const id = await runningTask(c, gate);
+      const lease = leaseOf(c, id);
+      sampler.hold();
+      writeFileSync(gate, '');
+      await waitFor(async () => (await getTask(c.alice, id)).state === 'FINALIZING', {
+        what: 'the exit report',
+      });
+      const exitedAt = c.m.store.leases.executionForLease(lease.id)!.updated_at;
+      // The partition starts between the two messages; the receipt is made while the link is held.
+      await partition(c);
+      sampler.release();
+      const window = (1 + 2 * 1) * 1000;
+      await waitFor(() => Date.now() > exitedAt + window + 1500, { what: 'past the receipt deadline' });
+      expect((await getTask(c.alice, id)).state).toBe('FINALIZING');
+      expect(leaseOf(c, id).state).toBe('RELEASING');
+
+      await heal(c);
+      const done = await waitUntilSettled(c.alice, id);
+      expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0, failure_reason: null });
+      expect(leaseOf(c, id).state).toBe('RELEASED');
+      expect(c.m.store.audit.forSubject('task', id).map((e) => e.action)).not.toContain(
+        'task.cleanup_failed',
+      );
+      expect(c.watch.violations).toEqual([]);
+    } finally {
+      sampler.release();
+    }
   });
 });

@@ -8,6 +8,7 @@ import {
   executionStep,
   moveExecutionPhase,
   type ReportedPhase,
+  receiptDeadline,
   transitionExecution,
 } from '../../../src/domain/execution.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
@@ -87,5 +88,32 @@ describe('the execution table', () => {
   it('is shown in docs/state-machines.md as the code has it', () => {
     const doc = readFileSync(join(packageRoot(), 'docs', 'state-machines.md'), 'utf8');
     expect(doc).toContain(renderTable());
+  });
+});
+
+describe('receiptDeadline (issue 40, item 2)', () => {
+  const window_ms = 60_000;
+
+  it('never falls due while the worker is unreachable', () => {
+    fc.assert(
+      fc.property(fc.nat(), fc.option(fc.nat()), (exited_at, refused_at) => {
+        expect(receiptDeadline({ exited_at, refused_at, reachable_since: null, window_ms })).toBeNull();
+      }),
+    );
+  });
+
+  it('runs the whole window from the latest of the exit, the reconnection and the last refusal', () => {
+    fc.assert(
+      fc.property(fc.nat(), fc.option(fc.nat()), fc.nat(), (exited_at, refused_at, reachable_since) => {
+        const due = receiptDeadline({ exited_at, refused_at, reachable_since, window_ms })!;
+        expect(due - window_ms).toBe(Math.max(exited_at, refused_at ?? 0, reachable_since));
+      }),
+    );
+  });
+
+  it('a worker partitioned right after the exit, back 90 s later, gets the full window again', () => {
+    expect(receiptDeadline({ exited_at: 1_000, refused_at: null, reachable_since: 91_000, window_ms })).toBe(
+      151_000,
+    );
   });
 });
