@@ -19,6 +19,7 @@ export {
   ALWAYS_HIDDEN,
   ancestorDirs,
   hiddenMounts,
+  MASKED_KERNEL_PATHS,
   outermost,
   programBinds,
   rehiddenBelow,
@@ -38,7 +39,8 @@ export {
  *   2. hidden paths inside those covered by an empty tmpfs (directories) or /dev/null (files): the
  *      worker's and the master's data dirs, /root, /home, the policy's `hidden_paths`;
  *   3. a fresh /proc of its own PID namespace, a minimal /dev, a private /tmp and /dev/shm (1777), each
- *      a tmpfs of the size the task's limits give (sandbox/limits.ts);
+ *      a tmpfs of the size the task's limits give (sandbox/limits.ts); then the kernel files no task
+ *      reads covered (MASKED_KERNEL_PATHS: /proc/key-users, the host's /sys/fs/cgroup, /proc/kcore…);
  *   4. the task's executable and the files the policy pins (an interpreter's script and its directory)
  *      bound read-only at their own path, so a script the reviewer approved runs wherever it lives
  *      (the directories above it made 0755, see ancestorDirs in host-mounts.ts);
@@ -167,6 +169,8 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   const size = (bytes: number | undefined) => (bytes === undefined ? [] : ['--size', String(bytes)]);
   args.push('--proc', '/proc', '--dev', '/dev', '--perms', '1777', ...size(req.tmpfsBytes?.shm));
   args.push('--tmpfs', '/dev/shm', '--perms', '1777', ...size(req.tmpfsBytes?.tmp), '--tmpfs', '/tmp');
+  // Kernel files no task reads, over the fresh /proc and the read-only /sys (MASKED_KERNEL_PATHS).
+  for (const m of req.system.masked ?? []) args.push(...hide(m));
   args.push(...ancestorDirs(req.pinned, [...req.system.dirs, ...req.system.links.map(([, path]) => path)]));
   for (const p of req.pinned) args.push('--ro-bind', p, p);
   // A device below a directory /dev does not have (Hygon's /dev/dri/renderD*): bwrap would make that

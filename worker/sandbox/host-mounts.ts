@@ -16,12 +16,37 @@ export const SYSTEM_DIRS = ['/usr', '/etc', '/opt', '/var', '/sys'] as const;
 /** Top-level names that are links into /usr on merged-/usr hosts and directories elsewhere. */
 export const SYSTEM_LINKS_OR_DIRS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'] as const;
 
+/**
+ * Kernel files and directories no task reads (issue 36 item 7), each covered (an empty tmpfs, or
+ * /dev/null) after the task's fresh /proc and the read-only /sys. The container runtimes' masked paths
+ * (kcore, keys, timer_list, sched_debug, latency_stats, acpi, scsi, asound, /sys/firmware, powercap's
+ * energy counters), and two of our own: /proc/key-users (which uids hold kernel keys, and how many) and
+ * /sys/fs/cgroup (the host's cgroup tree: every other task's execution id, memory and processes).
+ */
+export const MASKED_KERNEL_PATHS = [
+  '/proc/acpi',
+  '/proc/asound',
+  '/proc/kcore',
+  '/proc/key-users',
+  '/proc/keys',
+  '/proc/latency_stats',
+  '/proc/sched_debug',
+  '/proc/scsi',
+  '/proc/timer_list',
+  '/proc/timer_stats',
+  '/sys/devices/virtual/powercap',
+  '/sys/firmware',
+  '/sys/fs/cgroup',
+] as const;
+
 /** The host's system tree as the sandbox recreates it. */
 export interface SystemMounts {
   /** Directories to bind read-only at the same path. */
   readonly dirs: readonly string[];
   /** Links to recreate: `[target, path]`, e.g. `['usr/bin', '/bin']`. */
   readonly links: ReadonlyArray<readonly [string, string]>;
+  /** MASKED_KERNEL_PATHS that this host's kernel has, with their kind; absent: none covered. */
+  readonly masked?: ReadonlyArray<{ readonly path: string; readonly kind: 'dir' | 'file' }>;
 }
 
 /** Looks at this host's top-level system directories; see SYSTEM_DIRS. */
@@ -37,7 +62,7 @@ export function systemMounts(): SystemMounts {
       // not on this host
     }
   }
-  return { dirs, links };
+  return { dirs, links, masked: hiddenMounts(MASKED_KERNEL_PATHS) };
 }
 
 /** `--symlink` and `--ro-bind` arguments that recreate the host's system tree. */
