@@ -8,7 +8,7 @@ import { emit, escapeField, reportError } from './output.js';
 
 /**
  * `gpu-broker cordon|uncordon WORKER:CARD…`, `drain|undrain|remove-worker WORKER…`,
- * `reconcile TASK… --resolution R --reason T` for operators. Several targets are all acted on, never
+ * `reconcile TASK… --resolution R --reason T [--force]` for operators. Several targets are all acted on, never
  * only the first: every target is checked against the master before any is changed (a typo changes
  * nothing), then each is changed in turn; if one still fails, the output says which were done.
  */
@@ -36,6 +36,7 @@ export const run: CommandRunner = async (argv, io) => {
   const values = parsed.values as {
     reason?: string;
     resolution?: string;
+    force?: boolean;
     json?: boolean;
   } & Record<string, unknown>;
   const targets = parsed.positionals;
@@ -101,7 +102,7 @@ function act(
   c: MasterClient,
   verb: string,
   target: string,
-  values: { reason?: string; resolution?: string },
+  values: { reason?: string; resolution?: string; force?: boolean },
 ): Promise<unknown> {
   if (verb === 'cordon' || verb === 'uncordon') {
     const at = target.lastIndexOf(':');
@@ -114,6 +115,7 @@ function act(
     return c.post(`/api/v1/tasks/${encodeURIComponent(target)}/reconcile`, {
       resolution: values.resolution,
       reason: values.reason,
+      ...(values.force ? { force: true } : {}),
     });
   const action = verb === 'remove-worker' ? 'remove' : verb;
   return c.post(`/api/v1/workers/${encodeURIComponent(target)}/${action}`, {});

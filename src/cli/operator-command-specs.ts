@@ -88,11 +88,16 @@ export const REMOVE_WORKER = workerCommand(
 
 export const RECONCILE = defineCommand({
   name: 'reconcile',
-  usage: ['reconcile TASK [TASK]… --resolution COMPLETED|FAILED|CANCELLED --reason TEXT'],
-  summary: 'Settles tasks left UNKNOWN (their worker vanished) once you know what happened on the host.',
+  usage: ['reconcile TASK [TASK]… --resolution COMPLETED|FAILED|CANCELLED --reason TEXT [--force]'],
+  summary:
+    'Settles tasks left UNKNOWN (their worker vanished) once you know what happened on the host. Refused while the worker is online and still runs the task, unless --force.',
   flags: {
     resolution: { type: 'string', value: 'STATE', help: 'the final state to record' },
     reason: { type: 'string', value: 'TEXT', help: 'what you checked, for the audit log' },
+    force: {
+      type: 'boolean',
+      help: 'reconcile even a task its online worker still runs: the worker kills it (SIGTERM, then SIGKILL)',
+    },
     ...REMOTE_FLAGS,
   },
   env: REMOTE_ENV,

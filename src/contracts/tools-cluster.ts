@@ -221,7 +221,7 @@ export const reconcileTaskTool = defineTool({
   name: 'reconcile_task',
   title: 'Reconcile a task',
   description:
-    'Operator decision for a task whose fate is unknown (RECONCILIATION_REQUIRED) or whose lease is QUARANTINED: records the outcome and releases its cards after you checked them. Audited.',
+    'Operator decision for a task whose fate is unknown (RECONCILIATION_REQUIRED) or whose lease is QUARANTINED: records the outcome and releases its cards after you checked them. Audited. Refused (INVALID_STATE) while the worker is online and still runs the execution, unless force.',
   roles: ['operator'],
   mutating: true,
   annotations: DESTRUCTIVE,
@@ -235,6 +235,12 @@ export const reconcileTaskTool = defineTool({
       .min(1)
       .max(2000)
       .describe('What you checked (e.g. "host rebooted, cards idle in nvidia-smi").'),
+    force: z
+      .boolean()
+      .default(false)
+      .describe(
+        'Reconcile even though the worker is online and still runs the execution: it is killed (cancel: SIGTERM, then SIGKILL) and its cards freed. Without it, such a task is refused with INVALID_STATE naming what would be killed.',
+      ),
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ task: TaskViewSchema, lease_released: z.boolean() }),

@@ -159,3 +159,31 @@ export function heldCards(reported: HelloSnapshot['reported']): number[] {
   for (const e of reported) if (!FINISHED_ON_WORKER.has(e.phase)) for (const c of e.cards) held.add(c);
   return [...held].sort((a, b) => a - b);
 }
+
+/**
+ * Where a held lease's execution stands for an operator about to reconcile it (issue 40, item 5), from
+ * the master's record of its phase and what the worker says right now:
+ *   worker_unreachable  the execution may still have a process (assigned, accepted, started) and its
+ *                       worker is offline: the task may be running there, and comes back by itself if
+ *                       the worker does;
+ *   running             the same, but the worker is online and still holds the lease's cards for an
+ *                       unfinished execution (hello, then every sample): reconciling would kill it;
+ *   not_running         the execution ended (exited or later), or the worker is online and holds none
+ *                       of the cards.
+ */
+export type ExecutionWhereabouts = 'worker_unreachable' | 'running' | 'not_running';
+
+/** Phases in which the master may still have a process of the execution on the worker. */
+const MAY_RUN: ReadonlySet<ExecutionPhase> = new Set(['assigned', 'accepted', 'started']);
+
+/** See ExecutionWhereabouts. Pure. */
+export function executionWhereabouts(facts: {
+  readonly phase: ExecutionPhase | null;
+  readonly worker_online: boolean;
+  readonly lease_cards: readonly number[];
+  readonly held_cards: readonly number[];
+}): ExecutionWhereabouts {
+  if (facts.phase === null || !MAY_RUN.has(facts.phase)) return 'not_running';
+  if (!facts.worker_online) return 'worker_unreachable';
+  return facts.lease_cards.some((c) => facts.held_cards.includes(c)) ? 'running' : 'not_running';
+}

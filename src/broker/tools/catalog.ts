@@ -148,7 +148,7 @@ export function brokerTools(): BoundTool[] {
     bindTool(C.getStatusTool, ({ deps, principal }) => getStatus(deps, principal), 'heavy'),
     bindTool(
       C.reconcileTaskTool,
-      ({ deps, principal }, i) => reconcileTask(deps, principal, i.task_id, i.resolution, i.reason),
+      ({ deps, principal }, i) => reconcileTask(deps, principal, i.task_id, i.resolution, i.reason, i.force),
       'light',
     ),
     bindTool(

@@ -2,6 +2,8 @@ import { BrokerError } from '../../contracts/errors.js';
 import { transitionExecution } from '../../domain/execution.js';
 import { leaseAccepts, leaseHoldsCards } from '../../domain/lease.js';
 import { isTerminalTask } from '../../domain/task.js';
+import { executionWhereabouts } from '../../domain/worker-reconcile.js';
+import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -211,13 +213,32 @@ export function cancelTaskAs(deps: BrokerDeps, actor: string, t: TaskRecord) {
   return { task: taskView(deps.store, deps.store.tasks.get(t.id)!, deps.observe) };
 }
 
-/** reconcile_task: the operator records an outcome and releases quarantined cards. Audited. */
+/** Where a held lease's execution stands (executionWhereabouts), from the store and the fleet now. */
+export function leaseWhereabouts(deps: BrokerDeps, lease: LeaseRecord, now: number) {
+  const e = deps.store.leases.executionForLease(lease.id) ?? null;
+  return {
+    execution: e,
+    whereabouts: executionWhereabouts({
+      phase: e?.phase ?? null,
+      worker_online: deps.cluster.fleet.isOnline(lease.worker_id, now),
+      lease_cards: lease.cards.map((c) => c.index),
+      held_cards: deps.cluster.fleet.get(lease.worker_id).held_cards,
+    }),
+  };
+}
+
+/**
+ * reconcile_task: the operator records an outcome and releases quarantined cards. Audited. Refused while
+ * the worker is online and still runs the execution (issue 40, item 5), unless `force`: reconciling sends
+ * it a cancel, which kills a task that may well complete.
+ */
 export function reconcileTask(
   deps: BrokerDeps,
   principal: Principal,
   taskId: string,
   resolution: 'COMPLETED' | 'FAILED' | 'CANCELLED',
   reason: string,
+  force = false,
 ) {
   const t = deps.store.tasks.get(taskId);
   if (!t) throw new BrokerError('NOT_FOUND', `no task ${taskId}`, 'Check the id.');
@@ -231,6 +252,23 @@ export function reconcileTask(
       'Reconcile applies to RECONCILIATION_REQUIRED tasks and to ended tasks whose lease is still held.',
       { state: t.state },
     );
+  const where = lease && leaseHeld ? leaseWhereabouts(deps, lease, deps.clock.now()) : null;
+  if (lease && where?.whereabouts === 'running' && !force) {
+    const cards = lease.cards.map((c) => c.index).join(',');
+    throw new BrokerError(
+      'INVALID_STATE',
+      `task ${t.id}: worker ${lease.worker_id} is online and still runs execution ${where.execution!.id} (${where.execution!.phase}) on cards ${cards}; reconciling would kill it`,
+      `Wait for the worker's reports to settle it (wait_for_task / get_task). To stop it anyway, pass force: true (gpu-broker reconcile ${t.id} --force …): the worker gets a cancel (SIGTERM, then SIGKILL after kill_grace_seconds) and cards ${cards} are freed.`,
+      {
+        state: t.state,
+        worker_id: lease.worker_id,
+        execution_id: where.execution!.id,
+        phase: where.execution!.phase,
+        cards: lease.cards.map((c) => c.index),
+        would_kill: true,
+      },
+    );
+  }
   let task = t;
   if (needsDecision) {
     const event =
@@ -278,7 +316,13 @@ export function reconcileTask(
     action: 'task.reconciled',
     subject_type: 'task',
     subject_id: t.id,
-    data: { resolution, reason, lease_released: released },
+    data: {
+      resolution,
+      reason,
+      lease_released: released,
+      // What the operator was told was there: a forced reconcile of a live execution is on the record.
+      ...(where === null ? {} : { execution: where.whereabouts, force }),
+    },
   });
   deps.store.afterCommit(() => deps.cluster.requestPass());
   return { task: taskView(deps.store, task, deps.observe), lease_released: released };

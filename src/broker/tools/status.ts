@@ -3,6 +3,7 @@ import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { canReadAll } from '../principals.js';
+import { leaseWhereabouts } from './cluster.js';
 
 /** One alert of get_status: what is wrong, how bad, and what an operator does about it. */
 interface StatusAlert {
@@ -34,17 +35,57 @@ interface StatusContext {
   mayReadGrant(granteeId: string): boolean;
 }
 
+/**
+ * What an operator is told about a held lease's execution before any reconcile is suggested (issue 40,
+ * item 5): whether its worker is back and the task alive; null when neither applies (the execution ended,
+ * or the worker is back without it), where the plain advice stands.
+ */
+function whereaboutsAdvice(
+  { deps, now, taskRef }: StatusContext,
+  lease: LeaseRecord,
+): { status: string; action: string } | null {
+  const task = taskRef(lease.task_id);
+  const w = lease.worker_id;
+  switch (leaseWhereabouts(deps, lease, now).whereabouts) {
+    case 'worker_unreachable': {
+      const since = deps.cluster.fleet.get(w).offline_since;
+      const ago =
+        since === null
+          ? ''
+          : ` since ${new Date(since).toISOString()} (${Math.round((now - since) / 1000)} s)`;
+      return {
+        status: `worker ${w} is unreachable${ago}; the task may still be running there`,
+        action: `Wait for ${w}: if it comes back listing the task, the task resumes and its cards follow by themselves. Only if ${w} will not come back: check the host, then gpu-broker reconcile ${task} --resolution FAILED --reason "…" (a task still running there is killed if the worker returns).`,
+      };
+    }
+    case 'running':
+      return {
+        status: `worker ${w} is online and still runs the task on these cards`,
+        action: `Do not reconcile: that would kill a live task. Its own reports settle it; to stop it, cancel_task (or gpu-broker reconcile ${task} --force …, which kills it).`,
+      };
+    case 'not_running':
+      return null;
+  }
+}
+
 /** Cards held by quarantined leases. */
-function quarantinedLeaseAlerts({ leases, taskRef }: StatusContext): StatusAlert[] {
+function quarantinedLeaseAlerts(c: StatusContext): StatusAlert[] {
+  const { leases, taskRef } = c;
   return leases
     .filter((l) => l.state === 'QUARANTINED')
-    .map((l) => ({
-      kind: 'card_quarantined',
-      severity: 'critical',
-      subject: `${l.worker_id}:${l.cards.map((c) => c.index).join(',')}`,
-      message: `cards held by quarantined lease ${l.id} (task ${taskRef(l.task_id)}): ${l.reason ?? 'cleanup not confirmed'}`,
-      action: `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${taskRef(l.task_id)} --resolution FAILED --reason "…"`,
-    }));
+    .map((l) => {
+      const advice = whereaboutsAdvice(c, l);
+      const held = `cards held by quarantined lease ${l.id} (task ${taskRef(l.task_id)}): ${l.reason ?? 'cleanup not confirmed'}`;
+      return {
+        kind: 'card_quarantined',
+        severity: 'critical',
+        subject: `${l.worker_id}:${l.cards.map((x) => x.index).join(',')}`,
+        message: advice === null ? held : `${held}; ${advice.status}`,
+        action:
+          advice?.action ??
+          `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${taskRef(l.task_id)} --resolution FAILED --reason "…"`,
+      };
+    });
 }
 
 /** Workers offline, else workers whose sampler fails. */
@@ -59,7 +100,7 @@ function workerHealthAlerts({ deps, now }: StatusContext): StatusAlert[] {
         subject: w.id,
         message: `worker ${w.id} is offline${live.offline_since !== null ? ` since ${new Date(live.offline_since).toISOString()}` : ''}`,
         action:
-          'Check the worker process and its network; running tasks wait lease_grace_seconds, then need reconciliation.',
+          'Check the worker process and its network; its running tasks keep running there. After lease_grace_seconds they show RECONCILIATION_REQUIRED; if the worker comes back listing them they resume by themselves.',
       });
     else if (live.sampler_error)
       alerts.push({
@@ -105,15 +146,22 @@ function failingGrantAlerts({ deps, taskRef }: StatusContext): StatusAlert[] {
   }));
 }
 
-/** Tasks whose worker was lost, waiting for an operator's verdict. */
-function reconciliationAlerts({ deps, taskRef }: StatusContext): StatusAlert[] {
-  return deps.store.tasks.inState('RECONCILIATION_REQUIRED').map((t) => ({
-    kind: 'task_needs_reconciliation',
-    severity: 'critical',
-    subject: taskRef(t.id),
-    message: `task ${taskRef(t.id)} lost its worker; its outcome is unknown`,
-    action: `If the worker will not come back: gpu-broker reconcile ${taskRef(t.id)} --resolution FAILED --reason "…"`,
-  }));
+/** Tasks whose worker was lost, waiting for their worker or an operator's verdict. */
+function reconciliationAlerts(c: StatusContext): StatusAlert[] {
+  const { deps, taskRef } = c;
+  return deps.store.tasks.inState('RECONCILIATION_REQUIRED').map((t) => {
+    const lease = deps.store.leases.latestLeaseForTask(t.id);
+    const advice = lease === undefined ? null : whereaboutsAdvice(c, lease);
+    return {
+      kind: 'task_needs_reconciliation',
+      severity: 'critical',
+      subject: taskRef(t.id),
+      message: `task ${taskRef(t.id)} lost its worker; its outcome is unknown${advice === null ? '' : `: ${advice.status}`}`,
+      action:
+        advice?.action ??
+        `The worker cannot account for it: check the host, then gpu-broker reconcile ${taskRef(t.id)} --resolution FAILED --reason "…"`,
+    };
+  });
 }
 
 /** The master's disk, low or full. */

@@ -133,6 +133,19 @@ describe('item 1: a worker that returns with its task alive', () => {
     expect(lost.reason).toMatchObject({ code: 'worker_unreachable', worker_id: WORKER });
     expect(lost.next_action).toContain('goes back to RUNNING by itself');
     expect(leaseOf(c, id).state).toBe('QUARANTINED');
+    // Item 5: the operator is told to wait for the worker before any reconcile.
+    const during = expectOk(
+      await callTool<{ alerts: Array<{ kind: string; message: string; action: string }> }>(
+        c.op,
+        'get_status',
+        {},
+      ),
+    );
+    for (const kind of ['card_quarantined', 'task_needs_reconciliation']) {
+      const alert = during.alerts.find((a) => a.kind === kind);
+      expect(alert?.message).toContain(`worker ${WORKER} is unreachable since`);
+      expect(alert?.action).toMatch(new RegExp(`^Wait for ${WORKER}: if it comes back listing the task`));
+    }
 
     await heal(c);
     const back = await waitFor(
@@ -163,6 +176,14 @@ describe('item 1: a worker that returns with its task alive', () => {
     const kinds = await alertKinds(c);
     expect(kinds).not.toContain('card_quarantined');
     expect(kinds).not.toContain('task_needs_reconciliation');
+    // Nothing is left to reconcile: the task runs.
+    const refused = await callTool(c.op, 'reconcile_task', {
+      task_id: id,
+      resolution: 'FAILED',
+      reason: 'the alert said so',
+      idempotency_key: `reconcile-${id}`,
+    });
+    expect(refused).toMatchObject({ ok: false, error: { code: 'INVALID_STATE' } });
     // Audited, each move through its table, fenced by the lease's epoch.
     expect(c.m.store.audit.forSubject('task', id).map((e) => e.action)).toEqual([
       'task.created',
