@@ -197,6 +197,7 @@ export class Fleet {
         isolation: rec.isolation,
         container_engine: rec.container_engine,
         mounts: rec.mounts.map((m) => m.name),
+        host: rec.host,
         backend: rec.backend,
         ...(rec.slurm === null ? {} : { pool_node_gpus: rec.slurm.nodes.map((n) => n.gpus) }),
         ...(pool ? { pool_bound: bound.get(rec.id) ?? [] } : {}),

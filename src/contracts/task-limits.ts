@@ -76,6 +76,31 @@ export const DEFAULT_MAX_LIMITS_PER_CARD: ResolvedLimits = {
   disk_mib: 1024 * 1024,
 };
 
+/**
+ * What a worker keeps of its host for itself, the master and the system (issue 36 item 6): tasks on that
+ * worker share the rest (src/domain/task-limits.ts `hostAllowance`).
+ */
+export const HostReserveSchema = z.strictObject({
+  memory_mib: z.number().int().min(0).max(MAX_LIMIT_MIB).default(4096),
+  disk_mib: z.number().int().min(0).max(MAX_LIMIT_MIB).default(10240),
+});
+/** The policy's `task_limits.host_reserve`. */
+export type HostReserve = z.infer<typeof HostReserveSchema>;
+/** The reserve when the policy names none. */
+export const DEFAULT_HOST_RESERVE: HostReserve = HostReserveSchema.parse({});
+
+/**
+ * What a worker's host has (its hello's `host`, issue 36 item 6): RAM, CPUs, and the size of the file
+ * system that holds its data dir (where tasks' directories are).
+ */
+export const HostResourcesSchema = z.strictObject({
+  memory_mib: z.number().int().min(1).max(MAX_LIMIT_MIB),
+  cpus: z.number().int().min(1).max(65536),
+  disk_mib: z.number().int().min(0).max(MAX_LIMIT_MIB),
+});
+/** A worker host's resources. */
+export type HostResources = z.infer<typeof HostResourcesSchema>;
+
 /** The policy's `task_limits` section. */
 export const PolicyLimitsSchema = z
   .strictObject({
@@ -83,6 +108,8 @@ export const PolicyLimitsSchema = z
     per_card: ResolvedLimitsSchema.default(DEFAULT_LIMITS_PER_CARD),
     /** Maxima per leased card: a spec's ask above `max_per_card × cards` is an error finding. */
     max_per_card: ResolvedLimitsSchema.default(DEFAULT_MAX_LIMITS_PER_CARD),
+    /** Kept of each worker's host for itself, the master and the system; tasks share the rest. */
+    host_reserve: HostReserveSchema.prefault({}),
   })
   .refine((p) => LIMIT_NAMES.every((n) => p.per_card[n] <= p.max_per_card[n]), {
     message: 'every task_limits.per_card value must be at most its task_limits.max_per_card value',

@@ -29,7 +29,10 @@ export const SandboxSummarySchema = z.object({
   runtime: z.enum(['process', 'container']),
   image: z.string().nullable(),
   network: z.enum(['none', 'host']),
-  /** The resource limits the task runs with (the spec's asks, else the policy's per-card defaults). */
+  /**
+   * The resource limits the task runs with (the spec's asks, else the policy's per-card defaults); on a
+   * worker whose host is smaller, its memory and disk defaults are lowered to that host's share per card.
+   */
   limits: ResolvedLimitsSchema,
 });
 /** How a spec will run, for the reviewer. */

@@ -11,6 +11,7 @@ import {
 } from './execution-plan.js';
 import { CardSampleSchema, ProviderSchema } from './sample.js';
 import { SlurmJobReportSchema, SlurmPoolSchema } from './slurm-report.js';
+import { HostResourcesSchema } from './task-limits.js';
 import { MountNameSchema } from './task-spec.js';
 
 /**
@@ -186,6 +187,12 @@ export const HelloSchema = z.object({
     })
     .nullable()
     .default(null),
+  /**
+   * Its host's RAM, CPUs and the size of the file system holding its data dir (issue 36 item 6): the
+   * master derives each task's default and largest memory and disk from them. null: not known (older
+   * workers, a Slurm pool, whose nodes Slurm accounts for).
+   */
+  host: HostResourcesSchema.nullable().default(null),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */

@@ -1,5 +1,7 @@
 import type { Policy } from '../contracts/policy.js';
 import {
+  type HostReserve,
+  type HostResources,
   LIMIT_NAMES,
   type LimitName,
   MAX_CPU_WEIGHT,
@@ -40,17 +42,85 @@ export function maxLimits(policy: Policy, cards: number): ResolvedLimits {
 }
 
 /**
- * The limits the task runs with: the spec's asks, clamped to the policy maximum (a spec over it never
- * reaches a worker, but a policy lowered after approval wins), else the per-card defaults.
+ * The limits the host's RAM and disk bound (issue 36 item 6): the memory limit and the two tmpfs sizes
+ * (whose pages count against memory) by RAM, the task dir by the data dir's file system.
  */
-export function resolveLimits(spec: Pick<TaskSpec, 'cards' | 'limits'>, policy: Policy): ResolvedLimits {
+export const HOST_BOUND_LIMITS = ['memory_mib', 'tmp_mib', 'shm_mib', 'disk_mib'] as const;
+/** One host-bound limit's name. */
+export type HostBoundLimit = (typeof HOST_BOUND_LIMITS)[number];
+
+/** What a worker's host can give its tasks: the whole of it (less the reserve), and per card. */
+export interface HostAllowance {
+  /** The most one task there may take, by limit. */
+  readonly total: Readonly<Record<HostBoundLimit, number>>;
+  /** A card's fair share: what a task gets per card by default there. */
+  readonly per_card: Readonly<Record<HostBoundLimit, number>>;
+  /** For messages: `24 GiB RAM less a 4096 MiB reserve, over 4 cards`. */
+  readonly basis: string;
+}
+
+/**
+ * What tasks on a host with `cards` cards may take (issue 36 item 6): its RAM and disk less the
+ * operator's reserve (`task_limits.host_reserve`: the worker, the master, the system), whole for one
+ * task, and shared evenly per card for the defaults. Never below 1 MiB (a host smaller than its reserve
+ * gives every task the least there is, and rules out any task asking for more).
+ */
+export function hostAllowance(host: HostResources, cards: number, reserve: HostReserve): HostAllowance {
+  const memory = Math.max(1, host.memory_mib - reserve.memory_mib);
+  const disk = Math.max(1, host.disk_mib - reserve.disk_mib);
+  const n = Math.max(1, cards);
+  const total = { memory_mib: memory, tmp_mib: memory, shm_mib: memory, disk_mib: disk };
+  const share = (v: number) => Math.max(1, Math.floor(v / n));
+  return {
+    total,
+    per_card: {
+      memory_mib: share(memory),
+      tmp_mib: share(memory),
+      shm_mib: share(memory),
+      disk_mib: share(disk),
+    },
+    basis: `${host.memory_mib} MiB RAM and ${host.disk_mib} MiB disk, less a reserve of ${reserve.memory_mib} MiB and ${reserve.disk_mib} MiB, over ${n} card(s)`,
+  };
+}
+
+/** The first limit the spec asks for above what `allowance` can give, or null. */
+export function hostShortfall(
+  asks: Partial<Record<HostBoundLimit, number>>,
+  allowance: Pick<HostAllowance, 'total'>,
+): { name: HostBoundLimit; ask: number; most: number } | null {
+  for (const name of HOST_BOUND_LIMITS) {
+    const ask = asks[name];
+    if (ask !== undefined && ask > allowance.total[name]) return { name, ask, most: allowance.total[name] };
+  }
+  return null;
+}
+
+/**
+ * The limits the task runs with: the spec's asks, clamped to the policy maximum (a spec over it never
+ * reaches a worker, but a policy lowered after approval wins), else the per-card defaults. On a worker
+ * whose host is known (`allowance`), the defaults are at most its share per card and no value is above
+ * what the host can give (the scheduler places a task asking for more nowhere: `hostShortfall`).
+ */
+export function resolveLimits(
+  spec: Pick<TaskSpec, 'cards' | 'limits'>,
+  policy: Policy,
+  allowance?: HostAllowance,
+): ResolvedLimits {
   const cards = spec.cards.count;
   const max = maxLimits(policy, cards);
   return mapLimits((n) => {
     const ask = spec.limits?.[n];
-    const value = ask ?? scaled(n, policy.task_limits.per_card[n], cards);
+    let value = ask ?? scaled(n, policy.task_limits.per_card[n], cards);
+    if (allowance !== undefined && isHostBound(n)) {
+      if (ask === undefined) value = Math.min(value, scaled(n, allowance.per_card[n], cards));
+      value = Math.min(value, allowance.total[n]);
+    }
     return Math.min(value, max[n]);
   });
+}
+
+function isHostBound(name: LimitName): name is HostBoundLimit {
+  return (HOST_BOUND_LIMITS as readonly string[]).includes(name);
 }
 
 /** Error findings for asks above the policy maximum. */

@@ -45,7 +45,8 @@ function toRow(t: TaskRecord): TaskRow {
 /** What a scheduling pass reads of a queued task: no full spec, so no JSON parse per task per pass. */
 export interface QueuedTaskRow
   extends Pick<TaskRecord, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'> {
-  spec: Pick<TaskSpec, 'cards' | 'worker'>;
+  /** The spec's cards, pinned worker and resource asks (`limits`: the host must be able to give them). */
+  spec: Pick<TaskSpec, 'cards' | 'worker' | 'limits'>;
   /** The spec's `runtime.kind`: container tasks need a worker with a container engine. */
   runtime_kind: TaskSpec['runtime']['kind'];
   /** The spec's named data mounts: only workers offering all of them may take it. */
@@ -141,11 +142,12 @@ export class TasksRepo {
           min_memory_mib: number | null;
           per_node: number | null;
           worker: string | null;
+          limits: string | null;
         }
       >(
         `SELECT json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
            json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.cards.per_node') AS per_node,
-           json_extract(spec, '$.worker') AS worker,
+           json_extract(spec, '$.worker') AS worker, json_extract(spec, '$.limits') AS limits,
            json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts
          FROM tasks WHERE id = ?`,
       ),
@@ -265,6 +267,7 @@ export class TasksRepo {
           ...(r.per_node === null ? {} : { per_node: r.per_node }),
         },
         ...(r.worker === null ? {} : { worker: r.worker }),
+        ...(r.limits === null ? {} : { limits: JSON.parse(r.limits) as NonNullable<TaskSpec['limits']> }),
       },
     };
   }

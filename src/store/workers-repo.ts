@@ -1,4 +1,5 @@
 import type { Provider } from '../contracts/sample.js';
+import type { HostResources } from '../contracts/task-limits.js';
 import type {
   ContainerEngine,
   IsolationMode,
@@ -38,6 +39,8 @@ export interface WorkerRecord {
   slurm: SlurmPool | null;
   /** The syscall filter its process tasks run under, from its latest hello; null: none. */
   seccomp: WorkerSeccomp | null;
+  /** Its host's RAM, CPUs and data-dir disk, from its latest hello; null: not known. */
+  host: HostResources | null;
   /** What its qualification interpreter can do, as its current process reported; null until then. */
   qualification_probe: QualificationProbe | null;
   draining: boolean;
@@ -72,10 +75,14 @@ export interface WorkerSeccomp {
 }
 
 interface WorkerRow
-  extends Omit<WorkerRecord, 'cards' | 'draining' | 'mounts' | 'qualification_probe' | 'slurm' | 'seccomp'> {
+  extends Omit<
+    WorkerRecord,
+    'cards' | 'draining' | 'mounts' | 'qualification_probe' | 'slurm' | 'seccomp' | 'host'
+  > {
   cards: string;
   slurm: string | null;
   seccomp: string | null;
+  host: string | null;
   mounts: string;
   qualification_probe: string | null;
   draining: number;
@@ -87,6 +94,7 @@ const toWorker = (r: WorkerRow): WorkerRecord => ({
   mounts: JSON.parse(r.mounts) as WorkerMount[],
   slurm: r.slurm === null ? null : (JSON.parse(r.slurm) as SlurmPool),
   seccomp: r.seccomp === null ? null : (JSON.parse(r.seccomp) as WorkerSeccomp),
+  host: r.host === null ? null : (JSON.parse(r.host) as HostResources),
   qualification_probe:
     r.qualification_probe === null ? null : (JSON.parse(r.qualification_probe) as QualificationProbe),
   draining: r.draining === 1,
@@ -101,12 +109,12 @@ export class WorkersRepo {
       get: db.prepare<[string], WorkerRow>('SELECT * FROM workers WHERE id = ?'),
       all: db.prepare<[], WorkerRow>('SELECT * FROM workers ORDER BY id'),
       upsert: db.prepare(
-        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, backend, slurm, seccomp, draining, first_seen_at, last_seen_at)
-         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, @backend, @slurm, @seccomp, 0, @now, @now)
+        `INSERT INTO workers (id, hostname, provider, version, boot_id, cards, isolation, container_engine, mounts, backend, slurm, seccomp, host, draining, first_seen_at, last_seen_at)
+         VALUES (@id, @hostname, @provider, @version, @boot_id, @cards, @isolation, @container_engine, @mounts, @backend, @slurm, @seccomp, @host, 0, @now, @now)
          ON CONFLICT (id) DO UPDATE SET hostname = excluded.hostname, provider = excluded.provider,
            version = excluded.version, boot_id = excluded.boot_id, cards = excluded.cards,
            isolation = excluded.isolation, container_engine = excluded.container_engine,
-           mounts = excluded.mounts, backend = excluded.backend, slurm = excluded.slurm, seccomp = excluded.seccomp, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
+           mounts = excluded.mounts, backend = excluded.backend, slurm = excluded.slurm, seccomp = excluded.seccomp, host = excluded.host, qualification_probe = NULL, last_seen_at = excluded.last_seen_at`,
       ),
       setCards: db.prepare('UPDATE workers SET cards = ? WHERE id = ?'),
       setProbe: db.prepare('UPDATE workers SET qualification_probe = ? WHERE id = ?'),
@@ -154,11 +162,13 @@ export class WorkersRepo {
       | 'backend'
       | 'slurm'
       | 'seccomp'
+      | 'host'
     > & {
       mounts?: WorkerMount[];
       backend?: WorkerBackend;
       slurm?: SlurmPool | null;
       seccomp?: WorkerSeccomp | null;
+      host?: HostResources | null;
     },
     now: number,
   ): void {
@@ -169,6 +179,7 @@ export class WorkersRepo {
       backend: w.backend ?? 'local',
       slurm: w.slurm === undefined || w.slurm === null ? null : JSON.stringify(w.slurm),
       seccomp: w.seccomp === undefined || w.seccomp === null ? null : JSON.stringify(w.seccomp),
+      host: w.host === undefined || w.host === null ? null : JSON.stringify(w.host),
       now,
     });
   }

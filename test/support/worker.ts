@@ -1,6 +1,7 @@
 import { execFileSync } from 'node:child_process';
 import { existsSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
+import type { HostResources } from '../../src/contracts/task-limits.js';
 import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import { type Logger, silentLogger } from '../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../worker/daemon/start-worker.js';
@@ -52,6 +53,8 @@ export interface TestWorkerOptions {
   containerEngine?: ContainerEngineChoice;
   /** Named data mounts the worker offers. */
   mounts?: DataMount[];
+  /** The host its hello reports (default: this machine's; null: none). */
+  hostResources?: HostResources | null;
 }
 
 /** A worker under test. */
@@ -94,6 +97,7 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
     welcomeTimeoutMs: 3000,
     firstSampleWaitMs: 2000,
     ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
+    ...(opts.hostResources === undefined ? {} : { hostResources: opts.hostResources }),
     ...(opts.caPem === null ? {} : { ca: opts.caPem }),
   });
   let closing: Promise<void> | null = null;

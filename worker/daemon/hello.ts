@@ -1,5 +1,7 @@
-import { readFileSync } from 'node:fs';
+import { readFileSync, statfsSync } from 'node:fs';
+import { availableParallelism, totalmem } from 'node:os';
 import { join } from 'node:path';
+import { MAX_LIMIT_MIB } from '../../src/contracts/task-limits.js';
 import type { WorkerMessage } from '../../src/contracts/worker-protocol.js';
 import { PROTOCOL_VERSION } from '../../src/contracts/worker-protocol.js';
 import { packageRoot } from '../../src/platform/package-root.js';
@@ -34,6 +36,8 @@ export interface HelloFacts {
   readonly slurm: HelloMessage['slurm'];
   /** The syscall filter its process tasks run under; null: none. */
   readonly seccomp: HelloMessage['seccomp'];
+  /** Its host's RAM, CPUs and data-dir disk (hostResources); null: not known (a Slurm pool). */
+  readonly host: HelloMessage['host'];
 }
 
 /** The hello for `facts`; pure. */
@@ -62,7 +66,28 @@ export function buildHello(facts: HelloFacts): HelloMessage {
     backend: facts.backend,
     slurm: facts.slurm,
     seccomp: facts.seccomp,
+    host: facts.host,
   };
+}
+
+/**
+ * This host's RAM, CPUs and the size of the file system holding `dataDir` (issue 36 item 6), each within
+ * the contract's bounds; null when the file system cannot be read. The master derives each task's memory
+ * and disk from them (src/domain/task-limits.ts `hostAllowance`).
+ */
+export function hostResources(dataDir: string): HelloMessage['host'] {
+  const MIB = 1024 * 1024;
+  const cap = (v: number) => Math.min(MAX_LIMIT_MIB, Math.max(0, Math.floor(v)));
+  try {
+    const fs = statfsSync(dataDir);
+    return {
+      memory_mib: Math.max(1, cap(totalmem() / MIB)),
+      cpus: Math.max(1, Math.min(65536, availableParallelism())),
+      disk_mib: cap((fs.blocks * fs.bsize) / MIB),
+    };
+  } catch {
+    return null;
+  }
 }
 
 let cachedVersion: string | undefined;

@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import type { CardSample, Provider } from '../../src/contracts/sample.js';
+import type { HostResources } from '../../src/contracts/task-limits.js';
 import type { Clock } from '../../src/platform/clock.js';
 import type { ExecutionRetention } from '../executions/dir-retention.js';
 import type { BackoffOptions } from '../link/connection.js';
@@ -58,6 +59,11 @@ export interface WorkerOptions {
   readonly inputCacheBytes?: number;
   /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
   readonly mounts?: readonly DataMount[];
+  /**
+   * The host's resources the hello reports (issue 36 item 6); default: this host's (hello.ts
+   * `hostResources`). Tests set a small host here; null reports none.
+   */
+  readonly hostResources?: HostResources | null;
   /**
    * `--backend slurm`: tasks run as Slurm jobs, the cards are the partition's GPU pool
    * (docs/decisions/0013-slurm-backend.md); `sampler` must then be `slurm.sampler`.

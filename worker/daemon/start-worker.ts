@@ -20,7 +20,7 @@ import type { InputSource } from '../task-io/inputs.js';
 import { declaredMountsProblem, mountsAsDeclared } from '../task-io/mounts.js';
 import { secureWorkerDataDir } from './data-dir-modes.js';
 import { type BackendBinding, bindBackend } from './executors.js';
-import { buildHello, type HelloMessage, packageVersion } from './hello.js';
+import { buildHello, type HelloMessage, hostResources, packageVersion } from './hello.js';
 import { type InboxLink, MasterInbox } from './inbound.js';
 import type { RunningWorker, WorkerOptions } from './options.js';
 
@@ -193,6 +193,13 @@ function helloFor(
   binding: BackendBinding,
 ): () => HelloMessage {
   const version = opts.version ?? packageVersion();
+  // A Slurm pool's tasks run on its nodes, whose memory Slurm accounts for: no host of its own.
+  const host =
+    opts.slurm !== undefined
+      ? null
+      : opts.hostResources !== undefined
+        ? opts.hostResources
+        : hostResources(opts.dataDir);
   return () =>
     buildHello({
       workerId: opts.workerId,
@@ -213,6 +220,7 @@ function helloFor(
         opts.sandbox?.kind === 'bwrap' && opts.sandbox.seccomp != null
           ? { version: opts.sandbox.seccomp.version, allowed: [...opts.sandbox.seccomp.allowed] }
           : null,
+      host,
     });
 }
 

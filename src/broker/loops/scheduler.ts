@@ -12,7 +12,7 @@ import type {
   SchedulingDecision,
   SchedulingSnapshot,
 } from '../../domain/scheduling/types.js';
-import { resolveLimits } from '../../domain/task-limits.js';
+import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/task-limits.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -220,6 +220,7 @@ export class Scheduler implements TaskObserver {
         reservation_after_seconds: config.scheduling.reservation_after_seconds,
         max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
         require_isolation: config.policy.require_isolation,
+        host_reserve: config.policy.task_limits.host_reserve,
       },
     };
   }
@@ -246,8 +247,18 @@ export class Scheduler implements TaskObserver {
     );
     enqueueForWorker(this.deps, this.link, workerId, {
       type: 'assign',
-      plan: assignPlan(task, grant, config),
+      plan: assignPlan(task, grant, config, this.hostAllowanceOf(workerId)),
     });
+  }
+
+  /**
+   * What the worker's host can give a task (issue 36 item 6), from its latest hello's `host` and its
+   * known cards, less the policy's reserve; undefined when its host is not known.
+   */
+  private hostAllowanceOf(workerId: string): HostAllowance | undefined {
+    const rec = this.deps.store.workers.get(workerId);
+    if (rec?.host == null) return undefined;
+    return hostAllowance(rec.host, rec.cards.length, this.deps.config.policy.task_limits.host_reserve);
   }
 
   /** The granted cards with the uuids the worker last sampled for them. */
@@ -350,6 +361,7 @@ function queuedView(views: WeakMap<QueuedTaskRow, QueuedTaskView>, t: QueuedTask
       worker: t.spec.worker,
       runtime: t.runtime_kind,
       mounts: t.mounts,
+      limits: t.spec.limits,
     };
     views.set(t, view);
   }
@@ -364,7 +376,12 @@ interface Grant {
 }
 
 /** The `assign` plan of a granted task. */
-function assignPlan(task: TaskRecord, grant: Grant, config: BrokerDeps['config']): ExecutionPlan {
+function assignPlan(
+  task: TaskRecord,
+  grant: Grant,
+  config: BrokerDeps['config'],
+  host: HostAllowance | undefined,
+): ExecutionPlan {
   return {
     task_id: task.id,
     execution_id: grant.executionId,
@@ -376,7 +393,9 @@ function assignPlan(task: TaskRecord, grant: Grant, config: BrokerDeps['config']
     kill_grace_seconds: config.timing.kill_grace_seconds,
     cleanup_timeout_seconds: config.timing.cleanup_timeout_seconds,
     vram_clean_pct: config.scheduling.vram_threshold_pct,
-    ...sandboxOfPlan(task.spec.runtime, config.policy, resolveLimits(task.spec, config.policy)),
+    // The limits as the policy resolves them, within what this worker's host can give (its share per card
+    // for the defaults).
+    ...sandboxOfPlan(task.spec.runtime, config.policy, resolveLimits(task.spec, config.policy, host)),
     argv: runArgv(task.spec, config.policy),
   };
 }

@@ -124,6 +124,7 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
         backend: msg.backend,
         slurm: msg.slurm,
         seccomp: msg.seccomp,
+        host: msg.host,
       },
       now,
     );
@@ -144,6 +145,7 @@ export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: 
         // What its tasks' syscall filter is, and which of its groups the operator allowed again:
         // a widened filter is on the record at every connection.
         seccomp: msg.seccomp,
+        host: msg.host,
         ...(msg.slurm === null ? {} : { partition: msg.slurm.partition }),
       },
     });

@@ -1,7 +1,10 @@
+import { DEFAULT_HOST_RESERVE, type HostReserve } from '../../contracts/task-limits.js';
+import { hostAllowance, hostShortfall } from '../task-limits.js';
 import { poolShapeFits } from './nodes.js';
 import {
   cordoned,
   describeNeed,
+  limitsExceedHost,
   mountMissing,
   multiNodeNeedsSlurm,
   noContainerEngine,
@@ -17,7 +20,7 @@ import type { WaitReason } from './types.js';
 
 /**
  * The feasibility chain of a requirement, once per pass: which workers could ever hold it (pin, capacity,
- * Slurm for multi-node, container engine, mounts, isolation), which of them are usable now, and on which
+ * Slurm for multi-node, container engine, mounts, the host's size, isolation), which of them are usable now, and on which
  * enough uncordoned cards match. The first link that leaves no worker names the wait reason.
  */
 
@@ -39,6 +42,8 @@ export interface FeasibilityInput {
   readonly slotById: ReadonlyMap<string, Slot>;
   /** `policy.require_isolation`: unisolated workers take no task. */
   readonly requireIsolation: boolean;
+  /** `policy.task_limits.host_reserve`; absent: the policy's default. */
+  readonly hostReserve?: HostReserve | undefined;
 }
 
 /** Walks the chain for `req`; see the file comment. */
@@ -52,7 +57,12 @@ export function buildView(req: Requirement, input: FeasibilityInput): Requiremen
   }
   const capable = capableSlots(req, allowed);
   if (!Array.isArray(capable)) return blockedView(capable);
-  const runnable = runnableSlots(req, capable, input.requireIsolation);
+  const runnable = runnableSlots(
+    req,
+    capable,
+    input.requireIsolation,
+    input.hostReserve ?? DEFAULT_HOST_RESERVE,
+  );
   if (!Array.isArray(runnable)) return blockedView(runnable);
   const usable = runnable.filter((s) => s.usable);
   if (usable.length === 0) {
@@ -106,7 +116,12 @@ function capableSlots(req: Requirement, allowed: readonly Slot[]): Slot[] | Wait
  * Of the capable slots, those whose way of running tasks can take `req`, or why none can. How a worker
  * runs tasks rules it out before its liveness does: waiting for it to come back would not help.
  */
-function runnableSlots(req: Requirement, capable: Slot[], requireIsolation: boolean): Slot[] | WaitReason {
+function runnableSlots(
+  req: Requirement,
+  capable: Slot[],
+  requireIsolation: boolean,
+  reserve: HostReserve,
+): Slot[] | WaitReason {
   let runnable = capable;
   if (req.perNode !== null) {
     runnable = capable.filter((s) => s.worker.backend === 'slurm');
@@ -120,10 +135,37 @@ function runnableSlots(req: Requirement, capable: Slot[], requireIsolation: bool
     runnable = runnable.filter((s) => req.mounts.every((m) => s.worker.mounts?.includes(m)));
     if (runnable.length === 0) return mountMissing(req.need, req.mounts, req.worker);
   }
+  if (Object.keys(req.hostAsks).length > 0) {
+    const fit = hostFit(req, runnable, reserve);
+    if (!Array.isArray(fit)) return fit;
+    runnable = fit;
+  }
   if (requireIsolation) {
     const isolated = runnable.filter((s) => s.worker.isolation !== 'none');
     if (isolated.length === 0) return workerUnisolated(req.need, runnable.length, req.worker);
     runnable = isolated;
   }
   return runnable;
+}
+
+/**
+ * Of `slots`, those whose host can give what the spec asks of memory, /tmp, /dev/shm and disk (a worker
+ * whose host is not known rules nothing out), or the reason naming the largest host's shortfall.
+ */
+function hostFit(req: Requirement, slots: Slot[], reserve: HostReserve): Slot[] | WaitReason {
+  const fit: Slot[] = [];
+  let best: { short: { name: string; ask: number; most: number }; basis: string } | null = null;
+  for (const slot of slots) {
+    const host = slot.worker.host;
+    if (host == null) {
+      fit.push(slot);
+      continue;
+    }
+    const allowance = hostAllowance(host, slot.worker.cards.length, reserve);
+    const short = hostShortfall(req.hostAsks, allowance);
+    if (short === null) fit.push(slot);
+    else if (best === null || short.most > best.short.most) best = { short, basis: allowance.basis };
+  }
+  if (fit.length > 0 || best === null) return fit;
+  return limitsExceedHost(req.need, best.short, best.basis, req.worker);
 }

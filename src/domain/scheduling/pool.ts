@@ -45,13 +45,16 @@ export class CardPool {
 
   /** `policy.require_isolation`: unisolated workers take no task. */
   private readonly requireIsolation: boolean;
+  /** `policy.task_limits.host_reserve`: what each host keeps; absent: the default. */
+  private readonly hostReserve: SchedulingConfig['host_reserve'];
 
   constructor(
     workers: readonly WorkerView[],
     now: number,
-    config: CardStateConfig & Pick<SchedulingConfig, 'require_isolation'>,
+    config: CardStateConfig & Pick<SchedulingConfig, 'require_isolation' | 'host_reserve'>,
   ) {
     this.requireIsolation = config.require_isolation;
+    this.hostReserve = config.host_reserve;
     const built = buildSlots(workers, now, config);
     this.slots = built.slots;
     this.openTotal = built.totals.open;
@@ -63,8 +66,8 @@ export class CardPool {
   viewOf(req: Requirement): RequirementView {
     let view = this.views.get(req.key);
     if (view === undefined) {
-      const { slots, slotById, requireIsolation } = this;
-      view = buildView(req, { slots, slotById, requireIsolation });
+      const { slots, slotById, requireIsolation, hostReserve } = this;
+      view = buildView(req, { slots, slotById, requireIsolation, hostReserve });
       this.views.set(req.key, view);
     }
     return view;

@@ -194,6 +194,31 @@ export function mountMissing(need: number, mounts: readonly string[], pinned: st
   };
 }
 
+/**
+ * The spec asks for more of a host-bound limit than the host of any worker with enough matching cards can
+ * give (issue 36 item 6): `most` is the largest that one of them can, and `basis` says how it is derived.
+ */
+export function limitsExceedHost(
+  need: number,
+  short: { name: string; ask: number; most: number },
+  basis: string,
+  pinned: string | null,
+): WaitReason {
+  const where =
+    pinned === null ? `the largest worker with ${plural(need, 'matching card')}` : `pinned worker ${pinned}`;
+  return {
+    code: 'limits_exceed_host',
+    need,
+    limit: short.name,
+    ask: short.ask,
+    most: short.most,
+    message:
+      `The spec asks for limits.${short.name} ${short.ask}, more than ${where} can give: at most ${short.most} ` +
+      `(${basis}). It waits until a worker with a larger host connects; or ask for at most ${short.most}, ` +
+      'or omit the limit for the default share of the host.',
+  };
+}
+
 /** The only workers that could take the task run tasks unsandboxed, and the policy requires isolation. */
 export function workerUnisolated(need: number, unisolated: number, pinned: string | null): WaitReason {
   const who =

@@ -1,3 +1,4 @@
+import { HOST_BOUND_LIMITS, type HostBoundLimit } from '../task-limits.js';
 import type { QueuedTaskView } from './types.js';
 
 /** A queued task's card requirement, normalised once per pass, and how a card's model is matched. */
@@ -21,6 +22,8 @@ export interface Requirement {
   mounts: string[];
   /** Multi-node (`cards.per_node`): only Slurm pool workers may take it; null for one host. */
   perNode: number | null;
+  /** What the spec asks of the host-bound limits: only a host that can give them may take it. */
+  hostAsks: Partial<Record<HostBoundLimit, number>>;
 }
 
 /**
@@ -49,8 +52,23 @@ function readRequirement(task: QueuedTaskView): Requirement {
   const container = task.runtime === 'container';
   const mounts = [...(task.mounts ?? [])].sort();
   const perNode = task.cards.per_node ?? null;
+  const hostAsks: Partial<Record<HostBoundLimit, number>> = {};
+  for (const name of HOST_BOUND_LIMITS) {
+    const ask = task.limits?.[name];
+    if (ask !== undefined) hostAsks[name] = ask;
+  }
   return {
-    key: JSON.stringify([task.cards.count, model, minMemoryMib, worker, run, container, mounts, perNode]),
+    key: JSON.stringify([
+      task.cards.count,
+      model,
+      minMemoryMib,
+      worker,
+      run,
+      container,
+      mounts,
+      perNode,
+      HOST_BOUND_LIMITS.map((n) => hostAsks[n] ?? null),
+    ]),
     need: task.cards.count,
     model,
     modelWords: model === null ? null : modelWords(model),
@@ -60,6 +78,7 @@ function readRequirement(task: QueuedTaskView): Requirement {
     container,
     mounts,
     perNode,
+    hostAsks,
   };
 }
 

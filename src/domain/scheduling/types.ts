@@ -1,6 +1,8 @@
 import type { CardSample } from '../../contracts/sample.js';
+import type { HostReserve, HostResources } from '../../contracts/task-limits.js';
 import type { ContainerEngine, IsolationMode } from '../../contracts/worker-protocol.js';
 import type { CardRecords, CardStateConfig, WorkerSampling } from '../card-state.js';
+import type { HostBoundLimit } from '../task-limits.js';
 
 /**
  * The scheduler's vocabulary as types: the snapshot one pass reads (tasks, workers, cards, settings)
@@ -40,6 +42,11 @@ export interface QueuedTaskView {
   grant_backoff?: { failures: number; retry_at: number; error: string } | undefined;
   /** Named data mounts the task needs: only workers offering all of them may take it. */
   mounts?: readonly string[] | undefined;
+  /**
+   * What the spec asks of memory, /tmp, /dev/shm and disk (its `limits`): only a worker whose host can
+   * give them may take it (issue 36 item 6).
+   */
+  limits?: { readonly [K in HostBoundLimit]?: number | undefined } | undefined;
 }
 
 /** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
@@ -80,6 +87,8 @@ export interface WorkerView extends WorkerSampling {
   container_engine: ContainerEngine | null;
   /** Names of the data mounts it offers; absent means none. */
   mounts?: readonly string[] | undefined;
+  /** Its host's RAM, CPUs and data-dir disk (its hello); absent or null: not known, nothing ruled out. */
+  host?: HostResources | null | undefined;
   /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
   backend?: 'local' | 'slurm' | undefined;
   /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
@@ -101,6 +110,8 @@ export interface SchedulingConfig extends CardStateConfig {
   max_concurrent_cards_per_owner: number | null;
   /** `policy.require_isolation`: unisolated workers get no task. */
   require_isolation: boolean;
+  /** `policy.task_limits.host_reserve`: what each host keeps for itself; tasks share the rest. */
+  host_reserve?: HostReserve | undefined;
 }
 
 /** Everything one scheduling pass reads. */
@@ -124,6 +135,8 @@ export interface SchedulingSnapshot {
  *  - workers_offline: every worker with enough matching cards is offline or draining;
  *  - no_matching_worker: no worker it may use has enough matching cards, whatever their state;
  *  - no_container_engine: a container task, and no worker with enough matching cards has an engine;
+ *  - limits_exceed_host: its spec asks for more memory, /tmp, /dev/shm or disk than the host of any
+ *    worker with enough matching cards can give (its RAM or disk less the operator's reserve);
  *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
  *    with enough matching cards may take it;
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
@@ -141,6 +154,7 @@ export type WaitReason =
   | { code: 'no_matching_worker'; need: number; largest: number; message: string }
   | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
   | { code: 'mount_missing'; need: number; mounts: string[]; message: string }
+  | { code: 'limits_exceed_host'; need: number; limit: string; ask: number; most: number; message: string }
   | { code: 'multi_node_needs_slurm'; need: number; per_node: number; message: string }
   | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }

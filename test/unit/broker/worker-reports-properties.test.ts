@@ -237,6 +237,7 @@ async function apply(
           backend: 'local',
           slurm: null,
           seccomp: null,
+          host: null,
         },
         now,
       );

@@ -38,6 +38,7 @@ function hello(over: Partial<Hello> = {}): Hello {
     backend: 'local',
     slurm: null,
     seccomp: null,
+    host: null,
     ...over,
   };
 }

@@ -374,6 +374,51 @@ describe('decide: how workers run tasks', () => {
   });
 });
 
+describe('decide: limits follow the machine (issue 36 item 6)', () => {
+  const host = (memory_mib: number) => ({ memory_mib, cpus: 8, disk_mib: 512000 });
+
+  it('places a task asking for more memory than a host can give only on a host that can, and says why it waits', () => {
+    const t = task(1, { limits: { memory_mib: 65536 } });
+    const small = decide(snapshot([worker('w1', 4, { host: host(24576) })], [t]), NOW);
+    expect(small.grants).toEqual([]);
+    expect(reasonOf(small, t)).toMatchObject({
+      code: 'limits_exceed_host',
+      limit: 'memory_mib',
+      ask: 65536,
+      most: 20480,
+    });
+    expect(reasonOf(small, t)?.message).toContain('limits.memory_mib 65536');
+    expect(reasonOf(small, t)?.message).toContain('24576 MiB RAM');
+    const both = decide(
+      snapshot([worker('w1', 4, { host: host(24576) }), worker('w2', 4, { host: host(262144) })], [t]),
+      NOW,
+    );
+    expect(grantOf(both, t)?.worker_id).toBe('w2');
+  });
+
+  it('rules nothing out on a worker whose host is not known, nor for a task asking nothing', () => {
+    const asks = task(1, { limits: { disk_mib: 10_000_000 } });
+    const plain = task(1);
+    const d = decide(snapshot([worker('w1', 4)], [asks]), NOW);
+    expect(grantOf(d, asks)?.worker_id).toBe('w1');
+    const e = decide(snapshot([worker('w1', 4, { host: host(8192) })], [plain]), NOW);
+    expect(grantOf(e, plain)?.worker_id).toBe('w1');
+  });
+
+  it("honours the operator's reserve", () => {
+    const t = task(1, { limits: { memory_mib: 20000 } });
+    const reserve = { memory_mib: 8192, disk_mib: 0 };
+    const d = decide(
+      {
+        ...snapshot([worker('w1', 4, { host: host(24576) })], [t]),
+        config: { ...CONFIG, host_reserve: reserve },
+      },
+      NOW,
+    );
+    expect(reasonOf(d, t)).toMatchObject({ code: 'limits_exceed_host', most: 16384 });
+  });
+});
+
 describe('decide: grants that failed to apply', () => {
   it('does not grant a task before its retry time, and says why; at the retry time it does', () => {
     const t = task(1, {

@@ -3,7 +3,13 @@ import { PolicySchema } from '../../../src/contracts/policy.js';
 import { DEFAULT_LIMITS_PER_CARD } from '../../../src/contracts/task-limits.js';
 import { TaskSpecSchema } from '../../../src/contracts/task-spec.js';
 import { evaluatePolicy } from '../../../src/domain/policy.js';
-import { describeLimits, maxLimits, resolveLimits } from '../../../src/domain/task-limits.js';
+import {
+  describeLimits,
+  hostAllowance,
+  hostShortfall,
+  maxLimits,
+  resolveLimits,
+} from '../../../src/domain/task-limits.js';
 import { validSpec } from '../../support/spec.js';
 
 // A task's limits from its spec and the policy (src/domain/task-limits.ts), and the finding for an ask
@@ -93,5 +99,65 @@ describe('limits in the policy check', () => {
     expect(describeLimits(resolveLimits(spec(), policy))).toBe(
       'memory 1000 MiB, pids 100, cpu weight 100, /tmp 10 MiB, /dev/shm 20 MiB, task dir 50 MiB',
     );
+  });
+});
+
+describe('limits follow the machine (issue 36 item 6)', () => {
+  const bare = PolicySchema.parse({});
+  // A 24 GiB, 4-card host with 500 GiB of disk, the default reserve (4 GiB RAM, 10 GiB disk).
+  const small = hostAllowance(
+    { memory_mib: 24576, cpus: 8, disk_mib: 512000 },
+    4,
+    bare.task_limits.host_reserve,
+  );
+
+  it('shares the host less the reserve: whole for one task, evenly per card for the defaults', () => {
+    expect(small.total).toEqual({ memory_mib: 20480, tmp_mib: 20480, shm_mib: 20480, disk_mib: 501760 });
+    expect(small.per_card).toEqual({ memory_mib: 5120, tmp_mib: 5120, shm_mib: 5120, disk_mib: 125440 });
+    expect(small.basis).toContain('24576 MiB RAM');
+  });
+
+  it("attack: the default memory is never above the host's share, nor eight tasks' defaults above its RAM", () => {
+    // The policy's default is 32 GiB per card: on this host that alone is above its RAM.
+    expect(bare.task_limits.per_card.memory_mib).toBeGreaterThan(24576);
+    const one = resolveLimits(spec(), bare, small);
+    expect(one.memory_mib).toBe(5120);
+    expect(one.tmp_mib).toBe(5120);
+    expect(one.shm_mib).toBe(5120);
+    expect(resolveLimits(spec({ cards: { count: 4 } }), bare, small).memory_mib).toBe(20480);
+    // An 8-card, 256 GiB host: eight 1-card tasks' defaults fit in its RAM less the reserve.
+    const big = hostAllowance(
+      { memory_mib: 262144, cpus: 64, disk_mib: 4_000_000 },
+      8,
+      bare.task_limits.host_reserve,
+    );
+    expect(8 * resolveLimits(spec(), bare, big).memory_mib).toBeLessThanOrEqual(262144 - 4096);
+    // Unknown host: the policy's defaults as before.
+    expect(resolveLimits(spec(), bare).memory_mib).toBe(bare.task_limits.per_card.memory_mib);
+    // Limits the host does not bound are the policy's.
+    expect(resolveLimits(spec(), bare, small).pids).toBe(bare.task_limits.per_card.pids);
+  });
+
+  it('gives an ask above the share but within the host; names the first ask above the host', () => {
+    expect(resolveLimits(spec({ limits: { memory_mib: 16384 } }), bare, small).memory_mib).toBe(16384);
+    expect(hostShortfall({ memory_mib: 16384 }, small)).toBeNull();
+    expect(hostShortfall({ memory_mib: 65536, disk_mib: 1 }, small)).toEqual({
+      name: 'memory_mib',
+      ask: 65536,
+      most: 20480,
+    });
+    expect(hostShortfall({ disk_mib: 600000 }, small)).toMatchObject({ name: 'disk_mib', most: 501760 });
+  });
+
+  it('a host smaller than its reserve gives the least there is, never zero or less', () => {
+    const tiny = hostAllowance({ memory_mib: 2048, cpus: 1, disk_mib: 0 }, 2, bare.task_limits.host_reserve);
+    expect(tiny.total.memory_mib).toBe(1);
+    expect(tiny.per_card.disk_mib).toBe(1);
+    expect(
+      PolicySchema.parse({ task_limits: { host_reserve: { memory_mib: 0 } } }).task_limits.host_reserve,
+    ).toEqual({
+      memory_mib: 0,
+      disk_mib: 10240,
+    });
   });
 });

@@ -1,6 +1,7 @@
+import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { HelloSchema, PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
-import { buildHello, type HelloFacts } from '../../../../worker/daemon/hello.js';
+import { buildHello, type HelloFacts, hostResources } from '../../../../worker/daemon/hello.js';
 import type { ExecutionRecord } from '../../../../worker/store/local-store.js';
 import { makePlan } from '../../../support/executor-plan.js';
 
@@ -43,6 +44,7 @@ const facts: HelloFacts = {
   backend: 'local',
   slurm: null,
   seccomp: { version: 'v1-0123456789ab', allowed: ['io_uring'] },
+  host: { memory_mib: 24576, cpus: 8, disk_mib: 512000 },
 };
 
 describe('buildHello', () => {
@@ -67,6 +69,7 @@ describe('buildHello', () => {
       backend: 'local',
       slurm: null,
       seccomp: { version: 'v1-0123456789ab', allowed: ['io_uring'] },
+      host: { memory_mib: 24576, cpus: 8, disk_mib: 512000 },
     });
     expect(hello.hostname).toHaveLength(255);
     expect(HelloSchema.safeParse(hello).success).toBe(true);
@@ -75,5 +78,19 @@ describe('buildHello', () => {
   it('names the mounts it offers, never their host paths', () => {
     expect(buildHello(facts).mounts).toEqual([{ name: 'data', read_only: true }]);
     expect(JSON.stringify(buildHello(facts))).not.toContain('/srv/secret');
+  });
+});
+
+describe('hostResources', () => {
+  it("reports this host's RAM, CPUs and the data dir's file system size, within the contract", () => {
+    const host = hostResources(tmpdir());
+    expect(host).not.toBeNull();
+    expect(host!.memory_mib).toBe(Math.floor(totalmem() / 1024 / 1024));
+    expect(host!.cpus).toBe(availableParallelism());
+    expect(host!.disk_mib).toBeGreaterThan(0);
+    expect(HelloSchema.shape.host.safeParse(host).success).toBe(true);
+  });
+  it('is null when the data dir cannot be read', () => {
+    expect(hostResources('/nonexistent/gpu-broker-data')).toBeNull();
   });
 });

@@ -1,0 +1,77 @@
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
+import { startTestMaster, type TestMaster } from '../../support/master.js';
+import { callTool, expectOk } from '../../support/mcp.js';
+import { waitFor } from '../../support/wait.js';
+import { startWorkerOn, type TestWorker } from '../../support/worker.js';
+
+/**
+ * Limits follow the machine (issue 36 item 6), through a real master and worker: the worker reports its
+ * host in its hello; a task's defaults are at most its host's share per card (the policy's 32 GiB per
+ * card is above this 24 GiB host's RAM); a spec asking for more than the host can give waits with a
+ * reason naming it instead of starting.
+ */
+
+let m: TestMaster;
+let w: TestWorker;
+let alice: Client;
+let rita: Client;
+const HOST = { memory_mib: 24576, cpus: 4, disk_mib: 512000 };
+
+beforeAll(async () => {
+  m = await startTestMaster({ config: clusterConfig() });
+  alice = await m.mcpClient(m.createToken('alice', ['submitter']));
+  rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
+  w = await startWorkerOn(m, 'gpu-small-host', { simCards: 4, hostResources: HOST });
+  await waitFor(() => m.deps.cluster.fleet.get('gpu-small-host').cards.length === 4, {
+    what: 'four sim cards',
+  });
+}, 60_000);
+
+afterAll(async () => {
+  await w?.close();
+  await m?.close();
+});
+
+/** The size of the task's /tmp and /dev/shm in MiB, as `df` inside the sandbox reads them. */
+const SIZES = `echo "tmp=$(df -m /tmp | tail -1 | awk '{print $2}') shm=$(df -m /dev/shm | tail -1 | awk '{print $2}')"`;
+
+describe('limits follow the machine', () => {
+  it('records the host the worker reports', () => {
+    expect(m.deps.store.workers.get('gpu-small-host')?.host).toEqual(HOST);
+  });
+
+  it("gives a task by default at most its host's share per card (24 GiB less 4 GiB, over 4 cards)", async () => {
+    const one = await approveTask(alice, rita, shellSpec(SIZES));
+    expect(await waitUntilSettled(alice, one)).toMatchObject({ state: 'COMPLETED' });
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: one })).data;
+    expect(logs).toBe('tmp=5120 shm=5120\n');
+    const two = await approveTask(alice, rita, shellSpec(SIZES, { cards: { count: 2 } }));
+    await waitUntilSettled(alice, two);
+    const logs2 = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: two })).data;
+    expect(logs2).toBe('tmp=10240 shm=10240\n');
+  });
+
+  it('runs a task asking above the share but within the host', async () => {
+    const id = await approveTask(alice, rita, shellSpec(SIZES, { limits: { tmp_mib: 16384 } }));
+    await waitUntilSettled(alice, id);
+    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: id })).data;
+    expect(logs).toBe('tmp=16384 shm=5120\n');
+  });
+
+  it('attack: a spec asking for more memory than the host has waits with a reason naming it', async () => {
+    const id = await approveTask(alice, rita, shellSpec('echo ran', { limits: { memory_mib: 65536 } }));
+    const reason = await waitFor(
+      async () => {
+        const r = (await getTask(alice, id)).reason;
+        return r?.['code'] === 'limits_exceed_host' ? r : undefined;
+      },
+      { what: 'limits_exceed_host' },
+    );
+    expect(reason).toMatchObject({ limit: 'memory_mib', ask: 65536, most: 20480 });
+    expect(String(reason['message'])).toContain('24576 MiB RAM');
+    expect((await getTask(alice, id)).state).toBe('QUEUED');
+    expectOk(await callTool(alice, 'cancel_task', { task_id: id, idempotency_key: `c-${id}` }));
+  });
+});
