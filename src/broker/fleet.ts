@@ -167,12 +167,27 @@ export class Fleet {
     const went: string[] = [];
     for (const w of this.live.values()) {
       if (w.offline_since === null && !this.isOnline(w.worker_id, now)) {
-        w.offline_since =
-          w.connected && w.last_message_at !== null ? w.last_message_at + this.offlineAfterMs : now;
+        w.offline_since = this.wentOffline(w, now);
         went.push(w.worker_id);
       }
     }
     return went;
+  }
+
+  /**
+   * Since when a worker is offline, as of `now` (null while online): the same instant the next sweep will
+   * record, so a worker shown offline shows since when from the first moment, not only after a sweep
+   * (issue 40, item 4).
+   */
+  offlineSince(workerId: string, now: number): number | null {
+    const w = this.entry(workerId);
+    if (w.offline_since !== null) return w.offline_since;
+    return this.isOnline(workerId, now) ? null : this.wentOffline(w, now);
+  }
+
+  /** When a silent worker went offline: its last message plus the offline window; else now. */
+  private wentOffline(w: LiveWorker, now: number): number {
+    return w.connected && w.last_message_at !== null ? w.last_message_at + this.offlineAfterMs : now;
   }
 
   /** Live facts about a worker (offline since master start if never seen). */

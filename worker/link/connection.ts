@@ -19,7 +19,7 @@ import { MAX_MESSAGE_BYTES } from '../../src/contracts/worker-protocol.js';
 export interface BackoffOptions {
   /** First retry delay after a lost or failed connection (default 200 ms). */
   readonly initialMs?: number;
-  /** Ceiling of the doubling delay (default 10 s). */
+  /** Ceiling of the doubling delay, jitter included (default 5 s): the longest wait after a heal. */
   readonly maxMs?: number;
   /** Delay after the master refused the handshake (401/403): a bad token will not fix itself (default 30 s). */
   readonly refusedMs?: number;
@@ -45,6 +45,12 @@ export interface ConnectionOptions {
   readonly backoff?: BackoffOptions;
   /** A socket that answers no ping for this long is dropped and redialled (default 10 s). */
   readonly pingIntervalMs?: number;
+  /**
+   * A dial whose WebSocket handshake (TCP, TLS, HTTP upgrade) has not completed within this long is
+   * abandoned and redialled (default 10 s). Enforced by our own timer: ws's `handshakeTimeout` fired at
+   * twice its value over TLS (issue 40, item 4), so a dial into a silent path waited 20 s.
+   */
+  readonly handshakeTimeoutMs?: number;
   /** Called once per socket when it opens; the daemon sends hello from here. */
   readonly onOpen: () => void;
   /** Called with every text message of the current socket. */
@@ -72,7 +78,7 @@ export interface WorkerConnection {
 }
 
 const DEFAULT_INITIAL_MS = 200;
-const DEFAULT_MAX_MS = 10_000;
+const DEFAULT_MAX_MS = 5_000;
 const DEFAULT_REFUSED_MS = 30_000;
 const DEFAULT_UNAVAILABLE_MS = 5_000;
 const DEFAULT_PING_MS = 10_000;
@@ -124,6 +130,7 @@ interface LinkTiming {
   readonly refusedMs: number;
   readonly unavailableMs: number;
   readonly pingMs: number;
+  readonly handshakeMs: number;
 }
 
 function linkTiming(opts: ConnectionOptions): LinkTiming {
@@ -133,6 +140,7 @@ function linkTiming(opts: ConnectionOptions): LinkTiming {
     refusedMs: opts.backoff?.refusedMs ?? DEFAULT_REFUSED_MS,
     unavailableMs: opts.backoff?.unavailableMs ?? DEFAULT_UNAVAILABLE_MS,
     pingMs: opts.pingIntervalMs ?? DEFAULT_PING_MS,
+    handshakeMs: opts.handshakeTimeoutMs ?? HANDSHAKE_TIMEOUT_MS,
   };
 }
 
@@ -153,11 +161,11 @@ function retryDelay(
   return { delay: nextDelay, nextDelay: Math.min(timing.maxMs, nextDelay * 2) };
 }
 
+/** Dials once. No `handshakeTimeout` here: watchSocket's own timer bounds the handshake (see above). */
 function openSocket(opts: ConnectionOptions): WebSocket {
   return new WebSocket(opts.url, {
     headers: { Authorization: `Bearer ${opts.token}` },
     maxPayload: MAX_MESSAGE_BYTES,
-    handshakeTimeout: HANDSHAKE_TIMEOUT_MS,
     perMessageDeflate: false,
     ...(opts.ca === undefined ? {} : { ca: opts.ca }),
   });
@@ -249,12 +257,19 @@ function watchSocket(
   let refusedStatus: number | null = null;
   let opened = false;
   let ping: ReturnType<typeof keepAlive> | undefined;
+  // The handshake's deadline, from the dial: a silent path (SYNs or the TLS hello dropped) is given up
+  // after exactly `handshakeMs`, and the next dial follows after the backoff.
+  const handshake = setTimeout(() => {
+    log.warn({ url: opts.url, timeout_ms: timing.handshakeMs }, 'worker: handshake timed out; redialling');
+    ws.terminate();
+  }, timing.handshakeMs);
 
   ws.on('unexpected-response', (_req, res: IncomingMessage) => {
     refusedStatus = handshakeRefusal(res, opts);
     ws.terminate();
   });
   ws.on('open', () => {
+    clearTimeout(handshake);
     if (hooks.isClosed()) {
       ws.close(1001, 'worker stopping');
       return;
@@ -276,6 +291,7 @@ function watchSocket(
       log.warn({ err: err.message, url: opts.url }, 'worker: connection error');
   });
   ws.on('close', (code, reason) => {
+    clearTimeout(handshake);
     ping?.stop();
     if (opened) logDisconnect(code, reason, log);
     hooks.gone(code, opened, refusedStatus);
@@ -295,7 +311,8 @@ export function connectForever(opts: ConnectionOptions): WorkerConnection {
   let retryTimer: NodeJS.Timeout | undefined;
   let attempt = 0;
 
-  const jitter = (ms: number) => Math.round(ms * (0.5 + random()));
+  // ±50 %, but never past the ceiling: `maxMs` is the longest a worker waits to redial after a heal.
+  const jitter = (ms: number) => Math.min(Math.max(ms, timing.maxMs), Math.round(ms * (0.5 + random())));
 
   const scheduleRetry = (refusedStatus: number | null, closeCode: number | null) => {
     if (closed) return;

@@ -74,7 +74,7 @@ export function listWorkers(deps: BrokerDeps) {
         sampler_error: live.sampler_error,
         version: w.version,
         last_seen_at: iso(live.last_message_at ?? w.last_seen_at),
-        offline_since: iso(live.offline_since),
+        offline_since: iso(deps.cluster.fleet.offlineSince(w.id, now)),
         isolation: w.isolation,
         container_engine: w.container_engine,
         unisolated: w.isolation === 'none',

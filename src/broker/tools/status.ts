@@ -48,7 +48,7 @@ function whereaboutsAdvice(
   const w = lease.worker_id;
   switch (leaseWhereabouts(deps, lease, now).whereabouts) {
     case 'worker_unreachable': {
-      const since = deps.cluster.fleet.get(w).offline_since;
+      const since = deps.cluster.fleet.offlineSince(w, now);
       const ago =
         since === null
           ? ''
@@ -93,12 +93,13 @@ function workerHealthAlerts({ deps, now }: StatusContext): StatusAlert[] {
   const alerts: StatusAlert[] = [];
   for (const w of deps.store.workers.list()) {
     const live = deps.cluster.fleet.get(w.id);
+    const offlineSince = deps.cluster.fleet.offlineSince(w.id, now);
     if (!deps.cluster.fleet.isOnline(w.id, now))
       alerts.push({
         kind: 'worker_offline',
         severity: 'warning',
         subject: w.id,
-        message: `worker ${w.id} is offline${live.offline_since !== null ? ` since ${new Date(live.offline_since).toISOString()}` : ''}`,
+        message: `worker ${w.id} is offline${offlineSince !== null ? ` since ${new Date(offlineSince).toISOString()}` : ''}`,
         action:
           'Check the worker process and its network; its running tasks keep running there. After lease_grace_seconds they show RECONCILIATION_REQUIRED; if the worker comes back listing them they resume by themselves.',
       });

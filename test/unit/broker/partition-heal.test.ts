@@ -236,3 +236,30 @@ describe('item 5: what an operator is told matches what is safe', () => {
     }
   });
 });
+
+describe('item 4: a worker shown offline shows since when from the first moment', () => {
+  it('list_workers and the worker_offline alert carry offline_since before any sweep ran', async () => {
+    const c = await enrolledCluster([]);
+    f = c.f;
+    const connectedAt = c.clock.now();
+    c.clock.advance((c.f.deps.config.timing.worker_offline_seconds + 1) * 1000);
+    const op = c.f.principal('op', ['operator']);
+    const { workers } = (await c.f.invoke(op, 'list_workers', {})) as {
+      workers: Array<{ worker_id: string; online: boolean; offline_since: string | null }>;
+    };
+    const since = new Date(connectedAt + c.f.deps.config.timing.worker_offline_seconds * 1000).toISOString();
+    expect(workers.find((w) => w.worker_id === WORKER)).toMatchObject({
+      online: false,
+      offline_since: since,
+    });
+    const status = (await c.f.invoke(op, 'get_status', {})) as {
+      alerts: Array<{ kind: string; message: string }>;
+    };
+    expect(status.alerts.find((a) => a.kind === 'worker_offline')?.message).toBe(
+      `worker ${WORKER} is offline since ${since}`,
+    );
+    // The sweep, when it runs, records the same instant.
+    c.f.deps.cluster.fleet.sweep(c.clock.now());
+    expect(c.f.deps.cluster.fleet.get(WORKER).offline_since).toBe(Date.parse(since));
+  });
+});

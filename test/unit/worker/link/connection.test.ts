@@ -1,3 +1,4 @@
+import { type AddressInfo, createServer, type Server, type Socket } from 'node:net';
 import { pino } from 'pino';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { WorkerConnection } from '../../../../worker/link/connection.js';
@@ -113,5 +114,80 @@ describe('connectForever', () => {
     expect(master.attempts).toEqual(['wrong']);
     expect(conn.isOpen()).toBe(false);
     expect(conn.send('x')).toBe(false);
+  });
+});
+
+describe('connectForever after a partition (issue 40, item 4)', () => {
+  let conn: WorkerConnection | undefined;
+  let server: Server | undefined;
+  const held: Socket[] = [];
+  const lines: string[] = [];
+  const logger = pino({ level: 'debug' }, { write: (s: string) => void lines.push(s) });
+  afterEach(async () => {
+    await conn?.close();
+    for (const s of held.splice(0)) s.destroy();
+    await new Promise<void>((resolve) => (server ? server.close(() => resolve()) : resolve()));
+    server = undefined;
+    lines.length = 0;
+  });
+
+  /** A TCP server that accepts and never answers: a dial into a silent path. Returns its port. */
+  async function silentServer(onConnection: () => void): Promise<number> {
+    const s = createServer((socket) => {
+      held.push(socket);
+      onConnection();
+    });
+    server = s;
+    await new Promise<void>((resolve) => s.listen(0, '127.0.0.1', resolve));
+    return (s.address() as AddressInfo).port;
+  }
+
+  it.each(['ws', 'wss'])(
+    'gives up a %s handshake into a silent path after handshakeTimeoutMs, then redials',
+    {
+      timeout: 5000,
+    },
+    async (scheme) => {
+      const dials: number[] = [];
+      const port = await silentServer(() => dials.push(Date.now()));
+      conn = connectForever({
+        url: `${scheme}://127.0.0.1:${port}/api/v1/workers/connect`,
+        token: 't',
+        logger,
+        handshakeTimeoutMs: 300,
+        backoff: { initialMs: 10, maxMs: 20 },
+        onOpen: () => undefined,
+        onMessage: () => undefined,
+        onClose: () => undefined,
+      });
+      await waitFor(() => dials.length >= 3, { timeoutMs: 4000, what: 'three dials' });
+      // Each dial waited its 300 ms, never twice that (ws's own timer did over TLS), plus at most 20 ms.
+      for (let i = 1; i < dials.length; i++) expect(dials[i]! - dials[i - 1]!).toBeLessThan(300 + 20 + 150);
+      expect(lines.some((l) => l.includes('handshake timed out'))).toBe(true);
+    },
+  );
+
+  it('never waits longer than maxMs to redial, jitter included', { timeout: 5000 }, async () => {
+    // Nothing listens there: every dial fails at once and the delay doubles to its ceiling.
+    const port = await silentServer(() => undefined);
+    await new Promise<void>((resolve) => server!.close(() => resolve()));
+    server = undefined;
+    conn = connectForever({
+      url: `ws://127.0.0.1:${port}/api/v1/workers/connect`,
+      token: 't',
+      logger,
+      random: () => 0.999, // the most jitter there is: +50 %
+      backoff: { initialMs: 10, maxMs: 50 },
+      onOpen: () => undefined,
+      onMessage: () => undefined,
+      onClose: () => undefined,
+    });
+    const delays = () =>
+      lines.flatMap((l) => {
+        const m = /"delay_ms":(\d+)/.exec(l);
+        return m ? [Number(m[1])] : [];
+      });
+    await waitFor(() => delays().length >= 8, { timeoutMs: 4000, what: 'eight redials' });
+    expect(Math.max(...delays())).toBe(50);
   });
 });
