@@ -8,6 +8,7 @@ import type {
 import { type ExecutionPhase, executionStep, type ReportedPhase } from './execution.js';
 import { type LeaseEvent, type LeaseState, leaseAccepts } from './lease.js';
 import { cleanedEvent, exitFailure, type TaskEvent, type TaskState, taskAccepts } from './task.js';
+import { WORKER_UNREACHABLE } from './worker-reconcile.js';
 
 /**
  * What a worker's `execution` report means for the master's records (docs/state-machines.md, docs/worker-protocol.md). Pure:
@@ -43,6 +44,11 @@ import { cleanedEvent, exitFailure, type TaskEvent, type TaskState, taskAccepts 
  *   mark_lost       the execution's fate is unknown (markExecutionLost)
  *   answer          return this error to the worker after committing the reactions before it
  *   release_held    the fleet stops holding these cards for the worker
+ *   resume          the task was parked only because its worker fell silent (RECONCILIATION_REQUIRED,
+ *                   reason `worker_unreachable`, lease QUARANTINED) and the worker now reports it
+ *                   `accepted` or `started` (an assign that reached it after the heal, or a report held
+ *                   back by the partition): task back to ASSIGNED and lease to ACTIVE (resumeExecution),
+ *                   before the phase's own moves — as a hello that lists it alive does (issue 40, item 1)
  */
 
 /** A worker's `execution` message. */
@@ -64,6 +70,8 @@ export interface ReportRecords {
     readonly state: TaskState;
     readonly desired: 'run' | 'cancel';
     readonly failure_reason: string | null;
+    /** The code of the task's `reason` (null when none): `worker_unreachable` for a task parked for silence. */
+    readonly reason: string | null;
     /** The outputs its spec declares. */
     readonly outputs: ReadonlyArray<{ readonly path: string; readonly required: boolean }>;
   };
@@ -127,7 +135,12 @@ export type ReportReaction =
       readonly message: string;
       readonly hint: string;
     }
-  | { readonly kind: 'release_held'; readonly cards: readonly number[] };
+  | { readonly kind: 'release_held'; readonly cards: readonly number[] }
+  | {
+      readonly kind: 'resume';
+      readonly event: Extract<TaskEvent, 'worker_returned_unstarted'>;
+      readonly phase: ReportedPhase;
+    };
 
 /**
  * Step 1's first two checks, shared with output uploads: null when the report may be read, else why
@@ -207,11 +220,27 @@ export function reactToReport(snapshot: ReportSnapshot, report: ExecutionReport)
     );
     return reactions;
   }
-  // 5. A legal phase.
+  // 5. A legal phase; one that shows a task parked for silence alive first resumes it.
+  if (resumesParked(records, report.phase))
+    reactions.push({ kind: 'resume', event: 'worker_returned_unstarted', phase: report.phase });
   reactions.push(...movesFor(snapshot, records, report));
   if (report.phase === 'cleaned' || report.phase === 'rejected')
     reactions.push({ kind: 'release_held', cards: records.lease.cards });
   return reactions;
+}
+
+/**
+ * Whether a legal `accepted` or `started` report resumes a task parked for silence (see `resume`). The
+ * master's phase is then `assigned` or `accepted` (a `started` one would make the report a duplicate), so
+ * the task goes back to ASSIGNED; a `started` report then moves it on to RUNNING as usual.
+ */
+function resumesParked(records: ReportRecords, phase: ReportedPhase): boolean {
+  return (
+    (phase === 'accepted' || phase === 'started') &&
+    records.task.state === 'RECONCILIATION_REQUIRED' &&
+    records.task.reason === WORKER_UNREACHABLE &&
+    records.lease.state === 'QUARANTINED'
+  );
 }
 
 /** Step 5: the task and lease moves a legal phase makes, then the execution's own move. */

@@ -122,7 +122,7 @@ export function resumeExecution(
   const since = typeof sinceText === 'string' ? Date.parse(sinceText) : Number.NaN;
   const seconds = Number.isFinite(since) ? Math.max(0, Math.round((now - since) / 1000)) : null;
   const outage = seconds === null ? 'was unreachable' : `was unreachable for ${seconds} s`;
-  const kept = event === 'worker_returned' ? 'the task kept running' : 'the task is still assigned there';
+  const kept = event === 'worker_returned' ? 'the task kept running' : 'the task had not started yet';
   moveLease(deps, lease, 'worker_returned', 'master', `worker ${e.worker_id} returned; execution ${phase}`);
   moveTask(
     deps,

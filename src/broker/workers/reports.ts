@@ -11,7 +11,7 @@ import {
 } from '../../domain/execution-report.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { markExecutionLost, moveExecution } from '../machines/execution.js';
+import { markExecutionLost, moveExecution, resumeExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
 import { taskTopic } from '../topics.js';
@@ -64,6 +64,8 @@ const RESCHEDULES: { readonly [K in ReportReaction['kind']]: (r: ReportReaction 
     mark_lost: () => true,
     answer: () => false,
     release_held: () => true,
+    // A quarantined lease back to ACTIVE: its cards count against the owner's quota again.
+    resume: () => true,
   };
 
 /** Whether any of a report's reactions may change the next pass's decision (see RESCHEDULES). */
@@ -110,6 +112,7 @@ function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord |
         state: task.state,
         desired: task.desired,
         failure_reason: task.failure_reason,
+        reason: typeof task.reason?.code === 'string' ? task.reason.code : null,
         outputs: task.spec.outputs,
       },
       lease: { state: lease.state, cards: lease.cards.map((c) => c.index) },
@@ -167,6 +170,9 @@ function applyReport(
         break;
       case 'answer':
         answer = new BrokerError(r.code, r.message, r.hint);
+        break;
+      case 'resume':
+        resumeExecution(deps, e, r.event, r.phase, { worker_id: e.worker_id, by: 'report' });
         break;
       case 'release_held': {
         const cards = [...r.cards];

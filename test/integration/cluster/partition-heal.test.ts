@@ -206,6 +206,41 @@ describe('item 1: a worker that returns with its task alive', () => {
   });
 });
 
+describe('item 1: an assign sent into the partition, delivered after the heal', () => {
+  it('resumes the parked task when the worker reports it accepted and started: lease ACTIVE while it runs', async () => {
+    // Cards stay fresh for 1.5 s and the worker online for 2 s after the link is held: time enough for
+    // the grant to be made into the black hole.
+    const c = await cluster({ sample_interval_ms: 500, worker_offline_seconds: 2, lease_grace_seconds: 1 });
+    const gate = join(c.gates, 'late-assign');
+    c.proxy.hold();
+    const id = await approveTask(c.alice, c.rita, gatedSpec(gate));
+    await waitFor(async () => (await getTask(c.alice, id)).state === 'ASSIGNED', { what: 'task ASSIGNED' });
+    expect((await waitUntilSettled(c.alice, id)).state).toBe('RECONCILIATION_REQUIRED');
+    const lease = leaseOf(c, id);
+    expect(lease.state).toBe('QUARANTINED');
+
+    await heal(c);
+    // The assign waited in the master's outbox; the worker runs it now, and its reports resume the task.
+    const running = await waitFor(
+      async () => {
+        const t = await getTask(c.alice, id);
+        return t.state === 'RUNNING' ? t : null;
+      },
+      { what: 'the task RUNNING after the heal' },
+    );
+    expect(running.reason).toMatchObject({ code: 'worker_returned', worker_id: WORKER });
+    expect(leaseOf(c, id)).toMatchObject({ id: lease.id, state: 'ACTIVE' });
+    const kinds = await alertKinds(c);
+    expect(kinds).not.toContain('card_quarantined');
+    expect(kinds).not.toContain('task_needs_reconciliation');
+
+    writeFileSync(gate, '');
+    expect(await waitUntilSettled(c.alice, id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    expect(leaseOf(c, id).state).toBe('RELEASED');
+    expect(c.watch.violations).toEqual([]);
+  });
+});
+
 /**
  * Idle "real" cards whose sampling the test can stall: a cleanup receipt on real cards waits for a fresh
  * sample showing them idle, so stalling the sampler holds the receipt back after the exit report went out.

@@ -36,7 +36,14 @@ function records(over: {
       failure_reason: over.failure_reason ?? null,
     },
     slurm_binding: over.slurm_binding ?? null,
-    task: { state: 'ASSIGNED', desired: 'run', failure_reason: null, outputs: [], ...over.task },
+    task: {
+      state: 'ASSIGNED',
+      desired: 'run',
+      failure_reason: null,
+      reason: null,
+      outputs: [],
+      ...over.task,
+    },
     lease: { state: over.lease ?? 'ACTIVE', cards: [0, 1] },
     stored_outputs: over.stored ?? [],
   };
@@ -419,6 +426,52 @@ const cases: Array<{
         message: 'execution ex1 is rejected; a report of started cannot follow (expected nothing more)',
         hint: 'The master moved the task to RECONCILIATION_REQUIRED; an operator reconciles it (gpu-broker reconcile).',
       },
+    ],
+  },
+  {
+    name: 'accepted for a task parked for silence: resumed (ASSIGNED, lease ACTIVE) before the execution moves',
+    snapshot: snapshot(
+      records({
+        phase: 'assigned',
+        task: { state: 'RECONCILIATION_REQUIRED', reason: 'worker_unreachable' },
+        lease: 'QUARANTINED',
+      }),
+    ),
+    report: report('accepted'),
+    want: [
+      { kind: 'resume', event: 'worker_returned_unstarted', phase: 'accepted' },
+      { kind: 'move_execution', phase: 'accepted', changes: {} },
+    ],
+  },
+  {
+    name: 'started for a task parked for silence: resumed, then started as usual',
+    snapshot: snapshot(
+      records({
+        phase: 'accepted',
+        task: { state: 'RECONCILIATION_REQUIRED', reason: 'worker_unreachable' },
+        lease: 'QUARANTINED',
+      }),
+    ),
+    report: report('started'),
+    want: [
+      { kind: 'resume', event: 'worker_returned_unstarted', phase: 'started' },
+      { kind: 'move_task', event: 'started', changes: { started_at: 1_000 }, data: {} },
+      { kind: 'move_execution', phase: 'started', changes: {} },
+    ],
+  },
+  {
+    name: 'started for a task parked for another cause: not resumed (the task moves, the lease stays)',
+    snapshot: snapshot(
+      records({
+        phase: 'accepted',
+        task: { state: 'RECONCILIATION_REQUIRED', reason: null },
+        lease: 'QUARANTINED',
+      }),
+    ),
+    report: report('started'),
+    want: [
+      { kind: 'move_task', event: 'started', changes: { started_at: 1_000 }, data: {} },
+      { kind: 'move_execution', phase: 'started', changes: {} },
     ],
   },
 ];
