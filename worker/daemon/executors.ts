@@ -8,6 +8,7 @@ import { type ExecutorOptions, startExecution } from '../local/executor.js';
 import { processIdentity } from '../local/process-group.js';
 import { recoverUnfinished } from '../local/recovery.js';
 import { sweepStale } from '../sandbox/sweep-stale.js';
+import { unmountStale } from '../sandbox/task-fs.js';
 import type { SlurmExecutionOptions } from '../slurm/backend.js';
 import { startSlurmExecution } from '../slurm/executor.js';
 import { startSlurmUpkeep } from '../slurm/recovery.js';
@@ -98,6 +99,15 @@ export interface BackendBinding {
 /** What a crashed process left (sandbox/sweep-stale.ts), swept once recovery has stopped its executions. */
 async function sweepAfterCrash(ctx: BindingContext): Promise<void> {
   const sandbox = ctx.opts.sandbox;
+  // Task dirs' own file systems a killed worker left mounted come off first (task-fs.ts).
+  if (sandbox?.kind === 'bwrap' && sandbox.taskFs != null) {
+    const unmounted = await unmountStale(sandbox.taskFs, ctx.executionsDir);
+    if (unmounted.length > 0)
+      ctx.logger.info(
+        { task_dirs: unmounted },
+        'worker: unmounted the file systems of task dirs a previous process left',
+      );
+  }
   await sweepStale({
     cgroups: sandbox?.kind === 'bwrap' ? (sandbox.cgroups ?? null) : null,
     executionsDir: ctx.executionsDir,

@@ -109,6 +109,7 @@ export async function setupExecution(
           limits: plan.limits,
           cgroups: sandbox.cgroups ?? null,
           taskDir: layout.taskDir,
+          ...(sandbox.taskFs == null ? {} : { taskFs: { tools: sandbox.taskFs, execRoot, owner: identity } }),
         });
   if (typeof limits === 'string') return limits;
   const box = bwrapBoxFor({

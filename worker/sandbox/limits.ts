@@ -2,6 +2,7 @@ import { lstat, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EnforcedLimits, ResolvedLimits } from '../../src/contracts/task-limits.js';
 import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
+import { mountTaskFs, type TaskFs, type TaskFsTools } from './task-fs.js';
 
 /**
  * One sandboxed task's resource limits on this host (issue 21, docs/security.md "Resource limits"):
@@ -9,8 +10,11 @@ import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
  *   memory, pids, cpu   the task's own cgroup (cgroups.ts), entered by the sandbox's first process
  *                       before it runs any of the task's code; OOM kills read from the kernel
  *   /tmp, /dev/shm      bwrap `--size` on their tmpfs (bwrap.ts); writes past it fail with ENOSPC
- *   task dir            a watchdog (taskDirGuard) that measures the dir's allocated blocks and ends the
- *                       task (DISK_LIMIT) past the limit; docs/decisions/0021-task-limits.md says why
+ *   task dir            a file system of its own sized by the limit (task-fs.ts: the kernel counts and
+ *                       bounds every byte, unlinked and preallocated ones too) where the worker is
+ *                       root with mkfs.ext4, else a walk of the dir's allocated blocks; either way a
+ *                       watchdog (taskDirGuard) ends the task (DISK_LIMIT) past the limit;
+ *                       docs/decisions/0021-task-limits.md and 0043-task-file-systems.md say why
  *   scratch             the task dir is removed once the task's processes are gone
  *
  * A container task (containerTaskLimits) gets memory, pids, cpu and the tmpfs sizes from the engine's
@@ -71,6 +75,15 @@ export interface TaskLimitsRequest {
   readonly cgroups: CgroupHierarchy | null;
   /** The host dir at /task: watched, then removed. */
   readonly taskDir: string;
+  /**
+   * Give the task dir a file system of its own (task-fs.ts): the tools, the execution's dir (where the
+   * image goes) and the task dir's owner. Absent: the dir is walked instead.
+   */
+  readonly taskFs?: {
+    readonly tools: TaskFsTools;
+    readonly execRoot: string;
+    readonly owner: { readonly uid: number; readonly gid: number } | null;
+  };
 }
 
 /** Creates the task's cgroup and prepares the watch; returns why it could not (SETUP_FAILED). */
@@ -79,7 +92,21 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
   const made = await createTaskCgroup(req);
   if (typeof made === 'string') return made;
   const { cgroup, kernel } = made;
-  const guard = taskDirGuard(req.taskDir, limits.disk_mib, null);
+  // The task dir's own file system, mounted before anything of the task runs; where it cannot be made,
+  // the walk, and the report says why.
+  let fs: TaskFs | null = null;
+  let fsProblem: string | null = null;
+  if (req.taskFs !== undefined) {
+    const mounted = await mountTaskFs(req.taskFs.tools, {
+      execRoot: req.taskFs.execRoot,
+      taskDir: req.taskDir,
+      diskMib: limits.disk_mib,
+      owner: req.taskFs.owner,
+    });
+    if (typeof mounted === 'string') fsProblem = mounted;
+    else fs = mounted;
+  }
+  const guard = taskDirGuard(req.taskDir, limits.disk_mib, null, fs);
   return {
     limits,
     confine: async (pid) => {
@@ -107,7 +134,16 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
     procs: async () => (cgroup === null ? [] : cgroup.procs()),
     contained: cgroup !== null,
     killAll: async () => cgroup?.killAll(),
-    enforced: () => enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
+    enforced: () => ({
+      ...enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
+      disk_mib: {
+        value: limits.disk_mib,
+        by:
+          fs !== null
+            ? fs.by
+            : `watchdog every ${DISK_WATCH_MS} ms${fsProblem === null ? '' : ` (no file system of its own: ${fsProblem})`}`,
+      },
+    }),
     release: async () => {
       guard.stop();
       if (cgroup !== null) {
@@ -251,12 +287,17 @@ function taskDirGuard(
   taskDir: string,
   diskMib: number,
   also: (() => Promise<LimitBreach | null>) | null,
+  fs: TaskFs | null = null,
 ): TaskDirGuard {
   let timer: NodeJS.Timeout | undefined;
   let stopped = false;
   let seen: LimitBreach | null = null;
   const diskCheck = async (): Promise<LimitBreach | null> => {
-    const used = await diskUse(taskDir, DISK_WATCH_MAX_ENTRIES);
+    // On a file system of its own: the kernel's count, every byte the task holds there included.
+    const used =
+      fs !== null
+        ? { bytes: await fs.used(), truncated: false }
+        : await diskUse(taskDir, DISK_WATCH_MAX_ENTRIES);
     if (used.bytes <= diskMib * MIB && !used.truncated) return null;
     return {
       reason: 'DISK_LIMIT',
@@ -284,7 +325,10 @@ function taskDirGuard(
       stopped = true;
       clearTimeout(timer);
     },
-    remove: () => rm(taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined),
+    remove: async () => {
+      await fs?.release();
+      await rm(taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+    },
   };
 }
 

@@ -12,6 +12,7 @@ import type { SimNodes } from './devices.js';
 import { makeSimDeviceNodes } from './devices.js';
 import { type NativeProbe, probeNativeSandbox, type SandboxEngineChoice } from './native.js';
 import { hostSeccompArch, SECCOMP_GROUPS, seccompProgram, seccompVersion } from './seccomp.js';
+import { probeTaskFs, type TaskFsTools } from './task-fs.js';
 import type { UidRange } from './task-uids.js';
 import { DEFAULT_TASK_UIDS, HOST_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
@@ -63,6 +64,11 @@ export type SandboxSetup =
        * host architecture the table is not written for, or a test's own setup).
        */
       readonly seccomp?: TaskSeccomp | null;
+      /**
+       * A file system of its own for each task's dir, sized by its disk limit (task-fs.ts, issue 36
+       * item 3); absent or null: the dir is walked instead (a worker that is not root, no mkfs.ext4).
+       */
+      readonly taskFs?: TaskFsTools | null;
     };
 
 /** The syscall filter as a worker holds it. */
@@ -107,6 +113,8 @@ export interface SandboxChoice {
   readonly nativeSandbox?: string;
   /** Groups of the syscall filter's table to allow again (`--seccomp-allow`); default none. */
   readonly seccompAllow?: readonly string[];
+  /** Per-task file systems for the disk limit; default: probed when root (task-fs.ts); null: none. */
+  readonly taskFs?: TaskFsTools | null;
 }
 
 /** The prepared isolation. */
@@ -202,10 +210,15 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
   const sim = await simNodes();
   const cgroups = choice.cgroups === undefined ? await probeCgroups({ root }) : choice.cgroups;
   const seccomp = prepareSeccomp(choice.dataDir, choice.seccompAllow ?? []);
+  const taskFs = choice.taskFs !== undefined ? choice.taskFs : await probeTaskFs(choice.dataDir, root);
+  const diskLine =
+    taskFs === null || typeof taskFs === 'string'
+      ? `task dir disk limit by a watch (no file system of its own: ${taskFs ?? 'turned off'})`
+      : 'task dir disk limit by a file system of its own';
   const limitsLine =
     cgroups === null
-      ? 'no writable cgroups: memory, pids and cpu limits NOT enforced'
-      : `limits through ${cgroups.describe}`;
+      ? `no writable cgroups: memory, pids and cpu limits NOT enforced; ${diskLine}`
+      : `limits through ${cgroups.describe}; ${diskLine}`;
   return {
     ...(await containers(cgroups)),
     isolation: 'bwrap',
@@ -220,6 +233,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       system,
       cgroups,
       seccomp,
+      taskFs: typeof taskFs === 'string' ? null : taskFs,
       ...(sim === undefined ? {} : { simNodes: sim }),
       ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
     },
