@@ -1,6 +1,7 @@
-import { join } from 'node:path';
+import { chownSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
-import { bwrapArgs, bwrapCommandLine, hiddenMounts, taskEnvProblem } from '../sandbox/bwrap.js';
+import { bwrapArgs, bwrapCommandLine, hiddenMounts, taskEnvData, taskEnvProblem } from '../sandbox/bwrap.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { HELPER_ENV } from '../sandbox/helper-commands.js';
 import type { TaskLimits } from '../sandbox/limits.js';
@@ -71,6 +72,19 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
           : { ...req.identity, setpriv: sandbox.setpriv };
   const problem = taskEnvProblem(argv, req.env, dropTo !== null && 'setpriv' in dropTo);
   if (problem !== null) return problem;
+  // Behind setpriv the env travels in a file of the task's own, read after the uid drop (bwrap.ts
+  // TASK_ENV_FILE), never on the command line the host's process list shows.
+  let envFile: { host: string; shell: string } | undefined;
+  if (dropTo !== null && 'setpriv' in dropTo && sandbox.shell != null) {
+    const host = join(dirname(req.taskDir), 'task.env');
+    try {
+      writeFileSync(host, taskEnvData(req.env), { mode: 0o400, flag: 'wx' });
+      chownSync(host, dropTo.uid, dropTo.gid);
+    } catch (err) {
+      return `cannot write the task's env file: ${err instanceof Error ? err.message : String(err)}`;
+    }
+    envFile = { host, shell: sandbox.shell };
+  }
   // The syscall filter: the native sandbox takes the program in its options; bwrap reads it from fd 5,
   // which the launcher opens on the filter's file in the data dir (never on a command line or in the task).
   const seccomp = sandbox.seccomp ?? null;
@@ -83,7 +97,12 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     statusFd: 3,
     ...(seccomp === null ? {} : { seccomp: nativeDrop ? { program: seccomp.program } : { fd: SECCOMP_FD } }),
     // The env reaches the task's own exec only; bwrap and setpriv run with the fixed env below.
-    taskEnv: { vars: req.env, envHelper: sandbox.envHelper, bwrapEnvNames: Object.keys(env) },
+    taskEnv: {
+      vars: req.env,
+      envHelper: sandbox.envHelper,
+      bwrapEnvNames: Object.keys(env),
+      ...(envFile === undefined ? {} : { file: envFile }),
+    },
   });
   const line = bwrapCommandLine(args, 4);
   // The native sandbox by its bare name: its command line is the task's /proc/1/cmdline, and names no host path.

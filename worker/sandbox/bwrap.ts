@@ -140,6 +140,13 @@ export interface BwrapRequest {
     readonly envHelper: string;
     /** The names in bwrap's own environment: an unprivileged bwrap unsets those the task does not set. */
     readonly bwrapEnvNames: readonly string[];
+    /**
+     * Behind setpriv: the task's env as a file (`taskEnvData`, NUL-ended NAME=VALUE entries) bound
+     * read-only at TASK_ENV_FILE, and the bash that reads it after the uid drop and execs env with it,
+     * so no value is on a command line the host's process list shows for the task's life (issue 36
+     * item 7). Absent: the values follow env on the command line.
+     */
+    readonly file?: { readonly host: string; readonly shell: string };
   };
 }
 
@@ -204,6 +211,8 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     for (const name of bwrapEnvNames) if (!Object.hasOwn(vars, name)) args.push('--unsetenv', name);
     for (const [name, value] of Object.entries(vars)) args.push('--setenv', name, value);
   }
+  const envFile = req.identity !== null && 'setpriv' in req.identity ? req.taskEnv?.file : undefined;
+  if (envFile !== undefined) args.push('--ro-bind', envFile.host, TASK_ENV_FILE);
   if (req.seccomp !== undefined) {
     if ('program' in req.seccomp) {
       if (req.identity === null || !('native' in req.identity))
@@ -227,7 +236,9 @@ export function bwrapArgs(req: BwrapRequest): string[] {
     // After the uid drop: env starts with bwrap's fixed environment (never the task's) and execs the
     // task with exactly the task's. `--` ends env's options; every NAME=VALUE then precedes the program (taskEnvProblem).
     // PWD last, as bwrap itself sets it at `--chdir` for the task it execs (the unprivileged path).
-    if (req.taskEnv !== undefined)
+    if (envFile !== undefined && req.taskEnv !== undefined)
+      args.push(envFile.shell, '-c', readEnvScript(req.taskEnv.envHelper), 'gpu-broker-task');
+    else if (req.taskEnv !== undefined)
       args.push(
         req.taskEnv.envHelper,
         '-i',
@@ -240,6 +251,27 @@ export function bwrapArgs(req: BwrapRequest): string[] {
   }
   args.push(...req.argv);
   return args;
+}
+
+/** Where the task's env file is bound inside the sandbox (read once, after the uid drop, by bash). */
+export const TASK_ENV_FILE = '/dev/.gpu-broker-task-env';
+
+/**
+ * The bash script run as the task's uid behind setpriv: reads the env file's NUL-ended entries and execs
+ * `env -i -- NAME=VALUE… argv` (its `"$@"`), so the values are on env's command line only for the instant
+ * before env execs the task. A file it cannot read ends the start (126).
+ */
+function readEnvScript(envHelper: string): string {
+  const quoted = `'${envHelper.replace(/'/g, `'\\''`)}'`;
+  return `E=(); while IFS= read -r -d '' kv; do E+=("$kv"); done <${TASK_ENV_FILE} || exit 126; exec ${quoted} -i -- "\${E[@]}" "$@"`;
+}
+
+/** The env file's bytes: each NAME=VALUE ended by NUL, PWD last (as bwrap sets it at `--chdir`). */
+export function taskEnvData(vars: Readonly<Record<string, string>>): Buffer {
+  const entries = Object.entries(vars)
+    .filter(([name]) => name !== 'PWD')
+    .map(([name, value]) => `${name}=${value}\0`);
+  return Buffer.from(`${entries.join('')}PWD=${SANDBOX_TASK_DIR}\0`);
 }
 
 /**

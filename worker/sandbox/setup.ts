@@ -10,6 +10,7 @@ import type { ContainerEngineChoice, ContainerTasks } from './container.js';
 import { NOBODY, probeContainerEngine } from './container.js';
 import type { SimNodes } from './devices.js';
 import { makeSimDeviceNodes } from './devices.js';
+import { findHelper } from './helper-commands.js';
 import { type NativeProbe, probeNativeSandbox, type SandboxEngineChoice } from './native.js';
 import { hostSeccompArch, SECCOMP_GROUPS, seccompProgram, seccompVersion } from './seccomp.js';
 import { probeTaskFs, type TaskFsTools } from './task-fs.js';
@@ -44,6 +45,11 @@ export type SandboxSetup =
       readonly native?: string | null;
       /** env (absolute): sets the task's env after setpriv's uid drop (bwrap.ts). */
       readonly envHelper: string;
+      /**
+       * bash (absolute): behind setpriv, reads the task's env from its file and execs env with it, so
+       * no value is on a command line (bwrap.ts TASK_ENV_FILE); absent or null: env's command line.
+       */
+      readonly shell?: string | null;
       /** Per-task uids for a root worker; null when bwrap runs unprivileged. */
       readonly uids: TaskUidPool | null;
       /** Host paths no task may see (the data dirs); /root, /home and the plan's list are added. */
@@ -228,6 +234,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       setpriv: root ? probe.setpriv : null,
       native: native?.path ?? null,
       envHelper: probe.env,
+      shell: root ? findHelper('bash') : null,
       uids,
       hiddenPaths: [choice.dataDir, ...(choice.hiddenPaths ?? [])],
       system,

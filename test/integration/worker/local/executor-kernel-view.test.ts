@@ -1,9 +1,10 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startExecution } from '../../../../worker/local/executor.js';
 import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import { findHelper } from '../../../../worker/sandbox/helper-commands.js';
 import { hostSeccompArch, syscallNumber } from '../../../../worker/sandbox/seccomp.js';
 import { prepareSeccomp, type SandboxSetup, type TaskSeccomp } from '../../../../worker/sandbox/setup.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
@@ -127,3 +128,61 @@ describe.runIf(ready).each(SANDBOX_ENGINES)(
     });
   },
 );
+
+describe.runIf(ready && isRoot)("the task's env on the host's process list (bwrap + setpriv)", () => {
+  /** Every host process's command line that holds `needle`. */
+  function cmdlinesHolding(needle: string): string[] {
+    const found: string[] = [];
+    for (const pid of readdirSync('/proc').filter((n) => /^\d+$/.test(n))) {
+      try {
+        const line = readFileSync(`/proc/${pid}/cmdline`, 'utf8');
+        if (line.includes(needle)) found.push(line.replace(/\0/g, ' '));
+      } catch {
+        // gone
+      }
+    }
+    return found;
+  }
+
+  async function runWithEnv(shell: string | null) {
+    const chunks: Chunk[] = [];
+    const plan = makePlan({
+      argv: [
+        '/bin/sh',
+        '-c',
+        `while [ ! -e /task/go ]; do sleep 0.05; done; env | sort; echo "multi=[$MULTI]"`,
+      ],
+      env: { MODEL_TOKEN_HINT: 'value-on-the-host-list', MULTI: 'a b\nc' },
+    });
+    const handle = startExecution(plan, {
+      rootDir: join(dataDir, 'executions'),
+      workerId: 'worker-kernel-view',
+      provider: 'sim',
+      onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
+      cleanupPollMs: 20,
+      sandbox: { ...base, native: null, seccomp, shell },
+    });
+    await handle.started;
+    const seen = cmdlinesHolding('value-on-the-host-list');
+    writeFileSync(join(dataDir, 'executions', plan.execution_id, 'task', 'go'), '');
+    const result = await handle.done;
+    return { result, seen, stdout: text(chunks, 'stdout'), stderr: text(chunks, 'stderr') };
+  }
+
+  it('attack: no host process shows a value of the task env while it runs; the task has exactly its env', async () => {
+    const r = await runWithEnv(findHelper('bash'));
+    expect(r.result.failure_reason, r.stderr).toBeNull();
+    expect(r.seen).toEqual([]);
+    expect(r.stdout).toContain('MODEL_TOKEN_HINT=value-on-the-host-list\n');
+    expect(r.stdout).toContain('multi=[a b\nc]\n');
+    expect(r.stdout).toContain('PWD=/task\n');
+    expect(r.stdout).not.toMatch(/^(E|kv|BASH\w*|SHLVL)=/m);
+  });
+
+  it("the same env on env's command line (no bash) shows on the host for the task's life: what the file takes away", async () => {
+    const r = await runWithEnv(null);
+    expect(r.result.failure_reason, r.stderr).toBeNull();
+    expect(r.seen.length).toBeGreaterThan(0);
+    expect(r.stdout).toContain('MODEL_TOKEN_HINT=value-on-the-host-list\n');
+  });
+});
