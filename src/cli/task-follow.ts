@@ -39,6 +39,16 @@ export const TERMINAL_TASK_STATES: ReadonlySet<string> = new Set([
   'RECONCILIATION_REQUIRED',
 ]);
 
+/**
+ * Whether following stops at this view: a final state, except a task parked only because its worker
+ * fell silent (`reason.code: worker_unreachable`), which comes back by itself if the worker does; the
+ * master's wait keeps waiting there too (issue 40).
+ */
+export function followEnds(t: TaskView): boolean {
+  if (t.state === 'RECONCILIATION_REQUIRED' && t.reason?.['code'] === 'worker_unreachable') return false;
+  return TERMINAL_TASK_STATES.has(t.state);
+}
+
 /** 128 + the signal's number, as a shell reports a process a signal ended; undefined when unknown. */
 export function signalExitCode(signal: string | null): number | undefined {
   if (!signal) return undefined;
@@ -91,7 +101,14 @@ export function stateLine(t: TaskView): string {
   }
   const cards = t.cards.map((c) => c.index).join(',');
   const where = t.worker_id ? ` on ${escapeField(t.worker_id)}${cards ? ` cards ${cards}` : ''}` : '';
-  return `task ${t.task_id} ${t.state}${where}${t.simulated ? ' (simulated cards)' : ''}`;
+  // What happened to its worker (unreachable, or back after an outage), in the master's words.
+  const code = t.reason?.['code'];
+  const message = t.reason?.['message'];
+  const outage =
+    (code === 'worker_unreachable' || code === 'worker_returned') && typeof message === 'string'
+      ? ` (${escapeField(message)})`
+      : '';
+  return `task ${t.task_id} ${t.state}${where}${t.simulated ? ' (simulated cards)' : ''}${outage}`;
 }
 
 /** The log streams. */
@@ -188,10 +205,10 @@ export async function followTask(c: MasterClient, taskId: string, opts: FollowOp
     const t = stopped ? await Promise.race([step, stopped]) : await step;
     if (t === 'interrupted') return t;
     const line = stateLine(t);
-    if (line !== lastLine && !TERMINAL_TASK_STATES.has(t.state)) opts.onState?.(line, t);
+    if (line !== lastLine && !followEnds(t)) opts.onState?.(line, t);
     lastLine = line;
     queued = t.state === 'QUEUED';
-    if (TERMINAL_TASK_STATES.has(t.state)) {
+    if (followEnds(t)) {
       await opts.logs?.drain();
       return { task: t };
     }

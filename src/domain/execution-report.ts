@@ -7,8 +7,14 @@ import type {
 } from '../contracts/worker-protocol.js';
 import { type ExecutionPhase, executionStep, type ReportedPhase } from './execution.js';
 import { type LeaseEvent, type LeaseState, leaseAccepts } from './lease.js';
-import { cleanedEvent, exitFailure, type TaskEvent, type TaskState, taskAccepts } from './task.js';
-import { WORKER_UNREACHABLE } from './worker-reconcile.js';
+import {
+  cleanedEvent,
+  exitFailure,
+  type TaskEvent,
+  type TaskState,
+  taskAccepts,
+  WORKER_UNREACHABLE,
+} from './task.js';
 
 /**
  * What a worker's `execution` report means for the master's records (docs/state-machines.md, docs/worker-protocol.md). Pure:

@@ -117,6 +117,24 @@ export function isSettledTask(state: TaskState): boolean {
   return isTerminalTask(state) || taskAccepts(state, 'reconcile_completed');
 }
 
+/**
+ * The task reason code the sweeper records when it gives up on a silent worker: the one cause of
+ * RECONCILIATION_REQUIRED a returning worker resumes (src/domain/worker-reconcile.ts, `resume`).
+ */
+export const WORKER_UNREACHABLE = 'worker_unreachable';
+
+/**
+ * Whether wait_for_task stops waiting: the task settled (`isSettledTask`), except a task parked only
+ * because its worker fell silent (RECONCILIATION_REQUIRED with reason `worker_unreachable`): it may
+ * well be running still and come back by itself, so a waiter keeps waiting (issue 40, item 1: an agent
+ * told "settled" either spun or gave up on a task that would complete). `reasonCode` is the code of the
+ * task's `reason`.
+ */
+export function waitSettles(state: TaskState, reasonCode: string | null): boolean {
+  if (state === 'RECONCILIATION_REQUIRED' && reasonCode === WORKER_UNREACHABLE) return false;
+  return isSettledTask(state);
+}
+
 /** Whether TASK_TABLE lets `event` move a task that is `state` (the guard, never a list of states). */
 export function taskAccepts(state: TaskState, event: TaskEvent): boolean {
   return accepts(TASK_TABLE, state, event);

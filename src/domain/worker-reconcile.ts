@@ -1,7 +1,7 @@
 import type { ExecutionPhase as ReportedPhase } from '../contracts/worker-protocol.js';
 import type { ExecutionPhase } from './execution.js';
 import type { LeaseState } from './lease.js';
-import type { TaskEvent, TaskState } from './task.js';
+import { type TaskEvent, type TaskState, WORKER_UNREACHABLE } from './task.js';
 
 /**
  * What a worker's `hello` means for the master's records (docs/worker-protocol.md; docs/architecture.md "The
@@ -41,9 +41,6 @@ const FINISHED_ON_WORKER: ReadonlySet<ReportedPhase> = new Set(['rejected', 'cle
 
 /** Phases in which the worker still has an execution alive that has not ended: what `resume` takes. */
 const ALIVE_ON_WORKER: ReadonlySet<ReportedPhase> = new Set(['accepted', 'started']);
-
-/** The task reason code the sweeper records when it gives up on a silent worker (the only one resumed). */
-export const WORKER_UNREACHABLE = 'worker_unreachable';
 
 /** What one `hello` and the master's own records say about a worker, at the moment it says hello. */
 export interface HelloSnapshot {

@@ -5,8 +5,7 @@ import {
   type ReportedPhase,
 } from '../../domain/execution.js';
 import { leaseAccepts } from '../../domain/lease.js';
-import { type TaskEvent, taskAccepts } from '../../domain/task.js';
-import { WORKER_UNREACHABLE } from '../../domain/worker-reconcile.js';
+import { type TaskEvent, taskAccepts, WORKER_UNREACHABLE } from '../../domain/task.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { applyMove } from './apply-move.js';

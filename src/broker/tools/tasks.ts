@@ -1,6 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { TaskView } from '../../contracts/views.js';
-import { isSettledTask, type TaskState } from '../../domain/task.js';
+import { type TaskState, waitSettles } from '../../domain/task.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -41,7 +41,10 @@ export function listTasks(
   return { tasks: page.map((t) => taskSummary(deps.store, t, deps.observe)), next_cursor };
 }
 
-/** wait_for_task: returns when the task settles or after the timeout. */
+/**
+ * wait_for_task: returns when the task settles or after the timeout. A task parked because its worker
+ * fell silent is not settled here (`waitSettles`): it may come back by itself.
+ */
 export async function waitForTask(
   deps: BrokerDeps,
   principal: Principal,
@@ -54,7 +57,7 @@ export async function waitForTask(
     taskTopic(taskId),
     timeoutSeconds * 1000,
     () => loadVisibleTask(deps, principal, taskId),
-    (t) => isSettledTask(t.state),
+    (t) => waitSettles(t.state, typeof t.reason?.code === 'string' ? t.reason.code : null),
     signal,
   );
   return { task: taskView(deps.store, value, deps.observe), timed_out };

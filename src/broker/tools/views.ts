@@ -9,9 +9,8 @@ import type {
 } from '../../contracts/views.js';
 import type { SlurmJobReport } from '../../contracts/worker-protocol.js';
 import { isConfirmable } from '../../domain/policy.js';
-import { isSettledTask } from '../../domain/task.js';
+import { isSettledTask, WORKER_UNREACHABLE } from '../../domain/task.js';
 import { resolveLimits } from '../../domain/task-limits.js';
-import { WORKER_UNREACHABLE } from '../../domain/worker-reconcile.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { Store } from '../../store/store.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -169,7 +168,7 @@ function nextActionFor(t: TaskRecord, live: boolean): string {
       return 'Cancelled; nothing more will run.';
     case 'RECONCILIATION_REQUIRED':
       return t.reason?.code === WORKER_UNREACHABLE
-        ? `${reasonMessage(t) ?? 'The worker is unreachable.'} wait_for_task returns at once in this state: check again with get_task in a minute.`
+        ? `${reasonMessage(t) ?? 'The worker is unreachable.'} wait_for_task keeps waiting in this state (timed_out: true after timeout_seconds): call it again.`
         : 'The outcome is unknown (the worker lost track of it, or reported what cannot follow); an operator must reconcile. wait_for_task returns at once in this state.';
   }
 }

@@ -2,12 +2,14 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { ExecutionPhase } from '../../../src/domain/execution.js';
 import type { LeaseState } from '../../../src/domain/lease.js';
-import type { TaskState } from '../../../src/domain/task.js';
 import {
-  type HelloSnapshot,
-  reconcileHello,
+  isSettledTask,
+  TASK_STATES,
+  type TaskState,
   WORKER_UNREACHABLE,
-} from '../../../src/domain/worker-reconcile.js';
+  waitSettles,
+} from '../../../src/domain/task.js';
+import { type HelloSnapshot, reconcileHello } from '../../../src/domain/worker-reconcile.js';
 
 /** The hello reconcile (src/domain/worker-reconcile.ts): decisions as data, checked as properties. */
 
@@ -266,5 +268,15 @@ describe('reconcileHello', () => {
         ),
       ),
     ).not.toContainEqual(expect.objectContaining({ kind: 'resume' }));
+  });
+});
+
+describe('waitSettles (wait_for_task)', () => {
+  it('keeps waiting on a task parked for silence, ends on every other settled state', () => {
+    expect(waitSettles('RECONCILIATION_REQUIRED', WORKER_UNREACHABLE)).toBe(false);
+    expect(waitSettles('RECONCILIATION_REQUIRED', null)).toBe(true);
+    expect(waitSettles('RECONCILIATION_REQUIRED', 'illegal_report')).toBe(true);
+    for (const s of TASK_STATES)
+      if (s !== 'RECONCILIATION_REQUIRED') expect(waitSettles(s, WORKER_UNREACHABLE)).toBe(isSettledTask(s));
   });
 });
