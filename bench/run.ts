@@ -10,6 +10,7 @@ import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
 import { storeUpkeepSection } from './store-upkeep.js';
+import { taskStartSection } from './task-start.js';
 import { tasksSection } from './tasks.js';
 
 /**
@@ -33,6 +34,7 @@ const SECTIONS: BenchSection[] = [
   noisySection,
   noisyToolsSection,
   tasksSection,
+  taskStartSection,
   agentLoopSection,
 ];
 
