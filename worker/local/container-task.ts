@@ -20,6 +20,7 @@ import {
 import { containerOomProbe } from '../sandbox/container-oom.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { containerTaskLimits } from '../sandbox/limits.js';
+import { mountTaskFs } from '../sandbox/task-fs.js';
 import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import type { TaskBox } from './box.js';
@@ -111,6 +112,17 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
   });
   // The execution id in the client's own env lets recovery recognise its process group after a restart.
   const clientEnv = { ...tasks.setup.env, GPU_BROKER_EXECUTION_ID: plan.execution_id };
+  // The task dir's own file system, as a process task's (sandbox/task-fs.ts): mounted before the
+  // container exists; where it cannot be, the walk, and the report says why.
+  const fs =
+    plan.limits === undefined || tasks.taskFs == null
+      ? null
+      : await mountTaskFs(tasks.taskFs, {
+          execRoot: req.execRoot,
+          taskDir: req.taskDir,
+          diskMib: plan.limits.disk_mib,
+          owner: req.user,
+        });
   // The same watch and scratch removal as a sandboxed task's (sandbox/limits.ts); the engine holds the rest.
   const limits =
     plan.limits === undefined
@@ -121,6 +133,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
           engine: tasks.setup.engine,
           underOom: parent === null ? containerOomProbe(tasks.setup, name) : parentOomProbe(parent),
           parent: parent === null ? null : { cgroup: parent.cgroup, describe: 'v2' },
+          fs,
         });
   return containerBox(
     { command: tasks.setup.command, args, env: clientEnv },

@@ -5,6 +5,7 @@ import { type CgroupHierarchy, v1Shares } from './cgroups.js';
 import type { ContainerSetup } from './container-probe.js';
 import { engineOutput } from './container-probe.js';
 import type { DeviceNode, SimNodes } from './devices.js';
+import type { TaskFsTools } from './task-fs.js';
 import type { TaskUidPool } from './task-uids.js';
 
 // The engine's probe and its command runner live in container-probe.ts; re-exported so that no importer changes.
@@ -70,6 +71,8 @@ export interface ContainerTasks {
    * below its own cgroup (container-cgroup.ts); absent or v1: the engine's flags and the OOM watch only.
    */
   readonly cgroups?: CgroupHierarchy | null;
+  /** A file system of its own for each task dir, as a process task's (task-fs.ts); absent: the walk. */
+  readonly taskFs?: TaskFsTools | null;
 }
 
 /** Everything `containerArgs` needs. */

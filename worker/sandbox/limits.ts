@@ -136,13 +136,7 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
     killAll: async () => cgroup?.killAll(),
     enforced: () => ({
       ...enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
-      disk_mib: {
-        value: limits.disk_mib,
-        by:
-          fs !== null
-            ? fs.by
-            : `watchdog every ${DISK_WATCH_MS} ms${fsProblem === null ? '' : ` (no file system of its own: ${fsProblem})`}`,
-      },
+      ...tmpfsAndDisk(limits, fs ?? fsProblem),
     }),
     release: async () => {
       guard.stop();
@@ -172,6 +166,8 @@ export interface ContainerLimitsRequest {
    * counter decides OUT_OF_MEMORY (the container's cgroup is gone by then), and it is removed at release.
    */
   readonly parent?: { readonly cgroup: TaskCgroup; readonly describe: string } | null;
+  /** The task dir's own file system (task-fs.ts), mounted by the caller; or why it could not be. */
+  readonly fs?: TaskFs | string | null;
 }
 
 /**
@@ -192,7 +188,8 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
                 detail: `the task went over its memory limit of ${limits.memory_mib} MiB (${req.engine} --memory) and the worker ended it`,
               }
             : null;
-  const guard = taskDirGuard(req.taskDir, limits.disk_mib, memory);
+  const fs = typeof req.fs === 'object' ? req.fs : null;
+  const guard = taskDirGuard(req.taskDir, limits.disk_mib, memory, fs);
   const by = `${req.engine} flags`;
   return {
     limits,
@@ -220,7 +217,7 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
       },
       pids: { value: limits.pids, by: `${by} (--pids-limit)` },
       cpu_weight: { value: limits.cpu_weight, by: `${by} (--cpu-shares)` },
-      ...tmpfsAndDisk(limits),
+      ...tmpfsAndDisk(limits, req.fs ?? null),
     }),
     release: async () => {
       guard.stop();
@@ -233,11 +230,20 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
   };
 }
 
-function tmpfsAndDisk(limits: ResolvedLimits): Pick<EnforcedLimits, 'tmp_mib' | 'shm_mib' | 'disk_mib'> {
+function tmpfsAndDisk(
+  limits: ResolvedLimits,
+  fs: TaskFs | string | null = null,
+): Pick<EnforcedLimits, 'tmp_mib' | 'shm_mib' | 'disk_mib'> {
   return {
     tmp_mib: { value: limits.tmp_mib, by: 'tmpfs size' },
     shm_mib: { value: limits.shm_mib, by: 'tmpfs size' },
-    disk_mib: { value: limits.disk_mib, by: `watchdog every ${DISK_WATCH_MS} ms` },
+    disk_mib: {
+      value: limits.disk_mib,
+      by:
+        fs !== null && typeof fs === 'object'
+          ? fs.by
+          : `watchdog every ${DISK_WATCH_MS} ms${typeof fs === 'string' ? ` (no file system of its own: ${fs})` : ''}`,
+    },
   };
 }
 

@@ -167,6 +167,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
   };
   const containers = async (
     cgroups: CgroupHierarchy | null = null,
+    taskFs: TaskFsTools | null = null,
   ): Promise<Pick<PreparedSandbox, 'containers' | 'containerSummary'>> => {
     if (engine.setup === null) return { containerSummary: engine.detail };
     const sim = await simNodes();
@@ -177,6 +178,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
         uids,
         // cgroup v2: a podman task's container goes below the task's own cgroup (container-cgroup.ts).
         ...(cgroups?.version === 2 ? { cgroups } : {}),
+        ...(taskFs === null ? {} : { taskFs }),
         ...(sim === undefined ? {} : { simNodes: sim }),
         ...(choice.devDir === undefined ? {} : { devDir: choice.devDir }),
       },
@@ -226,7 +228,7 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
       ? `no writable cgroups: memory, pids and cpu limits NOT enforced; ${diskLine}`
       : `limits through ${cgroups.describe}; ${diskLine}`;
   return {
-    ...(await containers(cgroups)),
+    ...(await containers(cgroups, typeof taskFs === 'string' ? null : taskFs)),
     isolation: 'bwrap',
     setup: {
       kind: 'bwrap',

@@ -32,7 +32,7 @@ import { parseMountinfo } from './mountinfo.js';
  * crash: `unmountStale`) the file system is unmounted and the image removed.
  *
  * A worker that is not root, or a host without mkfs.ext4 or loop devices, keeps the watch that walks the
- * dir (its hello's banner says which); so do container and Slurm tasks.
+ * dir (its banner says which); so do Slurm ranks. Container tasks get it as process tasks do.
  */
 
 /** The image is the limit plus this share of it, at least MARGIN_MIN_MIB: room for ext4's metadata. */

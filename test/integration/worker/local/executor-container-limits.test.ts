@@ -8,6 +8,7 @@ import { startExecution } from '../../../../worker/local/executor.js';
 import type { ContainerTasks } from '../../../../worker/sandbox/container.js';
 import { CONTAINER_LABEL } from '../../../../worker/sandbox/container.js';
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import { probeTaskFs } from '../../../../worker/sandbox/task-fs.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { TestImage } from '../../../support/container-image.js';
 import { testImage } from '../../../support/container-image.js';
@@ -78,6 +79,30 @@ const HOG = 'echo hog; a=x; while :; do a="$a$a"; done';
 /** 40 × 1 MiB into the task dir, then waits. */
 const FILL_TASK_DIR =
   'a=x; i=0; while [ $i -lt 20 ]; do a="$a$a"; i=$((i+1)); done; j=0; while [ $j -lt 40 ]; do echo "$a"; j=$((j+1)); done > /task/scratch; echo filled; sleep 60';
+
+describe('a container task on a task dir of its own file system (issue 36 item 3)', () => {
+  it('attack: a file held open and unlinked counts: DISK_LIMIT, and the mount and image are gone after', async () => {
+    if (process.getuid?.() !== 0) return;
+    const tools = await probeTaskFs(dataDir, true);
+    if (typeof tools === 'string') return;
+    const saved = containers;
+    containers = { ...containers, taskFs: tools };
+    try {
+      const { handle, execRoot } = start(
+        'a=x; i=0; while [ $i -lt 20 ]; do a="$a$a"; i=$((i+1)); done; exec 3>/task/x; rm /task/x; j=0; while [ $j -lt 40 ]; do echo "$a" >&3; j=$((j+1)); done; echo held; sleep 60',
+      );
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('DISK_LIMIT');
+      const detail = (await handle.exited).limits_detail?.join('\n') ?? '';
+      expect(detail).toContain('over its disk limit of 16 MiB');
+      expect(detail).toContain('a file system of its own');
+      expect(existsSync(join(execRoot, 'task.img'))).toBe(false);
+      expect(existsSync(join(execRoot, 'task'))).toBe(false);
+    } finally {
+      containers = saved;
+    }
+  });
+});
 
 describe('a container task over its limits', () => {
   it('a memory hog ends with OUT_OF_MEMORY naming the limit, not KILLED_BY_SIGNAL; nothing is left', async () => {
