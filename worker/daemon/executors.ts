@@ -101,7 +101,10 @@ async function sweepAfterCrash(ctx: BindingContext): Promise<void> {
   const sandbox = ctx.opts.sandbox;
   // Task dirs' own file systems a killed worker left mounted come off first (task-fs.ts).
   if (sandbox?.kind === 'bwrap' && sandbox.taskFs != null) {
-    const unmounted = await unmountStale(sandbox.taskFs, ctx.executionsDir);
+    const unmounted = await unmountStale(sandbox.taskFs, ctx.executionsDir, {
+      known: (id) => ctx.store.getExecution(id) !== null,
+      running: () => new Set(ctx.store.listUnfinishedExecutions().map((e) => e.execution_id)),
+    });
     if (unmounted.length > 0)
       ctx.logger.info(
         { task_dirs: unmounted },

@@ -20,8 +20,11 @@ export const SYSTEM_LINKS_OR_DIRS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64'
  * Kernel files and directories no task reads (issue 36 item 7), each covered (an empty tmpfs, or
  * /dev/null) after the task's fresh /proc and the read-only /sys. The container runtimes' masked paths
  * (kcore, keys, timer_list, sched_debug, latency_stats, acpi, scsi, asound, /sys/firmware, powercap's
- * energy counters), and two of our own: /proc/key-users (which uids hold kernel keys, and how many) and
- * /sys/fs/cgroup (the host's cgroup tree: every other task's execution id, memory and processes).
+ * energy counters), and our own: /proc/key-users (which uids hold kernel keys, and how many),
+ * /sys/fs/cgroup (the host's cgroup tree: every other task's execution id, memory and processes), and
+ * the host's virtual block devices and ext4 file systems (/sys/devices/virtual/block, /sys/fs/ext4): each
+ * task dir is a loop device (task-fs.ts) whose `loop/backing_file` names every other task's
+ * `<executions>/<id>/task.img`, and whose ext4 counters show how much each other task writes.
  */
 export const MASKED_KERNEL_PATHS = [
   '/proc/acpi',
@@ -34,9 +37,11 @@ export const MASKED_KERNEL_PATHS = [
   '/proc/scsi',
   '/proc/timer_list',
   '/proc/timer_stats',
+  '/sys/devices/virtual/block',
   '/sys/devices/virtual/powercap',
   '/sys/firmware',
   '/sys/fs/cgroup',
+  '/sys/fs/ext4',
 ] as const;
 
 /** The host's system tree as the sandbox recreates it. */

@@ -201,11 +201,30 @@ function mountedFs(tools: TaskFsTools, image: string, point: string, sizeMib: nu
   };
 }
 
+/** Whom the sweep may touch: as sandbox/sweep-stale.ts's SweepDeps. */
+export interface StaleTaskFsDeps {
+  /** Whether this worker's store has a record of execution `id` (so it made that file system). */
+  readonly known: (id: string) => boolean;
+  /** The executions running now; read after the mount table, so one that starts meanwhile is never swept. */
+  readonly running: () => ReadonlySet<string>;
+}
+
+/** Execution ids are safe path segments (master plans, schema-checked); anything else is not ours. */
+const SAFE_ID = /^[A-Za-z0-9_-]+$/;
+
 /**
- * Unmounts every file system mounted on a task dir below `executionsDir` (what a worker killed mid-task
- * left mounted) and removes the images beside them; returns the task dirs it unmounted. Never throws.
+ * Unmounts the file system mounted on `<executionsDir>/<id>/task` of each execution this worker knows
+ * and that is not running now (what a worker killed mid-task left mounted) and removes the image beside
+ * it; returns the task dirs it unmounted. The sweep runs once recovery is over, while the worker already
+ * takes new tasks: a running execution's file system is never touched (unmounted under it, the task's
+ * writes and outputs would go to a detached file system and its watch would count the data dir's). Any
+ * other mount below the executions dir is not ours and is left alone. Never throws.
  */
-export async function unmountStale(tools: TaskFsTools, executionsDir: string): Promise<string[]> {
+export async function unmountStale(
+  tools: TaskFsTools,
+  executionsDir: string,
+  deps: StaleTaskFsDeps,
+): Promise<string[]> {
   let mounts: ReturnType<typeof parseMountinfo>;
   try {
     mounts = parseMountinfo(await readFile('/proc/self/mountinfo', 'utf8'));
@@ -213,15 +232,19 @@ export async function unmountStale(tools: TaskFsTools, executionsDir: string): P
     return [];
   }
   const prefix = `${executionsDir.replace(/\/+$/, '')}/`;
+  const candidates = new Map<string, string>();
+  for (const m of mounts) {
+    if (!m.point.startsWith(prefix) || !m.point.endsWith('/task')) continue;
+    const id = m.point.slice(prefix.length, -'/task'.length);
+    if (SAFE_ID.test(id)) candidates.set(m.point, id);
+  }
+  const running = deps.running();
   const done: string[] = [];
-  // Deepest first, so a mount inside another comes off before it.
-  const ours = mounts
-    .filter((m) => m.point.startsWith(prefix) && m.point.endsWith('/task'))
-    .sort((a, b) => b.point.length - a.point.length);
-  for (const m of ours) {
-    if ((await run(tools.umount, [m.point])) !== null) await run(tools.umount, ['-l', m.point]);
-    await rm(join(m.point, '..', TASK_IMAGE), { force: true }).catch(() => undefined);
-    done.push(m.point);
+  for (const [point, id] of candidates) {
+    if (running.has(id) || !deps.known(id)) continue;
+    if ((await run(tools.umount, [point])) !== null) await run(tools.umount, ['-l', point]);
+    await rm(join(point, '..', TASK_IMAGE), { force: true }).catch(() => undefined);
+    done.push(point);
   }
   return done;
 }

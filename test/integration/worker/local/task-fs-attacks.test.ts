@@ -1,0 +1,168 @@
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ResolvedLimits } from '../../../../src/contracts/task-limits.js';
+import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
+import { startExecution } from '../../../../worker/local/executor.js';
+import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { type CgroupHierarchy, probeCgroups } from '../../../../worker/sandbox/cgroups.js';
+import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
+import { probeTaskFs, type TaskFsTools, unmountStale } from '../../../../worker/sandbox/task-fs.js';
+import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
+import type { Chunk } from '../../../support/executor-plan.js';
+import { makePlan, text } from '../../../support/executor-plan.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
+import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
+
+/**
+ * Issue 36 item 3, attacked again (a hostile task, a second tenant): what the task dir's own file system
+ * (worker/sandbox/task-fs.ts) brings with it.
+ *
+ *  - A worker that restarts sweeps the file systems a killed process left (`unmountStale`) once recovery
+ *    has stopped the previous process's executions; meanwhile it is connected and starts new tasks. The
+ *    sweep must leave a running execution's file system alone: unmounted under it, the task's writes
+ *    and outputs go to a detached file system, the watch reads the data dir's file system instead and
+ *    ends an innocent task DISK_LIMIT.
+ *  - Each task's file system is a loop device whose backing file is `<executions>/<id>/task.img`: the
+ *    host's /sys shows every loop device's backing file (0444), so without a mask every task would read
+ *    every other task's execution id there, as it could through /sys/fs/cgroup before item 7.
+ */
+
+const probe = await probeBwrap({ root: isRoot });
+const cgroups: CgroupHierarchy | null = isRoot ? await probeCgroups({ root: true }) : null;
+let tools: TaskFsTools | string = 'not probed';
+let dataDir = '';
+if (isRoot) {
+  dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-task-fs-attacks-'));
+  tools = await probeTaskFs(dataDir, true);
+}
+const ready = requireOrSkip(
+  'bubblewrap, root, cgroups and per-task file systems (mkfs.ext4, loop devices)',
+  probe.ok && probe.bwrap !== null && probe.env !== null && cgroups !== null && typeof tools !== 'string',
+  `${probe.detail}; task fs: ${typeof tools === 'string' ? tools : 'ok'}`,
+);
+
+const LIMITS: ResolvedLimits = {
+  memory_mib: 256,
+  pids: 64,
+  cpu_weight: 100,
+  tmp_mib: 8,
+  shm_mib: 4,
+  disk_mib: 16,
+};
+let rootDir: string;
+let sandbox: Extract<SandboxSetup, { kind: 'bwrap' }>;
+
+beforeAll(async () => {
+  if (!ready || probe.bwrap === null || probe.env === null || typeof tools === 'string') return;
+  rootDir = join(dataDir, 'executions');
+  sandbox = {
+    kind: 'bwrap',
+    bwrap: probe.bwrap,
+    setpriv: probe.setpriv,
+    envHelper: probe.env,
+    uids: new TaskUidPool({ first: 2_000_520_000, last: 2_000_520_099 }),
+    hiddenPaths: [dataDir],
+    system: systemMounts(),
+    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 1, true),
+    cgroups,
+    taskFs: tools,
+  };
+});
+afterAll(() => {
+  if (dataDir !== '') rmSync(dataDir, { recursive: true, force: true });
+});
+
+function start(native: string | null, script: string, outputs?: Array<{ path: string; required: boolean }>) {
+  const chunks: Chunk[] = [];
+  const base = makePlan({ argv: ['/usr/bin/python3', '-c', script], ...(outputs ? { outputs } : {}) });
+  const plan: ExecutionPlan = { ...base, spec: { ...base.spec, time_limit_seconds: 30 }, limits: LIMITS };
+  const handle = startExecution(plan, {
+    rootDir,
+    workerId: 'worker-task-fs-attacks',
+    provider: 'sim',
+    onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
+    cleanupPollMs: 20,
+    sandbox: { ...sandbox, native },
+  });
+  return { handle, chunks, plan, execRoot: join(rootDir, plan.execution_id) };
+}
+
+/** Waits (at most 15 s) until the task printed `marker`. */
+async function printed(chunks: Chunk[], marker: string): Promise<void> {
+  const until = Date.now() + 15_000;
+  while (!text(chunks, 'stdout').includes(marker)) {
+    if (Date.now() > until) throw new Error(`the task never printed ${marker}: ${text(chunks, 'stderr')}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** Mount points below `dir` in this process's mount table. */
+function mountsBelow(dir: string): string[] {
+  return readFileSync('/proc/self/mountinfo', 'utf8')
+    .split('\n')
+    .map((l) => l.split(' ')[4] ?? '')
+    .filter((p) => p.startsWith(`${dir}/`));
+}
+
+describe.runIf(ready)('the sweep after a restart, while new tasks run', () => {
+  it("attack: unmountStale leaves a running execution's file system mounted; the task ends well, with its output", async () => {
+    if (typeof tools === 'string') return;
+    const { handle, chunks, plan, execRoot } = start(
+      null,
+      "import time; print('up', flush=True); time.sleep(3); open('/task/out/r.txt','w').write('ok')",
+      [{ path: 'r.txt', required: true }],
+    );
+    await printed(chunks, 'up');
+    expect(mountsBelow(execRoot)).toContain(join(execRoot, 'task'));
+    // What the daemon's sweep does once recovery is over (daemon/executors.ts sweepAfterCrash): this
+    // execution is running, so it is not stale.
+    const swept = await unmountStale(tools, rootDir, {
+      known: () => true,
+      running: () => new Set([plan.execution_id]),
+    });
+    expect(swept).toEqual([]);
+    expect(mountsBelow(execRoot)).toContain(join(execRoot, 'task'));
+    const result = await handle.done;
+    expect(result.failure_reason, text(chunks, 'stderr')).toBeNull();
+    expect(result.outputs.map((o) => o.path)).toEqual(['r.txt']);
+  });
+});
+
+/** Prints every loop device's backing file and the ext4 file systems the task can list in /sys. */
+const LOOK = `
+import glob, os, time
+print('up', flush=True)
+time.sleep(1)
+seen = []
+for f in glob.glob('/sys/block/loop*/loop/backing_file') + glob.glob('/sys/devices/virtual/block/loop*/loop/backing_file') + glob.glob('/sys/class/block/loop*/loop/backing_file'):
+    try:
+        seen.append(open(f).read().strip())
+    except OSError as e:
+        seen.append(f + ': ' + os.strerror(e.errno))
+print('backing:', seen)
+print('ext4:', sorted(os.listdir('/sys/fs/ext4')) if os.path.isdir('/sys/fs/ext4') else [])
+`;
+
+describe.runIf(ready).each(SANDBOX_ENGINES)(
+  'what a task sees of other tasks in /sys, built by $name',
+  ({ native }) => {
+    it("attack: no loop device's backing file (another task's execution id) shows in the task's /sys", async () => {
+      const other = start(native, "import time; print('up', flush=True); time.sleep(4)");
+      try {
+        await printed(other.chunks, 'up');
+        const looker = start(native, LOOK);
+        const result = await looker.handle.done;
+        const out = text(looker.chunks, 'stdout');
+        expect(result.failure_reason, text(looker.chunks, 'stderr')).toBeNull();
+        expect(out).toContain('backing: []');
+        expect(out).not.toContain(other.plan.execution_id);
+        expect(out).not.toContain(dataDir);
+        expect(out).toContain('ext4: []');
+      } finally {
+        await other.handle.done;
+      }
+    });
+  },
+);
