@@ -107,16 +107,29 @@ export function resolveLimits(
   allowance?: HostAllowance,
 ): ResolvedLimits {
   const cards = spec.cards.count;
-  const max = maxLimits(policy, cards);
-  return mapLimits((n) => {
-    const ask = spec.limits?.[n];
-    let value = ask ?? scaled(n, policy.task_limits.per_card[n], cards);
-    if (allowance !== undefined && isHostBound(n)) {
-      if (ask === undefined) value = Math.min(value, scaled(n, allowance.per_card[n], cards));
-      value = Math.min(value, allowance.total[n]);
-    }
-    return Math.min(value, max[n]);
-  });
+  const { per_card, max_per_card } = policy.task_limits;
+  return mapLimits((n) => resolveOne(n, spec.limits?.[n], cards, per_card[n], max_per_card[n], allowance));
+}
+
+/**
+ * One limit as resolveLimits gives it: the ask, else the per-card default times the cards (at most the
+ * host's share per card, where the host is known); never above the policy's maximum nor the host's whole.
+ * The scheduler uses it to count what a task would take of its host's memory (scheduling/pool.ts).
+ */
+export function resolveOne(
+  name: LimitName,
+  ask: number | undefined,
+  cards: number,
+  perCard: number,
+  maxPerCard: number,
+  allowance?: HostAllowance,
+): number {
+  let value = ask ?? scaled(name, perCard, cards);
+  if (allowance !== undefined && isHostBound(name)) {
+    if (ask === undefined) value = Math.min(value, scaled(name, allowance.per_card[name], cards));
+    value = Math.min(value, allowance.total[name]);
+  }
+  return Math.min(value, scaled(name, maxPerCard, cards));
 }
 
 function isHostBound(name: LimitName): name is HostBoundLimit {

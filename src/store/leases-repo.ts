@@ -75,18 +75,22 @@ export class LeasesRepo {
         'INSERT INTO card_epochs (worker_id, card_index, epoch) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET epoch = max(epoch, excluded.epoch)',
       ),
       insertLease: db.prepare(
-        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at)
-         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at)`,
+        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib)
+         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib)`,
+      ),
+      committedMemory: db.prepare<[], { worker_id: string; mib: number }>(
+        `SELECT worker_id, sum(memory_mib) AS mib FROM leases
+         WHERE state <> 'RELEASED' AND memory_mib IS NOT NULL GROUP BY worker_id`,
       ),
       insertCard: db.prepare(
         'INSERT INTO lease_cards (lease_id, worker_id, card_index, card_uuid, live) VALUES (?, ?, ?, ?, 1)',
       ),
-      lease: db.prepare<[string], LeaseRow>('SELECT * FROM leases WHERE id = ?'),
+      lease: db.prepare<[string], LeaseRow>('SELECT id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at FROM leases WHERE id = ?'),
       leaseCards: db.prepare<[string], { index: number; uuid: string }>(
         'SELECT card_index AS "index", card_uuid AS uuid FROM lease_cards WHERE lease_id = ? ORDER BY card_index',
       ),
       latestLeaseForTask: db.prepare<[string], LeaseRow>(
-        'SELECT * FROM leases WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1',
+        'SELECT id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at FROM leases WHERE task_id = ? ORDER BY created_at DESC, id DESC LIMIT 1',
       ),
       updateLease: db.prepare(
         'UPDATE leases SET state = @state, reason = @reason, updated_at = @updated_at, released_at = @released_at WHERE id = @id AND state = @expected_state',
@@ -97,7 +101,7 @@ export class LeasesRepo {
          FROM lease_cards c JOIN leases l ON l.id = c.lease_id JOIN tasks t ON t.id = l.task_id WHERE c.live = 1`,
       ),
       liveLeases: db.prepare<[], LeaseRow>(
-        "SELECT * FROM leases WHERE state <> 'RELEASED' ORDER BY created_at",
+        "SELECT id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at FROM leases WHERE state <> 'RELEASED' ORDER BY created_at",
       ),
       insertExecution: db.prepare(
         `INSERT INTO executions (id, task_id, lease_id, assignment_id, worker_id, lease_epoch, phase, exit_code, signal,
@@ -139,9 +143,12 @@ export class LeasesRepo {
     this.s.setEpoch.run(workerId, index, epoch);
   }
 
-  /** Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index. */
-  insertLease(l: LeaseRecord): void {
-    this.s.insertLease.run({ ...l, cards: undefined });
+  /**
+   * Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index.
+   * `memoryMib`: the memory its task was given on that worker's host (null: the host is not known).
+   */
+  insertLease(l: LeaseRecord, memoryMib: number | null = null): void {
+    this.s.insertLease.run({ ...l, cards: undefined, memory_mib: memoryMib });
     for (const c of l.cards) {
       this.s.insertCard.run(l.id, l.worker_id, c.index, c.uuid);
       this.s.setEpoch.run(l.worker_id, c.index, l.lease_epoch);
@@ -176,6 +183,11 @@ export class LeasesRepo {
   }
 
   /** Cards held by live (non-released) leases. */
+  /** Per worker, the memory its live leases' tasks were given (MiB; workers with none are absent). */
+  committedMemoryByWorker(): Map<string, number> {
+    return new Map(this.s.committedMemory.all().map((r) => [r.worker_id, r.mib]));
+  }
+
   liveCards(): LiveLeaseCard[] {
     return this.s.liveCards.all();
   }

@@ -221,6 +221,10 @@ export class Scheduler implements TaskObserver {
         max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
         require_isolation: config.policy.require_isolation,
         host_reserve: config.policy.task_limits.host_reserve,
+        memory_per_card: {
+          default_mib: config.policy.task_limits.per_card.memory_mib,
+          max_mib: config.policy.task_limits.max_per_card.memory_mib,
+        },
       },
     };
   }
@@ -236,7 +240,16 @@ export class Scheduler implements TaskObserver {
       store.afterCommit(() => this.requestPass());
       return;
     }
-    const grant = this.recordGrant(taskId, workerId, this.sampledCards(workerId, indexes));
+    // The task's limits on this worker, resolved once: the plan carries them, and the lease records the
+    // memory promised, which the next passes count against the host (issue 38 item 7).
+    const allowance = this.hostAllowanceOf(workerId);
+    const limits = resolveLimits(task.spec, config.policy, allowance);
+    const grant = this.recordGrant(
+      taskId,
+      workerId,
+      this.sampledCards(workerId, indexes),
+      allowance === undefined ? null : limits.memory_mib,
+    );
     moveTask(
       this.deps,
       task,
@@ -247,7 +260,7 @@ export class Scheduler implements TaskObserver {
     );
     enqueueForWorker(this.deps, this.link, workerId, {
       type: 'assign',
-      plan: assignPlan(task, grant, config, this.hostAllowanceOf(workerId)),
+      plan: assignPlan(task, grant, config, limits),
     });
   }
 
@@ -272,7 +285,12 @@ export class Scheduler implements TaskObserver {
   }
 
   /** Inserts the lease (fresh epoch) and its execution, and audits the grant. */
-  private recordGrant(taskId: string, workerId: string, cards: LeasedCard[]): Grant {
+  private recordGrant(
+    taskId: string,
+    workerId: string,
+    cards: LeasedCard[],
+    memoryMib: number | null,
+  ): Grant {
     const { store, clock, ids } = this.deps;
     const indexes = cards.map((c) => c.index);
     const now = clock.now();
@@ -288,7 +306,7 @@ export class Scheduler implements TaskObserver {
       released_at: null,
       cards,
     };
-    store.leases.insertLease(lease); // the unique index refuses a card that is already live
+    store.leases.insertLease(lease, memoryMib); // the unique index refuses a card that is already live
     const executionId = ids('exec');
     const assignmentId = ids('asg');
     store.leases.insertExecution({
@@ -380,7 +398,7 @@ function assignPlan(
   task: TaskRecord,
   grant: Grant,
   config: BrokerDeps['config'],
-  host: HostAllowance | undefined,
+  limits: ResolvedLimits,
 ): ExecutionPlan {
   return {
     task_id: task.id,
@@ -395,7 +413,7 @@ function assignPlan(
     vram_clean_pct: config.scheduling.vram_threshold_pct,
     // The limits as the policy resolves them, within what this worker's host can give (its share per card
     // for the defaults).
-    ...sandboxOfPlan(task.spec.runtime, config.policy, resolveLimits(task.spec, config.policy, host)),
+    ...sandboxOfPlan(task.spec.runtime, config.policy, limits),
     argv: runArgv(task.spec, config.policy),
   };
 }

@@ -1,8 +1,14 @@
+import {
+  DEFAULT_HOST_RESERVE,
+  DEFAULT_LIMITS_PER_CARD,
+  DEFAULT_MAX_LIMITS_PER_CARD,
+} from '../../contracts/task-limits.js';
 import type { CardStateConfig } from '../card-state.js';
+import { type HostAllowance, hostAllowance, resolveOne } from '../task-limits.js';
 import { explainWait } from './explain.js';
 import { buildView, type RequirementView } from './feasibility.js';
 import { claimNodes, holdNodes, nodesFit, nodesToReserve, type PoolNode } from './nodes.js';
-import { holdingReservation } from './reasons.js';
+import { holdingReservation, waitingForHostMemory } from './reasons.js';
 import type { Requirement } from './requirement.js';
 import { buildSlots, CLAIMED, countOpen, matches, OPEN, RESERVED, type Slot } from './slots.js';
 import type { SchedulingConfig, WaitReason, WorkerView } from './types.js';
@@ -47,19 +53,57 @@ export class CardPool {
   private readonly requireIsolation: boolean;
   /** `policy.task_limits.host_reserve`: what each host keeps; absent: the default. */
   private readonly hostReserve: SchedulingConfig['host_reserve'];
+  /** Per worker whose host is known: what its host can give, and the memory no task was promised yet. */
+  private readonly hostMemory = new Map<Slot, { allowance: HostAllowance; left: number }>();
+  /** The memory per card a task asking for none is given (before its host's share). */
+  private readonly memoryPerCard: { readonly default_mib: number; readonly max_mib: number };
+  /** Requirements that found cards but not memory on a worker this pass: the worker, need and left. */
+  private readonly memoryShort = new Map<string, { worker_id: string; need: number; left: number }>();
 
   constructor(
     workers: readonly WorkerView[],
     now: number,
-    config: CardStateConfig & Pick<SchedulingConfig, 'require_isolation' | 'host_reserve'>,
+    config: CardStateConfig &
+      Pick<SchedulingConfig, 'require_isolation' | 'host_reserve' | 'memory_per_card'>,
   ) {
     this.requireIsolation = config.require_isolation;
     this.hostReserve = config.host_reserve;
+    this.memoryPerCard = config.memory_per_card ?? {
+      default_mib: DEFAULT_LIMITS_PER_CARD.memory_mib,
+      max_mib: DEFAULT_MAX_LIMITS_PER_CARD.memory_mib,
+    };
     const built = buildSlots(workers, now, config);
     this.slots = built.slots;
     this.openTotal = built.totals.open;
     this.runReservedTotal = built.totals.runReserved;
-    for (const slot of this.slots) this.slotById.set(slot.worker.worker_id, slot);
+    for (const slot of this.slots) {
+      this.slotById.set(slot.worker.worker_id, slot);
+      const host = slot.worker.host;
+      if (host == null) continue;
+      const allowance = hostAllowance(
+        host,
+        slot.worker.cards.length,
+        this.hostReserve ?? DEFAULT_HOST_RESERVE,
+      );
+      const left = allowance.total.memory_mib - (slot.worker.memory_committed_mib ?? 0);
+      this.hostMemory.set(slot, { allowance, left });
+    }
+  }
+
+  /** What `req` would be given of `slot`'s host memory, and what is left there; null: host not known. */
+  private memoryOn(slot: Slot, req: Requirement): { need: number; left: number } | null {
+    const host = this.hostMemory.get(slot);
+    if (host === undefined) return null;
+    const { default_mib, max_mib } = this.memoryPerCard;
+    const need = resolveOne(
+      'memory_mib',
+      req.hostAsks.memory_mib,
+      req.need,
+      default_mib,
+      max_mib,
+      host.allowance,
+    );
+    return { need, left: host.left };
   }
 
   /** The pass-long view of a requirement (cached per shape). */
@@ -84,13 +128,22 @@ export class CardPool {
     const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
     let best: Slot | null = null;
     let bestCount = Number.POSITIVE_INFINITY;
+    let bestMemory: { need: number; left: number } | null = null;
     for (const slot of view.slots) {
       if (slot.openCount < req.need) continue;
       const count = anyCard && slot.runReserved === 0 ? slot.openCount : countOpen(slot, req);
       if (count >= req.need && count < bestCount) {
         if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
+        // The host must have the memory left that the task would be given (issue 38 item 7).
+        const memory = this.memoryOn(slot, req);
+        if (memory !== null && memory.need > memory.left) {
+          if (!this.memoryShort.has(req.key))
+            this.memoryShort.set(req.key, { worker_id: slot.worker.worker_id, ...memory });
+          continue;
+        }
         best = slot;
         bestCount = count;
+        bestMemory = memory;
         if (count === req.need) break; // nothing can fit tighter; later slots only lose the tie
       }
     }
@@ -98,6 +151,8 @@ export class CardPool {
       this.unplaceable.add(req.key);
       return null;
     }
+    // Memory left only shrinks within a pass, so a shape refused before stays refused (`unplaceable`).
+    if (bestMemory !== null) this.hostMemory.get(best)!.left -= bestMemory.need;
     if (best.nodes !== null) claimNodes(best.nodes, req.need, req.perNode);
     return { worker_id: best.worker.worker_id, card_indexes: this.mark(best, req, req.need, CLAIMED, 0) };
   }
@@ -160,6 +215,9 @@ export class CardPool {
    * Call once placement and reservations are done.
    */
   waitReason(view: RequirementView, reservationsBefore: number): WaitReason {
+    // Cards were free for it, but not its host's memory: that is the wait, not the cards.
+    const short = this.memoryShort.get(view.req.key);
+    if (short !== undefined) return waitingForHostMemory(short.worker_id, short.need, short.left);
     // A shape's reason depends only on which reservations came before it; cache on exactly that.
     const key = `${view.req.key}#${reservationsBefore}#${this.version}`;
     let reason = this.reasons.get(key);

@@ -219,6 +219,23 @@ export function limitsExceedHost(
   };
 }
 
+/**
+ * Enough matching cards are free on `workerId`, but what its host's memory has left (its RAM less the
+ * reserve, less what its running tasks were given) is less than the task would be given.
+ */
+export function waitingForHostMemory(workerId: string, needMib: number, freeMib: number): WaitReason {
+  return {
+    code: 'waiting_for_host_memory',
+    worker_id: workerId,
+    need_mib: needMib,
+    free_mib: freeMib,
+    message:
+      `Cards are free on ${workerId}, but its host has ${freeMib} MiB of memory left that no running task was ` +
+      `promised, and this task would be given ${needMib} MiB (its limits.memory_mib, or its default share of ` +
+      'the host). It starts when tasks there end; or ask for less memory (limits.memory_mib).',
+  };
+}
+
 /** The only workers that could take the task run tasks unsandboxed, and the policy requires isolation. */
 export function workerUnisolated(need: number, unisolated: number, pinned: string | null): WaitReason {
   const who =

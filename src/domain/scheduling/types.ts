@@ -89,6 +89,8 @@ export interface WorkerView extends WorkerSampling {
   mounts?: readonly string[] | undefined;
   /** Its host's RAM, CPUs and data-dir disk (its hello); absent or null: not known, nothing ruled out. */
   host?: HostResources | null | undefined;
+  /** Memory its live leases' tasks were given (their resolved `memory_mib`), in MiB; absent: none. */
+  memory_committed_mib?: number | undefined;
   /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
   backend?: 'local' | 'slurm' | undefined;
   /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
@@ -112,6 +114,11 @@ export interface SchedulingConfig extends CardStateConfig {
   require_isolation: boolean;
   /** `policy.task_limits.host_reserve`: what each host keeps for itself; tasks share the rest. */
   host_reserve?: HostReserve | undefined;
+  /**
+   * `policy.task_limits`' memory per card (default and maximum): what a task asking for none would be
+   * given, to count against its host's memory left. Absent: the contract's defaults.
+   */
+  memory_per_card?: { readonly default_mib: number; readonly max_mib: number } | undefined;
 }
 
 /** Everything one scheduling pass reads. */
@@ -137,6 +144,8 @@ export interface SchedulingSnapshot {
  *  - no_container_engine: a container task, and no worker with enough matching cards has an engine;
  *  - limits_exceed_host: its spec asks for more memory, /tmp, /dev/shm or disk than the host of any
  *    worker with enough matching cards can give (its RAM or disk less the operator's reserve);
+ *  - waiting_for_host_memory: enough matching cards are free on a worker, but its host has too little
+ *    memory left that no running task there was promised (issue 38 item 7);
  *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
  *    with enough matching cards may take it;
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
@@ -155,6 +164,13 @@ export type WaitReason =
   | { code: 'no_container_engine'; need: number; without_engine: number; message: string }
   | { code: 'mount_missing'; need: number; mounts: string[]; message: string }
   | { code: 'limits_exceed_host'; need: number; limit: string; ask: number; most: number; message: string }
+  | {
+      code: 'waiting_for_host_memory';
+      worker_id: string;
+      need_mib: number;
+      free_mib: number;
+      message: string;
+    }
   | { code: 'multi_node_needs_slurm'; need: number; per_node: number; message: string }
   | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }

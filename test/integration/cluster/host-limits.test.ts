@@ -1,8 +1,11 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
+import { makeGateDir } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
@@ -73,5 +76,32 @@ describe('limits follow the machine', () => {
     expect(String(reason['message'])).toContain('24576 MiB RAM');
     expect((await getTask(alice, id)).state).toBe('QUEUED');
     expectOk(await callTool(alice, 'cancel_task', { task_id: id, idempotency_key: `c-${id}` }));
+  });
+
+  it('attack: a task asking for most of the host leaves the next one waiting for memory, not over-promised', async () => {
+    const gate = join(makeGateDir('host-memory'), 'go');
+    const big = await approveTask(
+      alice,
+      rita,
+      shellSpec(`while [ ! -e '${gate}' ]; do sleep 0.05; done`, { limits: { memory_mib: 16384 } }),
+    );
+    await waitFor(async () => (await getTask(alice, big)).state === 'RUNNING', {
+      what: 'the big task running',
+    });
+    expect(m.deps.store.leases.committedMemoryByWorker().get('gpu-small-host')).toBe(16384);
+    // Three cards are free, but 20480 - 16384 = 4096 MiB is left and a default task is given 5120.
+    const next = await approveTask(alice, rita, shellSpec('echo next'));
+    const reason = await waitFor(
+      async () => {
+        const r = (await getTask(alice, next)).reason;
+        return r?.['code'] === 'waiting_for_host_memory' ? r : undefined;
+      },
+      { what: 'waiting_for_host_memory' },
+    );
+    expect(reason).toMatchObject({ worker_id: 'gpu-small-host', need_mib: 5120, free_mib: 4096 });
+    writeFileSync(gate, '');
+    expect(await waitUntilSettled(alice, big)).toMatchObject({ state: 'COMPLETED' });
+    expect(await waitUntilSettled(alice, next)).toMatchObject({ state: 'COMPLETED' });
+    expect(m.deps.store.leases.committedMemoryByWorker().get('gpu-small-host') ?? 0).toBe(0);
   });
 });

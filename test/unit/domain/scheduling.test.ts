@@ -405,6 +405,35 @@ describe('decide: limits follow the machine (issue 36 item 6)', () => {
     expect(grantOf(e, plain)?.worker_id).toBe('w1');
   });
 
+  it('never promises a host more memory than it has: running tasks count, and so does the pass', () => {
+    // 24 GiB less the 4 GiB reserve = 20480 MiB; 16384 MiB promised to running tasks leaves 4096.
+    const busy = worker('w1', 4, { host: host(24576), memory_committed_mib: 16384 });
+    const t = task(1); // its default there: 5120 MiB (the host's share per card)
+    const waits = decide(snapshot([busy], [t]), NOW);
+    expect(waits.grants).toEqual([]);
+    expect(reasonOf(waits, t)).toMatchObject({
+      code: 'waiting_for_host_memory',
+      worker_id: 'w1',
+      need_mib: 5120,
+      free_mib: 4096,
+    });
+    expect(reasonOf(waits, t)?.message).toContain('ask for less memory');
+    // A task asking for less fits; another worker with room takes the default one.
+    const small = task(1, { limits: { memory_mib: 4096 } });
+    expect(grantOf(decide(snapshot([busy], [small]), NOW), small)?.worker_id).toBe('w1');
+    const both = decide(snapshot([busy, worker('w2', 4, { host: host(24576) })], [t]), NOW);
+    expect(grantOf(both, t)?.worker_id).toBe('w2');
+    // Within one pass: two tasks asking 12000 MiB each on an idle host of 20480 — one runs, one waits.
+    const a = task(1, { limits: { memory_mib: 12000 } });
+    const b = task(1, { limits: { memory_mib: 12000 } });
+    const pass = decide(snapshot([worker('w1', 4, { host: host(24576) })], [a, b]), NOW);
+    expect(pass.grants).toHaveLength(1);
+    expect(reasonOf(pass, b)).toMatchObject({ code: 'waiting_for_host_memory', need_mib: 12000 });
+    // Defaults share the host exactly: four 1-card tasks on four cards all run.
+    const four = [task(1), task(1), task(1), task(1)];
+    expect(decide(snapshot([worker('w1', 4, { host: host(24576) })], four), NOW).grants).toHaveLength(4);
+  });
+
   it("honours the operator's reserve", () => {
     const t = task(1, { limits: { memory_mib: 20000 } });
     const reserve = { memory_mib: 8192, disk_mib: 0 };
