@@ -3,6 +3,7 @@ import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { executionIdProblem } from '../executions/executor.js';
 import type { ContainerTasks } from '../sandbox/container.js';
 import { NOBODY } from '../sandbox/container.js';
+import { hiddenMounts } from '../sandbox/host-mounts.js';
 import { setupTaskLimits } from '../sandbox/limits.js';
 import type { RunAs } from '../sandbox/run-as.js';
 import type { SandboxSetup } from '../sandbox/setup.js';
@@ -76,7 +77,12 @@ export async function setupExecution(
   const handOver = await handOverTaskDirs(layout, dirs.giveTo);
   if (handOver !== null) return handOver;
   // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
-  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandboxed, plan.hidden_paths);
+  // The policy's hidden paths as written and as this host resolves them (a link or `..` on the way).
+  const hidden = plan.hidden_paths ?? [];
+  const mounts = resolveMounts(plan.spec.mounts ?? [], opts.mounts ?? [], sandboxed, [
+    ...hidden,
+    ...hiddenMounts(hidden).map((h) => h.path),
+  ]);
   if (typeof mounts === 'string') return mounts;
   const moved = await mountsAsDeclared(mounts);
   if (moved !== null) return moved;

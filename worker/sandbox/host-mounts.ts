@@ -1,4 +1,4 @@
-import { existsSync, lstatSync, readlinkSync, statSync } from 'node:fs';
+import { existsSync, lstatSync, readlinkSync, realpathSync, statSync } from 'node:fs';
 import { dirname } from 'node:path';
 
 /**
@@ -97,23 +97,28 @@ export function ancestorDirs(pinned: readonly string[], mounted: readonly string
 }
 
 /**
- * The paths a sandbox hides, with their kind, skipping those that do not exist (bwrap cannot cover a
- * missing path, and there is nothing to hide). Those under another hidden directory are kept: bwrapArgs
- * covers only the outermost, and hides the others again where a bind shows them (`rehiddenBelow`).
+ * The paths a sandbox hides, each as the host resolves it (its canonical path), with their kind, skipping
+ * those that do not exist (bwrap cannot cover a missing path, and there is nothing to hide). Resolved
+ * because a hidden path is the operator's text: one named through a symbolic link (`/data/gb` where
+ * `/data -> /var/lib/data`) or with `..` would otherwise be covered at a path the sandbox does not show
+ * while the directory itself shows under a system dir or a mount (`rehiddenBelow` compares paths).
+ * Those under another hidden directory are kept: bwrapArgs covers only the outermost, and hides the
+ * others again where a bind shows them (`rehiddenBelow`).
  */
 export function hiddenMounts(paths: readonly string[]): Array<{ path: string; kind: 'dir' | 'file' }> {
-  const out: Array<{ path: string; kind: 'dir' | 'file' }> = [];
-  for (const path of [...new Set(paths)].sort()) {
-    if (!path.startsWith('/') || path === '/') continue;
-    let kind: 'dir' | 'file';
+  const out = new Map<string, 'dir' | 'file'>();
+  for (const given of paths) {
+    if (!given.startsWith('/') || given === '/') continue;
+    let path: string;
     try {
-      kind = statSync(path).isDirectory() ? 'dir' : 'file';
+      path = realpathSync(given);
+      if (path === '/') continue;
+      out.set(path, statSync(path).isDirectory() ? 'dir' : 'file');
     } catch {
-      continue;
+      // not on this host
     }
-    out.push({ path, kind });
   }
-  return out;
+  return [...out].sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0)).map(([path, kind]) => ({ path, kind }));
 }
 
 /** The entries not below another entry of the list (sorted by path; pure). */
