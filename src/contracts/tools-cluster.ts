@@ -119,6 +119,18 @@ export const WorkerListingSchema = z.object({
    * groups of the filter's table its operator allowed again (`--seccomp-allow`); null: no filter.
    */
   seccomp: z.object({ version: z.string(), allowed: z.array(z.string()) }).nullable(),
+  /**
+   * Its host as its hello reports it (RAM, CPUs, the data dir's disk), with the memory its running tasks
+   * were given there; null: not known (a Slurm pool, an older worker). Task limits follow it.
+   */
+  host: z
+    .object({
+      memory_mib: z.number(),
+      cpus: z.number(),
+      disk_mib: z.number(),
+      memory_committed_mib: z.number(),
+    })
+    .nullable(),
 });
 
 /** list_workers */

@@ -60,6 +60,7 @@ export function getQueue(deps: BrokerDeps, principal: Principal) {
 /** list_workers. */
 export function listWorkers(deps: BrokerDeps) {
   const now = deps.clock.now();
+  const committed = deps.store.leases.committedMemoryByWorker();
   return {
     workers: deps.store.workers.list().map((w) => {
       const live = deps.cluster.fleet.get(w.id);
@@ -81,6 +82,7 @@ export function listWorkers(deps: BrokerDeps) {
         backend: w.backend,
         slurm: w.slurm,
         seccomp: w.seccomp,
+        host: w.host === null ? null : { ...w.host, memory_committed_mib: committed.get(w.id) ?? 0 },
       };
     }),
   };

@@ -41,8 +41,12 @@ afterAll(async () => {
 const SIZES = `echo "tmp=$(df -m /tmp | tail -1 | awk '{print $2}') shm=$(df -m /dev/shm | tail -1 | awk '{print $2}')"`;
 
 describe('limits follow the machine', () => {
-  it('records the host the worker reports', () => {
+  it('records the host the worker reports, and list_workers shows it', async () => {
     expect(m.deps.store.workers.get('gpu-small-host')?.host).toEqual(HOST);
+    const listed = expectOk(
+      await callTool<{ workers: Array<{ worker_id: string; host: unknown }> }>(alice, 'list_workers', {}),
+    ).workers.find((x) => x.worker_id === 'gpu-small-host');
+    expect(listed?.host).toEqual({ ...HOST, memory_committed_mib: 0 });
   });
 
   it("gives a task by default at most its host's share per card (24 GiB less 4 GiB, over 4 cards)", async () => {
