@@ -4,7 +4,8 @@
 # browser test), bubblewrap (every process task runs in a bwrap sandbox), podman with runc (container
 # tasks; crun fails on cgroup v1/v2 hybrid hosts), uidmap (rootless podman) and busybox-static (the
 # rootfs of the image the container tests build locally), gcc and libc6-dev (npm run build compiles the
-# native sandbox statically, ADR 0038), and Slurm (slurmctld, slurmd, slurm-client,
+# native sandbox statically, ADR 0038), e2fsprogs (mkfs.ext4: each task dir is a file system of its own,
+# ADR 0043), and Slurm (slurmctld, slurmd, slurm-client,
 # munge: the Slurm backend's tests start a real local cluster with fake GPUs, see test/support/slurm.ts;
 # installed without recommends, as scripts/slurm/start-local-slurm.sh does). Installs them with apt when
 # running as root; otherwise says what to install.
@@ -18,6 +19,7 @@ command -v runc >/dev/null 2>&1 || missing+=(runc)
 command -v newuidmap >/dev/null 2>&1 || missing+=(uidmap)
 [ -x /bin/busybox ] || missing+=(busybox-static)
 command -v cc >/dev/null 2>&1 || missing+=(gcc)
+[ -x /usr/sbin/mkfs.ext4 ] || [ -x /sbin/mkfs.ext4 ] || missing+=(e2fsprogs)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || [ -e /usr/lib/aarch64-linux-gnu/libc.a ] || [ -e /usr/lib/libc.a ] ||
   missing+=(libc6-dev)
 slurm=()
