@@ -1,16 +1,5 @@
 import { execFile } from 'node:child_process';
-import {
-  chmod,
-  chown,
-  mkdir,
-  readFile,
-  rm,
-  rmdir,
-  stat,
-  statfs,
-  truncate,
-  writeFile,
-} from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, rm, rmdir, stat, statfs, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { findHelper, HELPER_ENV } from './helper-commands.js';
 import { parseMountinfo } from './mountinfo.js';
@@ -23,10 +12,13 @@ import { parseMountinfo } from './mountinfo.js';
  * none of those; it could be outrun by a fast writer, and it let a task with a 256 MiB limit hold 1 GiB
  * of the worker's data file system for its whole life.
  *
- * How: a sparse image file `<execution>/task.img` of the limit plus a margin, formatted ext4 (no journal,
- * no reserved blocks, inode tables initialised lazily: about 50 ms whatever the size), mounted on the
- * task dir with a loop device (`nosuid,nodev`), its root given to the task's uid. The image grows on the
- * data file system only as the task writes, and never past its size. The watch reads the file system's
+ * How: an image file `<execution>/task.img` of the limit plus a margin, its room taken on the data file
+ * system when it is made (`fallocate`: the kernel marks the blocks, nothing is written), formatted ext4
+ * (no journal, no reserved blocks, inode tables initialised lazily: about 50 ms whatever the size),
+ * mounted on the task dir with a loop device (`nosuid,nodev`), its root given to the task's uid. Tasks
+ * together never hold more of the data file system than their images (a sparse image that grew as the
+ * task wrote let tasks each within its limit fill it together: I/O errors in the others' file systems,
+ * the worker's store full); a task whose room is not there fails to start, saying so. The watch reads the file system's
  * own count (statfs) each second and ends the task DISK_LIMIT once it holds more than the limit; the
  * margin lets the watch see it before the kernel refuses. At the end (or at the next start, after a
  * crash: `unmountStale`) the file system is unmounted and the image removed.
@@ -49,6 +41,8 @@ export const TASK_IMAGE = 'task.img';
 /** The programs a per-task file system needs, found once at worker start. */
 export interface TaskFsTools {
   readonly mkfs: string;
+  /** Takes the image's room on the data file system when it is made (util-linux, as mount). */
+  readonly fallocate: string;
   readonly mount: string;
   readonly umount: string;
 }
@@ -86,9 +80,10 @@ export async function probeTaskFs(scratchDir: string, root: boolean): Promise<Ta
   const mkfs = findHelper('mkfs.ext4');
   const mount = findHelper('mount');
   const umount = findHelper('umount');
-  if (mkfs === null || mount === null || umount === null)
-    return 'mkfs.ext4, mount or umount is not installed (apt-get install e2fsprogs mount)';
-  const tools = { mkfs, mount, umount };
+  const fallocate = findHelper('fallocate');
+  if (mkfs === null || mount === null || umount === null || fallocate === null)
+    return 'mkfs.ext4, mount, umount or fallocate is not installed (apt-get install e2fsprogs mount util-linux)';
+  const tools = { mkfs, fallocate, mount, umount };
   const dir = join(scratchDir, `task-fs-probe-${process.pid}`);
   await rm(dir, { recursive: true, force: true });
   await mkdir(join(dir, 'task'), { recursive: true, mode: 0o700 });
@@ -132,7 +127,14 @@ export async function mountTaskFs(tools: TaskFsTools, req: TaskFsRequest): Promi
     const before = await stat(req.taskDir);
     await rm(image, { force: true });
     await writeFile(image, '', { mode: 0o600, flag: 'wx' });
-    await truncate(image, sizeMib * MIB);
+    // The image's room is taken now, not as the task writes (a sparse image would promise room the data
+    // file system may not have once several tasks run: together, each within its limit, they would fill
+    // it, the worker's store and the other tasks' images with it). No room: the task does not start.
+    const room = await run(tools.fallocate, ['-l', String(sizeMib * MIB), image]);
+    if (room !== null) {
+      await undo();
+      return `no room on the worker's data file system for the task dir's ${sizeMib} MiB: ${room}`;
+    }
     const formatted = await run(tools.mkfs, [
       '-q',
       '-F',

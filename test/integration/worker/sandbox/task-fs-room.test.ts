@@ -1,0 +1,98 @@
+import { execFileSync } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  mountTaskFs,
+  probeTaskFs,
+  type TaskFs,
+  type TaskFsTools,
+} from '../../../../worker/sandbox/task-fs.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
+
+/**
+ * Issue 36 item 3, attacked again: "the worker's own store and other tasks always keep room". Each task
+ * dir is an image on the worker's data file system; an image that only grows as the task writes (sparse)
+ * promises room the data file system may not have once several tasks run: tasks that each stay within
+ * their disk_mib fill it together, and the next write anywhere on it (the worker's store, another task's
+ * logs, another task's image: an I/O error inside its file system) fails. The image's room is taken when
+ * it is made, so a task that cannot have it does not start, and what has started keeps it.
+ *
+ * The data file system here is a 96 MiB one of its own (an ext4 image on a loop device), so that two
+ * tasks of 40 MiB each over-ask it.
+ */
+
+let top = '';
+let dataDir = '';
+let tools: TaskFsTools | string = 'not probed';
+if (isRoot) {
+  top = mkdtempSync(join('/var/tmp', 'gpu-broker-task-fs-room-'));
+  dataDir = join(top, 'data');
+  mkdirSync(dataDir);
+  try {
+    execFileSync('truncate', ['-s', '96M', join(top, 'data.img')]);
+    execFileSync('mkfs.ext4', ['-q', '-F', '-O', '^has_journal', '-m', '0', join(top, 'data.img')]);
+    execFileSync('mount', ['-o', 'loop', join(top, 'data.img'), dataDir]);
+    tools = await probeTaskFs(dataDir, true);
+  } catch (err) {
+    tools = (err as Error).message;
+  }
+}
+const ready = requireOrSkip(
+  'root and per-task file systems (mkfs.ext4, loop devices)',
+  typeof tools !== 'string',
+  typeof tools === 'string' ? tools : '',
+);
+
+const held: TaskFs[] = [];
+beforeAll(() => undefined);
+afterAll(async () => {
+  for (const fs of held) await fs.release();
+  if (top === '') return;
+  try {
+    execFileSync('umount', [dataDir]);
+  } catch {
+    // never mounted
+  }
+  rmSync(top, { recursive: true, force: true });
+});
+
+/** Mounts a task dir of `mib` on the small data file system, or says why not. */
+async function taskDir(name: string, mib: number): Promise<{ fs: TaskFs | string; dir: string }> {
+  const execRoot = join(dataDir, name);
+  mkdirSync(join(execRoot, 'task'), { recursive: true });
+  const fs = await mountTaskFs(tools as TaskFsTools, {
+    execRoot,
+    taskDir: join(execRoot, 'task'),
+    diskMib: mib,
+    owner: null,
+  });
+  if (typeof fs !== 'string') held.push(fs);
+  return { fs, dir: join(execRoot, 'task') };
+}
+
+/** Writes `mib` MiB into `file`; returns the error's code, or 'ok'. */
+function fill(file: string, mib: number): string {
+  try {
+    writeFileSync(file, Buffer.alloc(mib * 1024 * 1024, 1));
+    execFileSync('sync', ['-f', file]);
+    return 'ok';
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code ?? (err as Error).message;
+  }
+}
+
+describe.runIf(ready)("room on the worker's data file system", () => {
+  it('attack: two tasks within their disk limits never fill the data file system together; the worker keeps room', async () => {
+    const a = await taskDir('exec-a', 60);
+    expect(typeof a.fs, String(a.fs)).not.toBe('string');
+    const b = await taskDir('exec-b', 60);
+    // The second task cannot have its room: it does not start, saying why; the first keeps all of its own.
+    expect(b.fs).toMatch(/^no room on the worker's data file system for the task dir's 76 MiB/);
+    expect(fill(join(a.dir, 'x'), 56)).toBe('ok');
+    // What the worker writes beside them (its store, logs) still fits.
+    expect(fill(join(dataDir, 'store.db'), 4)).toBe('ok');
+    const s = statfsSync(dataDir);
+    expect(s.bavail * s.bsize).toBeGreaterThan(0);
+  });
+});
