@@ -159,6 +159,9 @@ export function containerLimitArgs(l: ResolvedLimits): string[] {
   ];
 }
 
+/** What of the engine's /sys a container task does not see (containerArgs). */
+export const CONTAINER_MASKED_PATHS = ['/sys/devices/virtual/block', '/sys/fs/ext4'] as const;
+
 /** The argv after the engine's executable for one task: `run --rm … IMAGE ARGV…`. Pure. */
 export function containerArgs(req: ContainerRequest): string[] {
   const parent = req.cgroupParent;
@@ -185,6 +188,13 @@ export function containerArgs(req: ContainerRequest): string[] {
     ...(req.engine === 'podman' && req.backstopSeconds !== undefined
       ? ['--timeout', String(req.backstopSeconds)]
       : []),
+    // The host's virtual block devices and ext4 file systems, which the engine's /sys shows: each task
+    // dir is a loop device whose backing file names its execution (task-fs.ts), as for a sandboxed task
+    // (host-mounts.ts MASKED_KERNEL_PATHS). podman masks them itself; docker's --tmpfs copies nothing
+    // up (podman's would copy what it covers), so an empty read-only tmpfs over each.
+    ...(req.engine === 'podman'
+      ? ['--security-opt', `mask=${CONTAINER_MASKED_PATHS.join(':')}`]
+      : CONTAINER_MASKED_PATHS.flatMap((path) => ['--tmpfs', `${path}:ro,nosuid,nodev,noexec,size=4k`])),
     '--user',
     `${req.user.uid}:${req.user.gid}`,
     ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),

@@ -80,7 +80,15 @@ describe('containerArgs', () => {
     expect(values(args, '--network')).toEqual(['none']);
     expect(args).toContain('--read-only');
     expect(args).toContain('--cap-drop=all');
-    expect(values(args, '--security-opt')).toEqual(['no-new-privileges']);
+    // The host's loop devices (each task dir's names its execution) and ext4 counters masked (issue 36).
+    expect(values(args, '--security-opt')).toEqual([
+      'mask=/sys/devices/virtual/block:/sys/fs/ext4',
+      'no-new-privileges',
+    ]);
+    expect(values(containerArgs({ ...request, engine: 'docker' }), '--tmpfs').slice(2)).toEqual([
+      '/sys/devices/virtual/block:ro,nosuid,nodev,noexec,size=4k',
+      '/sys/fs/ext4:ro,nosuid,nodev,noexec,size=4k',
+    ]);
     expect(values(args, '--user')).toEqual(['2000000000:2000000000']);
     expect(values(args, '--pids-limit')).toEqual(['4096']);
     expect(values(args, '--tmpfs')).toEqual([
