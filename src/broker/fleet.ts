@@ -27,6 +27,12 @@ export interface LiveWorker {
   offline_since: number | null;
   /** When its current session said `hello` (null before the first since the master started). */
   connected_at: number | null;
+  /**
+   * Whether its latest hello said it starts an execution only once the master acknowledged the
+   * acceptance (`starts_after_ack`): then an assign it never acknowledged may be withdrawn while it is
+   * offline. False until this master heard a hello from it.
+   */
+  starts_after_ack: boolean;
 }
 
 /** A card as listed to people and agents. */
@@ -80,6 +86,7 @@ export class Fleet {
         held_cards: [],
         offline_since: this.startedAt,
         connected_at: null,
+        starts_after_ack: false,
       };
       this.live.set(workerId, w);
     }
@@ -93,9 +100,11 @@ export class Fleet {
     cards: CardSample[],
     now: number,
     heldCards: number[] = [],
+    startsAfterAck = false,
   ): void {
     const w = this.entry(workerId);
     Object.assign(w, {
+      starts_after_ack: startsAfterAck,
       connected: true,
       boot_id: bootId,
       last_message_at: now,

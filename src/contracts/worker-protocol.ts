@@ -193,6 +193,13 @@ export const HelloSchema = z.object({
    * workers, a Slurm pool, whose nodes Slurm accounts for).
    */
   host: HostResourcesSchema.nullable().default(null),
+  /**
+   * True: this worker starts an accepted execution only once the master acknowledged its `accepted`
+   * report (worker/executions/manager.ts), so while the master has not recorded the acceptance it may
+   * withdraw the assign of a worker that fell silent and requeue the task elsewhere (issue 40, item 3).
+   * Older workers do not say: the master never withdraws their assigns.
+   */
+  starts_after_ack: z.boolean().optional(),
 });
 
 /** worker → master: a sample of all cards, or why sampling failed. */

@@ -24,8 +24,10 @@ import {
  *
  * The steps, in order (the reactions come out in the order they are applied):
  *  1. fence: the report must name an execution of the session's worker (else NOT_FOUND), carry its
- *     lease_epoch (else STALE_EPOCH) and name its task (else INVALID_INPUT; issue 10, row 9). A refusal
- *     is the only reaction: nothing is known to have happened, so nothing changes;
+ *     lease_epoch (else STALE_EPOCH) and name its task (else INVALID_INPUT; issue 10, row 9), and the
+ *     execution must not be `rejected` (rejected by the worker, or withdrawn by the master: STALE_EPOCH,
+ *     a worker then ends it unstarted). A refusal is the only reaction: nothing is known to have
+ *     happened, so nothing changes;
  *  2. Slurm bookkeeping: the job behind it is recorded whatever the phase step says (a repeated
  *     `accepted` carries a changed pending reason); a binding once known is never dropped, and the
  *     first one is audited;
@@ -187,6 +189,18 @@ export function reactToReport(snapshot: ReportSnapshot, report: ExecutionReport)
         code: 'INVALID_INPUT',
         message: `execution ${e.id} belongs to task ${e.task_id}, but the report names task ${report.task_id}`,
         hint: 'Report refused; nothing changed. A report must name the task of its execution.',
+      },
+    ];
+  // A report about an execution that never ran and never may: the worker rejected it, or the master
+  // withdrew its assign and gave the task to another lease (issue 40, item 3). Refused, never taken for
+  // a disagreement: marking it lost would move the task, which may run elsewhere by now.
+  if (e.phase === 'rejected' && report.phase !== 'rejected')
+    return [
+      {
+        kind: 'refuse',
+        code: 'STALE_EPOCH',
+        message: `execution ${e.id} was rejected or withdrawn; a report of ${report.phase} cannot follow`,
+        hint: 'It must not run: the master gave its cards and its task up. End it without starting it.',
       },
     ];
   const reactions: ReportReaction[] = [];

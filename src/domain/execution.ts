@@ -37,14 +37,17 @@ export type ReportedPhase = Exclude<ExecutionPhase, 'assigned'>;
 
 /**
  * What moves an execution: the report of a phase, or — on the master only — `reconcile`, an operator's
- * `reconcile_task` giving up on a live execution (its cleanup was never confirmed). A worker can never
- * send `reconcile`: its reports are phases (the protocol schema), and the worker's own moves are phases.
+ * `reconcile_task` giving up on a live execution (its cleanup was never confirmed), or `withdraw`, the
+ * master taking back an assign whose acceptance it never recorded from a worker that fell silent (issue
+ * 40, item 3: such a worker starts nothing the master has not acknowledged, so the task may go elsewhere).
+ * A worker can never send either: its reports are phases (the protocol schema), and the worker's own
+ * moves are phases.
  */
-export type ExecutionEvent = ReportedPhase | 'reconcile';
+export type ExecutionEvent = ReportedPhase | 'reconcile' | 'withdraw';
 
 /** Which reported phase may follow which (and where `reconcile` leads); everything else is refused. */
 export const EXECUTION_TABLE: TransitionTable<ExecutionPhase, ExecutionEvent> = {
-  assigned: { accepted: 'accepted', rejected: 'rejected', reconcile: 'cleanup_failed' },
+  assigned: { accepted: 'accepted', rejected: 'rejected', reconcile: 'cleanup_failed', withdraw: 'rejected' },
   accepted: { started: 'started', exited: 'exited', reconcile: 'cleanup_failed' },
   started: { exited: 'exited', reconcile: 'cleanup_failed' },
   exited: { cleaned: 'cleaned', cleanup_failed: 'cleanup_failed', reconcile: 'cleanup_failed' },
@@ -86,9 +89,9 @@ export function executionStep(current: ExecutionPhase, reported: ReportedPhase):
   return { kind: 'illegal', from: current, reported, allowed: reportedOnly(moved.allowed) };
 }
 
-/** The phases among `events` (what a worker may report or record; `reconcile` is the master's). */
+/** The phases among `events` (what a worker may report or record; `reconcile` and `withdraw` are the master's). */
 export function reportedOnly(events: readonly ExecutionEvent[]): ReportedPhase[] {
-  return events.filter((e): e is ReportedPhase => e !== 'reconcile');
+  return events.filter((e): e is ReportedPhase => e !== 'reconcile' && e !== 'withdraw');
 }
 
 /**
@@ -110,6 +113,22 @@ export function transitionExecution(
   event: ExecutionEvent,
 ): TransitionResult<ExecutionPhase, ExecutionEvent> {
   return applyTransition(EXECUTION_TABLE, from, event);
+}
+
+/**
+ * Whether the master may withdraw an execution's assign and requeue its task elsewhere (issue 40,
+ * item 3): the master never recorded the worker's acceptance (`assigned`), the worker is offline, and
+ * its hello said it starts nothing before the master acknowledged the acceptance (`starts_after_ack`) —
+ * so it cannot have started, and cannot start after this, since its `accepted` report is refused from
+ * now on and a `cancel` follows. The task and lease tables decide the rest (`requeued`, `withdrawn`).
+ * Pure.
+ */
+export function withdrawable(f: {
+  readonly phase: ExecutionPhase;
+  readonly worker_offline: boolean;
+  readonly starts_after_ack: boolean;
+}): boolean {
+  return f.phase === 'assigned' && f.worker_offline && f.starts_after_ack;
 }
 
 /** What decides when the master stops waiting for an exited execution's cleanup receipt. */

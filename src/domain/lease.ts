@@ -17,6 +17,9 @@ import {
  * - `QUARANTINED`: cleanup not confirmed in time, or the worker was lost; the cards stay out of the pool.
  *   A worker that comes back listing the lease's execution as still alive, under the same epoch, takes
  *   it back to `ACTIVE` (`worker_returned`): the cards were never freed, so nothing else holds them.
+ * `withdrawn` releases a lease whose execution never started and never can: the master took back its
+ * assign before recording an acceptance, from a worker that starts nothing unacknowledged (issue 40,
+ * item 3). That is proof, not a guess: the worker's own records hold the cards until it ends it.
  */
 export const LEASE_STATES = ['ACTIVE', 'RELEASING', 'RELEASED', 'QUARANTINED'] as const;
 /** A lease state. */
@@ -29,15 +32,26 @@ export const LEASE_EVENTS = [
   'quarantine',
   'reconcile_release',
   'worker_returned',
+  'withdrawn',
 ] as const;
 /** A lease event. */
 export type LeaseEvent = (typeof LEASE_EVENTS)[number];
 
 /** The lease transition table; docs/state-machines.md shows it. */
 export const LEASE_TABLE: TransitionTable<LeaseState, LeaseEvent> = {
-  ACTIVE: { execution_ended: 'RELEASING', cleaned: 'RELEASED', quarantine: 'QUARANTINED' },
+  ACTIVE: {
+    execution_ended: 'RELEASING',
+    cleaned: 'RELEASED',
+    quarantine: 'QUARANTINED',
+    withdrawn: 'RELEASED',
+  },
   RELEASING: { cleaned: 'RELEASED', quarantine: 'QUARANTINED' },
-  QUARANTINED: { cleaned: 'RELEASED', reconcile_release: 'RELEASED', worker_returned: 'ACTIVE' },
+  QUARANTINED: {
+    cleaned: 'RELEASED',
+    reconcile_release: 'RELEASED',
+    worker_returned: 'ACTIVE',
+    withdrawn: 'RELEASED',
+  },
   RELEASED: {},
 };
 

@@ -14,7 +14,9 @@ import {
  *
  * States:
  * - `QUEUED`: approved, waiting for cards; carries a `reason` and a queue position.
- * - `ASSIGNED`: a lease was granted and the plan sent; the worker has not reported `started`.
+ * - `ASSIGNED`: a lease was granted and the plan sent; the worker has not reported `started`. If the
+ *   worker falls silent before the master recorded its acceptance, the task goes back to `QUEUED`
+ *   (`requeued`; no new review) and another worker may run it (issue 40, item 3).
  * - `RUNNING`: the worker reported the process started.
  * - `FINALIZING`: the process exited and outputs were collected; waiting for the cleanup receipt.
  * - `COMPLETED` (terminal): exit 0, outputs present, cleanup confirmed.
@@ -51,6 +53,7 @@ export const TASK_EVENTS = [
   'worker_lost',
   'worker_returned',
   'worker_returned_unstarted',
+  'requeued',
   'reconcile_completed',
   'reconcile_failed',
   'reconcile_cancelled',
@@ -62,6 +65,7 @@ export type TaskEvent = (typeof TASK_EVENTS)[number];
 export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
   QUEUED: { lease_granted: 'ASSIGNED', cancel_queued: 'CANCELLED' },
   ASSIGNED: {
+    requeued: 'QUEUED',
     started: 'RUNNING',
     exited: 'FINALIZING',
     worker_rejected: 'FAILED',
@@ -77,6 +81,7 @@ export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
     worker_lost: 'RECONCILIATION_REQUIRED',
   },
   RECONCILIATION_REQUIRED: {
+    requeued: 'QUEUED',
     worker_returned: 'RUNNING',
     worker_returned_unstarted: 'ASSIGNED',
     started: 'RUNNING',

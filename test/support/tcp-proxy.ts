@@ -3,8 +3,8 @@ import { createServer, type Server, Socket } from 'node:net';
 /**
  * A TCP proxy on 127.0.0.1 in front of a master, so a test can break a worker's link the way a network
  * does: `cut` resets every connection and refuses new ones; `hold` keeps the connections open but stops
- * forwarding (a black hole: whatever either side sends waits in socket buffers). It forwards bytes only,
- * so TLS runs end to end between the worker and the master.
+ * forwarding (a black hole: whatever either side sends waits in socket buffers); `holdFromClient` does
+ * that one way only. It forwards bytes only, so TLS runs end to end between the worker and the master.
  */
 export interface TcpProxy {
   /** The proxy's port. */
@@ -15,6 +15,12 @@ export interface TcpProxy {
   cut(): void;
   /** Stops forwarding on the open connections, without closing them; new ones are refused. */
   hold(): void;
+  /**
+   * Like `hold`, one way only: what the client (the worker) sends waits in the socket buffers, what the
+   * server (the master) sends still arrives. A report lost on the way while the master's messages go
+   * through; new connections are refused.
+   */
+  holdFromClient(): void;
   /** Accepts and forwards new connections again (held ones stay held: `cut` them first). */
   restore(): void;
   /** How many connections were accepted so far. */
@@ -76,6 +82,13 @@ export async function startTcpProxy(targetUrl: string): Promise<TcpProxy> {
         upstream.unpipe(client);
         client.pause();
         upstream.pause();
+      }
+    },
+    holdFromClient() {
+      up = false;
+      for (const { client, upstream } of pairs) {
+        client.unpipe(upstream);
+        client.pause();
       }
     },
     restore() {

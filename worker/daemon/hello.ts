@@ -67,6 +67,8 @@ export function buildHello(facts: HelloFacts): HelloMessage {
     slurm: facts.slurm,
     seccomp: facts.seccomp,
     host: facts.host,
+    // worker/executions/manager.ts starts nothing before the master acknowledged its acceptance.
+    starts_after_ack: true,
   };
 }
 

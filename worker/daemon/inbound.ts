@@ -133,6 +133,10 @@ export class MasterInbox {
             { code: msg.code, ref_seq: msg.ref_seq, message: msg.message },
             'worker: error from the master',
           );
+          // A refused `accepted` report: the master did not record the acceptance, so it never starts.
+          // UNAVAILABLE and INTERNAL are not refusals: the message was not processed and is resent.
+          if (msg.ref_seq !== undefined && msg.code !== 'UNAVAILABLE' && msg.code !== 'INTERNAL')
+            this.deps.executions.acceptanceRefused(this.deps.outbox.bootId, msg.ref_seq, msg.message);
           break;
         default:
           this.onSequenced(msg);

@@ -26,7 +26,10 @@ import { exitSummary, finalSummary, outputBody, phaseBody } from './reports.js';
  * What the worker does with `assign`, `cancel` and `query` (docs/worker-protocol.md), and how a running
  * execution's events become messages. Phases an execution goes through on this worker:
  *
- *   accepted   fenced, recorded and reported; the executor is starting it
+ *   accepted   fenced, recorded and reported; the executor starts it once the master acknowledged the
+ *              report (it then recorded the acceptance and will not give the task to another worker;
+ *              issue 40, item 3). A `cancel` or a refusal of that report before then ends it `exited`
+ *              (CANCELLED, never started) and `cleaned`: nothing ran
  *   rejected   refused before anything ran (STALE_EPOCH, or SETUP_FAILED: unknown card, uuid mismatch,
  *              a pinned file whose sha256 differs on this host)
  *   started    its process group runs (pgid recorded, so a restarted worker can stop it)
@@ -78,6 +81,11 @@ const STOP_CLEANUP_WAIT_MS = 5_000;
 /** Executions of this worker process; see the module comment. */
 export class ExecutionManager {
   private readonly running = new Map<string, Running>();
+  /** Accepted executions waiting for the master to acknowledge their `accepted` report, by id. */
+  private readonly awaiting = new Map<
+    string,
+    { plan: ExecutionPlan; report: { boot_id: string; seq: number } }
+  >();
   /** Log bytes kept per task started from now on: the master's cap, from its latest welcome. */
   private logCap = DEFAULT_MAX_LOG_BYTES_PER_TASK;
 
@@ -91,6 +99,64 @@ export class ExecutionManager {
   /** How many executions this process is running. */
   runningCount(): number {
     return this.running.size;
+  }
+
+  /** How many accepted executions wait for the master to acknowledge their acceptance. */
+  awaitingCount(): number {
+    return this.awaiting.size;
+  }
+
+  /**
+   * The master refused one of this worker's messages (`error` with `ref_seq`): if it was the `accepted`
+   * report of an execution waiting to start, the master did not record the acceptance (it withdrew the
+   * assign and gave the task to another worker): the execution never starts. Returns whether it was one.
+   */
+  acceptanceRefused(bootId: string, seq: number, why: string): boolean {
+    for (const [id, w] of this.awaiting)
+      if (w.report.boot_id === bootId && w.report.seq === seq) {
+        this.endUnstarted(id, `the master refused its acceptance: ${why}`);
+        return true;
+      }
+    return false;
+  }
+
+  /**
+   * Starts `plan` once the master acknowledged its `accepted` report (`report`): acknowledged means
+   * committed, so from then on the master holds the execution as this worker's and never gives the task
+   * to another one. Until then nothing runs, so a master that heard nothing (a partition) may withdraw
+   * the assign and requeue the task elsewhere; its `cancel` (or its refusal of the report) then ends it
+   * here unstarted.
+   */
+  private startWhenAcknowledged(plan: ExecutionPlan, report: { boot_id: string; seq: number }): void {
+    this.awaiting.set(plan.execution_id, { plan, report });
+    this.deps.outbox.whenAcked(report, () => {
+      if (!this.awaiting.delete(plan.execution_id)) return;
+      this.run(plan);
+    });
+  }
+
+  /** An accepted execution that never started ends: `exited` (CANCELLED) then `cleaned` (nothing ran). */
+  private endUnstarted(executionId: string, detail: string): void {
+    const w = this.awaiting.get(executionId);
+    if (w === undefined) return;
+    this.awaiting.delete(executionId);
+    this.deps.outbox.forgetAck(w.report);
+    const { store, outbox, logger } = this.deps;
+    logger.warn(
+      { execution_id: executionId, detail },
+      'worker: accepted execution withdrawn before it started',
+    );
+    const result: ExecutionSummary = {
+      exit_code: null,
+      signal: null,
+      failure_reason: 'CANCELLED',
+      outputs: [],
+      detail,
+    };
+    store.transaction(() => {
+      outbox.enqueue(phaseBody(store.moveExecution(executionId, 'accepted', 'exited', result)));
+      outbox.enqueue(phaseBody(store.moveExecution(executionId, 'exited', 'cleaned', result)));
+    });
   }
 
   /** assign: re-delivery check, fencing, card check, record, report; the run starts after commit. */
@@ -136,8 +202,8 @@ export class ExecutionManager {
       this.reject(plan, 'SETUP_FAILED', problem);
       return {};
     }
-    outbox.enqueue(phaseBody(store.recordExecution(plan, 'accepted')));
-    return { after: () => this.run(plan) };
+    const report = outbox.enqueue(phaseBody(store.recordExecution(plan, 'accepted')));
+    return { after: () => this.startWhenAcknowledged(plan, report) };
   }
 
   /** cancel: refused below the cards' recorded epoch; a finished execution is re-reported. */
@@ -153,6 +219,12 @@ export class ExecutionManager {
           message: `cancel of ${msg.execution_id} carries lease epoch ${msg.lease_epoch}, below ${recorded} recorded for its cards; ignored`,
         },
       };
+    }
+    if (this.awaiting.has(msg.execution_id)) {
+      // Accepted, never started: the master withdrew it (or its owner cancelled it) before it recorded
+      // the acceptance. Nothing ran; it ends here.
+      this.endUnstarted(msg.execution_id, `cancelled before it started: ${msg.reason}`);
+      return {};
     }
     const run = this.running.get(msg.execution_id);
     if (run === undefined) {

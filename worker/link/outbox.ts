@@ -69,6 +69,8 @@ export class OutboxSender {
   private logBytesInFlight = 0;
   /** Acknowledgements received and not yet written to the store (step 3). */
   private pendingAcks: OutboxAck[] = [];
+  /** Callbacks waiting for one message's acknowledgement (`whenAcked`): `boot_id:seq` → callback. */
+  private readonly ackWatch = new Map<string, { boot_id: string; seq: number; fn: () => void }>();
   private ackFlush: NodeJS.Immediate | undefined;
 
   constructor(
@@ -124,9 +126,33 @@ export class OutboxSender {
       this.store.appendOutbox(this.bootId, (seq) => this.stamp(body, seq));
   }
 
+  /**
+   * Calls `fn` once the master acknowledged the message `entry` (its ack, or a welcome whose marks cover
+   * it): "acknowledged" means the master committed what the message changed (src/contracts/sequencing.ts
+   * rule 3). Used to start an execution only once the master recorded its acceptance (issue 40, item 3).
+   * `forgetAck` drops the callback.
+   */
+  whenAcked(entry: { boot_id: string; seq: number }, fn: () => void): void {
+    this.ackWatch.set(`${entry.boot_id}:${entry.seq}`, { boot_id: entry.boot_id, seq: entry.seq, fn });
+  }
+
+  /** Drops a `whenAcked` callback (the execution will not start after all). */
+  forgetAck(entry: { boot_id: string; seq: number }): void {
+    this.ackWatch.delete(`${entry.boot_id}:${entry.seq}`);
+  }
+
+  private fireAck(key: string): void {
+    const watch = this.ackWatch.get(key);
+    if (watch === undefined) return;
+    this.ackWatch.delete(key);
+    watch.fn();
+  }
+
   /** Step 1: the master welcomed us and said what it already has. */
   startSession(workerMarks: ReadonlyArray<{ boot_id: string; seq: number }>): void {
     this.flushAcks();
+    for (const [key, watch] of [...this.ackWatch])
+      if (workerMarks.some((m) => m.boot_id === watch.boot_id && m.seq >= watch.seq)) this.fireAck(key);
     for (const mark of workerMarks) {
       const n = this.store.ackOutboxThrough(mark.boot_id, mark.seq);
       if (n > 0)
@@ -155,6 +181,7 @@ export class OutboxSender {
     this.pendingAcks.push({ boot_id: bootId, seq });
     this.ackFlush ??= setImmediate(() => this.flushAcks());
     const key = `${bootId}:${seq}`;
+    this.fireAck(key);
     const bytes = this.logsInFlight.get(key);
     if (bytes !== undefined) {
       this.logsInFlight.delete(key);

@@ -1,13 +1,20 @@
-import { receiptDeadline } from '../../domain/execution.js';
+import { receiptDeadline, transitionExecution, withdrawable } from '../../domain/execution.js';
+import { leaseAccepts } from '../../domain/lease.js';
+import { taskAccepts } from '../../domain/task.js';
+import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
 import { markExecutionLost, moveExecution, unreachableReason } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
+import { enqueueForWorker } from '../workers/link.js';
 
 /**
  * The deadline sweep for executions (runs every `sweep_interval_ms`; deadlines are computed from stored
  * times, so a master restart loses none):
+ *  - an assign the master never heard accepted, to a worker now offline that starts nothing before the
+ *    master acknowledged its acceptance, is withdrawn at once (`withdrawable`): the task goes back to
+ *    the queue for another worker, fenced by epoch, with no new review (issue 40, item 3);
  *  - a worker silent past `worker_offline_seconds` is offline; its executions get `lease_grace_seconds`
  *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
  *    freed on a guess;
@@ -31,6 +38,17 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
       const task = deps.store.tasks.get(e.task_id);
       const lease = deps.store.leases.lease(e.lease_id);
       if (!task || !lease) continue;
+      if (
+        withdrawable({
+          phase: e.phase,
+          worker_offline: live.offline_since !== null,
+          starts_after_ack: live.starts_after_ack,
+        }) &&
+        withdrawExecution(deps, e)
+      ) {
+        moved++;
+        continue;
+      }
       if (live.offline_since !== null && now - live.offline_since >= lease_grace_seconds * 1000) {
         if (
           markExecutionLost(
@@ -63,4 +81,48 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
     }
   });
   return moved;
+}
+
+/**
+ * Withdraws an assign the worker never acknowledged accepting (see `withdrawable`): the execution is
+ * `rejected` (`withdraw`), its lease RELEASED (`withdrawn`), its task QUEUED again (`requeued`; CANCELLED
+ * at once if a cancel was asked for meanwhile), each audited; the assign leaves the outbox and a `cancel`
+ * follows it, so a worker that did receive it ends it unstarted. A later epoch fences every card the
+ * next lease takes. Returns whether it moved. Call inside a transaction.
+ */
+function withdrawExecution(deps: BrokerDeps, e: ExecutionRecord): boolean {
+  const task = deps.store.tasks.get(e.task_id);
+  const lease = deps.store.leases.lease(e.lease_id);
+  if (!task || !lease || lease.lease_epoch !== e.lease_epoch) return false;
+  if (!transitionExecution(e.phase, 'withdraw').ok) return false;
+  if (!taskAccepts(task.state, 'requeued') || !leaseAccepts(lease.state, 'withdrawn')) return false;
+  const w = e.worker_id;
+  const detail = `withdrawn: worker ${w} fell silent before the master recorded its acceptance`;
+  moveExecution(deps, e, 'withdraw', 'sweeper', { detail });
+  moveLease(deps, lease, 'withdrawn', 'sweeper', detail);
+  const queued = moveTask(
+    deps,
+    task,
+    'requeued',
+    'sweeper',
+    {
+      reason: {
+        code: 'requeued',
+        worker_id: w,
+        message: `worker ${w} became unreachable before it started the task; the task went back to the queue for another worker (no new review)`,
+      },
+    },
+    { worker_id: w, execution_id: e.id, lease_epoch: e.lease_epoch },
+  );
+  if (queued.desired === 'cancel')
+    moveTask(deps, queued, 'cancel_queued', 'sweeper', { failure_reason: 'CANCELLED' });
+  deps.store.outbox.withdrawAssign(w, e.id, deps.clock.now());
+  enqueueForWorker(deps, deps.cluster.link, w, {
+    type: 'cancel',
+    execution_id: e.id,
+    lease_epoch: e.lease_epoch,
+    reason: detail,
+  });
+  deps.store.afterCommit(() => deps.cluster.requestPass());
+  return true;
 }

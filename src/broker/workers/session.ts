@@ -77,7 +77,7 @@ export function acceptHello(deps: BrokerDeps, workerId: string, msg: Hello, now:
     held = heldCards(msg.executions);
     stored = false;
   }
-  fleet.connected(workerId, msg.boot_id, helloCards, now, [...held]);
+  fleet.connected(workerId, msg.boot_id, helloCards, now, [...held], msg.starts_after_ack === true);
   if (defect !== null) {
     deps.logger.warn({ worker_id: workerId, defect }, 'worker hello: card list refused');
     fleet.sampled(workerId, [], defect, now);

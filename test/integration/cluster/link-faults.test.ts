@@ -235,7 +235,7 @@ describe('worker link cut mid-run', () => {
 });
 
 describe('an assign that never arrived', () => {
-  it('is not delivered after an operator reconciled its task and released the cards', async () => {
+  it('is withdrawn by the master once the worker is offline (issue 40), and never delivered', async () => {
     // Cards stay fresh for 1.5 s and the worker online for 2 s after the link is held: time enough for
     // the grant to be made into the black hole.
     const c = await cluster({ sample_interval_ms: 500, worker_offline_seconds: 2, lease_grace_seconds: 1 });
@@ -248,16 +248,14 @@ describe('an assign that never arrived', () => {
       title: 'lost',
     });
     await waitFor(async () => (await getTask(c.alice, lost)).state === 'ASSIGNED', { what: 'lost assigned' });
+    const first = leaseOf(c, lost);
     c.proxy.cut();
-    await untilState(c, lost, 'RECONCILIATION_REQUIRED');
-    expectOk(
-      await callTool(c.op, 'reconcile_task', {
-        task_id: lost,
-        resolution: 'FAILED',
-        reason: 'worker host rebooted; nothing runs there',
-        idempotency_key: `reconcile-${lost}`,
-      }),
-    );
+    // The worker never acknowledged accepting it, and starts nothing unacknowledged: the master takes
+    // the assign back and requeues the task instead of parking it for an operator.
+    await untilState(c, lost, 'QUEUED');
+    expect(c.m.store.leases.lease(first.id)?.state).toBe('RELEASED');
+    // Its owner gives up on it while it waits.
+    expectOk(await callTool(c.alice, 'cancel_task', { task_id: lost, idempotency_key: `cancel-${lost}` }));
     const next = await approveTask(c.alice, c.rita, {
       ...shellSpec('echo next on $CUDA_VISIBLE_DEVICES'),
       cards: { count: 2 },
@@ -265,10 +263,11 @@ describe('an assign that never arrived', () => {
     writeFileSync(gate, '');
     c.proxy.restore();
     expect(await waitUntilSettled(c.alice, next)).toMatchObject({ state: 'COMPLETED' });
-    // The reconciled task never ran on the cards the next one was given.
-    const lostExec = c.m.store.leases.executionForLease(leaseOf(c, lost).id)!;
+    // The withdrawn assign never ran on the cards the next one was given.
+    const lostExec = c.m.store.leases.executionForLease(first.id)!;
+    expect(lostExec.phase).toBe('rejected');
     expect(existsSync(join(c.w.dataDir, 'executions', lostExec.id))).toBe(false);
-    expect((await getTask(c.alice, lost)).state).toBe('FAILED');
+    expect((await getTask(c.alice, lost)).state).toBe('CANCELLED');
     expect(c.watch.violations).toEqual([]);
   });
 });

@@ -227,8 +227,8 @@ describe('item 1: a worker that returns with its task alive', () => {
   });
 });
 
-describe('item 1: an assign sent into the partition, delivered after the heal', () => {
-  it('resumes the parked task when the worker reports it accepted and started: lease ACTIVE while it runs', async () => {
+describe('item 3: an assign sent into the partition, with no other worker', () => {
+  it('is withdrawn and requeued; after the heal the worker runs it once, on a fresh lease', async () => {
     // Cards stay fresh for 1.5 s and the worker online for 2 s after the link is held: time enough for
     // the grant to be made into the black hole.
     const c = await cluster({ sample_interval_ms: 500, worker_offline_seconds: 2, lease_grace_seconds: 1 });
@@ -236,28 +236,28 @@ describe('item 1: an assign sent into the partition, delivered after the heal', 
     c.proxy.hold();
     const id = await approveTask(c.alice, c.rita, gatedSpec(gate));
     await waitFor(async () => (await getTask(c.alice, id)).state === 'ASSIGNED', { what: 'task ASSIGNED' });
-    await untilState(c, id, 'RECONCILIATION_REQUIRED');
-    const lease = leaseOf(c, id);
-    expect(lease.state).toBe('QUARANTINED');
-
-    await heal(c);
-    // The assign waited in the master's outbox; the worker runs it now, and its reports resume the task.
-    const running = await waitFor(
-      async () => {
-        const t = await getTask(c.alice, id);
-        return t.state === 'RUNNING' ? t : null;
-      },
-      { what: 'the task RUNNING after the heal' },
-    );
-    expect(running.reason).toMatchObject({ code: 'worker_returned', worker_id: WORKER });
-    expect(leaseOf(c, id)).toMatchObject({ id: lease.id, state: 'ACTIVE' });
-    const kinds = await alertKinds(c);
-    expect(kinds).not.toContain('card_quarantined');
-    expect(kinds).not.toContain('task_needs_reconciliation');
+    const first = leaseOf(c, id);
+    // The worker never acknowledged accepting it: the master takes it back rather than park it.
+    await untilState(c, id, 'QUEUED');
+    expect(c.m.store.leases.lease(first.id)?.state).toBe('RELEASED');
+    expect(c.m.store.tasks.inState('RECONCILIATION_REQUIRED')).toEqual([]);
 
     writeFileSync(gate, '');
-    expect(await waitUntilSettled(c.alice, id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
-    expect(leaseOf(c, id).state).toBe('RELEASED');
+    await heal(c);
+    const done = await waitUntilSettled(c.alice, id);
+    expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0, worker_id: WORKER });
+    expect(leaseOf(c, id).id).not.toBe(first.id);
+    const logs = expectOk(await callTool<{ data: string }>(c.alice, 'get_task_logs', { task_id: id }));
+    expect(logs.data).toBe('started\nfinished\n');
+    expect(c.m.store.audit.forSubject('task', id).map((e) => e.action)).toEqual([
+      'task.created',
+      'task.lease_granted',
+      'task.requeued',
+      'task.lease_granted',
+      'task.started',
+      'task.exited',
+      'task.cleaned_success',
+    ]);
     expect(c.watch.violations).toEqual([]);
   });
 });

@@ -238,6 +238,8 @@ async function apply(
           slurm: null,
           seccomp: null,
           host: null,
+          // Lets the sweeper withdraw and requeue an assign it never heard accepted (issue 40, item 3).
+          starts_after_ack: true,
         },
         now,
       );

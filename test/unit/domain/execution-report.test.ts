@@ -410,21 +410,28 @@ const cases: Array<{
     ],
   },
   {
-    name: 'anything after rejected is illegal (nothing more expected)',
-    snapshot: snapshot(records({ phase: 'rejected', task: { state: 'FAILED' }, lease: 'RELEASED' })),
+    name: 'anything after rejected (or withdrawn) is refused STALE_EPOCH, never taken for lost: the task may run elsewhere',
+    snapshot: snapshot(records({ phase: 'rejected', task: { state: 'RUNNING' }, lease: 'RELEASED' })),
     report: report('started'),
     want: [
       {
-        kind: 'mark_lost',
-        reason:
-          'illegal execution report: execution ex1 is rejected; a report of started cannot follow (expected nothing more)',
-        reported: 'started',
+        kind: 'refuse',
+        code: 'STALE_EPOCH',
+        message: 'execution ex1 was rejected or withdrawn; a report of started cannot follow',
+        hint: 'It must not run: the master gave its cards and its task up. End it without starting it.',
       },
+    ],
+  },
+  {
+    name: 'accepted after a withdrawal: refused, so the worker never starts it',
+    snapshot: snapshot(records({ phase: 'rejected', task: { state: 'QUEUED' }, lease: 'RELEASED' })),
+    report: report('accepted'),
+    want: [
       {
-        kind: 'answer',
-        code: 'INVALID_STATE',
-        message: 'execution ex1 is rejected; a report of started cannot follow (expected nothing more)',
-        hint: 'The master moved the task to RECONCILIATION_REQUIRED; an operator reconciles it (gpu-broker reconcile).',
+        kind: 'refuse',
+        code: 'STALE_EPOCH',
+        message: 'execution ex1 was rejected or withdrawn; a report of accepted cannot follow',
+        hint: 'It must not run: the master gave its cards and its task up. End it without starting it.',
       },
     ],
   },
