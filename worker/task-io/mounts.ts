@@ -1,3 +1,4 @@
+import { lstatSync } from 'node:fs';
 import { lstat, realpath } from 'node:fs/promises';
 import { dirname, normalize } from 'node:path';
 
@@ -139,7 +140,12 @@ export async function mountsAsDeclared(
     }
     if (resolved !== m.hostPath)
       return `mount ${label} resolves to ${resolved} (a symbolic link on the way): a mount binds exactly the path its operator declared`;
-    const other = await writableByOthers(m.hostPath);
+    let other: string | null;
+    try {
+      other = writableByOthers(m.hostPath);
+    } catch (err) {
+      return `mount ${label} cannot be reached: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`;
+    }
     if (other !== null)
       return `mount ${label} could be swapped by another user between the check and the bind: ${other}; declare a path whose directories on the way only root (or the worker's user) can write`;
   }
@@ -148,23 +154,33 @@ export async function mountsAsDeclared(
 
 /**
  * Who other than root or this process's user could rename or replace what `path` names (a directory on
- * the way that someone else owns or may write), or null. Each task start checks that the path resolves
- * to itself and then the sandbox binds it, resolving it again: whoever can write a directory on the way
- * can exchange it for a symbolic link between the two (an atomic RENAME_EXCHANGE), and a task of another
- * owner is given another host directory. A sticky directory (/tmp, /var/tmp) is fine where the next
- * entry is root's or the worker's: only its owner may rename it.
+ * the way that someone else owns or may write; with `self`, the file itself too: its content), or null.
+ * Each task start checks that a mount path resolves to itself (a pinned file: that it has the pinned
+ * bytes) and then the sandbox binds it, resolving it again: whoever can write a directory on the way can
+ * exchange it for a symbolic link between the two (an atomic RENAME_EXCHANGE), and a task of another
+ * owner is given another host directory, or runs other bytes. A sticky directory (/tmp, /var/tmp) is
+ * fine where the next entry is root's or the worker's: only its owner may rename it.
  */
-async function writableByOthers(path: string): Promise<string | null> {
+export function writableByOthers(path: string, self = false): string | null {
   const me = process.getuid?.() ?? 0;
   const ours = (uid: number) => uid === 0 || uid === me;
-  for (let child = path, dir = dirname(path); child !== '/'; child = dir, dir = dirname(dir)) {
-    const st = await lstat(dir);
-    if (!ours(st.uid)) return `${dir} is writable by uid ${st.uid} (its owner)`;
+  const byOthers = (at: string, st: { uid: number; gid: number; mode: number }): string | null => {
+    if (!ours(st.uid)) return `${at} is writable by uid ${st.uid} (its owner)`;
     const byGroup = (st.mode & 0o020) !== 0 && st.gid !== 0;
     const byAll = (st.mode & 0o002) !== 0;
-    if (!byGroup && !byAll) continue;
-    if ((st.mode & 0o1000) !== 0 && ours((await lstat(child)).uid)) continue;
-    return `${dir} is writable by ${byAll ? 'every user' : `gid ${st.gid}`} (mode ${(st.mode & 0o7777).toString(8)})`;
+    if (!byGroup && !byAll) return null;
+    return `${at} is writable by ${byAll ? 'every user' : `gid ${st.gid}`} (mode ${(st.mode & 0o7777).toString(8)})`;
+  };
+  if (self) {
+    const problem = byOthers(path, lstatSync(path));
+    if (problem !== null) return problem;
+  }
+  for (let child = path, dir = dirname(path); child !== '/'; child = dir, dir = dirname(dir)) {
+    const st = lstatSync(dir);
+    const problem = byOthers(dir, st);
+    if (problem === null) continue;
+    if (ours(st.uid) && (st.mode & 0o1000) !== 0 && ours(lstatSync(child).uid)) continue;
+    return problem;
   }
   return null;
 }

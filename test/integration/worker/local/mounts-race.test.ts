@@ -1,7 +1,9 @@
 import { type ChildProcess, spawn } from 'node:child_process';
+import { createHash } from 'node:crypto';
 import { chmodSync, chownSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { pinsProblem } from '../../../../worker/executions/pin-check.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
@@ -19,7 +21,9 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
  * bit) can flip it between the two (an atomic RENAME_EXCHANGE of the real directory and a symbolic
  * link), and a task of another owner gets another host directory at /mnt/<name>. So a declared path
  * whose directories on the way are not the worker's (root's) alone is refused, at start and at each
- * task's start.
+ * task's start. A pinned file likewise: its sha256 is checked when the worker accepts the plan and the
+ * sandbox binds its directory later, so a file (or a directory on the way) another user may change
+ * makes the pin mean nothing.
  */
 
 const NOBODY = 65534;
@@ -125,4 +129,20 @@ describe.runIf(ready)('a declared mount path on a directory another user can wri
     expect(seen.get('ANOTHER-HOST-DIR') ?? 0, JSON.stringify([...seen])).toBe(0);
     expect(seen.get('the-data-set') ?? 0, JSON.stringify([...seen])).toBe(0);
   }, 120_000);
+});
+
+describe.runIf(ready)('a pinned file another user can change', () => {
+  const sha = (b: string) => createHash('sha256').update(b).digest('hex');
+  it("is refused when it, or a directory on the way, is not root's alone", () => {
+    const theirs = join(root, 'tenant/shared/models/key');
+    expect(pinsProblem([{ path: theirs, sha256: sha('the-data-set') }])).toContain(
+      `${theirs} is writable by uid ${NOBODY} (its owner)`,
+    );
+    const open = join(root, 'open.sh');
+    writeFileSync(open, 'echo hi\n');
+    chmodSync(open, 0o666);
+    expect(pinsProblem([{ path: open, sha256: sha('echo hi\n') }])).toContain('is writable by every user');
+    chmodSync(open, 0o644);
+    expect(pinsProblem([{ path: open, sha256: sha('echo hi\n') }])).toBeNull();
+  });
 });
