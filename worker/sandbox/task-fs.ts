@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { chmod, chown, mkdir, readFile, rm, rmdir, stat, statfs, writeFile } from 'node:fs/promises';
+import { chmod, chown, mkdir, readFile, realpath, rm, rmdir, stat, statfs, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { findHelper, HELPER_ENV } from './helper-commands.js';
 import { parseMountinfo } from './mountinfo.js';
@@ -233,7 +233,10 @@ export async function unmountStale(
   } catch {
     return [];
   }
-  const prefix = `${executionsDir.replace(/\/+$/, '')}/`;
+  // mountinfo names each mount point as the kernel resolved it: a data dir named through a link would
+  // match nothing, and each such file system (its image's room taken) would stay until a reboot.
+  const base = await realpath(executionsDir).catch(() => executionsDir);
+  const prefix = `${base.replace(/\/+$/, '')}/`;
   const candidates = new Map<string, string>();
   for (const m of mounts) {
     if (!m.point.startsWith(prefix) || !m.point.endsWith('/task')) continue;

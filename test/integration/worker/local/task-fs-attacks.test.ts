@@ -1,4 +1,4 @@
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ResolvedLimits } from '../../../../src/contracts/task-limits.js';
@@ -8,7 +8,12 @@ import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
 import { type CgroupHierarchy, probeCgroups } from '../../../../worker/sandbox/cgroups.js';
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
-import { probeTaskFs, type TaskFsTools, unmountStale } from '../../../../worker/sandbox/task-fs.js';
+import {
+  mountTaskFs,
+  probeTaskFs,
+  type TaskFsTools,
+  unmountStale,
+} from '../../../../worker/sandbox/task-fs.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, text } from '../../../support/executor-plan.js';
@@ -127,6 +132,34 @@ describe.runIf(ready)('the sweep after a restart, while new tasks run', () => {
     const result = await handle.done;
     expect(result.failure_reason, text(chunks, 'stderr')).toBeNull();
     expect(result.outputs.map((o) => o.path)).toEqual(['r.txt']);
+  });
+});
+
+describe.runIf(ready)('the sweep after a crash, on a data dir named through a link', () => {
+  it("attack: unmountStale finds the task file systems a killed worker left though mountinfo names the link's target", async () => {
+    if (typeof tools === 'string') return;
+    const real = join(dataDir, 'real-data');
+    const execRoot = join(real, 'executions', 'exec-crashed');
+    mkdirSync(join(execRoot, 'task'), { recursive: true });
+    symlinkSync(real, join(dataDir, 'data-link'));
+    const fs = await mountTaskFs(tools, {
+      execRoot,
+      taskDir: join(execRoot, 'task'),
+      diskMib: 4,
+      owner: null,
+    });
+    expect(typeof fs).not.toBe('string');
+    try {
+      const swept = await unmountStale(tools, join(dataDir, 'data-link', 'executions'), {
+        known: () => true,
+        running: () => new Set(),
+      });
+      expect(swept).toEqual([join(execRoot, 'task')]);
+      expect(mountsBelow(real)).toEqual([]);
+      expect(existsSync(join(execRoot, 'task.img'))).toBe(false);
+    } finally {
+      if (typeof fs !== 'string') await fs.release();
+    }
   });
 });
 
