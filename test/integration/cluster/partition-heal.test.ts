@@ -227,6 +227,41 @@ describe('item 1: a worker that returns with its task alive', () => {
   });
 });
 
+describe('item 1 across a master restart inside the partition', () => {
+  it('the restarted master resumes the parked task when the worker returns', async () => {
+    const c = await cluster({ worker_offline_seconds: 1, lease_grace_seconds: 1 });
+    const gate = join(c.gates, 'restart');
+    const id = await runningTask(c, gate);
+    const lease = leaseOf(c, id);
+    await partition(c);
+    await untilState(c, id, 'RECONCILIATION_REQUIRED');
+
+    // The master restarts on the same port and data dir while the link is still down (reset first: a
+    // held socket would keep the old master's close waiting for its close handshake).
+    c.proxy.cut();
+    c.watch.stop();
+    c.m = await c.m.restart();
+    c.watch = watchLeaseCards(c.m.store, c.m.deps.notifier);
+    const op = await c.m.mcpClient(c.m.operatorToken);
+    expect(c.m.store.tasks.get(id)?.state).toBe('RECONCILIATION_REQUIRED');
+
+    await heal(c);
+    const back = await waitFor(
+      async () => {
+        const t = await getTask(op, id);
+        return t.state === 'RUNNING' ? t : null;
+      },
+      { what: 'the task back to RUNNING on the restarted master' },
+    );
+    expect(back.reason).toMatchObject({ code: 'worker_returned', worker_id: WORKER });
+    expect(c.m.store.leases.lease(lease.id)?.state).toBe('ACTIVE');
+
+    writeFileSync(gate, '');
+    expect(await waitUntilSettled(op, id)).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+    expect(c.watch.violations).toEqual([]);
+  });
+});
+
 describe('item 3: an assign sent into the partition, with no other worker', () => {
   it('is withdrawn and requeued; after the heal the worker runs it once, on a fresh lease', async () => {
     // Cards stay fresh for 1.5 s and the worker online for 2 s after the link is held: time enough for
