@@ -1,5 +1,16 @@
 import { execFile } from 'node:child_process';
-import { chmod, chown, mkdir, readFile, realpath, rm, rmdir, stat, statfs, writeFile } from 'node:fs/promises';
+import {
+  chmod,
+  chown,
+  mkdir,
+  readFile,
+  realpath,
+  rm,
+  rmdir,
+  stat,
+  statfs,
+  writeFile,
+} from 'node:fs/promises';
 import { join } from 'node:path';
 import { findHelper, HELPER_ENV } from './helper-commands.js';
 import { parseMountinfo } from './mountinfo.js';
@@ -150,8 +161,17 @@ export async function mountTaskFs(tools: TaskFsTools, req: TaskFsRequest): Promi
       await undo();
       return `cannot format the task's file system: ${formatted}`;
     }
-    const mounted = await run(tools.mount, ['-t', 'ext4', '-o', 'loop,nosuid,nodev', image, req.taskDir]);
+    // First the task dir bound on itself and made unbindable, the file system then mounted on that: a
+    // sandbox binds the host's /var (where data dirs usually are) recursively, and a recursive bind
+    // leaves out an unbindable mount with all below it, so no other task's /proc/self/mountinfo lists
+    // this one (`<executions>/<id>/task`: its execution id). The task's own bind of its dir takes the
+    // file system on top, which stays bindable.
+    const mounted =
+      (await run(tools.mount, ['--bind', req.taskDir, req.taskDir])) ??
+      (await run(tools.mount, ['--make-unbindable', req.taskDir])) ??
+      (await run(tools.mount, ['-t', 'ext4', '-o', 'loop,nosuid,nodev', image, req.taskDir]));
     if (mounted !== null) {
+      await unmountAt(tools, req.taskDir);
       await undo();
       return `cannot mount the task's file system: ${mounted}`;
     }
@@ -195,7 +215,7 @@ function mountedFs(tools: TaskFsTools, image: string, point: string, sizeMib: nu
     used: async () => Math.max(0, (await usedNow()) - baseline),
     release: () => {
       released ??= (async () => {
-        if ((await run(tools.umount, [point])) !== null) await run(tools.umount, ['-l', point]);
+        await unmountAt(tools, point);
         await rm(image, { force: true }).catch(() => undefined);
       })();
       return released;
@@ -213,6 +233,15 @@ export interface StaleTaskFsDeps {
 
 /** Execution ids are safe path segments (master plans, schema-checked); anything else is not ours. */
 const SAFE_ID = /^[A-Za-z0-9_-]+$/;
+
+/**
+ * Unmounts what mountTaskFs mounted on a task dir: the file system (lazily when something still holds
+ * it), then the unbindable bind under it. Where less is mounted, the rest fails as "not mounted".
+ */
+async function unmountAt(tools: TaskFsTools, point: string): Promise<void> {
+  for (let i = 0; i < 2; i++)
+    if ((await run(tools.umount, [point])) !== null) await run(tools.umount, ['-l', point]);
+}
 
 /**
  * Unmounts the file system mounted on `<executionsDir>/<id>/task` of each execution this worker knows
@@ -247,7 +276,7 @@ export async function unmountStale(
   const done: string[] = [];
   for (const [point, id] of candidates) {
     if (running.has(id) || !deps.known(id)) continue;
-    if ((await run(tools.umount, [point])) !== null) await run(tools.umount, ['-l', point]);
+    await unmountAt(tools, point);
     await rm(join(point, '..', TASK_IMAGE), { force: true }).catch(() => undefined);
     done.push(point);
   }

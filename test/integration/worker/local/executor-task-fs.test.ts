@@ -181,7 +181,8 @@ describe.runIf(ready)('after a worker was killed', () => {
       owner: null,
     });
     expect(typeof fs).not.toBe('string');
-    expect(mountsBelow(join(dataDir, 'crashed'))).toEqual([join(execRoot, 'task')]);
+    // The file system on an unbindable bind of the dir on itself (task-fs.ts): two mounts, one point.
+    expect([...new Set(mountsBelow(join(dataDir, 'crashed')))]).toEqual([join(execRoot, 'task')]);
     expect(
       await unmountStale(tools, join(dataDir, 'crashed'), { known: () => true, running: () => new Set() }),
     ).toEqual([join(execRoot, 'task')]);
