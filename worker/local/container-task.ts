@@ -20,7 +20,7 @@ import {
 import { containerOomProbe } from '../sandbox/container-oom.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { containerTaskLimits } from '../sandbox/limits.js';
-import { mountTaskFs } from '../sandbox/task-fs.js';
+import { mountTaskFs, roomMissing } from '../sandbox/task-fs.js';
 import type { ExecutorProvider } from '../task-io/env.js';
 import { buildTaskEnv } from '../task-io/env.js';
 import type { TaskBox } from './box.js';
@@ -123,6 +123,10 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
           diskMib: plan.limits.disk_mib,
           owner: req.user,
         });
+  if (typeof fs === 'string' && roomMissing(fs)) {
+    await parent?.cgroup.remove();
+    return fs;
+  }
   // The same watch and scratch removal as a sandboxed task's (sandbox/limits.ts); the engine holds the rest.
   const limits =
     plan.limits === undefined

@@ -2,7 +2,7 @@ import { lstat, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EnforcedLimits, ResolvedLimits } from '../../src/contracts/task-limits.js';
 import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
-import { mountTaskFs, type TaskFs, type TaskFsTools } from './task-fs.js';
+import { mountTaskFs, roomMissing, type TaskFs, type TaskFsTools } from './task-fs.js';
 
 /**
  * One sandboxed task's resource limits on this host (issue 21, docs/security.md "Resource limits"):
@@ -103,6 +103,10 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
       diskMib: limits.disk_mib,
       owner: req.taskFs.owner,
     });
+    if (typeof mounted === 'string' && roomMissing(mounted)) {
+      await cgroup?.remove();
+      return mounted;
+    }
     if (typeof mounted === 'string') fsProblem = mounted;
     else fs = mounted;
   }

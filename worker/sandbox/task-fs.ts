@@ -49,6 +49,17 @@ const MIB = 1024 * 1024;
 /** The image's name beside the execution's task dir. */
 export const TASK_IMAGE = 'task.img';
 
+const NO_ROOM = "no room on the worker's data file system";
+
+/**
+ * Whether mountTaskFs' `problem` is that the data file system has no room for the image: the task must
+ * not start then (SETUP_FAILED). Every other problem leaves it the walk, as a worker without the tools;
+ * this one would have it write into the very file system that is full.
+ */
+export function roomMissing(problem: string): boolean {
+  return problem.startsWith(NO_ROOM);
+}
+
 /** The programs a per-task file system needs, found once at worker start. */
 export interface TaskFsTools {
   readonly mkfs: string;
@@ -144,7 +155,7 @@ export async function mountTaskFs(tools: TaskFsTools, req: TaskFsRequest): Promi
     const room = await run(tools.fallocate, ['-l', String(sizeMib * MIB), image]);
     if (room !== null) {
       await undo();
-      return `no room on the worker's data file system for the task dir's ${sizeMib} MiB: ${room}`;
+      return `${NO_ROOM} for the task dir's ${sizeMib} MiB: ${room}`;
     }
     const formatted = await run(tools.mkfs, [
       '-q',

@@ -2,12 +2,19 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, statfsSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
+import { startExecution } from '../../../../worker/local/executor.js';
+import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { probeCgroups } from '../../../../worker/sandbox/cgroups.js';
+import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import {
   mountTaskFs,
   probeTaskFs,
   type TaskFs,
   type TaskFsTools,
 } from '../../../../worker/sandbox/task-fs.js';
+import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
+import { type Chunk, makePlan, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 /**
@@ -94,5 +101,46 @@ describe.runIf(ready)("room on the worker's data file system", () => {
     expect(fill(join(dataDir, 'store.db'), 4)).toBe('ok');
     const s = statfsSync(dataDir);
     expect(s.bavail * s.bsize).toBeGreaterThan(0);
+  });
+});
+
+describe.runIf(ready)('a task whose room is not there', () => {
+  it('attack: fails SETUP_FAILED saying so, never falls back to the walk on the full data file system', async () => {
+    for (const fs of held.splice(0)) await fs.release();
+    const probe = await probeBwrap({ root: true });
+    const a = await taskDir('exec-holder', 60);
+    expect(typeof a.fs, String(a.fs)).not.toBe('string');
+    const chunks: Chunk[] = [];
+    const base = makePlan({ argv: ['/bin/sh', '-c', 'echo ran'] });
+    const plan: ExecutionPlan = {
+      ...base,
+      limits: { memory_mib: 256, pids: 64, cpu_weight: 100, tmp_mib: 8, shm_mib: 4, disk_mib: 60 },
+    };
+    const handle = startExecution(plan, {
+      rootDir: join(dataDir, 'executions'),
+      workerId: 'worker-task-fs-room',
+      provider: 'sim',
+      onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
+      cleanupPollMs: 20,
+      sandbox: {
+        kind: 'bwrap',
+        bwrap: probe.bwrap!,
+        setpriv: probe.setpriv,
+        envHelper: probe.env!,
+        native: null,
+        uids: new TaskUidPool({ first: 2_000_580_000, last: 2_000_580_099 }),
+        hiddenPaths: [dataDir],
+        system: systemMounts(),
+        simNodes: await makeSimDeviceNodes(join(top, 'devices'), 1, true),
+        cgroups: await probeCgroups({ root: true }),
+        taskFs: tools as TaskFsTools,
+      },
+    });
+    const result = await handle.done;
+    expect(text(chunks, 'stdout')).toBe('');
+    expect(result.failure_reason).toBe('SETUP_FAILED');
+    expect(result.setup_error).toContain(
+      "no room on the worker's data file system for the task dir's 76 MiB",
+    );
   });
 });
