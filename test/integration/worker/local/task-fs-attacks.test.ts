@@ -167,6 +167,33 @@ describe.runIf(ready)('the sweep after a crash, on a data dir named through a li
   });
 });
 
+describe.runIf(ready)('the sweep after a crash, on a data dir whose name mountinfo escapes', () => {
+  it('attack: a space, a tab, a backslash and a newline in the path: found, unmounted, image removed', async () => {
+    if (typeof tools === 'string') return;
+    const odd = join(dataDir, 'odd name\twith\\slash\nand newline');
+    const execRoot = join(odd, 'executions', 'exec-odd');
+    mkdirSync(join(execRoot, 'task'), { recursive: true });
+    const fs = await mountTaskFs(tools, {
+      execRoot,
+      taskDir: join(execRoot, 'task'),
+      diskMib: 4,
+      owner: null,
+    });
+    expect(typeof fs, String(fs)).not.toBe('string');
+    try {
+      const swept = await unmountStale(tools, join(odd, 'executions'), {
+        known: () => true,
+        running: () => new Set(),
+      });
+      expect(swept).toEqual([join(execRoot, 'task')]);
+      expect(readFileSync('/proc/self/mountinfo', 'utf8')).not.toContain('exec-odd');
+      expect(existsSync(join(execRoot, 'task.img'))).toBe(false);
+    } finally {
+      if (typeof fs !== 'string') await fs.release();
+    }
+  });
+});
+
 /** Prints every loop device's backing file and the ext4 file systems the task can list in /sys. */
 const LOOK = `
 import glob, os, time
