@@ -210,7 +210,7 @@ export class Fleet {
     const leased = new Map<string, string>();
     for (const c of store.leases.liveCards()) leased.set(`${c.worker_id}/${c.card_index}`, c.state);
     const bound = boundGpus(store);
-    const committed = store.leases.committedMemoryByWorker();
+    const committed = store.leases.committedByWorker();
     return store.workers.list().map((rec) => {
       const w = this.entry(rec.id);
       const cards = cardsOf(rec, w);
@@ -223,7 +223,8 @@ export class Fleet {
         container_engine: rec.container_engine,
         mounts: rec.mounts.map((m) => m.name),
         host: rec.host,
-        memory_committed_mib: committed.get(rec.id) ?? 0,
+        memory_committed_mib: committed.get(rec.id)?.memory_mib ?? 0,
+        disk_committed_mib: committed.get(rec.id)?.disk_mib ?? 0,
         backend: rec.backend,
         ...(rec.slurm === null ? {} : { pool_node_gpus: rec.slurm.nodes.map((n) => n.gpus) }),
         ...(pool ? { pool_bound: bound.get(rec.id) ?? [] } : {}),

@@ -63,7 +63,7 @@ export const DEFAULT_LIMITS_PER_CARD: ResolvedLimits = {
   cpu_weight: 100,
   tmp_mib: 8 * 1024,
   shm_mib: 16 * 1024,
-  disk_mib: 100 * 1024,
+  disk_mib: 20 * 1024,
 };
 
 /** Per-card maxima: the most a spec may ask for, per card it leases. */

@@ -120,8 +120,8 @@ export const WorkerListingSchema = z.object({
    */
   seccomp: z.object({ version: z.string(), allowed: z.array(z.string()) }).nullable(),
   /**
-   * Its host as its hello reports it (RAM, CPUs, the data dir's disk), with the memory its running tasks
-   * were given there; null: not known (a Slurm pool, an older worker). Task limits follow it.
+   * Its host as its hello reports it (RAM, CPUs, the data dir's free disk at its start), with the memory
+   * and task-dir disk its running tasks were given there; null: not known (a Slurm pool, an older worker). Task limits follow it.
    */
   host: z
     .object({
@@ -129,6 +129,7 @@ export const WorkerListingSchema = z.object({
       cpus: z.number(),
       disk_mib: z.number(),
       memory_committed_mib: z.number(),
+      disk_committed_mib: z.number(),
     })
     .nullable(),
 });

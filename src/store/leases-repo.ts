@@ -75,17 +75,19 @@ export class LeasesRepo {
         'INSERT INTO card_epochs (worker_id, card_index, epoch) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET epoch = max(epoch, excluded.epoch)',
       ),
       insertLease: db.prepare(
-        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib)
-         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib)`,
+        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib, disk_mib)
+         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib, @disk_mib)`,
       ),
-      committedMemory: db.prepare<[], { worker_id: string; mib: number }>(
-        `SELECT worker_id, sum(memory_mib) AS mib FROM leases
-         WHERE state <> 'RELEASED' AND memory_mib IS NOT NULL GROUP BY worker_id`,
+      committed: db.prepare<[], { worker_id: string; memory_mib: number | null; disk_mib: number | null }>(
+        `SELECT worker_id, sum(memory_mib) AS memory_mib, sum(disk_mib) AS disk_mib FROM leases
+         WHERE state <> 'RELEASED' AND (memory_mib IS NOT NULL OR disk_mib IS NOT NULL) GROUP BY worker_id`,
       ),
       insertCard: db.prepare(
         'INSERT INTO lease_cards (lease_id, worker_id, card_index, card_uuid, live) VALUES (?, ?, ?, ?, 1)',
       ),
-      lease: db.prepare<[string], LeaseRow>('SELECT id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at FROM leases WHERE id = ?'),
+      lease: db.prepare<[string], LeaseRow>(
+        'SELECT id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at FROM leases WHERE id = ?',
+      ),
       leaseCards: db.prepare<[string], { index: number; uuid: string }>(
         'SELECT card_index AS "index", card_uuid AS uuid FROM lease_cards WHERE lease_id = ? ORDER BY card_index',
       ),
@@ -145,10 +147,15 @@ export class LeasesRepo {
 
   /**
    * Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index.
-   * `memoryMib`: the memory its task was given on that worker's host (null: the host is not known).
+   * `given`: the memory and disk its task was given on that worker's host (null: the host is not known).
    */
-  insertLease(l: LeaseRecord, memoryMib: number | null = null): void {
-    this.s.insertLease.run({ ...l, cards: undefined, memory_mib: memoryMib });
+  insertLease(l: LeaseRecord, given: { memory_mib: number; disk_mib: number } | null = null): void {
+    this.s.insertLease.run({
+      ...l,
+      cards: undefined,
+      memory_mib: given?.memory_mib ?? null,
+      disk_mib: given?.disk_mib ?? null,
+    });
     for (const c of l.cards) {
       this.s.insertCard.run(l.id, l.worker_id, c.index, c.uuid);
       this.s.setEpoch.run(l.worker_id, c.index, l.lease_epoch);
@@ -183,9 +190,13 @@ export class LeasesRepo {
   }
 
   /** Cards held by live (non-released) leases. */
-  /** Per worker, the memory its live leases' tasks were given (MiB; workers with none are absent). */
-  committedMemoryByWorker(): Map<string, number> {
-    return new Map(this.s.committedMemory.all().map((r) => [r.worker_id, r.mib]));
+  /** Per worker, the memory and task-dir disk its live leases' tasks were given (MiB). */
+  committedByWorker(): Map<string, { memory_mib: number; disk_mib: number }> {
+    return new Map(
+      this.s.committed
+        .all()
+        .map((r) => [r.worker_id, { memory_mib: r.memory_mib ?? 0, disk_mib: r.disk_mib ?? 0 }]),
+    );
   }
 
   liveCards(): LiveLeaseCard[] {

@@ -160,7 +160,7 @@ CREATE TABLE leases (
   reason       TEXT,
   created_at   INTEGER NOT NULL,
   updated_at   INTEGER NOT NULL,
-  released_at  INTEGER, memory_mib INTEGER CHECK (memory_mib IS NULL OR memory_mib >= 0),
+  released_at  INTEGER, memory_mib INTEGER CHECK (memory_mib IS NULL OR memory_mib >= 0), disk_mib INTEGER CHECK (disk_mib IS NULL OR disk_mib >= 0),
   CHECK ((state = 'RELEASED') = (released_at IS NOT NULL))
 );
 

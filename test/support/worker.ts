@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import type { HostResources } from '../../src/contracts/task-limits.js';
 import type { IsolationMode } from '../../src/contracts/worker-protocol.js';
 import { type Logger, silentLogger } from '../../src/platform/logger.js';
+import { hostResources } from '../../worker/daemon/hello.js';
 import { type RunningWorker, startWorker } from '../../worker/daemon/start-worker.js';
 import type { CardSampler } from '../../worker/samplers/card-sampler.js';
 import { SimSampler } from '../../worker/samplers/sim-sampler.js';
@@ -67,6 +68,14 @@ export interface TestWorker {
   close(): Promise<void>;
 }
 
+/** What a test worker's hello reports by default: this machine, its disk capped (see startTestWorker). */
+export const TEST_HOST_DISK_MIB = 16384;
+
+function testHost(dataDir: string): HostResources | null {
+  const host = hostResources(dataDir);
+  return host === null ? null : { ...host, disk_mib: Math.min(host.disk_mib, TEST_HOST_DISK_MIB) };
+}
+
 /** Starts a worker; resolves once it is dialling (use `waitFor` on the master for its cards). */
 export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWorker> {
   const ownsDir = opts.dataDir === undefined;
@@ -97,7 +106,10 @@ export async function startTestWorker(opts: TestWorkerOptions): Promise<TestWork
     welcomeTimeoutMs: 3000,
     firstSampleWaitMs: 2000,
     ...(opts.mounts === undefined ? {} : { mounts: opts.mounts }),
-    ...(opts.hostResources === undefined ? {} : { hostResources: opts.hostResources }),
+    // This machine's RAM and CPUs, but at most TEST_HOST_DISK_MIB of disk: every test's workers share one
+    // data file system, and each running task's dir takes its room there when it is made (ADR 0043), so
+    // a worker taking its share of all the free room would leave none for the others'.
+    hostResources: opts.hostResources === undefined ? testHost(dataDir) : opts.hostResources,
     ...(opts.caPem === null ? {} : { ca: opts.caPem }),
   });
   let closing: Promise<void> | null = null;

@@ -73,9 +73,12 @@ export function buildHello(facts: HelloFacts): HelloMessage {
 }
 
 /**
- * This host's RAM, CPUs and the size of the file system holding `dataDir` (issue 36 item 6), each within
- * the contract's bounds; null when the file system cannot be read. The master derives each task's memory
- * and disk from them (src/domain/task-limits.ts `hostAllowance`).
+ * This host's RAM, CPUs and the room free on the file system holding `dataDir` when the worker starts
+ * (issue 36 item 6), each within the contract's bounds; null when the file system cannot be read. The
+ * master derives each task's memory and disk from them (src/domain/task-limits.ts `hostAllowance`) and
+ * never promises the tasks of this worker more than that together (scheduling/pool.ts). Free room, not
+ * the file system's size: each task dir's image takes its room when it is made (sandbox/task-fs.ts), and
+ * what else the file system holds (the system, the master's store) is not the tasks'.
  */
 export function hostResources(dataDir: string): HelloMessage['host'] {
   const MIB = 1024 * 1024;
@@ -85,7 +88,7 @@ export function hostResources(dataDir: string): HelloMessage['host'] {
     return {
       memory_mib: Math.max(1, cap(totalmem() / MIB)),
       cpus: Math.max(1, Math.min(65536, availableParallelism())),
-      disk_mib: cap((fs.blocks * fs.bsize) / MIB),
+      disk_mib: cap((fs.bavail * fs.bsize) / MIB),
     };
   } catch {
     return null;

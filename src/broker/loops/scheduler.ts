@@ -221,9 +221,15 @@ export class Scheduler implements TaskObserver {
         max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
         require_isolation: config.policy.require_isolation,
         host_reserve: config.policy.task_limits.host_reserve,
-        memory_per_card: {
-          default_mib: config.policy.task_limits.per_card.memory_mib,
-          max_mib: config.policy.task_limits.max_per_card.memory_mib,
+        room_per_card: {
+          memory_mib: {
+            default_mib: config.policy.task_limits.per_card.memory_mib,
+            max_mib: config.policy.task_limits.max_per_card.memory_mib,
+          },
+          disk_mib: {
+            default_mib: config.policy.task_limits.per_card.disk_mib,
+            max_mib: config.policy.task_limits.max_per_card.disk_mib,
+          },
         },
       },
     };
@@ -248,7 +254,7 @@ export class Scheduler implements TaskObserver {
       taskId,
       workerId,
       this.sampledCards(workerId, indexes),
-      allowance === undefined ? null : limits.memory_mib,
+      allowance === undefined ? null : { memory_mib: limits.memory_mib, disk_mib: limits.disk_mib },
     );
     moveTask(
       this.deps,
@@ -289,7 +295,7 @@ export class Scheduler implements TaskObserver {
     taskId: string,
     workerId: string,
     cards: LeasedCard[],
-    memoryMib: number | null,
+    given: { memory_mib: number; disk_mib: number } | null,
   ): Grant {
     const { store, clock, ids } = this.deps;
     const indexes = cards.map((c) => c.index);
@@ -306,7 +312,7 @@ export class Scheduler implements TaskObserver {
       released_at: null,
       cards,
     };
-    store.leases.insertLease(lease, memoryMib); // the unique index refuses a card that is already live
+    store.leases.insertLease(lease, given); // the unique index refuses a card that is already live
     const executionId = ids('exec');
     const assignmentId = ids('asg');
     store.leases.insertExecution({

@@ -60,7 +60,7 @@ export function getQueue(deps: BrokerDeps, principal: Principal) {
 /** list_workers. */
 export function listWorkers(deps: BrokerDeps) {
   const now = deps.clock.now();
-  const committed = deps.store.leases.committedMemoryByWorker();
+  const committed = deps.store.leases.committedByWorker();
   return {
     workers: deps.store.workers.list().map((w) => {
       const live = deps.cluster.fleet.get(w.id);
@@ -82,7 +82,14 @@ export function listWorkers(deps: BrokerDeps) {
         backend: w.backend,
         slurm: w.slurm,
         seccomp: w.seccomp,
-        host: w.host === null ? null : { ...w.host, memory_committed_mib: committed.get(w.id) ?? 0 },
+        host:
+          w.host === null
+            ? null
+            : {
+                ...w.host,
+                memory_committed_mib: committed.get(w.id)?.memory_mib ?? 0,
+                disk_committed_mib: committed.get(w.id)?.disk_mib ?? 0,
+              },
       };
     }),
   };

@@ -8,13 +8,17 @@ import { type HostAllowance, hostAllowance, resolveOne } from '../task-limits.js
 import { explainWait } from './explain.js';
 import { buildView, type RequirementView } from './feasibility.js';
 import { claimNodes, holdNodes, nodesFit, nodesToReserve, type PoolNode } from './nodes.js';
-import { holdingReservation, waitingForHostMemory } from './reasons.js';
+import { holdingReservation, waitingForHostRoom } from './reasons.js';
 import type { Requirement } from './requirement.js';
 import { buildSlots, CLAIMED, countOpen, matches, OPEN, RESERVED, type Slot } from './slots.js';
 import type { SchedulingConfig, WaitReason, WorkerView } from './types.js';
 
 export type { RequirementView } from './feasibility.js';
 export { modelMatches, type Requirement, type RequirementCache, requirementOf } from './requirement.js';
+
+/** The host room a task takes and the scheduler counts per worker. */
+type RoomName = 'memory_mib' | 'disk_mib';
+const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib'];
 
 /**
  * The cards of one scheduling pass and what has happened to them so far in it. Built once per pass;
@@ -53,24 +57,32 @@ export class CardPool {
   private readonly requireIsolation: boolean;
   /** `policy.task_limits.host_reserve`: what each host keeps; absent: the default. */
   private readonly hostReserve: SchedulingConfig['host_reserve'];
-  /** Per worker whose host is known: what its host can give, and the memory no task was promised yet. */
-  private readonly hostMemory = new Map<Slot, { allowance: HostAllowance; left: number }>();
-  /** The memory per card a task asking for none is given (before its host's share). */
-  private readonly memoryPerCard: { readonly default_mib: number; readonly max_mib: number };
-  /** Requirements that found cards but not memory on a worker this pass: the worker, need and left. */
-  private readonly memoryShort = new Map<string, { worker_id: string; need: number; left: number }>();
+  /** Per worker whose host is known: what its host can give, and the room no task was promised yet. */
+  private readonly hostRoom = new Map<Slot, { allowance: HostAllowance; left: Record<RoomName, number> }>();
+  /** The memory and disk per card a task asking for none is given (before its host's share). */
+  private readonly roomPerCard: SchedulingConfig['room_per_card'] & object;
+  /** Requirements that found cards but not room on a worker this pass: which room, where, need and left. */
+  private readonly roomShort = new Map<
+    string,
+    { name: RoomName; worker_id: string; need: number; left: number }
+  >();
 
   constructor(
     workers: readonly WorkerView[],
     now: number,
-    config: CardStateConfig &
-      Pick<SchedulingConfig, 'require_isolation' | 'host_reserve' | 'memory_per_card'>,
+    config: CardStateConfig & Pick<SchedulingConfig, 'require_isolation' | 'host_reserve' | 'room_per_card'>,
   ) {
     this.requireIsolation = config.require_isolation;
     this.hostReserve = config.host_reserve;
-    this.memoryPerCard = config.memory_per_card ?? {
-      default_mib: DEFAULT_LIMITS_PER_CARD.memory_mib,
-      max_mib: DEFAULT_MAX_LIMITS_PER_CARD.memory_mib,
+    this.roomPerCard = config.room_per_card ?? {
+      memory_mib: {
+        default_mib: DEFAULT_LIMITS_PER_CARD.memory_mib,
+        max_mib: DEFAULT_MAX_LIMITS_PER_CARD.memory_mib,
+      },
+      disk_mib: {
+        default_mib: DEFAULT_LIMITS_PER_CARD.disk_mib,
+        max_mib: DEFAULT_MAX_LIMITS_PER_CARD.disk_mib,
+      },
     };
     const built = buildSlots(workers, now, config);
     this.slots = built.slots;
@@ -85,25 +97,43 @@ export class CardPool {
         slot.worker.cards.length,
         this.hostReserve ?? DEFAULT_HOST_RESERVE,
       );
-      const left = allowance.total.memory_mib - (slot.worker.memory_committed_mib ?? 0);
-      this.hostMemory.set(slot, { allowance, left });
+      const left = {
+        memory_mib: allowance.total.memory_mib - (slot.worker.memory_committed_mib ?? 0),
+        disk_mib: allowance.total.disk_mib - (slot.worker.disk_committed_mib ?? 0),
+      };
+      this.hostRoom.set(slot, { allowance, left });
     }
   }
 
-  /** What `req` would be given of `slot`'s host memory, and what is left there; null: host not known. */
-  private memoryOn(slot: Slot, req: Requirement): { need: number; left: number } | null {
-    const host = this.hostMemory.get(slot);
+  /**
+   * What `req` would be given of `slot`'s host memory and disk; null where its host is not known (then
+   * nothing is counted there).
+   */
+  private roomOn(slot: Slot, req: Requirement): Record<RoomName, number> | null {
+    const host = this.hostRoom.get(slot);
     if (host === undefined) return null;
-    const { default_mib, max_mib } = this.memoryPerCard;
-    const need = resolveOne(
-      'memory_mib',
-      req.hostAsks.memory_mib,
-      req.need,
-      default_mib,
-      max_mib,
-      host.allowance,
-    );
-    return { need, left: host.left };
+    const need = (name: RoomName) => {
+      const { default_mib, max_mib } = this.roomPerCard[name];
+      return resolveOne(name, req.hostAsks[name], req.need, default_mib, max_mib, host.allowance);
+    };
+    return { memory_mib: need('memory_mib'), disk_mib: need('disk_mib') };
+  }
+
+  /** The first room `need` does not fit in on `slot` (noting it for the wait reason), or null. */
+  private roomMissing(slot: Slot, req: Requirement, need: Record<RoomName, number>): RoomName | null {
+    const left = this.hostRoom.get(slot)!.left;
+    for (const name of ROOMS) {
+      if (need[name] <= left[name]) continue;
+      if (!this.roomShort.has(req.key))
+        this.roomShort.set(req.key, {
+          name,
+          worker_id: slot.worker.worker_id,
+          need: need[name],
+          left: left[name],
+        });
+      return name;
+    }
+    return null;
   }
 
   /** The pass-long view of a requirement (cached per shape). */
@@ -128,22 +158,18 @@ export class CardPool {
     const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
     let best: Slot | null = null;
     let bestCount = Number.POSITIVE_INFINITY;
-    let bestMemory: { need: number; left: number } | null = null;
+    let bestRoom: Record<RoomName, number> | null = null;
     for (const slot of view.slots) {
       if (slot.openCount < req.need) continue;
       const count = anyCard && slot.runReserved === 0 ? slot.openCount : countOpen(slot, req);
       if (count >= req.need && count < bestCount) {
         if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
-        // The host must have the memory left that the task would be given (issue 38 item 7).
-        const memory = this.memoryOn(slot, req);
-        if (memory !== null && memory.need > memory.left) {
-          if (!this.memoryShort.has(req.key))
-            this.memoryShort.set(req.key, { worker_id: slot.worker.worker_id, ...memory });
-          continue;
-        }
+        // The host must have the memory and disk left that the task would be given (issue 38 item 7).
+        const room = this.roomOn(slot, req);
+        if (room !== null && this.roomMissing(slot, req, room) !== null) continue;
         best = slot;
         bestCount = count;
-        bestMemory = memory;
+        bestRoom = room;
         if (count === req.need) break; // nothing can fit tighter; later slots only lose the tie
       }
     }
@@ -151,8 +177,11 @@ export class CardPool {
       this.unplaceable.add(req.key);
       return null;
     }
-    // Memory left only shrinks within a pass, so a shape refused before stays refused (`unplaceable`).
-    if (bestMemory !== null) this.hostMemory.get(best)!.left -= bestMemory.need;
+    // Room left only shrinks within a pass, so a shape refused before stays refused (`unplaceable`).
+    if (bestRoom !== null) {
+      const left = this.hostRoom.get(best)!.left;
+      for (const name of ROOMS) left[name] -= bestRoom[name];
+    }
     if (best.nodes !== null) claimNodes(best.nodes, req.need, req.perNode);
     return { worker_id: best.worker.worker_id, card_indexes: this.mark(best, req, req.need, CLAIMED, 0) };
   }
@@ -215,9 +244,9 @@ export class CardPool {
    * Call once placement and reservations are done.
    */
   waitReason(view: RequirementView, reservationsBefore: number): WaitReason {
-    // Cards were free for it, but not its host's memory: that is the wait, not the cards.
-    const short = this.memoryShort.get(view.req.key);
-    if (short !== undefined) return waitingForHostMemory(short.worker_id, short.need, short.left);
+    // Cards were free for it, but not its host's memory or disk: that is the wait, not the cards.
+    const short = this.roomShort.get(view.req.key);
+    if (short !== undefined) return waitingForHostRoom(short.name, short.worker_id, short.need, short.left);
     // A shape's reason depends only on which reservations came before it; cache on exactly that.
     const key = `${view.req.key}#${reservationsBefore}#${this.version}`;
     let reason = this.reasons.get(key);

@@ -220,19 +220,27 @@ export function limitsExceedHost(
 }
 
 /**
- * Enough matching cards are free on `workerId`, but what its host's memory has left (its RAM less the
- * reserve, less what its running tasks were given) is less than the task would be given.
+ * Enough matching cards are free on `workerId`, but what its host has left of `resource` (its RAM, or the
+ * disk free when it started, less the reserve and what its running tasks were given) is less than the
+ * task would be given.
  */
-export function waitingForHostMemory(workerId: string, needMib: number, freeMib: number): WaitReason {
+export function waitingForHostRoom(
+  resource: 'memory_mib' | 'disk_mib',
+  workerId: string,
+  needMib: number,
+  freeMib: number,
+): WaitReason {
+  const what = resource === 'memory_mib' ? 'memory' : 'disk for task dirs';
   return {
-    code: 'waiting_for_host_memory',
+    code: 'waiting_for_host_room',
+    resource,
     worker_id: workerId,
     need_mib: needMib,
     free_mib: freeMib,
     message:
-      `Cards are free on ${workerId}, but its host has ${freeMib} MiB of memory left that no running task was ` +
-      `promised, and this task would be given ${needMib} MiB (its limits.memory_mib, or its default share of ` +
-      'the host). It starts when tasks there end; or ask for less memory (limits.memory_mib).',
+      `Cards are free on ${workerId}, but its host has ${freeMib} MiB of ${what} left that no running task was ` +
+      `promised, and this task would be given ${needMib} MiB (its limits.${resource}, or its default share of ` +
+      `the host). It starts when tasks there end; or ask for less (limits.${resource}).`,
   };
 }
 

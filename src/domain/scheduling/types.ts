@@ -91,6 +91,8 @@ export interface WorkerView extends WorkerSampling {
   host?: HostResources | null | undefined;
   /** Memory its live leases' tasks were given (their resolved `memory_mib`), in MiB; absent: none. */
   memory_committed_mib?: number | undefined;
+  /** Task-dir disk its live leases' tasks were given (their resolved `disk_mib`), in MiB; absent: none. */
+  disk_committed_mib?: number | undefined;
   /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
   backend?: 'local' | 'slurm' | undefined;
   /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
@@ -115,10 +117,15 @@ export interface SchedulingConfig extends CardStateConfig {
   /** `policy.task_limits.host_reserve`: what each host keeps for itself; tasks share the rest. */
   host_reserve?: HostReserve | undefined;
   /**
-   * `policy.task_limits`' memory per card (default and maximum): what a task asking for none would be
-   * given, to count against its host's memory left. Absent: the contract's defaults.
+   * `policy.task_limits`' memory and disk per card (default and maximum): what a task asking for none
+   * would be given, to count against its host's room left. Absent: the contract's defaults.
    */
-  memory_per_card?: { readonly default_mib: number; readonly max_mib: number } | undefined;
+  room_per_card?:
+    | {
+        readonly memory_mib: { readonly default_mib: number; readonly max_mib: number };
+        readonly disk_mib: { readonly default_mib: number; readonly max_mib: number };
+      }
+    | undefined;
 }
 
 /** Everything one scheduling pass reads. */
@@ -144,8 +151,8 @@ export interface SchedulingSnapshot {
  *  - no_container_engine: a container task, and no worker with enough matching cards has an engine;
  *  - limits_exceed_host: its spec asks for more memory, /tmp, /dev/shm or disk than the host of any
  *    worker with enough matching cards can give (its RAM or disk less the operator's reserve);
- *  - waiting_for_host_memory: enough matching cards are free on a worker, but its host has too little
- *    memory left that no running task there was promised (issue 38 item 7);
+ *  - waiting_for_host_room: enough matching cards are free on a worker, but its host has too little
+ *    memory or disk left that no running task there was promised (issue 38 item 7);
  *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
  *    with enough matching cards may take it;
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
@@ -165,7 +172,8 @@ export type WaitReason =
   | { code: 'mount_missing'; need: number; mounts: string[]; message: string }
   | { code: 'limits_exceed_host'; need: number; limit: string; ask: number; most: number; message: string }
   | {
-      code: 'waiting_for_host_memory';
+      code: 'waiting_for_host_room';
+      resource: 'memory_mib' | 'disk_mib';
       worker_id: string;
       need_mib: number;
       free_mib: number;

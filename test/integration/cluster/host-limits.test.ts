@@ -20,7 +20,8 @@ let m: TestMaster;
 let w: TestWorker;
 let alice: Client;
 let rita: Client;
-const HOST = { memory_mib: 24576, cpus: 4, disk_mib: 512000 };
+// Disk: what the worker found free at its start; each running task's dir takes its room when it is made.
+const HOST = { memory_mib: 24576, cpus: 4, disk_mib: 16384 };
 
 beforeAll(async () => {
   m = await startTestMaster({ config: clusterConfig() });
@@ -46,7 +47,7 @@ describe('limits follow the machine', () => {
     const listed = expectOk(
       await callTool<{ workers: Array<{ worker_id: string; host: unknown }> }>(alice, 'list_workers', {}),
     ).workers.find((x) => x.worker_id === 'gpu-small-host');
-    expect(listed?.host).toEqual({ ...HOST, memory_committed_mib: 0 });
+    expect(listed?.host).toEqual({ ...HOST, memory_committed_mib: 0, disk_committed_mib: 0 });
   });
 
   it("gives a task by default at most its host's share per card (24 GiB less 4 GiB, over 4 cards)", async () => {
@@ -92,20 +93,25 @@ describe('limits follow the machine', () => {
     await waitFor(async () => (await getTask(alice, big)).state === 'RUNNING', {
       what: 'the big task running',
     });
-    expect(m.deps.store.leases.committedMemoryByWorker().get('gpu-small-host')).toBe(16384);
+    expect(m.deps.store.leases.committedByWorker().get('gpu-small-host')?.memory_mib).toBe(16384);
     // Three cards are free, but 20480 - 16384 = 4096 MiB is left and a default task is given 5120.
     const next = await approveTask(alice, rita, shellSpec('echo next'));
     const reason = await waitFor(
       async () => {
         const r = (await getTask(alice, next)).reason;
-        return r?.['code'] === 'waiting_for_host_memory' ? r : undefined;
+        return r?.['code'] === 'waiting_for_host_room' ? r : undefined;
       },
-      { what: 'waiting_for_host_memory' },
+      { what: 'waiting_for_host_room' },
     );
-    expect(reason).toMatchObject({ worker_id: 'gpu-small-host', need_mib: 5120, free_mib: 4096 });
+    expect(reason).toMatchObject({
+      resource: 'memory_mib',
+      worker_id: 'gpu-small-host',
+      need_mib: 5120,
+      free_mib: 4096,
+    });
     writeFileSync(gate, '');
     expect(await waitUntilSettled(alice, big)).toMatchObject({ state: 'COMPLETED' });
     expect(await waitUntilSettled(alice, next)).toMatchObject({ state: 'COMPLETED' });
-    expect(m.deps.store.leases.committedMemoryByWorker().get('gpu-small-host') ?? 0).toBe(0);
+    expect(m.deps.store.leases.committedByWorker().get('gpu-small-host')?.memory_mib ?? 0).toBe(0);
   });
 });

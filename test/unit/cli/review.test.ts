@@ -83,7 +83,7 @@ describe('review', () => {
     expect(t.stdout).toContain('  network:   none\n');
     // The resource limits the task would run with (issue 21): the policy's per-card defaults here.
     expect(t.stdout).toContain(
-      '  limits:    memory 32768 MiB, pids 4096, cpu weight 100, /tmp 8192 MiB, /dev/shm 16384 MiB, task dir 102400 MiB\n',
+      '  limits:    memory 32768 MiB, pids 4096, cpu weight 100, /tmp 8192 MiB, /dev/shm 16384 MiB, task dir 20480 MiB\n',
     );
     expect(t.stdout).toContain('  outputs:   result.json\n');
     expect(t.stdout).toContain('  findings:  none\n');

@@ -412,12 +412,13 @@ describe('decide: limits follow the machine (issue 36 item 6)', () => {
     const waits = decide(snapshot([busy], [t]), NOW);
     expect(waits.grants).toEqual([]);
     expect(reasonOf(waits, t)).toMatchObject({
-      code: 'waiting_for_host_memory',
+      code: 'waiting_for_host_room',
+      resource: 'memory_mib',
       worker_id: 'w1',
       need_mib: 5120,
       free_mib: 4096,
     });
-    expect(reasonOf(waits, t)?.message).toContain('ask for less memory');
+    expect(reasonOf(waits, t)?.message).toContain('ask for less (limits.memory_mib)');
     // A task asking for less fits; another worker with room takes the default one.
     const small = task(1, { limits: { memory_mib: 4096 } });
     expect(grantOf(decide(snapshot([busy], [small]), NOW), small)?.worker_id).toBe('w1');
@@ -428,10 +429,28 @@ describe('decide: limits follow the machine (issue 36 item 6)', () => {
     const b = task(1, { limits: { memory_mib: 12000 } });
     const pass = decide(snapshot([worker('w1', 4, { host: host(24576) })], [a, b]), NOW);
     expect(pass.grants).toHaveLength(1);
-    expect(reasonOf(pass, b)).toMatchObject({ code: 'waiting_for_host_memory', need_mib: 12000 });
+    expect(reasonOf(pass, b)).toMatchObject({
+      code: 'waiting_for_host_room',
+      resource: 'memory_mib',
+      need_mib: 12000,
+    });
     // Defaults share the host exactly: four 1-card tasks on four cards all run.
     const four = [task(1), task(1), task(1), task(1)];
     expect(decide(snapshot([worker('w1', 4, { host: host(24576) })], four), NOW).grants).toHaveLength(4);
+  });
+
+  it('never promises the disk its host had free twice: a task asking for most of it leaves the next waiting', () => {
+    // 512000 MiB free less the 10240 reserve = 501760; 500000 promised to a running task.
+    const busy = worker('w1', 4, { host: host(262144), disk_committed_mib: 500000 });
+    const t = task(1, { limits: { disk_mib: 2000 } });
+    const d = decide(snapshot([busy], [t]), NOW);
+    expect(reasonOf(d, t)).toMatchObject({
+      code: 'waiting_for_host_room',
+      resource: 'disk_mib',
+      need_mib: 2000,
+      free_mib: 1760,
+    });
+    expect(reasonOf(d, t)?.message).toContain('disk for task dirs');
   });
 
   it("honours the operator's reserve", () => {

@@ -1,3 +1,4 @@
+import { statfsSync } from 'node:fs';
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { HelloSchema, PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
@@ -88,6 +89,9 @@ describe('hostResources', () => {
     expect(host!.memory_mib).toBe(Math.floor(totalmem() / 1024 / 1024));
     expect(host!.cpus).toBe(availableParallelism());
     expect(host!.disk_mib).toBeGreaterThan(0);
+    expect(host!.disk_mib).toBeLessThanOrEqual(
+      Math.floor((statfsSync(tmpdir()).bavail * statfsSync(tmpdir()).bsize) / 1024 / 1024) + 64,
+    );
     expect(HelloSchema.shape.host.safeParse(host).success).toBe(true);
   });
   it('is null when the data dir cannot be read', () => {
