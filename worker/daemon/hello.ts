@@ -1,10 +1,11 @@
 import { readFileSync, statfsSync } from 'node:fs';
 import { availableParallelism, totalmem } from 'node:os';
-import { join } from 'node:path';
+import { dirname, join } from 'node:path';
 import { MAX_LIMIT_MIB } from '../../src/contracts/task-limits.js';
 import type { WorkerMessage } from '../../src/contracts/worker-protocol.js';
 import { PROTOCOL_VERSION } from '../../src/contracts/worker-protocol.js';
 import { packageRoot } from '../../src/platform/package-root.js';
+import { below, parseMountinfo, parseSelfCgroup } from '../sandbox/mountinfo.js';
 import type { ExecutionRecord } from '../store/local-store.js';
 import type { DataMount } from '../task-io/mounts.js';
 
@@ -85,13 +86,63 @@ export function hostResources(dataDir: string): HelloMessage['host'] {
   const cap = (v: number) => Math.min(MAX_LIMIT_MIB, Math.max(0, Math.floor(v)));
   try {
     const fs = statfsSync(dataDir);
+    // The worker's own cgroup may hold less than the machine (a systemd MemoryMax=, a container): its
+    // tasks' cgroups are below it, so that is all they can have together.
+    const memory = Math.min(totalmem(), cgroupMemoryLimit() ?? Number.POSITIVE_INFINITY);
     return {
-      memory_mib: Math.max(1, cap(totalmem() / MIB)),
+      memory_mib: Math.max(1, cap(memory / MIB)),
       cpus: Math.max(1, Math.min(65536, availableParallelism())),
       disk_mib: cap((fs.bavail * fs.bsize) / MIB),
     };
   } catch {
     return null;
+  }
+}
+
+/**
+ * The tightest memory limit on this process's cgroup and its ancestors, in bytes (v2 `memory.max`, v1
+ * `memory.limit_in_bytes`), or null when there is none (or it cannot be read).
+ */
+export function cgroupMemoryLimit(
+  mountinfo: string = readOr('/proc/self/mountinfo'),
+  selfCgroup: string = readOr('/proc/self/cgroup'),
+  read: (path: string) => string | null = (path) => {
+    try {
+      return readFileSync(path, 'utf8');
+    } catch {
+      return null;
+    }
+  },
+): number | null {
+  const mounts = parseMountinfo(mountinfo);
+  const paths = parseSelfCgroup(selfCgroup);
+  const v1 = mounts.find((m) => m.fstype === 'cgroup' && m.superOptions.split(',').includes('memory'));
+  const v2 = mounts.find((m) => m.fstype === 'cgroup2');
+  const where =
+    v1 !== undefined && paths.has('memory')
+      ? { mount: v1, path: paths.get('memory')!, file: 'memory.limit_in_bytes' }
+      : v2 !== undefined && paths.has('')
+        ? { mount: v2, path: paths.get('')!, file: 'memory.max' }
+        : null;
+  if (where === null) return null;
+  let best: number | null = null;
+  // From the process's own cgroup up to the hierarchy's root: the smallest limit binds.
+  for (let dir = below(where.mount, where.path); ; dir = dirname(dir)) {
+    const text = read(join(dir, where.file))?.trim();
+    const value = text === undefined || text === 'max' ? Number.NaN : Number(text);
+    // v1 writes "no limit" as a page-rounded 2^63 - 1.
+    if (Number.isFinite(value) && value > 0 && value < 2 ** 60)
+      best = best === null ? value : Math.min(best, value);
+    if (dir === where.mount.point || dir === '/' || !dir.startsWith(where.mount.point)) break;
+  }
+  return best;
+}
+
+function readOr(path: string): string {
+  try {
+    return readFileSync(path, 'utf8');
+  } catch {
+    return '';
   }
 }
 

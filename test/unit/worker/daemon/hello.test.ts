@@ -2,7 +2,12 @@ import { statfsSync } from 'node:fs';
 import { availableParallelism, tmpdir, totalmem } from 'node:os';
 import { describe, expect, it } from 'vitest';
 import { HelloSchema, PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
-import { buildHello, type HelloFacts, hostResources } from '../../../../worker/daemon/hello.js';
+import {
+  buildHello,
+  cgroupMemoryLimit,
+  type HelloFacts,
+  hostResources,
+} from '../../../../worker/daemon/hello.js';
 import type { ExecutionRecord } from '../../../../worker/store/local-store.js';
 import { makePlan } from '../../../support/executor-plan.js';
 
@@ -86,7 +91,6 @@ describe('hostResources', () => {
   it("reports this host's RAM, CPUs and the data dir's file system size, within the contract", () => {
     const host = hostResources(tmpdir());
     expect(host).not.toBeNull();
-    expect(host!.memory_mib).toBe(Math.floor(totalmem() / 1024 / 1024));
     expect(host!.cpus).toBe(availableParallelism());
     expect(host!.disk_mib).toBeGreaterThan(0);
     expect(host!.disk_mib).toBeLessThanOrEqual(
@@ -96,5 +100,48 @@ describe('hostResources', () => {
   });
   it('is null when the data dir cannot be read', () => {
     expect(hostResources('/nonexistent/gpu-broker-data')).toBeNull();
+  });
+});
+
+describe("the worker's own cgroup bounds its host's memory", () => {
+  const MI_V1 =
+    '30 25 0:26 / /sys/fs/cgroup/memory rw,nosuid shared:1 - cgroup cgroup rw,memory\n' +
+    '31 25 0:27 / /sys/fs/cgroup/pids rw,nosuid shared:2 - cgroup cgroup rw,pids\n';
+  const MI_V2 = '30 25 0:26 / /sys/fs/cgroup rw,nosuid shared:1 - cgroup2 cgroup2 rw\n';
+  const files = (map: Record<string, string>) => (path: string) => map[path] ?? null;
+
+  it('takes the smallest limit from its cgroup up to the root (v1: a parent limited, itself not)', () => {
+    const limit = cgroupMemoryLimit(
+      MI_V1,
+      '4:memory:/svc/worker\n8:pids:/\n',
+      files({
+        '/sys/fs/cgroup/memory/svc/worker/memory.limit_in_bytes': '9223372036854771712',
+        '/sys/fs/cgroup/memory/svc/memory.limit_in_bytes': String(8 * 1024 ** 3),
+        '/sys/fs/cgroup/memory/memory.limit_in_bytes': '9223372036854771712',
+      }),
+    );
+    expect(limit).toBe(8 * 1024 ** 3);
+  });
+
+  it("v2's memory.max; 'max' everywhere is no limit", () => {
+    expect(
+      cgroupMemoryLimit(
+        MI_V2,
+        '0::/system.slice/gpu-broker-worker.service\n',
+        files({
+          '/sys/fs/cgroup/system.slice/gpu-broker-worker.service/memory.max': String(16 * 1024 ** 3),
+          '/sys/fs/cgroup/system.slice/memory.max': 'max',
+        }),
+      ),
+    ).toBe(16 * 1024 ** 3);
+    expect(cgroupMemoryLimit(MI_V2, '0::/a\n', files({ '/sys/fs/cgroup/a/memory.max': 'max' }))).toBeNull();
+    expect(cgroupMemoryLimit('', '', files({}))).toBeNull();
+  });
+
+  it("hostResources' memory is at most the machine's and its cgroup's", () => {
+    const host = hostResources(tmpdir());
+    const limit = cgroupMemoryLimit();
+    expect(host!.memory_mib).toBeLessThanOrEqual(Math.floor(totalmem() / 1024 / 1024));
+    if (limit !== null) expect(host!.memory_mib).toBeLessThanOrEqual(Math.floor(limit / 1024 / 1024));
   });
 });
