@@ -1,3 +1,4 @@
+import { rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { DEFAULT_MAX_LOG_BYTES_PER_TASK, type ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
@@ -128,7 +129,9 @@ class ExecutionRun {
     this.exited = new Promise((r) => {
       this.resolveExited = r;
     });
-    this.done = this.run().catch((err: unknown) => this.internalFailure(err));
+    this.done = this.run()
+      .catch((err: unknown) => this.internalFailure(err))
+      .finally(() => removeEnvFiles(resolve(this.opts.rootDir, this.plan.execution_id)));
   }
 
   cancel(_reason: string): void {
@@ -394,4 +397,14 @@ async function oomCountRose(probe: OomProbe): Promise<boolean> {
 
 function describe(err: unknown): string {
   return err instanceof Error ? err.message : String(err);
+}
+
+/**
+ * The task's env as files in its execution dir (the bwrap chain's `task.env`, a container's
+ * `container.env`): needed only to start it, removed once its run is over, so that what a spec's env
+ * held does not stay on the worker's disk until the directory is pruned. Never throws.
+ */
+async function removeEnvFiles(execRoot: string): Promise<void> {
+  for (const name of ['task.env', 'container.env'])
+    await rm(join(execRoot, name), { force: true }).catch(() => undefined);
 }

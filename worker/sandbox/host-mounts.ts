@@ -29,10 +29,12 @@ export const SYSTEM_LINKS_OR_DIRS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64'
 export const MASKED_KERNEL_PATHS = [
   '/proc/acpi',
   '/proc/asound',
+  '/proc/diskstats',
   '/proc/kcore',
   '/proc/key-users',
   '/proc/keys',
   '/proc/latency_stats',
+  '/proc/partitions',
   '/proc/sched_debug',
   '/proc/scsi',
   '/proc/timer_list',

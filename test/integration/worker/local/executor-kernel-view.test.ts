@@ -1,4 +1,4 @@
-import { mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startExecution } from '../../../../worker/local/executor.js';
@@ -121,10 +121,10 @@ describe.runIf(ready).each(SANDBOX_ENGINES)(
       const r = await run({ ...base, native, seccomp }, [
         '/bin/sh',
         '-c',
-        'echo "key-users=$(cat /proc/key-users 2>/dev/null | wc -l) keys=$(cat /proc/keys 2>/dev/null | wc -l) cgroup=$(ls -A /sys/fs/cgroup | wc -l) firmware=$(ls -A /sys/firmware 2>/dev/null | wc -l)"',
+        'echo "key-users=$(cat /proc/key-users 2>/dev/null | wc -l) keys=$(cat /proc/keys 2>/dev/null | wc -l) cgroup=$(ls -A /sys/fs/cgroup | wc -l) firmware=$(ls -A /sys/firmware 2>/dev/null | wc -l) disks=$(cat /proc/partitions /proc/diskstats 2>/dev/null | wc -l)"',
       ]);
       expect(r.result.failure_reason, r.stderr).toBeNull();
-      expect(r.stdout.trim()).toBe('key-users=0 keys=0 cgroup=0 firmware=0');
+      expect(r.stdout.trim()).toBe('key-users=0 keys=0 cgroup=0 firmware=0 disks=0');
     });
   },
 );
@@ -166,6 +166,8 @@ describe.runIf(ready && isRoot)("the task's env on the host's process list (bwra
     const seen = cmdlinesHolding('value-on-the-host-list');
     writeFileSync(join(dataDir, 'executions', plan.execution_id, 'task', 'go'), '');
     const result = await handle.done;
+    // The env file goes with the run: the spec's env does not stay on the worker's disk.
+    expect(existsSync(join(dataDir, 'executions', plan.execution_id, 'task.env'))).toBe(false);
     return { result, seen, stdout: text(chunks, 'stdout'), stderr: text(chunks, 'stderr') };
   }
 
