@@ -25,7 +25,16 @@ import type { RawTarget } from './raw-https.js';
  */
 
 /** The floods that can run in the child: those that need only a token and the master's address. */
-export const CHILD_FLOODS: ReadonlySet<ScenarioName> = new Set(['uploads', 'diffs', 'slow', 'longpolls']);
+export const CHILD_FLOODS: ReadonlySet<ScenarioName> = new Set([
+  'uploads',
+  'diffs',
+  'slow',
+  'longpolls',
+  'explain',
+]);
+
+/** The child floods that speak MCP as the flooder (the others raw HTTPS with its token). */
+const FLOODER_MCP: ReadonlySet<ScenarioName> = new Set(['explain']);
 
 /** What the child needs to start a flood (all of it serialisable). */
 export interface ChildFloodConfig {
@@ -95,8 +104,10 @@ async function childMain(): Promise<void> {
   const clients = new BenchClients(cfg.target.url, trusting.fetch, 'bench-noisy-flood');
   try {
     if (!CHILD_FLOODS.has(cfg.name)) throw new Error(`flood ${cfg.name} does not run in a child`);
-    // Only the diff flood uses an MCP session (the reader's); the others speak raw HTTPS with the token.
+    // The diff flood uses an MCP session (the reader's), the explain flood the flooder's; the others
+    // speak raw HTTPS with the token.
     const reader = cfg.name === 'diffs' ? await clients.connect(cfg.diffReaderToken) : null;
+    const flooder = FLOODER_MCP.has(cfg.name) ? await clients.connect(cfg.flooderToken) : null;
     const unused = new Proxy({} as FloodContext['flooder'], {
       get: () => {
         throw new Error('this flood has no MCP session in the child');
@@ -105,7 +116,7 @@ async function childMain(): Promise<void> {
     const ctx: FloodContext = {
       target: cfg.target,
       flooderToken: cfg.flooderToken,
-      flooder: unused,
+      flooder: flooder ?? unused,
       reviewer: unused,
       diffReader: reader ?? unused,
       diff: cfg.diff,

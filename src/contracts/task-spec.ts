@@ -16,7 +16,24 @@ const ENV_NAME = /^[A-Za-z_][A-Za-z0-9_]*$/;
 /** Longest path segment, in UTF-8 bytes: what Linux file systems accept (NAME_MAX). */
 export const MAX_SEGMENT_BYTES = 255;
 
-const utf8Length = (s: string) => new TextEncoder().encode(s).length;
+/**
+ * The UTF-8 length of `s` as TextEncoder would encode it (a lone surrogate as U+FFFD, 3 bytes), counted
+ * without encoding: a spec names up to thousands of paths, and an encoder and a buffer per path was the
+ * largest single cost of parsing one (issue 35 item 7).
+ */
+export function utf8Length(s: string): number {
+  let n = 0;
+  for (let i = 0; i < s.length; i++) {
+    const c = s.charCodeAt(i);
+    if (c < 0x80) n += 1;
+    else if (c < 0x800) n += 2;
+    else if (c >= 0xd800 && c <= 0xdbff && i + 1 < s.length && (s.charCodeAt(i + 1) & 0xfc00) === 0xdc00) {
+      n += 4;
+      i++;
+    } else n += 3;
+  }
+  return n;
+}
 
 /**
  * A relative path beneath the task's output dir: no absolute paths, no `..`, no empty segments, no

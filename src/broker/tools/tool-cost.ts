@@ -92,6 +92,37 @@ export interface CostShares {
   heavy: PrincipalShare;
   budget: TimeBudget;
   waits: WaitCounter;
+  turns: TurnGate;
+}
+
+/**
+ * Lets at most one heavy call start per turn of the event loop, every principal's together (issue 35
+ * item 7). Node runs every immediate queued for a turn back to back, each followed by its microtasks, so
+ * heavy calls that each yielded with setImmediate still ran one after another (4 × 40 ms) while other
+ * principals' requests, already read, waited for the poll phase. Here each turn starts one: the next is
+ * queued from inside the check phase, which Node defers to the next turn, after the poll phase has read
+ * and answered what came in meanwhile.
+ */
+export class TurnGate {
+  private readonly waiting: Array<() => void> = [];
+  private pumping = false;
+
+  /** Resolves on a turn of its own (FIFO). */
+  next(): Promise<void> {
+    return new Promise((resolve) => {
+      this.waiting.push(resolve);
+      if (!this.pumping) {
+        this.pumping = true;
+        setImmediate(() => this.pump());
+      }
+    });
+  }
+
+  private pump(): void {
+    this.waiting.shift()?.();
+    if (this.waiting.length > 0) setImmediate(() => this.pump());
+    else this.pumping = false;
+  }
 }
 
 const shares = new WeakMap<object, CostShares>();
@@ -105,6 +136,7 @@ export function costSharesOf(deps: BrokerDeps): CostShares {
       heavy: new PrincipalShare('heavy read', q.heavy_calls_per_principal, q.heavy_queued_per_principal),
       budget: new TimeBudget(q.heavy_ms_per_second, q.heavy_burst_ms),
       waits: new WaitCounter(q.waits_per_principal),
+      turns: new TurnGate(),
     };
     shares.set(deps.store, s);
   }
@@ -148,6 +180,11 @@ export async function runHeavy<T>(
   return s.heavy.run(
     principalId,
     async () => {
+      // Each heavy call starts on a turn of the event loop of its own (TurnGate), never in the microtasks
+      // of the request that arrived with it nor of the heavy call that handed it its place: chained
+      // there, a principal's queued calls ran back to back (4 × 25 ms) while every other principal's
+      // requests, already read, waited for the drain to end (issue 35 item 7: the explain flood's p99).
+      await s.turns.next();
       // A loop: a call of the same principal in the other lane place may have charged in the meantime.
       for (let wait = s.budget.delay(principalId, performance.now()); wait > 0; ) {
         await pause(wait, signal);

@@ -5,6 +5,7 @@ import {
   WORKER_INPUT_ROUTE,
   workerInputPath,
 } from '../../../src/contracts/paths.js';
+import { utf8Length } from '../../../src/contracts/task-spec.js';
 
 /**
  * The worker link's paths (src/contracts/paths.ts): what a worker requests is what the master routes
@@ -26,5 +27,29 @@ describe('worker link paths', () => {
     expect(WORKER_INPUT_PATH.test(`/api/v1/executions/e1/inputs/${SHA}/x`)).toBe(false);
     expect(WORKER_INPUT_PATH.test('/api/v1/executions/e1/inputs/not-a-digest')).toBe(false);
     expect(WORKER_INPUT_PATH.test(WORKER_CONNECT_PATH)).toBe(false);
+  });
+});
+
+describe('utf8Length', () => {
+  it('counts as TextEncoder encodes: ASCII, 2-, 3- and 4-byte characters, lone surrogates as U+FFFD', () => {
+    const samples = [
+      '',
+      'a/b.py',
+      'é',
+      '中文/文件.py',
+      '😀x',
+      '\ud800',
+      'a\udc00b',
+      '\ud83d\ude00\ud83d',
+      'ÿ'.repeat(300),
+    ];
+    for (let i = 0; i < 200; i++)
+      samples.push(
+        Array.from({ length: 1 + (i % 17) }, (_, k) =>
+          String.fromCharCode((i * 7919 + k * 104729) % 0x10000),
+        ).join(''),
+      );
+    for (const s of samples)
+      expect(utf8Length(s), JSON.stringify(s)).toBe(new TextEncoder().encode(s).length);
   });
 });
