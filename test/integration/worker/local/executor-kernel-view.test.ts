@@ -2,14 +2,13 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSy
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startExecution } from '../../../../worker/local/executor.js';
-import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
-import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import { findHelper } from '../../../../worker/sandbox/helper-commands.js';
 import { hostSeccompArch, syscallNumber } from '../../../../worker/sandbox/seccomp.js';
 import { prepareSeccomp, type SandboxSetup, type TaskSeccomp } from '../../../../worker/sandbox/setup.js';
-import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, text } from '../../../support/executor-plan.js';
+import { type BwrapSetup, bwrapSetupFor, runToEnd } from '../../../support/local-sandbox.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
@@ -29,39 +28,20 @@ const ready =
 
 let dataDir: string;
 let seccomp: TaskSeccomp | null;
-let base: Extract<SandboxSetup, { kind: 'bwrap' }>;
+let base: BwrapSetup;
 
 beforeAll(async () => {
   if (!ready || probe.bwrap === null || probe.env === null) return;
   dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-kernel-view-'));
   seccomp = prepareSeccomp(dataDir, []);
-  base = {
-    kind: 'bwrap',
-    bwrap: probe.bwrap,
-    setpriv: isRoot ? probe.setpriv : null,
-    envHelper: probe.env,
-    uids: isRoot ? new TaskUidPool({ first: 2_000_410_000, last: 2_000_410_099 }) : null,
-    hiddenPaths: [dataDir],
-    system: systemMounts(),
-    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 1, isRoot),
-  };
+  base = await bwrapSetupFor(probe, dataDir, { uids: { first: 2_000_410_000, last: 2_000_410_099 } });
 });
 afterAll(() => {
   if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
 });
 
-async function run(sandbox: SandboxSetup, argv: string[]) {
-  const chunks: Chunk[] = [];
-  const handle = startExecution(makePlan({ argv }), {
-    rootDir: join(dataDir, 'executions'),
-    workerId: 'worker-kernel-view',
-    provider: 'sim',
-    onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
-    cleanupPollMs: 20,
-    sandbox,
-  });
-  const result = await handle.done;
-  return { result, stdout: text(chunks, 'stdout'), stderr: text(chunks, 'stderr') };
+function run(sandbox: SandboxSetup, argv: string[]) {
+  return runToEnd(makePlan({ argv }), { rootDir: join(dataDir, 'executions'), sandbox });
 }
 
 /** Adds a key to the task uid's own user keyring (KEY_SPEC_USER_KEYRING), prints `uid errno-or-ok`. */

@@ -2,15 +2,12 @@ import { createHash } from 'node:crypto';
 import { chmodSync, mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
-import { startExecution } from '../../../../worker/local/executor.js';
-import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
-import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
-import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { DataMount } from '../../../../worker/task-io/mounts.js';
-import type { Chunk, PlanOptions } from '../../../support/executor-plan.js';
-import { makePlan, text } from '../../../support/executor-plan.js';
+import type { PlanOptions } from '../../../support/executor-plan.js';
+import { makePlan } from '../../../support/executor-plan.js';
+import { type BwrapSetup, bwrapSetupFor, runToEnd } from '../../../support/local-sandbox.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
@@ -28,7 +25,7 @@ const ready = requireOrSkip(
 );
 
 let root: string;
-let base: Extract<SandboxSetup, { kind: 'bwrap' }>;
+let base: BwrapSetup;
 let mounts: DataMount[];
 const SECRET = 'the-secret-under-a-bind';
 
@@ -53,35 +50,18 @@ beforeAll(async () => {
     { name: 'data', host_path: join(root, 'data'), read_only: true },
     { name: 'models', host_path: join(root, 'models'), read_only: true },
   ];
-  base = {
-    kind: 'bwrap',
-    bwrap: probe.bwrap,
-    setpriv: isRoot ? probe.setpriv : null,
-    envHelper: probe.env,
-    uids: isRoot ? new TaskUidPool({ first: 2_000_300_000, last: 2_000_300_099 }) : null,
+  base = await bwrapSetupFor(probe, root, {
+    uids: { first: 2_000_300_000, last: 2_000_300_099 },
     hiddenPaths: [join(root, 'worker-data'), join(root, 'proj/.secrets')],
-    system: systemMounts(),
-    simNodes: await makeSimDeviceNodes(join(root, 'worker-data/devices'), 1, isRoot),
-  };
+    devicesDir: join(root, 'worker-data/devices'),
+  });
 });
 afterAll(() => {
   if (root !== undefined) rmSync(root, { recursive: true, force: true });
 });
 
-async function run(sandbox: SandboxSetup, plan: Partial<PlanOptions> & { argv: string[] }) {
-  const chunks: Chunk[] = [];
-  const p: ExecutionPlan = makePlan(plan);
-  const handle = startExecution(p, {
-    rootDir: join(root, 'worker-data/executions'),
-    workerId: 'worker-mounts',
-    provider: 'sim',
-    onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
-    cleanupPollMs: 20,
-    sandbox,
-    mounts,
-  });
-  const result = await handle.done;
-  return { result, stdout: text(chunks, 'stdout'), stderr: text(chunks, 'stderr') };
+function run(sandbox: SandboxSetup, plan: Partial<PlanOptions> & { argv: string[] }) {
+  return runToEnd(makePlan(plan), { rootDir: join(root, 'worker-data/executions'), sandbox, mounts });
 }
 
 const sh = (script: string) => ['/bin/sh', '-c', script];

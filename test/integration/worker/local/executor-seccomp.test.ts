@@ -1,15 +1,11 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
-import { startExecution } from '../../../../worker/local/executor.js';
-import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
-import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import { hostSeccompArch, SECCOMP_RULES, syscallNumber } from '../../../../worker/sandbox/seccomp.js';
 import { prepareSeccomp, type SandboxSetup, type TaskSeccomp } from '../../../../worker/sandbox/setup.js';
-import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
-import type { Chunk } from '../../../support/executor-plan.js';
-import { makePlan, text } from '../../../support/executor-plan.js';
+import { makePlan } from '../../../support/executor-plan.js';
+import { type BwrapSetup, bwrapSetupFor, runToEnd } from '../../../support/local-sandbox.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
@@ -28,22 +24,16 @@ const ready =
 
 let dataDir: string;
 let seccomp: TaskSeccomp | null;
-let base: Extract<SandboxSetup, { kind: 'bwrap' }>;
+let base: BwrapSetup;
 
 beforeAll(async () => {
   if (!ready || probe.bwrap === null || probe.env === null) return;
   dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-seccomp-'));
   seccomp = prepareSeccomp(dataDir, []);
-  base = {
-    kind: 'bwrap',
-    bwrap: probe.bwrap,
-    setpriv: isRoot ? probe.setpriv : null,
-    envHelper: probe.env,
-    uids: isRoot ? new TaskUidPool({ first: 2_000_200_000, last: 2_000_200_099 }) : null,
-    hiddenPaths: [dataDir],
-    system: systemMounts(),
-    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 2, isRoot),
-  };
+  base = await bwrapSetupFor(probe, dataDir, {
+    uids: { first: 2_000_200_000, last: 2_000_200_099 },
+    cards: 2,
+  });
 });
 afterAll(() => {
   if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
@@ -92,19 +82,8 @@ m = mmap.mmap(fd, 4096); m[0] = 1
 print('workload ok')
 `;
 
-async function run(sandbox: SandboxSetup, argv: string[]) {
-  const chunks: Chunk[] = [];
-  const plan: ExecutionPlan = makePlan({ argv });
-  const handle = startExecution(plan, {
-    rootDir: join(dataDir, 'executions'),
-    workerId: 'worker-seccomp',
-    provider: 'sim',
-    onLog: (stream, offset, data) => chunks.push({ stream, offset, data }),
-    cleanupPollMs: 20,
-    sandbox,
-  });
-  const result = await handle.done;
-  return { result, stdout: text(chunks, 'stdout'), stderr: text(chunks, 'stderr') };
+function run(sandbox: SandboxSetup, argv: string[]) {
+  return runToEnd(makePlan({ argv }), { rootDir: join(dataDir, 'executions'), sandbox });
 }
 
 const calls = () =>

@@ -2,13 +2,12 @@ import { chmodSync, mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync }
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startExecution } from '../../../../worker/local/executor.js';
-import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
-import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
+import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
-import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { DataMount } from '../../../../worker/task-io/mounts.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, text } from '../../../support/executor-plan.js';
+import { bwrapSetupFor } from '../../../support/local-sandbox.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
@@ -48,16 +47,11 @@ beforeAll(async () => {
   writeFileSync(join(root, 'state/token'), 'worker-token', { mode: 0o644 });
   symlinkSync(join(root, 'state'), join(root, 'state-link'));
   mounts = [{ name: 'data', host_path: join(root, 'data'), read_only: true }];
-  base = {
-    kind: 'bwrap',
-    bwrap: probe.bwrap,
-    setpriv: isRoot ? probe.setpriv : null,
-    envHelper: probe.env,
-    uids: isRoot ? new TaskUidPool({ first: 2_000_530_000, last: 2_000_530_099 }) : null,
+  base = await bwrapSetupFor(probe, root, {
+    uids: { first: 2_000_530_000, last: 2_000_530_099 },
     hiddenPaths: [join(root, 'worker-data')],
-    system: systemMounts(),
-    simNodes: await makeSimDeviceNodes(join(root, 'worker-data/devices'), 1, isRoot),
-  };
+    devicesDir: join(root, 'worker-data/devices'),
+  });
 });
 afterAll(() => {
   if (root !== undefined) rmSync(root, { recursive: true, force: true });

@@ -4,9 +4,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { ResolvedLimits } from '../../../../src/contracts/task-limits.js';
 import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
 import { startExecution } from '../../../../worker/local/executor.js';
-import { probeBwrap, systemMounts } from '../../../../worker/sandbox/bwrap.js';
+import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import { type CgroupHierarchy, probeCgroups } from '../../../../worker/sandbox/cgroups.js';
-import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
 import {
   mountTaskFs,
@@ -14,9 +13,9 @@ import {
   type TaskFsTools,
   unmountStale,
 } from '../../../../worker/sandbox/task-fs.js';
-import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, text } from '../../../support/executor-plan.js';
+import { bwrapSetupFor } from '../../../support/local-sandbox.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
@@ -67,14 +66,7 @@ beforeAll(async () => {
   if (!ready || probe.bwrap === null || probe.env === null || typeof tools === 'string') return;
   rootDir = join(dataDir, 'executions');
   sandbox = {
-    kind: 'bwrap',
-    bwrap: probe.bwrap,
-    setpriv: probe.setpriv,
-    envHelper: probe.env,
-    uids: new TaskUidPool({ first: 2_000_520_000, last: 2_000_520_099 }),
-    hiddenPaths: [dataDir],
-    system: systemMounts(),
-    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 1, true),
+    ...(await bwrapSetupFor(probe, dataDir, { uids: { first: 2_000_520_000, last: 2_000_520_099 } })),
     cgroups,
     taskFs: tools,
   };
