@@ -134,7 +134,14 @@ describe.runIf(ready)('a declared mount path on a directory another user can wri
 describe.runIf(ready)('a pinned file another user can change', () => {
   const sha = (b: string) => createHash('sha256').update(b).digest('hex');
   it("is refused when it, or a directory on the way, is not root's alone", () => {
-    const theirs = join(root, 'tenant/shared/models/key');
+    // A file of its own: the flipping test before leaves tenant/shared exchanged for the link or not,
+    // as its last exchange fell when it was killed.
+    const dir = join(root, 'pin-tenant');
+    mkdirSync(dir, { mode: 0o755 });
+    const theirs = join(dir, 'key');
+    writeFileSync(theirs, 'the-data-set', { mode: 0o644 });
+    chownSync(dir, NOBODY, NOBODY);
+    chownSync(theirs, NOBODY, NOBODY);
     expect(pinsProblem([{ path: theirs, sha256: sha('the-data-set') }])).toContain(
       `${theirs} is writable by uid ${NOBODY} (its owner)`,
     );
