@@ -26,6 +26,11 @@ export interface PolicyFacts {
   /** Names of the data mounts some enrolled worker offers (absent: not checked). */
   offeredMounts?: readonly string[];
   /**
+   * The most one task may take of memory, /tmp, /dev/shm and disk on the largest enrolled host, by limit
+   * (src/domain/task-limits.ts `hostAllowance`); absent: no enrolled worker reports its host.
+   */
+  largestHost?: Readonly<Record<'memory_mib' | 'tmp_mib' | 'shm_mib' | 'disk_mib', number>>;
+  /**
    * The text inspection of input blobs, by sha256 (src/domain/text-inspection.ts). Absent: the content
    * was not inspected (no text findings at all); a stored digest missing from it: not inspected because
    * too large, which is itself a warning.

@@ -40,7 +40,7 @@ const CHECKS: readonly Check[] = [
   checkInputs,
   checkMounts,
   (spec, policy, _facts, add) => checkEnv(spec, policy, add),
-  (spec, policy, _facts, add) => checkLimits(spec, policy, add),
+  (spec, policy, facts, add) => checkLimits(spec, policy, add, facts.largestHost),
   (spec, _policy, _facts, add) => checkPlacement(spec, add),
   (spec, policy, _facts, add) => checkCeilings(spec, policy, add),
   (spec, _policy, _facts, add) => checkReviewerAids(spec, add),

@@ -136,12 +136,33 @@ function isHostBound(name: LimitName): name is HostBoundLimit {
   return (HOST_BOUND_LIMITS as readonly string[]).includes(name);
 }
 
-/** Error findings for asks above the policy maximum. */
-export function checkLimits(spec: TaskSpec, policy: Policy, add: Add): void {
+/**
+ * Error findings for asks above the policy maximum; a warning (LIMIT_ABOVE_HOSTS) for an ask within it
+ * that no enrolled host can give (`largestHost`, what one task may take on the largest): the task would
+ * wait (`limits_exceed_host`) until a larger worker connects, so the agent and the reviewer hear it now.
+ */
+export function checkLimits(
+  spec: TaskSpec,
+  policy: Policy,
+  add: Add,
+  largestHost?: Readonly<Record<HostBoundLimit, number>>,
+): void {
   const max = maxLimits(policy, spec.cards.count);
   for (const name of LIMIT_NAMES) {
     const ask = spec.limits?.[name];
-    if (ask === undefined || ask <= max[name]) continue;
+    if (ask === undefined) continue;
+    if (ask <= max[name]) {
+      const most = largestHost !== undefined && isHostBound(name) ? largestHost[name] : undefined;
+      if (most !== undefined && ask > most)
+        add(
+          'warning',
+          'LIMIT_ABOVE_HOSTS',
+          `limits.${name}`,
+          `limits.${name} ${ask} requested; the largest enrolled worker's host can give one task at most ${most} (its RAM or free disk less the operator's reserve), so the task would wait for a larger one`,
+          `Ask for at most ${most}, or omit limits.${name} for the default share of the host it runs on.`,
+        );
+      continue;
+    }
     add(
       'error',
       'LIMIT_OVER_POLICY',

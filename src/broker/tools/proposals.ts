@@ -1,15 +1,18 @@
 import { BrokerError } from '../../contracts/errors.js';
+import type { HostReserve } from '../../contracts/task-limits.js';
 import { MAX_SPEC_BYTES, type TaskSpec } from '../../contracts/task-spec.js';
 import type { ProposalView } from '../../contracts/views.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy.js';
 import { digestsToInspect } from '../../domain/policy-inputs.js';
 import type { ProposalState } from '../../domain/proposal.js';
 import { revisionQuotaBreach } from '../../domain/proposal-quota.js';
+import { type HostBoundLimit, hostAllowance } from '../../domain/task-limits.js';
 import type { TextInspection } from '../../domain/text-inspection.js';
 import { digestOf } from '../../platform/digest.js';
 import { fileSha256 } from '../../platform/file-digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
+import type { WorkerRecord } from '../../store/workers-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { inspectedInput } from '../inspection-memo.js';
 import { moveProposal } from '../machines/proposal.js';
@@ -90,7 +93,9 @@ export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): 
     ownerId,
     (spec.inputs ?? []).map((i) => i.sha256),
   );
-  const offeredMounts = [...new Set(deps.store.workers.list().flatMap((w) => w.mounts.map((m) => m.name)))];
+  const workers = deps.store.workers.list();
+  const offeredMounts = [...new Set(workers.flatMap((w) => w.mounts.map((m) => m.name)))];
+  const largestHost = largestHostOf(workers, deps.config.policy.task_limits.host_reserve);
   const inputText: Record<string, TextInspection> = {};
   const pathOf = new Map((spec.inputs ?? []).map((i) => [i.sha256, i.path]));
   for (const sha256 of digestsToInspect(spec, storedBlobs)) {
@@ -101,7 +106,35 @@ export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): 
       // and no worker will ever be served it.
     }
   }
-  return evaluatePolicy(spec, deps.config.policy, { fileDigests, storedBlobs, offeredMounts, inputText });
+  return evaluatePolicy(spec, deps.config.policy, {
+    fileDigests,
+    storedBlobs,
+    offeredMounts,
+    inputText,
+    ...(largestHost === null ? {} : { largestHost }),
+  });
+}
+
+/** What one task may take on the largest enrolled host, limit by limit; null: no worker reports its host. */
+function largestHostOf(
+  workers: ReadonlyArray<Pick<WorkerRecord, 'host' | 'cards'>>,
+  reserve: HostReserve,
+): Record<HostBoundLimit, number> | null {
+  let most: Record<HostBoundLimit, number> | null = null;
+  for (const w of workers) {
+    if (w.host === null) continue;
+    const { total } = hostAllowance(w.host, w.cards.length, reserve);
+    most =
+      most === null
+        ? { ...total }
+        : {
+            memory_mib: Math.max(most.memory_mib, total.memory_mib),
+            tmp_mib: Math.max(most.tmp_mib, total.tmp_mib),
+            shm_mib: Math.max(most.shm_mib, total.shm_mib),
+            disk_mib: Math.max(most.disk_mib, total.disk_mib),
+          };
+  }
+  return most;
 }
 
 /** Loads a proposal the principal may see; others' proposals are NOT_FOUND (no existence leak). */

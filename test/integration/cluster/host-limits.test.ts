@@ -68,6 +68,24 @@ describe('limits follow the machine', () => {
     expect(logs).toBe('tmp=16384 shm=5120\n');
   });
 
+  it('tells the agent and the reviewer at create_proposal that no enrolled host can give such an ask', async () => {
+    const created = expectOk(
+      await callTool<{ findings: Array<{ code: string; severity: string; path: string; message: string }> }>(
+        alice,
+        'create_proposal',
+        {
+          spec: shellSpec('echo ran', { limits: { memory_mib: 65536 } }),
+          idempotency_key: `host-${Date.now()}`,
+        },
+      ),
+    );
+    expect(created.findings.find((f) => f.code === 'LIMIT_ABOVE_HOSTS')).toMatchObject({
+      severity: 'warning',
+      path: 'limits.memory_mib',
+    });
+    expect(created.findings.find((f) => f.code === 'LIMIT_ABOVE_HOSTS')?.message).toContain('at most 20480');
+  });
+
   it('attack: a spec asking for more memory than the host has waits with a reason naming it', async () => {
     const id = await approveTask(alice, rita, shellSpec('echo ran', { limits: { memory_mib: 65536 } }));
     const reason = await waitFor(

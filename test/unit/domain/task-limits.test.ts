@@ -161,3 +161,32 @@ describe('limits follow the machine (issue 36 item 6)', () => {
     });
   });
 });
+
+describe('an ask within the policy that no enrolled host can give', () => {
+  const largestHost = { memory_mib: 20480, tmp_mib: 20480, shm_mib: 20480, disk_mib: 6144 };
+  const findings = (limits: object, facts: object = { largestHost }) =>
+    evaluatePolicy(spec({ limits }), policy, { fileDigests: {}, ...facts }).filter((f) =>
+      f.code.startsWith('LIMIT_'),
+    );
+
+  it('is a warning naming the most the largest host can give; within it, or with no host known, none', () => {
+    const big = PolicySchema.parse({ executables: [{ path: '/bin/sh' }] });
+    const over = evaluatePolicy(spec({ limits: { memory_mib: 65536 } }), big, {
+      fileDigests: {},
+      largestHost,
+    }).filter((f) => f.code.startsWith('LIMIT_'));
+    expect(over.map((f) => [f.severity, f.code, f.path])).toEqual([
+      ['warning', 'LIMIT_ABOVE_HOSTS', 'limits.memory_mib'],
+    ]);
+    expect(over[0]?.message).toContain('at most 20480');
+    expect(over[0]?.hint).toContain('Ask for at most 20480');
+    // pids and cpu_weight are not the host's to bound; an ask above the policy is the error, not this.
+    expect(findings({ memory_mib: 3000, pids: 10 })).toEqual([]);
+    expect(findings({ memory_mib: 9999 }).map((f) => f.code)).toEqual(['LIMIT_OVER_POLICY']);
+    expect(
+      evaluatePolicy(spec({ limits: { memory_mib: 65536 } }), big, { fileDigests: {} }).filter((f) =>
+        f.code.startsWith('LIMIT_'),
+      ),
+    ).toEqual([]);
+  });
+});
