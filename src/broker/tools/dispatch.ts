@@ -149,9 +149,9 @@ export interface BusyMeter {
 
 /**
  * Parses and runs the call, adding each synchronous part it runs (the parse, the handler until it first
- * returns, the output check) to `meter`: what a heavy call's budget is charged. A heavy read yields
- * between its parse and its handler, so the two are separate blocks of the event loop (a 1,500-input
- * spec: ~10 ms each here).
+ * returns, the output check) to `meter`: what a heavy call's budget is charged. A heavy call runs each
+ * part on a turn of the TurnGate (tool-cost.ts), so they are separate blocks of the event loop with
+ * rests between them (a 1,500-input spec: ~10 ms each here).
  */
 async function parseAndRun(
   tool: BoundTool,
@@ -159,7 +159,8 @@ async function parseAndRun(
   rawInput: unknown,
   meter: BusyMeter = { ms: 0 },
 ): Promise<{ value: unknown }> {
-  const timed = <T>(part: () => T): T => {
+  const turns = tool.cost === 'heavy' ? costSharesOf(ctx.deps).turns : null;
+  const measured = <T>(part: () => T): T => {
     const started = performance.now();
     try {
       return part();
@@ -167,15 +168,22 @@ async function parseAndRun(
       meter.ms += performance.now() - started;
     }
   };
-  const input = timed(() => parseInput(tool, rawInput));
-  if (tool.mutating) return { value: timed(() => runMutating(tool, ctx, input)) };
-  if (tool.cost === 'heavy') await new Promise((r) => setImmediate(r));
+  if (turns) {
+    // A heavy call's parts each take a turn of the TurnGate: one part per turn, at most half the loop.
+    const input = await turns.run(ctx.principal.id, () => measured(() => parseInput(tool, rawInput)));
+    const run = () => (tool.mutating ? runMutating(tool, ctx, input) : tool.handler(ctx, input as never));
+    const value = await turns.run(ctx.principal.id, () => measured(run));
+    if (tool.mutating) return { value };
+    return { value: await turns.run(ctx.principal.id, () => measured(() => shapeOutput(tool, value))) };
+  }
+  const input = measured(() => parseInput(tool, rawInput));
+  if (tool.mutating) return { value: measured(() => runMutating(tool, ctx, input)) };
   const called = performance.now();
-  const value = await timed(() => tool.handler(ctx, input as never));
+  const value = await measured(() => tool.handler(ctx, input as never));
   // A call that already spent a while (a diff's slices) lets waiting requests in before its answer is
   // checked and encoded, so its last blocks are not one (issue 21: ~25 ms at the end of get_revision).
   if (performance.now() - called > YIELD_AFTER_MS) await new Promise((r) => setImmediate(r));
-  return { value: timed(() => shapeOutput(tool, value)) };
+  return { value: measured(() => shapeOutput(tool, value)) };
 }
 
 /** A mutating call: one transaction holding the idempotency check, the use case and the stored response. */

@@ -96,32 +96,82 @@ export interface CostShares {
 }
 
 /**
- * Lets at most one heavy call start per turn of the event loop, every principal's together (issue 35
- * item 7). Node runs every immediate queued for a turn back to back, each followed by its microtasks, so
- * heavy calls that each yielded with setImmediate still ran one after another (4 × 40 ms) while other
- * principals' requests, already read, waited for the poll phase. Here each turn starts one: the next is
- * queued from inside the check phase, which Node defers to the next turn, after the poll phase has read
- * and answered what came in meanwhile.
+ * Runs the synchronous parts of heavy calls one per turn of the event loop, every principal's together,
+ * principals in turn, and each principal's for at most half of the loop's time (issue 35 item 7). Node
+ * runs every immediate queued for a turn back to back, each followed by its microtasks, so heavy parts
+ * that each yielded with setImmediate still ran one after another (4 × 40 ms) while other principals'
+ * requests, already read, waited for the poll phase. Here each turn runs one part, queued from inside the
+ * check phase (which Node defers to the next turn, after the poll phase); principals with parts waiting
+ * take turns; and after a part of `d` ms its principal's next part starts no sooner than `d` ms later,
+ * so a request of another principal that needs several turns (read, answer, write) finishes in that rest
+ * and waits at most one part, not one per turn it needs.
  */
 export class TurnGate {
-  private readonly waiting: Array<() => void> = [];
-  private pumping = false;
+  /** Principals with parts waiting, in their turn order, and when each may run its next. */
+  private readonly lanes = new Map<string, { waiting: Array<() => void>; restUntil: number }>();
+  /** Principals resting (none waiting) until the time given: a new part of theirs waits it out too. */
+  private readonly resting = new Map<string, number>();
+  private scheduled = false;
 
-  /** Resolves on a turn of its own (FIFO). */
-  next(): Promise<void> {
+  /** Runs `part` for `principalId` on a turn of its own, after its principal's rest. */
+  async run<T>(principalId: string, part: () => T): Promise<T> {
+    await this.next(principalId);
+    const started = performance.now();
+    try {
+      return part();
+    } finally {
+      const ended = performance.now();
+      const until = ended + (ended - started);
+      const lane = this.lanes.get(principalId);
+      if (lane) lane.restUntil = Math.max(lane.restUntil, until);
+      else if (until - ended >= 1) this.resting.set(principalId, until);
+    }
+  }
+
+  /** Resolves on a turn of its own for `principalId` (FIFO within a principal). */
+  next(principalId: string): Promise<void> {
     return new Promise((resolve) => {
-      this.waiting.push(resolve);
-      if (!this.pumping) {
-        this.pumping = true;
-        setImmediate(() => this.pump());
+      let lane = this.lanes.get(principalId);
+      if (!lane) {
+        lane = { waiting: [], restUntil: this.resting.get(principalId) ?? 0 };
+        this.resting.delete(principalId);
+        this.lanes.set(principalId, lane);
       }
+      lane.waiting.push(resolve);
+      this.schedule(setImmediate);
     });
   }
 
+  private schedule(on: (f: () => void) => unknown): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    on(() => {
+      this.scheduled = false;
+      this.pump();
+    });
+  }
+
+  /** Runs the first principal in turn that is not resting, or sleeps until one is. */
   private pump(): void {
-    this.waiting.shift()?.();
-    if (this.waiting.length > 0) setImmediate(() => this.pump());
-    else this.pumping = false;
+    const now = performance.now();
+    let soonest = Number.POSITIVE_INFINITY;
+    for (const [id, lane] of this.lanes) {
+      if (lane.restUntil > now) {
+        soonest = Math.min(soonest, lane.restUntil);
+        continue;
+      }
+      // Its turn: to the back of the order, or out of it with its rest remembered.
+      this.lanes.delete(id);
+      const resolve = lane.waiting.shift() as () => void;
+      if (lane.waiting.length > 0) this.lanes.set(id, lane);
+      resolve();
+      // The part resolved above runs in this turn's microtasks; the next is looked for in the next turn.
+      if (this.lanes.size > 0) this.schedule(setImmediate);
+      return;
+    }
+    for (const [id, until] of this.resting) if (until <= now) this.resting.delete(id);
+    if (this.lanes.size > 0)
+      this.schedule((f) => setTimeout(() => setImmediate(f), Math.max(1, Math.ceil(soonest - now))));
   }
 }
 
@@ -180,11 +230,8 @@ export async function runHeavy<T>(
   return s.heavy.run(
     principalId,
     async () => {
-      // Each heavy call starts on a turn of the event loop of its own (TurnGate), never in the microtasks
-      // of the request that arrived with it nor of the heavy call that handed it its place: chained
-      // there, a principal's queued calls ran back to back (4 × 25 ms) while every other principal's
-      // requests, already read, waited for the drain to end (issue 35 item 7: the explain flood's p99).
-      await s.turns.next();
+      // Each synchronous part of a heavy call runs on a turn of its own through the TurnGate (the
+      // dispatcher's parseAndRun), never in the microtasks of the request that arrived with it.
       // A loop: a call of the same principal in the other lane place may have charged in the meantime.
       for (let wait = s.budget.delay(principalId, performance.now()); wait > 0; ) {
         await pause(wait, signal);

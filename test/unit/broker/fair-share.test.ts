@@ -2,7 +2,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { brokerTools } from '../../../src/broker/tools/catalog.js';
 import { type BoundTool, invokeTool } from '../../../src/broker/tools/dispatch.js';
 import { MAX_PAGE_BYTES } from '../../../src/broker/tools/paging.js';
-import { costSharesOf, TimeBudget } from '../../../src/broker/tools/tool-cost.js';
+import { costSharesOf, TimeBudget, TurnGate } from '../../../src/broker/tools/tool-cost.js';
 import type { BrokerError } from '../../../src/contracts/errors.js';
 import type { MasterConfigInput } from '../../../src/platform/config.js';
 import type { Principal } from '../../../src/store/principals-repo.js';
@@ -180,6 +180,62 @@ describe('heavy calls per principal', () => {
     expect(b.delay('b', 0)).toBe(0);
     b.sweep(10_000);
     expect(b.delay('a', 10_000)).toBe(0);
+  });
+});
+
+describe('the turn gate of heavy parts', () => {
+  const busy = (ms: number) => {
+    const end = performance.now() + ms;
+    while (performance.now() < end);
+  };
+
+  it("runs one part per turn, principals in turn, and rests a principal as long as its part ran while another's parts go on", async () => {
+    const gate = new TurnGate();
+    const ran: Array<{ who: string; start: number; end: number }> = [];
+    const part = (principal: string, who: string, ms: number) =>
+      gate.run(principal, () => {
+        const start = performance.now();
+        busy(ms);
+        ran.push({ who, start, end: performance.now() });
+        return who;
+      });
+    // alice queues three 20 ms parts, then bob two 1 ms parts, all before the first runs.
+    const parts = [
+      part('alice', 'a1', 20),
+      part('alice', 'a2', 20),
+      part('alice', 'a3', 20),
+      part('bob', 'b1', 1),
+      part('bob', 'b2', 1),
+    ];
+    expect(ran).toEqual([]); // nothing runs in the caller's turn
+    expect(await Promise.all(parts)).toEqual(['a1', 'a2', 'a3', 'b1', 'b2']);
+    const order = ran.map((r) => r.who);
+    const t = Object.fromEntries(ran.map((r) => [r.who, r]));
+    // bob's first part comes right after alice's first, and both of his run in her rest.
+    expect(order).toEqual(['a1', 'b1', 'b2', 'a2', 'a3']);
+    // alice's next part waits at least as long as her last one ran (a timer may fire 1 ms early).
+    expect(t['a2']!.start - t['a1']!.end).toBeGreaterThanOrEqual(t['a1']!.end - t['a1']!.start - 1);
+    expect(t['a3']!.start - t['a2']!.end).toBeGreaterThanOrEqual(t['a2']!.end - t['a2']!.start - 1);
+  });
+
+  it('a principal whose lane emptied still rests before its next part', async () => {
+    const gate = new TurnGate();
+    let end = 0;
+    await gate.run('alice', () => {
+      busy(15);
+      end = performance.now();
+    });
+    const order: string[] = [];
+    const [start] = await Promise.all([
+      gate.run('alice', () => {
+        order.push('alice');
+        return performance.now();
+      }),
+      gate.run('bob', () => order.push('bob')),
+    ]);
+    expect(start - end).toBeGreaterThanOrEqual(14);
+    // bob never rested: his part, asked for after hers, runs first.
+    expect(order).toEqual(['bob', 'alice']);
   });
 });
 
