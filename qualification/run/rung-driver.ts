@@ -1,6 +1,6 @@
 import { join } from 'node:path';
 import type { ProposalView, TaskView } from '../../src/contracts/views.js';
-import { rungLabel } from '../../src/domain/qualification-ladder.js';
+import { rungLabel } from '../../src/domain/qualification/ladder.js';
 import { digestOf } from '../../src/platform/digest.js';
 import { qualificationSpec } from '../workload/spec.js';
 import { type AgentKind, agentPrompt, runAgent } from './agent-submitter.js';

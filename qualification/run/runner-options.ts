@@ -1,4 +1,4 @@
-import type { SpanRung } from '../../src/domain/qualification-ladder.js';
+import type { SpanRung } from '../../src/domain/qualification/ladder.js';
 import type { PostRecords, RunFacts, RungRecords } from '../verify/verifier.js';
 import type { AgentKind } from './agent-submitter.js';
 

@@ -1,4 +1,4 @@
-import { rungLabel } from '../../src/domain/qualification-ladder.js';
+import { rungLabel } from '../../src/domain/qualification/ladder.js';
 import {
   EVIDENCE_SCHEMA,
   type EvidenceDocument,

@@ -1,6 +1,6 @@
 import type { CardSample } from '../contracts/sample.js';
 import type { SlurmJobReport } from '../contracts/worker-protocol.js';
-import { type CardState, deriveCardState } from '../domain/card-state.js';
+import { type CardState, deriveCardState } from '../domain/machines/card-state.js';
 import type { CardView, SchedulingConfig, WorkerView } from '../domain/scheduling/types.js';
 import type { Store } from '../store/store.js';
 import type { KnownCard, WorkerRecord } from '../store/workers-repo.js';

@@ -1,13 +1,13 @@
 import { BrokerError } from '../contracts/errors.js';
 import type { GrantScope } from '../contracts/standing-grant.js';
-import { grantRequestQuotaBreach } from '../domain/grant-quota.js';
+import { grantRequestQuotaBreach } from '../domain/retention/grant-quota.js';
 import type { Principal } from '../store/principals-repo.js';
 import type { BrokerDeps } from './deps.js';
 
 /**
  * Refuses (QUOTA_EXCEEDED, nothing written) a grant request that would take its requester over
  * `quotas.max_pending_grant_requests` or `quotas.max_pending_grant_request_bytes`
- * (src/domain/grant-quota.ts). Call inside request_grant's transaction, before the insert.
+ * (src/domain/retention/grant-quota.ts). Call inside request_grant's transaction, before the insert.
  */
 export function checkGrantRequestQuota(
   deps: BrokerDeps,

@@ -1,4 +1,4 @@
-import { inspectText, type TextInspection } from '../domain/text-inspection.js';
+import { inspectText, type TextInspection } from '../domain/policy/text-inspection.js';
 import type { BrokerDeps } from './deps.js';
 import { verifiedBlob } from './verified-blob.js';
 

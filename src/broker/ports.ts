@@ -1,4 +1,4 @@
-import type { StorageState } from '../domain/storage-state.js';
+import type { StorageState } from '../domain/machines/storage-state.js';
 import type { SubmitterKind } from '../store/qualification-repo.js';
 
 /**

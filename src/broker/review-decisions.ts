@@ -1,4 +1,4 @@
-import type { DecisionKind } from '../domain/diff-base.js';
+import type { DecisionKind } from '../domain/review/diff-base.js';
 import type { BrokerDeps } from './deps.js';
 import type { Notifier } from './notifier.js';
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env node
 import { COMMANDS } from './commands.js';
-import type { CliIo } from './io.js';
-import { escapeField, escapeText, terminalSafeIo } from './output.js';
+import type { CliIo } from './common/io.js';
+import { escapeField, escapeText, terminalSafeIo } from './common/output.js';
 
 /**
  * `gpu-broker` entry point: the only place (with src/main.ts) that touches `process`. Each subcommand
@@ -44,7 +44,7 @@ async function main(): Promise<number> {
     process.once('SIGINT', () => resolve());
     process.once('SIGTERM', () => resolve());
   });
-  // Every byte a command prints passes the terminal guard (src/cli/output.ts): the tables escape their
+  // Every byte a command prints passes the terminal guard (src/cli/common/output.ts): the tables escape their
   // cells, and this catches whatever a command writes directly.
   const io: CliIo = terminalSafeIo({
     stdout: (t) => process.stdout.write(t),

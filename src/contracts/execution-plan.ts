@@ -82,13 +82,13 @@ export const ExecutionPlanSchema = z.object({
   /** The policy's `hidden_paths`: host paths the sandbox hides from the task, besides its own list. */
   hidden_paths: z.array(z.string().min(1).max(4096)).max(256).optional(),
   /**
-   * The argv to exec, computed by the master from the approved spec and policy (src/domain/run-argv.ts:
+   * The argv to exec, computed by the master from the approved spec and policy (src/domain/policy/run-argv.ts:
    * e.g. Python's isolated-mode flags before a script from the inputs); absent = spec.runtime.argv.
    */
   argv: z.array(z.string().max(8192)).min(1).max(1040).optional(),
   /**
    * The task's resource limits, resolved by the master from the spec and the policy
-   * (src/domain/task-limits.ts); the worker enforces them and reports what it enforced in the exit's
+   * (src/domain/policy/task-limits.ts); the worker enforces them and reports what it enforced in the exit's
    * `detail`. Absent (an older master): the worker applies no limit.
    */
   limits: ResolvedLimitsSchema.optional(),

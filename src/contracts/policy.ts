@@ -34,7 +34,7 @@ export const InputScriptRuleSchema = z.strictObject({
   script_from_inputs: z.literal(true),
   /**
    * Run the interpreter in its isolated mode where it has one (Python: `-E -s`, no PYTHON* variables
-   * and no user site; bash: `-p`, no BASH_ENV and no imported functions; src/domain/run-argv.ts), so only
+   * and no user site; bash: `-p`, no BASH_ENV and no imported functions; src/domain/policy/run-argv.ts), so only
    * the reviewed script and the host's own libraries load. Default true.
    */
   isolated: z.boolean().default(true),
@@ -85,13 +85,13 @@ export const PolicySchema = z.strictObject({
     .min(0)
     .default(2 * 1024 * 1024 * 1024),
   /**
-   * Interpreter- and loader-control env names (src/domain/env-control.ts) a spec may set: each is then a
+   * Interpreter- and loader-control env names (src/domain/policy/env-control.ts) a spec may set: each is then a
    * warning for the reviewer instead of an error. LD_PRELOAD, LD_LIBRARY_PATH and LD_AUDIT stay refused.
    */
   allowed_control_env: z.array(z.string().min(1).max(256)).max(256).default([]),
   /**
    * Whether inputs an interpreter loads on its own (`*.pyc`, `__pycache__/`, `*.pth`, `sitecustomize.py`,
-   * user-site dirs, …; src/domain/implicit-code.ts) are only a warning instead of an error.
+   * user-site dirs, …; src/domain/policy/implicit-code.ts) are only a warning instead of an error.
    */
   allow_implicit_code: z.boolean().default(false),
   /** Whether tasks may only be placed on workers that run them sandboxed (not `--isolation none`). */

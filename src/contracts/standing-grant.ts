@@ -5,7 +5,7 @@ import { PINNED_IMAGE } from './task-spec.js';
 /**
  * A standing grant's scope (issue 23 §1, docs/mcp-tools.md "Grants"): the fields of a spec a reviewer
  * lets later revisions of one submitter change without a new review. Everything not named here must
- * stay as in the grant's base revision; src/domain/standing-grant.ts evaluates it.
+ * stay as in the grant's base revision; src/domain/grants/grant.ts evaluates it.
  */
 
 /**

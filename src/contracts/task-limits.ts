@@ -4,7 +4,7 @@ import { z } from 'zod';
  * Per-task resource limits (issue 21, docs/security.md "Resource limits"): what one task may take of
  * its worker's host. The policy sets defaults and maxima per card (an 8-card task gets 8 times a 1-card
  * one); a spec may ask for other values within the maximum; the master resolves them
- * (src/domain/task-limits.ts) into the plan; the worker enforces them (worker/sandbox/limits.ts) and
+ * (src/domain/policy/task-limits.ts) into the plan; the worker enforces them (worker/sandbox/limits.ts) and
  * reports what it enforced.
  */
 
@@ -78,7 +78,7 @@ export const DEFAULT_MAX_LIMITS_PER_CARD: ResolvedLimits = {
 
 /**
  * What a worker keeps of its host for itself, the master and the system (issue 36 item 6): tasks on that
- * worker share the rest (src/domain/task-limits.ts `hostAllowance`).
+ * worker share the rest (src/domain/policy/task-limits.ts `hostAllowance`).
  */
 export const HostReserveSchema = z.strictObject({
   memory_mib: z.number().int().min(0).max(MAX_LIMIT_MIB).default(4096),

@@ -1,6 +1,6 @@
 import { Gauge, type Registry } from 'prom-client';
 import type { BrokerDeps } from '../broker/deps.js';
-import { grantUsage } from '../domain/standing-grant.js';
+import { grantUsage } from '../domain/grants/grant.js';
 
 /**
  * `gpu_broker_grant_budget_used_ratio{grant, budget}` (issue 23 §1), beside src/http/metrics.ts: read at

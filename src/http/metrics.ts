@@ -4,7 +4,7 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { onReviewDecision } from '../broker/review-decisions.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
-import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/task.js';
+import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/machines/task.js';
 import { registerGrantGauge } from './grant-metrics.js';
 
 /**

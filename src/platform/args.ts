@@ -2,7 +2,7 @@
  * The declarative description of a command — usage, flags, environment, examples — and the `--help`
  * text made from it. Every `gpu-broker` command (src/cli/*-command-specs.ts) and the stdio bridge
  * (client-kit/stdio-bridge-spec.ts) is described this way; the parser that reads argv against a spec is
- * src/cli/args.ts. See docs/decisions/0011-cli-arguments.md.
+ * src/cli/common/args.ts. See docs/decisions/0011-cli-arguments.md.
  */
 
 /** One flag: its parseArgs type plus what `--help` says about it. */

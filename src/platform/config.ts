@@ -244,7 +244,7 @@ export const QuotasConfigSchema = z.strictObject({
 });
 
 /**
- * Pruning of abandoned proposals and old unreviewed revisions (issue 21, item 6; src/domain/proposal-pruning.ts).
+ * Pruning of abandoned proposals and old unreviewed revisions (issue 21, item 6; src/domain/retention/proposal-pruning.ts).
  * 0 days turns a rule off.
  */
 export const PruningConfigSchema = z.strictObject({

@@ -1,6 +1,6 @@
 import { createHash } from 'node:crypto';
 import { canonicalJson } from '../contracts/canonical-json.js';
-import type { AuditAction } from '../domain/audit-action.js';
+import type { AuditAction } from '../domain/retention/audit-action.js';
 import type { Db } from './db.js';
 
 /** The hash before the first audit event. */
@@ -19,7 +19,7 @@ export interface AuditEvent {
   hash: string;
 }
 
-/** What a caller appends: the action is one of the audit vocabulary's (src/domain/audit-action.ts). */
+/** What a caller appends: the action is one of the audit vocabulary's (src/domain/retention/audit-action.ts). */
 export interface AuditInput {
   at: number;
   actor: string;

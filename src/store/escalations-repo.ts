@@ -5,7 +5,7 @@ export interface EscalationRecord {
   revision_id: string;
   proposal_id: string;
   reviewer_id: string;
-  /** The first failing ceiling clause (src/domain/agent-ceiling.ts). */
+  /** The first failing ceiling clause (src/domain/review/agent-ceiling.ts). */
   clause: string;
   reason: string;
   attempts: number;

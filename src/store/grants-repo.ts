@@ -1,5 +1,5 @@
 import { currentScope } from '../contracts/standing-grant.js';
-import type { GrantState, StandingGrant } from '../domain/standing-grant.js';
+import type { GrantState, StandingGrant } from '../domain/grants/grant.js';
 import type { Db } from './db.js';
 
 /** A standing grant row (migration 013): immutable but for its state, decider and counters. */
@@ -175,7 +175,7 @@ export class GrantsRepo {
 
   /**
    * How many REQUESTED grants `principalId` made, and their scope and reason in bytes (the pending-request
-   * quota, src/domain/grant-quota.ts). No index on created_by: a scan of the grants, which the quota keeps
+   * quota, src/domain/retention/grant-quota.ts). No index on created_by: a scan of the grants, which the quota keeps
    * from growing fast (decided ones stay, at the pace reviewers decide).
    */
   pendingRequestedBy(principalId: string): { count: number; bytes: number } {

@@ -1,6 +1,6 @@
 import type { FailureReason, OutputRecord, SlurmJobReport } from '../contracts/worker-protocol.js';
-import type { ExecutionPhase } from '../domain/execution.js';
-import type { LeaseState } from '../domain/lease.js';
+import type { ExecutionPhase } from '../domain/machines/execution.js';
+import type { LeaseState } from '../domain/machines/lease.js';
 import type { Db } from './db.js';
 
 /** A lease row with its cards. */

@@ -1,6 +1,6 @@
 import type { TaskSpec } from '../contracts/task-spec.js';
-import type { Finding } from '../domain/policy.js';
-import type { ProposalState, ReviewDecision } from '../domain/proposal.js';
+import type { ProposalState, ReviewDecision } from '../domain/machines/proposal.js';
+import type { Finding } from '../domain/policy/evaluate.js';
 import type { Db } from './db.js';
 import { selectNewestFirst } from './newest-first.js';
 

@@ -1,8 +1,8 @@
-import type { SkippedRung, SpanRung } from '../domain/qualification-ladder.js';
-import type { QualificationRunState } from '../domain/qualification-run.js';
+import type { QualificationRunState } from '../domain/machines/qualification-run.js';
+import type { SkippedRung, SpanRung } from '../domain/qualification/ladder.js';
 import type { Db } from './db.js';
 
-/** The run states and their table live in src/domain/qualification-run.ts. */
+/** The run states and their table live in src/domain/machines/qualification-run.ts. */
 export type { QualificationRunState };
 
 /** Who plays the submitter: the built-in MCP client, or a real coding-agent CLI. */

@@ -1,5 +1,5 @@
 import type { TaskSpec } from '../contracts/task-spec.js';
-import type { TaskState } from '../domain/task.js';
+import type { TaskState } from '../domain/machines/task.js';
 import type { Db } from './db.js';
 import { selectNewestFirst } from './newest-first.js';
 

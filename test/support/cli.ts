@@ -1,7 +1,7 @@
 import { type ChildProcess, spawn } from 'node:child_process';
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import type { CliIo, CommandRunner } from '../../src/cli/io.js';
+import type { CliIo, CommandRunner } from '../../src/cli/common/io.js';
 import type { MasterConfigInput } from '../../src/platform/config.js';
 import { packageRoot } from '../../src/platform/package-root.js';
 import { TEST_POLICY } from './spec.js';

@@ -1,5 +1,5 @@
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
-import type { ReportedPhase } from '../../src/domain/execution.js';
+import type { ReportedPhase } from '../../src/domain/machines/execution.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../../worker/store/local-store.js';
 
 /** The path the worker itself takes to each phase (the honest rows of EXECUTION_TABLE). */

@@ -43,7 +43,7 @@ export interface BwrapBoxRequest {
 export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
   const { plan, sandbox } = req;
   // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
-  // mode, src/domain/run-argv.ts), else the spec's.
+  // mode, src/domain/policy/run-argv.ts), else the spec's.
   const argv = plan.argv ?? plan.spec.runtime.argv;
   let devices: ReturnType<typeof deviceNodesFor>;
   try {

@@ -23,7 +23,7 @@ export function taskBwrapRequest(
   'system' | 'taskDir' | 'pinned' | 'network' | 'argv' | 'inputs' | 'mounts' | 'tmpfsBytes'
 > {
   // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
-  // mode, src/domain/run-argv.ts), else the spec's.
+  // mode, src/domain/policy/run-argv.ts), else the spec's.
   const argv = plan.argv ?? plan.spec.runtime.argv;
   return {
     system: setup.system,

@@ -107,7 +107,7 @@ function rankArgv(plan: ExecutionPlan, canFetchInputs: boolean): readonly string
   if (slurmOwn !== undefined)
     return `environment variable ${JSON.stringify(slurmOwn)} is Slurm's own: a Slurm worker sets these for the task; remove it from runtime.env`;
   // What the task runs: the scheduler's argv (a script from the inputs in its interpreter's isolated
-  // mode, src/domain/run-argv.ts), else the spec's.
+  // mode, src/domain/policy/run-argv.ts), else the spec's.
   const argv = plan.argv ?? runtime.argv;
   // Each rank starts the task through `env -i -- NAME=VALUE… argv`: a program path with `=` would read as a variable.
   if ((argv[0] ?? '').includes('='))

@@ -5,7 +5,7 @@ import type {
   SlurmJobReport,
 } from '../../src/contracts/worker-protocol.js';
 import { ExecutionPlanSchema } from '../../src/contracts/worker-protocol.js';
-import type { ReportedPhase } from '../../src/domain/execution.js';
+import type { ReportedPhase } from '../../src/domain/machines/execution.js';
 import type { LocalDb } from './db.js';
 import { ExecutionMoveError, moveRecordedPhase } from './local-store-moves.js';
 

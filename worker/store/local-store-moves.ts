@@ -1,9 +1,13 @@
 import type { ErrorCode } from '../../src/contracts/errors.js';
-import { type ExecutionPhase, moveExecutionPhase, type ReportedPhase } from '../../src/domain/execution.js';
+import {
+  type ExecutionPhase,
+  moveExecutionPhase,
+  type ReportedPhase,
+} from '../../src/domain/machines/execution.js';
 
 /**
  * How the worker's local execution record may move (ADR 0014): by the master's EXECUTION_TABLE
- * (src/domain/execution.ts), never by assignment. The store (local-store.ts) calls `moveRecordedPhase`
+ * (src/domain/machines/execution.ts), never by assignment. The store (local-store.ts) calls `moveRecordedPhase`
  * inside the transaction that then writes the new phase with compare-and-set.
  */
 

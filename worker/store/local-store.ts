@@ -1,5 +1,5 @@
 import type { ExecutionPlan, SlurmJobReport } from '../../src/contracts/worker-protocol.js';
-import type { ReportedPhase } from '../../src/domain/execution.js';
+import type { ReportedPhase } from '../../src/domain/machines/execution.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { inImmediateTransaction, openLocalDb } from './db.js';
 import {
@@ -68,7 +68,7 @@ export interface LocalStore {
   ): ExecutionRecord;
   /**
    * Moves an execution `from` → `to` with compare-and-set (ADR 0014): the move must be a row of
-   * EXECUTION_TABLE (src/domain/execution.ts, the master's table) and the stored phase must still be
+   * EXECUTION_TABLE (src/domain/machines/execution.ts, the master's table) and the stored phase must still be
    * `from`. The result, when given, replaces the stored one. Throws ExecutionMoveError: INVALID_STATE
    * (not in the table), CONFLICT (the stored phase is not `from`), NOT_FOUND; nothing is written then.
    */

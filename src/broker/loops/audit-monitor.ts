@@ -1,4 +1,4 @@
-import { type AuditRetentionPolicy, archivePlan } from '../../domain/audit-retention.js';
+import { type AuditRetentionPolicy, archivePlan } from '../../domain/retention/audit-retention.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import type { ChainPoint } from '../../store/audit-repo.js';
@@ -15,7 +15,7 @@ import { AuditArchiveError, archiveSegment, deleteArchivedRows } from './audit-a
  *    matches its contents), then check only the rows appended since, in batches;
  * 2. full, every `full_interval_ms` (and first, when no full pass is remembered): walk the whole live
  *    chain from its start in batches; only a full pass clears a broken result;
- * 3. retention: archive the oldest verified rows the policy lets go (domain/audit-retention.ts), as
+ * 3. retention: archive the oldest verified rows the policy lets go (src/domain/retention/audit-retention.ts), as
  *    many segments as the plan says, yielding between them; a run that stopped at its cap with rows
  *    still due runs again on the next tick rather than after `retention_interval_ms` (issue 21).
  *

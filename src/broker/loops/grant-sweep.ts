@@ -1,4 +1,4 @@
-import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/standing-grant.js';
+import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/grants/grant.js';
 import type { BrokerDeps } from '../deps.js';
 import { cancelQueuedRunsOf } from '../grant-fence.js';
 import { appendAlert, moveGrant } from '../machines/standing-grant.js';

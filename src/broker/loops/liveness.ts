@@ -1,6 +1,6 @@
-import { receiptDeadline, transitionExecution, withdrawable } from '../../domain/execution.js';
-import { leaseAccepts } from '../../domain/lease.js';
-import { taskAccepts } from '../../domain/task.js';
+import { receiptDeadline, transitionExecution, withdrawable } from '../../domain/machines/execution.js';
+import { leaseAccepts } from '../../domain/machines/lease.js';
+import { taskAccepts } from '../../domain/machines/task.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
@@ -19,7 +19,7 @@ import { enqueueForWorker } from '../workers/link.js';
  *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
  *    freed on a guess;
  *  - an execution that exited but whose cleanup receipt is overdue (`receiptDeadline`,
- *    src/domain/execution.ts: cleanup timeout plus two offline windows, counted only while the worker is
+ *    src/domain/machines/execution.ts: cleanup timeout plus two offline windows, counted only while the worker is
  *    reachable — from the exit, its latest reconnection or the master's last refusal of its messages for
  *    lack of disk space, whichever is later) has its lease quarantined and its task failed
  *    CLEANUP_UNCONFIRMED. A partition between the exit report and the receipt therefore never fails a

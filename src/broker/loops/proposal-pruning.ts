@@ -4,14 +4,14 @@ import {
   pruneCutoffs,
   pruningEnabled,
   revisionVerdict,
-} from '../../domain/proposal-pruning.js';
+} from '../../domain/retention/proposal-pruning.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import type { Store } from '../../store/store.js';
 
 /**
  * Pruning of abandoned proposals and old unreviewed revisions (issue 21, item 6; master config
- * `pruning`; the rules are src/domain/proposal-pruning.ts). Each run:
+ * `pruning`; the rules are src/domain/retention/proposal-pruning.ts). Each run:
  *
  * 1. walks CANCELLED/EXPIRED proposals untouched for `proposal_days` with no review and no task, and
  *    deletes each with its revisions (audit `proposal.pruned`);

@@ -2,8 +2,9 @@ import { type Policy, pinnedScripts } from '../../contracts/policy.js';
 import type { ResolvedLimits } from '../../contracts/task-limits.js';
 import type { Runtime } from '../../contracts/task-spec.js';
 import type { ExecutionPlan, LeasedCard } from '../../contracts/worker-protocol.js';
-import { nextLeaseEpoch } from '../../domain/lease.js';
-import { runArgv } from '../../domain/run-argv.js';
+import { nextLeaseEpoch } from '../../domain/machines/lease.js';
+import { runArgv } from '../../domain/policy/run-argv.js';
+import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/policy/task-limits.js';
 import { decide } from '../../domain/scheduling/decide.js';
 import type { RequirementCache } from '../../domain/scheduling/pool.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
@@ -12,7 +13,6 @@ import type {
   SchedulingDecision,
   SchedulingSnapshot,
 } from '../../domain/scheduling/types.js';
-import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/task-limits.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -426,7 +426,7 @@ function assignPlan(
 
 /**
  * What the plan carries for the worker's sandbox: the policy's hidden paths, the task's resolved limits
- * (src/domain/task-limits.ts) and, by runtime, the host
+ * (src/domain/policy/task-limits.ts) and, by runtime, the host
  * file pins (a process) or the digest the image must have (a container listed in policy.images with a
  * digest; its argv runs inside the image, so no host file is pinned).
  */

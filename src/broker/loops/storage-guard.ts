@@ -5,7 +5,7 @@ import {
   type StorageThresholds,
   storageAcceptsGrowth,
   storageState,
-} from '../../domain/storage-state.js';
+} from '../../domain/machines/storage-state.js';
 import type { Clock } from '../../platform/clock.js';
 import type { Logger } from '../../platform/logger.js';
 import { storageUnavailable } from '../../store/storage-errors.js';
@@ -16,7 +16,7 @@ import type { StorageGate, StorageReservation, StorageStatus } from '../ports.js
  * Keeps the master honest about its disk (issue 10, row 4). Every `check_interval_ms` it reads the free
  * space of the data dir's filesystem (`statfs`, injectable) and, after a write failed with SQLITE_FULL
  * or an I/O error (the store reports it through `onWriteFailure`), probes with one small write. The
- * pure `storageState` (src/domain/storage-state.ts) turns those facts into a state; this class only
+ * pure `storageState` (src/domain/machines/storage-state.ts) turns those facts into a state; this class only
  * gathers facts, remembers the last state and says it:
  *
  * - `assertAcceptsGrowth` throws a retryable `UNAVAILABLE` while the state is `refusing` or

@@ -1,6 +1,10 @@
 import { BrokerError } from '../../contracts/errors.js';
-import { type MachineEvents, type MachineKind, machineAuditAction } from '../../domain/audit-action.js';
-import { applyTransition, type TransitionTable } from '../../domain/state-machine.js';
+import { applyTransition, type TransitionTable } from '../../domain/machines/state-machine.js';
+import {
+  type MachineEvents,
+  type MachineKind,
+  machineAuditAction,
+} from '../../domain/retention/audit-action.js';
 import type { BrokerDeps } from '../deps.js';
 
 /**

@@ -3,9 +3,9 @@ import {
   type ExecutionEvent,
   type ExecutionPhase,
   type ReportedPhase,
-} from '../../domain/execution.js';
-import { leaseAccepts } from '../../domain/lease.js';
-import { type TaskEvent, taskAccepts, WORKER_UNREACHABLE } from '../../domain/task.js';
+} from '../../domain/machines/execution.js';
+import { leaseAccepts } from '../../domain/machines/lease.js';
+import { type TaskEvent, taskAccepts, WORKER_UNREACHABLE } from '../../domain/machines/task.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { applyMove } from './apply-move.js';
@@ -100,7 +100,7 @@ export function unreachableReason(workerId: string, lastHeardAt: number): Record
 
 /**
  * A returning worker listed, under the same epoch, an execution the master had parked only because the
- * worker fell silent (`resume`, src/domain/worker-reconcile.ts): the lease goes back to ACTIVE, the task
+ * worker fell silent (`resume`, src/domain/machines/worker-reconcile.ts): the lease goes back to ACTIVE, the task
  * to RUNNING (`worker_returned`) or ASSIGNED (`worker_returned_unstarted`), each through its table with
  * compare-and-set and an audit row; the task's `reason` says how long the worker was unreachable and that
  * the task kept running. Returns whether it moved. Call inside the hello transaction.

@@ -1,4 +1,4 @@
-import { LEASE_TABLE, type LeaseEvent } from '../../domain/lease.js';
+import { LEASE_TABLE, type LeaseEvent } from '../../domain/machines/lease.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { CARDS_TOPIC } from '../topics.js';

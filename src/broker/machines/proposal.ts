@@ -1,4 +1,4 @@
-import { isTerminalProposal, PROPOSAL_TABLE, type ProposalEvent } from '../../domain/proposal.js';
+import { isTerminalProposal, PROPOSAL_TABLE, type ProposalEvent } from '../../domain/machines/proposal.js';
 import type { ProposalRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { proposalTopic, REVIEW_QUEUE_TOPIC } from '../topics.js';

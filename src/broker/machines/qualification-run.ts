@@ -4,7 +4,7 @@ import {
   type QualificationRunEvent,
   transitionQualificationRun,
   verdictEvent,
-} from '../../domain/qualification-run.js';
+} from '../../domain/machines/qualification-run.js';
 import type { QualificationRunRecord } from '../../store/qualification-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { CARDS_TOPIC, qualificationTopic } from '../topics.js';

@@ -5,7 +5,7 @@ import {
   GRANT_TABLE,
   type GrantEvent,
   grantUsage,
-} from '../../domain/standing-grant.js';
+} from '../../domain/grants/grant.js';
 import type { GrantRecord } from '../../store/grants-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -13,7 +13,7 @@ import { GRANTS_TOPIC, grantTopic } from '../topics.js';
 import { applyMove } from './apply-move.js';
 
 /**
- * How a standing grant's row changes (src/domain/standing-grant.ts): its state by the table, its
+ * How a standing grant's row changes (src/domain/grants/grant.ts): its state by the table, its
  * counters by compare-and-set on the values read, both inside the caller's transaction. Also the
  * settlement of a run when its task ends (called from moveTask, so no terminal task is ever missed).
  */
@@ -100,7 +100,7 @@ const OUTCOME = { COMPLETED: 'COMPLETED', FAILED: 'FAILED', CANCELLED: 'CANCELLE
 
 /**
  * Settles the grant run of a task that just ended: charges cards × the seconds it held them (capped at
- * its reservation, src/domain/standing-grant.ts chargeOf), releases the reservation and its
+ * its reservation, src/domain/grants/grant.ts chargeOf), releases the reservation and its
  * concurrency slot, and counts failures in a row; `breaker_k` of them suspend an ACTIVE grant. A task
  * no grant approved, or one settled already, changes nothing.
  */

@@ -1,4 +1,4 @@
-import { isTerminalTask, TASK_TABLE, type TaskEvent } from '../../domain/task.js';
+import { isTerminalTask, TASK_TABLE, type TaskEvent } from '../../domain/machines/task.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { TASKS_TOPIC, taskTopic } from '../topics.js';

@@ -1,6 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { TaskSpec } from '../../contracts/task-spec.js';
-import { ceilingFacts, firstCeilingFailure, readableFacts } from '../../domain/agent-ceiling.js';
+import { ceilingFacts, firstCeilingFailure, readableFacts } from '../../domain/review/agent-ceiling.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';

@@ -5,16 +5,7 @@ import * as I from '../../contracts/tools-inputs.js';
 import * as P from '../../contracts/tools-proposals.js';
 import * as Q from '../../contracts/tools-qualification.js';
 import * as T from '../../contracts/tools-tasks.js';
-import {
-  cancelTask,
-  getQueue,
-  listCards,
-  listWorkers,
-  reconcileTask,
-  removeWorker,
-  setCordon,
-  setDraining,
-} from './cluster.js';
+import { getQueue, listCards, listWorkers, removeWorker, setCordon, setDraining } from './cluster.js';
 import type { BoundTool } from './dispatch.js';
 import { bindTool } from './dispatch.js';
 import { confirmRevisionWithGrants, explainGrant } from './grant-approval.js';
@@ -39,7 +30,7 @@ import { getReviewPrompt } from './review-prompt.js';
 import { getRevision, listReviewQueue, submitReview } from './reviews.js';
 import { getStatus } from './status.js';
 import { getTaskLogs, getTaskOutputs } from './task-results.js';
-import { getTask, listTasks, waitForTask } from './tasks.js';
+import { cancelTask, getTask, listTasks, reconcileTask, waitForTask } from './tasks.js';
 
 /** Default wait when a client gives no timeout_seconds. */
 const DEFAULT_WAIT_SECONDS = 20;

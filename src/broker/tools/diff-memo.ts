@@ -1,4 +1,4 @@
-import type { DiffScript } from '../../domain/text-diff.js';
+import type { DiffScript } from '../../domain/review/text-diff.js';
 
 /**
  * The reviewer's file diffs memoised by (base digest, new digest) (issue 21, item 3): a reviewer pages

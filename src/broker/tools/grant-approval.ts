@@ -1,10 +1,10 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { inputInterpreters } from '../../contracts/policy.js';
 import type { TaskSpec } from '../../contracts/task-spec.js';
-import type { Finding } from '../../domain/policy-types.js';
-import { reservationOf } from '../../domain/standing-grant.js';
-import { type Coverage, coverage } from '../../domain/standing-grant-coverage.js';
-import { resolveLimits } from '../../domain/task-limits.js';
+import { type Coverage, coverage } from '../../domain/grants/coverage.js';
+import { reservationOf } from '../../domain/grants/grant.js';
+import { resolveLimits } from '../../domain/policy/task-limits.js';
+import type { Finding } from '../../domain/policy/types.js';
 import type { GrantRecord } from '../../store/grants-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';

@@ -8,9 +8,9 @@ import {
   isTerminalGrant,
   prefixScript,
   scopeProblems,
-} from '../../domain/standing-grant.js';
-import { isTerminalTask } from '../../domain/task.js';
-import { resolveLimits } from '../../domain/task-limits.js';
+} from '../../domain/grants/grant.js';
+import { isTerminalTask } from '../../domain/machines/task.js';
+import { resolveLimits } from '../../domain/policy/task-limits.js';
 import type { GrantRecord } from '../../store/grants-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { RevisionRecord } from '../../store/proposals-repo.js';
@@ -21,9 +21,9 @@ import { moveGrant } from '../machines/standing-grant.js';
 import { canReadAll } from '../principals.js';
 import { GRANTS_TOPIC, grantTopic } from '../topics.js';
 import { cancelUnstartedRunsOf } from '../workers/cancel-request.js';
-import { cancelTaskAs } from './cluster.js';
 import { fetchViewPage } from './paging.js';
 import { decisionKindOfReview } from './revision-diff.js';
+import { cancelTaskAs } from './tasks.js';
 import { iso, principalName } from './views.js';
 
 /**

@@ -2,12 +2,12 @@ import { BrokerError } from '../../contracts/errors.js';
 import type { HostReserve } from '../../contracts/task-limits.js';
 import { MAX_SPEC_BYTES, type TaskSpec } from '../../contracts/task-spec.js';
 import type { ProposalView } from '../../contracts/views.js';
-import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy.js';
-import { digestsToInspect } from '../../domain/policy-inputs.js';
-import type { ProposalState } from '../../domain/proposal.js';
-import { revisionQuotaBreach } from '../../domain/proposal-quota.js';
-import { type HostBoundLimit, hostAllowance } from '../../domain/task-limits.js';
-import type { TextInspection } from '../../domain/text-inspection.js';
+import type { ProposalState } from '../../domain/machines/proposal.js';
+import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy/evaluate.js';
+import { digestsToInspect } from '../../domain/policy/inputs.js';
+import { type HostBoundLimit, hostAllowance } from '../../domain/policy/task-limits.js';
+import type { TextInspection } from '../../domain/policy/text-inspection.js';
+import { revisionQuotaBreach } from '../../domain/retention/proposal-quota.js';
 import { digestOf } from '../../platform/digest.js';
 import { fileSha256 } from '../../platform/file-digest.js';
 import type { Principal } from '../../store/principals-repo.js';
@@ -38,7 +38,7 @@ export interface RevisionResult {
 
 /**
  * Refuses (QUOTA_EXCEEDED, nothing written) a revision that would take `principal` over a cap of
- * `quotas` (src/domain/proposal-quota.ts): open proposals, revisions per proposal and per hour, stored
+ * `quotas` (src/domain/retention/proposal-quota.ts): open proposals, revisions per proposal and per hour, stored
  * revision bytes. Every count is an index seek or one row, so the check costs the same at any usage.
  */
 function checkRevisionQuota(

@@ -5,7 +5,7 @@ import type {
   WorkerIsolation,
 } from '../../../qualification/verify/verifier.js';
 import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
-import { deriveCardState } from '../../domain/card-state.js';
+import { deriveCardState } from '../../domain/machines/card-state.js';
 import type { ExecutionRecord, LeaseRecord } from '../../store/leases-repo.js';
 import type { QualificationRunRecord } from '../../store/qualification-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';

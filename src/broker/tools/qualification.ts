@@ -1,7 +1,7 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../../contracts/tools-qualification.js';
-import { type LadderPlan, planLadder, usableNodes } from '../../domain/qualification-ladder.js';
-import { isTerminalTask } from '../../domain/task.js';
+import { isTerminalTask } from '../../domain/machines/task.js';
+import { type LadderPlan, planLadder, usableNodes } from '../../domain/qualification/ladder.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { QualificationRunRecord, SubmitterKind } from '../../store/qualification-repo.js';
 import type { WorkerRecord } from '../../store/workers-repo.js';
@@ -16,9 +16,9 @@ import {
 import type { QualificationLauncher } from '../ports.js';
 import { createPrincipal, revokePrincipal } from '../principals.js';
 import { CARDS_TOPIC, qualificationTopic } from '../topics.js';
-import { cancelTask } from './cluster.js';
 import { fetchPage } from './paging.js';
 import { assertInterpreterReady, assertPoolIdle } from './qualification-preflight.js';
+import { cancelTask } from './tasks.js';
 import { iso, principalName } from './views.js';
 
 /**

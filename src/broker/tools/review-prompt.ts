@@ -1,13 +1,13 @@
 import { randomBytes } from 'node:crypto';
 import { LIMIT_NAMES } from '../../contracts/task-limits.js';
 import { DEFAULT_PROMPT_BYTES } from '../../contracts/tools-agent-review.js';
+import { quoteUntrusted } from '../../domain/policy/untrusted.js';
 import {
   buildReviewPrompt,
   type FactValue,
   factWord,
   type PromptSection,
-} from '../../domain/review-prompt.js';
-import { quoteUntrusted } from '../../domain/untrusted.js';
+} from '../../domain/review/prompt.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { verifiedBlob } from '../verified-blob.js';
@@ -20,7 +20,7 @@ import { getTaskLogs } from './task-results.js';
 /**
  * get_review_prompt (issue 23 §2): one revision as the prompt an LLM reviewer reads. gpu-broker's facts
  * are computed here from the parsed spec, the findings and the diff; everything the submitter wrote goes
- * to the fenced block (src/domain/review-prompt.ts). The nonce is 128 random bits drawn per call.
+ * to the fenced block (src/domain/review/prompt.ts). The nonce is 128 random bits drawn per call.
  */
 
 type RevisionView = Awaited<ReturnType<typeof getRevision>>;

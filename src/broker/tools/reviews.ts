@@ -1,8 +1,8 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { GET_REVISION_UNTRUSTED, REVIEW_QUEUE_UNTRUSTED } from '../../contracts/untrusted.js';
-import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/proposal.js';
-import { resolveLimits } from '../../domain/task-limits.js';
-import { tokenLeakIn } from '../../domain/token-leak.js';
+import { REVIEW_DECISIONS, type ReviewDecision } from '../../domain/machines/proposal.js';
+import { resolveLimits } from '../../domain/policy/task-limits.js';
+import { tokenLeakIn } from '../../domain/policy/token-leak.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
@@ -63,7 +63,7 @@ export function listReviewQueue(
 
 /**
  * get_revision: one revision, its findings, and its changes against its diff base — the latest earlier
- * revision a person decided on, or nothing (src/domain/diff-base.ts) — with who decided it, and the
+ * revision a person decided on, or nothing (src/domain/review/diff-base.ts) — with who decided it, and the
  * revisions in between that no person read (undecided, or decided only by an agent reviewer or a grant,
  * each with that decision). `untrusted_fields` names what the submitter (or another principal) wrote.
  */

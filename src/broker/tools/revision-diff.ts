@@ -1,6 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { InputFile, TaskSpec } from '../../contracts/task-spec.js';
-import { chooseDiffBase, type DecisionKind, type DiffBaseChoice } from '../../domain/diff-base.js';
+import { chooseDiffBase, type DecisionKind, type DiffBaseChoice } from '../../domain/review/diff-base.js';
 import {
   admitRead,
   type BudgetLeft,
@@ -11,9 +11,9 @@ import {
   type NotDiffed,
   notDiffedNote,
   workSpent,
-} from '../../domain/diff-budget.js';
-import { diffSpecs, type SpecChange } from '../../domain/spec-diff.js';
-import { type DiffScript, diffScript, pageScript, type TextDiff } from '../../domain/text-diff.js';
+} from '../../domain/review/diff-budget.js';
+import { diffSpecs, type SpecChange } from '../../domain/review/spec-diff.js';
+import { type DiffScript, diffScript, pageScript, type TextDiff } from '../../domain/review/text-diff.js';
 import type { ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { verifiedBlob } from '../verified-blob.js';
@@ -25,7 +25,7 @@ import { principalName } from './views.js';
 
 /**
  * What a reviewer reads as "the changes" of a revision (issue 20, items 5 and 10): the spec diff and the
- * file diffs against the diff base that src/domain/diff-base.ts chooses (the latest earlier revision a
+ * file diffs against the diff base that src/domain/review/diff-base.ts chooses (the latest earlier revision a
  * PERSON decided on, else nothing). Every view gets the changes from here: MCP and REST get_revision,
  * and through REST the dashboard and `gpu-broker review show`. Blob bytes are read through
  * `verifiedBlob` in the owner's name (re-hashed on every read), so a blob changed behind the master's back is never shown.
@@ -210,7 +210,7 @@ function fileOutcome(
  * One page per file: `maxLines` lines for the file named by `page.path` (from `page.offset`), and the
  * others share DIFF_LINE_BUDGET (or `maxLines`, if larger).
  *
- * Bounded (issue 21, item 3): the call reads and compares within `budget` (src/domain/diff-budget.ts),
+ * Bounded (issue 21, item 3): the call reads and compares within `budget` (src/domain/review/diff-budget.ts),
  * the paged file first so it is always diffed when it fits the per-file limits; a file past the budget
  * gets a `not_diffed` entry and a note. Between files it yields to the event loop, so a request or a
  * worker's ping waits for one file's work at most, never the whole call.

@@ -1,9 +1,9 @@
-import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/standing-grant.js';
+import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/grants/grant.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { canReadAll } from '../principals.js';
-import { leaseWhereabouts } from './cluster.js';
+import { leaseWhereabouts } from './tasks.js';
 
 /** One alert of get_status: what is wrong, how bad, and what an operator does about it. */
 interface StatusAlert {

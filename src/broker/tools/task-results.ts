@@ -1,6 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { DEFAULT_RESULT_BYTES } from '../../contracts/tools-tasks.js';
-import { isTerminalTask } from '../../domain/task.js';
+import { isTerminalTask } from '../../domain/machines/task.js';
 import type { LogsRepo } from '../../store/logs-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';

@@ -8,9 +8,9 @@ import type {
   TaskView,
 } from '../../contracts/views.js';
 import type { SlurmJobReport } from '../../contracts/worker-protocol.js';
-import { isConfirmable } from '../../domain/policy.js';
-import { isSettledTask, WORKER_UNREACHABLE } from '../../domain/task.js';
-import { resolveLimits } from '../../domain/task-limits.js';
+import { isSettledTask, WORKER_UNREACHABLE } from '../../domain/machines/task.js';
+import { isConfirmable } from '../../domain/policy/evaluate.js';
+import { resolveLimits } from '../../domain/policy/task-limits.js';
 import type { ProposalRecord, ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { Store } from '../../store/store.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';

@@ -8,7 +8,7 @@ import {
   type ReportReaction,
   type ReportSnapshot,
   reactToReport,
-} from '../../domain/execution-report.js';
+} from '../../domain/machines/execution-report.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { markExecutionLost, moveExecution, resumeExecution } from '../machines/execution.js';
@@ -20,7 +20,7 @@ import { taskTopic } from '../topics.js';
  * What the master does with a worker's reports about an execution (docs/state-machines.md, docs/worker-protocol.md). Every report is
  * fenced: it must come from the execution's worker and carry the execution's lease_epoch. Reports are
  * idempotent: a phase the execution already passed is acknowledged and ignored. What an `execution`
- * report changes is decided by `reactToReport` (src/domain/execution-report.ts); this file applies it.
+ * report changes is decided by `reactToReport` (src/domain/machines/execution-report.ts); this file applies it.
  */
 
 type LogMessage = z.infer<typeof LogMessageSchema>;
@@ -75,7 +75,7 @@ export function reschedules(reactions: readonly ReportReaction[]): boolean {
 
 /**
  * Handles an `execution` report in one transaction (a savepoint inside the hub's): reads the snapshot,
- * asks `reactToReport` (src/domain/execution-report.ts) what it changes, and applies the reactions in
+ * asks `reactToReport` (src/domain/machines/execution-report.ts) what it changes, and applies the reactions in
  * order, each move through its machine (compare-and-set, audit row). Throws a refusal (nothing
  * changed); returns the INVALID_STATE answer to an illegal report after committing what it changed
  * (task RECONCILIATION_REQUIRED, lease QUARANTINED), else a null answer.

@@ -5,8 +5,8 @@ import {
   PROTOCOL_VERSION,
   type WorkerMessage,
 } from '../../contracts/worker-protocol.js';
-import { sampleDefect } from '../../domain/sample-check.js';
-import { heldCards, type ReconcileAction, reconcileHello } from '../../domain/worker-reconcile.js';
+import { sampleDefect } from '../../domain/machines/sample-check.js';
+import { heldCards, type ReconcileAction, reconcileHello } from '../../domain/machines/worker-reconcile.js';
 import { asStorageUnavailable } from '../../store/storage-errors.js';
 import type { KnownCard } from '../../store/workers-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -16,7 +16,7 @@ import { enqueueForWorker } from './link.js';
 
 /**
  * The use cases behind a worker session (the hub, src/ws/hub.ts, only parses, sequences and sends):
- *  - `acceptHello`: records the worker, applies `reconcileHello` (src/domain/worker-reconcile.ts) in one
+ *  - `acceptHello`: records the worker, applies `reconcileHello` (src/domain/machines/worker-reconcile.ts) in one
  *    transaction (`storeHello`), and returns the welcome to send — also when the store cannot take the
  *    hello (out of disk space), which the hub then stores later with `storeHello`;
  *  - `recordSample`, `recordProbe`: what the sequenced `sample` and `probe` messages change.
@@ -100,7 +100,7 @@ export function acceptHello(deps: BrokerDeps, workerId: string, msg: Hello, now:
 
 /**
  * Everything a hello writes, in one transaction: the worker row, the reconcile decisions
- * (`reconcileHello`, src/domain/worker-reconcile.ts), an audit row. Returns the cards the worker's own
+ * (`reconcileHello`, src/domain/machines/worker-reconcile.ts), an audit row. Returns the cards the worker's own
  * executions hold. Throws UNAVAILABLE when the store cannot take it (nothing is written then).
  */
 export function storeHello(deps: BrokerDeps, workerId: string, msg: Hello, now: number): readonly number[] {

@@ -1,5 +1,5 @@
 import { DEFAULT_HOST_RESERVE, type HostReserve } from '../../contracts/task-limits.js';
-import { hostAllowance, hostShortfall } from '../task-limits.js';
+import { hostAllowance, hostShortfall } from '../policy/task-limits.js';
 import { poolShapeFits } from './nodes.js';
 import {
   cordoned,

@@ -3,8 +3,8 @@ import {
   DEFAULT_LIMITS_PER_CARD,
   DEFAULT_MAX_LIMITS_PER_CARD,
 } from '../../contracts/task-limits.js';
-import type { CardStateConfig } from '../card-state.js';
-import { type HostAllowance, hostAllowance, resolveOne } from '../task-limits.js';
+import type { CardStateConfig } from '../machines/card-state.js';
+import { type HostAllowance, hostAllowance, resolveOne } from '../policy/task-limits.js';
 import { explainWait } from './explain.js';
 import { buildView, type RequirementView } from './feasibility.js';
 import { claimNodes, holdNodes, nodesFit, nodesToReserve, type PoolNode } from './nodes.js';

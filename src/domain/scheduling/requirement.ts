@@ -1,4 +1,4 @@
-import { HOST_BOUND_LIMITS, type HostBoundLimit } from '../task-limits.js';
+import { HOST_BOUND_LIMITS, type HostBoundLimit } from '../policy/task-limits.js';
 import type { QueuedTaskView } from './types.js';
 
 /** A queued task's card requirement, normalised once per pass, and how a card's model is matched. */

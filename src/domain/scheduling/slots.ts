@@ -1,4 +1,4 @@
-import { type CardState, type CardStateConfig, deriveCardState } from '../card-state.js';
+import { type CardState, type CardStateConfig, deriveCardState } from '../machines/card-state.js';
 import { type PoolNode, poolFacts } from './nodes.js';
 import { modelWords, type Requirement } from './requirement.js';
 import type { CardView, WorkerView } from './types.js';

@@ -1,8 +1,8 @@
 import type { CardSample } from '../../contracts/sample.js';
 import type { HostReserve, HostResources } from '../../contracts/task-limits.js';
 import type { ContainerEngine, IsolationMode } from '../../contracts/worker-protocol.js';
-import type { CardRecords, CardStateConfig, WorkerSampling } from '../card-state.js';
-import type { HostBoundLimit } from '../task-limits.js';
+import type { CardRecords, CardStateConfig, WorkerSampling } from '../machines/card-state.js';
+import type { HostBoundLimit } from '../policy/task-limits.js';
 
 /**
  * The scheduler's vocabulary as types: the snapshot one pass reads (tasks, workers, cards, settings)

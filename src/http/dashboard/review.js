@@ -19,7 +19,7 @@ const CONTENT_PAGE_BYTES = 64 * 1024;
 /** A spec value in the diff: JSON, or "(absent)" for a path one side does not have. */
 const json = (v) => (absent(v) ? '(absent)' : JSON.stringify(v));
 
-/** The task's resource limits in one line (src/domain/task-limits.ts describeLimits). */
+/** The task's resource limits in one line (src/domain/policy/task-limits.ts describeLimits). */
 function limitsText(l) {
   const d = orDash;
   return `memory ${d(l.memory_mib)} MiB, pids ${d(l.pids)}, cpu weight ${d(l.cpu_weight)}, /tmp ${d(l.tmp_mib)} MiB, /dev/shm ${d(l.shm_mib)} MiB, task dir ${d(l.disk_mib)} MiB`;

@@ -1,5 +1,5 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run as cards } from '../../../src/cli/cards.js';
+import { run as cards } from '../../../src/cli/operator/cards.js';
 import { runCli } from '../../support/cli.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { waitFor } from '../../support/wait.js';

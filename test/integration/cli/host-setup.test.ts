@@ -9,7 +9,7 @@ import {
   optionalLines,
   planLines,
   runHostSetup,
-} from '../../../src/cli/host-setup.js';
+} from '../../../src/cli/host/host-setup.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 import { ensureBuilt } from '../../support/build.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';

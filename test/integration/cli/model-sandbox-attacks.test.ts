@@ -1,7 +1,7 @@
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { sandboxedModel } from '../../../src/cli/model-sandbox.js';
+import { sandboxedModel } from '../../../src/cli/review/model-sandbox.js';
 import { probeBwrap } from '../../../worker/sandbox/bwrap.js';
 import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { makeGateDir, makeTempDir, removeTempDirs } from '../../support/temp.js';

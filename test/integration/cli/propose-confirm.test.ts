@@ -1,7 +1,7 @@
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run as propose } from '../../../src/cli/propose.js';
+import { run as propose } from '../../../src/cli/agent/propose.js';
 import { runCli } from '../../support/cli.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectOk } from '../../support/mcp.js';

@@ -1,6 +1,6 @@
 import { dirname, join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run } from '../../../src/cli/review.js';
+import { run } from '../../../src/cli/review/review.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 import { probeBwrap } from '../../../worker/sandbox/bwrap.js';
 import { runCli } from '../../support/cli.js';

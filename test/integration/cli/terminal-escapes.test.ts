@@ -1,8 +1,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
-import { escapeField, escapeText, jsonText } from '../../../src/cli/output.js';
-import { run as review } from '../../../src/cli/review.js';
-import { run as status } from '../../../src/cli/status.js';
+import { escapeField, escapeText, jsonText } from '../../../src/cli/common/output.js';
+import { run as status } from '../../../src/cli/operator/status.js';
+import { run as review } from '../../../src/cli/review/review.js';
 import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { runCli, spawnCli } from '../../support/cli.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';

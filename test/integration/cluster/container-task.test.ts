@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { Finding } from '../../../src/domain/policy.js';
+import type { Finding } from '../../../src/domain/policy/evaluate.js';
 import {
   approveTask,
   clusterConfig,

@@ -274,7 +274,7 @@ describe('numbers in reports', () => {
 
 describe('the worker id rule at hello (row 7)', () => {
   it('a token bound to a 200-character id (made before the rule) is told the rule, not INVALID_MESSAGE', async () => {
-    // Inserted directly: token create now refuses such an id (test/unit/cli/token.test.ts).
+    // Inserted directly: token create now refuses such an id (test/unit/cli/operator/token.test.ts).
     const longId = 'w'.repeat(200);
     const token = `gpb_legacy_${'x'.repeat(40)}`;
     m.store.principals.insert({

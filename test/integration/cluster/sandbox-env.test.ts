@@ -2,8 +2,8 @@ import { chmodSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, wri
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import type { CliIo } from '../../../src/cli/io.js';
-import { run as runWorkerCli } from '../../../src/cli/worker.js';
+import type { CliIo } from '../../../src/cli/common/io.js';
+import { run as runWorkerCli } from '../../../src/cli/host/worker.js';
 import type { MasterConfigInput } from '../../../src/platform/config.js';
 import { approveTask, clusterConfig, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';

@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import pino from 'pino';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run as workerCli } from '../../../src/cli/worker.js';
+import { run as workerCli } from '../../../src/cli/host/worker.js';
 import type { TaskView } from '../../../src/contracts/views.js';
 import { createLogger, silentLogger } from '../../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon/start-worker.js';

@@ -9,7 +9,7 @@ import {
   type ReviewPort,
   reviewPass,
   shellModel,
-} from '../../../src/cli/review-agent-loop.js';
+} from '../../../src/cli/review/review-agent-loop.js';
 import { BrokerError } from '../../../src/contracts/errors.js';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
 import { packageRoot } from '../../../src/platform/package-root.js';

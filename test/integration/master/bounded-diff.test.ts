@@ -3,7 +3,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
-import { DEFAULT_DIFF_BUDGET } from '../../../src/domain/diff-budget.js';
+import { DEFAULT_DIFF_BUDGET } from '../../../src/domain/review/diff-budget.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';

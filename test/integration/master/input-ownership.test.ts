@@ -2,7 +2,7 @@ import { createHash } from 'node:crypto';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import type { RevisionResult } from '../../../src/broker/tools/proposals.js';
-import { run as auditCli } from '../../../src/cli/audit.js';
+import { run as auditCli } from '../../../src/cli/operator/audit.js';
 import { runCli } from '../../support/cli.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectError, expectOk } from '../../support/mcp.js';

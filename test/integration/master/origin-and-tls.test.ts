@@ -2,7 +2,7 @@ import { existsSync } from 'node:fs';
 import { request as httpsRequest } from 'node:https';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { run as serve } from '../../../src/cli/serve.js';
+import { run as serve } from '../../../src/cli/host/serve.js';
 import { BrokerError, type ErrorBody } from '../../../src/contracts/errors.js';
 import { startMaster } from '../../../src/main.js';
 import { silentLogger } from '../../../src/platform/logger.js';

@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { formatRevision, type RevisionDocument } from '../../../src/cli/review-format.js';
+import { formatRevision, type RevisionDocument } from '../../../src/cli/review/review-format.js';
 import type { TaskSpecInput } from '../../../src/contracts/task-spec.js';
 import { GET_REVISION_UNTRUSTED } from '../../../src/contracts/untrusted.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';

@@ -1,6 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { fences } from '../../../src/domain/review-prompt.js';
+import { fences } from '../../../src/domain/review/prompt.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';

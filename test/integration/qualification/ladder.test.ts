@@ -9,7 +9,7 @@ import {
   verifyRung,
 } from '../../../qualification/verify/verifier.js';
 import { collectPost, collectRung, runFacts } from '../../../src/broker/tools/qualification-records.js';
-import { run as qualify } from '../../../src/cli/qualify.js';
+import { run as qualify } from '../../../src/cli/operator/qualify.js';
 import type { QualificationRunView } from '../../../src/contracts/tools-qualification.js';
 import { sha256Hex } from '../../../src/platform/digest.js';
 import { type CliResult, runCli } from '../../support/cli.js';

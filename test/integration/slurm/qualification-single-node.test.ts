@@ -1,6 +1,6 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EvidenceDocument, evidenceDigest } from '../../../qualification/verify/evidence.js';
-import { run as qualify } from '../../../src/cli/qualify.js';
+import { run as qualify } from '../../../src/cli/operator/qualify.js';
 import { runCli } from '../../support/cli.js';
 import { ensureSlurm } from '../../support/slurm.js';
 import { removeTempDirs } from '../../support/temp.js';

@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { type EvidenceDocument, evidenceDigest } from '../../../qualification/verify/evidence.js';
 import { verifyRung } from '../../../qualification/verify/verifier.js';
 import { collectRung, runFacts } from '../../../src/broker/tools/qualification-records.js';
-import { run as qualify } from '../../../src/cli/qualify.js';
+import { run as qualify } from '../../../src/cli/operator/qualify.js';
 import { runCli } from '../../support/cli.js';
 import { startMultiNodeSlurm, stopMultiNodeSlurm } from '../../support/slurm.js';
 import { removeTempDirs } from '../../support/temp.js';

@@ -69,10 +69,49 @@ const BROKER: RankTable = [
   ['src/broker/loops/', 6],
 ];
 
+/**
+ * Inside src/domain/, by concept (issue 37 item 1): the state machines, the policy's findings and the
+ * qualification ladder name nothing of each other; scheduling, review and grants build on those; what
+ * the master keeps and prunes (audit vocabulary, quotas, pruning) names the machines and the grants.
+ */
+const DOMAIN: RankTable = [
+  ['src/domain/machines/', 1],
+  ['src/domain/policy/', 1],
+  ['src/domain/qualification/', 1],
+  ['src/domain/scheduling/', 2],
+  ['src/domain/review/', 2],
+  ['src/domain/grants/', 2],
+  ['src/domain/retention/', 3],
+];
+
+/**
+ * Inside src/cli/, by who runs the command: the plumbing every command shares (arguments, output, the
+ * master client, the shared flags), then one folder per audience with its command specs beside its
+ * commands (host: start, serve, worker; agent: propose, run, task, mcp-stdio; review: review, grant and
+ * the agent reviewer; operator: token, status, cards, qualify, client-kit, audit), which never import
+ * each other, then the command table and the entry point.
+ */
+const CLI: RankTable = [
+  ['src/cli/common/', 1],
+  ['src/cli/host/', 2],
+  ['src/cli/agent/', 2],
+  ['src/cli/review/', 2],
+  ['src/cli/operator/', 2],
+  ['src/cli/commands.ts', 3],
+  ['src/cli/main.ts', 4],
+];
+
+/** The tables inside a top-level folder: every file under the prefix needs an entry of its table. */
+const INNER: ReadonlyArray<readonly [prefix: string, name: string, table: RankTable]> = [
+  ['src/broker/', 'broker', BROKER],
+  ['src/domain/', 'domain', DOMAIN],
+  ['src/cli/', 'cli', CLI],
+];
+
 /** Targets only the named importers (path prefixes) may import: what starts a runner or builds a kit. */
 const ONLY_FROM: ReadonlyArray<readonly [target: string, importers: readonly string[]]> = [
   ['qualification/run/', ['src/master/', 'qualification/run/']],
-  ['client-kit/build.ts', ['src/master/', 'src/cli/client-kit.ts']],
+  ['client-kit/build.ts', ['src/master/', 'src/cli/operator/client-kit.ts']],
 ];
 
 /** Imports that are refused whatever the ranks say. */
@@ -86,7 +125,8 @@ function uncovered(files: readonly string[]): string[] {
   const out: string[] = [];
   for (const f of files) {
     if (!entryOf(TOP, f)) out.push(`${f}: no entry in the top-level table`);
-    if (f.startsWith('src/broker/') && !entryOf(BROKER, f)) out.push(`${f}: no entry in the broker table`);
+    for (const [prefix, name, table] of INNER)
+      if (f.startsWith(prefix) && !entryOf(table, f)) out.push(`${f}: no entry in the ${name} table`);
   }
   return out;
 }
@@ -114,7 +154,7 @@ describe('src/ boundaries', () => {
     expect(files.length).toBeGreaterThan(150);
   });
 
-  it('covers every file with an entry of the top-level table, and every src/broker/ file with one of its table', () => {
+  it('covers every file with an entry of the top-level table, and each src/broker/, src/domain/ and src/cli/ file with one of its folder table', () => {
     expect(uncovered(files)).toEqual([]);
   });
 
@@ -126,9 +166,12 @@ describe('src/ boundaries', () => {
     expect(rankViolations(graph, TOP)).toEqual([]);
   });
 
-  it('imports only down the src/broker/ table', () => {
-    expect(rankViolations(graph, BROKER)).toEqual([]);
-  });
+  it.each(INNER.map(([prefix, , table]) => [prefix, table] as const))(
+    'imports only down the %s table',
+    (_, table) => {
+      expect(rankViolations(graph, table)).toEqual([]);
+    },
+  );
 
   it('lets only src/master/ start the qualification runner and build a kit; client-kit/ never imports src/cli/', () => {
     expect(forbidden(graph)).toEqual([]);
@@ -141,7 +184,11 @@ describe('src/ boundaries', () => {
       ['src/broker/tools/t.ts', "import type { L } from '../loops/l.js';\nexport const t = 1;"],
       ['src/broker/loops/l.ts', 'export type L = 1;'],
       // The domain importing the store (2 → 3); an edge importing another edge (5 → 5).
-      ['src/domain/d.ts', "export { s } from '../store/s.js';"],
+      ['src/domain/policy/d.ts', "export { s } from '../../store/s.js';"],
+      // A state machine importing a review module (domain 1 → 2); a stray file at the domain's root.
+      ['src/domain/machines/m.ts', "import { r } from '../review/r.js';"],
+      ['src/domain/review/r.ts', 'export const r = 1;'],
+      ['src/domain/stray.ts', 'export const y = 1;'],
       ['src/store/s.ts', 'export const s = 1;'],
       ['src/ws/w.ts', "import { h } from '../http/h.js';"],
       ['src/http/h.ts', 'export const h = 1;'],
@@ -152,9 +199,11 @@ describe('src/ boundaries', () => {
       ['src/broker/tools/q.ts', "import { runQualification } from '../../../qualification/run/r.js';"],
       ['qualification/run/r.ts', "import { v } from '../verify/v.js';\nexport const runQualification = v;"],
       ['qualification/verify/v.ts', 'export const v = 1;'],
-      ['client-kit/k.ts', "import { c } from '../src/cli/c.js';"],
+      ['client-kit/k.ts', "import { c } from '../src/cli/agent/c.js';"],
+      // One audience's command importing another's (cli 2 → 2).
+      ['src/cli/review/r.ts', "import { c } from '../agent/c.js';"],
       ['client-kit/build.ts', 'export const build = 1;'],
-      ['src/cli/c.ts', 'export const c = 1;'],
+      ['src/cli/agent/c.ts', 'export const c = 1;'],
       ['src/app.ts', "import { build } from '../client-kit/build.js';"],
       // A type-only cycle inside one folder.
       ['src/contracts/a.ts', "import type { B } from './b.js';\nexport type A = 1;"],
@@ -163,23 +212,30 @@ describe('src/ boundaries', () => {
     const g = importGraph('/nonexistent-root', [...planted.keys()], planted);
     expect(cycles(g)).toEqual([['src/contracts/a.ts', 'src/contracts/b.ts']]);
     expect(uncovered([...planted.keys()])).toEqual([
+      'src/domain/stray.ts: no entry in the domain table',
       'src/broker/stray.ts: no entry in the broker table',
       'src/extras/e.ts: no entry in the top-level table',
     ]);
     expect(rankViolations(g, TOP)).toEqual([
-      'client-kit/k.ts → src/cli/c.ts (client-kit/ rank 6 imports src/cli/ rank 9)',
+      'client-kit/k.ts → src/cli/agent/c.ts (client-kit/ rank 6 imports src/cli/ rank 9)',
       'src/app.ts → client-kit/build.ts (src/app.ts rank 6 imports client-kit/ rank 6)',
       'src/broker/tools/q.ts → qualification/run/r.ts (src/broker/ rank 4 imports qualification/run/ rank 6)',
-      'src/domain/d.ts → src/store/s.ts (src/domain/ rank 2 imports src/store/ rank 3)',
+      'src/domain/policy/d.ts → src/store/s.ts (src/domain/ rank 2 imports src/store/ rank 3)',
       'src/ws/w.ts → src/http/h.ts (src/ws/ rank 5 imports src/http/ rank 5)',
     ]);
     expect(rankViolations(g, BROKER)).toEqual([
       'src/broker/machines/m.ts → src/broker/tools/t.ts (src/broker/machines/ rank 4 imports src/broker/tools/ rank 6)',
       'src/broker/tools/t.ts → src/broker/loops/l.ts (src/broker/tools/ rank 6 imports src/broker/loops/ rank 6)',
     ]);
+    expect(rankViolations(g, DOMAIN)).toEqual([
+      'src/domain/machines/m.ts → src/domain/review/r.ts (src/domain/machines/ rank 1 imports src/domain/review/ rank 2)',
+    ]);
+    expect(rankViolations(g, CLI)).toEqual([
+      'src/cli/review/r.ts → src/cli/agent/c.ts (src/cli/review/ rank 2 imports src/cli/agent/ rank 2)',
+    ]);
     expect(forbidden(g)).toEqual([
-      'client-kit/k.ts → src/cli/c.ts (client-kit/ never imports src/cli/)',
-      'src/app.ts → client-kit/build.ts (only src/master/, src/cli/client-kit.ts may import client-kit/build.ts)',
+      'client-kit/k.ts → src/cli/agent/c.ts (client-kit/ never imports src/cli/)',
+      'src/app.ts → client-kit/build.ts (only src/master/, src/cli/operator/client-kit.ts may import client-kit/build.ts)',
       'src/broker/tools/q.ts → qualification/run/r.ts (only src/master/, qualification/run/ may import qualification/run/)',
     ]);
   });

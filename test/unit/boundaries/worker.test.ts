@@ -39,7 +39,11 @@ const WORKER_RANKS: RankTable = [
 ];
 
 /** What worker files may import outside worker/ (path prefixes; a file name stands for itself). */
-const WORKER_MAY_REACH: readonly string[] = ['src/contracts/', 'src/platform/', 'src/domain/execution.ts'];
+const WORKER_MAY_REACH: readonly string[] = [
+  'src/contracts/',
+  'src/platform/',
+  'src/domain/machines/execution.ts',
+];
 
 /** `from → to` for each import of a worker file that leaves worker/ for anything but WORKER_MAY_REACH. */
 function reachViolations(graph: ImportGraph): string[] {
@@ -88,7 +92,7 @@ describe('worker boundaries', () => {
     expect(rankViolations(graph, WORKER_RANKS)).toEqual([]);
   });
 
-  it('reaches src/ only through contracts/, platform/ and domain/execution.ts', () => {
+  it('reaches src/ only through contracts/, platform/ and domain/machines/execution.ts', () => {
     expect(reachViolations(graph)).toEqual([]);
   });
 
@@ -97,7 +101,7 @@ describe('worker boundaries', () => {
       // allowed: down the table, inside a folder, the three ways into src/
       ['worker/daemon/start.ts', "import { run } from '../local/run.js';\nimport '../store/db.js';"],
       ['worker/local/run.ts', "import type { Box } from './box.js';\nimport '../../src/platform/clock.js';"],
-      ['worker/local/box.ts', "import { x } from '../../src/domain/execution.js';"],
+      ['worker/local/box.ts', "import { x } from '../../src/domain/machines/execution.js';"],
       ['worker/store/db.ts', "import type { Plan } from '../../src/contracts/plan.js';"],
       // an upward import, and a sideways one between two folders of one rank
       ['worker/store/up.ts', "import { start } from '../daemon/start.js';"],
@@ -111,14 +115,14 @@ describe('worker boundaries', () => {
       // into src/ past the allowed doors
       [
         'worker/link/out.ts',
-        "import { openDb } from '../../src/store/db.js';\nimport '../../src/domain/task.js';",
+        "import { openDb } from '../../src/store/db.js';\nimport '../../src/domain/machines/task.js';",
       ],
       // a folder nobody ranked
       ['worker/newfolder/n.ts', "import '../store/db.js';"],
       ['worker/loose.ts', ''],
       ['src/platform/clock.ts', ''],
-      ['src/domain/execution.ts', ''],
-      ['src/domain/task.ts', ''],
+      ['src/domain/machines/execution.ts', ''],
+      ['src/domain/machines/task.ts', ''],
       ['src/contracts/plan.ts', ''],
       ['src/store/db.ts', ''],
     ]);
@@ -131,7 +135,7 @@ describe('worker boundaries', () => {
       'worker/store/up.ts → worker/daemon/start.ts (worker/store/ rank 1 imports worker/daemon/ rank 5)',
     ]);
     expect(reachViolations(planted)).toEqual([
-      'worker/link/out.ts → src/domain/task.ts',
+      'worker/link/out.ts → src/domain/machines/task.ts',
       'worker/link/out.ts → src/store/db.ts',
     ]);
     expect(unranked([...sources.keys()])).toEqual(['worker/newfolder/n.ts', 'worker/loose.ts']);

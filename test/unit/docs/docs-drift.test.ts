@@ -2,11 +2,11 @@ import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { brokerTools } from '../../../src/broker/tools/catalog.js';
-import { LEASE_TABLE } from '../../../src/domain/lease.js';
-import { PROPOSAL_TABLE } from '../../../src/domain/proposal.js';
-import { QUALIFICATION_RUN_TABLE } from '../../../src/domain/qualification-run.js';
-import { GRANT_TABLE } from '../../../src/domain/standing-grant.js';
-import { TASK_TABLE } from '../../../src/domain/task.js';
+import { GRANT_TABLE } from '../../../src/domain/grants/grant.js';
+import { LEASE_TABLE } from '../../../src/domain/machines/lease.js';
+import { PROPOSAL_TABLE } from '../../../src/domain/machines/proposal.js';
+import { QUALIFICATION_RUN_TABLE } from '../../../src/domain/machines/qualification-run.js';
+import { TASK_TABLE } from '../../../src/domain/machines/task.js';
 import { REST_ROUTES } from '../../../src/http/rest.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 
@@ -119,6 +119,7 @@ describe('folders (README "What is where", docs/architecture.md "Layers and impo
     ...folders('src'),
     ...folders('src/broker'),
     ...folders('src/domain'),
+    ...folders('src/cli'),
     ...folders('qualification'),
     ...folders('client-kit'),
     // Generic for the worker: every folder at any depth, so a new one cannot go unexplained.

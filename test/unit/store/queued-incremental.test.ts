@@ -1,6 +1,6 @@
 import fc from 'fast-check';
 import { afterEach, describe, expect, it } from 'vitest';
-import type { TaskState } from '../../../src/domain/task.js';
+import type { TaskState } from '../../../src/domain/machines/task.js';
 import { Store } from '../../../src/store/store.js';
 import { type QueuedTaskRow, type TaskRecord, TasksRepo } from '../../../src/store/tasks-repo.js';
 

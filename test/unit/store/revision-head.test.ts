@@ -1,6 +1,6 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { TaskSpec } from '../../../src/contracts/task-spec.js';
-import type { Finding } from '../../../src/domain/policy.js';
+import type { Finding } from '../../../src/domain/policy/evaluate.js';
 import { Store } from '../../../src/store/store.js';
 
 /** Listings read a revision's head with SQLite's JSON functions (issue 21): the same values as the spec. */

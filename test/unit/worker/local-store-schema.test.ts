@@ -5,7 +5,11 @@ import { pathToFileURL } from 'node:url';
 import Database from 'better-sqlite3';
 import { afterAll, describe, expect, it } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
-import { EXECUTION_TABLE, type ExecutionPhase, type ReportedPhase } from '../../../src/domain/execution.js';
+import {
+  EXECUTION_TABLE,
+  type ExecutionPhase,
+  type ReportedPhase,
+} from '../../../src/domain/machines/execution.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 import { dumpSchema } from '../../../src/store/db.js';
 import { openLocalStore } from '../../../worker/store/local-store.js';

@@ -2,8 +2,8 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import type { CliIo } from '../../../src/cli/io.js';
-import { run } from '../../../src/cli/worker.js';
+import type { CliIo } from '../../../src/cli/common/io.js';
+import { run } from '../../../src/cli/host/worker.js';
 
 /**
  * `gpu-broker worker --backend slurm`: bad flags are refused before anything starts, with the reason

@@ -2,8 +2,8 @@ import { mkdirSync, mkdtempSync, rmSync, symlinkSync, writeFileSync } from 'node
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { CliIo } from '../../../../src/cli/io.js';
-import { run } from '../../../../src/cli/worker.js';
+import type { CliIo } from '../../../../src/cli/common/io.js';
+import { run } from '../../../../src/cli/host/worker.js';
 import { FakeMaster } from '../../../support/fake-master.js';
 import { waitFor } from '../../../support/wait.js';
 

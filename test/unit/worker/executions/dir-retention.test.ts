@@ -1,7 +1,7 @@
 import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { ReportedPhase } from '../../../../src/domain/execution.js';
+import type { ReportedPhase } from '../../../../src/domain/machines/execution.js';
 import { pruneExecutionDirs } from '../../../../worker/executions/dir-retention.js';
 import { type LocalStore, openLocalStore } from '../../../../worker/store/local-store.js';
 import { makePlan } from '../../../support/executor-plan.js';

@@ -5,7 +5,7 @@ import {
   EXECUTION_TABLE,
   type ExecutionPhase,
   type ReportedPhase,
-} from '../../../../src/domain/execution.js';
+} from '../../../../src/domain/machines/execution.js';
 import { ManualClock } from '../../../../src/platform/clock.js';
 import { type LocalStore, openLocalStore } from '../../../../worker/store/local-store.js';
 import { ExecutionMoveError } from '../../../../worker/store/local-store-moves.js';

@@ -1,0 +1,182 @@
+import { defineCommand } from '../../platform/args.js';
+import { JSON_FLAG, LOCAL_ENV, LOCAL_FLAGS, REMOTE_ENV, REMOTE_FLAGS } from '../common/shared-specs.js';
+
+/**
+ * The operator's commands: tokens, the status screen, cards and workers (cordon … reconcile), qualification,
+ * client kits and the audit chain (see command-specs.ts).
+ */
+
+export const TOKEN = defineCommand({
+  name: 'token',
+  usage: [
+    'token create --name NAME --role ROLE [--role ROLE]… [--worker-id ID] [--data-dir DIR] [--json]',
+    'token list [--data-dir DIR] [--json]',
+    'token revoke NAME [--data-dir DIR] [--json]',
+  ],
+  summary:
+    "Creates, lists and revokes bearer tokens in the master's database (run on the master host). Roles: submitter, reviewer, operator, worker, agent_reviewer (an LLM reviewer: approves only within review.agent_ceiling).",
+  flags: {
+    name: { type: 'string', value: 'NAME', help: 'principal name (unique)' },
+    role: {
+      type: 'string',
+      value: 'ROLE',
+      multiple: true,
+      help: 'submitter, reviewer, operator, worker or agent_reviewer',
+    },
+    'worker-id': {
+      type: 'string',
+      value: 'ID',
+      help: 'the worker a worker token belongs to: 1-128 letters, digits, ".", "_", "-"; a letter or digit first',
+    },
+    ...LOCAL_FLAGS,
+  },
+  env: LOCAL_ENV,
+  subcommands: ['create', 'list', 'revoke'],
+  examples: [
+    'token create --name alice-agent --role submitter',
+    'token create --name claude-reviewer --role agent_reviewer',
+    'token revoke alice-agent',
+  ],
+});
+
+export const STATUS = defineCommand({
+  name: 'status',
+  usage: ['status [--url URL] [--token-file FILE] [--ca-file FILE] [--json]'],
+  summary: 'Workers, cards, queue, leases and alerts in one screen.',
+  flags: REMOTE_FLAGS,
+  env: REMOTE_ENV,
+  examples: [
+    'status --url https://127.0.0.1:8443 --token-file .gpu-broker/operator.token --ca-file .gpu-broker/tls/ca.pem',
+  ],
+});
+
+function cardCommand(name: 'cordon' | 'uncordon') {
+  return defineCommand({
+    name,
+    usage: [`${name} WORKER:CARD [WORKER:CARD]… [--reason TEXT]`],
+    summary:
+      name === 'cordon'
+        ? 'Stops new leases on each named card (running tasks continue). Every target is checked before any is changed.'
+        : 'Lets each named card take leases again. Every target is checked before any is changed.',
+    flags: { reason: { type: 'string', value: 'TEXT', help: 'why, for the audit log' }, ...REMOTE_FLAGS },
+    env: REMOTE_ENV,
+    positionals: true,
+    examples: [`${name} gpu-host-1:3 gpu-host-1:4 --reason "ECC errors"`],
+  });
+}
+
+function workerCommand(name: 'drain' | 'undrain' | 'remove-worker', summary: string) {
+  return defineCommand({
+    name,
+    usage: [`${name} WORKER [WORKER]…`],
+    summary,
+    flags: REMOTE_FLAGS,
+    env: REMOTE_ENV,
+    positionals: true,
+    examples: [`${name} gpu-host-1`],
+  });
+}
+
+export const CORDON = cardCommand('cordon');
+export const UNCORDON = cardCommand('uncordon');
+export const DRAIN = workerCommand('drain', 'Stops new work on each named worker; running tasks finish.');
+export const UNDRAIN = workerCommand('undrain', 'Lets each named worker take new work again.');
+export const REMOVE_WORKER = workerCommand(
+  'remove-worker',
+  'Removes each named (offline, idle) worker from the registry.',
+);
+
+export const RECONCILE = defineCommand({
+  name: 'reconcile',
+  usage: ['reconcile TASK [TASK]… --resolution COMPLETED|FAILED|CANCELLED --reason TEXT [--force]'],
+  summary:
+    'Settles tasks left UNKNOWN (their worker vanished) once you know what happened on the host. Refused while the worker is online and still runs the task, unless --force.',
+  flags: {
+    resolution: { type: 'string', value: 'STATE', help: 'the final state to record' },
+    reason: { type: 'string', value: 'TEXT', help: 'what you checked, for the audit log' },
+    force: {
+      type: 'boolean',
+      help: 'reconcile even a task its online worker still runs: the worker kills it (SIGTERM, then SIGKILL)',
+    },
+    ...REMOTE_FLAGS,
+  },
+  env: REMOTE_ENV,
+  positionals: true,
+  examples: ['reconcile task_01J… --resolution FAILED --reason "host rebooted; cards idle"'],
+});
+
+export const QUALIFY = defineCommand({
+  name: 'qualify',
+  usage: [
+    'qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] [--json]',
+    'qualify show RUN_ID [--json]',
+    'qualify cancel RUN_ID [--json]',
+  ],
+  summary:
+    'Runs the qualification ladder on a worker (its cards are cordoned meanwhile), follows it, and prints the verdict; exits 0 only on PASSED.',
+  flags: {
+    worker: { type: 'string', value: 'ID', help: 'the worker to qualify (default: the only one online)' },
+    cards: {
+      type: 'string',
+      value: 'N,N,…',
+      help: 'card counts of the rungs (default 1,2,4,8 up to its cards)',
+    },
+    submitter: {
+      type: 'string',
+      value: 'scripted|claude|codex',
+      help: 'who submits the tasks (default scripted)',
+    },
+    ...REMOTE_FLAGS,
+  },
+  env: REMOTE_ENV,
+  subcommands: ['show', 'cancel'],
+  examples: ['qualify --cards 1,2', 'qualify show qual_01J…'],
+});
+
+export const CLIENT_KIT = defineCommand({
+  name: 'client-kit',
+  usage: [
+    'client-kit build --out DIR [--url URL] [--ca-file FILE] [--json]',
+    'client-kit verify DIR [--json]',
+  ],
+  summary:
+    'build renders the skill, example specs and harness configs for one master into a new directory (never a token or key); verify checks a kit against its MANIFEST.json and SHA256SUMS.',
+  flags: {
+    out: { type: 'string', value: 'DIR', help: 'new directory for the kit (build)' },
+    url: { type: 'string', value: 'URL', help: 'the master URL agents use (default $GPU_BROKER_URL)' },
+    'ca-file': {
+      type: 'string',
+      value: 'FILE',
+      help: "the master's CA certificate (default $GPU_BROKER_CA_FILE)",
+    },
+    ...JSON_FLAG,
+  },
+  env: {
+    GPU_BROKER_URL: 'the master URL when --url is not given',
+    GPU_BROKER_CA_FILE: 'CA certificate when --ca-file is not given',
+  },
+  subcommands: ['build', 'verify'],
+  examples: ['client-kit build --out ./kit --url https://gpu-host:8443 --ca-file .gpu-broker/tls/ca.pem'],
+});
+
+export const AUDIT = defineCommand({
+  name: 'audit',
+  usage: ['audit verify [--data-dir DIR] [--json]', 'audit verify --archive FILE [--archive FILE]… [--json]'],
+  summary:
+    'Walks the audit hash chain (archive segments, then the live table); exits 1 naming the first bad row. With --archive, checks archive files offline.',
+  flags: {
+    ...LOCAL_FLAGS,
+    archive: {
+      type: 'string',
+      value: 'FILE',
+      multiple: true,
+      help: 'an archive segment file to check offline, in chain order (no database opened)',
+    },
+  },
+  env: LOCAL_ENV,
+  subcommands: ['verify'],
+  examples: [
+    'audit verify --data-dir /var/lib/gpu-broker',
+    'audit verify --archive audit-archive/audit-1-5000.jsonl --archive audit-archive/audit-5001-9000.jsonl',
+  ],
+});

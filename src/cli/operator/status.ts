@@ -1,0 +1,214 @@
+import { parseCommand } from '../common/args.js';
+import type { CommandRunner } from '../common/io.js';
+import { withMaster } from '../common/master-client.js';
+import { emit, escapeField, reportError, table } from '../common/output.js';
+import { STATUS } from './command-specs.js';
+
+interface Worker {
+  worker_id: string;
+  provider: string;
+  simulated: boolean;
+  online: boolean;
+  draining: boolean;
+  cards: number;
+  sampler_error: string | null;
+  hostname: string;
+  isolation: string;
+  container_engine: string | null;
+  unisolated: boolean;
+  /** Absent from older masters. */
+  backend?: string;
+  slurm?: { partition: string; nodes: Array<{ name: string }> } | null;
+}
+interface SlurmJob {
+  job_id: string;
+  state: string;
+  pending_reason: string | null;
+  binding: { nodes: Array<{ node: string; gpus: number[] }> } | null;
+}
+interface Card {
+  worker_id: string;
+  index: number;
+  model: string;
+  state: string;
+  simulated: boolean;
+  memory_used_mib: number | null;
+  memory_total_mib: number | null;
+  utilization_pct: number | null;
+  task_id: string | null;
+  lease_epoch: number | null;
+  slurm?: SlurmJob | null;
+}
+interface QueueItem {
+  position: number | null;
+  task_id: string | null;
+  title: string | null;
+  cards: number;
+  reason: { code?: string; message?: string } | null;
+}
+interface Status {
+  tasks_by_state: Record<string, number>;
+  leases: Array<{
+    lease_id: string;
+    task_id: string | null;
+    worker_id: string;
+    cards: number[];
+    lease_epoch: number;
+    state: string;
+    reason: string | null;
+  }>;
+  alerts: Array<{ severity: string; kind: string; message: string; action: string }>;
+}
+
+/** The WORKERS section: one row per worker. */
+function workersSection(workers: Worker[]): string[] {
+  return [
+    'WORKERS',
+    table(
+      [
+        'WORKER',
+        'HOST',
+        'BACKEND',
+        'PROVIDER',
+        'ONLINE',
+        'DRAINING',
+        'CARDS',
+        'ISOLATION',
+        'ENGINE',
+        'SAMPLER',
+      ],
+      workers.map((w) => [
+        w.worker_id,
+        w.hostname,
+        w.backend === 'slurm' && w.slurm
+          ? `slurm:${w.slurm.partition} (${w.slurm.nodes.length} node${w.slurm.nodes.length === 1 ? '' : 's'})`
+          : (w.backend ?? 'local'),
+        w.simulated ? 'sim (SIMULATED)' : w.provider,
+        w.online ? 'yes' : 'NO',
+        w.draining ? 'yes' : '',
+        w.cards,
+        w.unisolated ? 'UNISOLATED' : w.isolation,
+        w.container_engine ?? '',
+        w.sampler_error ?? 'ok',
+      ]),
+    ),
+  ];
+}
+
+/** The CARDS section: one row per card, with its lease and Slurm job. */
+function cardsSection(cards: Card[]): string[] {
+  return [
+    'CARDS',
+    table(
+      ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH', 'SLURM JOB'],
+      cards.map((k) => [
+        k.worker_id,
+        k.index,
+        k.simulated ? `${k.model} (sim)` : k.model,
+        k.state,
+        k.memory_total_mib ? `${k.memory_used_mib ?? '?'}/${k.memory_total_mib} MiB` : '?',
+        k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,
+        k.task_id,
+        k.lease_epoch,
+        slurmJobText(k.slurm),
+      ]),
+    ),
+  ];
+}
+
+/** The QUEUE section: the waiting tasks in order, with why each waits. */
+function queueSection(queue: QueueItem[]): string[] {
+  return [
+    `QUEUE (${queue.length})`,
+    queue.length
+      ? table(
+          ['POS', 'TASK', 'CARDS', 'REASON'],
+          queue.map((q) => [
+            q.position,
+            q.task_id ?? '(other owner)',
+            q.cards,
+            q.reason?.message ?? q.reason?.code,
+          ]),
+        )
+      : '  empty',
+  ];
+}
+
+/** The LEASES section: the live leases. */
+function leasesSection(leases: Status['leases']): string[] {
+  return [
+    `LEASES (${leases.length} live)`,
+    leases.length
+      ? table(
+          ['LEASE', 'TASK', 'WORKER', 'CARDS', 'EPOCH', 'STATE'],
+          leases.map((l) => [l.lease_id, l.task_id, l.worker_id, l.cards.join(','), l.lease_epoch, l.state]),
+        )
+      : '  none',
+  ];
+}
+
+/** The TASKS line: counts by state. */
+function tasksSection(byState: Status['tasks_by_state']): string[] {
+  return [
+    `TASKS  ${
+      Object.entries(byState)
+        .map(([k, v]) => `${k}=${v}`)
+        .join('  ') || 'none'
+    }`,
+  ];
+}
+
+/** The ALERTS section: each alert with what to do about it (their text escaped for the terminal). */
+function alertsSection(alerts: Status['alerts']): string[] {
+  return [
+    `ALERTS (${alerts.length})`,
+    ...(alerts.length
+      ? alerts.map(
+          (a) => `  [${a.severity}] ${a.kind}: ${escapeField(a.message)}\n      → ${escapeField(a.action)}`,
+        )
+      : ['  none']),
+  ];
+}
+
+/** The status screen: its sections, a blank line between each. */
+function statusText(workers: Worker[], cards: Card[], queue: QueueItem[], status: Status): string {
+  const sections = [
+    workersSection(workers),
+    cardsSection(cards),
+    queueSection(queue),
+    leasesSection(status.leases),
+    tasksSection(status.tasks_by_state),
+    alertsSection(status.alerts),
+  ];
+  return sections.flatMap((lines, i) => (i === 0 ? lines : ['', ...lines])).join('\n');
+}
+
+/** `gpu-broker status`: workers, cards, queue, leases and alerts in one screen. */
+export const run: CommandRunner = async (argv, io) => {
+  const parsed = parseCommand(STATUS, argv, io);
+  if (typeof parsed === 'number') return parsed;
+  const { values } = parsed;
+  try {
+    return await withMaster(values, io, async (c) => {
+      const [workers, cards, queue, status] = await Promise.all([
+        c.get<{ workers: Worker[] }>('/api/v1/workers'),
+        c.get<{ cards: Card[] }>('/api/v1/cards'),
+        c.get<{ tasks: QueueItem[] }>('/api/v1/queue'),
+        c.get<Status>('/api/v1/status'),
+      ]);
+      const all = { workers: workers.workers, cards: cards.cards, queue: queue.tasks, ...status };
+      emit(io, values.json, all, () => statusText(workers.workers, cards.cards, queue.tasks, status));
+      return 0;
+    });
+  } catch (err) {
+    return reportError(io, values.json, err);
+  }
+};
+
+/** A Slurm job in one cell: `123 localhost[0,1]` once bound, `123 PENDING (Resources)` while it waits. */
+function slurmJobText(job: SlurmJob | null | undefined): string {
+  if (!job) return '';
+  if (job.binding)
+    return `${job.job_id} ${job.binding.nodes.map((n) => `${n.node}[${n.gpus.join(',')}]`).join(' ')}`;
+  return `${job.job_id} ${job.state}${job.pending_reason ? ` (${job.pending_reason})` : ''}`;
+}

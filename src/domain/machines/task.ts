@@ -1,0 +1,184 @@
+import type { FailureReason } from '../../contracts/worker-protocol.js';
+import {
+  accepts,
+  applyTransition,
+  isFinal,
+  type TransitionResult,
+  type TransitionTable,
+  terminalStates,
+} from './state-machine.js';
+
+/**
+ * Task state machine (docs/state-machines.md). Desired state (`run` | `cancel`) is a separate field; these
+ * are observed states.
+ *
+ * States:
+ * - `QUEUED`: approved, waiting for cards; carries a `reason` and a queue position.
+ * - `ASSIGNED`: a lease was granted and the plan sent; the worker has not reported `started`. If the
+ *   worker falls silent before the master recorded its acceptance, the task goes back to `QUEUED`
+ *   (`requeued`; no new review) and another worker may run it (issue 40, item 3).
+ * - `RUNNING`: the worker reported the process started.
+ * - `FINALIZING`: the process exited and outputs were collected; waiting for the cleanup receipt.
+ * - `COMPLETED` (terminal): exit 0, outputs present, cleanup confirmed.
+ * - `FAILED` (terminal): see `failure_reason`.
+ * - `CANCELLED` (terminal): cancelled by its owner or an operator (cleanup confirmed if it ran).
+ * - `RECONCILIATION_REQUIRED`: the fate of the execution is unknown (worker lost past grace); only a
+ *   worker report, the worker's return listing the execution as alive (`worker_returned`, back to
+ *   `RUNNING`; `worker_returned_unstarted`, back to `ASSIGNED`) or an operator reconcile leaves it.
+ */
+export const TASK_STATES = [
+  'QUEUED',
+  'ASSIGNED',
+  'RUNNING',
+  'FINALIZING',
+  'COMPLETED',
+  'FAILED',
+  'CANCELLED',
+  'RECONCILIATION_REQUIRED',
+] as const;
+/** A task state. */
+export type TaskState = (typeof TASK_STATES)[number];
+
+/** Events that move a task. */
+export const TASK_EVENTS = [
+  'lease_granted',
+  'worker_rejected',
+  'started',
+  'exited',
+  'cleaned_success',
+  'cleaned_failure',
+  'cleaned_cancelled',
+  'cleanup_failed',
+  'cancel_queued',
+  'worker_lost',
+  'worker_returned',
+  'worker_returned_unstarted',
+  'requeued',
+  'reconcile_completed',
+  'reconcile_failed',
+  'reconcile_cancelled',
+] as const;
+/** A task event. */
+export type TaskEvent = (typeof TASK_EVENTS)[number];
+
+/** The task transition table; docs/state-machines.md shows it. */
+export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
+  QUEUED: { lease_granted: 'ASSIGNED', cancel_queued: 'CANCELLED' },
+  ASSIGNED: {
+    requeued: 'QUEUED',
+    started: 'RUNNING',
+    exited: 'FINALIZING',
+    worker_rejected: 'FAILED',
+    worker_lost: 'RECONCILIATION_REQUIRED',
+    cleanup_failed: 'FAILED',
+  },
+  RUNNING: { exited: 'FINALIZING', worker_lost: 'RECONCILIATION_REQUIRED', cleanup_failed: 'FAILED' },
+  FINALIZING: {
+    cleaned_success: 'COMPLETED',
+    cleaned_failure: 'FAILED',
+    cleaned_cancelled: 'CANCELLED',
+    cleanup_failed: 'FAILED',
+    worker_lost: 'RECONCILIATION_REQUIRED',
+  },
+  RECONCILIATION_REQUIRED: {
+    requeued: 'QUEUED',
+    worker_returned: 'RUNNING',
+    worker_returned_unstarted: 'ASSIGNED',
+    started: 'RUNNING',
+    exited: 'FINALIZING',
+    cleaned_success: 'COMPLETED',
+    cleaned_failure: 'FAILED',
+    cleaned_cancelled: 'CANCELLED',
+    cleanup_failed: 'FAILED',
+    worker_rejected: 'FAILED',
+    reconcile_completed: 'COMPLETED',
+    reconcile_failed: 'FAILED',
+    reconcile_cancelled: 'CANCELLED',
+  },
+  COMPLETED: {},
+  FAILED: {},
+  CANCELLED: {},
+};
+
+/** Applies an event to a task state. */
+export function transitionTask(state: TaskState, event: TaskEvent): TransitionResult<TaskState, TaskEvent> {
+  return applyTransition(TASK_TABLE, state, event);
+}
+
+/** True once a task can no longer change (COMPLETED, FAILED, CANCELLED): no event leaves its state. */
+export function isTerminalTask(state: TaskState): boolean {
+  return isFinal(TASK_TABLE, state);
+}
+
+/** The terminal task states, in table order: those with no outgoing edge. */
+export const TERMINAL_TASK_STATES: readonly TaskState[] = terminalStates(TASK_TABLE);
+
+/**
+ * True when a task waits for nothing more on its own: it is terminal, or its fate is unknown and only
+ * an operator's reconcile (or a late worker report) moves it — the states in which it takes a
+ * `reconcile_*` event. wait_for_task returns at once there.
+ */
+export function isSettledTask(state: TaskState): boolean {
+  return isTerminalTask(state) || taskAccepts(state, 'reconcile_completed');
+}
+
+/**
+ * The task reason code the sweeper records when it gives up on a silent worker: the one cause of
+ * RECONCILIATION_REQUIRED a returning worker resumes (src/domain/machines/worker-reconcile.ts, `resume`).
+ */
+export const WORKER_UNREACHABLE = 'worker_unreachable';
+
+/**
+ * Whether wait_for_task stops waiting: the task settled (`isSettledTask`), except a task parked only
+ * because its worker fell silent (RECONCILIATION_REQUIRED with reason `worker_unreachable`): it may
+ * well be running still and come back by itself, so a waiter keeps waiting (issue 40, item 1: an agent
+ * told "settled" either spun or gave up on a task that would complete). `reasonCode` is the code of the
+ * task's `reason`.
+ */
+export function waitSettles(state: TaskState, reasonCode: string | null): boolean {
+  if (state === 'RECONCILIATION_REQUIRED' && reasonCode === WORKER_UNREACHABLE) return false;
+  return isSettledTask(state);
+}
+
+/** Whether TASK_TABLE lets `event` move a task that is `state` (the guard, never a list of states). */
+export function taskAccepts(state: TaskState, event: TaskEvent): boolean {
+  return accepts(TASK_TABLE, state, event);
+}
+
+/** States in which a task holds (or may hold) cards through a lease. */
+export const TASK_STATES_HOLDING_CARDS: readonly TaskState[] = [
+  'ASSIGNED',
+  'RUNNING',
+  'FINALIZING',
+  'RECONCILIATION_REQUIRED',
+];
+
+/** What a worker's exit report says about how the process ended. */
+export interface ExitReport {
+  exit_code: number | null;
+  signal: string | null;
+  failure_reason: FailureReason | null;
+}
+
+/**
+ * The failure an exit report amounts to. A process that exited 0 with no signal finished on its own:
+ * when the worker also says `CANCELLED`, its cancel arrived after the exit had happened but before it
+ * was reported (seen with a frozen worker, issue 14), so the cancel never took effect and the task ends
+ * like any clean exit (outputs checked, then `COMPLETED`), as cancel_task documents. A task that traps
+ * SIGTERM and exits 0 within the grace period is indistinguishable here and is treated the same way:
+ * it finished cleanly.
+ */
+export function exitFailure(exit: ExitReport): FailureReason | null {
+  if (exit.failure_reason === 'CANCELLED' && exit.exit_code === 0 && exit.signal === null) return null;
+  return exit.failure_reason;
+}
+
+/**
+ * The event a cleanup receipt moves a task with: `cleaned_cancelled` when the failure is `CANCELLED`,
+ * or a cancel was desired and there is any failure; `cleaned_failure` for any other failure; else
+ * `cleaned_success` (a clean exit stays a success even when a cancel was requested too late).
+ */
+export function cleanedEvent(failure: string | null, desired: 'run' | 'cancel'): TaskEvent {
+  if (failure === 'CANCELLED' || (desired === 'cancel' && failure !== null)) return 'cleaned_cancelled';
+  return failure ? 'cleaned_failure' : 'cleaned_success';
+}
