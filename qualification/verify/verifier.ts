@@ -106,26 +106,6 @@ export interface PostRecords {
   isolation: WorkerIsolation | null;
 }
 
-/** Names of the rung checks that precede the workload checks, in report order. */
-export const RUNG_CHECK_NAMES = [
-  'proposal.recorded',
-  'spec.expected',
-  'review.independent',
-  'review.revision',
-  'task.completed',
-  'lease.binding',
-  'lease.released',
-  'output.present',
-] as const;
-
-/** Names of the post-condition checks. */
-export const POST_CHECK_NAMES = [
-  'post.no_residual_leases',
-  'post.cards_available',
-  'post.audit_chain',
-  'post.isolation_unchanged',
-] as const;
-
 const ok = (name: string, detail: string): Check => ({ name, ok: true, detail });
 const bad = (name: string, detail: string): Check => ({ name, ok: false, detail });
 

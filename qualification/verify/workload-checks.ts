@@ -70,8 +70,6 @@ export const WORKLOAD_CHECK_NAMES = [
   'busbw.consistent',
   'backend.matches',
 ] as const;
-/** A check name. */
-export type WorkloadCheckName = (typeof WORKLOAD_CHECK_NAMES)[number];
 
 /** The check names `checkWorkloadResult` reports for an expectation, in report order. */
 export function workloadCheckNames(expected: Pick<WorkloadExpectation, 'gpu_uuids' | 'slurm'>): string[] {

@@ -53,8 +53,6 @@ export type ResolvedLimits = z.infer<typeof ResolvedLimitsSchema>;
 export const SpecLimitsSchema = ResolvedLimitsSchema.partial().describe(
   "Resource limits for the whole task, each optional: memory_mib (hard; over it the task ends OUT_OF_MEMORY), pids, cpu_weight (1..10000), tmp_mib (/tmp), shm_mib (/dev/shm), disk_mib (/task). Omitted ones are the operator's per-card default times cards.count; asking above the policy maximum is an error finding (LIMIT_OVER_POLICY). Omit unless the task needs more (or wants less) than the default.",
 );
-/** What a spec may ask for. */
-export type SpecLimits = z.infer<typeof SpecLimitsSchema>;
 
 /** Per-card defaults: what a 1-card task gets when its spec asks for nothing. */
 export const DEFAULT_LIMITS_PER_CARD: ResolvedLimits = {
@@ -114,8 +112,6 @@ export const PolicyLimitsSchema = z
   .refine((p) => LIMIT_NAMES.every((n) => p.per_card[n] <= p.max_per_card[n]), {
     message: 'every task_limits.per_card value must be at most its task_limits.max_per_card value',
   });
-/** The policy's `task_limits`. */
-export type PolicyLimits = z.infer<typeof PolicyLimitsSchema>;
 
 /** How one limit was enforced on the worker: the mechanism, or why it was not (reported in `detail`). */
 export interface EnforcedLimit {

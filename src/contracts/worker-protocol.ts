@@ -29,23 +29,17 @@ import { MountNameSchema } from './task-spec.js';
 // protocol keeps this one import path.
 export {
   type ExecutionPhase,
-  ExecutionPhaseSchema,
   type ExecutionPlan,
   ExecutionPlanSchema,
   type FailureReason,
-  FailureReasonSchema,
   type LeasedCard,
-  LeasedCardSchema,
   MAX_OUTPUT_FILE_BYTES,
   type OutputRecord,
-  OutputRecordSchema,
 } from './execution-plan.js';
 export {
   type SlurmBinding,
-  SlurmBindingSchema,
   type SlurmJobReport,
   SlurmJobReportSchema,
-  SlurmNodeSchema,
   type SlurmPool,
   SlurmPoolSchema,
 } from './slurm-report.js';

@@ -8,7 +8,7 @@ import { join } from 'node:path';
 import * as x509 from '@peculiar/x509';
 
 // Kept apart so the stdio bridge bundle does not carry the certificate code; re-exported for callers.
-export { type CaTrustingFetch, createCaAgent, createCaTrustingFetch } from './ca-fetch.js';
+export { createCaTrustingFetch } from './ca-fetch.js';
 
 /**
  * Development TLS for the master (docs/operations.md "TLS": TLS by default). A private ECDSA P-256 CA and one

@@ -2,13 +2,8 @@ import type { QualificationRunState } from '../domain/machines/qualification-run
 import type { SkippedRung, SpanRung } from '../domain/qualification/ladder.js';
 import type { Db } from './db.js';
 
-/** The run states and their table live in src/domain/machines/qualification-run.ts. */
-export type { QualificationRunState };
-
 /** Who plays the submitter: the built-in MCP client, or a real coding-agent CLI. */
 export type SubmitterKind = 'scripted' | 'claude' | 'codex';
-
-export type { SkippedRung, SpanRung };
 
 /** A qualification run row. */
 export interface QualificationRunRecord {

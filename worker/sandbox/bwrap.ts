@@ -17,10 +17,7 @@ import {
 export { findOnPath } from './helper-commands.js';
 export {
   ALWAYS_HIDDEN,
-  ancestorDirs,
   hiddenMounts,
-  MASKED_KERNEL_PATHS,
-  outermost,
   programBinds,
   rehiddenBelow,
   SYSTEM_DIRS,

@@ -11,8 +11,6 @@ import type { TaskUidPool } from './task-uids.js';
 // The engine's probe and its command runner live in container-probe.ts; re-exported so that no importer changes.
 export type {
   ContainerEngineChoice,
-  ContainerProbe,
-  ContainerProbeOptions,
   ContainerSetup,
 } from './container-probe.js';
 export {

@@ -96,17 +96,6 @@ export async function makeSimDeviceNodes(
   return nodes;
 }
 
-/** The device nodes under /dev whose names say they belong to a GPU (for tests and device-check). */
-export function gpuNodesUnder(dev: string): string[] {
-  try {
-    return readdirSync(dev)
-      .filter((n) => /^nvidia|^kfd$/.test(n))
-      .sort();
-  } catch {
-    return [];
-  }
-}
-
 function isCharDevice(path: string): boolean {
   try {
     return lstatSync(path).isCharacterDevice();

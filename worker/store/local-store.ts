@@ -33,8 +33,7 @@ export type { ExecutionRecord, ExecutionSummary } from './executions-repo.js';
 /** The schema version this code writes (PRAGMA user_version); the migrations are files. */
 export { LOCAL_STORE_SCHEMA_VERSION } from './local-store-migrations.js';
 export type { QueuedLogChunk } from './log-queue-repo.js';
-export type { EpochCheck, MasterMark } from './marks-repo.js';
-export type { OutboxAck, OutboxEntry, OutboxPageEntry } from './outbox-repo.js';
+export type { OutboxAck, OutboxEntry } from './outbox-repo.js';
 
 /** Options for opening the store. */
 export interface LocalStoreOptions {

@@ -32,13 +32,6 @@ export interface CoverageInput {
   now: number;
 }
 
-/** One clause's verdict: `message` says what was compared (`cards 2 <= 4`, `cards 8 > 4`). */
-export interface ClauseResult {
-  clause: string;
-  ok: boolean;
-  message: string;
-}
-
 /** The answer. */
 export type Coverage =
   | { covered: true; clauses: Array<{ clause: string; message: string }> }

@@ -44,9 +44,6 @@ export const SPEC_FIELD_RULES = {
   'limits.disk_mib': 'limits',
 } as const satisfies Record<string, string>;
 
-/** A path the table names. */
-export type SpecFieldPath = keyof typeof SPEC_FIELD_RULES;
-
 const RULES: Readonly<Record<string, string>> = SPEC_FIELD_RULES;
 const PREFIXES = new Set(
   Object.keys(RULES).flatMap((p) => {

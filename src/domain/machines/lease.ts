@@ -55,14 +55,6 @@ export const LEASE_TABLE: TransitionTable<LeaseState, LeaseEvent> = {
   RELEASED: {},
 };
 
-/** Applies an event to a lease state. */
-export function transitionLease(
-  state: LeaseState,
-  event: LeaseEvent,
-): TransitionResult<LeaseState, LeaseEvent> {
-  return applyTransition(LEASE_TABLE, state, event);
-}
-
 /** Whether LEASE_TABLE lets `event` move a lease that is `state` (the guard, never a list of states). */
 export function leaseAccepts(state: LeaseState, event: LeaseEvent): boolean {
   return accepts(LEASE_TABLE, state, event);

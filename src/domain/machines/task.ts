@@ -100,11 +100,6 @@ export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
   CANCELLED: {},
 };
 
-/** Applies an event to a task state. */
-export function transitionTask(state: TaskState, event: TaskEvent): TransitionResult<TaskState, TaskEvent> {
-  return applyTransition(TASK_TABLE, state, event);
-}
-
 /** True once a task can no longer change (COMPLETED, FAILED, CANCELLED): no event leaves its state. */
 export function isTerminalTask(state: TaskState): boolean {
   return isFinal(TASK_TABLE, state);
@@ -144,14 +139,6 @@ export function waitSettles(state: TaskState, reasonCode: string | null): boolea
 export function taskAccepts(state: TaskState, event: TaskEvent): boolean {
   return accepts(TASK_TABLE, state, event);
 }
-
-/** States in which a task holds (or may hold) cards through a lease. */
-export const TASK_STATES_HOLDING_CARDS: readonly TaskState[] = [
-  'ASSIGNED',
-  'RUNNING',
-  'FINALIZING',
-  'RECONCILIATION_REQUIRED',
-];
 
 /** What a worker's exit report says about how the process ended. */
 export interface ExitReport {

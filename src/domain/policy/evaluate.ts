@@ -8,7 +8,7 @@ import { checkLimits } from './task-limits.js';
 import type { Add, Finding, FindingSeverity, PolicyFacts } from './types.js';
 import { quoteUntrusted as q, quoteList } from './untrusted.js';
 
-export type { Finding, FindingSeverity, PolicyFacts } from './types.js';
+export type { Finding, PolicyFacts } from './types.js';
 
 /**
  * Policy findings for one revision (docs/security.md "Policy"). `error` findings block confirmation;

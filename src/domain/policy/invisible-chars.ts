@@ -49,8 +49,3 @@ export function invisibleClass(keep: readonly string[] = [], from = 0): string {
   }
   return `[${parts.join('')}]`;
 }
-
-/** `U+202E`: how a marker names a code point. */
-export function codePointLabel(cp: number): string {
-  return `U+${cp.toString(16).toUpperCase().padStart(4, '0')}`;
-}

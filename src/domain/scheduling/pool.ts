@@ -14,7 +14,7 @@ import { buildSlots, CLAIMED, countOpen, matches, OPEN, RESERVED, type Slot } fr
 import type { SchedulingConfig, WaitReason, WorkerView } from './types.js';
 
 export type { RequirementView } from './feasibility.js';
-export { modelMatches, type Requirement, type RequirementCache, requirementOf } from './requirement.js';
+export { modelMatches, type RequirementCache, requirementOf } from './requirement.js';
 
 /** The host room a task takes and the scheduler counts per worker. */
 type RoomName = 'memory_mib' | 'disk_mib';

@@ -44,7 +44,6 @@ import type {
 } from './types.js';
 
 // Moved to their own modules; re-exported so that imports of the first version keep working.
-export { findJobcompRecord, parseConfig, parseJobcompLine } from './jobcomp.js';
 export { buildSbatchArgs } from './sbatch-args.js';
 
 /** The search path every Slurm command (and the job's scripts) runs with. */

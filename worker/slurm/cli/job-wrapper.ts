@@ -41,7 +41,7 @@ import { join } from 'node:path';
 import { SlurmRequestError } from './errors.js';
 import { bashQuote, JOB_PATH, renderRankScript, taskEnvFile, type WrapperSandbox } from './rank-script.js';
 
-export { bashQuote, SANDBOX_SETUP_EXIT, type WrapperSandbox } from './rank-script.js';
+export { bashQuote, type WrapperSandbox } from './rank-script.js';
 
 /** What the wrapper runs. */
 export interface JobWrapperSpec {
