@@ -1,6 +1,7 @@
 import { chownSync, writeFileSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import { bwrapArgs, bwrapCommandLine, hiddenMounts, taskEnvData, taskEnvProblem } from '../sandbox/bwrap.js';
 import { deviceNodesFor } from '../sandbox/devices.js';
 import { HELPER_ENV } from '../sandbox/helper-commands.js';
@@ -52,7 +53,7 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
       ...(sandbox.devDir === undefined ? {} : { devDir: sandbox.devDir }),
     });
   } catch (err) {
-    return err instanceof Error ? err.message : String(err);
+    return errorMessage(err);
   }
   // bwrap's own env: the fixed one, plus the execution id (worker-made, a safe segment) by which a
   // restarted worker recognises its process group (recovery.ts).
@@ -81,7 +82,7 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
       writeFileSync(host, taskEnvData(req.env), { mode: 0o400, flag: 'wx' });
       chownSync(host, dropTo.uid, dropTo.gid);
     } catch (err) {
-      return `cannot write the task's env file: ${err instanceof Error ? err.message : String(err)}`;
+      return `cannot write the task's env file: ${errorMessage(err)}`;
     }
     envFile = { host, shell: sandbox.shell };
   }

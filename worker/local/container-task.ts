@@ -1,6 +1,7 @@
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { ContainerTasks } from '../sandbox/container.js';
 import {
   CONTAINER_TASK_DIR,
@@ -67,7 +68,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
         }),
     );
   } catch (err) {
-    return err instanceof Error ? err.message : String(err);
+    return errorMessage(err);
   }
   const env = buildTaskEnv(
     plan,
@@ -81,7 +82,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
   try {
     await writeFile(envFile, text, { mode: 0o600 });
   } catch (err) {
-    return `cannot write ${envFile}: ${err instanceof Error ? err.message : String(err)}`;
+    return `cannot write ${envFile}: ${errorMessage(err)}`;
   }
   const name = containerName(plan.execution_id);
   // On cgroup v2 (podman), the container goes below the task's own cgroup (container-cgroup.ts).

@@ -2,6 +2,7 @@ import { rm } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { DEFAULT_MAX_LOG_BYTES_PER_TASK, type ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
 import { describeEnforced, type LimitBreach } from '../sandbox/limits.js';
@@ -369,7 +370,7 @@ class ExecutionRun {
     this.box?.kill();
     await this.box?.dispose().catch(() => undefined);
     this.resolveStarted(this.pid ?? null);
-    const exited = exitWithoutTask('SETUP_FAILED', `executor error: ${describe(err)}`);
+    const exited = exitWithoutTask('SETUP_FAILED', `executor error: ${errorMessage(err)}`);
     this.resolveExited(exited);
     return { ...exited, cleaned: false, cleanup_detail: 'executor failed; cleanup not confirmed' };
   }
@@ -393,10 +394,6 @@ function limitsDetail(
 async function oomCountRose(probe: OomProbe): Promise<boolean> {
   const now = await readOomKillCount(probe.file);
   return now !== null && now > probe.baseline;
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**

@@ -2,6 +2,7 @@ import type { ChildProcess, StdioOptions } from 'node:child_process';
 import { spawn } from 'node:child_process';
 import { closeSync, openSync } from 'node:fs';
 import type { Readable, Writable } from 'node:stream';
+import { errorMessage } from '../../src/platform/error-message.js';
 
 /**
  * How a task box's process is started (step 2 of executor.ts), behind one small interface with two
@@ -107,7 +108,7 @@ export const inlineLauncher: Launcher = {
         ...(req.uid === undefined || req.gid === undefined ? {} : { uid: req.uid, gid: req.gid }),
       });
     } catch (err) {
-      return describe(err);
+      return errorMessage(err);
     } finally {
       // The child holds its own copy once spawned (or nobody does).
       if (opened !== undefined) closeSync(opened);
@@ -122,7 +123,7 @@ export const inlineLauncher: Launcher = {
     if (spawnError !== null || child.pid === undefined) {
       child.stdout?.destroy();
       child.stderr?.destroy();
-      return spawnError === null ? 'no pid' : describe(spawnError);
+      return spawnError === null ? 'no pid' : errorMessage(spawnError);
     }
     // Later 'error' events (e.g. a failed kill) must not become uncaught exceptions.
     child.on('error', () => undefined);
@@ -139,7 +140,3 @@ export const inlineLauncher: Launcher = {
     };
   },
 };
-
-export function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
-}

@@ -1,5 +1,6 @@
 import { chmod, mkdir } from 'node:fs/promises';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import { executionIdProblem } from '../executions/executor.js';
 import type { ContainerTasks } from '../sandbox/container.js';
 import { NOBODY } from '../sandbox/container.js';
@@ -160,7 +161,7 @@ function taskIdentity(plan: ExecutionPlan, opts: LocalSetupOptions): Identity | 
     if (sandbox.kind === 'none' && opts.runAs) return { uid: opts.runAs.uid, gid: opts.runAs.gid };
     return null;
   } catch (err) {
-    return describe(err);
+    return errorMessage(err);
   }
 }
 
@@ -193,7 +194,7 @@ async function makeExecutionDirs(
     await makeTaskDirs(layout, giveNow ? identity : null);
     return { giveTo: owned && !giveNow ? identity : null };
   } catch (err) {
-    return `cannot create execution directory ${layout.taskDir}: ${describe(err)}`;
+    return `cannot create execution directory ${layout.taskDir}: ${errorMessage(err)}`;
   }
 }
 
@@ -204,7 +205,7 @@ async function handOverTaskDirs(layout: TaskLayout, owner: Identity | null): Pro
     await giveTaskDirs(layout, owner);
     return null;
   } catch (err) {
-    return `cannot give the execution directory ${layout.taskDir} to uid ${owner.uid}: ${describe(err)}`;
+    return `cannot give the execution directory ${layout.taskDir} to uid ${owner.uid}: ${errorMessage(err)}`;
   }
 }
 
@@ -223,11 +224,7 @@ async function placeSpecInputs(
   try {
     if (layout.sandboxed) await mkdir(layout.inputsDir, { mode: 0o755 });
   } catch (err) {
-    return `cannot create the inputs directory: ${describe(err)}`;
+    return `cannot create the inputs directory: ${errorMessage(err)}`;
   }
   return placeInputs(inputs, layout.inputsDir, plan.execution_id, opts.inputs);
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -4,6 +4,7 @@ import { existsSync } from 'node:fs';
 import type { Socket } from 'node:net';
 import { join } from 'node:path';
 import { PassThrough, type Readable } from 'node:stream';
+import { errorMessage } from '../../src/platform/error-message.js';
 import { packageRoot } from '../../src/platform/package-root.js';
 import { unsafeToRunAsRoot } from '../sandbox/native.js';
 import type { LaunchExit, Launched, Launcher, LaunchRequest } from './launch.js';
@@ -274,7 +275,7 @@ export class Spawner implements Launcher {
         try {
           bytes = spawnFrame(id, req);
         } catch (err) {
-          p.resolveStart(err instanceof Error ? err.message : String(err));
+          p.resolveStart(errorMessage(err));
           return;
         }
         sent = this.write(proc, bytes);
@@ -322,7 +323,7 @@ export class Spawner implements Launcher {
               serialization: 'json',
             });
     } catch (err) {
-      return `cannot start the spawner: ${err instanceof Error ? err.message : String(err)}`;
+      return `cannot start the spawner: ${errorMessage(err)}`;
     }
     this.proc = proc;
     proc.on('message', (m: SpawnerMessage, handle: unknown) => this.onMessage(m, handle));

@@ -1,4 +1,5 @@
 import type { Clock } from '../../src/platform/clock.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { LogPump } from '../task-io/logs.js';
 import type { TaskBox } from './box.js';
 import { nameMembers } from './process-group.js';
@@ -80,7 +81,7 @@ export async function awaitCleanup(
         const cards = await checkCardsClean();
         if (!cards.clean) problems.push(`cards not clean: ${cards.detail ?? 'no detail'}`);
       } catch (err) {
-        problems.push(`card check failed: ${err instanceof Error ? err.message : String(err)}`);
+        problems.push(`card check failed: ${errorMessage(err)}`);
       }
     }
     if (problems.length === 0) {

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../../src/contracts/sample.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { CardSampler } from './card-sampler.js';
 
 /**
@@ -110,7 +111,7 @@ export class SamplingLoop {
     try {
       cards = await this.opts.sampler.sample();
     } catch (err) {
-      const message = err instanceof Error ? err.message : String(err);
+      const message = errorMessage(err);
       if (!this.failing) this.opts.logger.warn({ err: message }, 'worker: card sampling failed');
       this.failing = true;
       if (!this.stopped) this.report(this.clock.now(), [], message || 'sampler failed without a message');

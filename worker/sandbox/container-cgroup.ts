@@ -1,4 +1,5 @@
 import type { ResolvedLimits } from '../../src/contracts/task-limits.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import { type CgroupHierarchy, delegateToChildren, type TaskCgroup, v2MountPoint } from './cgroups.js';
 
 /**
@@ -68,7 +69,7 @@ export async function makeContainerParent(
     return { cgroup, path };
   } catch (err) {
     await cgroup?.remove();
-    return `cannot make the container's parent cgroup (${hierarchy.describe}): ${err instanceof Error ? err.message : String(err)}`;
+    return `cannot make the container's parent cgroup (${hierarchy.describe}): ${errorMessage(err)}`;
   }
 }
 

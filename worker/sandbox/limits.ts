@@ -1,6 +1,7 @@
 import { lstat, readdir, rm } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EnforcedLimits, ResolvedLimits } from '../../src/contracts/task-limits.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
 import { mountTaskFs, roomMissing, type TaskFs, type TaskFsTools } from './task-fs.js';
 
@@ -119,7 +120,7 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
         await cgroup.add(pid);
         return null;
       } catch (err) {
-        return `cannot move the task into its cgroup: ${describe(err)}`;
+        return `cannot move the task into its cgroup: ${errorMessage(err)}`;
       }
     },
     cgroupDirs: cgroup?.dirs ?? [],
@@ -272,7 +273,7 @@ async function createTaskCgroup(
       kernel = await cgroup.readBack();
     } catch (err) {
       await cgroup?.remove();
-      return `cannot create the task's cgroup (${req.cgroups.describe}): ${describe(err)}`;
+      return `cannot create the task's cgroup (${req.cgroups.describe}): ${errorMessage(err)}`;
     }
   }
   return { cgroup, kernel };
@@ -403,8 +404,4 @@ export async function diskUse(
     }
   }
   return { bytes, truncated: false };
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

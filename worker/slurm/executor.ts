@@ -6,6 +6,7 @@ import {
   type SlurmBinding,
   type SlurmJobReport,
 } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
 import { LogBudget } from '../task-io/log-budget.js';
@@ -185,7 +186,7 @@ class SlurmRun {
     try {
       jobId = await this.opts.backend.driver.submit(problem);
     } catch (err) {
-      return this.neverStarted('SETUP_FAILED', `sbatch refused the job: ${describe(err)}`);
+      return this.neverStarted('SETUP_FAILED', `sbatch refused the job: ${errorMessage(err)}`);
     }
     this.jobId = jobId;
     this.publish({ job_id: jobId, state: 'PENDING', pending_reason: null, binding: null }, 'accepted');
@@ -207,7 +208,7 @@ class SlurmRun {
         pollErrors = 0;
       } catch (err) {
         pollErrors++;
-        this.opts.logger?.warn({ job_id: jobId, err: describe(err) }, 'worker: scontrol show job failed');
+        this.opts.logger?.warn({ job_id: jobId, err: errorMessage(err) }, 'worker: scontrol show job failed');
         if (pollErrors < 30) {
           await this.sleep();
           continue;
@@ -252,7 +253,7 @@ class SlurmRun {
       return { ended: { state: job.state, exitCode: job.exitCode, signal: job.signal }, lostDetail: null };
     const lookup = await this.opts.backend.driver.lookupEnded(jobId).catch((err: unknown) => ({
       kind: 'lost' as const,
-      detail: describe(err),
+      detail: errorMessage(err),
     }));
     if (lookup.kind === 'ended')
       return {
@@ -362,7 +363,7 @@ class SlurmRun {
     try {
       await this.opts.backend.driver.cancel(this.jobId);
     } catch (err) {
-      this.opts.logger?.warn({ job_id: this.jobId, err: describe(err) }, 'worker: scancel failed');
+      this.opts.logger?.warn({ job_id: this.jobId, err: errorMessage(err) }, 'worker: scancel failed');
     }
   }
 
@@ -391,7 +392,7 @@ class SlurmRun {
     // cancel a job the next worker process will resume.
     if (this.detached) return new Promise<ExecutionResult>(() => undefined);
     if (this.jobId !== null) void this.scancel();
-    const exited = exitWithoutTask('SETUP_FAILED', `Slurm executor error: ${describe(err)}`);
+    const exited = exitWithoutTask('SETUP_FAILED', `Slurm executor error: ${errorMessage(err)}`);
     this.resolveExited(exited);
     return {
       ...exited,
@@ -399,8 +400,4 @@ class SlurmRun {
       cleanup_detail: 'executor failed; the Slurm job was scancelled, not confirmed',
     };
   }
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -6,6 +6,7 @@ import {
   logTruncatedMarker,
   MAX_LOG_CHUNK_BYTES,
 } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { ExecutionExit } from '../executions/executor.js';
 import { LogBudget } from '../task-io/log-budget.js';
 import { incompleteTailLength, type LogChunkHandler, type LogStreamName } from '../task-io/logs.js';
@@ -172,7 +173,7 @@ export class JobLogTail {
       } catch (err) {
         const code = (err as NodeJS.ErrnoException).code;
         if (code !== 'ENOENT' && this.problems.length < 8)
-          this.problems.push(`${stream}.log: ${err instanceof Error ? err.message : String(err)}`);
+          this.problems.push(`${stream}.log: ${errorMessage(err)}`);
       }
     }
   }

@@ -4,6 +4,7 @@ import {
   type ExecutionPlan,
   logTruncatedMarker,
 } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import { executionIdProblem } from '../executions/executor.js';
 import { bwrapArgs } from '../sandbox/bwrap.js';
 import { rehiddenBelow } from '../sandbox/host-mounts.js';
@@ -129,7 +130,7 @@ function taskIdentity(backend: SlurmBackend, id: string): TaskIdentity | string 
       return { uid, gid: uid, setpriv: sandbox.setup.setpriv };
     }
   } catch (err) {
-    return describe(err);
+    return errorMessage(err);
   }
   return null;
 }
@@ -225,7 +226,7 @@ async function writeJobDir(
     if ((plan.spec.inputs ?? []).length > 0 && backend.sandbox !== null)
       await mkdir(layout.inputsDir, { mode: 0o755 });
   } catch (err) {
-    return `cannot prepare the job directory ${job.execDir}: ${describe(err)}`;
+    return `cannot prepare the job directory ${job.execDir}: ${errorMessage(err)}`;
   }
   return null;
 }
@@ -262,10 +263,6 @@ async function submitRequest(
     chdir: taskDir,
     extraArgs: [...backend.extraArgs],
   };
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 /**

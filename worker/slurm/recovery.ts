@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { ExecutionManager } from '../executions/manager.js';
 import { phaseBody } from '../executions/reports.js';
 import type { OutboxSender } from '../link/outbox.js';
@@ -53,7 +54,7 @@ export async function recoverSlurmExecutions(deps: SlurmDaemonDeps): Promise<voi
     jobs = await ownJobs(deps);
   } catch (err) {
     logger.warn(
-      { err: describe(err) },
+      { err: errorMessage(err) },
       'worker: cannot list Slurm jobs for recovery; resuming by recorded id only',
     );
   }
@@ -147,7 +148,7 @@ export async function fenceSlurmJobs(deps: SlurmDaemonDeps): Promise<string[]> {
   try {
     jobs = await ownJobs(deps);
   } catch (err) {
-    deps.logger.warn({ err: describe(err) }, 'worker: cannot list Slurm jobs for fencing');
+    deps.logger.warn({ err: errorMessage(err) }, 'worker: cannot list Slurm jobs for fencing');
     return cancelled;
   }
   for (const [executionId, list] of jobs) {
@@ -175,13 +176,9 @@ export async function fenceSlurmJobs(deps: SlurmDaemonDeps): Promise<string[]> {
         await deps.backend.driver.cancel(job.id);
         cancelled.push(job.id);
       } catch (err) {
-        deps.logger.warn({ job_id: job.id, err: describe(err) }, 'worker: scancel of a stale job failed');
+        deps.logger.warn({ job_id: job.id, err: errorMessage(err) }, 'worker: scancel of a stale job failed');
       }
     }
   }
   return cancelled;
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../../src/contracts/sample.js';
 import type { SlurmPool } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import { SamplerError } from '../samplers/card-sampler.js';
 import type { SlurmDriver } from './cli/driver.js';
@@ -69,7 +70,7 @@ export function slurmPoolSampler(deps: {
       try {
         nodes = await deps.driver.nodes(deps.partition);
       } catch (err) {
-        throw new SamplerError('TOOL_FAILED', `slurm: ${describe(err)}`, { tool: 'scontrol' });
+        throw new SamplerError('TOOL_FAILED', `slurm: ${errorMessage(err)}`, { tool: 'scontrol' });
       }
       nodes.sort((a, b) => (a.name < b.name ? -1 : a.name > b.name ? 1 : 0));
       pool = {
@@ -80,7 +81,7 @@ export function slurmPoolSampler(deps: {
       try {
         ids = ownJobs?.();
       } catch (err) {
-        throw new SamplerError('TOOL_FAILED', `slurm: cannot read this worker's jobs: ${describe(err)}`, {
+        throw new SamplerError('TOOL_FAILED', `slurm: cannot read this worker's jobs: ${errorMessage(err)}`, {
           tool: 'scontrol',
         });
       }
@@ -137,8 +138,4 @@ export function poolCards(
     }
   }
   return cards;
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

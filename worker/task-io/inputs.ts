@@ -3,6 +3,7 @@ import { constants, createReadStream } from 'node:fs';
 import { chmod, copyFile, mkdir, unlink } from 'node:fs/promises';
 import { dirname, join } from 'node:path';
 import type { InputFile } from '../../src/contracts/task-spec.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import type { InputCache } from './input-cache.js';
 import type { FetchBlob } from './input-fetch.js';
 
@@ -52,7 +53,7 @@ export async function placeInputs(
     try {
       await mkdir(dirname(dest), { recursive: true, mode: 0o755 });
     } catch (err) {
-      return `input ${input.path}: cannot place it: ${messageOf(err)}`;
+      return `input ${input.path}: cannot place it: ${errorMessage(err)}`;
     }
     const problem = await placeOne(input, dest, placed.get(input.sha256), executionId, source);
     if (problem !== null) {
@@ -62,7 +63,7 @@ export async function placeInputs(
     try {
       await chmod(dest, input.executable ? 0o555 : 0o444);
     } catch (err) {
-      return `input ${input.path}: cannot place it: ${messageOf(err)}`;
+      return `input ${input.path}: cannot place it: ${errorMessage(err)}`;
     }
     if (!placed.has(input.sha256)) placed.set(input.sha256, dest);
   }
@@ -82,7 +83,7 @@ async function placeOne(
       await copyFile(from, dest, constants.COPYFILE_EXCL);
       return null;
     } catch (err) {
-      return `input ${input.path}: cannot place it: ${messageOf(err)}`;
+      return `input ${input.path}: cannot place it: ${errorMessage(err)}`;
     }
   };
   // Already placed and verified at another path of this execution.
@@ -100,7 +101,7 @@ async function placeOne(
   try {
     await source.fetch(executionId, input.sha256, input.size, dest);
   } catch (err) {
-    return `input ${input.path}: cannot fetch sha256 ${input.sha256} from the master: ${messageOf(err)}`;
+    return `input ${input.path}: cannot fetch sha256 ${input.sha256} from the master: ${errorMessage(err)}`;
   }
   const got = await hashFile(dest);
   if (got.sha256 !== input.sha256 || got.size !== input.size)
@@ -118,8 +119,4 @@ async function hashFile(path: string): Promise<{ sha256: string; size: number }>
     size += (piece as Buffer).length;
   }
   return { sha256: hash.digest('hex'), size };
-}
-
-function messageOf(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -5,6 +5,7 @@ import {
   logTruncatedMarker,
   MAX_LOG_CHUNK_BYTES,
 } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 import { LogBudget } from './log-budget.js';
 
 /**
@@ -184,7 +185,7 @@ function chunkDelivery(
     } catch (err) {
       // A broken consumer must not take the executor down; the file still has everything.
       callbackFailed = true;
-      errors.push(`${stream} log callback failed: ${err instanceof Error ? err.message : String(err)}`);
+      errors.push(`${stream} log callback failed: ${errorMessage(err)}`);
     }
   };
   return (buf) => {

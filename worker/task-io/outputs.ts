@@ -5,6 +5,7 @@ import { open } from 'node:fs/promises';
 import type { TaskSpec } from '../../src/contracts/task-spec.js';
 import type { OutputRecord } from '../../src/contracts/worker-protocol.js';
 import { MAX_OUTPUT_FILE_BYTES } from '../../src/contracts/worker-protocol.js';
+import { errorMessage } from '../../src/platform/error-message.js';
 
 /**
  * Collects a task's declared outputs (docs/worker-protocol.md, issue 9). Only declared paths are read; each
@@ -95,7 +96,7 @@ async function collectOne(where: OutputLocation, path: string): Promise<Outcome>
     try {
       dir = await open(root, DIR_FLAGS);
     } catch (err) {
-      return { kind: 'refused', why: `output dir cannot be opened: ${describe(err)}` };
+      return { kind: 'refused', why: `output dir cannot be opened: ${errorMessage(err)}` };
     }
     handles.push(dir);
     for (const segment of segments.slice(0, -1)) {
@@ -125,7 +126,7 @@ function walkFailure(err: unknown, what: string): Outcome {
   if (code === 'ENOENT') return { kind: 'missing' };
   if (code === 'ELOOP' || code === 'ENOTDIR' || code === 'EMLINK')
     return { kind: 'refused', why: `${what} on the path is a symlink or not a directory` };
-  return { kind: 'refused', why: `cannot be opened: ${describe(err)}` };
+  return { kind: 'refused', why: `cannot be opened: ${errorMessage(err)}` };
 }
 
 async function readCollected(handle: FileHandle, path: string, owner: number | null): Promise<Outcome> {
@@ -152,7 +153,7 @@ async function readCollected(handle: FileHandle, path: string, owner: number | n
     const sha256 = createHash('sha256').update(content).digest('hex');
     return { kind: 'found', output: { path, size: filled, sha256, content } };
   } catch (err) {
-    return { kind: 'refused', why: `cannot be read: ${describe(err)}` };
+    return { kind: 'refused', why: `cannot be read: ${errorMessage(err)}` };
   }
 }
 
@@ -168,8 +169,4 @@ export function outputPathProblem(path: string): string | null {
     return 'must not contain ".", ".." or empty segments (write it as "a/b.json")';
   }
   return null;
-}
-
-function describe(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }

@@ -1,5 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import type { CommandSpec } from '../../platform/args.js';
+import { errorMessage } from '../../platform/error-message.js';
 import { parseCommand, usageError } from '../common/args.js';
 import type { CommandRunner } from '../common/io.js';
 import { type MasterClient, withMaster } from '../common/master-client.js';
@@ -60,7 +61,7 @@ export const run: CommandRunner = async (argv, io) => {
         } catch (err) {
           if (done.length === 0) throw err;
           const names = done.map((d) => d.target).join(', ');
-          const message = err instanceof Error ? err.message : String(err);
+          const message = errorMessage(err);
           throw new BrokerError(
             err instanceof BrokerError ? err.code : 'INTERNAL',
             `${verb} ${target} failed after ${names} succeeded: ${message}`,

@@ -1,5 +1,6 @@
 import { BrokerError } from '../../contracts/errors.js';
 import { parseVerdict } from '../../domain/review/prompt.js';
+import { errorMessage } from '../../platform/error-message.js';
 import { type ModelAnswer, runModelProcess } from './model-process.js';
 import { agentComment } from './model-reasons.js';
 
@@ -114,7 +115,7 @@ export async function reviewOne(
   } catch (err) {
     if (err instanceof BrokerError && err.code === 'NEEDS_PERSON')
       return { ...base, outcome: 'NEEDS_PERSON', reason: err.message };
-    return { ...base, outcome: 'ERROR', reason: err instanceof Error ? err.message : String(err) };
+    return { ...base, outcome: 'ERROR', reason: errorMessage(err) };
   }
 }
 
