@@ -9,6 +9,7 @@ import { packageRoot } from '../../src/platform/package-root.js';
 import { unsafeToRunAsRoot } from '../sandbox/native.js';
 import type { LaunchExit, Launched, Launcher, LaunchRequest } from './launch.js';
 import { FIRST_FILE_FD, stdioOf } from './launch.js';
+import type { FromSpawner, ToSpawner } from './spawner-messages.js';
 
 /**
  * The spawner (ADR 0032): a small long-lived Node process, this worker's child, that forks the task
@@ -46,66 +47,13 @@ import { FIRST_FILE_FD, stdioOf } from './launch.js';
 /** A start the spawner has not answered in this long means it is stuck: it is killed and restarted. */
 export const SPAWN_TIMEOUT_MS = 10_000;
 
-/** The spawner's program (CommonJS, run with `node -e`, so it needs no file of its own in dist/). */
-const SPAWNER_SOURCE = `'use strict';
-const { spawn } = require('node:child_process');
-const fs = require('node:fs');
-// Descriptors the worker inherited without close-on-exec (from whoever started it) would reach every
-// task through this process: close each one above stderr that lacks O_CLOEXEC. Node's own descriptors
-// (the IPC channel, libuv's) all carry it.
-for (const name of fs.readdirSync('/proc/self/fd')) {
-  const fd = Number(name);
-  if (!(fd > 2)) continue;
-  try {
-    const flags = /^flags:\\s*([0-7]+)/m.exec(fs.readFileSync('/proc/self/fdinfo/' + fd, 'utf8'));
-    if (flags && (parseInt(flags[1], 8) & 0o2000000) === 0) fs.closeSync(fd);
-  } catch {}
+/**
+ * The Node spawner's program (spawner-program.ts, compiled by `npm run build`): run as a file of its own,
+ * typed and linted like the rest, not a program in a string.
+ */
+export function nodeSpawnerPath(): string {
+  return join(packageRoot(), 'dist', 'worker', 'local', 'spawner-program.js');
 }
-const kids = new Map();
-const send = (m, h) => { try { process.send(m, h); } catch {} };
-function start(m) {
-  let c;
-  let opened;
-  const stdio = m.stdio.slice();
-  try {
-    if (m.fileAt) {
-      opened = fs.openSync(m.fileAt.path, 'r');
-      while (stdio.length < m.fileAt.fd) stdio.push('ignore');
-      stdio[m.fileAt.fd] = opened;
-    }
-    c = spawn(m.command, m.args, { cwd: m.cwd, env: m.env, detached: true, stdio,
-      ...(m.argv0 === undefined ? {} : { argv0: m.argv0 }),
-      ...(m.uid === undefined ? {} : { uid: m.uid, gid: m.gid }) });
-  } catch (e) { send({ t: 'error', id: m.id, message: String((e && e.message) || e) }); return; }
-  finally { if (opened !== undefined) fs.closeSync(opened); }
-  if (c.pid === undefined) {
-    c.once('error', (e) => send({ t: 'error', id: m.id, message: String((e && e.message) || e) }));
-    return;
-  }
-  c.on('error', () => {});
-  kids.set(m.id, c);
-  const give = [];
-  m.stdio.forEach((s, fd) => {
-    if (s !== 'pipe' || fd === 4) return;
-    const pipe = c.stdio[fd];
-    if (pipe._handle) { pipe._handle.reading = false; pipe._handle.readStop(); }
-    pipe.readable = false;
-    give.push(fd);
-  });
-  send({ t: 'spawned', id: m.id, pid: c.pid });
-  for (const fd of give) send({ t: 'fd', id: m.id, fd }, c.stdio[fd]);
-  c.once('exit', (code, signal) => { kids.delete(m.id); send({ t: 'exit', id: m.id, code, signal }); });
-}
-process.on('message', (m) => {
-  if (m.t === 'spawn') start(m);
-  else if (m.t === 'input') {
-    const w = kids.get(m.id)?.stdio[4];
-    // Once only: a second end() would destroy the stream with the first bytes still unwritten.
-    if (w && !w.writableEnded) { w.on('error', () => {}); w.end(Buffer.from(m.data, 'base64')); }
-  }
-});
-process.on('disconnect', () => process.exit(0));
-`;
 
 /** Which spawner program: `auto` takes the native one when it is built (and safe to run as root). */
 export type SpawnerProgram = 'auto' | 'node' | 'native';
@@ -214,6 +162,8 @@ export class Spawner implements Launcher {
   /** Which program starts the tasks (the banner's `started by:`), or why the asked one cannot run. */
   describe(): string {
     if (this.program instanceof Error) return this.program.message;
+    if (this.program === null && !existsSync(nodeSpawnerPath()))
+      return `the Node spawner ${nodeSpawnerPath()} is not built: run npm run build`;
     return this.program === null ? 'the Node spawner' : `the native spawner ${this.program}`;
   }
 
@@ -311,7 +261,7 @@ export class Spawner implements Launcher {
       proc =
         this.program === null
           ? // No inherited node options (a profiler flag, NODE_OPTIONS): it is a plain, small process.
-            spawn(process.execPath, ['--max-old-space-size=64', '-e', SPAWNER_SOURCE], {
+            spawn(process.execPath, ['--max-old-space-size=64', nodeSpawnerPath()], {
               stdio: ['ignore', 'ignore', 'inherit', 'ipc'],
               env: {},
               serialization: 'json',
@@ -326,7 +276,7 @@ export class Spawner implements Launcher {
       return `cannot start the spawner: ${errorMessage(err)}`;
     }
     this.proc = proc;
-    proc.on('message', (m: SpawnerMessage, handle: unknown) => this.onMessage(m, handle));
+    proc.on('message', (m: FromSpawner, handle: unknown) => this.onMessage(m, handle));
     const died = (why: string) => this.died(proc, why);
     proc.once('error', (err) => died(`spawner error: ${err.message}`));
     proc.once('exit', (code, signal) => died(`the spawner exited (${signal ?? `code ${code}`})`));
@@ -336,7 +286,7 @@ export class Spawner implements Launcher {
     return proc;
   }
 
-  private onMessage(m: SpawnerMessage, handle: unknown): void {
+  private onMessage(m: FromSpawner, handle: unknown): void {
     this.heard++;
     const p = this.pending.get(m.id);
     if (p === undefined) {
@@ -415,7 +365,7 @@ export class Spawner implements Launcher {
     return true;
   }
 
-  private send(proc: ChildProcess, m: object): boolean {
+  private send(proc: ChildProcess, m: ToSpawner): boolean {
     if (!proc.connected) return false;
     try {
       proc.send(m, (err: Error | null) => {
@@ -427,12 +377,6 @@ export class Spawner implements Launcher {
     }
   }
 }
-
-type SpawnerMessage =
-  | { t: 'spawned'; id: number; pid: number }
-  | { t: 'fd'; id: number; fd: number }
-  | { t: 'error'; id: number; message: string }
-  | { t: 'exit'; id: number; code: number | null; signal: NodeJS.Signals | null };
 
 /**
  * A received pipe, held until its reader comes: the socket starts reading as it arrives, and the start is
