@@ -8,8 +8,13 @@ import type { BrokerDeps } from './deps.js';
 
 /**
  * Tokens and principals (docs/security.md "Tokens"). A token is 32 random bytes, shown once, stored only as
- * its sha256.
+ * its sha256. Also the principal rules the edges call instead of reading roles themselves (issue 37
+ * item 2): who may open a worker session, upload or fetch an input, learn that a topic changed, and open
+ * one more event stream.
  */
+
+/** The principal and role types, for the edges (which never import src/store/). */
+export type { Principal, Role };
 
 /** Prefix that makes a leaked token easy to recognise and grep for. */
 export const TOKEN_PREFIX = 'gpb_';
@@ -145,4 +150,73 @@ export function hasAnyRole(p: Principal, roles: readonly string[]): boolean {
 /** Reviewers and operators read every proposal and task; submitters only their own. */
 export function canReadAll(p: Principal): boolean {
   return p.roles.includes('reviewer') || p.roles.includes('operator') || p.roles.includes('agent_reviewer');
+}
+
+/**
+ * The worker session a bearer token may open (the WSS upgrade, src/ws/hub.ts): the token's live
+ * principal must be a worker token bound to a worker id. Throws UNAUTHENTICATED for no live token and
+ * FORBIDDEN for any other principal.
+ */
+export function authenticateWorker(
+  deps: Pick<BrokerDeps, 'store'>,
+  token: string | undefined,
+): { workerId: string; principalId: string } {
+  const principal = authenticate(deps, token);
+  if (!principal.roles.includes('worker') || !principal.worker_id)
+    throw new BrokerError('FORBIDDEN', 'not a worker token', 'Create one with --role worker --worker-id ID.');
+  return { workerId: principal.worker_id, principalId: principal.id };
+}
+
+/** Uploading input bytes (PUT /api/v1/blobs) needs the submitter role; FORBIDDEN otherwise. */
+export function requireUploader(p: Principal): void {
+  if (!p.roles.includes('submitter'))
+    throw new BrokerError('FORBIDDEN', 'uploading inputs needs the submitter role', 'Use a submitter token.');
+}
+
+/**
+ * The worker whose executions' inputs `p` may fetch (GET /api/v1/executions/…/inputs/…): only a worker
+ * token, bound to its worker id; FORBIDDEN for anyone else (people read inputs with get_input).
+ */
+export function inputFetcherWorker(p: Principal): string {
+  if (!p.roles.includes('worker') || !p.worker_id)
+    throw new BrokerError('FORBIDDEN', 'only worker tokens fetch execution inputs', 'Use get_input.');
+  return p.worker_id;
+}
+
+const ID_TOPIC = /^(task|logs|proposal|standing-grant):(.+)$/;
+
+/**
+ * Whether `p` may learn that `topic` changed (the dashboard's event stream, src/http/events.ts): topics
+ * that carry an id reach a submitter only for its own task or proposal and for the standing grants it
+ * holds or made (other owners' ids are not shown to it anywhere else either); `qualification:<run>`
+ * reaches operators only (their tools are operator-only); the id-less topics reach everyone.
+ */
+export function maySeeTopic(deps: Pick<BrokerDeps, 'store'>, p: Principal, topic: string): boolean {
+  if (topic.startsWith('qualification:')) return p.roles.includes('operator');
+  const m = ID_TOPIC.exec(topic);
+  if (!m || canReadAll(p)) return true;
+  const id = m[2] ?? '';
+  if (m[1] === 'standing-grant') {
+    const g = deps.store.grants.get(id);
+    return g?.grantee_id === p.id || g?.created_by === p.id;
+  }
+  const owner =
+    m[1] === 'proposal' ? deps.store.proposals.get(id)?.owner_id : deps.store.tasks.get(id)?.owner_id;
+  return owner === p.id;
+}
+
+/**
+ * Whether one more event stream may open (issue 10, row 6): a principal has at most `perPrincipal`
+ * streams, and everyone but operators shares `max - operatorReserve`, so one viewer token opening
+ * hundreds of streams hits its own limit first and never takes the operators' share.
+ */
+export function admitStream(
+  counts: { total: number; ofPrincipal: number },
+  principal: Pick<Principal, 'roles'>,
+  limits: { max: number; perPrincipal: number; operatorReserve: number },
+): { ok: true } | { ok: false; code: 'QUOTA_EXCEEDED' | 'UNAVAILABLE' } {
+  if (counts.ofPrincipal >= limits.perPrincipal) return { ok: false, code: 'QUOTA_EXCEEDED' };
+  const cap = principal.roles.includes('operator') ? limits.max : limits.max - limits.operatorReserve;
+  if (counts.total >= cap) return { ok: false, code: 'UNAVAILABLE' };
+  return { ok: true };
 }

@@ -1,8 +1,7 @@
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
-import { authenticate, bearerToken } from '../broker/principals.js';
+import { authenticate, bearerToken, type Principal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
-import type { Principal } from '../store/principals-repo.js';
 
 declare module 'fastify' {
   interface FastifyRequest {

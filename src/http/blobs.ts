@@ -8,6 +8,7 @@ import { pipeline } from 'node:stream/promises';
 import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
 import type { StorageReservation } from '../broker/ports.js';
+import { inputFetcherWorker, requireUploader } from '../broker/principals.js';
 import { admitBlobUpload, blobForExecution, digestMismatch, putBlob } from '../broker/tools/inputs.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_INPUT_ROUTE } from '../contracts/paths.js';
@@ -27,7 +28,8 @@ import { UploadPace } from './upload-pace.js';
  *                                       as it goes; a blob that does not match is cut off.
  *
  * An upload is streamed, never buffered while it arrives (issue 21, item 4). Before a byte of the body
- * is read the route checks, in order: the digest's form, the role, `Content-Length` (required; over
+ * is read the route checks, in order: the digest's form, the role (the broker's `requireUploader`; a
+ * fetch's worker token, `inputFetcherWorker`), `Content-Length` (required; over
  * `policy.max_input_bytes` is 413), the principal's quota, the principal's uploads in flight
  * (`http.max_uploads_per_principal`, else 429 TOO_MANY_UPLOADS), and reserves disk space with the
  * storage guard. A principal's bodies together stream at most `http.upload_bytes_per_second_per_principal`
@@ -213,12 +215,7 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
             'Use the lowercase hex sha256 of the bytes.',
           );
         const principal = req.principal!;
-        if (!principal.roles.includes('submitter'))
-          throw new BrokerError(
-            'FORBIDDEN',
-            'uploading inputs needs the submitter role',
-            'Use a submitter token.',
-          );
+        requireUploader(principal);
         const declared = declaredLength(req);
         admitBlobUpload(deps, principal, sha256, declared, slots.bytesOf(principal.id));
         const release = slots.take(principal.id, declared);
@@ -252,10 +249,7 @@ export function registerBlobRoutes(app: FastifyInstance, deps: BrokerDeps, opts:
     );
   });
   app.get<{ Params: { execution_id: string; sha256: string } }>(WORKER_INPUT_ROUTE, async (req, reply) => {
-    const principal = req.principal!;
-    const workerId = principal.worker_id;
-    if (!principal.roles.includes('worker') || !workerId)
-      throw new BrokerError('FORBIDDEN', 'only worker tokens fetch execution inputs', 'Use get_input.');
+    const workerId = inputFetcherWorker(req.principal!);
     const blob = blobForExecution(deps, workerId, req.params.execution_id, req.params.sha256);
     // The first piece before the headers: a blob of one piece (up to a store chunk) that does not match
     // is a plain 500 here, not a cut-off body. Then a store chunk per read (highWaterMark 1: the next is

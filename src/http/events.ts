@@ -1,9 +1,8 @@
 import type { ServerResponse } from 'node:http';
 import type { FastifyInstance } from 'fastify';
 import type { BrokerDeps } from '../broker/deps.js';
-import { authenticate, bearerToken, canReadAll } from '../broker/principals.js';
+import { admitStream, authenticate, bearerToken, maySeeTopic, type Principal } from '../broker/principals.js';
 import { BrokerError } from '../contracts/errors.js';
-import type { Principal } from '../store/principals-repo.js';
 
 /**
  * `GET /api/v1/events`: the dashboard's live updates as server-sent events. Each event names a topic that
@@ -13,9 +12,9 @@ import type { Principal } from '../store/principals-repo.js';
  * The stream needs a bearer token like every data route. The dashboard reads it with fetch (a readable
  * body stream), not EventSource, so the token stays in a header and out of URLs and logs.
  *  - Topics are coalesced per stream over a short window: a burst of log chunks is one event.
- *  - Topics that carry an id reach a submitter only for its own task or proposal (other owners' ids are
- *    not shown to it anywhere else either), and `qualification:<run>` reaches operators only; the
- *    id-less topics reach everyone.
+ *  - Which topics reach which principal, and whether one more stream may open, are the broker's
+ *    principal rules (`maySeeTopic`, `admitStream` in src/broker/principals.ts): this route only counts
+ *    its streams, asks, and writes.
  *  - A comment line every `heartbeatMs` keeps proxies from closing an idle stream; at each heartbeat the
  *    token is checked again, so a revoked token loses its stream within one interval.
  *  - Streams are ended before the server closes (an open response would hold `app.close()` for ever).
@@ -36,40 +35,6 @@ export interface EventStreamOptions {
   maxStreamsPerPrincipal?: number;
   /** Of `maxStreams`, how many only operators may take, default 16: nobody else can lock them out. */
   operatorReserve?: number;
-}
-
-/**
- * Whether one more stream may open (issue 10, row 6): a principal has at most `perPrincipal` streams,
- * and everyone but operators shares `max - operatorReserve`, so one viewer token opening hundreds of
- * streams hits its own limit first and never takes the operators' share.
- */
-export function admitStream(
-  counts: { total: number; ofPrincipal: number },
-  principal: Pick<Principal, 'roles'>,
-  limits: { max: number; perPrincipal: number; operatorReserve: number },
-): { ok: true } | { ok: false; code: 'QUOTA_EXCEEDED' | 'UNAVAILABLE' } {
-  if (counts.ofPrincipal >= limits.perPrincipal) return { ok: false, code: 'QUOTA_EXCEEDED' };
-  const cap = principal.roles.includes('operator') ? limits.max : limits.max - limits.operatorReserve;
-  if (counts.total >= cap) return { ok: false, code: 'UNAVAILABLE' };
-  return { ok: true };
-}
-
-const ID_TOPIC = /^(task|logs|proposal|standing-grant):(.+)$/;
-
-/** Whether `principal` may learn that `topic` changed. */
-function maySee(deps: BrokerDeps, principal: Principal, topic: string): boolean {
-  // Qualification runs are operators' business (their tools are operator-only).
-  if (topic.startsWith('qualification:')) return principal.roles.includes('operator');
-  const m = ID_TOPIC.exec(topic);
-  if (!m || canReadAll(principal)) return true;
-  const id = m[2] ?? '';
-  if (m[1] === 'standing-grant') {
-    const g = deps.store.grants.get(id);
-    return g?.grantee_id === principal.id || g?.created_by === principal.id;
-  }
-  const owner =
-    m[1] === 'proposal' ? deps.store.proposals.get(id)?.owner_id : deps.store.tasks.get(id)?.owner_id;
-  return owner === principal.id;
 }
 
 /** Why a stream is refused: the principal's own limit, or the whole master's. */
@@ -116,7 +81,7 @@ function pumpChanges(
   const unsubscribe = deps.notifier.onAny((topic) => {
     let visible = false;
     try {
-      visible = maySee(deps, principal, topic);
+      visible = maySeeTopic(deps, principal, topic);
     } catch (err) {
       deps.logger.warn({ err, topic }, 'event stream: could not check a topic');
     }

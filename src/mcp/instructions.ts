@@ -1,7 +1,6 @@
-import { hasAnyRole } from '../broker/principals.js';
+import { hasAnyRole, type Principal } from '../broker/principals.js';
 import { AGENT_REVIEWER_INSTRUCTIONS } from '../contracts/agent-ceiling.js';
 import { REVIEWER_INSTRUCTIONS } from '../contracts/review-trust.js';
-import type { Principal } from '../store/principals-repo.js';
 
 /**
  * The MCP server instructions, the first words an agent's client reads from gpu-broker. Everyone is

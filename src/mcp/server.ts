@@ -8,10 +8,9 @@ import {
 import { AjvJsonSchemaValidator } from '@modelcontextprotocol/sdk/validation/ajv';
 import { z } from 'zod';
 import type { BrokerDeps } from '../broker/deps.js';
-import { hasAnyRole } from '../broker/principals.js';
+import { hasAnyRole, type Principal } from '../broker/principals.js';
 import { type BoundTool, invokeTool } from '../broker/tools/dispatch.js';
 import { BrokerError, toErrorBody } from '../contracts/errors.js';
-import type { Principal } from '../store/principals-repo.js';
 import { serverInstructions } from './instructions.js';
 import { nullableAsAnyOf } from './nullable-any-of.js';
 

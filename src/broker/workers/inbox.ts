@@ -12,8 +12,9 @@ import { handleExecutionReport, handleLogChunk, handleOutputUpload } from './rep
 import { recordProbe, recordSample } from './session.js';
 
 /**
- * What a worker's messages mean on the master, once its session has said hello (the hub, src/ws/hub.ts,
- * keeps the socket, the session and the hello; docs/worker-protocol.md). For each message after hello:
+ * What a worker's messages mean on the master, once its session has said hello (live-sessions.ts keeps
+ * the session and the hello, ingest.ts batches the messages; docs/worker-protocol.md). For each message
+ * after hello:
  *  1. the worker is seen: the fleet's liveness now, its stored `last_seen` at most every
  *     `TOUCH_WRITE_INTERVAL_MS` (a write per message would be a write per sample);
  *  2. `ack` acknowledges the master's outbox up to a seq; `error` is logged;

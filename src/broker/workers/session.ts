@@ -15,7 +15,7 @@ import { CARDS_TOPIC } from '../topics.js';
 import { enqueueForWorker } from './link.js';
 
 /**
- * The use cases behind a worker session (the hub, src/ws/hub.ts, only parses, sequences and sends):
+ * The use cases behind a worker session (live-sessions.ts and ingest.ts keep the session and its frames):
  *  - `acceptHello`: records the worker, applies `reconcileHello` (src/domain/machines/worker-reconcile.ts) in one
  *    transaction (`storeHello`), and returns the welcome to send — also when the store cannot take the
  *    hello (out of disk space), which the hub then stores later with `storeHello`;

@@ -56,6 +56,7 @@ const BROKER: RankTable = [
   ['src/broker/topics.ts', 1],
   ['src/broker/notifier.ts', 1],
   ['src/broker/fleet.ts', 1],
+  ['src/broker/storage-refusal.ts', 1],
   ['src/broker/deps.ts', 2],
   ['src/broker/principals.ts', 3],
   ['src/broker/verified-blob.ts', 3],
