@@ -4,7 +4,8 @@ import { PROTOCOL_VERSION, type WorkerErrorCode } from './worker-protocol.js';
 
 /**
  * The rules for sequenced messages (docs/worker-protocol.md "Sequencing"), written once and
- * used by both receivers — the master's hub (src/ws/hub.ts), the worker daemon (worker/daemon/start-worker.ts) —
+ * used by both receivers — the master's hub (src/broker/workers/ingest.ts and inbox.ts, behind the
+ * gateway src/ws/hub.ts), the worker daemon (worker/daemon/start-worker.ts) —
  * and by the test fakes that stand in for either (test/support/fake-master.ts,
  * test/support/raw-worker.ts). Pure: the edges pass in their mark store and their transaction.
  *
