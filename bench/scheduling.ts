@@ -2,11 +2,13 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { BrokerDeps } from '../src/broker/deps.js';
+import { BrokerEvents } from '../src/broker/events.js';
 import { Fleet } from '../src/broker/fleet.js';
 import { Scheduler } from '../src/broker/loops/scheduler.js';
 import { Notifier } from '../src/broker/notifier.js';
 import type { WorkerLink } from '../src/broker/ports.js';
 import { createPrincipal } from '../src/broker/principals.js';
+import { createBrokerRuntime } from '../src/broker/runtime.js';
 import { confirmRevision, createProposal } from '../src/broker/tools/proposals.js';
 import { submitReview } from '../src/broker/tools/reviews.js';
 import { handleExecutionReport } from '../src/broker/workers/reports.js';
@@ -55,10 +57,12 @@ async function runScheduling(): Promise<OpResult[]> {
       ids: createIdGenerator(),
       config,
       notifier: new Notifier(),
+      events: new BrokerEvents(),
       logger: silentLogger(),
       observe: { placement: (id) => scheduler!.placement(id), queueInfo: (id) => scheduler!.queueInfo(id) },
       cluster: { fleet, link, requestPass: () => {}, failingGrants: () => [] },
       auditStatus: () => ({ ok: true, events: 0 }),
+      runtime: createBrokerRuntime(config),
     };
     scheduler = new Scheduler(deps, fleet, link);
 

@@ -14,10 +14,8 @@ import { verifiedBlob } from './verified-blob.js';
  * used first out; an entry is a few hundred bytes (at most MAX_REPORTED_PLACES places).
  */
 
-/** Most remembered inspections per store. */
+/** Most remembered inspections per master (its runtime's `inspections`, src/broker/runtime.ts). */
 export const INSPECTION_MEMO_ENTRIES = 8192;
-
-const memos = new WeakMap<object, Map<string, TextInspection>>();
 
 /** The inspection of `sha256` as `ownerId`'s input at `path`; throws as verifiedBlob when not stored. */
 export function inspectedInput(
@@ -26,11 +24,7 @@ export function inspectedInput(
   sha256: string,
   path: string,
 ): TextInspection {
-  let memo = memos.get(deps.store);
-  if (!memo) {
-    memo = new Map();
-    memos.set(deps.store, memo);
-  }
+  const memo = deps.runtime.inspections;
   const key = `${ownerId}\0${sha256}\0${path}`;
   const known = memo.get(key);
   if (known) {

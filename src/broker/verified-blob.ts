@@ -2,6 +2,7 @@ import { createHash, type Hash } from 'node:crypto';
 import { BrokerError } from '../contracts/errors.js';
 import { sha256Hex } from '../platform/digest.js';
 import type { BrokerDeps } from './deps.js';
+import type { Verified } from './verified-cache.js';
 
 /**
  * The one read of input bytes (issue 13, issue 20): every reader — get_input, the reviewer's diff, the
@@ -11,12 +12,13 @@ import type { BrokerDeps } from './deps.js';
  *
  * Paged reads (get_input, issue 21) do not re-hash the whole blob per page: the first page verifies
  * the whole blob once and remembers, per digest and size, the sha256 of each CHUNK_BYTES chunk and,
- * within a bounded cache (128 MiB), the verified bytes themselves (verifiedPages). A later page comes
+ * within a bounded cache (128 MiB), the verified bytes themselves (verifiedPages; one memo and cache per
+ * master: `deps.runtime.verified`, src/broker/verified-cache.ts). A later page comes
  * from the cached verified bytes; once the cache let them go, it reads only the chunks it overlaps and
  * re-hashes those against the remembered digests. So paging costs O(size) in all, and no page ever
  * serves a byte that does not match the digest: a blob changed behind the master's back after the first
- * page is either not read at all (the cached copy is served) or refused (INTERNAL). Sound across stores
- * and principals: chunk digests and cached bytes come only from content that matched its sha256, and
+ * page is either not read at all (the cached copy is served) or refused (INTERNAL). Sound across
+ * principals: chunk digests and cached bytes come only from content that matched its sha256, and
  * every page still asks the store whether this principal uploaded it (and its size).
  *
  * A blob stored in chunks (over 1 MiB; src/store/blobs-repo.ts BLOB_CHUNK_BYTES) is verified a chunk at
@@ -84,9 +86,6 @@ export function verifiedPieces(deps: BrokerDeps, ownerId: string, sha256: string
 
 /** Chunk size of the remembered digests: a page re-hashes at most its own bytes plus two chunks. */
 export const CHUNK_BYTES = 256 * 1024;
-/** Blobs remembered at most (least recently read first out): 256 digests of 64 MiB blobs take ~4 MiB. */
-const MEMO_MAX = 256;
-
 /**
  * Says something of a blob from its bytes in order (get_input: whether it is text), without holding it
  * whole: `update` with each piece, then `result` once.
@@ -96,51 +95,15 @@ export interface ContentClassifier {
   result(): boolean;
 }
 
-/** What the first read of a blob established. */
-interface Verified {
-  /** Valid UTF-8 without NUL (`isText` of the caller, computed once on the whole blob). */
-  readonly text: boolean;
-  /** sha256 of each CHUNK_BYTES chunk, in order. */
-  readonly chunks: readonly string[];
-  /** The verified bytes themselves while the content cache holds them (contentCacheBytes in all). */
-  content: Buffer | null;
+/** Sets `deps`' master's content cache budget (tests: 0 sends every page to the chunk-checked store read). */
+export function setVerifiedContentCacheBytes(deps: Pick<BrokerDeps, 'runtime'>, bytes: number): void {
+  deps.runtime.verified.budgetBytes = bytes;
+  deps.runtime.verified.trim();
 }
 
-const memo = new Map<string, Verified>();
-/** First reads under way, by the same key as memo. */
-const verifying = new Map<string, Promise<Verified>>();
-/** Most verified bytes kept in memory for paging (least recently read let go first). */
-let contentCacheBytes = 128 * 1024 * 1024;
-
-/** Sets the content cache's budget (tests: 0 sends every page to the chunk-checked store read). */
-export function setVerifiedContentCacheBytes(bytes: number): void {
-  contentCacheBytes = bytes;
-  trimContentCache();
-}
-
-/**
- * Bytes first reads under way are keeping for the cache: they count against its budget from their start,
- * so many first reads of different blobs at once cannot together hold more than the budget.
- */
-let keeping = 0;
-
-/** What the content cache holds and first reads under way are keeping (tests: it never passes the budget). */
-export function verifiedContentHeldBytes(): number {
-  let held = keeping;
-  for (const v of memo.values()) held += v.content?.length ?? 0;
-  return held;
-}
-
-/** Lets go of cached content, least recently read first, until the budget holds. */
-function trimContentCache(): void {
-  let held = keeping;
-  for (const v of memo.values()) held += v.content?.length ?? 0;
-  for (const v of memo.values()) {
-    if (held <= contentCacheBytes) return;
-    if (v.content === null) continue;
-    held -= v.content.length;
-    v.content = null;
-  }
+/** What `deps`' content cache holds and its first reads under way keep (tests: never past the budget). */
+export function verifiedContentHeldBytes(deps: Pick<BrokerDeps, 'runtime'>): number {
+  return deps.runtime.verified.heldBytes();
 }
 
 /** A blob to read page by page; see the module comment. */
@@ -165,21 +128,21 @@ export async function verifiedPages(
 ): Promise<VerifiedPages> {
   const size = deps.store.blobs.sizeUploadedBy(ownerId, sha256);
   if (size === undefined) throw notStored(sha256);
+  const cache = deps.runtime.verified;
   const key = `${sha256}:${size}`;
-  let known = memo.get(key);
+  let known = cache.memo.get(key);
   if (known === undefined) {
     // One verification per blob at a time: a second first page waits for the one under way.
-    let pending = verifying.get(key);
+    let pending = cache.verifying.get(key);
     if (pending === undefined) {
-      pending = verifyStreaming(deps, ownerId, sha256, size, classify()).finally(() => verifying.delete(key));
-      verifying.set(key, pending);
+      pending = verifyStreaming(deps, ownerId, sha256, size, classify()).finally(() =>
+        cache.verifying.delete(key),
+      );
+      cache.verifying.set(key, pending);
     }
     known = await pending;
   }
-  memo.delete(key);
-  memo.set(key, known);
-  if (memo.size > MEMO_MAX) memo.delete(memo.keys().next().value!);
-  trimContentCache();
+  cache.touch(key, known);
   const verified = known;
   return {
     size,
@@ -197,7 +160,7 @@ export async function verifiedPages(
       for (let i = first; i <= last; i++) {
         const chunk = bytes.subarray((i - first) * CHUNK_BYTES, (i - first + 1) * CHUNK_BYTES);
         if (bytes.length === to - from && sha256Hex(chunk) === verified.chunks[i]) continue;
-        memo.delete(key);
+        cache.memo.delete(key);
         throw tampered(
           deps,
           sha256,
@@ -233,10 +196,11 @@ async function verifyStreaming(
   // Kept (for the cache) only when it fits beside what other first reads keep; older cached content makes
   // room at once (least recently read first). One buffer of its size: the budget holds at every moment,
   // with no second copy to join the pieces.
-  const kept = size <= contentCacheBytes - keeping ? Buffer.allocUnsafe(size) : null;
+  const cache = deps.runtime.verified;
+  const kept = size <= cache.budgetBytes - cache.keeping ? Buffer.allocUnsafe(size) : null;
   if (kept !== null) {
-    keeping += size;
-    trimContentCache();
+    cache.keeping += size;
+    cache.trim();
   }
   try {
     let first = true;
@@ -261,7 +225,7 @@ async function verifyStreaming(
       }
     }
   } finally {
-    if (kept !== null) keeping -= size;
+    if (kept !== null) cache.keeping -= size;
   }
   if (inChunk > 0) chunks.push(chunk.digest('hex'));
   const actual = whole.digest('hex');

@@ -6,7 +6,7 @@ import { grantUsage } from '../domain/grants/grant.js';
  * `gpu_broker_grant_budget_used_ratio{grant, budget}` (issue 23 §1), beside src/http/metrics.ts: read at
  * scrape time for ACTIVE and SUSPENDED standing grants, budget `runs`, `card_hours` (charged + reserved)
  * or `ttl`; the master alerts at 0.8. Decisions by kind (`grant` included) are metrics.ts's
- * `gpu_broker_review_decision_seconds`, fed by src/broker/review-decisions.ts.
+ * `gpu_broker_review_decision_seconds`, fed by the `review_decision` events of src/broker/events.ts.
  */
 export function registerGrantGauge(deps: BrokerDeps, registers: Registry[]): void {
   new Gauge({

@@ -1,7 +1,6 @@
 import type { FastifyInstance } from 'fastify';
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 import type { BrokerDeps } from '../broker/deps.js';
-import { onReviewDecision } from '../broker/review-decisions.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
 import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/machines/task.js';
@@ -310,7 +309,7 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
           deps.logger.warn({ err, topic }, 'metrics: could not read a changed task');
         }
       });
-      const unsubscribeDecisions = onReviewDecision(deps.notifier, (e) => {
+      const unsubscribeDecisions = deps.events.on('review_decision', (e) => {
         decisionTime.observe({ kind: e.kind }, e.seconds);
         decisions.inc({ kind: e.kind, decision: e.decision });
       });

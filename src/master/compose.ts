@@ -2,6 +2,7 @@ import { join } from 'node:path';
 import type { FastifyInstance } from 'fastify';
 import { buildApp } from '../app.js';
 import type { BrokerDeps } from '../broker/deps.js';
+import { BrokerEvents } from '../broker/events.js';
 import { Fleet } from '../broker/fleet.js';
 import { AuditMonitor } from '../broker/loops/audit-monitor.js';
 import { logAuditEvents } from '../broker/loops/event-log.js';
@@ -10,6 +11,7 @@ import { SCHEDULER_TOPICS, Scheduler } from '../broker/loops/scheduler.js';
 import { type StatfsFn, StorageGuard } from '../broker/loops/storage-guard.js';
 import { TaskRetention } from '../broker/loops/task-retention.js';
 import { Notifier } from '../broker/notifier.js';
+import { createBrokerRuntime } from '../broker/runtime.js';
 import { brokerTools } from '../broker/tools/catalog.js';
 import { cancelInterruptedRuns } from '../broker/tools/qualification.js';
 import { registerDashboard } from '../http/dashboard.js';
@@ -105,6 +107,7 @@ export function composeMaster(opts: MasterOptions, site: MasterSite): MasterPart
     ids,
     config: withBundledWorkload(config),
     notifier: new Notifier(),
+    events: new BrokerEvents(),
     logger,
     observe: { placement: (id) => scheduler!.placement(id), queueInfo: (id) => scheduler!.queueInfo(id) },
     auditStatus: () => audit.status(),
@@ -115,6 +118,7 @@ export function composeMaster(opts: MasterOptions, site: MasterSite): MasterPart
       requestPass: () => scheduler!.requestPass(),
       failingGrants: () => scheduler?.failingGrantsList() ?? [],
     },
+    runtime: createBrokerRuntime(config),
   };
   logAuditEvents(deps);
   const theHub = new WorkerHub(deps, fleet, deps.cluster.link.bootId);

@@ -1,7 +1,9 @@
 import type { BrokerDeps } from '../../src/broker/deps.js';
+import { BrokerEvents } from '../../src/broker/events.js';
 import { Fleet } from '../../src/broker/fleet.js';
 import { Notifier } from '../../src/broker/notifier.js';
 import { createPrincipal } from '../../src/broker/principals.js';
+import { createBrokerRuntime } from '../../src/broker/runtime.js';
 import { brokerTools } from '../../src/broker/tools/catalog.js';
 import { type BoundTool, invokeTool } from '../../src/broker/tools/dispatch.js';
 import { type Clock, ManualClock } from '../../src/platform/clock.js';
@@ -56,6 +58,7 @@ export function makeBrokerDeps(opts: BrokerFixtureOptions = {}): BrokerFixture {
     ids,
     config,
     notifier: new Notifier(),
+    events: new BrokerEvents(),
     logger: silentLogger(),
     // No scheduler here: tasks have no placement and no computed queue position.
     observe: { placement: () => null, queueInfo: () => null },
@@ -67,6 +70,7 @@ export function makeBrokerDeps(opts: BrokerFixtureOptions = {}): BrokerFixture {
       },
       failingGrants: () => [],
     },
+    runtime: createBrokerRuntime(config),
     auditStatus: () => {
       const v = store.audit.verify();
       return v.ok

@@ -9,7 +9,7 @@ import type { BrokerDeps } from '../deps.js';
  */
 
 /** Actions already logged where they happen. */
-const LOGGED_ELSEWHERE = new Set(['worker.connected']);
+const LOGGED_ELSEWHERE: ReadonlySet<string> = new Set(['worker.connected']);
 
 /** Starts logging audit events through `deps.logger`. */
 export function logAuditEvents(deps: Pick<BrokerDeps, 'store' | 'logger'>): void {

@@ -39,12 +39,12 @@ export interface SweepMarks {
   lastRevalidate: number;
 }
 
-/** The blob collection under way per sweep (it spans many event-loop turns; one at a time). */
-const blobCollections = new WeakMap<SweepMarks, Promise<void>>();
-
-/** The blob collection the sweep with these marks has under way, or null. */
-export function blobGcUnderWay(marks: SweepMarks): Promise<void> | null {
-  return blobCollections.get(marks) ?? null;
+/**
+ * The blob collection `deps`' master has under way, or null (its runtime's `blobCollection`,
+ * src/broker/runtime.ts: it spans many event-loop turns; one at a time).
+ */
+export function blobGcUnderWay(deps: Pick<BrokerDeps, 'runtime'>): Promise<void> | null {
+  return deps.runtime.blobCollection;
 }
 
 /** What a tick needs: the broker, the hub's session re-check (an edge), and the marks it keeps. */
@@ -71,7 +71,7 @@ export function tick(deps: SweepDeps, now: number): void {
       store.outbox.prune(now - ACKED_OUTBOX_RETENTION_MS);
       store.idempotency.prune(now - IDEMPOTENCY_RETENTION_MS);
     });
-    startBlobCollection(broker, marks);
+    startBlobCollection(broker);
   }
   // 2. Live sessions re-checked.
   if (now - marks.lastRevalidate > REVALIDATE_MS) {
@@ -88,15 +88,18 @@ export function tick(deps: SweepDeps, now: number): void {
 }
 
 /** Step 1's blob collection, unless one is under way; it goes on after the tick returns. */
-function startBlobCollection(broker: BrokerDeps, marks: SweepMarks): void {
-  if (blobCollections.has(marks)) return;
-  const running = collectBlobGarbageInBatches(broker)
+function startBlobCollection(broker: BrokerDeps): void {
+  const { runtime } = broker;
+  if (runtime.blobCollection !== null) return;
+  const running: Promise<void> = collectBlobGarbageInBatches(broker)
     .then(
       () => undefined,
       (err: unknown) => broker.logger.error({ err }, 'blob garbage collection failed'),
     )
-    .finally(() => blobCollections.delete(marks));
-  blobCollections.set(marks, running);
+    .finally(() => {
+      if (runtime.blobCollection === running) runtime.blobCollection = null;
+    });
+  runtime.blobCollection = running;
 }
 
 /** Step 3: expires proposals past their TTL, at most `batch` per call; returns how many. */

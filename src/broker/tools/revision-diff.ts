@@ -16,11 +16,11 @@ import { diffSpecs, type SpecChange } from '../../domain/review/spec-diff.js';
 import { type DiffScript, diffScript, pageScript, type TextDiff } from '../../domain/review/text-diff.js';
 import type { ReviewRecord, RevisionRecord } from '../../store/proposals-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { DiffMemo } from '../diff-memo.js';
+import type { PrincipalShare } from '../principal-share.js';
 import { verifiedBlob } from '../verified-blob.js';
 import { decisionKindOf } from './agent-review.js';
-import { DiffMemo } from './diff-memo.js';
 import { isText } from './inputs.js';
-import { PrincipalShare } from './principal-share.js';
 import { principalName } from './views.js';
 
 /**
@@ -55,34 +55,13 @@ const OWNERSHIP_BATCH = 64;
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /**
- * One memo per store (so per master; tests that start several masters in one process keep them
- * apart) without widening BrokerDeps for a cache only this file reads.
- */
-const memos = new WeakMap<object, DiffMemo>();
-function memoOf(deps: BrokerDeps): DiffMemo {
-  let memo = memos.get(deps.store);
-  if (!memo) {
-    memo = new DiffMemo();
-    memos.set(deps.store, memo);
-  }
-  return memo;
-}
-
-const shares = new WeakMap<object, PrincipalShare>();
-/**
- * The master's get_revision share (issue 21; one per store, as the memo): at most
+ * The master's get_revision share (issue 21; its runtime's `diffShare`, src/broker/runtime.ts): at most
  * `quotas.diff_calls_per_reader` of one reader's diffs run at once, at most
  * `quotas.diff_queued_per_reader` more wait in its own queue, past that get_revision answers
  * UNAVAILABLE; so one reader's flood interleaves only a few diff loops with everyone else's requests.
  */
-export function diffShareOf(deps: BrokerDeps): PrincipalShare {
-  let share = shares.get(deps.store);
-  if (!share) {
-    const q = deps.config.quotas;
-    share = new PrincipalShare('get_revision', q.diff_calls_per_reader, q.diff_queued_per_reader);
-    shares.set(deps.store, share);
-  }
-  return share;
+export function diffShareOf(deps: Pick<BrokerDeps, 'runtime'>): PrincipalShare {
+  return deps.runtime.diffShare;
 }
 
 /**
@@ -174,7 +153,7 @@ function fileOutcome(
   budget: DiffBudget,
 ): FileOutcome {
   const key = DiffMemo.key(x?.sha256 ?? null, y.sha256);
-  const memo = memoOf(deps);
+  const memo = deps.runtime.diffs;
   // Ownership first: a digest pair someone else's diff put in the memo is no way to read their bytes.
   if ((!x || owned[x.sha256] !== undefined) && owned[y.sha256] !== undefined) {
     const hit = memo.get(key);

@@ -120,7 +120,7 @@ export function proposalSummary(store: Store, p: ProposalRecord): ProposalSummar
 }
 
 /** What to do after a failure whose cause the agent can fix in its spec (the rest: read the logs). */
-const FAILURE_NEXT_STEP: Partial<Record<string, string>> = {
+const FAILURE_NEXT_STEP: Readonly<Partial<Record<string, string>>> = {
   OUT_OF_MEMORY:
     'Failed: over its memory limit (failure_detail names it). Use less memory, or propose a new revision asking for more in spec.limits.memory_mib, within the policy maximum.',
   DISK_LIMIT:

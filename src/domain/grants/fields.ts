@@ -45,7 +45,7 @@ export const SPEC_FIELD_RULES = {
 } as const satisfies Record<string, string>;
 
 const RULES: Readonly<Record<string, string>> = SPEC_FIELD_RULES;
-const PREFIXES = new Set(
+const PREFIXES: ReadonlySet<string> = new Set(
   Object.keys(RULES).flatMap((p) => {
     const parts = p.split('.');
     return parts.slice(0, -1).map((_, i) => parts.slice(0, i + 1).join('.'));

@@ -57,7 +57,7 @@ export const EXECUTION_TABLE: TransitionTable<ExecutionPhase, ExecutionEvent> = 
 };
 
 /** How far along each phase is, for telling a duplicate from a jump. */
-const RANK: Record<ExecutionPhase, number> = {
+const RANK: Readonly<Record<ExecutionPhase, number>> = {
   assigned: 0,
   accepted: 1,
   rejected: 1,

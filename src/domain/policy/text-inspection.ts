@@ -39,7 +39,7 @@ const SOURCE_EXT =
   /\.(py|pyw|pyi|sh|bash|zsh|pl|pm|rb|js|mjs|cjs|ts|lua|r|jl|c|cc|cpp|cxx|h|hpp|cu|cuh|java|go|rs|toml|ya?ml|json|cfg|ini|conf|txt|md)$/i;
 
 /** Encodings that decode the same bytes as the UTF-8 a reviewer's view shows. */
-const SAME_AS_UTF8 = new Set(['utf-8', 'utf8', 'utf-8-sig', 'ascii', 'us-ascii']);
+const SAME_AS_UTF8: ReadonlySet<string> = new Set(['utf-8', 'utf8', 'utf-8-sig', 'ascii', 'us-ascii']);
 
 /** Python's coding cookie (PEP 263), valid on line 1 or 2. */
 const CODING_COOKIE = /^[ \t\f]*#.*?coding[:=][ \t]*([-\w.]+)/;

@@ -28,7 +28,7 @@ export interface DiffBudget {
 }
 
 /** The defaults; see the file comment for how they were sized. */
-export const DEFAULT_DIFF_BUDGET: DiffBudget = {
+export const DEFAULT_DIFF_BUDGET: Readonly<DiffBudget> = {
   file_bytes: 512 * 1024,
   file_work: MAX_DIFF_WORK,
   call_bytes: 16 * 1024 * 1024,

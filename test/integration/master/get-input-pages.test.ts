@@ -35,7 +35,6 @@ beforeAll(async () => {
   alice = await m.mcpClient(m.createToken('alice', ['submitter']));
 });
 afterAll(async () => {
-  setVerifiedContentCacheBytes(128 * 1024 * 1024);
   await m?.close();
 });
 
@@ -120,7 +119,7 @@ describe('get_input pages across verified chunks', () => {
   });
 
   it('refuses a page once the stored blob was changed after the first page, same size (attack, uncached)', async () => {
-    setVerifiedContentCacheBytes(0);
+    setVerifiedContentCacheBytes(m.deps, 0);
     const blob = randomBytes(2 * CHUNK_BYTES);
     const r = await proposalWith('model.bin', blob);
     expectOk(await page(r, 'model.bin', 0, 1024));

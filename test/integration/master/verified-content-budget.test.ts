@@ -35,7 +35,7 @@ beforeAll(() => {
     blobs.push({ sha256, bytes });
   }
 });
-afterEach(() => setVerifiedContentCacheBytes(128 * MIB));
+afterEach(() => setVerifiedContentCacheBytes(f.deps, 128 * MIB));
 afterAll(() => {
   f?.close();
   removeTempDirs();
@@ -43,12 +43,12 @@ afterAll(() => {
 
 describe('the verified-content budget', () => {
   it('holds while six first reads of different 2 MiB blobs run at once (budget 5 MiB), and every page is right', async () => {
-    setVerifiedContentCacheBytes(0); // empty the cache of earlier reads
-    setVerifiedContentCacheBytes(5 * MIB);
+    setVerifiedContentCacheBytes(f.deps, 0); // empty the cache of earlier reads
+    setVerifiedContentCacheBytes(f.deps, 5 * MIB);
     let peak = 0;
     let sampling = true;
     const sample = () => {
-      peak = Math.max(peak, verifiedContentHeldBytes());
+      peak = Math.max(peak, verifiedContentHeldBytes(f.deps));
       if (sampling) setImmediate(sample);
     };
     sample();
@@ -58,7 +58,7 @@ describe('the verified-content budget', () => {
     sampling = false;
     expect(peak).toBeLessThanOrEqual(5 * MIB);
     expect(peak).toBeGreaterThan(0); // some were kept
-    expect(verifiedContentHeldBytes()).toBeLessThanOrEqual(5 * MIB);
+    expect(verifiedContentHeldBytes(f.deps)).toBeLessThanOrEqual(5 * MIB);
     for (const [i, p] of pages.entries()) {
       expect(p.size).toBe(2 * MIB);
       expect(p.read(MIB - 10, MIB + 10)).toEqual(blobs[i]!.bytes.subarray(MIB - 10, MIB + 10));
@@ -66,12 +66,12 @@ describe('the verified-content budget', () => {
   });
 
   it('a newer blob takes the place of older cached content (least recently read first)', async () => {
-    setVerifiedContentCacheBytes(0);
-    setVerifiedContentCacheBytes(4 * MIB);
+    setVerifiedContentCacheBytes(f.deps, 0);
+    setVerifiedContentCacheBytes(f.deps, 4 * MIB);
     // Blobs not read before: each first read keeps its bytes, letting the oldest go when they do not fit.
     const fresh = blobs.slice(6);
     for (const b of fresh) await verifiedPages(f.deps, owner, b.sha256, textClassifier);
-    expect(verifiedContentHeldBytes()).toBe(4 * MIB);
+    expect(verifiedContentHeldBytes(f.deps)).toBe(4 * MIB);
     const again = await verifiedPages(f.deps, owner, fresh[0]!.sha256, textClassifier);
     expect(again.read(0, 16)).toEqual(fresh[0]!.bytes.subarray(0, 16));
   });

@@ -47,27 +47,35 @@ const TOP: RankTable = [
 ];
 
 /**
- * Inside src/broker/: what every use case names (the ports, topics, the notifier, the fleet's memory),
- * then deps.ts, then the shared guards, then the state machines, then the worker session, and on top
- * the tools and the background loops, which may use everything below but not each other.
+ * Inside src/broker/: what every use case names (the ports, topics, the notifier and the typed events
+ * beside it, the fleet's memory, and the classes of the runtime's state), then runtime.ts (the master's
+ * in-memory state, issue 37 item 3), then deps.ts, then the shared guards, then the state machines, then
+ * the worker session, and on top the tools and the background loops, which may use everything below but
+ * not each other.
  */
 const BROKER: RankTable = [
   ['src/broker/ports.ts', 1],
   ['src/broker/topics.ts', 1],
   ['src/broker/notifier.ts', 1],
+  ['src/broker/events.ts', 1],
   ['src/broker/fleet.ts', 1],
   ['src/broker/storage-refusal.ts', 1],
-  ['src/broker/deps.ts', 2],
-  ['src/broker/principals.ts', 3],
-  ['src/broker/verified-blob.ts', 3],
-  ['src/broker/review-decisions.ts', 3],
-  ['src/broker/inspection-memo.ts', 4],
-  ['src/broker/grant-request-quota.ts', 3],
-  ['src/broker/machines/', 4],
-  ['src/broker/workers/', 5],
-  ['src/broker/grant-fence.ts', 5],
-  ['src/broker/tools/', 6],
-  ['src/broker/loops/', 6],
+  ['src/broker/principal-share.ts', 1],
+  ['src/broker/diff-memo.ts', 1],
+  ['src/broker/fair-share.ts', 1],
+  ['src/broker/verified-cache.ts', 1],
+  ['src/broker/runtime.ts', 2],
+  ['src/broker/deps.ts', 3],
+  ['src/broker/principals.ts', 4],
+  ['src/broker/verified-blob.ts', 4],
+  ['src/broker/review-decisions.ts', 4],
+  ['src/broker/inspection-memo.ts', 5],
+  ['src/broker/grant-request-quota.ts', 4],
+  ['src/broker/machines/', 5],
+  ['src/broker/workers/', 6],
+  ['src/broker/grant-fence.ts', 6],
+  ['src/broker/tools/', 7],
+  ['src/broker/loops/', 7],
 ];
 
 /**
@@ -180,7 +188,7 @@ describe('src/ boundaries', () => {
 
   it('the rules catch a planted cycle, upward and sideways imports, an uncovered file and a forbidden import', () => {
     const planted = new Map([
-      // A state machine importing a tool (broker rank 4 → 6), and a tool importing a loop (6 → 6).
+      // A state machine importing a tool (broker rank 5 → 7), and a tool importing a loop (7 → 7).
       ['src/broker/machines/m.ts', "import { t } from '../tools/t.js';"],
       ['src/broker/tools/t.ts', "import type { L } from '../loops/l.js';\nexport const t = 1;"],
       ['src/broker/loops/l.ts', 'export type L = 1;'],
@@ -225,8 +233,8 @@ describe('src/ boundaries', () => {
       'src/ws/w.ts → src/http/h.ts (src/ws/ rank 5 imports src/http/ rank 5)',
     ]);
     expect(rankViolations(g, BROKER)).toEqual([
-      'src/broker/machines/m.ts → src/broker/tools/t.ts (src/broker/machines/ rank 4 imports src/broker/tools/ rank 6)',
-      'src/broker/tools/t.ts → src/broker/loops/l.ts (src/broker/tools/ rank 6 imports src/broker/loops/ rank 6)',
+      'src/broker/machines/m.ts → src/broker/tools/t.ts (src/broker/machines/ rank 5 imports src/broker/tools/ rank 7)',
+      'src/broker/tools/t.ts → src/broker/loops/l.ts (src/broker/tools/ rank 7 imports src/broker/loops/ rank 7)',
     ]);
     expect(rankViolations(g, DOMAIN)).toEqual([
       'src/domain/machines/m.ts → src/domain/review/r.ts (src/domain/machines/ rank 1 imports src/domain/review/ rank 2)',

@@ -95,15 +95,15 @@ describe('blob garbage collection in batches', () => {
     const marks = newSweepMarks();
     const deps = { broker: f.deps, revalidateSessions: () => undefined, marks };
     tick(deps, f.clock.now());
-    const running = blobGcUnderWay(marks);
+    const running = blobGcUnderWay(f.deps);
     expect(running).toBeInstanceOf(Promise);
     expect(count()).toBeGreaterThan(0); // not done inside the tick
     marks.lastRetention = 0;
     tick(deps, f.clock.now() + 1);
-    expect(blobGcUnderWay(marks)).toBe(running); // no second collection alongside the first
+    expect(blobGcUnderWay(f.deps)).toBe(running); // no second collection alongside the first
     await running;
     expect(count()).toBe(0);
-    expect(blobGcUnderWay(marks)).toBeNull();
+    expect(blobGcUnderWay(f.deps)).toBeNull();
   });
 });
 

@@ -1,8 +1,9 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { TimeBudget, TurnGate } from '../../../../src/broker/fair-share.js';
 import { brokerTools } from '../../../../src/broker/tools/catalog.js';
 import { type BoundTool, invokeTool } from '../../../../src/broker/tools/dispatch.js';
 import { MAX_PAGE_BYTES } from '../../../../src/broker/tools/paging.js';
-import { costSharesOf, TimeBudget, TurnGate } from '../../../../src/broker/tools/tool-cost.js';
+import { costSharesOf } from '../../../../src/broker/tools/tool-cost.js';
 import type { BrokerError } from '../../../../src/contracts/errors.js';
 import type { MasterConfigInput } from '../../../../src/platform/config.js';
 import type { Principal } from '../../../../src/store/principals-repo.js';

@@ -1,4 +1,4 @@
-import { BrokerError } from '../../contracts/errors.js';
+import { BrokerError } from '../contracts/errors.js';
 
 /**
  * A per-principal share of an expensive call (issue 21): at most `perPrincipal` calls of one principal

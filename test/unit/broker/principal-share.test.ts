@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
-import { PrincipalShare } from '../../../../src/broker/tools/principal-share.js';
-import { BrokerError } from '../../../../src/contracts/errors.js';
+import { PrincipalShare } from '../../../src/broker/principal-share.js';
+import { BrokerError } from '../../../src/contracts/errors.js';
 
 /** A call whose end the test decides. */
 function gate() {

@@ -1,10 +1,11 @@
-import type { DiffScript } from '../../domain/review/text-diff.js';
+import type { DiffScript } from '../domain/review/text-diff.js';
 
 /**
  * The reviewer's file diffs memoised by (base digest, new digest) (issue 21, item 3): a reviewer pages
  * a diff, re-reads a revision, and several reviewers read the same one; each of those used to redo the
  * comparison. Digests name bytes, so an entry is right for as long as the digests are; it is never a
- * way around ownership, which revision-diff.ts checks before every lookup.
+ * way around ownership, which tools/revision-diff.ts checks before every lookup. One per master
+ * (`deps.runtime.diffs`, src/broker/runtime.ts).
  *
  * Bounded by the characters it holds (least recently used first out), so a flood of distinct diffs
  * costs the master at most `maxChars` of memory here.

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { DiffMemo } from '../../../../src/broker/tools/diff-memo.js';
+import { DiffMemo } from '../../../src/broker/diff-memo.js';
 
 const script = (chars: number) => ({
   script: { lines: ['x'.repeat(chars - 1)], added_lines: 1, removed_lines: 0, work: 0 },
