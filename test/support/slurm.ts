@@ -8,7 +8,7 @@ import { requireOrSkip } from './require-or-skip.js';
  * scripts/slurm/start-local-slurm.sh and stopped by its pid files.
  *
  * - `ensureSlurm()`: the shared single-node cluster (node `localhost`, partition `gpu`, 8 fake GPUs,
- *   SLURM_CPUS=16, batch_sched_delay=0, /etc/slurm, /tmp/slurm-local). Idempotent: when `sinfo`
+ *   SLURM_CPUS=16, TEST_SLURM_CONF, /etc/slurm, /tmp/slurm-local). Idempotent: when `sinfo`
  *   answers and the node is usable it is reused (another run, or a developer, may have started it);
  *   otherwise it is started once per machine under a lock, with a marker naming this test run so that
  *   the globalSetup teardown (test/support/global-setup.ts) stops it at the end of the run — and only
@@ -46,6 +46,14 @@ const MAIN_DIR = '/tmp/slurm-local';
 const MULTI_DIR = '/tmp/gpu-broker-slurm-multi';
 const MARKER = 'started-by-test-run';
 const LOCK = '/tmp/gpu-broker-slurm-start.lock';
+
+/**
+ * slurm.conf lines both test clusters get. `batch_sched_delay=0`: a batch job starts as soon as the
+ * scheduler sees it, not up to 3 s later. `KillWait=2`: a job that outlives its SIGTERM (a cancel, a time
+ * limit) is SIGKILLed after 2 s, not Slurm's default 30 s, so no test waits half a minute for a job to end;
+ * nothing in the tests depends on the length of that grace, only on Slurm's state at the end.
+ */
+const TEST_SLURM_CONF = ['SchedulerParameters=batch_sched_delay=0', 'KillWait=2'].join('\n');
 
 function runId(): string {
   return process.env.GPU_BROKER_TEST_RUN ?? `pid-${process.ppid}`;
@@ -138,7 +146,7 @@ export function ensureSlurm(): SlurmAvailability {
     const r = startScript({
       SLURM_LOCAL_DIR: MAIN_DIR,
       SLURM_CPUS: '16',
-      SLURM_EXTRA_CONF: 'SchedulerParameters=batch_sched_delay=0',
+      SLURM_EXTRA_CONF: TEST_SLURM_CONF,
       SLURM_INSTALL: '1',
     });
     if (!r.ok) {
@@ -180,7 +188,7 @@ export function startMultiNodeSlurm(): SlurmAvailability {
       SLURMD_PORT: '6918',
       SLURM_CPUS: '8',
       SLURM_FAKE_GPUS: '4',
-      SLURM_EXTRA_CONF: 'SchedulerParameters=batch_sched_delay=0',
+      SLURM_EXTRA_CONF: TEST_SLURM_CONF,
       SLURM_INSTALL: '0',
     });
     if (!r.ok) throw new Error(`two-node start-local-slurm.sh failed:\n${r.output}`);

@@ -246,7 +246,9 @@ describe.runIf(slurmUp)('Slurm backend against a real Slurm', () => {
           `ls ${jobsRoot} >/dev/null 2>&1 && echo saw-jobs`,
           'echo \'{"version":1,"job_id":"1","exit_code":0,"ended_at":"x"}\' > ../exit.json 2>/dev/null && echo forged',
           'grep -q "^ *eth\\|^ *ens" /proc/net/dev && echo has-network',
-          'squeue >/dev/null 2>&1 && echo can-squeue',
+          // Without a network slurmctld is unreachable and squeue retries for MessageTimeout (10 s) before
+          // it gives up; one that can reach it answers in milliseconds, so 2 s tells the two apart.
+          'timeout 2 squeue >/dev/null 2>&1 && echo can-squeue',
           'exit 3',
         ].join('; '),
         { cards: { count: 2 } },
@@ -454,24 +456,34 @@ describe.runIf(slurmUp)('Slurm backend against a real Slurm', () => {
   }, 90_000);
 
   it('resumes a running job after a worker restart, by its job id', async () => {
-    const taskId = await approveTask(
-      alice,
-      rita,
-      shellSpec('echo before; sleep 4; echo after; echo done > "$GPU_BROKER_OUTPUT_DIR/r.txt"', {
-        cards: { count: 1 },
-        outputs: [{ path: 'r.txt', required: true }],
-      }),
-    );
-    const running = await runningWithBinding(taskId);
-    await worker.close();
-    expect(jobState(running.slurm!.job_id)).toMatch(/RUNNING|COMPLETING|COMPLETED/);
-    worker = await startSlurmWorker();
-    const done = await waitUntilSettled(alice, taskId, 60_000);
-    expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
-    expect(done.slurm?.job_id).toBe(running.slurm!.job_id);
-    const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
-    expect(logs.data).toContain('before');
-    expect(logs.data).toContain('after');
+    // The task runs until the test says go (a file under /var/tmp, which the rank sandbox binds from the
+    // host), so the job is surely still running across the restart, and no longer than that.
+    const gate = mkdtempSync('/var/tmp/gpu-broker-slurm-resume-');
+    chmodSync(gate, 0o755);
+    const go = join(gate, 'go');
+    try {
+      const taskId = await approveTask(
+        alice,
+        rita,
+        shellSpec(
+          `echo before; i=0; while [ ! -e ${go} ] && [ $i -lt 600 ]; do sleep 0.05; i=$((i+1)); done; echo after; echo done > "$GPU_BROKER_OUTPUT_DIR/r.txt"`,
+          { cards: { count: 1 }, outputs: [{ path: 'r.txt', required: true }] },
+        ),
+      );
+      const running = await runningWithBinding(taskId);
+      await worker.close();
+      expect(jobState(running.slurm!.job_id)).toBe('RUNNING');
+      worker = await startSlurmWorker();
+      writeFileSync(join(gate, 'go'), '');
+      const done = await waitUntilSettled(alice, taskId, 60_000);
+      expect(done).toMatchObject({ state: 'COMPLETED', exit_code: 0 });
+      expect(done.slurm?.job_id).toBe(running.slurm!.job_id);
+      const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: taskId }));
+      expect(logs.data).toContain('before');
+      expect(logs.data).toContain('after');
+    } finally {
+      rmSync(gate, { recursive: true, force: true });
+    }
   }, 90_000);
 
   it("shows Slurm's own pending reason while the admitted job waits in Slurm", async () => {

@@ -1,5 +1,5 @@
 import { execFileSync } from 'node:child_process';
-import { readFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { SlurmDriver } from '../../../worker/slurm/cli/driver.js';
@@ -28,7 +28,8 @@ describe.runIf(avail.ok)(
     const slurm = avail.ok ? avail.slurm : (undefined as never);
     let driver: SlurmDriver;
     let root: string;
-    let timeoutJob: string;
+    /** The time-limit job's id, once its EndTime has been moved to now (see `startTimeoutJob`). */
+    let timeoutJob: Promise<string>;
 
     async function submitWrapped(
       name: string,
@@ -70,13 +71,43 @@ describe.runIf(avail.ok)(
     }
     const ended = (j: SlurmJob) => ['COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT'].includes(j.state);
 
+    /**
+     * Slurm's limits are whole minutes and slurmctld looks for jobs past them every 30 s, so waiting for
+     * the limit took 60–100 s. This drives Slurm's deadline instead: once the job runs, its EndTime
+     * (start + limit) is moved to now, and slurmctld ends it at its next check as it does at the limit
+     * (TIMEOUT, TimeLimit), the 1-minute limit unchanged. Started first, so that the up to 30 s until that
+     * check pass while the other tests run. A plain batch script, not the wrapper: moving EndTime also
+     * ends the wrapper's srun step at once, and the wrapper, exiting first, would make the job FAILED.
+     */
+    async function startTimeoutJob(): Promise<string> {
+      const dir = join(root, 'timeout');
+      mkdirSync(dir, { recursive: true });
+      const script = join(dir, 'job.sh');
+      writeFileSync(script, '#!/bin/sh\nexec sleep 600\n', { mode: 0o755 });
+      const id = await driver.submit({
+        scriptPath: script,
+        stdout: join(dir, 'stdout.log'),
+        stderr: join(dir, 'stderr.log'),
+        chdir: dir,
+        jobName: `${TAG}-timeout`,
+        comment: TAG,
+        partition: slurm.partition,
+        timeLimitSeconds: 60,
+      });
+      submitted.push(id);
+      await until(id, (j) => j.state === 'RUNNING', 120_000);
+      execFileSync('scontrol', ['update', `JobId=${id}`, 'EndTime=now'], { env: slurm.env });
+      return id;
+    }
+
     beforeAll(async () => {
       root = makeTempDir('slurm-drv');
       // The worker's own environment must not reach the job.
       process.env.GB_LEAK_CANARY = 'leaked';
       driver = new SlurmDriver();
-      // Started first: Slurm checks limits about every 30 s, so TIMEOUT takes 60–100 s to show.
-      timeoutJob = (await submitWrapped('timeout', ['sleep', '600'], { time: 1 })).id;
+      timeoutJob = startTimeoutJob();
+      // Awaited by its test; a failure before then must not be an unhandled rejection.
+      timeoutJob.catch(() => undefined);
     });
 
     afterAll(async () => {
@@ -242,9 +273,10 @@ describe.runIf(avail.ok)(
     });
 
     it('ends a job at its time limit: TIMEOUT', async () => {
-      const j = await until(timeoutJob, ended, 240_000);
+      const id = await timeoutJob;
+      const j = await until(id, ended, 60_000);
       expect(j).toMatchObject({ state: 'TIMEOUT', reason: 'TimeLimit', timeLimitSeconds: 60 });
-    }, 300_000);
+    });
   },
   400_000,
 );
