@@ -12,6 +12,7 @@ import { type BenchSection, markdownTable, type OpResult } from './stats.js';
 import { storeUpkeepSection } from './store-upkeep.js';
 import { taskStartSection } from './task-start.js';
 import { tasksSection } from './tasks.js';
+import { testBoundsSection } from './test-bounds.js';
 
 /**
  * `npm run bench`: runs each benchmark section in turn and prints one table. A section starts what it
@@ -36,6 +37,7 @@ const SECTIONS: BenchSection[] = [
   tasksSection,
   taskStartSection,
   agentLoopSection,
+  testBoundsSection,
 ];
 
 async function main(): Promise<number> {

@@ -264,13 +264,11 @@ describe('through the policy', () => {
     expect(fs.map((f) => f.path)).toEqual(['inputs[1].path', 'inputs[2].path']);
   });
 
-  it('costs little: 1000 inputs in a few milliseconds', () => {
+  // Its time (under 50 ms a call) is measured by `npm run bench` (section test-bounds), not here.
+  it('goes over 1000 inputs, none loaded on its own, and finds none', () => {
     const paths = Array.from({ length: 1000 }, (_, i) => `src/m$i % 50/mod_${i}.py`);
     const argv = [PY, 'src/m0/mod_0.py'];
-    implicitCodeIn(paths, argv);
-    const t = performance.now();
-    for (let k = 0; k < 20; k++) implicitCodeIn(paths, argv);
-    expect((performance.now() - t) / 20).toBeLessThan(50);
+    expect(implicitCodeIn(paths, argv)).toEqual([]);
   });
 });
 

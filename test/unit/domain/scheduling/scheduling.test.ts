@@ -305,25 +305,18 @@ describe('decide: quota', () => {
   });
 });
 
-describe('decide: performance', () => {
-  it('handles 64 workers × 8 cards with 10,000 queued 1-card tasks well within budget', () => {
+describe('decide: a large queue', () => {
+  // Its time (budget ~50 ms, bound 100 ms) is measured by `npm run bench` (section test-bounds), not here.
+  it('decides 64 workers × 8 cards with 10,000 queued 1-card tasks, the same way every time', () => {
     const workers = Array.from({ length: 64 }, (_, i) => worker(`w${String(i).padStart(2, '0')}`, 8));
     const tasks = Array.from({ length: 10_000 }, (_, i) =>
       task(1, { owner: `o${i % 50}`, approved_at: NOW - i }),
     );
     const snap = snapshot(workers, tasks, { max_concurrent_cards_per_owner: 64 });
-    const times: number[] = [];
-    let d = decide(snap, NOW);
-    for (let i = 0; i < 7; i++) {
-      const start = performance.now();
-      d = decide(snap, NOW);
-      times.push(performance.now() - start);
-    }
-    times.sort((a, b) => a - b);
+    const d = decide(snap, NOW);
     expect(d.grants).toHaveLength(512);
     expect(d.waiting).toHaveLength(9488);
-    // Budget is ~50 ms; the bound is loose because the test machine is shared.
-    expect(times[3]).toBeLessThan(100);
+    expect(decide(snap, NOW)).toEqual(d);
   });
 });
 
