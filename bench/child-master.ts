@@ -53,6 +53,11 @@ export interface ChildMasterOptions {
    * only the hard limit really bounds it.
    */
   nofile?: number;
+  /**
+   * The CLI to start (default CLI_PATH, this tree's): the e2e section starts an older build's
+   * dist/src/cli/main.js to compare the two trees in one run.
+   */
+  cliPath?: string;
 }
 
 /** Starts `gpu-broker serve` on 127.0.0.1:0 (TLS auto) in a temp data dir with `policy`. */
@@ -68,7 +73,7 @@ export async function startChildMaster(
   const argv = [
     process.execPath,
     ...nodeArgs,
-    CLI_PATH,
+    opts.cliPath ?? CLI_PATH,
     'serve',
     '--data-dir',
     dataDir,
@@ -125,7 +130,16 @@ export async function startChildMaster(
     pid,
     dataDir,
     async createToken(name, roles, workerId) {
-      const args = [CLI_PATH, 'token', 'create', '--data-dir', dataDir, '--name', name, '--json'];
+      const args = [
+        opts.cliPath ?? CLI_PATH,
+        'token',
+        'create',
+        '--data-dir',
+        dataDir,
+        '--name',
+        name,
+        '--json',
+      ];
       for (const r of roles) args.push('--role', r);
       if (workerId) args.push('--worker-id', workerId);
       const { stdout } = await execFileP(process.execPath, args);

@@ -25,11 +25,20 @@ export interface ChildWorker {
   stop(graceMs?: number): Promise<void>;
 }
 
+/** How to start the child worker beyond its cards. */
+export interface ChildWorkerOptions {
+  /** The CLI to start (default CLI_PATH, this tree's), as ChildMasterOptions.cliPath. */
+  cliPath?: string;
+  /** More `gpu-broker worker` arguments, e.g. `['--isolation', 'none']`. */
+  args?: string[];
+}
+
 /** Starts `gpu-broker worker` against `master` with `cards` simulated cards. */
 export async function startChildWorker(
   master: ChildMaster,
   workerId: string,
   cards: number,
+  opts: ChildWorkerOptions = {},
 ): Promise<ChildWorker> {
   const dataDir = mkdtempSync(join(tmpdir(), 'gpu-broker-bench-worker-'));
   const tokenFile = join(dataDir, 'worker.token');
@@ -41,7 +50,8 @@ export async function startChildWorker(
   const child: ChildProcess = spawn(
     process.execPath,
     [
-      CLI_PATH,
+      ...(process.env['GPU_BROKER_BENCH_WORKER_NODE_ARGS'] ?? '').split(' ').filter(Boolean),
+      opts.cliPath ?? CLI_PATH,
       'worker',
       '--url',
       master.url,
@@ -56,6 +66,7 @@ export async function startChildWorker(
       '--data-dir',
       join(dataDir, 'state'),
       '--json',
+      ...(opts.args ?? []),
     ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );

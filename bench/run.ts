@@ -3,6 +3,7 @@ import { parseArgs } from 'node:util';
 import { admissionSection } from './admission.js';
 import { agentLoopSection } from './agent-loop.js';
 import { auditCheckSection } from './audit-check.js';
+import { e2eSection } from './e2e.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
 import { noisySection, noisyToolsSection } from './noisy-neighbour.js';
@@ -38,6 +39,7 @@ const SECTIONS: BenchSection[] = [
   taskStartSection,
   agentLoopSection,
   testBoundsSection,
+  e2eSection,
 ];
 
 async function main(): Promise<number> {
