@@ -28,3 +28,18 @@ export function canonicalJson(value: unknown): string {
       throw new TypeError(`canonicalJson: cannot serialise ${typeof value}`);
   }
 }
+
+/**
+ * canonicalJson of object `value` whose members named in `serialised` are already in canonical form
+ * (each the canonicalJson of that member): the same text, without serialising those members again.
+ */
+export function canonicalJsonWith(
+  value: Readonly<Record<string, unknown>>,
+  serialised: Readonly<Record<string, string>>,
+): string {
+  const keys = Object.keys(value)
+    .filter((k) => value[k] !== undefined)
+    .sort();
+  const member = (k: string) => (Object.hasOwn(serialised, k) ? serialised[k] : canonicalJson(value[k]));
+  return `{${keys.map((k) => `${JSON.stringify(k)}:${member(k)}`).join(',')}}`;
+}

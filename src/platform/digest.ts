@@ -10,3 +10,15 @@ export function sha256Hex(data: string | Uint8Array): string {
 export function digestOf(value: unknown): string {
   return sha256Hex(canonicalJson(value));
 }
+
+/** A value's canonical JSON and its sha256, for a caller that needs both (one serialisation). */
+export interface CanonicalForm {
+  canonical: string;
+  digest: string;
+}
+
+/** The canonical JSON of `value` and its sha256 (`digestOf(value)`), serialised once. */
+export function canonicalForm(value: unknown): CanonicalForm {
+  const canonical = canonicalJson(value);
+  return { canonical, digest: sha256Hex(canonical) };
+}

@@ -79,6 +79,39 @@ function bySchedulingOrder(a: QueuedTaskRow, b: QueuedTaskRow): number {
   return a.id < b.id ? -1 : a.id > b.id ? 1 : 0;
 }
 
+/**
+ * A task's owner and state fields with the code of its wait reason, read without the spec (issue 37:
+ * a wait_for_task wake-up or an execution report parsed the whole spec for these).
+ */
+export interface TaskStateFacts
+  extends Pick<TaskRecord, 'owner_id' | 'state' | 'desired' | 'failure_reason'> {
+  /** The code of the task's `reason` when it is a string, else null. */
+  reason_code: string | null;
+}
+
+/**
+ * What a worker's execution report reads of its task (src/broker/workers/reports.ts): its state facts
+ * and the outputs its spec declares, taken out by SQLite's JSON functions.
+ */
+export interface TaskReportFacts extends TaskStateFacts {
+  /** The outputs the spec declares: path and whether required. */
+  outputs: Array<{ path: string; required: boolean }>;
+}
+
+type StateFactsRow = Pick<TaskRecord, 'owner_id' | 'state' | 'desired' | 'failure_reason'> & {
+  reason_code: unknown;
+};
+
+function toStateFacts(r: StateFactsRow): TaskStateFacts {
+  return {
+    owner_id: r.owner_id,
+    state: r.state,
+    desired: r.desired,
+    failure_reason: r.failure_reason,
+    reason_code: typeof r.reason_code === 'string' ? r.reason_code : null,
+  };
+}
+
 /** Filter for listing tasks, newest first. */
 export interface TaskListQuery {
   owner_id?: string;
@@ -106,6 +139,15 @@ export class TasksRepo {
   constructor(private readonly db: Db) {
     this.s = {
       get: db.prepare<[string], TaskRow>('SELECT * FROM tasks WHERE id = ?'),
+      stateFacts: db.prepare<[string], StateFactsRow>(
+        `SELECT owner_id, state, desired, failure_reason, json_extract(reason, '$.code') AS reason_code
+         FROM tasks WHERE id = ?`,
+      ),
+      reportFacts: db.prepare<[string], StateFactsRow & { outputs: string | null }>(
+        `SELECT owner_id, state, desired, failure_reason, json_extract(reason, '$.code') AS reason_code,
+           json_extract(spec, '$.outputs') AS outputs
+         FROM tasks WHERE id = ?`,
+      ),
       insert: db.prepare(
         `INSERT INTO tasks (id, proposal_id, revision_id, owner_id, spec, spec_digest, priority, state, desired, reason,
            failure_reason, exit_code, signal, approved_at, created_at, updated_at, started_at, finished_at)
@@ -160,10 +202,22 @@ export class TasksRepo {
     };
   }
 
-  /** The task with this id. */
-  get(id: string): TaskRecord | undefined {
-    const row = this.s.get.get(id);
-    return row ? toTask(row) : undefined;
+  /** The task's state facts (see TaskStateFacts), without its spec. */
+  stateFacts(id: string): TaskStateFacts | undefined {
+    const r = this.s.stateFacts.get(id);
+    return r === undefined ? undefined : toStateFacts(r);
+  }
+
+  /** What an execution report reads of the task (see TaskReportFacts). */
+  reportFacts(id: string): TaskReportFacts | undefined {
+    const r = this.s.reportFacts.get(id);
+    if (r === undefined) return undefined;
+    const declared =
+      r.outputs === null ? [] : (JSON.parse(r.outputs) as Array<{ path: string; required?: boolean }>);
+    return {
+      ...toStateFacts(r),
+      outputs: declared.map((o) => ({ path: o.path, required: o.required ?? false })),
+    };
   }
 
   /** Inserts a task. */
@@ -172,10 +226,27 @@ export class TasksRepo {
     this.s.insert.run(toRow(t));
   }
 
-  /** Compare-and-set update on the state column; false when another writer moved the task first. */
+  /**
+   * Compare-and-set update on the state column; false when another writer moved the task first. Only
+   * the columns a move changes are bound: the spec is immutable, so it is not serialised again.
+   */
   update(t: TaskRecord, expectedState: TaskState): boolean {
     this.written(t.id);
-    return this.s.update.run({ ...toRow(t), expected_state: expectedState }).changes === 1;
+    return (
+      this.s.update.run({
+        id: t.id,
+        state: t.state,
+        desired: t.desired,
+        reason: t.reason === null ? null : JSON.stringify(t.reason),
+        failure_reason: t.failure_reason,
+        exit_code: t.exit_code,
+        signal: t.signal,
+        updated_at: t.updated_at,
+        started_at: t.started_at,
+        finished_at: t.finished_at,
+        expected_state: expectedState,
+      }).changes === 1
+    );
   }
 
   /** Tasks in one state, in scheduling order (priority, then approval time). */

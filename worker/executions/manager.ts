@@ -7,9 +7,10 @@ import type {
   WorkerErrorCode,
 } from '../../src/contracts/worker-protocol.js';
 import { DEFAULT_MAX_LOG_BYTES_PER_TASK } from '../../src/contracts/worker-protocol.js';
+import type { ReportedPhase } from '../../src/domain/machines/execution.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
-import type { ExecutionRecord, ExecutionSummary, LocalStore } from '../store/local-store.js';
+import type { ExecutionRecord, ExecutionSummary, LocalStore, OutboxEntry } from '../store/local-store.js';
 import { cardsCleanCheck, leasedCardsProblem } from './card-check.js';
 import type {
   BackendRef,
@@ -141,7 +142,7 @@ export class ExecutionManager {
     if (w === undefined) return;
     this.awaiting.delete(executionId);
     this.deps.outbox.forgetAck(w.report);
-    const { store, outbox, logger } = this.deps;
+    const { store, logger } = this.deps;
     logger.warn(
       { execution_id: executionId, detail },
       'worker: accepted execution withdrawn before it started',
@@ -154,14 +155,33 @@ export class ExecutionManager {
       detail,
     };
     store.transaction(() => {
-      outbox.enqueue(phaseBody(store.moveExecution(executionId, 'accepted', 'exited', result)));
-      outbox.enqueue(phaseBody(store.moveExecution(executionId, 'exited', 'cleaned', result)));
+      this.advance(executionId, 'accepted', 'exited', result);
+      this.advance(executionId, 'exited', 'cleaned', result);
     });
+  }
+
+  /**
+   * One step of an execution's life: moves it `from` → `to` in the local store (compare-and-set) and
+   * queues the report of its new phase. Call inside a store transaction, so the move and its report
+   * commit together.
+   */
+  private advance(
+    executionId: string,
+    from: ReportedPhase,
+    to: ReportedPhase,
+    result?: ExecutionSummary,
+  ): OutboxEntry {
+    return this.report(this.deps.store.moveExecution(executionId, from, to, result));
+  }
+
+  /** Queues the report of `record`'s phase as stored (a new, a re-reported or a rejected execution). */
+  private report(record: ExecutionRecord): OutboxEntry {
+    return this.deps.outbox.enqueue(phaseBody(record));
   }
 
   /** assign: re-delivery check, fencing, card check, record, report; the run starts after commit. */
   handleAssign(msg: Sequenced<'assign'>): Handled {
-    const { store, outbox, logger } = this.deps;
+    const { store, logger } = this.deps;
     const plan = msg.plan;
     // A known execution is never run twice; the master gets its latest phase again. This comes before
     // fencing because a newer lease on the same cards would otherwise turn an execution that ran into
@@ -172,7 +192,7 @@ export class ExecutionManager {
         { execution_id: plan.execution_id, phase: known.phase },
         'worker: assign for a known execution; reporting its phase instead of running it again',
       );
-      outbox.enqueue(phaseBody(known));
+      this.report(known);
       return {};
     }
     // The execution is new here (a known one returned above), so its epoch must be above every mark.
@@ -202,13 +222,13 @@ export class ExecutionManager {
       this.reject(plan, 'SETUP_FAILED', problem);
       return {};
     }
-    const report = outbox.enqueue(phaseBody(store.recordExecution(plan, 'accepted')));
+    const report = this.report(store.recordExecution(plan, 'accepted'));
     return { after: () => this.startWhenAcknowledged(plan, report) };
   }
 
   /** cancel: refused below the cards' recorded epoch; a finished execution is re-reported. */
   handleCancel(msg: Sequenced<'cancel'>): Handled {
-    const { store, outbox } = this.deps;
+    const { store } = this.deps;
     const record = store.getExecution(msg.execution_id);
     if (record === null) return unknownExecution(msg.execution_id);
     const recorded = Math.max(...record.plan.cards.map((c) => store.getCardEpoch(c.index)));
@@ -229,7 +249,7 @@ export class ExecutionManager {
     const run = this.running.get(msg.execution_id);
     if (run === undefined) {
       // Already finished (or left by a previous worker process and being cleaned up): say where it is.
-      outbox.enqueue(phaseBody(record));
+      this.report(record);
       return {};
     }
     this.deps.logger.info({ execution_id: msg.execution_id, reason: msg.reason }, 'worker: cancelling');
@@ -240,7 +260,7 @@ export class ExecutionManager {
   handleQuery(msg: Sequenced<'query'>): Handled {
     const record = this.deps.store.getExecution(msg.execution_id);
     if (record === null) return unknownExecution(msg.execution_id);
-    this.deps.outbox.enqueue(phaseBody(record));
+    this.report(record);
     return {};
   }
 
@@ -284,7 +304,7 @@ export class ExecutionManager {
       outputs: [],
       detail,
     };
-    this.deps.outbox.enqueue(phaseBody(this.deps.store.recordExecution(plan, 'rejected', result)));
+    this.report(this.deps.store.recordExecution(plan, 'rejected', result));
   }
 
   /**
@@ -311,16 +331,16 @@ export class ExecutionManager {
    * `started` (compare-and-set on the stored phase).
    */
   private onProgress(id: string, phase: 'accepted' | 'started', record: () => void): boolean {
-    const { store, outbox } = this.deps;
+    const { store } = this.deps;
     let moved = false;
     store.transaction(() => {
       record();
       const current = store.getExecution(id);
       if (current === null) return;
       if (phase === 'started' && current.phase === 'accepted') {
-        outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+        this.advance(id, 'accepted', 'started');
         moved = true;
-      } else outbox.enqueue(phaseBody(current));
+      } else this.report(current);
     });
     return moved;
   }
@@ -395,12 +415,12 @@ export class ExecutionManager {
   }
 
   private reportStarted(id: string, pgid: number): void {
-    const { store, outbox, logger, executor } = this.deps;
+    const { store, logger, executor } = this.deps;
     logger.info({ execution_id: id, pgid }, 'worker: execution started');
     const identity = executor.identify?.(pgid) ?? null;
     store.transaction(() => {
       store.setExecutionPgid(id, pgid, identity);
-      outbox.enqueue(phaseBody(store.moveExecution(id, 'accepted', 'started')));
+      this.advance(id, 'accepted', 'started');
     });
   }
 
@@ -419,7 +439,7 @@ export class ExecutionManager {
       outbox.enqueueLogsBeforeExit(id);
       // Outputs first: when the master sees `exited`, every output it lists has already arrived.
       for (const o of exit.outputs) outbox.enqueue(outputBody(plan, o));
-      outbox.enqueue(phaseBody(store.moveExecution(id, from, 'exited', result)));
+      this.advance(id, from, 'exited', result);
     });
   }
 
@@ -429,7 +449,7 @@ export class ExecutionManager {
    * record final with no report queued for it.
    */
   private reportDone(id: string, from: 'accepted' | 'started' | 'exited', done: ExecutionResult): void {
-    const { store, outbox, logger } = this.deps;
+    const { store, logger } = this.deps;
     const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
     (done.cleaned ? logger.info : logger.error).call(
       logger,
@@ -440,7 +460,7 @@ export class ExecutionManager {
       const result = finalSummary(done, store.getExecution(id)?.result);
       // From `exited` only: when that report could not be recorded, the record stays unfinished and
       // the next worker process reports it, rather than jumping over `exited` here.
-      outbox.enqueue(phaseBody(store.moveExecution(id, from, final, result)));
+      this.advance(id, from, final, result);
     });
   }
 }

@@ -40,12 +40,12 @@ export function brokerTools(): BoundTool[] {
   return [
     bindTool(
       P.createProposalTool,
-      ({ deps, principal }, i) => createProposal(deps, principal, i.spec),
+      ({ deps, principal, spec }, i) => createProposal(deps, principal, i.spec, spec),
       'heavy',
     ),
     bindTool(
       P.reviseProposalTool,
-      ({ deps, principal }, i) => reviseProposal(deps, principal, i.proposal_id, i.spec),
+      ({ deps, principal, spec }, i) => reviseProposal(deps, principal, i.proposal_id, i.spec, spec),
       'heavy',
     ),
     bindTool(

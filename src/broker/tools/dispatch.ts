@@ -1,10 +1,10 @@
 import type { z } from 'zod';
-import { canonicalJson } from '../../contracts/canonical-json.js';
+import { canonicalJsonWith } from '../../contracts/canonical-json.js';
 import { BrokerError } from '../../contracts/errors.js';
 import { jsonDepthExceeds, MAX_JSON_DEPTH } from '../../contracts/json-depth.js';
 import { MAX_SPEC_BYTES } from '../../contracts/task-spec.js';
 import type { ToolDef } from '../../contracts/tool-def.js';
-import { sha256Hex } from '../../platform/digest.js';
+import { type CanonicalForm, canonicalForm, sha256Hex } from '../../platform/digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { hasAnyRole } from '../principals.js';
@@ -35,6 +35,11 @@ export interface ToolContext {
   principal: Principal;
   /** Aborted when the client goes away (wait tools stop early). */
   signal?: AbortSignal | undefined;
+  /**
+   * A mutating call's `spec` in canonical form with its digest, serialised once for the idempotency
+   * digest and handed on: the use case sizes and digests the spec with it instead of serialising again.
+   */
+  spec?: CanonicalForm | undefined;
 }
 
 /**
@@ -190,7 +195,10 @@ async function parseAndRun(
 function runMutating(tool: BoundTool, ctx: ToolContext, input: Record<string, unknown>): unknown {
   const key = input['idempotency_key'] as string;
   const { idempotency_key: _omit, ...body } = input;
-  const canonical = canonicalJson(body);
+  // The spec (create_proposal, revise_proposal) is serialised once, here, and the request's canonical
+  // form built around it; the handler gets it with its digest (issue 37: it was serialised five times).
+  const spec = body['spec'] === undefined ? undefined : canonicalForm(body['spec']);
+  const canonical = canonicalJsonWith(body, spec === undefined ? {} : { spec: spec.canonical });
   const requestDigest = sha256Hex(canonical);
   const { store, clock } = ctx.deps;
   return store.transaction(() => {
@@ -210,7 +218,10 @@ function runMutating(tool: BoundTool, ctx: ToolContext, input: Record<string, un
     // reservations is reserving and releasing it in one step.
     if (!GROWTH_EXEMPT.has(tool.def.name))
       ctx.deps.storage?.assertAcceptsGrowth(tool.def.name, Buffer.byteLength(canonical));
-    const result = shapeOutput(tool, tool.handler(ctx, input as never));
+    const result = shapeOutput(
+      tool,
+      tool.handler(spec === undefined ? ctx : { ...ctx, spec }, input as never),
+    );
     store.idempotency.put(ctx.principal.id, tool.def.name, key, requestDigest, result, clock.now());
     return result;
   });

@@ -159,10 +159,14 @@ function tryGrants(
   deps: BrokerDeps,
   principal: Principal,
   p: ProposalRecord,
-  r: RevisionRecord,
+  revisionId: string,
 ): CoverageView & { task_id: string | null } {
   let first: CoverageView | null = null;
+  // Read (and its spec parsed) only when the owner has a grant to try: most confirmations have none.
+  let revision: RevisionRecord | undefined;
   for (const g of deps.store.grants.liveOf(p.owner_id)) {
+    revision ??= deps.store.proposals.revision(revisionId)!;
+    const r = revision;
     const c = grantCoverage(deps, g, r);
     if (!c.covered) {
       first ??= view(g, c);
@@ -188,8 +192,7 @@ export function confirmRevisionWithGrants(
 ) {
   const confirmed = confirmRevision(deps, principal, proposalId, revisionId);
   const p = deps.store.proposals.get(proposalId)!;
-  const r = deps.store.proposals.revision(revisionId)!;
-  const grant = tryGrants(deps, principal, p, r);
+  const grant = tryGrants(deps, principal, p, revisionId);
   if (grant.task_id === null)
     return {
       ...confirmed,

@@ -8,7 +8,7 @@ import { digestsToInspect } from '../../domain/policy/inputs.js';
 import { type HostBoundLimit, hostAllowance } from '../../domain/policy/task-limits.js';
 import type { TextInspection } from '../../domain/policy/text-inspection.js';
 import { revisionQuotaBreach } from '../../domain/retention/proposal-quota.js';
-import { digestOf } from '../../platform/digest.js';
+import { type CanonicalForm, canonicalForm } from '../../platform/digest.js';
 import { fileSha256 } from '../../platform/file-digest.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { ProposalRecord, RevisionRecord } from '../../store/proposals-repo.js';
@@ -46,7 +46,7 @@ function checkRevisionQuota(
   principal: Principal,
   opensProposal: boolean,
   revisionNumber: number,
-  specJson: string,
+  specBytes: number,
 ): void {
   const proposals = deps.store.proposals;
   const breach = revisionQuotaBreach(
@@ -56,7 +56,7 @@ function checkRevisionQuota(
       revision_number: revisionNumber,
       revisions_last_hour: proposals.revisionsWrittenSince(principal.id, deps.clock.now() - HOUR_MS),
       stored_bytes: proposals.revisionUsage(principal.id).bytes,
-      new_bytes: Buffer.byteLength(specJson),
+      new_bytes: specBytes,
     },
     deps.config.quotas,
   );
@@ -70,15 +70,19 @@ function checkRevisionQuota(
 
 const HOUR_MS = 3_600_000;
 
-function checkSize(spec: TaskSpec): string {
-  const json = JSON.stringify(spec);
-  if (Buffer.byteLength(json) > MAX_SPEC_BYTES)
+/**
+ * Refuses a spec over MAX_SPEC_BYTES; returns its size. Measured on the canonical form, which is as
+ * long as JSON.stringify's (the same members and values, keys sorted), so the one serialisation serves.
+ */
+function checkSize(serialised: CanonicalForm): number {
+  const bytes = Buffer.byteLength(serialised.canonical);
+  if (bytes > MAX_SPEC_BYTES)
     throw new BrokerError(
       'PAYLOAD_TOO_LARGE',
-      `spec is ${Buffer.byteLength(json)} bytes; the limit is ${MAX_SPEC_BYTES}`,
+      `spec is ${bytes} bytes; the limit is ${MAX_SPEC_BYTES}`,
       'Keep specs small: put data in files the task reads, not in argv, env or notes.',
     );
-  return json;
+  return bytes;
 }
 
 /**
@@ -162,14 +166,15 @@ function insertRevision(
   proposal: Pick<ProposalRecord, 'id' | 'owner_id'>,
   number: number,
   spec: TaskSpec,
+  serialised: CanonicalForm,
 ) {
-  checkRevisionQuota(deps, principal, false, number, checkSize(spec));
+  checkRevisionQuota(deps, principal, false, number, checkSize(serialised));
   const revision: RevisionRecord = {
     id: deps.ids('rev'),
     proposal_id: proposal.id,
     number,
     spec,
-    digest: digestOf(spec),
+    digest: serialised.digest,
     findings: findingsFor(deps, proposal.owner_id, spec),
     created_by: principal.id,
     created_at: deps.clock.now(),
@@ -192,8 +197,16 @@ function revisionResult(p: ProposalRecord, r: RevisionRecord, next_action: strin
   };
 }
 
-/** create_proposal: a new DRAFT with revision 1. Call inside a transaction. */
-export function createProposal(deps: BrokerDeps, principal: Principal, spec: TaskSpec): RevisionResult {
+/**
+ * create_proposal: a new DRAFT with revision 1. Call inside a transaction. `serialised`: the spec's
+ * canonical form if the caller already made it (runMutating does), so it is not serialised again.
+ */
+export function createProposal(
+  deps: BrokerDeps,
+  principal: Principal,
+  spec: TaskSpec,
+  serialised: CanonicalForm = canonicalForm(spec),
+): RevisionResult {
   const now = deps.clock.now();
   const id = deps.ids('prop');
   const revisionId = deps.ids('rev');
@@ -207,14 +220,14 @@ export function createProposal(deps: BrokerDeps, principal: Principal, spec: Tas
     updated_at: now,
     expires_at: now + deps.config.timing.proposal_ttl_seconds * 1000,
   };
-  checkRevisionQuota(deps, principal, true, 1, checkSize(spec));
+  checkRevisionQuota(deps, principal, true, 1, checkSize(serialised));
   deps.store.proposals.insert(p);
   const revision: RevisionRecord = {
     id: revisionId,
     proposal_id: id,
     number: 1,
     spec,
-    digest: digestOf(spec),
+    digest: serialised.digest,
     findings: findingsFor(deps, principal.id, spec),
     created_by: principal.id,
     created_at: now,
@@ -233,16 +246,20 @@ export function createProposal(deps: BrokerDeps, principal: Principal, spec: Tas
   return revisionResult(p, revision, proposalNextAction(p, revision));
 }
 
-/** revise_proposal: a new immutable revision; CHANGES_REQUESTED goes back to DRAFT. */
+/**
+ * revise_proposal: a new immutable revision; CHANGES_REQUESTED goes back to DRAFT. `serialised` as for
+ * createProposal.
+ */
 export function reviseProposal(
   deps: BrokerDeps,
   principal: Principal,
   proposalId: string,
   spec: TaskSpec,
+  serialised: CanonicalForm = canonicalForm(spec),
 ): RevisionResult {
   const p = loadOwnProposal(deps, principal, proposalId);
   const current = deps.store.proposals.revision(p.current_revision_id)!;
-  const revision = insertRevision(deps, principal, p, current.number + 1, spec);
+  const revision = insertRevision(deps, principal, p, current.number + 1, spec, serialised);
   const next = moveProposal(
     deps,
     p,

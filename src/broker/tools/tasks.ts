@@ -27,9 +27,12 @@ import { waitUntil } from './wait-until.js';
 /** Loads a task the principal may see; others' tasks are NOT_FOUND (no existence leak). */
 export function loadVisibleTask(deps: BrokerDeps, principal: Principal, id: string): TaskRecord {
   const t = deps.store.tasks.get(id);
-  if (!t || (t.owner_id !== principal.id && !canReadAll(principal)))
-    throw new BrokerError('NOT_FOUND', `no task ${id}`, 'Check the id; list_tasks shows yours.');
+  if (!t || (t.owner_id !== principal.id && !canReadAll(principal))) throw notFound(id);
   return t;
+}
+
+function notFound(id: string): BrokerError {
+  return new BrokerError('NOT_FOUND', `no task ${id}`, 'Check the id; list_tasks shows yours.');
 }
 
 export function getTask(deps: BrokerDeps, principal: Principal, taskId: string): TaskView {
@@ -64,15 +67,20 @@ export async function waitForTask(
   timeoutSeconds: number,
   signal?: AbortSignal,
 ): Promise<{ task: TaskView; timed_out: boolean }> {
-  const { value, timed_out } = await waitUntil(
+  // Each wake-up reads the task's state facts only; the whole task (its spec parsed) once, for the answer.
+  const { timed_out } = await waitUntil(
     deps,
     taskTopic(taskId),
     timeoutSeconds * 1000,
-    () => loadVisibleTask(deps, principal, taskId),
-    (t) => waitSettles(t.state, typeof t.reason?.code === 'string' ? t.reason.code : null),
+    () => {
+      const t = deps.store.tasks.stateFacts(taskId);
+      if (!t || (t.owner_id !== principal.id && !canReadAll(principal))) throw notFound(taskId);
+      return t;
+    },
+    (t) => waitSettles(t.state, t.reason_code),
     signal,
   );
-  return { task: taskView(deps.store, value, deps.observe), timed_out };
+  return { task: taskView(deps.store, loadVisibleTask(deps, principal, taskId), deps.observe), timed_out };
 }
 
 /** cancel_task: a queued task ends now; a placed one is stopped by its worker and ends on the receipt. */

@@ -100,7 +100,8 @@ function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord |
   const now = deps.clock.now();
   // Only the fence reads an execution of another worker; nothing else of it is read.
   if (e === null || e.worker_id !== workerId) return { worker_id: workerId, records: null, now };
-  const task = deps.store.tasks.get(e.task_id)!;
+  // The task's state fields and declared outputs only: its spec is not parsed for a report.
+  const task = deps.store.tasks.reportFacts(e.task_id)!;
   const lease = deps.store.leases.lease(e.lease_id)!;
   return {
     worker_id: workerId,
@@ -112,8 +113,8 @@ function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord |
         state: task.state,
         desired: task.desired,
         failure_reason: task.failure_reason,
-        reason: typeof task.reason?.code === 'string' ? task.reason.code : null,
-        outputs: task.spec.outputs,
+        reason: task.reason_code,
+        outputs: task.outputs,
       },
       lease: { state: lease.state, cards: lease.cards.map((c) => c.index) },
       stored_outputs: deps.store.logs.outputs(e.id),

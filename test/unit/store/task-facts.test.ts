@@ -1,0 +1,119 @@
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { canonicalJson, canonicalJsonWith } from '../../../src/contracts/canonical-json.js';
+import type { TaskSpec } from '../../../src/contracts/task-spec.js';
+import { Store } from '../../../src/store/store.js';
+import type { TaskRecord } from '../../../src/store/tasks-repo.js';
+
+/**
+ * Issue 37 item 4: an execution report and a wait_for_task wake-up read a task's state facts and
+ * declared outputs with SQLite's JSON functions instead of parsing its spec; an update does not
+ * serialise the (immutable) spec. The facts must say what the whole record says.
+ */
+
+let store: Store;
+beforeEach(() => {
+  store = Store.open(':memory:');
+  store.principals.insert({
+    id: 'prin_a',
+    name: 'a',
+    roles: ['submitter'],
+    worker_id: null,
+    created_at: 1,
+    token_hash: 'f'.repeat(64),
+  });
+  store.proposals.insert({
+    id: 'prop_1',
+    owner_id: 'prin_a',
+    state: 'IN_REVIEW',
+    current_revision_id: 'rev_1',
+    task_id: null,
+    created_at: 1,
+    updated_at: 1,
+    expires_at: 10,
+  });
+  store.proposals.insertRevision({
+    id: 'rev_1',
+    proposal_id: 'prop_1',
+    number: 1,
+    spec: { title: 't' } as TaskSpec,
+    digest: 'd'.repeat(64),
+    findings: [],
+    created_by: 'prin_a',
+    created_at: 1,
+    confirmed_at: 1,
+  });
+});
+afterEach(() => store.close());
+
+function task(spec: Partial<TaskSpec>, over: Partial<TaskRecord> = {}): TaskRecord {
+  return {
+    id: 'task_1',
+    proposal_id: 'prop_1',
+    revision_id: 'rev_1',
+    owner_id: 'prin_a',
+    spec: { title: 'T', cards: { count: 1 }, ...spec } as TaskSpec,
+    spec_digest: 'd'.repeat(64),
+    priority: 0,
+    state: 'QUEUED',
+    desired: 'run',
+    reason: { code: 'pending_scheduling', message: 'waiting' },
+    failure_reason: null,
+    exit_code: null,
+    signal: null,
+    approved_at: 1,
+    created_at: 1,
+    updated_at: 1,
+    started_at: null,
+    finished_at: null,
+    ...over,
+  };
+}
+
+describe('task facts', () => {
+  it('reads state, reason code and declared outputs as the whole record has them', () => {
+    const outputs = [
+      { path: 'out/a.txt', required: true },
+      { path: 'b "quoted" é.bin', required: false },
+    ];
+    store.tasks.insert(task({ outputs } as Partial<TaskSpec>));
+    const whole = store.tasks.get('task_1')!;
+    expect(store.tasks.reportFacts('task_1')).toEqual({
+      owner_id: whole.owner_id,
+      state: whole.state,
+      desired: whole.desired,
+      failure_reason: whole.failure_reason,
+      reason_code: 'pending_scheduling',
+      outputs,
+    });
+    const { outputs: _o, ...state } = store.tasks.reportFacts('task_1')!;
+    expect(store.tasks.stateFacts('task_1')).toEqual(state);
+  });
+
+  it('has no reason code without a reason or with a non-string code, and no outputs without any', () => {
+    store.tasks.insert(task({}, { reason: null }));
+    expect(store.tasks.reportFacts('task_1')).toMatchObject({ reason_code: null, outputs: [] });
+    const t = store.tasks.get('task_1')!;
+    store.tasks.update({ ...t, reason: { code: 7 } }, 'QUEUED');
+    expect(store.tasks.stateFacts('task_1')?.reason_code).toBeNull();
+    expect(store.tasks.stateFacts('task_nope')).toBeUndefined();
+    expect(store.tasks.reportFacts('task_nope')).toBeUndefined();
+  });
+
+  it('an update changes the state columns and leaves the spec as stored', () => {
+    store.tasks.insert(task({ outputs: [{ path: 'x', required: true }] } as Partial<TaskSpec>));
+    const t = store.tasks.get('task_1')!;
+    const moved = { ...t, state: 'ASSIGNED' as const, reason: null, updated_at: 5 };
+    expect(store.tasks.update(moved, 'QUEUED')).toBe(true);
+    expect(store.tasks.update(moved, 'QUEUED')).toBe(false);
+    expect(store.tasks.get('task_1')).toEqual(moved);
+  });
+});
+
+describe('canonicalJsonWith', () => {
+  it('is canonicalJson with the named members taken as already serialised', () => {
+    const spec = { z: [1, { b: 2, a: 'é' }], a: null, u: undefined };
+    const body = { spec, proposal_id: 'prop_1', none: undefined, constructor: 'x' };
+    expect(canonicalJsonWith(body, { spec: canonicalJson(spec) })).toBe(canonicalJson(body));
+    expect(canonicalJsonWith(body, {})).toBe(canonicalJson(body));
+  });
+});
