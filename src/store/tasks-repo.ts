@@ -202,6 +202,12 @@ export class TasksRepo {
     };
   }
 
+  /** The task with this id. */
+  get(id: string): TaskRecord | undefined {
+    const row = this.s.get.get(id);
+    return row ? toTask(row) : undefined;
+  }
+
   /** The task's state facts (see TaskStateFacts), without its spec. */
   stateFacts(id: string): TaskStateFacts | undefined {
     const r = this.s.stateFacts.get(id);
