@@ -45,10 +45,20 @@ const SPEC = {
 
 /** CPU seconds of process `pid` (utime + stime; USER_HZ 100), with its reaped children if asked. */
 function cpuSeconds(pid: number, withReaped: boolean): number {
-  const rest = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const f = rest.slice(rest.lastIndexOf(')') + 2).split(' ');
+  const f = statFields(pid);
   const own = Number(f[11]) + Number(f[12]);
   return (withReaped ? own + Number(f[13]) + Number(f[14]) : own) / 100;
+}
+
+/** System (kernel) CPU seconds of process `pid` alone: its share says how much is syscalls (writes). */
+function systemSeconds(pid: number): number {
+  return Number(statFields(pid)[12]) / 100;
+}
+
+/** The fields of /proc/PID/stat after the command name (which may hold spaces). */
+function statFields(pid: number): string[] {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+  return stat.slice(stat.lastIndexOf(')') + 2).split(' ');
 }
 
 /** One task's loop: agent proposes and confirms, reviewer approves, agent waits; returns the task id. */
@@ -108,6 +118,8 @@ interface TreeRun {
   seconds: number;
   approvedToStartedMs: number[];
   masterMsPerTask: number;
+  /** Of masterMsPerTask, the part spent in the kernel (stime). */
+  masterSystemMsPerTask: number;
   workerMsPerTask: number;
   errors: number;
 }
@@ -143,11 +155,13 @@ async function runTree(cliPath: string, label: string): Promise<TreeRun> {
     const nextKey = keySequence(`e2e-${label}`);
     await runLoops(agents, reviewers, nextKey, WARMUP);
     const master0 = cpuSeconds(master.pid, false);
+    const masterSystem0 = systemSeconds(master.pid);
     const worker0 = cpuSeconds(worker.pid, true);
     const started = performance.now();
     const ids = await runLoops(agents, reviewers, nextKey, TASKS);
     const seconds = (performance.now() - started) / 1000;
     const masterMsPerTask = ((cpuSeconds(master.pid, false) - master0) * 1000) / TASKS;
+    const masterSystemMsPerTask = ((systemSeconds(master.pid) - masterSystem0) * 1000) / TASKS;
     const workerMsPerTask = ((cpuSeconds(worker.pid, true) - worker0) * 1000) / TASKS;
     const approvedToStartedMs: number[] = [];
     let errors = 0;
@@ -163,6 +177,7 @@ async function runTree(cliPath: string, label: string): Promise<TreeRun> {
       seconds,
       approvedToStartedMs,
       masterMsPerTask,
+      masterSystemMsPerTask,
       workerMsPerTask,
       errors,
     };
@@ -181,7 +196,7 @@ function row(label: string, r: TreeRun): OpResult {
     r.approvedToStartedMs,
     r.errors,
     r.seconds,
-    `p50/p99 = approval → started; CPU ms/task: master ${r.masterMsPerTask.toFixed(2)}, worker ${r.workerMsPerTask.toFixed(2)} (with its reaped children); isolation ${ISOLATION}`,
+    `p50/p99 = approval → started; CPU ms/task: master ${r.masterMsPerTask.toFixed(2)} (kernel ${r.masterSystemMsPerTask.toFixed(2)}), worker ${r.workerMsPerTask.toFixed(2)} (with its reaped children); isolation ${ISOLATION}`,
   );
   return { ...base, calls: TASKS, callsPerSecond: r.tasksPerSecond };
 }
