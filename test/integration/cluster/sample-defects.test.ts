@@ -1,5 +1,6 @@
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
+import { grantRetryDelayMs } from '../../../src/broker/loops/scheduler.js';
 import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
 import { approveTask, clusterConfig, getTask, shellSpec } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
@@ -143,14 +144,19 @@ describe('a grant that keeps failing to apply', () => {
         message: expect.stringContaining('lease_cards refused'),
       }),
     );
-    // Backing off, not spinning: over two more seconds only a handful of attempts.
-    const failures = async () => {
-      const alert = (await alerts()).find((a) => a.kind === 'grant_failing');
-      return Number(/failed (\d+) times/.exec(alert?.message ?? '')?.[1]);
-    };
-    const failuresNow = await failures();
-    await new Promise((r) => setTimeout(r, 2000));
-    expect(await failures()).toBeLessThanOrEqual(failuresNow + 3);
+    // Backing off, not spinning: the next attempt comes no sooner than the retry time the last failure
+    // set (each record says when its attempt was: retry_at less its delay), and it is one attempt.
+    const failing = () => m.deps.cluster.failingGrants().find((f) => f.task_id === id);
+    const before = await waitFor(failing, { what: 'the failing grant' });
+    const after = await waitFor(
+      () => {
+        const f = failing();
+        return f && f.failures > before.failures ? f : null;
+      },
+      { what: 'the next attempt at the grant' },
+    );
+    expect(after.failures).toBe(before.failures + 1);
+    expect(after.retry_at - grantRetryDelayMs(after.failures)).toBeGreaterThanOrEqual(before.retry_at);
 
     m.store.db.exec('DROP TRIGGER refuse_raw_grant');
     await raw.next((r) => r['type'] === 'assign', { from, what: 'the assign after the cause is gone' });
