@@ -1,6 +1,7 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_ID_RULE, WorkerIdSchema } from '../contracts/worker-protocol.js';
+import { DEFAULT_ACCOUNT, ROOT_ACCOUNT } from '../domain/accounts/tree.js';
 import { sha256Hex } from '../platform/digest.js';
 import type { Principal, Role } from '../store/principals-repo.js';
 import { ROLES } from '../store/principals-repo.js';
@@ -22,7 +23,12 @@ export const TOKEN_PREFIX = 'gpb_';
 /** Creates a principal and returns its token (the only time the token exists in clear). */
 export function createPrincipal(
   deps: Pick<BrokerDeps, 'store' | 'clock' | 'ids'>,
-  input: { name: string; roles: readonly string[]; worker_id?: string | undefined },
+  input: {
+    name: string;
+    roles: readonly string[];
+    worker_id?: string | undefined;
+    account?: string | undefined;
+  },
   actor = 'local-admin',
 ): { principal: Principal; token: string } {
   const roles = [...new Set(input.roles)];
@@ -74,10 +80,19 @@ export function createPrincipal(
     name: input.name,
     roles: roles as Role[],
     worker_id: input.worker_id ?? null,
+    account: input.account ?? DEFAULT_ACCOUNT,
     created_at: now,
     revoked_at: null,
   };
   deps.store.transaction(() => {
+    if (principal.account === ROOT_ACCOUNT || !deps.store.accounts.get(principal.account))
+      throw new BrokerError(
+        principal.account === ROOT_ACCOUNT ? 'INVALID_INPUT' : 'NOT_FOUND',
+        principal.account === ROOT_ACCOUNT
+          ? 'no principal belongs to root: it holds the tree'
+          : `no account ${principal.account}`,
+        'Name a team account (gpu-broker account list; account create NAME makes one), or leave --account out for default.',
+      );
     if (deps.store.principals.findByName(input.name))
       throw new BrokerError(
         'CONFLICT',
@@ -91,7 +106,12 @@ export function createPrincipal(
       action: 'principal.created',
       subject_type: 'principal',
       subject_id: principal.id,
-      data: { name: principal.name, roles: principal.roles, worker_id: principal.worker_id },
+      data: {
+        name: principal.name,
+        roles: principal.roles,
+        worker_id: principal.worker_id,
+        account: principal.account,
+      },
     });
   });
   return { principal, token };

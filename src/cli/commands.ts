@@ -5,6 +5,7 @@ import { RUN, TASK } from './agent/task-command-specs.js';
 import type { CommandRunner } from './common/io.js';
 import { SERVE, START, WORKER } from './host/command-specs.js';
 import {
+  ACCOUNT,
   AUDIT,
   CLIENT_KIT,
   CORDON,
@@ -16,6 +17,7 @@ import {
   TOKEN,
   UNCORDON,
   UNDRAIN,
+  USAGE,
 } from './operator/command-specs.js';
 import { GRANT } from './review/grant-command-specs.js';
 import { REVIEW } from './review/review-command-specs.js';
@@ -40,6 +42,8 @@ export const COMMANDS: Record<string, CommandEntry> = {
   serve: { spec: SERVE, load: () => import('./host/serve.js') },
   worker: { spec: WORKER, load: () => import('./host/worker.js') },
   token: { spec: TOKEN, load: () => import('./operator/token.js') },
+  account: { spec: ACCOUNT, load: () => import('./operator/account.js') },
+  usage: { spec: USAGE, load: () => import('./operator/usage.js') },
   status: { spec: STATUS, load: () => import('./operator/status.js') },
   review: { spec: REVIEW, load: () => import('./review/review.js') },
   propose: { spec: PROPOSE, load: () => import('./agent/propose.js') },

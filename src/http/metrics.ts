@@ -215,6 +215,18 @@ function registerScrapedGauges(deps: BrokerDeps, opts: MetricsOptions, registers
     ...healthGauges(deps),
     ...passGauges(opts),
   ];
+  // The usage ledger, a counter read at scrape time: it only grows (a lease is charged once, when it ends).
+  new Counter({
+    name: 'gpu_broker_card_seconds_total',
+    help: 'Card-seconds charged to leases that ended, by account, card model and whether the cards were simulated (docs/operations.md "Accounts and usage").',
+    labelNames: ['account', 'model', 'simulated'],
+    registers,
+    collect() {
+      this.reset();
+      for (const t of deps.store.usage.totals())
+        this.inc({ account: t.account, model: t.model, simulated: String(t.simulated) }, t.card_seconds);
+    },
+  });
   for (const { name, help, labelNames = [], read } of gauges) {
     new Gauge({
       name,

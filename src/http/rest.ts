@@ -61,6 +61,11 @@ export const REST_ROUTES: RestRoute[] = [
   { method: 'GET', url: '/api/v1/grants/:grant_id', tool: 'get_grant' },
   { method: 'POST', url: '/api/v1/grants/:grant_id/decide', tool: 'decide_grant' },
   { method: 'POST', url: '/api/v1/grants/:grant_id/revoke', tool: 'revoke_grant' },
+  { method: 'GET', url: '/api/v1/accounts', tool: 'list_accounts' },
+  { method: 'POST', url: '/api/v1/accounts', tool: 'create_account' },
+  { method: 'POST', url: '/api/v1/accounts/:name', tool: 'set_account' },
+  { method: 'POST', url: '/api/v1/accounts/:name/delete', tool: 'delete_account' },
+  { method: 'GET', url: '/api/v1/usage', tool: 'get_usage' },
 ];
 
 const NUMERIC = /^(limit|timeout_seconds|offset|tail_lines|max_bytes|index|diff_lines|diff_offset)$/;

@@ -11,6 +11,8 @@ export interface Principal {
   name: string;
   roles: Role[];
   worker_id: string | null;
+  /** The account (team) it belongs to; `default` unless placed elsewhere (docs/operations.md "Accounts and usage"). */
+  account: string;
   created_at: number;
   revoked_at: number | null;
 }
@@ -21,6 +23,7 @@ interface PrincipalRow {
   roles: string;
   worker_id: string | null;
   token_hash: string;
+  account: string;
   created_at: number;
   revoked_at: number | null;
 }
@@ -31,6 +34,7 @@ function toPrincipal(row: PrincipalRow): Principal {
     name: row.name,
     roles: JSON.parse(row.roles) as Role[],
     worker_id: row.worker_id,
+    account: row.account,
     created_at: row.created_at,
     revoked_at: row.revoked_at,
   };
@@ -44,18 +48,27 @@ export class PrincipalsRepo {
   private readonly insertStmt;
   private readonly allStmt;
   private readonly revokeStmt;
+  private readonly inAccountStmt;
 
   constructor(db: Db) {
     this.byHash = db.prepare<[string], PrincipalRow>('SELECT * FROM principals WHERE token_hash = ?');
     this.byName = db.prepare<[string], PrincipalRow>('SELECT * FROM principals WHERE name = ?');
     this.byId = db.prepare<[string], PrincipalRow>('SELECT * FROM principals WHERE id = ?');
     this.insertStmt = db.prepare(
-      'INSERT INTO principals (id, name, roles, worker_id, token_hash, created_at) VALUES (@id, @name, @roles, @worker_id, @token_hash, @created_at)',
+      'INSERT INTO principals (id, name, roles, worker_id, token_hash, account, created_at) VALUES (@id, @name, @roles, @worker_id, @token_hash, @account, @created_at)',
     );
     this.allStmt = db.prepare<[], PrincipalRow>('SELECT * FROM principals ORDER BY name');
     this.revokeStmt = db.prepare(
       'UPDATE principals SET revoked_at = ? WHERE name = ? AND revoked_at IS NULL',
     );
+    this.inAccountStmt = db.prepare<[string], { n: number }>(
+      'SELECT count(*) AS n FROM principals WHERE account = ? AND revoked_at IS NULL',
+    );
+  }
+
+  /** Live (not revoked) principals in `account`. */
+  countInAccount(account: string): number {
+    return this.inAccountStmt.get(account)?.n ?? 0;
   }
 
   /** The principal holding this token hash, with the stored hash for a constant-time comparison. */
@@ -76,9 +89,9 @@ export class PrincipalsRepo {
     return row ? toPrincipal(row) : undefined;
   }
 
-  /** Inserts a principal. */
-  insert(p: Omit<Principal, 'revoked_at'> & { token_hash: string }): void {
-    this.insertStmt.run({ ...p, roles: JSON.stringify(p.roles) });
+  /** Inserts a principal (in `default` unless an account is named). */
+  insert(p: Omit<Principal, 'revoked_at' | 'account'> & { token_hash: string; account?: string }): void {
+    this.insertStmt.run({ ...p, account: p.account ?? 'default', roles: JSON.stringify(p.roles) });
   }
 
   /** All principals, by name. */

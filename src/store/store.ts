@@ -1,3 +1,4 @@
+import { AccountsRepo } from './accounts-repo.js';
 import { AuditRepo } from './audit-repo.js';
 import { BlobsRepo } from './blobs-repo.js';
 import { type Db, openDb } from './db.js';
@@ -12,6 +13,7 @@ import { ProposalsRepo } from './proposals-repo.js';
 import { QualificationRepo } from './qualification-repo.js';
 import { describeStorageError, isStorageWriteError, storageUnavailable } from './storage-errors.js';
 import { TasksRepo } from './tasks-repo.js';
+import { UsageRepo } from './usage-repo.js';
 import { WorkersRepo } from './workers-repo.js';
 
 /**
@@ -34,6 +36,8 @@ export class Store {
   readonly blobs: BlobsRepo;
   readonly grants: GrantsRepo;
   readonly escalations: EscalationsRepo;
+  readonly accounts: AccountsRepo;
+  readonly usage: UsageRepo;
   private pending: Array<() => void> = [];
   private atEnd: Array<() => void> = [];
   private depth = 0;
@@ -57,6 +61,8 @@ export class Store {
     this.blobs = new BlobsRepo(db);
     this.grants = new GrantsRepo(db);
     this.escalations = new EscalationsRepo(db);
+    this.accounts = new AccountsRepo(db);
+    this.usage = new UsageRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */

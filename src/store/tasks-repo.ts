@@ -202,6 +202,17 @@ export class TasksRepo {
     };
   }
 
+  /** Tasks of `account`'s principals that have not ended (an account holding them cannot be deleted). */
+  countLiveOfAccount(account: string): number {
+    const row = this.db
+      .prepare<[string], { n: number }>(
+        `SELECT count(*) AS n FROM tasks t JOIN principals p ON p.id = t.owner_id
+          WHERE p.account = ? AND t.state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED')`,
+      )
+      .get(account);
+    return row?.n ?? 0;
+  }
+
   /** The task with this id. */
   get(id: string): TaskRecord | undefined {
     const row = this.s.get.get(id);

@@ -3,6 +3,7 @@ import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { CARDS_TOPIC } from '../topics.js';
 import { applyMove } from './apply-move.js';
+import { chargeLease } from './usage-charge.js';
 
 /**
  * Applies a lease event with compare-and-set and an audit row. The only place a lease's state is
@@ -15,7 +16,7 @@ export function moveLease(
   actor: string,
   reason: string | null = null,
 ): LeaseRecord {
-  return applyMove(deps, {
+  const next = applyMove(deps, {
     kind: 'lease',
     table: LEASE_TABLE,
     record: lease,
@@ -41,4 +42,9 @@ export function moveLease(
     // changes neither (the task's own topic tells a watcher that its execution ended).
     topics: (to) => (to === 'RELEASED' || to === 'QUARANTINED' ? [CARDS_TOPIC] : []),
   });
+  // The cards are free again: the lease is charged to its account, once (usage-charge.ts), up to when
+  // they stopped being the task's (a lease released from quarantine: when it was quarantined).
+  if (next.state === 'RELEASED')
+    chargeLease(deps, next, lease.state === 'QUARANTINED' ? lease.updated_at : next.updated_at);
+  return next;
 }

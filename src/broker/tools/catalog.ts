@@ -1,3 +1,4 @@
+import * as AC from '../../contracts/tools-accounts.js';
 import * as A from '../../contracts/tools-agent-review.js';
 import * as C from '../../contracts/tools-cluster.js';
 import * as G from '../../contracts/tools-grants.js';
@@ -5,6 +6,7 @@ import * as I from '../../contracts/tools-inputs.js';
 import * as P from '../../contracts/tools-proposals.js';
 import * as Q from '../../contracts/tools-qualification.js';
 import * as T from '../../contracts/tools-tasks.js';
+import { createAccount, deleteAccount, getUsage, listAccounts, setAccount } from './accounts.js';
 import { getQueue, listCards, listWorkers, removeWorker, setCordon, setDraining } from './cluster.js';
 import type { BoundTool } from './dispatch.js';
 import { bindTool } from './dispatch.js';
@@ -38,6 +40,19 @@ const DEFAULT_WAIT_SECONDS = 20;
 /** Every tool, bound to its use case. MCP and REST both serve this list. */
 export function brokerTools(): BoundTool[] {
   return [
+    bindTool(AC.listAccountsTool, ({ deps }) => listAccounts(deps), 'light'),
+    bindTool(
+      AC.createAccountTool,
+      ({ deps, principal }, i) => createAccount(deps, principal.name, i),
+      'light',
+    ),
+    bindTool(AC.setAccountTool, ({ deps, principal }, i) => setAccount(deps, principal.name, i), 'light'),
+    bindTool(
+      AC.deleteAccountTool,
+      ({ deps, principal }, i) => deleteAccount(deps, principal.name, i.name),
+      'light',
+    ),
+    bindTool(AC.getUsageTool, ({ deps, principal }, i) => getUsage(deps, principal, i), 'heavy'),
     bindTool(
       P.createProposalTool,
       ({ deps, principal, spec }, i) => createProposal(deps, principal, i.spec, spec),

@@ -9,7 +9,7 @@ import { JSON_FLAG, LOCAL_ENV, LOCAL_FLAGS, REMOTE_ENV, REMOTE_FLAGS } from '../
 export const TOKEN = defineCommand({
   name: 'token',
   usage: [
-    'token create --name NAME --role ROLE [--role ROLE]… [--worker-id ID] [--data-dir DIR] [--json]',
+    'token create --name NAME --role ROLE [--role ROLE]… [--worker-id ID] [--account ACCOUNT] [--data-dir DIR] [--json]',
     'token list [--data-dir DIR] [--json]',
     'token revoke NAME [--data-dir DIR] [--json]',
   ],
@@ -28,6 +28,11 @@ export const TOKEN = defineCommand({
       value: 'ID',
       help: 'the worker a worker token belongs to: 1-128 letters, digits, ".", "_", "-"; a letter or digit first',
     },
+    account: {
+      type: 'string',
+      value: 'ACCOUNT',
+      help: 'the account (team) the principal belongs to (default: default; gpu-broker account list)',
+    },
     ...LOCAL_FLAGS,
   },
   env: LOCAL_ENV,
@@ -35,6 +40,7 @@ export const TOKEN = defineCommand({
   examples: [
     'token create --name alice-agent --role submitter',
     'token create --name claude-reviewer --role agent_reviewer',
+    'token create --name bob-agent --role submitter --account team-b',
     'token revoke alice-agent',
   ],
 });
@@ -179,4 +185,57 @@ export const AUDIT = defineCommand({
     'audit verify --data-dir /var/lib/gpu-broker',
     'audit verify --archive audit-archive/audit-1-5000.jsonl --archive audit-archive/audit-5001-9000.jsonl',
   ],
+});
+
+export const ACCOUNT = defineCommand({
+  name: 'account',
+  usage: [
+    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--data-dir DIR] [--json]',
+    'account list [--data-dir DIR] [--json]',
+    'account show NAME [--data-dir DIR] [--json]',
+    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--data-dir DIR] [--json]',
+    'account delete NAME [--data-dir DIR] [--json]',
+  ],
+  summary:
+    "Manages the account tree in the master's database (run on the master host; operators elsewhere use /api/v1/accounts): every principal belongs to one account (a team) under root, each with a fair-share weight. A fresh database has root and default.",
+  flags: {
+    parent: { type: 'string', value: 'ACCOUNT', help: 'the parent account (create: default root)' },
+    weight: {
+      type: 'string',
+      value: 'N',
+      help: 'fair-share weight relative to its siblings, a whole number 1..1000000 (create: default 1)',
+    },
+    description: { type: 'string', value: 'TEXT', help: 'what the account is for (at most 500 characters)' },
+    ...LOCAL_FLAGS,
+  },
+  env: LOCAL_ENV,
+  subcommands: ['create', 'list', 'show', 'set', 'delete'],
+  examples: [
+    'account create org-ml',
+    'account create team-a --parent org-ml --weight 2',
+    'account set team-a --weight 3',
+    'token create --name alice-agent --role submitter --account team-a',
+  ],
+});
+
+export const USAGE = defineCommand({
+  name: 'usage',
+  usage: [
+    'usage [--by account|principal|model] [--since TIME] [--until TIME] [--url URL] [--token-file FILE] [--ca-file FILE] [--json|--csv]',
+  ],
+  summary:
+    'Who used what: card-hours charged to leases that ended in a window, by account, principal or card model (simulated cards apart). Operators and viewers see every account; anyone else their own.',
+  flags: {
+    by: { type: 'string', value: 'WHAT', help: 'account (default), principal or model' },
+    since: {
+      type: 'string',
+      value: 'TIME',
+      help: 'ISO 8601 start, inclusive (default: 7 days before --until)',
+    },
+    until: { type: 'string', value: 'TIME', help: 'ISO 8601 end, exclusive (default: now)' },
+    csv: { type: 'boolean', help: 'print CSV (key,simulated,card_seconds,card_hours,leases)' },
+    ...REMOTE_FLAGS,
+  },
+  env: REMOTE_ENV,
+  examples: ['usage --by account --since 2026-12-01', 'usage --by model --json'],
 });

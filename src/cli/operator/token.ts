@@ -39,14 +39,25 @@ export const run: CommandRunner = async (argv, io) => {
             );
           const { principal, token } = createPrincipal(
             { store, clock, ids },
-            { name: values.name, roles: values.role ?? [], worker_id: values['worker-id'] },
+            {
+              name: values.name,
+              roles: values.role ?? [],
+              worker_id: values['worker-id'],
+              account: values.account,
+            },
           );
           emit(
             io,
             values.json,
-            { name: principal.name, roles: principal.roles, worker_id: principal.worker_id, token },
+            {
+              name: principal.name,
+              roles: principal.roles,
+              worker_id: principal.worker_id,
+              account: principal.account,
+              token,
+            },
             () =>
-              `${token}\n(token for ${principal.name} [${principal.roles.join(', ')}]; shown once, store it now)`,
+              `${token}\n(token for ${principal.name} [${principal.roles.join(', ')}] in account ${principal.account}; shown once, store it now)`,
           );
           return 0;
         }
@@ -55,13 +66,21 @@ export const run: CommandRunner = async (argv, io) => {
             name: p.name,
             roles: p.roles,
             worker_id: p.worker_id,
+            account: p.account,
             created_at: new Date(p.created_at).toISOString(),
             revoked: p.revoked_at !== null,
           }));
           emit(io, values.json, { principals: list }, () =>
             table(
-              ['NAME', 'ROLES', 'WORKER', 'CREATED', 'REVOKED'],
-              list.map((p) => [p.name, p.roles.join(','), p.worker_id, p.created_at, p.revoked ? 'yes' : '']),
+              ['NAME', 'ROLES', 'ACCOUNT', 'WORKER', 'CREATED', 'REVOKED'],
+              list.map((p) => [
+                p.name,
+                p.roles.join(','),
+                p.account,
+                p.worker_id,
+                p.created_at,
+                p.revoked ? 'yes' : '',
+              ]),
             ),
           );
           return 0;

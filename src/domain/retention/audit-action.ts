@@ -29,6 +29,9 @@ export type MachineAuditAction = { [K in MachineKind]: `${K}.${MachineEvents[K]}
 
 /** The actions written outside the machines' moves, one call site (or two) each. */
 export const AUDIT_ACTIONS = [
+  'account.changed',
+  'account.created',
+  'account.deleted',
   'card.cordoned',
   'card.uncordoned',
   'execution.slurm_bound',

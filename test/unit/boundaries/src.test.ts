@@ -84,6 +84,7 @@ const BROKER: RankTable = [
  * the master keeps and prunes (audit vocabulary, quotas, pruning) names the machines and the grants.
  */
 const DOMAIN: RankTable = [
+  ['src/domain/accounts/', 1],
   ['src/domain/machines/', 1],
   ['src/domain/policy/', 1],
   ['src/domain/qualification/', 1],

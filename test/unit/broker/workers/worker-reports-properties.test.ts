@@ -22,7 +22,12 @@ import { CARDS, enrolledCluster, samples, WORKER } from '../../../support/enroll
  *      RECONCILIATION_REQUIRED always has a lease that still holds its cards (ACTIVE, RELEASING or
  *      QUARANTINED), so its cards cannot be granted to another task;
  *   2. no two live executions hold one card: the leases of unfinished executions are disjoint, and so
- *      are all live leases.
+ *      are all live leases;
+ *   3. every lease is charged exactly once (docs/operations.md "Accounts and usage"): a lease not yet
+ *      RELEASED (ACTIVE, RELEASING, or QUARANTINED, from which a returning worker takes it back) has no
+ *      usage row; a RELEASED one has rows for all its cards, with one end, charged cards × the whole
+ *      seconds from its grant to that end, to its owner's account — whatever order the reports came
+ *      in, however often they were resent, through quarantines and returns.
  */
 
 const LIVE_TASK = new Set(['ASSIGNED', 'RUNNING', 'FINALIZING', 'RECONCILIATION_REQUIRED']);
@@ -297,11 +302,36 @@ function violations(f: BrokerFixture): string[] {
       if (other) found.push(`card ${c.index} held by unfinished executions ${other} and ${e.id}`);
       byExecution.set(c.index, e.id);
     }
+  for (const lease of store.db.prepare('SELECT id FROM leases').all() as Array<{ id: string }>) {
+    const l = store.leases.lease(lease.id)!;
+    const rows = store.db.prepare('SELECT * FROM usage_charges WHERE lease_id = ?').all(l.id) as Array<{
+      cards: number;
+      started_at: number;
+      ended_at: number;
+      card_seconds: number;
+      account: string;
+    }>;
+    if (l.state !== 'RELEASED') {
+      if (rows.length > 0) found.push(`lease ${l.id} is ${l.state} but was charged`);
+      continue;
+    }
+    const cards = rows.reduce((n, r) => n + r.cards, 0);
+    if (cards !== l.cards.length)
+      found.push(`lease ${l.id} (${l.state}): ${cards} cards charged of ${l.cards.length}`);
+    const ends = new Set(rows.map((r) => r.ended_at));
+    if (ends.size !== 1) found.push(`lease ${l.id}: charged with ${ends.size} ends`);
+    for (const r of rows) {
+      const want = r.cards * Math.ceil((r.ended_at - l.created_at) / 1000);
+      if (r.started_at !== l.created_at || r.ended_at > l.updated_at || r.card_seconds !== want)
+        found.push(`lease ${l.id}: charged ${r.card_seconds} card-seconds, want ${want}`);
+      if (r.account !== 'default') found.push(`lease ${l.id}: charged to ${r.account}`);
+    }
+  }
   return found;
 }
 
 describe('worker reports against the master records (fast-check, real SQLite)', () => {
-  it('no sequence of worker reports leaves a live task without a lease, or one card with two', async () => {
+  it('no sequence of worker reports leaves a live task without a lease, one card with two, or a lease charged other than once', async () => {
     await fc.assert(
       fc.asyncProperty(
         fc.array(fc.integer({ min: 1, max: 2 }), { minLength: 2, maxLength: 4 }),

@@ -1,0 +1,200 @@
+import { BrokerError } from '../../contracts/errors.js';
+import {
+  type AccountProblem,
+  createProblem,
+  DEFAULT_ACCOUNT,
+  deleteProblem,
+  normalisedShares,
+  ROOT_ACCOUNT,
+  setProblem,
+} from '../../domain/accounts/tree.js';
+import type { AccountRecord } from '../../store/accounts-repo.js';
+import type { Principal } from '../../store/principals-repo.js';
+import type { UsageGrouping } from '../../store/usage-repo.js';
+import type { BrokerDeps } from '../deps.js';
+import { canReadAll } from '../principals.js';
+import { iso } from './views.js';
+
+/**
+ * Use cases of accounts and usage (docs/operations.md "Accounts and usage"): the operators' account tree
+ * (over MCP, REST and `gpu-broker account`, which calls these on the master's data dir) and the usage
+ * ledger's summaries. The rules are src/domain/accounts/tree.ts; a refused change writes nothing.
+ */
+
+type Deps = Pick<BrokerDeps, 'store' | 'clock'>;
+
+const refuse = (p: AccountProblem | null): void => {
+  if (p) throw new BrokerError(p.code, p.message, p.hint);
+};
+
+/** The view of one account, its share computed against the whole tree. */
+function accountView(deps: Deps, a: AccountRecord, shares: ReadonlyMap<string, number>) {
+  return {
+    name: a.name,
+    parent: a.parent,
+    weight: a.weight,
+    share: Math.round((shares.get(a.name) ?? 0) * 1e6) / 1e6,
+    description: a.description,
+    principals: deps.store.principals.countInAccount(a.name),
+    created_at: iso(a.created_at),
+  };
+}
+
+function viewOf(deps: Deps, name: string) {
+  const all = deps.store.accounts.list();
+  const a = all.find((x) => x.name === name);
+  if (!a) throw new BrokerError('NOT_FOUND', `no account ${name}`, 'account list shows them.');
+  return accountView(deps, a, normalisedShares(all));
+}
+
+/** list_accounts */
+export function listAccounts(deps: Deps) {
+  const all = deps.store.accounts.list();
+  const shares = normalisedShares(all);
+  return { accounts: all.map((a) => accountView(deps, a, shares)) };
+}
+
+/** One account (the CLI's `account show`). */
+export function getAccount(deps: Deps, name: string) {
+  return { account: viewOf(deps, name) };
+}
+
+/** create_account: in the caller's transaction (the dispatcher's, or the CLI's). */
+export function createAccount(
+  deps: Deps,
+  actor: string,
+  req: {
+    name: string;
+    parent?: string | undefined;
+    weight?: number | undefined;
+    description?: string | undefined;
+  },
+) {
+  const parent = req.parent ?? ROOT_ACCOUNT;
+  return deps.store.transaction(() => {
+    refuse(createProblem(deps.store.accounts.list(), { name: req.name, parent, weight: req.weight }));
+    const now = deps.clock.now();
+    const a: AccountRecord = {
+      name: req.name,
+      parent,
+      weight: req.weight ?? 1,
+      description: req.description ?? null,
+      created_at: now,
+    };
+    deps.store.accounts.insert(a);
+    deps.store.audit.append({
+      at: now,
+      actor,
+      action: 'account.created',
+      subject_type: 'account',
+      subject_id: a.name,
+      data: { parent: a.parent, weight: a.weight },
+    });
+    return { account: viewOf(deps, a.name) };
+  });
+}
+
+/** set_account */
+export function setAccount(
+  deps: Deps,
+  actor: string,
+  req: {
+    name: string;
+    parent?: string | undefined;
+    weight?: number | undefined;
+    description?: string | null | undefined;
+  },
+) {
+  return deps.store.transaction(() => {
+    const all = deps.store.accounts.list();
+    refuse(setProblem(all, req.name, { parent: req.parent, weight: req.weight }));
+    const before = all.find((a) => a.name === req.name) as AccountRecord;
+    const after: AccountRecord = {
+      ...before,
+      parent: req.parent ?? before.parent,
+      weight: req.weight ?? before.weight,
+      description: req.description === undefined ? before.description : req.description,
+    };
+    deps.store.accounts.update(after);
+    deps.store.audit.append({
+      at: deps.clock.now(),
+      actor,
+      action: 'account.changed',
+      subject_type: 'account',
+      subject_id: after.name,
+      data: {
+        parent: { from: before.parent, to: after.parent },
+        weight: { from: before.weight, to: after.weight },
+      },
+    });
+    return { account: viewOf(deps, after.name) };
+  });
+}
+
+/** delete_account */
+export function deleteAccount(deps: Deps, actor: string, name: string) {
+  return deps.store.transaction(() => {
+    const all = deps.store.accounts.list();
+    refuse(
+      deleteProblem(all, name, {
+        children: all.filter((a) => a.parent === name).length,
+        principals: deps.store.principals.countInAccount(name),
+        liveTasks: deps.store.tasks.countLiveOfAccount(name),
+      }),
+    );
+    deps.store.accounts.delete(name);
+    deps.store.audit.append({
+      at: deps.clock.now(),
+      actor,
+      action: 'account.deleted',
+      subject_type: 'account',
+      subject_id: name,
+      data: {},
+    });
+    return { deleted: name };
+  });
+}
+
+const DAY_MS = 86_400_000;
+
+function timeOf(field: string, value: string | undefined, fallback: number): number {
+  if (value === undefined) return fallback;
+  const t = Date.parse(value);
+  if (!Number.isFinite(t))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `${field}: ${JSON.stringify(value)} is not a time`,
+      'e.g. 2026-12-01T00:00:00Z',
+    );
+  return t;
+}
+
+/** get_usage: operators and viewers see every account; anyone else their own account. */
+export function getUsage(
+  deps: Deps,
+  principal: Principal,
+  q: { by?: UsageGrouping | undefined; since?: string | undefined; until?: string | undefined },
+) {
+  const until = timeOf('until', q.until, deps.clock.now());
+  const since = timeOf('since', q.since, until - 7 * DAY_MS);
+  if (since >= until)
+    throw new BrokerError(
+      'INVALID_INPUT',
+      'since must be before until',
+      'e.g. since 2026-12-01, until 2026-12-08',
+    );
+  const by = q.by ?? 'account';
+  const all = canReadAll(principal) || principal.roles.includes('viewer');
+  const account = all ? null : principal.account || DEFAULT_ACCOUNT;
+  const lines = deps.store.usage
+    .summary({ by, since, until, ...(account === null ? {} : { accounts: [account] }) })
+    .map((l) => ({ ...l, card_hours: Math.round((l.card_seconds / 3600) * 1000) / 1000 }));
+  return {
+    by,
+    since: iso(since),
+    until: iso(until),
+    account,
+    lines,
+    total_card_seconds: lines.reduce((n, l) => n + l.card_seconds, 0),
+  };
+}

@@ -1,0 +1,48 @@
+/**
+ * The usage ledger's rows for one lease (docs/operations.md "Accounts and usage"): written once, when the
+ * lease's cards stop being its task's, one row per card model (and whether those cards were simulated),
+ * with cards × whole seconds held. Pure: the broker passes the lease, the models of its cards, and when
+ * it ended.
+ */
+
+/** A card of the lease with what its worker last said it is. */
+export interface ChargedCard {
+  model: string;
+  simulated: boolean;
+}
+
+/** One ledger row, as written. */
+export interface UsageRow {
+  model: string;
+  simulated: boolean;
+  cards: number;
+  started_at: number;
+  ended_at: number;
+  card_seconds: number;
+}
+
+/**
+ * The rows of a lease that held `cards` from `startedAt` to `endedAt` (ms): one per (model, simulated),
+ * each with card-seconds = its cards × the whole seconds held (rounded up: a started second counts, so a
+ * lease is never free). A clock that went backwards charges nothing rather than a negative amount.
+ */
+export function usageRows(cards: readonly ChargedCard[], startedAt: number, endedAt: number): UsageRow[] {
+  const ended = Math.max(startedAt, endedAt);
+  const seconds = Math.ceil((ended - startedAt) / 1000);
+  const groups = new Map<string, UsageRow>();
+  for (const c of cards) {
+    const key = `${c.simulated ? 1 : 0}\0${c.model}`;
+    const row = groups.get(key);
+    if (row) row.cards++;
+    else
+      groups.set(key, {
+        model: c.model,
+        simulated: c.simulated,
+        cards: 1,
+        started_at: startedAt,
+        ended_at: ended,
+        card_seconds: 0,
+      });
+  }
+  return [...groups.values()].map((r) => ({ ...r, card_seconds: r.cards * seconds }));
+}

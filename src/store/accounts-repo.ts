@@ -1,0 +1,53 @@
+import type { Db } from './db.js';
+
+/** An account row (docs/operations.md "Accounts and usage"). */
+export interface AccountRecord {
+  name: string;
+  parent: string | null;
+  weight: number;
+  description: string | null;
+  created_at: number;
+}
+
+/** The account tree. Its rules (names, cycles, depth, what holds an account) are src/domain/accounts/tree.ts. */
+export class AccountsRepo {
+  private readonly allStmt;
+  private readonly getStmt;
+  private readonly insertStmt;
+  private readonly updateStmt;
+  private readonly deleteStmt;
+
+  constructor(db: Db) {
+    this.allStmt = db.prepare<[], AccountRecord>('SELECT * FROM accounts ORDER BY name');
+    this.getStmt = db.prepare<[string], AccountRecord>('SELECT * FROM accounts WHERE name = ?');
+    this.insertStmt = db.prepare(
+      'INSERT INTO accounts (name, parent, weight, description, created_at) VALUES (@name, @parent, @weight, @description, @created_at)',
+    );
+    this.updateStmt = db.prepare(
+      'UPDATE accounts SET parent = @parent, weight = @weight, description = @description WHERE name = @name',
+    );
+    this.deleteStmt = db.prepare('DELETE FROM accounts WHERE name = ?');
+  }
+
+  /** Every account, by name. */
+  list(): AccountRecord[] {
+    return this.allStmt.all();
+  }
+
+  get(name: string): AccountRecord | undefined {
+    return this.getStmt.get(name);
+  }
+
+  insert(a: AccountRecord): void {
+    this.insertStmt.run(a);
+  }
+
+  /** Writes `a`'s parent, weight and description. */
+  update(a: AccountRecord): void {
+    this.updateStmt.run(a);
+  }
+
+  delete(name: string): void {
+    this.deleteStmt.run(name);
+  }
+}

@@ -1,0 +1,159 @@
+import { join } from 'node:path';
+import { afterAll, beforeEach, describe, expect, it } from 'vitest';
+import { run as account } from '../../../../src/cli/operator/account.js';
+import { run as token } from '../../../../src/cli/operator/token.js';
+import type { ErrorBody } from '../../../../src/contracts/errors.js';
+import { openStore } from '../../../../src/master/data-dir.js';
+import { runCli } from '../../../support/cli.js';
+import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
+
+/** `gpu-broker account …` and `token create --account` on a data dir, in-process with captured output. */
+
+let dataDir: string;
+
+beforeEach(() => {
+  dataDir = join(makeTempDir('cli-account'), 'data');
+});
+
+afterAll(() => removeTempDirs());
+
+const acct = (...args: string[]) => runCli(account, [...args, '--data-dir', dataDir, '--json']);
+
+interface AccountOut {
+  name: string;
+  parent: string | null;
+  weight: number;
+  share: number;
+  principals: number;
+}
+
+/** The accounts table and the audit rows about accounts, as stored. */
+function stored() {
+  const store = openStore(dataDir);
+  try {
+    return {
+      accounts: store.db.prepare('SELECT name, parent, weight FROM accounts ORDER BY name').all(),
+      audit: store.db.prepare("SELECT action FROM audit_events WHERE subject_type = 'account' ORDER BY seq").all(),
+    };
+  } finally {
+    store.close();
+  }
+}
+
+describe('gpu-broker account', () => {
+  it('a fresh data dir has root and default; create, show, set and delete a team; shares follow weights', async () => {
+    const list0 = (await acct('list')).json<{ accounts: AccountOut[] }>().accounts;
+    expect(list0.map((a) => [a.name, a.parent])).toEqual([
+      ['default', 'root'],
+      ['root', null],
+    ]);
+    expect((await acct('create', 'org')).code).toBe(0);
+    const a = await acct('create', 'team-a', '--parent', 'org', '--weight', '3', '--description', 'vision');
+    expect(a.code).toBe(0);
+    expect(a.json<{ account: AccountOut }>().account).toMatchObject({
+      name: 'team-a',
+      parent: 'org',
+      weight: 3,
+    });
+    await acct('create', 'team-b', '--parent', 'org');
+    const show = (await acct('show', 'team-a')).json<{ account: AccountOut }>().account;
+    // root's children default and org weigh 1 each; under org, team-a 3 of 4.
+    expect(show.share).toBeCloseTo(0.5 * 0.75, 5);
+    expect(
+      (await acct('set', 'team-a', '--weight', '1')).json<{ account: AccountOut }>().account.share,
+    ).toBeCloseTo(0.25, 5);
+    expect((await acct('delete', 'team-b')).code).toBe(0);
+    expect(stored().accounts.map((r) => (r as { name: string }).name)).toEqual([
+      'default',
+      'org',
+      'root',
+      'team-a',
+    ]);
+    expect(stored().audit.map((r) => (r as { action: string }).action)).toEqual([
+      'account.created',
+      'account.created',
+      'account.created',
+      'account.changed',
+      'account.deleted',
+    ]);
+  });
+
+  it('bad input is a typed error and changes nothing', async () => {
+    await acct('create', 'org');
+    await acct('create', 'team-a', '--parent', 'org');
+    const before = stored();
+    const cases: Array<[string[], string]> = [
+      [['create', 'Bad Name'], 'INVALID_INPUT'],
+      [['create', 'org'], 'CONFLICT'],
+      [['create', 'x', '--parent', 'nowhere'], 'NOT_FOUND'],
+      [['create', 'x', '--weight=-1'], 'INVALID_INPUT'],
+      [['create', 'x', '--weight', '99999999'], 'INVALID_INPUT'],
+      [['create', 'x', '--weight', '1e3'], 'INVALID_INPUT'],
+      [['set', 'org', '--parent', 'team-a'], 'INVALID_INPUT'], // a cycle
+      [['set', 'root', '--parent', 'org'], 'INVALID_INPUT'],
+      [['set', 'nope', '--weight', '2'], 'NOT_FOUND'],
+      [['delete', 'org'], 'INVALID_STATE'], // it holds team-a
+      [['delete', 'root'], 'INVALID_INPUT'],
+      [['delete', 'default'], 'INVALID_INPUT'],
+      [['show'], 'INVALID_INPUT'],
+    ];
+    for (const [args, code] of cases) {
+      const r = await acct(...args);
+      expect(r.code, args.join(' ')).not.toBe(0);
+      expect(r.json<{ error: ErrorBody }>().error.code, args.join(' ')).toBe(code);
+    }
+    expect(stored()).toEqual(before);
+  });
+
+  it('token create --account places a principal; an unknown account or root is refused; an account holding principals is not deleted', async () => {
+    await acct('create', 'team-a');
+    const t = await runCli(token, [
+      'create',
+      '--data-dir',
+      dataDir,
+      '--name',
+      'alice',
+      '--role',
+      'submitter',
+      '--account',
+      'team-a',
+      '--json',
+    ]);
+    expect(t.json<{ account: string }>().account).toBe('team-a');
+    const plain = await runCli(token, [
+      'create',
+      '--data-dir',
+      dataDir,
+      '--name',
+      'bob',
+      '--role',
+      'submitter',
+      '--json',
+    ]);
+    expect(plain.json<{ account: string }>().account).toBe('default');
+    for (const [name, where, code] of [
+      ['carol', 'nowhere', 'NOT_FOUND'],
+      ['dave', 'root', 'INVALID_INPUT'],
+    ] as const) {
+      const r = await runCli(token, [
+        'create',
+        '--data-dir',
+        dataDir,
+        '--name',
+        name,
+        '--role',
+        'submitter',
+        '--account',
+        where,
+        '--json',
+      ]);
+      expect(r.json<{ error: ErrorBody }>().error.code).toBe(code);
+    }
+    const list = await runCli(token, ['list', '--data-dir', dataDir]);
+    expect(list.stdout).toMatch(/alice\s+submitter\s+team-a/);
+    expect(list.stdout).not.toMatch(/carol|dave/);
+    expect((await acct('show', 'team-a')).json<{ account: AccountOut }>().account.principals).toBe(1);
+    const del = await acct('delete', 'team-a');
+    expect(del.json<{ error: ErrorBody }>().error.message).toBe('account team-a still holds 1 principal(s)');
+  });
+});
