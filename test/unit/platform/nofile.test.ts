@@ -1,8 +1,10 @@
 import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { findOnPath } from '../../../src/platform/find-on-path.js';
 import { raiseNofile } from '../../../src/platform/nofile.js';
 import { requireOrSkip } from '../../support/require-or-skip.js';
+import { waitFor } from '../../support/wait.js';
 
 /** RLIMIT_NOFILE raised with util-linux prlimit (issue 21, item 5), read back from the kernel. */
 
@@ -14,7 +16,11 @@ describe.runIf(requireOrSkip('util-linux prlimit', prlimit !== null, 'apt-get in
     it('raises a process’s soft limit to its hard limit, and says so', async () => {
       const child = spawn(prlimit!, ['--nofile=256:4096', 'sleep', '30'], { stdio: 'ignore' });
       try {
-        await new Promise((res) => setTimeout(res, 300));
+        // prlimit sets the limit, then execs sleep: once the process is sleep, the limit is in place.
+        await waitFor(() => readFileSync(`/proc/${child.pid}/comm`, 'utf8').trim() === 'sleep', {
+          timeoutMs: 5000,
+          what: 'prlimit to exec sleep',
+        });
         const outcome = raiseNofile(child.pid!);
         expect(outcome).toEqual({ raised: true, from: 256, to: 4096 });
         const limits = execFileSync('cat', [`/proc/${child.pid}/limits`], { encoding: 'utf8' });
