@@ -2,9 +2,11 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterEach, describe, expect, it } from 'vitest';
+import { sweepExecutions } from '../../../src/broker/loops/liveness.js';
 import type { CardSample } from '../../../src/contracts/sample.js';
 import type { TaskSummary, TaskView } from '../../../src/contracts/views.js';
 import type { CardSampler } from '../../../worker/samplers/card-sampler.js';
+import { AdvancingClock } from '../../support/advancing-clock.js';
 import {
   approveTask,
   type ClusterTiming,
@@ -47,8 +49,12 @@ interface Cluster {
 
 let open: Cluster | null = null;
 
-async function cluster(timing: Partial<ClusterTiming> = {}, sampler?: CardSampler): Promise<Cluster> {
-  const m = await startTestMaster({ config: clusterConfig({ timing }) });
+async function cluster(
+  timing: Partial<ClusterTiming> = {},
+  sampler?: CardSampler,
+  clock?: AdvancingClock,
+): Promise<Cluster> {
+  const m = await startTestMaster({ config: clusterConfig({ timing }), ...(clock ? { clock } : {}) });
   const watch = watchLeaseCards(m.store, m.deps.notifier);
   const proxy = await startTcpProxy(m.url);
   const w = await startTestWorker({
@@ -340,10 +346,13 @@ describe('item 2: a partition between the exit report and the cleanup receipt', 
   it('does not fail a task that exited 0: the receipt deadline waits for the worker to be reachable', async () => {
     const sampler = new StallableSampler();
     // The receipt deadline is cleanup timeout + 2 offline windows = 3 s after the exit; grace is long,
-    // so the task stays FINALIZING through the partition.
+    // so the task stays FINALIZING through the partition. The master's clock is moved past the deadline
+    // rather than waited for.
+    const clock = new AdvancingClock();
     const c = await cluster(
       { worker_offline_seconds: 1, cleanup_timeout_seconds: 1, lease_grace_seconds: 60 },
       sampler,
+      clock,
     );
     try {
       const gate = join(c.gates, 'exit');
@@ -359,7 +368,10 @@ describe('item 2: a partition between the exit report and the cleanup receipt', 
       await partition(c);
       sampler.release();
       const window = (1 + 2 * 1) * 1000;
-      await waitFor(() => Date.now() > exitedAt + window + 1500, { what: 'past the receipt deadline' });
+      clock.advance(Math.max(0, exitedAt + window + 1500 - clock.now()));
+      // The sweep's deadline step, at once, on the master's (moved) clock; its own ticks follow.
+      sweepExecutions(c.m.deps, c.m.deps.cluster.fleet);
+      expect(clock.now()).toBeGreaterThan(exitedAt + window);
       expect((await getTask(c.alice, id)).state).toBe('FINALIZING');
       expect(leaseOf(c, id).state).toBe('RELEASING');
 

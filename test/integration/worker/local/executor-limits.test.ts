@@ -11,6 +11,7 @@ import { type CgroupHierarchy, probeCgroups } from '../../../../worker/sandbox/c
 import { makeSimDeviceNodes } from '../../../../worker/sandbox/devices.js';
 import type { SandboxSetup } from '../../../../worker/sandbox/setup.js';
 import { TaskUidPool } from '../../../../worker/sandbox/task-uids.js';
+import { AdvancingClock } from '../../../support/advancing-clock.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, sh, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
@@ -60,20 +61,6 @@ beforeAll(async () => {
 afterAll(() => {
   if (dataDir !== undefined) rmSync(dataDir, { recursive: true, force: true });
 });
-
-/**
- * The system clock, moved forward by hand: the executor reads its time limit from its clock (and only
- * wakes on timers), so a test can reach the limit without waiting for it.
- */
-class AdvancingClock implements Clock {
-  private offset = 0;
-  now(): number {
-    return Date.now() + this.offset;
-  }
-  advance(ms: number): void {
-    this.offset += ms;
-  }
-}
 
 function start(
   argv: string[],
