@@ -199,7 +199,7 @@ class Upstream {
     } catch (err) {
       const body = bridgeErrorBody(err, this.opts, false);
       // A refused token will not start working by itself: exit now, with the hint on stderr, rather
-      // than look connected to the harness and fail every call (issue 11 item 8).
+      // than look connected to the harness and fail every call (docs/operations.md).
       if (authStatus(err) !== undefined) throw new BridgeStartError(`${body.message} ${body.hint}`);
       this.opts.log(`${body.message} (will retry on the first call)`);
       return undefined;

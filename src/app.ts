@@ -46,7 +46,7 @@ function closeConnectionsAsTheyIdle(app: FastifyInstance): void {
 /** Builds the master's fastify app without listening (tests use `inject()` or listen themselves). */
 export async function buildApp(deps: BrokerDeps, opts: AppOptions): Promise<FastifyInstance> {
   const limits = deps.config.http;
-  // Node's own bounds (issue 21, item 5): headers, a whole request, idle keep-alive sockets. Node checks
+  // Node's own bounds (docs/performance.md "Noisy neighbours"): headers, a whole request, idle keep-alive sockets. Node checks
   // the first two every `connectionsCheckingInterval` (30 s by default): a tenth of the headers timeout.
   const server = {
     headersTimeout: limits.headers_timeout_ms,

@@ -1,7 +1,7 @@
 import type { DiffScript } from '../domain/review/text-diff.js';
 
 /**
- * The reviewer's file diffs memoised by (base digest, new digest) (issue 21, item 3): a reviewer pages
+ * The reviewer's file diffs memoised by (base digest, new digest) (ADR 0031): a reviewer pages
  * a diff, re-reads a revision, and several reviewers read the same one; each of those used to redo the
  * comparison. Digests name bytes, so an entry is right for as long as the digests are; it is never a
  * way around ownership, which tools/revision-diff.ts checks before every lookup. One per master

@@ -9,7 +9,7 @@ import type { DecisionKind } from '../domain/review/diff-base.js';
  * rolled-back decision was never made.
  */
 
-/** A decision on a confirmed revision (issue 23: time from confirm to decision by kind, share auto-approved). */
+/** A decision on a confirmed revision (time from confirm to decision by kind, share auto-approved). */
 export interface ReviewDecisionEvent {
   kind: DecisionKind;
   decision: 'APPROVE' | 'REQUEST_CHANGES' | 'REJECT';

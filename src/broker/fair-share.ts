@@ -1,7 +1,7 @@
 import { BrokerError } from '../contracts/errors.js';
 
 /**
- * The meters of the master's per-principal fair share of heavy and waiting calls (issue 35, item 7):
+ * The meters of the master's per-principal fair share of heavy and waiting calls (docs/security.md "Fair share between principals"):
  * a time budget per principal, the long-polls each holds, and the turns of the event loop heavy parts
  * take. One set per master, in its runtime (src/broker/runtime.ts `costs`); the dispatcher and
  * tools/tool-cost.ts (`runHeavy`) use them.
@@ -78,7 +78,7 @@ export class WaitCounter {
 
 /**
  * Runs the synchronous parts of heavy calls one per turn of the event loop, every principal's together,
- * principals in turn, and each principal's for at most half of the loop's time (issue 35 item 7). Node
+ * principals in turn, and each principal's for at most half of the loop's time (docs/security.md "Fair share between principals"). Node
  * runs every immediate queued for a turn back to back, each followed by its microtasks, so heavy parts
  * that each yielded with setImmediate still ran one after another (4 × 40 ms) while other principals'
  * requests, already read, waited for the poll phase. Here each turn runs one part, queued from inside the

@@ -186,7 +186,7 @@ export class Fleet {
   /**
    * Since when a worker is offline, as of `now` (null while online): the same instant the next sweep will
    * record, so a worker shown offline shows since when from the first moment, not only after a sweep
-   * (issue 40, item 4).
+   * (docs/operations.md "Partitions").
    */
   offlineSince(workerId: string, now: number): number | null {
     const w = this.entry(workerId);

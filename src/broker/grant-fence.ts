@@ -4,7 +4,7 @@ import type { BrokerDeps } from './deps.js';
 import { moveTask } from './machines/task.js';
 
 /**
- * Runs a standing grant approved start only while the grant still allows them (issue 35 item 4): a
+ * Runs a standing grant approved start only while the grant still allows them (ADR 0029): a
  * grant revoked, suspended or past `expires_at` between the auto-approval and the lease starts none of
  * its queued tasks. The scheduler asks {@link cancelIfGrantLapsed} in the transaction that would grant
  * the lease (so no revoke can slip between the check and the lease); revoke_grant and the sweeper cancel

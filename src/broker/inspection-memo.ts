@@ -3,7 +3,7 @@ import type { BrokerDeps } from './deps.js';
 import { verifiedBlob } from './verified-blob.js';
 
 /**
- * The text inspection of an input blob, remembered per (owner, sha256, path) (issue 35, item 7): a
+ * The text inspection of an input blob, remembered per (owner, sha256, path) (docs/security.md "Fair share between principals"): a
  * spec's findings re-read, re-hashed and re-inspected every input it names, up to 64 MiB a call, so a
  * flood of explain_grant calls on a spec naming large inputs held the event loop ~200 ms a call (other
  * clients' p50 ×300). An inspection is a function of the bytes (fixed by the sha256) and the path, so a

@@ -1,7 +1,7 @@
 import { BrokerError } from '../contracts/errors.js';
 
 /**
- * A per-principal share of an expensive call (issue 21): at most `perPrincipal` calls of one principal
+ * A per-principal share of an expensive call (docs/performance.md "Noisy neighbours"): at most `perPrincipal` calls of one principal
  * run at once; the principal's further calls wait in its own queue (first come, first served) and at
  * most `queuedPerPrincipal` of them may wait, past that the call is refused (UNAVAILABLE, nothing done).
  * Other principals have their own lanes, so one agent's flood of get_revision calls delays that agent,

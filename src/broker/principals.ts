@@ -9,8 +9,8 @@ import type { BrokerDeps } from './deps.js';
 
 /**
  * Tokens and principals (docs/security.md "Tokens"). A token is 32 random bytes, shown once, stored only as
- * its sha256. Also the principal rules the edges call instead of reading roles themselves (issue 37
- * item 2): who may open a worker session, upload or fetch an input, learn that a topic changed, and open
+ * its sha256. Also the principal rules the edges call instead of reading roles themselves (docs/architecture.md,
+ * "edges hold no policy"): who may open a worker session, upload or fetch an input, learn that a topic changed, and open
  * one more event stream.
  */
 
@@ -66,7 +66,7 @@ export function createPrincipal(
       'worker tokens need --worker-id, and only worker tokens take it',
       'e.g. --role worker --worker-id gpu-host-1',
     );
-  // The rule hello enforces: a token bound to any other id could never connect (issue 10, row 7).
+  // The rule hello enforces: a token bound to any other id could never connect (docs/state-machines.md).
   if (input.worker_id !== undefined && !WorkerIdSchema.safeParse(input.worker_id).success)
     throw new BrokerError(
       'INVALID_INPUT',
@@ -226,7 +226,7 @@ export function maySeeTopic(deps: Pick<BrokerDeps, 'store'>, p: Principal, topic
 }
 
 /**
- * Whether one more event stream may open (issue 10, row 6): a principal has at most `perPrincipal`
+ * Whether one more event stream may open (docs/state-machines.md): a principal has at most `perPrincipal`
  * streams, and everyone but operators shares `max - operatorReserve`, so one viewer token opening
  * hundreds of streams hits its own limit first and never takes the operators' share.
  */

@@ -3,7 +3,7 @@ import type { BrokerDeps } from './deps.js';
 import type { ReviewDecisionEvent } from './events.js';
 
 /**
- * Decisions on confirmed revisions, for the metrics (issue 23: time from confirm to decision by kind,
+ * Decisions on confirmed revisions, for the metrics (time from confirm to decision by kind,
  * share auto-approved). A use case calls {@link recordReviewDecision} inside its transaction; the
  * `review_decision` event (src/broker/events.ts) goes out on the master's channel (`deps.events`) only
  * once that transaction commits, and src/http/metrics.ts subscribes to it.

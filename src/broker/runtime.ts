@@ -6,7 +6,7 @@ import { PrincipalShare } from './principal-share.js';
 import { VerifiedCache } from './verified-cache.js';
 
 /**
- * The master's in-memory state that use cases keep between calls (issue 37, item 3): caches, shares and
+ * The master's in-memory state that use cases keep between calls (docs/architecture.md): caches, shares and
  * the work under way, all here rather than in module-level maps, so two masters in one process never
  * share any of it and a reader of `deps` sees all of it (`deps.runtime`). Made once per master by
  * src/master/compose.ts and by the test fixture (test/support/deps.ts). None of it is durable: a

@@ -2,8 +2,7 @@ import type { BrokerError } from '../contracts/errors.js';
 import { asStorageUnavailable } from '../store/storage-errors.js';
 
 /**
- * What every edge answers while the store cannot write (out of disk space, a failing disk; issue 10,
- * row 4, ADR 0016): the store's mapping (src/store/storage-errors.ts), offered here so that the edges
+ * What every edge answers while the store cannot write (out of disk space, a failing disk; ADR 0016): the store's mapping (src/store/storage-errors.ts), offered here so that the edges
  * (HTTP's error handler, the worker gateway's ingest) never import src/store/.
  */
 

@@ -5,12 +5,12 @@ import type { BrokerDeps } from './deps.js';
 import type { Verified } from './verified-cache.js';
 
 /**
- * The one read of input bytes (issue 13, issue 20): every reader — get_input, the reviewer's diff, the
+ * The one read of input bytes (ADR 0012; docs/security.md "Code the reviewer did not read"): every reader — get_input, the reviewer's diff, the
  * proposal's policy facts, a worker's fetch — gets a blob through here, in the name of a principal who
  * uploaded it, re-hashed on every read. Shared by tools/inputs.ts, tools/proposals.ts and
  * tools/revision-diff.ts, so it sits below all three.
  *
- * Paged reads (get_input, issue 21) do not re-hash the whole blob per page: the first page verifies
+ * Paged reads (get_input) do not re-hash the whole blob per page: the first page verifies
  * the whole blob once and remembers, per digest and size, the sha256 of each CHUNK_BYTES chunk and,
  * within a bounded cache (128 MiB), the verified bytes themselves (verifiedPages; one memo and cache per
  * master: `deps.runtime.verified`, src/broker/verified-cache.ts). A later page comes
@@ -24,7 +24,7 @@ import type { Verified } from './verified-cache.js';
  * A blob stored in chunks (over 1 MiB; src/store/blobs-repo.ts BLOB_CHUNK_BYTES) is verified a chunk at
  * a time, hashed and classified as it streams by, and kept whole in the cache only when it fits the
  * cache's budget; later pages read only the chunks they overlap. So a 1 GiB input costs one streamed
- * read to verify, then about a page per page, and never a 1 GiB buffer (issue 21).
+ * read to verify, then about a page per page, and never a 1 GiB buffer (docs/performance.md "Noisy neighbours").
  */
 
 /**
@@ -177,7 +177,7 @@ export async function verifiedPages(
  * into CHUNK_BYTES digests and classified as they go by; the bytes are kept only when they fit the
  * content cache. A blob whose bytes do not add up to its digest and size is refused (INTERNAL). The
  * event loop turns after each store chunk (a few ms of hashing), so a reviewer's first page of a 1 GiB
- * input does not stop everyone else's requests for the seconds its hash takes (issue 21, item 3).
+ * input does not stop everyone else's requests for the seconds its hash takes (ADR 0031).
  */
 async function verifyStreaming(
   deps: BrokerDeps,

@@ -1,5 +1,5 @@
 /**
- * What paged reads of input blobs remember (src/broker/verified-blob.ts `verifiedPages`; issue 21): per
+ * What paged reads of input blobs remember (src/broker/verified-blob.ts `verifiedPages`): per
  * digest and size, the sha256 of each chunk and, within a bounded budget, the verified bytes; and the
  * first reads under way. One per master, in its runtime (src/broker/runtime.ts `verified`), so two
  * masters in one process never serve each other's cached bytes or share one budget.

@@ -2,8 +2,8 @@ import { z } from 'zod';
 import { PINNED_IMAGE } from './task-spec.js';
 
 /**
- * The operator's ceiling on what an agent reviewer (role `agent_reviewer`) may APPROVE (issue 23 §2,
- * docs/decisions/0027-agent-reviewer.md). Anything above it goes to a person: the approval is refused
+ * The operator's ceiling on what an agent reviewer (role `agent_reviewer`) may APPROVE
+ * (docs/decisions/0027-agent-reviewer.md). Anything above it goes to a person: the approval is refused
  * with NEEDS_PERSON and the proposal stays IN_REVIEW, flagged. REQUEST_CHANGES and REJECT are never
  * bounded. Network is not a setting: an agent reviewer never approves `host` network, and never a
  * revision with an error finding or a mount. The defaults are deliberately small: one card, one hour,

@@ -42,7 +42,7 @@ export const HTTP_STATUS: Record<ErrorCode, number> = {
   STALE_REVISION: 409,
   SELF_REVIEW_FORBIDDEN: 403,
   SELF_GRANT_FORBIDDEN: 403,
-  /** An agent reviewer's APPROVE above its ceiling: a person must decide (issue 23 §2). */
+  /** An agent reviewer's APPROVE above its ceiling: a person must decide (ADR 0027). */
   NEEDS_PERSON: 403,
   IDEMPOTENCY_CONFLICT: 409,
   CONFLICT: 409,

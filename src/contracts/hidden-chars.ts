@@ -3,7 +3,7 @@
  * (U+0080–U+009F), the Arabic letter mark (U+061C), zero-width and direction marks (U+200B–U+200F),
  * line/paragraph separators and bidi embeddings/overrides (U+2028–U+202E), invisible operators and
  * isolates (U+2060–U+206F) and the zero-width no-break space (U+FEFF). Input and output paths refuse
- * them (issue 20), finding messages escape them, and the text inspection of inputs reports them.
+ * them (docs/security.md "Code the reviewer did not read"), finding messages escape them, and the text inspection of inputs reports them.
  */
 export const HIDDEN_CHAR_CLASS =
   '\\u0000-\\u001f\\u007f-\\u009f\\u061c\\u200b-\\u200f\\u2028-\\u202e\\u2060-\\u206f\\ufeff';

@@ -1,7 +1,7 @@
 /**
  * A nesting limit for every JSON value a client or worker sends, checked before anything recursive
  * (zod, canonical JSON, `JSON.stringify` for the size check) touches it: a spec nested 200,000 arrays deep
- * parses fine but overflows the stack of every recursive walk after (issue 10, row 5). The deepest
+ * parses fine but overflows the stack of every recursive walk after (docs/state-machines.md). The deepest
  * legitimate input (a spec inside a tool call inside a message) is under 10 levels.
  */
 

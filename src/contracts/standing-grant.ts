@@ -3,7 +3,7 @@ import { ResolvedLimitsSchema } from './task-limits.js';
 import { PINNED_IMAGE } from './task-spec.js';
 
 /**
- * A standing grant's scope (issue 23 §1, docs/mcp-tools.md "Grants"): the fields of a spec a reviewer
+ * A standing grant's scope (docs/mcp-tools.md "Grants"): the fields of a spec a reviewer
  * lets later revisions of one submitter change without a new review. Everything not named here must
  * stay as in the grant's base revision; src/domain/grants/grant.ts evaluates it.
  */
@@ -44,7 +44,7 @@ export const GrantEnvRuleSchema = z.strictObject({
 });
 
 /**
- * What arguments past `argv_prefix` may reach (issue 35 item 4):
+ * What arguments past `argv_prefix` may reach (ADR 0029):
  * - `none`: argv is fixed, exactly the prefix;
  * - `script`: more arguments, only where they reach a reviewed script: the prefix is
  *   `[interpreter, script, …]` with an interpreter the policy runs scripts from the inputs with
@@ -104,7 +104,7 @@ export const GrantScopeSchema = z.strictObject({
 export type GrantScope = z.infer<typeof GrantScopeSchema>;
 
 /**
- * A scope as stored, made current. Grants written before issue 35 stored `extra_args` as a boolean:
+ * A scope as stored, made current. Grants written before ADR 0029's amendment stored `extra_args` as a boolean:
  * `true` reads as `script` (arguments only where they reach a reviewed script, which narrows such a
  * grant: `make train` with `true` now covers exactly `make train`), `false` as `none`. The row itself is
  * immutable (a trigger), so the reading is done here, once, by the repository's mapper.

@@ -1,7 +1,7 @@
 import { z } from 'zod';
 
 /**
- * Per-task resource limits (issue 21, docs/security.md "Resource limits"): what one task may take of
+ * Per-task resource limits (docs/security.md "Resource limits"): what one task may take of
  * its worker's host. The policy sets defaults and maxima per card (an 8-card task gets 8 times a 1-card
  * one); a spec may ask for other values within the maximum; the master resolves them
  * (src/domain/policy/task-limits.ts) into the plan; the worker enforces them (worker/sandbox/limits.ts) and
@@ -75,7 +75,7 @@ export const DEFAULT_MAX_LIMITS_PER_CARD: ResolvedLimits = {
 };
 
 /**
- * What a worker keeps of its host for itself, the master and the system (issue 36 item 6): tasks on that
+ * What a worker keeps of its host for itself, the master and the system (docs/security.md "The task sandbox"): tasks on that
  * worker share the rest (src/domain/policy/task-limits.ts `hostAllowance`).
  */
 export const HostReserveSchema = z.strictObject({
@@ -88,7 +88,7 @@ export type HostReserve = z.infer<typeof HostReserveSchema>;
 export const DEFAULT_HOST_RESERVE: HostReserve = HostReserveSchema.parse({});
 
 /**
- * What a worker's host has (its hello's `host`, issue 36 item 6): RAM, CPUs, and the size of the file
+ * What a worker's host has (its hello's `host`): RAM, CPUs, and the size of the file
  * system that holds its data dir (where tasks' directories are).
  */
 export const HostResourcesSchema = z.strictObject({

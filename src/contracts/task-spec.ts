@@ -19,7 +19,7 @@ export const MAX_SEGMENT_BYTES = 255;
 /**
  * The UTF-8 length of `s` as TextEncoder would encode it (a lone surrogate as U+FFFD, 3 bytes), counted
  * without encoding: a spec names up to thousands of paths, and an encoder and a buffer per path was the
- * largest single cost of parsing one (issue 35 item 7).
+ * largest single cost of parsing one (docs/security.md "Fair share between principals").
  */
 export function utf8Length(s: string): number {
   let n = 0;

@@ -7,7 +7,7 @@ import { z } from 'zod';
 
 /** Roles that may call a tool. */
 /**
- * Roles that may call a tool. `agent_reviewer` (issue 23 §2) is named explicitly on each tool it may
+ * Roles that may call a tool. `agent_reviewer` (ADR 0027) is named explicitly on each tool it may
  * call, never implied by `reviewer`: a new reviewer tool (e.g. deciding grants) refuses agents by default.
  */
 export type ToolRole = 'submitter' | 'reviewer' | 'operator' | 'viewer' | 'worker' | 'agent_reviewer';

@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { defineTool, READ_ONLY, REVIEWERS } from './tool-def.js';
 
 /**
- * The reviewer prompt (issue 23 §2): one revision as a text an LLM reviewer reads, with what gpu-broker
+ * The reviewer prompt (ADR 0027): one revision as a text an LLM reviewer reads, with what gpu-broker
  * computed apart from a fenced, labelled block of everything the submitter wrote, and the verdict format
  * the reviewer must answer with (src/domain/review/prompt.ts builds it; docs/security.md "Agent reviewers").
  */

@@ -13,7 +13,7 @@ import {
 } from './tool-def.js';
 import { TimeSchema } from './views.js';
 
-/** Standing-grant tools (issue 23 §1, docs/mcp-tools.md "Grants"). */
+/** Standing-grant tools (docs/mcp-tools.md "Grants"). */
 
 const GrantIdSchema = z.string().min(1).max(128).describe('The grant id, e.g. grt_01J…');
 const GrantStateSchema = z.enum(['REQUESTED', 'ACTIVE', 'SUSPENDED', 'REJECTED', 'REVOKED', 'EXPIRED']);

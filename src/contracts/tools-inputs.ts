@@ -4,7 +4,7 @@ import { defineTool, IdempotencyKeySchema, MUTATING, READ_ONLY, READERS } from '
 import { UntrustedFieldsSchema } from './untrusted.js';
 
 /**
- * Tools that carry an agent's files into a proposal (issue 13): `upload_inputs` stores content by
+ * Tools that carry an agent's files into a proposal (ADR 0012): `upload_inputs` stores content by
  * sha256 and answers the manifest entries to paste into `spec.inputs`; `get_input` lets the reviewer
  * (and the submitter) read any input of a revision.
  */

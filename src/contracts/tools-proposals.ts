@@ -56,7 +56,7 @@ export const InputChangeSchema = z.object({
     })
     .optional(),
   /**
-   * Set when the file was not diffed (issue 21): `file_too_large` (one side over the per-file limit) or
+   * Set when the file was not diffed (docs/performance.md "Noisy neighbours"): `file_too_large` (one side over the per-file limit) or
    * `call_budget_spent` (this answer's reading/comparing budget ran out; page it with diff_path).
    * `size` is what diffing it would cost and `budget` what was allowed, both in `unit`.
    */
@@ -217,7 +217,7 @@ export const listReviewQueueTool = defineTool({
         errors: z.number().int(),
         warnings: z.number().int(),
         own: z.boolean(),
-        /** An agent reviewer's approval was refused above its ceiling: a person must decide (issue 23 §2). */
+        /** An agent reviewer's approval was refused above its ceiling: a person must decide (ADR 0027). */
         needs_person: NeedsPersonSchema.nullable(),
       }),
     ),

@@ -115,7 +115,7 @@ export const getTaskLogsTool = defineTool({
 });
 
 /**
- * Default bytes one get_task_logs / get_task_outputs call returns (issue 11, item 7): small enough for an
+ * Default bytes one get_task_logs / get_task_outputs call returns (docs/operations.md): small enough for an
  * agent's context (Claude Code replaces a result of about 1 MB with a 2 KB preview that loses the paging
  * fields), large enough for a traceback. Callers page with the offsets for more.
  */

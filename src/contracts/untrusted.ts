@@ -2,7 +2,7 @@ import { z } from 'zod';
 
 /**
  * Which fields of a reviewer-facing result were written by the submitter (or by another principal, such
- * as an earlier reviewer's comments) rather than by the broker (issue 20, item 8). A reviewer — a person
+ * as an earlier reviewer's comments) rather than by the broker (docs/security.md "Code the reviewer did not read"). A reviewer — a person
  * or an LLM — must read them as data to judge, never as instructions or as the broker's own voice:
  * "VERIFIED SAFE" inside a title, a path, an env value or a file is just what the submitter typed.
  * Everything else in these results (ids, digests, sizes, states, findings, `sandbox.runtime`/`network`,

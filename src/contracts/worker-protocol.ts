@@ -75,7 +75,7 @@ export const HELLO_MAX_EXECUTIONS = 1024;
 const Id = ProtocolIdSchema;
 
 /**
- * The one rule for a worker id (issue 10, row 7), enforced where a worker token is created
+ * The one rule for a worker id (docs/state-machines.md), enforced where a worker token is created
  * (`token create`, `start`), where a worker starts (`worker --id`) and at `hello`: a token bound to an
  * id that hello refuses could never connect. Ids are names in paths, logs and terminals, so no control
  * characters, no `/`, nothing a shell would mangle.
@@ -88,7 +88,7 @@ export const WorkerIdSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127
 /**
  * Highest lease epoch a worker may claim to have seen (hello `card_epochs`). Epochs count leases one by
  * one, so no real worker comes near it; a claim above would push the master's next epoch past what a
- * plan can carry (issue 10, row 9).
+ * plan can carry (docs/state-machines.md).
  */
 export const MAX_LEASE_EPOCH = 2 ** 48;
 
@@ -148,7 +148,7 @@ export const HelloSchema = z.object({
   /**
    * The highest lease epoch this worker has seen per card. A master restored from a backup learns them
    * here and issues only higher epochs, so it cannot hand out an epoch a running execution already holds
-   * (issue 10, row 2).
+   * (docs/state-machines.md).
    */
   card_epochs: z
     .array(
@@ -182,7 +182,7 @@ export const HelloSchema = z.object({
     .nullable()
     .default(null),
   /**
-   * Its host's RAM, CPUs and the size of the file system holding its data dir (issue 36 item 6): the
+   * Its host's RAM, CPUs and the size of the file system holding its data dir (docs/security.md "The task sandbox"): the
    * master derives each task's default and largest memory and disk from them. null: not known (older
    * workers, a Slurm pool, whose nodes Slurm accounts for).
    */
@@ -190,7 +190,7 @@ export const HelloSchema = z.object({
   /**
    * True: this worker starts an accepted execution only once the master acknowledged its `accepted`
    * report (worker/executions/manager.ts), so while the master has not recorded the acceptance it may
-   * withdraw the assign of a worker that fell silent and requeue the task elsewhere (issue 40, item 3).
+   * withdraw the assign of a worker that fell silent and requeue the task elsewhere (docs/operations.md "Partitions").
    * Older workers do not say: the master never withdraws their assigns.
    */
   starts_after_ack: z.boolean().optional(),
@@ -206,7 +206,7 @@ export const SampleMessageSchema = z.object({
   /**
    * Indexes of the cards this worker's unfinished executions hold right now. The master never grants
    * such a card, whatever its own records say (a restored master, a reconcile while the task still
-   * ran): issue 10, row 2.
+   * ran): docs/state-machines.md.
    */
   held_cards: z.array(z.number().int().min(0).max(1023)).max(1024).default([]),
 });
@@ -260,7 +260,7 @@ export const TorchBackendSchema = z.enum(['nccl', 'gloo']);
 export type TorchBackend = z.infer<typeof TorchBackendSchema>;
 
 /**
- * worker → master: what the qualification interpreter the welcome named can do (issue 11, item 1), so
+ * worker → master: what the qualification interpreter the welcome named can do (docs/operations.md), so
  * that start_qualification refuses before cordoning anything on a host where the workload cannot run.
  * `torch_version` is null when `import torch` fails; `error` then says why (its last line).
  */

@@ -16,7 +16,7 @@ import { continueNow } from './expect-continue.js';
 import { UploadPace } from './upload-pace.js';
 
 /**
- * The two byte routes of inputs (issue 13), beside the JSON REST mirror:
+ * The two byte routes of inputs (ADR 0012), beside the JSON REST mirror:
  *
  *   PUT /api/v1/blobs/{sha256}          a submitter uploads raw bytes (larger files, the CLI); the server
  *                                       recomputes the digest and refuses a mismatch. Content-addressed,
@@ -27,7 +27,7 @@ import { UploadPace } from './upload-pace.js';
  *                                       but the WSS endpoint). Streamed a store chunk at a time, hashed
  *                                       as it goes; a blob that does not match is cut off.
  *
- * An upload is streamed, never buffered while it arrives (issue 21, item 4). Before a byte of the body
+ * An upload is streamed, never buffered while it arrives (docs/performance.md "Noisy neighbours"). Before a byte of the body
  * is read the route checks, in order: the digest's form, the role (the broker's `requireUploader`; a
  * fetch's worker token, `inputFetcherWorker`), `Content-Length` (required; over
  * `policy.max_input_bytes` is 413), the principal's quota, the principal's uploads in flight

@@ -5,7 +5,7 @@ import { BrokerError } from '../contracts/errors.js';
 import type { Logger } from '../platform/logger.js';
 
 /**
- * What keeps one peer from holding the master's connections (issue 21, item 5). Node's own timeouts
+ * What keeps one peer from holding the master's connections (docs/performance.md "Noisy neighbours"). Node's own timeouts
  * (`headersTimeout`, `requestTimeout`, `keepAliveTimeout`, set in src/app.ts) bound the headers, the
  * whole request and idle keep-alive sockets; this file adds what Node lacks:
  *
@@ -17,7 +17,7 @@ import type { Logger } from '../platform/logger.js';
  *   excess socket is destroyed before TLS or HTTP reads a byte, so one address cannot use up every file
  *   descriptor while everyone else is still served (`max_connections` bounds all of them, Node's
  *   `server.maxConnections`);
- * - a cap per principal (`max_connections_per_principal`, issue 35, item 7): the principal is known
+ * - a cap per principal (`max_connections_per_principal`): the principal is known
  *   only once a request's token is read, after the connection was accepted, so what is capped is its
  *   requests in flight (HTTP/1.1: one per connection); the request past the cap is answered 429
  *   QUOTA_EXCEEDED before its body is read and its connection closed, and a connection whose principal

@@ -1,7 +1,7 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 
 /**
- * `Expect: 100-continue` answered by the master, not by Node (issue 21, uploads refused before a byte is
+ * `Expect: 100-continue` answered by the master, not by Node (uploads refused before a byte is
  * read). Node answers `100 Continue` on its own before any handler runs, so a client that waits for it
  * (`curl -T`) starts sending a body the route then refuses (over the quota, too large, no token). Here the
  * server's `checkContinue` passes the request on without answering, and:

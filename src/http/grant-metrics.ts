@@ -3,7 +3,7 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { grantUsage } from '../domain/grants/grant.js';
 
 /**
- * `gpu_broker_grant_budget_used_ratio{grant, budget}` (issue 23 §1), beside src/http/metrics.ts: read at
+ * `gpu_broker_grant_budget_used_ratio{grant, budget}` (ADR 0029), beside src/http/metrics.ts: read at
  * scrape time for ACTIVE and SUSPENDED standing grants, budget `runs`, `card_hours` (charged + reserved)
  * or `ttl`; the master alerts at 0.8. Decisions by kind (`grant` included) are metrics.ts's
  * `gpu_broker_review_decision_seconds`, fed by the `review_decision` events of src/broker/events.ts.

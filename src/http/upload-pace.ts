@@ -1,5 +1,5 @@
 /**
- * A per-principal byte rate for upload bodies (issue 21: one agent's uploads must not slow everyone
+ * A per-principal byte rate for upload bodies (one agent's uploads must not slow everyone
  * else's requests). Every `PUT /api/v1/blobs` body streams through the master's event loop (TLS, the
  * hash, the temporary file), so a token sending as fast as loopback allows takes as much of the loop as
  * it likes. Each principal gets a token bucket of `bytesPerSecond`, shared by all its uploads in flight,

@@ -38,7 +38,7 @@ export const MASTER_SECRET_FILES = [
 ] as const;
 
 /**
- * Makes the data dir 0700 and the secret files in it 0600 (issue 9 row 7: a pre-existing 0755 dir left
+ * Makes the data dir 0700 and the secret files in it 0600 (a pre-existing 0755 dir left
  * broker.db 0644), or throws naming what it cannot tighten; returns what it changed.
  */
 export function secureMasterDataDir(dataDir: string): Tightened[] {

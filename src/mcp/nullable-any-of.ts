@@ -2,7 +2,7 @@
  * Rewrites JSON Schema type arrays such as `{"type": ["string", "null"]}` (what zod 4 emits for a
  * nullable primitive) into `{"anyOf": [{"type": "string"}, {"type": "null"}]}`. Both mean the same, but
  * some MCP clients (the MCP Inspector with --strict warns 43 times) and model providers accept only a
- * single `type` per schema; `anyOf` with `null` is the form they all handle (issue 11 item 9).
+ * single `type` per schema; `anyOf` with `null` is the form they all handle (docs/operations.md).
  */
 
 type Json = unknown;

@@ -26,7 +26,7 @@ export const TimingSchema = z.strictObject({
   sweep_interval_ms: z.number().int().min(10).max(60000).default(1000),
 });
 
-/** Standing grants (issue 23 §1, docs/operations.md "Standing grants"). */
+/** Standing grants (docs/operations.md "Standing grants"). */
 export const GrantsConfigSchema = z.strictObject({
   /** The hard cap on a grant's lifetime: expires_at is at most this long after it is decided. */
   max_ttl_seconds: z
@@ -38,7 +38,7 @@ export const GrantsConfigSchema = z.strictObject({
 });
 
 /** Scheduling knobs. */
-/** Limits on what the master stores per task (issue 10, row 4). */
+/** Limits on what the master stores per task (ADR 0016). */
 export const StorageConfigSchema = z.strictObject({
   /**
    * Most log bytes (stdout and stderr together) kept per task; the rest is dropped, with one marker
@@ -104,7 +104,7 @@ export const SchedulingConfigSchema = z.strictObject({
 });
 
 /**
- * Audit chain checking and retention (issue 14, docs/operations.md "Audit retention"). The master checks
+ * Audit chain checking and retention (docs/operations.md "Audit retention"). The master checks
  * new rows every `check_interval_ms` and re-walks the whole live chain every `full_verify_interval_seconds`,
  * `batch_size` rows at a time between event-loop turns. Retention archives rows older than
  * `min_age_seconds` beyond the newest `keep_events` into files under `<data-dir>/audit-archive/`.
@@ -131,7 +131,7 @@ export const AuditConfigSchema = z.strictObject({
 });
 
 /**
- * Limits on HTTP connections and uploads (issue 21, docs/operations.md "Connections and uploads"). A
+ * Limits on HTTP connections and uploads (docs/operations.md "Connections and uploads"). A
  * request must send its headers within `headers_timeout_ms`; its body may idle at most
  * `body_timeout_ms` and, past that first `body_timeout_ms`, must average `min_body_bytes_per_second`,
  * else the connection is cut; `request_timeout_ms` bounds receiving a whole request (0: no bound).
@@ -151,7 +151,7 @@ export const HttpConfigSchema = z
     /** Open connections from one peer address; more are closed when accepted. */
     max_connections_per_peer: z.number().int().min(1).max(1_000_000).default(256),
     /**
-     * Requests one principal may have in flight at once, over all addresses (issue 35, item 7; HTTP/1.1
+     * Requests one principal may have in flight at once, over all addresses (HTTP/1.1
      * holds a connection per request): the next is answered QUOTA_EXCEEDED and its connection closed, and
      * a connection of a principal holding more open ones than this is closed after its answer. Keep it
      * well under max_connections_per_peer, so the principals behind one address keep a reserve.
@@ -195,7 +195,7 @@ export const HttpConfigSchema = z
   });
 
 /**
- * Per-principal caps on proposals and revisions (issue 21, item 6; docs/operations.md "Quotas and
+ * Per-principal caps on proposals and revisions (docs/operations.md "Quotas and
  * pruning"); over one, create/revise answer QUOTA_EXCEEDED naming the cap. null turns a cap off.
  */
 export const QuotasConfigSchema = z.strictObject({
@@ -214,7 +214,7 @@ export const QuotasConfigSchema = z.strictObject({
   diff_queued_per_reader: z.number().int().min(0).max(1024).default(8),
   /**
    * Calls of tools the catalog marks `heavy` (src/broker/tools/tool-cost.ts) one principal runs at once
-   * (issue 35, item 7); its further heavy calls wait in its own queue.
+   * (docs/security.md "Fair share between principals"); its further heavy calls wait in its own queue.
    */
   heavy_calls_per_principal: z.number().int().min(1).max(64).default(2),
   /**
@@ -244,7 +244,7 @@ export const QuotasConfigSchema = z.strictObject({
 });
 
 /**
- * Pruning of abandoned proposals and old unreviewed revisions (issue 21, item 6; src/domain/retention/proposal-pruning.ts).
+ * Pruning of abandoned proposals and old unreviewed revisions (src/domain/retention/proposal-pruning.ts).
  * 0 days turns a rule off.
  */
 export const PruningConfigSchema = z.strictObject({

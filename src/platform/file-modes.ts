@@ -16,7 +16,7 @@ import { dirname, join, sep } from 'node:path';
 import { BrokerError } from '../contracts/errors.js';
 
 /**
- * File modes of the master's and the worker's data dirs (issue 9 item 5, attack rows 6 and 7).
+ * File modes of the master's and the worker's data dirs (attack rows 6 and 7).
  *
  * A data dir holds secrets: the database (every token hash, every output, the audit chain), bootstrap
  * tokens and TLS keys. At start each process makes its dir 0700 (0711 where unsandboxed tasks must pass

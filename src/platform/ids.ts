@@ -15,7 +15,7 @@ export function createIdGenerator(): IdGenerator {
 
 /**
  * ulid's own PRNG draws one byte per character through webcrypto's getRandomValues (16 calls for the
- * first id of each millisecond: ~1 % of the master's CPU per task in the e2e bench, issue 37). This
+ * first id of each millisecond: ~1 % of the master's CPU per task in the e2e bench). This
  * one hands out the bytes of one 4 KiB randomFillSync at a time, as the same fraction (byte / 256).
  */
 function pooledRandom(): () => number {

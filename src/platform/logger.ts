@@ -8,7 +8,7 @@ export interface LoggerOptions {
   destination?: { write(text: string): unknown };
   /**
    * Lines to stderr are gathered and written in chunks (default false: each line is one synchronous
-   * write). The master sets it (issue 21: its event-log lines, one per audited move, cost ~1.5 ms of
+   * write). The master sets it (its event-log lines, one per audited move, cost ~1.5 ms of
    * its CPU per task as one write each): a write leaves (asynchronously) once 4 KiB are gathered or
    * BUFFERED_LOG_FLUSH_MS passed, at most BUFFERED_LOG_MAX_BYTES wait (past it lines are dropped, not
    * held), and what is still buffered is written synchronously when the process exits (a normal stop,
@@ -26,7 +26,7 @@ export const BUFFERED_LOG_FLUSH_MS = 100;
 /**
  * The process logger on stderr, so stdout stays free for command output and MCP stdio: JSON lines for
  * machines (a file, a pipe, journald), one readable line per event on a terminal, so `npm start`'s
- * banner is not buried in JSON (issue 11, item 9).
+ * banner is not buried in JSON (docs/operations.md).
  */
 export function createLogger(level: string = 'info', opts: LoggerOptions = {}): Logger {
   const pretty = opts.pretty ?? process.stderr.isTTY === true;

@@ -2,7 +2,7 @@ import { execFileSync } from 'node:child_process';
 import { findOnPath } from './find-on-path.js';
 
 /**
- * Raising the soft RLIMIT_NOFILE of a running process to its hard limit (issue 21, item 5). Node has no
+ * Raising the soft RLIMIT_NOFILE of a running process to its hard limit (docs/performance.md "Noisy neighbours"). Node has no
  * setrlimit; util-linux `prlimit --pid` changes another (or this) process's limits through prlimit(2).
  * Every connection costs the master a descriptor, so the usual soft limit of 1024 is what a thousand
  * idle sockets exhausted; the hard limit is what the operator allowed.

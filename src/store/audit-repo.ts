@@ -209,7 +209,7 @@ export class AuditRepo {
 
   /** Where the live table's chain starts: the end of the newest archive segment, or genesis. */
   liveStart(): ChainPoint {
-    // The newest segment alone (an index seek): archives keep up by writing many segments (issue 21).
+    // The newest segment alone (an index seek): archives keep up by writing many segments (docs/performance.md "Noisy neighbours").
     const last = this.lastSegmentStmt.get();
     return last ? { seq: last.last_seq, hash: last.last_hash } : { seq: 0, hash: GENESIS_HASH };
   }
@@ -311,7 +311,7 @@ export class AuditRepo {
 
   /**
    * Records a segment already written to its file. Its rows are then deleted in batches
-   * (`deleteArchived`): one delete of 10,000 rows held the event loop 0.2–0.7 s here (issue 21). Rows a
+   * (`deleteArchived`): one delete of 10,000 rows held the event loop 0.2–0.7 s here (docs/performance.md "Noisy neighbours"). Rows a
    * recorded segment covers are outside the live chain (it starts after the newest segment), so rows
    * left by a crash between batches change nothing and the next run deletes them.
    */

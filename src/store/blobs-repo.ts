@@ -8,7 +8,7 @@ type Statement = Database.Statement<unknown[]>;
  * trusts them: callers recompute the sha256 of what they read (src/broker/verified-blob.ts), so a row changed
  * behind the master's back is refused, never served.
  *
- * A blob belongs to those who uploaded it (issue 20): the bytes are stored once, but every question a
+ * A blob belongs to those who uploaded it (docs/security.md "Code the reviewer did not read"): the bytes are stored once, but every question a
  * principal can ask — is it stored, how large is it, was it new — is answered from that principal's
  * own `blob_uploads` rows, so nothing anyone learns depends on other principals' uploads.
  */
@@ -22,7 +22,7 @@ export interface BlobMeta {
 
 /** The blobs table and who uploaded what. */
 export class BlobsRepo {
-  /** Statements by SQL text, prepared on first use (issue 21: preparing per call was ~⅓ of a diff's cost). */
+  /** Statements by SQL text, prepared on first use (preparing per call was ~⅓ of a diff's cost). */
   private readonly statements = new Map<string, Statement>();
 
   constructor(private readonly db: Db) {}
@@ -57,7 +57,7 @@ export class BlobsRepo {
     now: number,
     opts: { writeAlways?: boolean } = {},
   ): void {
-    // `writeAlways` (issue 35, item 8): the bytes are written even when the blob is already stored
+    // `writeAlways` (docs/security.md "What a reviewer must read, and what the broker guarantees"): the bytes are written even when the blob is already stored
     // (someone else uploaded it), over the stored ones, which hash the same: storing them then costs
     // what storing new bytes costs, so the caller's answer time does not say whether they were there
     // (32 MiB: ~150 ms to write here against ~0.1 ms to skip).
@@ -124,7 +124,7 @@ export class BlobsRepo {
 
   /**
    * Sizes of those of `shas` that `principalId` uploaded (and are still stored); others' uploads never
-   * count. One query for all of them (issue 21: get_revision asks for ~2,000 digests per call, and one
+   * count. One query for all of them (get_revision asks for ~2,000 digests per call, and one
    * statement per digest was ~17 % of the master's time under a diff flood): the digests go in as one
    * JSON array, and SQLite looks each up in the (principal_id, sha256) primary key.
    */
@@ -279,7 +279,7 @@ export class BlobsRepo {
  * Step 1 of a collection (BlobsRepo.expireUploads). The (owner, digest) pairs still in use are computed
  * once per batch; SQLite answers the row-value NOT IN from an index it builds on them, so a batch is one
  * pass over expired rows. Which tasks count is read through two partial indexes, tasks_unfinished
- * (migration 014-blob-chunks) and tasks_finished_at, never by scanning the task history (issue 21: 96 ms per batch
+ * (migration 014-blob-chunks) and tasks_finished_at, never by scanning the task history (96 ms per batch
  * with 50,000 finished tasks, 17 ms with the index; test/unit/store/blob-gc.test.ts checks the plan).
  */
 export const EXPIRE_UPLOADS_SQL = `WITH in_use (principal_id, sha256) AS (

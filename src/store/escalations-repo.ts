@@ -1,6 +1,6 @@
 import type { Db } from './db.js';
 
-/** A revision an agent reviewer could not approve: a person must decide (issue 23 §2). */
+/** A revision an agent reviewer could not approve: a person must decide (ADR 0027). */
 export interface EscalationRecord {
   revision_id: string;
   proposal_id: string;

@@ -35,7 +35,7 @@ export class LogsRepo {
       ),
       // The end of a stream is max(offset + length) over its chunks. A chunk starting more than
       // MAX_STORED_CHUNK_BYTES before the last chunk's offset ends before that offset, so only the chunks
-      // in that window are read: a few index steps instead of a scan of every chunk (issue 21: the scan,
+      // in that window are read: a few index steps instead of a scan of every chunk (the scan,
       // twice per ingested chunk, was a third of the master's time under a 64 MiB log flood;
       // docs/decisions/0030-log-total-window.md).
       total: db.prepare<{ e: string; s: string; w: number }, { total: number | null }>(

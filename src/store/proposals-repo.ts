@@ -63,7 +63,7 @@ export interface RevisionPruneRow {
 
 /**
  * What listings show of a revision, read by SQLite's JSON functions: a listing of 200 proposals used
- * to parse 200 specs of up to 256 KiB in JavaScript on the event loop (issue 21, item 3).
+ * to parse 200 specs of up to 256 KiB in JavaScript on the event loop (ADR 0031).
  */
 export interface RevisionHead {
   id: string;
@@ -283,7 +283,7 @@ export class ProposalsRepo {
   }
 
   /**
-   * Proposals IN_REVIEW with owners in turn (issue 35, item 7): each owner's oldest, then each owner's
+   * Proposals IN_REVIEW with owners in turn (docs/security.md "Fair share between principals"): each owner's oldest, then each owner's
    * second oldest, and so on; within a turn oldest first. `turn` is the proposal's place among its owner's
    * (1 = oldest); the page starts after (`afterTurn`, `afterId`).
    */

@@ -4,7 +4,7 @@ import { BrokerError } from '../contracts/errors.js';
  * SQLite failures that mean "the disk (or the database's size limit) cannot take this write", as
  * opposed to a bug or a constraint: SQLITE_FULL (no space, or `max_page_count` reached) and the
  * SQLITE_IOERR family (a write or fsync failed). They are not the caller's fault and may pass once space
- * is freed, so every edge answers them as a retryable `UNAVAILABLE`, never `INTERNAL` (issue 10, row 4).
+ * is freed, so every edge answers them as a retryable `UNAVAILABLE`, never `INTERNAL` (ADR 0016).
  */
 
 /** The SQLite error code of `err` (better-sqlite3's SqliteError carries it as `code`), or null. */

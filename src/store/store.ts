@@ -82,7 +82,7 @@ export class Store {
       // Callbacks registered by the part that rolled back must never run.
       this.pending.length = mark;
       this.runAtEnd();
-      // SQLITE_FULL / I/O errors become a retryable UNAVAILABLE at every edge (issue 10, row 4).
+      // SQLITE_FULL / I/O errors become a retryable UNAVAILABLE at every edge (ADR 0016).
       if (isStorageWriteError(err)) {
         const detail = describeStorageError(err);
         this.onWriteFailure(detail);
@@ -103,7 +103,7 @@ export class Store {
   /**
    * Runs `cb` in a transaction of its own once the outermost transaction ends, committed or rolled
    * back: for a record that must outlive a refusal (an agent reviewer's approval refused with
-   * NEEDS_PERSON still flags the proposal for a person, issue 23 §2). Runs now if none is open.
+   * NEEDS_PERSON still flags the proposal for a person). Runs now if none is open.
    */
   afterOutermost(cb: () => void): void {
     if (this.depth === 0) this.transaction(cb);

@@ -80,7 +80,7 @@ function bySchedulingOrder(a: QueuedTaskRow, b: QueuedTaskRow): number {
 }
 
 /**
- * A task's owner and state fields with the code of its wait reason, read without the spec (issue 37:
+ * A task's owner and state fields with the code of its wait reason, read without the spec (docs/performance.md, section e2e:
  * a wait_for_task wake-up or an execution report parsed the whole spec for these).
  */
 export interface TaskStateFacts
@@ -127,7 +127,7 @@ export class TasksRepo {
    * The committed QUEUED set as of the last `queuedForScheduling` outside a transaction, by task id
    * (null: read it in full next time). Kept current through `dirty`: every insert and update names its
    * task there, and the next read re-reads just those rows by primary key, so a write that rolled back
-   * costs one needless re-read, never a wrong row (issue 21: a full read of the queue on every pass was
+   * costs one needless re-read, never a wrong row (a full read of the queue on every pass was
    * a fifth of the master's CPU per task with a few hundred queued).
    */
   private queued: Map<string, QueuedTaskRow> | null = null;
@@ -275,7 +275,7 @@ export class TasksRepo {
    * The QUEUED tasks in scheduling order, reduced to what scheduling reads. Measured with 10,000 queued:
    * 70 ms per pass through `inState` (every spec parsed), a fraction of that here (docs/performance.md).
    *
-   * Incremental (issue 21): the queue read in full once, then only the rows written since (`dirty`),
+   * Incremental (docs/performance.md "Noisy neighbours"): the queue read in full once, then only the rows written since (`dirty`),
    * each by primary key; a task's spec never changes once stored, so its spec part is read once while
    * it stays queued. Inside a transaction (whose writes may still roll back) it reads in full and keeps
    * nothing. `forgetQueued` makes the next read a full one (the scheduler's safety net).

@@ -27,7 +27,7 @@ function loggingSpec(seconds: number) {
   });
 }
 
-/** Words an absent value would print if a view rendered it as is (issue 23: the review pane said "null"). */
+/** Words an absent value would print if a view rendered it as is (the review pane said "null"). */
 const ABSENT_WORDS = /null|undefined|NaN/;
 
 const card = (index: number, state?: string) =>
@@ -242,7 +242,7 @@ describe('dashboard', () => {
       `/api/v1/proposals/${created.body.proposal_id}/revisions`,
       { spec: { ...loggingSpec(0), inputs: v1 } },
     );
-    // A reviewer decided on revision 2, so revision 3's diff starts there (issue 20).
+    // A reviewer decided on revision 2, so revision 3's diff starts there (docs/security.md "Code the reviewer did not read").
     await tina.post(`/api/v1/proposals/${created.body.proposal_id}/confirm`, {
       revision_id: revised.body.revision_id,
     });

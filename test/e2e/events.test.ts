@@ -96,7 +96,7 @@ describe('event stream', () => {
   });
 
   it('limits streams per principal, and one token cannot lock the operators out', async () => {
-    // Issue 10 row 6: one viewer token opened 254 streams and the operator's was refused.
+    // docs/state-machines.md: one viewer token opened 254 streams and the operator's was refused.
     await start(15_000, { maxStreams: 40 });
     const viewers = Array.from({ length: 5 }, (_, i) => token(`viewer-${i}`, ['viewer']));
     const first = viewers[0]!;

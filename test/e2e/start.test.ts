@@ -77,12 +77,12 @@ async function runOneTask(extraArgs: string[], alsoRun: TaskSpecInput[] = []) {
 
 describe('gpu-broker start', () => {
   it('sandboxes the local worker when bubblewrap works, and runs an agent task on one simulated card', async () => {
-    // No --config: the starter config it writes allows /bin/sh and /usr/bin/python3 (issue 11, item 2).
-    // The client kit's example for simulated cards (issue 11, item 9) runs as it is.
+    // No --config: the starter config it writes allows /bin/sh and /usr/bin/python3 (docs/operations.md).
+    // The client kit's example for simulated cards (docs/operations.md) runs as it is.
     const example = JSON.parse(
       readFileSync(join(packageRoot(), 'client-kit', 'examples', 'sim-smoke-1card.json'), 'utf8'),
     ) as TaskSpecInput;
-    // And so does the SKILL's own first example (issue 11, item 2).
+    // And so does the SKILL's own first example (docs/operations.md).
     const skill = readFileSync(join(packageRoot(), 'client-kit', 'SKILL.md'), 'utf8');
     const skillSpec = JSON.parse(skill.split('```json\n')[1]!.split('```')[0]!) as TaskSpecInput;
     const { task, logs, worker, banner, also, dataDir } = await runOneTask([], [example, skillSpec]);
@@ -153,7 +153,7 @@ describe('gpu-broker start', () => {
   });
 
   it('a starter written while UNISOLATED follows the machine once bubblewrap works; an edited one is kept', async () => {
-    // Issue 23, item 4.1: "install bubblewrap and restart" must make python3 allowed.
+    // ADR 0029: "install bubblewrap and restart" must make python3 allowed.
     const dataDir = makeTempDir('start');
     const configFile = join(dataDir, 'config.json');
     const startOnce = async (args: string[]) => {

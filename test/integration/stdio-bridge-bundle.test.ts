@@ -10,7 +10,7 @@ import { packageRoot } from '../../src/platform/package-root.js';
 import { startTestMaster, type TestMaster } from '../support/master.js';
 
 /**
- * Issue 11 item 8: the self-contained stdio bridge (`npm run build:bridge`, one esbuild bundle) runs
+ * docs/operations.md: the self-contained stdio bridge (`npm run build:bridge`, one esbuild bundle) runs
  * with plain `node` from a directory with no node_modules anywhere above it, against a real master.
  */
 

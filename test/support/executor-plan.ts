@@ -3,7 +3,7 @@ import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 
 /**
  * Plans, chunks and process probes shared by the worker tests. `makePlan` is the only builder of an
- * `ExecutionPlan` in the tests (issue 22): the daemon harness and the local-store tests call it with their
+ * `ExecutionPlan` in the tests (ADR 0020): the daemon harness and the local-store tests call it with their
  * own defaults, so a change to the plan's shape is made here once.
  */
 

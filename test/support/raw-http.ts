@@ -1,7 +1,7 @@
 import { connect, type Socket } from 'node:net';
 
 /**
- * Plain-HTTP/1.1 over a raw TCP socket, for the connection tests (issue 21): a client that sends
+ * Plain-HTTP/1.1 over a raw TCP socket, for the connection tests (docs/performance.md "Noisy neighbours"): a client that sends
  * headers and then as much (or as little) body as the test wants, and sees exactly when the master
  * answers and when it closes. Only for a master started with `tls: { mode: 'off' }` on loopback.
  */

@@ -2,7 +2,7 @@
  * The one policy for tests that need something of the machine (root, bubblewrap, podman, an IPv6 loopback,
  * a local Slurm): where it is missing they are skipped, and the reason is printed; under CI (`CI` set, as
  * `.ci/run` does) a missing need is an error instead, so CI can never pass by skipping what it should run.
- * Every environment-dependent skip in the tests goes through `requireOrSkip` (issue 22).
+ * Every environment-dependent skip in the tests goes through `requireOrSkip` (ADR 0020).
  */
 
 /** Whether this run is CI: `CI` set to anything but '', '0' or 'false'. */

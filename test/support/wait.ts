@@ -1,8 +1,8 @@
 /**
- * Waiting for a condition with a bound, never for a fixed time (CONVENTIONS rule 4). The predicate is
+ * Waiting for a condition with a bound, never for a fixed time (timing bounds live in npm run bench, docs/performance.md). The predicate is
  * polled; the first truthy value it returns is the result. On timeout the error names what was awaited
  * and the last value or error seen, so a failing test says why. This is the only `waitFor` in the tests
- * (issue 22): pass `{ timeoutMs, what }` rather than writing another.
+ * (ADR 0020): pass `{ timeoutMs, what }` rather than writing another.
  */
 
 /** Options of {@link waitFor}. */

@@ -3,7 +3,7 @@ import { firstUntraversable, octal, secureDataDir, type Tightened } from '../../
 import type { RunAs } from '../sandbox/run-as.js';
 
 /**
- * The worker's data dir modes (issue 9 item 5, rows 4 and 6). worker.sqlite holds every output a task
+ * The worker's data dir modes (docs/security.md "File modes"). worker.sqlite holds every output a task
  * returned and the fencing marks: it and its -wal/-shm are 0600, the dir 0700.
  *
  * With `--isolation none --run-as USER` tasks reach their execution dirs through the host path

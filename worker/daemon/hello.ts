@@ -75,7 +75,7 @@ export function buildHello(facts: HelloFacts): HelloMessage {
 
 /**
  * This host's RAM, CPUs and the room free on the file system holding `dataDir` when the worker starts
- * (issue 36 item 6), each within the contract's bounds; null when the file system cannot be read. The
+ * (docs/security.md "The task sandbox"), each within the contract's bounds; null when the file system cannot be read. The
  * master derives each task's memory and disk from them (src/domain/policy/task-limits.ts `hostAllowance`) and
  * never promises the tasks of this worker more than that together (scheduling/pool.ts). Free room, not
  * the file system's size: each task dir's image takes its room when it is made (sandbox/task-fs.ts), and

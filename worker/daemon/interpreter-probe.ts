@@ -3,7 +3,7 @@ import type { ProbeMessage } from '../../src/contracts/worker-protocol.js';
 import { HELPER_ENV } from '../sandbox/helper-commands.js';
 
 /**
- * Probes the qualification interpreter the master names in its welcome (issue 11, item 1): does it
+ * Probes the qualification interpreter the master names in its welcome (docs/operations.md): does it
  * import torch, which version, and which distributed backend would the workload use (nccl when CUDA or
  * ROCm cards are visible to torch, gloo otherwise). It runs on the host, outside any sandbox: the
  * sandbox binds the same /usr, so what imports here imports there.

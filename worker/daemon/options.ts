@@ -60,7 +60,7 @@ export interface WorkerOptions {
   /** Named data mounts tasks may ask for (`--mount NAME=PATH[:rw]`). */
   readonly mounts?: readonly DataMount[];
   /**
-   * The host's resources the hello reports (issue 36 item 6); default: this host's (hello.ts
+   * The host's resources the hello reports (docs/security.md "The task sandbox"); default: this host's (hello.ts
    * `hostResources`). Tests set a small host here; null reports none.
    */
   readonly hostResources?: HostResources | null;

@@ -4,7 +4,7 @@ import type { Logger } from '../../src/platform/logger.js';
 import type { LocalStore } from '../store/local-store.js';
 
 /**
- * Retention of finished execution directories (issue 14): each keeps its logs (about 18 kB per task in
+ * Retention of finished execution directories (docs/operations.md "Audit retention"): each keeps its logs (about 18 kB per task in
  * the soak) under `<dataDir>/executions/<execution_id>/` after the master has everything. A directory is
  * deleted only when the store says it is safe (`listPrunableExecutionDirs`: cleaned or rejected, older
  * than `keep_seconds`, not among the newest `keep_count`, nothing about it still unacknowledged); the

@@ -29,7 +29,7 @@ import { exitSummary, finalSummary, outputBody, phaseBody } from './reports.js';
  *
  *   accepted   fenced, recorded and reported; the executor starts it once the master acknowledged the
  *              report (it then recorded the acceptance and will not give the task to another worker;
- *              issue 40, item 3). A `cancel` or a refusal of that report before then ends it `exited`
+ *              docs/operations.md "Partitions"). A `cancel` or a refusal of that report before then ends it `exited`
  *              (CANCELLED, never started) and `cleaned`: nothing ran
  *   rejected   refused before anything ran (STALE_EPOCH, or SETUP_FAILED: unknown card, uuid mismatch,
  *              a pinned file whose sha256 differs on this host)

@@ -48,7 +48,7 @@ export interface ConnectionOptions {
   /**
    * A dial whose WebSocket handshake (TCP, TLS, HTTP upgrade) has not completed within this long is
    * abandoned and redialled (default 10 s). Enforced by our own timer: ws's `handshakeTimeout` fired at
-   * twice its value over TLS (issue 40, item 4), so a dial into a silent path waited 20 s.
+   * twice its value over TLS (docs/operations.md "Partitions"), so a dial into a silent path waited 20 s.
    */
   readonly handshakeTimeoutMs?: number;
   /** Called once per socket when it opens; the daemon sends hello from here. */

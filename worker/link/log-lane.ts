@@ -2,7 +2,7 @@ import { MAX_LOG_CHUNK_BYTES, type WorkerSequencedBody } from '../../src/contrac
 import type { LocalStore, QueuedLogChunk } from '../store/local-store.js';
 
 /**
- * The log lane (issue 21): a task's log chunks do not take a seq when the pump delivers them. They wait
+ * The log lane (docs/performance.md "Noisy neighbours"): a task's log chunks do not take a seq when the pump delivers them. They wait
  * in the store's `log_queue`, and the outbox sender (outbox.ts) moves them into the outbox one *turn* at
  * a time, only when it has nothing else to send and the master has acknowledged most of what it was
  * sent. A turn is the oldest queued chunks of one execution, at most TURN_BYTES, merged into as few

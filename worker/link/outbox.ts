@@ -24,7 +24,7 @@ import { LogLane } from './log-lane.js';
  * The pump pauses while the socket holds more than HIGH_WATER_BYTES unwritten, so a long backlog (or a
  * big output) is paged out of SQLite instead of being copied into memory at once.
  *
- * Log chunks take another road (issue 21; log-lane.ts): `enqueueLog` queues them without a seq, and the
+ * Log chunks take another road (log-lane.ts): `enqueueLog` queues them without a seq, and the
  * pump moves one fair turn of them into the outbox only when nothing else waits and fewer than
  * LOG_WINDOW_BYTES of log are sent but not acknowledged. The master's acks pace the logs, so a report
  * enqueued during a flood waits behind at most that window, and acknowledged chunks leave the disk at once.
@@ -129,7 +129,7 @@ export class OutboxSender {
   /**
    * Calls `fn` once the master acknowledged the message `entry` (its ack, or a welcome whose marks cover
    * it): "acknowledged" means the master committed what the message changed (src/contracts/sequencing.ts
-   * rule 3). Used to start an execution only once the master recorded its acceptance (issue 40, item 3).
+   * rule 3). Used to start an execution only once the master recorded its acceptance (docs/operations.md "Partitions").
    * `forgetAck` drops the callback.
    */
   whenAcked(entry: { boot_id: string; seq: number }, fn: () => void): void {

@@ -18,7 +18,7 @@ import { FIRST_FILE_FD } from './launch.js';
  * The box of a sandboxed `process` task (sandbox/bwrap.ts for what the sandbox holds). The executor has
  * made the execution's directories and placed its inputs; this picks the device nodes, the paths to hide
  * and to pin, and assembles bwrap's start: options through a pipe, the task's env applied at the task's
- * own exec only, bwrap itself with the fixed helper env (issue 20).
+ * own exec only, bwrap itself with the fixed helper env (docs/security.md "Code the reviewer did not read").
  */
 
 /** Everything one bwrap box needs from the executor. */

@@ -10,7 +10,7 @@ import { errorMessage } from '../../src/platform/error-message.js';
  *
  *   inline   `child_process.spawn` in the worker itself. libuv forks the worker and waits for the exec,
  *            synchronously: the event loop stops for the fork of the whole worker (5–12 ms at ~100 MiB,
- *            more under load; issue 21).
+ *            more under load).
  *   spawner  a small long-lived Node process (spawner.ts, ADR 0032) forks instead, off the worker's
  *            event loop, and hands the pipes back over its IPC channel.
  *

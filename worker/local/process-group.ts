@@ -200,7 +200,7 @@ let cachedOwnNamespace: string | null | undefined;
  * so then no member can be alive. False (look with {@link liveNamespaceMembers}) whenever it cannot
  * tell, including while the init is alive or still waiting for the others.
  *
- * This spares the cleanup poll a readlink of every /proc entry per task (issue 21: ~4 ms a task on a
+ * This spares the cleanup poll a readlink of every /proc entry per task (~4 ms a task on a
  * host with a few hundred processes).
  */
 export async function namespaceInitGone(initPid: number, namespace: number): Promise<boolean> {

@@ -13,7 +13,7 @@ import type { FromSpawner, ToSpawner } from './spawner-messages.js';
 
 /**
  * The spawner (ADR 0032): a small long-lived Node process, this worker's child, that forks the task
- * boxes so that the worker's event loop never blocks in a fork of the whole worker (issue 21: ~7.5 ms of
+ * boxes so that the worker's event loop never blocks in a fork of the whole worker (~7.5 ms of
  * every task's worker time went to `child_process.spawn`, which forks the ~100 MiB worker and waits for
  * the exec; forking the ~40 MiB spawner is cheaper, and it happens on another process's thread).
  *

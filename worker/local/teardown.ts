@@ -15,7 +15,7 @@ const PIPE_DRAIN_MS = 2000;
 /**
  * The n-th wait (ms, n from 0) of a poll for processes to be gone: 2, 4, 8, 16… up to `cap`. A sandbox's
  * init is often still exiting when bwrap itself has exited (it reports the task's status before its
- * init is reaped) and is gone a few ms later (issue 21): a first wait of the full interval (50 ms here,
+ * init is reaped) and is gone a few ms later (docs/performance.md "Noisy neighbours"): a first wait of the full interval (50 ms here,
  * 200 ms for the receipt) was most of a short task's time on its card.
  */
 export function pollDelayMs(n: number, cap: number): number {

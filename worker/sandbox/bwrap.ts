@@ -27,7 +27,7 @@ export {
 } from './host-mounts.js';
 
 /**
- * The bubblewrap sandbox every `process` task runs in (issue 9, docs/security.md).
+ * The bubblewrap sandbox every `process` task runs in (docs/security.md).
  *
  * What the task sees, in mount order (later mounts win), on an empty root of its own:
  *   1. the host's system directories read-only (SYSTEM_DIRS: /usr, /etc, /opt, /var, /sys and the
@@ -43,7 +43,7 @@ export {
  *      (the directories above it made 0755, see ancestorDirs in host-mounts.ts);
  *   5. the leased cards' device nodes only (devices.ts);
  *   6. its execution dir at `/task` (writable; outputs under `/task/out`), which is also its cwd;
- *   7. its inputs (issue 13) read-only over it: each top-level entry of the execution's `inputs/` dir
+ *   7. its inputs (ADR 0012) read-only over it: each top-level entry of the execution's `inputs/` dir
  *      bound with --ro-bind at `/task/<entry>` (so `/task/src/train.py` cannot be written, renamed or
  *      removed, while the task may still create scratch files beside it);
  *   8. the named data mounts the spec asked for, at `/mnt/<name>`, read-only unless the operator said
@@ -61,7 +61,7 @@ export {
  * on the read-only host gain nothing. A worker that is not root runs bwrap in a user namespace: the task
  * keeps the worker's uid on the host, with its own namespaces around it.
  *
- * Environment (issue 20): the spec's env reaches the task's own process and nothing before it. bwrap
+ * Environment (docs/security.md "Code the reviewer did not read"): the spec's env reaches the task's own process and nothing before it. bwrap
  * runs with the fixed helper env (HELPER_ENV and the execution id). An unprivileged bwrap execs the task
  * itself: `--unsetenv` drops its own names the task does not set and `--setenv` applies the task's env
  * at that exec. A root bwrap execs setpriv with its own fixed env, and setpriv (now the task's uid, no
@@ -140,8 +140,8 @@ export interface BwrapRequest {
     /**
      * Behind setpriv: the task's env as a file (`taskEnvData`, NUL-ended NAME=VALUE entries) bound
      * read-only at TASK_ENV_FILE, and the bash that reads it after the uid drop and execs env with it,
-     * so no value is on a command line the host's process list shows for the task's life (issue 36
-     * item 7). Absent: the values follow env on the command line.
+     * so no value is on a command line the host's process list shows for the task's life
+     * (docs/security.md "The task sandbox"). Absent: the values follow env on the command line.
      */
     readonly file?: { readonly host: string; readonly shell: string };
   };

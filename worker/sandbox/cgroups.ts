@@ -6,7 +6,7 @@ import { readKernelFile, writeKernelFile } from './kernel-files.js';
 import { below, parseMountinfo, parseSelfCgroup } from './mountinfo.js';
 
 /**
- * Per-task cgroups (issue 21, docs/decisions/0021-task-limits.md): one interface over cgroup v2 (the
+ * Per-task cgroups (docs/decisions/0021-task-limits.md): one interface over cgroup v2 (the
  * unified hierarchy current GPU hosts run) and v1 (a controller per mount; this CI host is a v1/v2
  * hybrid with v1 memory, pids and cpu). The worker probes the host once (probeCgroups), then for each
  * task creates a cgroup below its own, sets the limits, moves the task's first process in before it

@@ -3,7 +3,7 @@ import { errorMessage } from '../../src/platform/error-message.js';
 import { type CgroupHierarchy, delegateToChildren, type TaskCgroup, v2MountPoint } from './cgroups.js';
 
 /**
- * A container task's own cgroup on a cgroup v2 host (issue 21; docs/decisions/0028-oom-and-verified-pages.md
+ * A container task's own cgroup on a cgroup v2 host (docs/decisions/0028-oom-and-verified-pages.md
  * names it as the next step): the worker makes the task's cgroup below its own, as for a sandboxed task
  * (cgroups.ts, the same limits), hands its controllers to its children, and runs the container with
  * `--cgroup-parent` set to it, so the engine puts the container's cgroup inside. v2's `memory.events`

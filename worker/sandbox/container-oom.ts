@@ -5,7 +5,7 @@ import { engineOutput } from './container-probe.js';
 import { below, parseMountinfo, parseSelfCgroup } from './mountinfo.js';
 
 /**
- * Whether a task's container is at its memory limit (issue 21): the engine's own report of an OOM kill
+ * Whether a task's container is at its memory limit (docs/performance.md "Noisy neighbours"): the engine's own report of an OOM kill
  * (`State.OOMKilled`) is not to be trusted everywhere (podman 4.3 with runc on a cgroup v1 memory
  * controller reports false for a container the kernel killed at its limit), and the container's cgroup
  * is gone once it exited. So, where memory is a cgroup v1 controller, the container runs with

@@ -22,7 +22,7 @@ export {
 } from './container-probe.js';
 
 /**
- * The container every `container` task runs in (issue 9, docs/security.md "Container tasks"), built by
+ * The container every `container` task runs in (docs/security.md "Container tasks"), built by
  * the worker's engine (podman, or docker where podman is missing):
  *
  *   - the image by its local image id, after its digest was checked (imageRunRef), never pulled;
@@ -92,7 +92,7 @@ export interface ContainerRequest {
   readonly devices: CardDevices;
   readonly network: NetworkMode;
   readonly user: { uid: number; gid: number };
-  /** The task's resource limits, through the engine's own flags (issue 21); null: the pids limit only. */
+  /** The task's resource limits, through the engine's own flags (docs/performance.md "Noisy neighbours"); null: the pids limit only. */
   readonly limits: ResolvedLimits | null;
   /** Hold the container at its memory limit rather than kill in it (ContainerSetup.holdOnOom). */
   readonly holdOnOom?: boolean;
@@ -106,7 +106,7 @@ export interface ContainerRequest {
   readonly argv: readonly string[];
   /**
    * podman only (`--timeout`): conmon kills the container after this many seconds whether or not the
-   * worker is still there (issue 36 item 7: a SIGKILLed worker's container ran on with no time limit).
+   * worker is still there (a SIGKILLed worker's container ran on with no time limit).
    * The worker's own stop at the task's time limit comes first; this is the backstop. Absent: none.
    */
   readonly backstopSeconds?: number;
@@ -138,7 +138,7 @@ export function cardDevices(
 }
 
 /**
- * The engine's flags for the task's limits (issue 21): memory with no swap beyond it, the pids limit,
+ * The engine's flags for the task's limits (docs/performance.md "Noisy neighbours"): memory with no swap beyond it, the pids limit,
  * the CPU weight (as cgroup v1 shares, which both engines map to v2's cpu.weight), /dev/shm's size.
  * /tmp's size is in its --tmpfs option; the task dir is watched like a sandbox's (sandbox/limits.ts).
  */
@@ -177,7 +177,7 @@ export function containerArgs(req: ContainerRequest): string[] {
     req.network === 'host' ? 'host' : 'none',
     '--read-only',
     // runc keeps the mode of the image's /tmp (1777 in any usual image); mode= covers images without one.
-    // /var/tmp too, of the same size (issue 36 item 7: the engine's own was unsized). /run stays the
+    // /var/tmp too, of the same size (the engine's own was unsized). /run stays the
     // engine's root-owned 0755 tmpfs, which a task uid cannot write.
     '--tmpfs',
     `/tmp:rw,nosuid,nodev,mode=1777${req.limits === null ? '' : `,size=${req.limits.tmp_mib}m`}`,

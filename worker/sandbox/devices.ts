@@ -1,5 +1,5 @@
 import { execFile } from 'node:child_process';
-import { lstatSync, mkdirSync, readdirSync } from 'node:fs';
+import { lstatSync, mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Provider } from '../../src/contracts/sample.js';
 import type { LeasedCard } from '../../src/contracts/worker-protocol.js';
@@ -7,7 +7,7 @@ import { findHelper, HELPER_ENV, HELPER_PATH } from './helper-commands.js';
 
 /**
  * Which device nodes a task's sandbox gets: the leased cards' nodes and the vendor's control nodes,
- * nothing else (issue 9).
+ * nothing else (docs/security.md "The task sandbox").
  *
  *   nvidia  /dev/nvidia<index> per leased card, /dev/nvidiactl, /dev/nvidia-uvm, /dev/nvidia-uvm-tools
  *           (and /dev/nvidia-modeset where present). The card index is the nvidia-smi index, whose minor

@@ -7,7 +7,7 @@ export { findOnPath };
  * looked up once, at worker start, on a fixed search path of system directories, and every one of them
  * runs with HELPER_ENV. Neither the PATH the daemon was started with nor anything a spec says takes part:
  * a program a task left behind, or a directory a spec's PATH names, can never be what the worker runs
- * as root (issue 20).
+ * as root (docs/security.md "Code the reviewer did not read").
  */
 
 /** Where helpers are looked for: the system directories first, the site's /usr/local last. */

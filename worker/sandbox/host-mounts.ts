@@ -17,7 +17,7 @@ export const SYSTEM_DIRS = ['/usr', '/etc', '/opt', '/var', '/sys'] as const;
 export const SYSTEM_LINKS_OR_DIRS = ['/bin', '/sbin', '/lib', '/lib32', '/lib64', '/libx32'] as const;
 
 /**
- * Kernel files and directories no task reads (issue 36 item 7), each covered (an empty tmpfs, or
+ * Kernel files and directories no task reads (docs/security.md "The task sandbox"), each covered (an empty tmpfs, or
  * /dev/null) after the task's fresh /proc and the read-only /sys. The container runtimes' masked paths
  * (kcore, keys, timer_list, sched_debug, latency_stats, acpi, scsi, asound, /sys/firmware, powercap's
  * energy counters), and our own: /proc/key-users (which uids hold kernel keys, and how many),
@@ -139,7 +139,7 @@ export interface HostBind {
 }
 
 /**
- * Where each hidden path strictly below a bind shows in the sandbox (issue 36 item 2): a pinned program
+ * Where each hidden path strictly below a bind shows in the sandbox (docs/security.md "The task sandbox"): a pinned program
  * directory or a named mount is bound after the hidden paths were covered, so a hidden path below it (the
  * worker's data dir under a pinned project dir, a policy secret under a mount) would show again. Each is
  * covered again at its path inside, after the binds; pure, `path` becomes the path inside.

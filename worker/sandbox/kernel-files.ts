@@ -5,7 +5,7 @@ import { readFileSync, readlinkSync, writeFileSync } from 'node:fs';
  * back, OOM counters, a sandbox init's stat. Nothing here waits on a disk (the kernel fills them on
  * read, in microseconds), so a synchronous read costs the worker's event loop less than `fs/promises`,
  * whose `readFile` is four thread-pool round trips (open, fstat, read, close), each with its own JS
- * callback (issue 21: ~0.3 ms a read, a dozen reads a task). Throws as `readFileSync` does. Never used
+ * callback (~0.3 ms a read, a dozen reads a task). Throws as `readFileSync` does. Never used
  * for a file on a real filesystem, and never for writes (moving a process between v1 cgroups may wait
  * in the kernel).
  */

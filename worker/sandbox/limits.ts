@@ -6,7 +6,7 @@ import type { CgroupHierarchy, CgroupReadBack, TaskCgroup } from './cgroups.js';
 import { mountTaskFs, roomMissing, type TaskFs, type TaskFsTools } from './task-fs.js';
 
 /**
- * One sandboxed task's resource limits on this host (issue 21, docs/security.md "Resource limits"):
+ * One sandboxed task's resource limits on this host (docs/security.md "Resource limits"):
  *
  *   memory, pids, cpu   the task's own cgroup (cgroups.ts), entered by the sandbox's first process
  *                       before it runs any of the task's code; OOM kills read from the kernel

@@ -1,7 +1,7 @@
 import { createHash } from 'node:crypto';
 
 /**
- * The syscall filter every process task runs under (issue 36 item 1; docs/security.md "The syscall
+ * The syscall filter every process task runs under (docs/security.md "The syscall
  * filter"): ONE reviewed table, compiled here into a classic-BPF seccomp program for the host's
  * architecture, installed by the sandbox in the task's own process after the uid drop and no_new_privs,
  * just before the task's exec (so nothing the sandbox itself needs is filtered).

@@ -18,7 +18,7 @@ import type { UidRange } from './task-uids.js';
 import { DEFAULT_TASK_UIDS, HOST_TASK_UIDS, TASK_UIDS_STATE, TaskUidPool } from './task-uids.js';
 
 /**
- * Chooses how a worker isolates its tasks (`--isolation auto|bwrap|none`, issue 9) and prepares what the
+ * Chooses how a worker isolates its tasks (`--isolation auto|bwrap|none`) and prepares what the
  * sandbox needs once, at start: the bwrap and setpriv executables, the uid range for a root worker, the
  * simulated cards' device nodes, the host's system tree and the paths to hide.
  *
@@ -66,13 +66,13 @@ export type SandboxSetup =
        */
       readonly cgroups?: CgroupHierarchy | null;
       /**
-       * The syscall filter every task runs under (seccomp.ts, issue 36 item 1); absent or null: none (a
+       * The syscall filter every task runs under (seccomp.ts); absent or null: none (a
        * host architecture the table is not written for, or a test's own setup).
        */
       readonly seccomp?: TaskSeccomp | null;
       /**
-       * A file system of its own for each task's dir, sized by its disk limit (task-fs.ts, issue 36
-       * item 3); absent or null: the dir is walked instead (a worker that is not root, no mkfs.ext4).
+       * A file system of its own for each task's dir, sized by its disk limit (task-fs.ts, ADR
+       * 0043); absent or null: the dir is walked instead (a worker that is not root, no mkfs.ext4).
        */
       readonly taskFs?: TaskFsTools | null;
     };

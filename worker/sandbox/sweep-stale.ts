@@ -4,7 +4,7 @@ import type { Logger } from '../../src/platform/logger.js';
 import type { CgroupHierarchy } from './cgroups.js';
 
 /**
- * What a crashed worker left on its host (issue 21): a task's cgroup (with whatever still ran in it)
+ * What a crashed worker left on its host (docs/performance.md "Noisy neighbours"): a task's cgroup (with whatever still ran in it)
  * and its task dir (scratch) are removed when the task ends, so a worker killed mid-task leaves both
  * behind. At start, once recovery has reported and stopped the previous process's executions
  * (local/recovery.ts), the worker sweeps:

@@ -16,7 +16,7 @@ import { findHelper, HELPER_ENV } from './helper-commands.js';
 import { parseMountinfo } from './mountinfo.js';
 
 /**
- * A file system of its own for each sandboxed task's dir (issue 36 item 3), sized by its `disk_mib`, so
+ * A file system of its own for each sandboxed task's dir (ADR 0043), sized by its `disk_mib`, so
  * the kernel counts every byte the task holds there and refuses the rest: a file opened and unlinked, one
  * made with O_TMPFILE, `fallocate`'d space, a million empty files (inodes) all come out of the same few
  * MiB, and past them the task's writes fail with ENOSPC. A watch that walks the dir (the fallback) sees

@@ -12,7 +12,7 @@ import {
 import { dirname } from 'node:path';
 
 /**
- * A uid of its own for every task (issue 9), never handed out twice (issue 20). A root worker gives each
+ * A uid of its own for every task (docs/security.md "The task sandbox"), never handed out twice (docs/security.md "Code the reviewer did not read"). A root worker gives each
  * execution the next uid of a configured range (`--task-uids FIRST-LAST`, default DEFAULT_TASK_UIDS), so
  * two tasks never share a uid: neither can signal, ptrace or read the other's files even outside their
  * sandboxes. The gid is the same number.
@@ -25,7 +25,7 @@ import { dirname } from 'node:path';
  * of that. Cleaning every such place cannot be proven complete; not reusing can. A restart must not start
  * over, so uids are reserved in blocks: `stateFile` holds the end of the reserved block (the first uid not
  * reserved), fsync'd before any uid of the block is used, and a restart begins there, skipping what the
- * last block left unused (issue 21: one fsync per block instead of one per task, which cost ~7 ms of the
+ * last block left unused (one fsync per block instead of one per task, which cost ~7 ms of the
  * worker's event loop per task). The block is UID_BLOCK for a wide range and shrinks to 1 for a narrow one
  * (range size / 1024), so a small `--task-uids` range loses at most a few uids per restart. The default
  * range holds two thousand million uids, so it does not run out in practice, and a narrow range that does
@@ -34,7 +34,7 @@ import { dirname } from 'node:path';
  * The default range sits far above the ranges `useradd` and /etc/subuid hand out (1000…, 100000…), so a
  * task uid never owns a real user's files.
  *
- * Host-wide (issue 36 item 4): two root workers on one host (a local and a Slurm worker, or two local
+ * Host-wide (docs/security.md "The task sandbox"): two root workers on one host (a local and a Slurm worker, or two local
  * ones) each with its own data dir used to start at the same uid, so two owners' tasks ran as one uid at
  * once. Every reservation now also goes through one counter for the whole host (`hostRegistry`, default
  * HOST_TASK_UIDS under /var/lib): under a lock file it takes the block from the larger of its own next

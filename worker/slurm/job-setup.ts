@@ -53,7 +53,7 @@ const LEASE_DEVICE_VARS = [
  * Step 1 of a Slurm execution: refuses what a Slurm job cannot honour (container runtime; named
  * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox
  * (all but the device binds and which hidden paths exist, which only the node knows), writes the job
- * wrapper, the task's env file (the only way the spec's env travels: issue 20) and the task's
+ * wrapper, the task's env file (the only way the spec's env travels: docs/security.md "Code the reviewer did not read") and the task's
  * directories, and returns the sbatch request — or why the plan cannot run as a Slurm job.
  */
 export async function prepareSlurmJob(

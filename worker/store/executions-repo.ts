@@ -111,8 +111,8 @@ function prepareExecutions(db: LocalDb) {
 
 /**
  * How many parsed plans the store keeps in memory. A plan never changes once recorded, and every phase
- * move reads its record back: without the cache each move re-validated the whole plan with zod (issue 21,
- * item 7). Far above the executions a worker has unfinished at once (one per card).
+ * move reads its record back: without the cache each move re-validated the whole plan with zod (docs/performance.md
+ * "Noisy neighbours"). Far above the executions a worker has unfinished at once (one per card).
  */
 const PLAN_CACHE_SIZE = 1024;
 

@@ -47,7 +47,7 @@ export interface LocalStore {
    * Refuses with STALE_EPOCH if any of `cardIndexes` has a recorded epoch above `epoch` — or, with
    * `strict`, equal to it: an assign for an execution this worker does not know yet must be above every
    * mark, since an equal epoch belongs to another execution (a master restored from a backup re-issuing
-   * it, issue 10 row 2). Otherwise raises all their marks to `epoch`. Atomic: either every mark is
+   * it). Otherwise raises all their marks to `epoch`. Atomic: either every mark is
    * raised or none is. Call it before any side effect of the message.
    */
   checkAndRaiseEpoch(cardIndexes: readonly number[], epoch: number, opts?: { strict?: boolean }): EpochCheck;

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 
 /**
- * The worker's bounded cache of input blobs (issue 13): `<dataDir>/input-cache/<sha256>`, one file per
+ * The worker's bounded cache of input blobs (ADR 0012): `<dataDir>/input-cache/<sha256>`, one file per
  * content, so a blob two tasks use is fetched once. Nothing here is trusted: the executor hashes what it
  * copies out of it (inputs.ts) and removes an entry whose bytes do not match its name. Above `maxBytes`
  * the least recently used entries go (a hit refreshes the file's mtime).

@@ -6,7 +6,7 @@ import { pipeline } from 'node:stream/promises';
 import { workerInputPath } from '../../src/contracts/paths.js';
 
 /**
- * How the worker fetches an input blob of one of its executions from the master (issue 13): an HTTPS GET
+ * How the worker fetches an input blob of one of its executions from the master (ADR 0012): an HTTPS GET
  * on `/api/v1/executions/{execution_id}/inputs/{sha256}` with its worker token, trusting the same CA as
  * its WSS link. The master serves a blob only to the worker that runs an execution naming it, and only
  * before that execution starts; the worker verifies the sha256 of what it got either way

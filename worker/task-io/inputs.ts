@@ -8,13 +8,13 @@ import type { InputCache } from './input-cache.js';
 import type { FetchBlob } from './input-fetch.js';
 
 /**
- * Step 1b of an execution (issue 13): the spec's inputs, fetched by sha256 (from the cache, else from
+ * Step 1b of an execution (ADR 0012): the spec's inputs, fetched by sha256 (from the cache, else from
  * the master), verified, and written under `dir` before the task starts. Every file that lands in `dir`
  * is hashed there, after it landed, and must match the sha256 and size the reviewer approved; a mismatch
  * fails the execution with SETUP_FAILED naming the file, and a damaged cache entry is removed so that
  * the next run fetches again.
  *
- * Nothing is held whole in memory (issue 21): a fetch streams the master's body into the file, a cache
+ * Nothing is held whole in memory (docs/performance.md "Noisy neighbours"): a fetch streams the master's body into the file, a cache
  * hit is a kernel copy, and the hash reads the file back in stream-sized pieces, so a 1 GiB input costs
  * the worker a buffer and lets its event loop turn between pieces. A blob named at several paths is
  * fetched or copied from the cache once and copied from its first verified place after that.

@@ -1,5 +1,5 @@
 /**
- * The per-task log cap on the worker (issue 21): both streams of one task share `cap` bytes, the same
+ * The per-task log cap on the worker (docs/performance.md "Noisy neighbours"): both streams of one task share `cap` bytes, the same
  * cap as the master's default (`DEFAULT_MAX_LOG_BYTES_PER_TASK`). Past it, each stream gets one marker
  * line where its output was first cut, and everything after is counted and dropped, so the worker's disk
  * and outbox hold at most the cap (plus the markers) for a task however much it writes. Pure: the pump

@@ -126,7 +126,7 @@ interface LogFile {
 
 /**
  * The file for one stream's bytes, made on the first byte: a task that prints nothing leaves no file
- * (issue 21 item 7: two files made and later removed per quiet task were a fifth of a sandboxed task's
+ * (two files made and later removed per quiet task were a fifth of a sandboxed task's
  * file system work). Made with O_EXCL, so it is never a file or link that was there before, and never
  * opened through one. A failure stops the file, never the pipe (see `errors`).
  */

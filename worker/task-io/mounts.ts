@@ -3,12 +3,12 @@ import { lstat, realpath } from 'node:fs/promises';
 import { dirname, normalize } from 'node:path';
 
 /**
- * Named data mounts a worker offers (issue 13): its operator declares `--mount NAME=PATH[:rw]`; a spec
+ * Named data mounts a worker offers (ADR 0012): its operator declares `--mount NAME=PATH[:rw]`; a spec
  * asks for names (`mounts: ["imagenet-val"]`); the master places the task only on a worker offering all
  * of them; the sandbox binds exactly those at `/mnt/<name>`, read-only unless the operator said `:rw`.
  * Data sets are never uploaded; the host path never leaves the worker.
  *
- * A mount binds exactly the path the operator declared (issue 36 item 2). A task may write a `:rw`
+ * A mount binds exactly the path the operator declared (docs/security.md "The task sandbox"). A task may write a `:rw`
  * mount, so it could plant a symbolic link there for a later task of another owner to be given instead
  * (`models -> /run`, `out -> /tmp`). So, when the worker starts (`declaredMountsProblem`): each path is
  * canonical (no `..`, no symbolic link on the way: it resolves to itself), no mount lies inside (or is)

@@ -8,7 +8,7 @@ import { MAX_OUTPUT_FILE_BYTES } from '../../src/contracts/worker-protocol.js';
 import { errorMessage } from '../../src/platform/error-message.js';
 
 /**
- * Collects a task's declared outputs (docs/worker-protocol.md, issue 9). Only declared paths are read; each
+ * Collects a task's declared outputs (docs/worker-protocol.md). Only declared paths are read; each
  * is walked from a directory the task cannot write (the execution root) down through the task's dir and
  * output dir with no symlink followed at any component, must be a regular file with one link owned by the
  * task's uid, and is capped at MAX_OUTPUT_FILE_BYTES. Paths must be canonical (no `.`, `..`, empty segments)

@@ -12,7 +12,7 @@ import {
 import type { Store } from '../../store/store.js';
 
 /**
- * Audit archive files (issue 14). A segment is a JSON-lines file, one audit row per line with every
+ * Audit archive files (docs/operations.md "Audit retention"). A segment is a JSON-lines file, one audit row per line with every
  * stored field (`seq, at, actor, action, subject_type, subject_id, data, prev_hash, hash`), oldest
  * first. The first line's `prev_hash` is the hash the segment continues from (genesis, or the previous
  * segment's last hash) and the last line's `hash` is the `prev_hash` of the first row after it, so

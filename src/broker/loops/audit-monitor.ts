@@ -7,7 +7,7 @@ import type { AuditStatus } from '../ports.js';
 import { AuditArchiveError, archiveSegment, deleteArchivedRows } from './audit-archive.js';
 
 /**
- * Keeps the audit chain verified without blocking the master (issue 14). `/healthz`, `/status` and
+ * Keeps the audit chain verified without blocking the master (docs/operations.md "Audit retention"). `/healthz`, `/status` and
  * `/metrics` read `status()`, the last result, in constant time. The work runs from `tick()`, which the
  * master calls on a timer:
  *
@@ -17,7 +17,7 @@ import { AuditArchiveError, archiveSegment, deleteArchivedRows } from './audit-a
  *    chain from its start in batches; only a full pass clears a broken result;
  * 3. retention: archive the oldest verified rows the policy lets go (src/domain/retention/audit-retention.ts), as
  *    many segments as the plan says, yielding between them; a run that stopped at its cap with rows
- *    still due runs again on the next tick rather than after `retention_interval_ms` (issue 21).
+ *    still due runs again on the next tick rather than after `retention_interval_ms` (docs/performance.md "Noisy neighbours").
  *
  * Between batches it yields to the event loop (`setImmediate` unless a test injects another), so a
  * request waits at most one batch. Passes never overlap. The anchor is saved in `audit_checkpoint`

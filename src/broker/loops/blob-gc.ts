@@ -3,7 +3,7 @@ import { GC_BATCH_BYTES, GC_BATCH_ROWS } from '../../store/blobs-repo.js';
 import type { BrokerDeps } from '../deps.js';
 
 /**
- * Blob garbage collection in batches (issue 21): the sweep's step 1 (sweep.ts) used to drop every
+ * Blob garbage collection in batches (docs/performance.md "Noisy neighbours"): the sweep's step 1 (sweep.ts) used to drop every
  * expired upload row and delete every unheld blob in one transaction, holding the event loop for as
  * long as 100k blobs take. Here each batch (GC_BATCH_ROWS rows, about GC_BATCH_BYTES of content) is its
  * own transaction, and the event loop runs between batches, so requests and worker pings are served

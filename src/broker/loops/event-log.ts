@@ -2,7 +2,7 @@ import type { AuditEvent } from '../../store/audit-repo.js';
 import type { BrokerDeps } from '../deps.js';
 
 /**
- * The server log tells what happened, not only what workers did (issue 11, item 9): every committed
+ * The server log tells what happened, not only what workers did (docs/operations.md): every committed
  * audit event — proposals created, confirmed, reviewed or cancelled, tasks created and ended, leases
  * granted and released, cordons, qualification runs, principals — becomes one info line, once its
  * transaction committed (a rolled-back change is never logged). Worker sessions log themselves.

@@ -14,7 +14,7 @@ import { enqueueForWorker } from '../workers/link.js';
  * times, so a master restart loses none):
  *  - an assign the master never heard accepted, to a worker now offline that starts nothing before the
  *    master acknowledged its acceptance, is withdrawn at once (`withdrawable`): the task goes back to
- *    the queue for another worker, fenced by epoch, with no new review (issue 40, item 3);
+ *    the queue for another worker, fenced by epoch, with no new review (docs/operations.md "Partitions");
  *  - a worker silent past `worker_offline_seconds` is offline; its executions get `lease_grace_seconds`
  *    to reappear, then the task is RECONCILIATION_REQUIRED and its lease QUARANTINED — the cards are not
  *    freed on a guess;
@@ -23,7 +23,7 @@ import { enqueueForWorker } from '../workers/link.js';
  *    reachable — from the exit, its latest reconnection or the master's last refusal of its messages for
  *    lack of disk space, whichever is later) has its lease quarantined and its task failed
  *    CLEANUP_UNCONFIRMED. A partition between the exit report and the receipt therefore never fails a
- *    task that exited 0 (issue 40, item 2): offline past grace it is RECONCILIATION_REQUIRED, which the
+ *    task that exited 0 (docs/operations.md "Partitions"): offline past grace it is RECONCILIATION_REQUIRED, which the
  *    receipt settles when the link heals.
  * Returns how many executions it moved.
  */
@@ -63,8 +63,8 @@ export function sweepExecutions(deps: BrokerDeps, fleet: Fleet): number {
           moved++;
         continue;
       }
-      // A receipt may wait in the worker's outbox behind messages a full master refused (issue 10, row 4),
-      // or behind a partition (issue 40, item 2): the window runs only while the worker is reachable.
+      // A receipt may wait in the worker's outbox behind messages a full master refused (ADR 0016),
+      // or behind a partition (docs/operations.md "Partitions"): the window runs only while the worker is reachable.
       const overdueAt = receiptDeadline({
         exited_at: e.updated_at,
         refused_at: deps.storage?.lastRefusalAt() ?? null,

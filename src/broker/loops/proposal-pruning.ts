@@ -10,7 +10,7 @@ import type { Logger } from '../../platform/logger.js';
 import type { Store } from '../../store/store.js';
 
 /**
- * Pruning of abandoned proposals and old unreviewed revisions (issue 21, item 6; master config
+ * Pruning of abandoned proposals and old unreviewed revisions (master config
  * `pruning`; the rules are src/domain/retention/proposal-pruning.ts). Each run:
  *
  * 1. walks CANCELLED/EXPIRED proposals untouched for `proposal_days` with no review and no task, and

@@ -241,13 +241,13 @@ export class Scheduler implements TaskObserver {
     const task = store.tasks.get(taskId);
     if (task?.state !== 'QUEUED' || task.desired !== 'run') return;
     // A run a standing grant approved starts only while that grant is ACTIVE and unexpired: checked in
-    // this transaction, so a revoke cannot land between the check and the lease (issue 35 item 4).
+    // this transaction, so a revoke cannot land between the check and the lease (ADR 0029).
     if (cancelIfGrantLapsed(this.deps, task, 'scheduler')) {
       store.afterCommit(() => this.requestPass());
       return;
     }
     // The task's limits on this worker, resolved once: the plan carries them, and the lease records the
-    // memory promised, which the next passes count against the host (issue 38 item 7).
+    // memory promised, which the next passes count against the host (docs/operations.md "Task limits").
     const allowance = this.hostAllowanceOf(workerId);
     const limits = resolveLimits(task.spec, config.policy, allowance);
     const grant = this.recordGrant(
@@ -271,7 +271,7 @@ export class Scheduler implements TaskObserver {
   }
 
   /**
-   * What the worker's host can give a task (issue 36 item 6), from its latest hello's `host` and its
+   * What the worker's host can give a task (docs/security.md "The task sandbox"), from its latest hello's `host` and its
    * known cards, less the policy's reserve; undefined when its host is not known.
    */
   private hostAllowanceOf(workerId: string): HostAllowance | undefined {

@@ -13,7 +13,7 @@ import type { Store } from '../../store/store.js';
 import type { StorageGate, StorageReservation, StorageStatus } from '../ports.js';
 
 /**
- * Keeps the master honest about its disk (issue 10, row 4). Every `check_interval_ms` it reads the free
+ * Keeps the master honest about its disk (ADR 0016). Every `check_interval_ms` it reads the free
  * space of the data dir's filesystem (`statfs`, injectable) and, after a write failed with SQLITE_FULL
  * or an I/O error (the store reports it through `onWriteFailure`), probes with one small write. The
  * pure `storageState` (src/domain/machines/storage-state.ts) turns those facts into a state; this class only
@@ -22,7 +22,7 @@ import type { StorageGate, StorageReservation, StorageStatus } from '../ports.js
  * - `assertAcceptsGrowth` throws a retryable `UNAVAILABLE` while the state is `refusing` or
  *   `unwritable`: the tool dispatcher, the blob upload route and the worker hub (log and output
  *   chunks) call it before writing, so a filling disk refuses early instead of failing with INTERNAL;
- * - `reserve` (issue 21) holds the declared size of a write that lands later (an upload streams to a
+ * - `reserve` (docs/performance.md "Noisy neighbours") holds the declared size of a write that lands later (an upload streams to a
  *   temporary file, then into the store) in an in-memory ledger: every admission checks free − reserved
  *   − its own size ≥ `min_free_bytes`, so concurrent uploads cannot together overshoot the floor that
  *   each alone respects (a sample only sees what already landed). A release with the bytes written

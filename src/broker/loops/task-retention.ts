@@ -3,7 +3,7 @@ import type { Logger } from '../../platform/logger.js';
 import type { Store } from '../../store/store.js';
 
 /**
- * Retention of what FINAL tasks produced (issue 10, row 4; master config `storage.retention`): the
+ * Retention of what FINAL tasks produced (master config `storage.retention`): the
  * logs of tasks that ended more than `task_logs_days` ago are deleted, and the bytes of their output
  * files after `outputs_days` (the listing — path, size, sha256 — stays). The task row and its audit
  * events stay; the task records when (`logs_pruned_at`, `outputs_pruned_at`) so `get_task_logs` and

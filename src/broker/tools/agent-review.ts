@@ -9,7 +9,7 @@ import { verifiedBlob } from '../verified-blob.js';
 import { isText } from './inputs.js';
 
 /**
- * Agent reviewers (issue 23 §2; docs/decisions/0027-agent-reviewer.md): principals holding the
+ * Agent reviewers (docs/decisions/0027-agent-reviewer.md): principals holding the
  * `agent_reviewer` role may REQUEST_CHANGES or REJECT anything they may read, but APPROVE only what the
  * operator's ceiling (config `review.agent_ceiling`) and the broker's own findings allow. Above it the
  * approval is refused with NEEDS_PERSON, nothing of the review is written, and the revision is flagged

@@ -173,7 +173,7 @@ export function brokerTools(): BoundTool[] {
   ];
 }
 
-/** The standing-grant tools (issue 23 §1). */
+/** The standing-grant tools (ADR 0029). */
 function grantTools(): BoundTool[] {
   return [
     bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i), 'heavy'),

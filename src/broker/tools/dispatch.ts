@@ -101,7 +101,7 @@ export async function invokeTool(tool: BoundTool, ctx: ToolContext, rawInput: un
   authorize(tool, ctx.principal);
   const principalId = ctx.principal.id;
   // A heavy call takes its turn before its input is even parsed: parsing a large spec is part of its
-  // cost (issue 35: a flood of explain_grant calls on a 1,500-input spec spent most of its time there).
+  // cost (a flood of explain_grant calls on a 1,500-input spec spent most of its time there).
   if (tool.cost === 'heavy')
     return runHeavy(
       ctx.deps,
@@ -186,7 +186,7 @@ async function parseAndRun(
   const called = performance.now();
   const value = await measured(() => tool.handler(ctx, input as never));
   // A call that already spent a while (a diff's slices) lets waiting requests in before its answer is
-  // checked and encoded, so its last blocks are not one (issue 21: ~25 ms at the end of get_revision).
+  // checked and encoded, so its last blocks are not one (~25 ms at the end of get_revision).
   if (performance.now() - called > YIELD_AFTER_MS) await new Promise((r) => setImmediate(r));
   return { value: measured(() => shapeOutput(tool, value)) };
 }
@@ -196,7 +196,7 @@ function runMutating(tool: BoundTool, ctx: ToolContext, input: Record<string, un
   const key = input['idempotency_key'] as string;
   const { idempotency_key: _omit, ...body } = input;
   // The spec (create_proposal, revise_proposal) is serialised once, here, and the request's canonical
-  // form built around it; the handler gets it with its digest (issue 37: it was serialised five times).
+  // form built around it; the handler gets it with its digest (it was serialised five times).
   const spec = body['spec'] === undefined ? undefined : canonicalForm(body['spec']);
   const canonical = canonicalJsonWith(body, spec === undefined ? {} : { spec: spec.canonical });
   const requestDigest = sha256Hex(canonical);
@@ -212,9 +212,9 @@ function runMutating(tool: BoundTool, ctx: ToolContext, input: Record<string, un
         );
       return seen.response;
     }
-    // Below the free-space floor only what stops growth goes through (issue 10, row 4); a replay of a
+    // Below the free-space floor only what stops growth goes through (ADR 0016); a replay of a
     // call that already succeeded (above) still gets its answer. The call's size counts against what
-    // uploads in flight reserved (issue 21): the write is synchronous, so checking it beside the
+    // uploads in flight reserved (docs/performance.md "Noisy neighbours"): the write is synchronous, so checking it beside the
     // reservations is reserving and releasing it in one step.
     if (!GROWTH_EXEMPT.has(tool.def.name))
       ctx.deps.storage?.assertAcceptsGrowth(tool.def.name, Buffer.byteLength(canonical));

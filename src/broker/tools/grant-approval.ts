@@ -17,7 +17,7 @@ import { confirmRevision, findingsFor, loadVisibleProposal } from './proposals.j
 import { createApprovedTask } from './reviews.js';
 
 /**
- * Auto-approval by standing grant (issue 23 §1, docs/decisions/0029-grants.md): at confirm_revision, in
+ * Auto-approval by standing grant (docs/decisions/0029-grants.md): at confirm_revision, in
  * the same transaction, the owner's ACTIVE grants are tried oldest first; the first that covers the
  * revision approves it (a review row naming the grant, its budget charged exactly, the task created on
  * the path a reviewer's approval takes, a `review.auto_approved` audit row with the receipt). Otherwise
@@ -238,7 +238,7 @@ function explainCandidate(
     );
   if (q.spec) return { spec: q.spec, findings: findingsFor(deps, principal.id, q.spec), owner: principal.id };
   const id = q.revision_id as string;
-  // A revision the caller may not see answers exactly as one that does not exist (issue 35 item 8):
+  // A revision the caller may not see answers exactly as one that does not exist (docs/security.md "What a reviewer must read, and what the broker guarantees"):
   // same code, same message, same hint, and never its proposal's id.
   const notFound = () => new BrokerError('NOT_FOUND', `no revision ${id}`, 'get_proposal lists yours.');
   const r = deps.store.proposals.revision(id);

@@ -27,7 +27,7 @@ import { cancelTaskAs } from './tasks.js';
 import { iso, principalName } from './views.js';
 
 /**
- * Use cases of standing grants (issue 23 §1, docs/decisions/0029-grants.md): request, decide, revoke,
+ * Use cases of standing grants (docs/decisions/0029-grants.md): request, decide, revoke,
  * list and read. Coverage and auto-approval live in ./grant-approval.ts.
  */
 
@@ -75,7 +75,7 @@ export function draftScope(deps: BrokerDeps, base: TaskSpec, over: ScopeDraft = 
 }
 
 /**
- * The base revision: one that ran, approved by a PERSON (issue 35 item 4: a revision only a grant or an
+ * The base revision: one that ran, approved by a PERSON (a revision only a grant or an
  * agent reviewer approved was read by no person, so nothing a grant compares with it was reviewed),
  * visible to the principal.
  */
@@ -208,7 +208,7 @@ export function decideGrant(
       'you are the grantee of this grant and may not decide it',
       'Ask another reviewer; a grant is a review decision and needs an independent one.',
     );
-  // Nor its requester (issue 35 item 4): a reviewer who drafted a scope for someone else would otherwise
+  // Nor its requester (ADR 0029): a reviewer who drafted a scope for someone else would otherwise
   // approve her own draft. The database refuses it too (migration 015).
   if (g.created_by === principal.id)
     throw new BrokerError(
@@ -260,7 +260,7 @@ export function revokeGrant(
       'Ask a reviewer.',
     );
   const next = moveGrant(deps, g, 'revoke', principal.name, {}, { comment: q.comment ?? null });
-  // Runs it approved that have not started never will, cancel_running or not (issue 35 item 4).
+  // Runs it approved that have not started never will, cancel_running or not (ADR 0029).
   const cancelled = [
     ...cancelQueuedRunsOf(deps, next, `${principal.name} (revoked grant ${g.id})`),
     ...cancelUnstartedRunsOf(deps, g.id, `${principal.name} (revoked grant ${g.id})`),

@@ -14,7 +14,7 @@ import {
 import { loadVisibleProposal } from './proposals.js';
 
 /**
- * Use cases of inputs (issue 13): uploading content by sha256 (MCP `upload_inputs`, REST
+ * Use cases of inputs (ADR 0012): uploading content by sha256 (MCP `upload_inputs`, REST
  * `PUT /api/v1/blobs/{sha256}`), reading an input of a revision (`get_input`), serving a blob to the
  * worker that runs an execution naming it (garbage collection is a step of the sweep,
  * src/broker/loops/sweep.ts; the reviewer's diff of two manifests is src/broker/tools/revision-diff.ts).
@@ -22,7 +22,7 @@ import { loadVisibleProposal } from './proposals.js';
  * Every read recomputes the sha256 of the stored bytes: a blob changed in the database behind the
  * master's back is refused (and logged), never served, so a worker can only ever receive approved bytes.
  *
- * Inputs belong to their owner (issue 20): a revision legitimately names only blobs its proposal's
+ * Inputs belong to their owner (docs/security.md "Code the reviewer did not read"): a revision legitimately names only blobs its proposal's
  * owner uploaded (policy gives INPUT_UNKNOWN otherwise, so such a revision is never confirmable), and
  * every read — get_input, the reviewer's diff, a worker's fetch — serves a blob only in the name of a
  * principal who uploaded it. A blob someone else uploaded reads exactly like one that is not stored,
@@ -121,7 +121,7 @@ function decode(content: string, encoding: 'utf8' | 'base64', path: string): Buf
 }
 
 /**
- * PUT /api/v1/blobs/{sha256}, before a byte of the body is read (issue 21): the declared size must fit
+ * PUT /api/v1/blobs/{sha256}, before a byte of the body is read (docs/performance.md "Noisy neighbours"): the declared size must fit
  * `policy.max_input_bytes` and, unless the principal already holds this digest, their quota beside
  * what their other uploads in flight declared (so parallel uploads cannot together pass it). The
  * route then streams the body to a temporary file, hashing it, and calls {@link putBlob}.

@@ -3,7 +3,7 @@ export const DEFAULT_PAGE_SIZE = 50;
 
 /**
  * Most bytes of items (as JSON) one page of a listing whose items have no small fixed bound carries
- * (issue 35, item 7: one reviewer's page of 50 grants was 44 MiB). A page ends before the item that
+ * (one reviewer's page of 50 grants was 44 MiB). A page ends before the item that
  * would take it past this, and always holds at least one item; `next_cursor` continues after the last.
  */
 export const MAX_PAGE_BYTES = 1024 * 1024;

@@ -10,7 +10,7 @@ import type { BrokerDeps } from '../deps.js';
  */
 
 /**
- * The preflight (issue 11, item 1): a worker that reported its qualification interpreter cannot import
+ * The preflight (docs/operations.md): a worker that reported its qualification interpreter cannot import
  * torch is refused before anything is cordoned. A worker that has not reported yet (an older worker, or
  * one whose probe is still running) is let through: a failed rung then shows the same cause.
  */

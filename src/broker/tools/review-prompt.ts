@@ -18,7 +18,7 @@ import { getRevision } from './reviews.js';
 import { getTaskLogs } from './task-results.js';
 
 /**
- * get_review_prompt (issue 23 §2): one revision as the prompt an LLM reviewer reads. gpu-broker's facts
+ * get_review_prompt (ADR 0027): one revision as the prompt an LLM reviewer reads. gpu-broker's facts
  * are computed here from the parsed spec, the findings and the diff; everything the submitter wrote goes
  * to the fenced block (src/domain/review/prompt.ts). The nonce is 128 random bits drawn per call.
  */
@@ -33,7 +33,7 @@ interface CeilingView {
 }
 
 /**
- * The facts block (issue 35 item 5): numbers, ids the broker made, digests, enum values, finding codes
+ * The facts block (docs/security.md "What a reviewer must read, and what the broker guarantees"): numbers, ids the broker made, digests, enum values, finding codes
  * and clause names only. Whatever the submitter chose (argv, image, mount names, env, paths, the spec
  * paths a diff names, finding messages, the ceiling's reason, principal names) is in submittedFacts.
  */

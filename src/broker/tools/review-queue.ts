@@ -4,7 +4,7 @@ import type { BrokerDeps } from '../deps.js';
 import { DEFAULT_PAGE_SIZE } from './paging.js';
 
 /**
- * The order of the review queue (issue 35, item 7): owners take turns. Strictly first come, one owner's
+ * The order of the review queue (docs/security.md "Fair share between principals"): owners take turns. Strictly first come, one owner's
  * 500 proposals stood before another's one, and an agent reviewer working down the queue reached the
  * one only after the 500; now the queue is every owner's oldest, then every owner's second oldest, and
  * so on (within a turn, oldest first), so a newcomer's proposal is at most one place per other owner

@@ -27,7 +27,7 @@ export function listReviewQueue(
   const { page, next_cursor } = reviewQueuePage(deps, q);
   return {
     items: page.map((p) => {
-      // The head only (SQLite's JSON functions): no spec parsed in JavaScript per item (issue 21).
+      // The head only (SQLite's JSON functions): no spec parsed in JavaScript per item (docs/performance.md "Noisy neighbours").
       const r = deps.store.proposals.revisionHead(p.current_revision_id)!;
       return {
         proposal_id: p.id,
@@ -88,7 +88,7 @@ export async function getRevision(
   const baseRevision = base ? (deps.store.proposals.revision(base.revision_id) ?? null) : null;
   // Read before the diff yields to the event loop: the rest of the answer is from one moment.
   const reviews = deps.store.proposals.reviews(p.id).map((rv) => reviewView(deps.store, rv));
-  // The reader's own lane (issue 21): its concurrent calls beyond its share wait behind each other.
+  // The reader's own lane (docs/performance.md "Noisy neighbours"): its concurrent calls beyond its share wait behind each other.
   // A call still waiting when its client goes away leaves the queue without running.
   const inputChanges = await diffShareOf(deps).run(
     principal.id,
@@ -241,7 +241,7 @@ export function createApprovedTask(
 
 /** submit_review: judge one exact revision. APPROVE creates the task in QUEUED. Call inside a transaction. */
 export function submitReview(deps: BrokerDeps, principal: Principal, input: ReviewInput) {
-  // The submitter reads every comment: none may hand over a token, whoever wrote it (issue 35 item 1:
+  // The submitter reads every comment: none may hand over a token, whoever wrote it (ADR 0041:
   // an agent reviewer's model may have been steered into finding one).
   const leak = tokenLeakIn(input.comments);
   if (leak !== null)
@@ -251,7 +251,7 @@ export function submitReview(deps: BrokerDeps, principal: Principal, input: Revi
       'Remove it and submit again; if it was a real token, revoke it (gpu-broker token revoke NAME).',
     );
   const { p, r } = judgedRevision(deps, principal, input);
-  // Agent reviewers approve only within the operator's ceiling (issue 23 §2): NEEDS_PERSON otherwise.
+  // Agent reviewers approve only within the operator's ceiling (ADR 0027): NEEDS_PERSON otherwise.
   if (input.decision === 'APPROVE') assertAgentMayApprove(deps, principal, p, r);
   const now = deps.clock.now();
   const reviewId = deps.ids('rvw');

@@ -24,7 +24,7 @@ import { isText } from './inputs.js';
 import { principalName } from './views.js';
 
 /**
- * What a reviewer reads as "the changes" of a revision (issue 20, items 5 and 10): the spec diff and the
+ * What a reviewer reads as "the changes" of a revision (docs/security.md "Code the reviewer did not read"): the spec diff and the
  * file diffs against the diff base that src/domain/review/diff-base.ts chooses (the latest earlier revision a
  * PERSON decided on, else nothing). Every view gets the changes from here: MCP and REST get_revision,
  * and through REST the dashboard and `gpu-broker review show`. Blob bytes are read through
@@ -39,7 +39,7 @@ export interface InputChange {
   after?: { sha256: string; size: number } | undefined;
   /** For a modified or added text file: the unified diff (added: every line `+`), one bounded page. */
   text_diff?: TextDiff | undefined;
-  /** Why no text diff was computed: the file or the answer is over its diff budget (issue 21). */
+  /** Why no text diff was computed: the file or the answer is over its diff budget (docs/performance.md "Noisy neighbours"). */
   not_diffed?: NotDiffed | undefined;
   /** Why no (or only part of the) text diff is shown: binary, too large, unreadable, budget spent. */
   note?: string | undefined;
@@ -55,7 +55,7 @@ const OWNERSHIP_BATCH = 64;
 const nextTurn = (): Promise<void> => new Promise((resolve) => setImmediate(resolve));
 
 /**
- * The master's get_revision share (issue 21; its runtime's `diffShare`, src/broker/runtime.ts): at most
+ * The master's get_revision share (its runtime's `diffShare`, src/broker/runtime.ts): at most
  * `quotas.diff_calls_per_reader` of one reader's diffs run at once, at most
  * `quotas.diff_queued_per_reader` more wait in its own queue, past that get_revision answers
  * UNAVAILABLE; so one reader's flood interleaves only a few diff loops with everyone else's requests.
@@ -189,7 +189,7 @@ function fileOutcome(
  * One page per file: `maxLines` lines for the file named by `page.path` (from `page.offset`), and the
  * others share DIFF_LINE_BUDGET (or `maxLines`, if larger).
  *
- * Bounded (issue 21, item 3): the call reads and compares within `budget` (src/domain/review/diff-budget.ts),
+ * Bounded (ADR 0031): the call reads and compares within `budget` (src/domain/review/diff-budget.ts),
  * the paged file first so it is always diffed when it fits the per-file limits; a file past the budget
  * gets a `not_diffed` entry and a note. Between files it yields to the event loop, so a request or a
  * worker's ping waits for one file's work at most, never the whole call.

@@ -36,8 +36,8 @@ interface StatusContext {
 }
 
 /**
- * What an operator is told about a held lease's execution before any reconcile is suggested (issue 40,
- * item 5): whether its worker is back and the task alive; null when neither applies (the execution ended,
+ * What an operator is told about a held lease's execution before any reconcile is suggested (docs/operations.md
+ * "Reconcile"): whether its worker is back and the task alive; null when neither applies (the execution ended,
  * or the worker is back without it), where the plain advice stands.
  */
 function whereaboutsAdvice(

@@ -134,7 +134,7 @@ export function leaseWhereabouts(deps: BrokerDeps, lease: LeaseRecord, now: numb
 
 /**
  * reconcile_task: the operator records an outcome and releases quarantined cards. Audited. Refused while
- * the worker is online and still runs the execution (issue 40, item 5), unless `force`: reconciling sends
+ * the worker is online and still runs the execution (docs/operations.md "Partitions"), unless `force`: reconciling sends
  * it a cancel, which kills a task that may well complete.
  */
 export function reconcileTask(

@@ -3,7 +3,7 @@ import type { BrokerDeps } from '../deps.js';
 import type { CostShares } from '../runtime.js';
 
 /**
- * What one call of a tool may cost the master, declared once per tool in the catalog (issue 35, item 7)
+ * What one call of a tool may cost the master, declared once per tool in the catalog (docs/security.md "Fair share between principals")
  * and enforced per principal by the dispatcher, so one principal's flood delays that principal:
  *
  * - `light`: an index seek, a few rows, or a write bounded by its input and a stored quota. Nothing

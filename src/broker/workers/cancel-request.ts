@@ -37,7 +37,7 @@ export function requestTaskCancel(deps: BrokerDeps, actor: string, t: TaskRecord
 /**
  * Cancels every run grant `grantId` approved that a worker holds but has not started (ASSIGNED: inputs
  * staging, a Slurm job pending), once the grant lapsed (revoked, expired): "runs that expire or are
- * revoked before they start do not start" (issue 35 item 4) covers them as much as the queued ones
+ * revoked before they start do not start" (ADR 0029) covers them as much as the queued ones
  * (src/broker/grant-fence.ts). Returns their ids.
  */
 export function cancelUnstartedRunsOf(deps: BrokerDeps, grantId: string, actor: string): string[] {

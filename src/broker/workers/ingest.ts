@@ -12,25 +12,25 @@ import { sequenceRefOf } from './inbox.js';
 import { CLOSE_UNAVAILABLE, type LiveSession, type WorkerSessions } from './live-sessions.js';
 
 /**
- * How a worker session's frames are taken in (issue 21; ADR 0034): queued as they arrive, handled
+ * How a worker session's frames are taken in (ADR 0034): queued as they arrive, handled
  * together once the turn's I/O callbacks ran, the messages after hello applied in batches (one
  * transaction, a savepoint each, acknowledged only once committed), a session paused (TCP holds the
  * worker back) when its queue grows or its turn ran long. And what is refused: nothing a worker sends
  * can crash the master (a bad message gets an `error` reply and is logged); while the store cannot write
- * (out of disk space; issue 10, row 4, ADR 0016) a message is neither applied nor acknowledged:
+ * (out of disk space; ADR 0016) a message is neither applied nor acknowledged:
  * `error UNAVAILABLE`, close 4003, the worker resends it later; a hello is welcomed anyway and stored
  * before anything else from its session (`retryPendingHellos` once storage recovers).
  */
 
 /**
  * A session's messages are handled for at most about this long before its socket is paused until the
- * event loop has run other work (issue 21): a worker streaming logs as fast as the link allows must
+ * event loop has run other work (docs/performance.md "Noisy neighbours"): a worker streaming logs as fast as the link allows must
  * not starve HTTP requests or other workers.
  */
 export const INGEST_SLICE_MS = 10;
 
 /**
- * At most this many of a session's messages are applied in one transaction (issue 21: one commit per
+ * At most this many of a session's messages are applied in one transaction (one commit per
  * report was a third of the master's CPU per task). Each still has its own savepoint, and nothing is
  * acknowledged before the batch committed (docs/decisions/0034-report-batches.md).
  */
@@ -95,7 +95,7 @@ export class WorkerIngest {
    * Handles the session's queued frames in order: consecutive messages of a session that said hello
    * in batches (`applyBatch`), anything else (hello, a frame that does not parse, a session whose hello
    * is not stored) alone as before. After INGEST_SLICE_MS the socket waits (TCP holds the worker back)
-   * until the event loop has run the requests and timers that were waiting (issue 21).
+   * until the event loop has run the requests and timers that were waiting (docs/performance.md "Noisy neighbours").
    */
   private drain(s: LiveSession): void {
     s.drainScheduled = false;
@@ -221,7 +221,7 @@ export class WorkerIngest {
   }
 
   /**
-   * The store cannot take a message now (issue 10, row 4): it was neither applied nor acknowledged (the
+   * The store cannot take a message now (ADR 0016): it was neither applied nor acknowledged (the
    * sequencing module's rule 5: the mark rolled back with the effect), so it stays in the worker's
    * outbox. Nothing after it may be processed on this session, so the session is closed — with 4003, on
    * which the worker waits longer before it redials and resends (worker/link/connection.ts).

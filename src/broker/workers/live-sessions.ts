@@ -238,7 +238,7 @@ export class WorkerSessions {
   }
 
   /**
-   * A hello whose worker_id breaks the worker id rule (issue 10, row 7) can never open a session: it is
+   * A hello whose worker_id breaks the worker id rule (docs/state-machines.md) can never open a session: it is
    * answered with `INVALID_WORKER_ID` naming the rule, not a generic INVALID_MESSAGE, and the socket is
    * closed (4002). Returns whether it was one. (The frame parsed as JSON already: that is how its type
    * is known.)

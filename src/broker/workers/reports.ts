@@ -43,7 +43,7 @@ export interface ReportOutcome {
 }
 
 /**
- * Whether a reaction can change what the next scheduling pass decides (issue 21: a pass per report was
+ * Whether a reaction can change what the next scheduling pass decides (a pass per report was
  * a third of the master's CPU per task). A pass reads the queue, the live leases' cards (ACTIVE and
  * RELEASING alike hold them), owners' running cards, samples and pool bindings. So an execution's own
  * phase, a task leaving ASSIGNED (`started`) or RUNNING (`exited`: to FINALIZING, never to the queue)
@@ -189,7 +189,7 @@ function applyReport(
 
 /**
  * Stores a log chunk at its byte offset. Call inside a transaction. A chunk must start within what the
- * master already holds of its stream (issue 10, row 9): a gap, or a jump to 2^53, is refused, so
+ * master already holds of its stream (docs/state-machines.md): a gap, or a jump to 2^53, is refused, so
  * `total_bytes` never counts bytes that were not stored. Offsets count the task's raw bytes and `data`
  * is their UTF-8 decoding, which is never shorter (an invalid byte becomes a 3-byte U+FFFD), so a
  * worker's next offset is never beyond the stored total; a resent chunk starts below it.
@@ -232,7 +232,7 @@ export function handleLogChunk(deps: BrokerDeps, workerId: string, msg: LogMessa
  * How much of a log chunk fits under the task's `cap` (both streams together), given the bytes held of
  * its stream (`held`) and of the other one (`other`): null when the cap was already reached and marked
  * (drop it: a resent chunk is already stored), else the bytes to keep and whether this chunk reaches the
- * cap (the caller then appends the one marker line). A worker cuts at the same cap (issue 21), so its
+ * cap (the caller then appends the one marker line). A worker cuts at the same cap (docs/performance.md "Noisy neighbours"), so its
  * log can fill the cap exactly: the first chunk past it then keeps nothing and places the marker. Pure.
  */
 export function keptOfChunk(

@@ -43,7 +43,7 @@ function identityOf(cards: readonly CardSample[]): KnownCard[] {
 export interface AcceptedHello {
   welcome: Welcome;
   /**
-   * False when the store could not take the hello (out of disk space; issue 10, row 4): the worker is
+   * False when the store could not take the hello (out of disk space): the worker is
    * welcomed anyway (online, its tasks not taken for lost) and the caller must `storeHello` it before
    * anything else from this session, or once storage recovers.
    */

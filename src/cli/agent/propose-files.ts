@@ -21,7 +21,7 @@ import { PRIVATE_KEY_MARKER_MAX, privateKeyMarkerIn, secretRowOf } from './secre
 import { enterDirectory, type IgnoreStacks, isIgnored, outerStacks } from './ship-ignore.js';
 
 /**
- * The files `gpu-broker run` and `gpu-broker propose --dir` ship (issues 13, 35 §6); both select through
+ * The files `gpu-broker run` and `gpu-broker propose --dir` ship (35 §6); both select through
  * `collectInputs`, so one set of rules holds for both:
  *
  *   1. every regular file under DIR, skipping `.git/` and the caller's `skipDirs`;

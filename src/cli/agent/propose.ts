@@ -12,7 +12,7 @@ import { readDirMemory, rememberRun } from './ship-memory.js';
 
 /**
  * `gpu-broker propose --dir DIR --entry 'python3 train.py --epochs 1' [--include GLOB…] [--cards N] …`
- * (issue 13), for people and agents with a shell: ships DIR's files as the task's inputs and creates a
+ * (ADR 0012), for people and agents with a shell: ships DIR's files as the task's inputs and creates a
  * proposal (or, with `--proposal ID`, a new revision of it), then prints the ids and the findings.
  *
  *   1. collect DIR's files (propose-files.ts, the rules `run` ships by: every .gitignore and

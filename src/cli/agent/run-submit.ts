@@ -10,10 +10,10 @@ import type { RUN } from './task-command-specs.js';
 import { OUTPUTS_DIR } from './task-outputs.js';
 
 /**
- * The submitting half of `gpu-broker run` (issue 23 §3): DIR's files → blobs the master lacks → a new
+ * The submitting half of `gpu-broker run` (ADR 0026): DIR's files → blobs the master lacks → a new
  * proposal or a new revision of the one this DIR ran last → confirm_revision. Which proposal a DIR ran
  * last is kept per master URL in this user's state directory, never in DIR (ship-memory.ts; ADR 0026 §1
- * as amended by issue 35 §6): it needs no listing call and survives a renamed title.
+ * as amended; docs/security.md "gpu-broker run on the submitter’s machine"): it needs no listing call and survives a renamed title.
  */
 
 /** The flags of `gpu-broker run`, as parsed. */
@@ -31,7 +31,7 @@ export interface RevisionResult {
   confirmable: boolean;
 }
 
-/** What confirm_revision answers; `grant` and `task_id` come from standing grants (issue 23 §1). */
+/** What confirm_revision answers; `grant` and `task_id` come from standing grants (ADR 0029). */
 export interface ConfirmAnswer {
   proposal_id: string;
   revision_id: string;

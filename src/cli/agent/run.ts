@@ -29,7 +29,7 @@ import { endLine, followTask, LogReader, RUN_EXIT, taskExitCode } from './task-f
 import { downloadOutputs } from './task-outputs.js';
 
 /**
- * `gpu-broker run [--dir DIR] [--cards N] … -- COMMAND [ARG]…` (issue 23 §3): one command from code to
+ * `gpu-broker run [--dir DIR] [--cards N] … -- COMMAND [ARG]…` (ADR 0026): one command from code to
  * result. run-submit.ts ships the files and proposes/revises/confirms; this file says who decides, waits
  * for the decision, follows the task (task-follow.ts: state lines, logs by offset), downloads the outputs
  * (task-outputs.ts) and turns the end into an exit code (RUN_EXIT). Its own lines go to stderr prefixed

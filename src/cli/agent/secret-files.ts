@@ -1,6 +1,6 @@
 /**
  * The one reviewed list of files `gpu-broker run` and `propose --dir` refuse to ship unless named with
- * `--include-secret PATH` (issue 35 §6): credentials by name, and private keys by content wherever they
+ * `--include-secret PATH` (docs/security.md "gpu-broker run on the submitter’s machine"): credentials by name, and private keys by content wherever they
  * hide. Each row says why. Names compare case-insensitively (a case-insensitive file system opens `.ENV`
  * for `.env`, and an upper-case copy is still the secret); a row matches at any depth (`sub/.aws/…`).
  *

@@ -3,7 +3,7 @@ import { dirname, join, relative, sep } from 'node:path';
 import ignore, { type Ignore } from 'ignore';
 
 /**
- * Which paths `gpu-broker run` and `propose --dir` leave out by ignore file (issue 35 §6), as git does:
+ * Which paths `gpu-broker run` and `propose --dir` leave out by ignore file (docs/security.md "gpu-broker run on the submitter’s machine"), as git does:
  * one rule set per directory that holds a `.gitignore`, each matching paths relative to its own
  * directory, a deeper one overriding a shallower one (so a nested `!x` re-includes), `.git/info/exclude`
  * below them all, and a directory git ignores never entered (nothing under it can be re-included). The

@@ -3,7 +3,7 @@ import { type CollectedInputs, type LeftOutInput, SYMLINK_WHY } from './propose-
 import type { DirMemory } from './ship-memory.js';
 
 /**
- * What `gpu-broker run` and `propose --dir` say about what they ship (issue 35 §6): the whole listing
+ * What `gpu-broker run` and `propose --dir` say about what they ship (docs/security.md "gpu-broker run on the submitter’s machine"): the whole listing
  * (count, total bytes, each file and its size) with `--dry-run` and before the first run of a directory,
  * the files not shipped before on later runs, and what was left out and why. Paths are escaped for the
  * terminal: a file name is text someone else may have chosen.

@@ -12,8 +12,8 @@ import { homedir } from 'node:os';
 import { isAbsolute, join } from 'node:path';
 
 /**
- * What `gpu-broker run` and `propose --dir` remember about a directory they shipped (issue 35 §6;
- * ADR 0026 §1 as amended): which proposal it last ran per master URL, and which paths it shipped (so the
+ * What `gpu-broker run` and `propose --dir` remember about a directory they shipped (ADR 0026 §1
+ * as amended): which proposal it last ran per master URL, and which paths it shipped (so the
  * first run of a directory lists every file, and later runs name the files that are new).
  *
  * Kept per user, outside the project: `$XDG_STATE_HOME/gpu-broker/runs/<sha256 of DIR's real path>.json`
@@ -38,7 +38,7 @@ export interface DirMemory {
 /** The environment the memory's location comes from. */
 type Env = Readonly<Record<string, string | undefined>>;
 
-/** The old, in-project memory file (ADR 0026 before issue 35), now ignored. */
+/** The old, in-project memory file (ADR 0026 before its amendment), now ignored. */
 export const LEGACY_MEMORY = join('.gpu-broker', 'run.json');
 
 /** The folder of per-directory memories: `$XDG_STATE_HOME/gpu-broker/runs` (relative values ignored, per XDG). */

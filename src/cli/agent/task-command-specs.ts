@@ -2,7 +2,7 @@ import { defineCommand } from '../../platform/args.js';
 import { REMOTE_ENV, REMOTE_FLAGS, SHIP_FLAGS } from '../common/shared-specs.js';
 
 /**
- * The flags, help and examples of `gpu-broker run` and `gpu-broker task …` (issue 23 §3): one command from
+ * The flags, help and examples of `gpu-broker run` and `gpu-broker task …` (ADR 0026): one command from
  * code to result, and the verbs to follow a task afterwards. Specs only, like the other families listed in
  * command-specs.ts, so `--help` still loads no command code.
  */

@@ -4,7 +4,7 @@ import type { MasterClient } from '../common/master-client.js';
 import { escapeField } from '../common/output.js';
 
 /**
- * Following a task from the CLI (issue 23 §3), shared by `gpu-broker run` and `gpu-broker task …`:
+ * Following a task from the CLI (ADR 0026), shared by `gpu-broker run` and `gpu-broker task …`:
  * the exit code a finished task maps to, reading its logs by byte offset (each byte printed once, none
  * skipped), and the follow loop that long-polls `wait_for_task` in calls well under a client's timeout.
  */
@@ -42,7 +42,7 @@ export const TERMINAL_TASK_STATES: ReadonlySet<string> = new Set([
 /**
  * Whether following stops at this view: a final state, except a task parked only because its worker
  * fell silent (`reason.code: worker_unreachable`), which comes back by itself if the worker does; the
- * master's wait keeps waiting there too (issue 40).
+ * master's wait keeps waiting there too (docs/operations.md "Partitions").
  */
 export function followEnds(t: TaskView): boolean {
   if (t.state === 'RECONCILIATION_REQUIRED' && t.reason?.['code'] === 'worker_unreachable') return false;

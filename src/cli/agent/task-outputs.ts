@@ -7,11 +7,11 @@ import type { MasterClient } from '../common/master-client.js';
 import { escapeField } from '../common/output.js';
 
 /**
- * Downloading a task's declared outputs (issue 23 §3) into DIR/gpu-broker-outputs/TASK/PATH, page by page
+ * Downloading a task's declared outputs (ADR 0026) into DIR/gpu-broker-outputs/TASK/PATH, page by page
  * through get_task_outputs, each file checked against the size and sha256 the master recorded before it
  * is renamed into place. A path that would leave that directory is refused, whatever the master says.
  *
- * The listing bounds what is read (issue 35 §8), so a lying master cannot grow the CLI's memory or disk:
+ * The listing bounds what is read (docs/security.md "What a reviewer must read, and what the broker guarantees"), so a lying master cannot grow the CLI's memory or disk:
  * at most MAX_LISTED_OUTPUTS entries, each at most MAX_OUTPUT_FILE_BYTES (what a worker can upload), so
  * at most 512 MiB on disk per task; each page asks for no more than the file has left and its body is
  * read up to a bound derived from that (`pageBodyBytes`); a page that brings more bytes than are left is

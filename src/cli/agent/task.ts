@@ -19,7 +19,7 @@ import {
 import { downloadOutputs, listOutputs } from './task-outputs.js';
 
 /**
- * `gpu-broker task list|show|logs|wait|outputs|cancel` (issue 23 §3): following a task after `run` was
+ * `gpu-broker task list|show|logs|wait|outputs|cancel` (ADR 0026): following a task after `run` was
  * interrupted, or any task one may see. `logs --follow` reads by byte offset (task-follow.ts), so no
  * line is printed twice or skipped; `wait` exits with the code `run` would have.
  */

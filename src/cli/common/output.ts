@@ -5,9 +5,9 @@ import type { CliIo } from './io.js';
 /**
  * Everything the CLI prints for a person goes through here, so text that others control (titles,
  * names, reasons, findings, comments, diffs, a task's log lines) cannot drive the reader's terminal
- * (issue 10, row 8; docs/security.md "Terminal escapes"). Control characters are rendered visibly:
+ * (docs/security.md "Terminal escapes"). Control characters are rendered visibly:
  * C0 as `\xNN` (`\n`, `\r`, `\t` by name), DEL, C1, the bidirectional formatting characters and the
- * zero-width ones (issue 20) as `\uNNNN`. So the stream guard in src/cli/main.ts can run over `--json` output and `mcp-stdio` frames
+ * zero-width ones (docs/security.md "Code the reviewer did not read") as `\uNNNN`. So the stream guard in src/cli/main.ts can run over `--json` output and `mcp-stdio` frames
  * without changing a single value: JSON.stringify never leaves a C0 character raw (the guard keeps the
  * line feeds that lay it out), and `\uNNNN` is JSON's own escape for the others. Backslashes are left
  * as they are: a literal `\x1b` typed by someone reads the same as an escaped ESC, harmlessly.

@@ -4,7 +4,7 @@ import { delimiter, join } from 'node:path';
 import { HELPER_PATH } from '../../../worker/sandbox/helper-commands.js';
 
 /**
- * What `npm start` sets up on the host before `gpu-broker start` (issue 23, item 4.2): on a fresh Debian
+ * What `npm start` sets up on the host before `gpu-broker start` (ADR 0025): on a fresh Debian
  * machine `npm install && npm start` ran, but nothing useful could run — no bubblewrap (so the local
  * worker ran UNISOLATED and the starter config allowed only the pinned workload) and no python3 or torch.
  * As `npm test` does for its packages (scripts/ensure-test-deps.sh), it installs what is missing with apt
@@ -134,7 +134,7 @@ export function probeHost(env: Record<string, string | undefined>): HostFacts {
   })();
   const findTorch = 'import importlib.util, sys; sys.exit(importlib.util.find_spec("torch") is None)';
   return {
-    // The worker runs helpers only from HELPER_PATH (issue 20): a bwrap found only elsewhere on PATH
+    // The worker runs helpers only from HELPER_PATH (docs/security.md "Code the reviewer did not read"): a bwrap found only elsewhere on PATH
     // (/opt/bin) is one the worker would not use, so it counts as missing.
     bwrap: onPath('bwrap', env['PATH']) && onPath('bwrap', HELPER_PATH),
     python3,

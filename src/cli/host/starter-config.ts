@@ -5,13 +5,13 @@ import type { MasterConfig } from '../../platform/config.js';
 import { sha256Hex } from '../../platform/digest.js';
 
 /**
- * The quick start's policy (issue 11, item 2). Without `--config`, `gpu-broker start` writes a starter
+ * The quick start's policy (docs/operations.md). Without `--config`, `gpu-broker start` writes a starter
  * config into the data dir so an agent's first task — the SKILL's `/usr/bin/python3 -c …` — is allowed.
  * It allows `/usr/bin/python3` and `/bin/sh` only when the local worker sandboxes its tasks: on an
  * UNISOLATED worker an interpreter would be a shell on the host, so there the starter allows nothing
  * beyond the pinned qualification workload.
  *
- * A starter nobody edited follows what the machine can do now (issue 23, item 4.1: install bubblewrap,
+ * A starter nobody edited follows what the machine can do now (ADR 0025: install bubblewrap,
  * restart, and python3 is allowed): next to it, `config.json.starter-sha256` records the sha256 of what
  * was written, and a file that still has that digest — or is byte for byte one of the starters this
  * version writes, for data dirs from before the record — is rewritten when the sandbox changed. An edited

@@ -60,7 +60,7 @@ async function slurmSandbox(settings: Settings, sampler: CardSampler): Promise<P
   return prepareSandbox({
     isolation: settings.isolation,
     dataDir: settings.dataDir,
-    // The token file is hidden in every rank's sandbox wherever the operator keeps it (issue 20).
+    // The token file is hidden in every rank's sandbox wherever the operator keeps it (docs/security.md "Code the reviewer did not read").
     hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],
     sampler,
     containerEngine: 'none',

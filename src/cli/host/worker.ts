@@ -44,7 +44,7 @@ async function runLocalWorker(settings: Settings, json: boolean | undefined, io:
     isolation: settings.isolation,
     sandboxEngine: settings.sandboxEngine,
     dataDir: settings.dataDir,
-    // The token file is hidden in every sandbox wherever the operator keeps it (issue 20).
+    // The token file is hidden in every sandbox wherever the operator keeps it (docs/security.md "Code the reviewer did not read").
     hiddenPaths: [...settings.hide, ...(settings.tokenFile === undefined ? [] : [settings.tokenFile])],
     sampler: choice.sampler,
     containerEngine: settings.containerEngine,

@@ -19,7 +19,7 @@ export const run: CommandRunner = async (argv, io) => {
       TOKEN,
       sub ? `unknown subcommand "${sub}"` : 'which subcommand: create, list or revoke?',
     );
-  // Checked before the data dir is opened, so a bad id creates nothing (issue 10, row 7).
+  // Checked before the data dir is opened, so a bad id creates nothing (docs/state-machines.md).
   const workerId = values['worker-id'];
   if (sub === 'create' && workerId !== undefined && !WorkerIdSchema.safeParse(workerId).success) {
     const message = `--worker-id ${JSON.stringify(workerId)}: ${WORKER_ID_RULE}`;

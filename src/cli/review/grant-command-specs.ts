@@ -1,7 +1,7 @@
 import { defineCommand } from '../../platform/args.js';
 import { REMOTE_ENV, REMOTE_FLAGS } from '../common/shared-specs.js';
 
-/** `gpu-broker grant …`: standing grants (issue 23 §1, docs/mcp-tools.md "Grants"). Spec only; code in grant.ts. */
+/** `gpu-broker grant …`: standing grants (docs/mcp-tools.md "Grants"). Spec only; code in grant.ts. */
 export const GRANT = defineCommand({
   name: 'grant',
   usage: [

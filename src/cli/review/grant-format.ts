@@ -3,7 +3,7 @@ import { extraArgsReach } from '../../domain/grants/grant.js';
 import { escapeField, table } from '../common/output.js';
 
 /**
- * `gpu-broker grant show` in words (issue 23 §1): what the grant lets run without a review, one clause
+ * `gpu-broker grant show` in words (ADR 0029): what the grant lets run without a review, one clause
  * per line as the dashboard's grants pane words it, the requester's reason marked as submitter text, and
  * every run it approved with its charge and what it changed against the base. Pure.
  */

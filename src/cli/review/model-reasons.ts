@@ -2,7 +2,7 @@ import { tokenLeakIn } from '../../domain/policy/token-leak.js';
 import { escapeText } from '../common/output.js';
 
 /**
- * What an agent reviewer's review comment says (issue 35 item 1). The model's `reasons` are untrusted
+ * What an agent reviewer's review comment says (ADR 0041). The model's `reasons` are untrusted
  * text — a proposal may have steered every word — and the comment is read by the submitter, so:
  *
  *   - capped at MAX_REASONS characters (code points), the cut said;

@@ -20,7 +20,7 @@ import { runModelProcess } from './model-process.js';
 import type { ModelRunner } from './review-agent-loop.js';
 
 /**
- * The agent reviewer's model sandbox (issue 35 item 1, ADR 0041). A model with a shell or file tool,
+ * The agent reviewer's model sandbox (ADR 0041). A model with a shell or file tool,
  * steered by a proposal, must not reach the reviewer token: not in its parent's environment, command
  * line or descriptors, not in the token file, not in a data dir. So `review agent` runs the model
  * command in the bubblewrap sandbox the worker runs tasks in (worker/sandbox/bwrap.ts, same argv

@@ -5,7 +5,7 @@ import { type ModelAnswer, runModelProcess } from './model-process.js';
 import { agentComment } from './model-reasons.js';
 
 /**
- * The agent reviewer's loop (issue 23 §2), independent of how it reaches the master: for each queued
+ * The agent reviewer's loop (ADR 0027), independent of how it reaches the master: for each queued
  * revision not its own and not already waiting for a person, read the reviewer prompt, give it to the
  * model command on stdin, read one verdict from its stdout, and submit it. Fail-closed at every step:
  * no verdict, a malformed one, a timeout, a crash, a digest mismatch, or an APPROVE of a prompt that

@@ -14,7 +14,7 @@ import {
   reviewPass,
 } from './review-agent-loop.js';
 
-/** `gpu-broker review prompt` and `gpu-broker review agent` (issue 23 §2; client-kit/REVIEWER.md). */
+/** `gpu-broker review prompt` and `gpu-broker review agent` (client-kit/REVIEWER.md). */
 
 /** The flags these two subcommands read. */
 export interface AgentFlags {

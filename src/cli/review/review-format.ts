@@ -4,12 +4,12 @@ import { describeLimits } from '../../domain/policy/task-limits.js';
 import { escapeText, escapeField as f } from '../common/output.js';
 
 /**
- * `gpu-broker review show` for a person (issue 11, item 9): the revision a reviewer judges, as text —
+ * `gpu-broker review show` for a person (docs/operations.md): the revision a reviewer judges, as text —
  * what runs (argv, env, image, network), on how many cards, for how long, what comes back, the
  * findings, the input manifest, every change (spec and files, text diffs whole) since the diff base —
  * the last revision a person decided on, or nothing — earlier reviews, and the command to decide.
  * `--json` keeps the get_revision document. Everything the submitter wrote is escaped for the terminal
- * (issue 10, row 8): one-line values with escapeField (`f`), so a title cannot fake a line of this
+ * (docs/security.md "Terminal escapes"): one-line values with escapeField (`f`), so a title cannot fake a line of this
  * page; multi-line texts with escapeText, then indented.
  */
 

@@ -5,7 +5,7 @@ import { escapeText, jsonText } from '../common/output.js';
 import type { RevisionDocument } from './review-format.js';
 
 /**
- * What `gpu-broker review show` and `review input` read (issue 20, item 6): every byte a reviewer is
+ * What `gpu-broker review show` and `review input` read (docs/security.md "Code the reviewer did not read"): every byte a reviewer is
  * asked to approve. `show` reads get_revision and pages every truncated file diff to its end, so the
  * changes it prints are whole; `input` prints one page of one input file (stdout: exactly the text,
  * escaped for the terminal; stderr: where the next page starts).

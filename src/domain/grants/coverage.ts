@@ -7,7 +7,7 @@ import { anyGlobMatches } from './glob.js';
 import { argvPrefixProblem, prefixScript, reservationOf, type StandingGrant } from './grant.js';
 
 /**
- * Whether a standing grant covers a revision (issue 23 §1): a TABLE of named clauses evaluated in
+ * Whether a standing grant covers a revision (ADR 0029): a TABLE of named clauses evaluated in
  * order, like src/domain/scheduling; the first that fails is the answer (`cards 8 > 4`), and when all
  * hold their messages are the receipt. Pure; the broker gathers the facts and applies the decision in
  * one transaction (src/broker/tools/grant-approval.ts).

@@ -1,7 +1,7 @@
 import type { TaskSpec } from '../../contracts/task-spec.js';
 
 /**
- * Every field of a task spec, and how a standing grant's coverage decides on it (issue 35 item 4): the
+ * Every field of a task spec, and how a standing grant's coverage decides on it (ADR 0029): the
  * name of the clause of ./standing-grant-coverage.ts that compares it, or `free_text` for what an agent
  * edits between runs and changes nothing about where or how the task runs. A test walks
  * TaskSpecSchema's shape and fails on any key missing here, so a new spec field cannot be added without

@@ -4,7 +4,7 @@ import { applyTransition, type TransitionResult, type TransitionTable } from '..
 import { envControlOf } from '../policy/env-control.js';
 
 /**
- * Standing grants (issue 23 §1, docs/decisions/0029-grants.md): a reviewer's decision that lets later
+ * Standing grants (docs/decisions/0029-grants.md): a reviewer's decision that lets later
  * revisions of one submitter run without a new per-revision review, bounded by what runs (the scope,
  * ./standing-grant-coverage.ts), how much (runs, card-hours, concurrency) and until when (expires_at).
  * Not to be confused with a scheduler's lease grant (src/broker/loops/scheduler.ts).
@@ -149,8 +149,8 @@ export function prefixScript(
 }
 
 /**
- * What arguments past the prefix reach, in the words `grant show` and the dashboard print (issue 35
- * item 4); the master computes it once (get_grant's `extra_args_reach`).
+ * What arguments past the prefix reach, in the words `grant show` and the dashboard print (ADR 0029);
+ * the master computes it once (get_grant's `extra_args_reach`).
  */
 export function extraArgsReach(scope: Pick<GrantScope, 'argv_prefix' | 'extra_args'>): string {
   const [exe = '?', script = '?'] = scope.argv_prefix;

@@ -24,7 +24,7 @@ import {
  *
  * The steps, in order (the reactions come out in the order they are applied):
  *  1. fence: the report must name an execution of the session's worker (else NOT_FOUND), carry its
- *     lease_epoch (else STALE_EPOCH) and name its task (else INVALID_INPUT; issue 10, row 9), and the
+ *     lease_epoch (else STALE_EPOCH) and name its task (else INVALID_INPUT), and the
  *     execution must not be `rejected` (rejected by the worker, or withdrawn by the master: STALE_EPOCH,
  *     a worker then ends it unstarted). A refusal is the only reaction: nothing is known to have
  *     happened, so nothing changes;
@@ -56,7 +56,7 @@ import {
  *                   reason `worker_unreachable`, lease QUARANTINED) and the worker now reports it
  *                   `accepted` or `started` (an assign that reached it after the heal, or a report held
  *                   back by the partition): task back to ASSIGNED and lease to ACTIVE (resumeExecution),
- *                   before the phase's own moves — as a hello that lists it alive does (issue 40, item 1)
+ *                   before the phase's own moves — as a hello that lists it alive does (docs/operations.md "Partitions")
  */
 
 /** A worker's `execution` message. */
@@ -192,7 +192,7 @@ export function reactToReport(snapshot: ReportSnapshot, report: ExecutionReport)
       },
     ];
   // A report about an execution that never ran and never may: the worker rejected it, or the master
-  // withdrew its assign and gave the task to another lease (issue 40, item 3). Refused, never taken for
+  // withdrew its assign and gave the task to another lease (docs/operations.md "Partitions"). Refused, never taken for
   // a disagreement: marking it lost would move the task, which may run elsewhere by now.
   if (e.phase === 'rejected' && report.phase !== 'rejected')
     return [

@@ -2,7 +2,7 @@ import { applyTransition, type TransitionResult, type TransitionTable } from './
 
 /**
  * The execution machine: where one assignment of a task to a worker stands, as the worker reports it
- * (docs/worker-protocol.md; issue 10, row 1). States are the phases; the event that moves it is the report of
+ * (docs/worker-protocol.md). States are the phases; the event that moves it is the report of
  * the next phase, so the table says which report may follow which.
  *
  *   assigned        the master sent `assign`
@@ -116,8 +116,8 @@ export function transitionExecution(
 }
 
 /**
- * Whether the master may withdraw an execution's assign and requeue its task elsewhere (issue 40,
- * item 3): the master never recorded the worker's acceptance (`assigned`), the worker is offline, and
+ * Whether the master may withdraw an execution's assign and requeue its task elsewhere (docs/operations.md
+ * "Partitions"): the master never recorded the worker's acceptance (`assigned`), the worker is offline, and
  * its hello said it starts nothing before the master acknowledged the acceptance (`starts_after_ack`) —
  * so it cannot have started, and cannot start after this, since its `accepted` report is refused from
  * now on and a `cancel` follows. The task and lease tables decide the rest (`requeued`, `withdrawn`).
@@ -148,11 +148,11 @@ export interface ReceiptClock {
 
 /**
  * When the master gives up on a cleanup receipt (quarantines the lease, fails the task
- * CLEANUP_UNCONFIRMED), or null while it must not (issue 40, item 2). The receipt is the worker's
+ * CLEANUP_UNCONFIRMED), or null while it must not (docs/operations.md "Partitions"). The receipt is the worker's
  * second message about an ended run, sent milliseconds after the exit: a partition that starts between
  * the two holds it in the worker's outbox until the link heals. So the window runs only while the worker
  * is reachable: never while it is offline, and counted from the latest of the exit, its reconnection and
- * the master's last refusal of its messages (a full disk; issue 10, row 4). A restart of the window at
+ * the master's last refusal of its messages (a full disk). A restart of the window at
  * each reconnection, rather than a pause, is deliberate: the outbox resends the receipt at once after a
  * hello, so a worker that keeps reconnecting without sending one holds its cards (RELEASING, never free on
  * a guess) but nothing else. Pure.

@@ -1,10 +1,4 @@
-import {
-  accepts,
-  applyTransition,
-  isFinal,
-  type TransitionResult,
-  type TransitionTable,
-} from './state-machine.js';
+import { accepts, isFinal, type TransitionTable } from './state-machine.js';
 
 /**
  * Lease state machine (docs/state-machines.md). A card is never free on a guess: only a cleanup receipt or an
@@ -18,8 +12,8 @@ import {
  *   A worker that comes back listing the lease's execution as still alive, under the same epoch, takes
  *   it back to `ACTIVE` (`worker_returned`): the cards were never freed, so nothing else holds them.
  * `withdrawn` releases a lease whose execution never started and never can: the master took back its
- * assign before recording an acceptance, from a worker that starts nothing unacknowledged (issue 40,
- * item 3). That is proof, not a guess: the worker's own records hold the cards until it ends it.
+ * assign before recording an acceptance, from a worker that starts nothing unacknowledged
+ * (docs/operations.md "Partitions"). That is proof, not a guess: the worker's own records hold the cards until it ends it.
  */
 export const LEASE_STATES = ['ACTIVE', 'RELEASING', 'RELEASED', 'QUARANTINED'] as const;
 /** A lease state. */

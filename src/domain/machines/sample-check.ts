@@ -1,5 +1,5 @@
 /**
- * What makes a worker's card list unusable as a whole (issue 10, row 3): two cards with one index or one
+ * What makes a worker's card list unusable as a whole (docs/state-machines.md): two cards with one index or one
  * uuid. Scheduling, leases (`lease_cards` is unique per worker and index) and the sandbox's device nodes
  * all name a card by its index, so such a sample is treated as a sampler error for that worker — its
  * cards UNKNOWN, an alert raised — rather than half-trusted.

@@ -41,7 +41,7 @@ export function storageAcceptsGrowth(state: StorageState): boolean {
   return state === 'ok' || state === 'low';
 }
 
-/** What a write that grows the store asks before it starts (issue 21: reserved, not sampled). */
+/** What a write that grows the store asks before it starts (reserved, not sampled). */
 export interface GrowthRequest {
   /** Free bytes at the last sample; null when statfs failed (counts as enough). */
   free_bytes: number | null;

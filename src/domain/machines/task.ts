@@ -1,12 +1,5 @@
 import type { FailureReason } from '../../contracts/worker-protocol.js';
-import {
-  accepts,
-  applyTransition,
-  isFinal,
-  type TransitionResult,
-  type TransitionTable,
-  terminalStates,
-} from './state-machine.js';
+import { accepts, isFinal, type TransitionTable, terminalStates } from './state-machine.js';
 
 /**
  * Task state machine (docs/state-machines.md). Desired state (`run` | `cancel`) is a separate field; these
@@ -16,7 +9,7 @@ import {
  * - `QUEUED`: approved, waiting for cards; carries a `reason` and a queue position.
  * - `ASSIGNED`: a lease was granted and the plan sent; the worker has not reported `started`. If the
  *   worker falls silent before the master recorded its acceptance, the task goes back to `QUEUED`
- *   (`requeued`; no new review) and another worker may run it (issue 40, item 3).
+ *   (`requeued`; no new review) and another worker may run it (docs/operations.md "Partitions").
  * - `RUNNING`: the worker reported the process started.
  * - `FINALIZING`: the process exited and outputs were collected; waiting for the cleanup receipt.
  * - `COMPLETED` (terminal): exit 0, outputs present, cleanup confirmed.
@@ -126,7 +119,7 @@ export const WORKER_UNREACHABLE = 'worker_unreachable';
 /**
  * Whether wait_for_task stops waiting: the task settled (`isSettledTask`), except a task parked only
  * because its worker fell silent (RECONCILIATION_REQUIRED with reason `worker_unreachable`): it may
- * well be running still and come back by itself, so a waiter keeps waiting (issue 40, item 1: an agent
+ * well be running still and come back by itself, so a waiter keeps waiting (an agent
  * told "settled" either spun or gave up on a task that would complete). `reasonCode` is the code of the
  * task's `reason`.
  */
@@ -150,7 +143,7 @@ export interface ExitReport {
 /**
  * The failure an exit report amounts to. A process that exited 0 with no signal finished on its own:
  * when the worker also says `CANCELLED`, its cancel arrived after the exit had happened but before it
- * was reported (seen with a frozen worker, issue 14), so the cancel never took effect and the task ends
+ * was reported (seen with a frozen worker), so the cancel never took effect and the task ends
  * like any clean exit (outputs checked, then `COMPLETED`), as cancel_task documents. A task that traps
  * SIGTERM and exits 0 within the grace period is indistinguishable here and is treated the same way:
  * it finished cleanly.

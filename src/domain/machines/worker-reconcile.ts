@@ -15,7 +15,7 @@ import { type TaskEvent, type TaskState, WORKER_UNREACHABLE } from './task.js';
  *                       (`master_marks`): they leave the outbox and are not resent;
  *   raise_epoch         the worker saw `epoch` on card `index` (`card_epochs`): every later lease on
  *                       that card must be above it, even if this master never issued it (a restored
- *                       database; issue 10, row 2);
+ *                       database);
  *   mark_lost           the master holds the execution unfinished on this worker, hello listed every
  *                       execution the worker knows, and it is not among them, and its assign is not on
  *                       its way (acknowledged, or at or below the worker's `master_marks`, which the
@@ -27,7 +27,7 @@ import { type TaskEvent, type TaskState, WORKER_UNREACHABLE } from './task.js';
  *                       (task RECONCILIATION_REQUIRED with reason `worker_unreachable`, lease QUARANTINED),
  *                       and the worker lists it alive (`accepted` or `started`) under the lease's epoch,
  *                       with no higher epoch seen on its cards: the task goes back to RUNNING (or ASSIGNED
- *                       when the master never heard it start) and the lease to ACTIVE (issue 40, item 1).
+ *                       when the master never heard it start) and the lease to ACTIVE (docs/operations.md "Partitions").
  *                       Any other cause (an illegal report, an execution the worker did not know) is
  *                       not resumed: there the worker and the master disagree;
  *   hold_cards          the cards the worker's own unfinished executions hold: never granted, whatever
@@ -158,7 +158,7 @@ export function heldCards(reported: HelloSnapshot['reported']): number[] {
 }
 
 /**
- * Where a held lease's execution stands for an operator about to reconcile it (issue 40, item 5), from
+ * Where a held lease's execution stands for an operator about to reconcile it (docs/operations.md "Partitions"), from
  * the master's record of its phase and what the worker says right now:
  *   worker_unreachable  the execution may still have a process (assigned, accepted, started) and its
  *                       worker is offline: the task may be running there, and comes back by itself if

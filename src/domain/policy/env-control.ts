@@ -1,5 +1,5 @@
 /**
- * Env names that make a program run code or load files of the spec's choosing (issue 20 item 2): with a
+ * Env names that make a program run code or load files of the spec's choosing (docs/security.md "Code the reviewer did not read"): with a
  * benign, reviewed script, `PYTHONWARNINGS` + `BROWSER`, `PYTHONSTARTUP`, `PERL5OPT`, `NODE_OPTIONS`,
  * `BASH_ENV`, `JAVA_TOOL_OPTIONS`, … run a command the reviewer never saw as code. A spec setting one is
  * an error finding (`ENV_CONTROL`) unless the operator lists the name in `policy.allowed_control_env`.
@@ -7,7 +7,7 @@
  * One table, by interpreter family. A name ending in `*` is a prefix. Keep each `why` to one line: it
  * is shown to the reviewer.
  *
- * Issue 35 §8 added the names that change *where* a program or library loads code from: `PATH`, `HOME`,
+ * Later (docs/security.md "Code the reviewer did not read") came the names that change *where* a program or library loads code from: `PATH`, `HOME`,
  * `XDG_*`, and the caches GPU libraries load compiled or downloaded code from without building it
  * (Triton, TorchInductor, torch extensions and hub, CUDA's JIT cache, Numba, CuPy, Hugging Face remote
  * code) and the config dirs of matplotlib, IPython and Jupyter, whose config files are Python or name
@@ -216,7 +216,7 @@ export const ENV_CONTROL: readonly EnvControlEntry[] = [
     family: 'gpu runtime',
     why: 'the ROCm profiler loads these libraries into the process',
   },
-  // where programs and libraries look (issue 35 §8): every default in HOME is the task dir
+  // where programs and libraries look (docs/security.md "What a reviewer must read, and what the broker guarantees"): every default in HOME is the task dir
   {
     name: 'PATH',
     family: 'program lookup',

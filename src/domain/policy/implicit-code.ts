@@ -3,7 +3,7 @@ import { quoteUntrusted as q, quoteList } from './untrusted.js';
 
 /**
  * Input files an interpreter or tool loads on its own, without the reviewed script naming them (issue
- * 20 item 4, issue 35 §2): beside benign sources, an unchecked-hash `.pyc` in `__pycache__/`, a `.pth`
+ * 20 item 4): beside benign sources, an unchecked-hash `.pyc` in `__pycache__/`, a `.pth`
  * file and `usercustomize.py` under a user site dir all ran; so did an extension module beside the
  * source of the same name, a package beside a module of the same name, a `json.py` beside the script, a
  * `.pdbrc` read by `breakpoint()`, and one of two paths a viewer shows alike. The task's HOME and working

@@ -1,5 +1,5 @@
 /**
- * Characters that display other than they are (issue 20, items 4 and 6): controls that drive a terminal,
+ * Characters that display other than they are (docs/security.md "Code the reviewer did not read"): controls that drive a terminal,
  * bidirectional formatting that reorders what a reviewer sees, and zero-width or filler characters that
  * hide text. Every reviewer view renders them visibly — the CLI as `\uNNNN` (src/cli/common/output.ts), the
  * dashboard as `⟨U+NNNN⟩` markers (served to the page as /assets/invisible.js, built from this list) — so

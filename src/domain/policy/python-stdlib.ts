@@ -1,5 +1,5 @@
 /**
- * The names of Python's standard-library modules (issue 35 §2): an input named like one (`json.py`,
+ * The names of Python's standard-library modules (docs/security.md "Code the reviewer did not read"): an input named like one (`json.py`,
  * `random/__init__.py`) in a directory Python puts first on sys.path is imported instead of the module a
  * reviewer reads `import json` as. Builtin and frozen modules (`sys`, and `os`, `codecs`… at start) cannot
  * be shadowed that way, but later imports of the others can, so the whole list counts.

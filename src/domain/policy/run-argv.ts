@@ -2,7 +2,7 @@ import { inputScriptRules, type Policy } from '../../contracts/policy.js';
 import type { InputFile, TaskSpec } from '../../contracts/task-spec.js';
 
 /**
- * The argv that really runs (issue 20 item 3), computed in one place: the policy finding shows it to
+ * The argv that really runs (docs/security.md "Code the reviewer did not read"), computed in one place: the policy finding shows it to
  * the reviewer, and the master puts it into the execution plan (`ExecutionPlan.argv`) that the worker
  * executes. It differs from `spec.runtime.argv` only for an interpreter running a script from the
  * inputs under a rule with `isolated` (the default): the interpreter's isolated-mode flags go before the

@@ -42,7 +42,7 @@ export function maxLimits(policy: Policy, cards: number): ResolvedLimits {
 }
 
 /**
- * The limits the host's RAM and disk bound (issue 36 item 6): the memory limit and the two tmpfs sizes
+ * The limits the host's RAM and disk bound (docs/security.md "The task sandbox"): the memory limit and the two tmpfs sizes
  * (whose pages count against memory) by RAM, the task dir by the data dir's file system.
  */
 export const HOST_BOUND_LIMITS = ['memory_mib', 'tmp_mib', 'shm_mib', 'disk_mib'] as const;
@@ -60,7 +60,7 @@ export interface HostAllowance {
 }
 
 /**
- * What tasks on a host with `cards` cards may take (issue 36 item 6): its RAM and disk less the
+ * What tasks on a host with `cards` cards may take (docs/security.md "The task sandbox"): its RAM and disk less the
  * operator's reserve (`task_limits.host_reserve`: the worker, the master, the system), whole for one
  * task, and shared evenly per card for the defaults. Never below 1 MiB (a host smaller than its reserve
  * gives every task the least there is, and rules out any task asking for more).

@@ -1,7 +1,7 @@
 import { quoteUntrusted } from './untrusted.js';
 
 /**
- * Display versus run (issue 20 item 4): an input whose bytes a viewer shows as one thing while the
+ * Display versus run (docs/security.md "Code the reviewer did not read"): an input whose bytes a viewer shows as one thing while the
  * interpreter runs another. A lone CR that a viewer renders as a line break (or nothing) while Python
  * reads one line, bidi controls that reorder what is shown (Trojan Source, CVE-2021-42574), zero-width
  * characters inside identifiers, other control characters, and a source encoding other than UTF-8 (a
@@ -53,7 +53,7 @@ export function inspectText(path: string, bytes: Uint8Array): TextInspection {
     if (oddities.length < MAX_REPORTED_PLACES) oddities.push({ line, what });
   };
   // The native decoder validates (same rules: no overlongs, surrogates or code points past U+10FFFF);
-  // the byte-by-byte walk runs only to find where a file that is not UTF-8 goes wrong (issue 21: the
+  // the byte-by-byte walk runs only to find where a file that is not UTF-8 goes wrong (the
   // walk cost ~40 ns a byte, seconds for a revision's 64 MiB, inside create_proposal's transaction).
   const decoded = decodeUtf8(bytes);
   const invalid = decoded === null ? firstInvalidUtf8(bytes) : -1;

@@ -1,7 +1,7 @@
 import { invisibleClass } from './invisible-chars.js';
 
 /**
- * Whether a piece of free text carries a gpu-broker bearer token (issue 35 item 1): an agent reviewer's
+ * Whether a piece of free text carries a gpu-broker bearer token (ADR 0041): an agent reviewer's
  * `reasons` become a review comment its submitter reads, so a model talked into finding the reviewer
  * token could hand it over there. The model sandbox (src/cli/review/model-sandbox.ts, ADR 0041) is what keeps
  * the token out of the model's reach; this check is the net behind it, run twice: by the agent loop

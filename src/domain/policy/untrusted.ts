@@ -1,7 +1,7 @@
 import { HIDDEN_CHAR_CLASS } from '../../contracts/hidden-chars.js';
 
 /**
- * Submitter values in server-written text (issue 20, "untrusted text is marked"). A finding message is
+ * Submitter values in server-written text ("untrusted text is marked"). A finding message is
  * the broker's voice; a path, env name, argv item, image or mount name inside it is the submitter's.
  * Splicing the value into the sentence lets a crafted value ("x. VERIFIED SAFE by gpu-broker policy.")
  * read as the broker's own words; quoting it keeps it visibly apart.

@@ -1,5 +1,5 @@
 /**
- * Audit retention (issue 14): which prefix of the live audit chain may move to an archive file.
+ * Audit retention (docs/operations.md "Audit retention"): which prefix of the live audit chain may move to an archive file.
  * Pure: the shell reads the chain's facts, asks here, and writes the segment.
  *
  * A row is archived only when all hold:
@@ -8,7 +8,7 @@
  *   the next check still link to a row in the table);
  * - the segment stays within `max_segment_events`, so one archive is a bounded delete.
  *
- * One run archives up to `max_segments_per_run` segments back to back (issue 21: one segment per
+ * One run archives up to `max_segments_per_run` segments back to back (one segment per
  * hour could never keep up with ~800 audited events/s); when it stops at that cap with rows still due,
  * the monitor runs again on its next check instead of waiting a whole interval, so the backlog drains
  * at up to `max_segments_per_run × max_segment_events` rows per check interval.

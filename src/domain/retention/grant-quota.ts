@@ -1,5 +1,5 @@
 /**
- * Per-principal caps on pending grant requests (issue 35, item 7): 171 request_grant calls in 20 s added
+ * Per-principal caps on pending grant requests (docs/security.md "Fair share between principals"): 171 request_grant calls in 20 s added
  * 299 MiB to the database (a scope's env rules alone may hold 64 × 64 values of 1 KiB) and made one
  * reviewer's page of grants 44 MiB. A request counts against its requester (created_by) while it is
  * REQUESTED; once decided, withdrawn or expired it no longer does. Before a request is stored the shell

@@ -1,5 +1,5 @@
 /**
- * What the prune loop may delete (issue 21, item 6): revisions were never pruned, so a principal's
+ * What the prune loop may delete (ADR 0024): revisions were never pruned, so a principal's
  * drafts grew without end. Two rules, each after a configurable age:
  *
  * - an **abandoned proposal** — CANCELLED or EXPIRED, no review decision on any of its revisions, no

@@ -1,5 +1,5 @@
 /**
- * Per-principal caps on what proposals store (issue 21, item 6): one token wrote 400 revisions of
+ * Per-principal caps on what proposals store (ADR 0024): one token wrote 400 revisions of
  * 250 KiB in 5 s (~67 GiB/h) and nothing stopped it. Before a revision is stored the shell reads the
  * principal's usage and asks here; a refusal names the cap, the usage and what to do, and nothing is
  * written. Blobs have their own cap (`policy.input_quota_bytes`, src/broker/tools/inputs.ts).

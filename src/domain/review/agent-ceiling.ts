@@ -8,7 +8,7 @@ import type { Finding } from '../policy/types.js';
 import { quoteList, quoteUntrusted } from '../policy/untrusted.js';
 
 /**
- * What an agent reviewer may approve (issue 23 §2; docs/decisions/0027-agent-reviewer.md). Pure: the
+ * What an agent reviewer may approve (docs/decisions/0027-agent-reviewer.md). Pure: the
  * facts of one revision against the operator's ceiling, as a table of clauses checked in order. The
  * first failing clause is what the refusal names ("cards 8 > 1"). Every fact comes from the spec as the
  * broker parsed it and from the broker's own findings, never from text the submitter wrote about it:
@@ -36,7 +36,7 @@ export interface CeilingFacts {
 }
 
 /**
- * What the broker found when it read the revision as `get_review_prompt` shows it (issue 35 §2): a binary
+ * What the broker found when it read the revision as `get_review_prompt` shows it (docs/security.md "Code the reviewer did not read"): a binary
  * input, or more material than a prompt quotes, makes the review material incomplete, and no agent may
  * approve an incomplete revision, whether its decision comes through `gpu-broker review agent` (which
  * also refuses a prompt that is not `complete`) or straight over MCP `submit_review`.

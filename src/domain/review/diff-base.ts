@@ -1,7 +1,7 @@
 import type { ReviewDecision } from '../machines/proposal.js';
 
 /**
- * Which revision a reviewer's diff starts from (issue 20 item 5, issue 35 item 3). Diffing revision N
+ * Which revision a reviewer's diff starts from (docs/security.md "Code the reviewer did not read"; docs/security.md "What a reviewer must read, and what the broker guarantees"). Diffing revision N
  * against N−1 hides whatever N−1 added when no person read N−1: a payload slipped into an unconfirmed
  * revision and a cosmetic fix in the next showed only the fix. The same holds for a revision only an
  * agent reviewer or a standing grant decided on: an agent's REQUEST_CHANGES for a title typo on a
@@ -17,7 +17,7 @@ import type { ReviewDecision } from '../machines/proposal.js';
 /**
  * Who decided on a revision:
  * - `person`: a reviewer's or operator's review;
- * - `agent_reviewer`: a review by a principal holding the agent_reviewer role (issue 23 §2);
+ * - `agent_reviewer`: a review by a principal holding the agent_reviewer role (ADR 0027);
  * - `grant`: a standing grant's auto-approval (the review row names the grant; nobody read the revision).
  */
 export const DECISION_KINDS = ['person', 'agent_reviewer', 'grant'] as const;

@@ -1,5 +1,5 @@
 /**
- * How much work one reviewer's diff may do (issue 21, item 3). One get_revision over ~1,000 modified
+ * How much work one reviewer's diff may do (ADR 0031). One get_revision over ~1,000 modified
  * files held the event loop for 20 s: every file was read, re-hashed and compared line by line however
  * many there were. Now one call has a budget — blob bytes read and line comparisons (the LCS table's
  * work) — and each file a limit; a file past either is not diffed, with an entry saying so and how to

@@ -3,7 +3,7 @@ import { type Verdict, VerdictSchema } from '../../contracts/tools-agent-review.
 import { quoteUntrusted } from '../policy/untrusted.js';
 
 /**
- * The reviewer prompt and its verdict (issue 23 §2; docs/security.md "Agent reviewers"). Pure.
+ * The reviewer prompt and its verdict (docs/security.md "Agent reviewers"). Pure.
  *
  * Layout: rules, then the facts gpu-broker computed, then ONE block of submitter-written text between
  * two fence lines that carry a random nonce, then the verdict format. Inside the block every line of
@@ -12,7 +12,7 @@ import { quoteUntrusted } from '../policy/untrusted.js';
  * The nonce is drawn after the submitter wrote everything, and any occurrence of it in the text is
  * removed anyway; hidden characters (controls, bidi, zero-width, U+2028) are shown as `\uXXXX`.
  *
- * The trusted part holds nothing a submitter wrote (issue 35 item 5): a fact's value is a number, a
+ * The trusted part holds nothing a submitter wrote (docs/security.md "What a reviewer must read, and what the broker guarantees"): a fact's value is a number, a
  * boolean or a `FactWord` — one token of letters, digits and `_ . : -` that the broker derived (an id it
  * made, a digest, an enum value, a finding code, a clause name). Names, paths, argv, env, mount names,
  * finding messages and the ceiling's reason (which quotes submitted values) go inside the block. The

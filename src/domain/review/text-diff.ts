@@ -1,6 +1,6 @@
 /**
- * Unified text diffs for reviewers (issue 13): what changed in an input file between two revisions.
- * Pure and bounded (issue 21, item 3): the common head and tail are cut off first, the middle is
+ * Unified text diffs for reviewers (ADR 0012): what changed in an input file between two revisions.
+ * Pure and bounded (ADR 0031): the common head and tail are cut off first, the middle is
  * compared by Myers' O(N·D) algorithm — cheap for few edits however long the file — counting its work
  * (diagonal steps and line comparisons); past the caller's work limit the middle is shown as removed
  * then added (`whole`) or not diffed at all (`refuse`, when the call's budget is what ran out;

@@ -164,7 +164,7 @@ export class CardPool {
       const count = anyCard && slot.runReserved === 0 ? slot.openCount : countOpen(slot, req);
       if (count >= req.need && count < bestCount) {
         if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
-        // The host must have the memory and disk left that the task would be given (issue 38 item 7).
+        // The host must have the memory and disk left that the task would be given (docs/operations.md "Task limits").
         const room = this.roomOn(slot, req);
         if (room !== null && this.roomMissing(slot, req, room) !== null) continue;
         best = slot;

@@ -196,7 +196,7 @@ export function mountMissing(need: number, mounts: readonly string[], pinned: st
 
 /**
  * The spec asks for more of a host-bound limit than the host of any worker with enough matching cards can
- * give (issue 36 item 6): `most` is the largest that one of them can, and `basis` says how it is derived.
+ * give (docs/security.md "The task sandbox"): `most` is the largest that one of them can, and `basis` says how it is derived.
  */
 export function limitsExceedHost(
   need: number,

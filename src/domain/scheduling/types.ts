@@ -37,14 +37,14 @@ export interface QueuedTaskView {
   runtime?: 'process' | 'container' | undefined;
   /**
    * Set when granting this task failed to apply `failures` times in a row (a store constraint the
-   * decision could not foresee); it is not granted again before `retry_at` (issue 10, row 3).
+   * decision could not foresee); it is not granted again before `retry_at` (docs/state-machines.md).
    */
   grant_backoff?: { failures: number; retry_at: number; error: string } | undefined;
   /** Named data mounts the task needs: only workers offering all of them may take it. */
   mounts?: readonly string[] | undefined;
   /**
    * What the spec asks of memory, /tmp, /dev/shm and disk (its `limits`): only a worker whose host can
-   * give them may take it (issue 36 item 6).
+   * give them may take it (docs/security.md "The task sandbox").
    */
   limits?: { readonly [K in HostBoundLimit]?: number | undefined } | undefined;
 }
@@ -152,7 +152,7 @@ export interface SchedulingSnapshot {
  *  - limits_exceed_host: its spec asks for more memory, /tmp, /dev/shm or disk than the host of any
  *    worker with enough matching cards can give (its RAM or disk less the operator's reserve);
  *  - waiting_for_host_room: enough matching cards are free on a worker, but its host has too little
- *    memory or disk left that no running task there was promised (issue 38 item 7);
+ *    memory or disk left that no running task there was promised (docs/operations.md "Task limits");
  *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
  *    with enough matching cards may take it;
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the

@@ -6,7 +6,7 @@ import { waitFor } from '../../support/wait.js';
 import { startTestWorker, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 11 item 4: `cordon|uncordon|drain|undrain|remove-worker|reconcile` with several targets act on
+ * docs/operations.md: `cordon|uncordon|drain|undrain|remove-worker|reconcile` with several targets act on
  * every one, and a target that does not exist fails the command before any target is changed.
  */
 

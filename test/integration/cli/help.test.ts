@@ -3,7 +3,7 @@ import { COMMANDS } from '../../../src/cli/commands.js';
 import { runCli, spawnCli } from '../../support/cli.js';
 
 /**
- * Issue 11 item 3: every command and subcommand answers `--help` (exit 0, its flags, env vars and an
+ * docs/operations.md: every command and subcommand answers `--help` (exit 0, its flags, env vars and an
  * example), and an unknown flag or subcommand is one usage line on stderr with exit 2, never a stack.
  */
 

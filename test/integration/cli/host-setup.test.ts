@@ -15,7 +15,7 @@ import { ensureBuilt } from '../../support/build.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 23, item 4.2: `npm start` installs what the quick start needs where it can (root with apt-get),
+ * ADR 0029: `npm start` installs what the quick start needs where it can (root with apt-get),
  * says precisely what it did or the command to run, and never fails. apt-get here is a fake on PATH that
  * records its arguments: no test installs anything.
  */

@@ -7,7 +7,7 @@ import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { makeGateDir, makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 35 item 1, attacked again (fresh-eyes review): what a model command can still see of the
+ * ADR 0041, attacked again (fresh-eyes review): what a model command can still see of the
  * loop's secrets when the operator's setup is not the one the authors tested.
  */
 

@@ -8,7 +8,7 @@ import { expectOk } from '../../support/mcp.js';
 import { makeTempDir } from '../../support/temp.js';
 
 /**
- * Issue 23, item 4.3: `propose --confirm` answered `state: IN_REVIEW` with the next_action of the DRAFT it
+ * ADR 0029: `propose --confirm` answered `state: IN_REVIEW` with the next_action of the DRAFT it
  * had created ("Call confirm_revision…"). What it prints now describes the proposal as it is after the
  * last call, and says the same as get_proposal over MCP.
  */

@@ -16,7 +16,7 @@ import { validSpec } from '../../support/spec.js';
 import { makeGateDir, makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 35 item 1: an agent reviewer's model can never reach a credential. The built CLI runs
+ * ADR 0041: an agent reviewer's model can never reach a credential. The built CLI runs
  * `review agent` the way an operator would — the token in its environment, in a token file (left
  * readable by everyone, in a dir the sandbox binds), open on fd 7, in its data dir, its cwd's and its
  * HOME's `.gpu-broker/` — with a model (token-thief-model.sh) that tries every way we know to find a

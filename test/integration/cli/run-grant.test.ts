@@ -12,7 +12,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 23 §3 with §1: once a reviewer approved a standing grant, `gpu-broker run` of changed code inside
+ * ADR 0026 with §1: once a reviewer approved a standing grant, `gpu-broker run` of changed code inside
  * its scope says "covered by grant <id> — starting" and runs with no review; outside the scope it says
  * which clause failed and waits for a person. Skips itself on a master without standing grants (the two
  * slices were built apart; this runs once both are merged).

@@ -15,7 +15,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 23 §3: `gpu-broker run` through a real master and a real worker (bwrap, simulated cards), with a
+ * ADR 0026: `gpu-broker run` through a real master and a real worker (bwrap, simulated cards), with a
  * reviewer deciding through the real MCP review path. The run must say it waits for review before the
  * reviewer decides; Ctrl-C (the built CLI, a real SIGINT) leaves the task running.
  */
@@ -139,7 +139,7 @@ describe('gpu-broker run', () => {
     const root = join(dir, 'gpu-broker-outputs', taskId);
     expect(readFileSync(join(root, 'metrics.json'), 'utf8')).toBe('{"loss": 0.5}\n');
     expect(readFileSync(join(root, 'weights.bin')).equals(BIN)).toBe(true);
-    // The first run of a directory lists what it ships before sending it (issue 35 §6); the memory of
+    // The first run of a directory lists what it ships before sending it (docs/security.md "gpu-broker run on the submitter’s machine"); the memory of
     // it is this user's, not in the directory.
     expect(r.err()).toContain('gpu-broker: first run from this directory');
     expect(r.err()).toMatch(/gpu-broker: 2 file\(s\), \S+ \S+ \(\d+ bytes\) from /);
@@ -230,7 +230,7 @@ describe('gpu-broker run', () => {
     stopMine();
     expect(await mineRun.done).toBe(130);
     const victimId = /proposed (prop_\S+)/.exec(mineRun.err())?.[1] ?? '';
-    // A cloned repository carrying a run.json that names it (issue 35 §6).
+    // A cloned repository carrying a run.json that names it (docs/security.md "gpu-broker run on the submitter’s machine").
     const cloned = project('cloned');
     writeFileSync(join(cloned, 'train.py'), 'print("other code")\n');
     mkdirSync(join(cloned, '.gpu-broker'));

@@ -10,7 +10,7 @@ import { connectRawWorker, type RawWorker } from '../../support/raw-worker.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 10, row 8: text a submitter (or a worker) controls reaches a reviewer's or operator's terminal
+ * docs/security.md "Terminal escapes": text a submitter (or a worker) controls reaches a reviewer's or operator's terminal
  * only with its control characters made visible. The attack is the row's: a title that erases the line
  * and prints a green "APPROVED" with a bell.
  */
@@ -126,7 +126,7 @@ describe('status', () => {
     expect(out.stdout).toContain('H100\\x1b[8m hidden \\u202e');
   });
 
-  it("escapes what a Slurm worker reports: its partition (issue 12's status column)", async () => {
+  it('escapes what a Slurm worker reports: its partition (the status column of ADR 0013)', async () => {
     const slurmWorker = await connectRawWorker({
       url: m.url,
       caPem: m.caPem,

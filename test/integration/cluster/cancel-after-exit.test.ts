@@ -9,7 +9,7 @@ import { removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 14, seen in the soak: a task exits 0 on a frozen worker, is cancelled before the worker reports
+ * docs/operations.md "Audit retention", seen in the soak: a task exits 0 on a frozen worker, is cancelled before the worker reports
  * the exit, and the worker's executor then labels the exit CANCELLED (its kill raced the reaped exit).
  * The cancel never took effect, so the task ends COMPLETED with exit code 0, as cancel_task documents.
  * A raw WSS worker plays the frozen worker's reports in that order.

@@ -11,7 +11,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 10, row 4: a cleanup receipt can sit in the worker's outbox behind messages a full master
+ * ADR 0016: a cleanup receipt can sit in the worker's outbox behind messages a full master
  * refuses. The master must not fail the task CLEANUP_UNCONFIRMED for a receipt it could not take: the
  * receipt deadline (cleanup timeout plus two offline windows) counts from the last refusal while the
  * master's disk is full. Here the receipt is held back by a stalled sampler (real cards need a fresh

@@ -14,7 +14,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 10, row 4 with a real worker: a task streams its log while the master's store cannot take it —
+ * ADR 0016 with a real worker: a task streams its log while the master's store cannot take it —
  * first because the (fake) disk is under `storage.min_free_bytes`, then because SQLite itself answers
  * SQLITE_FULL (a `max_page_count` the database reaches). The master answers the worker's log messages
  * UNAVAILABLE and does not acknowledge them; the worker keeps them in its outbox (and the task's later

@@ -10,7 +10,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Limits follow the machine (issue 36 item 6), through a real master and worker: the worker reports its
+ * Limits follow the machine (docs/security.md "The task sandbox"), through a real master and worker: the worker reports its
  * host in its hello; a task's defaults are at most its host's share per card (the policy's 32 GiB per
  * card is above this 24 GiB host's RAM); a spec asking for more than the host can give waits with a
  * reason naming it instead of starting.

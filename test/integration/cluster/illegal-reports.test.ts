@@ -7,7 +7,7 @@ import { connectRawWorker, type RawWorker } from '../../support/raw-worker.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 10, row 1: a worker (or anyone holding a worker token) reporting `cleaned` straight after
+ * docs/state-machines.md: a worker (or anyone holding a worker token) reporting `cleaned` straight after
  * `assign`, or `rejected` after `started`, used to release the lease while the task stayed ASSIGNED or
  * RUNNING for ever. Now the execution table refuses such a report (INVALID_STATE back to the worker, the
  * session kept), the task goes to RECONCILIATION_REQUIRED with its lease quarantined — never live

@@ -13,7 +13,7 @@ import { validSpec } from '../../support/spec.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 20 item 3, end to end: an interpreter running a script from the inputs runs in its isolated
+ * docs/security.md "Code the reviewer did not read", end to end: an interpreter running a script from the inputs runs in its isolated
  * mode. The master computes the argv (`ExecutionPlan.argv`, src/domain/policy/run-argv.ts) and a real bwrap
  * worker executes it. Even under a policy that lets PYTHONPATH through and allows implicit code, Python
  * neither reads PYTHON* variables nor imports a usercustomize.py from the user site (HOME is the task

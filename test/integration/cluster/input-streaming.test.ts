@@ -15,7 +15,7 @@ import { callTool, expectOk } from '../../support/mcp.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 21: an input larger than a store chunk travels from the master's store to the task's file a
+ * docs/performance.md "Noisy neighbours": an input larger than a store chunk travels from the master's store to the task's file a
  * chunk at a time (the master's route streams verifiedPieces, the worker streams the body into the
  * file and hashes it there), through the real byte routes and a real sandboxed worker. A chunk changed
  * in the master's store is cut off before the body is complete, and the task never runs.

@@ -24,7 +24,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 13, "done when": an agent with only MCP uploads a two-file Python project, proposes it with
+ * ADR 0012, "done when": an agent with only MCP uploads a two-file Python project, proposes it with
  * `inputs`, a reviewer reads the manifest, asks for a change, sees the text diff of the revision and
  * approves; the real sandboxed worker fetches, verifies and places the files read-only, and the task's
  * output shows it ran exactly the approved bytes. Then the attacks: a tampered blob in the worker's

@@ -220,7 +220,7 @@ describe('worker link cut mid-run', () => {
 
     writeFileSync(gate, '');
     c.proxy.restore();
-    // Poll for the worker's verdict: the task passes through RUNNING again (issue 40).
+    // Poll for the worker's verdict: the task passes through RUNNING again (docs/operations.md "Partitions").
     const done = await waitFor(
       async () => {
         const t = await getTask(c.alice, id);
@@ -235,7 +235,7 @@ describe('worker link cut mid-run', () => {
 });
 
 describe('an assign that never arrived', () => {
-  it('is withdrawn by the master once the worker is offline (issue 40), and never delivered', async () => {
+  it('is withdrawn by the master once the worker is offline (docs/operations.md "Partitions"), and never delivered', async () => {
     // Cards stay fresh for 1.5 s and the worker online for 2 s after the link is held: time enough for
     // the grant to be made into the black hole.
     const c = await cluster({ sample_interval_ms: 500, worker_offline_seconds: 2, lease_grace_seconds: 1 });

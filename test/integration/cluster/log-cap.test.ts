@@ -7,7 +7,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 10, row 4 (first part): a task printing far more than the master keeps. Its log stops at the
+ * ADR 0016 (first part): a task printing far more than the master keeps. Its log stops at the
  * per-task cap (both streams together) with one marker line, `get_task_logs` says `log_capped`, and the
  * task itself is unaffected: it completes with its exit code.
  */

@@ -10,7 +10,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker, workerStorePath } from '../../support/worker.js';
 
 /**
- * Issue 21, "a log flood stalls everyone": one task writes 300 MB to stdout as fast as it can while a
+ * docs/performance.md "Noisy neighbours", "a log flood stalls everyone": one task writes 300 MB to stdout as fast as it can while a
  * `/bin/true` task runs on another card of the same worker. Through a real master and a real worker:
  *  - the quiet task's `started` and `exited` reports reach the master promptly (a generous bound here:
  *    "not behind the flood"; the bench measures the real delay);

@@ -25,7 +25,7 @@ import { waitFor } from '../../support/wait.js';
 import { startTestWorker, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 40: after a network partition the system heals itself. A TCP proxy on loopback between a real
+ * docs/operations.md "Partitions": after a network partition the system heals itself. A TCP proxy on loopback between a real
  * worker and a real master black-holes the link (`hold`: nothing is forwarded, nothing is closed), so
  * the master hears silence; the heal resets the held sockets and lets the worker dial again.
  *  - item 1: a task still running when its worker returns goes back to RUNNING (lease ACTIVE, alerts

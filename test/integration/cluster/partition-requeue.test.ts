@@ -18,7 +18,7 @@ import { waitFor } from '../../support/wait.js';
 import { startTestWorker, startWorkerOn, type TestWorker, workerStorePath } from '../../support/worker.js';
 
 /**
- * Issue 40, item 3: work assigned into a partition does not wait out the partition. A worker starts an
+ * docs/operations.md "Partitions": work assigned into a partition does not wait out the partition. A worker starts an
  * accepted execution only once the master acknowledged its acceptance, so when the master never heard
  * the acceptance and the worker falls silent, the master withdraws the assign and requeues the task for
  * another worker (fenced by epoch, no new review) — and the partitioned worker never runs it, even when

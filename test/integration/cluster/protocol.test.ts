@@ -341,7 +341,7 @@ describe('the real worker against re-delivery and stale epochs', () => {
   it('a worker that saw a higher epoch than this master issued: the master learns it at hello and grants above it', async () => {
     // The worker once saw lease epoch 7 on card 0 (e.g. from a master later restored from an old backup).
     // It used to refuse the restored master's epoch-1 assign (STALE_EPOCH); now hello carries its marks
-    // (issue 10, row 2) and the master's next epoch on that card is 8.
+    // (docs/state-machines.md) and the master's next epoch on that card is 8.
     const dataDir = makeTempDir('worker-stale');
     const local = openLocalStore(workerStorePath(dataDir));
     expect(local.checkAndRaiseEpoch([0], 7)).toEqual({ ok: true });

@@ -6,7 +6,7 @@ import { waitFor } from '../../support/wait.js';
 
 /**
  * The hub applies the messages that arrive together in one transaction, each in its own savepoint, and
- * acknowledges them only once that committed (issue 21, docs/decisions/0034-report-batches.md).
+ * acknowledges them only once that committed (docs/decisions/0034-report-batches.md).
  * A hand-driven worker sends its frames in one tick (the test shares the master's event loop, so they
  * all wait in the socket until the master reads them at once).
  */

@@ -10,7 +10,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn } from '../../support/worker.js';
 
 /**
- * Issue 10, rows 7 and 9, through a real master and a hand-driven worker:
+ * docs/state-machines.md, through a real master and a hand-driven worker:
  * - an `execution` report naming another task than its execution's is refused (INVALID_INPUT, session
  *   kept, nothing changed);
  * - log chunks must start within what the master holds: a jump to 2^53 - 1 or any gap is refused, and

@@ -18,7 +18,7 @@ import { waitFor } from '../../support/wait.js';
 import { startTestWorker, type TestWorker } from '../../support/worker.js';
 
 /**
- * Backup and restore, end to end (issue 10, rows 2 and 4; docs/operations.md "Backups and restores").
+ * Backup and restore, end to end (docs/operations.md "Backups and restores").
  * A real `gpu-broker serve` child process and a real worker with one card. The database is backed up
  * online (SQLite's backup API, what `sqlite3 broker.db ".backup …"` uses), task A starts on the card,
  * the master is SIGKILLed and the backup restored (stale -wal/-shm removed) — a master that has never

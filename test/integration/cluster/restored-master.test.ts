@@ -10,7 +10,7 @@ import { connectRawWorker } from '../../support/raw-worker.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 10, row 2: a master restored from a backup (or otherwise rolled back) knew lower card epochs
+ * docs/state-machines.md: a master restored from a backup (or otherwise rolled back) knew lower card epochs
  * than its worker had seen, granted epoch 5 on card 0 again, and a second task ran on card 0 beside the
  * first. Now (1) the worker's hello carries its per-card epoch marks and the master issues only epochs
  * above them; (2) the worker refuses an epoch equal to a mark for an execution it does not know, and

@@ -8,7 +8,7 @@ import { callTool, expectOk } from '../../support/mcp.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Results sized for agents (issue 11, item 7), on a real master and worker through the MCP SDK client:
+ * Results sized for agents (docs/operations.md), on a real master and worker through the MCP SDK client:
  * get_task_logs and get_task_outputs return 16 KiB by default with their paging fields first — in the
  * text content a client may cut to a short preview too — and a text file pages on character
  * boundaries, so every page stays utf8 and the pages join to the file.

@@ -9,7 +9,7 @@ import { connectRawWorker, type RawWorker } from '../../support/raw-worker.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 10, row 3: a sample naming one card index twice made every grant on that worker fail on the
+ * docs/state-machines.md: a sample naming one card index twice made every grant on that worker fail on the
  * lease_cards constraint, and the scheduler retried 12,956 times in 10 s. Now such a card list is a
  * sampler error for that worker (cards UNKNOWN, alert, no grant), and a grant that fails to apply for
  * any other reason backs off and raises `grant_failing` instead of spinning.

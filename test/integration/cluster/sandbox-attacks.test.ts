@@ -11,7 +11,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 9's attack table, each row tried by a real task an agent proposed, approved through the real MCP
+ * docs/security.md "The task sandbox" attack table, each row tried by a real task an agent proposed, approved through the real MCP
  * tools, run by a real worker daemon in its real bubblewrap sandbox. The master's and the worker's data
  * dirs live under /var/tmp, which every sandbox binds read-only: only the sandbox's hiding keeps them out
  * of reach, not a private /tmp. Rows 6 and 7 (file modes at start) are pinned where the modes are set.

@@ -12,7 +12,7 @@ import { removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 20, "env only inside" on a local worker: a hostile spec env goes through the real master (MCP
+ * docs/security.md "Code the reviewer did not read", "env only inside" on a local worker: a hostile spec env goes through the real master (MCP
  * propose, confirm, approve) to a real worker started by the real `gpu-broker worker` command, which
  * sandboxes it with bubblewrap. No process outside the task's sandbox may read a variable of the spec's
  * choosing (the marker files below would appear), the task itself sees every value, the worker's
@@ -38,7 +38,7 @@ const MASTER_CONFIG: MasterConfigInput = clusterConfig({
       'ENV',
       'SHELLOPTS',
       'PS4',
-      // A control name since issue 35 item 8 (program lookup); the worker's own env never reads it.
+      // A control name (program lookup; docs/security.md "Code the reviewer did not read"); the worker's own env never reads it.
       'PATH',
       'LD_DEBUG',
       'LD_DEBUG_OUTPUT',

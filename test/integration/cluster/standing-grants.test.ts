@@ -10,7 +10,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Standing grants through a real master and a real sandboxed worker (issue 23 §1, "Must hold"): a
+ * Standing grants through a real master and a real sandboxed worker ("Must hold"): a
  * reviewer grants a scope; the agent's next five revisions inside it start without review, each with
  * its receipt; one outside waits IN_REVIEW with the failing clause; revocation stops the next run and
  * cancels the running one; max_runs is exact under ten confirms at once; a self-grant and a grant

@@ -5,7 +5,7 @@ import { connectRawWorker, type RawWorker } from '../../support/raw-worker.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * The worker hub when the store cannot write (issue 10, row 4), with a hand-driven worker. A store
+ * The worker hub when the store cannot write (ADR 0016), with a hand-driven worker. A store
  * write fails as better-sqlite3 reports a full disk (an error with code SQLITE_FULL, injected into one
  * repository method: filling a real disk at exactly the hello is not deterministic; disk-full.test.ts
  * fills real ones). The hello is welcomed anyway and stored once the store recovers; a sequenced message

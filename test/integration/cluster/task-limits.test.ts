@@ -12,7 +12,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Per-task resource limits through the whole system (issue 21): the policy's per-card defaults, a
+ * Per-task resource limits through the whole system (docs/performance.md "Noisy neighbours"): the policy's per-card defaults, a
  * spec's ask within the maximum, what the reviewer sees, and a real worker's sandbox and cgroup ending a
  * memory hog with OUT_OF_MEMORY while the worker and the master carry on.
  */

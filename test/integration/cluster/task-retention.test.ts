@@ -9,7 +9,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 10, row 4: retention of what FINAL tasks produced. Real tasks run on a real worker; the master's
+ * ADR 0016: retention of what FINAL tasks produced. Real tasks run on a real worker; the master's
  * clock (injected: the wall clock plus a shift the test moves) then jumps ahead. The sweep deletes the
  * logs of tasks that ended more than `task_logs_days` ago and the bytes of their outputs after
  * `outputs_days`, in batches that yield; the task rows, the output listing and the audit chain stay;

@@ -23,7 +23,7 @@ import { makeTempDir } from '../../support/temp.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Must-hold of issue 23: "the agent-reviewer ceiling holds for every case of the corpus". Every corpus
+ * Must-hold of ADR 0027: "the agent-reviewer ceiling holds for every case of the corpus". Every corpus
  * case (test/fixtures/review-corpus/corpus.ts) and its clean twin, within and above the ceiling, go
  * through the real path — a real master on loopback, the real MCP SDK client as the agent reviewer, the
  * loop of `gpu-broker review agent`, and a worst-case model that approves whatever it reads. No injected

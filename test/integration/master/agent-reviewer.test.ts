@@ -7,7 +7,7 @@ import { proposeInReview } from '../../support/proposals.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 23 §2 through a real master and the real MCP SDK client: an agent reviewer approves only within
+ * ADR 0027 through a real master and the real MCP SDK client: an agent reviewer approves only within
  * the operator's ceiling; above it the approval is refused with NEEDS_PERSON, nothing of the review is
  * written, and the proposal stays IN_REVIEW flagged for a person. REJECT and REQUEST_CHANGES always work.
  */
@@ -216,7 +216,7 @@ describe('get_review_prompt', () => {
   });
 });
 
-describe('no agent approves a revision whose material the prompt cannot show (issue 35 §2)', () => {
+describe('no agent approves a revision whose material the prompt cannot show (docs/security.md "Code the reviewer did not read")', () => {
   const upload = async (files: Array<{ path: string; content: string; encoding: 'utf8' | 'base64' }>) =>
     expectOk(
       await m.callTool<{ inputs: Array<{ path: string; sha256: string; size: number }> }>(

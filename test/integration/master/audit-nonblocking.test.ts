@@ -6,7 +6,7 @@ import { closeAllTestMasters, startTestMaster } from '../../support/master.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 14: with a 200k-event audit chain, a full verification runs in batches between event-loop
+ * docs/operations.md "Audit retention": with a 200k-event audit chain, a full verification runs in batches between event-loop
  * turns, so requests are answered while it runs (shown structurally: responses arrive before the pass
  * finishes), and `/healthz` answers from the last result instead of walking the chain.
  */

@@ -9,7 +9,7 @@ import { expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 21, item 3: one get_revision over ~1,000 modified files held the master's event loop for 20 s
+ * ADR 0031: one get_revision over ~1,000 modified files held the master's event loop for 20 s
  * (every file read, re-hashed and compared). Now a call has a budget and yields between files: the
  * loop is never held for long, files past the budget say "not diffed", and paging one of them with
  * diff_path diffs it. Measured in this process, where the master runs: monitorEventLoopDelay.

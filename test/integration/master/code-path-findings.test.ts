@@ -8,7 +8,7 @@ import { expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 20 through a real master and the real MCP client: upload_inputs, then create_proposal answers
+ * docs/security.md "Code the reviewer did not read" through a real master and the real MCP client: upload_inputs, then create_proposal answers
  * the findings for every path from the spec to code the reviewer did not read — env that controls
  * Python, inline code given to an interpreter allowed only for input scripts, files Python loads on its
  * own, text that displays other than it runs, a script that is not text — and a master whose policy
@@ -201,7 +201,7 @@ describe('a policy that allows them turns each error into a warning', () => {
   });
 });
 
-describe('compiled and shadowing code is code (issue 35 §2)', () => {
+describe('compiled and shadowing code is code (docs/security.md "Code the reviewer did not read")', () => {
   it('an extension module, a package, a standard-library name, a .pdbrc and a look-alike path: one IMPLICIT_CODE error each', async () => {
     const elf = Buffer.from([0x7f, 0x45, 0x4c, 0x46, 2, 1, 1, 0]).toString('base64');
     const files = [

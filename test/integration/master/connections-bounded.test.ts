@@ -4,7 +4,7 @@ import { errorCode, openRaw, type RawConnection, requestHead } from '../../suppo
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 21, item 5 with a real master on loopback (plain HTTP, raw sockets): a body trickled or
+ * docs/performance.md "Noisy neighbours" with a real master on loopback (plain HTTP, raw sockets): a body trickled or
  * stalled is cut with 408 REQUEST_TIMEOUT; a connection that never sends its headers is closed; an
  * answer to a request without a valid token closes its connection; one peer address cannot hold more
  * than `max_connections_per_peer` connections, and a client on another address is served meanwhile.

@@ -6,7 +6,7 @@ import { validSpec } from '../../support/spec.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 35, item 7 with a real master on loopback: connections count per principal as well as per
+ * docs/security.md "Fair share between principals" with a real master on loopback: connections count per principal as well as per
  * address. One principal has at most `max_connections_per_principal` requests in flight (the next is
  * 429 QUOTA_EXCEEDED and its connection closes) and keeps no more idle connections than that, so another
  * principal behind the same address keeps the rest of the address's cap and is served.

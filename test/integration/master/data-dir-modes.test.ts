@@ -9,7 +9,7 @@ import { startTestMaster } from '../../support/master.js';
 import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
-// Issue 9 item 5: the master's data dir and secrets, checked on real files of a real master.
+// docs/security.md "The task sandbox": the master's data dir and secrets, checked on real files of a real master.
 
 afterAll(() => removeTempDirs());
 

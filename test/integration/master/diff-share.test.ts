@@ -9,7 +9,7 @@ import { validSpec } from '../../support/spec.js';
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 21: one reader's flood of get_revision calls delays that reader, not everyone. Each reader has
+ * docs/performance.md "Noisy neighbours": one reader's flood of get_revision calls delays that reader, not everyone. Each reader has
  * its own lane: at most quotas.diff_calls_per_reader of its diffs run at once, the rest wait in its queue, and
  * another reader's call is served beside them. Through the real master (HTTPS, MCP SDK clients); the
  * share's counters and the order of answers are checked, never times.
@@ -50,7 +50,7 @@ const text = (v: string, i: number) =>
   `${Array.from({ length: 8 }, (_, k) => `${v} ${i} ${k}`).join('\n')}\n`;
 
 beforeAll(async () => {
-  // The dispatcher's heavy lane (issue 35) is opened wide here, so the diff's own share is what holds.
+  // The dispatcher's heavy lane (docs/security.md "What a reviewer must read, and what the broker guarantees") is opened wide here, so the diff's own share is what holds.
   m = await startTestMaster({
     config: {
       policy: { max_input_files: 2000 },

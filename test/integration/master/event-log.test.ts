@@ -5,7 +5,7 @@ import { expectError, expectOk } from '../../support/mcp.js';
 import { proposeInReview } from '../../support/proposals.js';
 
 /**
- * The server log tells a proposal's story (issue 11, item 9): a real master with a JSON logger, a
+ * The server log tells a proposal's story (docs/operations.md): a real master with a JSON logger, a
  * proposal created, confirmed and approved, and its task cancelled, through the real MCP client — each
  * step is one log line naming the event, its subject and who did it; a refused step logs nothing.
  */

@@ -9,7 +9,7 @@ import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 21: a blob larger than the 128 MiB cache of verified bytes was paged by SQLite substr(), which
+ * docs/performance.md "Noisy neighbours": a blob larger than the 128 MiB cache of verified bytes was paged by SQLite substr(), which
  * loads the whole value per page (a 1 GiB input: a 1 GiB read per 256 KiB page; and one SQLite value
  * cannot even hold 1 GiB). Blobs over BLOB_CHUNK_BYTES are stored in chunks (migration 014-blob-chunks): the
  * first page streams them through the hash, each later page reads the chunks it overlaps. On a real

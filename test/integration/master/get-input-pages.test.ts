@@ -7,7 +7,7 @@ import { expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 21: get_input verifies a blob whole once and then page by page (src/broker/verified-blob.ts
+ * docs/performance.md "Noisy neighbours": get_input verifies a blob whole once and then page by page (src/broker/verified-blob.ts
  * verifiedPages), so paging is O(size) in all; what it serves stays exactly the verified bytes. The
  * attack: the blob is changed in the master's store after the first page was read, keeping its size.
  * The memo must not hide it: the page that would serve a changed byte is refused (INTERNAL).

@@ -14,7 +14,7 @@ let m: TestMaster;
 let aliceToken: string;
 
 beforeAll(async () => {
-  // 200 calls of one principal at once: over the per-principal caps of issue 35 by design, opened here.
+  // 200 calls of one principal at once: over the per-principal caps (docs/security.md "Fair share between principals") by design, opened here.
   m = await startTestMaster({
     config: {
       http: { max_connections_per_principal: 1024, max_connections_per_peer: 2048 },

@@ -10,7 +10,7 @@ import type { UploadResult } from '../../support/proposals.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 20 item 7 ("another tenant's code by digest"), through a real master, a real MCP client and
+ * docs/security.md "Code the reviewer did not read" ("another tenant's code by digest"), through a real master, a real MCP client and
  * REST: bob knows the sha256 of alice's file. He can neither read it (get_input on his own revision,
  * the REST mirror, the reviewer's diff), nor name it in a spec that could run, nor learn from any
  * finding, upload answer or error whether the store holds it or how large it is. Alice's own flow

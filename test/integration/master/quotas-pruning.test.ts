@@ -7,7 +7,7 @@ import { expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 21, item 6: one token wrote 400 revisions of 250 KiB in 5 s and revisions were never pruned.
+ * ADR 0024: one token wrote 400 revisions of 250 KiB in 5 s and revisions were never pruned.
  * Now a principal's open proposals, revisions per proposal and per hour, and stored revision bytes are
  * capped (QUOTA_EXCEEDED naming the cap, nothing written), and abandoned proposals and old unreviewed
  * revisions are pruned — never a revision a reviewer decided on, one a task ran, or the latest.

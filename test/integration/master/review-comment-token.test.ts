@@ -6,7 +6,7 @@ import { proposeInReview } from '../../support/proposals.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 35 item 1, on the master's side: a review comment is read by the submitter, so submit_review
+ * ADR 0041, on the master's side: a review comment is read by the submitter, so submit_review
  * refuses one that carries a gpu-broker token — as written, split, reversed, base64 or hex — from any
  * reviewer, over MCP or REST, with INVALID_INPUT and nothing written. The agent loop withholds such a
  * verdict itself; this holds for a client that does not.

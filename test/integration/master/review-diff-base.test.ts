@@ -8,7 +8,7 @@ import { expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 20, item 5: the reviewer's diff starts at what a reviewer decided on, not at revision N−1. The
+ * docs/security.md "Code the reviewer did not read": the reviewer's diff starts at what a reviewer decided on, not at revision N−1. The
  * attack: revision 1 is benign and a reviewer asks for changes; revision 2 slips in a payload and is
  * never confirmed; revision 3 fixes a comment. Against N−1, revision 3 showed only the comment. Also
  * item 10: the diff reads blobs re-hashed, and get_input pages end on UTF-8 character boundaries.
@@ -228,7 +228,7 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
   });
 });
 
-describe('the diff base is a revision a person read (issue 35 item 3)', () => {
+describe('the diff base is a revision a person read (docs/security.md "What a reviewer must read, and what the broker guarantees")', () => {
   it('an agent reviewer’s REQUEST_CHANGES on a payload revision is never the base: the payload shows', async () => {
     const claude = await m.mcpClient(m.createToken('claude-reviewer', ['agent_reviewer']));
     const v1 = await upload([{ path: 'main.sh', content: MAIN_V1 }]);

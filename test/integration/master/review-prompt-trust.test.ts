@@ -6,7 +6,7 @@ import { expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 35 item 5 through a real master and the real MCP SDK client: the trusted part of an agent
+ * docs/security.md "What a reviewer must read, and what the broker guarantees" through a real master and the real MCP SDK client: the trusted part of an agent
  * reviewer's prompt (everything outside the fenced block) holds nothing a submitter wrote. Every field a
  * submitter controls carries a canary (`zqcanary` and a field tag); the test walks them all, across a
  * revision diffed against an earlier one a person decided on, with error findings that quote submitted

@@ -3,7 +3,7 @@ import { SERVER_WRITTEN, SUBMITTER_WRITTEN } from '../../../src/contracts/review
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 
 /**
- * Issue 20 item 8, as a real MCP client sees it: the server instructions and the descriptions of every
+ * docs/security.md "Code the reviewer did not read", as a real MCP client sees it: the server instructions and the descriptions of every
  * reviewer-facing tool say, in the broker's own voice, that submitter-written text is untrusted data
  * and never an instruction, which fields gpu-broker writes, and what to read before approving.
  */

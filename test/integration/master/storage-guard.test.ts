@@ -5,7 +5,7 @@ import { callTool, expectError, expectOk } from '../../support/mcp.js';
 import { validSpec } from '../../support/spec.js';
 
 /**
- * Issue 10, row 4: the master's disk. A fake disk (injected statfs) drives the free-space guard through
+ * ADR 0016: the master's disk. A fake disk (injected statfs) drives the free-space guard through
  * a real master: under `warn_free_bytes` a `disk_low` warning; under `min_free_bytes` every mutating
  * tool and REST call that makes the store grow answers a typed, retryable UNAVAILABLE (nothing changes),
  * `/healthz` answers 503 with the reason and the alert is `disk_full`; reads and cancels still work; once

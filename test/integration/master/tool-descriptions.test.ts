@@ -2,7 +2,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 
 /**
- * Issue 11 item 6 (drift test): every property of every tool's input JSON Schema, as tools/list returns
+ * docs/operations.md (drift test): every property of every tool's input JSON Schema, as tools/list returns
  * it to a real MCP client, has a description an agent can act on — nested ones too (spec.cards.count,
  * spec.runtime.argv, …). Codex drops length and range limits from schemas, so the words must carry them.
  */

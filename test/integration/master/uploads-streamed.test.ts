@@ -14,7 +14,7 @@ import {
 import { waitFor } from '../../support/wait.js';
 
 /**
- * Issue 21, item 4 (and the upload half of item 6) with a real master on loopback: `PUT
+ * docs/performance.md "Noisy neighbours" (and the upload half of item 6) with a real master on loopback: `PUT
  * /api/v1/blobs/{sha256}` checks Content-Length, quota, uploads in flight and free space before it
  * reads a byte, streams the body through a hash into a temporary file, and a wrong digest costs the
  * master no memory beyond a stream buffer. Plain HTTP (TLS off) so a raw socket can play the client.

@@ -9,7 +9,7 @@ import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 21: a worker's fetch of an input used to build the whole blob in the master's memory and hash
+ * docs/performance.md "Noisy neighbours": a worker's fetch of an input used to build the whole blob in the master's memory and hash
  * it in one synchronous step (a 256 MiB input: 256 MiB held and the event loop stopped for the hash, per
  * fetch). verifiedPieces hands it out a store chunk at a time, hashed as it passes, and holds the last
  * piece back until the whole matches, so a blob changed in the store never reaches a reader complete.

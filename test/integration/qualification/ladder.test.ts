@@ -17,7 +17,7 @@ import { callTool, expectOk } from '../../support/mcp.js';
 import { type Cluster, startCluster } from './cluster.js';
 
 /**
- * The CI must-hold (issue 4): a full 1/2/4/8 qualification through the real path — MCP over HTTPS,
+ * The CI must-hold (docs/qualification.md): a full 1/2/4/8 qualification through the real path — MCP over HTTPS,
  * a submitter and a distinct reviewer principal, the scheduler, a real worker daemon on 8 simulated
  * cards running the real workload under /usr/bin/python3 (gloo) — ends PASSED with simulated: true.
  * Then the verifier is shown to catch tampering with what that run recorded.
@@ -49,7 +49,7 @@ describe('gpu-broker qualify on 8 simulated cards', () => {
     expect(doc.digest).toBe(evidenceDigest(doc));
     expect(doc.failed_checks).toEqual([]);
     expect(doc.worker).toMatchObject({ worker_id: c.workerId, provider: 'sim', simulated: true });
-    // The cluster's worker sandboxes with bubblewrap; the evidence says so (issue 9 item 6).
+    // The cluster's worker sandboxes with bubblewrap; the evidence says so (docs/security.md "The task sandbox").
     expect(doc.worker).toMatchObject({ isolation: 'bwrap', container_engine: null });
     expect(doc.schema).toBe('gpu-broker.qualification-evidence/2');
     expect(doc.postconditions.find((k) => k.name === 'post.isolation_unchanged')).toMatchObject({

@@ -7,7 +7,7 @@ import { waitFor } from '../../support/wait.js';
 import { type Cluster, FAKE_PYTHONS_DIR, startCluster } from './cluster.js';
 
 /**
- * The qualification preflight (issue 11, item 1), through a real master, a real worker daemon over WSS
+ * The qualification preflight (docs/operations.md), through a real master, a real worker daemon over WSS
  * and the built CLI as a child process: the worker probes the master's qualification_python after its
  * welcome; a python that cannot import torch makes start_qualification refuse before anything is
  * cordoned, and `gpu-broker qualify` say so in one line. When the probe passes but a rung fails,

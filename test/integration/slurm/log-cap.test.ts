@@ -10,7 +10,7 @@ import { ensureSlurm } from '../../support/slurm.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 
 /**
- * Issue 21: a Slurm job's own stdout.log and stderr.log on the shared file system hold at most the
+ * docs/performance.md "Noisy neighbours": a Slurm job's own stdout.log and stderr.log on the shared file system hold at most the
  * task's log cap (plus the marker line) per stream, however much the task writes, and the task still
  * ends with its own exit code. Through the Slurm executor on the real local Slurm (one 1-GPU job).
  */

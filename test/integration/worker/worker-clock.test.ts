@@ -17,7 +17,7 @@ import { seedExecution } from '../../support/worker-store.js';
 import { type Harness, harness, plan, simUuid } from './daemon/daemon-harness.js';
 
 /**
- * The worker takes its time from an injected Clock (issue 10, ADR 0014): its time decisions follow the
+ * The worker takes its time from an injected Clock (ADR 0014): its time decisions follow the
  * clock it is given, not the wall clock, and no worker source reads the wall clock itself.
  */
 

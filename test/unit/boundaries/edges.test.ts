@@ -3,7 +3,7 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 import { type ImportGraph, importGraph, sourceFiles } from '../../support/import-graph.js';
 
 /**
- * Edges hold no policy (issue 37 item 2; docs/architecture.md "Layers and import rules"): the REST and
+ * Edges hold no policy (docs/architecture.md "Layers and import rules"): the REST and
  * dashboard routes (src/http/), the MCP endpoint (src/mcp/), the worker gateway (src/ws/) and the app
  * that assembles them (src/app.ts) parse, call the broker and format. None of them imports src/store/,
  * not even a type: what they need of it (the `Principal` type, the storage refusal) comes through the

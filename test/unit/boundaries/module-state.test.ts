@@ -5,7 +5,7 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 import { sourceFiles, stripComments } from '../../support/import-graph.js';
 
 /**
- * No module-level mutable state in src/broker/ and src/domain/ (issue 37, item 3): a master's caches,
+ * No module-level mutable state in src/broker/ and src/domain/ (docs/architecture.md): a master's caches,
  * shares and work under way are fields of its runtime (src/broker/runtime.ts, `deps.runtime`), and its
  * metrics events go through its channel (`deps.events`), so two masters in one process never share state
  * and a reader of deps sees all of it; the domain is pure and keeps none. Read from the sources (formatted

@@ -49,7 +49,7 @@ const TOP: RankTable = [
 /**
  * Inside src/broker/: what every use case names (the ports, topics, the notifier and the typed events
  * beside it, the fleet's memory, and the classes of the runtime's state), then runtime.ts (the master's
- * in-memory state, issue 37 item 3), then deps.ts, then the shared guards, then the state machines, then
+ * in-memory state), then deps.ts, then the shared guards, then the state machines, then
  * the worker session, and on top the tools and the background loops, which may use everything below but
  * not each other.
  */
@@ -79,7 +79,7 @@ const BROKER: RankTable = [
 ];
 
 /**
- * Inside src/domain/, by concept (issue 37 item 1): the state machines, the policy's findings and the
+ * Inside src/domain/, by concept (docs/architecture.md): the state machines, the policy's findings and the
  * qualification ladder name nothing of each other; scheduling, review and grants build on those; what
  * the master keeps and prunes (audit vocabulary, quotas, pruning) names the machines and the grants.
  */

@@ -6,7 +6,7 @@ import { sourceFiles, stripComments } from '../../support/import-graph.js';
 import { requireOrSkip } from '../../support/require-or-skip.js';
 
 /**
- * The tests keep one helper for each shared chore (issue 22): one `waitFor` (test/support/wait.ts), one
+ * The tests keep one helper for each shared chore (ADR 0020): one `waitFor` (test/support/wait.ts), one
  * builder of an `ExecutionPlan` (`makePlan`, test/support/executor-plan.ts), and one policy for tests
  * that need something of the machine (`requireOrSkip`, test/support/require-or-skip.ts: skip with the
  * reason printed, fail under CI). Read from the sources; the scanner is tested on planted files below.

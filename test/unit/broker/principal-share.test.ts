@@ -15,7 +15,7 @@ function gate() {
 
 const flush = () => new Promise((r) => setImmediate(r));
 
-describe('PrincipalShare (per-principal share of an expensive call, issue 21)', () => {
+describe('PrincipalShare (per-principal share of an expensive call)', () => {
   it('runs at most k calls of one principal; its next call waits, another principal does not', async () => {
     const share = new PrincipalShare('get_revision', 2, 8);
     const started: string[] = [];

@@ -8,7 +8,7 @@ import type { ManualClock } from '../../../src/platform/clock.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
 
 /**
- * Per-master state is explicit (issue 37, item 3): each master's caches and shares are its own
+ * Per-master state is explicit (docs/architecture.md): each master's caches and shares are its own
  * `deps.runtime`, and its review-decision metrics go out on its own `deps.events`, after the commit.
  */
 

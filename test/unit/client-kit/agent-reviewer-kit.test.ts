@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { buildClientKit, REVIEWER_SKILL_PATH, verifyClientKit } from '../../../client-kit/build.js';
 
-/** Issue 23 §2: the kit ships the agent reviewer's model commands and the rules it answers by. */
+/** ADR 0027: the kit ships the agent reviewer's model commands and the rules it answers by. */
 
 let dir: string;
 beforeAll(async () => {

@@ -13,7 +13,7 @@ import {
 import { packageRoot } from '../../../src/platform/package-root.js';
 
 /**
- * Issue 20 item 8: the client kit carries reviewer guidance in the broker's voice, naming the same
+ * docs/security.md "Code the reviewer did not read": the client kit carries reviewer guidance in the broker's voice, naming the same
  * submitter-written and server-written fields as the MCP server instructions and tool descriptions
  * (src/contracts/review-trust.ts), and `client-kit verify` refuses a kit that lost it. docs/security.md
  * names them too, so the three cannot drift apart.

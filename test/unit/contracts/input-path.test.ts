@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { InputPathSchema, OutputPathSchema } from '../../../src/contracts/task-spec.js';
 
 /**
- * Input paths (issue 20 item 10): refused when the spec is parsed, so a reviewer never sees a name
+ * Input paths (docs/security.md "Code the reviewer did not read"): refused when the spec is parsed, so a reviewer never sees a name
  * that displays other than it is, and nothing fails only after review.
  */
 

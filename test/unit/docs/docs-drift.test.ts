@@ -11,9 +11,9 @@ import { REST_ROUTES } from '../../../src/http/rest.js';
 import { packageRoot } from '../../../src/platform/package-root.js';
 
 /**
- * Facts in docs/ that are mechanical, checked against the code (issue 11, "docs that are not true any
+ * Facts in docs/ that are mechanical, checked against the code ("docs that are not true any
  * more"): how many tools each role sees in tools/list, every tool the REST mirror table names, the state
- * tables, and (issue 22) the folders: each one a newcomer could look for is named in the README's "What
+ * tables, and (ADR 0020) the folders: each one a newcomer could look for is named in the README's "What
  * is where" table or in docs/architecture.md, and every folder those name exists.
  */
 

@@ -5,14 +5,15 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 import { sourceFiles } from '../../support/import-graph.js';
 
 /**
- * Comments and docs cite docs/ and the ADRs in the repository, never a design document outside it
- * (issue 22): a reader of the code has the repository, not the session's shared notes. `LEFT` (now
+ * Comments and docs cite docs/ and the ADRs in the repository, never a design document outside it, an
+ * issue of the tracker (`issue 35`) or a rule of the shared conventions (`CONVENTIONS rule 4`): a reader
+ * of the code has the repository, not the session's shared notes or the tracker. `LEFT` (now
  * empty) is where a source file still to fix would be named; it only shrinks. `DOCS_LEFT` does the same
  * for the Markdown files under docs/ and README.md, each with its reason.
  */
 
 const ROOT = packageRoot();
-const OUTSIDE = /DESIGN §|DESIGN section|DESIGN\.md|shared\/reference\//;
+const OUTSIDE = /DESIGN §|DESIGN section|DESIGN\.md|shared\/reference\/|\bissues? \d|\bCONVENTIONS\b/i;
 const LEFT = new Set<string>();
 /** In docs, "DESIGN" in capitals is only ever that document. */
 const DOCS_OUTSIDE = /\bDESIGN\b|DESIGN\.md|shared\/reference\//;
@@ -37,6 +38,24 @@ function markdownDocs(): string[] {
 }
 
 describe('citations', () => {
+  it('the pattern catches each kind of outside citation, and leaves in-repo ones alone', () => {
+    for (const line of [
+      '(issue 35, item 7)',
+      'Issue 21: a flood',
+      'issues 13 and 20',
+      '(CONVENTIONS rule 4)',
+      'DESIGN §3',
+    ])
+      expect(OUTSIDE.test(line), line).toBe(true);
+    for (const line of [
+      '(ADR 0043)',
+      'docs/security.md "Terminal escapes"',
+      'an issue with the lease',
+      'rule 4 of the table',
+    ])
+      expect(OUTSIDE.test(line), line).toBe(false);
+  });
+
   it('no source or test cites a document outside the repository', () => {
     const files = sourceFiles(ROOT, ['src', 'worker', 'test', 'qualification', 'client-kit']).filter(
       (f) => f !== 'test/unit/docs/in-repo-citations.test.ts' && !LEFT.has(f),

@@ -5,7 +5,7 @@ import { describe, expect, it } from 'vitest';
 import { packageRoot } from '../../../src/platform/package-root.js';
 
 /**
- * src/domain/ is pure (CONVENTIONS rule 1): it imports nothing that does I/O and never reads the clock,
+ * src/domain/ is pure (docs/architecture.md, the rules table): it imports nothing that does I/O and never reads the clock,
  * randomness, timers or the process. This test reads the sources and fails on the first violation.
  */
 

@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { bodyVerdict, peerKey } from '../../../src/http/connection-limits.js';
 
-/** The body watchdog's decision (issue 21, item 5); the cut itself is tested on a real master. */
+/** The body watchdog's decision (docs/performance.md "Noisy neighbours"); the cut itself is tested on a real master. */
 
 const limits = {
   body_timeout_ms: 1000,

@@ -5,7 +5,7 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 
 /**
  * `npm start` builds first; an incremental build makes that a few seconds when nothing changed instead
- * of half a minute (issue 11, item 9). The build info lives inside dist/, so removing dist/ forces a
+ * of half a minute (docs/operations.md). The build info lives inside dist/, so removing dist/ forces a
  * full build (tsc skips emitting when its build info says the outputs are current).
  */
 describe('tsconfig.build.json', () => {

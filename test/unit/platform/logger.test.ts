@@ -32,7 +32,7 @@ describe('createLogger', () => {
     expect(JSON.parse(c.lines[0]!)).toMatchObject({ level: 40, msg: 'careful', a: 1, service: 'gpu-broker' });
   });
 
-  it('leaves out null fields on a terminal (issue 23: "error=null" read as an error)', () => {
+  it('leaves out null fields on a terminal ("error=null" read as an error)', () => {
     const line = prettyLine(
       JSON.stringify({ level: 30, time: 0, msg: 'probed', python: '/usr/bin/python3', error: null }),
     );
@@ -44,7 +44,7 @@ describe('createLogger', () => {
   });
 });
 
-describe('createLogger({ buffered: true }) (the master, issue 21)', () => {
+describe('createLogger({ buffered: true }) (the master)', () => {
   beforeAll(() => ensureBuilt(), 120_000);
 
   // Lines are gathered and written in chunks; a normal stop must not lose what is still buffered.

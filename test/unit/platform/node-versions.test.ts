@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { packageRoot } from '../../../src/platform/package-root.js';
 
 /**
- * Issue 11 item 10: the supported Node versions are stated once in package.json `engines` and the README
+ * docs/operations.md: the supported Node versions are stated once in package.json `engines` and the README
  * says the same, and the Node running the tests is one of them (a test run on an unsupported Node says
  * so here first, not as a strange failure elsewhere).
  */

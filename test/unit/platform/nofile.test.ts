@@ -6,7 +6,7 @@ import { raiseNofile } from '../../../src/platform/nofile.js';
 import { requireOrSkip } from '../../support/require-or-skip.js';
 import { waitFor } from '../../support/wait.js';
 
-/** RLIMIT_NOFILE raised with util-linux prlimit (issue 21, item 5), read back from the kernel. */
+/** RLIMIT_NOFILE raised with util-linux prlimit (docs/performance.md "Noisy neighbours"), read back from the kernel. */
 
 const prlimit = findOnPath('prlimit', '/usr/bin:/bin');
 

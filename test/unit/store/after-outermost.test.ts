@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Store } from '../../../src/store/store.js';
 
 /**
- * Store.afterOutermost (issue 23 §2): a record that must outlive a refused call is written in its own
+ * Store.afterOutermost (ADR 0027): a record that must outlive a refused call is written in its own
  * transaction once the outermost one ends, whether it committed or rolled back — never inside it.
  */
 

@@ -8,7 +8,7 @@ import { BLOB_CHUNK_BYTES, BlobsRepo } from '../../../src/store/blobs-repo.js';
 import { migrate, migrationsDir } from '../../../src/store/db.js';
 
 /**
- * Blobs over BLOB_CHUNK_BYTES are stored in chunks (migration 014-blob-chunks, issue 21); blobs stored before
+ * Blobs over BLOB_CHUNK_BYTES are stored in chunks (migration 014-blob-chunks); blobs stored before
  * stay inline, and the migration that rebuilds `blobs` keeps every blob and every upload row.
  */
 const sha = (b: Buffer) => createHash('sha256').update(b).digest('hex');

@@ -5,7 +5,7 @@ import { sha256Hex } from '../../../src/platform/digest.js';
 import { BLOB_CHUNK_BYTES } from '../../../src/store/blobs-repo.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
 
-// Issue 35, item 8: an upload's answer time must not say whether another principal stored the same
+// docs/security.md "What a reviewer must read, and what the broker guarantees": an upload's answer time must not say whether another principal stored the same
 // bytes. Timing is never asserted in a test; what is asserted is the work: an upload that is new for
 // its principal reads every piece of its body and writes every chunk, whether or not the bytes were
 // already stored (before, a stored blob skipped both: ~150 ms of 32 MiB against ~0.1 ms).

@@ -7,7 +7,7 @@ import { EXPIRE_UPLOADS_SQL } from '../../../src/store/blobs-repo.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../support/deps.js';
 import { validSpec } from '../../support/spec.js';
 
-// Issue 21: the sweep collects blobs batch by batch (src/broker/loops/blob-gc.ts), one transaction per
+// docs/performance.md "Noisy neighbours": the sweep collects blobs batch by batch (src/broker/loops/blob-gc.ts), one transaction per
 // batch and the event loop free in between; the rules are BlobsRepo.collectGarbage's. Real SQLite.
 // The longest event-loop block is measured in the bench (bench/store-upkeep.ts), not here.
 
@@ -110,7 +110,7 @@ describe('blob garbage collection in batches', () => {
 describe('the in-use check of a blob-GC batch', () => {
   it('reads unfinished and recently finished tasks through their indexes, never the whole history', () => {
     f = makeBrokerDeps();
-    // Issue 21: each batch re-derived the in-use set by scanning every task (96 ms per batch with
+    // docs/performance.md "Noisy neighbours": each batch re-derived the in-use set by scanning every task (96 ms per batch with
     // 50,000 finished tasks); migration 014's tasks_unfinished and tasks_finished_at answer it instead.
     const plan = f.deps.store.db
       .prepare(`EXPLAIN QUERY PLAN ${EXPIRE_UPLOADS_SQL}`)

@@ -64,7 +64,7 @@ describe('input blobs in the master store', () => {
     expect(f.deps.store.blobs.bytesOf(alice.id)).toBe(5);
   });
 
-  it('takes its grace period from storage.blob_grace_seconds (issue 21)', async () => {
+  it('takes its grace period from storage.blob_grace_seconds (docs/performance.md "Noisy neighbours")', async () => {
     f = makeBrokerDeps({ config: { storage: { blob_grace_seconds: 60 } } });
     const clock = f.clock as ManualClock;
     const alice = f.principal('alice', ['submitter']);
@@ -105,7 +105,7 @@ describe('input blobs in the master store', () => {
     expect(again.stored_bytes).toBe(7);
   });
 
-  it('answers sizesUploadedBy in one query with only the asker’s own uploads (issue 21, ADR 0031)', async () => {
+  it('answers sizesUploadedBy in one query with only the asker’s own uploads (ADR 0031)', async () => {
     f = makeBrokerDeps();
     const alice = f.principal('alice', ['submitter']);
     const bob = f.principal('bob', ['submitter']);

@@ -13,7 +13,7 @@ function scannedTotal(f: BrokerFixture, e: string, s: string): number {
   return row.t ?? 0;
 }
 
-describe('LogsRepo.total reads only the last window of a stream (issue 21)', () => {
+describe('LogsRepo.total reads only the last window of a stream (docs/performance.md "Noisy neighbours")', () => {
   it('is 0 for a stream without chunks and ignores other executions and streams', () => {
     f = makeBrokerDeps();
     const logs = f.deps.store.logs;

@@ -2,7 +2,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import type { BrokerFixture } from '../../support/deps.js';
 import { enrolledCluster } from '../../support/enrolled-cluster.js';
 
-// queuedForScheduling keeps the spec-derived part of each queued task between passes (issue 21); what
+// queuedForScheduling keeps the spec-derived part of each queued task between passes (docs/performance.md "Noisy neighbours"); what
 // can change (priority, desired, the state itself) is read fresh on every pass.
 
 let f: BrokerFixture | undefined;

@@ -5,7 +5,7 @@ import { Store } from '../../../src/store/store.js';
 import { type QueuedTaskRow, type TaskRecord, TasksRepo } from '../../../src/store/tasks-repo.js';
 
 // TasksRepo.queuedForScheduling keeps the queue in memory and re-reads only the tasks written since
-// (issue 21). Property: after any sequence of inserts, moves, cancels, rollbacks (whole transactions and
+// (docs/performance.md "Noisy neighbours"). Property: after any sequence of inserts, moves, cancels, rollbacks (whole transactions and
 // savepoints), reads inside transactions and forced full reads, it answers exactly what a full read
 // from SQLite answers (a fresh repository on the same connection), in the same order.
 

@@ -3,7 +3,7 @@ import type { TaskSpec } from '../../../src/contracts/task-spec.js';
 import type { Finding } from '../../../src/domain/policy/evaluate.js';
 import { Store } from '../../../src/store/store.js';
 
-/** Listings read a revision's head with SQLite's JSON functions (issue 21): the same values as the spec. */
+/** Listings read a revision's head with SQLite's JSON functions (docs/performance.md "Noisy neighbours"): the same values as the spec. */
 
 let store: Store;
 beforeEach(() => {

@@ -5,7 +5,7 @@ import { Store } from '../../../src/store/store.js';
 import type { TaskRecord } from '../../../src/store/tasks-repo.js';
 
 /**
- * Issue 37 item 4: an execution report and a wait_for_task wake-up read a task's state facts and
+ * docs/performance.md: an execution report and a wait_for_task wake-up read a task's state facts and
  * declared outputs with SQLite's JSON functions instead of parsing its spec; an update does not
  * serialise the (immutable) spec. The facts must say what the whole record says.
  */

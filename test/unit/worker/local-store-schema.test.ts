@@ -79,7 +79,7 @@ const OLD_INLINE_MIGRATIONS: readonly string[] = [
   ALTER TABLE outbox ADD COLUMN kind TEXT;
   `,
   `
-  -- When the execution's directory was deleted by retention (issue 14), so it is not listed again.
+  -- When the execution's directory was deleted by retention (docs/operations.md "Audit retention"), so it is not listed again.
   ALTER TABLE executions ADD COLUMN dir_pruned_at INTEGER;
   `,
 ];

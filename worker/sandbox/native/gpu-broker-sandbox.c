@@ -736,7 +736,7 @@ static void sandbox_init(const struct config *cfg, int go_fd) {
        whose keys it could read and where it could leave keys for the next task. Joined before the uid
        drop, so the new keyring is charged to root and goes with the task's last process: joined as the
        task's uid it made that uid three keys (its session, user and user-session keyrings) that the
-       kernel keeps for good, about 1 KiB per task never freed (issue 36 item 5). The task possesses it
+       kernel keeps for good, about 1 KiB per task never freed (docs/security.md "The task sandbox"). The task possesses it
        all the same; the filter denies it every key call. */
     if (syscall(SYS_keyctl, KEYCTL_JOIN_SESSION_KEYRING, NULL) < 0 && errno != ENOSYS)
       die_errno("a session keyring of its own");

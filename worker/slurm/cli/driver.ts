@@ -3,7 +3,7 @@
  * broker: the worker's Slurm backend calls it to list nodes and GPU holders, submit a wrapped job, read
  * a job's state and binding, and cancel.
  *
- * Commands (issue 20): sbatch, scontrol, scancel, sacct and srun are resolved to absolute paths once, when
+ * Commands (docs/security.md "Code the reviewer did not read"): sbatch, scontrol, scancel, sacct and srun are resolved to absolute paths once, when
  * the driver is made (at worker start), on the operator's PATH (or `binDir`); each then runs through
  * execFile (no shell) with a timeout and a fixed environment, SLURM_COMMAND_ENV: PATH (system dirs),
  * LANG=C, TZ=UTC and SLURM_TIME_FORMAT=standard (timestamps parse the same everywhere), plus SLURM_CONF

@@ -12,7 +12,7 @@
  *   <jobDir>/sandbox-started.<rank> "started", written from inside the sandbox just before the task
  *   <jobDir>/setup-error.<rank>      why a rank could not set up its sandbox (the task never ran there)
  *
- * Environment (issue 20): sbatch runs with the driver's fixed environment and `--export=ALL` (driver.ts),
+ * Environment (docs/security.md "Code the reviewer did not read"): sbatch runs with the driver's fixed environment and `--export=ALL` (driver.ts),
  * so the batch step has that, Slurm's own variables and nothing of the spec (Slurm 22.05's NONE would
  * run the job user's login shell on the node to load its login environment). job.sh is started by
  * `bash --noprofile --norc` and at once re-executes itself under `env -i` with only Slurm's variables,

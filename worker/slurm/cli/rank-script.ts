@@ -1,5 +1,5 @@
 /**
- * rank.sh: what every rank of a Slurm job runs on its node (issue 20; docs/decisions/0018-slurm-sandbox.md, "Environment").
+ * rank.sh: what every rank of a Slurm job runs on its node (docs/decisions/0018-slurm-sandbox.md, "Environment").
  *
  * The spec's environment reaches the task's own process and nothing before it. The worker writes it,
  * with the fixed base and its GPU_BROKER_* variables, to `<jobDir>/task.env` (0600, NUL-separated

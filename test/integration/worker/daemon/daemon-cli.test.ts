@@ -138,7 +138,7 @@ describe('gpu-broker worker', () => {
     const engine = io({ GPU_BROKER_WORKER_TOKEN: 't' });
     expect(await run(['--url', master.url, '--container-engine', 'lxc'], engine)).toBe(2);
     expect(engine.err.join('')).toContain('expected auto, podman, docker or none');
-    // The worker id rule hello enforces (issue 10, row 7): refused before connecting.
+    // The worker id rule hello enforces (docs/state-machines.md): refused before connecting.
     for (const id of ['../../etc', 'gpu\u001bhost', 'w'.repeat(129)]) {
       const bad = io({ GPU_BROKER_WORKER_TOKEN: 't' });
       expect(await run(['--url', master.url, '--id', id], bad)).toBe(2);

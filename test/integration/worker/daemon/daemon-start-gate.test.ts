@@ -3,7 +3,7 @@ import { waitFor } from '../../../support/wait.js';
 import { type Harness, harness, plan } from './daemon-harness.js';
 
 /**
- * Issue 40, item 3: a worker starts an accepted execution only once the master acknowledged its
+ * docs/operations.md "Partitions": a worker starts an accepted execution only once the master acknowledged its
  * `accepted` report (then the master recorded it, and never gives the task to another worker). Until
  * then nothing runs; a `cancel` or a refusal of that report ends it unstarted. Real ws, child
  * processes and SQLite; only the master is a fake, which here holds its acknowledgements back.

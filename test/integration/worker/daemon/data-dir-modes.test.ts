@@ -15,7 +15,7 @@ import { startTestMaster } from '../../../support/master.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { makeGateDir, makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
-// Issue 9 item 5 on the worker side, with real files, real workers and real task processes.
+// docs/security.md "The task sandbox" on the worker side, with real files, real workers and real task processes.
 
 afterAll(() => removeTempDirs());
 

@@ -4,7 +4,7 @@ import { packageRoot } from '../../../../src/platform/package-root.js';
 import { probeInterpreter } from '../../../../worker/daemon/interpreter-probe.js';
 
 /**
- * The qualification preflight's probe (issue 11, item 1) against real interpreters: python3 with site
+ * The qualification preflight's probe (docs/operations.md) against real interpreters: python3 with site
  * switched off (torch never imports), python3 with a torch stub on its path, and a path that does not
  * exist. The probe never throws: every case is a result the master can store.
  */

@@ -13,7 +13,7 @@ import { makePlan, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 /**
- * Issue 36 items 3 and 7, attacked again for container tasks: each task dir is a loop device whose
+ * ADR 0043, attacked again for container tasks: each task dir is a loop device whose
  * backing file is `<executions>/<id>/task.img` (task-fs.ts), and the engine's /sys shows every loop
  * device's backing file: a container task must not read another task's execution id there, nor its
  * ext4 counters, as the sandboxed tasks cannot (host-mounts.ts MASKED_KERNEL_PATHS).

@@ -15,7 +15,7 @@ import { testImage } from '../../../support/container-image.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { makePlan, text } from '../../../support/executor-plan.js';
 
-// A container task's limits (issue 21) with this machine's real podman and runc: the memory limit read
+// A container task's limits (docs/performance.md "Noisy neighbours") with this machine's real podman and runc: the memory limit read
 // from the kernel as OUT_OF_MEMORY naming it, the task dir's disk watch, scratch removed at the end —
 // the same as a bwrap task's (executor-limits.test.ts), by the same code (sandbox/limits.ts).
 
@@ -80,7 +80,7 @@ const HOG = 'echo hog; a=x; while :; do a="$a$a"; done';
 const FILL_TASK_DIR =
   'a=x; i=0; while [ $i -lt 20 ]; do a="$a$a"; i=$((i+1)); done; j=0; while [ $j -lt 40 ]; do echo "$a"; j=$((j+1)); done > /task/scratch; echo filled; sleep 60';
 
-describe('a container task on a task dir of its own file system (issue 36 item 3)', () => {
+describe('a container task on a task dir of its own file system (ADR 0043)', () => {
   it('attack: a file held open and unlinked counts: DISK_LIMIT, and the mount and image are gone after', async () => {
     if (process.getuid?.() !== 0) return;
     const tools = await probeTaskFs(dataDir, true);

@@ -190,7 +190,7 @@ describe('stopping a container task', () => {
   });
 });
 
-describe('without its worker (issue 36 item 7)', () => {
+describe('without its worker (docs/security.md "The task sandbox")', () => {
   it("podman's backstop ends a container whose client and worker are gone, at its --timeout", async () => {
     const id = `backstop-${process.pid}`;
     const taskDir = mkdtempSync(join(dataDir, 'backstop-'));

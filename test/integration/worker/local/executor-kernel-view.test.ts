@@ -13,7 +13,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 /**
- * Issue 36 items 5 and 7: a task leaves nothing in the kernel and sees no other task through it. Under
+ * docs/security.md "The task sandbox": a task leaves nothing in the kernel and sees no other task through it. Under
  * the syscall filter a task's add_key fails, so its uid never appears in the host's /proc/key-users (the
  * same task unfiltered leaves a key there for good: what the filter takes away); and inside the sandbox
  * /proc/key-users, /proc/keys and the host's /sys/fs/cgroup (every other task's cgroup) are covered.

@@ -12,7 +12,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 /**
- * Issue 36 item 2: a named mount binds exactly the path its operator declared, and a hidden path stays
+ * docs/security.md "The task sandbox": a named mount binds exactly the path its operator declared, and a hidden path stays
  * hidden under pinned program directories and named mounts. On both sandbox engines, as a hostile task
  * (or a host process acting for an earlier one) would try it.
  */

@@ -18,7 +18,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 import { waitFor } from '../../../support/wait.js';
 
-// Attacks on the bubblewrap sandbox, each by a real task in a real sandbox (issue 9). The worker's data
+// Attacks on the bubblewrap sandbox, each by a real task in a real sandbox (docs/security.md "The task sandbox"). The worker's data
 // dir here is `dataDir`: it holds a fake worker token and worker.sqlite, which no task may read.
 
 let dataDir: string;

@@ -10,7 +10,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 /**
- * Issue 36 item 1: every process task runs under the syscall filter (worker/sandbox/seccomp.ts), on both
+ * ADR 0042: every process task runs under the syscall filter (worker/sandbox/seccomp.ts), on both
  * sandbox engines. A real task calls each row of the table by number and reports the errno it saw; the
  * same task without the filter shows what the filter takes away (a nested user namespace, kernel keys, a
  * personality without address randomisation), and what GPU workloads need still works under it.

@@ -20,7 +20,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 /**
- * Issue 36 item 3: the disk limit counts every byte a task holds. Each task dir is a file system of its
+ * ADR 0043: the disk limit counts every byte a task holds. Each task dir is a file system of its
  * own sized by `disk_mib` (worker/sandbox/task-fs.ts): a file held open and unlinked, one made with
  * O_TMPFILE and `fallocate` are all counted and bounded by the kernel, on both sandbox engines; the
  * file system and its image are gone with the task, and a worker's restart unmounts what a killed one

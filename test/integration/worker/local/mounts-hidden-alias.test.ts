@@ -12,7 +12,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 /**
- * Issue 36 item 2, attacked again: a policy `hidden_paths` entry is the operator's text, matched against
+ * docs/security.md "The task sandbox", attacked again: a policy `hidden_paths` entry is the operator's text, matched against
  * the declared mounts by prefix. Written another way than the mount's canonical path (through a
  * symbolic link such as a `/srv/data -> /data` alias, or with `..`), the same directory was not covered
  * again below `/mnt/<name>`: the task read what the policy hides. Both spellings must stay hidden.

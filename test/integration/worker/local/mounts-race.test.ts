@@ -15,7 +15,7 @@ import { makePlan, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 /**
- * Issue 36 item 2, attacked again by a second tenant of the host: each task start checks that a
+ * docs/security.md "The task sandbox", attacked again by a second tenant of the host: each task start checks that a
  * declared mount path resolves to itself, then bwrap binds it, resolving it again. Whoever can write a
  * directory on the way (another local user owning it, or a directory writable by all without the sticky
  * bit) can flip it between the two (an atomic RENAME_EXCHANGE of the real directory and a symbolic

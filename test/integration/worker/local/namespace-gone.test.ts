@@ -7,7 +7,7 @@ import { pidsWithMarker } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { waitFor } from '../../../support/wait.js';
 
-// The cleanup receipt's shortcut (issue 21): a sandbox's PID namespace counts as empty without a /proc
+// The cleanup receipt's shortcut (docs/performance.md "Noisy neighbours"): a sandbox's PID namespace counts as empty without a /proc
 // walk only once its init has finished exiting. A task that escapes its process group (setsid) and
 // keeps running must still be found while the init lives.
 

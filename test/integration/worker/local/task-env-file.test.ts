@@ -12,7 +12,7 @@ import { makePlan, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 /**
- * Issue 36 item 7, attacked again: behind bwrap + setpriv the task's env travels in a file read by bash
+ * docs/security.md "The task sandbox", attacked again: behind bwrap + setpriv the task's env travels in a file read by bash
  * after the uid drop (bwrap.ts TASK_ENV_FILE). Values that a shell, `read` or `env` could take apart
  * (newlines, `=`, a leading `-`, quotes, `$(…)`, backslashes, an empty value) reach the task byte for
  * byte, and nothing of them runs.

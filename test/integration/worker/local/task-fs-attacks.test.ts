@@ -20,7 +20,7 @@ import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
 /**
- * Issue 36 item 3, attacked again (a hostile task, a second tenant): what the task dir's own file system
+ * ADR 0043, attacked again (a hostile task, a second tenant): what the task dir's own file system
  * (worker/sandbox/task-fs.ts) brings with it.
  *
  *  - A worker that restarts sweeps the file systems a killed process left (`unmountStale`) once recovery

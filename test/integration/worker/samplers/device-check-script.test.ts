@@ -14,7 +14,7 @@ import {
 import { fakeH100Cards, fakeSmiEnv, writeFakeSmiState } from '../../../fixtures/fake-smi.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
-// scripts/device-check.sh (issue 9, "On a real GPU") cannot run for real without a GPU; here its
+// scripts/device-check.sh ("On a real GPU") cannot run for real without a GPU; here its
 // sampler step runs against the fake nvidia-smi, so the calls it captures are the sampler's own.
 
 const SCRIPT = join(packageRoot(), 'scripts', 'device-check.sh');

@@ -30,7 +30,7 @@ import { makePlan, sh, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { SANDBOX_ENGINES } from '../../../support/sandbox-engines.js';
 
-// Issue 20: the spec's env reaches the task's own exec and nothing before it; bwrap's options (every
+// docs/security.md "Code the reviewer did not read": the spec's env reaches the task's own exec and nothing before it; bwrap's options (every
 // host path) never show on a command line. The cluster-level proof is
 // test/integration/cluster/sandbox-env.test.ts; here the pieces, and the unprivileged-bwrap path.
 

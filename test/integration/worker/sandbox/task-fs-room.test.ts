@@ -18,7 +18,7 @@ import { type Chunk, makePlan, text } from '../../../support/executor-plan.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 /**
- * Issue 36 item 3, attacked again: "the worker's own store and other tasks always keep room". Each task
+ * ADR 0043, attacked again: "the worker's own store and other tasks always keep room". Each task
  * dir is an image on the worker's data file system; an image that only grows as the task writes (sparse)
  * promises room the data file system may not have once several tasks run: tasks that each stay within
  * their disk_mib fill it together, and the next write anywhere on it (the worker's store, another task's

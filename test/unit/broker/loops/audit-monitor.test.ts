@@ -14,7 +14,7 @@ import { appendChain, dropAuditTriggers } from '../../../fixtures/audit-chain.js
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
 /**
- * The background audit monitor (issue 14): incremental checks read only new rows and re-check their
+ * The background audit monitor (docs/operations.md "Audit retention"): incremental checks read only new rows and re-check their
  * anchor, a full pass catches a tampered row anywhere, results are served without walking, and
  * retention moves old rows to archive files that verify with the live table as one chain.
  */
@@ -245,7 +245,7 @@ describe('audit retention', () => {
     expect(m.status()).toMatchObject({ ok: false, detail: 'seq 5: hash does not match the row contents' });
   });
 
-  it('keeps up (issue 21): several segments a run, and a run stopped at its cap continues on the next tick', async () => {
+  it('keeps up (docs/performance.md "Noisy neighbours"): several segments a run, and a run stopped at its cap continues on the next tick', async () => {
     // Retention runs at most hourly, yet a backlog of 10 segments drains in a few checks, not 10 hours.
     const fast = { ...retention, keep_events: 1, min_age_seconds: 0, max_segments_per_run: 4 };
     const m = monitor({ retention: fast, retention_interval_ms: 3600_000 });

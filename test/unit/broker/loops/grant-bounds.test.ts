@@ -10,7 +10,7 @@ import { type BrokerFixture, makeBrokerDeps } from '../../../support/deps.js';
 import { samples, WORKER } from '../../../support/enrolled-cluster.js';
 import { validSpec } from '../../../support/spec.js';
 
-// Issue 35 item 4: "a grant bounds what runs, whatever the launcher", through the dispatcher on a real
+// ADR 0029: "a grant bounds what runs, whatever the launcher", through the dispatcher on a real
 // SQLite store. Each attack here was approved (or decided, or leaked) on main before the fix.
 
 let f: BrokerFixture;

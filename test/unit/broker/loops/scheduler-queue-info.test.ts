@@ -3,7 +3,7 @@ import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
 import type { BrokerFixture } from '../../../support/deps.js';
 import { CARDS, enrolledCluster } from '../../../support/enrolled-cluster.js';
 
-// What a pass publishes for queued tasks (issue 21 item 7: the pass keeps the decision's entries instead
+// What a pass publishes for queued tasks (the pass keeps the decision's entries instead
 // of copying every reason): positions in order, one reason object shared by tasks waiting for the same
 // thing, and each caller of queueInfo gets its own copy, so nothing a caller does reaches the next one.
 

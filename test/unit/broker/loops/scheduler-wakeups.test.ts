@@ -7,7 +7,7 @@ import type { LeaseRecord } from '../../../../src/store/leases-repo.js';
 import { enrolledCluster, WORKER } from '../../../support/enrolled-cluster.js';
 import { validSpec } from '../../../support/spec.js';
 
-// Which changes wake the scheduler (issue 21 item 7): a pass reads the whole queue, so only a change that
+// Which changes wake the scheduler (docs/performance.md "Noisy neighbours"): a pass reads the whole queue, so only a change that
 // can alter what it decides may ask for one. Every task move used to (TASKS_TOPIC): two passes per task
 // over a queue of hundreds that could grant nothing.
 

@@ -4,7 +4,7 @@ import { BrokerError } from '../../../../src/contracts/errors.js';
 import { ManualClock } from '../../../../src/platform/clock.js';
 import { Store } from '../../../../src/store/store.js';
 
-/** The storage guard's reservation ledger (issue 21, item 6): free − reserved ≥ floor for every admission. */
+/** The storage guard's reservation ledger (ADR 0024): free − reserved ≥ floor for every admission. */
 
 const MiB = 1024 * 1024;
 

@@ -10,7 +10,7 @@ import type { Principal } from '../../../../src/store/principals-repo.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../../support/deps.js';
 import { validSpec } from '../../../support/spec.js';
 
-// Issue 35, item 7: one principal cannot starve others through the tools. Each flood of the issue as
+// docs/security.md "Fair share between principals": one principal cannot starve others through the tools. Each flood of the issue as
 // behaviour: the cost every tool declares, the per-principal waits and heavy budget, the pending grant
 // request quota (nothing written when refused), pages bounded in bytes, and the review queue taking
 // owners in turn.

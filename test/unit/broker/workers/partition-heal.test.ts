@@ -15,7 +15,7 @@ import type { BrokerFixture } from '../../../support/deps.js';
 import { enrolledCluster, samples, WORKER } from '../../../support/enrolled-cluster.js';
 
 /**
- * Issue 40 at the broker's use cases, on a real in-memory store and a manual clock (the cluster tests in
+ * docs/operations.md "Partitions" at the broker's use cases, on a real in-memory store and a manual clock (the cluster tests in
  * test/integration/cluster/partition-heal.test.ts run the same story over a real link):
  *  - item 1: the sweeper parks a silent worker's task, the worker's hello resumes it — only under the
  *    lease's epoch, only for silence;

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { reschedules } from '../../../../src/broker/workers/reports.js';
 import type { ReportReaction } from '../../../../src/domain/machines/execution-report.js';
 
-// Which reports request a scheduling pass (issue 21): only those whose moves change what a pass reads.
+// Which reports request a scheduling pass (docs/performance.md "Noisy neighbours"): only those whose moves change what a pass reads.
 
 const execution: ReportReaction = { kind: 'move_execution', phase: 'started', changes: {} };
 const task = (event: string): ReportReaction =>

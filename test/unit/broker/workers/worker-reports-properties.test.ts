@@ -243,7 +243,7 @@ async function apply(
           slurm: null,
           seccomp: null,
           host: null,
-          // Lets the sweeper withdraw and requeue an assign it never heard accepted (issue 40, item 3).
+          // Lets the sweeper withdraw and requeue an assign it never heard accepted (docs/operations.md "Partitions").
           starts_after_ack: true,
         },
         now,

@@ -35,7 +35,7 @@ beforeAll(async () => {
   writeFileSync(join(dir, '.git/HEAD'), 'ref');
   writeFileSync(join(dir, '.gitignore'), 'build/\n*.log\n');
   symlinkSync('/etc/passwd', join(dir, 'passwd'));
-  // Code Python loads on its own (issue 20): left out, and said so.
+  // Code Python loads on its own (docs/security.md "Code the reviewer did not read"): left out, and said so.
   mkdirSync(join(dir, 'src/__pycache__'));
   writeFileSync(join(dir, 'src/__pycache__/model.cpython-311.pyc'), 'bytecode');
   writeFileSync(join(dir, 'evil.pth'), 'import os; os.system("id")\n');
@@ -71,7 +71,7 @@ describe('propose --dir', () => {
     }>();
     expect(r.code, r.stdout).toBe(0);
     expect(j).toMatchObject({ state: 'IN_REVIEW', files: 4, uploaded: 4 });
-    // The symbolic link to /etc/passwd is left out and said so (issue 35 §6).
+    // The symbolic link to /etc/passwd is left out and said so (docs/security.md "gpu-broker run on the submitter’s machine").
     expect(j.left_out.map((l) => l.path)).toEqual([
       'evil.pth',
       'passwd',

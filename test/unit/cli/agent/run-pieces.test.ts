@@ -11,7 +11,7 @@ import { downloadOutputs, outputTarget } from '../../../../src/cli/agent/task-ou
 import type { MasterClient } from '../../../../src/cli/common/master-client.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
-/** The pure pieces of `gpu-broker run` / `task` (issue 23 §3), and what a hostile master could send. */
+/** The pure pieces of `gpu-broker run` / `task` (ADR 0026), and what a hostile master could send. */
 
 afterAll(() => removeTempDirs());
 
@@ -139,7 +139,7 @@ describe('what run ships and remembers', () => {
     expect(readDirMemory(env, dir)?.proposals).toEqual({ 'https://a:1': 'prop_c' });
   });
 
-  it('never reads a .gpu-broker/run.json that came with the repository (issue 35 §6)', () => {
+  it('never reads a .gpu-broker/run.json that came with the repository (docs/security.md "gpu-broker run on the submitter’s machine")', () => {
     const env = { XDG_STATE_HOME: makeTempDir('state') };
     const dir = makeTempDir('planted');
     mkdirSync(join(dir, '.gpu-broker'));

@@ -10,7 +10,7 @@ import { runCli } from '../../../support/cli.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
 /**
- * Issue 35 §6: what `gpu-broker run` and `propose --dir` ship. Every `.gitignore` in the tree (git's
+ * docs/security.md "gpu-broker run on the submitter’s machine": what `gpu-broker run` and `propose --dir` ship. Every `.gitignore` in the tree (git's
  * semantics, one rule set per directory), `.gpu-brokerignore` (can only leave out more), `.git/info/exclude`;
  * credential files and private keys refused by name and by content unless named with --include-secret;
  * symbolic links never followed. Each attack from the issue is one test here.

@@ -3,7 +3,7 @@ import { followEnds, stateLine } from '../../../../src/cli/agent/task-follow.js'
 import type { TaskView } from '../../../../src/contracts/views.js';
 
 /**
- * `gpu-broker run` / `task` follow a task through a partition (issue 40): a task parked because its
+ * `gpu-broker run` / `task` follow a task through a partition (docs/operations.md "Partitions"): a task parked because its
  * worker fell silent is not the end (it comes back by itself if the worker does), and the state line
  * says what happened to the worker.
  */

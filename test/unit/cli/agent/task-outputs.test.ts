@@ -9,7 +9,7 @@ import { connectMaster, type MasterClient } from '../../../../src/cli/common/mas
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
 /**
- * Issue 35 §8: a lying master cannot grow `gpu-broker task outputs` (and `run`'s download) without bound.
+ * docs/security.md "What a reviewer must read, and what the broker guarantees": a lying master cannot grow `gpu-broker task outputs` (and `run`'s download) without bound.
  * What the listing says bounds what is read: a listed size over the largest output a worker can upload is
  * refused before any page is asked for; each page asks for at most what is left, and a page (or a body)
  * with more than that ends the download with a typed error as soon as it arrives; bytes go to disk as

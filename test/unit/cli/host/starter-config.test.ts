@@ -12,7 +12,7 @@ import {
 import { sha256Hex } from '../../../../src/platform/digest.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
-/** Issue 23, item 4.1: a starter config nobody edited follows what the machine can do now. */
+/** ADR 0025: a starter config nobody edited follows what the machine can do now. */
 
 afterAll(() => removeTempDirs());
 

@@ -33,7 +33,9 @@ function stored() {
   try {
     return {
       accounts: store.db.prepare('SELECT name, parent, weight FROM accounts ORDER BY name').all(),
-      audit: store.db.prepare("SELECT action FROM audit_events WHERE subject_type = 'account' ORDER BY seq").all(),
+      audit: store.db
+        .prepare("SELECT action FROM audit_events WHERE subject_type = 'account' ORDER BY seq")
+        .all(),
     };
   } finally {
     store.close();

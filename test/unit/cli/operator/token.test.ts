@@ -96,7 +96,7 @@ describe('token create', () => {
     }
   });
 
-  it('refuses a worker id that hello would refuse: one usage line naming the rule, exit 2, nothing created (issue 10, row 7)', async () => {
+  it('refuses a worker id that hello would refuse: one usage line naming the rule, exit 2, nothing created (docs/state-machines.md)', async () => {
     for (const id of ['gpu\u001b[2K\u0007host', 'gpu\nhost', '../../etc', 'w'.repeat(200), '', '.hidden']) {
       const argv = ['create', '--data-dir', dataDir, '--name', 'w', '--role', 'worker', '--worker-id', id];
       const r = await runCli(token, argv);

@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { describe, expect, it } from 'vitest';
 import { agentComment, COMMENT_HEAD, MAX_REASONS } from '../../../../src/cli/review/model-reasons.js';
 
-/** Issue 35 item 1: the model's reasons are untrusted text: capped, escaped, quoted, never a token. */
+/** ADR 0041: the model's reasons are untrusted text: capped, escaped, quoted, never a token. */
 
 const token = `gpb_${randomBytes(32).toString('base64url')}`;
 

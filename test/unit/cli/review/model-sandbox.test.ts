@@ -13,7 +13,7 @@ import {
 import { BrokerError } from '../../../../src/contracts/errors.js';
 import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 
-/** Issue 35 item 1: what the agent reviewer's model sandbox is made of (src/cli/review/model-sandbox.ts). */
+/** ADR 0041: what the agent reviewer's model sandbox is made of (src/cli/review/model-sandbox.ts). */
 
 afterAll(() => removeTempDirs());
 

@@ -70,7 +70,7 @@ describe('review', () => {
     });
     // Revision 1 is diffed against nothing: the whole spec shows as added.
     expect(j.json<{ diff: unknown[] }>().diff).toContainEqual({ path: 'title', after: 'cli review' });
-    // Without --json, text a person reads (issue 11, item 9), not the JSON document.
+    // Without --json, text a person reads (docs/operations.md), not the JSON document.
     const t = await runCli(review, ['show', r.proposal_id, ...remote]);
     expect(t.code).toBe(0);
     expect(t.stdout.trimStart().startsWith('{')).toBe(false);
@@ -81,7 +81,7 @@ describe('review', () => {
     expect(t.stdout).toMatch(/ {2}runs: {6}process: "\/\S+" "-c" ".*result\.json\\""\n/);
     expect(t.stdout).toContain('  cards:     1\n');
     expect(t.stdout).toContain('  network:   none\n');
-    // The resource limits the task would run with (issue 21): the policy's per-card defaults here.
+    // The resource limits the task would run with (docs/performance.md "Noisy neighbours"): the policy's per-card defaults here.
     expect(t.stdout).toContain(
       '  limits:    memory 32768 MiB, pids 4096, cpu weight 100, /tmp 8192 MiB, /dev/shm 16384 MiB, task dir 20480 MiB\n',
     );

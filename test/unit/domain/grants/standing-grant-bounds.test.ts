@@ -6,7 +6,7 @@ import { COVERAGE_CLAUSES, type CoverageInput, coverage } from '../../../../src/
 import { SPEC_FIELD_RULES, unnamedChange } from '../../../../src/domain/grants/fields.js';
 import { extraArgsReach, type StandingGrant, scopeProblems } from '../../../../src/domain/grants/grant.js';
 
-// Issue 35 item 4, pure: extra arguments reach only a reviewed script, whatever the launcher; every spec
+// ADR 0029, pure: extra arguments reach only a reviewed script, whatever the launcher; every spec
 // field is decided by a named clause or is free text (a test walks the schema), and a field no clause
 // names may not change.
 
@@ -169,7 +169,7 @@ describe('extra arguments reach only a reviewed script', () => {
     );
   });
 
-  it('reads a stored grant of before issue 35: true as "script" (narrower), false as "none"', () => {
+  it('reads a stored grant of before ADR 0029’s amendment: true as "script" (narrower), false as "none"', () => {
     const stored = (x: unknown) => ({ ...scope([PY, 'train.py'], 'none'), extra_args: x });
     expect(currentScope(stored(true)).extra_args).toBe('script');
     expect(currentScope(stored(false)).extra_args).toBe('none');

@@ -209,7 +209,7 @@ describe('coverage', () => {
 
     it('network host and unpinned or other images are never covered', () => {
       expect(failing(input({ network: 'host' }))?.clause).toBe('network');
-      // The prefix alone: in a container no policy script rule applies, so argv is fixed (issue 35).
+      // The prefix alone: in a container no policy script rule applies, so argv is fixed (docs/security.md "What a reviewer must read, and what the broker guarantees").
       const container = (image: string) => ({
         runtime: { kind: 'container', image, argv: scope.argv_prefix },
       });

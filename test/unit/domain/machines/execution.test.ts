@@ -38,7 +38,7 @@ describe('the execution table', () => {
     expect(apply('accepted', 'exited')).toBe('apply'); // could not spawn: no `started`
     expect(apply('exited', 'cleanup_failed')).toBe('apply');
     expect(apply('cleanup_failed', 'cleaned')).toBe('apply'); // a late receipt
-    // Issue 10 row 1: a jump to the end, and a refusal after starting.
+    // docs/state-machines.md: a jump to the end, and a refusal after starting.
     expect(apply('assigned', 'cleaned')).toBe('illegal');
     expect(apply('started', 'rejected')).toBe('illegal');
     expect(apply('accepted', 'cleaned')).toBe('illegal');
@@ -91,7 +91,7 @@ describe('the execution table', () => {
   });
 });
 
-describe('receiptDeadline (issue 40, item 2)', () => {
+describe('receiptDeadline (docs/operations.md "Partitions")', () => {
   const window_ms = 60_000;
 
   it('never falls due while the worker is unreachable', () => {

@@ -11,7 +11,7 @@ import {
 } from '../../../../src/domain/machines/qualification-run.js';
 import { terminalStates } from '../../../../src/domain/machines/state-machine.js';
 
-/** The qualification run machine (issue 10): RUNNING leaves exactly once, to the verdict or CANCELLED. */
+/** The qualification run machine (docs/state-machines.md): RUNNING leaves exactly once, to the verdict or CANCELLED. */
 
 describe('the qualification run table', () => {
   it('has the states the wire contract and the database name, and only RUNNING moves', () => {

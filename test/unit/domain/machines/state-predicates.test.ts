@@ -17,7 +17,7 @@ import {
 } from '../../../../src/domain/machines/task.js';
 
 /**
- * The state predicates the broker uses instead of literal lists of states (issue 22 §8 #1) agree with
+ * The state predicates the broker uses instead of literal lists of states (ADR 0020) agree with
  * the transition tables they are derived from, edge by edge.
  */
 

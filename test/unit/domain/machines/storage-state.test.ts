@@ -46,7 +46,7 @@ describe('storageState', () => {
   });
 });
 
-describe('growthFits (issue 21: reserved, not sampled)', () => {
+describe('growthFits (reserved, not sampled)', () => {
   it('admits a write only if free − reserved − its size stays at or above the floor', () => {
     expect(growthFits({ free_bytes: 1000, reserved_bytes: 0, bytes: 900 }, limits)).toBe(true);
     expect(growthFits({ free_bytes: 1000, reserved_bytes: 0, bytes: 901 }, limits)).toBe(false);

@@ -11,7 +11,7 @@ import { evaluatePolicy } from '../../../../src/domain/policy/evaluate.js';
 import { validSpec } from '../../../support/spec.js';
 
 /**
- * The env-control table (issue 20 item 2, issue 35 §8), one test per row: a value pointing into the task
+ * The env-control table (docs/security.md "Code the reviewer did not read"; docs/security.md "What a reviewer must read, and what the broker guarantees"), one test per row: a value pointing into the task
  * dir (where the inputs are) is an ENV_CONTROL error naming the variable and its family; a row with a
  * `benign` test lets values that only select installed code or name installed or task-private paths
  * through, and nothing an adversary would try next.
@@ -46,7 +46,7 @@ describe('every row', () => {
   );
 });
 
-describe('values that only select installed code or task-private paths (issue 35 §8)', () => {
+describe('values that only select installed code or task-private paths (docs/security.md "What a reviewer must read, and what the broker guarantees")', () => {
   const benign: Array<[string, string]> = [
     ['PATH', '/usr/local/cuda/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'],
     ['PATH', '/opt/conda/bin:/usr/bin:/bin'],

@@ -11,7 +11,7 @@ import { PYTHON_STDLIB_MODULES } from '../../../../src/domain/policy/python-stdl
 import { validSpec } from '../../../support/spec.js';
 
 /**
- * The implicit-code table (issue 20 item 4, issue 35 §2), one test per row: each case is an input set,
+ * The implicit-code table (docs/security.md "Code the reviewer did not read"), one test per row: each case is an input set,
  * the argv, and the one input the row must name. Then variants an adversary would try (other suffixes,
  * other loaders) and look-alikes that must stay clean.
  */

@@ -4,7 +4,7 @@ import { INVISIBLE_RANGES, invisibleClass } from '../../../../src/domain/policy/
 import { invisibleModule } from '../../../../src/http/dashboard.js';
 
 /**
- * Issue 20, item 6: one list of characters that display other than they are, rendered visibly by the
+ * docs/security.md "Code the reviewer did not read": one list of characters that display other than they are, rendered visibly by the
  * CLI and (through the generated /assets/invisible.js) by the dashboard.
  */
 

@@ -15,7 +15,7 @@ import { inspectText, MAX_INSPECT_FILE_BYTES } from '../../../../src/domain/poli
 import { validSpec } from '../../../support/spec.js';
 
 /**
- * Issue 20, items 2–4: every path from the spec to code outside the reviewed bytes is a finding —
+ * docs/security.md "Code the reviewer did not read": every path from the spec to code outside the reviewed bytes is a finding —
  * interpreter-control env, an input script that is really an option (`-c`), files an interpreter loads
  * on its own, text that displays other than it runs — and each policy key that allows one turns the
  * error into a warning the reviewer still sees.

@@ -102,7 +102,7 @@ describe('limits in the policy check', () => {
   });
 });
 
-describe('limits follow the machine (issue 36 item 6)', () => {
+describe('limits follow the machine (docs/security.md "The task sandbox")', () => {
   const bare = PolicySchema.parse({});
   // A 24 GiB, 4-card host with 500 GiB of disk, the default reserve (4 GiB RAM, 10 GiB disk).
   const small = hostAllowance(

@@ -96,7 +96,7 @@ describe('firstInvalidUtf8', () => {
   });
 });
 
-describe('the fast path (issue 21: inspection inside create_proposal must be cheap)', () => {
+describe('the fast path (inspection inside create_proposal must be cheap)', () => {
   it('a large clean file reports nothing; one hidden character at its end is still found, on its line', () => {
     const clean = 'x = compute(a, b)  # ordinary\n'.repeat(70_000); // ~2 MiB
     expect(inspectText('big.py', Buffer.from(clean))).toEqual({ text: true, oddities: [], count: 0 });

@@ -4,7 +4,7 @@ import { describe, expect, it } from 'vitest';
 import { TOKEN_PREFIX } from '../../../../src/broker/principals.js';
 import { tokenLeakIn } from '../../../../src/domain/policy/token-leak.js';
 
-/** Issue 35 item 1: the net behind the model sandbox, for review comments (src/domain/policy/token-leak.ts). */
+/** ADR 0041: the net behind the model sandbox, for review comments (src/domain/policy/token-leak.ts). */
 
 /** A token as createPrincipal issues one. */
 const issue = () => TOKEN_PREFIX + randomBytes(32).toString('base64url');

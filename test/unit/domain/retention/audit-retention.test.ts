@@ -42,7 +42,7 @@ describe('archiveBoundary', () => {
   });
 });
 
-describe('archivePlan (issue 21: archiving keeps up)', () => {
+describe('archivePlan (archiving keeps up)', () => {
   const chain = { archived_through: 0, head_seq: 10_000, verified_seq: 10_000, newest_old_enough: 10_000 };
   it('plans segments back to back up to the per-run cap, and says when rows are still due', () => {
     const p = { ...policy, keep_events: 1, max_segment_events: 1000, max_segments_per_run: 4 };

@@ -14,7 +14,7 @@ import {
   reviewMaterialBytes,
 } from '../../../../src/domain/review/agent-ceiling.js';
 
-/** The agent-reviewer ceiling as a table of clauses (issue 23 §2): first failing clause named. */
+/** The agent-reviewer ceiling as a table of clauses (ADR 0027): first failing clause named. */
 
 const ceiling = AgentCeilingSchema.parse({});
 const policy = PolicySchema.parse({ executables: [{ path: '/bin/sh' }], max_cards: 8 });
@@ -163,7 +163,7 @@ describe('agent ceiling clauses', () => {
   });
 });
 
-describe('the readable fact (issue 35 §2): a prompt can show the whole revision', () => {
+describe('the readable fact (docs/security.md "Code the reviewer did not read"): a prompt can show the whole revision', () => {
   const sha = (c: string) => c.repeat(64);
   const withInputs = (inputs: Array<{ path: string; sha256: string; size: number }>) =>
     spec({ inputs } as Partial<TaskSpec>);

@@ -4,7 +4,7 @@ import type { ReviewDecision } from '../../../../src/domain/machines/proposal.js
 import { chooseDiffBase, type DecisionKind } from '../../../../src/domain/review/diff-base.js';
 
 /**
- * The reviewer's diff base (issue 20 item 5, issue 35 item 3): the latest earlier revision a PERSON
+ * The reviewer's diff base (docs/security.md "Code the reviewer did not read"; docs/security.md "What a reviewer must read, and what the broker guarantees"): the latest earlier revision a PERSON
  * decided on; every revision after it is listed as one no person read, with an agent's or grant's decision.
  */
 

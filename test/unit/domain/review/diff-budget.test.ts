@@ -11,7 +11,7 @@ import {
 
 const budget: DiffBudget = { file_bytes: 100, file_work: 1000, call_bytes: 250, call_work: 2500 };
 
-describe('the diff budget (issue 21, item 3)', () => {
+describe('the diff budget (ADR 0031)', () => {
   it('refuses a file over the per-file size before reading, naming its size and the limit', () => {
     const why = admitRead(10, 101, fullBudget(budget), budget);
     expect(why).toEqual({ reason: 'file_too_large', unit: 'bytes', size: 101, budget: 100 });

@@ -7,7 +7,7 @@ import {
   parseVerdict,
 } from '../../../../src/domain/review/prompt.js';
 
-/** The reviewer prompt's fence and the strict verdict parser (issue 23 §2). */
+/** The reviewer prompt's fence and the strict verdict parser (ADR 0027). */
 
 const NONCE = '0123456789abcdef0123456789abcdef';
 const DIGEST = 'a'.repeat(64);
@@ -80,7 +80,7 @@ describe('the untrusted block', () => {
   });
 });
 
-describe('the trusted facts (issue 35 item 5)', () => {
+describe('the trusted facts (docs/security.md "What a reviewer must read, and what the broker guarantees")', () => {
   it('take only one-token words the broker derived', () => {
     expect(factWord('01JABCDEF')).toBe('01JABCDEF');
     expect(factWord('IMPLICIT_CODE')).toBe('IMPLICIT_CODE');

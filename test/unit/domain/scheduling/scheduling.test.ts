@@ -367,7 +367,7 @@ describe('decide: how workers run tasks', () => {
   });
 });
 
-describe('decide: limits follow the machine (issue 36 item 6)', () => {
+describe('decide: limits follow the machine (docs/security.md "The task sandbox")', () => {
   const host = (memory_mib: number) => ({ memory_mib, cpus: 8, disk_mib: 512000 });
 
   it('places a task asking for more memory than a host can give only on a host that can, and says why it waits', () => {

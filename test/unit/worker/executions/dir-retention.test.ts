@@ -9,7 +9,7 @@ import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
 import { seedExecution } from '../../../support/worker-store.js';
 
 /**
- * Retention of finished execution directories (issue 14): only cleaned or rejected executions, older
+ * Retention of finished execution directories (docs/operations.md "Audit retention"): only cleaned or rejected executions, older
  * than the age and beyond the newest N, with nothing about them still unacknowledged, lose their folder.
  */
 

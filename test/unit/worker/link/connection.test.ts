@@ -117,7 +117,7 @@ describe('connectForever', () => {
   });
 });
 
-describe('connectForever after a partition (issue 40, item 4)', () => {
+describe('connectForever after a partition (docs/operations.md "Partitions")', () => {
   let conn: WorkerConnection | undefined;
   let server: Server | undefined;
   const held: Socket[] = [];

@@ -5,7 +5,7 @@ import { coalesceLogChunks, LogLane, TURN_BYTES } from '../../../../worker/link/
 import { OutboxSender } from '../../../../worker/link/outbox.js';
 import { type LocalStore, openLocalStore } from '../../../../worker/store/local-store.js';
 
-// The log lane (issue 21): the pure merge of queued chunks, then fair turns and report priority over
+// The log lane (docs/performance.md "Noisy neighbours"): the pure merge of queued chunks, then fair turns and report priority over
 // the real store (in memory) with a recording socket.
 
 const chunk = (id: number, offset: number, data: string, stream: 'stdout' | 'stderr' = 'stdout') => ({

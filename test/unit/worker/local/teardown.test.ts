@@ -7,7 +7,7 @@ import type { TaskBox } from '../../../../worker/local/box.js';
 import { nameMembers } from '../../../../worker/local/process-group.js';
 import { awaitCleanup, pollDelayMs, terminateLeftovers } from '../../../../worker/local/teardown.js';
 
-// The teardown polls start short (issue 21): a sandbox's init is often still exiting for a few ms after
+// The teardown polls start short (docs/performance.md "Noisy neighbours"): a sandbox's init is often still exiting for a few ms after
 // bwrap reported the task's exit, and a first wait of the full interval held the card for nothing.
 
 /** A box whose processes are live for the first `liveFor` looks. */

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { type BwrapRequest, bwrapArgs } from '../../../../worker/sandbox/bwrap.js';
 import { describeEnforced, diskUse } from '../../../../worker/sandbox/limits.js';
 
-// The sandbox's /tmp and /dev/shm sizes from the task's limits (bwrap `--size`, issue 21), and the
+// The sandbox's /tmp and /dev/shm sizes from the task's limits (bwrap `--size`), and the
 // enforced-limits line the worker reports.
 
 const request: BwrapRequest = {

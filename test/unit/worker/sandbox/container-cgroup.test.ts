@@ -14,7 +14,7 @@ import {
 import { containerTaskLimits } from '../../../../worker/sandbox/limits.js';
 
 /**
- * Container OOM on cgroup v2 (issue 21): the container runs below the task's own cgroup
+ * Container OOM on cgroup v2 (docs/performance.md "Noisy neighbours"): the container runs below the task's own cgroup
  * (`--cgroup-parent`), whose hierarchical `memory.events` oom_kill decides OUT_OF_MEMORY after the
  * container is gone. This host's memory is cgroup v1, so the v2 hierarchy here is a directory of plain
  * files standing in for cgroupfs (as in cgroups.test.ts): the argv, the paths and the verdict from a

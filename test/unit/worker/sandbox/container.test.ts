@@ -40,7 +40,7 @@ function values(args: string[], flag: string): string[] {
 }
 
 describe('containerArgs', () => {
-  it("passes the task's limits through the engine's own flags (issue 21)", () => {
+  it("passes the task's limits through the engine's own flags (docs/performance.md, noisy neighbours)", () => {
     const limits = {
       memory_mib: 2048,
       pids: 300,
@@ -80,7 +80,7 @@ describe('containerArgs', () => {
     expect(values(args, '--network')).toEqual(['none']);
     expect(args).toContain('--read-only');
     expect(args).toContain('--cap-drop=all');
-    // The host's loop devices (each task dir's names its execution) and ext4 counters masked (issue 36).
+    // The host's loop devices (each task dir's names its execution) and ext4 counters masked (docs/security.md "The task sandbox").
     expect(values(args, '--security-opt')).toEqual([
       'mask=/sys/devices/virtual/block:/sys/fs/ext4',
       'no-new-privileges',
@@ -104,7 +104,7 @@ describe('containerArgs', () => {
     expect(args.slice(-4)).toEqual(['a'.repeat(64), '/bin/sh', '-c', 'echo hi']);
   });
 
-  it('gives podman a backstop time limit that holds without the worker (issue 36 item 7); docker has none', () => {
+  it('gives podman a backstop time limit that holds without the worker (docs/security.md "The task sandbox"); docker has none', () => {
     const podman = containerArgs({ ...request, engine: 'podman', backstopSeconds: 180 });
     expect(values(podman, '--timeout')).toEqual(['180']);
     expect(podman.indexOf('--timeout')).toBeLessThan(podman.indexOf(request.image));

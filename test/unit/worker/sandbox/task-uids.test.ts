@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { DEFAULT_TASK_UIDS, TaskUidPool, UID_BLOCK } from '../../../../worker/sandbox/task-uids.js';
 
-// Task uids are never handed out twice (issue 20): per-uid kernel state (keyrings) and files a task
+// Task uids are never handed out twice (docs/security.md "Code the reviewer did not read"): per-uid kernel state (keyrings) and files a task
 // left in a writable mount must never reach a later task, whoever owns it.
 
 let dir: string;
@@ -89,7 +89,7 @@ describe('TaskUidPool', () => {
   });
 });
 
-describe('task uids on one host (issue 36 item 4)', () => {
+describe('task uids on one host (docs/security.md "The task sandbox")', () => {
   const registry = () => join(dir, 'host', 'task-uids.next');
 
   it('two workers with the same range and their own data dirs never hand out one uid', () => {

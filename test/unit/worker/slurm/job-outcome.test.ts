@@ -53,7 +53,7 @@ describe('slurmVerdict', () => {
   });
 });
 
-describe('JobLogTail (issue 21: the task log cap on a Slurm worker)', () => {
+describe('JobLogTail (the task log cap on a Slurm worker)', () => {
   it('delivers at most the cap of both streams together, then one marker line per stream, and reads no further', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-job-log-'));
     try {

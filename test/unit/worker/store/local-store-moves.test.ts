@@ -13,7 +13,7 @@ import { makePlan } from '../../../support/executor-plan.js';
 
 /**
  * The worker's execution record moves only through the master's EXECUTION_TABLE, with compare-and-set
- * on the stored phase (issue 10, ADR 0014): an illegal or stale move is a typed error and writes nothing.
+ * on the stored phase (ADR 0014): an illegal or stale move is a typed error and writes nothing.
  */
 
 const REPORTED = (Object.keys(EXECUTION_TABLE) as ExecutionPhase[]).filter(

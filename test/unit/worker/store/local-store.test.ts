@@ -88,7 +88,7 @@ describe('card epochs', () => {
   });
 
   it('strict (a new execution): an epoch equal to a mark belongs to another execution and is refused', () => {
-    // Issue 10 row 2: a master restored from a backup re-issued epoch 5 on card 0 while 5 still ran.
+    // docs/state-machines.md: a master restored from a backup re-issued epoch 5 on card 0 while 5 still ran.
     const store = openStore();
     expect(store.checkAndRaiseEpoch([0], 5, { strict: true })).toEqual({ ok: true });
     expect(store.checkAndRaiseEpoch([0], 5, { strict: true })).toEqual({

@@ -7,7 +7,7 @@ import { logTruncatedMarker } from '../../../../src/contracts/worker-protocol.js
 import { LogBudget } from '../../../../worker/task-io/log-budget.js';
 import { startLogPump } from '../../../../worker/task-io/logs.js';
 
-// The worker's per-task log cap (issue 21): the budget's arithmetic, then a real pump over a real file.
+// The worker's per-task log cap (docs/performance.md "Noisy neighbours"): the budget's arithmetic, then a real pump over a real file.
 
 const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-log-budget-'));
 afterAll(() => rmSync(dir, { recursive: true, force: true }));

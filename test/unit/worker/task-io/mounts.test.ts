@@ -33,7 +33,7 @@ describe('--mount NAME=PATH[:ro|:rw]', () => {
 const ro = (name: string, host_path: string): DataMount => ({ name, host_path, read_only: true });
 const rw = (name: string, host_path: string): DataMount => ({ name, host_path, read_only: false });
 
-describe('declared mounts bind exactly the declared paths (issue 36 item 2)', () => {
+describe('declared mounts bind exactly the declared paths (docs/security.md "The task sandbox")', () => {
   it('accepts mounts apart from each other and from what the worker hides', () => {
     expect(
       declaredMountsProblem(

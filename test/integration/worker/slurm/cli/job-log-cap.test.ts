@@ -19,7 +19,7 @@ import { JOB_PATH } from '../../../../../worker/slurm/cli/rank-script.js';
 import { waitFor } from '../../../../support/wait.js';
 
 /**
- * The job's own stdout.log / stderr.log are capped by job.sh (issue 21): the real job.sh and rank.sh run
+ * The job's own stdout.log / stderr.log are capped by job.sh (docs/performance.md "Noisy neighbours"): the real job.sh and rank.sh run
  * here with a stand-in srun that runs its command once (no Slurm needed); sbatch's --output/--error are
  * the files job.sh is started with. The real Slurm runs the same in test/integration/slurm/log-cap.test.ts.
  */
