@@ -62,10 +62,12 @@ function worker(worker_id: string): WorkerView {
 }
 
 /** The scheduling test's snapshot: 64 × 8 cards, 10,000 queued 1-card tasks of 50 owners. */
-function bigSnapshot(): SchedulingSnapshot {
+function bigSnapshot(accounts = false): SchedulingSnapshot {
   const tasks: QueuedTaskView[] = Array.from({ length: 10_000 }, (_, i) => ({
     task_id: `t${String(i).padStart(5, '0')}`,
     owner: `o${i % 50}`,
+    // Every owner in default (one account: the order of before), or owner i in account i.
+    account: accounts ? `acct${i % 50}` : 'default',
     priority: 0,
     approved_at: NOW - i,
     cards: { count: 1 },
@@ -82,6 +84,17 @@ function bigSnapshot(): SchedulingSnapshot {
       require_isolation: true,
     },
   };
+}
+
+/** The same snapshot with its 50 owners in 50 accounts of weights 1..5 and some usage: fair share on. */
+function bigFairSnapshot(): SchedulingSnapshot {
+  const snap = bigSnapshot(true);
+  const accounts: Record<string, { share: number; usage: number; running_cards: number }> = {};
+  let weights = 0;
+  for (let i = 0; i < 50; i++) weights += 1 + (i % 5);
+  for (let i = 0; i < 50; i++)
+    accounts[`acct${i}`] = { share: (1 + (i % 5)) / weights, usage: 3600 * (i % 7), running_cards: 0 };
+  return { ...snap, fair_share: { accounts, total_cards: 64 * 8 } };
 }
 
 function timed(runs: number, fn: () => void): number[] {
@@ -112,6 +125,30 @@ function decideRow(): OpResult {
     p50 < DECIDE_BOUND_MS ? 0 : 1,
     (performance.now() - started) / 1000,
     `median ${p50.toFixed(1)} ms, bound ${DECIDE_BOUND_MS} ms`,
+  );
+}
+
+/** The pass across 50 accounts (issue: within 2× of one account's), measured beside it. */
+function decideFairRow(): OpResult {
+  const one = bigSnapshot();
+  const fair = bigFairSnapshot();
+  decide(one, NOW);
+  decide(fair, NOW);
+  const started = performance.now();
+  const base: number[] = [];
+  const ms: number[] = [];
+  for (let i = 0; i < 7; i++) {
+    base.push(...timed(1, () => decide(one, NOW)));
+    ms.push(...timed(1, () => decide(fair, NOW)));
+  }
+  const ratio = median(ms) / median(base);
+  return summarise(
+    'test-bounds',
+    'decide 64×8 cards, 10,000 queued, 50 accounts',
+    ms,
+    0,
+    (performance.now() - started) / 1000,
+    `median ${median(ms).toFixed(1)} ms, ×${ratio.toFixed(2)} one account's ${median(base).toFixed(1)} ms (alternated)`,
   );
 }
 
@@ -174,6 +211,6 @@ export const testBoundsSection: BenchSection = {
   name: 'test-bounds',
   description: 'time bounds the unit tests asserted until issue 37.5 (an error is a bound exceeded)',
   async run() {
-    return [decideRow(), implicitCodeRow(), await receiptRow()];
+    return [decideRow(), decideFairRow(), implicitCodeRow(), await receiptRow()];
   },
 };

@@ -101,6 +101,11 @@ export const SchedulingConfigSchema = z.strictObject({
     .default(300),
   max_concurrent_cards_per_owner: z.number().int().min(1).nullable().default(null),
   max_queued_tasks_per_owner: z.number().int().min(1).nullable().default(null),
+  /**
+   * Fair share across accounts (docs/operations.md "Accounts and usage"): an account's past usage counts
+   * half as much after this many hours (decayed usage, as Slurm's PriorityDecayHalfLife).
+   */
+  fair_share_half_life_hours: z.number().min(0.1).max(720).default(6),
 });
 
 /**

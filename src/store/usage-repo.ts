@@ -96,6 +96,19 @@ export class UsageRepo {
     return rows.map((r) => ({ ...r, simulated: r.simulated === 1 }));
   }
 
+  /**
+   * Card-seconds per account and minute of leases that ended at or after `since` (ms): what fair share
+   * decays (src/broker/loops/scheduler.ts), bounded by accounts × minutes whatever the lease count.
+   */
+  recentByAccount(since: number): Array<{ account: string; minute: number; card_seconds: number }> {
+    return this.db
+      .prepare<[number], { account: string; minute: number; card_seconds: number }>(
+        `SELECT account, ended_at / 60000 AS minute, sum(card_seconds) AS card_seconds
+           FROM usage_charges WHERE ended_at >= ? GROUP BY account, minute`,
+      )
+      .all(since);
+  }
+
   /** Every account's card-seconds by model since the ledger began (the Prometheus counter). */
   totals(): Array<{ account: string; model: string; simulated: boolean; card_seconds: number }> {
     return this.totalsStmt.all().map((r) => ({ ...r, simulated: r.simulated === 1 }));

@@ -2,6 +2,7 @@ import { type Policy, pinnedScripts } from '../../contracts/policy.js';
 import type { ResolvedLimits } from '../../contracts/task-limits.js';
 import type { Runtime } from '../../contracts/task-spec.js';
 import type { ExecutionPlan, LeasedCard } from '../../contracts/worker-protocol.js';
+import { DEFAULT_ACCOUNT, normalisedShares } from '../../domain/accounts/tree.js';
 import { nextLeaseEpoch } from '../../domain/machines/lease.js';
 import { runArgv } from '../../domain/policy/run-argv.js';
 import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/policy/task-limits.js';
@@ -9,9 +10,11 @@ import { decide } from '../../domain/scheduling/decide.js';
 import type { RequirementCache } from '../../domain/scheduling/pool.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type {
+  FairShareView,
   QueuedTaskView,
   SchedulingDecision,
   SchedulingSnapshot,
+  WorkerView,
 } from '../../domain/scheduling/types.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
@@ -46,6 +49,8 @@ export function grantRetryDelayMs(failures: number): number {
  * that failed to apply.
  */
 export const FULL_QUEUE_READ_INTERVAL_MS = 10_000;
+/** How often a pass reads the accounts' decayed usage again (a lease's charge moves it a little). */
+const FAIR_USAGE_REFRESH_MS = 5_000;
 
 /**
  * The notifier topics that ask for a pass (topics.ts): a task joined the queue, or cards may be usable
@@ -73,6 +78,10 @@ export class Scheduler implements TaskObserver {
   private fullQueueReadAt = Number.NEGATIVE_INFINITY;
   /** Each queued row's view, made once: the repo keeps an unchanged row as the same object. */
   private readonly views = new WeakMap<QueuedTaskRow, QueuedTaskView>();
+  /** Each owner's account (a principal's account does not change once it is created). */
+  private readonly accountOf = new Map<string, string>();
+  /** Each account's decayed usage, read again at most every FAIR_USAGE_REFRESH_MS. */
+  private fairUsage: { at: number; byAccount: Map<string, number> } | null = null;
   /** Each view's requirement, read once (decide's cache; the domain keeps no state of its own). */
   private readonly requirements: RequirementCache = new WeakMap();
   /** Durations of recent passes in ms (for the benchmark and metrics). */
@@ -172,6 +181,52 @@ export class Scheduler implements TaskObserver {
     return [...this.failingGrants.values()].filter((f) => f.failures >= atLeast);
   }
 
+  /** The account of `owner` (remembered: it never changes). */
+  private account(owner: string): string {
+    let a = this.accountOf.get(owner);
+    if (a === undefined) {
+      a = this.deps.store.principals.findById(owner)?.account ?? DEFAULT_ACCOUNT;
+      this.accountOf.set(owner, a);
+    }
+    return a;
+  }
+
+  /**
+   * What fair share reads (src/domain/scheduling/fair-order.ts): each account's normalised share, its
+   * usage decayed with `scheduling.fair_share_half_life_hours` (read again at most every
+   * FAIR_USAGE_REFRESH_MS: usage only changes when a lease ends), and the cards its principals hold now.
+   */
+  private fairShare(
+    now: number,
+    running: Readonly<Record<string, number>>,
+    workers: readonly WorkerView[],
+  ): FairShareView {
+    const { store, config } = this.deps;
+    const halfLifeMs = config.scheduling.fair_share_half_life_hours * 3_600_000;
+    if (
+      this.fairUsage === null ||
+      now - this.fairUsage.at >= FAIR_USAGE_REFRESH_MS ||
+      now < this.fairUsage.at
+    ) {
+      const byAccount = new Map<string, number>();
+      // Past eight half-lives a charge counts for less than 0.4 % of itself: left out.
+      for (const r of store.usage.recentByAccount(now - 8 * halfLifeMs)) {
+        const age = Math.max(0, now - (r.minute * 60_000 + 30_000));
+        byAccount.set(r.account, (byAccount.get(r.account) ?? 0) + r.card_seconds * 2 ** (-age / halfLifeMs));
+      }
+      this.fairUsage = { at: now, byAccount };
+    }
+    const shares = normalisedShares(store.accounts.list());
+    const accounts: FairShareView['accounts'] = {};
+    for (const [name, share] of shares)
+      accounts[name] = { share, usage: this.fairUsage.byAccount.get(name) ?? 0, running_cards: 0 };
+    for (const [owner, cards] of Object.entries(running)) {
+      const a = accounts[this.account(owner)];
+      if (a) a.running_cards += cards;
+    }
+    return { accounts, total_cards: workers.reduce((n, w) => n + w.cards.length, 0) };
+  }
+
   /** Step 1: everything `decide` reads. */
   snapshot(now: number): SchedulingSnapshot {
     const { store, config } = this.deps;
@@ -201,7 +256,7 @@ export class Scheduler implements TaskObserver {
     const tasks: QueuedTaskView[] = [];
     for (const t of store.tasks.queuedForScheduling()) {
       if (t.desired !== 'run') continue;
-      const view = queuedView(this.views, t);
+      const view = queuedView(this.views, t, this.account(t.owner_id));
       const run_id = runBySubmitter.get(t.owner_id);
       const grant_backoff = this.failingGrants.get(t.id);
       // The view of an unchanged row is the same object pass after pass (`requirements` caches by it);
@@ -214,6 +269,7 @@ export class Scheduler implements TaskObserver {
       tasks,
       workers,
       running_cards_by_owner: running,
+      fair_share: this.fairShare(now, running, workers),
       config: {
         sample_interval_ms: config.timing.sample_interval_ms,
         vram_threshold_pct: config.scheduling.vram_threshold_pct,
@@ -368,12 +424,17 @@ export class Scheduler implements TaskObserver {
 }
 
 /** A queued row's view for decide, from `views` when made before. */
-function queuedView(views: WeakMap<QueuedTaskRow, QueuedTaskView>, t: QueuedTaskRow): QueuedTaskView {
+function queuedView(
+  views: WeakMap<QueuedTaskRow, QueuedTaskView>,
+  t: QueuedTaskRow,
+  account: string,
+): QueuedTaskView {
   let view = views.get(t);
   if (view === undefined) {
     view = {
       task_id: t.id,
       owner: t.owner_id,
+      account,
       priority: t.priority,
       approved_at: t.approved_at,
       cards: {

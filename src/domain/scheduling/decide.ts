@@ -1,3 +1,4 @@
+import { fairOrder } from './fair-order.js';
 import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
@@ -21,8 +22,9 @@ import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason
  */
 
 /**
- * Scheduling order: priority descending, then approval time ascending (FIFO), then task id, so that
- * equal tasks always come out in the same order.
+ * Scheduling order within an account (and of aged tasks): priority descending, then approval time
+ * ascending (FIFO), then task id, so that equal tasks always come out in the same order. Across
+ * accounts, fair share (./fair-order.ts).
  */
 export function compareQueuedTasks(a: QueuedTaskView, b: QueuedTaskView): number {
   if (a.priority !== b.priority) return b.priority - a.priority;
@@ -44,9 +46,11 @@ export function decide(
   // 1. Pool: derive every card's state once and list each usable worker's free cards, so the loop
   //    below never re-derives anything (64 workers × 8 cards × 10,000 tasks must stay far under 50 ms).
   const pool = new CardPool(snapshot.workers, now, config);
-  // 2. Order the queue.
-  const tasks = [...snapshot.tasks].sort(compareQueuedTasks);
+  // 2. Order the queue: by priority, then accounts by fair share, each its own oldest first
+  //    (./fair-order.ts; one account: priority then age, as ever).
   const agedBefore = now - config.reservation_after_seconds * 1000;
+  const grantedByAccount = new Map<string, number>();
+  const tasks = fairOrder(snapshot.tasks, snapshot.fair_share, compareQueuedTasks, grantedByAccount);
   const limit = config.max_concurrent_cards_per_owner;
   const usedByOwner = new Map<string, number>(Object.entries(snapshot.running_cards_by_owner));
 
@@ -89,6 +93,8 @@ export function decide(
     if (grant !== null) {
       decision.grants.push({ task_id: task.task_id, ...grant });
       usedByOwner.set(task.owner, inUse + req.need);
+      const account = task.account ?? '';
+      grantedByAccount.set(account, (grantedByAccount.get(account) ?? 0) + req.need);
       continue;
     }
     // 6. Reserve: an aged task holds the free cards of the worker where it will fit first, so a

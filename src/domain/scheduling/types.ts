@@ -15,6 +15,8 @@ export interface QueuedTaskView {
   task_id: string;
   /** The principal that owns the task; quotas count per owner. */
   owner: string;
+  /** The owner's account: fair share orders the queue across accounts (./fair-order.ts). */
+  account?: string | undefined;
   /** Higher runs first (spec `priority`, default 0). */
   priority: number;
   /** When the approving review landed, in ms; FIFO order and reservation age count from here. */
@@ -135,7 +137,17 @@ export interface SchedulingSnapshot {
   workers: WorkerView[];
   /** Cards each owner holds now through live leases. */
   running_cards_by_owner: Record<string, number>;
+  /** Each account's share, decayed usage and cards held now; absent: one account for everyone. */
+  fair_share?: FairShareView | undefined;
   config: SchedulingConfig;
+}
+
+/** What fair share needs of the accounts (./fair-order.ts). */
+export interface FairShareView {
+  /** By account name: its normalised share (0..1], its decayed card-seconds, the cards it holds now. */
+  accounts: Record<string, { share: number; usage: number; running_cards: number }>;
+  /** Cards of every worker in the snapshot. */
+  total_cards: number;
 }
 
 /**

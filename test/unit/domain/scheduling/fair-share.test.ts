@@ -1,0 +1,212 @@
+import { describe, expect, it } from 'vitest';
+import { decide } from '../../../../src/domain/scheduling/decide.js';
+import type {
+  CardView,
+  FairShareView,
+  QueuedTaskView,
+  SchedulingConfig,
+  WorkerView,
+} from '../../../../src/domain/scheduling/types.js';
+
+/**
+ * Fair share across accounts (src/domain/scheduling/fair-order.ts), driven through decide() on a
+ * simulated clock: accounts submit without pause onto 16 cards, leases end when their tasks do, and
+ * usage is charged and decayed as the master does (card-seconds per account, a half-life). What a
+ * scheduler of a shared pool must give: each account's share of the card-seconds near its weight's share
+ * once all are busy, a busy pool, and an 8-card task that still starts within a bounded wait.
+ */
+
+const CONFIG: SchedulingConfig = {
+  sample_interval_ms: 2000,
+  vram_threshold_pct: 2,
+  reservation_after_seconds: 600,
+  max_concurrent_cards_per_owner: null,
+  require_isolation: true,
+};
+const HALF_LIFE_MS = 3_600_000;
+const STEP_MS = 5_000;
+
+function card(index: number, leased: boolean): CardView {
+  return {
+    index,
+    model: 'SIM-GPU',
+    memory_used_mib: 0,
+    memory_total_mib: 81559,
+    health: 'ok',
+    health_reasons: [],
+    processes: [],
+    simulated: true,
+    cordoned: false,
+    leased,
+    quarantined: false,
+    broker_pids: [],
+  };
+}
+
+interface Running {
+  task: QueuedTaskView;
+  worker: string;
+  cards: number[];
+  started: number;
+  ends: number;
+}
+
+/** A small deterministic generator (the test must not depend on Math.random). */
+function lcg(seed: number) {
+  let x = seed >>> 0;
+  return () => {
+    x = (Math.imul(x, 1664525) + 1013904223) >>> 0;
+    return x / 2 ** 32;
+  };
+}
+
+/**
+ * Runs `hours` of simulated time with `accounts` (name → weight) each keeping `backlog` tasks queued;
+ * returns each account's card-seconds in the measured window (after the first quarter) and what waited.
+ */
+function simulate(
+  accounts: Record<string, number>,
+  hours: number,
+  sizes: readonly number[],
+  opts: { backlog?: Record<string, number>; fair?: boolean } = {},
+) {
+  const backlogOf = (a: string) => opts.backlog?.[a] ?? 6;
+  const rnd = lcg(42);
+  const weightSum = Object.values(accounts).reduce((n, w) => n + w, 0);
+  const shares = Object.fromEntries(Object.entries(accounts).map(([a, w]) => [a, w / weightSum]));
+  const leased = { w1: new Set<number>(), w2: new Set<number>() };
+  const queued: QueuedTaskView[] = [];
+  const running: Running[] = [];
+  const charges: Array<{ account: string; ended: number; cardSeconds: number }> = [];
+  const used: Record<string, number> = Object.fromEntries(Object.keys(accounts).map((a) => [a, 0]));
+  const eightCardWaits: number[] = [];
+  let seq = 0;
+  let busyCardMs = 0;
+  const end = hours * 3_600_000;
+  const measureFrom = end / 4;
+  for (let now = 0; now < end; now += STEP_MS) {
+    // Leases end: cards free, usage charged (and counted in the window when it ran within it).
+    for (const r of running.filter((x) => x.ends <= now)) {
+      running.splice(running.indexOf(r), 1);
+      for (const c of r.cards) leased[r.worker as 'w1' | 'w2'].delete(c);
+      charges.push({
+        account: r.task.account!,
+        ended: r.ends,
+        cardSeconds: (r.cards.length * (r.ends - r.started)) / 1000,
+      });
+    }
+    for (const r of running) {
+      const from = Math.max(now - STEP_MS, measureFrom, r.started);
+      if (now > from) {
+        used[r.task.account!] = (used[r.task.account!] ?? 0) + (r.cards.length * (now - from)) / 1000;
+        busyCardMs += r.cards.length * (now - from);
+      }
+    }
+    // Every account keeps its backlog.
+    for (const account of Object.keys(accounts))
+      while (queued.filter((t) => t.account === account).length < backlogOf(account)) {
+        seq++;
+        queued.push({
+          task_id: `t${String(seq).padStart(6, '0')}`,
+          owner: `${account}-agent`,
+          account,
+          priority: 0,
+          approved_at: now,
+          cards: { count: sizes[Math.floor(rnd() * sizes.length)]! },
+        });
+      }
+    const fair: FairShareView = {
+      total_cards: 16,
+      accounts: Object.fromEntries(
+        Object.keys(accounts).map((a) => [
+          a,
+          {
+            share: shares[a]!,
+            usage: charges
+              .filter((c) => c.account === a)
+              .reduce((n, c) => n + c.cardSeconds * 2 ** (-(now - c.ended) / HALF_LIFE_MS), 0),
+            running_cards: running
+              .filter((r) => r.task.account === a)
+              .reduce((n, r) => n + r.cards.length, 0),
+          },
+        ]),
+      ),
+    };
+    const workers: WorkerView[] = (['w1', 'w2'] as const).map((id) => ({
+      worker_id: id,
+      online: true,
+      draining: false,
+      sampled_at: now,
+      sampler_error: null,
+      isolation: 'bwrap',
+      container_engine: null,
+      cards: Array.from({ length: 8 }, (_, i) => card(i, leased[id].has(i))),
+    }));
+    // Without fair share: no account on the views, one queue for everyone (first come, as before).
+    const tasks = opts.fair === false ? queued.map((t) => ({ ...t, account: undefined })) : queued;
+    const d = decide(
+      {
+        workers,
+        tasks,
+        running_cards_by_owner: {},
+        fair_share: opts.fair === false ? undefined : fair,
+        config: CONFIG,
+      },
+      now,
+    );
+    for (const g of d.grants) {
+      const t = queued.splice(
+        queued.findIndex((q) => q.task_id === g.task_id),
+        1,
+      )[0]!;
+      for (const c of g.card_indexes) leased[g.worker_id as 'w1' | 'w2'].add(c);
+      // 2 to 10 minutes, whole steps.
+      const duration = (24 + Math.floor(rnd() * 97)) * STEP_MS;
+      running.push({
+        task: t,
+        worker: g.worker_id,
+        cards: [...g.card_indexes],
+        started: now,
+        ends: now + duration,
+      });
+      if (t.cards.count === 8 && now >= measureFrom) eightCardWaits.push(now - t.approved_at);
+    }
+  }
+  const total = Object.values(used).reduce((n, x) => n + x, 0);
+  return {
+    shares: Object.fromEntries(Object.entries(used).map(([a, x]) => [a, x / total])),
+    utilisation: busyCardMs / (16 * (end - measureFrom)),
+    eightCardWaits,
+  };
+}
+
+describe('fair share across accounts (simulated pool of 16 cards)', () => {
+  it('three accounts weighted 1:1:2, each submitting alike: fair share moves the card-seconds toward 25/25/50 %, first come leaves them near a third each', () => {
+    const fair = simulate({ a: 1, b: 1, c: 2 }, 24, [1, 2, 4, 8]);
+
+    const fifo = simulate({ a: 1, b: 1, c: 2 }, 24, [1, 2, 4, 8], { fair: false });
+    // Recorded (docs/performance.md "Fair share"): fair 0.275 / 0.268 / 0.457, first come 0.338 / 0.346 / 0.316.
+    expect(fifo.shares['c']).toBeLessThan(0.38);
+    expect(fair.shares['c']).toBeGreaterThan(0.43);
+    for (const a of ['a', 'b'] as const) {
+      expect(fair.shares[a]).toBeLessThan(0.3);
+      expect(fair.shares[a]).toBeGreaterThan(0.2);
+    }
+    // Every account still runs its 8-card tasks.
+    expect(fair.eightCardWaits.length).toBeGreaterThan(0);
+  });
+
+  it('equal weights, one account queueing three times as much: fair share keeps both near half', () => {
+    const backlog = { a: 4, b: 12 };
+    const fair = simulate({ a: 1, b: 1 }, 12, [1, 2], { backlog });
+    const fifo = simulate({ a: 1, b: 1 }, 12, [1, 2], { backlog, fair: false });
+    expect(Math.abs(fair.shares['a']! - 0.5)).toBeLessThan(0.05);
+    expect(fifo.shares['a']).toBeLessThan(0.35);
+  });
+
+  it('one account alone orders exactly as before: priority, then age', () => {
+    const alone = simulate({ a: 1 }, 2, [1, 2, 4, 8]);
+    const before = simulate({ a: 1 }, 2, [1, 2, 4, 8], { fair: false });
+    expect(alone).toEqual(before);
+  });
+});
