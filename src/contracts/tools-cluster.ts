@@ -284,7 +284,7 @@ export const getStatusTool = defineTool({
   name: 'get_status',
   title: 'Cluster status and alerts',
   description:
-    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain.',
+    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds and its card-hours over the last 7 days.',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,
@@ -303,5 +303,17 @@ export const getStatusTool = defineTool({
       }),
     ),
     alerts: z.array(AlertSchema),
+    /**
+     * Where the caller stands: its account, the account's normalised share of the pool (and in cards),
+     * the cards its principals hold now, and the card-hours charged to it over the last 7 days.
+     */
+    you: z.object({
+      principal: z.string(),
+      account: z.string(),
+      share: z.number(),
+      share_cards: z.number(),
+      held_cards: z.number().int(),
+      card_hours_7d: z.number(),
+    }),
   }),
 });

@@ -1,3 +1,4 @@
+import { normalisedShares } from '../../domain/accounts/tree.js';
 import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/grants/grant.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
@@ -257,5 +258,37 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       reason: l.reason,
     })),
     alerts,
+    you: whereYouStand(deps, principal, context.now),
+  };
+}
+
+/** The caller's account, its share, what it holds and used (get_status `you`). */
+function whereYouStand(deps: BrokerDeps, principal: Principal, now: number) {
+  const account = principal.account;
+  const share = normalisedShares(deps.store.accounts.list()).get(account) ?? 0;
+  const totalCards = deps.store.workers.list().reduce((n, w) => n + w.cards.length, 0);
+  const members = new Set(
+    deps.store.principals
+      .list()
+      .filter((p) => p.account === account)
+      .map((p) => p.id),
+  );
+  let held = 0;
+  for (const c of deps.store.leases.liveCards())
+    if (c.state !== 'QUARANTINED' && members.has(c.owner_id)) held++;
+  const used = deps.store.usage.summary({
+    by: 'account',
+    since: now - 7 * 86_400_000,
+    until: now + 1,
+    accounts: [account],
+  });
+  const seconds = used.reduce((n, l) => n + l.card_seconds, 0);
+  return {
+    principal: principal.name,
+    account,
+    share: Math.round(share * 1e6) / 1e6,
+    share_cards: Math.round(share * totalCards * 10) / 10,
+    held_cards: held,
+    card_hours_7d: Math.round((seconds / 3600) * 1000) / 1000,
   };
 }

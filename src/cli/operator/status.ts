@@ -58,6 +58,15 @@ interface Status {
     reason: string | null;
   }>;
   alerts: Array<{ severity: string; kind: string; message: string; action: string }>;
+  /** Absent from older masters. */
+  you?: {
+    principal: string;
+    account: string;
+    share: number;
+    share_cards: number;
+    held_cards: number;
+    card_hours_7d: number;
+  };
 }
 
 /** The WORKERS section: one row per worker. */
@@ -170,9 +179,19 @@ function alertsSection(alerts: Status['alerts']): string[] {
   ];
 }
 
+/** The YOU line: the caller's account and where it stands (absent from older masters). */
+function youSection(you: Status['you']): string[] {
+  if (!you) return [];
+  return [
+    `YOU  ${escapeField(you.principal)} in account ${escapeField(you.account)}: share ${(you.share * 100).toFixed(1)} % ` +
+      `(${you.share_cards} cards), holds ${you.held_cards}, ${you.card_hours_7d.toFixed(3)} card-hours in 7 days`,
+  ];
+}
+
 /** The status screen: its sections, a blank line between each. */
 function statusText(workers: Worker[], cards: Card[], queue: QueueItem[], status: Status): string {
   const sections = [
+    ...(status.you ? [youSection(status.you)] : []),
     workersSection(workers),
     cardsSection(cards),
     queueSection(queue),

@@ -1,4 +1,4 @@
-import { fairOrder } from './fair-order.js';
+import { fairOrder, fairShareNote, fairShareWords } from './fair-order.js';
 import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
@@ -60,6 +60,7 @@ export function decide(
     entry: { reason: WaitReason };
     view: RequirementView;
     reservationsBefore: number;
+    account: string;
   }> = [];
   const wait = (task_id: string, reason: WaitReason): { reason: WaitReason } => {
     const entry = { task_id, position: decision.waiting.length + 1, reason };
@@ -109,12 +110,28 @@ export function decide(
     }
     // 7. Requeue; its reason is explained in step 8.
     const entry = wait(task.task_id, PENDING);
-    unexplained.push({ entry, view, reservationsBefore: decision.reservations.length });
+    unexplained.push({
+      entry,
+      view,
+      reservationsBefore: decision.reservations.length,
+      account: task.account ?? '',
+    });
   }
   // 8. Explain against the settled pass, so `free` counts what is really left free, and only
   //    reservations made ahead of a task are blamed for blocking it.
-  for (const { entry, view, reservationsBefore } of unexplained) {
-    entry.reason = pool.waitReason(view, reservationsBefore);
+  const multiAccount = new Set(snapshot.tasks.map((t) => t.account ?? '')).size > 1;
+  const placeInAccount = new Map<string, number>();
+  for (const { entry, view, reservationsBefore, account } of unexplained) {
+    const reason = pool.waitReason(view, reservationsBefore);
+    entry.reason = reason;
+    // With several accounts queued, a task that waits for cards others took is told where its account
+    // stands: its level and its place in the account's queue.
+    if (!multiAccount || (reason.code !== 'waiting_for_cards' && reason.code !== 'reserved_for_older_task'))
+      continue;
+    const position = (placeInAccount.get(account) ?? 0) + 1;
+    placeInAccount.set(account, position);
+    const note = fairShareNote(snapshot.fair_share, account, grantedByAccount.get(account) ?? 0, position);
+    if (note) entry.reason = { ...reason, message: reason.message + fairShareWords(note), fair_share: note };
   }
   return decision;
 }

@@ -1,4 +1,4 @@
-import type { FairShareView, QueuedTaskView } from './types.js';
+import type { FairShareNote, FairShareView, QueuedTaskView } from './types.js';
 
 /**
  * The order of a pass across accounts (docs/operations.md "Accounts and usage"). Pure.
@@ -116,4 +116,39 @@ function* acrossAccounts(
     // The caller has granted it or not by now: the account's new level and next task.
     if (q.length > 0) push({ account: e.account, level: levelOf(e.account), next: q.at(-1)! });
   }
+}
+
+/** The note of `account` after a pass that granted it `grantedCards`; null without fair share. */
+export function fairShareNote(
+  fair: FairShareView | undefined,
+  account: string,
+  grantedCards: number,
+  position: number,
+): FairShareNote | null {
+  const a = fair?.accounts[account];
+  if (!fair || !a) return null;
+  const totalUsage = Math.max(
+    1,
+    Object.values(fair.accounts).reduce((n, x) => n + x.usage, 0),
+  );
+  const totalCards = Math.max(1, fair.total_cards);
+  const share = a.share > 0 ? a.share : 1;
+  const held = a.running_cards + grantedCards;
+  return {
+    account,
+    level: Math.round((held / (share * totalCards) + a.usage / (share * totalUsage)) * 100) / 100,
+    held_cards: held,
+    share_cards: Math.round(share * totalCards * 10) / 10,
+    position_in_account: position,
+  };
+}
+
+/** The words an agent reads after its wait reason. */
+export function fairShareWords(n: FairShareNote): string {
+  const ordinal = (k: number) =>
+    `${k}${k % 10 === 1 && k % 100 !== 11 ? 'st' : k % 10 === 2 && k % 100 !== 12 ? 'nd' : k % 10 === 3 && k % 100 !== 13 ? 'rd' : 'th'}`;
+  return (
+    ` Fair share: account ${n.account} holds ${n.held_cards} card(s) against a share of ${n.share_cards} ` +
+    `(level ${n.level}; accounts with a lower level are served first); this task is ${ordinal(n.position_in_account)} in ${n.account}'s queue.`
+  );
 }

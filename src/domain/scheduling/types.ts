@@ -142,6 +142,19 @@ export interface SchedulingSnapshot {
   config: SchedulingConfig;
 }
 
+/** How an account stands at the end of a pass, for a waiting task's reason (get_queue, get_task). */
+export interface FairShareNote {
+  account: string;
+  /** Its level (see ./fair-order.ts): below another account's, it is served first. */
+  level: number;
+  /** Cards it holds, with this pass's grants. */
+  held_cards: number;
+  /** Its share of the pool, in cards. */
+  share_cards: number;
+  /** This task's place among its account's waiting tasks (1: next). */
+  position_in_account: number;
+}
+
 /** What fair share needs of the accounts (./fair-order.ts). */
 export interface FairShareView {
   /** By account name: its normalised share (0..1], its decayed card-seconds, the cards it holds now. */
@@ -174,8 +187,22 @@ export interface FairShareView {
  *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised).
  */
 export type WaitReason =
-  | { code: 'waiting_for_cards'; need: number; eligible: number; free: number; message: string }
-  | { code: 'reserved_for_older_task'; task_position: number; worker_id: string; message: string }
+  | {
+      code: 'waiting_for_cards';
+      need: number;
+      eligible: number;
+      free: number;
+      message: string;
+      /** With several accounts queued: where the task's account stands (./fair-order.ts). */
+      fair_share?: FairShareNote;
+    }
+  | {
+      code: 'reserved_for_older_task';
+      task_position: number;
+      worker_id: string;
+      message: string;
+      fair_share?: FairShareNote;
+    }
   | { code: 'holding_reservation'; worker_id: string; held: number; need: number; message: string }
   | { code: 'worker_offline'; worker_id: string; draining: boolean; message: string }
   | { code: 'workers_offline'; need: number; offline: number; draining: number; message: string }

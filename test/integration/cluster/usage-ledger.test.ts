@@ -123,6 +123,26 @@ describe('the usage ledger', () => {
     );
   });
 
+  it('get_status tells each caller where its account stands', async () => {
+    const you = async (c: Client) =>
+      expectOk(
+        await callTool<{
+          you: {
+            principal: string;
+            account: string;
+            share: number;
+            share_cards: number;
+            card_hours_7d: number;
+          };
+        }>(c, 'get_status', {}),
+      ).you;
+    const a = await you(alice);
+    // root's children: default 1, team-a 1, team-b 2.
+    expect(a).toMatchObject({ principal: 'alice', account: 'team-a', share: 0.25, share_cards: 1 });
+    expect(a.card_hours_7d).toBeGreaterThan(0);
+    expect(await you(bob)).toMatchObject({ principal: 'bob', account: 'team-b', share: 0.5, share_cards: 2 });
+  });
+
   it('/metrics counts card-seconds by account and model', async () => {
     const res = await m.fetch(new URL('/metrics', m.url), {
       headers: { authorization: `Bearer ${m.operatorToken}` },

@@ -210,3 +210,61 @@ describe('fair share across accounts (simulated pool of 16 cards)', () => {
     expect(alone).toEqual(before);
   });
 });
+
+describe('a waiting task is told where its account stands', () => {
+  it('names its account, the cards it holds against its share, its level and its place in the account’s queue', () => {
+    const workers: WorkerView[] = [
+      {
+        worker_id: 'w1',
+        online: true,
+        draining: false,
+        sampled_at: 1_000,
+        sampler_error: null,
+        isolation: 'bwrap',
+        container_engine: null,
+        cards: [card(0, true), card(1, true)],
+      },
+    ];
+    const t = (id: string, account: string): QueuedTaskView => ({
+      task_id: id,
+      owner: `${account}-agent`,
+      account,
+      priority: 0,
+      approved_at: 900,
+      cards: { count: 1 },
+    });
+    const d = decide(
+      {
+        workers,
+        tasks: [t('t1', 'a'), t('t2', 'a'), t('t3', 'b')],
+        running_cards_by_owner: { 'a-agent': 2 },
+        fair_share: {
+          total_cards: 2,
+          accounts: {
+            a: { share: 0.5, usage: 0, running_cards: 2 },
+            b: { share: 0.5, usage: 0, running_cards: 0 },
+          },
+        },
+        config: CONFIG,
+      },
+      1_000,
+    );
+    const byId = new Map(d.waiting.map((w) => [w.task_id, w.reason]));
+    // b holds nothing: it is served first.
+    expect(d.waiting.map((w) => w.task_id)).toEqual(['t3', 't1', 't2']);
+    const second = byId.get('t2')!;
+    expect(second.code).toBe('waiting_for_cards');
+    expect(second).toMatchObject({
+      fair_share: { account: 'a', held_cards: 2, share_cards: 1, level: 2, position_in_account: 2 },
+    });
+    expect(second.message).toContain(
+      "Fair share: account a holds 2 card(s) against a share of 1 (level 2; accounts with a lower level are served first); this task is 2nd in a's queue.",
+    );
+    // One account alone: no note, the reason as before.
+    const alone = decide(
+      { workers, tasks: [t('t4', 'a')], running_cards_by_owner: {}, config: CONFIG },
+      1_000,
+    );
+    expect(alone.waiting[0]!.reason).not.toHaveProperty('fair_share');
+  });
+});
