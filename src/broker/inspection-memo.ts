@@ -17,6 +17,11 @@ import { verifiedBlob } from './verified-blob.js';
 /** Most remembered inspections per master (its runtime's `inspections`, src/broker/runtime.ts). */
 export const INSPECTION_MEMO_ENTRIES = 8192;
 
+/** Whether the inspection of `sha256` as `ownerId`'s input at `path` is remembered (nothing is read). */
+export function isInspected(deps: BrokerDeps, ownerId: string, sha256: string, path: string): boolean {
+  return deps.runtime.inspections.has(`${ownerId}\0${sha256}\0${path}`);
+}
+
 /** The inspection of `sha256` as `ownerId`'s input at `path`; throws as verifiedBlob when not stored. */
 export function inspectedInput(
   deps: BrokerDeps,

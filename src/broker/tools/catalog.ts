@@ -18,6 +18,7 @@ import {
   cancelProposal,
   createProposal,
   getProposal,
+  inspectionSteps,
   listProposals,
   reviseProposal,
   waitForProposal,
@@ -57,11 +58,13 @@ export function brokerTools(): BoundTool[] {
       P.createProposalTool,
       ({ deps, principal, spec }, i) => createProposal(deps, principal, i.spec, spec),
       'heavy',
+      ({ deps, principal }, i) => inspectionSteps(deps, principal.id, i.spec),
     ),
     bindTool(
       P.reviseProposalTool,
       ({ deps, principal, spec }, i) => reviseProposal(deps, principal, i.proposal_id, i.spec, spec),
       'heavy',
+      ({ deps, principal }, i) => inspectionSteps(deps, principal.id, i.spec),
     ),
     bindTool(
       P.confirmRevisionTool,
@@ -179,7 +182,13 @@ function grantTools(): BoundTool[] {
     bindTool(G.requestGrantTool, ({ deps, principal }, i) => requestGrant(deps, principal, i), 'heavy'),
     bindTool(G.decideGrantTool, ({ deps, principal }, i) => decideGrant(deps, principal, i), 'light'),
     bindTool(G.revokeGrantTool, ({ deps, principal }, i) => revokeGrant(deps, principal, i), 'light'),
-    bindTool(G.explainGrantTool, ({ deps, principal }, i) => explainGrant(deps, principal, i), 'heavy'),
+    bindTool(
+      G.explainGrantTool,
+      ({ deps, principal }, i) => explainGrant(deps, principal, i),
+      'heavy',
+      // A spec's new inputs are inspected one part each first (a revision's were when it was made).
+      ({ deps, principal }, i) => (i.spec ? inspectionSteps(deps, principal.id, i.spec) : []),
+    ),
     bindTool(G.listGrantsTool, ({ deps, principal }, i) => listGrants(deps, principal, i), 'heavy'),
     bindTool(G.getGrantTool, ({ deps, principal }, i) => getGrant(deps, principal, i.grant_id), 'heavy'),
   ];

@@ -47,21 +47,37 @@ export interface ToolContext {
  * inside the transaction.
  */
 export type BoundTool =
-  | { def: ToolDef; mutating: true; cost: ToolCost; handler: (ctx: ToolContext, input: never) => unknown }
+  | {
+      def: ToolDef;
+      mutating: true;
+      cost: ToolCost;
+      handler: (ctx: ToolContext, input: never) => unknown;
+      prepare?: Prepare;
+    }
   | {
       def: ToolDef;
       mutating: false;
       cost: ToolCost;
       handler: (ctx: ToolContext, input: never) => unknown | Promise<unknown>;
+      prepare?: Prepare;
     };
+
+/**
+ * Work a heavy call may do before its handler, as synchronous steps that each take a part of their own
+ * (the TurnGate), e.g. inspecting a spec's new input blobs one by one: what it leaves in the master's
+ * memos makes the handler's own block short. Runs after the input is parsed; changes no state a client
+ * can see.
+ */
+export type Prepare = (ctx: ToolContext, input: never) => Array<() => void>;
 
 /** Binds a handler to a tool definition with its exact input and output types, and says what it costs. */
 export function bindTool<I extends z.ZodType, O extends z.ZodType>(
   def: ToolDef<I, O>,
   handler: (ctx: ToolContext, input: z.output<I>) => z.input<O> | Promise<z.input<O>>,
   cost: ToolCost,
+  prepare?: (ctx: ToolContext, input: z.output<I>) => Array<() => void>,
 ): BoundTool {
-  return { def, mutating: def.mutating, cost, handler } as BoundTool;
+  return { def, mutating: def.mutating, cost, handler, ...(prepare ? { prepare } : {}) } as BoundTool;
 }
 
 /** Formats zod issues as one teaching line: `spec.cards.count: Too big: expected number to be <=64`. */
@@ -176,6 +192,10 @@ async function parseAndRun(
   if (turns) {
     // A heavy call's parts each take a turn of the TurnGate: one part per turn, at most half the loop.
     const input = await turns.run(ctx.principal.id, () => measured(() => parseInput(tool, rawInput)));
+    const steps = tool.prepare
+      ? await turns.run(ctx.principal.id, () => measured(() => tool.prepare!(ctx, input as never)))
+      : [];
+    for (const step of steps) await turns.run(ctx.principal.id, () => measured(step));
     const run = () => (tool.mutating ? runMutating(tool, ctx, input) : tool.handler(ctx, input as never));
     const value = await turns.run(ctx.principal.id, () => measured(run));
     if (tool.mutating) return { value };

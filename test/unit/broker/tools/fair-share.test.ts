@@ -1,10 +1,13 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { TimeBudget, TurnGate } from '../../../../src/broker/fair-share.js';
+import { isInspected } from '../../../../src/broker/inspection-memo.js';
 import { brokerTools } from '../../../../src/broker/tools/catalog.js';
 import { type BoundTool, invokeTool } from '../../../../src/broker/tools/dispatch.js';
 import { MAX_PAGE_BYTES } from '../../../../src/broker/tools/paging.js';
+import { inspectionSteps } from '../../../../src/broker/tools/proposals.js';
 import { costSharesOf } from '../../../../src/broker/tools/tool-cost.js';
 import type { BrokerError } from '../../../../src/contracts/errors.js';
+import { TaskSpecSchema } from '../../../../src/contracts/task-spec.js';
 import type { MasterConfigInput } from '../../../../src/platform/config.js';
 import type { Principal } from '../../../../src/store/principals-repo.js';
 import { type BrokerFixture, makeBrokerDeps } from '../../../support/deps.js';
@@ -237,6 +240,30 @@ describe('the turn gate of heavy parts', () => {
     expect(start - end).toBeGreaterThanOrEqual(14);
     // bob never rested: his part, asked for after hers, runs first.
     expect(order).toEqual(['bob', 'alice']);
+  });
+});
+
+describe('a spec naming new inputs', () => {
+  beforeEach(() => setup());
+
+  it('is inspected one input per part before the handler, and not again once remembered', async () => {
+    const files = Array.from({ length: 3 }, (_, i) => ({
+      path: `data/part${i}.txt`,
+      content: `line ${i}\n`.repeat(1000),
+    }));
+    const up = (await f.invoke(alice, 'upload_inputs', { files, idempotency_key: key() })) as {
+      inputs: Array<{ path: string; sha256: string; size: number }>;
+    };
+    const spec = TaskSpecSchema.parse(validSpec({ inputs: up.inputs }));
+    const steps = inspectionSteps(f.deps, alice.id, spec);
+    expect(steps).toHaveLength(3);
+    expect(up.inputs.every((i) => !isInspected(f.deps, alice.id, i.sha256, i.path))).toBe(true);
+    // Through the dispatcher: explain_grant with the spec runs them (as parts of the TurnGate) first.
+    await call(alice, 'explain_grant', { spec: validSpec({ inputs: up.inputs }) });
+    expect(up.inputs.every((i) => isInspected(f.deps, alice.id, i.sha256, i.path))).toBe(true);
+    expect(inspectionSteps(f.deps, alice.id, spec)).toHaveLength(0);
+    // Remembered per owner: bob naming the same bytes has them inspected for him.
+    expect(inspectionSteps(f.deps, bob.id, spec)).toHaveLength(0); // not his uploads: nothing to inspect
   });
 });
 
