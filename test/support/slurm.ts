@@ -68,8 +68,30 @@ function baseEnv(conf: string | null): Record<string, string> {
   return env;
 }
 
+/**
+ * False when nothing listens where the config (SLURM_CONF, else /etc/slurm/slurm.conf) puts slurmctld:
+ * with no controller, sinfo retries for about 9 s before it gives up, and every cluster start paid that.
+ * True when it listens or the config cannot be read (then sinfo decides).
+ */
+function controllerListening(env: Record<string, string>): boolean {
+  let conf: string;
+  try {
+    conf = readFileSync(env.SLURM_CONF ?? '/etc/slurm/slurm.conf', 'utf8');
+  } catch {
+    return true;
+  }
+  const host = /^\s*SlurmctldHost\s*=\s*([A-Za-z0-9._-]+)/m.exec(conf)?.[1] ?? 'localhost';
+  const port = /^\s*SlurmctldPort\s*=\s*(\d+)/m.exec(conf)?.[1] ?? '6817';
+  const r = spawnSync('bash', ['-c', `exec 3<>/dev/tcp/${host}/${port}`], {
+    stdio: 'ignore',
+    timeout: 5_000,
+  });
+  return r.status === 0 || r.error !== undefined;
+}
+
 /** Node states (sinfo %t) of a partition, or null when Slurm does not answer. */
 function partitionStates(env: Record<string, string>, partition: string): string[] | null {
+  if (!controllerListening(env)) return null;
   const r = spawnSync('sinfo', ['-h', '-N', '-p', partition, '-o', '%N %t'], {
     env,
     encoding: 'utf8',
