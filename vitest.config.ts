@@ -9,13 +9,13 @@ const SLURM_SUITES = ['test/integration/slurm/**/*.test.ts', 'test/integration/c
 
 /**
  * Unit suites that share their modules (isolate: false) instead of loading a fresh module graph per file,
- * which cost more than their tests: the pure core (src/domain keeps no state: rule 1 and
- * test/unit/boundaries/module-state.test.ts) and the store, contracts, HTTP, qualification and client-kit
- * units, whose modules keep none either (their only module maps are constant sets and file-digest's cache,
- * keyed by path and stat). None of these files stubs, mocks or sets anything global. Measured on 2 cores at
- * load 5 (2026-12-05): test/unit/domain, 38 files, 12.0 s isolated, 3.7 s shared; the other five folders,
- * 26 files, 23.3 s and 11.0 s. Every other suite stays isolated: they start masters and workers, stub the
- * environment, change the umask, spy on globals.
+ * which cost more than their tests: the pure core (src/domain keeps no state, and
+ * test/unit/boundaries/module-state.test.ts fails if it does) and the store, contracts, HTTP,
+ * qualification and client-kit units, whose modules keep none either (their only module maps are
+ * constant sets and file-digest's cache, keyed by path and stat). None of these files stubs, mocks or
+ * sets anything global. Measured on 2 cores at load 5 (2026-12-05): test/unit/domain, 38 files, 12.0 s
+ * isolated, 3.7 s shared; the other five folders, 26 files, 23.3 s and 11.0 s. Every other suite stays
+ * isolated: they start masters and workers, stub the environment, change the umask, spy on globals.
  */
 const SHARED_MODULE_SUITES = [
   'test/unit/domain/**/*.test.ts',

@@ -12,9 +12,9 @@ import { awaitCleanup } from '../worker/local/teardown.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
 
 /**
- * Time bounds the unit tests asserted until issue 37 item 5 ("the suite runs on its own clock"): a test
- * keeps the behaviour (which decisions, which findings, which looks), and the time it took is measured
- * here, where a loaded CI machine cannot fail the suite for it. Each row counts an error when its bound,
+ * Time bounds the unit tests asserted until 2026-12-05 (docs/performance.md, "The suite on its own
+ * clock"): a test keeps the behaviour (which decisions, which findings, which looks), and the time it took
+ * is measured here, where a loaded CI machine cannot fail the suite for it. Each row counts an error when its bound,
  * the one the test had, is exceeded:
  *
  *   - decide over 64 workers × 8 cards and 10,000 queued 1-card tasks: median of 7 passes under 100 ms
@@ -209,7 +209,7 @@ async function receiptRow(): Promise<OpResult> {
 /** The time bounds moved out of the unit tests (see the module note). */
 export const testBoundsSection: BenchSection = {
   name: 'test-bounds',
-  description: 'time bounds the unit tests asserted until issue 37.5 (an error is a bound exceeded)',
+  description: 'time bounds the unit tests used to assert (an error is a bound exceeded)',
   async run() {
     return [decideRow(), decideFairRow(), implicitCodeRow(), await receiptRow()];
   },
