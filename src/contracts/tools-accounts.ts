@@ -112,6 +112,10 @@ export const getUsageTool = defineTool({
       .optional()
       .describe('ISO 8601 start, inclusive (default: 7 days before until).'),
     until: z.string().max(40).optional().describe('ISO 8601 end, exclusive (default: now).'),
+    interval: z
+      .enum(['hour', 'day'])
+      .optional()
+      .describe('Also sum per hour or per day (at most 400 of them in the window): `series`.'),
   }),
   output: z.object({
     by: z.enum(['account', 'principal', 'model']),
@@ -129,5 +133,16 @@ export const getUsageTool = defineTool({
       }),
     ),
     total_card_seconds: z.number().int(),
+    /** With `interval`: one entry per hour or day from `since`, each with its lines (none: no usage). */
+    series: z
+      .array(
+        z.object({
+          start: TimeSchema,
+          lines: z.array(
+            z.object({ key: z.string(), simulated: z.boolean(), card_seconds: z.number().int() }),
+          ),
+        }),
+      )
+      .optional(),
   }),
 });

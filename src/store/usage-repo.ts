@@ -109,6 +109,28 @@ export class UsageRepo {
       .all(since);
   }
 
+  /**
+   * The same sums per bucket of `bucketMs` from `since`: `[bucket index, key, simulated, card-seconds]`
+   * rows, oldest bucket first (the dashboard's chart of usage over time).
+   */
+  series(
+    q: UsageQuery,
+    bucketMs: number,
+  ): Array<{ bucket: number; key: string; simulated: boolean; card_seconds: number }> {
+    const key = GROUP_SQL[q.by];
+    const only = q.accounts ? `AND u.account IN (${q.accounts.map(() => '?').join(',') || "''"})` : '';
+    return this.db
+      .prepare<unknown[], { bucket: number; key: string; simulated: number; card_seconds: number }>(
+        `SELECT (u.ended_at - ?) / ? AS bucket, ${key} AS key, u.simulated AS simulated,
+                sum(u.card_seconds) AS card_seconds
+           FROM usage_charges u LEFT JOIN principals p ON p.id = u.principal_id
+          WHERE u.ended_at >= ? AND u.ended_at < ? ${only}
+          GROUP BY bucket, key, u.simulated ORDER BY bucket, key`,
+      )
+      .all(q.since, bucketMs, q.since, q.until, ...(q.accounts ?? []))
+      .map((r) => ({ ...r, bucket: Math.floor(r.bucket), simulated: r.simulated === 1 }));
+  }
+
   /** Every account's card-seconds by model since the ledger began (the Prometheus counter). */
   totals(): Array<{ account: string; model: string; simulated: boolean; card_seconds: number }> {
     return this.totalsStmt.all().map((r) => ({ ...r, simulated: r.simulated === 1 }));

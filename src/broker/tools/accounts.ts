@@ -170,10 +170,19 @@ function timeOf(field: string, value: string | undefined, fallback: number): num
 }
 
 /** get_usage: operators and viewers see every account; anyone else their own account. */
+const INTERVAL_MS = { hour: 3_600_000, day: DAY_MS } as const;
+/** Most buckets one get_usage `series` holds. */
+const MAX_BUCKETS = 400;
+
 export function getUsage(
   deps: Deps,
   principal: Principal,
-  q: { by?: UsageGrouping | undefined; since?: string | undefined; until?: string | undefined },
+  q: {
+    by?: UsageGrouping | undefined;
+    since?: string | undefined;
+    until?: string | undefined;
+    interval?: 'hour' | 'day' | undefined;
+  },
 ) {
   const until = timeOf('until', q.until, deps.clock.now());
   const since = timeOf('since', q.since, until - 7 * DAY_MS);
@@ -189,6 +198,23 @@ export function getUsage(
   const lines = deps.store.usage
     .summary({ by, since, until, ...(account === null ? {} : { accounts: [account] }) })
     .map((l) => ({ ...l, card_hours: Math.round((l.card_seconds / 3600) * 1000) / 1000 }));
+  const scope = { by, since, until, ...(account === null ? {} : { accounts: [account] }) };
+  let series:
+    | Array<{ start: string; lines: Array<{ key: string; simulated: boolean; card_seconds: number }> }>
+    | undefined;
+  if (q.interval !== undefined) {
+    const step = INTERVAL_MS[q.interval];
+    const buckets = Math.ceil((until - since) / step);
+    if (buckets > MAX_BUCKETS)
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `${buckets} ${q.interval}s from since to until; at most ${MAX_BUCKETS} per call`,
+        'Shorten the window or use a longer interval.',
+      );
+    series = Array.from({ length: buckets }, (_, i) => ({ start: iso(since + i * step), lines: [] }));
+    for (const r of deps.store.usage.series(scope, step))
+      series[r.bucket]?.lines.push({ key: r.key, simulated: r.simulated, card_seconds: r.card_seconds });
+  }
   return {
     by,
     since: iso(since),
@@ -196,5 +222,6 @@ export function getUsage(
     account,
     lines,
     total_card_seconds: lines.reduce((n, l) => n + l.card_seconds, 0),
+    ...(series === undefined ? {} : { series }),
   };
 }

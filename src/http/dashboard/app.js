@@ -15,6 +15,7 @@ import {
   time,
 } from './render.js';
 import { renderRevision } from './review.js';
+import { renderUsage } from './usage.js';
 import { visible, visibleText } from './visible.js';
 
 /**
@@ -117,6 +118,17 @@ async function refreshQualifications() {
     h('button', { class: 'button', type: 'submit' }, 'Show run'),
   );
   fill($('qualifications'), ...renderQualifications(runs), lookup);
+}
+
+async function refreshUsage() {
+  // The last 7 days by account (a submitter sees their own account only).
+  const until = new Date();
+  until.setUTCHours(24, 0, 0, 0);
+  const since = new Date(until.getTime() - 7 * 86_400_000);
+  const usage = await apiGet(
+    `/api/v1/usage?by=account&interval=day&since=${since.toISOString()}&until=${until.toISOString()}`,
+  );
+  fill($('usage'), ...renderUsage(usage));
 }
 
 async function refreshGrants() {
@@ -279,6 +291,7 @@ const VIEWS = {
   reviews: refreshReviews,
   qualifications: refreshQualifications,
   grants: refreshGrants,
+  usage: refreshUsage,
 };
 
 // ---- refresh scheduling ---------------------------------------------------------------------------
@@ -315,7 +328,8 @@ function runDirty() {
 
 /** Which views a changed topic touches. */
 function viewsFor(topic) {
-  if (topic === 'cards') return ['cards', 'status', 'queue'];
+  // A lease released (and charged) changes the cards: usage follows.
+  if (topic === 'cards') return ['cards', 'status', 'queue', 'usage'];
   if (topic === 'tasks') return ['tasks', 'queue', 'cards', 'status'];
   if (topic === 'review-queue' || topic.startsWith('proposal:')) return ['reviews'];
   if (topic === 'standing-grants' || topic.startsWith('standing-grant:')) return ['grants'];
