@@ -182,4 +182,14 @@ describe('the usage ledger', () => {
     // The ledger keeps history; usage is untouched by account changes.
     expect(expectOk(await callTool<Usage>(ops, 'get_usage', {})).lines.length).toBe(2);
   });
+
+  it('a restarted master keeps the ledger as it was: nothing charged twice, nothing lost', async () => {
+    const before = expectOk(await callTool<Usage>(ops, 'get_usage', { by: 'principal' }));
+    await w.close();
+    m = await m.restart();
+    const after = await m.rest(m.operatorToken).get<Usage>('/api/v1/usage?by=principal');
+    expect(after.status).toBe(200);
+    expect(after.body.lines).toEqual(before.lines);
+    expect(after.body.total_card_seconds).toBe(before.total_card_seconds);
+  });
 });
