@@ -16,6 +16,38 @@ const WeightSchema = z
   .describe('Fair-share weight relative to its siblings (1: an equal share; 2: twice that). Default 1.');
 const DescriptionSchema = z.string().max(500).describe('What the account is for; at most 500 characters.');
 
+/** An account's quotas as sent: a field absent keeps it, null clears it. */
+const QuotaInput = {
+  nominal_cards: z
+    .number()
+    .int()
+    .min(0)
+    .max(100_000)
+    .nullable()
+    .optional()
+    .describe('Cards the account is guaranteed when it asks; null: no quota. Children sum within it.'),
+  borrowing_limit: z
+    .number()
+    .int()
+    .min(0)
+    .max(100_000)
+    .nullable()
+    .optional()
+    .describe('Idle cards beyond its nominal share it may hold; null: any. Needs nominal_cards.'),
+  budget_card_hours: z
+    .number()
+    .positive()
+    .max(100_000_000)
+    .nullable()
+    .optional()
+    .describe('Card-hours it may use per budget_period; null: no budget.'),
+  budget_period: z
+    .enum(['day', 'week', 'month'])
+    .nullable()
+    .optional()
+    .describe('The budget resets each UTC day, week (from Monday) or month.'),
+};
+
 /** An account as listed. */
 export const AccountViewSchema = z.object({
   name: z.string(),
@@ -27,6 +59,12 @@ export const AccountViewSchema = z.object({
   /** Principals (not revoked) in it. */
   principals: z.number().int(),
   created_at: TimeSchema,
+  quotas: z.object({
+    nominal_cards: z.number().int().nullable(),
+    borrowing_limit: z.number().int().nullable(),
+    budget_card_hours: z.number().nullable(),
+    budget_period: z.enum(['day', 'week', 'month']).nullable(),
+  }),
 });
 
 /** list_accounts */
@@ -56,6 +94,7 @@ export const createAccountTool = defineTool({
     parent: AccountNameSchema.optional().describe('Its parent account (default root).'),
     weight: WeightSchema.optional(),
     description: DescriptionSchema.optional(),
+    ...QuotaInput,
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ account: AccountViewSchema }),
@@ -66,7 +105,7 @@ export const setAccountTool = defineTool({
   name: 'set_account',
   title: 'Change an account',
   description:
-    'Changes an account’s weight, parent or description. Refused (typed) when the new parent is the account itself or below it (a cycle), unknown, or would put accounts deeper than 8 levels.',
+    'Changes an account’s weight, parent, description or quotas (nominal_cards, borrowing_limit, budget_card_hours per budget_period; null clears one). Refused (typed) when the new parent is the account itself or below it (a cycle), unknown, or would put accounts deeper than 8 levels.',
   roles: ['operator'],
   mutating: true,
   annotations: MUTATING,
@@ -77,6 +116,7 @@ export const setAccountTool = defineTool({
     description: DescriptionSchema.nullable()
       .optional()
       .describe('What the account is for (null clears it).'),
+    ...QuotaInput,
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ account: AccountViewSchema }),

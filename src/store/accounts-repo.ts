@@ -7,6 +7,13 @@ export interface AccountRecord {
   weight: number;
   description: string | null;
   created_at: number;
+  /** Cards it is guaranteed when it asks; null: no quota. */
+  nominal_cards: number | null;
+  /** Idle cards beyond its nominal it may hold; null: any. */
+  borrowing_limit: number | null;
+  /** Card-hours per `budget_period`; null: no budget. */
+  budget_card_hours: number | null;
+  budget_period: 'day' | 'week' | 'month' | null;
 }
 
 /** The account tree. Its rules (names, cycles, depth, what holds an account) are src/domain/accounts/tree.ts. */
@@ -21,10 +28,13 @@ export class AccountsRepo {
     this.allStmt = db.prepare<[], AccountRecord>('SELECT * FROM accounts ORDER BY name');
     this.getStmt = db.prepare<[string], AccountRecord>('SELECT * FROM accounts WHERE name = ?');
     this.insertStmt = db.prepare(
-      'INSERT INTO accounts (name, parent, weight, description, created_at) VALUES (@name, @parent, @weight, @description, @created_at)',
+      `INSERT INTO accounts (name, parent, weight, description, created_at, nominal_cards, borrowing_limit, budget_card_hours, budget_period)
+       VALUES (@name, @parent, @weight, @description, @created_at, @nominal_cards, @borrowing_limit, @budget_card_hours, @budget_period)`,
     );
     this.updateStmt = db.prepare(
-      'UPDATE accounts SET parent = @parent, weight = @weight, description = @description WHERE name = @name',
+      `UPDATE accounts SET parent = @parent, weight = @weight, description = @description, nominal_cards = @nominal_cards,
+         borrowing_limit = @borrowing_limit, budget_card_hours = @budget_card_hours, budget_period = @budget_period
+       WHERE name = @name`,
     );
     this.deleteStmt = db.prepare('DELETE FROM accounts WHERE name = ?');
   }
@@ -42,7 +52,7 @@ export class AccountsRepo {
     this.insertStmt.run(a);
   }
 
-  /** Writes `a`'s parent, weight and description. */
+  /** Writes `a`'s parent, weight, description and quotas. */
   update(a: AccountRecord): void {
     this.updateStmt.run(a);
   }

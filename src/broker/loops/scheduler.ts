@@ -2,7 +2,7 @@ import { type Policy, pinnedScripts } from '../../contracts/policy.js';
 import type { ResolvedLimits } from '../../contracts/task-limits.js';
 import type { Runtime } from '../../contracts/task-spec.js';
 import type { ExecutionPlan, LeasedCard } from '../../contracts/worker-protocol.js';
-import { DEFAULT_ACCOUNT, normalisedShares } from '../../domain/accounts/tree.js';
+import { budgetPeriod, DEFAULT_ACCOUNT, normalisedShares } from '../../domain/accounts/tree.js';
 import { nextLeaseEpoch } from '../../domain/machines/lease.js';
 import { runArgv } from '../../domain/policy/run-argv.js';
 import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/policy/task-limits.js';
@@ -16,6 +16,7 @@ import type {
   SchedulingSnapshot,
   WorkerView,
 } from '../../domain/scheduling/types.js';
+import type { AccountRecord } from '../../store/accounts-repo.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -216,15 +217,70 @@ export class Scheduler implements TaskObserver {
       }
       this.fairUsage = { at: now, byAccount };
     }
-    const shares = normalisedShares(store.accounts.list());
+    const list = store.accounts.list();
+    const shares = normalisedShares(list);
     const accounts: FairShareView['accounts'] = {};
-    for (const [name, share] of shares)
-      accounts[name] = { share, usage: this.fairUsage.byAccount.get(name) ?? 0, running_cards: 0 };
+    const budgets = this.budgetsUsed(now, list);
+    for (const a of list)
+      accounts[a.name] = {
+        share: shares.get(a.name) ?? 0,
+        usage: this.fairUsage.byAccount.get(a.name) ?? 0,
+        running_cards: 0,
+        parent: a.parent,
+        nominal_cards: a.nominal_cards,
+        borrowing_limit: a.borrowing_limit,
+        budget:
+          a.budget_card_hours === null || a.budget_period === null
+            ? null
+            : {
+                limit_card_seconds: a.budget_card_hours * 3600,
+                used_card_seconds: budgets.get(a.name) ?? 0,
+                resets_at: budgetPeriod(a.budget_period, now).end,
+              },
+      };
     for (const [owner, cards] of Object.entries(running)) {
       const a = accounts[this.account(owner)];
       if (a) a.running_cards += cards;
     }
     return { accounts, total_cards: workers.reduce((n, w) => n + w.cards.length, 0) };
+  }
+
+  /**
+   * The card-seconds each account with a budget (its subtree's leases) used in its current period,
+   * from leases that ended in it: a task that started within the budget runs to its end.
+   */
+  private budgetsUsed(now: number, list: readonly AccountRecord[]): Map<string, number> {
+    const out = new Map<string, number>();
+    const budgeted = list.filter((a) => a.budget_period !== null && a.budget_card_hours !== null);
+    if (budgeted.length === 0) return out;
+    const parentOf = new Map(list.map((a) => [a.name, a.parent]));
+    const byPeriod = new Map<string, Map<string, number>>();
+    for (const a of budgeted) {
+      const period = a.budget_period as 'day' | 'week' | 'month';
+      let own = byPeriod.get(period);
+      if (!own) {
+        own = new Map();
+        const { start } = budgetPeriod(period, now);
+        for (const l of this.deps.store.usage.summary({ by: 'account', since: start, until: now + 1 }))
+          own.set(l.key, (own.get(l.key) ?? 0) + l.card_seconds);
+        byPeriod.set(period, own);
+      }
+      // Its own use and every account's below it.
+      let used = 0;
+      for (const [name, seconds] of own) {
+        for (
+          let at: string | null | undefined = name, n = 0;
+          at && n <= list.length;
+          at = parentOf.get(at), n++
+        )
+          if (at === a.name) {
+            used += seconds;
+            break;
+          }
+      }
+      out.set(a.name, used);
+    }
+    return out;
   }
 
   /** Step 1: everything `decide` reads. */

@@ -1,10 +1,12 @@
 import { BrokerError } from '../../contracts/errors.js';
 import {
   type AccountProblem,
+  type AccountQuotas,
   createProblem,
   DEFAULT_ACCOUNT,
   deleteProblem,
   normalisedShares,
+  quotaProblem,
   ROOT_ACCOUNT,
   setProblem,
 } from '../../domain/accounts/tree.js';
@@ -23,6 +25,33 @@ import { iso } from './views.js';
 
 type Deps = Pick<BrokerDeps, 'store' | 'clock'>;
 
+/** A change of quotas: a field absent keeps it, null clears it. */
+export interface QuotaChange {
+  nominal_cards?: number | null | undefined;
+  borrowing_limit?: number | null | undefined;
+  budget_card_hours?: number | null | undefined;
+  budget_period?: 'day' | 'week' | 'month' | null | undefined;
+}
+
+const NO_QUOTAS: Readonly<AccountQuotas> = {
+  nominal_cards: null,
+  borrowing_limit: null,
+  budget_card_hours: null,
+  budget_period: null,
+};
+
+/** `before`'s quotas with `change` applied. */
+function quotasAfter(before: AccountQuotas, change: QuotaChange): AccountQuotas {
+  const pick = <K extends keyof AccountQuotas>(k: K): AccountQuotas[K] =>
+    change[k] === undefined ? before[k] : (change[k] as AccountQuotas[K]);
+  return {
+    nominal_cards: pick('nominal_cards'),
+    borrowing_limit: pick('borrowing_limit'),
+    budget_card_hours: pick('budget_card_hours'),
+    budget_period: pick('budget_period'),
+  };
+}
+
 const refuse = (p: AccountProblem | null): void => {
   if (p) throw new BrokerError(p.code, p.message, p.hint);
 };
@@ -37,6 +66,12 @@ function accountView(deps: Deps, a: AccountRecord, shares: ReadonlyMap<string, n
     description: a.description,
     principals: deps.store.principals.countInAccount(a.name),
     created_at: iso(a.created_at),
+    quotas: {
+      nominal_cards: a.nominal_cards,
+      borrowing_limit: a.borrowing_limit,
+      budget_card_hours: a.budget_card_hours,
+      budget_period: a.budget_period,
+    },
   };
 }
 
@@ -68,11 +103,12 @@ export function createAccount(
     parent?: string | undefined;
     weight?: number | undefined;
     description?: string | undefined;
-  },
+  } & QuotaChange,
 ) {
   const parent = req.parent ?? ROOT_ACCOUNT;
   return deps.store.transaction(() => {
-    refuse(createProblem(deps.store.accounts.list(), { name: req.name, parent, weight: req.weight }));
+    const all = deps.store.accounts.list();
+    refuse(createProblem(all, { name: req.name, parent, weight: req.weight }));
     const now = deps.clock.now();
     const a: AccountRecord = {
       name: req.name,
@@ -80,7 +116,9 @@ export function createAccount(
       weight: req.weight ?? 1,
       description: req.description ?? null,
       created_at: now,
+      ...quotasAfter(NO_QUOTAS, req),
     };
+    refuse(quotaProblem([...all, a], a.name, a));
     deps.store.accounts.insert(a);
     deps.store.audit.append({
       at: now,
@@ -88,7 +126,7 @@ export function createAccount(
       action: 'account.created',
       subject_type: 'account',
       subject_id: a.name,
-      data: { parent: a.parent, weight: a.weight },
+      data: { parent: a.parent, weight: a.weight, quotas: quotasAfter(NO_QUOTAS, a) },
     });
     return { account: viewOf(deps, a.name) };
   });
@@ -103,7 +141,7 @@ export function setAccount(
     parent?: string | undefined;
     weight?: number | undefined;
     description?: string | null | undefined;
-  },
+  } & QuotaChange,
 ) {
   return deps.store.transaction(() => {
     const all = deps.store.accounts.list();
@@ -114,7 +152,15 @@ export function setAccount(
       parent: req.parent ?? before.parent,
       weight: req.weight ?? before.weight,
       description: req.description === undefined ? before.description : req.description,
+      ...quotasAfter(before, req),
     };
+    refuse(
+      quotaProblem(
+        all.map((a) => (a.name === after.name ? after : a)),
+        after.name,
+        after,
+      ),
+    );
     deps.store.accounts.update(after);
     deps.store.audit.append({
       at: deps.clock.now(),
@@ -125,6 +171,7 @@ export function setAccount(
       data: {
         parent: { from: before.parent, to: after.parent },
         weight: { from: before.weight, to: after.weight },
+        quotas: { from: quotasAfter(before, {}), to: quotasAfter(after, {}) },
       },
     });
     return { account: viewOf(deps, after.name) };

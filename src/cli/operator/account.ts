@@ -27,14 +27,67 @@ function wholeNumber(flag: string, value: unknown): number | undefined {
 
 type AccountView = ReturnType<typeof listAccounts>['accounts'][number];
 
+/** A quota flag: a whole number, or the word that clears it (null); absent: unchanged. */
+function quotaCount(flag: string, value: unknown, clear: string): number | null | undefined {
+  if (value === undefined) return undefined;
+  if (value === clear) return null;
+  return wholeNumber(flag, value);
+}
+
+/** The --budget flag: card-hours, or none. */
+function budgetHours(value: unknown): number | null | undefined {
+  if (value === undefined) return undefined;
+  if (value === 'none') return null;
+  const n = typeof value === 'string' && /^\d{1,9}(\.\d{1,3})?$/.test(value) ? Number(value) : Number.NaN;
+  if (!(n > 0))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `--budget ${JSON.stringify(value)} is not a number of card-hours`,
+      'e.g. --budget 500 --period week',
+    );
+  return n;
+}
+
+const PERIODS = ['day', 'week', 'month'] as const;
+
+/** The quota flags of create and set. */
+function quotaFlags(values: Record<string, unknown>) {
+  const period = values['period'];
+  if (period !== undefined && !(PERIODS as readonly unknown[]).includes(period))
+    throw new BrokerError(
+      'INVALID_INPUT',
+      `--period ${JSON.stringify(period)}`,
+      'Use --period day, week or month.',
+    );
+  const budget = budgetHours(values['budget']);
+  return {
+    nominal_cards: quotaCount('nominal', values['nominal'], 'none'),
+    borrowing_limit: quotaCount('borrow', values['borrow'], 'any'),
+    budget_card_hours: budget,
+    // Clearing the budget clears its period.
+    budget_period: budget === null ? null : (period as (typeof PERIODS)[number] | undefined),
+  };
+}
+
+function quotaText(a: AccountView): string {
+  const q = a.quotas;
+  const parts = [
+    q.nominal_cards === null ? null : `nominal ${q.nominal_cards}`,
+    q.nominal_cards === null ? null : q.borrowing_limit === null ? '+any' : `+${q.borrowing_limit}`,
+    q.budget_card_hours === null ? null : `${q.budget_card_hours} h/${q.budget_period}`,
+  ].filter((x) => x !== null);
+  return parts.join(' ');
+}
+
 const rows = (list: readonly AccountView[]) =>
   table(
-    ['NAME', 'PARENT', 'WEIGHT', 'SHARE', 'PRINCIPALS', 'DESCRIPTION'],
+    ['NAME', 'PARENT', 'WEIGHT', 'SHARE', 'QUOTAS', 'PRINCIPALS', 'DESCRIPTION'],
     list.map((a) => [
       a.name,
       a.parent ?? '',
       String(a.weight),
       `${(a.share * 100).toFixed(1)}%`,
+      quotaText(a),
       String(a.principals),
       a.description ?? '',
     ]),
@@ -55,6 +108,7 @@ export const run: CommandRunner = async (argv, io) => {
   try {
     // Checked before the data dir is opened: a bad number changes nothing.
     const weight = wholeNumber('weight', values.weight);
+    const quotas = quotaFlags(values);
     if (sub !== 'list' && !name)
       throw new BrokerError('INVALID_INPUT', 'which account?', `gpu-broker account ${sub} NAME`);
     return await withLocalStore(values, io, (deps) => {
@@ -79,6 +133,7 @@ export const run: CommandRunner = async (argv, io) => {
               parent: values.parent,
               weight,
               description: values.description,
+              ...quotas,
             }),
           );
         case 'set':
@@ -88,6 +143,7 @@ export const run: CommandRunner = async (argv, io) => {
               parent: values.parent,
               weight,
               description: values.description,
+              ...quotas,
             }),
           );
         default: {

@@ -190,10 +190,10 @@ export const AUDIT = defineCommand({
 export const ACCOUNT = defineCommand({
   name: 'account',
   usage: [
-    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--data-dir DIR] [--json]',
+    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--data-dir DIR] [--json]',
     'account list [--data-dir DIR] [--json]',
     'account show NAME [--data-dir DIR] [--json]',
-    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--data-dir DIR] [--json]',
+    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--data-dir DIR] [--json]',
     'account delete NAME [--data-dir DIR] [--json]',
   ],
   summary:
@@ -206,6 +206,22 @@ export const ACCOUNT = defineCommand({
       help: 'fair-share weight relative to its siblings, a whole number 1..1000000 (create: default 1)',
     },
     description: { type: 'string', value: 'TEXT', help: 'what the account is for (at most 500 characters)' },
+    nominal: {
+      type: 'string',
+      value: 'N',
+      help: 'cards the account is guaranteed when it asks (none: no quota); children sum within it',
+    },
+    borrow: {
+      type: 'string',
+      value: 'N',
+      help: 'idle cards beyond the nominal share it may hold (any: no limit; needs --nominal)',
+    },
+    budget: { type: 'string', value: 'HOURS', help: 'card-hours per --period (none: no budget)' },
+    period: {
+      type: 'string',
+      value: 'P',
+      help: 'the budget resets each UTC day, week (from Monday) or month',
+    },
     ...LOCAL_FLAGS,
   },
   env: LOCAL_ENV,
@@ -214,6 +230,7 @@ export const ACCOUNT = defineCommand({
     'account create org-ml',
     'account create team-a --parent org-ml --weight 2',
     'account set team-a --weight 3',
+    'account set team-a --nominal 4 --borrow 4 --budget 500 --period week',
     'token create --name alice-agent --role submitter --account team-a',
   ],
 });

@@ -197,3 +197,132 @@ export function normalisedShares(accounts: readonly AccountNode[]): Map<string, 
   for (const a of accounts) out.set(a.name, shareOf(a.name, 0));
   return out;
 }
+
+/** An account's quotas (docs/operations.md "Accounts and usage"); null fields: no such limit. */
+export interface AccountQuotas {
+  nominal_cards: number | null;
+  borrowing_limit: number | null;
+  budget_card_hours: number | null;
+  budget_period: 'day' | 'week' | 'month' | null;
+}
+
+/** The most cards a quota names. */
+export const MAX_QUOTA_CARDS = 100_000;
+
+/**
+ * Whether `name` may have `quotas` among `accounts` (each with its own quotas): whole, non-negative card
+ * counts; a budget with its period and a period with its budget; a borrowing limit only beside a nominal
+ * share; and children's nominal shares summing within their parent's (both ways: a parent's nominal never
+ * drops below what its children hold, a child's never pushes the sum past its parent's).
+ */
+export function quotaProblem(
+  accounts: ReadonlyArray<AccountNode & AccountQuotas>,
+  name: string,
+  quotas: AccountQuotas,
+): AccountProblem | null {
+  for (const [field, value] of [
+    ['nominal_cards', quotas.nominal_cards],
+    ['borrowing_limit', quotas.borrowing_limit],
+  ] as const)
+    if (value !== null && (!Number.isInteger(value) || value < 0 || value > MAX_QUOTA_CARDS))
+      return problem(
+        'INVALID_INPUT',
+        `${field} ${value} is not a whole number of cards from 0 to ${MAX_QUOTA_CARDS}`,
+        'e.g. 4',
+      );
+  if (quotas.borrowing_limit !== null && quotas.nominal_cards === null)
+    return problem(
+      'INVALID_INPUT',
+      'a borrowing limit needs a nominal share to borrow beyond',
+      'Set nominal_cards too.',
+    );
+  const b = quotas.budget_card_hours;
+  if (b !== null && (!Number.isFinite(b) || b <= 0 || b > 100_000_000))
+    return problem(
+      'INVALID_INPUT',
+      `budget_card_hours ${b} is not a positive number of card-hours`,
+      'e.g. 200',
+    );
+  if ((b === null) !== (quotas.budget_period === null))
+    return problem(
+      'INVALID_INPUT',
+      'a budget needs its period, and a period its budget',
+      'e.g. budget 200 card-hours per week.',
+    );
+  const self = accounts.find((a) => a.name === name);
+  const parent = self?.parent ? accounts.find((a) => a.name === self.parent) : undefined;
+  const nominal = quotas.nominal_cards ?? 0;
+  if (parent && parent.nominal_cards !== null && quotas.nominal_cards !== null) {
+    const siblings = accounts
+      .filter((a) => a.parent === parent.name && a.name !== name)
+      .reduce((n, a) => n + (a.nominal_cards ?? 0), 0);
+    if (siblings + nominal > parent.nominal_cards)
+      return problem(
+        'INVALID_INPUT',
+        `${name}'s nominal ${nominal} and its siblings' ${siblings} exceed ${parent.name}'s nominal ${parent.nominal_cards}`,
+        `Children's nominal shares sum within their parent's: raise ${parent.name}'s or lower another child's first.`,
+      );
+  }
+  if (quotas.nominal_cards !== null) {
+    const children = accounts
+      .filter((a) => a.parent === name)
+      .reduce((n, a) => n + (a.nominal_cards ?? 0), 0);
+    if (children > quotas.nominal_cards)
+      return problem(
+        'INVALID_INPUT',
+        `${name}'s children hold nominal shares of ${children} cards, more than ${quotas.nominal_cards}`,
+        'Lower the children first, or give this account at least their sum.',
+      );
+  }
+  return null;
+}
+
+const DAY_MS = 86_400_000;
+
+/** Year and month (1-12) of a day number since 1970-01-01 (Hinnant's civil_from_days; no Date: pure). */
+function civil(days: number): { y: number; m: number } {
+  const z = days + 719_468;
+  const era = Math.floor(z / 146_097);
+  const doe = z - era * 146_097;
+  const yoe = Math.floor(
+    (doe - Math.floor(doe / 1460) + Math.floor(doe / 36_524) - Math.floor(doe / 146_096)) / 365,
+  );
+  const doy = doe - (365 * yoe + Math.floor(yoe / 4) - Math.floor(yoe / 100));
+  const mp = Math.floor((5 * doy + 2) / 153);
+  const m = mp < 10 ? mp + 3 : mp - 9;
+  return { y: yoe + era * 400 + (m <= 2 ? 1 : 0), m };
+}
+
+/** `ms` as an ISO 8601 UTC time to the second (no Date: pure), e.g. 2026-12-07T00:00:00Z. */
+export function isoUtc(ms: number): string {
+  const days = Math.floor(ms / DAY_MS);
+  const { y, m } = civil(days);
+  const d = days - daysFromCivil(y, m) + 1;
+  const secs = Math.floor((ms - days * DAY_MS) / 1000);
+  const two = (n: number) => String(n).padStart(2, '0');
+  return `${y}-${two(m)}-${two(d)}T${two(Math.floor(secs / 3600))}:${two(Math.floor(secs / 60) % 60)}:${two(secs % 60)}Z`;
+}
+
+/** The day number of year `y`, month `m` (1-12), day 1 (Hinnant's days_from_civil). */
+function daysFromCivil(y: number, m: number): number {
+  const yy = m <= 2 ? y - 1 : y;
+  const era = Math.floor(yy / 400);
+  const yoe = yy - era * 400;
+  const doy = Math.floor((153 * (m > 2 ? m - 3 : m + 9) + 2) / 5);
+  const doe = yoe * 365 + Math.floor(yoe / 4) - Math.floor(yoe / 100) + doy;
+  return era * 146_097 + doe - 719_468;
+}
+
+/** The budget period holding `now` (UTC: a day, a week from Monday, a calendar month): its start and end. */
+export function budgetPeriod(period: 'day' | 'week' | 'month', now: number): { start: number; end: number } {
+  const days = Math.floor(now / DAY_MS);
+  if (period === 'day') return { start: days * DAY_MS, end: (days + 1) * DAY_MS };
+  if (period === 'week') {
+    // 1970-01-01 was a Thursday: Monday-based weekday = (days + 3) mod 7.
+    const start = (days - ((((days + 3) % 7) + 7) % 7)) * DAY_MS;
+    return { start, end: start + 7 * DAY_MS };
+  }
+  const { y, m } = civil(days);
+  const next = m === 12 ? { y: y + 1, m: 1 } : { y, m: m + 1 };
+  return { start: daysFromCivil(y, m) * DAY_MS, end: daysFromCivil(next.y, next.m) * DAY_MS };
+}

@@ -1,3 +1,4 @@
+import { AccountLimits } from './account-limits.js';
 import { fairOrder, fairShareNote, fairShareWords } from './fair-order.js';
 import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
@@ -52,6 +53,7 @@ export function decide(
   const grantedByAccount = new Map<string, number>();
   const tasks = fairOrder(snapshot.tasks, snapshot.fair_share, compareQueuedTasks, grantedByAccount);
   const limit = config.max_concurrent_cards_per_owner;
+  const accountLimits = new AccountLimits(snapshot.fair_share);
   const usedByOwner = new Map<string, number>(Object.entries(snapshot.running_cards_by_owner));
 
   const decision: SchedulingDecision = { grants: [], waiting: [], reservations: [] };
@@ -88,6 +90,12 @@ export function decide(
       wait(task.task_id, quotaExceeded(limit, inUse, req.need));
       continue;
     }
+    // 4b. The account's quotas (and those of every account above it): its cap of cards, its budget.
+    const overAccount = accountLimits.check(task.account, req.need);
+    if (overAccount !== null) {
+      wait(task.task_id, overAccount);
+      continue;
+    }
     // 5. Admit: best fit among free matching cards (backfill: a later task may take cards an earlier
     //    one could not use, except cards an aged task reserved in step 6).
     const grant = pool.place(view);
@@ -96,6 +104,7 @@ export function decide(
       usedByOwner.set(task.owner, inUse + req.need);
       const account = task.account ?? '';
       grantedByAccount.set(account, (grantedByAccount.get(account) ?? 0) + req.need);
+      accountLimits.grant(task.account, req.need);
       continue;
     }
     // 6. Reserve: an aged task holds the free cards of the worker where it will fit first, so a

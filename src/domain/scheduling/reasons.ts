@@ -1,3 +1,4 @@
+import { isoUtc } from '../accounts/tree.js';
 import type { WaitReason } from './types.js';
 
 /**
@@ -291,6 +292,53 @@ export function quotaExceeded(limit: number, inUse: number, need: number): WaitR
       : `Its owner holds ${plural(inUse, 'card')}; ${need} more would exceed the per-owner limit of ${limit}. ` +
         `It starts when the owner's other tasks release cards.`;
   return { code: 'quota_exceeded', limit, in_use: inUse, need, message };
+}
+
+/** An account (or one above it) at the most cards its quota lets its tasks hold. */
+export function accountQuotaExceeded(
+  account: string,
+  nominal: number,
+  borrowingLimit: number,
+  held: number,
+  need: number,
+): WaitReason {
+  const limit = nominal + borrowingLimit;
+  const message =
+    need > limit
+      ? `Needs ${plural(need, 'card')}, more than account ${account} may ever hold (nominal ${nominal} + borrowing ${borrowingLimit}); it can never start as specified.`
+      : `Account ${account} holds ${plural(held, 'card')} of its ${limit} (nominal ${nominal} + borrowing ${borrowingLimit}); ` +
+        `${need} more would pass it. It starts when the account's tasks release cards, or an operator raises the quota (gpu-broker account set ${account} --nominal/--borrow).`;
+  return {
+    code: 'account_quota_exceeded',
+    account,
+    limit,
+    nominal,
+    borrowing_limit: borrowingLimit,
+    held,
+    need,
+    message,
+  };
+}
+
+/** An account (or one above it) spent its card-hour budget for this period. */
+export function accountBudgetExhausted(
+  account: string,
+  budgetSeconds: number,
+  usedSeconds: number,
+  resetsAt: number,
+): WaitReason {
+  const hours = (s: number) => Math.round((s / 3600) * 100) / 100;
+  const message =
+    `Account ${account} used ${hours(usedSeconds)} of its ${hours(budgetSeconds)} card-hours this period; ` +
+    `its tasks wait until the budget resets at ${isoUtc(resetsAt)} or an operator raises it (gpu-broker account set ${account} --budget).`;
+  return {
+    code: 'account_budget_exhausted',
+    account,
+    budget_card_hours: hours(budgetSeconds),
+    used_card_hours: hours(usedSeconds),
+    resets_at: resetsAt,
+    message,
+  };
 }
 
 function plural(n: number, noun: string): string {

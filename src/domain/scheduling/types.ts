@@ -155,10 +155,25 @@ export interface FairShareNote {
   position_in_account: number;
 }
 
+/** One account as a pass sees it (fair share and quotas). */
+export interface AccountView {
+  share: number;
+  usage: number;
+  /** Cards its own principals hold now (not its children's). */
+  running_cards: number;
+  /** Its parent account (quotas of every account above apply too); absent: none known. */
+  parent?: string | null | undefined;
+  /** Cards guaranteed when it asks; with `borrowing_limit`, the most its subtree may hold. */
+  nominal_cards?: number | null | undefined;
+  borrowing_limit?: number | null | undefined;
+  /** Its card-hour budget this period: the limit, what leases ended in the period used, when it resets. */
+  budget?: { limit_card_seconds: number; used_card_seconds: number; resets_at: number } | null | undefined;
+}
+
 /** What fair share needs of the accounts (./fair-order.ts). */
 export interface FairShareView {
   /** By account name: its normalised share (0..1], its decayed card-seconds, the cards it holds now. */
-  accounts: Record<string, { share: number; usage: number; running_cards: number }>;
+  accounts: Record<string, AccountView>;
   /** Cards of every worker in the snapshot. */
   total_cards: number;
 }
@@ -184,6 +199,8 @@ export interface FairShareView {
  *    policy requires isolation;
  *  - cordoned: cordons leave fewer than `need` matching cards on every usable worker;
  *  - quota_exceeded: granting it would take its owner over the per-owner card limit;
+ *  - account_quota_exceeded: its account, or one above, would hold more than nominal + borrowing limit;
+ *  - account_budget_exhausted: its account, or one above, spent its card-hour budget this period;
  *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised).
  */
 export type WaitReason =
@@ -222,6 +239,24 @@ export type WaitReason =
   | { code: 'worker_unisolated'; need: number; unisolated: number; message: string }
   | { code: 'cordoned'; need: number; uncordoned: number; message: string }
   | { code: 'quota_exceeded'; limit: number; in_use: number; need: number; message: string }
+  | {
+      code: 'account_quota_exceeded';
+      account: string;
+      limit: number;
+      nominal: number;
+      borrowing_limit: number;
+      held: number;
+      need: number;
+      message: string;
+    }
+  | {
+      code: 'account_budget_exhausted';
+      account: string;
+      budget_card_hours: number;
+      used_card_hours: number;
+      resets_at: number;
+      message: string;
+    }
   | { code: 'grant_failed'; failures: number; retry_at: number; error: string; message: string };
 
 /** Bind a task to these cards of one worker. */

@@ -158,4 +158,42 @@ describe('gpu-broker account', () => {
     const del = await acct('delete', 'team-a');
     expect(del.json<{ error: ErrorBody }>().error.message).toBe('account team-a still holds 1 principal(s)');
   });
+
+  it('sets, shows and clears quotas; refuses what breaks them and changes nothing', async () => {
+    await acct('create', 'org', '--nominal', '8');
+    const a = await acct('create', 'team-a', '--parent', 'org', '--nominal', '4', '--borrow', '2');
+    expect(a.json<{ account: { quotas: unknown } }>().account.quotas).toEqual({
+      nominal_cards: 4,
+      borrowing_limit: 2,
+      budget_card_hours: null,
+      budget_period: null,
+    });
+    const set = await acct('set', 'team-a', '--budget', '500', '--period', 'week');
+    expect(set.json<{ account: { quotas: unknown } }>().account.quotas).toMatchObject({
+      budget_card_hours: 500,
+      budget_period: 'week',
+    });
+    const human = await runCli(account, ['list', '--data-dir', dataDir]);
+    expect(human.stdout).toMatch(/team-a\s+org\s+1\s+[\d.]+%\s+nominal 4 \+2 500 h\/week/);
+    const before = stored();
+    for (const [args, code] of [
+      [['set', 'team-a', '--nominal', '9'], 'INVALID_INPUT'], // past org's 8
+      [['set', 'org', '--nominal', '3'], 'INVALID_INPUT'], // below team-a's 4
+      [['create', 'y', '--budget', '10'], 'INVALID_INPUT'], // no period
+      [['set', 'team-a', '--period', 'year'], 'INVALID_INPUT'],
+      [['set', 'team-a', '--borrow', 'lots'], 'INVALID_INPUT'],
+      [['create', 'x', '--borrow', '2'], 'INVALID_INPUT'], // no nominal to borrow beyond
+    ] as const) {
+      const r = await acct(...args);
+      expect(r.json<{ error: ErrorBody }>().error.code, args.join(' ')).toBe(code);
+    }
+    expect(stored()).toEqual(before);
+    const cleared = await acct('set', 'team-a', '--nominal', 'none', '--borrow', 'any', '--budget', 'none');
+    expect(cleared.json<{ account: { quotas: unknown } }>().account.quotas).toEqual({
+      nominal_cards: null,
+      borrowing_limit: null,
+      budget_card_hours: null,
+      budget_period: null,
+    });
+  });
 });

@@ -1,10 +1,13 @@
 import { describe, expect, it } from 'vitest';
 import {
   type AccountNode,
+  budgetPeriod,
   createProblem,
   deleteProblem,
+  isoUtc,
   MAX_ACCOUNT_DEPTH,
   normalisedShares,
+  quotaProblem,
   setProblem,
 } from '../../../../src/domain/accounts/tree.js';
 
@@ -69,5 +72,55 @@ describe('account tree rules', () => {
     expect(s.get('team-b')).toBeCloseTo((2 / 3) * (3 / 4));
     // The leaves under root share all of it.
     expect((s.get('default') ?? 0) + (s.get('team-a') ?? 0) + (s.get('team-b') ?? 0)).toBeCloseTo(1);
+  });
+});
+
+describe('account quotas', () => {
+  const none = { nominal_cards: null, borrowing_limit: null, budget_card_hours: null, budget_period: null };
+  const tree = [
+    { name: 'root', parent: null, weight: 1, ...none },
+    { name: 'org', parent: 'root', weight: 1, ...none, nominal_cards: 8 },
+    { name: 'team-a', parent: 'org', weight: 1, ...none, nominal_cards: 4 },
+    { name: 'team-b', parent: 'org', weight: 1, ...none, nominal_cards: 2 },
+  ];
+
+  it('takes whole card counts, a budget with its period, a borrowing limit beside a nominal share', () => {
+    expect(quotaProblem(tree, 'team-b', { ...none, nominal_cards: 4, borrowing_limit: 2 })).toBeNull();
+    expect(
+      quotaProblem(tree, 'team-b', { ...none, budget_card_hours: 100, budget_period: 'week' }),
+    ).toBeNull();
+    for (const bad of [
+      { ...none, nominal_cards: -1 },
+      { ...none, nominal_cards: 1.5 },
+      { ...none, borrowing_limit: 2 },
+      { ...none, budget_card_hours: 100 },
+      { ...none, budget_period: 'day' as const },
+      { ...none, budget_card_hours: 0, budget_period: 'day' as const },
+      { ...none, budget_card_hours: Number.NaN, budget_period: 'day' as const },
+    ])
+      expect(quotaProblem(tree, 'team-b', bad)?.code, JSON.stringify(bad)).toBe('INVALID_INPUT');
+  });
+
+  it('keeps children’s nominal shares within their parent’s, both ways', () => {
+    expect(quotaProblem(tree, 'team-b', { ...none, nominal_cards: 5 })?.message).toBe(
+      "team-b's nominal 5 and its siblings' 4 exceed org's nominal 8",
+    );
+    expect(quotaProblem(tree, 'org', { ...none, nominal_cards: 5 })?.message).toBe(
+      "org's children hold nominal shares of 6 cards, more than 5",
+    );
+    expect(quotaProblem(tree, 'org', { ...none, nominal_cards: 6 })).toBeNull();
+  });
+
+  it('budget periods are UTC days, weeks from Monday and calendar months', () => {
+    const at = Date.parse('2026-12-05T19:00:00Z'); // a Saturday
+    const iso = (p: { start: number; end: number }) => [isoUtc(p.start), isoUtc(p.end)];
+    expect(iso(budgetPeriod('day', at))).toEqual(['2026-12-05T00:00:00Z', '2026-12-06T00:00:00Z']);
+    expect(iso(budgetPeriod('week', at))).toEqual(['2026-11-30T00:00:00Z', '2026-12-07T00:00:00Z']);
+    expect(iso(budgetPeriod('month', at))).toEqual(['2026-12-01T00:00:00Z', '2027-01-01T00:00:00Z']);
+    expect(iso(budgetPeriod('month', Date.parse('2024-02-29T23:59:59Z')))).toEqual([
+      '2024-02-01T00:00:00Z',
+      '2024-03-01T00:00:00Z',
+    ]);
+    expect(iso(budgetPeriod('week', Date.parse('2026-12-07T00:00:00Z')))[0]).toBe('2026-12-07T00:00:00Z');
   });
 });

@@ -268,3 +268,112 @@ describe('a waiting task is told where its account stands', () => {
     expect(alone.waiting[0]!.reason).not.toHaveProperty('fair_share');
   });
 });
+
+describe('account quotas in a pass', () => {
+  const workers = (leased: number[] = []): WorkerView[] => [
+    {
+      worker_id: 'w1',
+      online: true,
+      draining: false,
+      sampled_at: 1_000,
+      sampler_error: null,
+      isolation: 'bwrap',
+      container_engine: null,
+      cards: Array.from({ length: 8 }, (_, i) => card(i, leased.includes(i))),
+    },
+  ];
+  const t = (id: string, account: string, count = 1): QueuedTaskView => ({
+    task_id: id,
+    owner: `${account}-agent`,
+    account,
+    priority: 0,
+    approved_at: 900,
+    cards: { count },
+  });
+  const view = (over: Partial<FairShareView['accounts'][string]> = {}) => ({
+    share: 0.5,
+    usage: 0,
+    running_cards: 0,
+    parent: 'org',
+    nominal_cards: null,
+    borrowing_limit: null,
+    budget: null,
+    ...over,
+  });
+
+  it('holds an account to nominal + borrowing, counting this pass’s grants and its children’s cards', () => {
+    const d = decide(
+      {
+        workers: workers([0]),
+        tasks: [t('a1', 'team-a', 2), t('a2', 'team-a', 2), t('b1', 'team-b', 2), t('b2', 'team-b', 2)],
+        running_cards_by_owner: { 'team-a-agent': 1 },
+        fair_share: {
+          total_cards: 8,
+          accounts: {
+            root: { share: 1, usage: 0, running_cards: 0, parent: null },
+            // org may hold 5: team-a's one running card counts for it too.
+            org: view({ share: 1, parent: 'root', nominal_cards: 4, borrowing_limit: 1 }),
+            'team-a': view({ running_cards: 1, nominal_cards: 2, borrowing_limit: 1 }),
+            'team-b': view({ nominal_cards: 2, borrowing_limit: 0 }),
+          },
+        },
+        config: CONFIG,
+      },
+      1_000,
+    );
+    // b1 (team-b holds 0 of 2) and a1 (team-a 1 + 2 = 3 of 3) fit; org then holds 5 of 5.
+    expect(d.grants.map((g) => g.task_id).sort()).toEqual(['a1', 'b1']);
+    const reasons = new Map(d.waiting.map((w) => [w.task_id, w.reason]));
+    expect(reasons.get('a2')).toMatchObject({
+      code: 'account_quota_exceeded',
+      account: 'team-a',
+      held: 3,
+      limit: 3,
+    });
+    expect(reasons.get('b2')).toMatchObject({
+      code: 'account_quota_exceeded',
+      account: 'team-b',
+      held: 2,
+      limit: 2,
+    });
+    expect(reasons.get('a2')!.message).toContain(
+      'Account team-a holds 3 cards of its 3 (nominal 2 + borrowing 1)',
+    );
+  });
+
+  it('a task never fitting its account’s quota says so; a spent budget waits until it resets', () => {
+    const resets = Date.parse('2026-12-07T00:00:00Z');
+    const d = decide(
+      {
+        workers: workers(),
+        tasks: [t('big', 'team-a', 4), t('c1', 'team-c')],
+        running_cards_by_owner: {},
+        fair_share: {
+          total_cards: 8,
+          accounts: {
+            'team-a': view({ parent: null, nominal_cards: 2, borrowing_limit: 1 }),
+            'team-c': view({
+              parent: null,
+              budget: { limit_card_seconds: 3600, used_card_seconds: 3700, resets_at: resets },
+            }),
+          },
+        },
+        config: CONFIG,
+      },
+      1_000,
+    );
+    expect(d.grants).toEqual([]);
+    const reasons = new Map(d.waiting.map((w) => [w.task_id, w.reason]));
+    expect(reasons.get('big')!.message).toContain(
+      'more than account team-a may ever hold (nominal 2 + borrowing 1)',
+    );
+    expect(reasons.get('c1')).toMatchObject({
+      code: 'account_budget_exhausted',
+      account: 'team-c',
+      budget_card_hours: 1,
+      used_card_hours: 1.03,
+      resets_at: resets,
+    });
+    expect(reasons.get('c1')!.message).toContain('resets at 2026-12-07T00:00:00Z');
+  });
+});
