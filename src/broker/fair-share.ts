@@ -92,7 +92,10 @@ export class TurnGate {
   private readonly lanes = new Map<string, { waiting: Array<() => void>; restUntil: number }>();
   /** Principals resting (none waiting) until the time given: a new part of theirs waits it out too. */
   private readonly resting = new Map<string, number>();
-  private scheduled = false;
+  /** A pump queued for the next turn. */
+  private immediate = false;
+  /** A pump waiting for the soonest rest to end, and when it fires. */
+  private timer: { handle: ReturnType<typeof setTimeout>; at: number } | null = null;
 
   /** Runs `part` for `principalId` on a turn of its own, after its principal's rest. */
   async run<T>(principalId: string, part: () => T): Promise<T> {
@@ -119,17 +122,32 @@ export class TurnGate {
         this.lanes.set(principalId, lane);
       }
       lane.waiting.push(resolve);
-      this.schedule(setImmediate);
+      // At once, even while a timer waits for a resting principal: this one may not be resting.
+      this.pumpNextTurn();
     });
   }
 
-  private schedule(on: (f: () => void) => unknown): void {
-    if (this.scheduled) return;
-    this.scheduled = true;
-    on(() => {
-      this.scheduled = false;
+  private pumpNextTurn(): void {
+    if (this.immediate) return;
+    this.immediate = true;
+    setImmediate(() => {
+      this.immediate = false;
       this.pump();
     });
+  }
+
+  /** A pump when the soonest rest ends (one timer, moved earlier when a sooner rest needs it). */
+  private pumpAt(at: number, now: number): void {
+    if (this.timer !== null && this.timer.at <= at) return;
+    if (this.timer !== null) clearTimeout(this.timer.handle);
+    const handle = setTimeout(
+      () => {
+        this.timer = null;
+        this.pumpNextTurn();
+      },
+      Math.max(1, Math.ceil(at - now)),
+    );
+    this.timer = { handle, at };
   }
 
   /** Runs the first principal in turn that is not resting, or sleeps until one is. */
@@ -147,11 +165,10 @@ export class TurnGate {
       if (lane.waiting.length > 0) this.lanes.set(id, lane);
       resolve();
       // The part resolved above runs in this turn's microtasks; the next is looked for in the next turn.
-      if (this.lanes.size > 0) this.schedule(setImmediate);
+      if (this.lanes.size > 0) this.pumpNextTurn();
       return;
     }
     for (const [id, until] of this.resting) if (until <= now) this.resting.delete(id);
-    if (this.lanes.size > 0)
-      this.schedule((f) => setTimeout(() => setImmediate(f), Math.max(1, Math.ceil(soonest - now))));
+    if (this.lanes.size > 0) this.pumpAt(soonest, now);
   }
 }

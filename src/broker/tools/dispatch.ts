@@ -109,6 +109,9 @@ function shapeOutput(tool: BoundTool, value: unknown): unknown {
   return out.data;
 }
 
+/** A heavy call's parts run on in one turn of the TurnGate while that turn has taken less than this. */
+const QUICK_TURN_MS = 2;
+
 /** A read-only call whose handler took longer than this yields once before its output is checked. */
 const YIELD_AFTER_MS = 4;
 
@@ -190,16 +193,25 @@ async function parseAndRun(
     }
   };
   if (turns) {
-    // A heavy call's parts each take a turn of the TurnGate: one part per turn, at most half the loop.
-    const input = await turns.run(ctx.principal.id, () => measured(() => parseInput(tool, rawInput)));
-    const steps = tool.prepare
-      ? await turns.run(ctx.principal.id, () => measured(() => tool.prepare!(ctx, input as never)))
-      : [];
-    for (const step of steps) await turns.run(ctx.principal.id, () => measured(step));
+    // A heavy call's parts take turns of the TurnGate (one part per turn, each principal at most half
+    // the loop), but parts that are quick run on in the turn they are in: a call whose parts all take
+    // a few ms (a get_status) is one turn, not four, so it waits on another principal's part once.
+    const principal = ctx.principal.id;
+    let turnStarted = Number.NEGATIVE_INFINITY;
+    const part = <T>(fn: () => T): T | Promise<T> => {
+      if (performance.now() - turnStarted < QUICK_TURN_MS) return measured(fn);
+      return turns.run(principal, () => {
+        turnStarted = performance.now();
+        return measured(fn);
+      });
+    };
+    const input = await part(() => parseInput(tool, rawInput));
+    const steps = tool.prepare ? await part(() => tool.prepare!(ctx, input as never)) : [];
+    for (const step of steps) await part(step);
     const run = () => (tool.mutating ? runMutating(tool, ctx, input) : tool.handler(ctx, input as never));
-    const value = await turns.run(ctx.principal.id, () => measured(run));
+    const value = await part(run);
     if (tool.mutating) return { value };
-    return { value: await turns.run(ctx.principal.id, () => measured(() => shapeOutput(tool, value))) };
+    return { value: await part(() => shapeOutput(tool, value)) };
   }
   const input = measured(() => parseInput(tool, rawInput));
   if (tool.mutating) return { value: measured(() => runMutating(tool, ctx, input)) };

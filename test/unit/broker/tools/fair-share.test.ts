@@ -222,6 +222,18 @@ describe('the turn gate of heavy parts', () => {
     expect(t['a3']!.start - t['a2']!.end).toBeGreaterThanOrEqual(t['a2']!.end - t['a2']!.start - 1);
   });
 
+  it('a part of a principal that is not resting runs at once, even while another principal’s rest holds a timer', async () => {
+    const gate = new TurnGate();
+    await gate.run('alice', () => busy(30));
+    // alice rests ~30 ms: her next part waits on a timer...
+    const hers = gate.run('alice', () => performance.now());
+    await new Promise((r) => setImmediate(r));
+    // ...and bob's, asked for meanwhile, does not wait for it.
+    const bobs = await gate.run('bob', () => performance.now());
+    // Bob runs before alice's part: he did not wait for her rest's timer.
+    expect(bobs).toBeLessThan(await hers);
+  });
+
   it('a principal whose lane emptied still rests before its next part', async () => {
     const gate = new TurnGate();
     let end = 0;
