@@ -120,7 +120,7 @@ describe('runHostSetup', () => {
 });
 
 describe('the built step npm start runs first', () => {
-  const entry = () => join(packageRoot(), 'dist', 'src', 'cli', 'npm-start-setup.js');
+  const entry = () => join(packageRoot(), 'dist', 'src', 'cli', 'host', 'npm-start-setup.js');
   const runEntry = (env: Record<string, string>) =>
     spawnSync(process.execPath, [entry()], { env, encoding: 'utf8', timeout: 30_000 });
 
