@@ -48,6 +48,15 @@ const QuotaInput = {
     .describe('The budget resets each UTC day, week (from Monday) or month.'),
 };
 
+const MaxPrioritySchema = z
+  .number()
+  .int()
+  .min(0)
+  .max(100)
+  .nullable()
+  .optional()
+  .describe('The highest spec priority its tasks may ask for (0..100); null: no bound beyond the spec’s.');
+
 /** An account as listed. */
 export const AccountViewSchema = z.object({
   name: z.string(),
@@ -59,6 +68,8 @@ export const AccountViewSchema = z.object({
   /** Principals (not revoked) in it. */
   principals: z.number().int(),
   created_at: TimeSchema,
+  /** The highest spec priority its tasks may ask for; null: the spec's own bound. */
+  max_priority: z.number().int().nullable(),
   quotas: z.object({
     nominal_cards: z.number().int().nullable(),
     borrowing_limit: z.number().int().nullable(),
@@ -95,6 +106,7 @@ export const createAccountTool = defineTool({
     weight: WeightSchema.optional(),
     description: DescriptionSchema.optional(),
     ...QuotaInput,
+    max_priority: MaxPrioritySchema,
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ account: AccountViewSchema }),
@@ -117,6 +129,7 @@ export const setAccountTool = defineTool({
       .optional()
       .describe('What the account is for (null clears it).'),
     ...QuotaInput,
+    max_priority: MaxPrioritySchema,
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ account: AccountViewSchema }),

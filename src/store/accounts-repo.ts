@@ -14,6 +14,8 @@ export interface AccountRecord {
   /** Card-hours per `budget_period`; null: no budget. */
   budget_card_hours: number | null;
   budget_period: 'day' | 'week' | 'month' | null;
+  /** The highest spec priority its tasks may ask for; null: no bound beyond the spec's. */
+  max_priority: number | null;
 }
 
 /** The account tree. Its rules (names, cycles, depth, what holds an account) are src/domain/accounts/tree.ts. */
@@ -28,12 +30,13 @@ export class AccountsRepo {
     this.allStmt = db.prepare<[], AccountRecord>('SELECT * FROM accounts ORDER BY name');
     this.getStmt = db.prepare<[string], AccountRecord>('SELECT * FROM accounts WHERE name = ?');
     this.insertStmt = db.prepare(
-      `INSERT INTO accounts (name, parent, weight, description, created_at, nominal_cards, borrowing_limit, budget_card_hours, budget_period)
-       VALUES (@name, @parent, @weight, @description, @created_at, @nominal_cards, @borrowing_limit, @budget_card_hours, @budget_period)`,
+      `INSERT INTO accounts (name, parent, weight, description, created_at, nominal_cards, borrowing_limit, budget_card_hours, budget_period, max_priority)
+       VALUES (@name, @parent, @weight, @description, @created_at, @nominal_cards, @borrowing_limit, @budget_card_hours, @budget_period, @max_priority)`,
     );
     this.updateStmt = db.prepare(
       `UPDATE accounts SET parent = @parent, weight = @weight, description = @description, nominal_cards = @nominal_cards,
-         borrowing_limit = @borrowing_limit, budget_card_hours = @budget_card_hours, budget_period = @budget_period
+         borrowing_limit = @borrowing_limit, budget_card_hours = @budget_card_hours, budget_period = @budget_period,
+         max_priority = @max_priority
        WHERE name = @name`,
     );
     this.deleteStmt = db.prepare('DELETE FROM accounts WHERE name = ?');

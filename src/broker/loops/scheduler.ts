@@ -81,6 +81,8 @@ export class Scheduler implements TaskObserver {
   private readonly views = new WeakMap<QueuedTaskRow, QueuedTaskView>();
   /** Each owner's account (a principal's account does not change once it is created). */
   private readonly accountOf = new Map<string, string>();
+  /** Each account's maximum priority (accounts with one), read at each snapshot. */
+  private maxPriority: ReadonlyMap<string, number> = new Map();
   /** Each account's decayed usage, read again at most every FAIR_USAGE_REFRESH_MS. */
   private fairUsage: { at: number; byAccount: Map<string, number> } | null = null;
   /** Each view's requirement, read once (decide's cache; the domain keeps no state of its own). */
@@ -309,10 +311,16 @@ export class Scheduler implements TaskObserver {
           ...c,
           reserved_for_run: reservedFor.get(`${w.worker_id}/${c.index}`) ?? null,
         }));
+    this.maxPriority = new Map(
+      store.accounts
+        .list()
+        .filter((a) => a.max_priority !== null)
+        .map((a) => [a.name, a.max_priority as number]),
+    );
     const tasks: QueuedTaskView[] = [];
     for (const t of store.tasks.queuedForScheduling()) {
       if (t.desired !== 'run') continue;
-      const view = queuedView(this.views, t, this.account(t.owner_id));
+      const view = queuedView(this.views, t, this.account(t.owner_id), this.maxPriority);
       const run_id = runBySubmitter.get(t.owner_id);
       const grant_backoff = this.failingGrants.get(t.id);
       // The view of an unchanged row is the same object pass after pass (`requirements` caches by it);
@@ -484,14 +492,19 @@ function queuedView(
   views: WeakMap<QueuedTaskRow, QueuedTaskView>,
   t: QueuedTaskRow,
   account: string,
+  maxPriority: ReadonlyMap<string, number>,
 ): QueuedTaskView {
   let view = views.get(t);
+  const max = maxPriority.get(account);
+  const priority = max === undefined ? t.priority : Math.min(t.priority, max);
+  if (view !== undefined && view.priority !== priority) view = undefined;
   if (view === undefined) {
     view = {
       task_id: t.id,
       owner: t.owner_id,
       account,
-      priority: t.priority,
+      // A task approved before its account's maximum was lowered queues at the maximum.
+      priority,
       approved_at: t.approved_at,
       cards: {
         count: t.spec.cards.count,

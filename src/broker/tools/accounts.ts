@@ -66,6 +66,7 @@ function accountView(deps: Deps, a: AccountRecord, shares: ReadonlyMap<string, n
     description: a.description,
     principals: deps.store.principals.countInAccount(a.name),
     created_at: iso(a.created_at),
+    max_priority: a.max_priority,
     quotas: {
       nominal_cards: a.nominal_cards,
       borrowing_limit: a.borrowing_limit,
@@ -103,6 +104,7 @@ export function createAccount(
     parent?: string | undefined;
     weight?: number | undefined;
     description?: string | undefined;
+    max_priority?: number | null | undefined;
   } & QuotaChange,
 ) {
   const parent = req.parent ?? ROOT_ACCOUNT;
@@ -117,6 +119,7 @@ export function createAccount(
       description: req.description ?? null,
       created_at: now,
       ...quotasAfter(NO_QUOTAS, req),
+      max_priority: req.max_priority ?? null,
     };
     refuse(quotaProblem([...all, a], a.name, a));
     deps.store.accounts.insert(a);
@@ -141,6 +144,7 @@ export function setAccount(
     parent?: string | undefined;
     weight?: number | undefined;
     description?: string | null | undefined;
+    max_priority?: number | null | undefined;
   } & QuotaChange,
 ) {
   return deps.store.transaction(() => {
@@ -153,6 +157,7 @@ export function setAccount(
       weight: req.weight ?? before.weight,
       description: req.description === undefined ? before.description : req.description,
       ...quotasAfter(before, req),
+      max_priority: req.max_priority === undefined ? before.max_priority : req.max_priority,
     };
     refuse(
       quotaProblem(

@@ -136,11 +136,14 @@ export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): 
       // and no worker will ever be served it.
     }
   }
+  const owner = deps.store.principals.findById(ownerId);
+  const account = owner ? deps.store.accounts.get(owner.account) : undefined;
   return evaluatePolicy(spec, deps.config.policy, {
     fileDigests,
     storedBlobs,
     offeredMounts,
     inputText,
+    ...(account ? { account: { name: account.name, max_priority: account.max_priority } } : {}),
     ...(largestHost === null ? {} : { largestHost }),
   });
 }

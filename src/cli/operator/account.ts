@@ -75,6 +75,7 @@ function quotaText(a: AccountView): string {
     q.nominal_cards === null ? null : `nominal ${q.nominal_cards}`,
     q.nominal_cards === null ? null : q.borrowing_limit === null ? '+any' : `+${q.borrowing_limit}`,
     q.budget_card_hours === null ? null : `${q.budget_card_hours} h/${q.budget_period}`,
+    a.max_priority === null ? null : `priority ≤ ${a.max_priority}`,
   ].filter((x) => x !== null);
   return parts.join(' ');
 }
@@ -109,6 +110,14 @@ export const run: CommandRunner = async (argv, io) => {
     // Checked before the data dir is opened: a bad number changes nothing.
     const weight = wholeNumber('weight', values.weight);
     const quotas = quotaFlags(values);
+    const maxPriority = quotaCount('max-priority', values['max-priority'], 'none');
+    if (maxPriority !== undefined && maxPriority !== null && maxPriority > 100)
+      throw new BrokerError(
+        'INVALID_INPUT',
+        `--max-priority ${maxPriority} is above 100`,
+        'A priority is 0..100.',
+      );
+    const priority = maxPriority === undefined ? {} : { max_priority: maxPriority };
     if (sub !== 'list' && !name)
       throw new BrokerError('INVALID_INPUT', 'which account?', `gpu-broker account ${sub} NAME`);
     return await withLocalStore(values, io, (deps) => {
@@ -134,6 +143,7 @@ export const run: CommandRunner = async (argv, io) => {
               weight,
               description: values.description,
               ...quotas,
+              ...priority,
             }),
           );
         case 'set':
@@ -144,6 +154,7 @@ export const run: CommandRunner = async (argv, io) => {
               weight,
               description: values.description,
               ...quotas,
+              ...priority,
             }),
           );
         default: {

@@ -190,10 +190,10 @@ export const AUDIT = defineCommand({
 export const ACCOUNT = defineCommand({
   name: 'account',
   usage: [
-    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--data-dir DIR] [--json]',
+    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--max-priority N] [--data-dir DIR] [--json]',
     'account list [--data-dir DIR] [--json]',
     'account show NAME [--data-dir DIR] [--json]',
-    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--data-dir DIR] [--json]',
+    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--max-priority N|none] [--data-dir DIR] [--json]',
     'account delete NAME [--data-dir DIR] [--json]',
   ],
   summary:
@@ -221,6 +221,11 @@ export const ACCOUNT = defineCommand({
       type: 'string',
       value: 'P',
       help: 'the budget resets each UTC day, week (from Monday) or month',
+    },
+    'max-priority': {
+      type: 'string',
+      value: 'N',
+      help: "the highest spec priority the account's tasks may ask for, 0..100 (none: no bound)",
     },
     ...LOCAL_FLAGS,
   },

@@ -42,6 +42,7 @@ const CHECKS: readonly Check[] = [
   (spec, policy, _facts, add) => checkEnv(spec, policy, add),
   (spec, policy, facts, add) => checkLimits(spec, policy, add, facts.largestHost),
   (spec, _policy, _facts, add) => checkPlacement(spec, add),
+  (spec, _policy, facts, add) => checkPriority(spec, facts, add),
   (spec, policy, _facts, add) => checkCeilings(spec, policy, add),
   (spec, _policy, _facts, add) => checkReviewerAids(spec, add),
 ];
@@ -84,6 +85,19 @@ function checkMounts(spec: TaskSpec, _policy: Policy, facts: PolicyFacts, add: A
         'Reviewer: check that the task needs this data set; it is mounted read-only unless the operator allowed writes.',
       );
   }
+}
+
+/** A priority above the owner's account's maximum cannot be confirmed: fair share bounds it per team. */
+function checkPriority(spec: TaskSpec, facts: PolicyFacts, add: Add): void {
+  const max = facts.account?.max_priority;
+  if (max === null || max === undefined || spec.priority === undefined || spec.priority <= max) return;
+  add(
+    'error',
+    'PRIORITY_ABOVE_ACCOUNT',
+    'priority',
+    `priority ${spec.priority} is above the maximum of account ${q(facts.account!.name)}, ${max}`,
+    `Ask for ${max} or less (or leave priority out); an operator sets the maximum with gpu-broker account set ${facts.account!.name} --max-priority.`,
+  );
 }
 
 /** Ranks spread over several nodes without network cannot reach each other. */

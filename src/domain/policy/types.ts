@@ -36,6 +36,8 @@ export interface PolicyFacts {
    * too large, which is itself a warning.
    */
   inputText?: Readonly<Record<string, TextInspection>>;
+  /** The owner's account and the highest priority it may ask for (absent or null max: no bound). */
+  account?: { name: string; max_priority: number | null };
 }
 
 /** Adds one finding. */

@@ -196,4 +196,18 @@ describe('gpu-broker account', () => {
       budget_period: null,
     });
   });
+
+  it('--max-priority sets, shows and clears the account’s highest priority; out of range is refused', async () => {
+    await acct('create', 'team-a', '--max-priority', '20');
+    expect(
+      (await acct('show', 'team-a')).json<{ account: { max_priority: number | null } }>().account
+        .max_priority,
+    ).toBe(20);
+    for (const bad of ['101', '-1', 'high'])
+      expect(
+        (await acct('set', 'team-a', `--max-priority=${bad}`)).json<{ error: ErrorBody }>().error.code,
+      ).toBe('INVALID_INPUT');
+    const cleared = await acct('set', 'team-a', '--max-priority', 'none');
+    expect(cleared.json<{ account: { max_priority: number | null } }>().account.max_priority).toBeNull();
+  });
 });
