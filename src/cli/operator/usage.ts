@@ -54,7 +54,7 @@ export const run: CommandRunner = async (argv, io) => {
         table(
           [u.by.toUpperCase(), 'CARDS', 'CARD-HOURS', 'LEASES'],
           u.lines.map((l) => [
-            escapeField(l.key),
+            l.key,
             l.simulated ? 'SIMULATED' : 'real',
             l.card_hours.toFixed(3),
             String(l.leases),

@@ -210,4 +210,11 @@ describe('gpu-broker account', () => {
     const cleared = await acct('set', 'team-a', '--max-priority', 'none');
     expect(cleared.json<{ account: { max_priority: number | null } }>().account.max_priority).toBeNull();
   });
+
+  it('a description reaches the terminal escaped: no control character of it is printed', async () => {
+    await acct('create', 'team-a', '--description', 'ok\u001b[2J\u0007 \u202etxt.exe');
+    const human = await runCli(account, ['list', '--data-dir', dataDir]);
+    expect(human.stdout).not.toMatch(/[\u0000-\u0008\u000b-\u001f\u007f\u202e]/);
+    expect(human.stdout).toContain('team-a');
+  });
 });
