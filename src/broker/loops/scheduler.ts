@@ -203,6 +203,7 @@ export class Scheduler implements TaskObserver {
     now: number,
     running: Readonly<Record<string, number>>,
     workers: readonly WorkerView[],
+    list: readonly AccountRecord[],
   ): FairShareView {
     const { store, config } = this.deps;
     const halfLifeMs = config.scheduling.fair_share_half_life_hours * 3_600_000;
@@ -219,7 +220,6 @@ export class Scheduler implements TaskObserver {
       }
       this.fairUsage = { at: now, byAccount };
     }
-    const list = store.accounts.list();
     const shares = normalisedShares(list);
     const accounts: FairShareView['accounts'] = {};
     const budgets = this.budgetsUsed(now, list);
@@ -311,11 +311,10 @@ export class Scheduler implements TaskObserver {
           ...c,
           reserved_for_run: reservedFor.get(`${w.worker_id}/${c.index}`) ?? null,
         }));
+    // The accounts, read once a pass: their maximum priorities here, shares and quotas in fairShare.
+    const accountList = store.accounts.list();
     this.maxPriority = new Map(
-      store.accounts
-        .list()
-        .filter((a) => a.max_priority !== null)
-        .map((a) => [a.name, a.max_priority as number]),
+      accountList.filter((a) => a.max_priority !== null).map((a) => [a.name, a.max_priority as number]),
     );
     const tasks: QueuedTaskView[] = [];
     for (const t of store.tasks.queuedForScheduling()) {
@@ -333,7 +332,7 @@ export class Scheduler implements TaskObserver {
       tasks,
       workers,
       running_cards_by_owner: running,
-      fair_share: this.fairShare(now, running, workers),
+      fair_share: this.fairShare(now, running, workers, accountList),
       config: {
         sample_interval_ms: config.timing.sample_interval_ms,
         vram_threshold_pct: config.scheduling.vram_threshold_pct,
