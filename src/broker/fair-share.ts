@@ -104,12 +104,21 @@ export class TurnGate {
     try {
       return part();
     } finally {
-      const ended = performance.now();
-      const until = ended + (ended - started);
-      const lane = this.lanes.get(principalId);
-      if (lane) lane.restUntil = Math.max(lane.restUntil, until);
-      else if (until - ended >= 1) this.resting.set(principalId, until);
+      this.rest(principalId, started, performance.now());
     }
+  }
+
+  /**
+   * Charges a part that ran from `started` to `ended` to `principalId`'s rest: its next part starts no
+   * sooner than as long after `ended` (run() does it for its own part; a caller that ran a part on in the
+   * same turn charges it here).
+   */
+  rest(principalId: string, started: number, ended: number): void {
+    const until = ended + (ended - started);
+    const lane = this.lanes.get(principalId);
+    if (lane) lane.restUntil = Math.max(lane.restUntil, until);
+    else if (until - ended >= 1)
+      this.resting.set(principalId, Math.max(this.resting.get(principalId) ?? 0, until));
   }
 
   /** Resolves on a turn of its own for `principalId` (FIFO within a principal). */

@@ -248,8 +248,10 @@ export class Scheduler implements TaskObserver {
   }
 
   /**
-   * The card-seconds each account with a budget (its subtree's leases) used in its current period,
-   * from leases that ended in it: a task that started within the budget runs to its end.
+   * The card-seconds each account with a budget (its subtree's leases) used in its current period: the
+   * ledger's leases that ended in it, and the live leases' time in it so far (a quarantined one up to its
+   * quarantine, as it will be charged). A task that started within the budget runs to its end, but no
+   * new one starts once the running ones spent it.
    */
   private budgetsUsed(now: number, list: readonly AccountRecord[]): Map<string, number> {
     const out = new Map<string, number>();
@@ -265,6 +267,8 @@ export class Scheduler implements TaskObserver {
         const { start } = budgetPeriod(period, now);
         for (const l of this.deps.store.usage.summary({ by: 'account', since: start, until: now + 1 }))
           own.set(l.key, (own.get(l.key) ?? 0) + l.card_seconds);
+        for (const [account, seconds] of this.liveUsage(start, now))
+          own.set(account, (own.get(account) ?? 0) + seconds);
         byPeriod.set(period, own);
       }
       // Its own use and every account's below it.
@@ -281,6 +285,22 @@ export class Scheduler implements TaskObserver {
           }
       }
       out.set(a.name, used);
+    }
+    return out;
+  }
+
+  /** Card-seconds the live leases held since `start`, by their owner's account. */
+  private liveUsage(start: number, now: number): Map<string, number> {
+    const { store } = this.deps;
+    const leases = new Map(store.leases.liveLeases().map((l) => [l.id, l]));
+    const out = new Map<string, number>();
+    for (const c of store.leases.liveCards()) {
+      const l = leases.get(c.lease_id);
+      if (!l) continue;
+      const end = l.state === 'QUARANTINED' ? l.updated_at : now;
+      const seconds = Math.max(0, end - Math.max(start, l.created_at)) / 1000;
+      const account = this.account(c.owner_id);
+      out.set(account, (out.get(account) ?? 0) + seconds);
     }
     return out;
   }

@@ -14,7 +14,6 @@ import type { AccountRecord } from '../../store/accounts-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { UsageGrouping } from '../../store/usage-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { canReadAll } from '../principals.js';
 import { iso } from './views.js';
 
 /**
@@ -208,11 +207,14 @@ export function deleteAccount(deps: Deps, actor: string, name: string) {
 }
 
 const DAY_MS = 86_400_000;
+/** 9999-12-31T23:59:59.999Z. */
+const LATEST_TIME = 253_402_300_799_999;
 
 function timeOf(field: string, value: string | undefined, fallback: number): number {
   if (value === undefined) return fallback;
   const t = Date.parse(value);
-  if (!Number.isFinite(t))
+  // Between 1970 and the year 9999: every time the ledger can hold, and every one iso() can print.
+  if (!Number.isFinite(t) || t < 0 || t > LATEST_TIME)
     throw new BrokerError(
       'INVALID_INPUT',
       `${field}: ${JSON.stringify(value)} is not a time`,
@@ -237,7 +239,7 @@ export function getUsage(
   },
 ) {
   const until = timeOf('until', q.until, deps.clock.now());
-  const since = timeOf('since', q.since, until - 7 * DAY_MS);
+  const since = timeOf('since', q.since, Math.max(0, until - 7 * DAY_MS));
   if (since >= until)
     throw new BrokerError(
       'INVALID_INPUT',
@@ -245,7 +247,8 @@ export function getUsage(
       'e.g. since 2026-12-01, until 2026-12-08',
     );
   const by = q.by ?? 'account';
-  const all = canReadAll(principal) || principal.roles.includes('viewer');
+  // Operators and viewers see every account; reviewers and agent reviewers, like submitters, their own.
+  const all = principal.roles.includes('operator') || principal.roles.includes('viewer');
   const account = all ? null : principal.account || DEFAULT_ACCOUNT;
   const lines = deps.store.usage
     .summary({ by, since, until, ...(account === null ? {} : { accounts: [account] }) })

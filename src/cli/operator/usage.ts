@@ -23,8 +23,16 @@ interface Usage {
 
 const BY = ['account', 'principal', 'model'];
 
-/** A CSV field: quoted when it holds a comma, a quote or a line break. */
-const csvField = (s: string) => (/[",\r\n]/.test(s) ? `"${s.replaceAll('"', '""')}"` : s);
+/**
+ * A CSV field of text a worker or a principal chose (a card model comes from a worker's sample): its
+ * control characters escaped as in every terminal view, a leading `= + - @` (a spreadsheet formula) led
+ * by `'`, and quoted when it holds a comma or a quote.
+ */
+function csvField(raw: string): string {
+  const shown = escapeField(raw);
+  const safe = /^[=+\-@]/.test(shown) ? `'${shown}` : shown;
+  return /[",]/.test(safe) ? `"${safe.replaceAll('"', '""')}"` : safe;
+}
 
 /** `gpu-broker usage`: the ledger's summary from the master (get_usage). */
 export const run: CommandRunner = async (argv, io) => {
