@@ -1,3 +1,4 @@
+import type { AuthInfo } from '@modelcontextprotocol/sdk/server/auth/types.js';
 import { Server } from '@modelcontextprotocol/sdk/server/index.js';
 import {
   CallToolRequestSchema,
@@ -11,15 +12,13 @@ import type { BrokerDeps } from '../broker/deps.js';
 import { hasAnyRole, type Principal } from '../broker/principals.js';
 import { type BoundTool, invokeTool } from '../broker/tools/dispatch.js';
 import { BrokerError, toErrorBody } from '../contracts/errors.js';
-import { serverInstructions } from './instructions.js';
 import { nullableAsAnyOf } from './nullable-any-of.js';
 
 /**
  * The MCP surface over the shared tool catalog. We use the SDK's low-level `Server` instead of
  * `McpServer.registerTool` so that (1) input errors come back as our typed `{code, message, hint,
  * retryable}` results rather than the SDK's generic "-32602 Input validation error" text, and (2) the
- * JSON Schemas are converted once at startup instead of on every stateless request
- * (docs/decisions/0002-low-level-mcp-server.md).
+ * JSON Schemas are converted once at startup (docs/decisions/0002-low-level-mcp-server.md).
  */
 
 const SERVER_INFO = { name: 'gpu-broker', version: '0.1.0' };
@@ -66,10 +65,10 @@ export class McpCatalog {
   }
 }
 
-/** Turns a use-case result or error into an MCP tool result. */
 /** A tool call that took longer than this yields once before its answer is encoded. */
 const LONG_CALL_MS = 4;
 
+/** Turns a use-case result or error into an MCP tool result. */
 export function toCallToolResult(
   outcome: { ok: true; value: unknown } | { ok: false; error: unknown },
 ): CallToolResult {
@@ -82,24 +81,45 @@ export function toCallToolResult(
   return { isError: true, content: [{ type: 'text', text: JSON.stringify(toErrorBody(outcome.error)) }] };
 }
 
-/** Builds an MCP server bound to one principal (stateless: one per HTTP request). */
+/** The principal a POST was authenticated as, carried to the handlers in the SDK's `authInfo`. */
+export function mcpAuthInfo(principal: Principal): AuthInfo {
+  return { token: 'redacted', clientId: principal.name, scopes: principal.roles, extra: { principal } };
+}
+
+/** The principal `mcpAuthInfo` put in a request's auth; a request without one is refused. */
+function principalOf(authInfo: AuthInfo | undefined): Principal {
+  const principal = authInfo?.extra?.['principal'] as Principal | undefined;
+  if (principal === undefined)
+    throw new BrokerError('UNAUTHENTICATED', 'no principal on this MCP request', 'Send a bearer token.');
+  return principal;
+}
+
+/**
+ * Builds the long-lived MCP server for the principals whose instructions are `instructions`
+ * (src/mcp/instructions.ts; src/mcp/route.ts keeps one per distinct text). Each request's handlers read
+ * the principal from its auth, so tools/list and tools/call answer for the token that sent it
+ * (docs/decisions/0045-one-mcp-server-per-instructions.md).
+ */
 export function createMcpServer(
   deps: BrokerDeps,
   catalog: McpCatalog,
-  principal: Principal,
+  instructions: string,
   onToolCall?: (tool: string, ms: number, ok: boolean) => void,
 ): Server {
   const server = new Server(SERVER_INFO, {
     capabilities: { tools: { listChanged: false } },
     jsonSchemaValidator: validator,
-    instructions: serverInstructions(principal),
+    instructions,
   });
-  server.setRequestHandler(ListToolsRequestSchema, async () => ({ tools: catalog.visibleTo(principal) }));
+  server.setRequestHandler(ListToolsRequestSchema, async (_req, extra) => ({
+    tools: catalog.visibleTo(principalOf(extra.authInfo)),
+  }));
   server.setRequestHandler(CallToolRequestSchema, async (req, extra) => {
     const started = performance.now();
     const tool = catalog.get(req.params.name);
     let result: CallToolResult;
     try {
+      const principal = principalOf(extra.authInfo);
       if (!tool)
         throw new BrokerError(
           'NOT_FOUND',
