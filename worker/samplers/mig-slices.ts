@@ -54,7 +54,7 @@ export interface MigDiscovery {
   gpuInstances: GpuInstanceRow[];
   computeInstances: ComputeInstanceRow[];
   /** The `MIG devices:` table of plain `nvidia-smi` (maps current-format device numbers to GI/CI). */
-  devices?: MigDeviceRow[];
+  devices?: MigDeviceRow[] | null;
   minors?: MigMinors | null;
   /** A card's total memory by index (from the core query), to tell A100-40GB from -80GB. */
   memoryTotalMib?: ReadonlyMap<number, number | null>;

@@ -88,7 +88,7 @@ describe('joinMigSlices', () => {
   });
 
   it('without the MIG devices table, takes memory from the model table and reports the unmapped uuids', () => {
-    const joined = joinMigSlices(discovery({ devices: undefined }));
+    const joined = joinMigSlices(discovery({ devices: null }));
     expect(joined.slices.map((s) => [s.id, s.mig_uuid, s.memory_total_mib, s.memory_source])).toEqual([
       ['0:mig:2/0', null, 40192, 'profile-table'],
       ['0:mig:3/0', null, 19968, 'profile-table'],
@@ -142,7 +142,7 @@ describe('joinMigSlices', () => {
 
   it('gives a model without a table no memory unless the tool printed one', () => {
     const list = parseNvidiaList(LIST.replaceAll('A100-SXM4-80GB', 'H100 NVL'));
-    const joined = joinMigSlices(discovery({ list, devices: undefined }));
+    const joined = joinMigSlices(discovery({ list, devices: null }));
     expect(joined.slices.map((s) => [s.parent_model, s.memory_total_mib])).toEqual([
       [null, null],
       [null, null],
