@@ -50,6 +50,11 @@ export interface BrokerMetrics {
 /** An insertion-ordered set that forgets its oldest members past a limit. */
 class RecentIds {
   private readonly ids = new Set<string>();
+  /** Whether `id` is there. */
+  has(id: string): boolean {
+    return this.ids.has(id);
+  }
+
   /** Adds `id`; false if it was already there. */
   add(id: string): boolean {
     if (this.ids.has(id)) return false;
@@ -295,10 +300,13 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   const known = new Set(opts.toolNames);
   const started = new RecentIds();
   const ended = new RecentIds();
-  /** Reads the task behind a `task:<id>` notification; counts its start and its end once each. */
+  /** Reads the task behind a `task:<id>` notification (state and timestamps); counts its start and its end once each. */
   const onTopic = (topic: string) => {
     if (!topic.startsWith('task:')) return;
-    const t = deps.store.tasks.get(topic.slice('task:'.length));
+    const id = topic.slice('task:'.length);
+    // A task counted as ended has nothing left to count; the others are read by their four columns.
+    if (ended.has(id)) return;
+    const t = deps.store.tasks.startFacts(id);
     if (!t) return;
     if (t.started_at !== null && started.add(t.id))
       admission.observe(Math.max(0, t.started_at - t.approved_at) / 1000);

@@ -98,6 +98,9 @@ export interface TaskReportFacts extends TaskStateFacts {
   outputs: Array<{ path: string; required: boolean }>;
 }
 
+/** What the metrics read of a task on each of its moves: its state and two timestamps. */
+export type TaskStartFacts = Pick<TaskRecord, 'id' | 'state' | 'approved_at' | 'started_at'>;
+
 type StateFactsRow = Pick<TaskRecord, 'owner_id' | 'state' | 'desired' | 'failure_reason'> & {
   reason_code: unknown;
 };
@@ -142,6 +145,9 @@ export class TasksRepo {
       stateFacts: db.prepare<[string], StateFactsRow>(
         `SELECT owner_id, state, desired, failure_reason, json_extract(reason, '$.code') AS reason_code
          FROM tasks WHERE id = ?`,
+      ),
+      startFacts: db.prepare<[string], TaskStartFacts>(
+        'SELECT id, state, approved_at, started_at FROM tasks WHERE id = ?',
       ),
       reportFacts: db.prepare<[string], StateFactsRow & { outputs: string | null }>(
         `SELECT owner_id, state, desired, failure_reason, json_extract(reason, '$.code') AS reason_code,
@@ -223,6 +229,11 @@ export class TasksRepo {
   stateFacts(id: string): TaskStateFacts | undefined {
     const r = this.s.stateFacts.get(id);
     return r === undefined ? undefined : toStateFacts(r);
+  }
+
+  /** A task's state and when it was approved and started, or undefined (src/http/metrics.ts). */
+  startFacts(id: string): TaskStartFacts | undefined {
+    return this.s.startFacts.get(id);
   }
 
   /** What an execution report reads of the task (see TaskReportFacts). */
