@@ -4,6 +4,7 @@ import { admissionSection } from './admission.js';
 import { agentLoopSection } from './agent-loop.js';
 import { auditCheckSection } from './audit-check.js';
 import { e2eSection } from './e2e.js';
+import { fairnessSection } from './fairness.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
 import { noisySection, noisyToolsSection } from './noisy-neighbour.js';
@@ -39,6 +40,7 @@ const SECTIONS: BenchSection[] = [
   taskStartSection,
   agentLoopSection,
   testBoundsSection,
+  fairnessSection,
   e2eSection,
 ];
 

@@ -61,8 +61,11 @@ function worker(worker_id: string): WorkerView {
   };
 }
 
-/** The scheduling test's snapshot: 64 × 8 cards, 10,000 queued 1-card tasks of 50 owners. */
-function bigSnapshot(accounts = false): SchedulingSnapshot {
+/**
+ * The scheduling test's snapshot: 64 × 8 cards, 10,000 queued 1-card tasks of 50 owners (`mixed`: task i
+ * needs 1, 2, 4 or 8 cards in turn).
+ */
+function bigSnapshot(accounts = false, mixed = false): SchedulingSnapshot {
   const tasks: QueuedTaskView[] = Array.from({ length: 10_000 }, (_, i) => ({
     task_id: `t${String(i).padStart(5, '0')}`,
     owner: `o${i % 50}`,
@@ -70,7 +73,7 @@ function bigSnapshot(accounts = false): SchedulingSnapshot {
     account: accounts ? `acct${i % 50}` : 'default',
     priority: 0,
     approved_at: NOW - i,
-    cards: { count: 1 },
+    cards: { count: mixed ? 2 ** (i % 4) : 1 },
   }));
   return {
     workers: Array.from({ length: 64 }, (_, i) => worker(`w${String(i).padStart(2, '0')}`)),
@@ -87,14 +90,16 @@ function bigSnapshot(accounts = false): SchedulingSnapshot {
 }
 
 /** The same snapshot with its 50 owners in 50 accounts of weights 1..5 and some usage: fair share on. */
-function bigFairSnapshot(): SchedulingSnapshot {
-  const snap = bigSnapshot(true);
+function bigFairSnapshot(mixed = false): SchedulingSnapshot {
+  const snap = bigSnapshot(true, mixed);
   const accounts: Record<string, { share: number; usage: number; running_cards: number }> = {};
   let weights = 0;
   for (let i = 0; i < 50; i++) weights += 1 + (i % 5);
   for (let i = 0; i < 50; i++)
     accounts[`acct${i}`] = { share: (1 + (i % 5)) / weights, usage: 3600 * (i % 7), running_cards: 0 };
-  return { ...snap, fair_share: { accounts, total_cards: 64 * 8 } };
+  // As the broker builds it (src/broker/loops/scheduler.ts): with the usage summed.
+  const total_usage = Object.values(accounts).reduce((n, a) => n + a.usage, 0);
+  return { ...snap, fair_share: { accounts, total_cards: 64 * 8, total_usage } };
 }
 
 function timed(runs: number, fn: () => void): number[] {
@@ -128,10 +133,14 @@ function decideRow(): OpResult {
   );
 }
 
-/** The pass across 50 accounts (issue: within 2× of one account's), measured beside it. */
-function decideFairRow(): OpResult {
-  const one = bigSnapshot();
-  const fair = bigFairSnapshot();
+/**
+ * The pass across 50 accounts (issue: within 2× of one account's), measured beside it, alternated;
+ * `mixed`: 1/2/4/8-card tasks (the fair order's two rounds both full). The `fairness` section prints
+ * it too.
+ */
+export function decideFairRow(section = 'test-bounds', mixed = false): OpResult {
+  const one = bigSnapshot(false, mixed);
+  const fair = bigFairSnapshot(mixed);
   decide(one, NOW);
   decide(fair, NOW);
   const started = performance.now();
@@ -143,8 +152,8 @@ function decideFairRow(): OpResult {
   }
   const ratio = median(ms) / median(base);
   return summarise(
-    'test-bounds',
-    'decide 64×8 cards, 10,000 queued, 50 accounts',
+    section,
+    `decide 64×8 cards, 10,000 queued${mixed ? ' 1/2/4/8-card' : ''}, 50 accounts`,
     ms,
     0,
     (performance.now() - started) / 1000,

@@ -244,7 +244,9 @@ export class Scheduler implements TaskObserver {
       const a = accounts[this.account(owner)];
       if (a) a.running_cards += cards;
     }
-    return { accounts, total_cards: workers.reduce((n, w) => n + w.cards.length, 0) };
+    let total_usage = 0;
+    for (const a of Object.values(accounts)) total_usage += a.usage;
+    return { accounts, total_cards: workers.reduce((n, w) => n + w.cards.length, 0), total_usage };
   }
 
   /**

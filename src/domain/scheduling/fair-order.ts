@@ -1,23 +1,37 @@
 import type { FairShareNote, FairShareView, QueuedTaskView } from './types.js';
 
 /**
- * The order of a pass across accounts (docs/operations.md "Accounts and usage"). Pure.
+ * The order of a pass across accounts (docs/operations.md "Fair share"). Pure.
  *
  * Priority first, as ever: a higher `priority` runs before a lower one whatever its account. Within one
  * priority, account by account: always the account with the lowest level that still has tasks, its own
- * oldest first. An aged task (waited past `reservation_after_seconds`) reserves cards when its turn
- * comes, as before; it does not jump the accounts' order (tried: in a saturated pool every task is aged,
- * and aged-first made the order first come, not fair; docs/performance.md "Fair share"). An account's
- * level is how much of its share it holds:
+ * oldest first, in two rounds:
  *
- *        level = (cards it holds now + cards granted to it in this pass) / (share × cards in the pool)
- *              + its decayed usage / (share × every account's decayed usage)
+ *   1. the widest tasks (those needing the most cards of any task queued at this priority), every
+ *      account's in its own order;
+ *   2. the rest.
  *
- *     0 is an account that holds and used nothing; 2 is one at its share on both counts. The first term
- *     splits the pool now by weight (as Kueue's weighted share does); the second, usage decayed with a
- *     half-life, gives back to an account what another took before (as Slurm's fair-share factor does).
+ * Round 1 is why the pool stays busy (docs/performance.md "Fair share"): cards that free all at once (a
+ * wide task ended) go to the next wide task before a small task can split them, so the pool seldom has
+ * to drain a worker for a wide task. A small task behind a wide one of its own account loses nothing it
+ * could have had: the wide task takes cards only where it fits whole, and the small task gets the rest of
+ * the same pass. (Measured: keeping each account's age order strictly, 84.6 % of the cards busy; with
+ * round 1, 91.8 %.) An aged task reserves cards when its turn comes, as before; it does not jump the
+ * accounts' order (in a saturated pool every task is aged, and aged-first made the order first come).
+ *
+ * An account's level is its decayed usage against its share, plus a tenth of the cards it holds now:
+ *
+ *        level = its decayed usage / (share × every account's decayed usage)
+ *              + HELD_WEIGHT × (cards it holds now + cards granted to it in this pass) / (share × cards in the pool)
+ *
+ *     0 is an account that holds and used nothing; 1 + HELD_WEIGHT one at its share on both counts. The
+ *     usage term, decayed with a half-life, is Slurm's fair-share factor: it gives back to an account
+ *     what another took before, so over time each busy account gets its weight's share of card-seconds.
+ *     The held term splits the cards of one pass by weight (as Kueue's weighted share does) and orders a
+ *     pool nobody has used yet; at full weight (1, the first cut) it drowned the usage term (8 cards of
+ *     16 are 0.5 on it) and the split stayed near a third each for weights 1:1:2 (27 / 27 / 46 %).
  *     Equal levels go to the account whose next task comes first by age, so one account alone orders
- *     exactly as before (priority, then age).
+ *     exactly as before (priority, then age; no rounds).
  *
  * `granted` holds the cards granted to each account so far in this pass (the caller adds to it after
  * each grant), so the next pick sees the account's new level. No `fair_share`: one account for everyone.
@@ -34,33 +48,64 @@ export function* fairOrder(
     if (same) same.push(t);
     else byPriority.set(t.priority, [t]);
   }
-  const totalCards = Math.max(1, fair?.total_cards ?? 1);
-  const totalUsage = Math.max(
-    1,
-    Object.values(fair?.accounts ?? {}).reduce((n, a) => n + a.usage, 0),
-  );
+  const totals = totalsOf(fair);
   for (const priority of [...byPriority.keys()].sort((a, b) => b - a)) {
     const level = byPriority.get(priority)!;
-    const queues = new Map<string, QueuedTaskView[]>();
+    let widest = 0;
+    const accounts = new Set<string>();
     for (const t of level) {
+      accounts.add(t.account ?? '');
+      if (t.cards.count > widest) widest = t.cards.count;
+    }
+    if (accounts.size === 1) {
+      yield* level.sort(compare);
+      continue;
+    }
+    // Round 1: the widest tasks; round 2: the rest (see above).
+    const rounds = [new Map<string, QueuedTaskView[]>(), new Map<string, QueuedTaskView[]>()] as const;
+    for (const t of level) {
+      const queues = rounds[t.cards.count === widest ? 0 : 1];
       const account = t.account ?? '';
       const q = queues.get(account);
       if (q) q.push(t);
       else queues.set(account, [t]);
     }
-    if (queues.size === 1) {
-      yield* [...queues.values()][0]!.sort(compare);
-      continue;
-    }
-    yield* acrossAccounts(queues, fair, totalCards, totalUsage, compare, granted);
+    for (const queues of rounds) yield* acrossAccounts(queues, fair, totals, compare, granted);
   }
+}
+
+/**
+ * How much the cards an account holds now count against its decayed usage in its level (see
+ * fairOrder). Measured on the `fairness` bench's three accounts (weights 1:1:2, half-life 6 h): 0 gave
+ * 25.6 / 25.1 / 49.3 %, 0.1 25.6 / 25.5 / 48.9 %, 0.25 26.0 / 26.3 / 47.7 %, 1 27.6 / 27.9 / 44.5 %.
+ */
+export const HELD_WEIGHT = 0.1;
+
+interface Totals {
+  cards: number;
+  usage: number;
+}
+
+function totalsOf(fair: FairShareView | undefined): Totals {
+  let usage = fair?.total_usage;
+  // The broker passes the sum: a pass asks once per waiting task (fairShareNote), 10,000 × 50 accounts
+  // at the bench's size, and summing each time made the pass ×5 one account's.
+  if (usage === undefined) {
+    usage = 0;
+    for (const a of Object.values(fair?.accounts ?? {})) usage += a.usage;
+  }
+  return { cards: Math.max(1, fair?.total_cards ?? 1), usage: Math.max(1, usage) };
+}
+
+/** An account's level (see fairOrder): `share` its normalised share, `held` its cards with this pass's grants. */
+function levelFor(share: number, usage: number, held: number, totals: Totals): number {
+  return usage / (share * totals.usage) + (HELD_WEIGHT * held) / (share * totals.cards);
 }
 
 function* acrossAccounts(
   queues: Map<string, QueuedTaskView[]>,
   fair: FairShareView | undefined,
-  totalCards: number,
-  totalUsage: number,
+  totals: Totals,
   compare: (a: QueuedTaskView, b: QueuedTaskView) => number,
   granted: ReadonlyMap<string, number>,
 ): Generator<QueuedTaskView> {
@@ -68,8 +113,7 @@ function* acrossAccounts(
   const levelOf = (account: string): number => {
     const a = fair?.accounts[account];
     const share = a && a.share > 0 ? a.share : 1 / queues.size;
-    const held = (a?.running_cards ?? 0) + (granted.get(account) ?? 0);
-    return held / (share * totalCards) + (a?.usage ?? 0) / (share * totalUsage);
+    return levelFor(share, a?.usage ?? 0, (a?.running_cards ?? 0) + (granted.get(account) ?? 0), totals);
   };
   // A binary heap of accounts by (level, their next task's order): only the account that just had a
   // turn changes its key (its level if granted, its next task), so a pass costs O(tasks × log accounts).
@@ -127,18 +171,14 @@ export function fairShareNote(
 ): FairShareNote | null {
   const a = fair?.accounts[account];
   if (!fair || !a) return null;
-  const totalUsage = Math.max(
-    1,
-    Object.values(fair.accounts).reduce((n, x) => n + x.usage, 0),
-  );
-  const totalCards = Math.max(1, fair.total_cards);
   const share = a.share > 0 ? a.share : 1;
   const held = a.running_cards + grantedCards;
+  const totals = totalsOf(fair);
   return {
     account,
-    level: Math.round((held / (share * totalCards) + a.usage / (share * totalUsage)) * 100) / 100,
+    level: Math.round(levelFor(share, a.usage, held, totals) * 100) / 100,
     held_cards: held,
-    share_cards: Math.round(share * totalCards * 10) / 10,
+    share_cards: Math.round(share * totals.cards * 10) / 10,
     position_in_account: position,
   };
 }

@@ -176,6 +176,8 @@ export interface FairShareView {
   accounts: Record<string, AccountView>;
   /** Cards of every worker in the snapshot. */
   total_cards: number;
+  /** Every account's decayed usage summed (the caller has it); absent: summed from `accounts`. */
+  total_usage?: number | undefined;
 }
 
 /**
