@@ -1,9 +1,21 @@
+import { availableParallelism } from 'node:os';
 import { defineConfig } from 'vitest/config';
+import { SpreadSequencer } from './test/support/spread-sequencer.js';
 
 /**
- * Three projects: main, shared-modules (below) and slurm. The Slurm suites share one machine-wide Slurm (8 fake
- * GPUs, one slurmctld; the two-node cluster on other ports): they would see each other's jobs as foreign
- * use and race for the GPUs, so they run one file at a time, after everything else (sequence.groupOrder).
+ * Three projects: main, shared-modules (below) and slurm, in one group, on at least two workers.
+ *
+ * Two workers even on two cores: vitest's default is one fewer than the cores, which on the 2-core CI
+ * machine ran every file one after another (659 s, then 547 s) and left the second core mostly idle: much
+ * of a file's time is spent waiting on processes, sockets and timers (docs/performance.md, "The suite on
+ * its own clock").
+ *
+ * The Slurm suites share one machine-wide Slurm (8 fake GPUs, one slurmctld; the two-node cluster on
+ * other ports): they would see each other's jobs as foreign use and race for the GPUs, so they run one
+ * file at a time, by a machine-wide lock each takes before its file is imported (setup file
+ * test/support/slurm-setup.ts, lock in test/support/slurm-serial.ts), beside the other suites: they used
+ * to run in a group of their own after everything else, a minute of a 2-core run with one core idle. The
+ * sequencer (test/support/spread-sequencer.ts) spreads them among the main files so one rarely waits.
  */
 const SLURM_SUITES = ['test/integration/slurm/**/*.test.ts', 'test/integration/cluster/slurm-*.test.ts'];
 
@@ -28,6 +40,8 @@ const SHARED_MODULE_SUITES = [
 
 export default defineConfig({
   test: {
+    maxWorkers: Math.max(2, availableParallelism() - 1),
+    sequence: { sequencer: SpreadSequencer },
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
@@ -40,7 +54,6 @@ export default defineConfig({
           name: 'main',
           include: ['test/**/*.test.ts'],
           exclude: [...SLURM_SUITES, ...SHARED_MODULE_SUITES],
-          sequence: { groupOrder: 0 },
         },
       },
       {
@@ -49,12 +62,11 @@ export default defineConfig({
           name: 'shared-modules',
           include: SHARED_MODULE_SUITES,
           isolate: false,
-          sequence: { groupOrder: 0 },
         },
       },
       {
         extends: true,
-        test: { name: 'slurm', include: SLURM_SUITES, fileParallelism: false, sequence: { groupOrder: 1 } },
+        test: { name: 'slurm', include: SLURM_SUITES, setupFiles: ['./test/support/slurm-setup.ts'] },
       },
     ],
   },
