@@ -42,21 +42,21 @@ export class Store {
   private atEnd: Array<() => void> = [];
   private depth = 0;
   /**
-   * Called with a description whenever a write fails for lack of space or a failing disk (the storage
-  /**
    * better-sqlite3's transaction wrapper, made once: `db.transaction(fn)` builds five wrapper functions
    * on every call, about a third of the CPU of a short transaction and more of a savepoint (a worker
    * report runs in four nested ones; docs/performance.md "e2e"). Nested calls become savepoints as before.
    */
   private readonly inTransaction: (fn: () => unknown) => unknown;
+  /**
+   * Called with a description whenever a write fails for lack of space or a failing disk (the storage
    * guard listens: src/broker/loops/storage-guard.ts).
    */
   onWriteFailure: (detail: string) => void = () => undefined;
 
   constructor(readonly db: Db) {
+    this.inTransaction = db.transaction((fn: () => unknown) => fn());
     this.principals = new PrincipalsRepo(db);
     this.proposals = new ProposalsRepo(db);
-    this.inTransaction = db.transaction((fn: () => unknown) => fn());
     this.tasks = new TasksRepo(db);
     this.idempotency = new IdempotencyRepo(db);
     this.audit = new AuditRepo(db);
