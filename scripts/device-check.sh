@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Real-GPU check (issue 9, "On a real GPU"; docs/performance.md "Real-GPU check").
 #
-# For a bare host with an NVIDIA GPU, python3 with torch, and maybe node and bwrap. Three steps, each
+# For a bare host with an NVIDIA GPU, python3 with torch, and maybe node and bwrap. Four steps, each
 # skipped with a line saying why when its tools are missing; a failing step never stops the others:
 #
 #   sampler   runs the exact nvidia-smi calls of worker/samplers/nvidia-sampler.ts and keeps their raw
 #             stdout/stderr/exit code (sampler/*.stdout …): commit them as sampler test fixtures.
+#   mig       (issue 39) prints and keeps `nvidia-smi -L` and `--query-gpu=mig.mode.current --format=csv`,
+#             and where a card is in MIG mode `nvidia-smi mig -lgi`, `-lci`, `-lgip`, the default table's
+#             MIG devices section, /proc/driver/nvidia-caps/mig-minors and the capability access files
+#             (mig/*): the fixtures worker/samplers/mig-parse.ts is to be pinned to. Read-only: it never
+#             runs -mig, -cgi, -dgi, -cci or -dci, so a card's MIG mode and instances stay as they are.
+#             An nvidia-smi without MIG support prints its error into the row; nothing aborts.
 #   workload  runs qualification/workload/qualify.py directly on every card torch sees, nccl backend,
 #             with the GPU_BROKER_* binding the worker would give it (worker/task-io/env.ts).
 #   broker    with node, bwrap and a built checkout: `gpu-broker start` (master + a bwrap-sandboxed
@@ -17,11 +23,13 @@
 # Then it prints a short table (also in $OUT/summary.txt).
 #
 # Usage: scripts/device-check.sh            (output in $OUT if set, else ./device-check-out)
-# Env:   DEVICE_CHECK_STEPS=sampler,workload,broker   which steps to run (default all three)
+# Env:   DEVICE_CHECK_STEPS=sampler,mig,workload,broker   which steps to run (default all four)
 #        NVIDIA_SMI=PATH                               nvidia-smi to run (default: found on PATH)
 #        PYTHON=PATH                                   python3 with torch (default: found on PATH)
 #        DEVICE_CHECK_TIMEOUT=SECONDS                  bound on the workload and on the broker step (900)
 #        DEVICE_CHECK_BUILD=0                          never run `npm run build` (default: when dist/ is missing)
+#        DEVICE_CHECK_MIG_MINORS=PATH                  mig-minors file (default /proc/driver/nvidia-caps/mig-minors)
+#        DEVICE_CHECK_MIG_CAPS=DIR                     capability tree (default /proc/driver/nvidia/capabilities)
 
 set -u -o pipefail
 
@@ -29,7 +37,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 OUT=${OUT:-./device-check-out}
 mkdir -p "$OUT" || { echo "device-check: cannot create $OUT" >&2; exit 1; }
 OUT=$(cd "$OUT" && pwd)
-STEPS=${DEVICE_CHECK_STEPS:-sampler,workload,broker}
+STEPS=${DEVICE_CHECK_STEPS:-sampler,mig,workload,broker}
+MIG_MINORS=${DEVICE_CHECK_MIG_MINORS:-/proc/driver/nvidia-caps/mig-minors}
+MIG_CAPS=${DEVICE_CHECK_MIG_CAPS:-/proc/driver/nvidia/capabilities}
 SMI=${NVIDIA_SMI:-nvidia-smi}
 PY=${PYTHON:-python3}
 LIMIT=${DEVICE_CHECK_TIMEOUT:-900}
@@ -125,6 +135,81 @@ step_sampler() {
     fi
   else
     row 'sampler parse' 'not run (needs node and a built checkout: npm ci && npm run build)'
+  fi
+}
+
+# show TITLE FILE: prints a captured output (at most 60 lines) to stdout and the log, for the session's tail.
+show() {
+  {
+    printf '\n$ %s\n' "$1"
+    head -n 60 "$2"
+    [[ $(wc -l <"$2") -gt 60 ]] && printf '… (%s lines; all of it in %s)\n' "$(wc -l <"$2")" "$2"
+  } | tee -a "$LOG"
+}
+
+# Read-only MIG discovery (issue 39): never -mig, -cgi, -dgi, -cci, -dci.
+step_mig() {
+  if ! have "$SMI"; then
+    say "mig: skipped: $SMI not found on PATH (set NVIDIA_SMI=PATH)"
+    row 'mig' "skipped: no $SMI"
+    return
+  fi
+  local d="$OUT/mig" enabled total
+  mkdir -p "$d"
+  say "mig: reading MIG mode and instances into $d (read-only)"
+  capture "$d/list" "$SMI" -L
+  capture "$d/mode" "$SMI" --query-gpu=mig.mode.current --format=csv
+  capture "$d/mode-index" "$SMI" --query-gpu=index,uuid,mig.mode.current --format=csv,noheader
+  show 'nvidia-smi -L' "$d/list.stdout"
+  show 'nvidia-smi --query-gpu=mig.mode.current --format=csv' "$d/mode.stdout"
+  if [[ $(cat "$d/mode-index.exit") != 0 ]]; then
+    row 'mig mode' "not readable (exit $(cat "$d/mode-index.exit")): $(cat "$d/mode-index.stdout" "$d/mode-index.stderr" | head -c 160 | tr '\n' ' ')"
+    return
+  fi
+  total=$(grep -c . "$d/mode-index.stdout")
+  enabled=$(grep -ci ',[[:space:]]*enabled[[:space:]]*$' "$d/mode-index.stdout")
+  row 'mig mode' "enabled on $enabled of $total card(s)"
+  [[ $enabled == 0 ]] && return
+  capture "$d/lgi" "$SMI" mig -lgi
+  capture "$d/lci" "$SMI" mig -lci
+  capture "$d/lgip" "$SMI" mig -lgip
+  capture "$d/table" "$SMI"
+  cat "$MIG_MINORS" >"$d/mig-minors.txt" 2>&1
+  # Every capability access file, one `path:Key: value` line each (DeviceFileMinor is the minor).
+  bounded 60 grep -r . "$MIG_CAPS" >"$d/capabilities.txt" 2>&1
+  ls -l /dev/nvidia-caps/ >"$d/dev-nvidia-caps.txt" 2>&1
+  show 'nvidia-smi mig -lgi' "$d/lgi.stdout"
+  show 'nvidia-smi mig -lci' "$d/lci.stdout"
+  show 'nvidia-smi mig -lgip' "$d/lgip.stdout"
+  sed -n '/MIG devices:/,$p' "$d/table.stdout" >"$d/table-mig-devices.txt"
+  show 'nvidia-smi (the MIG devices section)' "$d/table-mig-devices.txt"
+  show "$MIG_MINORS" "$d/mig-minors.txt"
+  row 'mig instances' "lgi exit $(cat "$d/lgi.exit"): $(grep -c 'MIG ' "$d/lgi.stdout") GPU instance(s); lci exit $(cat "$d/lci.exit"): $(grep -c 'MIG ' "$d/lci.stdout") compute instance(s)"
+  local parser="$REPO/dist/worker/samplers/mig-slices.js"
+  if have node && ensure_built && [[ -f $parser ]]; then
+    # shellcheck disable=SC2016 # JavaScript, not shell: its ${…} are template literals.
+    if node --input-type=module -e '
+      import { readFileSync } from "node:fs";
+      const [parseFile, joinFile, d] = process.argv.slice(1);
+      const p = await import(parseFile);
+      const { joinMigSlices } = await import(joinFile);
+      const read = (name) => { try { return readFileSync(`${d}/${name}`, "utf8"); } catch { return ""; } };
+      const list = p.parseNvidiaList(read("list.stdout"));
+      const modes = p.parseMigModeCsv(read("mode-index.stdout"));
+      const lgi = p.parseGpuInstances(read("lgi.stdout"));
+      const lci = p.parseComputeInstances(read("lci.stdout"));
+      const devices = p.parseMigDevicesTable(read("table.stdout"));
+      const minors = p.parseMigMinors(read("mig-minors.txt"));
+      const joined = joinMigSlices({ list, modes: modes.rows, gpuInstances: lgi.rows, computeInstances: lci.rows, devices: devices.rows, minors: minors.minors });
+      const problems = [list, modes, lgi, lci, devices, minors, joined].flatMap((x) => x.problems);
+      console.log(JSON.stringify({ slices: joined.slices, migCards: joined.migCards, problems }, null, 2));
+    ' "$REPO/dist/worker/samplers/mig-parse.js" "$parser" "$d" >"$d/parsed.json" 2>"$d/parsed.stderr"; then
+      row 'mig parse' "$(grep -c '"id": ' "$d/parsed.json") slice(s), $(grep -c '"code": ' "$d/parsed.json") problem(s) (mig/parsed.json)"
+    else
+      row 'mig parse' "FAILED: $(head -c 200 "$d/parsed.stderr" | tr '\n' ' ')"
+    fi
+  else
+    row 'mig parse' 'not run (needs node and a build with worker/samplers/mig-slices.js: npm run build)'
   fi
 }
 
@@ -321,6 +406,7 @@ step_broker() {
 }
 
 want sampler && step_sampler
+want mig && step_mig
 want workload && step_workload
 want broker && step_broker
 
