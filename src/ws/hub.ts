@@ -7,7 +7,7 @@ import type { Fleet } from '../broker/fleet.js';
 import type { WorkerLink } from '../broker/ports.js';
 import { authenticateWorker, bearerToken } from '../broker/principals.js';
 import { WorkerIngest } from '../broker/workers/ingest.js';
-import { WorkerSessions } from '../broker/workers/live-sessions.js';
+import { WorkerSessions, type WorkerSocket } from '../broker/workers/live-sessions.js';
 import { BrokerError } from '../contracts/errors.js';
 import { WORKER_CONNECT_PATH } from '../contracts/paths.js';
 import { MAX_MESSAGE_BYTES } from '../contracts/worker-protocol.js';
@@ -94,13 +94,39 @@ export class WorkerHub implements WorkerLink {
       );
       return;
     }
-    this.wss.handleUpgrade(req, socket, head, (ws) => this.open(ws, worker.workerId, worker.principalId));
+    this.wss.handleUpgrade(req, socket, head, (ws) =>
+      this.open(ws, socket, worker.workerId, worker.principalId),
+    );
   }
 
-  private open(ws: WebSocket, workerId: string, principalId: string): void {
-    const session = this.sessions.open(ws, workerId, principalId);
+  private open(ws: WebSocket, socket: Duplex, workerId: string, principalId: string): void {
+    const session = this.sessions.open(workerSocket(ws, socket), workerId, principalId);
     ws.on('message', (data, isBinary) => this.ingest.received(session, isBinary ? null : data.toString()));
     ws.on('close', () => this.ingest.closed(session));
     ws.on('error', (err) => this.deps.logger.warn({ err, worker_id: workerId }, 'worker socket error'));
   }
+}
+
+/**
+ * The session's view of a worker's WebSocket, with the connection's cork/uncork: the frames the broker
+ * sends in between (a batch's acks, a flush of the outbox) leave in one write and one TLS record
+ * instead of one each.
+ */
+function workerSocket(ws: WebSocket, socket: Duplex): WorkerSocket {
+  return {
+    get readyState() {
+      return ws.readyState;
+    },
+    OPEN: ws.OPEN,
+    get isPaused() {
+      return ws.isPaused;
+    },
+    send: (text) => ws.send(text),
+    close: (code, reason) => ws.close(code, reason),
+    terminate: () => ws.terminate(),
+    pause: () => ws.pause(),
+    resume: () => ws.resume(),
+    cork: () => socket.cork(),
+    uncork: () => socket.uncork(),
+  };
 }

@@ -164,7 +164,7 @@ export class WorkerIngest {
       this.messageFailed(s, err, sequenceRefOf(first), first.type);
       return batch.length;
     }
-    for (const r of replies) this.sessions.reply(s, r);
+    this.sessions.replyAll(s, replies);
     if (requestPass) this.requestPass();
     if (failed !== null) {
       const { err, msg } = failed as { err: unknown; msg: WorkerMessage };

@@ -39,6 +39,12 @@ export interface WorkerSocket {
   terminate(): void;
   pause(): void;
   resume(): void;
+  /**
+   * Holds the connection's writes until `uncork` (the gateway's socket has them): the frames sent in
+   * between leave in one write, one TLS record. Absent: each frame is written as it is sent.
+   */
+  cork?(): void;
+  uncork?(): void;
 }
 
 /** One worker's session: its socket and what the master remembers of it while it is open. */
@@ -140,16 +146,32 @@ export class WorkerSessions {
   flush(workerId: string): void {
     const s = this.sessions.get(workerId);
     if (!s || s.bootId === null || s.ws.readyState !== s.ws.OPEN) return;
-    for (const entry of this.deps.store.outbox.unacked(workerId)) {
-      if (entry.id <= s.sentUpTo) continue;
-      s.ws.send(JSON.stringify(entry.body));
-      s.sentUpTo = entry.id;
+    s.ws.cork?.();
+    try {
+      for (const entry of this.deps.store.outbox.unacked(workerId)) {
+        if (entry.id <= s.sentUpTo) continue;
+        s.ws.send(JSON.stringify(entry.body));
+        s.sentUpTo = entry.id;
+      }
+    } finally {
+      s.ws.uncork?.();
     }
   }
 
   /** Sends `body` on the session if its socket is still open. */
   reply(s: LiveSession, body: MasterMessage): void {
     if (s.ws.readyState === s.ws.OPEN) s.ws.send(JSON.stringify(body));
+  }
+
+  /** Sends `bodies` in order, in one write of the connection (a batch's acks; ADR 0034). */
+  replyAll(s: LiveSession, bodies: readonly MasterMessage[]): void {
+    if (bodies.length === 0) return;
+    s.ws.cork?.();
+    try {
+      for (const body of bodies) this.reply(s, body);
+    } finally {
+      s.ws.uncork?.();
+    }
   }
 
   /** Closes sessions whose worker token was revoked since they opened (called by the sweeper). */
