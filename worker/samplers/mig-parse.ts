@@ -1,7 +1,7 @@
 import { clip, isUnmeasured, parseIndex } from './smi-values.js';
 
 /**
- * Pure parsers for what the MIG tools print (formats in ../shared/reference/gpu-tools.md, "MIG"; golden
+ * Pure parsers for what the MIG tools print (formats in docs/decisions/0046-mig-slices-as-cards.md, "Sources"; golden
  * samples in test/unit/worker/samplers/mig-parse.test.ts). Tables are read by splitting on whitespace and
  * on the `|` cell borders, never by column offsets: the widths differ across drivers. A line that is not
  * understood is returned as a `MigProblem` beside whatever did parse, never thrown and never guessed

@@ -4,7 +4,7 @@
  * (`mig-slices.ts`) takes memory from here only when the tool printed none for an instance, and the
  * simulated layouts (`sim-mig-layout.ts`) are validated against it.
  *
- * Sources (../shared/reference/gpu-tools.md, section "MIG"): profile names, IDs, instance counts and
+ * Sources (docs/decisions/0046-mig-slices-as-cards.md, "Sources"): profile names, IDs, instance counts and
  * placements from NVIDIA's MIG user guide (supported-mig-profiles.html, `nvidia-smi mig -lgip` /
  * `-lgipp` listings); memory in GiB from public `nvidia-smi mig -lgip` dumps of each board. The memory
  * of an instance varies a little by driver (two 3g.20gb on one A100-40GB printed 20224 and 20096 MiB),

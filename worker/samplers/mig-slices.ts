@@ -12,7 +12,7 @@ import { findMigProfile, type MigCardModel, migCardModel, parseMigProfileName } 
 
 /**
  * Joins the parsed MIG outputs into slices: one per compute instance, each to become a card of its own
- * (docs/decisions/*-mig-slices-as-cards.md, proposed). Pure; every gap is a `MigProblem` and a `null`
+ * (docs/decisions/0046-mig-slices-as-cards.md, proposed). Pure; every gap is a `MigProblem` and a `null`
  * field, never a guessed value. Not yet called by the sampler.
  */
 

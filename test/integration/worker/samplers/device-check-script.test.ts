@@ -106,7 +106,7 @@ describe('scripts/device-check.sh', () => {
   });
 });
 
-describe('scripts/device-check.sh, MIG step (issue 39)', () => {
+describe('scripts/device-check.sh, MIG step (ADR 0046)', () => {
   const MUTATING = ['-mig', '-cgi', '-dgi', '-cci', '-dci', '--gpu-reset', '-r'];
 
   async function runMig(state: FakeSmiState, withCaps: boolean) {

@@ -9,7 +9,7 @@ import {
   parseNvidiaList,
 } from '../../../../worker/samplers/mig-parse.js';
 
-// Golden samples: the public formats in ../shared/reference/gpu-tools.md ("MIG"), as NVIDIA's MIG user
+// Golden samples: the public formats (ADR 0046, "Sources"), as NVIDIA's MIG user
 // guide and public dumps print them. None was captured on a real card here yet (scripts/device-check.sh
 // captures them on the first run on one).
 
