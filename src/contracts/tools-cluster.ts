@@ -279,12 +279,38 @@ export const AlertSchema = z.object({
   action: z.string(),
 });
 
+/** One account's standing in get_status `accounts` (operators). */
+const AccountStandingSchema = z.object({
+  account: z.string(),
+  parent: z.string().nullable(),
+  share: z.number(),
+  share_cards: z.number(),
+  held_cards: z.number().int(),
+  nominal_cards: z.number().int().nullable(),
+  limit_cards: z.number().int().nullable(),
+  period: z.enum(['day', 'week', 'month', '7d']),
+  period_start: z.string(),
+  usage_card_hours: z.number(),
+  budget_card_hours: z.number().nullable(),
+  budget_left_card_hours: z.number().nullable(),
+  budget_resets_at: z.string().nullable(),
+  queued: z.number().int(),
+  first_wait: z
+    .object({
+      task_id: z.string().nullable(),
+      position: z.number().int().nullable(),
+      code: z.string(),
+      message: z.string(),
+    })
+    .nullable(),
+});
+
 /** get_status */
 export const getStatusTool = defineTool({
   name: 'get_status',
   title: 'Cluster status and alerts',
   description:
-    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds and its card-hours over the last 7 days.',
+    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds, its card-hours this period and budget left, and where your first queued task stands and why it waits, also in words. Operators also get `accounts`: the same for every account.',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,
@@ -305,7 +331,10 @@ export const getStatusTool = defineTool({
     alerts: z.array(AlertSchema),
     /**
      * Where the caller stands: its account, the account's normalised share of the pool (and in cards),
-     * the cards its principals hold now, and the card-hours charged to it over the last 7 days.
+     * the cards its subtree holds now (`your_cards`: the caller's own), the card-hours charged to it over
+     * the last 7 days, its quota, its card-hours this period (its budget's, else 7 days) and budget left,
+     * its queued tasks, the caller's first queued task with its place in the account's queue and why it
+     * waits, and all of that in `words`.
      */
     you: z.object({
       principal: z.string(),
@@ -314,6 +343,25 @@ export const getStatusTool = defineTool({
       share_cards: z.number(),
       held_cards: z.number().int(),
       card_hours_7d: z.number(),
+      your_cards: z.number().int(),
+      nominal_cards: z.number().int().nullable(),
+      limit_cards: z.number().int().nullable(),
+      period: z.enum(['day', 'week', 'month', '7d']),
+      usage_card_hours: z.number(),
+      budget_left_card_hours: z.number().nullable(),
+      budget_resets_at: z.string().nullable(),
+      queued: z.number().int(),
+      your_first_queued: z
+        .object({
+          task_id: z.string(),
+          position_in_account: z.number().int().nullable(),
+          code: z.string(),
+          message: z.string(),
+        })
+        .nullable(),
+      words: z.string(),
     }),
+    /** Operators only: every account's standing (src/broker/tools/account-standing.ts). */
+    accounts: z.array(AccountStandingSchema).optional(),
   }),
 });

@@ -1,9 +1,9 @@
-import { normalisedShares } from '../../domain/accounts/tree.js';
 import { GRANT_ALERT_RATIO, grantUsage } from '../../domain/grants/grant.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { canReadAll } from '../principals.js';
+import { type AccountStanding, accountStandings, standingWords } from './account-standing.js';
 import { leaseWhereabouts } from './tasks.js';
 
 /** One alert of get_status: what is wrong, how bad, and what an operator does about it. */
@@ -246,6 +246,8 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
     mayReadGrant: (granteeId) => readAll || granteeId === principal.id,
   };
   const alerts = ALERT_SOURCES.flatMap((source) => source(context));
+  // Every account for operators; everyone sees their own (`you`).
+  const standings = accountStandings(deps, context.now, (ownerId) => readAll || ownerId === principal.id);
   return {
     tasks_by_state: deps.store.tasks.countByState(),
     leases: context.leases.map((l) => ({
@@ -258,37 +260,96 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
       reason: l.reason,
     })),
     alerts,
-    you: whereYouStand(deps, principal, context.now),
+    you: whereYouStand(deps, principal, standings),
+    ...(principal.roles.includes('operator') ? { accounts: standings } : {}),
   };
 }
 
-/** The caller's account, its share, what it holds and used (get_status `you`). */
-function whereYouStand(deps: BrokerDeps, principal: Principal, now: number) {
+/**
+ * The caller's account and where it stands (get_status `you`): its share, the cards it holds, its
+ * card-hours this period and budget left, the caller's own cards and first queued task, and all of it
+ * in words. Other accounts appear only by name and cards held against share, when over it.
+ */
+function whereYouStand(deps: BrokerDeps, principal: Principal, standings: readonly AccountStanding[]) {
   const account = principal.account;
-  const share = normalisedShares(deps.store.accounts.list()).get(account) ?? 0;
-  const totalCards = deps.store.workers.list().reduce((n, w) => n + w.cards.length, 0);
+  const mine =
+    standings.find((a) => a.account === account) ??
+    // A principal whose account is gone (it cannot be deleted while it has principals): nothing known.
+    ({
+      account,
+      parent: null,
+      share: 0,
+      share_cards: 0,
+      held_cards: 0,
+      nominal_cards: null,
+      limit_cards: null,
+      period: '7d',
+      period_start: '',
+      usage_card_hours: 0,
+      budget_card_hours: null,
+      budget_left_card_hours: null,
+      budget_resets_at: null,
+      queued: 0,
+      first_wait: null,
+    } satisfies AccountStanding);
+  let yourCards = 0;
+  for (const c of deps.store.leases.liveCards())
+    if (c.state !== 'QUARANTINED' && c.owner_id === principal.id) yourCards++;
+  // The account's own principals' queued tasks in queue order: the caller's first one's place among them.
   const members = new Set(
     deps.store.principals
       .list()
       .filter((p) => p.account === account)
       .map((p) => p.id),
   );
-  let held = 0;
-  for (const c of deps.store.leases.liveCards())
-    if (c.state !== 'QUARANTINED' && members.has(c.owner_id)) held++;
+  const queue = deps.store.tasks
+    .inState('QUEUED')
+    .filter((t) => members.has(t.owner_id))
+    .map((t) => ({ t, position: deps.observe.queueInfo(t.id)?.position ?? Number.MAX_SAFE_INTEGER }))
+    .sort((a, b) => a.position - b.position || a.t.approved_at - b.t.approved_at);
+  const at = queue.findIndex((q) => q.t.owner_id === principal.id);
+  const first = at < 0 ? null : queue[at]!;
+  const firstReason = first === null ? undefined : deps.observe.queueInfo(first.t.id)?.reason;
+  const firstQueued =
+    first === null
+      ? null
+      : {
+          task_id: first.t.id,
+          position_in_account: first.position === Number.MAX_SAFE_INTEGER ? null : at + 1,
+          code: typeof firstReason?.['code'] === 'string' ? firstReason['code'] : 'queued',
+          message:
+            typeof firstReason?.['message'] === 'string'
+              ? firstReason['message']
+              : 'not yet looked at by the scheduler',
+        };
+  return {
+    principal: principal.name,
+    account,
+    share: mine.share,
+    share_cards: mine.share_cards,
+    held_cards: mine.held_cards,
+    card_hours_7d: card7d(deps, account),
+    your_cards: yourCards,
+    nominal_cards: mine.nominal_cards,
+    limit_cards: mine.limit_cards,
+    period: mine.period,
+    usage_card_hours: mine.usage_card_hours,
+    budget_left_card_hours: mine.budget_left_card_hours,
+    budget_resets_at: mine.budget_resets_at,
+    queued: mine.queued,
+    your_first_queued: firstQueued,
+    words: standingWords(mine, standings, { held_cards: yourCards, first_queued: firstQueued }),
+  };
+}
+
+/** The card-hours charged to `account` (its own ledger rows) over the last 7 days. */
+function card7d(deps: BrokerDeps, account: string): number {
+  const now = deps.clock.now();
   const used = deps.store.usage.summary({
     by: 'account',
     since: now - 7 * 86_400_000,
     until: now + 1,
     accounts: [account],
   });
-  const seconds = used.reduce((n, l) => n + l.card_seconds, 0);
-  return {
-    principal: principal.name,
-    account,
-    share: Math.round(share * 1e6) / 1e6,
-    share_cards: Math.round(share * totalCards * 10) / 10,
-    held_cards: held,
-    card_hours_7d: Math.round((seconds / 3600) * 1000) / 1000,
-  };
+  return Math.round((used.reduce((n, l) => n + l.card_seconds, 0) / 3600) * 1000) / 1000;
 }

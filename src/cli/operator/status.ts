@@ -66,7 +66,51 @@ interface Status {
     share_cards: number;
     held_cards: number;
     card_hours_7d: number;
+    /** Absent from older masters. */
+    words?: string;
   };
+  /** Operators only; absent from older masters. */
+  accounts?: AccountRow[];
+}
+interface AccountRow {
+  account: string;
+  parent: string | null;
+  share: number;
+  share_cards: number;
+  held_cards: number;
+  nominal_cards: number | null;
+  limit_cards: number | null;
+  period: string;
+  usage_card_hours: number;
+  budget_card_hours: number | null;
+  budget_left_card_hours: number | null;
+  queued: number;
+  first_wait: { task_id: string | null; position: number | null; code: string; message: string } | null;
+}
+
+/**
+ * The ACCOUNTS section (operators): one row per account, its share, cards held against share and quota,
+ * card-hours this period, budget left, queued tasks and why the first of them waits.
+ */
+function accountsSection(accounts: AccountRow[]): string[] {
+  return [
+    'ACCOUNTS',
+    table(
+      ['ACCOUNT', 'SHARE', 'CARDS', 'NOMINAL/LIMIT', 'USED (PERIOD)', 'BUDGET LEFT', 'QUEUED', 'FIRST WAITS'],
+      accounts.map((a) => [
+        a.parent === null ? a.account : `${a.account} (in ${a.parent})`,
+        `${(a.share * 100).toFixed(1)} % (${a.share_cards})`,
+        a.held_cards,
+        `${a.nominal_cards ?? '-'}/${a.limit_cards ?? (a.nominal_cards === null ? '-' : 'any')}`,
+        `${a.usage_card_hours.toFixed(2)} h (${a.period})`,
+        a.budget_left_card_hours === null
+          ? '-'
+          : `${a.budget_left_card_hours.toFixed(2)} of ${a.budget_card_hours} h`,
+        a.queued,
+        a.first_wait === null ? '' : `${a.first_wait.task_id ?? '(task)'}: ${a.first_wait.code}`,
+      ]),
+    ),
+  ];
 }
 
 /** The WORKERS section: one row per worker. */
@@ -185,6 +229,7 @@ function youSection(you: Status['you']): string[] {
   return [
     `YOU  ${escapeField(you.principal)} in account ${escapeField(you.account)}: share ${(you.share * 100).toFixed(1)} % ` +
       `(${you.share_cards} cards), holds ${you.held_cards}, ${you.card_hours_7d.toFixed(3)} card-hours in 7 days`,
+    ...(you.words ? [`     ${escapeField(you.words)}`] : []),
   ];
 }
 
@@ -192,6 +237,7 @@ function youSection(you: Status['you']): string[] {
 function statusText(workers: Worker[], cards: Card[], queue: QueueItem[], status: Status): string {
   const sections = [
     ...(status.you ? [youSection(status.you)] : []),
+    ...(status.accounts?.length ? [accountsSection(status.accounts)] : []),
     workersSection(workers),
     cardsSection(cards),
     queueSection(queue),

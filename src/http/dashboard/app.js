@@ -1,3 +1,4 @@
+import { renderAccounts } from './accounts.js';
 import { ApiError, apiGet, apiPost, clearToken, followEvents, getToken, setToken } from './api.js';
 import { fill, h, orDash } from './dom.js';
 import { renderGrants } from './grants.js';
@@ -52,6 +53,7 @@ async function refreshStatus() {
   const status = await apiGet('/api/v1/status');
   fill($('alerts'), ...renderAlerts(status.alerts));
   fill($('task-counts'), ...renderCounts(status.tasks_by_state));
+  fill($('accounts'), ...renderAccounts(status));
 }
 
 async function refreshQueue() {
