@@ -16,6 +16,12 @@ import { findMigProfile, type MigCardModel, migCardModel, parseMigProfileName } 
  * field, never a guessed value. Not yet called by the sampler.
  */
 
+/** Largest card index a sample carries (CardSampleSchema). */
+const MAX_GPU_INDEX = 255;
+/** Largest GPU-instance and compute-instance ids the driver hands out (mig-minors runs gi0..gi14, ci0..ci7). */
+const MAX_GPU_INSTANCE = 14;
+const MAX_COMPUTE_INSTANCE = 7;
+
 /** One compute instance of a card in MIG mode. */
 export interface MigSlice {
   /** `<gpu-index>:mig:<gi>/<ci>`. */
@@ -100,9 +106,20 @@ export function joinMigSlices(input: MigDiscovery): MigJoin {
       );
       continue;
     }
+    if (
+      ci.gpu_index > MAX_GPU_INDEX ||
+      ci.gpu_instance > MAX_GPU_INSTANCE ||
+      ci.compute_instance > MAX_COMPUTE_INSTANCE
+    ) {
+      problems.push(joinProblem('BAD_VALUE', `${where}: outside GPU 0..255, GI 0..14, CI 0..7`));
+      continue;
+    }
     const name = parseMigProfileName(ci.profile);
-    if (!name) {
-      problems.push(joinProblem('UNKNOWN_PROFILE', `${where}: "${ci.profile}" is not a MIG profile name`));
+    if (!name || !parseMigProfileName(gi.profile)) {
+      const bad = name ? gi.profile : ci.profile;
+      problems.push(
+        joinProblem('UNKNOWN_PROFILE', `${where}: "${bad.slice(0, 40)}" is not a MIG profile name`),
+      );
       continue;
     }
     const parentName = listed?.name ?? '';

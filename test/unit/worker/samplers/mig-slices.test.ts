@@ -140,6 +140,26 @@ describe('joinMigSlices', () => {
     expect(joined.slices[0]?.memory_total_mib).toBe(40192);
   });
 
+  it('refuses ids outside the driver’s ranges and profile names that are not profiles', () => {
+    const enabled = parseMigModeCsv('0, GPU-a, Enabled\n300, GPU-b, Enabled\n').rows;
+    const lgi = parseGpuInstances(
+      '|   0  MIG 1g.10gb         19       15          0:1     |\n|   0  MIG x;y             19        4          0:1     |\n|   0  MIG 1g.10gb         19        5          1:1     |\n|   300  MIG 1g.10gb         19        5          1:1     |\n',
+    ).rows;
+    const lci = parseComputeInstances(
+      '|   0     15       MIG 1g.10gb          0         0          0:1     |\n|   0      4       MIG 1g.10gb          0         0          0:1     |\n|   0      5       MIG 1g.10gb          0         8          0:1     |\n|   300    5       MIG 1g.10gb          0         0          0:1     |\n',
+    ).rows;
+    const joined = joinMigSlices(discovery({ modes: enabled, gpuInstances: lgi, computeInstances: lci }));
+    expect(joined.slices).toEqual([]);
+    expect(joined.problems.filter((p) => p.source === 'join').map((p) => p.code)).toEqual([
+      'BAD_VALUE',
+      'UNKNOWN_PROFILE',
+      'BAD_VALUE',
+      'BAD_VALUE',
+      'NO_DEVICE',
+      'NO_DEVICE',
+    ]);
+  });
+
   it('gives a model without a table no memory unless the tool printed one', () => {
     const list = parseNvidiaList(LIST.replaceAll('A100-SXM4-80GB', 'H100 NVL'));
     const joined = joinMigSlices(discovery({ list, devices: null }));
