@@ -202,6 +202,28 @@ describe('scripts/device-check.sh, MIG step (ADR 0046)', () => {
     expect(calls.flatMap((call) => call.args).filter((arg) => MUTATING.includes(arg))).toEqual([]);
   });
 
+  it('keeps going when the MIG listings fail (no permission), saying so in the table', async () => {
+    const { result, summary } = await runMig(
+      {
+        cards: fakeMigCards('H100-80GB', 1),
+        faults: [
+          {
+            tool: 'nvidia-smi',
+            when: 'mig',
+            action: 'fail',
+            exit_code: 4,
+            stdout: 'Insufficient Permissions\n',
+          },
+        ],
+      },
+      false,
+    );
+    expect(result.status, String(result.stderr)).toBe(0);
+    expect(summary).toMatch(
+      /mig instances\s+lgi exit 4: 0 GPU instance\(s\); lci exit 4: 0 compute instance\(s\)/,
+    );
+  });
+
   it('keeps going where nvidia-smi has no MIG support, printing the error', async () => {
     const { result, summary } = await runMig(
       { cards: fakeH100Cards(1), nvidia: { unsupported_fields: ['mig.mode.current'] } },
