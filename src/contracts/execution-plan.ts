@@ -36,6 +36,7 @@ export const FailureReasonSchema = z.enum([
   'CLEANUP_UNCONFIRMED',
   'STALE_EPOCH',
   'CANCELLED',
+  'PREEMPTED',
 ]);
 /** Why an execution failed. */
 export type FailureReason = z.infer<typeof FailureReasonSchema>;
@@ -92,6 +93,12 @@ export const ExecutionPlanSchema = z.object({
    * `detail`. Absent (an older master): the worker applies no limit.
    */
   limits: ResolvedLimitsSchema.optional(),
+  /**
+   * How often this task was preempted before this run (docs/operations.md "Borrowing and reclaim"): above
+   * 0 the task gets GPU_BROKER_PREEMPTED=1 and GPU_BROKER_PREEMPTIONS=<n>, to resume from its checkpoint.
+   * Absent: never.
+   */
+  preemptions: z.number().int().min(0).max(1000).optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;

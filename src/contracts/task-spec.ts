@@ -258,6 +258,27 @@ export const TaskSpecSchema = z
       .max(100)
       .optional()
       .describe('Queue priority, a whole number from 0 to 100 (higher runs first); omit for the default.'),
+    /**
+     * May the scheduler stop this task to give its cards back to an account asking within its nominal
+     * share, while the task's account borrows (docs/operations.md "Borrowing and reclaim")? A preempted
+     * run gets SIGTERM, `preemption_grace_seconds`, then SIGKILL, and the same approved revision queues
+     * again at its old place (no new review); the next run has GPU_BROKER_PREEMPTED=1. The reviewer sees it.
+     */
+    preemptible: z
+      .boolean()
+      .optional()
+      .describe(
+        'true: the scheduler may stop this task (SIGTERM, grace, SIGKILL) while your account uses more than its nominal share and another account asks for cards within its own; it is queued again at its old place (no new review) and the next run sees GPU_BROKER_PREEMPTED=1, so checkpoint on SIGTERM. Omit (false) for a task that must not be stopped.',
+      ),
+    preemption_grace_seconds: z
+      .number()
+      .int()
+      .min(1)
+      .max(600)
+      .optional()
+      .describe(
+        "Seconds between SIGTERM and SIGKILL when this task is preempted (1 to 600), to checkpoint; omit for the operator's kill grace.",
+      ),
     runtime: RuntimeSchema,
     /**
      * Network inside the sandbox: `none` (default: loopback only) or `host` (the host's network). `host`

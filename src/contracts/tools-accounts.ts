@@ -57,6 +57,13 @@ const MaxPrioritySchema = z
   .optional()
   .describe('The highest spec priority its tasks may ask for (0..100); null: no bound beyond the spec’s.');
 
+const PreemptibleSchema = z
+  .boolean()
+  .optional()
+  .describe(
+    'true: every task of the account may be preempted while the account holds more than its nominal share, whatever its spec says (default false: the spec’s `preemptible` decides).',
+  );
+
 /** An account as listed. */
 export const AccountViewSchema = z.object({
   name: z.string(),
@@ -70,6 +77,8 @@ export const AccountViewSchema = z.object({
   created_at: TimeSchema,
   /** The highest spec priority its tasks may ask for; null: the spec's own bound. */
   max_priority: z.number().int().nullable(),
+  /** Every task of it is preemptible while it borrows. */
+  preemptible: z.boolean(),
   quotas: z.object({
     nominal_cards: z.number().int().nullable(),
     borrowing_limit: z.number().int().nullable(),
@@ -107,6 +116,7 @@ export const createAccountTool = defineTool({
     description: DescriptionSchema.optional(),
     ...QuotaInput,
     max_priority: MaxPrioritySchema,
+    preemptible: PreemptibleSchema,
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ account: AccountViewSchema }),
@@ -130,6 +140,7 @@ export const setAccountTool = defineTool({
       .describe('What the account is for (null clears it).'),
     ...QuotaInput,
     max_priority: MaxPrioritySchema,
+    preemptible: PreemptibleSchema,
     idempotency_key: IdempotencyKeySchema,
   }),
   output: z.object({ account: AccountViewSchema }),

@@ -358,6 +358,13 @@ export const CancelSchema = z.object({
   execution_id: Id,
   lease_epoch: z.number().int().min(1),
   reason: z.string().max(1024),
+  /**
+   * The scheduler reclaims the cards (docs/operations.md "Borrowing and reclaim"): SIGTERM, the spec's
+   * `preemption_grace_seconds` (else the plan's kill grace), SIGKILL, and the exit is reported with
+   * failure_reason PREEMPTED. Absent: a cancel. An older worker ignores it and reports CANCELLED, which
+   * the master reads as PREEMPTED for a lease it asked to preempt.
+   */
+  preempt: z.boolean().optional(),
 });
 
 /** master → worker: report what you know about this execution. */

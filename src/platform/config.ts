@@ -106,6 +106,11 @@ export const SchedulingConfigSchema = z.strictObject({
    * half as much after this many hours (decayed usage, as Slurm's PriorityDecayHalfLife).
    */
   fair_share_half_life_hours: z.number().min(0.1).max(720).default(6),
+  /**
+   * Reclaim by preemption (docs/operations.md "Borrowing and reclaim"): a task preempted this often is
+   * never preempted again; it runs to its end.
+   */
+  max_preemptions_per_task: z.number().int().min(0).max(100).default(3),
 });
 
 /**

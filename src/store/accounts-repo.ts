@@ -16,6 +16,11 @@ export interface AccountRecord {
   budget_period: 'day' | 'week' | 'month' | null;
   /** The highest spec priority its tasks may ask for; null: no bound beyond the spec's. */
   max_priority: number | null;
+  /**
+   * 1: every task of the account is preemptible while the account borrows, whatever its spec says; 0:
+   * its specs decide (docs/operations.md "Borrowing and reclaim").
+   */
+  preemptible: 0 | 1;
 }
 
 /** The account tree. Its rules (names, cycles, depth, what holds an account) are src/domain/accounts/tree.ts. */
@@ -30,13 +35,13 @@ export class AccountsRepo {
     this.allStmt = db.prepare<[], AccountRecord>('SELECT * FROM accounts ORDER BY name');
     this.getStmt = db.prepare<[string], AccountRecord>('SELECT * FROM accounts WHERE name = ?');
     this.insertStmt = db.prepare(
-      `INSERT INTO accounts (name, parent, weight, description, created_at, nominal_cards, borrowing_limit, budget_card_hours, budget_period, max_priority)
-       VALUES (@name, @parent, @weight, @description, @created_at, @nominal_cards, @borrowing_limit, @budget_card_hours, @budget_period, @max_priority)`,
+      `INSERT INTO accounts (name, parent, weight, description, created_at, nominal_cards, borrowing_limit, budget_card_hours, budget_period, max_priority, preemptible)
+       VALUES (@name, @parent, @weight, @description, @created_at, @nominal_cards, @borrowing_limit, @budget_card_hours, @budget_period, @max_priority, @preemptible)`,
     );
     this.updateStmt = db.prepare(
       `UPDATE accounts SET parent = @parent, weight = @weight, description = @description, nominal_cards = @nominal_cards,
          borrowing_limit = @borrowing_limit, budget_card_hours = @budget_card_hours, budget_period = @budget_period,
-         max_priority = @max_priority
+         max_priority = @max_priority, preemptible = @preemptible
        WHERE name = @name`,
     );
     this.deleteStmt = db.prepare('DELETE FROM accounts WHERE name = ?');

@@ -8,6 +8,7 @@ import { IdempotencyRepo } from './idempotency-repo.js';
 import { LeasesRepo } from './leases-repo.js';
 import { LogsRepo } from './logs-repo.js';
 import { OutboxRepo } from './outbox-repo.js';
+import { PreemptionsRepo } from './preemptions-repo.js';
 import { PrincipalsRepo } from './principals-repo.js';
 import { ProposalsRepo } from './proposals-repo.js';
 import { QualificationRepo } from './qualification-repo.js';
@@ -38,6 +39,7 @@ export class Store {
   readonly escalations: EscalationsRepo;
   readonly accounts: AccountsRepo;
   readonly usage: UsageRepo;
+  readonly preemptions: PreemptionsRepo;
   private pending: Array<() => void> = [];
   private atEnd: Array<() => void> = [];
   private depth = 0;
@@ -70,6 +72,7 @@ export class Store {
     this.escalations = new EscalationsRepo(db);
     this.accounts = new AccountsRepo(db);
     this.usage = new UsageRepo(db);
+    this.preemptions = new PreemptionsRepo(db);
   }
 
   /** Opens the database file (or `:memory:`) and migrates it. */

@@ -93,7 +93,10 @@ export interface ExecutionResult extends ExecutionExit {
  * The exit of a run whose task never ran to an exit of its own: it was not started (setup failed,
  * cancelled first) or the executor itself failed. Shared by the local and the Slurm executor.
  */
-export function exitWithoutTask(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionExit {
+export function exitWithoutTask(
+  reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED',
+  setupError?: string,
+): ExecutionExit {
   return {
     exit_code: null,
     signal: null,
@@ -117,8 +120,11 @@ export interface ExecutionHandle {
   readonly exited: Promise<ExecutionExit>;
   /** Settles with the full result after the cleanup receipt (or its timeout). */
   readonly done: Promise<ExecutionResult>;
-  /** Stops the execution (SIGTERM, grace, SIGKILL to the group) with failure CANCELLED; idempotent. */
-  cancel(reason: string): void;
+  /**
+   * Stops the execution (SIGTERM, grace, SIGKILL to the group) with failure CANCELLED, or PREEMPTED with
+   * the spec's `preemption_grace_seconds` when `preempt` (the scheduler reclaims its cards); idempotent.
+   */
+  cancel(reason: string, opts?: { readonly preempt?: boolean }): void;
   /**
    * Present when the task outlives the worker (a Slurm job): stops watching it without touching it, so
    * the next worker process resumes it. A clean stop detaches such executions instead of cancelling them.

@@ -253,7 +253,7 @@ export class ExecutionManager {
       return {};
     }
     this.deps.logger.info({ execution_id: msg.execution_id, reason: msg.reason }, 'worker: cancelling');
-    return { after: () => run.handle.cancel(msg.reason) };
+    return { after: () => run.handle.cancel(msg.reason, { preempt: msg.preempt === true }) };
   }
 
   /** query: the latest phase again, as a new sequenced report. */

@@ -61,8 +61,11 @@ export interface TaskBox {
   readonly spawn: BoxSpawn;
   /** Called once the spawned process runs. */
   attach(child: Pick<Launched, 'pid' | 'stdio'>): void;
-  /** Asks the task's processes to stop (SIGTERM); the grace period starts. */
-  terminate(): void;
+  /**
+   * Asks the task's processes to stop (SIGTERM); the grace period starts. `graceSeconds` (a preemption's
+   * grace) replaces the plan's kill grace where the box itself enforces one (a container engine's stop).
+   */
+  terminate(graceSeconds?: number): void;
   /** Kills every process of the box (SIGKILL); idempotent. */
   kill(): void;
   /** Processes of the box still alive; empty once it is gone. */

@@ -64,8 +64,9 @@ export function containerBox(spawn: BoxSpawn, opts: ContainerBoxOptions): TaskBo
     attach: (child) => {
       pgid = child.pid;
     },
-    terminate: () => {
-      void engine(['stop', '--time', String(Math.max(0, Math.ceil(opts.graceSeconds))), opts.name]);
+    terminate: (graceSeconds) => {
+      const grace = graceSeconds ?? opts.graceSeconds;
+      void engine(['stop', '--time', String(Math.max(0, Math.ceil(grace))), opts.name]);
     },
     kill: () => {
       killed = true;

@@ -89,7 +89,7 @@ export function startExecution(plan: ExecutionPlan, opts: ExecutorOptions): Exec
     started: run.started,
     exited: run.exited,
     done: run.done,
-    cancel: (reason) => run.cancel(reason),
+    cancel: (reason, opts) => run.cancel(reason, opts),
   };
 }
 
@@ -110,7 +110,9 @@ class ExecutionRun {
   private box: TaskBox | undefined;
   private cancelRequested = false;
   private mainExited = false;
-  private killReason: 'TIMED_OUT' | 'CANCELLED' | null = null;
+  private killReason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED' | null = null;
+  /** The stop asked for is a preemption (the scheduler reclaims the cards): PREEMPTED, the spec's grace. */
+  private preemptRequested = false;
   /** Set when the task's exit status was lost with its spawner (it was killed): it ends WORKER_LOST. */
   private lostReason: string | null = null;
   /** When the group gets SIGKILL in a kill sequence (ms since epoch); null when none is running. */
@@ -135,10 +137,17 @@ class ExecutionRun {
       .finally(() => removeEnvFiles(resolve(this.opts.rootDir, this.plan.execution_id)));
   }
 
-  cancel(_reason: string): void {
-    // The reason is the caller's to report; the executor only needs to know that it must stop.
+  cancel(_reason: string, opts?: { readonly preempt?: boolean }): void {
+    // The reason is the caller's to report; the executor only needs to know that it must stop, and
+    // whether the stop is a preemption (a cancel asked for first stays a cancel).
+    if (!this.cancelRequested && opts?.preempt === true) this.preemptRequested = true;
     this.cancelRequested = true;
-    this.beginKill('CANCELLED');
+    this.beginKill(this.stopReason());
+  }
+
+  /** The failure a requested stop ends in. */
+  private stopReason(): 'CANCELLED' | 'PREEMPTED' {
+    return this.preemptRequested ? 'PREEMPTED' : 'CANCELLED';
   }
 
   private async run(): Promise<ExecutionResult> {
@@ -162,7 +171,7 @@ class ExecutionRun {
 
     // 3. time limit and cancel
     this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
-    if (this.cancelRequested) this.beginKill('CANCELLED');
+    if (this.cancelRequested) this.beginKill(this.stopReason());
 
     // 4. exit, then leftovers
     const main = await this.awaitExit(spawned, box);
@@ -201,14 +210,14 @@ class ExecutionRun {
     if (this.cancelRequested) {
       await setup.box.dispose();
       releaseTaskUid(this.plan, this.opts);
-      return this.neverStarted('CANCELLED');
+      return this.neverStarted(this.stopReason());
     }
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
     // first allocation could already include its own OOM kill.
     const oomProbe = await probeOomKills('self');
     if (this.cancelRequested) {
       await setup.box.dispose();
-      return this.neverStarted('CANCELLED');
+      return this.neverStarted(this.stopReason());
     }
     return { setup, oomProbe };
   }
@@ -343,17 +352,25 @@ class ExecutionRun {
     this.limitTimer = setTimeout(() => this.watchTimeLimit(limitAt), Math.min(left, LIMIT_CHECK_MS));
   }
 
-  private beginKill(reason: 'TIMED_OUT' | 'CANCELLED'): void {
+  private beginKill(reason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED'): void {
     const box = this.box;
     if (this.killReason !== null || this.mainExited || this.pid === undefined || box === undefined) return;
     this.killReason = reason;
-    const graceMs = this.plan.kill_grace_seconds * 1000;
+    // A preempted task has the grace its spec asked for, to checkpoint; anything else the plan's.
+    const graceSeconds =
+      reason === 'PREEMPTED'
+        ? (this.plan.spec.preemption_grace_seconds ?? this.plan.kill_grace_seconds)
+        : this.plan.kill_grace_seconds;
+    const graceMs = graceSeconds * 1000;
     this.killDeadline = this.clock.now() + graceMs;
-    box.terminate();
+    box.terminate(graceSeconds);
     this.killTimer = setTimeout(() => box.kill(), graceMs);
   }
 
-  private neverStarted(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionResult {
+  private neverStarted(
+    reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED',
+    setupError?: string,
+  ): ExecutionResult {
     this.resolveStarted(null);
     const exited = exitWithoutTask(reason, setupError);
     this.resolveExited(exited);

@@ -11,7 +11,7 @@ export interface LocalOutcome {
    * Set when the executor itself killed the task (cancel, or the spec's time limit), or killed it
    * because its exit status was lost with the spawner that started it (WORKER_LOST, spawner.ts).
    */
-  readonly killReason: 'TIMED_OUT' | 'CANCELLED' | 'WORKER_LOST' | null;
+  readonly killReason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED' | 'WORKER_LOST' | null;
   /** The main process's exit code, as its box reports it; null when a signal ended it. */
   readonly exitCode: number | null;
   /** The signal that ended the main process; null when it exited. */

@@ -84,7 +84,7 @@ export function startSlurmExecution(plan: ExecutionPlan, opts: SlurmExecutionOpt
     started: Promise.resolve(null),
     exited: run.exited,
     done: run.done,
-    cancel: (reason) => run.cancel(reason),
+    cancel: (reason, opts) => run.cancel(reason, opts),
     detach: () => run.detach(),
   };
 }
@@ -103,7 +103,7 @@ class SlurmRun {
   private jobId: string | null = null;
   private report: SlurmJobReport | null = null;
   private cancelRequested = false;
-  private killReason: 'TIMED_OUT' | 'CANCELLED' | null = null;
+  private killReason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED' | null = null;
   private lastScancelAt: number | null = null;
   private detached = false;
   private startedAt: number | null = null;
@@ -127,9 +127,10 @@ class SlurmRun {
       .finally(() => uids?.release(plan.execution_id));
   }
 
-  cancel(_reason: string): void {
+  cancel(_reason: string, opts?: { readonly preempt?: boolean }): void {
     this.cancelRequested = true;
-    if (this.killReason === null) this.killReason = 'CANCELLED';
+    // A preemption's grace is Slurm's (scancel: SIGTERM, KillWait, SIGKILL).
+    if (this.killReason === null) this.killReason = opts?.preempt === true ? 'PREEMPTED' : 'CANCELLED';
     if (this.jobId !== null) void this.scancel();
     this.wake?.();
   }
@@ -180,7 +181,8 @@ class SlurmRun {
     // 1. setup
     const problem = await prepareSlurmJob(this.plan, this.opts, this.execDir);
     if (typeof problem === 'string') return this.neverStarted('SETUP_FAILED', problem);
-    if (this.cancelRequested) return this.neverStarted('CANCELLED');
+    if (this.cancelRequested)
+      return this.neverStarted(this.killReason === 'PREEMPTED' ? 'PREEMPTED' : 'CANCELLED');
     // 2. submit
     let jobId: string;
     try {
@@ -381,7 +383,10 @@ class SlurmRun {
     });
   }
 
-  private neverStarted(reason: 'SETUP_FAILED' | 'CANCELLED', setupError?: string): ExecutionResult {
+  private neverStarted(
+    reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED',
+    setupError?: string,
+  ): ExecutionResult {
     const exited = exitWithoutTask(reason, setupError);
     this.resolveExited(exited);
     return { ...exited, cleaned: true, cleanup_detail: 'no Slurm job was submitted' };

@@ -22,7 +22,7 @@ import type { SlurmJobState } from './cli/types.js';
 /** What decides a Slurm execution's failure reason. */
 export interface SlurmOutcome {
   /** Set when the broker itself scancelled the job (cancel, or its own time limit). */
-  killReason: 'TIMED_OUT' | 'CANCELLED' | null;
+  killReason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED' | null;
   /** Slurm's final state; UNKNOWN_TO_SLURM when slurmctld, jobcomp and sacct no longer know it. */
   state: SlurmJobState | 'UNKNOWN_TO_SLURM';
   exitCode: number | null;

@@ -58,5 +58,9 @@ export function buildTaskEnv(
     GPU_BROKER_OUTPUT_DIR: dirs.outputDir,
     GPU_BROKER_WORKER_ID: workerId,
     GPU_BROKER_SIMULATED: provider === 'sim' ? '1' : '0',
+    // Always set (a spec cannot forge them): 1 when an earlier run of this task was preempted, so the
+    // task resumes from its checkpoint (docs/operations.md "Borrowing and reclaim").
+    GPU_BROKER_PREEMPTED: (plan.preemptions ?? 0) > 0 ? '1' : '0',
+    GPU_BROKER_PREEMPTIONS: String(plan.preemptions ?? 0),
   };
 }

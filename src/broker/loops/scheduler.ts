@@ -11,7 +11,9 @@ import type { RequirementCache } from '../../domain/scheduling/pool.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type {
   FairShareView,
+  Preemption,
   QueuedTaskView,
+  RunningLeaseView,
   SchedulingDecision,
   SchedulingSnapshot,
   WorkerView,
@@ -50,6 +52,11 @@ export function grantRetryDelayMs(failures: number): number {
  * that failed to apply.
  */
 export const FULL_QUEUE_READ_INTERVAL_MS = 10_000;
+/**
+ * How long after a preempted lease's release its claimant still goes first in a pass (reclaim.ts): the
+ * pass the release asks for comes within milliseconds; this covers a pass that was already running.
+ */
+export const RECLAIM_HOLD_MS = 30_000;
 /** How often a pass reads the accounts' decayed usage again (a lease's charge moves it a little). */
 const FAIR_USAGE_REFRESH_MS = 5_000;
 
@@ -123,6 +130,10 @@ export class Scheduler implements TaskObserver {
       // No grants while the store refuses growth (out of disk space): a task started now would only
       // write logs the master must refuse. Wait reasons are still published; the pass after recovery grants.
       const grants = this.deps.storage?.acceptsGrowth() === false ? [] : decision.grants;
+      if (decision.preemptions.length > 0)
+        this.deps.store.transaction(() => {
+          for (const p of decision.preemptions) this.applyPreemption(p);
+        });
       // A pass that grants nothing writes nothing: no transaction (a commit is most of a small write).
       if (grants.length > 0)
         this.deps.store.transaction(() => {
@@ -355,7 +366,9 @@ export class Scheduler implements TaskObserver {
       workers,
       running_cards_by_owner: running,
       fair_share: this.fairShare(now, running, workers, accountList),
+      ...this.reclaimFacts(now, accountList),
       config: {
+        max_preemptions_per_task: config.scheduling.max_preemptions_per_task,
         sample_interval_ms: config.timing.sample_interval_ms,
         vram_threshold_pct: config.scheduling.vram_threshold_pct,
         reservation_after_seconds: config.scheduling.reservation_after_seconds,
@@ -374,6 +387,86 @@ export class Scheduler implements TaskObserver {
         },
       },
     };
+  }
+
+  /**
+   * What reclaim reads (src/domain/scheduling/reclaim.ts): the running leases and the tasks whose cards
+   * are being reclaimed. Nothing where no account has a nominal share: nothing can then be reclaimed, and
+   * the pass reads nothing more than before.
+   */
+  private reclaimFacts(
+    now: number,
+    accounts: readonly AccountRecord[],
+  ): Pick<SchedulingSnapshot, 'running' | 'reclaiming'> {
+    if (!accounts.some((a) => a.nominal_cards !== null)) return {};
+    const { store, config } = this.deps;
+    const policyPreemptible = new Set(accounts.filter((a) => a.preemptible === 1).map((a) => a.name));
+    const running: RunningLeaseView[] = store.preemptions.running().map((r) => {
+      const account = this.account(r.owner_id);
+      return {
+        task_id: r.task_id,
+        lease_id: r.lease_id,
+        lease_epoch: r.lease_epoch,
+        worker_id: r.worker_id,
+        card_indexes: r.cards.split(',').map(Number),
+        account,
+        preemptible: r.preemptible === 1 || policyPreemptible.has(account),
+        preemptions: r.preemptions,
+        granted_at: r.granted_at,
+        grace_seconds: r.grace_seconds ?? config.timing.kill_grace_seconds,
+        preempting_for: r.preempting_for,
+      };
+    });
+    return { running, reclaiming: store.preemptions.claimants(now - RECLAIM_HOLD_MS) };
+  }
+
+  /**
+   * Step 3 for one preemption: re-checked in this transaction (the lease still ACTIVE at its epoch, its
+   * task RUNNING and not being cancelled, the claimant still QUEUED), recorded (one row per lease: a second
+   * request is a no-op), audited, and a `cancel` with `preempt` to the worker. The cards stay the lease's
+   * until its cleanup receipt releases it, fenced by its epoch as ever; the claimant goes first then.
+   */
+  private applyPreemption(p: Preemption): void {
+    const { store, clock } = this.deps;
+    const lease = store.leases.lease(p.lease_id);
+    const task = store.tasks.stateFacts(p.task_id);
+    const claimant = store.tasks.stateFacts(p.for_task_id);
+    if (lease?.state !== 'ACTIVE' || lease.lease_epoch !== p.lease_epoch) return;
+    if (task?.state !== 'RUNNING' || task.desired !== 'run' || claimant?.state !== 'QUEUED') return;
+    const e = store.leases.executionForLease(lease.id);
+    if (e === undefined) return;
+    const now = clock.now();
+    const recorded = store.preemptions.request({
+      lease_id: lease.id,
+      task_id: p.task_id,
+      for_task_id: p.for_task_id,
+      worker_id: lease.worker_id,
+      lease_epoch: lease.lease_epoch,
+      grace_seconds: Math.round(p.grace_seconds),
+      requested_at: now,
+    });
+    if (!recorded) return;
+    store.audit.append({
+      at: now,
+      actor: 'scheduler',
+      action: 'task.preempt_requested',
+      subject_type: 'task',
+      subject_id: p.task_id,
+      data: {
+        for_task_id: p.for_task_id,
+        worker_id: lease.worker_id,
+        lease_epoch: lease.lease_epoch,
+        cards: [...p.card_indexes],
+        grace_seconds: p.grace_seconds,
+      },
+    });
+    enqueueForWorker(this.deps, this.link, lease.worker_id, {
+      type: 'cancel',
+      execution_id: e.id,
+      lease_epoch: lease.lease_epoch,
+      reason: `preempted for task ${p.for_task_id}: its account asks within its nominal share`,
+      preempt: true,
+    });
   }
 
   /** Step 3 for one grant: lease with a fresh epoch, execution, task → ASSIGNED, assign in the outbox. */
@@ -405,9 +498,10 @@ export class Scheduler implements TaskObserver {
       {},
       { worker_id: workerId, lease_epoch: grant.lease.lease_epoch, execution_id: grant.executionId },
     );
+    const preemptions = store.preemptions.countFor(taskId);
     enqueueForWorker(this.deps, this.link, workerId, {
       type: 'assign',
-      plan: assignPlan(task, grant, config, limits),
+      plan: { ...assignPlan(task, grant, config, limits), ...(preemptions > 0 ? { preemptions } : {}) },
     });
   }
 

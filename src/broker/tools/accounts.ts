@@ -66,6 +66,7 @@ function accountView(deps: Deps, a: AccountRecord, shares: ReadonlyMap<string, n
     principals: deps.store.principals.countInAccount(a.name),
     created_at: iso(a.created_at),
     max_priority: a.max_priority,
+    preemptible: a.preemptible === 1,
     quotas: {
       nominal_cards: a.nominal_cards,
       borrowing_limit: a.borrowing_limit,
@@ -104,6 +105,7 @@ export function createAccount(
     weight?: number | undefined;
     description?: string | undefined;
     max_priority?: number | null | undefined;
+    preemptible?: boolean | undefined;
   } & QuotaChange,
 ) {
   const parent = req.parent ?? ROOT_ACCOUNT;
@@ -119,6 +121,7 @@ export function createAccount(
       created_at: now,
       ...quotasAfter(NO_QUOTAS, req),
       max_priority: req.max_priority ?? null,
+      preemptible: req.preemptible === true ? 1 : 0,
     };
     refuse(quotaProblem([...all, a], a.name, a));
     deps.store.accounts.insert(a);
@@ -144,6 +147,7 @@ export function setAccount(
     weight?: number | undefined;
     description?: string | null | undefined;
     max_priority?: number | null | undefined;
+    preemptible?: boolean | undefined;
   } & QuotaChange,
 ) {
   return deps.store.transaction(() => {
@@ -157,6 +161,7 @@ export function setAccount(
       description: req.description === undefined ? before.description : req.description,
       ...quotasAfter(before, req),
       max_priority: req.max_priority === undefined ? before.max_priority : req.max_priority,
+      preemptible: req.preemptible === undefined ? before.preemptible : req.preemptible ? 1 : 0,
     };
     refuse(
       quotaProblem(
@@ -176,6 +181,7 @@ export function setAccount(
         parent: { from: before.parent, to: after.parent },
         weight: { from: before.weight, to: after.weight },
         quotas: { from: quotasAfter(before, {}), to: quotasAfter(after, {}) },
+        preemptible: { from: before.preemptible === 1, to: after.preemptible === 1 },
       },
     });
     return { account: viewOf(deps, after.name) };

@@ -117,6 +117,7 @@ function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord |
         outputs: task.outputs,
       },
       lease: { state: lease.state, cards: lease.cards.map((c) => c.index) },
+      preempting: deps.store.preemptions.ofLease(lease.id) !== undefined,
       stored_outputs: deps.store.logs.outputs(e.id),
     },
   };

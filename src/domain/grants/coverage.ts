@@ -79,6 +79,7 @@ export const COVERAGE_CLAUSES: ReadonlyArray<{ clause: string; check: Check }> =
     clause: 'priority',
     check: ({ grant, spec }) => cmp('priority', spec.priority ?? 0, grant.scope.max_priority),
   },
+  { clause: 'preemption', check: checkPreemption },
   {
     clause: 'unchanged',
     check: ({ base, spec }) => {
@@ -121,6 +122,26 @@ export function coverage(input: CoverageInput): Coverage {
     clauses.push({ clause, message: r.message });
   }
   return { covered: true, clauses };
+}
+
+/**
+ * A covered run may be stopped at least as readily as the base revision: preemptible where the base was,
+ * with no longer a grace (a run that cannot be preempted, or holds its cards longer once asked, is a
+ * person's to approve; docs/operations.md "Borrowing and reclaim").
+ */
+function checkPreemption({ base, spec }: CoverageInput) {
+  const was = base.spec.preemptible === true;
+  const is = spec.preemptible === true;
+  if (was && !is) return fail('not preemptible, though the base revision was');
+  if (is && was) {
+    const before = base.spec.preemption_grace_seconds;
+    const after = spec.preemption_grace_seconds;
+    if (after !== undefined && (before === undefined || after > before))
+      return fail(
+        `preemption_grace_seconds ${after} > the base revision's ${before ?? "(the operator's kill grace)"}`,
+      );
+  }
+  return pass(is ? 'preemptible, as the base revision or more' : 'not preemptible, as the base revision');
 }
 
 /** Any error finding, or a warning code the base revision did not have, goes to a person. */

@@ -26,6 +26,8 @@ export const SPEC_FIELD_RULES = {
   mounts: 'placement',
   worker: 'workers',
   priority: 'priority',
+  preemptible: 'preemption',
+  preemption_grace_seconds: 'preemption',
   'runtime.kind': 'runtime',
   'runtime.image': 'runtime',
   'runtime.argv': 'argv',

@@ -9,7 +9,7 @@ import { type ExecutionPhase, executionStep, type ReportedPhase } from './execut
 import { type LeaseEvent, type LeaseState, leaseAccepts } from './lease.js';
 import {
   cleanedEvent,
-  exitFailure,
+  exitFailureWithPreemption,
   type TaskEvent,
   type TaskState,
   taskAccepts,
@@ -84,6 +84,8 @@ export interface ReportRecords {
     readonly outputs: ReadonlyArray<{ readonly path: string; readonly required: boolean }>;
   };
   readonly lease: { readonly state: LeaseState; readonly cards: readonly number[] };
+  /** Whether the scheduler asked this execution's lease to give its cards back (a preemption). */
+  readonly preempting: boolean;
   /** The outputs the master stored for the execution (uploads whose size and sha256 it checked). */
   readonly stored_outputs: readonly OutputRecord[];
 }
@@ -119,7 +121,9 @@ export interface ReportedTaskChanges {
   readonly exit_code?: number | null;
   readonly signal?: string | null;
   readonly failure_reason?: string | null;
-  readonly started_at?: number;
+  readonly started_at?: number | null;
+  /** A preempted task's reason once it is queued again. */
+  readonly reason?: Record<string, unknown>;
 }
 
 /** One reaction; see the module comment. */
@@ -316,12 +320,16 @@ function movesFor(
         { kind: 'move_execution', phase, changes: exit },
       ];
     }
-    case 'cleaned':
+    case 'cleaned': {
+      const event = cleanedEvent(task.failure_reason ?? e.failure_reason, task.desired);
       return [
         ...leaseMove('cleaned', 'cleanup receipt'),
-        taskMove(cleanedEvent(task.failure_reason ?? e.failure_reason, task.desired)),
+        event === 'cleaned_preempted'
+          ? taskMove(event, PREEMPTED_REQUEUE, { execution_id: e.id, lease_epoch: e.lease_epoch })
+          : taskMove(event),
         { kind: 'move_execution', phase, changes: {} },
       ];
+    }
     case 'cleanup_failed': {
       const detail = report.detail ?? 'cleanup not confirmed';
       return [
@@ -343,11 +351,15 @@ function exitedChanges(records: ReportRecords, report: ExecutionReport) {
   const stored = new Map(records.stored_outputs.map((o) => [o.path, o]));
   const missing = records.task.outputs.filter((o) => o.required && !stored.has(o.path)).map((o) => o.path);
   const mismatched = outputs.filter((o) => stored.get(o.path)?.sha256 !== o.sha256).map((o) => o.path);
-  let failure = exitFailure({
-    exit_code: report.exit_code ?? null,
-    signal: report.signal ?? null,
-    failure_reason: report.failure_reason ?? null,
-  });
+  let failure = exitFailureWithPreemption(
+    {
+      exit_code: report.exit_code ?? null,
+      signal: report.signal ?? null,
+      failure_reason: report.failure_reason ?? null,
+    },
+    records.preempting,
+    records.task.desired,
+  );
   if (!failure && (missing.length > 0 || mismatched.length > 0)) failure = 'OUTPUT_MISSING';
   return {
     exit_code: report.exit_code ?? null,
@@ -360,3 +372,19 @@ function exitedChanges(records: ReportRecords, report: ExecutionReport) {
     detail: report.detail ?? (missing.length ? `missing required outputs: ${missing.join(', ')}` : null),
   };
 }
+
+/**
+ * A preempted task queued again: its last run's exit is cleared (the next run's will be its own), and its
+ * reason says why it waits (docs/operations.md "Borrowing and reclaim").
+ */
+const PREEMPTED_REQUEUE: Readonly<ReportedTaskChanges> = {
+  failure_reason: null,
+  exit_code: null,
+  signal: null,
+  started_at: null,
+  reason: {
+    code: 'preempted',
+    message:
+      'the scheduler preempted this run to give its cards back to an account asking within its nominal share; the same approved revision is queued again at its old place (no new review), and the next run has GPU_BROKER_PREEMPTED=1',
+  },
+};

@@ -11,7 +11,10 @@ import { accepts, isFinal, type TransitionTable, terminalStates } from './state-
  *   worker falls silent before the master recorded its acceptance, the task goes back to `QUEUED`
  *   (`requeued`; no new review) and another worker may run it (docs/operations.md "Partitions").
  * - `RUNNING`: the worker reported the process started.
- * - `FINALIZING`: the process exited and outputs were collected; waiting for the cleanup receipt.
+ * - `FINALIZING`: the process exited and outputs were collected; waiting for the cleanup receipt. A run
+ *   the scheduler preempted (failure PREEMPTED) goes back to `QUEUED` once its cards are proven clean
+ *   (`cleaned_preempted`): the same approved revision, its old place in the queue, no new review
+ *   (docs/operations.md "Borrowing and reclaim").
  * - `COMPLETED` (terminal): exit 0, outputs present, cleanup confirmed.
  * - `FAILED` (terminal): see `failure_reason`.
  * - `CANCELLED` (terminal): cancelled by its owner or an operator (cleanup confirmed if it ran).
@@ -41,6 +44,7 @@ export const TASK_EVENTS = [
   'cleaned_success',
   'cleaned_failure',
   'cleaned_cancelled',
+  'cleaned_preempted',
   'cleanup_failed',
   'cancel_queued',
   'worker_lost',
@@ -70,6 +74,7 @@ export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
     cleaned_success: 'COMPLETED',
     cleaned_failure: 'FAILED',
     cleaned_cancelled: 'CANCELLED',
+    cleaned_preempted: 'QUEUED',
     cleanup_failed: 'FAILED',
     worker_lost: 'RECONCILIATION_REQUIRED',
   },
@@ -82,6 +87,7 @@ export const TASK_TABLE: TransitionTable<TaskState, TaskEvent> = {
     cleaned_success: 'COMPLETED',
     cleaned_failure: 'FAILED',
     cleaned_cancelled: 'CANCELLED',
+    cleaned_preempted: 'QUEUED',
     cleanup_failed: 'FAILED',
     worker_rejected: 'FAILED',
     reconcile_completed: 'COMPLETED',
@@ -155,10 +161,38 @@ export function exitFailure(exit: ExitReport): FailureReason | null {
 
 /**
  * The event a cleanup receipt moves a task with: `cleaned_cancelled` when the failure is `CANCELLED`,
- * or a cancel was desired and there is any failure; `cleaned_failure` for any other failure; else
+ * or a cancel was desired and there is any failure (a cancel wins over a preemption); `cleaned_preempted`
+ * when the scheduler preempted it (back to the queue); `cleaned_failure` for any other failure; else
  * `cleaned_success` (a clean exit stays a success even when a cancel was requested too late).
  */
 export function cleanedEvent(failure: string | null, desired: 'run' | 'cancel'): TaskEvent {
   if (failure === 'CANCELLED' || (desired === 'cancel' && failure !== null)) return 'cleaned_cancelled';
+  if (failure === 'PREEMPTED') return 'cleaned_preempted';
   return failure ? 'cleaned_failure' : 'cleaned_success';
+}
+
+/**
+ * The failure an exit amounts to when the master knows whether it asked the run's lease to be
+ * preempted (`preempting`): PREEMPTED only then — a worker's PREEMPTED without the master's request is
+ * judged by the exit alone (a task cannot requeue itself), and an older worker's CANCELLED for a
+ * preempted lease (it ignores the `preempt` flag) is PREEMPTED unless its owner asked for the cancel.
+ */
+export function exitFailureWithPreemption(
+  exit: ExitReport,
+  preempting: boolean,
+  desired: 'run' | 'cancel',
+): FailureReason | null {
+  if (exit.failure_reason === 'PREEMPTED' && !preempting) return judgedExit(exit);
+  if (exit.failure_reason === 'CANCELLED' && preempting && desired === 'run') {
+    const failure = exitFailure(exit);
+    return failure === null ? null : 'PREEMPTED';
+  }
+  return exitFailure(exit);
+}
+
+/** The failure of an exit without a worker's reason: a signal, a non-zero code, or none. */
+function judgedExit(exit: ExitReport): FailureReason | null {
+  if (exit.signal !== null) return 'KILLED_BY_SIGNAL';
+  if (exit.exit_code !== 0) return 'EXIT_NONZERO';
+  return null;
 }

@@ -50,6 +50,7 @@ export const AUDIT_ACTIONS = [
   'standing_grant.requested',
   'standing_grant.run_settled',
   'task.cancel_requested',
+  'task.preempt_requested',
   'task.created',
   'task.reconciled',
   'worker.connected',

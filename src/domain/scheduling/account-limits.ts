@@ -42,6 +42,37 @@ export class AccountLimits {
     return null;
   }
 
+  /**
+   * Whether a task of `account` needing `need` more cards asks within a guarantee: the account has a
+   * nominal share, and it and every account above it with one would hold at most their nominal cards.
+   */
+  withinNominal(account: string | undefined, need: number): boolean {
+    if (!this.fair || account === undefined) return false;
+    const own = this.fair.accounts[account];
+    if (own?.nominal_cards === null || own?.nominal_cards === undefined) return false;
+    for (const name of this.chain(account)) {
+      const nominal = this.fair.accounts[name]!.nominal_cards;
+      if (nominal !== null && nominal !== undefined && (this.held.get(name) ?? 0) + need > nominal)
+        return false;
+    }
+    return true;
+  }
+
+  /**
+   * Whether `account` borrows: its subtree holds more cards than its nominal share (no nominal share: 0,
+   * so every card it holds is borrowed), `less` cards (those about to be preempted) not counted.
+   */
+  borrowing(account: string, less = 0): boolean {
+    const a = this.fair?.accounts[account];
+    if (!a) return false;
+    return (this.held.get(account) ?? 0) - less > (a.nominal_cards ?? 0);
+  }
+
+  /** Takes `cards` off `account`'s count (and those above it): a preemption gives them back. */
+  release(account: string, cards: number): void {
+    this.add(account, -cards);
+  }
+
   /** Records `need` cards granted to a task of `account`. */
   grant(account: string | undefined, need: number): void {
     if (this.fair && account !== undefined) this.add(account, need);
@@ -52,7 +83,7 @@ export class AccountLimits {
   }
 
   /** `account` and the accounts above it that the view knows, nearest first (a cycle stops the walk). */
-  private chain(account: string): string[] {
+  chain(account: string): string[] {
     const out: string[] = [];
     for (let at: string | null | undefined = account; at && out.length <= 64; ) {
       const a: AccountView | undefined = this.fair?.accounts[at];

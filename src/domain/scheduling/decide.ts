@@ -2,6 +2,7 @@ import { AccountLimits } from './account-limits.js';
 import { fairOrder, fairShareNote, fairShareWords } from './fair-order.js';
 import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
+import { type ReclaimCandidate, reclaim } from './reclaim.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
 
 /**
@@ -51,12 +52,17 @@ export function decide(
   //    (./fair-order.ts; one account: priority then age, as ever).
   const agedBefore = now - config.reservation_after_seconds * 1000;
   const grantedByAccount = new Map<string, number>();
-  const tasks = fairOrder(snapshot.tasks, snapshot.fair_share, compareQueuedTasks, grantedByAccount);
+  const tasks = withClaimantsFirst(
+    snapshot,
+    fairOrder(snapshot.tasks, snapshot.fair_share, compareQueuedTasks, grantedByAccount),
+  );
   const limit = config.max_concurrent_cards_per_owner;
   const accountLimits = new AccountLimits(snapshot.fair_share);
   const usedByOwner = new Map<string, number>(Object.entries(snapshot.running_cards_by_owner));
 
-  const decision: SchedulingDecision = { grants: [], waiting: [], reservations: [] };
+  const decision: SchedulingDecision = { grants: [], waiting: [], reservations: [], preemptions: [] };
+  // Tasks left waiting for cards, for reclaim (step 9).
+  const candidates: ReclaimCandidate[] = [];
   // Reasons that depend on what later tasks take are filled in at step 8, once the pass is settled.
   const unexplained: Array<{
     entry: { reason: WaitReason };
@@ -113,7 +119,8 @@ export function decide(
       const held = pool.reserve(view, decision.waiting.length + 1);
       if (held !== null) {
         decision.reservations.push({ task_id: task.task_id, ...held.reservation });
-        wait(task.task_id, held.reason);
+        const entry = wait(task.task_id, held.reason);
+        candidates.push({ entry, task_id: task.task_id, account: task.account, view });
         continue;
       }
     }
@@ -125,6 +132,7 @@ export function decide(
       reservationsBefore: decision.reservations.length,
       account: task.account ?? '',
     });
+    candidates.push({ entry, task_id: task.task_id, account: task.account, view });
   }
   // 8. Explain against the settled pass, so `free` counts what is really left free, and only
   //    reservations made ahead of a task are blamed for blocking it.
@@ -142,7 +150,27 @@ export function decide(
     const note = fairShareNote(snapshot.fair_share, account, grantedByAccount.get(account) ?? 0, position);
     if (note) entry.reason = { ...reason, message: reason.message + fairShareWords(note), fair_share: note };
   }
+  // 9. Reclaim: a task still waiting for cards whose account asks within its nominal share stops
+  //    preemptible tasks of borrowing accounts (./reclaim.ts); its reason becomes `reclaiming`.
+  decision.preemptions = reclaim(snapshot, candidates, pool, accountLimits);
   return decision;
+}
+
+/**
+ * The pass's order with the tasks that cards are being reclaimed for first (by priority, then age): the
+ * cards a preemption frees go to the task they were freed for, not to whoever is next in fair order.
+ */
+function* withClaimantsFirst(
+  snapshot: SchedulingSnapshot,
+  rest: Iterable<QueuedTaskView>,
+): Generator<QueuedTaskView> {
+  const claimants = new Set(snapshot.reclaiming ?? []);
+  if (claimants.size === 0) {
+    yield* rest;
+    return;
+  }
+  yield* snapshot.tasks.filter((t) => claimants.has(t.task_id)).sort(compareQueuedTasks);
+  for (const t of rest) if (!claimants.has(t.task_id)) yield t;
 }
 
 /** Placeholder until step 8 replaces it; never returned. */

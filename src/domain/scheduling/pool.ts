@@ -16,6 +16,15 @@ import type { SchedulingConfig, WaitReason, WorkerView } from './types.js';
 export type { RequirementView } from './feasibility.js';
 export { modelMatches, type RequirementCache, requirementOf } from './requirement.js';
 
+/** A worker where cards could be reclaimed for a requirement (`CardPool.reclaimPlaces`). */
+export interface ReclaimPlace {
+  readonly worker_id: string;
+  /** Free matching cards still open in this pass. */
+  readonly open: number;
+  /** Indexes of its leased, uncordoned cards that match. */
+  readonly leased: ReadonlySet<number>;
+}
+
 /** The host room a task takes and the scheduler counts per worker. */
 type RoomName = 'memory_mib' | 'disk_mib';
 const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib'];
@@ -256,6 +265,26 @@ export class CardPool {
       this.reasons.set(key, reason);
     }
     return reason;
+  }
+
+  /**
+   * Where cards could be reclaimed for `view` (reclaim.ts): each usable local worker it may run on, with
+   * its OPEN matching free cards now and the indexes of its leased, uncordoned matching cards. A Slurm
+   * pool is never reclaimed from (Slurm owns its jobs), nor a multi-node shape.
+   */
+  reclaimPlaces(view: RequirementView): ReclaimPlace[] {
+    const { req } = view;
+    if (req.perNode !== null) return [];
+    const places: ReclaimPlace[] = [];
+    for (const slot of view.slots) {
+      if (slot.nodes !== null || slot.worker.backend === 'slurm') continue;
+      const leased = new Set<number>();
+      for (const card of slot.cards)
+        if (card.state === 'LEASED' && !card.cordoned && matches(card, req)) leased.add(card.view.index);
+      if (leased.size > 0)
+        places.push({ worker_id: slot.worker.worker_id, open: countOpen(slot, req), leased });
+    }
+    return places;
   }
 
   /** Marks the `count` lowest-index OPEN matching cards of `slot`; returns their indexes. */

@@ -357,3 +357,24 @@ export function grantFailed(backoff: { failures: number; retry_at: number; error
       "with a growing delay. An operator should check the worker's card list (get_status alerts).",
   };
 }
+
+/** Cards are being reclaimed for this task: `preempted` were asked to stop on `worker_id`. */
+export function reclaiming(
+  worker_id: string,
+  preempted: string[],
+  cards: number,
+  grace_seconds: number,
+): WaitReason {
+  return {
+    code: 'reclaiming',
+    worker_id,
+    preempted,
+    cards,
+    grace_seconds,
+    message:
+      `Your account asks within its nominal share and no cards were free, so ${preempted.length} preemptible ` +
+      `task(s) of accounts borrowing beyond their share (${preempted.join(', ')}) were asked to give back ` +
+      `${cards} card(s) on worker ${worker_id}; this task starts there once they stop (within ${grace_seconds} s ` +
+      'and their cleanup). Nothing to do but wait.',
+  };
+}

@@ -116,6 +116,8 @@ export interface SchedulingConfig extends CardStateConfig {
   max_concurrent_cards_per_owner: number | null;
   /** `policy.require_isolation`: unisolated workers get no task. */
   require_isolation: boolean;
+  /** A task preempted this often is never preempted again (it runs to its end); absent: 3. */
+  max_preemptions_per_task?: number | undefined;
   /** `policy.task_limits.host_reserve`: what each host keeps for itself; tasks share the rest. */
   host_reserve?: HostReserve | undefined;
   /**
@@ -130,6 +132,31 @@ export interface SchedulingConfig extends CardStateConfig {
     | undefined;
 }
 
+/**
+ * A live lease of a RUNNING task, or one being preempted in any state until it is released, as reclaim
+ * sees it (./reclaim.ts).
+ */
+export interface RunningLeaseView {
+  task_id: string;
+  lease_id: string;
+  lease_epoch: number;
+  worker_id: string;
+  /** Its cards on the worker. */
+  card_indexes: readonly number[];
+  /** Its task's owner's account; absent: none known (never reclaimed). */
+  account?: string | undefined;
+  /** Its spec says `preemptible: true`, or its account's policy makes every task of it preemptible. */
+  preemptible: boolean;
+  /** How often its task was asked to stop for another task before. */
+  preemptions: number;
+  /** When the lease was granted (ms): the newest is preempted first. */
+  granted_at: number;
+  /** SIGTERM to SIGKILL when it is preempted: its spec's `preemption_grace_seconds`, else the kill grace. */
+  grace_seconds: number;
+  /** The queued task its cards are being reclaimed for, once asked; null or absent: not asked. */
+  preempting_for?: string | null | undefined;
+}
+
 /** Everything one scheduling pass reads. */
 export interface SchedulingSnapshot {
   /** The QUEUED tasks, in any order. */
@@ -139,6 +166,13 @@ export interface SchedulingSnapshot {
   running_cards_by_owner: Record<string, number>;
   /** Each account's share, decayed usage and cards held now; absent: one account for everyone. */
   fair_share?: FairShareView | undefined;
+  /** Live leases of RUNNING tasks, for reclaim (./reclaim.ts); absent: nothing is ever preempted. */
+  running?: readonly RunningLeaseView[] | undefined;
+  /**
+   * Queued tasks whose cards are being reclaimed (or were, a moment ago): they go first this pass, so
+   * the cards a preemption frees reach the task they were freed for.
+   */
+  reclaiming?: readonly string[] | undefined;
   config: SchedulingConfig;
 }
 
@@ -203,7 +237,9 @@ export interface FairShareView {
  *  - quota_exceeded: granting it would take its owner over the per-owner card limit;
  *  - account_quota_exceeded: its account, or one above, would hold more than nominal + borrowing limit;
  *  - account_budget_exhausted: its account, or one above, spent its card-hour budget this period;
- *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised).
+ *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised);
+ *  - reclaiming: its account asks within its nominal share and no cards are free, so preemptible tasks
+ *    of accounts borrowing beyond theirs are being stopped on `worker_id` to give it their cards.
  */
 export type WaitReason =
   | {
@@ -259,7 +295,18 @@ export type WaitReason =
       resets_at: number;
       message: string;
     }
-  | { code: 'grant_failed'; failures: number; retry_at: number; error: string; message: string };
+  | { code: 'grant_failed'; failures: number; retry_at: number; error: string; message: string }
+  | {
+      code: 'reclaiming';
+      worker_id: string;
+      /** The tasks asked to give their cards back for this one. */
+      preempted: string[];
+      /** Cards they hold there. */
+      cards: number;
+      /** The longest grace among them, in seconds: the cards are free by then, plus their cleanup. */
+      grace_seconds: number;
+      message: string;
+    };
 
 /** Bind a task to these cards of one worker. */
 export interface Grant {
@@ -286,9 +333,23 @@ export interface WaitingTask {
   reason: WaitReason;
 }
 
+/** Stop this RUNNING task's lease (SIGTERM, grace, SIGKILL) to give its cards to `for_task_id`. */
+export interface Preemption {
+  task_id: string;
+  lease_id: string;
+  lease_epoch: number;
+  worker_id: string;
+  card_indexes: readonly number[];
+  /** The queued task whose account asks within its nominal share. */
+  for_task_id: string;
+  grace_seconds: number;
+}
+
 /** What one pass decided: every queued task appears exactly once in `grants` or `waiting`. */
 export interface SchedulingDecision {
   grants: Grant[];
   waiting: WaitingTask[];
   reservations: Reservation[];
+  /** Leases to preempt for tasks asking within their accounts' nominal shares (./reclaim.ts). */
+  preemptions: Preemption[];
 }

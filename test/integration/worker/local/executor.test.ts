@@ -61,7 +61,12 @@ describe('environment', () => {
       ],
       epoch: 7,
       // A spec must not be able to widen its cards or forge its ids.
-      env: { MY_SETTING: 'x y', CUDA_VISIBLE_DEVICES: '0,1,2,3', GPU_BROKER_TASK_ID: 'forged' },
+      env: {
+        MY_SETTING: 'x y',
+        CUDA_VISIBLE_DEVICES: '0,1,2,3',
+        GPU_BROKER_TASK_ID: 'forged',
+        GPU_BROKER_PREEMPTED: '1',
+      },
     });
     const { handle, chunks } = start(plan);
     const result = await handle.done.finally(() => {
@@ -90,6 +95,8 @@ describe('environment', () => {
       GPU_BROKER_OUTPUT_DIR: join(execDir, 'out'),
       GPU_BROKER_WORKER_ID: 'worker-1',
       GPU_BROKER_SIMULATED: '1',
+      GPU_BROKER_PREEMPTED: '0',
+      GPU_BROKER_PREEMPTIONS: '0',
     });
   });
 

@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import type { FailureReason } from '../../../../src/contracts/worker-protocol.js';
 import { PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
 import {
   type ExecutionReport,
@@ -25,6 +26,7 @@ function records(over: {
   lease?: ReportRecords['lease']['state'];
   slurm_binding?: ReportRecords['slurm_binding'];
   stored?: ReportRecords['stored_outputs'];
+  preempting?: boolean;
 }): ReportRecords {
   return {
     execution: {
@@ -45,6 +47,7 @@ function records(over: {
       ...over.task,
     },
     lease: { state: over.lease ?? 'ACTIVE', cards: [0, 1] },
+    preempting: over.preempting ?? false,
     stored_outputs: over.stored ?? [],
   };
 }
@@ -69,12 +72,14 @@ function report(phase: ExecutionReport['phase'], over: Partial<ExecutionReport> 
 
 const BINDING: NonNullable<ReportRecords['slurm_binding']> = { nodes: [{ node: 'n1', gpus: [0] }] };
 
-const cases: Array<{
+interface Case {
   name: string;
   snapshot: ReportSnapshot;
   report: ExecutionReport;
   want: ReportReaction[];
-}> = [
+}
+
+const cases: Case[] = [
   {
     name: 'unknown execution: refused NOT_FOUND',
     snapshot: snapshot(null),
@@ -359,6 +364,7 @@ const cases: Array<{
       { kind: 'release_held', cards: [0, 1] },
     ],
   },
+  ...preemptionCases(),
   {
     name: 'cleanup_failed: the lease is quarantined and the task fails CLEANUP_UNCONFIRMED',
     snapshot: snapshot(records({ phase: 'exited', task: { state: 'FINALIZING' }, lease: 'RELEASING' })),
@@ -482,6 +488,132 @@ const cases: Array<{
     ],
   },
 ];
+
+/** The exits and receipts of a run the scheduler asked to preempt, or that claims it was. */
+function preemptionCases(): Case[] {
+  const exited = (
+    name: string,
+    over: { preempting: boolean; desired?: 'run' | 'cancel' },
+    r: Partial<ExecutionReport>,
+    failure: FailureReason | null,
+  ): Case => ({
+    name,
+    snapshot: snapshot(
+      records({
+        phase: 'started',
+        preempting: over.preempting,
+        task: {
+          state: 'RUNNING',
+          desired: over.desired ?? 'run',
+          outputs: [{ path: 'out/a', required: true }],
+        },
+      }),
+    ),
+    report: report('exited', { outputs: [], ...r }),
+    want: [
+      {
+        kind: 'move_task',
+        event: 'exited',
+        changes: { exit_code: r.exit_code ?? null, signal: r.signal ?? null, failure_reason: failure },
+        data: { failure_reason: failure },
+      },
+      { kind: 'move_lease', event: 'execution_ended', reason: null },
+      {
+        kind: 'move_execution',
+        phase: 'exited',
+        changes: {
+          exit_code: r.exit_code ?? null,
+          signal: r.signal ?? null,
+          failure_reason: failure,
+          outputs: [],
+          // The detail names a missing required output whatever the failure.
+          detail: 'missing required outputs: out/a',
+        },
+      },
+    ],
+  });
+  return [
+    exited(
+      'exited PREEMPTED after a preemption was asked: PREEMPTED even at exit 0 (it checkpointed), no output check',
+      { preempting: true },
+      { exit_code: 0, signal: null, failure_reason: 'PREEMPTED' },
+      'PREEMPTED',
+    ),
+    exited(
+      'exited PREEMPTED though no preemption was asked: judged by the exit (a task cannot requeue itself)',
+      { preempting: false },
+      { exit_code: null, signal: 'SIGTERM', failure_reason: 'PREEMPTED' },
+      'KILLED_BY_SIGNAL',
+    ),
+    exited(
+      'exited PREEMPTED at exit 0 though no preemption was asked: a clean exit, outputs checked',
+      { preempting: false },
+      { exit_code: 0, signal: null, failure_reason: 'PREEMPTED' },
+      'OUTPUT_MISSING',
+    ),
+    exited(
+      "an older worker's CANCELLED for a preempted lease: PREEMPTED",
+      { preempting: true },
+      { exit_code: null, signal: 'SIGTERM', failure_reason: 'CANCELLED' },
+      'PREEMPTED',
+    ),
+    exited(
+      'CANCELLED for a preempted lease whose owner also cancelled: CANCELLED (a cancel wins)',
+      { preempting: true, desired: 'cancel' },
+      { exit_code: null, signal: 'SIGTERM', failure_reason: 'CANCELLED' },
+      'CANCELLED',
+    ),
+    {
+      name: 'cleaned after a preemption: the lease is released, the task queued again with its exit cleared',
+      snapshot: snapshot(
+        records({
+          phase: 'exited',
+          failure_reason: 'PREEMPTED',
+          preempting: true,
+          task: { state: 'FINALIZING', failure_reason: 'PREEMPTED' },
+          lease: 'RELEASING',
+        }),
+      ),
+      report: report('cleaned'),
+      want: [
+        { kind: 'move_lease', event: 'cleaned', reason: 'cleanup receipt' },
+        {
+          kind: 'move_task',
+          event: 'cleaned_preempted',
+          changes: {
+            failure_reason: null,
+            exit_code: null,
+            signal: null,
+            started_at: null,
+            reason: { code: 'preempted', message: expect.stringContaining('no new review') },
+          },
+          data: { execution_id: 'ex1', lease_epoch: 3 },
+        },
+        { kind: 'move_execution', phase: 'cleaned', changes: {} },
+        { kind: 'release_held', cards: [0, 1] },
+      ],
+    },
+    {
+      name: 'cleaned after a preemption the owner cancelled too: cancelled, not queued',
+      snapshot: snapshot(
+        records({
+          phase: 'exited',
+          failure_reason: 'PREEMPTED',
+          preempting: true,
+          task: { state: 'FINALIZING', desired: 'cancel', failure_reason: 'PREEMPTED' },
+          lease: 'RELEASING',
+        }),
+      ),
+      report: report('cleaned'),
+      want: [
+        { kind: 'move_lease', event: 'cleaned', reason: 'cleanup receipt' },
+        { kind: 'move_task', event: 'cleaned_cancelled', changes: {}, data: {} },
+        { kind: 'move_execution', phase: 'cleaned', changes: {} },
+        { kind: 'release_held', cards: [0, 1] },
+      ],
+    },
+  ];
+}
 
 describe('reactToReport', () => {
   it.each(cases)('$name', ({ snapshot: s, report: r, want }) => {

@@ -1,0 +1,163 @@
+import type { AccountLimits } from './account-limits.js';
+import type { CardPool, RequirementView } from './pool.js';
+import { reclaiming } from './reasons.js';
+import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } from './types.js';
+
+/**
+ * Reclaim by preemption (docs/operations.md "Borrowing and reclaim",
+ * docs/decisions/0044-reclaim-by-preemption.md). Pure. After a pass has placed what fits, a task that
+ * waits for cards while its account asks within its nominal share (the account, and every account above
+ * it with a nominal share, would hold at most that share with it) may take cards back from accounts that
+ * borrow: their preemptible RUNNING tasks, newest lease first, on the one worker where the fewest cards
+ * must stop. Never:
+ *  - a task that is not preemptible (its spec's `preemptible`, or its account's policy),
+ *  - a task preempted `max_preemptions_per_task` times already (it runs to its end),
+ *  - a task of the claimant's own account line (the account, those above it, those below it),
+ *  - a task of an account that does not borrow (holds no more than its nominal share),
+ *  - on a Slurm pool, or for a multi-node shape,
+ *  - for a task whose cards are already being reclaimed (it waits for those; no second round).
+ * The cards stay the preempted lease's until its cleanup receipt releases it (fenced by its epoch, as
+ * ever); the claimant goes first in the passes after that (`reclaiming` in the snapshot).
+ */
+
+/** Without a configured cap: how often one task may be preempted. */
+export const DEFAULT_MAX_PREEMPTIONS = 3;
+
+/** A task left waiting for cards in this pass, with its requirement's view. */
+export interface ReclaimCandidate {
+  readonly entry: { reason: WaitReason };
+  readonly task_id: string;
+  readonly account: string | undefined;
+  readonly view: RequirementView;
+}
+
+/** Wait codes that mean "cards, not something else": only these tasks may reclaim. */
+const WAITS_FOR_CARDS: ReadonlySet<WaitReason['code']> = new Set([
+  'waiting_for_cards',
+  'reserved_for_older_task',
+  'holding_reservation',
+]);
+
+/**
+ * The preemptions of this pass, in queue order of their claimants; a claimant's wait reason becomes
+ * `reclaiming`. `limits` holds the accounts' cards with this pass's grants.
+ */
+export function reclaim(
+  snapshot: SchedulingSnapshot,
+  candidates: readonly ReclaimCandidate[],
+  pool: CardPool,
+  limits: AccountLimits,
+): Preemption[] {
+  const running = snapshot.running ?? [];
+  if (running.length === 0 || !snapshot.fair_share) return [];
+  const cap = snapshot.config.max_preemptions_per_task ?? DEFAULT_MAX_PREEMPTIONS;
+  // Claimants already served: their leases in flight say so; the reason is theirs to show.
+  const inFlight = new Map<string, RunningLeaseView[]>();
+  for (const lease of running)
+    if (lease.preempting_for) {
+      const list = inFlight.get(lease.preempting_for);
+      if (list) list.push(lease);
+      else inFlight.set(lease.preempting_for, [lease]);
+    }
+  // Victims by worker, newest lease first.
+  const byWorker = new Map<string, RunningLeaseView[]>();
+  let open = 0;
+  for (const lease of running) {
+    if (!lease.preemptible || lease.preemptions >= cap || lease.preempting_for || !lease.account) continue;
+    const list = byWorker.get(lease.worker_id);
+    if (list) list.push(lease);
+    else byWorker.set(lease.worker_id, [lease]);
+    open++;
+  }
+  for (const list of byWorker.values())
+    list.sort((a, b) => b.granted_at - a.granted_at || (a.lease_id < b.lease_id ? 1 : -1));
+  const taken = new Set<string>();
+  const out: Preemption[] = [];
+  for (const c of candidates) {
+    const already = inFlight.get(c.task_id);
+    if (already) {
+      c.entry.reason = reasonFor(already);
+      continue;
+    }
+    if (open === 0) continue;
+    if (!WAITS_FOR_CARDS.has(c.entry.reason.code) || c.account === undefined) continue;
+    const need = c.view.req.need;
+    if (!limits.withinNominal(c.account, need)) continue;
+    const line = new Set(limits.chain(c.account));
+    const pick = bestPlace(c, pool, byWorker, taken, line, limits);
+    if (pick === null) continue;
+    for (const lease of pick) {
+      taken.add(lease.lease_id);
+      open--;
+      limits.release(lease.account!, lease.card_indexes.length);
+      out.push({
+        task_id: lease.task_id,
+        lease_id: lease.lease_id,
+        lease_epoch: lease.lease_epoch,
+        worker_id: lease.worker_id,
+        card_indexes: lease.card_indexes,
+        for_task_id: c.task_id,
+        grace_seconds: lease.grace_seconds,
+      });
+    }
+    c.entry.reason = reasonFor(pick);
+  }
+  return out;
+}
+
+/**
+ * The victims on the worker where the fewest cards must stop for `c` (ties: fewer tasks, then the lower
+ * worker id), or null when no worker has enough free plus reclaimable matching cards.
+ */
+function bestPlace(
+  c: ReclaimCandidate,
+  pool: CardPool,
+  byWorker: ReadonlyMap<string, RunningLeaseView[]>,
+  taken: ReadonlySet<string>,
+  line: ReadonlySet<string>,
+  limits: AccountLimits,
+): RunningLeaseView[] | null {
+  const need = c.view.req.need;
+  let best: RunningLeaseView[] | null = null;
+  let bestCards = Number.POSITIVE_INFINITY;
+  for (const place of pool.reclaimPlaces(c.view)) {
+    const victims = byWorker.get(place.worker_id);
+    if (!victims) continue;
+    const pick: RunningLeaseView[] = [];
+    // Cards of each account already picked here: an account is reclaimed only down to its share.
+    const picked = new Map<string, number>();
+    let free = place.open;
+    let cards = 0;
+    for (const lease of victims) {
+      if (free >= need) break;
+      if (taken.has(lease.lease_id)) continue;
+      const account = lease.account!;
+      if (line.has(account) || limits.chain(account).some((a) => a === c.account)) continue;
+      if (!limits.borrowing(account, picked.get(account) ?? 0)) continue;
+      // Only its cards that the claimant can use count; a lease is stopped whole.
+      const usable = lease.card_indexes.filter((i) => place.leased.has(i)).length;
+      if (usable === 0) continue;
+      pick.push(lease);
+      picked.set(account, (picked.get(account) ?? 0) + lease.card_indexes.length);
+      free += usable;
+      cards += lease.card_indexes.length;
+    }
+    if (free < need) continue;
+    if (cards < bestCards || (cards === bestCards && best !== null && pick.length < best.length)) {
+      best = pick;
+      bestCards = cards;
+    }
+  }
+  return best;
+}
+
+/** A claimant's wait reason while its cards are being reclaimed. */
+function reasonFor(leases: readonly RunningLeaseView[]): WaitReason {
+  const worker = leases[0]!.worker_id;
+  return reclaiming(
+    worker,
+    leases.map((l) => l.task_id),
+    leases.reduce((n, l) => n + l.card_indexes.length, 0),
+    Math.max(...leases.map((l) => l.grace_seconds)),
+  );
+}

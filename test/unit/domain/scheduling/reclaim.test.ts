@@ -1,0 +1,286 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import { decide } from '../../../../src/domain/scheduling/decide.js';
+import type {
+  AccountView,
+  CardView,
+  QueuedTaskView,
+  RunningLeaseView,
+  SchedulingConfig,
+  SchedulingSnapshot,
+  WorkerView,
+} from '../../../../src/domain/scheduling/types.js';
+
+/**
+ * Reclaim by preemption (src/domain/scheduling/reclaim.ts, decide's step 9): a task whose account asks
+ * within its nominal share, with no card free, stops preemptible tasks of borrowing accounts, newest
+ * first, on one worker; never anything else.
+ */
+
+const CONFIG: SchedulingConfig = {
+  sample_interval_ms: 2000,
+  vram_threshold_pct: 2,
+  reservation_after_seconds: 600,
+  max_concurrent_cards_per_owner: null,
+  require_isolation: true,
+};
+
+function card(index: number, leased: boolean): CardView {
+  return {
+    index,
+    model: 'SIM-GPU',
+    memory_used_mib: 0,
+    memory_total_mib: 81559,
+    health: 'ok',
+    health_reasons: [],
+    processes: [],
+    simulated: true,
+    cordoned: false,
+    leased,
+    quarantined: false,
+    broker_pids: [],
+  };
+}
+
+function worker(id: string, leased: readonly number[]): WorkerView {
+  return {
+    worker_id: id,
+    online: true,
+    draining: false,
+    sampled_at: 1_000,
+    sampler_error: null,
+    isolation: 'bwrap',
+    container_engine: null,
+    cards: Array.from({ length: 8 }, (_, i) => card(i, leased.includes(i))),
+  };
+}
+
+const task = (id: string, account: string, count = 2, priority = 0): QueuedTaskView => ({
+  task_id: id,
+  owner: `${account}-agent`,
+  account,
+  priority,
+  approved_at: 900,
+  cards: { count },
+});
+
+/** A 2-card lease of team-a on w1, granted at `at`. */
+const lease = (n: number, over: Partial<RunningLeaseView> = {}): RunningLeaseView => ({
+  task_id: `a${n}`,
+  lease_id: `l${n}`,
+  lease_epoch: n,
+  worker_id: 'w1',
+  card_indexes: [2 * n, 2 * n + 1],
+  account: 'team-a',
+  preemptible: true,
+  preemptions: 0,
+  granted_at: 100 * (n + 1),
+  grace_seconds: 30,
+  ...over,
+});
+
+const account = (over: Partial<AccountView>): AccountView => ({
+  share: 0.5,
+  usage: 0,
+  running_cards: 0,
+  parent: 'root',
+  nominal_cards: null,
+  borrowing_limit: null,
+  budget: null,
+  ...over,
+});
+
+/** w1's 8 cards all held by team-a (4 leases of 2), team-b asking; team-b's nominal 4. */
+function snapshot(over: Partial<SchedulingSnapshot> = {}, accounts: Record<string, AccountView> = {}) {
+  const running = over.running ?? [0, 1, 2, 3].map((n) => lease(n));
+  const held = running.reduce((n, l) => n + l.card_indexes.length, 0);
+  const s: SchedulingSnapshot = {
+    workers: [
+      worker(
+        'w1',
+        running.flatMap((l) => [...l.card_indexes]),
+      ),
+    ],
+    tasks: [task('b1', 'team-b')],
+    running_cards_by_owner: { 'team-a-agent': held },
+    fair_share: {
+      total_cards: 8,
+      accounts: {
+        root: { share: 1, usage: 0, running_cards: 0, parent: null },
+        'team-a': account({ running_cards: held, nominal_cards: 4 }),
+        'team-b': account({ nominal_cards: 4 }),
+        ...accounts,
+      },
+    },
+    config: CONFIG,
+    running,
+    ...over,
+  };
+  return s;
+}
+
+describe('reclaim by preemption', () => {
+  it('stops the newest preemptible lease of the borrowing account, and says so in the claimant’s reason', () => {
+    const d = decide(snapshot(), 1_000);
+    expect(d.grants).toEqual([]);
+    expect(d.preemptions).toEqual([
+      {
+        task_id: 'a3',
+        lease_id: 'l3',
+        lease_epoch: 3,
+        worker_id: 'w1',
+        card_indexes: [6, 7],
+        for_task_id: 'b1',
+        grace_seconds: 30,
+      },
+    ]);
+    const reason = d.waiting.find((w) => w.task_id === 'b1')!.reason;
+    expect(reason).toMatchObject({ code: 'reclaiming', worker_id: 'w1', preempted: ['a3'], cards: 2 });
+    expect(reason.message).toContain('within its nominal share');
+  });
+
+  it('takes as many leases as the task needs, newest first', () => {
+    const d = decide(snapshot({ tasks: [task('b1', 'team-b', 4)] }), 1_000);
+    expect(d.preemptions.map((p) => p.task_id)).toEqual(['a3', 'a2']);
+  });
+
+  it('never stops a task that is not preemptible, or was preempted the most times already', () => {
+    const running = [
+      lease(0, { preemptible: false }),
+      lease(1, { preemptions: 3 }),
+      lease(2, { preemptible: false }),
+      lease(3, { preemptions: 3 }),
+    ];
+    const d = decide(snapshot({ running }), 1_000);
+    expect(d.preemptions).toEqual([]);
+    expect(d.waiting[0]!.reason.code).toBe('waiting_for_cards');
+    // A lower cap of the operator's counts too.
+    const capped = decide(
+      snapshot({
+        running: [0, 1, 2, 3].map((n) => lease(n, { preemptions: 1 })),
+        config: { ...CONFIG, max_preemptions_per_task: 1 },
+      }),
+      1_000,
+    );
+    expect(capped.preemptions).toEqual([]);
+  });
+
+  it('never for a task asking beyond its account’s nominal share, nor for an account without one', () => {
+    expect(decide(snapshot({ tasks: [task('b1', 'team-b', 6)] }), 1_000).preemptions).toEqual([]);
+    const none = decide(snapshot({}, { 'team-b': account({ nominal_cards: null }) }), 1_000);
+    expect(none.preemptions).toEqual([]);
+    // team-b holds 3 of its 4 elsewhere: 3 + 2 is over.
+    const over = decide(snapshot({}, { 'team-b': account({ nominal_cards: 4, running_cards: 3 }) }), 1_000);
+    expect(over.preemptions).toEqual([]);
+  });
+
+  it('never from an account within its own nominal share', () => {
+    const d = decide(snapshot({}, { 'team-a': account({ running_cards: 8, nominal_cards: 8 }) }), 1_000);
+    expect(d.preemptions).toEqual([]);
+  });
+
+  it('never from the claimant’s own account line', () => {
+    // team-a's child asks within its nominal; team-a itself borrows, but it is the child's own line.
+    const d = decide(
+      snapshot(
+        { tasks: [task('c1', 'team-a-child')] },
+        {
+          'team-a-child': account({ parent: 'team-a', nominal_cards: 2 }),
+        },
+      ),
+      1_000,
+    );
+    expect(d.preemptions).toEqual([]);
+  });
+
+  it('asks once: while its leases stop, the claimant waits for them and nothing more is preempted', () => {
+    const running = [0, 1, 2, 3].map((n) => lease(n, n === 3 ? { preempting_for: 'b1' } : {}));
+    const d = decide(snapshot({ running, reclaiming: ['b1'] }), 1_000);
+    expect(d.preemptions).toEqual([]);
+    expect(d.waiting[0]!.reason).toMatchObject({ code: 'reclaiming', preempted: ['a3'] });
+  });
+
+  it('once the cards are free the claimant goes first, ahead of a higher priority', () => {
+    // a3's lease is released: cards 6 and 7 are free; team-a's requeued a3 has a higher priority.
+    const running = [0, 1, 2].map((n) => lease(n));
+    const d = decide(
+      snapshot({ running, tasks: [task('a3', 'team-a', 2, 50), task('b1', 'team-b')], reclaiming: ['b1'] }),
+      1_000,
+    );
+    expect(d.grants).toEqual([{ task_id: 'b1', worker_id: 'w1', card_indexes: [6, 7] }]);
+    expect(d.preemptions).toEqual([]);
+  });
+
+  it('never preempts when a card is free for the task: it is simply granted', () => {
+    const running = [0, 1, 2].map((n) => lease(n));
+    const d = decide(snapshot({ running }), 1_000);
+    expect(d.grants.map((g) => g.task_id)).toEqual(['b1']);
+    expect(d.preemptions).toEqual([]);
+  });
+
+  it('property: every preemption is of a preemptible, uncapped, borrowing lease of another account line, each lease once, for a waiting task', () => {
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            preemptible: fc.boolean(),
+            preemptions: fc.integer({ min: 0, max: 4 }),
+            account: fc.constantFrom('team-a', 'team-b', 'team-c'),
+            granted_at: fc.integer({ min: 0, max: 900 }),
+          }),
+          { minLength: 0, maxLength: 4 },
+        ),
+        fc.array(
+          fc.record({
+            account: fc.constantFrom('team-a', 'team-b', 'team-c'),
+            count: fc.integer({ min: 1, max: 4 }),
+          }),
+          { minLength: 1, maxLength: 6 },
+        ),
+        fc.record({
+          a: fc.option(fc.integer({ min: 0, max: 8 })),
+          b: fc.option(fc.integer({ min: 0, max: 8 })),
+          c: fc.option(fc.integer({ min: 0, max: 8 })),
+        }),
+        (leases, asks, nominal) => {
+          const running = leases.map((l, n) => lease(n, l));
+          const heldBy = (a: string) =>
+            running.filter((l) => l.account === a).reduce((n, l) => n + l.card_indexes.length, 0);
+          const s = snapshot(
+            { running, tasks: asks.map((a, i) => task(`q${i}`, a.account, a.count)) },
+            {
+              'team-a': account({ running_cards: heldBy('team-a'), nominal_cards: nominal.a }),
+              'team-b': account({ running_cards: heldBy('team-b'), nominal_cards: nominal.b }),
+              'team-c': account({ running_cards: heldBy('team-c'), nominal_cards: nominal.c }),
+            },
+          );
+          const d = decide(s, 1_000);
+          // What each account holds once this pass's grants are counted (reclaim runs after them).
+          const granted = (a: string) =>
+            d.grants
+              .filter((g) => s.tasks.find((t) => t.task_id === g.task_id)!.account === a)
+              .reduce((n, g) => n + g.card_indexes.length, 0);
+          const heldAfter = (a: string) => heldBy(a) + granted(a);
+          const seen = new Set<string>();
+          const waiting = new Map(d.waiting.map((w) => [w.task_id, w.reason]));
+          for (const p of d.preemptions) {
+            const l = running.find((r) => r.lease_id === p.lease_id)!;
+            const claimant = s.tasks.find((t) => t.task_id === p.for_task_id)!;
+            expect(seen.has(p.lease_id)).toBe(false);
+            seen.add(p.lease_id);
+            expect(l.preemptible).toBe(true);
+            expect(l.preemptions).toBeLessThan(3);
+            expect(l.account).not.toBe(claimant.account);
+            const victimNominal = s.fair_share!.accounts[l.account!]!.nominal_cards ?? 0;
+            expect(heldAfter(l.account!)).toBeGreaterThan(victimNominal);
+            expect(waiting.get(claimant.task_id)?.code).toBe('reclaiming');
+            const claimNominal = s.fair_share!.accounts[claimant.account!]!.nominal_cards;
+            expect(claimNominal).not.toBeNull();
+            expect(heldAfter(claimant.account!) + claimant.cards.count).toBeLessThanOrEqual(claimNominal!);
+          }
+        },
+      ),
+      { numRuns: 300 },
+    );
+  });
+});
