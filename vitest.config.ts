@@ -20,23 +20,22 @@ import { SpreadSequencer } from './test/support/spread-sequencer.js';
 const SLURM_SUITES = ['test/integration/slurm/**/*.test.ts', 'test/integration/cluster/slurm-*.test.ts'];
 
 /**
- * Unit suites that share their modules (isolate: false) instead of loading a fresh module graph per file,
- * which cost more than their tests: the pure core (src/domain keeps no state, and
- * test/unit/boundaries/module-state.test.ts fails if it does) and the store, contracts, HTTP,
- * qualification and client-kit units, whose modules keep none either (their only module maps are
- * constant sets and file-digest's cache, keyed by path and stat). None of these files stubs, mocks or
- * sets anything global. Measured on 2 cores at load 5 (2026-12-05): test/unit/domain, 38 files, 12.0 s
- * isolated, 3.7 s shared; the other five folders, 26 files, 23.3 s and 11.0 s. Every other suite stays
- * isolated: they start masters and workers, stub the environment, change the umask, spy on globals.
+ * The unit suites share their modules (isolate: false) instead of loading a fresh module graph per file,
+ * which cost more than their tests. Safe because the modules they load keep no state a test could see:
+ * src/domain and src/broker keep none (test/unit/boundaries/module-state.test.ts fails if they do: a
+ * master's caches and shares are fields of its runtime), and the rest keep only constant sets, caches keyed
+ * by path and stat (file-digest), probes of the host that do not change (boot id, own namespace, version),
+ * a counter of cgroup probes, and the one spawner a worker process shares (worker/local/spawner.ts). The
+ * files that change something global put it back themselves: teardown's `setTimeout` spy and file-modes'
+ * umask in `finally`, test-helpers' `CI` stub and console spy in `afterEach`. Measured on 2 cores at load
+ * 5 (2026-12-05): test/unit/domain, 38 files, 12.0 s isolated, 3.7 s shared; store, contracts, HTTP,
+ * qualification and client-kit, 26 files, 23.3 s and 11.0 s; then the other unit folders (broker, worker,
+ * cli, platform, boundaries, docs, master, mcp, support: 102 files) at load 8–12 on two workers, 74 s of
+ * CPU (import 92 s summed over files) isolated against 30 s (import 16 s) shared, all passing. The
+ * integration and e2e suites stay isolated: they start masters and workers, spawn, and stub the
+ * environment.
  */
-const SHARED_MODULE_SUITES = [
-  'test/unit/domain/**/*.test.ts',
-  'test/unit/store/**/*.test.ts',
-  'test/unit/contracts/**/*.test.ts',
-  'test/unit/http/**/*.test.ts',
-  'test/unit/qualification/**/*.test.ts',
-  'test/unit/client-kit/**/*.test.ts',
-];
+const SHARED_MODULE_SUITES = ['test/unit/**/*.test.ts'];
 
 export default defineConfig({
   test: {

@@ -65,7 +65,7 @@ run() {
   master=$(find test/integration/master -name '*.test.ts' | sort |
     grep -v -e get-input-large.test.ts -e agent-review-corpus.test.ts -e audit-nonblocking.test.ts)
   # shellcheck disable=SC2086
-  npx vitest run --project main $master test/integration/stdio-bridge \
+  npx vitest run --project main --project shared-modules $master test/integration/stdio-bridge \
     test/integration/cluster/end-to-end.test.ts test/integration/cluster/protocol.test.ts \
     test/integration/cluster/restored-master.test.ts test/integration/cluster/sandbox-attacks.test.ts \
     test/integration/worker/local/spawner.test.ts test/unit/platform/node-versions.test.ts
