@@ -34,6 +34,17 @@ function quotaCount(flag: string, value: unknown, clear: string): number | null 
   return wholeNumber(flag, value);
 }
 
+/** A yes|no flag; absent: unchanged. */
+function yesNo(flag: string, value: unknown): boolean | undefined {
+  if (value === undefined) return undefined;
+  if (value === 'yes' || value === 'no') return value === 'yes';
+  throw new BrokerError(
+    'INVALID_INPUT',
+    `--${flag} ${JSON.stringify(value)} is not yes or no`,
+    `e.g. --${flag} yes`,
+  );
+}
+
 /** The --budget flag: card-hours, or none. */
 function budgetHours(value: unknown): number | null | undefined {
   if (value === undefined) return undefined;
@@ -76,6 +87,7 @@ function quotaText(a: AccountView): string {
     q.nominal_cards === null ? null : q.borrowing_limit === null ? '+any' : `+${q.borrowing_limit}`,
     q.budget_card_hours === null ? null : `${q.budget_card_hours} h/${q.budget_period}`,
     a.max_priority === null ? null : `priority ≤ ${a.max_priority}`,
+    a.preemptible ? 'preemptible' : null,
   ].filter((x) => x !== null);
   return parts.join(' ');
 }
@@ -118,6 +130,7 @@ export const run: CommandRunner = async (argv, io) => {
         'A priority is 0..100.',
       );
     const priority = maxPriority === undefined ? {} : { max_priority: maxPriority };
+    const preemptible = yesNo('preemptible', values['preemptible']);
     if (sub !== 'list' && !name)
       throw new BrokerError('INVALID_INPUT', 'which account?', `gpu-broker account ${sub} NAME`);
     return await withLocalStore(values, io, (deps) => {
@@ -144,6 +157,7 @@ export const run: CommandRunner = async (argv, io) => {
               description: values.description,
               ...quotas,
               ...priority,
+              ...(preemptible === undefined ? {} : { preemptible }),
             }),
           );
         case 'set':
@@ -155,6 +169,7 @@ export const run: CommandRunner = async (argv, io) => {
               description: values.description,
               ...quotas,
               ...priority,
+              ...(preemptible === undefined ? {} : { preemptible }),
             }),
           );
         default: {

@@ -190,10 +190,10 @@ export const AUDIT = defineCommand({
 export const ACCOUNT = defineCommand({
   name: 'account',
   usage: [
-    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--max-priority N] [--data-dir DIR] [--json]',
+    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--max-priority N] [--preemptible yes|no] [--data-dir DIR] [--json]',
     'account list [--data-dir DIR] [--json]',
     'account show NAME [--data-dir DIR] [--json]',
-    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--max-priority N|none] [--data-dir DIR] [--json]',
+    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--max-priority N|none] [--preemptible yes|no] [--data-dir DIR] [--json]',
     'account delete NAME [--data-dir DIR] [--json]',
   ],
   summary:
@@ -227,6 +227,11 @@ export const ACCOUNT = defineCommand({
       value: 'N',
       help: "the highest spec priority the account's tasks may ask for, 0..100 (none: no bound)",
     },
+    preemptible: {
+      type: 'string',
+      value: 'yes|no',
+      help: 'yes: every task of the account may be preempted while it holds more than its nominal share (no: its specs decide)',
+    },
     ...LOCAL_FLAGS,
   },
   env: LOCAL_ENV,
@@ -236,6 +241,7 @@ export const ACCOUNT = defineCommand({
     'account create team-a --parent org-ml --weight 2',
     'account set team-a --weight 3',
     'account set team-a --nominal 4 --borrow 4 --budget 500 --period week',
+    'account set batch --preemptible yes',
     'token create --name alice-agent --role submitter --account team-a',
   ],
 });

@@ -211,6 +211,29 @@ describe('gpu-broker account', () => {
     expect(cleared.json<{ account: { max_priority: number | null } }>().account.max_priority).toBeNull();
   });
 
+  it('--preemptible yes|no makes every task of the account preemptible while it borrows, or leaves it to the specs', async () => {
+    const made = await acct('create', 'batch', '--preemptible', 'yes');
+    expect(made.json<{ account: { preemptible: boolean } }>().account.preemptible).toBe(true);
+    const listed = (await acct('list')).json<{ accounts: Array<{ name: string; preemptible: boolean }> }>();
+    expect(listed.accounts.find((a) => a.name === 'batch')?.preemptible).toBe(true);
+    expect(listed.accounts.find((a) => a.name === 'default')?.preemptible).toBe(false);
+    for (const bad of ['maybe', '1', 'true'])
+      expect(
+        (await acct('set', 'batch', `--preemptible=${bad}`)).json<{ error: ErrorBody }>().error.code,
+      ).toBe('INVALID_INPUT');
+    // A refused flag changed nothing.
+    expect(
+      (await acct('show', 'batch')).json<{ account: { preemptible: boolean } }>().account.preemptible,
+    ).toBe(true);
+    const off = await acct('set', 'batch', '--preemptible', 'no');
+    expect(off.json<{ account: { preemptible: boolean } }>().account.preemptible).toBe(false);
+    // Untouched by a set that does not name it.
+    await acct('set', 'batch', '--weight', '2');
+    expect(
+      (await acct('show', 'batch')).json<{ account: { preemptible: boolean } }>().account.preemptible,
+    ).toBe(false);
+  });
+
   it('a description reaches the terminal escaped: no control character of it is printed', async () => {
     await acct('create', 'team-a', '--description', 'ok\u001b[2J\u0007 \u202etxt.exe');
     const human = await runCli(account, ['list', '--data-dir', dataDir]);
