@@ -286,6 +286,51 @@ describe('time limit, cancel and the process group', () => {
     expect(result.cleanup_detail).toContain('gone');
   });
 
+  it('a preemption: SIGTERM, the spec’s preemption grace (not the kill grace), SIGKILL; PREEMPTED', async () => {
+    const base = makePlan({
+      argv: sh('trap "echo term" TERM; echo ready; while :; do sleep 0.05; done'),
+      grace: 0,
+    });
+    const plan = { ...base, spec: { ...base.spec, preemptible: true, preemption_grace_seconds: 1 } };
+    const { handle, chunks } = start(plan);
+    await waitFor(() => text(chunks, 'stdout').includes('ready'), { what: 'the task running' });
+    handle.cancel('preempted for task t2', { preempt: true });
+    const result = await handle.done;
+    // The trap ran (SIGTERM first) and the task, ignoring it, was killed after the grace.
+    expect(text(chunks, 'stdout')).toContain('term');
+    expect(result).toMatchObject({ failure_reason: 'PREEMPTED', signal: 'SIGKILL', cleaned: true });
+    expect(isLive(handle.pid!)).toBe(false);
+  });
+
+  it('a preemption that a task answers by checkpointing and exiting 0 is still PREEMPTED (it will run again)', async () => {
+    const { handle, chunks } = start(
+      makePlan({ argv: sh('trap "echo saved; exit 0" TERM; echo ready; while :; do sleep 0.05; done') }),
+    );
+    await waitFor(() => text(chunks, 'stdout').includes('ready'), { what: 'the task running' });
+    handle.cancel('preempted', { preempt: true });
+    const result = await handle.done;
+    expect(text(chunks, 'stdout')).toContain('saved');
+    expect(result).toMatchObject({ failure_reason: 'PREEMPTED', exit_code: 0 });
+  });
+
+  it('a cancel asked first stays a cancel when a preemption follows', async () => {
+    const { handle, chunks } = start(makePlan({ argv: sh('echo ready; sleep 1000'), grace: 0.3 }));
+    await waitFor(() => text(chunks, 'stdout').includes('ready'), { what: 'the task running' });
+    handle.cancel('owner asked');
+    handle.cancel('preempted', { preempt: true });
+    expect((await handle.done).failure_reason).toBe('CANCELLED');
+  });
+
+  it('the next run of a preempted task is told so: GPU_BROKER_PREEMPTED=1, GPU_BROKER_PREEMPTIONS=n', async () => {
+    const plan = {
+      ...makePlan({ argv: sh('printf %s/%s "$GPU_BROKER_PREEMPTED" "$GPU_BROKER_PREEMPTIONS"') }),
+      preemptions: 2,
+    };
+    const { handle, chunks } = start(plan);
+    await handle.done;
+    expect(text(chunks, 'stdout')).toBe('1/2');
+  });
+
   it('cancel before the process starts means it never starts', async () => {
     const { handle } = start(makePlan({ argv: sh('echo should-not-run') }));
     handle.cancel('changed my mind');
