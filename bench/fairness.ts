@@ -3,7 +3,7 @@ import { type BenchSection, type OpResult, summarise } from './stats.js';
 import { decideFairRow } from './test-bounds.js';
 
 /**
- * `npm run bench -- --only fairness` (issue 38, "Measured"; docs/performance.md "Fair share"): three
+ * `npm run bench -- --only fairness` (docs/performance.md "Fair share"): three
  * accounts weighted 1:1:2 submitting without pause (each keeps 6 tasks queued, 1/2/4/8 cards, 2-10
  * minutes each) onto 16 simulated cards on two workers, 24 simulated hours through decide() as the
  * master drives it (bench/fair-sim.ts), usage decayed with the default half-life (6 h). Measured from
@@ -16,7 +16,7 @@ import { decideFairRow } from './test-bounds.js';
  * simulated minutes (p50/p99/max columns, as ms × 60,000 would be unreadable). An error is a target
  * missed: a share more than 5 % off its weight's, or an 8-card task past its bound once it leads its
  * account's 8-card tasks (reservation age + 2 × the longest task: 30 min). Utilisation ≥ 95 % is a
- * target it does not meet (93 %); the notes say so rather than failing the run.
+ * target it does not meet (92 %); the notes say so rather than failing the run.
  */
 
 const WORKLOAD: FairSimOptions = {

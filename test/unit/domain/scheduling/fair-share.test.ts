@@ -70,7 +70,7 @@ describe('fair share across accounts (simulated pool of 16 cards, bench/fair-sim
   const fifo = simulateFairShare({ ...WORKLOAD, fair: false });
 
   it('three accounts weighted 1:1:2, each submitting without pause: each within 5 % of its weight’s share of the card-seconds; first come is not', () => {
-    // Recorded (docs/performance.md "Fair share"): fair 25.8 / 25.3 / 48.9 %, first come 33.8 / 34.6 / 31.6 %.
+    // Recorded (docs/performance.md "Fair share"): fair 25.7 / 25.4 / 48.9 %, first come 33.8 / 34.6 / 31.6 %.
     const target = { a: 0.25, b: 0.25, c: 0.5 } as const;
     for (const a of ['a', 'b', 'c'] as const)
       expect(Math.abs(fair.shares[a]! / target[a] - 1)).toBeLessThan(0.05);
@@ -78,7 +78,7 @@ describe('fair share across accounts (simulated pool of 16 cards, bench/fair-sim
   });
 
   it('keeps the pool busier than first come: the widest tasks take cards that free all at once', () => {
-    // Recorded: 93.4 % against first come's 82.9 %; what is idle is held by reservations, nothing else.
+    // Recorded: 92.0 % against first come's 82.9 %; what is idle is held by reservations, nothing else.
     expect(fair.utilisation).toBeGreaterThan(0.9);
     expect(fair.utilisation).toBeGreaterThan(fifo.utilisation + 0.05);
     expect(fair.otherIdle).toBeLessThan(0.005);
@@ -130,20 +130,31 @@ describe('the fair order (src/domain/scheduling/fair-order.ts)', () => {
     ),
   });
 
-  it('a worker that frees whole goes to a wide task before another account’s small task splits it', () => {
-    // a used less (lowest level), but its task is small; b's 8-card task takes the free worker whole.
-    const d = decide(
-      {
-        workers: [worker('w1'), worker('w2', [0, 1, 2, 3, 4, 5, 6, 7])],
-        tasks: [task('a1', 'a', 1, 100), task('b8', 'b', 8, 200)],
-        running_cards_by_owner: {},
-        fair_share: view({ a: { share: 0.5, usage: 0 }, b: { share: 0.5, usage: 3600 } }),
-        config: CONFIG,
-      },
-      1_000,
-    );
-    expect(d.grants.map((g) => g.task_id)).toEqual(['b8']);
-    expect(d.waiting.map((w) => w.task_id)).toEqual(['a1']);
+  it('a worker that frees whole goes to a wide task before another account’s small task splits it, unless that account is far poorer', () => {
+    const pass = (usageA: number, usageB: number) =>
+      decide(
+        {
+          workers: [worker('w1'), worker('w2', [0, 1, 2, 3, 4, 5, 6, 7])],
+          tasks: [task('a1', 'a', 1, 100), task('b8', 'b', 8, 200)],
+          running_cards_by_owner: {},
+          fair_share: view({ a: { share: 0.5, usage: usageA }, b: { share: 0.5, usage: usageB } }),
+          config: CONFIG,
+        },
+        1_000,
+      );
+    // a used a little less (levels 0.95 and 1.05), but its task is small: b's 8-card task takes w1 whole.
+    const close = pass(1000, 1100);
+    expect(close.grants.map((g) => g.task_id)).toEqual(['b8']);
+    expect(close.waiting.map((w) => w.task_id)).toEqual(['a1']);
+    // a used nothing and b everything (levels 0 and 2, more than WIDE_SLACK apart): a's turn comes first.
+    const far = pass(0, 3600);
+    expect(far.grants.map((g) => g.task_id)).toEqual(['a1']);
+  });
+
+  it('an account of small tasks is not starved by others’ wide tasks on one worker (simulated 3 hours)', () => {
+    const short = simulateFairShare({ ...WORKLOAD, workers: 1, hours: 10 / 3 });
+    // Recorded: 25.1 / 23.9 / 51.0 % (without the bound on round 1: 40.1 / 6.3 / 53.6 %).
+    for (const a of ['a', 'b'] as const) expect(short.shares[a]).toBeGreaterThan(0.2);
   });
 
   it('lower usage against share goes first; a fresh pool splits one pass by weight', () => {
@@ -219,12 +230,6 @@ describe('the fair order (src/domain/scheduling/fair-order.ts)', () => {
                 const mine = level.filter((t) => t.account === a && (t.cards.count === widest) === wide);
                 expect(mine).toEqual([...mine].sort(compareQueuedTasks));
               }
-            // Round 1 (the widest) before round 2 when several accounts share the priority.
-            if (accounts.size > 1) {
-              const firstNarrow = level.findIndex((t) => t.cards.count !== widest);
-              if (firstNarrow >= 0)
-                expect(level.slice(firstNarrow).every((t) => t.cards.count !== widest)).toBe(true);
-            }
           }
         },
       ),
