@@ -25,7 +25,7 @@ export interface ChildMaster {
    * Creates a principal with the CLI (`token create --json`) and returns its token; a `worker` token
    * also takes the worker id it is bound to.
    */
-  createToken(name: string, roles: string[], workerId?: string): Promise<string>;
+  createToken(name: string, roles: string[], workerId?: string, account?: string): Promise<string>;
   /** Resident and peak resident set size of the master process, in MiB (from /proc/PID/status). */
   memory(): { rssMiB: number; peakMiB: number };
   /** CPU seconds (user + system) the master process has used so far (from /proc/PID/stat). */
@@ -129,7 +129,7 @@ export async function startChildMaster(
     caPem: readFileSync(info.ca_file, 'utf8'),
     pid,
     dataDir,
-    async createToken(name, roles, workerId) {
+    async createToken(name, roles, workerId, account) {
       const args = [
         opts.cliPath ?? CLI_PATH,
         'token',
@@ -142,6 +142,7 @@ export async function startChildMaster(
       ];
       for (const r of roles) args.push('--role', r);
       if (workerId) args.push('--worker-id', workerId);
+      if (account) args.push('--account', account);
       const { stdout } = await execFileP(process.execPath, args);
       return (JSON.parse(stdout) as { token: string }).token;
     },

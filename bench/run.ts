@@ -8,6 +8,7 @@ import { fairnessSection } from './fairness.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
 import { noisySection, noisyToolsSection } from './noisy-neighbour.js';
+import { reclaimSection } from './reclaim.js';
 import { schedulingSection } from './scheduling.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
@@ -41,6 +42,7 @@ const SECTIONS: BenchSection[] = [
   agentLoopSection,
   testBoundsSection,
   fairnessSection,
+  reclaimSection,
   e2eSection,
 ];
 
