@@ -66,16 +66,17 @@ export function* fairOrder(
     // Round 1: the widest tasks of the accounts that may go first; round 2: the rest (see above).
     const hasWide = new Set<string>();
     for (const t of level) if (t.cards.count === widest) hasWide.add(t.account ?? '');
+    const levels = new Map<string, number>();
     let poorestNarrow = Number.POSITIVE_INFINITY;
-    for (const a of accounts)
-      if (!hasWide.has(a))
-        poorestNarrow = Math.min(poorestNarrow, levelIn(fair, a, accounts.size, granted, totals));
+    for (const a of accounts) {
+      const l = levelIn(fair, a, accounts.size, granted, totals);
+      levels.set(a, l);
+      if (!hasWide.has(a)) poorestNarrow = Math.min(poorestNarrow, l);
+    }
     const rounds = [new Map<string, QueuedTaskView[]>(), new Map<string, QueuedTaskView[]>()] as const;
     for (const t of level) {
       const account = t.account ?? '';
-      const first =
-        t.cards.count === widest &&
-        levelIn(fair, account, accounts.size, granted, totals) <= poorestNarrow + WIDE_SLACK;
+      const first = t.cards.count === widest && levels.get(account)! <= poorestNarrow + WIDE_SLACK;
       const queues = rounds[first ? 0 : 1];
       const q = queues.get(account);
       if (q) q.push(t);
