@@ -1,5 +1,6 @@
 import { budgetPeriod, normalisedShares } from '../../domain/accounts/tree.js';
 import type { AccountRecord } from '../../store/accounts-repo.js';
+import type { QueuedTaskRow } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import { iso } from './views.js';
 
@@ -57,6 +58,7 @@ export function accountStandings(
   deps: BrokerDeps,
   now: number,
   mayReadTask: (ownerId: string) => boolean,
+  queued: readonly QueuedTaskRow[] = deps.store.tasks.queuedForScheduling(),
 ): AccountStanding[] {
   const { store } = deps;
   const list = store.accounts.list();
@@ -104,13 +106,13 @@ export function accountStandings(
     return m;
   };
 
-  const queued = new Map<string, number>();
+  const queuedBy = new Map<string, number>();
   const first = new Map<string, { position: number; entry: AccountStanding['first_wait'] & object }>();
-  for (const t of store.tasks.inState('QUEUED')) {
+  for (const t of queued) {
     const account = accountOf.get(t.owner_id);
-    add(queued, account, 1);
+    add(queuedBy, account, 1);
     const info = deps.observe.queueInfo(t.id);
-    const reason = (info?.reason ?? t.reason ?? {}) as { code?: unknown; message?: unknown };
+    const reason = (info?.reason ?? {}) as { code?: unknown; message?: unknown };
     const position = info?.position ?? Number.MAX_SAFE_INTEGER;
     for (const a of chain(account)) {
       const known = first.get(a);
@@ -147,7 +149,7 @@ export function accountStandings(
       budget_card_hours: budgeted ? a.budget_card_hours : null,
       budget_left_card_hours: budgeted ? Math.max(0, hours(a.budget_card_hours! * 3600 - used)) : null,
       budget_resets_at: budgeted ? iso(budgetPeriod(a.budget_period!, now).end) : null,
-      queued: queued.get(a.name) ?? 0,
+      queued: queuedBy.get(a.name) ?? 0,
       first_wait: first.get(a.name)?.entry ?? null,
     };
   });
