@@ -310,7 +310,7 @@ export const getStatusTool = defineTool({
   name: 'get_status',
   title: 'Cluster status and alerts',
   description:
-    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds, its card-hours this period and budget left, and where your first queued task stands and why it waits, also in words. Operators also get `accounts`: the same for every account.',
+    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds, its card-hours this period and budget left, and where your first queued task stands and why it waits, also in words. Operators and viewers also get `accounts`: the same for every account.',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,
@@ -361,7 +361,7 @@ export const getStatusTool = defineTool({
         .nullable(),
       words: z.string(),
     }),
-    /** Operators only: every account's standing (src/broker/tools/account-standing.ts). */
+    /** Operators and viewers only: every account's standing (src/broker/tools/account-standing.ts). */
     accounts: z.array(AccountStandingSchema).optional(),
   }),
 });

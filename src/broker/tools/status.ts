@@ -247,7 +247,7 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
     mayReadGrant: (granteeId) => readAll || granteeId === principal.id,
   };
   const alerts = ALERT_SOURCES.flatMap((source) => source(context));
-  // Every account for operators; everyone sees their own (`you`).
+  // Every account for operators and viewers; everyone sees their own (`you`).
   // The queue without its specs (10,000 queued: a fraction of parsing each), read once for both.
   const queued = deps.store.tasks.queuedForScheduling();
   const standings = accountStandings(
@@ -269,7 +269,10 @@ export function getStatus(deps: BrokerDeps, principal: Principal) {
     })),
     alerts,
     you: whereYouStand(deps, principal, standings, queued),
-    ...(principal.roles.includes('operator') ? { accounts: standings } : {}),
+    // As get_usage: operators and viewers see every account (a viewer without the task ids).
+    ...(principal.roles.includes('operator') || principal.roles.includes('viewer')
+      ? { accounts: standings }
+      : {}),
   };
 }
 

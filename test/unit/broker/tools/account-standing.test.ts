@@ -122,6 +122,12 @@ describe('get_status: where each account stands', () => {
     expect(b.budget_left_card_hours).toBeCloseTo(9, 2);
     // root counts its whole tree.
     expect(by.get('root')).toMatchObject({ held_cards: 4, queued: 2 });
+    // A viewer gets the same table, as get_usage gives it every account, but no task ids.
+    const viewer = fx.principal('watcher', ['viewer']);
+    const v = (await fx.invoke(viewer, 'get_status', {})) as Status;
+    const vb = v.accounts!.find((a) => a.account === 'team-b')!;
+    expect(vb.held_cards).toBe(2);
+    expect(vb.first_wait).toMatchObject({ task_id: null, code: 'account_quota_exceeded' });
   });
 
   it('an agent reads its own account in words: who is over its share, its task’s place and reason, whose tasks hold its nominal share', async () => {
