@@ -1,4 +1,4 @@
-import type { CardSample } from '../contracts/sample.js';
+import { type CardMig, type CardSample, cardLabel, type MigMode } from '../contracts/sample.js';
 import type { SlurmJobReport } from '../contracts/worker-protocol.js';
 import { type CardState, deriveCardState } from '../domain/machines/card-state.js';
 import type { CardView, SchedulingConfig, WorkerView } from '../domain/scheduling/types.js';
@@ -56,6 +56,12 @@ export interface CardListing {
   cordon_reason: string | null;
   /** A Slurm worker's held slot: the job and its binding (ADR 0013); null otherwise. */
   slurm: SlurmJobReport | null;
+  /** `3`, or `0:mig:2/0` for a MIG slice (ADR 0046). */
+  label: string;
+  /** A whole card's MIG mode (null: not known); `enabled`: only its slices are leased. */
+  mig_mode: MigMode | null;
+  /** A MIG slice's parent, instances and profile; null on a whole card. */
+  mig: CardMig | null;
 }
 
 /** In-memory registry of worker sessions and samples. */
@@ -243,6 +249,8 @@ export class Fleet {
             health_reasons: c.health_reasons,
             processes: c.processes,
             simulated: c.simulated,
+            ...(c.mig_mode != null ? { mig_mode: c.mig_mode } : {}),
+            ...(c.mig !== undefined ? { mig: c.mig } : {}),
             cordoned: cordoned.has(key),
             leased: leaseState === 'ACTIVE' || leaseState === 'RELEASING',
             quarantined: leaseState === 'QUARANTINED',
@@ -300,6 +308,9 @@ export class Fleet {
           lease_epoch: lease?.lease_epoch ?? null,
           cordon_reason: cordons.get(`${rec.id}/${c.index}`) ?? null,
           slurm: lease !== undefined && rec.backend === 'slurm' ? slurmOf(lease.lease_id) : null,
+          label: cardLabel(c.index),
+          mig_mode: c.mig_mode ?? null,
+          mig: c.mig ?? null,
         });
       }
     }

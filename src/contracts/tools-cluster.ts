@@ -1,4 +1,5 @@
 import { z } from 'zod';
+import { CardMigSchema, MAX_CARD_INDEX, MigModeSchema } from './sample.js';
 import { DESTRUCTIVE, defineTool, EVERYONE, IdempotencyKeySchema, MUTATING, READ_ONLY } from './tool-def.js';
 import { TaskViewSchema, TimeSchema } from './views.js';
 import {
@@ -47,6 +48,12 @@ export const CardListingSchema = z.object({
    * nodes and GPU indices; the slot is a count, the binding names the devices). Null otherwise.
    */
   slurm: SlurmJobReportSchema.nullable(),
+  /** How people name it: `3`, or `0:mig:2/0` for a MIG slice (docs/decisions/0046-mig-slices-as-cards.md). */
+  label: z.string().optional(),
+  /** A whole card's MIG mode; `enabled`: only its slices are leased, never the card itself. */
+  mig_mode: MigModeSchema.nullable().optional(),
+  /** On a MIG slice: its parent card, instances, profile and compute slices; null on a whole card. */
+  mig: CardMigSchema.nullable().optional(),
 });
 
 /** list_cards */
@@ -175,7 +182,12 @@ export const undrainWorkerTool = defineTool({
 
 const CardRef = {
   worker_id: WorkerIdSchema,
-  index: z.number().int().min(0).max(255).describe('Card index on the worker'),
+  index: z
+    .number()
+    .int()
+    .min(0)
+    .max(MAX_CARD_INDEX)
+    .describe('Card index on the worker (a MIG slice: 256 + parent·128 + gi·8 + ci, shown as 0:mig:2/0)'),
 };
 const CordonResult = z.object({
   worker_id: z.string(),

@@ -9,7 +9,7 @@ import {
   OutputRecordSchema,
   ProtocolIdSchema,
 } from './execution-plan.js';
-import { CardSampleSchema, ProviderSchema } from './sample.js';
+import { CardSampleSchema, MAX_CARD_INDEX, ProviderSchema } from './sample.js';
 import { SlurmJobReportSchema, SlurmPoolSchema } from './slurm-report.js';
 import { HostResourcesSchema } from './task-limits.js';
 import { MountNameSchema } from './task-spec.js';
@@ -92,6 +92,12 @@ export const WorkerIdSchema = z.string().regex(/^[A-Za-z0-9][A-Za-z0-9._-]{0,127
  */
 export const MAX_LEASE_EPOCH = 2 ** 48;
 
+/**
+ * Most cards one hello or sample carries: 8 cards split into 7 MIG slices each are 64 cards plus their
+ * 8 parents (ADR 0046); older masters took 64, which a host without MIG never exceeds.
+ */
+export const MAX_SAMPLE_CARDS = 128;
+
 /** What a worker still knows about an execution when it says hello. */
 export const KnownExecutionSchema = z.object({
   execution_id: Id,
@@ -99,7 +105,7 @@ export const KnownExecutionSchema = z.object({
   lease_epoch: z.number().int().min(1),
   phase: ExecutionPhaseSchema,
   /** The card indexes of its plan (the master treats an unfinished execution's cards as held). */
-  cards: z.array(z.number().int().min(0).max(1023)).max(64).default([]),
+  cards: z.array(z.number().int().min(0).max(MAX_CARD_INDEX)).max(64).default([]),
 });
 
 const Sequenced = {
@@ -141,7 +147,7 @@ export const HelloSchema = z.object({
   version: z.string().max(64),
   hostname: z.string().max(255),
   provider: ProviderSchema,
-  cards: z.array(CardSampleSchema).max(64),
+  cards: z.array(CardSampleSchema).max(MAX_SAMPLE_CARDS),
   executions: z.array(KnownExecutionSchema).max(HELLO_MAX_EXECUTIONS),
   /** Highest master seq this worker has processed, per master boot id, so the master resends the rest. */
   master_marks: z.array(z.object({ boot_id: Id, seq: z.number().int().min(0) })).max(16),
@@ -153,7 +159,7 @@ export const HelloSchema = z.object({
   card_epochs: z
     .array(
       z.object({
-        index: z.number().int().min(0).max(1023),
+        index: z.number().int().min(0).max(MAX_CARD_INDEX),
         epoch: z.number().int().min(0).max(MAX_LEASE_EPOCH),
       }),
     )
@@ -201,14 +207,14 @@ export const SampleMessageSchema = z.object({
   type: z.literal('sample'),
   ...Sequenced,
   sampled_at: z.number().int(),
-  cards: z.array(CardSampleSchema).max(64),
+  cards: z.array(CardSampleSchema).max(MAX_SAMPLE_CARDS),
   sampler_error: z.string().max(4096).nullable(),
   /**
    * Indexes of the cards this worker's unfinished executions hold right now. The master never grants
    * such a card, whatever its own records say (a restored master, a reconcile while the task still
    * ran): docs/state-machines.md.
    */
-  held_cards: z.array(z.number().int().min(0).max(1023)).max(1024).default([]),
+  held_cards: z.array(z.number().int().min(0).max(MAX_CARD_INDEX)).max(1024).default([]),
 });
 
 /** worker → master: an execution changed phase. */

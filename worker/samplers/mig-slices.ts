@@ -12,8 +12,8 @@ import { findMigProfile, type MigCardModel, migCardModel, parseMigProfileName } 
 
 /**
  * Joins the parsed MIG outputs into slices: one per compute instance, each to become a card of its own
- * (docs/decisions/0046-mig-slices-as-cards.md, proposed). Pure; every gap is a `MigProblem` and a `null`
- * field, never a guessed value. Not yet called by the sampler.
+ * (docs/decisions/0046-mig-slices-as-cards.md). Pure; every gap is a `MigProblem` and a `null`
+ * field, never a guessed value. The nvidia sampler calls it, and mig-cards.ts makes the cards.
  */
 
 /** Largest card index a sample carries (CardSampleSchema). */

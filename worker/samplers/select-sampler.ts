@@ -1,16 +1,20 @@
 import { hostname as osHostname } from 'node:os';
 import type { Provider } from '../../src/contracts/sample.js';
+import { MAX_SAMPLE_CARDS } from '../../src/contracts/worker-protocol.js';
 import { type CardSampler, SamplerError } from './card-sampler.js';
 import { HySampler } from './hy-sampler.js';
 import { NvidiaSampler } from './nvidia-sampler.js';
 import type { ToolEnv } from './run-tool.js';
+import { isSimMigOption, parseSimMigOption, type SimMigInstance } from './sim-mig-layout.js';
 import { SIM_MAX_CARDS, SimSampler } from './sim-sampler.js';
 
-/** The `--gpus` values: probe, force a provider, or N simulated cards. */
-export type GpusOption = 'auto' | 'nvidia' | 'hy' | `sim:${number}`;
+/** The `--gpus` values: probe, force a provider, N simulated cards, or N simulated cards in MIG mode. */
+export type GpusOption = 'auto' | 'nvidia' | 'hy' | `sim:${number}` | `sim:${number}:mig=${string}`;
 
-/** A parsed `--gpus` value. */
-export type GpusChoice = { kind: 'auto' | 'nvidia' | 'hy' } | { kind: 'sim'; count: number };
+/** A parsed `--gpus` value; `mig` is the layout of every simulated card in MIG mode (ADR 0046). */
+export type GpusChoice =
+  | { kind: 'auto' | 'nvidia' | 'hy' }
+  | { kind: 'sim'; count: number; mig?: SimMigInstance[] };
 
 /** Cards simulated when `auto` finds no real ones: 8, so the whole 1/2/4/8 qualification ladder runs. */
 export const AUTO_SIM_CARD_COUNT = 8;
@@ -18,14 +22,26 @@ export const AUTO_SIM_CARD_COUNT = 8;
 /** Env var naming a sim state file (`SimStateSchema`) when `simStatePath` is not given. */
 export const SIM_STATE_ENV = 'GPU_BROKER_SIM_STATE';
 
-/** Parses a `--gpus` value; throws `RangeError` saying what is accepted. */
+/**
+ * Parses a `--gpus` value; throws `RangeError` saying what is accepted, or `INVALID_INPUT` (with the
+ * reason and a hint) for a `sim:N:mig=<layout>` that no real card could have.
+ */
 export function parseGpusOption(value: string): GpusChoice {
   if (value === 'auto' || value === 'nvidia' || value === 'hy') return { kind: value };
+  if (isSimMigOption(value)) {
+    const parsed = parseSimMigOption(value);
+    const perCard = 1 + parsed.layout.length;
+    if (parsed.count * perCard > MAX_SAMPLE_CARDS)
+      throw new RangeError(
+        `--gpus ${value.slice(0, 80)}: ${parsed.count} cards with ${parsed.layout.length} slices each are ${parsed.count * perCard} cards; a worker reports at most ${MAX_SAMPLE_CARDS} (use sim:${Math.floor(MAX_SAMPLE_CARDS / perCard)} or fewer)`,
+      );
+    return { kind: 'sim', count: parsed.count, mig: parsed.layout };
+  }
   const sim = /^sim:(\d{1,3})$/.exec(value);
   const count = sim?.[1] ? Number(sim[1]) : Number.NaN;
   if (count >= 1 && count <= SIM_MAX_CARDS) return { kind: 'sim', count };
   throw new RangeError(
-    `--gpus must be auto, nvidia, hy or sim:N with N in 1..${SIM_MAX_CARDS}; got "${value}"`,
+    `--gpus must be auto, nvidia, hy, sim:N or sim:N:mig=<layout> with N in 1..${SIM_MAX_CARDS}; got "${value}"`,
   );
 }
 
@@ -80,12 +96,13 @@ export async function selectSampler(options: SelectSamplerOptions): Promise<Samp
     });
   const hy = () =>
     new HySampler({ ...tool, hostname, ...(options.hySmiPath ? { hySmiPath: options.hySmiPath } : {}) });
-  const sim = (count: number) => {
+  const sim = (count: number, mig?: SimMigInstance[]) => {
     const statePath = options.simStatePath ?? env[SIM_STATE_ENV];
     return new SimSampler({
       count,
       seed: options.simSeed ?? `sim-${hostname}`,
       ...(statePath ? { statePath } : {}),
+      ...(mig ? { mig } : {}),
     });
   };
 
@@ -94,8 +111,17 @@ export async function selectSampler(options: SelectSamplerOptions): Promise<Samp
       return real(nvidia(), 'requested with --gpus nvidia', 'real cards: nvidia (requested)');
     case 'hy':
       return real(hy(), 'requested with --gpus hy', 'real cards: hy (requested)');
-    case 'sim':
-      return simulated(sim(choice.count), `requested with --gpus sim:${choice.count}`, 'requested');
+    case 'sim': {
+      if (!choice.mig)
+        return simulated(sim(choice.count), `requested with --gpus sim:${choice.count}`, 'requested');
+      const layout = choice.mig.map((i) => i.profile).join('+');
+      const slices = choice.count * choice.mig.length;
+      return simulated(
+        sim(choice.count, choice.mig),
+        `requested with --gpus sim:${choice.count}:mig=${layout}`,
+        `requested, in MIG mode (${layout} on each card: ${slices} SIMULATED slice${slices === 1 ? '' : 's'})`,
+      );
+    }
     case 'auto':
       break;
   }

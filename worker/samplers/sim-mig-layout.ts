@@ -12,9 +12,9 @@ import { SIM_MAX_CARDS } from './sim-sampler.js';
 /**
  * `--gpus sim:N:mig=<layout>` (ADR 0046): N simulated cards, each split into the MIG instances the
  * layout names, e.g. `sim:2:mig=3g.40gb+2g.20gb+1g.10gb` or `sim:1:mig=1g.10gb*7`. Parsing and
- * validation only: a layout is checked against a card model's profiles and placement rules exactly as
- * `nvidia-smi mig -cgi` would accept it, so a simulated layout is one a real card can have. Not yet
- * wired into `parseGpusOption`, the sim sampler or anything downstream (ADR 0046).
+ * validation: a layout is checked against a card model's profiles and placement rules exactly as
+ * `nvidia-smi mig -cgi` would accept it, so a simulated layout is one a real card can have.
+ * `parseGpusOption` (select-sampler.ts) reads it and the sim sampler reports the slices (ADR 0046).
  */
 
 /** The model whose profiles a simulated card takes: an 80 GB seven-slice board, like `SIM_MEMORY_TOTAL_MIB`. */

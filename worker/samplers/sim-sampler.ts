@@ -1,7 +1,8 @@
 import { createHash } from 'node:crypto';
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { type CardSample, CardSampleSchema } from '../../src/contracts/sample.js';
+import { type CardSample, CardSampleObjectSchema, migCardIndex } from '../../src/contracts/sample.js';
+import { MAX_SAMPLE_CARDS } from '../../src/contracts/worker-protocol.js';
 import { type CardSampler, SamplerError } from './card-sampler.js';
 
 /** Model name of every simulated card. */
@@ -12,7 +13,7 @@ export const SIM_MEMORY_TOTAL_MIB = 81920;
 export const SIM_MAX_CARDS = 64;
 
 /** What a test may change on one simulated card, to make it look busy, foreign-used or unhealthy. */
-export const SimCardOverrideSchema = CardSampleSchema.pick({
+export const SimCardOverrideSchema = CardSampleObjectSchema.pick({
   memory_used_mib: true,
   utilization_pct: true,
   temperature_c: true,
@@ -37,6 +38,18 @@ export const SimStateSchema = z
 /** Contents of the sim state file. */
 export type SimState = z.infer<typeof SimStateSchema>;
 
+/**
+ * One MIG instance every simulated card is split into: what `parseSimMigLayout` (sim-mig-layout.ts, which
+ * validates the layout) returns per instance, the part the sampler reports.
+ */
+export interface SimSliceSpec {
+  profile: string;
+  compute_slices: number;
+  memory_mib: number;
+  /** Its GPU-instance id; its one compute instance is 0. */
+  gpu_instance: number;
+}
+
 /** How many simulated cards and how they are named. */
 export interface SimSamplerOptions {
   /** Number of cards, 1..64. */
@@ -45,6 +58,26 @@ export interface SimSamplerOptions {
   seed?: string;
   /** Optional JSON file (`SimStateSchema`) re-read at every sample. */
   statePath?: string;
+  /**
+   * `--gpus sim:N:mig=<layout>` (worker/samplers/sim-mig-layout.ts): every card is in MIG mode, split
+   * into these instances, each reported as a simulated slice of its own (ADR 0046).
+   */
+  mig?: readonly SimSliceSpec[];
+}
+
+/**
+ * The capability minors the driver gives GPU instance `gi` (and its compute instance `ci`) of GPU `g`
+ * in /proc/driver/nvidia-caps/mig-minors: `gpu<g>/gi<i>/access` is 3 + 135·g + 9·i, its `ci<c>` that
+ * plus 1 + c (config and monitor take 1 and 2).
+ */
+export function simMigMinors(g: number, gi: number, ci: number): { gi: number; ci: number } {
+  const giMinor = 3 + 135 * g + 9 * gi;
+  return { gi: giMinor, ci: giMinor + 1 + ci };
+}
+
+/** A simulated slice's `MIG-` uuid: derived from the seed like a card's, and saying it is simulated. */
+export function simMigUuid(seed: string, index: number): string {
+  return `MIG-${simCardUuid(seed, index)}`;
 }
 
 /** A deterministic uuid for simulated card `index`, shaped like nvidia's (`SIM-xxxxxxxx-xxxx-…`). */
@@ -66,13 +99,22 @@ export class SimSampler implements CardSampler {
   private readonly seed: string;
   private readonly statePath: string | undefined;
   private readonly overrides = new Map<number, SimCardOverride>();
+  /** The MIG layout of every card, or null when the cards are whole. */
+  readonly mig: readonly SimSliceSpec[] | null;
 
-  /** Throws `RangeError` when `count` is not 1..64. */
+  /** Throws `RangeError` when `count` is not 1..64, or cards and slices are more than a sample carries. */
   constructor(options: SimSamplerOptions) {
     if (!Number.isInteger(options.count) || options.count < 1 || options.count > SIM_MAX_CARDS) {
       throw new RangeError(`sim card count must be 1..${SIM_MAX_CARDS}, got ${options.count}`);
     }
+    const perCard = 1 + (options.mig?.length ?? 0);
+    if (options.count * perCard > MAX_SAMPLE_CARDS) {
+      throw new RangeError(
+        `sim:${options.count} with ${perCard - 1} MIG slices each is ${options.count * perCard} cards; a sample carries at most ${MAX_SAMPLE_CARDS} (use at most ${Math.floor(MAX_SAMPLE_CARDS / perCard)} cards)`,
+      );
+    }
     this.count = options.count;
+    this.mig = options.mig && options.mig.length > 0 ? options.mig : null;
     this.seed = options.seed ?? 'sim';
     this.statePath = options.statePath;
   }
@@ -83,32 +125,66 @@ export class SimSampler implements CardSampler {
     else this.overrides.set(index, SimCardOverrideSchema.parse(override));
   }
 
-  /** One sample of all simulated cards; throws `PARSE_FAILED` when the state file is not valid. */
+  /**
+   * One sample of all simulated cards, each card's MIG slices (if any) after the cards; throws
+   * `PARSE_FAILED` when the state file is not valid.
+   */
   async sample(): Promise<CardSample[]> {
     const fromFile = await this.readState();
-    return Array.from({ length: this.count }, (_, index) => {
-      const card: CardSample = {
-        index,
-        uuid: simCardUuid(this.seed, index),
-        model: SIM_MODEL,
-        memory_used_mib: 0,
-        memory_total_mib: SIM_MEMORY_TOTAL_MIB,
-        utilization_pct: 0,
-        temperature_c: 30,
-        power_w: 60,
-        health: 'ok',
-        health_reasons: [],
-        processes: [],
-        simulated: true,
-      };
-      for (const override of [fromFile.cards[String(index)], this.overrides.get(index)]) {
+    const cards: CardSample[] = [];
+    for (let index = 0; index < this.count; index++) {
+      cards.push({
+        ...this.idle(index, simCardUuid(this.seed, index), SIM_MEMORY_TOTAL_MIB),
+        ...(this.mig ? { mig_mode: 'enabled' as const } : {}),
+      });
+    }
+    for (let parent = 0; this.mig && parent < this.count; parent++) {
+      for (const instance of this.mig) {
+        const index = migCardIndex(parent, instance.gpu_instance, 0);
+        const minors = simMigMinors(parent, instance.gpu_instance, 0);
+        cards.push({
+          ...this.idle(index, simMigUuid(this.seed, index), instance.memory_mib),
+          mig: {
+            parent_index: parent,
+            parent_uuid: simCardUuid(this.seed, parent),
+            profile: instance.profile,
+            gpu_instance_profile: instance.profile,
+            gpu_instance: instance.gpu_instance,
+            compute_instance: 0,
+            compute_slices: instance.compute_slices,
+            gi_access_minor: minors.gi,
+            ci_access_minor: minors.ci,
+            memory_source: 'profile-table',
+          },
+        });
+      }
+    }
+    for (const card of cards) {
+      for (const override of [fromFile.cards[String(card.index)], this.overrides.get(card.index)]) {
         for (const [key, value] of Object.entries(override ?? {})) {
           // Keys are those of SimCardOverrideSchema (validated), all of them CardSample fields.
           if (value !== undefined) (card as Record<string, unknown>)[key] = value;
         }
       }
-      return card;
-    });
+    }
+    return cards;
+  }
+
+  private idle(index: number, uuid: string, memoryTotalMib: number): CardSample {
+    return {
+      index,
+      uuid,
+      model: SIM_MODEL,
+      memory_used_mib: 0,
+      memory_total_mib: memoryTotalMib,
+      utilization_pct: 0,
+      temperature_c: 30,
+      power_w: 60,
+      health: 'ok',
+      health_reasons: [],
+      processes: [],
+      simulated: true,
+    };
   }
 
   private async readState(): Promise<SimState> {

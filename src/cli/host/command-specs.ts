@@ -28,8 +28,8 @@ const SERVE_FLAGS = {
 const LOCAL_WORKER_FLAGS = {
   gpus: {
     type: 'string',
-    value: 'auto|nvidia|hy|sim:N',
-    help: 'which cards to use (default auto: real, else simulated)',
+    value: 'auto|nvidia|hy|sim:N[:mig=LAYOUT]',
+    help: 'which cards to use (default auto: real, else simulated; sim:2:mig=3g.40gb+2g.20gb+1g.10gb: simulated cards in MIG mode)',
   },
   id: { type: 'string', value: 'ID', help: 'worker id (default local-<hostname>)' },
   isolation: { type: 'string', value: 'auto|bwrap|none', help: 'how tasks are sandboxed (default auto)' },

@@ -38,6 +38,10 @@ interface Card {
   task_id: string | null;
   lease_epoch: number | null;
   slurm?: SlurmJob | null;
+  /** Absent from older masters: `0:mig:2/0` for a MIG slice. */
+  label?: string;
+  mig_mode?: string | null;
+  mig?: { parent_index: number; profile: string } | null;
 }
 interface QueueItem {
   position: number | null;
@@ -148,16 +152,45 @@ function workersSection(workers: Worker[]): string[] {
   ];
 }
 
-/** The CARDS section: one row per card, with its lease and Slurm job. */
+/**
+ * The cards in listing order, each MIG slice right under its parent card (docs/decisions/0046-mig-slices-as-cards.md).
+ */
+function parentsThenSlices(cards: Card[]): Card[] {
+  const slicesOf = new Map<string, Card[]>();
+  for (const k of cards) {
+    if (!k.mig) continue;
+    const key = `${k.worker_id}/${k.mig.parent_index}`;
+    slicesOf.set(key, [...(slicesOf.get(key) ?? []), k]);
+  }
+  const out: Card[] = [];
+  for (const k of cards) {
+    if (k.mig) continue;
+    const key = `${k.worker_id}/${k.index}`;
+    out.push(k, ...(slicesOf.get(key) ?? []));
+    slicesOf.delete(key);
+  }
+  // Slices whose parent is not listed (an older master, a partial sample) still show, at the end.
+  for (const orphans of slicesOf.values()) out.push(...orphans);
+  return out;
+}
+
+/** The MODEL column: a slice shows its profile, a card in MIG mode says so; simulated ones say (sim). */
+function modelText(k: Card): string {
+  const sim = k.simulated ? ' (sim)' : '';
+  if (k.mig) return `MIG ${k.mig.profile}${sim}`;
+  return `${k.model}${sim}${k.mig_mode === 'enabled' ? ' [MIG mode]' : ''}`;
+}
+
+/** The CARDS section: one row per card, with its lease and Slurm job; MIG slices under their card. */
 function cardsSection(cards: Card[]): string[] {
   return [
     'CARDS',
     table(
       ['WORKER', 'IDX', 'MODEL', 'STATE', 'VRAM', 'UTIL', 'TASK', 'EPOCH', 'SLURM JOB'],
-      cards.map((k) => [
+      parentsThenSlices(cards).map((k) => [
         k.worker_id,
-        k.index,
-        k.simulated ? `${k.model} (sim)` : k.model,
+        k.mig ? `└ ${k.label ?? k.index}` : (k.label ?? k.index),
+        modelText(k),
         k.state,
         k.memory_total_mib ? `${k.memory_used_mib ?? '?'}/${k.memory_total_mib} MiB` : '?',
         k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,

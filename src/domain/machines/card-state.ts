@@ -11,7 +11,8 @@ import type { CardSample } from '../../contracts/sample.js';
  *
  *  1. QUARANTINED  a lease on it was never confirmed clean: never free on a guess
  *  2. LEASED       a live lease of ours holds it
- *  3. CORDONED     an operator took it out of the pool
+ *  3. CORDONED     an operator took it out of the pool, or the card is in MIG mode (only its slices are
+ *                  leased, ADR 0046)
  *     (BUSY_FOREIGN here when the worker says its own unfinished execution holds the card and no lease
  *     of ours does: the worker's word about its own executions outranks our older records)
  *  4. UNKNOWN      worker offline, sampler failing, no sample, or the sample is older than 3 intervals
@@ -52,6 +53,9 @@ export const CARD_STATES: readonly CardState[] = [
   'AVAILABLE',
 ];
 
+/** Why a card in MIG mode is never granted whole (its slices are: docs/decisions/0046-mig-slices-as-cards.md). */
+export const MIG_MODE_REASON = 'in MIG mode: its slices are leased, never the whole card';
+
 /** Default VRAM-used threshold, in percent of the card's total memory (docs/state-machines.md). */
 export const DEFAULT_VRAM_THRESHOLD_PCT = 2;
 
@@ -68,6 +72,7 @@ export type CardReading = Pick<
   | 'health_reasons'
   | 'processes'
   | 'simulated'
+  | 'mig_mode'
 >;
 
 /** What the broker's own records say about a card. */
@@ -142,6 +147,9 @@ export function deriveCardState(
   if (card.cordoned) found('CORDONED', 'cordoned by an operator');
   if (card.held_by_worker && !card.leased)
     found('BUSY_FOREIGN', 'an execution the worker still runs holds it, without a live lease of ours');
+  // A card in MIG mode is split into slices, each a card of its own (ADR 0046): the card itself is
+  // out of the pool exactly as a cordoned one, whatever its slices are doing.
+  if (card.mig_mode === 'enabled') found('CORDONED', MIG_MODE_REASON);
 
   // 4. Can the sample be trusted at all? Stop here if not: its observations may be stale.
   const staleReason = freshnessProblem(worker, now, config.sample_interval_ms);

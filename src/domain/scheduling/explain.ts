@@ -27,7 +27,7 @@ export function explainWait(view: RequirementView, reservationsBefore: number, p
   let split: NodeShortfall | null = null;
   for (const slot of view.slots) {
     let open = 0;
-    if (counted) open = slot.openCount;
+    if (counted && slot.slices === 0) open = slot.openCount;
     else {
       let reserved = 0;
       let firstHolder = Number.POSITIVE_INFINITY;

@@ -170,7 +170,8 @@ export class CardPool {
     let bestRoom: Record<RoomName, number> | null = null;
     for (const slot of view.slots) {
       if (slot.openCount < req.need) continue;
-      const count = anyCard && slot.runReserved === 0 ? slot.openCount : countOpen(slot, req);
+      const count =
+        anyCard && slot.runReserved === 0 && slot.slices === 0 ? slot.openCount : countOpen(slot, req);
       if (count >= req.need && count < bestCount) {
         if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
         // The host must have the memory and disk left that the task would be given (docs/operations.md "Task limits").

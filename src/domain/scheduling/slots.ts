@@ -1,3 +1,4 @@
+import { MIG_INDEX_BASE } from '../../contracts/sample.js';
 import { type CardState, type CardStateConfig, deriveCardState } from '../machines/card-state.js';
 import { type PoolNode, poolFacts } from './nodes.js';
 import { modelWords, type Requirement } from './requirement.js';
@@ -43,6 +44,8 @@ export interface Slot {
   openCount: number;
   /** How many of `free` are reserved for a qualification run (they match only that run's tasks). */
   runReserved: number;
+  /** How many of `free` are MIG slices (they match only tasks that ask for slices, ADR 0046). */
+  slices: number;
   /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (nodes.ts). */
   nodes: PoolNode[] | null;
 }
@@ -78,9 +81,10 @@ export function buildSlots(
         nodes = facts.nodes;
       }
       const runReserved = free.filter((c) => c.run !== null).length;
+      const slices = free.filter((c) => c.view.index >= MIG_INDEX_BASE).length;
       totals.open += free.length;
       totals.runReserved += runReserved;
-      return { worker, usable, cards, free, openCount: free.length, runReserved, nodes };
+      return { worker, usable, cards, free, openCount: free.length, runReserved, slices, nodes };
     });
   return { slots, totals };
 }
@@ -112,6 +116,8 @@ export function matches(card: PoolCard, req: Requirement): boolean {
 
 /** Model and memory only, whatever reservation holds the card (capacity counts every card). */
 export function fitsShape(card: PoolCard, req: Requirement): boolean {
+  // A MIG slice is leased only to a task that asked for slices (ADR 0046); until specs can, none does.
+  if (card.view.index >= MIG_INDEX_BASE) return false;
   if (req.modelWords !== null && (req.modelWords === '' || !card.words.includes(req.modelWords)))
     return false;
   if (req.minMemoryMib !== null) {

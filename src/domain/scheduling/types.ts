@@ -63,6 +63,8 @@ export type CardView = Pick<
   | 'health_reasons'
   | 'processes'
   | 'simulated'
+  | 'mig_mode'
+  | 'mig'
 > &
   CardRecords & {
     /**

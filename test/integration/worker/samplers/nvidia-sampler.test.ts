@@ -1,14 +1,19 @@
-import { mkdtemp, rm } from 'node:fs/promises';
+import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CardSampleSchema } from '../../../../src/contracts/sample.js';
+import { CardSampleSchema, cardLabel } from '../../../../src/contracts/sample.js';
 import { SamplerError } from '../../../../worker/samplers/card-sampler.js';
 import { NvidiaSampler } from '../../../../worker/samplers/nvidia-sampler.js';
 import {
   FAKE_NVIDIA_SMI,
+  type FakeMigModel,
   type FakeSmiState,
   fakeH100Cards,
+  fakeMigBoard,
+  fakeMigCards,
+  fakeMigMinor,
+  fakeMigMinorsText,
   fakeSmiEnv,
   readFakeSmiCalls,
   writeFakeSmiState,
@@ -93,7 +98,8 @@ describe('NvidiaSampler against the fake nvidia-smi', () => {
     const before = (await readFakeSmiCalls(statePath)).length;
     await s.sample();
     const second = (await readFakeSmiCalls(statePath)).slice(before);
-    expect(second).toHaveLength(3);
+    // core, health, compute apps, MIG mode (no card in MIG mode: nothing more)
+    expect(second).toHaveLength(4);
     expect(second.some((call) => call.args.join(' ').includes('remapped_rows.pending'))).toBe(false);
   });
 
@@ -200,5 +206,79 @@ describe('NvidiaSampler against the fake nvidia-smi', () => {
       env: fakeSmiEnv(statePath, { onPath: false }),
     });
     expect(await s.sample()).toHaveLength(2);
+  });
+});
+
+describe('NvidiaSampler on cards in MIG mode (ADR 0046)', () => {
+  async function migSampler(state: FakeSmiState, minors: string | null = fakeMigMinorsText()) {
+    const statePath = await writeFakeSmiState(dir, state);
+    const migMinorsPath = join(dir, 'mig-minors');
+    if (minors !== null) await writeFile(migMinorsPath, minors);
+    return { statePath, sampler: new NvidiaSampler({ env: fakeSmiEnv(statePath), migMinorsPath }) };
+  }
+
+  for (const model of ['A100-40GB', 'A100-80GB', 'H100-80GB', 'H200'] as FakeMigModel[]) {
+    it(`reports each compute instance of a ${model} as a card of its own, the parent in MIG mode`, async () => {
+      const { sampler: s } = await migSampler({ cards: [...fakeMigCards(model, 2)] });
+      const sample = await s.sample();
+      const board = fakeMigBoard(model);
+      expect(sample).toHaveLength(2 + 2 * board.layout.length);
+      for (const card of sample) expect(CardSampleSchema.parse(card)).toEqual(card);
+      expect(sample.slice(0, 2).map((c) => c.mig_mode)).toEqual(['enabled', 'enabled']);
+      const slices = sample.slice(2);
+      for (const card of slices) {
+        const mig = card.mig!;
+        const [, profile, , , , memory] = board.layout.find(([gi]) => gi === mig.gpu_instance)!;
+        expect(cardLabel(card.index)).toBe(`${mig.parent_index}:mig:${mig.gpu_instance}/0`);
+        expect(card).toMatchObject({ model: board.name, memory_total_mib: memory, health: 'ok' });
+        expect(card.uuid).toMatch(/^MIG-/);
+        expect(mig).toMatchObject({
+          profile,
+          parent_uuid: sample[mig.parent_index]!.uuid,
+          gi_access_minor: fakeMigMinor(mig.parent_index, mig.gpu_instance),
+          ci_access_minor: fakeMigMinor(mig.parent_index, mig.gpu_instance, 0),
+          memory_source: 'instance',
+        });
+      }
+    });
+  }
+
+  it('reads the R450 uuids too', async () => {
+    const { sampler: s } = await migSampler({ cards: fakeMigCards('A100-80GB', 1, { r450_uuids: true }) });
+    const slices = (await s.sample()).filter((c) => c.mig);
+    expect(slices.length).toBeGreaterThan(0);
+    for (const slice of slices)
+      expect(slice.uuid).toBe(`MIG-GPU-${slice.mig!.parent_uuid.slice(4)}/${slice.mig!.gpu_instance}/0`);
+  });
+
+  it('reports a slice without capability minors as unknown, with the reason, never as ok', async () => {
+    const { sampler: s } = await migSampler({ cards: fakeMigCards('H100-80GB', 1) }, null);
+    const slices = (await s.sample()).filter((c) => c.mig);
+    expect(slices.length).toBeGreaterThan(0);
+    for (const slice of slices) {
+      expect(slice.health).toBe('unknown');
+      expect(slice.health_reasons[0]).toBe('a capability minor is unknown');
+      expect(slice.mig?.gi_access_minor).toBeNull();
+    }
+  });
+
+  it('fails the sample when a MIG listing fails, rather than report a MIG card without its slices', async () => {
+    const { sampler: s } = await migSampler({
+      cards: fakeMigCards('H100-80GB', 1),
+      faults: [{ action: 'fail', when: 'mig', exit_code: 4, stdout: 'Insufficient Permissions\n' }],
+    });
+    expect((await sampleError(s)).code).toBe('TOOL_FAILED');
+  });
+
+  it('does not ask a driver without MIG again, and leaves a card with MIG disabled whole', async () => {
+    const { sampler: s, statePath } = await migSampler({
+      cards: [...fakeH100Cards(1)],
+      nvidia: { unsupported_fields: ['mig.mode.current'] },
+    });
+    expect(await s.sample()).toHaveLength(1);
+    const before = (await readFakeSmiCalls(statePath)).length;
+    const [card] = await s.sample();
+    expect((await readFakeSmiCalls(statePath)).slice(before)).toHaveLength(3);
+    expect(card?.mig_mode).toBeUndefined();
   });
 });

@@ -35,8 +35,35 @@ describe('parseGpusOption', () => {
 
   it('refuses anything else, saying what is accepted', () => {
     for (const bad of ['sim:0', 'sim:65', 'sim:', 'amd', 'sim:1.5']) {
-      expect(() => parseGpusOption(bad)).toThrow(/auto, nvidia, hy or sim:N/);
+      expect(() => parseGpusOption(bad)).toThrow(/auto, nvidia, hy, sim:N or sim:N:mig=<layout>/);
     }
+  });
+});
+
+describe('parseGpusOption with sim:N:mig=<layout> (ADR 0046)', () => {
+  it('takes a layout a real card can have, for every simulated card', () => {
+    const choice = parseGpusOption('sim:2:mig=3g.40gb+2g.20gb+1g.10gb');
+    expect(choice).toMatchObject({ kind: 'sim', count: 2 });
+    expect(choice.kind === 'sim' ? choice.mig?.map((i) => i.profile) : null).toEqual([
+      '3g.40gb',
+      '2g.20gb',
+      '1g.10gb',
+    ]);
+  });
+
+  it('refuses a layout no card can have, with the reason, and more slices than a sample carries', () => {
+    expect(() => parseGpusOption('sim:1:mig=3g.40gb+3g.40gb+1g.10gb')).toThrow(/does not fit/);
+    expect(() => parseGpusOption('sim:1:mig=9g.90gb')).toThrow(/no MIG profile/);
+    expect(() => parseGpusOption('sim:17:mig=1g.10gb*7')).toThrow(/at most 128/);
+    expect(parseGpusOption('sim:16:mig=1g.10gb*7')).toMatchObject({ kind: 'sim', count: 16 });
+  });
+
+  it('selectSampler says the cards are SIMULATED and in MIG mode', async () => {
+    const choice = await selectSampler({ gpus: 'sim:1:mig=1g.10gb*7', env: {}, simSeed: 'w' });
+    expect(choice.summary).toBe(
+      'SIMULATED cards: requested, in MIG mode (1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb+1g.10gb on each card: 7 SIMULATED slices)',
+    );
+    expect(await choice.sampler.sample()).toHaveLength(8);
   });
 });
 

@@ -2,9 +2,10 @@ import { mkdtemp, rm, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { CardSampleSchema } from '../../../../src/contracts/sample.js';
+import { CardSampleSchema, cardLabel } from '../../../../src/contracts/sample.js';
 import { SamplerError } from '../../../../worker/samplers/card-sampler.js';
-import { SIM_MODEL, SimSampler, simCardUuid } from '../../../../worker/samplers/sim-sampler.js';
+import { parseSimMigLayout } from '../../../../worker/samplers/sim-mig-layout.js';
+import { SIM_MODEL, SimSampler, simCardUuid, simMigMinors } from '../../../../worker/samplers/sim-sampler.js';
 import { writeSimState } from '../../../fixtures/fake-smi.js';
 
 let dir: string;
@@ -80,5 +81,55 @@ describe('SimSampler', () => {
   it('refuses a card count outside 1..64', () => {
     expect(() => new SimSampler({ count: 0 })).toThrow(RangeError);
     expect(() => new SimSampler({ count: 65 })).toThrow(RangeError);
+  });
+});
+
+describe('SimSampler in MIG mode (sim:N:mig=<layout>, ADR 0046)', () => {
+  it('reports each card in MIG mode and each instance as a simulated slice of its own', async () => {
+    const mig = parseSimMigLayout('3g.40gb+2g.20gb+1g.10gb');
+    const sample = await new SimSampler({ count: 2, seed: 'w1', mig }).sample();
+    for (const card of sample) expect(CardSampleSchema.parse(card)).toEqual(card);
+    expect(sample.map((c) => cardLabel(c.index))).toEqual([
+      '0',
+      '1',
+      '0:mig:1/0',
+      '0:mig:2/0',
+      '0:mig:3/0',
+      '1:mig:1/0',
+      '1:mig:2/0',
+      '1:mig:3/0',
+    ]);
+    expect(sample.slice(0, 2).every((c) => c.mig_mode === 'enabled' && c.simulated)).toBe(true);
+    const slice = sample[6]!;
+    expect(slice).toMatchObject({ simulated: true, model: SIM_MODEL, memory_total_mib: 20091, health: 'ok' });
+    expect(slice.uuid).toMatch(/^MIG-SIM-/);
+    expect(slice.mig).toEqual({
+      parent_index: 1,
+      parent_uuid: sample[1]!.uuid,
+      profile: '2g.20gb',
+      gpu_instance_profile: '2g.20gb',
+      gpu_instance: 2,
+      compute_instance: 0,
+      compute_slices: 2,
+      gi_access_minor: 3 + 135 + 18,
+      ci_access_minor: 3 + 135 + 18 + 1,
+      memory_source: 'profile-table',
+    });
+    expect(simMigMinors(31, 14, 7)).toEqual({ gi: 4314, ci: 4322 });
+  });
+
+  it('makes a slice busy through the state file, by its index', async () => {
+    const statePath = join(dir, 'sim.json');
+    const mig = parseSimMigLayout('1g.10gb*7');
+    const sim = new SimSampler({ count: 1, statePath, mig });
+    await writeSimState(statePath, { cards: { '264': { processes: [foreign] } } });
+    const sample = await sim.sample();
+    expect(sample.find((c) => c.index === 264)?.processes).toEqual([foreign]);
+    expect(sample.filter((c) => c.processes.length > 0)).toHaveLength(1);
+  });
+
+  it('refuses more cards and slices than one sample carries', () => {
+    const mig = parseSimMigLayout('1g.10gb*7');
+    expect(() => new SimSampler({ count: 17, mig })).toThrow(/at most 128/);
   });
 });
