@@ -231,6 +231,7 @@ export class Fleet {
         host: rec.host,
         memory_committed_mib: committed.get(rec.id)?.memory_mib ?? 0,
         disk_committed_mib: committed.get(rec.id)?.disk_mib ?? 0,
+        cpus_committed: committed.get(rec.id)?.cpus ?? 0,
         backend: rec.backend,
         ...(rec.slurm === null ? {} : { pool_node_gpus: rec.slurm.nodes.map((n) => n.gpus) }),
         ...(pool ? { pool_bound: bound.get(rec.id) ?? [] } : {}),

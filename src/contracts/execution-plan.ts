@@ -99,6 +99,11 @@ export const ExecutionPlanSchema = z.object({
    * Absent: never.
    */
   preemptions: z.number().int().min(0).max(1000).optional(),
+  /**
+   * The CPUs the task asked for (its spec's `limits.cpus`), enforced as a quota (cgroup `cpu.max`, podman
+   * `--cpus`); absent: no cap. Beside `limits`, not in it: an older worker refuses unknown keys there.
+   */
+  cpus: z.number().int().min(1).max(65536).optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;

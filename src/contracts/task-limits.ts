@@ -49,10 +49,30 @@ export const ResolvedLimitsSchema = z.strictObject({
 /** Every limit, resolved. */
 export type ResolvedLimits = z.infer<typeof ResolvedLimitsSchema>;
 
+/** Most CPUs a spec may ask for (`limits.cpus`). */
+export const MAX_LIMIT_CPUS = 65536;
+
+/**
+ * `limits.cpus`: whole CPUs the task may use at once (a CPU quota: cgroup `cpu.max`, podman `--cpus`).
+ * Unlike the other limits it has no default: a task that asks for none is not capped, and only tasks that
+ * ask are counted against their host's CPUs when the scheduler places them (docs/operations.md "Task
+ * limits"). Not in the plan's `limits` (an older worker refuses unknown keys there): the plan's `cpus`.
+ */
+export const CpusSchema = z
+  .number()
+  .int()
+  .min(1)
+  .max(MAX_LIMIT_CPUS)
+  .describe(
+    'Whole CPUs the task may use at once (a quota); it runs only where its host has that many CPUs not promised to other tasks. Omit for no cap.',
+  );
+
 /** What a spec may ask for: any of the limits, each a total for the whole task. */
-export const SpecLimitsSchema = ResolvedLimitsSchema.partial().describe(
-  "Resource limits for the whole task, each optional: memory_mib (hard; over it the task ends OUT_OF_MEMORY), pids, cpu_weight (1..10000), tmp_mib (/tmp), shm_mib (/dev/shm), disk_mib (/task). Omitted ones are the operator's per-card default times cards.count; asking above the policy maximum is an error finding (LIMIT_OVER_POLICY). Omit unless the task needs more (or wants less) than the default.",
-);
+export const SpecLimitsSchema = ResolvedLimitsSchema.partial()
+  .extend({ cpus: CpusSchema.optional() })
+  .describe(
+    "Resource limits for the whole task, each optional: memory_mib (hard; over it the task ends OUT_OF_MEMORY), pids, cpu_weight (1..10000), tmp_mib (/tmp), shm_mib (/dev/shm), disk_mib (/task), cpus (whole CPUs, a quota; placed only where the host has them free). Omitted ones are the operator's per-card default times cards.count (cpus: no cap); asking above the policy maximum is an error finding (LIMIT_OVER_POLICY). Omit unless the task needs more (or wants less) than the default.",
+  );
 
 /** Per-card defaults: what a 1-card task gets when its spec asks for nothing. */
 export const DEFAULT_LIMITS_PER_CARD: ResolvedLimits = {
@@ -81,6 +101,8 @@ export const DEFAULT_MAX_LIMITS_PER_CARD: ResolvedLimits = {
 export const HostReserveSchema = z.strictObject({
   memory_mib: z.number().int().min(0).max(MAX_LIMIT_MIB).default(4096),
   disk_mib: z.number().int().min(0).max(MAX_LIMIT_MIB).default(10240),
+  /** CPUs kept for the worker and the system: tasks asking for `limits.cpus` share the rest. */
+  cpus: z.number().int().min(0).max(MAX_LIMIT_CPUS).default(1),
 });
 /** The policy's `task_limits.host_reserve`. */
 export type HostReserve = z.infer<typeof HostReserveSchema>;
@@ -121,4 +143,4 @@ export interface EnforcedLimit {
   readonly by: string;
 }
 /** What the worker enforced, limit by limit. */
-export type EnforcedLimits = Partial<Record<LimitName, EnforcedLimit>>;
+export type EnforcedLimits = Partial<Record<LimitName | 'cpus', EnforcedLimit>>;

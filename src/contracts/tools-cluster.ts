@@ -128,7 +128,7 @@ export const WorkerListingSchema = z.object({
   seccomp: z.object({ version: z.string(), allowed: z.array(z.string()) }).nullable(),
   /**
    * Its host as its hello reports it (RAM, CPUs, the data dir's free disk at its start), with the memory
-   * and task-dir disk its running tasks were given there; null: not known (a Slurm pool, an older worker). Task limits follow it.
+   * and task-dir disk its running tasks were given there and the CPUs they asked for; null: not known (a Slurm pool, an older worker). Task limits follow it.
    */
   host: z
     .object({
@@ -137,6 +137,8 @@ export const WorkerListingSchema = z.object({
       disk_mib: z.number(),
       memory_committed_mib: z.number(),
       disk_committed_mib: z.number(),
+      /** CPUs its running tasks asked for (`limits.cpus`). */
+      cpus_committed: z.number(),
     })
     .nullable(),
 });

@@ -75,12 +75,16 @@ export class LeasesRepo {
         'INSERT INTO card_epochs (worker_id, card_index, epoch) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET epoch = max(epoch, excluded.epoch)',
       ),
       insertLease: db.prepare(
-        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib, disk_mib)
-         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib, @disk_mib)`,
+        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib, disk_mib, cpus)
+         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib, @disk_mib, @cpus)`,
       ),
-      committed: db.prepare<[], { worker_id: string; memory_mib: number | null; disk_mib: number | null }>(
-        `SELECT worker_id, sum(memory_mib) AS memory_mib, sum(disk_mib) AS disk_mib FROM leases
-         WHERE state <> 'RELEASED' AND (memory_mib IS NOT NULL OR disk_mib IS NOT NULL) GROUP BY worker_id`,
+      committed: db.prepare<
+        [],
+        { worker_id: string; memory_mib: number | null; disk_mib: number | null; cpus: number | null }
+      >(
+        `SELECT worker_id, sum(memory_mib) AS memory_mib, sum(disk_mib) AS disk_mib, sum(cpus) AS cpus FROM leases
+         WHERE state <> 'RELEASED' AND (memory_mib IS NOT NULL OR disk_mib IS NOT NULL OR cpus IS NOT NULL)
+         GROUP BY worker_id`,
       ),
       insertCard: db.prepare(
         'INSERT INTO lease_cards (lease_id, worker_id, card_index, card_uuid, live) VALUES (?, ?, ?, ?, 1)',
@@ -147,14 +151,20 @@ export class LeasesRepo {
 
   /**
    * Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index.
-   * `given`: the memory and disk its task was given on that worker's host (null: the host is not known).
+   * `given`: the memory and disk its task was given on that worker's host (null: the host is not known);
+   * `cpus`: the CPUs its task asked for (null: none).
    */
-  insertLease(l: LeaseRecord, given: { memory_mib: number; disk_mib: number } | null = null): void {
+  insertLease(
+    l: LeaseRecord,
+    given: { memory_mib: number; disk_mib: number } | null = null,
+    cpus: number | null = null,
+  ): void {
     this.s.insertLease.run({
       ...l,
       cards: undefined,
       memory_mib: given?.memory_mib ?? null,
       disk_mib: given?.disk_mib ?? null,
+      cpus,
     });
     for (const c of l.cards) {
       this.s.insertCard.run(l.id, l.worker_id, c.index, c.uuid);
@@ -190,12 +200,15 @@ export class LeasesRepo {
   }
 
   /** Cards held by live (non-released) leases. */
-  /** Per worker, the memory and task-dir disk its live leases' tasks were given (MiB). */
-  committedByWorker(): Map<string, { memory_mib: number; disk_mib: number }> {
+  /** Per worker, the memory and task-dir disk its live leases' tasks were given (MiB), and the CPUs they asked for. */
+  committedByWorker(): Map<string, { memory_mib: number; disk_mib: number; cpus: number }> {
     return new Map(
       this.s.committed
         .all()
-        .map((r) => [r.worker_id, { memory_mib: r.memory_mib ?? 0, disk_mib: r.disk_mib ?? 0 }]),
+        .map((r) => [
+          r.worker_id,
+          { memory_mib: r.memory_mib ?? 0, disk_mib: r.disk_mib ?? 0, cpus: r.cpus ?? 0 },
+        ]),
     );
   }
 

@@ -104,6 +104,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
     network: plan.spec.network ?? 'none',
     user: req.user,
     limits: plan.limits ?? null,
+    cpus: plan.cpus ?? null,
     holdOnOom: tasks.setup.holdOnOom === true,
     ...(parent === null ? {} : { cgroupParent: parent.path }),
     init: tasks.setup.init,
@@ -134,6 +135,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
       ? null
       : containerTaskLimits({
           limits: plan.limits,
+          cpus: plan.cpus ?? null,
           taskDir: req.taskDir,
           engine: tasks.setup.engine,
           underOom: parent === null ? containerOomProbe(tasks.setup, name) : parentOomProbe(parent),

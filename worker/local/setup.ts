@@ -114,6 +114,7 @@ export async function setupExecution(
       : await setupTaskLimits({
           executionId: plan.execution_id,
           limits: plan.limits,
+          cpus: plan.cpus ?? null,
           cgroups: sandbox.cgroups ?? null,
           taskDir: layout.taskDir,
           ...(sandbox.taskFs == null ? {} : { taskFs: { tools: sandbox.taskFs, execRoot, owner: identity } }),

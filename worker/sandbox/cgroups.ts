@@ -25,13 +25,20 @@ export interface CgroupLimits {
   readonly pids: number;
   /** cgroup v2 cpu.weight scale (1 to 10000, 100 the default); v1 gets cpu.shares = weight × 1024 / 100. */
   readonly cpuWeight: number;
+  /** A CPU quota in whole CPUs (the spec's `limits.cpus`): v2 cpu.max, v1 cpu.cfs_quota_us; null or absent: none. */
+  readonly cpus?: number | null;
 }
+
+/** The CFS period a CPU quota is written against (the kernel's default, 100 ms). */
+const CPU_PERIOD_US = 100_000;
 
 /** What the kernel reads back for a task's cgroup (null: that file is missing or unreadable). */
 export interface CgroupReadBack {
   readonly memoryBytes: number | null;
   readonly pids: number | null;
   readonly cpuWeight: number | null;
+  /** The CPU quota in CPUs (quota / period), null where none is set or it cannot be read. */
+  readonly cpus?: number | null;
 }
 
 /** One task's cgroup. */
@@ -182,6 +189,10 @@ export function v1Hierarchy(parents: { memory: string; pids: string; cpu: string
         );
         writeKernelFile(join(dirs.pids, 'pids.max'), String(limits.pids));
         writeKernelFile(join(dirs.cpu, 'cpu.shares'), String(v1Shares(limits.cpuWeight)));
+        if (limits.cpus != null) {
+          writeKernelFile(join(dirs.cpu, 'cpu.cfs_period_us'), String(CPU_PERIOD_US));
+          writeKernelFile(join(dirs.cpu, 'cpu.cfs_quota_us'), String(limits.cpus * CPU_PERIOD_US));
+        }
       } catch (err) {
         await cg.remove();
         throw err;
@@ -215,6 +226,10 @@ function v1Cgroup(dirs: { memory: string; pids: string; cpu: string }, made: str
       cpuWeight: await readNumber(join(dirs.cpu, 'cpu.shares')).then((s) =>
         s === null ? null : Math.round((s * 100) / 1024),
       ),
+      cpus: quotaCpus(
+        await readNumber(join(dirs.cpu, 'cpu.cfs_quota_us')),
+        await readNumber(join(dirs.cpu, 'cpu.cfs_period_us')),
+      ),
     }),
     oomKills: () => oomKillCount(join(dirs.memory, 'memory.oom_control')),
     procs,
@@ -247,6 +262,8 @@ export function v2Hierarchy(parent: string): CgroupHierarchy {
         writeKernelFileIfPresent(join(dir, 'memory.oom.group'), '1');
         writeKernelFile(join(dir, 'pids.max'), String(limits.pids));
         writeKernelFileIfPresent(join(dir, 'cpu.weight'), String(limits.cpuWeight));
+        if (limits.cpus != null)
+          writeKernelFile(join(dir, 'cpu.max'), `${limits.cpus * CPU_PERIOD_US} ${CPU_PERIOD_US}`);
       } catch (err) {
         await cg.remove();
         throw err;
@@ -286,6 +303,13 @@ function v2Cgroup(dir: string, made: string[]): TaskCgroup {
       memoryBytes: await readNumber(join(dir, 'memory.max')),
       pids: await readNumber(join(dir, 'pids.max')),
       cpuWeight: await readNumber(join(dir, 'cpu.weight')),
+      cpus: await readFile(join(dir, 'cpu.max'), 'utf8').then(
+        (text) => {
+          const [quota, period] = text.trim().split(/\s+/);
+          return quota === 'max' ? null : quotaCpus(Number(quota), Number(period));
+        },
+        () => null,
+      ),
     }),
     oomKills: () => oomKillCount(join(dir, 'memory.events')),
     procs,
@@ -401,4 +425,10 @@ export async function delegateToChildren(cg: TaskCgroup): Promise<void> {
 /** Where the cgroup v2 hierarchy is mounted on this host (`/sys/fs/cgroup` usually); null when not. */
 export async function v2MountPoint(): Promise<string | null> {
   return mountinfoV2Point(await readFile('/proc/self/mountinfo', 'utf8').catch(() => ''));
+}
+
+/** A CFS quota and period as whole CPUs; null for no quota (-1, "max") or a reading that is not one. */
+function quotaCpus(quota: number | null, period: number | null): number | null {
+  if (quota === null || period === null || !(quota > 0) || !(period > 0)) return null;
+  return Math.round((quota / period) * 100) / 100;
 }

@@ -94,6 +94,8 @@ export interface ContainerRequest {
   readonly user: { uid: number; gid: number };
   /** The task's resource limits, through the engine's own flags (docs/performance.md "Noisy neighbours"); null: the pids limit only. */
   readonly limits: ResolvedLimits | null;
+  /** The plan's `cpus` (the spec's `limits.cpus`): `--cpus`; null or absent: none. */
+  readonly cpus?: number | null;
   /** Hold the container at its memory limit rather than kill in it (ContainerSetup.holdOnOom). */
   readonly holdOnOom?: boolean;
   /**
@@ -196,6 +198,7 @@ export function containerArgs(req: ContainerRequest): string[] {
     '--user',
     `${req.user.uid}:${req.user.gid}`,
     ...(req.limits === null ? ['--pids-limit', String(DEFAULT_PIDS_LIMIT)] : containerLimitArgs(req.limits)),
+    ...(req.cpus == null ? [] : ['--cpus', String(req.cpus)]),
     // Only with a memory limit and the worker's watch on it (container-oom.ts): else nothing would end it.
     ...(req.limits !== null && req.holdOnOom === true ? ['--oom-kill-disable'] : []),
     ...(parent === undefined ? [] : ['--cgroup-parent', parent]),

@@ -72,6 +72,8 @@ export interface TaskLimits {
 export interface TaskLimitsRequest {
   readonly executionId: string;
   readonly limits: ResolvedLimits;
+  /** The plan's `cpus` (the spec's `limits.cpus`): a CPU quota on the task's cgroup; null or absent: none. */
+  readonly cpus?: number | null;
   /** The host's hierarchy, or null where the worker could not find a writable one (reported as such). */
   readonly cgroups: CgroupHierarchy | null;
   /** The host dir at /task: watched, then removed. */
@@ -142,6 +144,7 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
     enforced: () => ({
       ...enforcedLimits(limits, req.cgroups, cgroup !== null, kernel),
       ...tmpfsAndDisk(limits, fs ?? fsProblem),
+      ...cpusEnforced(req.cpus ?? null, req.cgroups, cgroup !== null, kernel),
     }),
     release: async () => {
       guard.stop();
@@ -157,6 +160,8 @@ export async function setupTaskLimits(req: TaskLimitsRequest): Promise<TaskLimit
 /** What a container task's limits need: the engine enforces memory, pids and cpu (container.ts). */
 export interface ContainerLimitsRequest {
   readonly limits: ResolvedLimits;
+  /** The plan's `cpus`: the engine's `--cpus`; null or absent: none. */
+  readonly cpus?: number | null;
   /** The host dir at /task: watched, then removed. */
   readonly taskDir: string;
   /** The engine, for the report: `podman`, `docker`. */
@@ -222,6 +227,7 @@ export function containerTaskLimits(req: ContainerLimitsRequest): TaskLimits {
       },
       pids: { value: limits.pids, by: `${by} (--pids-limit)` },
       cpu_weight: { value: limits.cpu_weight, by: `${by} (--cpu-shares)` },
+      ...(req.cpus == null ? {} : { cpus: { value: req.cpus, by: `${by} (--cpus)` } }),
       ...tmpfsAndDisk(limits, req.fs ?? null),
     }),
     release: async () => {
@@ -269,6 +275,7 @@ async function createTaskCgroup(
         memoryBytes: limits.memory_mib * MIB,
         pids: limits.pids,
         cpuWeight: limits.cpu_weight,
+        cpus: req.cpus ?? null,
       });
       kernel = await cgroup.readBack();
     } catch (err) {
@@ -361,10 +368,33 @@ function enforcedLimits(
   };
 }
 
+/**
+ * The CPU quota as enforced, when the plan asked for one: the kernel's reading of the task's cgroup, or
+ * why it is not enforced (no writable hierarchy).
+ */
+function cpusEnforced(
+  cpus: number | null,
+  cgroups: CgroupHierarchy | null,
+  hasCgroup: boolean,
+  kernel: CgroupReadBack,
+): Pick<EnforcedLimits, 'cpus'> {
+  if (cpus === null) return {};
+  if (cgroups === null || !hasCgroup)
+    return { cpus: { value: null, by: 'not enforced: no writable cgroup hierarchy on this worker' } };
+  const read = kernel.cpus ?? null;
+  return {
+    cpus:
+      read === null
+        ? { value: cpus, by: `${cgroups.describe} cpu quota: set, but not read back` }
+        : { value: read, by: `${cgroups.describe} cpu quota` },
+  };
+}
+
 /** One line for the exit's detail: `limits enforced: memory 512 MiB (cgroup v1 …), …`. */
 export function describeEnforced(e: EnforcedLimits): string {
   const parts: string[] = [];
-  const unit = (name: string) => (name === 'pids' || name === 'cpu_weight' ? '' : ' MiB');
+  const unit = (name: string) =>
+    name === 'pids' || name === 'cpu_weight' ? '' : name === 'cpus' ? ' CPUs' : ' MiB';
   for (const [name, v] of Object.entries(e)) {
     if (v === undefined) continue;
     parts.push(v.value === null ? `${name} ${v.by}` : `${name} ${v.value}${unit(name)} (${v.by})`);

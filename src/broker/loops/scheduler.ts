@@ -489,6 +489,7 @@ export class Scheduler implements TaskObserver {
       workerId,
       this.sampledCards(workerId, indexes),
       allowance === undefined ? null : { memory_mib: limits.memory_mib, disk_mib: limits.disk_mib },
+      task.spec.limits?.cpus ?? null,
     );
     moveTask(
       this.deps,
@@ -531,6 +532,7 @@ export class Scheduler implements TaskObserver {
     workerId: string,
     cards: LeasedCard[],
     given: { memory_mib: number; disk_mib: number } | null,
+    cpus: number | null,
   ): Grant {
     const { store, clock, ids } = this.deps;
     const indexes = cards.map((c) => c.index);
@@ -547,7 +549,8 @@ export class Scheduler implements TaskObserver {
       released_at: null,
       cards,
     };
-    store.leases.insertLease(lease, given); // the unique index refuses a card that is already live
+    // the unique index refuses a card that is already live
+    store.leases.insertLease(lease, given, cpus);
     const executionId = ids('exec');
     const assignmentId = ids('asg');
     store.leases.insertExecution({
@@ -666,6 +669,7 @@ function assignPlan(
     // for the defaults).
     ...sandboxOfPlan(task.spec.runtime, config.policy, limits),
     argv: runArgv(task.spec, config.policy),
+    ...(task.spec.limits?.cpus === undefined ? {} : { cpus: task.spec.limits.cpus }),
   };
 }
 

@@ -77,6 +77,7 @@ export function listWorkers(deps: BrokerDeps) {
                 ...w.host,
                 memory_committed_mib: committed.get(w.id)?.memory_mib ?? 0,
                 disk_committed_mib: committed.get(w.id)?.disk_mib ?? 0,
+                cpus_committed: committed.get(w.id)?.cpus ?? 0,
               },
       };
     }),

@@ -5,7 +5,7 @@ import type { ProposalView } from '../../contracts/views.js';
 import type { ProposalState } from '../../domain/machines/proposal.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy/evaluate.js';
 import { digestsToInspect } from '../../domain/policy/inputs.js';
-import { type HostBoundLimit, hostAllowance } from '../../domain/policy/task-limits.js';
+import { type HostAsk, hostAllowance } from '../../domain/policy/task-limits.js';
 import type { TextInspection } from '../../domain/policy/text-inspection.js';
 import { revisionQuotaBreach } from '../../domain/retention/proposal-quota.js';
 import { type CanonicalForm, canonicalForm } from '../../platform/digest.js';
@@ -152,8 +152,8 @@ export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): 
 function largestHostOf(
   workers: ReadonlyArray<Pick<WorkerRecord, 'host' | 'cards'>>,
   reserve: HostReserve,
-): Record<HostBoundLimit, number> | null {
-  let most: Record<HostBoundLimit, number> | null = null;
+): Record<HostAsk, number> | null {
+  let most: Record<HostAsk, number> | null = null;
   for (const w of workers) {
     if (w.host === null) continue;
     const { total } = hostAllowance(w.host, w.cards.length, reserve);
@@ -165,6 +165,7 @@ function largestHostOf(
             tmp_mib: Math.max(most.tmp_mib, total.tmp_mib),
             shm_mib: Math.max(most.shm_mib, total.shm_mib),
             disk_mib: Math.max(most.disk_mib, total.disk_mib),
+            cpus: Math.max(most.cpus, total.cpus),
           };
   }
   return most;

@@ -276,7 +276,10 @@ function checkPlacement({ base, spec }: CoverageInput) {
   if (extra) return fail(`mount ${extra} is not among the base revision's mounts`);
   if (spec.cards.per_node !== base.spec.cards.per_node)
     return fail(`cards.per_node ${spec.cards.per_node ?? 'unset'} differs from the base revision's`);
-  return pass('mounts and per_node as in the base revision');
+  // CPUs asked for hold a share of a host's CPUs: as the base revision asked, or a person decides.
+  if (spec.limits?.cpus !== base.spec.limits?.cpus)
+    return fail(`limits.cpus ${spec.limits?.cpus ?? 'unset'} differs from the base revision's`);
+  return pass('mounts, per_node and limits.cpus as in the base revision');
 }
 
 function checkCardHours({ grant: g, spec }: CoverageInput) {

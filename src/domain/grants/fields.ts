@@ -44,6 +44,7 @@ export const SPEC_FIELD_RULES = {
   'limits.tmp_mib': 'limits',
   'limits.shm_mib': 'limits',
   'limits.disk_mib': 'limits',
+  'limits.cpus': 'placement',
 } as const satisfies Record<string, string>;
 
 const RULES: Readonly<Record<string, string>> = SPEC_FIELD_RULES;

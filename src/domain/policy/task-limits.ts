@@ -48,11 +48,15 @@ export function maxLimits(policy: Policy, cards: number): ResolvedLimits {
 export const HOST_BOUND_LIMITS = ['memory_mib', 'tmp_mib', 'shm_mib', 'disk_mib'] as const;
 /** One host-bound limit's name. */
 export type HostBoundLimit = (typeof HOST_BOUND_LIMITS)[number];
+/** What a spec may ask of a host: the host-bound limits, and CPUs (`limits.cpus`, counted only when asked). */
+export type HostAsk = HostBoundLimit | 'cpus';
+/** Every host ask, in the order a shortfall is looked for. */
+export const HOST_ASKS: readonly HostAsk[] = [...HOST_BOUND_LIMITS, 'cpus'];
 
 /** What a worker's host can give its tasks: the whole of it (less the reserve), and per card. */
 export interface HostAllowance {
-  /** The most one task there may take, by limit. */
-  readonly total: Readonly<Record<HostBoundLimit, number>>;
+  /** The most one task there may take, by limit (and CPUs). */
+  readonly total: Readonly<Record<HostAsk, number>>;
   /** A card's fair share: what a task gets per card by default there. */
   readonly per_card: Readonly<Record<HostBoundLimit, number>>;
   /** For messages: `24 GiB RAM less a 4096 MiB reserve, over 4 cards`. */
@@ -68,8 +72,9 @@ export interface HostAllowance {
 export function hostAllowance(host: HostResources, cards: number, reserve: HostReserve): HostAllowance {
   const memory = Math.max(1, host.memory_mib - reserve.memory_mib);
   const disk = Math.max(1, host.disk_mib - reserve.disk_mib);
+  const cpus = Math.max(1, host.cpus - (reserve.cpus ?? 0));
   const n = Math.max(1, cards);
-  const total = { memory_mib: memory, tmp_mib: memory, shm_mib: memory, disk_mib: disk };
+  const total = { memory_mib: memory, tmp_mib: memory, shm_mib: memory, disk_mib: disk, cpus };
   const share = (v: number) => Math.max(1, Math.floor(v / n));
   return {
     total,
@@ -79,16 +84,16 @@ export function hostAllowance(host: HostResources, cards: number, reserve: HostR
       shm_mib: share(memory),
       disk_mib: share(disk),
     },
-    basis: `${host.memory_mib} MiB RAM and ${host.disk_mib} MiB disk, less a reserve of ${reserve.memory_mib} MiB and ${reserve.disk_mib} MiB, over ${n} card(s)`,
+    basis: `${host.memory_mib} MiB RAM, ${host.disk_mib} MiB disk and ${host.cpus} CPUs, less a reserve of ${reserve.memory_mib} MiB, ${reserve.disk_mib} MiB and ${reserve.cpus ?? 0} CPUs, over ${n} card(s)`,
   };
 }
 
 /** The first limit the spec asks for above what `allowance` can give, or null. */
 export function hostShortfall(
-  asks: Partial<Record<HostBoundLimit, number>>,
+  asks: Partial<Record<HostAsk, number>>,
   allowance: Pick<HostAllowance, 'total'>,
-): { name: HostBoundLimit; ask: number; most: number } | null {
-  for (const name of HOST_BOUND_LIMITS) {
+): { name: HostAsk; ask: number; most: number } | null {
+  for (const name of HOST_ASKS) {
     const ask = asks[name];
     if (ask !== undefined && ask > allowance.total[name]) return { name, ask, most: allowance.total[name] };
   }
@@ -145,9 +150,19 @@ export function checkLimits(
   spec: TaskSpec,
   policy: Policy,
   add: Add,
-  largestHost?: Readonly<Record<HostBoundLimit, number>>,
+  largestHost?: Readonly<Record<HostAsk, number>>,
 ): void {
   const max = maxLimits(policy, spec.cards.count);
+  // CPUs have no policy maximum (no default either): only what the largest host can give bounds them.
+  const cpus = spec.limits?.cpus;
+  if (cpus !== undefined && largestHost !== undefined && cpus > largestHost.cpus)
+    add(
+      'warning',
+      'LIMIT_ABOVE_HOSTS',
+      'limits.cpus',
+      `limits.cpus ${cpus} requested; the largest enrolled worker's host has at most ${largestHost.cpus} CPUs for tasks (its CPUs less the operator's reserve), so the task would wait for a larger one`,
+      `Ask for at most ${largestHost.cpus}, or omit limits.cpus for no CPU quota.`,
+    );
   for (const name of LIMIT_NAMES) {
     const ask = spec.limits?.[name];
     if (ask === undefined) continue;

@@ -29,7 +29,7 @@ export interface PolicyFacts {
    * The most one task may take of memory, /tmp, /dev/shm and disk on the largest enrolled host, by limit
    * (src/domain/policy/task-limits.ts `hostAllowance`); absent: no enrolled worker reports its host.
    */
-  largestHost?: Readonly<Record<'memory_mib' | 'tmp_mib' | 'shm_mib' | 'disk_mib', number>>;
+  largestHost?: Readonly<Record<'memory_mib' | 'tmp_mib' | 'shm_mib' | 'disk_mib' | 'cpus', number>>;
   /**
    * The text inspection of input blobs, by sha256 (src/domain/policy/text-inspection.ts). Absent: the content
    * was not inspected (no text findings at all); a stored digest missing from it: not inspected because

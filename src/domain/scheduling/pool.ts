@@ -25,9 +25,12 @@ export interface ReclaimPlace {
   readonly leased: ReadonlySet<number>;
 }
 
-/** The host room a task takes and the scheduler counts per worker. */
-type RoomName = 'memory_mib' | 'disk_mib';
-const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib'];
+/**
+ * The host room a task takes and the scheduler counts per worker: memory and task-dir disk (every task
+ * takes its resolved share), and CPUs (only a task that asks for `limits.cpus` takes any).
+ */
+type RoomName = 'memory_mib' | 'disk_mib' | 'cpus';
+const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib', 'cpus'];
 
 /**
  * The cards of one scheduling pass and what has happened to them so far in it. Built once per pass;
@@ -109,23 +112,24 @@ export class CardPool {
       const left = {
         memory_mib: allowance.total.memory_mib - (slot.worker.memory_committed_mib ?? 0),
         disk_mib: allowance.total.disk_mib - (slot.worker.disk_committed_mib ?? 0),
+        cpus: allowance.total.cpus - (slot.worker.cpus_committed ?? 0),
       };
       this.hostRoom.set(slot, { allowance, left });
     }
   }
 
   /**
-   * What `req` would be given of `slot`'s host memory and disk; null where its host is not known (then
-   * nothing is counted there).
+   * What `req` would be given of `slot`'s host memory and disk, and the CPUs it asks for; null where its
+   * host is not known (then nothing is counted there).
    */
   private roomOn(slot: Slot, req: Requirement): Record<RoomName, number> | null {
     const host = this.hostRoom.get(slot);
     if (host === undefined) return null;
-    const need = (name: RoomName) => {
+    const need = (name: 'memory_mib' | 'disk_mib') => {
       const { default_mib, max_mib } = this.roomPerCard[name];
       return resolveOne(name, req.hostAsks[name], req.need, default_mib, max_mib, host.allowance);
     };
-    return { memory_mib: need('memory_mib'), disk_mib: need('disk_mib') };
+    return { memory_mib: need('memory_mib'), disk_mib: need('disk_mib'), cpus: req.hostAsks.cpus ?? 0 };
   }
 
   /** The first room `need` does not fit in on `slot` (noting it for the wait reason), or null. */

@@ -226,21 +226,32 @@ export function limitsExceedHost(
  * task would be given.
  */
 export function waitingForHostRoom(
-  resource: 'memory_mib' | 'disk_mib',
+  resource: 'memory_mib' | 'disk_mib' | 'cpus',
   workerId: string,
-  needMib: number,
-  freeMib: number,
+  need: number,
+  free: number,
 ): WaitReason {
+  if (resource === 'cpus')
+    return {
+      code: 'waiting_for_host_room',
+      resource,
+      worker_id: workerId,
+      need_cpus: need,
+      free_cpus: free,
+      message:
+        `Cards are free on ${workerId}, but its host has ${Math.max(0, free)} CPU(s) left that no running task asked ` +
+        `for, and this task asks for ${need} (limits.cpus). It starts when tasks there end; or ask for fewer CPUs.`,
+    };
   const what = resource === 'memory_mib' ? 'memory' : 'disk for task dirs';
   return {
     code: 'waiting_for_host_room',
     resource,
     worker_id: workerId,
-    need_mib: needMib,
-    free_mib: freeMib,
+    need_mib: need,
+    free_mib: free,
     message:
-      `Cards are free on ${workerId}, but its host has ${freeMib} MiB of ${what} left that no running task was ` +
-      `promised, and this task would be given ${needMib} MiB (its limits.${resource}, or its default share of ` +
+      `Cards are free on ${workerId}, but its host has ${free} MiB of ${what} left that no running task was ` +
+      `promised, and this task would be given ${need} MiB (its limits.${resource}, or its default share of ` +
       `the host). It starts when tasks there end; or ask for less (limits.${resource}).`,
   };
 }

@@ -1,4 +1,4 @@
-import { HOST_BOUND_LIMITS, type HostBoundLimit } from '../policy/task-limits.js';
+import { HOST_ASKS, type HostAsk } from '../policy/task-limits.js';
 import type { QueuedTaskView } from './types.js';
 
 /** A queued task's card requirement, normalised once per pass, and how a card's model is matched. */
@@ -23,7 +23,7 @@ export interface Requirement {
   /** Multi-node (`cards.per_node`): only Slurm pool workers may take it; null for one host. */
   perNode: number | null;
   /** What the spec asks of the host-bound limits: only a host that can give them may take it. */
-  hostAsks: Partial<Record<HostBoundLimit, number>>;
+  hostAsks: Partial<Record<HostAsk, number>>;
 }
 
 /**
@@ -52,8 +52,8 @@ function readRequirement(task: QueuedTaskView): Requirement {
   const container = task.runtime === 'container';
   const mounts = [...(task.mounts ?? [])].sort();
   const perNode = task.cards.per_node ?? null;
-  const hostAsks: Partial<Record<HostBoundLimit, number>> = {};
-  for (const name of HOST_BOUND_LIMITS) {
+  const hostAsks: Partial<Record<HostAsk, number>> = {};
+  for (const name of HOST_ASKS) {
     const ask = task.limits?.[name];
     if (ask !== undefined) hostAsks[name] = ask;
   }
@@ -67,7 +67,7 @@ function readRequirement(task: QueuedTaskView): Requirement {
       container,
       mounts,
       perNode,
-      HOST_BOUND_LIMITS.map((n) => hostAsks[n] ?? null),
+      HOST_ASKS.map((n) => hostAsks[n] ?? null),
     ]),
     need: task.cards.count,
     model,

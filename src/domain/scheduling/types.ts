@@ -2,7 +2,7 @@ import type { CardSample } from '../../contracts/sample.js';
 import type { HostReserve, HostResources } from '../../contracts/task-limits.js';
 import type { ContainerEngine, IsolationMode } from '../../contracts/worker-protocol.js';
 import type { CardRecords, CardStateConfig, WorkerSampling } from '../machines/card-state.js';
-import type { HostBoundLimit } from '../policy/task-limits.js';
+import type { HostAsk } from '../policy/task-limits.js';
 
 /**
  * The scheduler's vocabulary as types: the snapshot one pass reads (tasks, workers, cards, settings)
@@ -48,7 +48,7 @@ export interface QueuedTaskView {
    * What the spec asks of memory, /tmp, /dev/shm and disk (its `limits`): only a worker whose host can
    * give them may take it (docs/security.md "The task sandbox").
    */
-  limits?: { readonly [K in HostBoundLimit]?: number | undefined } | undefined;
+  limits?: { readonly [K in HostAsk]?: number | undefined } | undefined;
 }
 
 /** One card of a worker as the scheduler sees it: the latest sample's fields plus our records. */
@@ -97,6 +97,8 @@ export interface WorkerView extends WorkerSampling {
   memory_committed_mib?: number | undefined;
   /** Task-dir disk its live leases' tasks were given (their resolved `disk_mib`), in MiB; absent: none. */
   disk_committed_mib?: number | undefined;
+  /** CPUs its live leases' tasks asked for (`limits.cpus`); absent: none. */
+  cpus_committed?: number | undefined;
   /** `slurm`: its cards are a pool admitted by count (docs/decisions/0013-slurm-backend.md). */
   backend?: 'local' | 'slurm' | undefined;
   /** A Slurm pool's GPUs per node (its hello's nodes), for the shape check of multi-node tasks. */
@@ -230,7 +232,7 @@ export interface FairShareView {
  *  - limits_exceed_host: its spec asks for more memory, /tmp, /dev/shm or disk than the host of any
  *    worker with enough matching cards can give (its RAM or disk less the operator's reserve);
  *  - waiting_for_host_room: enough matching cards are free on a worker, but its host has too little
- *    memory or disk left that no running task there was promised (docs/operations.md "Task limits");
+ *    memory, disk or CPUs left that no running task there was promised (docs/operations.md "Task limits");
  *  - multi_node_needs_slurm: it asks for cards across nodes (`cards.per_node`) and no Slurm worker
  *    with enough matching cards may take it;
  *  - worker_unisolated: the only workers with enough matching cards run tasks unsandboxed and the
@@ -273,6 +275,16 @@ export type WaitReason =
       worker_id: string;
       need_mib: number;
       free_mib: number;
+      message: string;
+    }
+  | {
+      code: 'waiting_for_host_room';
+      resource: 'cpus';
+      worker_id: string;
+      /** The CPUs it asked for (`limits.cpus`). */
+      need_cpus: number;
+      /** The CPUs of that host no running task asked for (less the reserve). */
+      free_cpus: number;
       message: string;
     }
   | { code: 'multi_node_needs_slurm'; need: number; per_node: number; message: string }

@@ -47,7 +47,12 @@ describe('limits follow the machine', () => {
     const listed = expectOk(
       await callTool<{ workers: Array<{ worker_id: string; host: unknown }> }>(alice, 'list_workers', {}),
     ).workers.find((x) => x.worker_id === 'gpu-small-host');
-    expect(listed?.host).toEqual({ ...HOST, memory_committed_mib: 0, disk_committed_mib: 0 });
+    expect(listed?.host).toEqual({
+      ...HOST,
+      memory_committed_mib: 0,
+      disk_committed_mib: 0,
+      cpus_committed: 0,
+    });
   });
 
   it("gives a task by default at most its host's share per card (24 GiB less 4 GiB, over 4 cards)", async () => {
@@ -131,5 +136,46 @@ describe('limits follow the machine', () => {
     expect(await waitUntilSettled(alice, big)).toMatchObject({ state: 'COMPLETED' });
     expect(await waitUntilSettled(alice, next)).toMatchObject({ state: 'COMPLETED' });
     expect(m.deps.store.leases.committedByWorker().get('gpu-small-host')?.memory_mib ?? 0).toBe(0);
+  });
+
+  it('attack: CPU asks are never promised twice: a task asking for the host’s free CPUs leaves the next CPU ask waiting, not one that asks none', async () => {
+    // 4 CPUs less the 1 reserved: 3 for tasks that ask.
+    const gate = join(makeGateDir('host-cpus'), 'go');
+    const big = await approveTask(
+      alice,
+      rita,
+      shellSpec(`while [ ! -e '${gate}' ]; do sleep 0.05; done`, { limits: { cpus: 3 } }),
+    );
+    await waitFor(async () => (await getTask(alice, big)).state === 'RUNNING', {
+      what: 'the 3-CPU task running',
+    });
+    expect(m.deps.store.leases.committedByWorker().get('gpu-small-host')?.cpus).toBe(3);
+    const more = await approveTask(alice, rita, shellSpec('echo more', { limits: { cpus: 1 } }));
+    const reason = await waitFor(
+      async () => {
+        const r = (await getTask(alice, more)).reason;
+        return r?.['code'] === 'waiting_for_host_room' ? r : undefined;
+      },
+      { what: 'waiting_for_host_room (cpus)' },
+    );
+    expect(reason).toMatchObject({ resource: 'cpus', need_cpus: 1, free_cpus: 0 });
+    // A task asking no CPUs is not held back by them.
+    const plain = await approveTask(alice, rita, shellSpec('echo plain'));
+    expect(await waitUntilSettled(alice, plain)).toMatchObject({ state: 'COMPLETED' });
+    // More CPUs than the host can ever give: the reason says so.
+    const huge = await approveTask(alice, rita, shellSpec('echo huge', { limits: { cpus: 4 } }));
+    const never = await waitFor(
+      async () => {
+        const r = (await getTask(alice, huge)).reason;
+        return r?.['code'] === 'limits_exceed_host' ? r : undefined;
+      },
+      { what: 'limits_exceed_host (cpus)' },
+    );
+    expect(never).toMatchObject({ limit: 'cpus', ask: 4, most: 3 });
+    expectOk(await callTool(alice, 'cancel_task', { task_id: huge, idempotency_key: `c-${huge}` }));
+    writeFileSync(gate, '');
+    expect(await waitUntilSettled(alice, big)).toMatchObject({ state: 'COMPLETED' });
+    expect(await waitUntilSettled(alice, more)).toMatchObject({ state: 'COMPLETED' });
+    expect(m.deps.store.leases.committedByWorker().get('gpu-small-host')?.cpus ?? 0).toBe(0);
   });
 });

@@ -67,6 +67,7 @@ function start(
   limits: Partial<ResolvedLimits> = {},
   timeLimit = 30,
   clock: Clock = systemClock,
+  extra: Partial<ExecutionPlan> = {},
 ) {
   const chunks: Chunk[] = [];
   const base = makePlan({ argv });
@@ -74,6 +75,7 @@ function start(
     ...base,
     spec: { ...base.spec, time_limit_seconds: timeLimit },
     limits: { ...LIMITS, ...limits },
+    ...extra,
   };
   const handle: ExecutionHandle = startExecution(plan, {
     rootDir,
@@ -124,6 +126,20 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
       expect(result.cleaned).toBe(true);
       // Removed at teardown, with the task dir (scratch).
       for (const dir of cgroupDirs(plan.execution_id)) expect(existsSync(dir)).toBe(false);
+    });
+
+    it('puts a CPU quota on a task that asked for limits.cpus (the plan’s cpus), read back from the kernel', async () => {
+      const { plan, handle, chunks } = start(sh('echo ready; sleep 30'), {}, 30, systemClock, { cpus: 1 });
+      await waitFor(() => text(chunks, 'stdout').includes('ready'));
+      const cpu = cgroupDirs(plan.execution_id)[2]!;
+      // cgroup v1 here: the quota over the period (v2 writes both to cpu.max; tested in the unit tests).
+      expect(readFileSync(join(cpu, 'cpu.cfs_quota_us'), 'utf8').trim()).toBe('100000');
+      expect(readFileSync(join(cpu, 'cpu.cfs_period_us'), 'utf8').trim()).toBe('100000');
+      handle.cancel('test');
+      await handle.done;
+      expect((await handle.exited).limits_detail?.join('\n')).toContain(
+        'cpus 1 CPUs (cgroup v1 (memory, pids, cpu) cpu quota)',
+      );
     });
 
     it('ends a memory hog over its limit with OUT_OF_MEMORY naming the limit; the worker lives on', async () => {

@@ -112,7 +112,14 @@ describe('limits follow the machine (docs/security.md "The task sandbox")', () =
   );
 
   it('shares the host less the reserve: whole for one task, evenly per card for the defaults', () => {
-    expect(small.total).toEqual({ memory_mib: 20480, tmp_mib: 20480, shm_mib: 20480, disk_mib: 501760 });
+    // CPUs: 8 less the 1 kept for the worker; only a task asking for limits.cpus takes any.
+    expect(small.total).toEqual({
+      memory_mib: 20480,
+      tmp_mib: 20480,
+      shm_mib: 20480,
+      disk_mib: 501760,
+      cpus: 7,
+    });
     expect(small.per_card).toEqual({ memory_mib: 5120, tmp_mib: 5120, shm_mib: 5120, disk_mib: 125440 });
     expect(small.basis).toContain('24576 MiB RAM');
   });
@@ -152,18 +159,21 @@ describe('limits follow the machine (docs/security.md "The task sandbox")', () =
   it('a host smaller than its reserve gives the least there is, never zero or less', () => {
     const tiny = hostAllowance({ memory_mib: 2048, cpus: 1, disk_mib: 0 }, 2, bare.task_limits.host_reserve);
     expect(tiny.total.memory_mib).toBe(1);
+    // A one-CPU host less its one reserved CPU still offers one.
+    expect(tiny.total.cpus).toBe(1);
     expect(tiny.per_card.disk_mib).toBe(1);
     expect(
       PolicySchema.parse({ task_limits: { host_reserve: { memory_mib: 0 } } }).task_limits.host_reserve,
     ).toEqual({
       memory_mib: 0,
       disk_mib: 10240,
+      cpus: 1,
     });
   });
 });
 
 describe('an ask within the policy that no enrolled host can give', () => {
-  const largestHost = { memory_mib: 20480, tmp_mib: 20480, shm_mib: 20480, disk_mib: 6144 };
+  const largestHost = { memory_mib: 20480, tmp_mib: 20480, shm_mib: 20480, disk_mib: 6144, cpus: 15 };
   const findings = (limits: object, facts: object = { largestHost }) =>
     evaluatePolicy(spec({ limits }), policy, { fileDigests: {}, ...facts }).filter((f) =>
       f.code.startsWith('LIMIT_'),
@@ -188,5 +198,15 @@ describe('an ask within the policy that no enrolled host can give', () => {
         f.code.startsWith('LIMIT_'),
       ),
     ).toEqual([]);
+  });
+
+  it('limits.cpus above the largest host’s CPUs is the same warning; within them, none (CPUs have no policy maximum)', () => {
+    const big = PolicySchema.parse({ executables: [{ path: '/bin/sh' }] });
+    const over = evaluatePolicy(spec({ limits: { cpus: 16 } }), big, { fileDigests: {}, largestHost });
+    expect(over.filter((f) => f.code.startsWith('LIMIT_')).map((f) => [f.severity, f.code, f.path])).toEqual([
+      ['warning', 'LIMIT_ABOVE_HOSTS', 'limits.cpus'],
+    ]);
+    expect(findings({ cpus: 15 })).toEqual([]);
+    expect(findings({ cpus: 4096 }, {})).toEqual([]);
   });
 });

@@ -446,9 +446,32 @@ describe('decide: limits follow the machine (docs/security.md "The task sandbox"
     expect(reasonOf(d, t)?.message).toContain('disk for task dirs');
   });
 
+  it('places a CPU ask only where the host has those CPUs unpromised; a task asking none is never held back by CPUs', () => {
+    // host(…) has 8 CPUs; the default reserve keeps 1: 7 for tasks, 5 of them asked for by running tasks.
+    const busy = worker('w1', 4, { host: host(262144), cpus_committed: 5 });
+    const four = task(1, { limits: { cpus: 4 } });
+    const two = task(1, { limits: { cpus: 2 } });
+    const none = task(1);
+    const d = decide(snapshot([busy], [four, two, none]), NOW);
+    expect(d.grants.map((g) => g.task_id).sort()).toEqual([none.task_id, two.task_id].sort());
+    expect(reasonOf(d, four)).toMatchObject({
+      code: 'waiting_for_host_room',
+      resource: 'cpus',
+      need_cpus: 4,
+      // What was left when it was refused (before the 2-CPU task behind it took those two).
+      free_cpus: 2,
+    });
+    expect(reasonOf(d, four)?.message).toContain('limits.cpus');
+    // More CPUs than any host can give: it says so, instead of waiting for room that never comes.
+    const huge = task(1, { limits: { cpus: 8 } });
+    expect(
+      reasonOf(decide(snapshot([worker('w1', 4, { host: host(262144) })], [huge]), NOW), huge),
+    ).toMatchObject({ code: 'limits_exceed_host', limit: 'cpus', ask: 8, most: 7 });
+  });
+
   it("honours the operator's reserve", () => {
     const t = task(1, { limits: { memory_mib: 20000 } });
-    const reserve = { memory_mib: 8192, disk_mib: 0 };
+    const reserve = { memory_mib: 8192, disk_mib: 0, cpus: 1 };
     const d = decide(
       {
         ...snapshot([worker('w1', 4, { host: host(24576) })], [t]),

@@ -2,7 +2,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'nod
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { cgroupLayout, v1Shares, v2Hierarchy } from '../../../../worker/sandbox/cgroups.js';
+import { cgroupLayout, v1Hierarchy, v1Shares, v2Hierarchy } from '../../../../worker/sandbox/cgroups.js';
 import { memoryIsV1 } from '../../../../worker/sandbox/mountinfo.js';
 
 // Where task cgroups go (pure, from mountinfo and /proc/self/cgroup), and the v2 write sequence against
@@ -84,12 +84,35 @@ describe('v2Hierarchy', () => {
     expect(readFileSync(join(parent, 'gpu-broker', 'cgroup.subtree_control'), 'utf8')).toBe(
       '+memory +pids +cpu',
     );
-    expect(await cg.readBack()).toEqual({ memoryBytes: 256 * 1024 * 1024, pids: 100, cpuWeight: null });
+    // No CPU quota asked: none written (cpu.max absent), none read back.
+    expect(await cg.readBack()).toEqual({
+      memoryBytes: 256 * 1024 * 1024,
+      pids: 100,
+      cpuWeight: null,
+      cpus: null,
+    });
     await cg.add(1234);
     expect(readFileSync(join(dir, 'cgroup.procs'), 'utf8')).toBe('1234');
     // The kernel's counter, as memory.events has it.
     writeFileSync(join(dir, 'memory.events'), 'low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n');
     expect(await cg.oomKills()).toBe(1);
+  });
+
+  it('writes a CPU quota as cpu.max (quota and period) and reads it back as CPUs', async () => {
+    const parent = mkdtempSync(join(tmpdir(), 'cgroup-v2-'));
+    dirs.push(parent);
+    for (const f of ['cgroup.subtree_control', 'cgroup.procs']) writeFileSync(join(parent, f), '');
+    const cg = await v2Hierarchy(parent).create('exec-2', {
+      memoryBytes: 1024,
+      pids: 10,
+      cpuWeight: 100,
+      cpus: 3,
+    });
+    expect(readFileSync(join(parent, 'gpu-broker', 'exec-2', 'cpu.max'), 'utf8')).toBe('300000 100000');
+    expect((await cg.readBack()).cpus).toBe(3);
+    // The kernel's "no quota" reads as none.
+    writeFileSync(join(parent, 'gpu-broker', 'exec-2', 'cpu.max'), 'max 100000\n');
+    expect((await cg.readBack()).cpus).toBeNull();
   });
 
   it('refuses to reuse a task cgroup that already exists', async () => {
@@ -108,5 +131,24 @@ describe('v1Shares', () => {
     expect(v1Shares(50)).toBe(512);
     expect(v1Shares(1)).toBe(10);
     expect(v1Shares(10000)).toBe(102400);
+  });
+});
+
+describe('v1Hierarchy', () => {
+  it('writes a CPU quota as cpu.cfs_quota_us over cpu.cfs_period_us and reads it back as CPUs', async () => {
+    const root = mkdtempSync(join(tmpdir(), 'cgroup-v1-'));
+    dirs.push(root);
+    const parents = { memory: join(root, 'memory'), pids: join(root, 'pids'), cpu: join(root, 'cpu') };
+    for (const p of Object.values(parents)) mkdirSync(p, { recursive: true });
+    const cg = await v1Hierarchy(parents).create('exec-1', {
+      memoryBytes: 1024,
+      pids: 10,
+      cpuWeight: 100,
+      cpus: 2,
+    });
+    const cpuDir = join(parents.cpu, 'gpu-broker', 'exec-1');
+    expect(readFileSync(join(cpuDir, 'cpu.cfs_period_us'), 'utf8')).toBe('100000');
+    expect(readFileSync(join(cpuDir, 'cpu.cfs_quota_us'), 'utf8')).toBe('200000');
+    expect((await cg.readBack()).cpus).toBe(2);
   });
 });
