@@ -35,10 +35,10 @@ const SLURM_SUITES = ['test/integration/slurm/**/*.test.ts', 'test/integration/c
  *
  * The master, cluster, CLI, e2e and top-level integration suites share them too: each starts its
  * masters and workers as objects of its own (a master's state is its runtime's, above) and closes them in
- * its hooks. At load 7–12 on two workers: test/integration/master, 33 files, 92 s of CPU isolated and 52 s shared;
- * test/integration/cluster, 37 files (not slurm-backend), about 150 s and 115 s; the CLI, e2e and
- * top-level integration suites, 23 files, 136 s and 107 s; all passing, alone and in a trial of every
- * integration suite shared. That trial failed in the other folders, which stay isolated: worker (a fork
+ * its hooks. At load 4–12 on two workers: test/integration/master, 33 files, 92 s of CPU isolated and
+ * 52 s shared; test/integration/cluster, 37 files (not slurm-backend), about 150 s and 115 s; the CLI,
+ * e2e and top-level integration suites, 23 files, 136 s and 107 s; all passing, alone and in a trial of
+ * every integration suite shared. That trial failed in the other folders, which stay isolated: worker (a fork
  * bomb counted against the pids of a process other files had used, a task's env compared with the test
  * process's, the sampler option parser), qualification (ladder, runs).
  */
