@@ -1,5 +1,5 @@
 import { z } from 'zod';
-import { PINNED_IMAGE } from './task-spec.js';
+import { MIG_PROFILE_NAME, PINNED_IMAGE } from './task-spec.js';
 
 /**
  * The operator's ceiling on what an agent reviewer (role `agent_reviewer`) may APPROVE
@@ -35,6 +35,12 @@ export const AgentCeilingSchema = z.strictObject({
   images: z.array(z.string().regex(PINNED_IMAGE, 'a pinned image: name@sha256:<64 hex>')).max(64).default([]),
   /** Absolute executables (argv[0]) it may approve; null: any the policy allows. */
   executables: z.array(z.string().startsWith('/')).max(256).nullable().default(null),
+  /**
+   * MIG profiles whose slices it may approve (`cards.mig_profile`; ADR 0046); null: any (a slice is
+   * less than the card `max_cards` counts it as). A spec with `cards.allow_mig` may take any profile, so
+   * it passes only with null.
+   */
+  mig_profiles: z.array(z.string().regex(MIG_PROFILE_NAME)).max(32).nullable().default(null),
   /** Resource limit caps; see CeilingLimitsSchema. */
   max_limits: CeilingLimitsSchema.default({}),
   /** Total input bytes it may approve (a model must read every byte). */

@@ -96,6 +96,11 @@ export const PolicySchema = z.strictObject({
   allow_implicit_code: z.boolean().default(false),
   /** Whether tasks may only be placed on workers that run them sandboxed (not `--isolation none`). */
   require_isolation: z.boolean().default(true),
+  /**
+   * Whether a spec may ask for MIG slices (`cards.mig_profile`, `cards.allow_mig`): `forbid` makes it an
+   * error finding (MIG_FORBIDDEN). docs/decisions/0046-mig-slices-as-cards.md.
+   */
+  mig: z.enum(['allow', 'forbid']).default('allow'),
   /** Per-task resource limits: defaults and maxima per leased card (src/contracts/task-limits.ts). */
   task_limits: PolicyLimitsSchema.prefault({}),
 });

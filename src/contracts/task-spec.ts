@@ -8,6 +8,12 @@ import { SpecLimitsSchema } from './task-limits.js';
  * findings, so that a spec that parses but breaks policy can still be saved as a draft and fixed.
  */
 
+/**
+ * A MIG profile name as `nvidia-smi` prints it (`1g.10gb`, `3g.40gb`, `1g.10gb+me`, or a compute
+ * instance of part of a GPU instance, `1c.3g.40gb`): docs/decisions/0046-mig-slices-as-cards.md.
+ */
+export const MIG_PROFILE_NAME = /^(?:[1-7]c\.)?[1-7]g\.[0-9]{1,3}gb(?:\+me)?$/;
+
 /** Largest serialized spec accepted, in bytes (UTF-8 of its JSON). */
 export const MAX_SPEC_BYTES = 256 * 1024;
 
@@ -239,9 +245,36 @@ export const TaskSpecSchema = z
           .describe(
             'Multi-node (Slurm workers only): cards on each node, e.g. {"count": 16, "per_node": 8} runs 2 nodes of 8; count must be a multiple of it. Omit for one host.',
           ),
+        mig_profile: z
+          .string()
+          .regex(MIG_PROFILE_NAME, 'a MIG profile name such as 1g.10gb, 3g.40gb or 1g.10gb+me')
+          .optional()
+          .describe(
+            'Run on MIG slices of this profile instead of whole cards, e.g. "1g.10gb" (see list_cards: mig.profile). Each slice is a hardware-isolated part of a card with its own memory; the task sees it as its one CUDA device (CUDA_VISIBLE_DEVICES=MIG-<uuid>). count > 1 gives that many slices on one worker, one per process. Omit for whole cards.',
+          ),
+        allow_mig: z
+          .boolean()
+          .optional()
+          .describe(
+            'true: one MIG slice may do instead of a whole card; with min_memory_mib the smallest slice (or card) with that much memory is taken, e.g. {"count": 1, "min_memory_mib": 10000, "allow_mig": true}. Only with count 1. Omit (false) for a whole card.',
+          ),
       })
       .refine((c) => c.per_node === undefined || c.count % c.per_node === 0, {
         message: 'cards.count must be a multiple of cards.per_node (e.g. count 16, per_node 8)',
+        path: ['per_node'],
+      })
+      .refine((c) => c.allow_mig !== true || c.count === 1, {
+        message:
+          'cards.allow_mig lets one slice stand for one card: use it with count 1, or name cards.mig_profile for several slices',
+        path: ['allow_mig'],
+      })
+      .refine((c) => c.mig_profile === undefined || c.allow_mig !== false, {
+        message:
+          'cards.mig_profile asks for slices: drop allow_mig false, or drop mig_profile for whole cards',
+        path: ['allow_mig'],
+      })
+      .refine((c) => c.per_node === undefined || (c.mig_profile === undefined && c.allow_mig !== true), {
+        message: 'MIG slices are not offered across nodes: drop per_node, or ask for whole cards',
         path: ['per_node'],
       })
       .describe('The cards the task needs, e.g. {"count": 1}. They are given to the task numbered 0..n-1.'),

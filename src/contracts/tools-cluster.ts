@@ -61,7 +61,7 @@ export const listCardsTool = defineTool({
   name: 'list_cards',
   title: 'List GPU cards',
   description:
-    'Lists every card of every worker with its derived state (AVAILABLE, LEASED, BUSY_FOREIGN, UNHEALTHY, CORDONED, QUARANTINED, UNKNOWN), model, memory and whether it is simulated. Use it to size a spec (cards.count, cards.model).',
+    'Lists every card of every worker with its derived state (AVAILABLE, LEASED, BUSY_FOREIGN, UNHEALTHY, CORDONED, QUARANTINED, UNKNOWN), model, memory and whether it is simulated. A card in MIG mode is listed with its slices after it (label 0:mig:2/0, mig.profile); only the slices are leased, by cards.mig_profile or cards.allow_mig. Use it to size a spec (cards.count, cards.model).',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,

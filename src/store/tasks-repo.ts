@@ -189,12 +189,15 @@ export class TasksRepo {
           model: string | null;
           min_memory_mib: number | null;
           per_node: number | null;
+          mig_profile: string | null;
+          allow_mig: number | null;
           worker: string | null;
           limits: string | null;
         }
       >(
         `SELECT json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
            json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.cards.per_node') AS per_node,
+           json_extract(spec, '$.cards.mig_profile') AS mig_profile, json_extract(spec, '$.cards.allow_mig') AS allow_mig,
            json_extract(spec, '$.worker') AS worker, json_extract(spec, '$.limits') AS limits,
            json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts
          FROM tasks WHERE id = ?`,
@@ -364,6 +367,8 @@ export class TasksRepo {
           ...(r.model === null ? {} : { model: r.model }),
           ...(r.min_memory_mib === null ? {} : { min_memory_mib: r.min_memory_mib }),
           ...(r.per_node === null ? {} : { per_node: r.per_node }),
+          ...(r.mig_profile === null ? {} : { mig_profile: r.mig_profile }),
+          ...(r.allow_mig === null ? {} : { allow_mig: r.allow_mig === 1 }),
         },
         ...(r.worker === null ? {} : { worker: r.worker }),
         ...(r.limits === null ? {} : { limits: JSON.parse(r.limits) as NonNullable<TaskSpec['limits']> }),

@@ -629,6 +629,8 @@ function queuedView(
         model: t.spec.cards.model,
         min_memory_mib: t.spec.cards.min_memory_mib,
         per_node: t.spec.cards.per_node,
+        mig_profile: t.spec.cards.mig_profile,
+        allow_mig: t.spec.cards.allow_mig,
       },
       worker: t.spec.worker,
       runtime: t.runtime_kind,

@@ -198,7 +198,10 @@ function checkArgv({ grant, spec, script_interpreters }: CoverageInput) {
   );
 }
 
-/** Cards: at most the grant's count, and the same card model and memory floor as the base revision. */
+/**
+ * Cards: at most the grant's count, and the same card model, memory floor and MIG ask as the base
+ * revision: a grant for whole cards does not cover a slice request, nor the other way round (ADR 0046).
+ */
 function checkCards({ grant, base, spec }: CoverageInput) {
   const was = base.spec.cards;
   const is = spec.cards;
@@ -209,6 +212,14 @@ function checkCards({ grant, base, spec }: CoverageInput) {
   if (is.min_memory_mib !== was.min_memory_mib)
     return fail(
       `cards.min_memory_mib ${is.min_memory_mib ?? 'unset'} differs from the base revision's ${was.min_memory_mib ?? 'unset'}`,
+    );
+  if (is.mig_profile !== was.mig_profile)
+    return fail(
+      `cards.mig_profile ${JSON.stringify(is.mig_profile ?? null)} differs from the base revision's ${JSON.stringify(was.mig_profile ?? null)}`,
+    );
+  if ((is.allow_mig ?? false) !== (was.allow_mig ?? false))
+    return fail(
+      `cards.allow_mig ${is.allow_mig ?? false} differs from the base revision's ${was.allow_mig ?? false}`,
     );
   return cmp('cards', is.count, grant.scope.max_cards);
 }

@@ -22,6 +22,8 @@ export const SPEC_FIELD_RULES = {
   'cards.count': 'cards',
   'cards.model': 'cards',
   'cards.min_memory_mib': 'cards',
+  'cards.mig_profile': 'cards',
+  'cards.allow_mig': 'cards',
   'cards.per_node': 'placement',
   mounts: 'placement',
   worker: 'workers',

@@ -42,6 +42,7 @@ const CHECKS: readonly Check[] = [
   (spec, policy, _facts, add) => checkEnv(spec, policy, add),
   (spec, policy, facts, add) => checkLimits(spec, policy, add, facts.largestHost),
   (spec, _policy, _facts, add) => checkPlacement(spec, add),
+  (spec, policy, _facts, add) => checkMig(spec, policy, add),
   (spec, _policy, facts, add) => checkPriority(spec, facts, add),
   (spec, policy, _facts, add) => checkCeilings(spec, policy, add),
   (spec, _policy, _facts, add) => checkReviewerAids(spec, add),
@@ -110,6 +111,21 @@ function checkPlacement(spec: TaskSpec, add: Add): void {
     'network',
     `the task runs on ${spec.cards.count / perNode} nodes without network: each rank's sandbox has only loopback, so ranks on different nodes cannot reach each other`,
     'Set "network": "host" when the ranks talk to each other (torch.distributed, NCCL over sockets); leave it when each node works alone.',
+  );
+}
+
+/** MIG slices (ADR 0046): a spec asking for them, where the policy forbids them, is an error. */
+function checkMig(spec: TaskSpec, policy: Policy, add: Add): void {
+  const profile = spec.cards.mig_profile;
+  if (policy.mig !== 'forbid' || (profile === undefined && spec.cards.allow_mig !== true)) return;
+  add(
+    'error',
+    'MIG_FORBIDDEN',
+    profile === undefined ? 'cards.allow_mig' : 'cards.mig_profile',
+    profile === undefined
+      ? "the task lets a MIG slice stand for its card, and this broker's policy forbids MIG slices (policy.mig)"
+      : `the task asks for MIG ${profile} slices, and this broker's policy forbids MIG slices (policy.mig)`,
+    'Ask for whole cards: drop cards.mig_profile and cards.allow_mig.',
   );
 }
 

@@ -26,6 +26,8 @@ export interface CeilingFacts {
   image: string | null;
   executable: string;
   cards: number;
+  /** The MIG ask: a profile (`cards.mig_profile`), `any` (`cards.allow_mig`), or null (whole cards). */
+  mig?: string | null;
   time_limit_seconds: number;
   limits: ResolvedLimits;
   /** The policy's per-card defaults times the cards: the cap of a limit the ceiling leaves out. */
@@ -67,6 +69,7 @@ export const CEILING_CLAUSES = [
   'image',
   'executable',
   'cards',
+  'mig',
   'time_limit',
   'limits',
   'inputs',
@@ -103,6 +106,14 @@ const CHECKS: Readonly<Record<CeilingClause, Check>> = {
       ? null
       : `executable ${quoteUntrusted(f.executable)} is not in the ceiling's executables`,
   cards: (f, c) => (f.cards <= c.max_cards ? null : `cards ${f.cards} > ${c.max_cards}`),
+  mig: (f, c) => {
+    const mig = f.mig ?? null;
+    if (mig === null || c.mig_profiles === null || c.mig_profiles.includes(mig)) return null;
+    const allowed = `the ceiling's mig_profiles [${c.mig_profiles.join(', ')}]`;
+    return mig === 'any'
+      ? `cards.allow_mig takes a slice of any profile, beyond ${allowed}`
+      : `MIG profile ${quoteUntrusted(mig)} is not in ${allowed}`;
+  },
   time_limit: (f, c) =>
     f.time_limit_seconds <= c.max_time_limit_seconds
       ? null
@@ -159,6 +170,7 @@ export function ceilingFacts(
     image: spec.runtime.kind === 'container' ? spec.runtime.image : null,
     executable: spec.runtime.argv[0] ?? '',
     cards,
+    mig: spec.cards.mig_profile ?? (spec.cards.allow_mig === true ? 'any' : null),
     time_limit_seconds: spec.time_limit_seconds,
     limits,
     default_limits: defaults,

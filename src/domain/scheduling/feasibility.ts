@@ -106,10 +106,16 @@ function capableSlots(req: Requirement, allowed: readonly Slot[]): Slot[] | Wait
     if (n >= req.need) capable.push(slot);
   }
   if (largest < req.need) {
-    const needText = describeNeed(req.need, req.model, req.minMemoryMib);
+    const needText = describeNeed(req.need, req.model, req.minMemoryMib) + migNeed(req);
     return noMatchingWorker(needText, req.need, largest, req.worker);
   }
   return capable;
+}
+
+/** What a task asks of MIG in words, after describeNeed's ("1 card (MIG 1g.10gb slices)"). */
+function migNeed(req: Requirement): string {
+  if (req.mig === 'never') return '';
+  return req.mig === 'allowed' ? ' (a MIG slice may do)' : ` (MIG ${req.mig.profile} slices)`;
 }
 
 /**

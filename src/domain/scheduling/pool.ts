@@ -10,7 +10,18 @@ import { buildView, type RequirementView } from './feasibility.js';
 import { claimNodes, holdNodes, nodesFit, nodesToReserve, type PoolNode } from './nodes.js';
 import { holdingReservation, waitingForHostRoom } from './reasons.js';
 import type { Requirement } from './requirement.js';
-import { buildSlots, CLAIMED, countOpen, matches, OPEN, RESERVED, type Slot } from './slots.js';
+import {
+  buildSlots,
+  CLAIMED,
+  countOpen,
+  firstOpen,
+  matches,
+  OPEN,
+  type PoolCard,
+  RESERVED,
+  type Slot,
+  sizeOrder,
+} from './slots.js';
 import type { SchedulingConfig, WaitReason, WorkerView } from './types.js';
 
 export type { RequirementView } from './feasibility.js';
@@ -172,11 +183,17 @@ export class CardPool {
     let best: Slot | null = null;
     let bestCount = Number.POSITIVE_INFINITY;
     let bestRoom: Record<RoomName, number> | null = null;
+    // A task a slice may do (`cards.allow_mig`) takes the smallest card that fits anywhere, ties to the
+    // fewest free (ADR 0046): the worker is chosen by its smallest matching free card first.
+    const sized = req.mig === 'allowed';
+    let bestCard: PoolCard | null = null;
     for (const slot of view.slots) {
       if (slot.openCount < req.need) continue;
       const count =
         anyCard && slot.runReserved === 0 && slot.slices === 0 ? slot.openCount : countOpen(slot, req);
-      if (count >= req.need && count < bestCount) {
+      const card = sized ? firstOpen(slot, req) : null;
+      const bySize = card === null || bestCard === null ? 0 : sizeOrder(card, bestCard);
+      if (count >= req.need && (bySize < 0 || (bySize === 0 && count < bestCount))) {
         if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
         // The host must have the memory and disk left that the task would be given (docs/operations.md "Task limits").
         const room = this.roomOn(slot, req);
@@ -184,7 +201,8 @@ export class CardPool {
         best = slot;
         bestCount = count;
         bestRoom = room;
-        if (count === req.need) break; // nothing can fit tighter; later slots only lose the tie
+        bestCard = card;
+        if (count === req.need && !sized) break; // nothing can fit tighter; later slots only lose the tie
       }
     }
     if (best === null) {
@@ -292,10 +310,13 @@ export class CardPool {
     return places;
   }
 
-  /** Marks the `count` lowest-index OPEN matching cards of `slot`; returns their indexes. */
+  /**
+   * Marks the `count` lowest-index OPEN matching cards of `slot` (for a task that takes MIG slices: the
+   * smallest first, ADR 0046); returns their indexes.
+   */
   private mark(slot: Slot, req: Requirement, count: number, mark: number, position: number): number[] {
     const indexes: number[] = [];
-    for (const card of slot.free) {
+    for (const card of req.mig === 'never' ? slot.free : slot.bySize) {
       if (indexes.length === count) break;
       if (card.mark !== OPEN || !matches(card, req)) continue;
       card.mark = mark;

@@ -22,6 +22,12 @@ export interface Requirement {
   mounts: string[];
   /** Multi-node (`cards.per_node`): only Slurm pool workers may take it; null for one host. */
   perNode: number | null;
+  /**
+   * MIG slices (docs/decisions/0046-mig-slices-as-cards.md): `never` whole cards only (every spec that
+   * does not ask), `allowed` a slice or a whole card, the smallest first (`cards.allow_mig`), or slices of
+   * one profile only (`cards.mig_profile`).
+   */
+  mig: 'never' | 'allowed' | { profile: string };
   /** What the spec asks of the host-bound limits: only a host that can give them may take it. */
   hostAsks: Partial<Record<HostAsk, number>>;
 }
@@ -52,6 +58,9 @@ function readRequirement(task: QueuedTaskView): Requirement {
   const container = task.runtime === 'container';
   const mounts = [...(task.mounts ?? [])].sort();
   const perNode = task.cards.per_node ?? null;
+  const profile = task.cards.mig_profile;
+  const mig: Requirement['mig'] =
+    profile !== undefined ? { profile } : task.cards.allow_mig === true ? 'allowed' : 'never';
   const hostAsks: Partial<Record<HostAsk, number>> = {};
   for (const name of HOST_ASKS) {
     const ask = task.limits?.[name];
@@ -67,6 +76,7 @@ function readRequirement(task: QueuedTaskView): Requirement {
       container,
       mounts,
       perNode,
+      typeof mig === 'string' ? mig : `mig:${mig.profile}`,
       HOST_ASKS.map((n) => hostAsks[n] ?? null),
     ]),
     need: task.cards.count,
@@ -78,6 +88,7 @@ function readRequirement(task: QueuedTaskView): Requirement {
     container,
     mounts,
     perNode,
+    mig,
     hostAsks,
   };
 }

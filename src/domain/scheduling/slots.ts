@@ -46,6 +46,11 @@ export interface Slot {
   runReserved: number;
   /** How many of `free` are MIG slices (they match only tasks that ask for slices, ADR 0046). */
   slices: number;
+  /**
+   * `free` smallest first, for tasks that take slices: slices by (compute slices, memory, index), then
+   * whole cards by index; `free` itself where there are no slices.
+   */
+  bySize: PoolCard[];
   /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (nodes.ts). */
   nodes: PoolNode[] | null;
 }
@@ -82,9 +87,10 @@ export function buildSlots(
       }
       const runReserved = free.filter((c) => c.run !== null).length;
       const slices = free.filter((c) => c.view.index >= MIG_INDEX_BASE).length;
+      const bySize = slices === 0 ? free : [...free].sort(smallestFirst);
       totals.open += free.length;
       totals.runReserved += runReserved;
-      return { worker, usable, cards, free, openCount: free.length, runReserved, slices, nodes };
+      return { worker, usable, cards, free, openCount: free.length, runReserved, slices, bySize, nodes };
     });
   return { slots, totals };
 }
@@ -114,10 +120,21 @@ export function matches(card: PoolCard, req: Requirement): boolean {
   return card.run === req.run && fitsShape(card, req);
 }
 
-/** Model and memory only, whatever reservation holds the card (capacity counts every card). */
+/**
+ * Model, memory and MIG only, whatever reservation holds the card (capacity counts every card). A MIG
+ * slice (ADR 0046) fits only a task that asked for slices (of its profile, when one was named), and only
+ * when both its capability minors are known (the sandbox binds them); a card in MIG mode fits no task;
+ * a task that named a profile takes slices only. Model words match the parent's model.
+ */
 export function fitsShape(card: PoolCard, req: Requirement): boolean {
-  // A MIG slice is leased only to a task that asked for slices (ADR 0046); until specs can, none does.
-  if (card.view.index >= MIG_INDEX_BASE) return false;
+  const mig = req.mig;
+  if (card.view.index >= MIG_INDEX_BASE) {
+    const slice = card.view.mig;
+    if (mig === 'never' || slice === undefined) return false;
+    if (slice.gi_access_minor === null || slice.ci_access_minor === null) return false;
+    if (mig !== 'allowed' && slice.profile !== mig.profile) return false;
+  } else if (mig !== 'never' && mig !== 'allowed') return false;
+  else if (card.view.mig_mode === 'enabled') return false;
   if (req.modelWords !== null && (req.modelWords === '' || !card.words.includes(req.modelWords)))
     return false;
   if (req.minMemoryMib !== null) {
@@ -132,6 +149,30 @@ export function countOpen(slot: Slot, req: Requirement): number {
   let n = 0;
   for (const card of slot.free) if (card.mark === OPEN && matches(card, req)) n++;
   return n;
+}
+
+/** The order of `Slot.bySize`: slices smallest first (compute slices, memory, index), whole cards last. */
+export function smallestFirst(a: PoolCard, b: PoolCard): number {
+  return sizeOrder(a, b) || a.view.index - b.view.index;
+}
+
+/** Which card is smaller: fewer compute slices, then less memory; whole cards after every slice. */
+export function sizeOrder(a: PoolCard, b: PoolCard): number {
+  return sizeKey(a) - sizeKey(b) || sliceMemory(a) - sliceMemory(b);
+}
+
+/** The smallest OPEN free card of `slot` that `req` may use (`Slot.bySize` order), or null. */
+export function firstOpen(slot: Slot, req: Requirement): PoolCard | null {
+  for (const card of slot.bySize) if (card.mark === OPEN && matches(card, req)) return card;
+  return null;
+}
+
+function sizeKey(card: PoolCard): number {
+  return card.view.mig?.compute_slices ?? 8;
+}
+
+function sliceMemory(card: PoolCard): number {
+  return card.view.mig === undefined ? 0 : (card.view.memory_total_mib ?? 0);
 }
 
 function compareIds(a: string, b: string): number {

@@ -27,6 +27,10 @@ export interface QueuedTaskView {
     min_memory_mib?: number | undefined;
     /** Multi-node: cards per node; only Slurm pool workers may take it. */
     per_node?: number | undefined;
+    /** MIG slices of this profile only (ADR 0046). */
+    mig_profile?: string | undefined;
+    /** One MIG slice may stand for the one card (the smallest that fits is taken first). */
+    allow_mig?: boolean | undefined;
   };
   /** Pinned worker id: the task may only run there. */
   worker?: string | undefined;

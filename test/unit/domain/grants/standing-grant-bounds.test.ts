@@ -259,4 +259,22 @@ describe('every spec field is decided (by construction)', () => {
       )?.message,
     ).toMatch(/min_memory_mib 1 differs/);
   });
+
+  it('a grant for whole cards covers no MIG slice request, nor the other way round (ADR 0046)', () => {
+    const s = scope([PY, 'train.py'], 'script');
+    const whole = spec([PY, 'train.py'], { cards: { count: 1 } });
+    const slice = spec([PY, 'train.py'], { cards: { count: 1, mig_profile: '1g.10gb' } });
+    const anySlice = spec([PY, 'train.py'], { cards: { count: 1, allow_mig: true } });
+    expect(failing(input(s, whole, slice))).toEqual({
+      clause: 'cards',
+      message: 'cards.mig_profile "1g.10gb" differs from the base revision\'s null',
+    });
+    expect(failing(input(s, slice, whole))?.message).toMatch(/mig_profile null differs/);
+    expect(
+      failing(input(s, slice, spec([PY, 'train.py'], { cards: { count: 1, mig_profile: '3g.40gb' } })))
+        ?.message,
+    ).toMatch(/mig_profile "3g.40gb" differs/);
+    expect(failing(input(s, whole, anySlice))?.message).toMatch(/allow_mig true differs/);
+    expect(failing(input(s, slice, slice))).toBeNull();
+  });
 });

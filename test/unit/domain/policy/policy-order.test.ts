@@ -54,6 +54,30 @@ describe('the order of policy findings', () => {
     ]);
   });
 
+  it('a policy that forbids MIG slices makes a slice request an error, after placement (ADR 0046)', () => {
+    const forbid = PolicySchema.parse({ ...TEST_POLICY, mig: 'forbid' });
+    const codes = (cards: object, p = forbid) =>
+      evaluatePolicy(TaskSpecSchema.parse(validSpec({ cards } as never)), p, {
+        fileDigests: {},
+        offeredMounts: [],
+      }).map((f) => `${f.severity}:${f.code}:${f.path}`);
+    expect(codes({ count: 1, mig_profile: '1g.10gb' })).toEqual(['error:MIG_FORBIDDEN:cards.mig_profile']);
+    expect(codes({ count: 1, allow_mig: true })).toEqual(['error:MIG_FORBIDDEN:cards.allow_mig']);
+    expect(codes({ count: 1 })).toEqual([]);
+    expect(codes({ count: 1, mig_profile: '1g.10gb' }, policy)).toEqual([]);
+  });
+
+  it('the spec refuses slice asks that cannot be met (ADR 0046)', () => {
+    const parse = (cards: object) => TaskSpecSchema.safeParse(validSpec({ cards } as never)).success;
+    expect(parse({ count: 2, allow_mig: true })).toBe(false);
+    expect(parse({ count: 1, mig_profile: '1g.10gb', allow_mig: false })).toBe(false);
+    expect(parse({ count: 16, per_node: 8, mig_profile: '1g.10gb' })).toBe(false);
+    expect(parse({ count: 1, mig_profile: '1g.10gb; rm -rf /' })).toBe(false);
+    expect(parse({ count: 1, mig_profile: '../1g.10gb' })).toBe(false);
+    for (const ok of ['1g.10gb', '3g.40gb', '1g.10gb+me', '1c.3g.40gb', '7g.141gb'])
+      expect(parse({ count: 3, mig_profile: ok })).toBe(true);
+  });
+
   it('reports nothing for the valid spec', () => {
     expect(evaluate({})).toEqual([]);
   });

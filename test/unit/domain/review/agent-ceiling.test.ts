@@ -79,6 +79,30 @@ describe('agent ceiling clauses', () => {
     expect(firstCeilingFailure(facts(over), ceiling)).toEqual({ clause, reason });
   });
 
+  it('compares the MIG ask with mig_profiles (ADR 0046): null allows any slice', () => {
+    const slice = ceilingFacts(
+      spec({ cards: { count: 1, mig_profile: '1g.10gb' } }),
+      [],
+      policy,
+      false,
+      READABLE,
+    );
+    const any = ceilingFacts(spec({ cards: { count: 1, allow_mig: true } }), [], policy, false, READABLE);
+    expect(slice.mig).toBe('1g.10gb');
+    expect(ceilingFailures(slice, ceiling)).toEqual([]);
+    expect(ceilingFailures(any, ceiling)).toEqual([]);
+    const only = AgentCeilingSchema.parse({ mig_profiles: ['1g.10gb'] });
+    expect(ceilingFailures(slice, only)).toEqual([]);
+    expect(firstCeilingFailure({ ...slice, mig: '3g.40gb' }, only)).toEqual({
+      clause: 'mig',
+      reason: 'MIG profile "3g.40gb" is not in the ceiling\'s mig_profiles [1g.10gb]',
+    });
+    expect(firstCeilingFailure(any, only)?.reason).toBe(
+      "cards.allow_mig takes a slice of any profile, beyond the ceiling's mig_profiles [1g.10gb]",
+    );
+    expect(ceilingFailures(facts(), AgentCeilingSchema.parse({ mig_profiles: [] }))).toEqual([]);
+  });
+
   it('limits above the policy default fail, naming the limit; a configured cap replaces the default', () => {
     const f = ceilingFacts(
       spec({ limits: { memory_mib: 999_999 } } as Partial<TaskSpec>),

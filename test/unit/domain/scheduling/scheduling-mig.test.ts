@@ -127,3 +127,80 @@ describe('a card in MIG mode', () => {
     expect(d.waiting.find((x) => x.task_id === second.task_id)?.reason.code).toBe('waiting_for_cards');
   });
 });
+
+describe('a task that asks for slices (cards.mig_profile, cards.allow_mig)', () => {
+  it('7 one-slice tasks run at once on one card split 7 ways, where one whole-card task would', () => {
+    const w = worker('w1', migCard(0, SEVEN));
+    const tasks = Array.from({ length: 7 }, () => task({ count: 1, mig_profile: '1g.10gb' }));
+    const d = run([w], tasks);
+    expect(d.grants).toHaveLength(7);
+    const indexes = d.grants.flatMap((g) => g.card_indexes);
+    expect(new Set(indexes).size).toBe(7);
+    expect(indexes.every((i) => i >= 256)).toBe(true);
+    // The same card not in MIG mode: one task.
+    const whole1 = run(
+      [worker('w1', [whole(0)])],
+      tasks.map((t) => ({ ...t, cards: { count: 1 } })),
+    );
+    expect(whole1.grants).toHaveLength(1);
+  });
+
+  it('mig_profile takes only slices of that profile, never a whole card or another profile', () => {
+    const w = worker('w1', [whole(1), ...migCard(0, ['3g.40gb', '2g.20gb', '1g.10gb'])]);
+    const t = task({ count: 1, mig_profile: '2g.20gb' });
+    expect(run([w], [t]).grants).toEqual([
+      { task_id: t.task_id, worker_id: 'w1', card_indexes: [migCardIndex(0, 2, 0)] },
+    ]);
+    const none = task({ count: 1, mig_profile: '7g.80gb' });
+    const d = run([w], [none]);
+    expect(d.grants).toEqual([]);
+    const reason = d.waiting.find((x) => x.task_id === none.task_id)?.reason;
+    expect(reason?.code).toBe('no_matching_worker');
+    expect(reason?.message).toContain('(MIG 7g.80gb slices)');
+  });
+
+  it('allow_mig with min_memory_mib takes the smallest slice that fits, on any worker, before a whole card', () => {
+    const a = worker('a', [whole(0), ...migCard(1, ['3g.40gb'])]);
+    const b = worker('b', migCard(0, ['3g.40gb', '2g.20gb', '1g.10gb', '1g.10gb']));
+    const t = task({ count: 1, min_memory_mib: 10_000, allow_mig: true });
+    // 1g.10gb has 9984 MiB: too small; 2g.20gb on b is the smallest that fits.
+    expect(run([a, b], [t]).grants).toEqual([
+      { task_id: t.task_id, worker_id: 'b', card_indexes: [migCardIndex(0, 2, 0)] },
+    ]);
+    const big = task({ count: 1, min_memory_mib: 50_000, allow_mig: true });
+    expect(run([a, b], [big]).grants).toEqual([{ task_id: big.task_id, worker_id: 'a', card_indexes: [0] }]);
+  });
+
+  it('several slices of one profile go to one worker, one parent first', () => {
+    const w = worker('w1', [...migCard(0, ['1g.10gb', '1g.10gb', '3g.40gb']), ...migCard(1, SEVEN)]);
+    const t = task({ count: 2, mig_profile: '1g.10gb' });
+    expect(run([w], [t]).grants[0]?.card_indexes).toEqual([migCardIndex(0, 1, 0), migCardIndex(0, 2, 0)]);
+    const seven = task({ count: 7, mig_profile: '1g.10gb' });
+    expect(run([w], [seven]).grants[0]?.card_indexes.map((i) => Math.floor((i - 256) / 128))).toEqual([
+      0, 0, 1, 1, 1, 1, 1,
+    ]);
+  });
+
+  it('a slice whose capability minors are unknown is never granted (the sandbox could not bind it)', () => {
+    const broken = slice(0, 1, '1g.10gb');
+    const w = worker('w1', [
+      whole(0, { mig_mode: 'enabled' }),
+      { ...broken, mig: { ...broken.mig!, ci_access_minor: null } },
+    ]);
+    expect(run([w], [task({ count: 1, mig_profile: '1g.10gb' })]).grants).toEqual([]);
+  });
+
+  it('a whole-card task on a worker with only MIG cards waits as no_matching_worker, not cordoned', () => {
+    const w = worker('w1', migCard(0, SEVEN));
+    const t = task({ count: 1 });
+    const d = run([w], [t]);
+    expect(d.waiting.find((x) => x.task_id === t.task_id)?.reason.code).toBe('no_matching_worker');
+  });
+
+  it('a leased slice stays leased; the rest of its card still goes', () => {
+    const cards = migCard(0, ['1g.10gb', '1g.10gb']);
+    cards[1] = { ...cards[1]!, leased: true };
+    const t = task({ count: 1, mig_profile: '1g.10gb' });
+    expect(run([worker('w1', cards)], [t]).grants[0]?.card_indexes).toEqual([migCardIndex(0, 2, 0)]);
+  });
+});
