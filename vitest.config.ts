@@ -37,10 +37,11 @@ const SLURM_SUITES = ['test/integration/slurm/**/*.test.ts', 'test/integration/c
  * masters and workers as objects of its own (a master's state is its runtime's, above) and closes them in
  * its hooks. At load 4–12 on two workers: test/integration/master, 33 files, 92 s of CPU isolated and
  * 52 s shared; test/integration/cluster, 37 files (not slurm-backend), about 150 s and 115 s; the CLI,
- * e2e and top-level integration suites, 23 files, 136 s and 107 s; all passing, alone and in a trial of
- * every integration suite shared. That trial failed in the other folders, which stay isolated: worker (a fork
- * bomb counted against the pids of a process other files had used, a task's env compared with the test
- * process's, the sampler option parser), qualification (ladder, runs).
+ * e2e and top-level integration suites, 23 files, 136 s and 107 s; the worker's daemon, Slurm CLI and
+ * task-io suites, 16 files, 15 s and 10 s; all passing, alone and in a trial of every integration suite
+ * shared. That trial failed in the other folders, which stay isolated: the worker's local, sandbox and
+ * samplers suites (a fork bomb counted against the pids of a process other files had used, a task's env
+ * compared with the test process's, the sampler option parser), qualification (ladder, runs).
  */
 const SHARED_MODULE_SUITES = [
   'test/unit/**/*.test.ts',
@@ -49,6 +50,10 @@ const SHARED_MODULE_SUITES = [
   'test/integration/cli/**/*.test.ts',
   'test/integration/*.test.ts',
   'test/e2e/**/*.test.ts',
+  'test/integration/worker/daemon/**/*.test.ts',
+  'test/integration/worker/slurm/**/*.test.ts',
+  'test/integration/worker/task-io/**/*.test.ts',
+  'test/integration/worker/*.test.ts',
 ];
 
 export default defineConfig({
