@@ -37,6 +37,9 @@ export class OutboxRepo {
       ackThrough: db.prepare(
         'UPDATE master_outbox SET acked_at = ? WHERE worker_id = ? AND boot_id = ? AND seq <= ? AND acked_at IS NULL',
       ),
+      bySeq: db.prepare<[string, string, number], { body: string }>(
+        'SELECT body FROM master_outbox WHERE worker_id = ? AND boot_id = ? AND seq = ?',
+      ),
       pendingAssign: db.prepare<[string, string], { boot_id: string; seq: number }>(
         `SELECT boot_id, seq FROM master_outbox WHERE worker_id = ? AND acked_at IS NULL
            AND json_extract(body, '$.type') = 'assign' AND json_extract(body, '$.plan.execution_id') = ? LIMIT 1`,
@@ -77,7 +80,12 @@ export class OutboxRepo {
     return this.s.ackThrough.run(now, workerId, bootId, seq).changes;
   }
 
-  /** Whether an `assign` of this execution still waits for the worker's acknowledgement. */
+  /** The message of a worker's sequence under this master boot at `seq`, if it is still kept. */
+  message(workerId: string, bootId: string, seq: number): MasterMessage | undefined {
+    const row = this.s.bySeq.get(workerId, bootId, seq);
+    return row === undefined ? undefined : (JSON.parse(row.body) as MasterMessage);
+  }
+
   /** Where an execution's unacknowledged `assign` sits in the master's sequence, if one is unacknowledged. */
   pendingAssign(workerId: string, executionId: string): { boot_id: string; seq: number } | undefined {
     return this.s.pendingAssign.get(workerId, executionId);

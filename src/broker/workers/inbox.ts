@@ -5,7 +5,7 @@ import {
   repliesToInvalid,
   type SequenceRef,
 } from '../../contracts/sequencing.js';
-import type { MasterMessage, WorkerMessage } from '../../contracts/worker-protocol.js';
+import { type MasterMessage, PROTOCOL_VERSION, type WorkerMessage } from '../../contracts/worker-protocol.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
 import { handleExecutionReport, handleLogChunk, handleOutputUpload } from './reports.js';
@@ -17,7 +17,10 @@ import { recordProbe, recordSample } from './session.js';
  * after hello:
  *  1. the worker is seen: the fleet's liveness now, its stored `last_seen` at most every
  *     `TOUCH_WRITE_INTERVAL_MS` (a write per message would be a write per sample);
- *  2. `ack` acknowledges the master's outbox up to a seq; `error` is logged;
+ *  2. `ack` acknowledges the master's outbox up to a seq; `error` is logged, and an `assign` the worker
+ *     could not read (INVALID_MESSAGE naming its seq: a worker older than the plan's fields) is rejected
+ *     as if the worker had said so (`unreadableAssign`): its task fails SETUP_FAILED saying why, instead
+ *     of waiting ASSIGNED forever;
  *  3. a sequenced message (sample, probe, execution, log, output) is applied at most once
  *     (src/contracts/sequencing.ts): the mark raised in the effect's transaction, logs and outputs
  *     refused below the free-space floor, a refusal (BrokerError) answered and acknowledged, `UNAVAILABLE`
@@ -61,14 +64,51 @@ export class WorkerInbox {
       case 'ack':
         this.deps.store.outbox.ack(workerId, msg.boot_id, msg.seq, now);
         return { replies: [], requestPass: false };
-      case 'error':
+      case 'error': {
         this.deps.logger.warn(
           { worker_id: workerId, code: msg.code, message: msg.message, ref_seq: msg.ref_seq },
           'worker reported an error',
         );
-        return { replies: [], requestPass: false };
+        const rejected =
+          msg.code === 'INVALID_MESSAGE' && msg.ref_seq !== undefined
+            ? this.unreadableAssign(workerId, msg.ref_seq, msg.message)
+            : false;
+        return { replies: [], requestPass: rejected };
+      }
       default:
         return this.sequenced(workerId, msg, now);
+    }
+  }
+
+  /**
+   * The worker could not read our message at `seq` (this master boot's sequence). When it was an `assign`
+   * whose execution the worker never accepted, the execution is rejected exactly as a worker's own
+   * `rejected` report would (task FAILED SETUP_FAILED, lease released: nothing ran), with a detail that
+   * says why; true when it was. Anything else is only logged.
+   */
+  private unreadableAssign(workerId: string, seq: number, why: string): boolean {
+    const { store } = this.deps;
+    const sent = store.outbox.message(workerId, this.deps.cluster.link.bootId, seq);
+    if (sent?.type !== 'assign') return false;
+    const { plan } = sent;
+    if (store.leases.execution(plan.execution_id)?.phase !== 'assigned') return false;
+    try {
+      handleExecutionReport(this.deps, workerId, {
+        type: 'execution',
+        protocol_version: PROTOCOL_VERSION,
+        boot_id: `unread-${seq}`,
+        seq,
+        execution_id: plan.execution_id,
+        task_id: plan.task_id,
+        lease_epoch: plan.lease_epoch,
+        phase: 'rejected',
+        failure_reason: 'SETUP_FAILED',
+        detail: `worker ${workerId} could not read the plan (${why.slice(0, 2000)}): it is older than this master or the spec's fields; upgrade the worker (workers before the master), then submit again`,
+      });
+      return true;
+    } catch (err) {
+      this.deps.logger.warn({ worker_id: workerId, err }, 'could not reject an unreadable assign');
+      return false;
     }
   }
 

@@ -7,6 +7,7 @@ import { openLocalStore } from '../../../worker/store/local-store.js';
 import {
   approveTask,
   clusterConfig,
+  executionDetail,
   getTask,
   type LeaseWatch,
   shellSpec,
@@ -231,6 +232,50 @@ describe('messages the master cannot take (raw ws worker)', () => {
     expect(error).toMatchObject({ code: 'INVALID_MESSAGE', ref_seq: 7 });
     await raw.next((r) => r['type'] === 'ack' && r['seq'] === 7, { from, what: 'ack of the poison message' });
     expect(m.store.workers.mark('raw-poison', raw.bootId)).toBe(7);
+    expect(raw.isOpen()).toBe(true);
+  });
+
+  it('an assign the worker cannot read (an older worker than the plan) fails its task SETUP_FAILED saying why, instead of leaving it ASSIGNED for ever', async () => {
+    const raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-old', ['worker'], 'raw-old'),
+      workerId: 'raw-old',
+    });
+    closers.push(() => raw.close());
+    await raw.hello(1);
+    let seq = 1;
+    const pump = setInterval(() => raw.sample(++seq, 1), 100);
+    closers.push(async () => clearInterval(pump));
+    const taskId = await approveTask(alice, rita, shellSpec('true', { worker: 'raw-old' }));
+    const assign = await raw.next((r) => r['type'] === 'assign', { what: 'assign' });
+    // What an older worker answers a plan it cannot parse: error naming the seq, then ack.
+    raw.send({
+      type: 'error',
+      code: 'INVALID_MESSAGE',
+      message: 'plan.spec: Unrecognized key: "preemptible"',
+      ref_seq: assign['seq'],
+    });
+    raw.send({ type: 'ack', boot_id: assign['boot_id'], seq: assign['seq'] });
+    const settled = await waitUntilSettled(alice, taskId, 10_000);
+    expect(settled).toMatchObject({ state: 'FAILED', failure_reason: 'SETUP_FAILED' });
+    expect(executionDetail(m, taskId)).toMatch(
+      /could not read the plan .*Unrecognized key.*upgrade the worker/,
+    );
+    // Its card is free again (nothing ran).
+    expect(m.store.leases.liveCards().filter((c) => c.worker_id === 'raw-old')).toEqual([]);
+    // An error naming a seq that is not an unaccepted assign changes nothing (a sample's seq, an unknown one).
+    const before = m.store.audit.forSubject('task', taskId).length;
+    raw.send({ type: 'error', code: 'INVALID_MESSAGE', message: 'x', ref_seq: Number(assign['seq']) });
+    raw.send({ type: 'error', code: 'INVALID_MESSAGE', message: 'x', ref_seq: 99_999 });
+    raw.send({ type: 'error', code: 'STALE_EPOCH', message: 'x', ref_seq: Number(assign['seq']) });
+    // A sample after them is acknowledged once they were all handled (the session reads in order).
+    const after = ++seq;
+    raw.sample(after, 1);
+    await raw.next((r) => r['type'] === 'ack' && r['seq'] === after, {
+      what: 'the later sample acknowledged',
+    });
+    expect(m.store.audit.forSubject('task', taskId).length).toBe(before);
     expect(raw.isOpen()).toBe(true);
   });
 
