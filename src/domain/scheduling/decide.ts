@@ -52,8 +52,10 @@ export function decide(
   //    (./fair-order.ts; one account: priority then age, as ever).
   const agedBefore = now - config.reservation_after_seconds * 1000;
   const grantedByAccount = new Map<string, number>();
+  const claimants = new Set(snapshot.reclaiming ?? []);
   const tasks = withClaimantsFirst(
     snapshot,
+    claimants,
     fairOrder(snapshot.tasks, snapshot.fair_share, compareQueuedTasks, grantedByAccount),
   );
   const limit = config.max_concurrent_cards_per_owner;
@@ -114,8 +116,10 @@ export function decide(
       continue;
     }
     // 6. Reserve: an aged task holds the free cards of the worker where it will fit first, so a
-    //    stream of smaller tasks behind it cannot starve it.
-    if (task.approved_at < agedBefore) {
+    //    stream of smaller tasks behind it cannot starve it. So does a task whose cards are being
+    //    reclaimed: what its first victims free stays free for it while the others stop (else a requeued
+    //    victim would take its own cards back, be preempted again, and so on up to the cap).
+    if (task.approved_at < agedBefore || claimants.has(task.task_id)) {
       const held = pool.reserve(view, decision.waiting.length + 1);
       if (held !== null) {
         decision.reservations.push({ task_id: task.task_id, ...held.reservation });
@@ -162,9 +166,9 @@ export function decide(
  */
 function* withClaimantsFirst(
   snapshot: SchedulingSnapshot,
+  claimants: ReadonlySet<string>,
   rest: Iterable<QueuedTaskView>,
 ): Generator<QueuedTaskView> {
-  const claimants = new Set(snapshot.reclaiming ?? []);
   if (claimants.size === 0) {
     yield* rest;
     return;

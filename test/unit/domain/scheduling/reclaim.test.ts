@@ -211,6 +211,23 @@ describe('reclaim by preemption', () => {
     expect(d.preemptions).toEqual([]);
   });
 
+  it('attack: the cards a first victim frees are held for the claimant, not taken back by the requeued victim (no ping-pong)', () => {
+    // b1 needs 4: a2 and a3 were asked; a3 stopped (cards 6, 7 free, a3 queued again), a2 still stops.
+    const running = [0, 1, 2].map((n) => lease(n, n === 2 ? { preempting_for: 'b1' } : {}));
+    const d = decide(
+      snapshot({
+        running,
+        tasks: [task('a3', 'team-a', 2, 50), task('b1', 'team-b', 4)],
+        reclaiming: ['b1'],
+      }),
+      1_000,
+    );
+    expect(d.grants).toEqual([]);
+    expect(d.reservations).toEqual([{ task_id: 'b1', worker_id: 'w1', card_indexes: [6, 7] }]);
+    expect(d.preemptions).toEqual([]);
+    expect(d.waiting.find((w) => w.task_id === 'b1')!.reason).toMatchObject({ code: 'reclaiming' });
+  });
+
   it('never preempts when a card is free for the task: it is simply granted', () => {
     const running = [0, 1, 2].map((n) => lease(n));
     const d = decide(snapshot({ running }), 1_000);
