@@ -206,7 +206,8 @@ describe.runIf(ready).each(SANDBOX_ENGINES)(
   'what a task sees of other tasks in /sys and its mount table, built by $name',
   ({ native }) => {
     it("attack: another task's execution id shows neither in /sys (loop backing files) nor in /proc/self/mountinfo", async () => {
-      const other = start(native, "import time; print('up', flush=True); time.sleep(4)");
+      // Runs until the look is done (then cancelled), not for a fixed time the look may outlast.
+      const other = start(native, "import time; print('up', flush=True); time.sleep(120)");
       try {
         await printed(other.chunks, 'up');
         const looker = start(native, LOOK);
@@ -223,7 +224,9 @@ describe.runIf(ready).each(SANDBOX_ENGINES)(
         if (native !== null) expect(mountinfo).not.toContain(other.plan.execution_id);
         else expect(mountinfo).toContain(`${other.plan.execution_id}/task`);
       } finally {
-        await other.handle.done;
+        other.handle.cancel('the look is done');
+        // Still running when the look ended: the other task was there to be seen.
+        expect((await other.handle.done).failure_reason).toBe('CANCELLED');
       }
     });
   },
