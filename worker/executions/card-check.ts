@@ -1,4 +1,4 @@
-import type { CardSample } from '../../src/contracts/sample.js';
+import { type CardSample, cardLabel } from '../../src/contracts/sample.js';
 import type { LeasedCard } from '../../src/contracts/worker-protocol.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 
@@ -29,6 +29,12 @@ export function leasedCardsProblem(
     if (found === undefined) return `card ${card.index} does not exist on this worker (cards here: ${here})`;
     if (found.uuid !== card.uuid)
       return `card ${card.index} is ${found.uuid} on this worker, not ${card.uuid} as leased`;
+    // A card in MIG mode is leased only as its slices; a slice whose capability nodes are unknown
+    // cannot be bound (docs/decisions/0046-mig-slices-as-cards.md).
+    if (found.mig_mode === 'enabled')
+      return `card ${card.index} is in MIG mode on this worker: only its slices can be leased, never the whole card`;
+    if (found.mig && (found.mig.gi_access_minor === null || found.mig.ci_access_minor === null))
+      return `MIG slice ${cardLabel(card.index)} has no known capability nodes on this worker, so it cannot be bound`;
   }
   return null;
 }

@@ -51,6 +51,7 @@ export function bwrapBoxFor(req: BwrapBoxRequest): TaskBox | string {
     devices = deviceNodesFor(req.provider, plan.cards, {
       ...(sandbox.simNodes === undefined ? {} : { simNodes: sandbox.simNodes }),
       ...(sandbox.devDir === undefined ? {} : { devDir: sandbox.devDir }),
+      ...(sandbox.migMinorsPath === undefined ? {} : { migMinorsPath: sandbox.migMinorsPath }),
     });
   } catch (err) {
     return errorMessage(err);

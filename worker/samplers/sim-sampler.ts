@@ -170,6 +170,18 @@ export class SimSampler implements CardSampler {
     return cards;
   }
 
+  /** The capability minors of every simulated slice (GPU and compute instance), for their stand-in nodes. */
+  capabilityMinors(): number[] {
+    const minors: number[] = [];
+    for (let parent = 0; this.mig && parent < this.count; parent++) {
+      for (const instance of this.mig) {
+        const m = simMigMinors(parent, instance.gpu_instance, 0);
+        minors.push(m.gi, m.ci);
+      }
+    }
+    return minors;
+  }
+
   private idle(index: number, uuid: string, memoryTotalMib: number): CardSample {
     return {
       index,

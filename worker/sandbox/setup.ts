@@ -58,6 +58,8 @@ export type SandboxSetup =
       readonly simNodes?: SimNodes;
       /** Where the real providers' device nodes are; default /dev (tests point it at fake nodes). */
       readonly devDir?: string;
+      /** Tests: the driver's MIG capability minors file (default /proc/driver/nvidia-caps/mig-minors). */
+      readonly migMinorsPath?: string;
       /** The host's system directories, as bound into every sandbox (bwrap.ts systemMounts()). */
       readonly system: SystemMounts;
       /**
@@ -162,7 +164,12 @@ export async function prepareSandbox(choice: SandboxChoice): Promise<PreparedSan
   let nodes: SimNodes | undefined;
   const simNodes = async () => {
     if (!(choice.sampler instanceof SimSampler)) return undefined;
-    nodes ??= await makeSimDeviceNodes(join(choice.dataDir, 'devices'), choice.sampler.count, root);
+    nodes ??= await makeSimDeviceNodes(
+      join(choice.dataDir, 'devices'),
+      choice.sampler.count,
+      root,
+      choice.sampler.capabilityMinors(),
+    );
     return nodes;
   };
   const containers = async (

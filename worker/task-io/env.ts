@@ -1,3 +1,4 @@
+import { cardLabel, MIG_INDEX_BASE } from '../../src/contracts/sample.js';
 import type { ExecutionPlan } from '../../src/contracts/worker-protocol.js';
 
 /**
@@ -32,11 +33,14 @@ export function buildTaskEnv(
   provider: ExecutorProvider,
   opts: { sandboxed?: boolean } = {},
 ): Record<string, string> {
-  const indexes = plan.cards.map((c) => String(c.index)).join(',');
+  const indexes = plan.cards.map((c) => cardLabel(c.index)).join(',');
+  const uuids = plan.cards.map((c) => c.uuid).join(',');
   // In a sandbox only the leased cards' nodes exist, and CUDA/HIP number what they can open from 0, so
   // the visible set is 0..n-1 there; GPU_BROKER_GPU_IDS keeps the host's indexes for the evidence.
-  const visible = opts.sandboxed ? plan.cards.map((_, i) => String(i)).join(',') : indexes;
-  const uuids = plan.cards.map((c) => c.uuid).join(',');
+  // A MIG slice is named by its MIG- uuid, which CUDA takes as it is (MIG devices are not renumbered),
+  // and containers by NVIDIA_VISIBLE_DEVICES the same (docs/decisions/0046-mig-slices-as-cards.md).
+  const slices = plan.cards.some((c) => c.index >= MIG_INDEX_BASE);
+  const visible = slices ? uuids : opts.sandboxed ? plan.cards.map((_, i) => String(i)).join(',') : indexes;
   return {
     PATH: TASK_DEFAULT_PATH,
     LANG: 'C.UTF-8',
@@ -49,6 +53,7 @@ export function buildTaskEnv(
     CUDA_VISIBLE_DEVICES: visible,
     HIP_VISIBLE_DEVICES: visible,
     ROCR_VISIBLE_DEVICES: visible,
+    ...(slices ? { NVIDIA_VISIBLE_DEVICES: uuids } : {}),
     GPU_BROKER_TASK_ID: plan.task_id,
     GPU_BROKER_EXECUTION_ID: plan.execution_id,
     GPU_BROKER_ASSIGNMENT_ID: plan.assignment_id,
