@@ -61,12 +61,16 @@ export class PreemptionsRepo {
     this.liveStmt = db.prepare<[], PreemptionRecord>(
       `SELECT p.* FROM preemptions p JOIN leases l ON l.id = p.lease_id WHERE l.state <> 'RELEASED'`,
     );
-    // Queued claimants whose cards are being freed, or were freed since `since`.
+    // Queued claimants whose cards are being freed, or were freed since `since`. A QUARANTINED lease (its
+    // worker lost mid-preemption) frees nothing until its worker returns or an operator reconciles it,
+    // which may be never: its claimant is an ordinary queued task meanwhile (no first place, free to
+    // reclaim elsewhere).
     this.claimantsStmt = db.prepare<[number], { for_task_id: string }>(
       `SELECT DISTINCT p.for_task_id FROM preemptions p
          JOIN leases l ON l.id = p.lease_id
          JOIN tasks t ON t.id = p.for_task_id
-        WHERE t.state = 'QUEUED' AND (l.state <> 'RELEASED' OR l.released_at >= ?)`,
+        WHERE t.state = 'QUEUED'
+          AND (l.state IN ('ACTIVE', 'RELEASING') OR (l.state = 'RELEASED' AND l.released_at >= ?))`,
     );
     this.runningStmt = db.prepare<[], RunningLeaseFacts>(
       `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at,
@@ -76,13 +80,14 @@ export class PreemptionsRepo {
               (SELECT p.for_task_id FROM preemptions p WHERE p.lease_id = l.id) AS preempting_for,
               (SELECT group_concat(c.card_index) FROM lease_cards c WHERE c.lease_id = l.id) AS cards
          FROM leases l JOIN tasks t ON t.id = l.task_id
-        WHERE l.state <> 'RELEASED'
+        WHERE l.state IN ('ACTIVE', 'RELEASING')
           AND ((l.state = 'ACTIVE' AND t.state = 'RUNNING') OR l.id IN (SELECT lease_id FROM preemptions))`,
     );
   }
 
   /**
-   * The ACTIVE leases of RUNNING tasks, and every live lease being preempted (stopping, cleaning up), with
+   * The ACTIVE leases of RUNNING tasks, and every lease being preempted that is ACTIVE or RELEASING
+   * (stopping, cleaning up; not QUARANTINED, see the claimants' statement), with
    * their spec's preemption fields, how often each task was preempted and whether this lease is being
    * preempted (one statement; reclaim reads it each pass where some account has a nominal share).
    */

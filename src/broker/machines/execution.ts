@@ -61,7 +61,9 @@ export function moveExecution(
  * it): its task becomes RECONCILIATION_REQUIRED and its lease QUARANTINED, so the cards are not freed on
  * a guess. A later worker report, the worker's return with the execution alive (`resumeExecution`, only
  * when `taskReason` says the worker was merely unreachable) or an operator reconcile settles it. Returns
- * whether the task moved. Call inside a transaction.
+ * whether the task moved. Call inside a transaction. An execution whose lease was released no longer
+ * speaks for its task: a preempted task queued again (docs/operations.md "Borrowing and reclaim") may run
+ * elsewhere by now, so a stale or illegal report of its old run (under that run's own epoch) leaves it be.
  */
 export function markExecutionLost(
   deps: BrokerDeps,
@@ -75,7 +77,7 @@ export function markExecutionLost(
   const lease = deps.store.leases.lease(e.lease_id);
   if (!task || !lease) return false;
   let moved = false;
-  if (taskAccepts(task.state, 'worker_lost')) {
+  if (lease.state !== 'RELEASED' && taskAccepts(task.state, 'worker_lost')) {
     moveTask(deps, task, 'worker_lost', actor, { reason: taskReason }, { ...data, reason });
     moved = true;
   }

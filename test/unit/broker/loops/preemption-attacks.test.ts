@@ -1,0 +1,210 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { sweepExecutions } from '../../../../src/broker/loops/liveness.js';
+import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
+import { createPrincipal } from '../../../../src/broker/principals.js';
+import { createAccount } from '../../../../src/broker/tools/accounts.js';
+import { handleExecutionReport } from '../../../../src/broker/workers/reports.js';
+import { BrokerError } from '../../../../src/contracts/errors.js';
+import { PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
+import type { ExecutionPhase } from '../../../../src/domain/machines/execution.js';
+import type { ExecutionRecord } from '../../../../src/store/leases-repo.js';
+import type { Principal } from '../../../../src/store/principals-repo.js';
+import type { BrokerFixture } from '../../../support/deps.js';
+import { enrolledCluster, WORKER } from '../../../support/enrolled-cluster.js';
+import { validSpec } from '../../../support/spec.js';
+
+/**
+ * Attacks on reclaim by preemption at the broker's use cases (docs/operations.md "Borrowing and
+ * reclaim"), on an in-memory store, a manual clock and one enrolled 4-card worker driven by hand-made
+ * reports (test/integration/cluster/preemption.test.ts runs the honest story over a real link): team-a
+ * (no nominal share) borrows the worker with two 2-card preemptible tasks; team-b (nominal 2) asks for 2.
+ */
+
+let f: BrokerFixture | undefined;
+afterEach(() => f?.close());
+let keys = 0;
+const key = () => `preempt-attack-${++keys}`;
+
+type Phase = Exclude<ExecutionPhase, 'assigned'>;
+
+async function setUp() {
+  const c = await enrolledCluster([]);
+  f = c.f;
+  const fx = c.f;
+  createAccount(fx.deps, 'test', { name: 'team-a' });
+  createAccount(fx.deps, 'test', { name: 'team-b', nominal_cards: 2 });
+  const member = (name: string, account: string) =>
+    createPrincipal(fx.deps, { name, roles: ['submitter'], account }, 'test').principal;
+  const alice = member('alice-a', 'team-a');
+  const bob = member('bob-b', 'team-b');
+  const rita = fx.deps.store.principals.findByName('rita')!;
+  const scheduler = new Scheduler(fx.deps, fx.deps.cluster.fleet, fx.deps.cluster.link);
+
+  async function approve(p: Principal, over: Parameters<typeof validSpec>[0] = {}): Promise<string> {
+    const r = (await fx.invoke(p, 'create_proposal', {
+      spec: validSpec({ cards: { count: 2 }, outputs: [], ...over }),
+      idempotency_key: key(),
+    })) as { proposal_id: string; revision_id: string };
+    const ids = { proposal_id: r.proposal_id, revision_id: r.revision_id };
+    await fx.invoke(p, 'confirm_revision', { ...ids, idempotency_key: key() });
+    await fx.invoke(rita, 'submit_review', {
+      ...ids,
+      decision: 'APPROVE',
+      comments: 'ok',
+      idempotency_key: key(),
+    });
+    return (
+      fx.deps.store.db.prepare('SELECT id FROM tasks WHERE proposal_id = ?').get(r.proposal_id) as {
+        id: string;
+      }
+    ).id;
+  }
+
+  /** The task's newest execution. */
+  const execOf = (taskId: string): ExecutionRecord => {
+    const lease = fx.deps.store.leases.latestLeaseForTask(taskId)!;
+    return fx.deps.store.leases.executionForLease(lease.id)!;
+  };
+
+  /** A worker report; returns the refusal's code, or null when it was taken. */
+  function report(e: ExecutionRecord, phase: Phase, extra: Record<string, unknown> = {}): string | null {
+    try {
+      fx.deps.store.transaction(() =>
+        handleExecutionReport(fx.deps, WORKER, {
+          type: 'execution',
+          protocol_version: PROTOCOL_VERSION,
+          boot_id: 'boot-1',
+          seq: ++keys,
+          execution_id: e.id,
+          task_id: e.task_id,
+          lease_epoch: e.lease_epoch,
+          phase,
+          ...extra,
+        } as Parameters<typeof handleExecutionReport>[2]),
+      );
+      return null;
+    } catch (err) {
+      if (err instanceof BrokerError) return err.code;
+      throw err;
+    }
+  }
+
+  const pass = () => scheduler.runPass();
+  const state = (taskId: string) => fx.deps.store.tasks.get(taskId)!.state;
+  const start = (taskId: string) => {
+    const e = execOf(taskId);
+    report(e, 'accepted');
+    report(e, 'started');
+    expect(state(taskId)).toBe('RUNNING');
+    return e;
+  };
+  const preemptCancels = () =>
+    fx.deps.store.outbox
+      .unacked(WORKER)
+      .map((o) => o.body as { type: string; preempt?: boolean; execution_id?: string })
+      .filter((m) => m.type === 'cancel' && m.preempt === true);
+  /** Worker side of an honest preemption: SIGTERM, PREEMPTED, cleanup receipt. */
+  const stopPreempted = (e: ExecutionRecord) => {
+    report(e, 'exited', { exit_code: null, signal: 'SIGTERM', failure_reason: 'PREEMPTED', outputs: [] });
+    report(e, 'cleaned');
+  };
+
+  /** a1, a2 RUNNING (team-a, preemptible, 2 cards each), b1 queued: the pass asks a2 to stop for b1. */
+  async function preempting() {
+    const a1 = await approve(alice, { preemptible: true });
+    pass();
+    const ea1 = start(a1);
+    c.clock.advance(1000);
+    const a2 = await approve(alice, { preemptible: true });
+    pass();
+    const ea2 = start(a2);
+    const b1 = await approve(bob);
+    const d = pass();
+    expect(d.preemptions.map((p) => p.task_id)).toEqual([a2]);
+    expect(preemptCancels().map((m) => m.execution_id)).toEqual([ea2.id]);
+    return { a1, a2, b1, ea1, ea2 };
+  }
+
+  return { ...c, fx, alice, bob, approve, execOf, report, pass, state, start, stopPreempted, preempting };
+}
+
+describe('attacks on reclaim by preemption (broker)', () => {
+  it('a worker’s PREEMPTED for a lease the master never asked to stop does not requeue the task', async () => {
+    const t = await setUp();
+    const { a1, ea1 } = await t.preempting();
+    // a1 was not asked: a worker claiming PREEMPTED (exit 0) completes it, by a signal fails it.
+    t.report(ea1, 'exited', { exit_code: 0, signal: null, failure_reason: 'PREEMPTED', outputs: [] });
+    t.report(ea1, 'cleaned');
+    expect(t.state(a1)).toBe('COMPLETED');
+    expect(t.fx.deps.store.preemptions.countFor(a1)).toBe(0);
+  });
+
+  it('a stale report of the first run, replayed after the requeue, never moves the task’s next run', async () => {
+    const t = await setUp();
+    const { a2, b1, ea2 } = await t.preempting();
+    t.stopPreempted(ea2);
+    expect(t.state(a2)).toBe('QUEUED');
+    // b1 takes a2's cards, runs and ends; a2 runs again on a new lease.
+    t.pass();
+    const eb1 = t.start(b1);
+    t.report(eb1, 'exited', { exit_code: 0, signal: null, outputs: [] });
+    t.report(eb1, 'cleaned');
+    expect(t.state(b1)).toBe('COMPLETED');
+    t.pass();
+    const second = t.start(a2);
+    expect(second.id).not.toBe(ea2.id);
+    // Replays of the first run, under its own (valid) epoch: duplicates, and one off the path.
+    for (const [phase, extra] of [
+      ['started', {}],
+      ['exited', { exit_code: 0, signal: null, outputs: [] }],
+      ['cleaned', {}],
+      ['cleanup_failed', {}],
+      ['rejected', { failure_reason: 'SETUP_FAILED' }],
+    ] as Array<[Phase, Record<string, unknown>]>) {
+      t.report(ea2, phase, extra);
+      expect(t.state(a2), `after a replayed ${phase}`).toBe('RUNNING');
+      expect(t.fx.deps.store.leases.lease(second.lease_id)!.state).toBe('ACTIVE');
+    }
+    // The second run's own reports still end it normally.
+    t.report(second, 'exited', { exit_code: 0, signal: null, outputs: [] });
+    t.report(second, 'cleaned');
+    expect(t.state(a2)).toBe('COMPLETED');
+  });
+
+  it('the claimant cancelled while its victims stop: they are still requeued, and it goes first no more', async () => {
+    const t = await setUp();
+    const { a2, b1, ea2 } = await t.preempting();
+    await t.fx.invoke(t.bob, 'cancel_task', { task_id: b1, idempotency_key: key() });
+    expect(t.state(b1)).toBe('CANCELLED');
+    expect(t.fx.deps.store.preemptions.claimants(0)).toEqual([]);
+    t.stopPreempted(ea2);
+    expect(t.state(a2)).toBe('QUEUED');
+    // a2 simply runs again on its old cards.
+    expect(t.pass().grants.map((g) => g.task_id)).toEqual([a2]);
+  });
+
+  it('the victim’s owner cancels while it stops: the run ends CANCELLED, not requeued', async () => {
+    const t = await setUp();
+    const { a2, ea2 } = await t.preempting();
+    await t.fx.invoke(t.alice, 'cancel_task', { task_id: a2, idempotency_key: key() });
+    t.stopPreempted(ea2);
+    expect(t.state(a2)).toBe('CANCELLED');
+  });
+
+  it('a victim whose worker is lost mid-preemption does not hold its claimant first, nor stop it reclaiming, forever', async () => {
+    const t = await setUp();
+    const { a2, b1, ea2 } = await t.preempting();
+    expect(t.fx.deps.store.preemptions.claimants(0)).toEqual([b1]);
+    // The worker falls silent past the lease grace: a2's lease is quarantined (it may never come back).
+    const { worker_offline_seconds, lease_grace_seconds } = t.fx.deps.config.timing;
+    t.clock.advance((worker_offline_seconds + 1) * 1000);
+    sweepExecutions(t.fx.deps, t.fx.deps.cluster.fleet);
+    t.clock.advance((lease_grace_seconds + 1) * 1000);
+    sweepExecutions(t.fx.deps, t.fx.deps.cluster.fleet);
+    expect(t.fx.deps.store.leases.lease(ea2.lease_id)!.state).toBe('QUARANTINED');
+    expect(t.state(a2)).toBe('RECONCILIATION_REQUIRED');
+    // b1 is an ordinary queued task again: no first place, no 'reclaiming' wait on a lease in limbo.
+    expect(t.fx.deps.store.preemptions.claimants(0)).toEqual([]);
+    expect(t.fx.deps.store.preemptions.running().filter((r) => r.preempting_for !== null)).toEqual([]);
+  });
+});
