@@ -1,0 +1,102 @@
+import { writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { parseSimMigLayout } from '../../../worker/samplers/sim-mig-layout.js';
+import { SimSampler, simMigMinors } from '../../../worker/samplers/sim-sampler.js';
+import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
+import { startTestMaster, type TestMaster } from '../../support/master.js';
+import { callTool, expectOk } from '../../support/mcp.js';
+import { makeGateDir, removeTempDirs } from '../../support/temp.js';
+import { waitFor } from '../../support/wait.js';
+import { startWorkerOn, type TestWorker } from '../../support/worker.js';
+
+/**
+ * Issue 39's measurement on simulated slices (docs/decisions/0046-mig-slices-as-cards.md): one
+ * simulated card split 7 ways runs 7 one-slice tasks at once, each in a sandbox holding its parent's
+ * node and only its own two capability nodes, named by its MIG- uuid; a whole-card task waits.
+ */
+
+let m: TestMaster;
+let worker: TestWorker;
+let alice: Client;
+let rita: Client;
+let gates: string;
+
+beforeAll(async () => {
+  m = await startTestMaster({ config: clusterConfig() });
+  alice = await m.mcpClient(m.createToken('alice', ['submitter']));
+  rita = await m.mcpClient(m.createToken('rita', ['reviewer']));
+  const sampler = new SimSampler({ count: 1, seed: 'mig-1', mig: parseSimMigLayout('1g.10gb*7') });
+  worker = await startWorkerOn(m, 'mig-1', { sampler });
+  await waitFor(() => cards('AVAILABLE') === 7, { what: 'seven available slices' });
+  gates = makeGateDir('mig-gates');
+});
+
+afterAll(async () => {
+  await worker?.close();
+  await m?.close();
+  removeTempDirs();
+});
+
+function cards(state: string): number {
+  return m.deps.cluster.fleet
+    .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
+    .filter((c) => c.state === state && c.mig !== null).length;
+}
+
+async function reasonOf(taskId: string): Promise<string | undefined> {
+  type Queue = { tasks: Array<{ task_id: string | null; reason: { code?: string } | null }> };
+  const queue = expectOk(await callTool<Queue>(alice, 'get_queue', {}));
+  return queue.tasks.find((t) => t.task_id === taskId)?.reason?.code;
+}
+
+describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
+  it('lists the card in MIG mode and its seven slices under it', () => {
+    const listed = m.deps.cluster.fleet.listCards(m.store, Date.now(), { sample_interval_ms: 200 });
+    expect(listed.map((c) => [c.label, c.state, c.mig?.profile ?? null, c.simulated])).toEqual([
+      ['0', 'CORDONED', null, true],
+      ...[1, 2, 3, 4, 5, 6, 7].map((gi) => [`0:mig:${gi}/0`, 'AVAILABLE', '1g.10gb', true]),
+    ]);
+  });
+
+  it('runs 7 one-slice tasks at once, each seeing only its own slice', async () => {
+    const gate = join(gates, 'open');
+    const script = [
+      'echo "vis=$CUDA_VISIBLE_DEVICES ids=$GPU_BROKER_GPU_IDS"',
+      'echo "caps=$(ls /dev/nvidia-caps | tr "\\n" " ")"',
+      `while [ ! -e '${gate}' ]; do sleep 0.05; done`,
+    ].join('\n');
+    const ids = await Promise.all(
+      Array.from({ length: 7 }, (_, i) =>
+        approveTask(
+          alice,
+          rita,
+          shellSpec(script, { title: `slice task ${i}`, cards: { count: 1, mig_profile: '1g.10gb' } }),
+        ),
+      ),
+    );
+    // All seven hold their slices at the same time, on one card.
+    await waitFor(() => cards('LEASED') === 7, { what: 'seven leased slices', timeoutMs: 30_000 });
+    const whole = await approveTask(alice, rita, shellSpec('true', { title: 'a whole card' }));
+    await waitFor(async () => (await getTask(alice, whole)).state === 'QUEUED', { what: 'queued' });
+    await waitFor(async () => (await reasonOf(whole)) === 'no_matching_worker', {
+      what: 'the whole-card task waits as no_matching_worker',
+    });
+    writeFileSync(gate, '');
+    const settled = await Promise.all(ids.map((id) => waitUntilSettled(alice, id, 60_000)));
+    expect(settled.map((t) => t.state)).toEqual(ids.map(() => 'COMPLETED'));
+    const seen = new Set<string>();
+    for (const t of settled) {
+      const logs = expectOk(await callTool<{ data: string }>(alice, 'get_task_logs', { task_id: t.task_id }));
+      const vis = /^vis=(MIG-\S+) ids=0:mig:(\d)\/0$/m.exec(logs.data);
+      expect(vis, logs.data).not.toBeNull();
+      expect(vis![1]).toBe(t.cards[0]!.uuid);
+      const minors = simMigMinors(0, Number(vis![2]), 0);
+      expect(logs.data).toContain(`caps=nvidia-cap${minors.gi} nvidia-cap${minors.ci} `);
+      seen.add(vis![1]!);
+    }
+    expect(seen.size).toBe(7);
+    await callTool(alice, 'cancel_task', { task_id: whole, idempotency_key: `cancel-${whole}` });
+  });
+});
