@@ -252,7 +252,9 @@ export class Fleet {
             simulated: c.simulated,
             ...(c.mig_mode != null ? { mig_mode: c.mig_mode } : {}),
             ...(c.mig !== undefined ? { mig: c.mig } : {}),
-            cordoned: cordoned.has(key),
+            // Cordoning a card in MIG mode cordons its slices too (ADR 0046); a slice may be cordoned alone.
+            cordoned:
+              cordoned.has(key) || (c.mig !== undefined && cordoned.has(`${rec.id}/${c.mig.parent_index}`)),
             leased: leaseState === 'ACTIVE' || leaseState === 'RELEASING',
             quarantined: leaseState === 'QUARANTINED',
             broker_pids: [],

@@ -1,4 +1,5 @@
 import { BrokerError } from '../../contracts/errors.js';
+import { parseCardLabel } from '../../contracts/sample.js';
 import type { CommandSpec } from '../../platform/args.js';
 import { errorMessage } from '../../platform/error-message.js';
 import { parseCommand, usageError } from '../common/args.js';
@@ -28,6 +29,14 @@ interface Card {
   index: number;
 }
 
+/** `WORKER:CARD`, the card an index or a MIG slice label (`gpu-1:0:mig:2/0`); null when it is neither. */
+function cardTarget(target: string): { worker: string; index: number } | null {
+  const m = /^(.+):(\d{1,3}:mig:\d{1,2}\/\d|\d+)$/.exec(target);
+  if (!m) return null;
+  const index = /^\d+$/.test(m[2]!) ? Number(m[2]) : parseCardLabel(m[2]!);
+  return index === null ? null : { worker: m[1]!, index };
+}
+
 export const run: CommandRunner = async (argv, io) => {
   const [verb = '', ...rest] = argv;
   const spec = SPECS[verb];
@@ -46,8 +55,13 @@ export const run: CommandRunner = async (argv, io) => {
   const dupes = targets.filter((t, i) => targets.indexOf(t) !== i);
   if (dupes.length > 0) return usageError(io, spec, `${dupes[0]} is named twice`);
   if (verb.endsWith('cordon')) {
-    const bad = targets.find((t) => !/^.+:\d+$/.test(t));
-    if (bad) return usageError(io, spec, `expected WORKER:CARD, got "${bad}"`);
+    const bad = targets.find((t) => cardTarget(t) === null);
+    if (bad)
+      return usageError(
+        io,
+        spec,
+        `expected WORKER:CARD (CARD an index or a MIG slice, 0:mig:2/0), got "${bad}"`,
+      );
   }
   if (verb === 'reconcile' && (!values.resolution || !values.reason))
     return usageError(io, spec, '--resolution and --reason are required');
@@ -85,7 +99,10 @@ async function checkTargetsExist(c: MasterClient, verb: string, targets: string[
   if (verb.endsWith('cordon')) {
     const { cards } = await c.get<{ cards: Card[] }>('/api/v1/cards');
     const known = new Set(cards.map((k) => `${k.worker_id}:${k.index}`));
-    missing = targets.filter((t) => !known.has(t));
+    missing = targets.filter((t) => {
+      const card = cardTarget(t);
+      return card === null || !known.has(`${card.worker}:${card.index}`);
+    });
   } else if (verb !== 'reconcile') {
     const { workers } = await c.get<{ workers: Array<{ worker_id: string }> }>('/api/v1/workers');
     const known = new Set(workers.map((w) => w.worker_id));
@@ -106,9 +123,9 @@ function act(
   values: { reason?: string; resolution?: string; force?: boolean },
 ): Promise<unknown> {
   if (verb === 'cordon' || verb === 'uncordon') {
-    const at = target.lastIndexOf(':');
+    const card = cardTarget(target)!;
     return c.post(
-      `/api/v1/workers/${encodeURIComponent(target.slice(0, at))}/cards/${target.slice(at + 1)}/${verb}`,
+      `/api/v1/workers/${encodeURIComponent(card.worker)}/cards/${card.index}/${verb}`,
       values.reason ? { reason: values.reason } : {},
     );
   }

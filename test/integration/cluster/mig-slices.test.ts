@@ -2,8 +2,11 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run as cardsCli } from '../../../src/cli/operator/cards.js';
+import { migCardIndex } from '../../../src/contracts/sample.js';
 import { parseSimMigLayout } from '../../../worker/samplers/sim-mig-layout.js';
 import { SimSampler, simMigMinors } from '../../../worker/samplers/sim-sampler.js';
+import { runCli } from '../../support/cli.js';
 import { approveTask, clusterConfig, getTask, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
@@ -98,5 +101,33 @@ describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
     }
     expect(seen.size).toBe(7);
     await callTool(alice, 'cancel_task', { task_id: whole, idempotency_key: `cancel-${whole}` });
+  });
+
+  it('cordon names a slice by its label; cordoning the card cordons every slice of it', async () => {
+    const env = {
+      GPU_BROKER_URL: m.url,
+      GPU_BROKER_TOKEN: m.operatorToken,
+      GPU_BROKER_CA_FILE: m.caCertPath ?? '',
+    };
+    const states = () =>
+      m.deps.cluster.fleet
+        .listCards(m.store, Date.now(), { sample_interval_ms: 200 })
+        .filter((c) => c.mig !== null)
+        .map((c) => c.state);
+    await waitFor(() => cards('AVAILABLE') === 7, { what: 'the slices free again' });
+    const one = await runCli(cardsCli, ['cordon', 'mig-1:0:mig:3/0', '--reason', 'one slice'], env);
+    expect(one.code, one.stderr).toBe(0);
+    expect(m.store.workers.cordons().map((c) => c.card_index)).toEqual([migCardIndex(0, 3, 0)]);
+    expect(states().filter((s) => s === 'CORDONED')).toHaveLength(1);
+    const parent = await runCli(cardsCli, ['cordon', 'mig-1:0', '--reason', 'the whole card'], env);
+    expect(parent.code, parent.stderr).toBe(0);
+    expect(states()).toEqual(Array.from({ length: 7 }, () => 'CORDONED'));
+    const off = await runCli(cardsCli, ['uncordon', 'mig-1:0', 'mig-1:0:mig:3/0'], env);
+    expect(off.code, off.stderr).toBe(0);
+    expect(states()).toEqual(Array.from({ length: 7 }, () => 'AVAILABLE'));
+    const bad = await runCli(cardsCli, ['cordon', 'mig-1:0:mig:15/0'], env);
+    expect(bad.code).toBe(2);
+    const missing = await runCli(cardsCli, ['cordon', 'mig-1:0:mig:9/0'], env);
+    expect(missing.stderr).toContain('no such card: mig-1:0:mig:9/0');
   });
 });
