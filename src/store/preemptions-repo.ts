@@ -46,6 +46,7 @@ export class PreemptionsRepo {
   private readonly liveStmt;
   private readonly claimantsStmt;
   private readonly runningStmt;
+  private readonly preemptedSecondsStmt;
 
   constructor(db: Db) {
     this.insertStmt = db.prepare(
@@ -71,6 +72,12 @@ export class PreemptionsRepo {
          JOIN tasks t ON t.id = p.for_task_id
         WHERE t.state = 'QUEUED'
           AND (l.state IN ('ACTIVE', 'RELEASING') OR (l.state = 'RELEASED' AND l.released_at >= ?))`,
+    );
+    // Card-seconds charged (usage_charges) for a task's preempted leases, but one (its last run's).
+    this.preemptedSecondsStmt = db.prepare<[string, string, string], { s: number }>(
+      `SELECT coalesce(sum(u.card_seconds), 0) AS s FROM usage_charges u
+        WHERE u.task_id = ? AND u.lease_id IN (SELECT lease_id FROM preemptions WHERE task_id = ?)
+          AND u.lease_id <> ?`,
     );
     this.runningStmt = db.prepare<[], RunningLeaseFacts>(
       `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at,
@@ -108,6 +115,15 @@ export class PreemptionsRepo {
   /** How often `taskId` was asked to stop for another task. */
   countFor(taskId: string): number {
     return this.countStmt.get(taskId)?.n ?? 0;
+  }
+
+  /**
+   * The card-seconds charged for `taskId`'s preempted runs (their leases' usage rows), leaving out
+   * `exceptLeaseId` (the lease of the run a caller charges itself; null: none). A standing grant's run
+   * is charged for these too (src/broker/machines/standing-grant.ts settleGrantRun).
+   */
+  preemptedCardSeconds(taskId: string, exceptLeaseId: string | null): number {
+    return this.preemptedSecondsStmt.get(taskId, taskId, exceptLeaseId ?? '')?.s ?? 0;
   }
 
   /** Preemptions whose leases are not yet released. */

@@ -100,7 +100,7 @@ const OUTCOME = { COMPLETED: 'COMPLETED', FAILED: 'FAILED', CANCELLED: 'CANCELLE
 
 /**
  * Settles the grant run of a task that just ended: charges cards × the seconds it held them (capped at
- * its reservation, src/domain/grants/grant.ts chargeOf), releases the reservation and its
+ * its reservation, src/domain/grants/grant.ts chargeOf; a preempted task's earlier runs included), releases the reservation and its
  * concurrency slot, and counts failures in a row; `breaker_k` of them suspend an ACTIVE grant. A task
  * no grant approved, or one settled already, changes nothing.
  */
@@ -111,7 +111,15 @@ export function settleGrantRun(deps: Deps, task: TaskRecord): void {
   if (!run || run.settled_at !== null) return;
   const g = deps.store.grants.get(run.grant_id);
   if (!g) return;
-  const charged = chargeOf(run.cards, task.started_at, task.finished_at, run.card_seconds_reserved);
+  // A preempted run's cards count too (docs/operations.md "Borrowing and reclaim"): task.started_at is
+  // the last run's only (a requeue clears it), so the earlier runs' leases are read from the ledger.
+  const lastLease =
+    task.started_at === null ? null : (deps.store.leases.latestLeaseForTask(task.id)?.id ?? null);
+  const preempted = deps.store.preemptions.preemptedCardSeconds(task.id, lastLease);
+  const charged = Math.min(
+    run.card_seconds_reserved,
+    chargeOf(run.cards, task.started_at, task.finished_at, run.card_seconds_reserved) + preempted,
+  );
   deps.store.grants.settleRun(task.id, charged, outcome, task.finished_at);
   const failures =
     outcome === 'FAILED' ? g.consecutive_failures + 1 : outcome === 'COMPLETED' ? 0 : g.consecutive_failures;

@@ -10,7 +10,7 @@ import type { ExecutionPhase } from '../../../../src/domain/machines/execution.j
 import type { ExecutionRecord } from '../../../../src/store/leases-repo.js';
 import type { Principal } from '../../../../src/store/principals-repo.js';
 import type { BrokerFixture } from '../../../support/deps.js';
-import { enrolledCluster, WORKER } from '../../../support/enrolled-cluster.js';
+import { enrolledCluster, samples, WORKER } from '../../../support/enrolled-cluster.js';
 import { validSpec } from '../../../support/spec.js';
 
 /**
@@ -46,13 +46,17 @@ async function setUp() {
       idempotency_key: key(),
     })) as { proposal_id: string; revision_id: string };
     const ids = { proposal_id: r.proposal_id, revision_id: r.revision_id };
-    await fx.invoke(p, 'confirm_revision', { ...ids, idempotency_key: key() });
-    await fx.invoke(rita, 'submit_review', {
-      ...ids,
-      decision: 'APPROVE',
-      comments: 'ok',
-      idempotency_key: key(),
-    });
+    const confirmed = (await fx.invoke(p, 'confirm_revision', { ...ids, idempotency_key: key() })) as {
+      state: string;
+    };
+    // A standing grant may have approved it already.
+    if (confirmed.state !== 'APPROVED')
+      await fx.invoke(rita, 'submit_review', {
+        ...ids,
+        decision: 'APPROVE',
+        comments: 'ok',
+        idempotency_key: key(),
+      });
     return (
       fx.deps.store.db.prepare('SELECT id FROM tasks WHERE proposal_id = ?').get(r.proposal_id) as {
         id: string;
@@ -90,6 +94,12 @@ async function setUp() {
   }
 
   const pass = () => scheduler.runPass();
+  /** Time passes; the worker keeps sampling (it stays online). */
+  const tick = (ms: number) => {
+    c.clock.advance(ms);
+    fx.deps.cluster.fleet.touched(WORKER, c.clock.now());
+    fx.deps.cluster.fleet.sampled(WORKER, samples, null, c.clock.now());
+  };
   const state = (taskId: string) => fx.deps.store.tasks.get(taskId)!.state;
   const start = (taskId: string) => {
     const e = execOf(taskId);
@@ -125,7 +135,22 @@ async function setUp() {
     return { a1, a2, b1, ea1, ea2 };
   }
 
-  return { ...c, fx, alice, bob, approve, execOf, report, pass, state, start, stopPreempted, preempting };
+  return {
+    ...c,
+    fx,
+    alice,
+    bob,
+    rita,
+    tick,
+    approve,
+    execOf,
+    report,
+    pass,
+    state,
+    start,
+    stopPreempted,
+    preempting,
+  };
 }
 
 describe('attacks on reclaim by preemption (broker)', () => {
@@ -189,6 +214,83 @@ describe('attacks on reclaim by preemption (broker)', () => {
     await t.fx.invoke(t.alice, 'cancel_task', { task_id: a2, idempotency_key: key() });
     t.stopPreempted(ea2);
     expect(t.state(a2)).toBe('CANCELLED');
+  });
+
+  it('a grant-approved run preempted once: one run of the grant, charged for both runs’ card-seconds', async () => {
+    const t = await setUp();
+    // A plain argv (an inline `sh -c` is never coverable by a grant).
+    const spec = {
+      preemptible: true,
+      time_limit_seconds: 600,
+      runtime: { kind: 'process' as const, argv: ['/bin/sh', 'train.sh'] },
+    };
+    const a1 = await t.approve(t.alice, spec);
+    t.pass();
+    t.start(a1);
+    // A person approves the base revision; a grant drafted from it approves the next one.
+    const base = (await t.fx.invoke(t.alice, 'create_proposal', {
+      spec: validSpec({ cards: { count: 2 }, outputs: [], ...spec }),
+      idempotency_key: key(),
+    })) as { proposal_id: string; revision_id: string };
+    const baseIds = { proposal_id: base.proposal_id, revision_id: base.revision_id };
+    await t.fx.invoke(t.alice, 'confirm_revision', { ...baseIds, idempotency_key: key() });
+    await t.fx.invoke(t.rita, 'submit_review', {
+      ...baseIds,
+      decision: 'APPROVE',
+      comments: 'ok',
+      idempotency_key: key(),
+    });
+    const baseTask = (
+      t.fx.deps.store.db.prepare('SELECT id FROM tasks WHERE proposal_id = ?').get(base.proposal_id) as {
+        id: string;
+      }
+    ).id;
+    await t.fx.invoke(t.alice, 'cancel_task', { task_id: baseTask, idempotency_key: key() });
+    const g = (await t.fx.invoke(t.alice, 'request_grant', {
+      base_revision_id: base.revision_id,
+      scope: {},
+      max_runs: 5,
+      max_card_hours: 1,
+      concurrency: 10,
+      ttl_seconds: 3600,
+      reason: 'iterate',
+      idempotency_key: key(),
+    })) as { grant: { grant_id: string } };
+    await t.fx.invoke(t.rita, 'decide_grant', {
+      grant_id: g.grant.grant_id,
+      decision: 'APPROVE',
+      idempotency_key: key(),
+    });
+    t.clock.advance(1000);
+    const g1 = await t.approve(t.alice, spec);
+    expect(t.fx.deps.store.grants.runOfTask(g1)?.grant_id).toBe(g.grant.grant_id);
+    t.pass();
+    const first = t.start(g1);
+    // b1 (team-b, within its nominal 2) preempts g1, the newest lease, after 30 s.
+    const b1 = await t.approve(t.bob);
+    t.tick(30_000);
+    expect(t.pass().preemptions.map((p) => p.task_id)).toEqual([g1]);
+    t.stopPreempted(first);
+    expect(t.state(g1)).toBe('QUEUED');
+    t.pass();
+    const eb1 = t.start(b1);
+    t.report(eb1, 'exited', { exit_code: 0, signal: null, outputs: [] });
+    t.report(eb1, 'cleaned');
+    t.pass();
+    const second = t.start(g1);
+    t.tick(40_000);
+    t.report(second, 'exited', { exit_code: 0, signal: null, outputs: [] });
+    t.report(second, 'cleaned');
+    expect(t.state(g1)).toBe('COMPLETED');
+    const grant = t.fx.deps.store.grants.get(g.grant.grant_id)!;
+    expect(grant.runs_used).toBe(1);
+    expect(grant.running).toBe(0);
+    const firstRun = t.fx.deps.store.db
+      .prepare('SELECT sum(card_seconds) AS s FROM usage_charges WHERE lease_id = ?')
+      .get(first.lease_id) as { s: number };
+    expect(firstRun.s).toBeGreaterThanOrEqual(60);
+    expect(grant.card_seconds_charged).toBe(firstRun.s + 2 * 40);
+    expect(t.fx.deps.store.grants.runOfTask(g1)!.card_seconds_charged).toBe(firstRun.s + 2 * 40);
   });
 
   it('a victim whose worker is lost mid-preemption does not hold its claimant first, nor stop it reclaiming, forever', async () => {
