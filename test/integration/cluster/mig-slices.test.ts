@@ -15,7 +15,7 @@ import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
- * Issue 39's measurement on simulated slices (docs/decisions/0046-mig-slices-as-cards.md): one
+ * The measurement of docs/decisions/0046-mig-slices-as-cards.md on simulated slices: one
  * simulated card split 7 ways runs 7 one-slice tasks at once, each in a sandbox holding its parent's
  * node and only its own two capability nodes, named by its MIG- uuid; a whole-card task waits.
  */
