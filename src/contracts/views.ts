@@ -155,6 +155,11 @@ export const TaskViewSchema = z.object({
    * started. Null on a local worker or before submission.
    */
   slurm: SlurmJobReportSchema.nullable(),
+  /**
+   * How often the scheduler preempted this task to reclaim cards for an account within its nominal share
+   * (docs/operations.md "Borrowing and reclaim"); each time it was queued again at its old place.
+   */
+  preemptions: z.number().int(),
   created_at: TimeSchema,
   approved_at: TimeSchema,
   started_at: NullableTime,

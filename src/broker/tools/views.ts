@@ -199,6 +199,7 @@ export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): Ta
     cards: where?.cards ?? [],
     simulated: where?.simulated ?? null,
     slurm: slurmJob(store, t.id),
+    preemptions: store.preemptions.countFor(t.id),
     created_at: iso(t.created_at),
     approved_at: iso(t.approved_at),
     started_at: iso(t.started_at),

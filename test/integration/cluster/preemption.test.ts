@@ -101,6 +101,9 @@ describe('reclaim by preemption', () => {
     // The same task (same revision, no new review) completes in a second run that saw GPU_BROKER_PREEMPTED=1.
     const done = await waitUntilSettled(alice, a2);
     expect(done.state).toBe('COMPLETED');
+    // Its view says it was preempted once; b1's, never.
+    expect(done.preemptions).toBe(1);
+    expect((await getTask(bob, b1)).preemptions).toBe(0);
     const leases = m.store.db.prepare('SELECT count(*) AS n FROM leases WHERE task_id = ?').get(a2) as {
       n: number;
     };

@@ -29,6 +29,7 @@ function view(over: Partial<TaskView>): TaskView {
     cards: [{ index: 0, uuid: 'SIM-0' }],
     simulated: true,
     slurm: null,
+    preemptions: 0,
     created_at: '2026-12-05T00:00:00.000Z',
     approved_at: '2026-12-05T00:00:00.000Z',
     started_at: null,
