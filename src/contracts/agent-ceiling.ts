@@ -18,6 +18,11 @@ const CeilingLimitsSchema = z.strictObject({
   tmp_mib: z.number().int().min(1).optional(),
   shm_mib: z.number().int().min(1).optional(),
   disk_mib: z.number().int().min(1).optional(),
+  /**
+   * Most `limits.cpus` it may approve. CPUs have no policy default (a task that asks for none is
+   * uncapped and holds none of its host's), so left out, any CPU ask goes to a person.
+   */
+  cpus: z.number().int().min(1).optional(),
 });
 
 /** `review.agent_ceiling` in the master config. */

@@ -30,6 +30,8 @@ export interface CeilingFacts {
   mig?: string | null;
   time_limit_seconds: number;
   limits: ResolvedLimits;
+  /** The spec's `limits.cpus` (a share of its host's CPUs held while it runs); null: none asked. */
+  cpus?: number | null;
   /** The policy's per-card defaults times the cards: the cap of a limit the ceiling leaves out. */
   default_limits: ResolvedLimits;
   input_bytes: number;
@@ -123,6 +125,11 @@ const CHECKS: Readonly<Record<CeilingClause, Check>> = {
       const cap = c.max_limits[name] ?? f.default_limits[name];
       if (f.limits[name] > cap) return `limits.${name} ${f.limits[name]} > ${cap}`;
     }
+    const cpus = f.cpus ?? null;
+    if (cpus !== null && c.max_limits.cpus === undefined)
+      return `limits.cpus ${cpus} asked; the ceiling sets no max_limits.cpus`;
+    if (cpus !== null && c.max_limits.cpus !== undefined && cpus > c.max_limits.cpus)
+      return `limits.cpus ${cpus} > ${c.max_limits.cpus}`;
     return null;
   },
   inputs: (f, c) =>
@@ -173,6 +180,7 @@ export function ceilingFacts(
     mig: spec.cards.mig_profile ?? (spec.cards.allow_mig === true ? 'any' : null),
     time_limit_seconds: spec.time_limit_seconds,
     limits,
+    cpus: spec.limits?.cpus ?? null,
     default_limits: defaults,
     input_bytes: (spec.inputs ?? []).reduce((n, i) => n + i.size, 0),
     readable,

@@ -128,6 +128,22 @@ describe('agent ceiling clauses', () => {
     ).toBeNull();
   });
 
+  it('attack: limits.cpus (a share of a host’s CPUs held while it runs) goes to a person unless the ceiling caps it', () => {
+    // No policy maximum bounds cpus, and a task that asks for none is uncapped: a ceiling that leaves
+    // max_limits.cpus out lets an agent approve no CPU ask at all.
+    const asks = (cpus: number) =>
+      ceilingFacts(spec({ limits: { cpus } } as Partial<TaskSpec>), [], policy, false, READABLE);
+    expect(firstCeilingFailure(asks(64), ceiling)).toEqual({
+      clause: 'limits',
+      reason: 'limits.cpus 64 asked; the ceiling sets no max_limits.cpus',
+    });
+    const capped = AgentCeilingSchema.parse({ max_limits: { cpus: 8 } });
+    expect(firstCeilingFailure(asks(8), capped)).toBeNull();
+    expect(firstCeilingFailure(asks(9), capped)).toEqual({ clause: 'limits', reason: 'limits.cpus 9 > 8' });
+    // No ask: nothing to cap.
+    expect(firstCeilingFailure(facts(), ceiling)).toBeNull();
+  });
+
   it('a container needs its runtime allowed and its exact pinned image listed; the image is quoted', () => {
     const allowsContainers = AgentCeilingSchema.parse({
       runtimes: ['process', 'container'],
