@@ -256,6 +256,9 @@ async function submitRequest(
     ...(plan.limits === undefined
       ? {}
       : { memoryMibPerNode: await memoryPerNode(backend, plan.limits.memory_mib, nodes) }),
+    // The CPUs the task asked for (limits.cpus), split over its nodes: otherwise Slurm gives the
+    // partition's default, often one CPU, and the ask is silently not what runs (docs/slurm.md).
+    ...(plan.cpus === undefined ? {} : { cpusPerTask: await cpusPerNode(backend, plan.cpus, nodes) }),
     ntasksPerNode: 1,
     timeLimitSeconds: plan.spec.time_limit_seconds,
     stdout: files.stdout,
@@ -263,6 +266,20 @@ async function submitRequest(
     chdir: taskDir,
     extraArgs: [...backend.extraArgs],
   };
+}
+
+/**
+ * `--cpus-per-task` per node (one task per node): the task's CPUs over its nodes, but never more than the
+ * partition's smallest node has (`CPUTot`), which Slurm would refuse outright; as `memoryPerNode`, a
+ * stricter bound than the reviewed one, never a looser one. Nodes that cannot be read: as asked.
+ */
+async function cpusPerNode(backend: SlurmBackend, cpus: number, nodes: number): Promise<number> {
+  const wanted = Math.ceil(cpus / nodes);
+  const sizes = await backend.driver.nodes(backend.partition).then(
+    (list) => list.map((n) => n.cpus).filter((c) => Number.isInteger(c) && c > 0),
+    () => [] as number[],
+  );
+  return sizes.length === 0 ? wanted : Math.min(wanted, ...sizes);
 }
 
 /**

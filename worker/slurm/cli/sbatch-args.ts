@@ -87,6 +87,10 @@ export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[] } {
     checkCount('memoryMibPerNode', req.memoryMibPerNode, 1);
     args.push(`--mem=${req.memoryMibPerNode}M`);
   }
+  if (req.cpusPerTask !== undefined) {
+    checkCount('cpusPerTask', req.cpusPerTask, 1);
+    args.push(`--cpus-per-task=${req.cpusPerTask}`);
+  }
   if (req.timeLimitSeconds !== undefined) {
     if (!Number.isFinite(req.timeLimitSeconds) || req.timeLimitSeconds <= 0)
       throw new SlurmRequestError(`timeLimitSeconds must be > 0, got ${req.timeLimitSeconds}`);

@@ -142,6 +142,12 @@ export interface SlurmSubmitRequest {
    * partition's default. Slurm's task/cgroup enforces it where `ConstrainRAMSpace=yes` (docs/slurm.md).
    */
   memoryMibPerNode?: number;
+  /**
+   * `--cpus-per-task`: the task's `limits.cpus` over its nodes (one task per node); absent: the
+   * partition's default or the operator's extra argument. Placed after the operator's arguments, so it
+   * wins; Slurm's task/cgroup pins the job to them where `ConstrainCores=yes` (docs/slurm.md).
+   */
+  cpusPerTask?: number;
   /** `--ntasks-per-node`, default 1. */
   ntasksPerNode?: number;
   /**

@@ -27,6 +27,15 @@ describe('buildSbatchArgs', () => {
       expect(() => buildSbatchArgs({ ...base, extraArgs: [extra] })).toThrow(SlurmRequestError);
   });
 
+  it("asks the task's CPUs with --cpus-per-task after the operator's own (the driver's wins), and refuses a bad count", () => {
+    const { args } = buildSbatchArgs({ ...base, cpusPerTask: 4, extraArgs: ['--cpus-per-task=16'] });
+    expect(args.indexOf('--cpus-per-task=4')).toBeGreaterThan(args.indexOf('--cpus-per-task=16'));
+    expect(args.indexOf('--cpus-per-task=4')).toBeLessThan(args.indexOf(base.scriptPath));
+    expect(buildSbatchArgs(base).args.some((a) => a.startsWith('--cpus-per-task'))).toBe(false);
+    for (const bad of [0, -1, 1.5, 1e9])
+      expect(() => buildSbatchArgs({ ...base, cpusPerTask: bad })).toThrow(SlurmRequestError);
+  });
+
   it('puts operator args first, then the driver options, the script last', () => {
     const { args } = buildSbatchArgs({
       ...base,
