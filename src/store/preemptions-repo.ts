@@ -31,6 +31,8 @@ export interface RunningLeaseFacts {
   preempting_for: string | null;
   /** Its cards' indexes, comma-separated. */
   cards: string;
+  /** The host CPUs the lease holds (`leases.cpus`); null: none asked. */
+  cpus: number | null;
 }
 
 /**
@@ -80,7 +82,7 @@ export class PreemptionsRepo {
           AND u.lease_id <> ?`,
     );
     this.runningStmt = db.prepare<[], RunningLeaseFacts>(
-      `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at,
+      `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at, l.cpus,
               json_extract(t.spec, '$.preemptible') AS preemptible,
               json_extract(t.spec, '$.preemption_grace_seconds') AS grace_seconds,
               (SELECT count(*) FROM preemptions q WHERE q.task_id = l.task_id) AS preemptions,

@@ -415,6 +415,7 @@ export class Scheduler implements TaskObserver {
         granted_at: r.granted_at,
         grace_seconds: r.grace_seconds ?? config.timing.kill_grace_seconds,
         preempting_for: r.preempting_for,
+        ...(r.cpus === null ? {} : { cpus: r.cpus }),
       };
     });
     return { running, reclaiming: store.preemptions.claimants(now - RECLAIM_HOLD_MS) };

@@ -34,6 +34,8 @@ export interface ReclaimPlace {
   readonly open: number;
   /** Indexes of its leased, uncordoned cards that match. */
   readonly leased: ReadonlySet<number>;
+  /** Its host's CPUs no task was promised yet, this pass's grants counted; null: host not known. */
+  readonly cpus_left: number | null;
 }
 
 /**
@@ -292,7 +294,8 @@ export class CardPool {
 
   /**
    * Where cards could be reclaimed for `view` (reclaim.ts): each usable local worker it may run on, with
-   * its OPEN matching free cards now and the indexes of its leased, uncordoned matching cards. A Slurm
+   * its OPEN matching free cards now, the indexes of its leased, uncordoned matching cards and its host's
+   * CPUs left (a CPU ask the victims cannot free is no reason to stop them). A Slurm
    * pool is never reclaimed from (Slurm owns its jobs), nor a multi-node shape.
    */
   reclaimPlaces(view: RequirementView): ReclaimPlace[] {
@@ -305,7 +308,12 @@ export class CardPool {
       for (const card of slot.cards)
         if (card.state === 'LEASED' && !card.cordoned && matches(card, req)) leased.add(card.view.index);
       if (leased.size > 0)
-        places.push({ worker_id: slot.worker.worker_id, open: countOpen(slot, req), leased });
+        places.push({
+          worker_id: slot.worker.worker_id,
+          open: countOpen(slot, req),
+          leased,
+          cpus_left: this.hostRoom.get(slot)?.left.cpus ?? null,
+        });
     }
     return places;
   }

@@ -15,6 +15,7 @@ import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } fro
  *  - a task of the claimant's own account line (the account, those above it, those below it),
  *  - a task of an account that does not borrow (holds no more than its nominal share),
  *  - on a Slurm pool, or for a multi-node shape,
+ *  - where the claimant's `limits.cpus` would not fit its host's CPUs even with the victims' own back,
  *  - for a task whose cards are already being reclaimed (it waits for those; no second round).
  * The cards stay the preempted lease's until its cleanup receipt releases it (fenced by its epoch, as
  * ever); the claimant goes first in the passes after that (`reclaiming` in the snapshot).
@@ -118,6 +119,8 @@ function bestPlace(
   limits: AccountLimits,
 ): RunningLeaseView[] | null {
   const need = c.view.req.need;
+  // CPUs it asks for (`limits.cpus`): only the victims' own CPUs free more of its host's.
+  const cpusNeed = c.view.req.hostAsks.cpus ?? 0;
   let best: RunningLeaseView[] | null = null;
   let bestCards = Number.POSITIVE_INFINITY;
   for (const place of pool.reclaimPlaces(c.view)) {
@@ -127,22 +130,27 @@ function bestPlace(
     // Cards of each account already picked here: an account is reclaimed only down to its share.
     const picked = new Map<string, number>();
     let free = place.open;
+    let cpusFree = place.cpus_left ?? Number.POSITIVE_INFINITY;
     let cards = 0;
     for (const lease of victims) {
-      if (free >= need) break;
+      if (free >= need && cpusFree >= cpusNeed) break;
       if (taken.has(lease.lease_id)) continue;
       const account = lease.account!;
       if (line.has(account) || limits.chain(account).some((a) => a === c.account)) continue;
       if (!limits.borrowing(account, picked.get(account) ?? 0)) continue;
-      // Only its cards that the claimant can use count; a lease is stopped whole.
-      const usable = lease.card_indexes.filter((i) => place.leased.has(i)).length;
-      if (usable === 0) continue;
+      // Only its cards that the claimant can use count, and its CPUs while they are short; a lease is
+      // stopped whole.
+      const usable = free >= need ? 0 : lease.card_indexes.filter((i) => place.leased.has(i)).length;
+      const cpus = cpusFree >= cpusNeed ? 0 : (lease.cpus ?? 0);
+      if (usable === 0 && cpus === 0) continue;
       pick.push(lease);
       picked.set(account, (picked.get(account) ?? 0) + lease.card_indexes.length);
       free += usable;
+      cpusFree += lease.cpus ?? 0;
       cards += lease.card_indexes.length;
     }
-    if (free < need) continue;
+    // Cards and CPUs both, or stopping them would not start it.
+    if (free < need || cpusFree < cpusNeed) continue;
     if (cards < bestCards || (cards === bestCards && best !== null && pick.length < best.length)) {
       best = pick;
       bestCards = cards;

@@ -161,6 +161,8 @@ export interface RunningLeaseView {
   granted_at: number;
   /** SIGTERM to SIGKILL when it is preempted: its spec's `preemption_grace_seconds`, else the kill grace. */
   grace_seconds: number;
+  /** The host CPUs it holds (its spec's `limits.cpus`, the lease's `cpus`); absent or 0: none. */
+  cpus?: number | undefined;
   /** The queued task its cards are being reclaimed for, once asked; null or absent: not asked. */
   preempting_for?: string | null | undefined;
 }

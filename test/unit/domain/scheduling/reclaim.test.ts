@@ -228,6 +228,32 @@ describe('reclaim by preemption', () => {
     expect(d.waiting.find((w) => w.task_id === 'b1')!.reason).toMatchObject({ code: 'reclaiming' });
   });
 
+  it('attack: never preempts for a task whose CPU ask the host could not give even with the cards back', () => {
+    // w1: 16 CPUs less the reserve of 1; a non-preemptible task elsewhere on it holds 14 of them (lease
+    // cpus); team-a's preemptible leases asked none. b1 wants 2 cards and 4 CPUs: stopping team-a frees
+    // cards but no CPUs, so b1 could still not start there.
+    const s = snapshot({ tasks: [{ ...task('b1', 'team-b'), limits: { cpus: 4 } }] });
+    s.workers = [
+      {
+        ...s.workers[0]!,
+        host: { memory_mib: 1_048_576, cpus: 16, disk_mib: 10_485_760 },
+        cpus_committed: 14,
+      },
+    ];
+    const d = decide(s, 1_000);
+    expect(d.preemptions).toEqual([]);
+    // With the CPUs there, it reclaims as before.
+    s.workers = [{ ...s.workers[0]!, cpus_committed: 2 }];
+    expect(decide(s, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a3']);
+    // A victim that holds CPUs gives them back too: a2's 4 (of the 14) make room, a3's cards are enough.
+    const withCpus = snapshot({
+      tasks: [{ ...task('b1', 'team-b'), limits: { cpus: 4 } }],
+      running: [0, 1, 2, 3].map((n) => lease(n, n === 2 ? { cpus: 4 } : {})),
+    });
+    withCpus.workers = [{ ...s.workers[0]!, cpus_committed: 14 }];
+    expect(decide(withCpus, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a3', 'a2']);
+  });
+
   it('never preempts when a card is free for the task: it is simply granted', () => {
     const running = [0, 1, 2].map((n) => lease(n));
     const d = decide(snapshot({ running }), 1_000);
