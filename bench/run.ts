@@ -10,6 +10,7 @@ import { mcpLoadSection } from './mcp-load.js';
 import { noisySection, noisyToolsSection } from './noisy-neighbour.js';
 import { reclaimSection } from './reclaim.js';
 import { schedulingSection } from './scheduling.js';
+import { schedulingMigSection } from './scheduling-mig.js';
 import { slurmSection } from './slurm.js';
 import { type BenchSection, markdownTable, type OpResult } from './stats.js';
 import { storeUpkeepSection } from './store-upkeep.js';
@@ -31,6 +32,7 @@ const SECTIONS: BenchSection[] = [
   mcpLoadSection,
   admissionSection,
   schedulingSection,
+  schedulingMigSection,
   auditCheckSection,
   inputsSection,
   storeUpkeepSection,

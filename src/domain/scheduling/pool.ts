@@ -14,6 +14,7 @@ import {
   buildSlots,
   CLAIMED,
   countOpen,
+  countOpenFast,
   firstOpen,
   matches,
   OPEN,
@@ -181,7 +182,6 @@ export class CardPool {
   place(view: RequirementView): { worker_id: string; card_indexes: number[] } | null {
     const { req } = view;
     if (this.openTotal < req.need || this.unplaceable.has(req.key)) return null;
-    const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
     let best: Slot | null = null;
     let bestCount = Number.POSITIVE_INFINITY;
     let bestRoom: Record<RoomName, number> | null = null;
@@ -191,8 +191,7 @@ export class CardPool {
     let bestCard: PoolCard | null = null;
     for (const slot of view.slots) {
       if (slot.openCount < req.need) continue;
-      const count =
-        anyCard && slot.runReserved === 0 && slot.slices === 0 ? slot.openCount : countOpen(slot, req);
+      const count = countOpenFast(slot, req);
       const card = sized ? firstOpen(slot, req) : null;
       const bySize = card === null || bestCard === null ? 0 : sizeOrder(card, bestCard);
       if (count >= req.need && (bySize < 0 || (bySize === 0 && count < bestCount))) {
@@ -328,6 +327,9 @@ export class CardPool {
       if (indexes.length === count) break;
       if (card.mark !== OPEN || !matches(card, req)) continue;
       card.mark = mark;
+      const slice = card.view.mig;
+      if (slice === undefined) slot.openWhole--;
+      else slot.openByProfile.set(slice.profile, (slot.openByProfile.get(slice.profile) ?? 1) - 1);
       if (mark === RESERVED) {
         card.reservation = this.reservationCount;
         card.holderPosition = position;

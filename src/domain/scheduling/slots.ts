@@ -51,6 +51,10 @@ export interface Slot {
    * whole cards by index; `free` itself where there are no slices.
    */
   bySize: PoolCard[];
+  /** OPEN whole cards of `free` (the count an any-card task can take where `free` holds slices too). */
+  openWhole: number;
+  /** OPEN slices of `free` by profile, so a task naming a profile counts them without a scan. */
+  openByProfile: Map<string, number>;
   /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (nodes.ts). */
   nodes: PoolNode[] | null;
 }
@@ -88,9 +92,25 @@ export function buildSlots(
       const runReserved = free.filter((c) => c.run !== null).length;
       const slices = free.filter((c) => c.view.index >= MIG_INDEX_BASE).length;
       const bySize = slices === 0 ? free : [...free].sort(smallestFirst);
+      const openByProfile = new Map<string, number>();
+      for (const c of free)
+        if (c.view.mig !== undefined)
+          openByProfile.set(c.view.mig.profile, (openByProfile.get(c.view.mig.profile) ?? 0) + 1);
       totals.open += free.length;
       totals.runReserved += runReserved;
-      return { worker, usable, cards, free, openCount: free.length, runReserved, slices, bySize, nodes };
+      return {
+        worker,
+        usable,
+        cards,
+        free,
+        openCount: free.length,
+        runReserved,
+        slices,
+        bySize,
+        openWhole: free.length - slices,
+        openByProfile,
+        nodes,
+      };
     });
   return { slots, totals };
 }
@@ -142,6 +162,18 @@ export function fitsShape(card: PoolCard, req: Requirement): boolean {
     if (total === null || total < req.minMemoryMib) return false;
   }
   return true;
+}
+
+/**
+ * How many of `slot`'s free cards are still OPEN and match `req`, from the slot's counts where `req`
+ * asks for nothing but the kind of card (no model, memory or run), else by a scan.
+ */
+export function countOpenFast(slot: Slot, req: Requirement): number {
+  if (req.modelWords !== null || req.minMemoryMib !== null || req.run !== null || slot.runReserved > 0)
+    return countOpen(slot, req);
+  if (req.mig === 'never') return slot.openWhole;
+  if (req.mig === 'allowed') return slot.openCount;
+  return slot.openByProfile.get(req.mig.profile) ?? 0;
 }
 
 /** How many of `slot`'s free cards are still OPEN and match `req`. */

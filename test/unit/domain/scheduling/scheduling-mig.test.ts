@@ -203,4 +203,29 @@ describe('a task that asks for slices (cards.mig_profile, cards.allow_mig)', () 
     const t = task({ count: 1, mig_profile: '1g.10gb' });
     expect(run([worker('w1', cards)], [t]).grants[0]?.card_indexes).toEqual([migCardIndex(0, 2, 0)]);
   });
+
+  it('one pass over mixed asks grants each free card once, whole cards to whole asks, slices to slice asks', () => {
+    const workers = [
+      worker('a', [whole(0), whole(1), ...migCard(2, SEVEN)]),
+      worker('b', [...migCard(0, ['3g.40gb', '2g.20gb', '1g.10gb', '1g.10gb']), whole(1)]),
+    ];
+    const asks: Array<QueuedTaskView['cards']> = [
+      { count: 1 },
+      { count: 1, mig_profile: '1g.10gb' },
+      { count: 1, min_memory_mib: 9000, allow_mig: true },
+      { count: 2, mig_profile: '1g.10gb' },
+    ];
+    const tasks = Array.from({ length: 40 }, (_, i) => task(asks[i % asks.length]!));
+    const d = run(workers, tasks);
+    const taken = d.grants.flatMap((g) => g.card_indexes.map((i) => `${g.worker_id}/${i}`));
+    expect(new Set(taken).size).toBe(taken.length);
+    // Every leasable card went: 3 whole cards and 11 slices (the 3g.40gb and 2g.20gb to allow_mig asks).
+    expect(taken).toHaveLength(14);
+    for (const g of d.grants) {
+      const ask = tasks.find((t) => t.task_id === g.task_id)!.cards;
+      const slices = g.card_indexes.filter((i) => i >= 256).length;
+      if (ask.mig_profile === undefined && ask.allow_mig !== true) expect(slices).toBe(0);
+      if (ask.mig_profile !== undefined) expect(slices).toBe(ask.count);
+    }
+  });
 });
