@@ -229,6 +229,8 @@ describe.runIf(sandboxed)('in a real sandbox', () => {
       'GPU_UUIDS',
       'LEASE_EPOCH',
       'OUTPUT_DIR',
+      'PREEMPTED',
+      'PREEMPTIONS',
       'SIMULATED',
     ].map((n) => `GPU_BROKER_${n}`),
     ...['GPU_BROKER_TASK_ID', 'GPU_BROKER_WORKER_ID', 'HOME', 'LANG', 'LD_DEBUG', 'LD_DEBUG_OUTPUT', 'MARK'],
