@@ -65,6 +65,7 @@ export async function containerBoxFor(req: ContainerBoxRequest): Promise<TaskBox
         deviceNodesFor(req.provider, plan.cards, {
           ...(tasks.simNodes === undefined ? {} : { simNodes: tasks.simNodes }),
           ...(tasks.devDir === undefined ? {} : { devDir: tasks.devDir }),
+          ...(tasks.migMinorsPath === undefined ? {} : { migMinorsPath: tasks.migMinorsPath }),
         }),
     );
   } catch (err) {

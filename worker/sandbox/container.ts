@@ -1,3 +1,4 @@
+import { MIG_INDEX_BASE } from '../../src/contracts/sample.js';
 import type { ResolvedLimits } from '../../src/contracts/task-limits.js';
 import type { NetworkMode } from '../../src/contracts/task-spec.js';
 import type { ContainerEngine } from '../../src/contracts/worker-protocol.js';
@@ -64,6 +65,8 @@ export interface ContainerTasks {
   readonly simNodes?: SimNodes;
   /** Where the real providers' device nodes are; default /dev. */
   readonly devDir?: string;
+  /** Tests: the driver's MIG capability minors file (default /proc/driver/nvidia-caps/mig-minors). */
+  readonly migMinorsPath?: string;
   /**
    * The worker's task cgroups (the sandbox's hierarchy): on cgroup v2, a podman task with limits runs
    * below its own cgroup (container-cgroup.ts); absent or v1: the engine's flags and the OOM watch only.
@@ -127,7 +130,9 @@ export function containerName(executionId: string): string {
 /**
  * How the leased cards are passed: CDI names `nvidia.com/gpu=<index>` on an NVIDIA host with CDI specs
  * (the spec also mounts the driver's user-space libraries, which a bare device node does not), else
- * the device nodes (deviceNodesFor). Pure.
+ * the device nodes (deviceNodesFor). A MIG slice always goes as its nodes (its card's and its two
+ * capability nodes, ADR 0046): the CDI spec names MIG devices by a device number the broker does not
+ * keep, and a whole card's name would hand over every slice. Pure.
  */
 export function cardDevices(
   provider: 'nvidia' | 'hy' | 'sim',
@@ -135,7 +140,8 @@ export function cardDevices(
   indexes: readonly number[],
   nodes: () => DeviceNode[],
 ): CardDevices {
-  if (provider === 'nvidia' && cdi) return { kind: 'cdi', names: indexes.map((i) => `nvidia.com/gpu=${i}`) };
+  if (provider === 'nvidia' && cdi && indexes.every((i) => i < MIG_INDEX_BASE))
+    return { kind: 'cdi', names: indexes.map((i) => `nvidia.com/gpu=${i}`) };
   return { kind: 'nodes', nodes: nodes() };
 }
 

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { createServer, type Server } from 'node:net';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { migCardIndex } from '../../../../src/contracts/sample.js';
 import type { ExecutionPlan } from '../../../../src/contracts/worker-protocol.js';
 import type { ExecutionHandle } from '../../../../worker/executions/executor.js';
 import { startExecution } from '../../../../worker/local/executor.js';
@@ -31,7 +32,8 @@ beforeAll(async () => {
   containers = {
     setup: image.setup,
     uids: root ? new TaskUidPool({ first: FIRST_UID, last: FIRST_UID + 99 }) : null,
-    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 8, root),
+    // With the capability stand-ins of two simulated MIG slices of card 0 (GI 1 and GI 2).
+    simNodes: await makeSimDeviceNodes(join(dataDir, 'devices'), 8, root, [12, 13, 21, 22]),
   };
 }, 60_000);
 afterAll(() => {
@@ -64,6 +66,35 @@ function labelled(executionId: string): string {
 }
 
 describe('a container task', () => {
+  it('on a MIG slice sees its card and its two capability nodes only, named by its MIG- uuid (ADR 0046)', async () => {
+    const open = (m: number) =>
+      `(exec 3</dev/nvidia-caps/nvidia-cap${m} && echo "cap${m} opened") 2>/dev/null || echo "cap${m} ENOENT"`;
+    const plan = makePlan({
+      image: image.pinned,
+      argv: [
+        'sh',
+        '-c',
+        `ls /dev | grep ^nvidia; ls /dev/nvidia-caps; echo "vis=$CUDA_VISIBLE_DEVICES nv=$NVIDIA_VISIBLE_DEVICES ids=$GPU_BROKER_GPU_IDS"; ${[12, 13, 21, 22].map(open).join('; ')}`,
+      ],
+      cards: [{ index: migCardIndex(0, 1, 0), uuid: 'MIG-SIM-a' }],
+    });
+    const { handle, chunks } = start(plan);
+    const result = await handle.done;
+    expect(result.setup_error).toBeUndefined();
+    expect(result.failure_reason).toBeNull();
+    expect(text(chunks, 'stdout').trim().split('\n')).toEqual([
+      'nvidia-caps',
+      'nvidia0',
+      'nvidia-cap12',
+      'nvidia-cap13',
+      'vis=MIG-SIM-a nv=MIG-SIM-a ids=0:mig:1/0',
+      'cap12 opened',
+      'cap13 opened',
+      'cap21 ENOENT',
+      'cap22 ENOENT',
+    ]);
+  });
+
   it('runs pinned by digest, writes an output that comes back, sees its env and only its cards', async () => {
     const plan = makePlan({
       image: image.pinned,

@@ -147,6 +147,11 @@ describe('cardDevices', () => {
     expect(cardDevices('sim', true, [1], nodes)).toEqual({ kind: 'nodes', nodes: nodes() });
   });
 
+  it("passes a MIG slice as its nodes even with CDI: the whole card's CDI name would hand over every slice", () => {
+    // 264 = card 0, GPU instance 1, compute instance 0 (ADR 0046).
+    expect(cardDevices('nvidia', true, [264], nodes)).toEqual({ kind: 'nodes', nodes: nodes() });
+  });
+
   const dirs: string[] = [];
   afterAll(() => {
     for (const d of dirs) rmSync(d, { recursive: true, force: true });
