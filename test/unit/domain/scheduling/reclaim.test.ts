@@ -3,13 +3,11 @@ import { describe, expect, it } from 'vitest';
 import { decide } from '../../../../src/domain/scheduling/decide.js';
 import type {
   AccountView,
-  CardView,
   QueuedTaskView,
   RunningLeaseView,
-  SchedulingConfig,
   SchedulingSnapshot,
-  WorkerView,
 } from '../../../../src/domain/scheduling/types.js';
+import { SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
 
 /**
  * Reclaim by preemption (src/domain/scheduling/reclaim.ts, decide's step 9): a task whose account asks
@@ -17,43 +15,8 @@ import type {
  * first, on one worker; never anything else.
  */
 
-const CONFIG: SchedulingConfig = {
-  sample_interval_ms: 2000,
-  vram_threshold_pct: 2,
-  reservation_after_seconds: 600,
-  max_concurrent_cards_per_owner: null,
-  require_isolation: true,
-};
-
-function card(index: number, leased: boolean): CardView {
-  return {
-    index,
-    model: 'SIM-GPU',
-    memory_used_mib: 0,
-    memory_total_mib: 81559,
-    health: 'ok',
-    health_reasons: [],
-    processes: [],
-    simulated: true,
-    cordoned: false,
-    leased,
-    quarantined: false,
-    broker_pids: [],
-  };
-}
-
-function worker(id: string, leased: readonly number[]): WorkerView {
-  return {
-    worker_id: id,
-    online: true,
-    draining: false,
-    sampled_at: 1_000,
-    sampler_error: null,
-    isolation: 'bwrap',
-    container_engine: null,
-    cards: Array.from({ length: 8 }, (_, i) => card(i, leased.includes(i))),
-  };
-}
+const CONFIG = SCHEDULING_CONFIG;
+const worker = simWorkerView;
 
 const task = (id: string, account: string, count = 2, priority = 0): QueuedTaskView => ({
   task_id: id,
