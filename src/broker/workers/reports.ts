@@ -11,6 +11,7 @@ import {
 } from '../../domain/machines/execution-report.js';
 import type { ExecutionRecord } from '../../store/leases-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { cancelIfGrantLapsed } from '../grant-fence.js';
 import { markExecutionLost, moveExecution, resumeExecution } from '../machines/execution.js';
 import { moveLease } from '../machines/lease.js';
 import { moveTask } from '../machines/task.js';
@@ -148,9 +149,16 @@ function applyReport(
           data: { execution_id: e.id, job_id: r.job_id, binding: r.binding },
         });
         break;
-      case 'move_task':
-        moveTask(deps, store.tasks.get(e.task_id)!, r.event, 'worker', r.changes, { ...r.data });
+      case 'move_task': {
+        const moved = moveTask(deps, store.tasks.get(e.task_id)!, r.event, 'worker', r.changes, {
+          ...r.data,
+        });
+        // A preempted run queued again under a standing grant that lapsed meanwhile is not started again
+        // (ADR 0029): cancelled now, as the sweeper cancels the grant's other queued runs, rather than
+        // waiting for cards only to be cancelled when it would get them.
+        if (r.event === 'cleaned_preempted') cancelIfGrantLapsed(deps, moved, 'master');
         break;
+      }
       case 'task_unmoved':
         deps.logger.info(
           { task_id: e.task_id, state: r.state, event: r.event },

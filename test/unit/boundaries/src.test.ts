@@ -49,8 +49,9 @@ const TOP: RankTable = [
 /**
  * Inside src/broker/: what every use case names (the ports, topics, the notifier and the typed events
  * beside it, the fleet's memory, and the classes of the runtime's state), then runtime.ts (the master's
- * in-memory state), then deps.ts, then the shared guards, then the state machines, then
- * the worker session, and on top the tools and the background loops, which may use everything below but
+ * in-memory state), then deps.ts, then the shared guards, then the state machines, then the standing
+ * grants' fence (a preempted run queued again is fenced by the worker session), then the worker session,
+ * and on top the tools and the background loops, which may use everything below but
  * not each other.
  */
 const BROKER: RankTable = [
@@ -72,10 +73,10 @@ const BROKER: RankTable = [
   ['src/broker/inspection-memo.ts', 5],
   ['src/broker/grant-request-quota.ts', 4],
   ['src/broker/machines/', 5],
-  ['src/broker/workers/', 6],
   ['src/broker/grant-fence.ts', 6],
-  ['src/broker/tools/', 7],
-  ['src/broker/loops/', 7],
+  ['src/broker/workers/', 7],
+  ['src/broker/tools/', 8],
+  ['src/broker/loops/', 8],
 ];
 
 /**
@@ -189,7 +190,7 @@ describe('src/ boundaries', () => {
 
   it('the rules catch a planted cycle, upward and sideways imports, an uncovered file and a forbidden import', () => {
     const planted = new Map([
-      // A state machine importing a tool (broker rank 5 → 7), and a tool importing a loop (7 → 7).
+      // A state machine importing a tool (broker rank 5 → 8), and a tool importing a loop (8 → 8).
       ['src/broker/machines/m.ts', "import { t } from '../tools/t.js';"],
       ['src/broker/tools/t.ts', "import type { L } from '../loops/l.js';\nexport const t = 1;"],
       ['src/broker/loops/l.ts', 'export type L = 1;'],
@@ -234,8 +235,8 @@ describe('src/ boundaries', () => {
       'src/ws/w.ts → src/http/h.ts (src/ws/ rank 5 imports src/http/ rank 5)',
     ]);
     expect(rankViolations(g, BROKER)).toEqual([
-      'src/broker/machines/m.ts → src/broker/tools/t.ts (src/broker/machines/ rank 5 imports src/broker/tools/ rank 7)',
-      'src/broker/tools/t.ts → src/broker/loops/l.ts (src/broker/tools/ rank 7 imports src/broker/loops/ rank 7)',
+      'src/broker/machines/m.ts → src/broker/tools/t.ts (src/broker/machines/ rank 5 imports src/broker/tools/ rank 8)',
+      'src/broker/tools/t.ts → src/broker/loops/l.ts (src/broker/tools/ rank 8 imports src/broker/loops/ rank 8)',
     ]);
     expect(rankViolations(g, DOMAIN)).toEqual([
       'src/domain/machines/m.ts → src/domain/review/r.ts (src/domain/machines/ rank 1 imports src/domain/review/ rank 2)',

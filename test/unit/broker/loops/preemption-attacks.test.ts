@@ -1,4 +1,5 @@
 import { afterEach, describe, expect, it } from 'vitest';
+import { sweepGrants } from '../../../../src/broker/loops/grant-sweep.js';
 import { sweepExecutions } from '../../../../src/broker/loops/liveness.js';
 import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
 import { createPrincipal } from '../../../../src/broker/principals.js';
@@ -153,6 +154,55 @@ async function setUp() {
   };
 }
 
+/** team-a's a1 RUNNING, and a standing grant (drafted from a base revision a person approved) for team-a. */
+async function withGrant(ttlSeconds = 3600) {
+  const t = await setUp();
+  // A plain argv (an inline `sh -c` is never coverable by a grant).
+  const spec = {
+    preemptible: true,
+    time_limit_seconds: 600,
+    runtime: { kind: 'process' as const, argv: ['/bin/sh', 'train.sh'] },
+  };
+  const a1 = await t.approve(t.alice, spec);
+  t.pass();
+  t.start(a1);
+  // A person approves the base revision; a grant drafted from it approves the next one.
+  const base = (await t.fx.invoke(t.alice, 'create_proposal', {
+    spec: validSpec({ cards: { count: 2 }, outputs: [], ...spec }),
+    idempotency_key: key(),
+  })) as { proposal_id: string; revision_id: string };
+  const baseIds = { proposal_id: base.proposal_id, revision_id: base.revision_id };
+  await t.fx.invoke(t.alice, 'confirm_revision', { ...baseIds, idempotency_key: key() });
+  await t.fx.invoke(t.rita, 'submit_review', {
+    ...baseIds,
+    decision: 'APPROVE',
+    comments: 'ok',
+    idempotency_key: key(),
+  });
+  const baseTask = (
+    t.fx.deps.store.db.prepare('SELECT id FROM tasks WHERE proposal_id = ?').get(base.proposal_id) as {
+      id: string;
+    }
+  ).id;
+  await t.fx.invoke(t.alice, 'cancel_task', { task_id: baseTask, idempotency_key: key() });
+  const g = (await t.fx.invoke(t.alice, 'request_grant', {
+    base_revision_id: base.revision_id,
+    scope: {},
+    max_runs: 5,
+    max_card_hours: 1,
+    concurrency: 10,
+    ttl_seconds: ttlSeconds,
+    reason: 'iterate',
+    idempotency_key: key(),
+  })) as { grant: { grant_id: string } };
+  await t.fx.invoke(t.rita, 'decide_grant', {
+    grant_id: g.grant.grant_id,
+    decision: 'APPROVE',
+    idempotency_key: key(),
+  });
+  return { t, spec, a1, grantId: g.grant.grant_id };
+}
+
 describe('attacks on reclaim by preemption (broker)', () => {
   it('a worker’s PREEMPTED for a lease the master never asked to stop does not requeue the task', async () => {
     const t = await setUp();
@@ -217,53 +267,10 @@ describe('attacks on reclaim by preemption (broker)', () => {
   });
 
   it('a grant-approved run preempted once: one run of the grant, charged for both runs’ card-seconds', async () => {
-    const t = await setUp();
-    // A plain argv (an inline `sh -c` is never coverable by a grant).
-    const spec = {
-      preemptible: true,
-      time_limit_seconds: 600,
-      runtime: { kind: 'process' as const, argv: ['/bin/sh', 'train.sh'] },
-    };
-    const a1 = await t.approve(t.alice, spec);
-    t.pass();
-    t.start(a1);
-    // A person approves the base revision; a grant drafted from it approves the next one.
-    const base = (await t.fx.invoke(t.alice, 'create_proposal', {
-      spec: validSpec({ cards: { count: 2 }, outputs: [], ...spec }),
-      idempotency_key: key(),
-    })) as { proposal_id: string; revision_id: string };
-    const baseIds = { proposal_id: base.proposal_id, revision_id: base.revision_id };
-    await t.fx.invoke(t.alice, 'confirm_revision', { ...baseIds, idempotency_key: key() });
-    await t.fx.invoke(t.rita, 'submit_review', {
-      ...baseIds,
-      decision: 'APPROVE',
-      comments: 'ok',
-      idempotency_key: key(),
-    });
-    const baseTask = (
-      t.fx.deps.store.db.prepare('SELECT id FROM tasks WHERE proposal_id = ?').get(base.proposal_id) as {
-        id: string;
-      }
-    ).id;
-    await t.fx.invoke(t.alice, 'cancel_task', { task_id: baseTask, idempotency_key: key() });
-    const g = (await t.fx.invoke(t.alice, 'request_grant', {
-      base_revision_id: base.revision_id,
-      scope: {},
-      max_runs: 5,
-      max_card_hours: 1,
-      concurrency: 10,
-      ttl_seconds: 3600,
-      reason: 'iterate',
-      idempotency_key: key(),
-    })) as { grant: { grant_id: string } };
-    await t.fx.invoke(t.rita, 'decide_grant', {
-      grant_id: g.grant.grant_id,
-      decision: 'APPROVE',
-      idempotency_key: key(),
-    });
+    const { t, spec, grantId } = await withGrant();
     t.clock.advance(1000);
     const g1 = await t.approve(t.alice, spec);
-    expect(t.fx.deps.store.grants.runOfTask(g1)?.grant_id).toBe(g.grant.grant_id);
+    expect(t.fx.deps.store.grants.runOfTask(g1)?.grant_id).toBe(grantId);
     t.pass();
     const first = t.start(g1);
     // b1 (team-b, within its nominal 2) preempts g1, the newest lease, after 30 s.
@@ -282,7 +289,7 @@ describe('attacks on reclaim by preemption (broker)', () => {
     t.report(second, 'exited', { exit_code: 0, signal: null, outputs: [] });
     t.report(second, 'cleaned');
     expect(t.state(g1)).toBe('COMPLETED');
-    const grant = t.fx.deps.store.grants.get(g.grant.grant_id)!;
+    const grant = t.fx.deps.store.grants.get(grantId)!;
     expect(grant.runs_used).toBe(1);
     expect(grant.running).toBe(0);
     const firstRun = t.fx.deps.store.db
@@ -291,6 +298,34 @@ describe('attacks on reclaim by preemption (broker)', () => {
     expect(firstRun.s).toBeGreaterThanOrEqual(60);
     expect(grant.card_seconds_charged).toBe(firstRun.s + 2 * 40);
     expect(t.fx.deps.store.grants.runOfTask(g1)!.card_seconds_charged).toBe(firstRun.s + 2 * 40);
+  });
+
+  it('a grant-approved run preempted after its grant expired is not started again: CANCELLED, settled once', async () => {
+    const { t, spec, grantId } = await withGrant(600);
+    t.clock.advance(1000);
+    const g1 = await t.approve(t.alice, spec);
+    t.pass();
+    const first = t.start(g1);
+    // The grant expires while g1 runs (a running task is left to run).
+    t.tick(601_000);
+    sweepGrants(t.fx.deps);
+    expect(t.fx.deps.store.grants.get(grantId)!.state).toBe('EXPIRED');
+    expect(t.state(g1)).toBe('RUNNING');
+    await t.approve(t.bob);
+    expect(t.pass().preemptions.map((p) => p.task_id)).toEqual([g1]);
+    // Its requeue finds the grant lapsed: cancelled at once (it neither waits for cards nor holds the
+    // owner's queue), never started again.
+    t.stopPreempted(first);
+    expect(t.state(g1)).toBe('CANCELLED');
+    expect(t.pass().grants.map((g) => g.task_id)).not.toContain(g1);
+    expect(t.fx.deps.store.tasks.get(g1)!.reason).toMatchObject({ code: 'grant_not_active' });
+    const run = t.fx.deps.store.grants.runOfTask(g1)!;
+    expect(run.outcome).toBe('CANCELLED');
+    const firstRun = t.fx.deps.store.db
+      .prepare('SELECT sum(card_seconds) AS s FROM usage_charges WHERE lease_id = ?')
+      .get(first.lease_id) as { s: number };
+    expect(run.card_seconds_charged).toBe(Math.min(run.card_seconds_reserved, firstRun.s));
+    expect(t.fx.deps.store.grants.get(grantId)!.running).toBe(0);
   });
 
   it('a victim whose worker is lost mid-preemption does not hold its claimant first, nor stop it reclaiming, forever', async () => {
