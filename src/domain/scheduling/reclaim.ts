@@ -17,6 +17,8 @@ import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } fro
  *  - on a Slurm pool, or for a multi-node shape,
  *  - where the claimant's `limits.cpus` would not fit its host's CPUs even with the victims' own back,
  *  - for a task whose cards are already being reclaimed (it waits for those; no second round).
+ * Cards being reclaimed from earlier passes count as their claimants' and no longer their victims'
+ * accounts', so two passes never take an account below its share, nor give one beyond its share.
  * The cards stay the preempted lease's until its cleanup receipt releases it (fenced by its epoch, as
  * ever); the claimant goes first in the passes after that (`reclaiming` in the snapshot).
  */
@@ -59,7 +61,13 @@ export function reclaim(
       const list = inFlight.get(lease.preempting_for);
       if (list) list.push(lease);
       else inFlight.set(lease.preempting_for, [lease]);
+      // Its cards are on their way back: its account no longer holds them (else an account whose
+      // borrowed cards are already being reclaimed would be reclaimed again, below its nominal share).
+      if (lease.account) limits.release(lease.account, lease.card_indexes.length);
     }
+  // ... and on their way to their claimants: a claimant's account holds them already (else a second
+  // task of it would ask "within" a share the first one is about to fill).
+  for (const c of candidates) if (inFlight.has(c.task_id)) limits.grant(c.account, c.view.req.need);
   // Victims by worker, newest lease first.
   const byWorker = new Map<string, RunningLeaseView[]>();
   let open = 0;

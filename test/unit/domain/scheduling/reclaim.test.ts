@@ -217,6 +217,36 @@ describe('reclaim by preemption', () => {
     expect(decide(withCpus, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a3', 'a2']);
   });
 
+  it('attack: cards already being reclaimed from an account count as given back: it is never taken below its nominal share', () => {
+    // team-a (nominal 4) holds 8: a3 and a2 are already stopping for b1 and b2 (4 cards on their way
+    // back), so team-a is down to its share; team-c's c1, within its own, must not stop a1 or a0 too.
+    const running = [0, 1, 2, 3].map((n) =>
+      lease(n, n === 3 ? { preempting_for: 'b1' } : n === 2 ? { preempting_for: 'b2' } : {}),
+    );
+    const d = decide(
+      snapshot(
+        {
+          running,
+          tasks: [task('b1', 'team-b'), task('b2', 'team-b'), task('c1', 'team-c')],
+          reclaiming: ['b1', 'b2'],
+        },
+        { 'team-c': account({ nominal_cards: 2 }) },
+      ),
+      1_000,
+    );
+    expect(d.preemptions).toEqual([]);
+  });
+
+  it('attack: a claimant’s cards on their way count as its account’s: a second task of it asks beyond the share', () => {
+    // team-b (nominal 2): b1 is getting a3's 2 cards; b2 would take team-b to 4, beyond its share.
+    const running = [0, 1, 2, 3].map((n) => lease(n, n === 3 ? { preempting_for: 'b1' } : {}));
+    const s = snapshot(
+      { running, tasks: [task('b1', 'team-b'), task('b2', 'team-b')], reclaiming: ['b1'] },
+      { 'team-b': account({ nominal_cards: 2 }) },
+    );
+    expect(decide(s, 1_000).preemptions).toEqual([]);
+  });
+
   it('never preempts when a card is free for the task: it is simply granted', () => {
     const running = [0, 1, 2].map((n) => lease(n));
     const d = decide(snapshot({ running }), 1_000);
