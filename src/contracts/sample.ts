@@ -85,6 +85,9 @@ export function parseCardLabel(text: string): number | null {
   }
 }
 
+/** What a profile name is made of (`1g.10gb+me`): what a reviewer or operator reads is never more. */
+const PROFILE_CHARS = /^[0-9a-z.+]+$/;
+
 /** A card's MIG mode (`--query-gpu=mig.mode.current`): null where the tool has no such field. */
 export const MigModeSchema = z.enum(['enabled', 'disabled']);
 /** A card's MIG mode. */
@@ -100,9 +103,9 @@ export const CardMigSchema = z.object({
   parent_index: z.number().int().min(0).max(MAX_WHOLE_CARD_INDEX),
   parent_uuid: z.string().min(1).max(128),
   /** The compute instance's profile (`1g.10gb`, or `1c.3g.40gb` for part of a GPU instance). */
-  profile: z.string().min(1).max(64),
+  profile: z.string().regex(PROFILE_CHARS).max(64),
   /** The GPU instance's profile (`3g.40gb`). */
-  gpu_instance_profile: z.string().min(1).max(64),
+  gpu_instance_profile: z.string().regex(PROFILE_CHARS).max(64),
   gpu_instance: z.number().int().min(0).max(MAX_GPU_INSTANCE),
   compute_instance: z.number().int().min(0).max(MAX_COMPUTE_INSTANCE),
   /** Compute slices of the instance (1..7 of a card's 7): the smallest slice that fits is taken first. */

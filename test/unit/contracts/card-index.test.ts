@@ -79,6 +79,9 @@ describe('card indexes', () => {
     expect(CardSampleSchema.safeParse({ ...slice, mig: { ...mig, gpu_instance: 3 } }).success).toBe(false);
     expect(CardSampleSchema.safeParse({ ...slice, mig_mode: 'enabled' }).success).toBe(false);
     expect(CardSampleSchema.safeParse({ ...whole, index: 256 + 15 * 8, mig }).success).toBe(false);
+    // A worker cannot put terminal escapes or words into what the profile column shows.
+    for (const profile of ['1g.10gb\u001b[2J', '1g 10gb', 'rm -rf', ''])
+      expect(CardSampleSchema.safeParse({ ...slice, mig: { ...mig, profile } }).success).toBe(false);
   });
 
   it('a hello carries up to 128 cards, and an older hello without MIG fields still parses', () => {
