@@ -253,6 +253,24 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
       expect(pidsWithMarker(marker3)).toEqual([]);
     });
 
+    it('row 5b: a preempted task that setsids a TERM-proof child and exits 0 at once is PREEMPTED, the child gone', async () => {
+      const marker = `gpu-broker-marker-${process.pid}-p`;
+      const { handle, chunks } = start(
+        makePlan({
+          argv: sh(
+            `(setsid sh -c 'trap "" TERM; sleep 1000 ${marker}' &); trap 'exit 0' TERM; echo up; while :; do sleep 0.05; done`,
+          ),
+          grace: 0.3,
+        }),
+      );
+      await waitFor(() => text(chunks, 'stdout').includes('up'), { what: 'the task to start' });
+      await waitFor(() => pidsWithMarker(marker).length > 0, { what: 'the setsid child' });
+      handle.cancel('preempted', { preempt: true });
+      // Its clean exit neither makes it a success (it would never run again) nor leaves the child behind.
+      expect(await handle.done).toMatchObject({ failure_reason: 'PREEMPTED', exit_code: 0, cleaned: true });
+      expect(pidsWithMarker(marker)).toEqual([]);
+    });
+
     it('network "none" cannot reach a TCP port on the host; "host" can', async () => {
       const server: Server = createServer((s) => s.end('hello-from-host\n'));
       await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
