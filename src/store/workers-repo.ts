@@ -17,6 +17,8 @@ export interface KnownCard {
   model: string;
   memory_total_mib: number | null;
   simulated: boolean;
+  /** A MIG slice's profile and compute slices (ADR 0046): usage charges it as that share of a card. */
+  mig?: { profile: string; compute_slices: number };
 }
 
 /** A worker row. Liveness is tracked in memory by the hub; `last_seen_at` survives restarts. */

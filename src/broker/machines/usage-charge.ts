@@ -21,6 +21,13 @@ export function chargeLease(deps: Pick<BrokerDeps, 'store'>, lease: LeaseRecord,
   const known = new Map((store.workers.get(lease.worker_id)?.cards ?? []).map((c) => [c.uuid, c]));
   const cards: ChargedCard[] = lease.cards.map((c) => {
     const k = known.get(c.uuid);
+    // A MIG slice is its own line of the ledger (its profile beside the model) and k/7 of a card.
+    if (k?.mig !== undefined)
+      return {
+        model: `${k.model} MIG ${k.mig.profile}`,
+        simulated: k.simulated,
+        mig_slices: k.mig.compute_slices,
+      };
     return { model: k?.model ?? 'unknown', simulated: k?.simulated ?? false };
   });
   const grantId = store.grants.runOfTask(task.id)?.grant_id ?? null;

@@ -36,6 +36,7 @@ function identityOf(cards: readonly CardSample[]): KnownCard[] {
     model: c.model,
     memory_total_mib: c.memory_total_mib,
     simulated: c.simulated,
+    ...(c.mig === undefined ? {} : { mig: { profile: c.mig.profile, compute_slices: c.mig.compute_slices } }),
   }));
 }
 

@@ -100,6 +100,12 @@ describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
       seen.add(vis![1]!);
     }
     expect(seen.size).toBe(7);
+    // The ledger keeps each slice's profile beside the model and charges it as 1/7 of a card.
+    await waitFor(() => m.store.usage.totals().some((r) => r.model === 'Simulated GPU MIG 1g.10gb'), {
+      what: 'the slices charged',
+    });
+    const charged = m.store.usage.totals().filter((r) => r.simulated);
+    expect(charged.map((r) => r.model)).toEqual(['Simulated GPU MIG 1g.10gb']);
     await callTool(alice, 'cancel_task', { task_id: whole, idempotency_key: `cancel-${whole}` });
   });
 
