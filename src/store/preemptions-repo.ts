@@ -29,6 +29,8 @@ export interface RunningLeaseFacts {
   preemptions: number;
   /** The claimant when this lease was asked to stop already, else null. */
   preempting_for: string | null;
+  /** 1 when it was asked to stop longer ago than its grace and the slack allow (a worker that ignores it). */
+  preempt_overdue: number;
   /** Its cards' indexes, comma-separated. */
   cards: string;
   /** The host CPUs the lease holds (`leases.cpus`); null: none asked. */
@@ -68,12 +70,15 @@ export class PreemptionsRepo {
     // worker lost mid-preemption) frees nothing until its worker returns or an operator reconciles it,
     // which may be never: its claimant is an ordinary queued task meanwhile (no first place, free to
     // reclaim elsewhere).
-    this.claimantsStmt = db.prepare<[number], { for_task_id: string }>(
+    // Nor does a live lease asked longer ago than its grace plus the slack (its worker ignores the cancel,
+    // or its task will not die): its claimant may reclaim elsewhere rather than wait for it for ever.
+    this.claimantsStmt = db.prepare<[number, number, number], { for_task_id: string }>(
       `SELECT DISTINCT p.for_task_id FROM preemptions p
          JOIN leases l ON l.id = p.lease_id
          JOIN tasks t ON t.id = p.for_task_id
         WHERE t.state = 'QUEUED'
-          AND (l.state IN ('ACTIVE', 'RELEASING') OR (l.state = 'RELEASED' AND l.released_at >= ?))`,
+          AND ((l.state IN ('ACTIVE', 'RELEASING') AND p.requested_at + (p.grace_seconds + ?) * 1000 >= ?)
+               OR (l.state = 'RELEASED' AND l.released_at >= ?))`,
     );
     // Card-seconds charged (usage_charges) for a task's preempted leases, but one (its last run's).
     this.preemptedSecondsStmt = db.prepare<[string, string, string], { s: number }>(
@@ -81,12 +86,14 @@ export class PreemptionsRepo {
         WHERE u.task_id = ? AND u.lease_id IN (SELECT lease_id FROM preemptions WHERE task_id = ?)
           AND u.lease_id <> ?`,
     );
-    this.runningStmt = db.prepare<[], RunningLeaseFacts>(
+    this.runningStmt = db.prepare<[{ now: number; slack: number }], RunningLeaseFacts>(
       `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at, l.cpus,
               json_extract(t.spec, '$.preemptible') AS preemptible,
               json_extract(t.spec, '$.preemption_grace_seconds') AS grace_seconds,
               (SELECT count(*) FROM preemptions q WHERE q.task_id = l.task_id) AS preemptions,
               (SELECT p.for_task_id FROM preemptions p WHERE p.lease_id = l.id) AS preempting_for,
+              coalesce((SELECT p.requested_at + (p.grace_seconds + @slack) * 1000 < @now
+                          FROM preemptions p WHERE p.lease_id = l.id), 0) AS preempt_overdue,
               (SELECT group_concat(c.card_index) FROM lease_cards c WHERE c.lease_id = l.id) AS cards
          FROM leases l JOIN tasks t ON t.id = l.task_id
         WHERE l.state IN ('ACTIVE', 'RELEASING')
@@ -98,10 +105,11 @@ export class PreemptionsRepo {
    * The ACTIVE leases of RUNNING tasks, and every lease being preempted that is ACTIVE or RELEASING
    * (stopping, cleaning up; not QUARANTINED, see the claimants' statement), with
    * their spec's preemption fields, how often each task was preempted and whether this lease is being
-   * preempted (one statement; reclaim reads it each pass where some account has a nominal share).
+   * preempted, and whether that was longer ago than its grace plus `slackSeconds` before `now` (one
+   * statement; reclaim reads it each pass where some account has a nominal share).
    */
-  running(): RunningLeaseFacts[] {
-    return this.runningStmt.all();
+  running(now: number, slackSeconds: number): RunningLeaseFacts[] {
+    return this.runningStmt.all({ now, slack: slackSeconds });
   }
 
   /** Records a preemption; false when the lease was already asked. */
@@ -133,8 +141,11 @@ export class PreemptionsRepo {
     return this.liveStmt.all();
   }
 
-  /** Queued tasks with cards being reclaimed for them, or reclaimed at or after `since` (ms). */
-  claimants(since: number): string[] {
-    return this.claimantsStmt.all(since).map((r) => r.for_task_id);
+  /**
+   * Queued tasks with cards being reclaimed for them (asked at most their grace plus `slackSeconds` before
+   * `now`), or reclaimed at or after `since` (ms).
+   */
+  claimants(since: number, now: number, slackSeconds: number): string[] {
+    return this.claimantsStmt.all(slackSeconds, now, since).map((r) => r.for_task_id);
   }
 }

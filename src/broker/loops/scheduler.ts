@@ -57,6 +57,12 @@ export const FULL_QUEUE_READ_INTERVAL_MS = 10_000;
  * pass the release asks for comes within milliseconds; this covers a pass that was already running.
  */
 export const RECLAIM_HOLD_MS = 30_000;
+/**
+ * Beyond a preemption's grace and the cleanup timeout, how long its claimant still waits for the lease
+ * before it counts as overdue (its worker ignores the cancel, or the task will not die) and the claimant
+ * may reclaim elsewhere (docs/operations.md "Borrowing and reclaim").
+ */
+export const PREEMPT_SLACK_SECONDS = 60;
 /** How often a pass reads the accounts' decayed usage again (a lease's charge moves it a little). */
 const FAIR_USAGE_REFRESH_MS = 5_000;
 
@@ -401,7 +407,10 @@ export class Scheduler implements TaskObserver {
     if (!accounts.some((a) => a.nominal_cards !== null)) return {};
     const { store, config } = this.deps;
     const policyPreemptible = new Set(accounts.filter((a) => a.preemptible === 1).map((a) => a.name));
-    const running: RunningLeaseView[] = store.preemptions.running().map((r) => {
+    // A preemption not done within its grace, the cleanup timeout and this slack is overdue (a worker
+    // that ignores the cancel): its claimant stops waiting for it (reclaim.ts).
+    const slack = config.timing.cleanup_timeout_seconds + PREEMPT_SLACK_SECONDS;
+    const running: RunningLeaseView[] = store.preemptions.running(now, slack).map((r) => {
       const account = this.account(r.owner_id);
       return {
         task_id: r.task_id,
@@ -415,10 +424,11 @@ export class Scheduler implements TaskObserver {
         granted_at: r.granted_at,
         grace_seconds: r.grace_seconds ?? config.timing.kill_grace_seconds,
         preempting_for: r.preempting_for,
+        ...(r.preempt_overdue === 1 ? { preempt_overdue: true } : {}),
         ...(r.cpus === null ? {} : { cpus: r.cpus }),
       };
     });
-    return { running, reclaiming: store.preemptions.claimants(now - RECLAIM_HOLD_MS) };
+    return { running, reclaiming: store.preemptions.claimants(now - RECLAIM_HOLD_MS, now, slack) };
   }
 
   /**

@@ -57,7 +57,7 @@ export function reclaim(
   // Claimants already served: their leases in flight say so; the reason is theirs to show.
   const inFlight = new Map<string, RunningLeaseView[]>();
   for (const lease of running)
-    if (lease.preempting_for) {
+    if (lease.preempting_for && lease.preempt_overdue !== true) {
       const list = inFlight.get(lease.preempting_for);
       if (list) list.push(lease);
       else inFlight.set(lease.preempting_for, [lease]);

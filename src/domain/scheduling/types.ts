@@ -165,6 +165,11 @@ export interface RunningLeaseView {
   cpus?: number | undefined;
   /** The queued task its cards are being reclaimed for, once asked; null or absent: not asked. */
   preempting_for?: string | null | undefined;
+  /**
+   * Asked longer ago than its grace and the slack allow (its worker ignores the cancel): never a victim
+   * again, but no longer in flight for its claimant, who may reclaim elsewhere.
+   */
+  preempt_overdue?: boolean | undefined;
 }
 
 /** Everything one scheduling pass reads. */

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { sweepGrants } from '../../../../src/broker/loops/grant-sweep.js';
 import { sweepExecutions } from '../../../../src/broker/loops/liveness.js';
-import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
+import { PREEMPT_SLACK_SECONDS, Scheduler } from '../../../../src/broker/loops/scheduler.js';
 import { createPrincipal } from '../../../../src/broker/principals.js';
 import { createAccount } from '../../../../src/broker/tools/accounts.js';
 import { handleExecutionReport } from '../../../../src/broker/workers/reports.js';
@@ -95,6 +95,13 @@ async function setUp() {
   }
 
   const pass = () => scheduler.runPass();
+  /** The claimants going first now (as the scheduler asks, with the default slack). */
+  const claimants = () =>
+    fx.deps.store.preemptions.claimants(
+      0,
+      c.clock.now(),
+      fx.deps.config.timing.cleanup_timeout_seconds + PREEMPT_SLACK_SECONDS,
+    );
   /** Time passes; the worker keeps sampling (it stays online). */
   const tick = (ms: number) => {
     c.clock.advance(ms);
@@ -143,6 +150,7 @@ async function setUp() {
     bob,
     rita,
     tick,
+    claimants,
     approve,
     execOf,
     report,
@@ -251,7 +259,7 @@ describe('attacks on reclaim by preemption (broker)', () => {
     const { a2, b1, ea2 } = await t.preempting();
     await t.fx.invoke(t.bob, 'cancel_task', { task_id: b1, idempotency_key: key() });
     expect(t.state(b1)).toBe('CANCELLED');
-    expect(t.fx.deps.store.preemptions.claimants(0)).toEqual([]);
+    expect(t.claimants()).toEqual([]);
     t.stopPreempted(ea2);
     expect(t.state(a2)).toBe('QUEUED');
     // a2 simply runs again on its old cards.
@@ -328,10 +336,28 @@ describe('attacks on reclaim by preemption (broker)', () => {
     expect(t.fx.deps.store.grants.get(grantId)!.running).toBe(0);
   });
 
+  it('a worker that ignores the preemption does not hold its claimant first and waiting for ever', async () => {
+    const t = await setUp();
+    const { a1, a2, b1 } = await t.preempting();
+    expect(t.claimants()).toEqual([b1]);
+    // Within the grace, the cleanup timeout and the slack it waits for a2, and nothing more is stopped.
+    const { kill_grace_seconds, cleanup_timeout_seconds } = t.fx.deps.config.timing;
+    t.tick((kill_grace_seconds + cleanup_timeout_seconds + PREEMPT_SLACK_SECONDS - 1) * 1000);
+    expect(t.pass().preemptions).toEqual([]);
+    // The worker never stops a2 (still RUNNING, its lease ACTIVE): past that, b1 stops waiting for it,
+    // reclaims elsewhere (a1), and a2 is never asked twice.
+    t.tick(2000);
+    expect(t.state(a2)).toBe('RUNNING');
+    expect(t.claimants()).toEqual([]);
+    const d = t.pass();
+    expect(d.preemptions.map((p) => [p.task_id, p.for_task_id])).toEqual([[a1, b1]]);
+    expect(t.fx.deps.store.preemptions.countFor(a2)).toBe(1);
+  });
+
   it('a victim whose worker is lost mid-preemption does not hold its claimant first, nor stop it reclaiming, forever', async () => {
     const t = await setUp();
     const { a2, b1, ea2 } = await t.preempting();
-    expect(t.fx.deps.store.preemptions.claimants(0)).toEqual([b1]);
+    expect(t.claimants()).toEqual([b1]);
     // The worker falls silent past the lease grace: a2's lease is quarantined (it may never come back).
     const { worker_offline_seconds, lease_grace_seconds } = t.fx.deps.config.timing;
     t.clock.advance((worker_offline_seconds + 1) * 1000);
@@ -341,7 +367,9 @@ describe('attacks on reclaim by preemption (broker)', () => {
     expect(t.fx.deps.store.leases.lease(ea2.lease_id)!.state).toBe('QUARANTINED');
     expect(t.state(a2)).toBe('RECONCILIATION_REQUIRED');
     // b1 is an ordinary queued task again: no first place, no 'reclaiming' wait on a lease in limbo.
-    expect(t.fx.deps.store.preemptions.claimants(0)).toEqual([]);
-    expect(t.fx.deps.store.preemptions.running().filter((r) => r.preempting_for !== null)).toEqual([]);
+    expect(t.claimants()).toEqual([]);
+    expect(
+      t.fx.deps.store.preemptions.running(t.clock.now(), 90).filter((r) => r.preempting_for !== null),
+    ).toEqual([]);
   });
 });
