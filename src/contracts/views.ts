@@ -119,8 +119,15 @@ export const ProposalSummarySchema = z.object({
 /** A proposal summary. */
 export type ProposalSummary = z.infer<typeof ProposalSummarySchema>;
 
-/** A card bound to a task's lease. */
-export const TaskCardSchema = z.object({ index: z.number().int(), uuid: z.string() });
+/**
+ * A card bound to a task's lease. `label` is how people name it: the index of a whole card, or the MIG
+ * slice it is, `0:mig:2/0` (card 0, GPU instance 2, compute instance 0; ADR 0046). Older masters omit it.
+ */
+export const TaskCardSchema = z.object({
+  index: z.number().int(),
+  uuid: z.string(),
+  label: z.string().optional(),
+});
 
 /**
  * A task. `reason` and `position` are set while it waits; `failure_reason` once it failed. `reason` also

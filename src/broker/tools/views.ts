@@ -1,4 +1,5 @@
 import type { Policy } from '../../contracts/policy.js';
+import { cardLabel } from '../../contracts/sample.js';
 import type { TaskSpec } from '../../contracts/task-spec.js';
 import type {
   ProposalSummary,
@@ -196,7 +197,7 @@ export function taskView(store: Store, t: TaskRecord, observe: TaskObserver): Ta
     signal: t.signal,
     worker_id: where?.worker_id ?? null,
     lease_epoch: where?.lease_epoch ?? null,
-    cards: where?.cards ?? [],
+    cards: (where?.cards ?? []).map((c) => ({ ...c, label: cardLabel(c.index) })),
     simulated: where?.simulated ?? null,
     slurm: slurmJob(store, t.id),
     preemptions: store.preemptions.countFor(t.id),

@@ -95,6 +95,8 @@ describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
       const vis = /^vis=(MIG-\S+) ids=0:mig:(\d)\/0$/m.exec(logs.data);
       expect(vis, logs.data).not.toBeNull();
       expect(vis![1]).toBe(t.cards[0]!.uuid);
+      // What a reviewer reads in get_task: which slice of which card ran it.
+      expect(t.cards[0]!.label).toBe(`0:mig:${vis![2]}/0`);
       const minors = simMigMinors(0, Number(vis![2]), 0);
       expect(logs.data).toContain(`caps=nvidia-cap${minors.gi} nvidia-cap${minors.ci} `);
       seen.add(vis![1]!);
