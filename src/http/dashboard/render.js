@@ -90,8 +90,16 @@ function renderCard(c) {
     h(
       'div',
       { class: 'card-head' },
-      h('span', { class: 'card-index' }, `#${c.index}`),
-      h('span', { class: 'card-model', title: c.uuid }, orDash(c.model)),
+      h('span', { class: 'card-index' }, `#${c.label ?? c.index}`),
+      h(
+        'span',
+        { class: 'card-model', title: c.mig ? `${c.uuid} on ${c.mig.parent_uuid}` : c.uuid },
+        c.mig
+          ? `MIG ${c.mig.profile}`
+          : c.mig_mode === 'enabled'
+            ? `${orDash(c.model)} · MIG mode`
+            : orDash(c.model),
+      ),
       c.simulated ? simBadge() : null,
     ),
     h('div', { class: 'card-state' }, pill(c.state)),
@@ -145,7 +153,11 @@ export function renderWorkers(workers, cards) {
   if (workers.length === 0)
     return [empty('No workers have enrolled yet. Start one with `gpu-broker worker`.')];
   return workers.map((w) => {
-    const own = cards.filter((c) => c.worker_id === w.worker_id).sort((a, b) => a.index - b.index);
+    // A MIG slice right after its card (docs/decisions/0046-mig-slices-as-cards.md).
+    const at = (c) => (c.mig ? c.mig.parent_index : c.index);
+    const own = cards
+      .filter((c) => c.worker_id === w.worker_id)
+      .sort((a, b) => at(a) - at(b) || (a.mig ? 1 : 0) - (b.mig ? 1 : 0) || a.index - b.index);
     return h(
       'div',
       { class: 'worker', dataset: { worker: w.worker_id, online: String(w.online) } },
