@@ -1,5 +1,5 @@
 import type { AccountLimits } from './account-limits.js';
-import type { CardPool, RequirementView } from './pool.js';
+import type { CardPool, ReclaimPlace, RequirementView } from './pool.js';
 import { reclaiming } from './reasons.js';
 import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } from './types.js';
 
@@ -67,7 +67,22 @@ export function reclaim(
     }
   // ... and on their way to their claimants: a claimant's account holds them already (else a second
   // task of it would ask "within" a share the first one is about to fill).
+  const waiting = new Map(candidates.map((c) => [c.task_id, c]));
   for (const c of candidates) if (inFlight.has(c.task_id)) limits.grant(c.account, c.view.req.need);
+  // Cards on their way back beyond what their claimant needs (a lease is stopped whole; a claimant
+  // cancelled or placed elsewhere needs none): later claimants take these before stopping anyone else.
+  const spare = new Map<string, Map<number, RunningLeaseView>>();
+  for (const [claimant, leases] of inFlight) {
+    let keep = waiting.get(claimant)?.view.req.need ?? 0;
+    for (const lease of leases)
+      for (const index of [...lease.card_indexes].sort((a, b) => a - b)) {
+        if (keep > 0) {
+          keep--;
+          continue;
+        }
+        addSpare(spare, lease, index);
+      }
+  }
   // Victims by worker, newest lease first.
   const byWorker = new Map<string, RunningLeaseView[]>();
   let open = 0;
@@ -88,13 +103,26 @@ export function reclaim(
       c.entry.reason = reasonFor(already);
       continue;
     }
-    if (open === 0) continue;
+    if (open === 0 && spare.size === 0) continue;
     if (!WAITS_FOR_CARDS.has(c.entry.reason.code) || c.account === undefined) continue;
     const need = c.view.req.need;
     if (!limits.withinNominal(c.account, need)) continue;
     const line = new Set(limits.chain(c.account));
-    const pick = bestPlace(c, pool, byWorker, taken, line, limits);
-    if (pick === null) continue;
+    const best = bestPlace(c, pool, byWorker, taken, line, limits, spare);
+    if (best === null) continue;
+    const { victims: pick, spareUsed, place } = best;
+    // What it takes of the spare cards is its; what its own victims free beyond its need is spare.
+    const here = spare.get(place.worker_id);
+    const from = spareUsed.map((i) => here!.get(i)!);
+    for (const i of spareUsed) here!.delete(i);
+    if (here?.size === 0) spare.delete(place.worker_id);
+    let short = need - place.open - spareUsed.length;
+    for (const lease of pick)
+      for (const index of [...lease.card_indexes].sort((a, b) => a - b)) {
+        if (short > 0 && place.leased.has(index)) short--;
+        else addSpare(spare, lease, index);
+      }
+    limits.grant(c.account, need);
     for (const lease of pick) {
       taken.add(lease.lease_id);
       open--;
@@ -109,14 +137,21 @@ export function reclaim(
         grace_seconds: lease.grace_seconds,
       });
     }
-    c.entry.reason = reasonFor(pick);
+    c.entry.reason = reasonFor([...pick, ...new Set(from)]);
   }
   return out;
 }
 
+function addSpare(spare: Map<string, Map<number, RunningLeaseView>>, lease: RunningLeaseView, index: number) {
+  const here = spare.get(lease.worker_id);
+  if (here) here.set(index, lease);
+  else spare.set(lease.worker_id, new Map([[index, lease]]));
+}
+
 /**
  * The victims on the worker where the fewest cards must stop for `c` (ties: fewer tasks, then the lower
- * worker id), or null when no worker has enough free plus reclaimable matching cards.
+ * worker id), with the spare cards (already on their way back) it takes there first, or null when no
+ * worker has enough free, spare plus reclaimable matching cards.
  */
 function bestPlace(
   c: ReclaimCandidate,
@@ -125,19 +160,25 @@ function bestPlace(
   taken: ReadonlySet<string>,
   line: ReadonlySet<string>,
   limits: AccountLimits,
-): RunningLeaseView[] | null {
+  spare: ReadonlyMap<string, ReadonlyMap<number, RunningLeaseView>>,
+): { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null {
   const need = c.view.req.need;
   // CPUs it asks for (`limits.cpus`): only the victims' own CPUs free more of its host's.
   const cpusNeed = c.view.req.hostAsks.cpus ?? 0;
-  let best: RunningLeaseView[] | null = null;
+  let best: { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null = null;
   let bestCards = Number.POSITIVE_INFINITY;
   for (const place of pool.reclaimPlaces(c.view)) {
-    const victims = byWorker.get(place.worker_id);
-    if (!victims) continue;
+    const victims = byWorker.get(place.worker_id) ?? [];
+    // Spare cards there that it can use (they still show as leased), as many as it lacks.
+    const spareUsed = [...(spare.get(place.worker_id)?.keys() ?? [])]
+      .filter((i) => place.leased.has(i))
+      .sort((a, b) => a - b)
+      .slice(0, Math.max(0, need - place.open));
+    if (victims.length === 0 && spareUsed.length === 0) continue;
     const pick: RunningLeaseView[] = [];
     // Cards of each account already picked here: an account is reclaimed only down to its share.
     const picked = new Map<string, number>();
-    let free = place.open;
+    let free = place.open + spareUsed.length;
     let cpusFree = place.cpus_left ?? Number.POSITIVE_INFINITY;
     let cards = 0;
     for (const lease of victims) {
@@ -159,8 +200,8 @@ function bestPlace(
     }
     // Cards and CPUs both, or stopping them would not start it.
     if (free < need || cpusFree < cpusNeed) continue;
-    if (cards < bestCards || (cards === bestCards && best !== null && pick.length < best.length)) {
-      best = pick;
+    if (cards < bestCards || (cards === bestCards && best !== null && pick.length < best.victims.length)) {
+      best = { victims: pick, spareUsed, place };
       bestCards = cards;
     }
   }

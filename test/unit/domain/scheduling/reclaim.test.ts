@@ -247,6 +247,26 @@ describe('reclaim by preemption', () => {
     expect(decide(s, 1_000).preemptions).toEqual([]);
   });
 
+  it('attack: the cards a whole lease frees beyond its claimant’s need serve the next claimant before anyone else is stopped', () => {
+    // b1 and c1 each want 1 card within their shares; a3's lease (2 cards) is enough for both.
+    const tasks = [task('b1', 'team-b', 1), task('c1', 'team-c', 1)];
+    const accounts = { 'team-c': account({ nominal_cards: 4 }) };
+    const d = decide(snapshot({ tasks }, accounts), 1_000);
+    expect(d.preemptions.map((p) => [p.task_id, p.for_task_id])).toEqual([['a3', 'b1']]);
+    expect(d.waiting.find((w) => w.task_id === 'c1')!.reason).toMatchObject({
+      code: 'reclaiming',
+      preempted: ['a3'],
+    });
+    // The next pass, a3 still stopping for b1: c1 still waits for its spare card, nothing more is stopped.
+    const running = [0, 1, 2, 3].map((n) => lease(n, n === 3 ? { preempting_for: 'b1' } : {}));
+    const next = decide(snapshot({ tasks, running, reclaiming: ['b1'] }, accounts), 1_000);
+    expect(next.preemptions).toEqual([]);
+    // b1 cancelled meanwhile: both of a3's cards are spare; c1 still stops nobody.
+    const gone = decide(snapshot({ tasks: [tasks[1]!], running, reclaiming: [] }, accounts), 1_000);
+    expect(gone.preemptions).toEqual([]);
+    expect(gone.waiting[0]!.reason).toMatchObject({ code: 'reclaiming', preempted: ['a3'] });
+  });
+
   it('never preempts when a card is free for the task: it is simply granted', () => {
     const running = [0, 1, 2].map((n) => lease(n));
     const d = decide(snapshot({ running }), 1_000);
@@ -299,20 +319,37 @@ describe('reclaim by preemption', () => {
           const heldAfter = (a: string) => heldBy(a) + granted(a);
           const seen = new Set<string>();
           const waiting = new Map(d.waiting.map((w) => [w.task_id, w.reason]));
+          // Within the pass, in order: what earlier preemptions took from each account and what earlier
+          // claimants of it were promised (a victim's account borrows at the moment it is picked; a
+          // claimant's account, its own stopped leases given back, stays within its share).
+          const released = new Map<string, number>();
+          const claimed = new Map<string, number>();
+          const at = (a: string) => heldAfter(a) - (released.get(a) ?? 0) + (claimed.get(a) ?? 0);
+          let current: string | null = null;
+          const close = () => {
+            if (current === null) return;
+            const t = s.tasks.find((x) => x.task_id === current)!;
+            claimed.set(t.account!, (claimed.get(t.account!) ?? 0) + t.cards.count);
+          };
           for (const p of d.preemptions) {
             const l = running.find((r) => r.lease_id === p.lease_id)!;
             const claimant = s.tasks.find((t) => t.task_id === p.for_task_id)!;
+            if (p.for_task_id !== current) {
+              close();
+              current = p.for_task_id;
+            }
             expect(seen.has(p.lease_id)).toBe(false);
             seen.add(p.lease_id);
             expect(l.preemptible).toBe(true);
             expect(l.preemptions).toBeLessThan(3);
             expect(l.account).not.toBe(claimant.account);
             const victimNominal = s.fair_share!.accounts[l.account!]!.nominal_cards ?? 0;
-            expect(heldAfter(l.account!)).toBeGreaterThan(victimNominal);
+            expect(at(l.account!)).toBeGreaterThan(victimNominal);
+            released.set(l.account!, (released.get(l.account!) ?? 0) + l.card_indexes.length);
             expect(waiting.get(claimant.task_id)?.code).toBe('reclaiming');
             const claimNominal = s.fair_share!.accounts[claimant.account!]!.nominal_cards;
             expect(claimNominal).not.toBeNull();
-            expect(heldAfter(claimant.account!) + claimant.cards.count).toBeLessThanOrEqual(claimNominal!);
+            expect(at(claimant.account!) + claimant.cards.count).toBeLessThanOrEqual(claimNominal!);
           }
         },
       ),
