@@ -215,6 +215,12 @@ describe('attacks on reclaim by preemption (broker)', () => {
   it('a worker’s PREEMPTED for a lease the master never asked to stop does not requeue the task', async () => {
     const t = await setUp();
     const { a1, ea1 } = await t.preempting();
+    // Under another epoch than its own, a report about a1 is refused.
+    const forged = { ...ea1, lease_epoch: ea1.lease_epoch + 1 };
+    expect(
+      t.report(forged, 'exited', { exit_code: 0, signal: null, failure_reason: 'PREEMPTED', outputs: [] }),
+    ).toBe('STALE_EPOCH');
+    expect(t.state(a1)).toBe('RUNNING');
     // a1 was not asked: a worker claiming PREEMPTED (exit 0) completes it, by a signal fails it.
     t.report(ea1, 'exited', { exit_code: 0, signal: null, failure_reason: 'PREEMPTED', outputs: [] });
     t.report(ea1, 'cleaned');
@@ -352,6 +358,22 @@ describe('attacks on reclaim by preemption (broker)', () => {
     const d = t.pass();
     expect(d.preemptions.map((p) => [p.task_id, p.for_task_id])).toEqual([[a1, b1]]);
     expect(t.fx.deps.store.preemptions.countFor(a2)).toBe(1);
+  });
+
+  it('a master restart mid-preemption (a fresh scheduler, the same store) asks nothing twice and requeues the victim', async () => {
+    const t = await setUp();
+    const { a2, b1, ea2 } = await t.preempting();
+    const fresh = new Scheduler(t.fx.deps, t.fx.deps.cluster.fleet, t.fx.deps.cluster.link);
+    const d = fresh.runPass();
+    expect(d.preemptions).toEqual([]);
+    expect(d.waiting.find((w) => w.task_id === b1)!.reason).toMatchObject({
+      code: 'reclaiming',
+      preempted: [a2],
+    });
+    // The cancel is still in the outbox for the worker; its reports after the restart requeue a2.
+    t.stopPreempted(ea2);
+    expect(t.state(a2)).toBe('QUEUED');
+    expect(fresh.runPass().grants.map((g) => g.task_id)).toEqual([b1]);
   });
 
   it('a victim whose worker is lost mid-preemption does not hold its claimant first, nor stop it reclaiming, forever', async () => {
