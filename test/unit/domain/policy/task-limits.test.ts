@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { PolicySchema } from '../../../../src/contracts/policy.js';
-import { DEFAULT_LIMITS_PER_CARD } from '../../../../src/contracts/task-limits.js';
+import { DEFAULT_LIMITS_PER_CARD, HostResourcesSchema } from '../../../../src/contracts/task-limits.js';
 import { TaskSpecSchema } from '../../../../src/contracts/task-spec.js';
 import { evaluatePolicy } from '../../../../src/domain/policy/evaluate.js';
 import {
@@ -208,5 +208,20 @@ describe('an ask within the policy that no enrolled host can give', () => {
     ]);
     expect(findings({ cpus: 15 })).toEqual([]);
     expect(findings({ cpus: 4096 }, {})).toEqual([]);
+  });
+});
+
+describe('attack: limits.cpus out of range or of the wrong type is refused when the spec is read', () => {
+  it('only whole CPUs from 1 to 65536; a host reporting none or too many is refused at its hello', () => {
+    for (const cpus of [0, -1, 1.5, 65_537, Number.NaN, Number.POSITIVE_INFINITY, '4', null, 1e308])
+      expect(TaskSpecSchema.safeParse(validSpec({ limits: { cpus } } as object)).success, String(cpus)).toBe(
+        false,
+      );
+    expect(TaskSpecSchema.safeParse(validSpec({ limits: { cpus: 65_536 } } as object)).success).toBe(true);
+    for (const cpus of [0, -4, 2.5, 65_537])
+      expect(
+        HostResourcesSchema.safeParse({ memory_mib: 1024, cpus, disk_mib: 0 }).success,
+        String(cpus),
+      ).toBe(false);
   });
 });
