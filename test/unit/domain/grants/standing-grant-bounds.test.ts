@@ -278,3 +278,44 @@ describe('every spec field is decided (by construction)', () => {
     expect(failing(input(s, slice, slice))).toBeNull();
   });
 });
+
+describe('attack: a grant widens neither preemption nor CPUs', () => {
+  const s = scope([PY, 'train.py'], 'none');
+  it('a run less preemptible than its base, or with a longer grace, goes to a person; more preemptible passes', () => {
+    const base = spec([PY, 'train.py'], { preemptible: true, preemption_grace_seconds: 30 });
+    expect(failing(input(s, base, spec([PY, 'train.py'])))?.clause).toBe('preemption');
+    expect(failing(input(s, base, spec([PY, 'train.py'], { preemptible: false })))?.clause).toBe(
+      'preemption',
+    );
+    expect(
+      failing(input(s, base, spec([PY, 'train.py'], { preemptible: true, preemption_grace_seconds: 600 })))
+        ?.clause,
+    ).toBe('preemption');
+    // The base's grace left to the operator's kill grace: any grace of the run's own is a person's to read.
+    const bare = spec([PY, 'train.py'], { preemptible: true });
+    expect(
+      failing(input(s, bare, spec([PY, 'train.py'], { preemptible: true, preemption_grace_seconds: 1 })))
+        ?.clause,
+    ).toBe('preemption');
+    expect(
+      failing(input(s, spec([PY, 'train.py']), spec([PY, 'train.py'], { preemptible: true }))),
+    ).toBeNull();
+    expect(
+      failing(input(s, base, spec([PY, 'train.py'], { preemptible: true, preemption_grace_seconds: 10 }))),
+    ).toBeNull();
+  });
+
+  it('a run asking other CPUs than its base (more, fewer, none, or some where the base asked none) goes to a person', () => {
+    const base = spec([PY, 'train.py'], { limits: { cpus: 4 } });
+    for (const cpus of [8, 2, undefined])
+      expect(
+        failing(input(s, base, spec([PY, 'train.py'], cpus === undefined ? {} : { limits: { cpus } })))
+          ?.clause,
+        String(cpus),
+      ).toBe('placement');
+    expect(
+      failing(input(s, spec([PY, 'train.py']), spec([PY, 'train.py'], { limits: { cpus: 1 } })))?.clause,
+    ).toBe('placement');
+    expect(failing(input(s, base, spec([PY, 'train.py'], { limits: { cpus: 4 } })))).toBeNull();
+  });
+});
