@@ -511,7 +511,12 @@ describe('reclaim over many passes (no ping-pong)', () => {
         ),
         (n, initial, queued) => {
           let used = 0;
-          const fits = initial.filter((t) => (used + t.count <= 8 ? ((used += t.count), true) : false));
+          const fits: typeof initial = [];
+          for (const t of initial)
+            if (used + t.count <= 8) {
+              used += t.count;
+              fits.push(t);
+            }
           const r = simulate({ 'team-a': n.a, 'team-b': n.b, 'team-c': n.c }, fits, queued, 40);
           expect(r.settled).toBe(true);
           // Even without the cap the passes settle: reclaim never goes round in circles.
