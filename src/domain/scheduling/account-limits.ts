@@ -63,9 +63,14 @@ export class AccountLimits {
    * so every card it holds is borrowed), `less` cards (those about to be preempted) not counted.
    */
   borrowing(account: string, less = 0): boolean {
+    return this.borrowed(account, less) > 0;
+  }
+
+  /** How many cards `account` holds beyond its nominal share, `less` not counted (0 or below: none). */
+  borrowed(account: string, less = 0): number {
     const a = this.fair?.accounts[account];
-    if (!a) return false;
-    return (this.held.get(account) ?? 0) - less > (a.nominal_cards ?? 0);
+    if (!a) return 0;
+    return (this.held.get(account) ?? 0) - less - (a.nominal_cards ?? 0);
   }
 
   /** Takes `cards` off `account`'s count (and those above it): a preemption gives them back. */

@@ -8,8 +8,9 @@ import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } fro
  * docs/decisions/0044-reclaim-by-preemption.md). Pure. After a pass has placed what fits, a task that
  * waits for cards while its account asks within its nominal share (the account, and every account above
  * it with a nominal share, would hold at most that share with it) may take cards back from accounts that
- * borrow: their preemptible RUNNING tasks, newest lease first, on the one worker where the fewest cards
- * must stop. Never:
+ * borrow: their preemptible RUNNING tasks, newest lease first (those no bigger than what their account
+ * borrows before any bigger one, so that it keeps its share where it can), on the one worker where the
+ * fewest cards must stop. Never:
  *  - a task that is not preemptible (its spec's `preemptible`, or its account's policy),
  *  - a task preempted `max_preemptions_per_task` times already (it runs to its end),
  *  - a task of the claimant's own account line (the account, those above it, those below it),
@@ -175,31 +176,41 @@ function bestPlace(
       .sort((a, b) => a - b)
       .slice(0, Math.max(0, need - place.open));
     if (victims.length === 0 && spareUsed.length === 0) continue;
-    const pick: RunningLeaseView[] = [];
-    // Cards of each account already picked here: an account is reclaimed only down to its share.
-    const picked = new Map<string, number>();
-    let free = place.open + spareUsed.length;
-    let cpusFree = place.cpus_left ?? Number.POSITIVE_INFINITY;
-    let cards = 0;
-    for (const lease of victims) {
-      if (free >= need && cpusFree >= cpusNeed) break;
-      if (taken.has(lease.lease_id)) continue;
-      const account = lease.account!;
-      if (line.has(account) || limits.chain(account).some((a) => a === c.account)) continue;
-      if (!limits.borrowing(account, picked.get(account) ?? 0)) continue;
-      // Only its cards that the claimant can use count, and its CPUs while they are short; a lease is
-      // stopped whole.
-      const usable = free >= need ? 0 : lease.card_indexes.filter((i) => place.leased.has(i)).length;
-      const cpus = cpusFree >= cpusNeed ? 0 : (lease.cpus ?? 0);
-      if (usable === 0 && cpus === 0) continue;
-      pick.push(lease);
-      picked.set(account, (picked.get(account) ?? 0) + lease.card_indexes.length);
-      free += usable;
-      cpusFree += lease.cpus ?? 0;
-      cards += lease.card_indexes.length;
-    }
-    // Cards and CPUs both, or stopping them would not start it.
-    if (free < need || cpusFree < cpusNeed) continue;
+    /**
+     * Newest first; `withinShare`: only leases no bigger than what their account borrows, so that it
+     * keeps its share (a lease is stopped whole). Null when they do not free enough.
+     */
+    const choose = (withinShare: boolean) => {
+      const pick: RunningLeaseView[] = [];
+      // Cards of each account already picked here: an account is reclaimed only down to about its share.
+      const picked = new Map<string, number>();
+      let free = place.open + spareUsed.length;
+      let cpusFree = place.cpus_left ?? Number.POSITIVE_INFINITY;
+      let cards = 0;
+      for (const lease of victims) {
+        if (free >= need && cpusFree >= cpusNeed) break;
+        if (taken.has(lease.lease_id)) continue;
+        const account = lease.account!;
+        if (line.has(account) || limits.chain(account).some((a) => a === c.account)) continue;
+        const borrowed = limits.borrowed(account, picked.get(account) ?? 0);
+        if (borrowed <= 0 || (withinShare && lease.card_indexes.length > borrowed)) continue;
+        // Only its cards that the claimant can use count, and its CPUs while they are short; a lease is
+        // stopped whole.
+        const usable = free >= need ? 0 : lease.card_indexes.filter((i) => place.leased.has(i)).length;
+        const cpus = cpusFree >= cpusNeed ? 0 : (lease.cpus ?? 0);
+        if (usable === 0 && cpus === 0) continue;
+        pick.push(lease);
+        picked.set(account, (picked.get(account) ?? 0) + lease.card_indexes.length);
+        free += usable;
+        cpusFree += lease.cpus ?? 0;
+        cards += lease.card_indexes.length;
+      }
+      // Cards and CPUs both, or stopping them would not start it.
+      return free < need || cpusFree < cpusNeed ? null : { pick, cards };
+    };
+    const chosen = choose(true) ?? choose(false);
+    if (chosen === null) continue;
+    const { pick, cards } = chosen;
     if (cards < bestCards || (cards === bestCards && best !== null && pick.length < best.victims.length)) {
       best = { victims: pick, spareUsed, place };
       bestCards = cards;

@@ -267,6 +267,27 @@ describe('reclaim by preemption', () => {
     expect(gone.waiting[0]!.reason).toMatchObject({ code: 'reclaiming', preempted: ['a3'] });
   });
 
+  it('attack: a lease bigger than what its account borrows is passed over for one that is not: the account keeps its share', () => {
+    // team-a (nominal 4) holds 5: an older 1-card lease and the newest, 4 cards. b1 wants 1 card: stopping
+    // the newest would leave team-a 1 of its 4; the older 1-card lease is all it borrows.
+    const running = [
+      lease(0, { card_indexes: [0], granted_at: 100 }),
+      lease(1, { card_indexes: [1, 2, 3, 4], granted_at: 200 }),
+      lease(2, { card_indexes: [5, 6, 7], account: 'team-c', preemptible: false, granted_at: 50 }),
+    ];
+    const s = snapshot(
+      { running, tasks: [task('b1', 'team-b', 1)] },
+      {
+        'team-a': account({ running_cards: 5, nominal_cards: 4 }),
+        'team-c': account({ running_cards: 3 }),
+      },
+    );
+    expect(decide(s, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a0']);
+    // When only the big one can free enough, it still goes (about its share, as before).
+    const two = decide({ ...s, tasks: [task('b1', 'team-b', 2)] }, 1_000);
+    expect(two.preemptions.map((p) => p.task_id)).toEqual(['a1']);
+  });
+
   it('never preempts when a card is free for the task: it is simply granted', () => {
     const running = [0, 1, 2].map((n) => lease(n));
     const d = decide(snapshot({ running }), 1_000);
