@@ -99,6 +99,60 @@ function cardGauges(deps: BrokerDeps): ScrapedGauge[] {
         gauge.set(listCards().filter((c) => c.simulated).length);
       },
     },
+    // MIG slices under their card (docs/decisions/0046-mig-slices-as-cards.md): one series per slice,
+    // labelled as people name it (`0:mig:2/0`), with its parent card, profile, state and whether a lease
+    // holds it; its memory and utilisation where the tool reports them.
+    {
+      name: 'gpu_broker_mig_slices',
+      help: 'MIG slices, one series per slice: 1, labelled with its worker, parent card, slice label, profile, derived state and whether a lease holds it.',
+      labelNames: ['worker', 'card', 'slice', 'profile', 'state', 'leased'],
+      read(gauge) {
+        // A slice that went (a new layout) or changed state leaves no stale series behind.
+        gauge.reset();
+        for (const c of listCards()) {
+          if (!c.mig) continue;
+          gauge.set(
+            {
+              worker: c.worker_id,
+              card: String(c.mig.parent_index),
+              slice: c.label ?? String(c.index),
+              profile: c.mig.profile,
+              state: c.state,
+              leased: String(c.task_id !== null),
+            },
+            1,
+          );
+        }
+      },
+    },
+    {
+      name: 'gpu_broker_mig_slice_memory_total_mib',
+      help: "A MIG slice's memory in MiB (the tool's per-instance figure, or its profile's).",
+      labelNames: ['worker', 'slice', 'profile'],
+      read(gauge) {
+        gauge.reset();
+        for (const c of listCards())
+          if (c.mig && c.memory_total_mib !== null)
+            gauge.set(
+              { worker: c.worker_id, slice: c.label ?? String(c.index), profile: c.mig.profile },
+              c.memory_total_mib,
+            );
+      },
+    },
+    {
+      name: 'gpu_broker_mig_slice_utilization_pct',
+      help: "A MIG slice's utilisation in percent, where the tool reports it per instance.",
+      labelNames: ['worker', 'slice', 'profile'],
+      read(gauge) {
+        gauge.reset();
+        for (const c of listCards())
+          if (c.mig && c.utilization_pct !== null)
+            gauge.set(
+              { worker: c.worker_id, slice: c.label ?? String(c.index), profile: c.mig.profile },
+              c.utilization_pct,
+            );
+      },
+    },
   ];
 }
 
@@ -230,6 +284,17 @@ function registerScrapedGauges(deps: BrokerDeps, opts: MetricsOptions, registers
       this.reset();
       for (const t of deps.store.usage.totals())
         this.inc({ account: t.account, model: t.model, simulated: String(t.simulated) }, t.card_seconds);
+    },
+  });
+  // Reclaim by preemption (docs/operations.md "Borrowing and reclaim"): every lease the scheduler asked
+  // to give its cards back, read from the preemptions table (it only grows).
+  new Counter({
+    name: 'gpu_broker_preemptions_total',
+    help: 'Leases the scheduler asked to give their cards back to an account asking within its nominal share.',
+    registers,
+    collect() {
+      this.reset();
+      this.inc(deps.store.preemptions.total());
     },
   });
   for (const { name, help, labelNames = [], read } of gauges) {

@@ -47,6 +47,7 @@ export class PreemptionsRepo {
   private readonly insertStmt;
   private readonly byLeaseStmt;
   private readonly countStmt;
+  private readonly totalStmt;
   private readonly liveStmt;
   private readonly claimantsStmt;
   private readonly runningStmt;
@@ -59,6 +60,7 @@ export class PreemptionsRepo {
        VALUES (@lease_id, @task_id, @for_task_id, @worker_id, @lease_epoch, @grace_seconds, @requested_at)`,
     );
     this.byLeaseStmt = db.prepare<[string], PreemptionRecord>('SELECT * FROM preemptions WHERE lease_id = ?');
+    this.totalStmt = db.prepare<[], { n: number }>('SELECT count(*) AS n FROM preemptions');
     this.countStmt = db.prepare<[string], { n: number }>(
       'SELECT count(*) AS n FROM preemptions WHERE task_id = ?',
     );
@@ -120,6 +122,11 @@ export class PreemptionsRepo {
   /** The preemption of `leaseId`, if it was asked. */
   ofLease(leaseId: string): PreemptionRecord | undefined {
     return this.byLeaseStmt.get(leaseId);
+  }
+
+  /** Every preemption asked for. */
+  total(): number {
+    return this.totalStmt.get()?.n ?? 0;
   }
 
   /** How often `taskId` was asked to stop for another task. */

@@ -63,6 +63,24 @@ describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
     ]);
   });
 
+  it('/metrics shows each slice under its card with profile, state, memory and whether a lease holds it', async () => {
+    const res = await m.fetch(new URL('/metrics', m.url), {
+      headers: { authorization: `Bearer ${m.operatorToken}` },
+    });
+    const text = await res.text();
+    const slices = text.split('\n').filter((l) => l.startsWith('gpu_broker_mig_slices{'));
+    expect(slices).toHaveLength(7);
+    expect(slices).toContain(
+      'gpu_broker_mig_slices{worker="mig-1",card="0",slice="0:mig:3/0",profile="1g.10gb",state="AVAILABLE",leased="false"} 1',
+    );
+    const memory = text
+      .split('\n')
+      .filter((l) => l.startsWith('gpu_broker_mig_slice_memory_total_mib{worker="mig-1"'));
+    expect(memory).toHaveLength(7);
+    expect(memory.every((l) => /profile="1g\.10gb"\} [1-9]\d*$/.test(l))).toBe(true);
+    expect(text).toContain('# TYPE gpu_broker_preemptions_total counter');
+  });
+
   it('runs 7 one-slice tasks at once, each seeing only its own slice', async () => {
     const gate = join(gates, 'open');
     const script = [

@@ -98,6 +98,10 @@ describe('reclaim by preemption', () => {
       .all() as Array<{ subject_id: string; data: string }>;
     expect(asked.map((r) => r.subject_id)).toEqual([a2]);
     expect(JSON.parse(asked[0]!.data)).toMatchObject({ for_task_id: b1, grace_seconds: 5 });
+    const metrics = await (
+      await m.fetch(new URL('/metrics', m.url), { headers: { authorization: `Bearer ${m.operatorToken}` } })
+    ).text();
+    expect(metrics).toMatch(/^gpu_broker_preemptions_total 1$/m);
     // The same task (same revision, no new review) completes in a second run that saw GPU_BROKER_PREEMPTED=1.
     const done = await waitUntilSettled(alice, a2);
     expect(done.state).toBe('COMPLETED');
