@@ -277,6 +277,7 @@ export const reconcileTaskTool = defineTool({
 export const AlertSchema = z.object({
   kind: z.enum([
     'card_quarantined',
+    'leased_card_missing',
     'sampler_error',
     'worker_offline',
     'task_needs_reconciliation',

@@ -11,6 +11,7 @@ import { leaseWhereabouts } from './tasks.js';
 interface StatusAlert {
   kind:
     | 'card_quarantined'
+    | 'leased_card_missing'
     | 'sampler_error'
     | 'worker_offline'
     | 'task_needs_reconciliation'
@@ -88,6 +89,35 @@ function quarantinedLeaseAlerts(c: StatusContext): StatusAlert[] {
           `Check the cards on ${l.worker_id}, then gpu-broker reconcile ${taskRef(l.task_id)} --resolution FAILED --reason "…"`,
       };
     });
+}
+
+/**
+ * Cards a live lease holds that its online worker's samples no longer list: a MIG layout changed under a
+ * running task (a slice gone), or a card fell off the bus. The run goes on on what it has; its cleanup
+ * receipt cannot confirm a card that is gone, so the lease ends QUARANTINED (as any unconfirmed card) —
+ * this says so while it runs (docs/operations.md "Alerts", docs/decisions/0046-mig-slices-as-cards.md).
+ */
+function leasedCardMissingAlerts({ deps, now, leases, taskRef }: StatusContext): StatusAlert[] {
+  const alerts: StatusAlert[] = [];
+  for (const l of leases) {
+    if (l.state !== 'ACTIVE' && l.state !== 'RELEASING') continue;
+    if (!deps.cluster.fleet.isOnline(l.worker_id, now)) continue;
+    const live = deps.cluster.fleet.get(l.worker_id);
+    // A worker that cannot sample, or has not yet, lists nothing: that is sampler_error's, not this.
+    if (live.sampler_error || live.cards.length === 0) continue;
+    const sampled = new Set(live.cards.map((c) => c.index));
+    const missing = l.cards.filter((c) => !sampled.has(c.index)).map((c) => c.index);
+    if (missing.length === 0) continue;
+    alerts.push({
+      kind: 'leased_card_missing',
+      severity: 'critical',
+      subject: `${l.worker_id}:${missing.join(',')}`,
+      message: `card(s) ${missing.join(', ')} held by lease ${l.id} (task ${taskRef(l.task_id)}) are no longer in worker ${l.worker_id}'s samples: a MIG layout changed under a running task, or the card is gone from the host`,
+      action:
+        'Change a MIG layout only on a drained worker (gpu-broker drain). The task keeps what it has; its cleanup cannot confirm a card that is gone, so the lease will be QUARANTINED: check the host, then reconcile it.',
+    });
+  }
+  return alerts;
 }
 
 /** Workers offline, else workers whose sampler fails. */
@@ -225,6 +255,7 @@ function standingGrantAlerts({ deps, now, mayReadGrant }: StatusContext): Status
 /** The alert sources, in the order get_status lists their alerts. */
 const ALERT_SOURCES: ReadonlyArray<(c: StatusContext) => StatusAlert[]> = [
   quarantinedLeaseAlerts,
+  leasedCardMissingAlerts,
   workerHealthAlerts,
   unisolatedWorkerAlerts,
   failingGrantAlerts,

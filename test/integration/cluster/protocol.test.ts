@@ -401,3 +401,66 @@ describe('the real worker against re-delivery and stale epochs', () => {
     expect(watch.violations).toEqual([]);
   });
 });
+
+describe('a card gone from under a running task (raw ws worker)', () => {
+  it('raises leased_card_missing while the task runs on a card its worker no longer lists (a MIG layout changed, a card off the bus)', async () => {
+    const raw = await connectRawWorker({
+      url: m.url,
+      caPem: m.caPem,
+      token: m.createToken('worker-gone', ['worker'], 'raw-gone'),
+      workerId: 'raw-gone',
+    });
+    closers.push(() => raw.close());
+    await raw.hello(2);
+    let seq = 1;
+    let cards: readonly (typeof raw.simCards)[number][] = raw.simCards.slice(0, 2);
+    const pump = setInterval(
+      () => raw.sendSeq(++seq, { type: 'sample', sampled_at: Date.now(), cards, sampler_error: null }),
+      100,
+    );
+    closers.push(async () => clearInterval(pump));
+    const taskId = await approveTask(alice, rita, shellSpec('sleep 60', { worker: 'raw-gone' }));
+    const assign = await raw.next((r) => r['type'] === 'assign', { what: 'assign' });
+    raw.send({ type: 'ack', boot_id: assign['boot_id'], seq: assign['seq'] });
+    const plan = assign['plan'] as {
+      execution_id: string;
+      lease_epoch: number;
+      cards: Array<{ index: number }>;
+    };
+    const report = (phase: string) => ({
+      type: 'execution',
+      execution_id: plan.execution_id,
+      task_id: taskId,
+      lease_epoch: plan.lease_epoch,
+      phase,
+    });
+    raw.sendSeq(++seq, report('accepted'));
+    raw.sendSeq(++seq, report('started'));
+    await waitFor(async () => ((await getTask(alice, taskId)).state === 'RUNNING' ? true : null), {
+      what: 'the task running',
+    });
+    const ops = await m.mcpClient(m.operatorToken);
+    type Alert = { kind: string; subject: string; message: string };
+    const alerts = async () =>
+      expectOk(await callTool<{ alerts: Alert[] }>(ops, 'get_status', {})).alerts.filter(
+        (a) => a.kind === 'leased_card_missing',
+      );
+    expect(await alerts()).toEqual([]);
+    // The leased card leaves the worker's samples (its other card stays).
+    const held = plan.cards[0]!.index;
+    cards = raw.simCards.slice(0, 2).filter((c) => c.index !== held);
+    const raised = await waitFor(
+      async () => {
+        const found = await alerts();
+        return found.length > 0 ? found : null;
+      },
+      { what: 'leased_card_missing' },
+    );
+    expect(raised[0]).toMatchObject({ subject: `raw-gone:${held}` });
+    expect(raised[0]!.message).toContain(taskId);
+    // Back in the samples: no alert.
+    cards = raw.simCards.slice(0, 2);
+    await waitFor(async () => ((await alerts()).length === 0 ? true : null), { what: 'the alert gone' });
+    expectOk(await callTool(alice, 'cancel_task', { task_id: taskId, idempotency_key: `c-${taskId}` }));
+  });
+});
