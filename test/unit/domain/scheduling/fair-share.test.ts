@@ -3,13 +3,8 @@ import { describe, expect, it } from 'vitest';
 import { simulateFairShare } from '../../../../bench/fair-sim.js';
 import { compareQueuedTasks, decide } from '../../../../src/domain/scheduling/decide.js';
 import { fairOrder } from '../../../../src/domain/scheduling/fair-order.js';
-import type {
-  CardView,
-  FairShareView,
-  QueuedTaskView,
-  SchedulingConfig,
-  WorkerView,
-} from '../../../../src/domain/scheduling/types.js';
+import type { FairShareView, QueuedTaskView, WorkerView } from '../../../../src/domain/scheduling/types.js';
+import { SCHEDULING_CONFIG, simCardView, simWorkerView } from '../../../support/scheduling-views.js';
 
 /**
  * Fair share across accounts (src/domain/scheduling/fair-order.ts), driven through decide() on a
@@ -20,42 +15,9 @@ import type {
  * that still starts within a bounded wait. Simulated time only: nothing here is timed.
  */
 
-const CONFIG: SchedulingConfig = {
-  sample_interval_ms: 2000,
-  vram_threshold_pct: 2,
-  reservation_after_seconds: 600,
-  max_concurrent_cards_per_owner: null,
-  require_isolation: true,
-};
-function card(index: number, leased: boolean): CardView {
-  return {
-    index,
-    model: 'SIM-GPU',
-    memory_used_mib: 0,
-    memory_total_mib: 81559,
-    health: 'ok',
-    health_reasons: [],
-    processes: [],
-    simulated: true,
-    cordoned: false,
-    leased,
-    quarantined: false,
-    broker_pids: [],
-  };
-}
-
-function worker(id: string, leased: number[] = []): WorkerView {
-  return {
-    worker_id: id,
-    online: true,
-    draining: false,
-    sampled_at: 1_000,
-    sampler_error: null,
-    isolation: 'bwrap',
-    container_engine: null,
-    cards: Array.from({ length: 8 }, (_, i) => card(i, leased.includes(i))),
-  };
-}
+const CONFIG = SCHEDULING_CONFIG;
+const card = simCardView;
+const worker = simWorkerView;
 
 /** The `fairness` bench's workload (bench/fairness.ts), 24 simulated hours, the default half-life. */
 const WORKLOAD = {

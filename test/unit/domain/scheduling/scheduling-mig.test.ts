@@ -5,23 +5,17 @@ import { decide } from '../../../../src/domain/scheduling/decide.js';
 import type {
   CardView,
   QueuedTaskView,
-  SchedulingConfig,
   SchedulingSnapshot,
   WorkerView,
 } from '../../../../src/domain/scheduling/types.js';
+import { SCHEDULING_CONFIG } from '../../../support/scheduling-views.js';
 
 /**
  * MIG slices as cards (docs/decisions/0046-mig-slices-as-cards.md): a card in MIG mode is never
  * granted whole, and a slice only to a task that asked for slices.
  */
 
-const CONFIG: SchedulingConfig = {
-  sample_interval_ms: 2000,
-  vram_threshold_pct: 2,
-  reservation_after_seconds: 600,
-  max_concurrent_cards_per_owner: null,
-  require_isolation: true,
-};
+const CONFIG = SCHEDULING_CONFIG;
 const NOW = 1_000;
 
 /** Compute slices and memory of the H100-80GB profiles a test names. */
