@@ -23,6 +23,22 @@ export interface AccountRecord {
   preemptible: 0 | 1;
 }
 
+/**
+ * A quota of an account for the cards of one model (migration 024, ADR 0048): beside the account-wide
+ * one, which counts cards of every model. At least its nominal share or its budget is set.
+ */
+export interface ModelQuotaRecord {
+  account: string;
+  /** Its model's lower-case words joined by single spaces ("h100"): one quota per account and key. */
+  model_key: string;
+  /** The model as the operator gave it ("H100"); it covers cards whose model has these words. */
+  model: string;
+  nominal_cards: number | null;
+  borrowing_limit: number | null;
+  budget_card_hours: number | null;
+  budget_period: 'day' | 'week' | 'month' | null;
+}
+
 /** The account tree. Its rules (names, cycles, depth, what holds an account) are src/domain/accounts/tree.ts. */
 export class AccountsRepo {
   private readonly allStmt;
@@ -30,6 +46,9 @@ export class AccountsRepo {
   private readonly insertStmt;
   private readonly updateStmt;
   private readonly deleteStmt;
+  private readonly modelQuotasStmt;
+  private readonly upsertModelQuotaStmt;
+  private readonly deleteModelQuotaStmt;
 
   constructor(db: Db) {
     this.allStmt = db.prepare<[], AccountRecord>('SELECT * FROM accounts ORDER BY name');
@@ -45,6 +64,19 @@ export class AccountsRepo {
        WHERE name = @name`,
     );
     this.deleteStmt = db.prepare('DELETE FROM accounts WHERE name = ?');
+    this.modelQuotasStmt = db.prepare<[], ModelQuotaRecord>(
+      'SELECT * FROM account_model_quotas ORDER BY account, model_key',
+    );
+    this.upsertModelQuotaStmt = db.prepare(
+      `INSERT INTO account_model_quotas (account, model_key, model, nominal_cards, borrowing_limit, budget_card_hours, budget_period)
+       VALUES (@account, @model_key, @model, @nominal_cards, @borrowing_limit, @budget_card_hours, @budget_period)
+       ON CONFLICT (account, model_key) DO UPDATE SET model = excluded.model, nominal_cards = excluded.nominal_cards,
+         borrowing_limit = excluded.borrowing_limit, budget_card_hours = excluded.budget_card_hours,
+         budget_period = excluded.budget_period`,
+    );
+    this.deleteModelQuotaStmt = db.prepare(
+      'DELETE FROM account_model_quotas WHERE account = ? AND model_key = ?',
+    );
   }
 
   /** Every account, by name. */
@@ -65,7 +97,23 @@ export class AccountsRepo {
     this.updateStmt.run(a);
   }
 
+  /** Deletes an account (its model quotas go with it: ON DELETE CASCADE). */
   delete(name: string): void {
     this.deleteStmt.run(name);
+  }
+
+  /** Every account's quotas per card model, by account then model key. */
+  modelQuotas(): ModelQuotaRecord[] {
+    return this.modelQuotasStmt.all();
+  }
+
+  /** Writes one quota per account and model key (a second write of the same key replaces it). */
+  putModelQuota(q: ModelQuotaRecord): void {
+    this.upsertModelQuotaStmt.run(q);
+  }
+
+  /** Removes `account`'s quota for `modelKey` (nothing when it has none). */
+  deleteModelQuota(account: string, modelKey: string): void {
+    this.deleteModelQuotaStmt.run(account, modelKey);
   }
 }
