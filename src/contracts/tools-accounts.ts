@@ -18,6 +18,14 @@ const DescriptionSchema = z.string().max(500).describe('What the account is for;
 
 /** An account's quotas as sent: a field absent keeps it, null clears it. */
 const QuotaInput = {
+  model: z
+    .string()
+    .min(1)
+    .max(64)
+    .optional()
+    .describe(
+      'A card model, named as a task’s cards.model is (e.g. H100; a model no worker has yet is allowed): the quota fields of this call are then that model’s quota (cards whose model has these words), not the account-wide one. Both apply. A model quota left with neither nominal_cards nor a budget is removed.',
+    ),
   nominal_cards: z
     .number()
     .int()
@@ -85,6 +93,16 @@ export const AccountViewSchema = z.object({
     budget_card_hours: z.number().nullable(),
     budget_period: z.enum(['day', 'week', 'month']).nullable(),
   }),
+  /** Its quotas per card model (ADR 0048), beside the account-wide `quotas`; both apply. */
+  model_quotas: z.array(
+    z.object({
+      model: z.string(),
+      nominal_cards: z.number().int().nullable(),
+      borrowing_limit: z.number().int().nullable(),
+      budget_card_hours: z.number().nullable(),
+      budget_period: z.enum(['day', 'week', 'month']).nullable(),
+    }),
+  ),
 });
 
 /** list_accounts */
@@ -105,7 +123,7 @@ export const createAccountTool = defineTool({
   name: 'create_account',
   title: 'Create an account',
   description:
-    'Creates an account (a team) under a parent (default root). Refused (typed) for a bad or taken name, an unknown parent, a tree deeper than 8 levels or a weight outside 1..1000000.',
+    'Creates an account (a team) under a parent (default root), with quotas account-wide or, with `model`, for one card model. Refused (typed) for a bad or taken name, an unknown parent, a tree deeper than 8 levels or a weight outside 1..1000000.',
   roles: ['operator'],
   mutating: true,
   annotations: MUTATING,
@@ -127,7 +145,7 @@ export const setAccountTool = defineTool({
   name: 'set_account',
   title: 'Change an account',
   description:
-    'Changes an account’s weight, parent, description or quotas (nominal_cards, borrowing_limit, budget_card_hours per budget_period; null clears one). Refused (typed) when the new parent is the account itself or below it (a cycle), unknown, or would put accounts deeper than 8 levels.',
+    'Changes an account’s weight, parent, description or quotas (nominal_cards, borrowing_limit, budget_card_hours per budget_period; null clears one), account-wide or, with `model`, for the cards of one model. Refused (typed) when the new parent is the account itself or below it (a cycle), unknown, or would put accounts deeper than 8 levels; for negative or absurd quotas, a borrowing limit without a nominal share, a bad model name, or children’s nominal shares above their parent’s (account-wide or for the same model).',
   roles: ['operator'],
   mutating: true,
   annotations: MUTATING,

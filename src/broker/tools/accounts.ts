@@ -1,4 +1,5 @@
 import { BrokerError } from '../../contracts/errors.js';
+import { modelKey, modelNameProblem, modelQuotaProblem } from '../../domain/accounts/model-quotas.js';
 import {
   type AccountProblem,
   type AccountQuotas,
@@ -10,7 +11,7 @@ import {
   ROOT_ACCOUNT,
   setProblem,
 } from '../../domain/accounts/tree.js';
-import type { AccountRecord } from '../../store/accounts-repo.js';
+import type { AccountRecord, ModelQuotaRecord } from '../../store/accounts-repo.js';
 import type { Principal } from '../../store/principals-repo.js';
 import type { UsageGrouping } from '../../store/usage-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -24,8 +25,13 @@ import { iso } from './views.js';
 
 type Deps = Pick<BrokerDeps, 'store' | 'clock'>;
 
-/** A change of quotas: a field absent keeps it, null clears it. */
+/**
+ * A change of quotas: a field absent keeps it, null clears it. With `model`, the fields are that card
+ * model's quota (ADR 0048; a model quota left with neither nominal share nor budget is removed), else
+ * the account-wide one.
+ */
 export interface QuotaChange {
+  model?: string | undefined;
   nominal_cards?: number | null | undefined;
   borrowing_limit?: number | null | undefined;
   budget_card_hours?: number | null | undefined;
@@ -55,8 +61,53 @@ const refuse = (p: AccountProblem | null): void => {
   if (p) throw new BrokerError(p.code, p.message, p.hint);
 };
 
+/**
+ * Writes `name`'s quota for `change.model` with `change` applied, after checking it against the tree and
+ * the other model quotas (refused: nothing written); returns it before and after for the audit, or null
+ * without `model`. In the caller's transaction.
+ */
+function changeModelQuota(
+  deps: Deps,
+  accounts: readonly AccountRecord[],
+  name: string,
+  change: QuotaChange,
+): { model: string; from: AccountQuotas | null; to: AccountQuotas | null } | null {
+  if (change.model === undefined) return null;
+  const model = change.model.trim();
+  refuse(modelNameProblem(model));
+  const key = modelKey(model);
+  const stored = deps.store.accounts.modelQuotas();
+  const before = stored.find((q) => q.account === name && q.model_key === key);
+  const from = before === undefined ? null : quotasAfter(before, {});
+  const after = quotasAfter(from ?? NO_QUOTAS, change);
+  // A budget cleared takes its period with it, as the account-wide flags do.
+  if (change.budget_card_hours === null && change.budget_period === undefined) after.budget_period = null;
+  // Nothing left of it: it is removed (refused values, e.g. a borrowing limit alone, are checked below).
+  const to = Object.values(after).every((v) => v === null) ? null : after;
+  refuse(modelQuotaProblem(accounts, stored, name, key, to));
+  if (to === null) deps.store.accounts.deleteModelQuota(name, key);
+  else deps.store.accounts.putModelQuota({ account: name, model_key: key, model, ...to });
+  return { model, from, to };
+}
+
+/** A model quota as shown. */
+function modelQuotaView(q: ModelQuotaRecord) {
+  return {
+    model: q.model,
+    nominal_cards: q.nominal_cards,
+    borrowing_limit: q.borrowing_limit,
+    budget_card_hours: q.budget_card_hours,
+    budget_period: q.budget_period,
+  };
+}
+
 /** The view of one account, its share computed against the whole tree. */
-function accountView(deps: Deps, a: AccountRecord, shares: ReadonlyMap<string, number>) {
+function accountView(
+  deps: Deps,
+  a: AccountRecord,
+  shares: ReadonlyMap<string, number>,
+  modelQuotas: readonly ModelQuotaRecord[],
+) {
   return {
     name: a.name,
     parent: a.parent,
@@ -73,6 +124,7 @@ function accountView(deps: Deps, a: AccountRecord, shares: ReadonlyMap<string, n
       budget_card_hours: a.budget_card_hours,
       budget_period: a.budget_period,
     },
+    model_quotas: modelQuotas.filter((q) => q.account === a.name).map(modelQuotaView),
   };
 }
 
@@ -80,14 +132,15 @@ function viewOf(deps: Deps, name: string) {
   const all = deps.store.accounts.list();
   const a = all.find((x) => x.name === name);
   if (!a) throw new BrokerError('NOT_FOUND', `no account ${name}`, 'account list shows them.');
-  return accountView(deps, a, normalisedShares(all));
+  return accountView(deps, a, normalisedShares(all), deps.store.accounts.modelQuotas());
 }
 
 /** list_accounts */
 export function listAccounts(deps: Deps) {
   const all = deps.store.accounts.list();
   const shares = normalisedShares(all);
-  return { accounts: all.map((a) => accountView(deps, a, shares)) };
+  const modelQuotas = deps.store.accounts.modelQuotas();
+  return { accounts: all.map((a) => accountView(deps, a, shares, modelQuotas)) };
 }
 
 /** One account (the CLI's `account show`). */
@@ -119,19 +172,26 @@ export function createAccount(
       weight: req.weight ?? 1,
       description: req.description ?? null,
       created_at: now,
-      ...quotasAfter(NO_QUOTAS, req),
+      // With `model`, the quota flags are that model's quota, not the account-wide one.
+      ...(req.model === undefined ? quotasAfter(NO_QUOTAS, req) : NO_QUOTAS),
       max_priority: req.max_priority ?? null,
       preemptible: req.preemptible === true ? 1 : 0,
     };
     refuse(quotaProblem([...all, a], a.name, a));
     deps.store.accounts.insert(a);
+    const modelQuota = changeModelQuota(deps, [...all, a], a.name, req);
     deps.store.audit.append({
       at: now,
       actor,
       action: 'account.created',
       subject_type: 'account',
       subject_id: a.name,
-      data: { parent: a.parent, weight: a.weight, quotas: quotasAfter(NO_QUOTAS, a) },
+      data: {
+        parent: a.parent,
+        weight: a.weight,
+        quotas: quotasAfter(NO_QUOTAS, a),
+        ...(modelQuota === null ? {} : { model_quota: modelQuota }),
+      },
     });
     return { account: viewOf(deps, a.name) };
   });
@@ -159,7 +219,7 @@ export function setAccount(
       parent: req.parent ?? before.parent,
       weight: req.weight ?? before.weight,
       description: req.description === undefined ? before.description : req.description,
-      ...quotasAfter(before, req),
+      ...quotasAfter(before, req.model === undefined ? req : {}),
       max_priority: req.max_priority === undefined ? before.max_priority : req.max_priority,
       preemptible: req.preemptible === undefined ? before.preemptible : req.preemptible ? 1 : 0,
     };
@@ -170,6 +230,14 @@ export function setAccount(
         after,
       ),
     );
+    // Model quotas are checked against the tree as it will be: moved under a new parent, each of its own
+    // must still sum within that parent's.
+    const moved = all.map((a) => (a.name === after.name ? after : a));
+    if (after.parent !== before.parent)
+      for (const q of deps.store.accounts.modelQuotas())
+        if (q.account === after.name)
+          refuse(modelQuotaProblem(moved, deps.store.accounts.modelQuotas(), q.account, q.model_key, q));
+    const modelQuota = changeModelQuota(deps, moved, after.name, req);
     deps.store.accounts.update(after);
     deps.store.audit.append({
       at: deps.clock.now(),
@@ -182,6 +250,7 @@ export function setAccount(
         weight: { from: before.weight, to: after.weight },
         quotas: { from: quotasAfter(before, {}), to: quotasAfter(after, {}) },
         preemptible: { from: before.preemptible === 1, to: after.preemptible === 1 },
+        ...(modelQuota === null ? {} : { model_quota: modelQuota }),
       },
     });
     return { account: viewOf(deps, after.name) };

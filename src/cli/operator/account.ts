@@ -71,7 +71,9 @@ function quotaFlags(values: Record<string, unknown>) {
       'Use --period day, week or month.',
     );
   const budget = budgetHours(values['budget']);
+  const model = values['model'];
   return {
+    ...(typeof model === 'string' ? { model } : {}),
     nominal_cards: quotaCount('nominal', values['nominal'], 'none'),
     borrowing_limit: quotaCount('borrow', values['borrow'], 'any'),
     budget_card_hours: budget,
@@ -80,16 +82,24 @@ function quotaFlags(values: Record<string, unknown>) {
   };
 }
 
-function quotaText(a: AccountView): string {
-  const q = a.quotas;
-  const parts = [
+/** Nominal, borrowing and budget of one quota in words, e.g. "nominal 4 +2 500 h/week". */
+function limitsText(q: AccountView['quotas']): string[] {
+  return [
     q.nominal_cards === null ? null : `nominal ${q.nominal_cards}`,
     q.nominal_cards === null ? null : q.borrowing_limit === null ? '+any' : `+${q.borrowing_limit}`,
     q.budget_card_hours === null ? null : `${q.budget_card_hours} h/${q.budget_period}`,
+  ].filter((x) => x !== null);
+}
+
+function quotaText(a: AccountView): string {
+  const own = [
+    ...limitsText(a.quotas),
     a.max_priority === null ? null : `priority ≤ ${a.max_priority}`,
     a.preemptible ? 'preemptible' : null,
   ].filter((x) => x !== null);
-  return parts.join(' ');
+  // Then each card model's quota (ADR 0048), e.g. "nominal 8 +any; H100: nominal 4 +2".
+  const models = a.model_quotas.map((m) => `${m.model}: ${limitsText(m).join(' ')}`);
+  return [...(own.length > 0 ? [own.join(' ')] : []), ...models].join('; ');
 }
 
 const rows = (list: readonly AccountView[]) =>

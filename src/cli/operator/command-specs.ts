@@ -190,10 +190,10 @@ export const AUDIT = defineCommand({
 export const ACCOUNT = defineCommand({
   name: 'account',
   usage: [
-    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--max-priority N] [--preemptible yes|no] [--data-dir DIR] [--json]',
+    'account create NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--model MODEL] [--nominal N] [--borrow N|any] [--budget HOURS --period day|week|month] [--max-priority N] [--preemptible yes|no] [--data-dir DIR] [--json]',
     'account list [--data-dir DIR] [--json]',
     'account show NAME [--data-dir DIR] [--json]',
-    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--max-priority N|none] [--preemptible yes|no] [--data-dir DIR] [--json]',
+    'account set NAME [--parent ACCOUNT] [--weight N] [--description TEXT] [--model MODEL] [--nominal N|none] [--borrow N|any] [--budget HOURS|none] [--period day|week|month] [--max-priority N|none] [--preemptible yes|no] [--data-dir DIR] [--json]',
     'account delete NAME [--data-dir DIR] [--json]',
   ],
   summary:
@@ -206,6 +206,11 @@ export const ACCOUNT = defineCommand({
       help: 'fair-share weight relative to its siblings, a whole number 1..1000000 (create: default 1)',
     },
     description: { type: 'string', value: 'TEXT', help: 'what the account is for (at most 500 characters)' },
+    model: {
+      type: 'string',
+      value: 'MODEL',
+      help: "the quota flags set this card model's quota (e.g. H100: cards whose model has these words) instead of the account-wide one; both apply; a model quota with neither --nominal nor --budget left is removed",
+    },
     nominal: {
       type: 'string',
       value: 'N',
@@ -241,6 +246,8 @@ export const ACCOUNT = defineCommand({
     'account create team-a --parent org-ml --weight 2',
     'account set team-a --weight 3',
     'account set team-a --nominal 4 --borrow 4 --budget 500 --period week',
+    'account set team-a --model H100 --nominal 4 --borrow 2 --budget 100 --period week',
+    'account set team-a --model H100 --nominal none --borrow any --budget none',
     'account set batch --preemptible yes',
     'token create --name alice-agent --role submitter --account team-a',
   ],

@@ -220,6 +220,42 @@ export function quotaProblem(
   name: string,
   quotas: AccountQuotas,
 ): AccountProblem | null {
+  const values = quotaValuesProblem(quotas);
+  if (values) return values;
+  const self = accounts.find((a) => a.name === name);
+  const parent = self?.parent ? accounts.find((a) => a.name === self.parent) : undefined;
+  const nominal = quotas.nominal_cards ?? 0;
+  if (parent && parent.nominal_cards !== null && quotas.nominal_cards !== null) {
+    const siblings = accounts
+      .filter((a) => a.parent === parent.name && a.name !== name)
+      .reduce((n, a) => n + (a.nominal_cards ?? 0), 0);
+    if (siblings + nominal > parent.nominal_cards)
+      return problem(
+        'INVALID_INPUT',
+        `${name}'s nominal ${nominal} and its siblings' ${siblings} exceed ${parent.name}'s nominal ${parent.nominal_cards}`,
+        `Children's nominal shares sum within their parent's: raise ${parent.name}'s or lower another child's first.`,
+      );
+  }
+  if (quotas.nominal_cards !== null) {
+    const children = accounts
+      .filter((a) => a.parent === name)
+      .reduce((n, a) => n + (a.nominal_cards ?? 0), 0);
+    if (children > quotas.nominal_cards)
+      return problem(
+        'INVALID_INPUT',
+        `${name}'s children hold nominal shares of ${children} cards, more than ${quotas.nominal_cards}`,
+        'Lower the children first, or give this account at least their sum.',
+      );
+  }
+  return null;
+}
+
+/**
+ * Whether `quotas`' values may stand, whatever the tree: whole card counts from 0 to MAX_QUOTA_CARDS, a
+ * borrowing limit only beside a nominal share, a positive budget with its period and a period with its
+ * budget. The account-wide quota (quotaProblem) and each per-model one (./model-quotas.ts) check these.
+ */
+export function quotaValuesProblem(quotas: AccountQuotas): AccountProblem | null {
   for (const [field, value] of [
     ['nominal_cards', quotas.nominal_cards],
     ['borrowing_limit', quotas.borrowing_limit],
@@ -249,31 +285,6 @@ export function quotaProblem(
       'a budget needs its period, and a period its budget',
       'e.g. budget 200 card-hours per week.',
     );
-  const self = accounts.find((a) => a.name === name);
-  const parent = self?.parent ? accounts.find((a) => a.name === self.parent) : undefined;
-  const nominal = quotas.nominal_cards ?? 0;
-  if (parent && parent.nominal_cards !== null && quotas.nominal_cards !== null) {
-    const siblings = accounts
-      .filter((a) => a.parent === parent.name && a.name !== name)
-      .reduce((n, a) => n + (a.nominal_cards ?? 0), 0);
-    if (siblings + nominal > parent.nominal_cards)
-      return problem(
-        'INVALID_INPUT',
-        `${name}'s nominal ${nominal} and its siblings' ${siblings} exceed ${parent.name}'s nominal ${parent.nominal_cards}`,
-        `Children's nominal shares sum within their parent's: raise ${parent.name}'s or lower another child's first.`,
-      );
-  }
-  if (quotas.nominal_cards !== null) {
-    const children = accounts
-      .filter((a) => a.parent === name)
-      .reduce((n, a) => n + (a.nominal_cards ?? 0), 0);
-    if (children > quotas.nominal_cards)
-      return problem(
-        'INVALID_INPUT',
-        `${name}'s children hold nominal shares of ${children} cards, more than ${quotas.nominal_cards}`,
-        'Lower the children first, or give this account at least their sum.',
-      );
-  }
   return null;
 }
 

@@ -42,6 +42,16 @@ function stored() {
   }
 }
 
+/** The model quotas as stored. */
+function modelQuotaRows() {
+  const store = openStore(dataDir);
+  try {
+    return store.accounts.modelQuotas();
+  } finally {
+    store.close();
+  }
+}
+
 describe('gpu-broker account', () => {
   it('a fresh data dir has root and default; create, show, set and delete a team; shares follow weights', async () => {
     const list0 = (await acct('list')).json<{ accounts: AccountOut[] }>().accounts;
@@ -195,6 +205,79 @@ describe('gpu-broker account', () => {
       budget_card_hours: null,
       budget_period: null,
     });
+  });
+
+  it('--model sets, shows and clears a quota per card model beside the account-wide one; bad input changes nothing', async () => {
+    await acct('create', 'org', '--model', 'H100', '--nominal', '8');
+    await acct('create', 'team-a', '--parent', 'org', '--nominal', '10');
+    const set = await acct(
+      'set',
+      'team-a',
+      '--model',
+      'H100',
+      '--nominal',
+      '4',
+      '--borrow',
+      '2',
+      '--budget',
+      '100',
+      '--period',
+      'week',
+    );
+    expect(set.code).toBe(0);
+    const shown = set.json<{ account: { quotas: unknown; model_quotas: unknown } }>().account;
+    // The account-wide quota is untouched; the model's sits beside it.
+    expect(shown.quotas).toMatchObject({ nominal_cards: 10, borrowing_limit: null });
+    expect(shown.model_quotas).toEqual([
+      { model: 'H100', nominal_cards: 4, borrowing_limit: 2, budget_card_hours: 100, budget_period: 'week' },
+    ]);
+    // Another spelling of the same model is the same quota.
+    await acct('set', 'team-a', '--model', 'h100', '--borrow', 'any');
+    await acct('set', 'team-a', '--model', 'A100', '--nominal', '2');
+    const human = await runCli(account, ['show', 'team-a', '--data-dir', dataDir]);
+    expect(human.stdout).toMatch(
+      /nominal 10 \+any; A100: nominal 2 \+any; h100: nominal 4 \+any 100 h\/week/,
+    );
+    const before = stored();
+    const quotasBefore = modelQuotaRows();
+    for (const args of [
+      ['set', 'team-a', '--model', '', '--nominal', '1'], // empty name
+      ['set', 'team-a', '--model', '_-', '--nominal', '1'], // no word in it
+      ['set', 'team-a', '--model', 'x'.repeat(65), '--nominal', '1'],
+      ['set', 'team-a', '--model', 'H100;reboot', '--nominal', '1'],
+      ['set', 'team-a', '--model', 'H100', '--nominal=-1'],
+      ['set', 'team-a', '--model', 'H100', '--nominal', '9'], // past org's 8 H100
+      ['set', 'org', '--model', 'H100', '--nominal', '3'], // below team-a's 4 H100
+      ['set', 'team-a', '--model', 'V100', '--borrow', '2'], // no nominal to borrow beyond
+      ['set', 'team-a', '--model', 'H100', '--borrow', '1', '--nominal', 'none'], // a borrowing limit alone
+      ['set', 'team-a', '--model', 'V100', '--budget', '10'], // no period
+      ['create', 'team-c', '--parent', 'org', '--model', 'H100', '--nominal', '5'], // 5 + 4 > 8
+    ]) {
+      const r = await acct(...args);
+      expect(r.stdout, args.join(' ')).toMatch(/INVALID_INPUT/);
+      expect(r.json<{ error: ErrorBody }>().error.code, args.join(' ')).toBe('INVALID_INPUT');
+      expect(r.json<{ error: ErrorBody }>().error.hint, args.join(' ')).toBeTruthy();
+    }
+    expect(stored()).toEqual(before);
+    expect(modelQuotaRows()).toEqual(quotasBefore);
+    // Cleared: nothing left of it, so it is gone.
+    const cleared = await acct(
+      'set',
+      'team-a',
+      '--model',
+      'H100',
+      '--nominal',
+      'none',
+      '--borrow',
+      'any',
+      '--budget',
+      'none',
+    );
+    expect(
+      cleared
+        .json<{ account: { model_quotas: Array<{ model: string }> } }>()
+        .account.model_quotas.map((m) => m.model),
+    ).toEqual(['A100']);
   });
 
   it('--max-priority sets, shows and clears the account’s highest priority; out of range is refused', async () => {
