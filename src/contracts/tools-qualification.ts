@@ -50,6 +50,12 @@ export const QualificationRunViewSchema = z.object({
   reviewer_principal: z.string(),
   requested: z.array(z.number().int()),
   ladder: z.array(z.number().int()),
+  /**
+   * The single-card rungs on MIG slices (GEMM only; all_reduce is not offered across MIG instances), one
+   * per distinct profile, run before the ladder: the slice (`0:mig:2/0`) and its profile (null when the
+   * worker no longer reports the slice).
+   */
+  slices: z.array(z.object({ card: z.string(), profile: z.string().nullable() })),
   /** A Slurm pool's two-node rung (`cards` as `per_node` on each of two nodes), run after the ladder. */
   span: z.object({ cards: z.number().int(), per_node: z.number().int() }).nullable(),
   skipped: z.array(z.object({ cards: z.number().int(), reason: z.string() })),

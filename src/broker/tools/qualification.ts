@@ -1,4 +1,5 @@
 import { BrokerError } from '../../contracts/errors.js';
+import { cardLabel, MIG_INDEX_BASE } from '../../contracts/sample.js';
 import { DEFAULT_LADDER, type QualificationRunView } from '../../contracts/tools-qualification.js';
 import { isTerminalTask } from '../../domain/machines/task.js';
 import { type LadderPlan, planLadder, usableNodes } from '../../domain/qualification/ladder.js';
@@ -17,6 +18,7 @@ import type { QualificationLauncher } from '../ports.js';
 import { createPrincipal, revokePrincipal } from '../principals.js';
 import { CARDS_TOPIC, qualificationTopic } from '../topics.js';
 import { fetchPage } from './paging.js';
+import { runSliceRungs, workerLayout } from './qualification-layout.js';
 import { assertInterpreterReady, assertPoolIdle } from './qualification-preflight.js';
 import { cancelTask } from './tasks.js';
 import { iso, principalName } from './views.js';
@@ -74,12 +76,15 @@ function qualifiableWorker(deps: BrokerDeps, workerId: string, now: number): Wor
 /** A run's ladder and the cards it reserves for itself. */
 type RunPlan = LadderPlan & { reserved: number[] };
 
-/** Plans the run's ladder on the worker's usable cards, and the cards the run cordons for itself. */
+/**
+ * Plans the run's ladder on the worker's usable cards, and the cards the run cordons for itself. A card
+ * in MIG mode is never tested whole: its usable slices go to the planner for the single-card GEMM rungs
+ * (docs/decisions/0046-mig-slices-as-cards.md).
+ */
 function planRun(deps: BrokerDeps, worker: WorkerRecord, cards: number[] | undefined): RunPlan {
   const { store } = deps;
   // Cards an operator cordoned, or whose cleanup was never confirmed, are not the run's to take.
   const live = deps.cluster.fleet.get(worker.id).cards;
-  const indexes = (live.length > 0 ? live : worker.cards).map((c) => c.index).sort((a, b) => a - b);
   const cordoned = new Set(
     store.workers
       .cordons()
@@ -92,27 +97,36 @@ function planRun(deps: BrokerDeps, worker: WorkerRecord, cards: number[] | undef
       .filter((c) => c.worker_id === worker.id && c.state === 'QUARANTINED')
       .map((c) => c.card_index),
   );
-  const usable = indexes.filter((i) => !cordoned.has(i) && !quarantined.has(i));
+  const layout = workerLayout(
+    live.length > 0 ? live : worker.cards,
+    (i) => cordoned.has(i) || quarantined.has(i),
+  );
   const pool = worker.backend === 'slurm' ? usableNodes(worker.slurm?.nodes ?? [], live) : null;
   if (pool !== null) assertPoolIdle(deps, worker.id, live);
+  const isWhole = (i: number) => i < MIG_INDEX_BASE;
   const plan = planLadder({
     worker_id: worker.id,
     requested: [...new Set(cards ?? DEFAULT_LADDER)].sort((a, b) => a - b),
     explicit: cards !== undefined,
-    usable: usable.length,
-    total: indexes.length,
-    cordoned: cordoned.size,
-    quarantined: quarantined.size,
+    usable: layout.whole.length,
+    total: layout.total,
+    cordoned: [...cordoned].filter(isWhole).length,
+    quarantined: [...quarantined].filter(isWhole).length,
     max_cards: deps.config.policy.max_cards,
     network_allowed: deps.config.policy.allow_network,
     pool,
+    mig_mode_cards: layout.migMode,
+    slices: layout.slices,
+    mig_allowed: deps.config.policy.mig !== 'forbid',
   });
   // A Slurm pool's slots are not devices: Slurm places each rung anywhere in the partition, so the run
-  // holds every usable slot for itself (ADR 0017). A local worker gives the run its lowest cards.
-  const reserved =
+  // holds every usable slot for itself (ADR 0017). A local worker gives the run its lowest whole cards,
+  // and the one slice each slice rung runs on (the spec's profile then finds exactly that slice).
+  const whole =
     pool !== null
-      ? usable
-      : usable.slice(0, Math.max(0, ...plan.ladder, ...(plan.span ? [plan.span.cards] : [])));
+      ? layout.whole
+      : layout.whole.slice(0, Math.max(0, ...plan.ladder, ...(plan.span ? [plan.span.cards] : [])));
+  const reserved = [...whole, ...plan.slices.map((s) => s.index)].sort((a, b) => a - b);
   return { ...plan, reserved };
 }
 
@@ -128,7 +142,7 @@ export function startQualification(
   launcher.assertReady(kind);
   const now = clock.now();
   const worker = qualifiableWorker(deps, input.worker_id, now);
-  const { requested, ladder, span, skipped, reserved } = planRun(deps, worker, input.cards);
+  const { requested, ladder, slices, span, skipped, reserved } = planRun(deps, worker, input.cards);
 
   const id = deps.ids('qrun');
   const actor = principal.name;
@@ -175,6 +189,8 @@ export function startQualification(
       worker_id: worker.id,
       requested,
       ladder,
+      // The slice rungs are the run's reserved slices (runSliceRungs reads them back from reserved_cards).
+      slices: slices.map((r) => ({ card: cardLabel(r.index), profile: r.profile })),
       span,
       skipped,
       reserved_cards: reserved,
@@ -278,6 +294,7 @@ export function runView(deps: BrokerDeps, run: QualificationRunRecord): Qualific
     reviewer_principal: principalName(deps.store, run.reviewer_id),
     requested: run.requested,
     ladder: run.ladder,
+    slices: runSliceRungs(deps, run).map((r) => ({ card: r.card, profile: r.profile })),
     span: run.span,
     skipped: run.skipped,
     reserved_cards: run.reserved_cards,
@@ -299,7 +316,7 @@ export function runView(deps: BrokerDeps, run: QualificationRunRecord): Qualific
 }
 
 function nextAction(run: QualificationRunRecord): string {
-  const cards = run.reserved_cards.map((i) => `${run.worker_id}:${i}`).join(' ');
+  const cards = run.reserved_cards.map((i) => `${run.worker_id}:${cardLabel(i)}`).join(' ');
   switch (run.state) {
     case 'RUNNING':
       return `Running; call get_qualification_run with run_id ${run.id} for progress.`;
