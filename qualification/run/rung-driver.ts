@@ -24,12 +24,13 @@ export class RungDriver {
   ) {}
 
   /** Returns the rung's proposal id (null if none was made). Errors end the rung; the verifier judges. */
-  async drive(n: number, perNode: number | null): Promise<string | null> {
+  async drive(n: number, perNode: number | null, migProfile: string | null = null): Promise<string | null> {
     const { facts } = this.o;
-    const spec = qualificationSpec(facts.run_id, facts.worker_id, n, facts.pin, perNode);
+    const spec = qualificationSpec(facts.run_id, facts.worker_id, n, facts.pin, perNode, migProfile);
     const digest = digestOf(spec);
-    // Idempotency keys name the rung, not only its count: a span rung may have an in-node rung's count.
-    const key = rungLabel(n, perNode);
+    // Idempotency keys name the rung, not only its count: a span rung may have an in-node rung's count,
+    // and a slice rung is a single-card rung of its profile.
+    const key = rungLabel(n, perNode, migProfile);
     let proposalId: string | null = null;
     try {
       proposalId =

@@ -8,8 +8,16 @@ import type { AgentKind } from './agent-submitter.js';
 export interface RunnerHooks {
   /** Records a progress line (cards null: a run-level step). */
   step(cards: number | null, text: string): void;
-  /** What the master recorded for a rung (perNode: a span rung's; proposal null: nothing was proposed). */
-  collectRung(cards: number, perNode: number | null, proposalId: string | null): RungRecords;
+  /**
+   * What the master recorded for a rung (perNode: a span rung's; migProfile: a slice rung's; proposal
+   * null: nothing was proposed).
+   */
+  collectRung(
+    cards: number,
+    perNode: number | null,
+    proposalId: string | null,
+    migProfile: string | null,
+  ): RungRecords;
   /** The post-conditions, as the master sees them now. */
   collectPost(): PostRecords;
 }
@@ -26,6 +34,11 @@ export interface RunnerOptions {
   requested: number[];
   /** The counts to run, ascending. */
   ladder: number[];
+  /**
+   * The single-card GEMM rungs on MIG slices, run before the ladder (ADR 0046): the reserved slice's
+   * label and its profile (null: the worker no longer reports it, so the rung is not run). Absent: none.
+   */
+  slices?: Array<{ card: string; profile: string | null }>;
   /** A Slurm pool's two-node rung, run after the ladder (ADR 0017); null or absent: none. */
   span?: SpanRung | null;
   skipped: Array<{ cards: number; reason: string }>;

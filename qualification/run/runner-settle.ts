@@ -1,3 +1,4 @@
+import { cardLabel } from '../../src/contracts/sample.js';
 import type { TaskView } from '../../src/contracts/views.js';
 import type { PostRecords, RungRecords } from '../verify/verifier.js';
 
@@ -14,7 +15,7 @@ export function describeTask(t: TaskView): string {
     case 'ASSIGNED':
     case 'RUNNING':
     case 'FINALIZING':
-      return `task ${t.task_id} ${t.state} on ${t.worker_id} cards ${t.cards.map((c) => c.index).join(',')} (lease_epoch ${t.lease_epoch})`;
+      return `task ${t.task_id} ${t.state} on ${t.worker_id} cards ${t.cards.map((c) => cardLabel(c.index)).join(',')} (lease_epoch ${t.lease_epoch})`;
     case 'COMPLETED':
       return `task ${t.task_id} COMPLETED (exit ${t.exit_code})`;
     default:

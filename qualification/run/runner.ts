@@ -1,3 +1,4 @@
+import { cardLabel } from '../../src/contracts/sample.js';
 import { rungLabel } from '../../src/domain/qualification/ladder.js';
 import {
   EVIDENCE_SCHEMA,
@@ -27,12 +28,19 @@ import { postSettled, rungSettled, settle } from './runner-settle.js';
  * and the next rung would only queue behind whatever the failure left behind.
  */
 
+/** `GEMM on MIG slices 0:mig:1/0 (1g.10gb), 0:mig:2/0 (2g.20gb); ` or nothing. */
+function sliceText(o: RunnerOptions): string {
+  const slices = o.slices ?? [];
+  if (slices.length === 0) return '';
+  return `GEMM on MIG slice(s) ${slices.map((s) => `${s.card} (${s.profile ?? 'gone'})`).join(', ')}; `;
+}
+
 /** The run's first progress lines: what it will do, with what, and what it skipped. */
 function announceRun(o: RunnerOptions, hooks: RunnerHooks): void {
   const { facts } = o;
   hooks.step(
     null,
-    `qualifying ${facts.worker_id}: ladder ${o.ladder.join(',') || 'none'}${o.span ? ` then ${o.span.cards} cards across 2 nodes (${o.span.per_node} per node)` : ''}; cards ${facts.reserved_cards.join(',') || 'none'} cordoned for the run; submitter ${o.submitterKind} as ${o.submitter.name}, reviewer ${o.reviewer.name}`,
+    `qualifying ${facts.worker_id}: ${sliceText(o)}ladder ${o.ladder.join(',') || 'none'}${o.span ? ` then ${o.span.cards} cards across 2 nodes (${o.span.per_node} per node)` : ''}; cards ${facts.reserved_cards.map(cardLabel).join(',') || 'none'} cordoned for the run; submitter ${o.submitterKind} as ${o.submitter.name}, reviewer ${o.reviewer.name}`,
   );
   for (const s of o.skipped) hooks.step(s.cards, `skipped: ${s.reason}`);
 }
@@ -53,14 +61,16 @@ function judgeRung(
   const checks = verifyRung(facts, records);
   const entry = evidenceRung(records, checks);
   const failed = checks.filter((c) => !c.ok);
+  const slice = entry.mig ? `MIG ${entry.mig.profile} slice ${entry.mig.card ?? '?'}: ` : '';
   if (failed.length === 0) {
     const s = entry.summary;
-    hooks.step(
-      n,
-      `verified: ${checks.length} checks passed (all_reduce ${s?.allreduce.value}/${s?.allreduce.expected}, busbw ${s?.busbw_gbps === null ? 'n/a' : s?.busbw_gbps.toFixed(2)} GB/s)`,
-    );
+    const numbers =
+      s?.allreduce === null
+        ? `GEMM only, rel err ${s.gemm.max_rel_err === null ? 'n/a' : s.gemm.max_rel_err.toExponential(1)}`
+        : `all_reduce ${s?.allreduce.value}/${s?.allreduce.expected}, busbw ${s?.busbw_gbps == null ? 'n/a' : s.busbw_gbps.toFixed(2)} GB/s`;
+    hooks.step(n, `${slice}verified: ${checks.length} checks passed (${numbers})`);
   } else {
-    hooks.step(n, `FAILED: ${failed.map((c) => c.name).join(', ')}`);
+    hooks.step(n, `${slice}FAILED: ${failed.map((c) => c.name).join(', ')}`);
   }
   return { entry, failed: failed.map((c) => c.name) };
 }
@@ -79,30 +89,51 @@ async function runLadder(
   const rungs: EvidenceRung[] = [];
   const notRun: Array<{ cards: number; reason: string }> = [];
   let stop: string | null = null;
-  const plan: Array<{ n: number; perNode: number | null }> = [
-    ...o.ladder.map((n) => ({ n, perNode: null })),
-    ...(o.span ? [{ n: o.span.cards, perNode: o.span.per_node }] : []),
+  // The slice rungs first (the smallest hardware), then the whole cards, then a pool's span rung.
+  const plan: Array<{
+    n: number;
+    perNode: number | null;
+    slice: { card: string; profile: string | null } | null;
+  }> = [
+    ...(o.slices ?? []).map((slice) => ({ n: 1, perNode: null, slice })),
+    ...o.ladder.map((n) => ({ n, perNode: null, slice: null })),
+    ...(o.span ? [{ n: o.span.cards, perNode: o.span.per_node, slice: null }] : []),
   ];
-  for (const { n, perNode } of plan) {
+  for (const { n, perNode, slice } of plan) {
     if (signal.aborted) return null;
-    if (stop !== null) {
-      notRun.push({ cards: n, reason: stop });
-      hooks.step(n, `not run: ${stop}`);
+    const profile = slice?.profile ?? null;
+    const gone =
+      slice !== null && profile === null
+        ? `MIG slice ${slice.card} is no longer reported by the worker (its layout changed)`
+        : null;
+    if (stop !== null || gone !== null) {
+      const reason = stop ?? gone ?? '';
+      notRun.push({ cards: n, reason });
+      hooks.step(n, `not run: ${reason}`);
       continue;
     }
     if (perNode !== null)
       hooks.step(n, `two-node rung: ${n} GPUs as ${perNode} on each of ${n / perNode} nodes, one Slurm job`);
-    const proposalId = await rung.drive(n, perNode);
+    if (slice !== null)
+      hooks.step(
+        n,
+        `MIG slice rung: GEMM only on a ${profile} slice (${slice.card} reserved); all_reduce is not offered across MIG instances`,
+      );
+    const proposalId = await rung.drive(n, perNode, profile);
     if (signal.aborted) return null;
     const records = await settle(
-      () => hooks.collectRung(n, perNode, proposalId),
+      () => hooks.collectRung(n, perNode, proposalId, profile),
       (r) => rungSettled(r),
       settleTimeoutMs,
       signal,
     );
     const { entry, failed } = judgeRung(o.facts, hooks, n, records);
     rungs.push(entry);
-    if (failed.length > 0) stop = `the ${rungLabel(n, perNode)}-card rung failed`;
+    if (failed.length > 0)
+      stop =
+        profile === null
+          ? `the ${rungLabel(n, perNode)}-card rung failed`
+          : `the MIG ${profile} slice rung failed`;
   }
   return { rungs, notRun };
 }
@@ -141,6 +172,7 @@ function runEvidence(
     ladder: {
       requested: o.requested,
       run: o.ladder,
+      ...((o.slices ?? []).length > 0 ? { slices: o.slices } : {}),
       ...(o.span ? { span: o.span } : {}),
       skipped: o.skipped,
       not_run: notRun,

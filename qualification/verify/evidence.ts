@@ -1,4 +1,5 @@
 import { canonicalJson } from '../../src/contracts/canonical-json.js';
+import { cardLabel } from '../../src/contracts/sample.js';
 import { sha256Hex } from '../../src/platform/digest.js';
 import type { WorkloadPin } from '../workload/spec.js';
 import { WorkloadResultSchema } from './schema.js';
@@ -23,12 +24,12 @@ export interface RungSummary {
   backend: string;
   simulated: boolean;
   device_names: string[];
-  /** Rank 0's all_reduce SUM, and N(N+1)/2 recomputed from the lease. */
-  allreduce: { value: number | null; expected: number };
+  /** Rank 0's all_reduce SUM, and N(N+1)/2 recomputed from the lease; null on a GEMM-only slice rung. */
+  allreduce: { value: number | null; expected: number } | null;
   /** Whether every rank's GEMM was within tolerance, and the worst relative error. */
   gemm: { ok: boolean; max_rel_err: number | null; n: number };
-  /** The slowest rank's numbers (GB/s); busbw is null at one card. */
-  algbw_gbps: number;
+  /** The slowest rank's numbers (GB/s); busbw is null at one card, both on a GEMM-only slice rung. */
+  algbw_gbps: number | null;
   busbw_gbps: number | null;
 }
 
@@ -37,6 +38,11 @@ export interface EvidenceRung {
   cards: number;
   /** Slurm span rungs only: GPUs per node (the rung ran on cards / per_node nodes). */
   per_node?: number;
+  /**
+   * MIG slice rungs only (ADR 0046): the profile the rung asked for (`mig.slice` checks that the leased
+   * slice has it), and the leased slice's label and `MIG-` uuid (null when nothing was leased).
+   */
+  mig?: { profile: string; card: string | null; uuid: string | null };
   /** Slurm workers only: the job and where Slurm placed it, as the master recorded it (ADR 0017). */
   slurm?: { job_id: string; nodes: Array<{ node: string; gpus: number[] }> | null };
   ok: boolean;
@@ -85,6 +91,8 @@ export interface EvidenceBody {
   ladder: {
     requested: number[];
     run: number[];
+    /** The single-card GEMM rungs on MIG slices, run first (absent when there were none). */
+    slices?: Array<{ card: string; profile: string | null }>;
     /** A Slurm pool's two-node rung, run after `run` (absent when there was none). */
     span?: { cards: number; per_node: number };
     skipped: Array<{ cards: number; reason: string }>;
@@ -131,9 +139,20 @@ export function evidenceRung(r: RungRecords, checks: Check[]): EvidenceRung {
     }
   }
   const job = r.execution?.slurm ?? null;
+  const profile = r.mig_profile ?? null;
+  const slice = r.lease?.cards[0];
   return {
     cards: r.cards,
     ...(r.per_node === null ? {} : { per_node: r.per_node }),
+    ...(profile === null
+      ? {}
+      : {
+          mig: {
+            profile,
+            card: slice === undefined ? null : cardLabel(slice.index),
+            uuid: slice?.uuid ?? null,
+          },
+        }),
     ...(job === null ? {} : { slurm: { job_id: job.job_id, nodes: job.binding?.nodes ?? null } }),
     ok: checks.every((c) => c.ok),
     proposal_id: r.proposal?.id ?? null,
@@ -151,40 +170,49 @@ export function evidenceRung(r: RungRecords, checks: Check[]): EvidenceRung {
     gpu_uuids: r.lease?.cards.map((c) => c.uuid) ?? [],
     output: r.output ? { path: r.output.path, sha256: r.output.sha256, size: r.output.size } : null,
     result,
-    summary: summarize(result, r.cards),
+    summary: summarize(result, r.cards, profile !== null),
     checks,
   };
 }
 
-function summarize(result: unknown, n: number): RungSummary | null {
+/**
+ * The headline numbers. A GEMM-only slice rung has no all_reduce or bandwidth to show (whatever its
+ * document claims: `mig.gemm_only` fails such a claim); any other rung shows null where a rank has none.
+ */
+function summarize(result: unknown, n: number, gemmOnly: boolean): RungSummary | null {
   const parsed = WorkloadResultSchema.safeParse(result);
   if (!parsed.success || parsed.data.ranks.length === 0) return null;
   const doc = parsed.data;
   const rank0 = doc.ranks.find((r) => r.rank === 0) ?? doc.ranks[0]!;
   const relErrs = doc.ranks.map((r) => r.gemm.max_rel_err);
-  const busbws = doc.ranks.map((r) => r.bandwidth.busbw_gbps);
+  const bandwidths = doc.ranks.map((r) => r.bandwidth);
+  const measured = !gemmOnly && bandwidths.every((b) => b !== null);
+  const busbws = measured ? bandwidths.map((b) => b?.busbw_gbps ?? null) : [null];
   return {
     backend: doc.backend,
     simulated: doc.simulated,
     device_names: doc.device_names,
-    allreduce: { value: rank0.allreduce_sum.value, expected: (n * (n + 1)) / 2 },
+    allreduce: gemmOnly ? null : { value: rank0.allreduce_sum?.value ?? null, expected: (n * (n + 1)) / 2 },
     gemm: {
       ok: doc.ranks.every((r) => r.gemm.ok),
       max_rel_err: relErrs.includes(null) ? null : Math.max(...(relErrs as number[])),
       n: doc.parameters.gemm_n,
     },
-    algbw_gbps: Math.min(...doc.ranks.map((r) => r.bandwidth.algbw_gbps)),
+    algbw_gbps: measured ? Math.min(...bandwidths.map((b) => b?.algbw_gbps ?? 0)) : null,
     busbw_gbps: busbws.includes(null) ? null : Math.min(...(busbws as number[])),
   };
+}
+
+/** How a rung is named in failed checks and tables: `2 cards`, `1 card (MIG 1g.10gb)`. */
+export function rungName(r: Pick<EvidenceRung, 'cards' | 'mig'>): string {
+  return `${r.cards} card${r.cards === 1 ? '' : 's'}${r.mig ? ` (MIG ${r.mig.profile})` : ''}`;
 }
 
 /** Every failed check, one line each. */
 export function failedChecks(rungs: readonly EvidenceRung[], post: readonly Check[]): string[] {
   return [
     ...rungs.flatMap((r) =>
-      r.checks
-        .filter((c) => !c.ok)
-        .map((c) => `${r.cards} card${r.cards === 1 ? '' : 's'}: ${c.name}: ${c.detail}`),
+      r.checks.filter((c) => !c.ok).map((c) => `${rungName(r)}: ${c.name}: ${c.detail}`),
     ),
     ...post.filter((c) => !c.ok).map((c) => `post: ${c.name}: ${c.detail}`),
   ];
@@ -207,15 +235,29 @@ export function summaryRows(doc: EvidenceBody): Array<Array<string | number>> {
     // A Slurm rung's pool slots say nothing about devices: show where Slurm ran it instead.
     const where = r.slurm
       ? (r.slurm.nodes ?? []).map((n) => `${n.node}:${n.gpus.join(',')}`).join(' ') || `job ${r.slurm.job_id}`
-      : r.gpu_ids.join(',');
+      : r.gpu_ids.map(cardLabel).join(',');
     return [
-      r.per_node === undefined ? r.cards : `${r.cards} (${r.cards / r.per_node}x${r.per_node})`,
+      r.mig
+        ? `1 (MIG ${r.mig.profile})`
+        : r.per_node === undefined
+          ? r.cards
+          : `${r.cards} (${r.cards / r.per_node}x${r.per_node})`,
       where || '-',
-      s ? `${s.allreduce.value ?? 'null'}/${s.allreduce.expected}` : '-',
+      s
+        ? s.allreduce === null
+          ? 'n/a (GEMM only)'
+          : `${s.allreduce.value ?? 'null'}/${s.allreduce.expected}`
+        : '-',
       s
         ? `${s.gemm.ok ? 'ok' : 'FAILED'} (rel err ${s.gemm.max_rel_err === null ? 'n/a' : s.gemm.max_rel_err.toExponential(1)})`
         : '-',
-      s ? (s.busbw_gbps === null ? `n/a (algbw ${s.algbw_gbps.toFixed(2)})` : s.busbw_gbps.toFixed(2)) : '-',
+      s
+        ? s.busbw_gbps !== null
+          ? s.busbw_gbps.toFixed(2)
+          : s.algbw_gbps === null
+            ? 'n/a'
+            : `n/a (algbw ${s.algbw_gbps.toFixed(2)})`
+        : '-',
       r.ok ? 'ok' : 'FAILED',
     ];
   });

@@ -18,7 +18,8 @@ export const WorkloadRankSchema = z.object({
   rank: z.number().int().min(0),
   device: z.string().min(1),
   device_name: z.string(),
-  allreduce_sum: z.object({ value: z.number().nullable(), expected: z.number(), ok: z.boolean() }),
+  /** Null in mode `gemm_only` (a MIG slice rung runs no collective). */
+  allreduce_sum: z.object({ value: z.number().nullable(), expected: z.number(), ok: z.boolean() }).nullable(),
   gemm: z.object({
     n: z.number().int().min(1),
     max_abs_err: z.number().min(0).nullable(),
@@ -28,13 +29,15 @@ export const WorkloadRankSchema = z.object({
     median_s: Seconds,
     tflops: z.number().min(0).nullable(),
   }),
-  bandwidth: z.object({
-    bytes: z.number().int().min(1),
-    median_s: Seconds,
-    algbw_gbps: z.number().positive(),
-    // Null at one rank, where nccl-tests' bus bandwidth has no meaning.
-    busbw_gbps: z.number().min(0).nullable(),
-  }),
+  bandwidth: z
+    .object({
+      bytes: z.number().int().min(1),
+      median_s: Seconds,
+      algbw_gbps: z.number().positive(),
+      // Null at one rank, where nccl-tests' bus bandwidth has no meaning.
+      busbw_gbps: z.number().min(0).nullable(),
+    })
+    .nullable(),
   /** Slurm rungs only: the node the rank ran on (SLURMD_NODENAME) and its rank on that node. */
   node: z.string().min(1).max(255).optional(),
   local_rank: z.number().int().min(0).optional(),
@@ -52,6 +55,13 @@ export const WorkloadResultSchema = z.object({
   // Empty on a Slurm rung: a Slurm job sees devices, not the pool slots the lease names (`slurm` instead).
   gpu_ids: z.array(z.number().int().min(0)),
   gpu_uuids: z.array(z.string()),
+  /**
+   * `gemm_only` when the binding is a MIG slice (docs/decisions/0046-mig-slices-as-cards.md): no process
+   * group, no all_reduce, no bandwidth, backend `none`. Absent: `collective` (every document before it).
+   */
+  mode: z.enum(['collective', 'gemm_only']).optional(),
+  /** The binding's card labels as the worker gave them (`0:mig:2/0` for a slice); absent before slices. */
+  gpu_labels: z.array(z.string().max(32)).optional(),
   worker_id: Id,
   hostname: z.string().min(1),
   backend: z.string().min(1),

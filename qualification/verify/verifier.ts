@@ -1,3 +1,4 @@
+import { cardLabel, MIG_INDEX_BASE } from '../../src/contracts/sample.js';
 import { digestOf, sha256Hex } from '../../src/platform/digest.js';
 import { WORKLOAD_RESULT_FILE } from '../workload/location.js';
 import { qualificationSpecDigest, type WorkloadPin } from '../workload/spec.js';
@@ -48,6 +49,11 @@ export interface RungRecords {
   cards: number;
   /** A Slurm span rung's GPUs per node (two nodes); null for a rung within one node or host. */
   per_node: number | null;
+  /**
+   * A single-card rung on a MIG slice: the profile its spec asked for (ADR 0046). Absent or null: a
+   * rung on whole cards.
+   */
+  mig_profile?: string | null;
   proposal: { id: string; owner_id: string; state: string; task_id: string | null } | null;
   /** The revision the task executed (or, with no task, the proposal's current revision). */
   revision: { id: string; digest: string; spec: unknown } | null;
@@ -75,7 +81,11 @@ export interface RungRecords {
     worker_id: string;
     lease_epoch: number;
     state: string;
-    cards: Array<{ index: number; uuid: string }>;
+    /**
+     * The leased cards; `mig_profile` is the profile the master recorded for a leased MIG slice (the
+     * worker's card identities), null when it has none.
+     */
+    cards: Array<{ index: number; uuid: string; mig_profile?: string | null }>;
     /** The audit action that moved the lease to RELEASED (`lease.cleaned` on a cleanup receipt), or null. */
     released_by: string | null;
   } | null;
@@ -117,6 +127,7 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
     ...checkReview(run, r),
     checkTask(r),
     checkLeaseBinding(run, r),
+    ...checkMigSlice(r),
     ...(run.backend === 'slurm' ? [checkSlurmBinding(r.execution?.slurm, r.cards, r.per_node)] : []),
     checkLeaseReleased(r),
   ];
@@ -128,7 +139,10 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
     const missing = [task ? null : 'task', lease ? null : 'lease', execution ? null : 'execution']
       .filter((x) => x !== null)
       .join(', ');
-    const names = workloadCheckNames(run.backend === 'slurm' ? { slurm: null } : { gpu_uuids: [] });
+    const gemmOnly = { gemm_only: (r.mig_profile ?? null) !== null };
+    const names = workloadCheckNames(
+      run.backend === 'slurm' ? { slurm: null, ...gemmOnly } : { gpu_uuids: [], ...gemmOnly },
+    );
     checks.push(...names.map((name) => bad(name, `not checked: no ${missing} recorded`)));
     return checks;
   }
@@ -144,6 +158,8 @@ export function verifyRung(run: RunFacts, r: RungRecords): Check[] {
       worker_id: run.worker_id,
       simulated: run.simulated,
       ...(run.backend === 'slurm' ? { slurm: slurmExpectation(r) } : {}),
+      // The rung's shape, from the master's records: a slice rung runs the GEMM alone.
+      ...((r.mig_profile ?? null) !== null ? { gemm_only: true } : {}),
     }),
   );
   return checks;
@@ -174,7 +190,14 @@ function checkProposal(run: RunFacts, r: RungRecords): Check {
 
 function checkSpec(run: RunFacts, r: RungRecords): Check {
   const name = 'spec.expected';
-  const want = qualificationSpecDigest(run.run_id, run.worker_id, r.cards, run.pin, r.per_node);
+  const want = qualificationSpecDigest(
+    run.run_id,
+    run.worker_id,
+    r.cards,
+    run.pin,
+    r.per_node,
+    r.mig_profile ?? null,
+  );
   const spec = r.task?.spec ?? r.revision?.spec;
   if (spec === undefined) return bad(name, 'no spec was recorded');
   const found = digestOf(spec);
@@ -263,6 +286,47 @@ function checkLeaseBinding(run: RunFacts, r: RungRecords): Check {
         `lease ${lease.id} epoch ${lease.lease_epoch} on cards ${lease.cards.map((c) => c.index).join(',')}`,
       )
     : bad(name, problems.join('; '));
+}
+
+/**
+ * `mig.slice`, on a slice rung or a lease holding a slice: the rung asked for a profile, its lease holds
+ * exactly one MIG slice, the master recorded that slice's profile and it is the one asked for, and the
+ * slice is named by a `MIG-` uuid. Fail closed: a slice the master has no profile for, a whole-card rung
+ * that ran on a slice, or a slice rung on a whole card all fail. A whole-card rung on whole cards has
+ * no such check.
+ */
+function checkMigSlice(r: RungRecords): Check[] {
+  const name = 'mig.slice';
+  const profile = r.mig_profile ?? null;
+  const cards = r.lease?.cards ?? [];
+  const slices = cards.filter((c) => c.index >= MIG_INDEX_BASE);
+  if (profile === null && slices.length === 0) return [];
+  if (profile === null)
+    return [
+      bad(
+        name,
+        `a whole-card rung ran on MIG slice(s) ${slices.map((c) => cardLabel(c.index)).join(', ')}: all_reduce is not offered across MIG instances`,
+      ),
+    ];
+  if (r.lease === null) return [bad(name, `no lease was recorded for the ${profile} slice rung`)];
+  const problems: string[] = [];
+  const card = cards[0];
+  if (cards.length !== 1 || card === undefined)
+    problems.push(`the lease holds ${cards.length} cards, a slice rung exactly one slice`);
+  else if (card.index < MIG_INDEX_BASE) problems.push(`card ${card.index} is a whole card, not a MIG slice`);
+  else {
+    const recorded = card.mig_profile ?? null;
+    if (recorded === null)
+      problems.push(`the master has no profile recorded for slice ${cardLabel(card.index)}`);
+    else if (recorded !== profile)
+      problems.push(`slice ${cardLabel(card.index)} has profile ${recorded}, the rung asked for ${profile}`);
+    if (!card.uuid.startsWith('MIG-')) problems.push(`slice uuid ${card.uuid} is not a MIG- uuid`);
+  }
+  return [
+    problems.length === 0 && card !== undefined
+      ? ok(name, `${cardLabel(card.index)} (${profile}) ${card.uuid}`)
+      : bad(name, problems.join('; ')),
+  ];
 }
 
 function checkLeaseReleased(r: RungRecords): Check {

@@ -48,6 +48,12 @@ export interface WorkloadExpectation {
    * a Slurm worker with no binding recorded, which fails those checks.
    */
   slurm?: SlurmExpectation | null;
+  /**
+   * A single-card rung on a MIG slice (the rung's shape, from the master's records): the document must
+   * be in mode `gemm_only` and claim no all_reduce or bandwidth (`mig.gemm_only` replaces the collective
+   * checks); all_reduce is not offered across MIG instances.
+   */
+  gemm_only?: boolean;
 }
 
 export { SLURM_CHECK_NAMES, type SlurmExpectation };
@@ -71,8 +77,17 @@ export const WORKLOAD_CHECK_NAMES = [
   'backend.matches',
 ] as const;
 
+/** The checks of the collective that a slice rung's `mig.gemm_only` stands in for. */
+const COLLECTIVE_CHECKS: readonly string[] = ['allreduce.sum', 'algbw.consistent', 'busbw.consistent'];
+
 /** The check names `checkWorkloadResult` reports for an expectation, in report order. */
-export function workloadCheckNames(expected: Pick<WorkloadExpectation, 'gpu_uuids' | 'slurm'>): string[] {
+export function workloadCheckNames(
+  expected: Pick<WorkloadExpectation, 'gpu_uuids' | 'slurm' | 'gemm_only'>,
+): string[] {
+  if (expected.gemm_only === true)
+    return workloadCheckNames({ ...expected, gemm_only: false }).flatMap((n) =>
+      n === 'allreduce.sum' ? ['mig.gemm_only'] : COLLECTIVE_CHECKS.includes(n) ? [] : [n],
+    );
   if (expected.slurm !== undefined)
     return WORKLOAD_CHECK_NAMES.flatMap((n) =>
       n === 'binding.gpu_ids' ? [...SLURM_CHECK_NAMES] : n === 'binding.gpu_uuids' ? [] : [n],
@@ -120,6 +135,15 @@ export function checkWorkloadResult(result: unknown, expected: WorkloadExpectati
       : { name: 'run.error', ok: false, detail: `the workload reported: ${doc.error.slice(0, 500)}` },
   );
   const n = expected.gpu_ids.length;
+  if (expected.gemm_only === true) {
+    checks.push(
+      checkRanksComplete(doc, n),
+      checkGemmOnly(doc),
+      perRank('gemm.ok', doc.ranks, (r) => checkGemm(r, doc.parameters)),
+      checkBackend(doc, expected.simulated, false, true),
+    );
+    return checks;
+  }
   checks.push(
     checkRanksComplete(doc, n),
     perRank('allreduce.sum', doc.ranks, (r) => checkSum(r, n)),
@@ -181,9 +205,31 @@ function perRank(
     : { name, ok: false, detail: problems.join('; ') };
 }
 
+/**
+ * A slice rung ran the GEMM alone: the document says `gemm_only` and no rank claims an all_reduce or a
+ * bandwidth. A claimed collective fails: all_reduce is not offered across MIG instances, so numbers for
+ * one were not measured where the lease says.
+ */
+function checkGemmOnly(doc: WorkloadResult): WorkloadCheck {
+  const name = 'mig.gemm_only';
+  const problems: string[] = [];
+  if (doc.mode !== 'gemm_only') problems.push(`mode is ${doc.mode ?? 'collective'}, expected gemm_only`);
+  const claimed = doc.ranks
+    .filter((r) => r.allreduce_sum !== null || r.bandwidth !== null)
+    .map((r) => r.rank);
+  if (claimed.length > 0)
+    problems.push(
+      `rank(s) ${claimed.join(', ')} claim an all_reduce or a bandwidth on a MIG slice, where all_reduce is not offered`,
+    );
+  return problems.length === 0
+    ? { name, ok: true, detail: 'GEMM only (all_reduce is not offered across MIG instances)' }
+    : { name, ok: false, detail: problems.join('; ') };
+}
+
 function checkSum(r: WorkloadRank, n: number): string | null {
   // Recomputed from the lease, never read from the document's `expected`.
   const want = (n * (n + 1)) / 2;
+  if (r.allreduce_sum === null) return 'no all_reduce recorded';
   if (r.allreduce_sum.value !== want) return `value ${r.allreduce_sum.value}, expected ${want}`;
   if (!r.allreduce_sum.ok) return 'the workload flagged it as failed';
   return null;
@@ -202,6 +248,7 @@ function checkGemm(r: WorkloadRank, params: WorkloadResult['parameters']): strin
 
 function checkAlgbw(r: WorkloadRank, requestedBytes: number): string | null {
   const b = r.bandwidth;
+  if (b === null) return 'no bandwidth recorded';
   // The workload reduces whole float32 elements, so it may round the request down by up to 3 bytes.
   if (b.bytes > requestedBytes || requestedBytes - b.bytes >= 4) {
     return `bytes ${b.bytes} differs from parameters.allreduce_bytes ${requestedBytes}`;
@@ -212,15 +259,22 @@ function checkAlgbw(r: WorkloadRank, requestedBytes: number): string | null {
 
 function checkBusbw(r: WorkloadRank, n: number): string | null {
   const b = r.bandwidth;
+  if (b === null) return 'no bandwidth recorded';
   if (n === 1) return b.busbw_gbps === null ? null : `busbw ${b.busbw_gbps} reported at n=1, expected null`;
   const want = (b.algbw_gbps * 2 * (n - 1)) / n;
   if (b.busbw_gbps === null) return `busbw missing, expected ${want}`;
   return near(b.busbw_gbps, want) ? null : `busbw ${b.busbw_gbps} GB/s, algbw×2(n−1)/n gives ${want}`;
 }
 
-function checkBackend(doc: WorkloadResult, simulated: boolean, slurm: boolean): WorkloadCheck {
+function checkBackend(
+  doc: WorkloadResult,
+  simulated: boolean,
+  slurm: boolean,
+  gemmOnly = false,
+): WorkloadCheck {
   const name = 'backend.matches';
-  const wantBackend = simulated ? 'gloo' : 'nccl';
+  // A GEMM-only rung starts no process group: its backend is `none`, on the one visible device.
+  const wantBackend = gemmOnly ? 'none' : simulated ? 'gloo' : 'nccl';
   const problems: string[] = [];
   if (doc.simulated !== simulated)
     problems.push(`simulated is ${doc.simulated}, the worker's cards ${simulated}`);

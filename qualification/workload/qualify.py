@@ -18,6 +18,10 @@ node; global rank = NODE_RANK * gpus-per-node + local rank, and the ranks meet a
 when the job spans nodes. The document then records the job (id, nodes, per-node GPU indices) and each
 rank's node, since the lease's card indexes are pool slots the job never sees.
 
+On a MIG slice (GPU_BROKER_GPU_IDS names `<card>:mig:<gi>/<ci>`, docs/decisions/0046-mig-slices-as-cards.md)
+the script runs (b) alone, in mode "gemm_only": CUDA shows a process one MIG device and all_reduce is not
+offered across MIG instances, so no process group is started and no all_reduce or bandwidth is recorded.
+
 Rank 0 writes one JSON document, qualification.json, into GPU_BROKER_OUTPUT_DIR. The master's verifier
 recomputes every verdict from the numbers, so the `ok` flags here are for people reading logs.
 
@@ -32,6 +36,7 @@ import json
 import math
 import os
 import platform
+import re
 import socket
 import statistics
 import sys
@@ -85,6 +90,24 @@ def index_list(name, raw):
     return ids
 
 
+MIG_INDEX_BASE = 256
+MIG_LABEL = re.compile(r"^(\d{1,3}):mig:(\d{1,2})/(\d)$")
+
+
+def card_list(name, raw):
+    """ "0,1" or "0:mig:2/0" -> (indexes, labels, slices?): a slice's index is the broker's encoding
+    256 + card*128 + gi*8 + ci, so the document binds to the lease's own card indexes."""
+    labels = raw.split(",")
+    if not any(MIG_LABEL.match(x) for x in labels):
+        return index_list(name, raw), labels, False
+    if len(labels) != 1:
+        raise SetupError(f"{name}={raw!r}: a qualification rung on MIG slices holds exactly one slice")
+    card, gi, ci = (int(x) for x in MIG_LABEL.match(labels[0]).groups())
+    if card > 255 or gi > 14 or ci > 7:
+        raise SetupError(f"{name}={raw!r} is not a MIG slice label")
+    return [MIG_INDEX_BASE + card * 128 + gi * 8 + ci], labels, True
+
+
 def read_slurm(env):
     """The Slurm job this copy runs in (one copy per node), or None outside a Slurm worker's job.
 
@@ -134,7 +157,7 @@ def read_binding(env):
 
     slurm = read_slurm(env)
     raw_ids = None if slurm is not None else need("GPU_BROKER_GPU_IDS")
-    gpu_ids = [] if raw_ids is None else index_list("GPU_BROKER_GPU_IDS", raw_ids)
+    gpu_ids, gpu_labels, mig = ([], [], False) if raw_ids is None else card_list("GPU_BROKER_GPU_IDS", raw_ids)
     try:
         lease_epoch = int(need("GPU_BROKER_LEASE_EPOCH"))
     except ValueError:
@@ -146,6 +169,8 @@ def read_binding(env):
         "assignment_id": need("GPU_BROKER_ASSIGNMENT_ID"),
         "lease_epoch": lease_epoch,
         "gpu_ids": gpu_ids,
+        "gpu_labels": gpu_labels,
+        "mig": mig,
         "gpu_uuids": uuids.split(",") if uuids else [],
         "worker_id": need("GPU_BROKER_WORKER_ID"),
         "output_dir": need("GPU_BROKER_OUTPUT_DIR"),
@@ -336,9 +361,32 @@ def run_rank(local_rank, ctx):
         dist.destroy_process_group()
 
 
+def run_gemm_only(torch, ctx):
+    """A MIG slice: the GEMM on the one visible device, in this process; no process group."""
+    if ctx["device_kind"] == "gpu":
+        torch.cuda.set_device(0)
+        device = torch.device("cuda", 0)
+        torch.backends.cuda.matmul.allow_tf32 = False
+        device_name = torch.cuda.get_device_name(0)
+    else:
+        torch.set_num_threads(1)
+        device = torch.device("cpu")
+        device_name = f"cpu ({platform.processor() or platform.machine()}), simulated MIG slice"
+    p = ctx["params"]
+    record = {
+        "rank": 0,
+        "device": str(device),
+        "device_name": device_name,
+        "allreduce_sum": None,
+        "gemm": check_gemm(torch, 0, device, p["gemm_n"], p["warmup"], p["iters"], p["tolerance"]),
+        "bandwidth": None,
+    }
+    write_result(ctx, [record])
+
+
 def write_result(ctx, records, error=None, nodes=()):
     ok = error is None and len(records) == ctx["world_size"] and all(
-        r["allreduce_sum"]["ok"] and r["gemm"]["ok"] for r in records)
+        (r["allreduce_sum"] is None or r["allreduce_sum"]["ok"]) and r["gemm"]["ok"] for r in records)
     doc = dict(ctx["document"])
     slurm = ctx["slurm"]
     if slurm is not None:
@@ -391,7 +439,9 @@ def main(argv):
     }
     world = binding["world"]
     slurm = binding["slurm"]
-    backend = "nccl" if device_kind == "gpu" else "gloo"
+    gemm_only = binding["mig"]
+    # A MIG slice starts no process group (all_reduce is not offered across MIG instances).
+    backend = "none" if gemm_only else "nccl" if device_kind == "gpu" else "gloo"
     os.makedirs(binding["output_dir"], exist_ok=True)
     # Without async error handling a dead NCCL peer hangs the others instead of timing out.
     os.environ.setdefault("NCCL_ASYNC_ERROR_HANDLING", "1")
@@ -404,6 +454,8 @@ def main(argv):
         "lease_epoch": binding["lease_epoch"],
         "gpu_ids": binding["gpu_ids"],  # empty on Slurm: see "slurm"
         "gpu_uuids": binding["gpu_uuids"],
+        "gpu_labels": binding["gpu_labels"],
+        "mode": "gemm_only" if gemm_only else "collective",
         "worker_id": binding["worker_id"],
         "hostname": socket.gethostname(),
         "backend": backend,
@@ -442,8 +494,13 @@ def main(argv):
     # torch in every rank (measured with 8 ranks on 2 cores: 1.7 s forked, 6.2 s spawned).
     start_method = "spawn" if device_kind == "gpu" else "fork"
     try:
-        mp.start_processes(run_rank, args=(ctx,), nprocs=binding["local_n"], join=True,
-                           start_method=start_method)
+        if gemm_only:
+            print("qualify.py: a MIG slice: GEMM only (all_reduce is not offered across MIG instances)",
+                  flush=True)
+            run_gemm_only(torch, ctx)
+        else:
+            mp.start_processes(run_rank, args=(ctx,), nprocs=binding["local_n"], join=True,
+                               start_method=start_method)
     except Exception as e:  # noqa: BLE001 - any rank failure ends the run with one clear status
         print(f"qualify.py: a rank failed: {e}", file=sys.stderr, flush=True)
         if binding["rank_offset"] == 0 and not os.path.exists(path):

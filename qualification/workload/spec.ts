@@ -21,14 +21,19 @@ export interface WorkloadPin {
  */
 export const RUNG_TIME_LIMIT_SECONDS = 900;
 
-/** The spec of one rung (already in its parsed form: what the master stores and digests). */
+/**
+ * The spec of one rung (already in its parsed form: what the master stores and digests). `migProfile`: a
+ * single-card rung on a MIG slice of that profile (docs/decisions/0046-mig-slices-as-cards.md).
+ */
 export function qualificationSpec(
   runId: string,
   workerId: string,
   cards: number,
   pin: WorkloadPin,
   perNode: number | null = null,
+  migProfile: string | null = null,
 ): TaskSpec {
+  if (migProfile !== null) return sliceSpec(runId, workerId, pin, migProfile);
   // A span rung (Slurm, two nodes) names its shape; a one-host rung's spec is unchanged, digest included.
   const across = perNode === null ? '' : ` across ${cards / perNode} nodes (${perNode} per node)`;
   return TaskSpecSchema.parse({
@@ -54,6 +59,31 @@ export function qualificationSpec(
   });
 }
 
+/**
+ * A slice rung's spec: one slice of the profile, and GEMM only. The workload sees a MIG slice in its
+ * binding and runs no collective (all_reduce is not offered across MIG instances, and one MIG device per
+ * process leaves nothing to reduce across); the verifier fails a slice rung whose result claims one.
+ */
+function sliceSpec(runId: string, workerId: string, pin: WorkloadPin, profile: string): TaskSpec {
+  return TaskSpecSchema.parse({
+    title: `qualification ${runId}: 1 MIG slice ${profile} on ${workerId}`,
+    objective:
+      `Qualify one MIG slice of profile ${profile} on worker ${workerId}: a GEMM checked against a float64 ` +
+      'reference, GEMM only (all_reduce is not offered across MIG instances).',
+    success_criteria:
+      `${WORKLOAD_RESULT_FILE} holds one record for rank 0 in mode gemm_only, with no all_reduce and no ` +
+      'bandwidth; the GEMM is within tolerance; every id matches the lease, whose slice has this profile.',
+    cards: { count: 1, mig_profile: profile },
+    worker: workerId,
+    runtime: { kind: 'process', argv: [pin.interpreter, pin.script] },
+    outputs: [{ path: WORKLOAD_RESULT_FILE, required: true }],
+    time_limit_seconds: RUNG_TIME_LIMIT_SECONDS,
+    notes:
+      `Qualification run ${runId}. Runs only the bundled workload, pinned by sha256 ${pin.sha256} in the ` +
+      'master policy; it reads the ids the worker binds into its environment and writes one JSON file.',
+  });
+}
+
 /** The digest the rung's revision must have (sha256 of the spec's canonical JSON). */
 export function qualificationSpecDigest(
   runId: string,
@@ -61,6 +91,7 @@ export function qualificationSpecDigest(
   cards: number,
   pin: WorkloadPin,
   perNode: number | null = null,
+  migProfile: string | null = null,
 ): string {
-  return digestOf(qualificationSpec(runId, workerId, cards, pin, perNode));
+  return digestOf(qualificationSpec(runId, workerId, cards, pin, perNode, migProfile));
 }

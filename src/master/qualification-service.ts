@@ -9,6 +9,7 @@ import type { WorkloadPin } from '../../qualification/workload/spec.js';
 import type { BrokerDeps } from '../broker/deps.js';
 import type { QualificationLauncher } from '../broker/ports.js';
 import { finishRun, recordStep } from '../broker/tools/qualification.js';
+import { runSliceRungs } from '../broker/tools/qualification-layout.js';
 import { collectPost, collectRung, runFacts } from '../broker/tools/qualification-records.js';
 import { principalName } from '../broker/tools/views.js';
 import { BrokerError } from '../contracts/errors.js';
@@ -136,6 +137,7 @@ export class QualificationService implements QualificationLauncher {
           facts: runFacts(deps, run, this.pin()),
           requested: run.requested,
           ladder: run.ladder,
+          slices: runSliceRungs(deps, run).map((r) => ({ card: r.card, profile: r.profile })),
           span: run.span,
           skipped: run.skipped,
           worker: { hostname: worker?.hostname ?? null, provider: worker?.provider ?? null },
@@ -152,7 +154,8 @@ export class QualificationService implements QualificationLauncher {
         },
         {
           step: (cards, text) => recordStep(deps, runId, cards, text),
-          collectRung: (cards, perNode, proposalId) => collectRung(deps, cards, perNode, proposalId),
+          collectRung: (cards, perNode, proposalId, migProfile) =>
+            collectRung(deps, cards, perNode, proposalId, migProfile),
           collectPost: () => collectPost(deps, deps.store.qualifications.get(runId) ?? run),
         },
         signal,

@@ -5,6 +5,7 @@ import type {
   WorkerIsolation,
 } from '../../../qualification/verify/verifier.js';
 import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
+import { MIG_INDEX_BASE } from '../../contracts/sample.js';
 import { deriveCardState } from '../../domain/machines/card-state.js';
 import type { ExecutionRecord, LeaseRecord } from '../../store/leases-repo.js';
 import type { QualificationRunRecord } from '../../store/qualification-repo.js';
@@ -54,7 +55,11 @@ function taskRecord(task: TaskRecord): NonNullable<RungRecords['task']> {
   };
 }
 
-/** The lease, with the audit action that released it (null while it is not released). */
+/**
+ * The lease, with the audit action that released it (null while it is not released) and, for a leased
+ * MIG slice, the profile the master recorded for it (the worker row's card identities, kept across
+ * samples; else the latest sample).
+ */
 function leaseRecord(deps: BrokerDeps, lease: LeaseRecord): NonNullable<RungRecords['lease']> {
   const releasedBy =
     deps.store.audit
@@ -67,9 +72,17 @@ function leaseRecord(deps: BrokerDeps, lease: LeaseRecord): NonNullable<RungReco
     worker_id: lease.worker_id,
     lease_epoch: lease.lease_epoch,
     state: lease.state,
-    cards: lease.cards,
+    cards: lease.cards.map((c) =>
+      c.index < MIG_INDEX_BASE ? c : { ...c, mig_profile: recordedProfile(deps, lease.worker_id, c.index) },
+    ),
     released_by: releasedBy,
   };
+}
+
+/** The profile the master knows for a slice of a worker; null when it knows none. */
+function recordedProfile(deps: BrokerDeps, workerId: string, index: number): string | null {
+  const known = deps.store.workers.get(workerId)?.cards.find((c) => c.index === index)?.mig?.profile;
+  return known ?? deps.cluster.fleet.get(workerId).cards.find((c) => c.index === index)?.mig?.profile ?? null;
 }
 
 /** The execution, with its Slurm job when it ran as one. */
@@ -91,17 +104,19 @@ function executionRecord(
   };
 }
 
-/** The record chain of one rung (`perNode` set for a Slurm span rung). */
+/** The record chain of one rung (`perNode` set for a Slurm span rung, `migProfile` for a slice rung). */
 export function collectRung(
   deps: BrokerDeps,
   cards: number,
   perNode: number | null,
   proposalId: string | null,
+  migProfile: string | null = null,
 ): RungRecords {
   const { store } = deps;
   const empty: RungRecords = {
     cards,
     per_node: perNode,
+    mig_profile: migProfile,
     proposal: null,
     revision: null,
     reviews: [],
@@ -120,6 +135,7 @@ export function collectRung(
   return {
     cards,
     per_node: perNode,
+    mig_profile: migProfile,
     proposal: { id: p.id, owner_id: p.owner_id, state: p.state, task_id: p.task_id },
     revision: revision ? { id: revision.id, digest: revision.digest, spec: revision.spec } : null,
     reviews: store.proposals.reviews(p.id).map((r) => ({

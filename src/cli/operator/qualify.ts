@@ -2,9 +2,11 @@ import {
   type EvidenceDocument,
   evidenceDigest,
   isolationLine,
+  rungName,
   summaryRows,
 } from '../../../qualification/verify/evidence.js';
 import { BrokerError } from '../../contracts/errors.js';
+import { cardLabel } from '../../contracts/sample.js';
 import type { QualificationRunView } from '../../contracts/tools-qualification.js';
 import { parseCommand, usageError } from '../common/args.js';
 import type { CliIo, CommandRunner } from '../common/io.js';
@@ -124,7 +126,7 @@ async function printFailedRungLogs(
       tail = `(could not read it: ${(err as Error).message})`;
     }
     out(
-      `\n${r.cards} card${r.cards === 1 ? '' : 's'}: stderr of task ${r.task_id} (last ${STDERR_TAIL_LINES} lines):\n` +
+      `\n${rungName(r)}: stderr of task ${r.task_id} (last ${STDERR_TAIL_LINES} lines):\n` +
         `${tail === '' ? '(empty)' : escapeText(tail).replace(/^/gm, '  ')}\n`,
     );
   }
@@ -157,10 +159,13 @@ function getRun(c: MasterClient, runId: string): Promise<QualificationRunView> {
 
 function printHeader(v: QualificationRunView, out: (t: string) => void): void {
   const skipped = v.skipped.map((s) => `${s.cards} (${escapeField(s.reason)})`).join('; ');
+  // Older masters send no slices.
+  const slices = (v.slices ?? []).map((s) => `${escapeField(s.card)} (${escapeField(s.profile ?? 'gone')})`);
   out(
-    `qualification run ${v.run_id} on ${escapeField(v.worker_id)}: ladder ${v.ladder.join(',') || 'none'}` +
+    `qualification run ${v.run_id} on ${escapeField(v.worker_id)}: ` +
+      `${slices.length > 0 ? `GEMM on MIG slice(s) ${slices.join(', ')}; ` : ''}ladder ${v.ladder.join(',') || 'none'}` +
       `${v.span ? ` then ${v.span.cards} across 2 nodes (${v.span.per_node} per node)` : ''}` +
-      `${skipped ? `; skipped ${skipped}` : ''}; cards ${v.reserved_cards.join(',') || 'none'} cordoned; ` +
+      `${skipped ? `; skipped ${skipped}` : ''}; cards ${v.reserved_cards.map(cardLabel).join(',') || 'none'} cordoned; ` +
       `submitter ${escapeField(v.submitter)}\n`,
   );
 }

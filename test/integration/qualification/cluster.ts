@@ -10,6 +10,7 @@ import { packageRoot } from '../../../src/platform/package-root.js';
 import { createCaTrustingFetch } from '../../../src/platform/tls.js';
 import type { QualificationRunRecord } from '../../../src/store/qualification-repo.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon/start-worker.js';
+import { parseSimMigLayout } from '../../../worker/samplers/sim-mig-layout.js';
 import { SimSampler } from '../../../worker/samplers/sim-sampler.js';
 import { prepareSandbox } from '../../../worker/sandbox/setup.js';
 import { testConfig } from '../../support/master.js';
@@ -33,6 +34,8 @@ export interface ClusterOptions {
   agentEnv?: Record<string, string>;
   /** The master's qualification_python (default /usr/bin/python3). */
   qualificationPython?: string;
+  /** A MIG layout every simulated card is split into (`3g.40gb+1g.10gb`, as `--gpus sim:N:mig=`). */
+  mig?: string;
 }
 
 /** Fake interpreters for the preflight (test/fixtures/bin-python). */
@@ -76,7 +79,11 @@ export async function startCluster(opts: ClusterOptions = {}): Promise<Cluster> 
     { name: 'w1', roles: ['worker'], worker_id: workerId },
     'test',
   );
-  const sampler = new SimSampler({ count: opts.cards ?? 8, seed: workerId });
+  const sampler = new SimSampler({
+    count: opts.cards ?? 8,
+    seed: workerId,
+    ...(opts.mig ? { mig: parseSimMigLayout(opts.mig) } : {}),
+  });
   const workerDir = join(dataDir, 'worker');
   // The rungs run in the real bubblewrap sandbox, as on a GPU host.
   const sandbox = await prepareSandbox({

@@ -8,6 +8,7 @@ import {
   type WorkloadExpectation,
 } from '../../../qualification/verify/workload-checks.js';
 import { WORKLOAD_RESULT_FILE } from '../../../qualification/workload/location.js';
+import { migCardIndex } from '../../../src/contracts/sample.js';
 import { WORKLOAD_PYTHON as PYTHON, runWorkload } from '../../support/workload.js';
 
 function bindingEnv(n: number, outputDir: string, simulated: boolean): Record<string, string> {
@@ -86,5 +87,51 @@ describe('qualification workload (real script, simulated cards, gloo on CPU)', (
     expect(run.code).not.toBe(0);
     expect(run.stderr).toMatch(/no CUDA\/ROCm device is available and GPU_BROKER_SIMULATED is not 1/);
     expect(() => readFileSync(join(out, WORKLOAD_RESULT_FILE))).toThrow();
+  });
+
+  it('on a MIG slice runs the GEMM alone (no process group, no all_reduce) and binds to the slice index', async () => {
+    const out = join(dir, 'mig');
+    const uuid = 'MIG-SIM-0-2-0';
+    const run = await runWorkload({
+      ...bindingEnv(1, out, true),
+      GPU_BROKER_GPU_IDS: '0:mig:2/0',
+      GPU_BROKER_GPU_UUIDS: uuid,
+      CUDA_VISIBLE_DEVICES: uuid,
+    });
+    expect(run.code, run.stderr).toBe(0);
+    expect(run.stdout).toContain('GEMM only (all_reduce is not offered across MIG instances)');
+    expect(run.stdout).not.toContain('all_reduce_sum');
+    const doc: unknown = JSON.parse(readFileSync(join(out, WORKLOAD_RESULT_FILE), 'utf8'));
+    expect(doc).toMatchObject({ mode: 'gemm_only', backend: 'none', gpu_ids: [migCardIndex(0, 2, 0)] });
+    expect(doc).toMatchObject({
+      gpu_labels: ['0:mig:2/0'],
+      ranks: [{ allreduce_sum: null, bandwidth: null }],
+    });
+    const checks = checkWorkloadResult(doc, {
+      ...expectation(1),
+      gpu_ids: [migCardIndex(0, 2, 0)],
+      gpu_uuids: [uuid],
+      gemm_only: true,
+    });
+    expect(checks.filter((c) => !c.ok)).toEqual([]);
+    // Judged as a whole-card rung, the same document fails: it measured no all_reduce.
+    const whole = checkWorkloadResult(doc, {
+      ...expectation(1),
+      gpu_ids: [migCardIndex(0, 2, 0)],
+      gpu_uuids: [uuid],
+    });
+    expect(whole.filter((c) => !c.ok).map((c) => c.name)).toEqual([
+      'allreduce.sum',
+      'algbw.consistent',
+      'busbw.consistent',
+      'backend.matches',
+    ]);
+  });
+
+  it('refuses a binding of two MIG slices: a rung on slices holds exactly one', async () => {
+    const out = join(dir, 'mig-two');
+    const run = await runWorkload({ ...bindingEnv(2, out, true), GPU_BROKER_GPU_IDS: '0:mig:1/0,0:mig:2/0' });
+    expect(run.code).toBe(2);
+    expect(run.stderr).toMatch(/holds exactly one slice/);
   });
 });

@@ -166,7 +166,7 @@ describe('checkWorkloadResult', () => {
 
   it('fails busbw.consistent when busbw does not follow from algbw', () => {
     const doc = tamper(8, (d) => {
-      const b = rank(d, 5).bandwidth;
+      const b = rank(d, 5).bandwidth!;
       b.busbw_gbps = (b.busbw_gbps ?? 0) * 1.05;
     });
     expect(failed(doc, expected(8))).toEqual(['busbw.consistent']);
@@ -174,23 +174,23 @@ describe('checkWorkloadResult', () => {
 
   it('accepts busbw within 1 % and requires null at n=1 and a number above it', () => {
     const close = tamper(2, (d) => {
-      const b = rank(d, 0).bandwidth;
+      const b = rank(d, 0).bandwidth!;
       b.busbw_gbps = (b.busbw_gbps ?? 0) * 1.005;
     });
     expect(failed(close, expected(2))).toEqual([]);
     const atOne = tamper(1, (d) => {
-      rank(d, 0).bandwidth.busbw_gbps = rank(d, 0).bandwidth.algbw_gbps;
+      rank(d, 0).bandwidth!.busbw_gbps = rank(d, 0).bandwidth!.algbw_gbps;
     });
     expect(failed(atOne, expected(1))).toEqual(['busbw.consistent']);
     const missing = tamper(2, (d) => {
-      rank(d, 1).bandwidth.busbw_gbps = null;
+      rank(d, 1).bandwidth!.busbw_gbps = null;
     });
     expect(failed(missing, expected(2))).toEqual(['busbw.consistent']);
   });
 
   it('fails algbw.consistent when algbw does not follow from bytes and time', () => {
     const doc = tamper(2, (d) => {
-      rank(d, 0).bandwidth.algbw_gbps *= 2;
+      rank(d, 0).bandwidth!.algbw_gbps *= 2;
     });
     // busbw was computed from the old algbw, so it no longer follows either.
     expect(failed(doc, expected(2))).toEqual(['algbw.consistent', 'busbw.consistent']);
