@@ -131,6 +131,22 @@ export class UsageRepo {
       .map((r) => ({ ...r, bucket: Math.floor(r.bucket), simulated: r.simulated === 1 }));
   }
 
+  /**
+   * Card-seconds per account and card model of leases that ended in [since, until): what the budgets per
+   * card model count (ADR 0048).
+   */
+  byAccountModel(
+    since: number,
+    until: number,
+  ): Array<{ account: string; model: string; card_seconds: number }> {
+    return this.db
+      .prepare<[number, number], { account: string; model: string; card_seconds: number }>(
+        `SELECT account, model, sum(card_seconds) AS card_seconds
+           FROM usage_charges WHERE ended_at >= ? AND ended_at < ? GROUP BY account, model`,
+      )
+      .all(since, until);
+  }
+
   /** Every account's card-seconds by model since the ledger began (the Prometheus counter). */
   totals(): Array<{ account: string; model: string; simulated: boolean; card_seconds: number }> {
     return this.totalsStmt.all().map((r) => ({ ...r, simulated: r.simulated === 1 }));

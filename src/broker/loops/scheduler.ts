@@ -19,7 +19,7 @@ import type {
   WorkerView,
 } from '../../domain/scheduling/types.js';
 import type { AccountRecord } from '../../store/accounts-repo.js';
-import type { LeaseRecord } from '../../store/leases-repo.js';
+import type { LeaseRecord, LiveLeaseCard } from '../../store/leases-repo.js';
 import type { QueuedTaskRow, TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
 import type { Fleet } from '../fleet.js';
@@ -28,6 +28,7 @@ import { moveTask } from '../machines/task.js';
 import type { TaskObserver, TaskPlacement, WorkerLink } from '../ports.js';
 import { CARDS_TOPIC, QUEUE_TOPIC } from '../topics.js';
 import { enqueueForWorker } from '../workers/link.js';
+import { addModelQuotas } from './model-quota-facts.js';
 
 /**
  * The imperative half of scheduling (docs/architecture.md). Each pass:
@@ -221,6 +222,7 @@ export class Scheduler implements TaskObserver {
     running: Readonly<Record<string, number>>,
     workers: readonly WorkerView[],
     list: readonly AccountRecord[],
+    live: readonly LiveLeaseCard[],
   ): FairShareView {
     const { store, config } = this.deps;
     const halfLifeMs = config.scheduling.fair_share_half_life_hours * 3_600_000;
@@ -261,6 +263,17 @@ export class Scheduler implements TaskObserver {
       const a = accounts[this.account(owner)];
       if (a) a.running_cards += cards;
     }
+    // Quotas per card model (ADR 0048): read, and the cards counted by model, only where there are any.
+    const modelQuotas = store.accounts.modelQuotas();
+    if (modelQuotas.length > 0)
+      addModelQuotas(this.deps, accounts, {
+        now,
+        list,
+        quotas: modelQuotas,
+        live,
+        workers,
+        accountOf: (owner) => this.account(owner),
+      });
     let total_usage = 0;
     for (const a of Object.values(accounts)) total_usage += a.usage;
     return { accounts, total_cards: workers.reduce((n, w) => n + w.cards.length, 0), total_usage };
@@ -328,7 +341,8 @@ export class Scheduler implements TaskObserver {
   snapshot(now: number): SchedulingSnapshot {
     const { store, config } = this.deps;
     const running: Record<string, number> = {};
-    for (const c of store.leases.liveCards()) {
+    const live = store.leases.liveCards();
+    for (const c of live) {
       if (c.state !== 'QUARANTINED') running[c.owner_id] = (running[c.owner_id] ?? 0) + 1;
     }
     // Qualification runs: a RUNNING run's tasks are those of its own submitter principal, and they may
@@ -371,7 +385,7 @@ export class Scheduler implements TaskObserver {
       tasks,
       workers,
       running_cards_by_owner: running,
-      fair_share: this.fairShare(now, running, workers, accountList),
+      fair_share: this.fairShare(now, running, workers, accountList, live),
       ...this.reclaimFacts(now, accountList),
       config: {
         max_preemptions_per_task: config.scheduling.max_preemptions_per_task,
@@ -397,14 +411,18 @@ export class Scheduler implements TaskObserver {
 
   /**
    * What reclaim reads (src/domain/scheduling/reclaim.ts): the running leases and the tasks whose cards
-   * are being reclaimed. Nothing where no account has a nominal share: nothing can then be reclaimed, and
-   * the pass reads nothing more than before.
+   * are being reclaimed. Nothing where no account has a nominal share (account-wide or for a card model,
+   * ADR 0048): nothing can then be reclaimed, and the pass reads nothing more than before.
    */
   private reclaimFacts(
     now: number,
     accounts: readonly AccountRecord[],
   ): Pick<SchedulingSnapshot, 'running' | 'reclaiming'> {
-    if (!accounts.some((a) => a.nominal_cards !== null)) return {};
+    if (
+      !accounts.some((a) => a.nominal_cards !== null) &&
+      !this.deps.store.accounts.modelQuotas().some((q) => q.nominal_cards !== null)
+    )
+      return {};
     const { store, config } = this.deps;
     const policyPreemptible = new Set(accounts.filter((a) => a.preemptible === 1).map((a) => a.name));
     // A preemption not done within its grace, the cleanup timeout and this slack is overdue (a worker

@@ -103,3 +103,38 @@ export function modelQuotaProblem(
     );
   return null;
 }
+
+/** Whether a card of `model` counts against a quota with `key`: its words hold the key's, whole words. */
+export function modelCovers(key: string, model: string): boolean {
+  return ` ${modelKey(model)} `.includes(` ${key} `);
+}
+
+/**
+ * What each quota's account and every account below it have of the quota's model among `rows` (cards
+ * held, card-seconds used), by `quotaSlot(account, model_key)`. `parentOf` walks the tree (a cycle or an
+ * unknown parent stops the walk).
+ */
+export function sumPerQuota(
+  quotas: ReadonlyArray<{ account: string; model_key: string }>,
+  parentOf: ReadonlyMap<string, string | null>,
+  rows: ReadonlyArray<{ account: string; model: string; amount: number }>,
+): Map<string, number> {
+  const byAccount = new Map<string, string[]>();
+  for (const q of quotas) byAccount.set(q.account, [...(byAccount.get(q.account) ?? []), q.model_key]);
+  const out = new Map<string, number>();
+  for (const r of rows) {
+    const seen = new Set<string>();
+    for (let at: string | null | undefined = r.account; at && !seen.has(at); at = parentOf.get(at)) {
+      seen.add(at);
+      for (const key of byAccount.get(at) ?? [])
+        if (modelCovers(key, r.model))
+          out.set(quotaSlot(at, key), (out.get(quotaSlot(at, key)) ?? 0) + r.amount);
+    }
+  }
+  return out;
+}
+
+/** The key of one account's quota for one model in `sumPerQuota`'s map. */
+export function quotaSlot(account: string, modelKey: string): string {
+  return `${account}\u0000${modelKey}`;
+}

@@ -3,6 +3,7 @@ import { fairOrder, fairShareNote, fairShareWords } from './fair-order.js';
 import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
 import { type ReclaimCandidate, reclaim } from './reclaim.js';
+import { type Requirement, withoutModels } from './requirement.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
 
 /**
@@ -60,6 +61,8 @@ export function decide(
   );
   const limit = config.max_concurrent_cards_per_owner;
   const accountLimits = new AccountLimits(snapshot.fair_share);
+  // Requirements narrowed off the models whose quota an account line has filled, built once per pass.
+  const narrowed = new Map<string, Requirement>();
   const usedByOwner = new Map<string, number>(Object.entries(snapshot.running_cards_by_owner));
 
   const decision: SchedulingDecision = { grants: [], waiting: [], reservations: [], preemptions: [] };
@@ -71,6 +74,8 @@ export function decide(
     view: RequirementView;
     reservationsBefore: number;
     account: string;
+    /** The model quota it is kept off by (step 4c), for its reason. */
+    fullModel?: WaitReason | undefined;
   }> = [];
   const wait = (task_id: string, reason: WaitReason): { reason: WaitReason } => {
     const entry = { task_id, position: decision.waiting.length + 1, reason };
@@ -86,7 +91,7 @@ export function decide(
     }
     const req = requirementOf(task, requirements);
     // 3. Can it ever run where it may go? (capacity, pinned worker, online, cordons; cached per shape)
-    const view = pool.viewOf(req);
+    let view = pool.viewOf(req);
     if (view.blocked !== null) {
       wait(task.task_id, view.blocked);
       continue;
@@ -104,6 +109,17 @@ export function decide(
       wait(task.task_id, overAccount);
       continue;
     }
+    // 4c. Its account line's quotas per card model (ADR 0048): the cards of a model whose quota it has
+    //     filled are not its to take; where no card of another model it may use is left, it waits for
+    //     that quota. A task that may go to an H100 or an A100 goes where its account has room.
+    const full = accountLimits.fullModels(task.account, req.need);
+    if (full !== null) {
+      view = pool.viewOf(withoutModels(req, full.words, narrowed));
+      if (view.blocked !== null) {
+        wait(task.task_id, full.reason);
+        continue;
+      }
+    }
     // 5. Admit: best fit among free matching cards (backfill: a later task may take cards an earlier
     //    one could not use, except cards an aged task reserved in step 6).
     const grant = pool.place(view);
@@ -112,7 +128,11 @@ export function decide(
       usedByOwner.set(task.owner, inUse + req.need);
       const account = task.account ?? '';
       grantedByAccount.set(account, (grantedByAccount.get(account) ?? 0) + req.need);
-      accountLimits.grant(task.account, req.need);
+      accountLimits.grant(
+        task.account,
+        req.need,
+        accountLimits.hasModelQuotas ? pool.cardWords(grant.worker_id, grant.card_indexes) : undefined,
+      );
       continue;
     }
     // 6. Reserve: an aged task holds the free cards of the worker where it will fit first, so a
@@ -135,6 +155,7 @@ export function decide(
       view,
       reservationsBefore: decision.reservations.length,
       account: task.account ?? '',
+      fullModel: full?.reason,
     });
     candidates.push({ entry, task_id: task.task_id, account: task.account, view });
   }
@@ -142,8 +163,10 @@ export function decide(
   //    reservations made ahead of a task are blamed for blocking it.
   const multiAccount = new Set(snapshot.tasks.map((t) => t.account ?? '')).size > 1;
   const placeInAccount = new Map<string, number>();
-  for (const { entry, view, reservationsBefore, account } of unexplained) {
-    const reason = pool.waitReason(view, reservationsBefore);
+  for (const { entry, view, reservationsBefore, account, fullModel } of unexplained) {
+    let reason = pool.waitReason(view, reservationsBefore);
+    // Kept off a model by its quota: it says so, or it would seem to wait for cards it may not take.
+    if (fullModel !== undefined) reason = { ...reason, message: `${reason.message} ${fullModel.message}` };
     entry.reason = reason;
     // With several accounts queued, a task that waits for cards others took is told where its account
     // stands: its level and its place in the account's queue.

@@ -20,7 +20,8 @@ export interface PassMarks {
  */
 export function explainWait(view: RequirementView, reservationsBefore: number, pass: PassMarks): WaitReason {
   const { req } = view;
-  const anyCard = req.modelWords === null && req.minMemoryMib === null && req.run === null;
+  const anyCard =
+    req.modelWords === null && req.minMemoryMib === null && req.run === null && req.excluded === null;
   const counted = pass.reservationCount === 0 && pass.runReservedTotal === 0 && anyCard;
   let free = 0;
   // The first pool whose free count would hold the task but whose nodes do not, for the message.

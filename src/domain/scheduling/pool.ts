@@ -37,6 +37,10 @@ export interface ReclaimPlace {
   readonly leased: ReadonlySet<number>;
   /** Its host's CPUs no task was promised yet, this pass's grants counted; null: host not known. */
   readonly cpus_left: number | null;
+  /** Padded model words of its OPEN matching free cards, in index order (model quotas, ADR 0048). */
+  readonly open_words: readonly string[];
+  /** The distinct padded model words of those and of its leased matching cards. */
+  readonly models: readonly string[];
 }
 
 /**
@@ -304,17 +308,39 @@ export class CardPool {
     for (const slot of view.slots) {
       if (slot.nodes !== null || slot.worker.backend === 'slurm') continue;
       const leased = new Set<number>();
+      const models = new Set<string>();
       for (const card of slot.cards)
-        if (card.state === 'LEASED' && !card.cordoned && matches(card, req)) leased.add(card.view.index);
-      if (leased.size > 0)
+        if (card.state === 'LEASED' && !card.cordoned && matches(card, req)) {
+          leased.add(card.view.index);
+          models.add(card.words);
+        }
+      if (leased.size > 0) {
+        const open_words: string[] = [];
+        for (const card of slot.free)
+          if (card.mark === OPEN && matches(card, req)) {
+            open_words.push(card.words);
+            models.add(card.words);
+          }
         places.push({
           worker_id: slot.worker.worker_id,
-          open: countOpen(slot, req),
+          open: open_words.length,
           leased,
           cpus_left: this.hostRoom.get(slot)?.left.cpus ?? null,
+          open_words,
+          models: [...models],
         });
+      }
     }
     return places;
+  }
+
+  /**
+   * The padded model words of `worker_id`'s cards `indexes` ('' for one not in the pass), for the model
+   * quotas (ADR 0048): what a grant or a lease takes of each model.
+   */
+  cardWords(worker_id: string, indexes: readonly number[]): string[] {
+    const cards = this.slotById.get(worker_id)?.cards ?? [];
+    return indexes.map((i) => cards.find((c) => c.view.index === i)?.words ?? '');
   }
 
   /**

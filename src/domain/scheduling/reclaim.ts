@@ -20,6 +20,9 @@ import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } fro
  *  - for a task whose cards are already being reclaimed (it waits for those; no second round).
  * Cards being reclaimed from earlier passes count as their claimants' and no longer their victims'
  * accounts', so two passes never take an account below its share, nor give one beyond its share.
+ * Where accounts have quotas per card model (ADR 0048), both count per model too: a claimant asks within
+ * its share on a worker when it does for the models of the cards it would take there, and a victim's
+ * account borrows on its lease's model when it holds more of it than its own quota's nominal share.
  * The cards stay the preempted lease's until its cleanup receipt releases it (fenced by its epoch, as
  * ever); the claimant goes first in the passes after that (`reclaiming` in the snapshot).
  */
@@ -54,6 +57,9 @@ export function reclaim(
 ): Preemption[] {
   const running = snapshot.running ?? [];
   if (running.length === 0 || !snapshot.fair_share) return [];
+  // Each lease's cards' models, for the quotas per card model (ADR 0048); none where there are none.
+  const wordsOf = (lease: RunningLeaseView): string[] =>
+    limits.hasModelQuotas ? pool.cardWords(lease.worker_id, lease.card_indexes) : [];
   const cap = snapshot.config.max_preemptions_per_task ?? DEFAULT_MAX_PREEMPTIONS;
   // Claimants already served: their leases in flight say so; the reason is theirs to show.
   const inFlight = new Map<string, RunningLeaseView[]>();
@@ -64,12 +70,17 @@ export function reclaim(
       else inFlight.set(lease.preempting_for, [lease]);
       // Its cards are on their way back: its account no longer holds them (else an account whose
       // borrowed cards are already being reclaimed would be reclaimed again, below its nominal share).
-      if (lease.account) limits.release(lease.account, lease.card_indexes.length);
+      if (lease.account) limits.release(lease.account, lease.card_indexes.length, wordsOf(lease));
     }
   // ... and on their way to their claimants: a claimant's account holds them already (else a second
   // task of it would ask "within" a share the first one is about to fill).
   const waiting = new Map(candidates.map((c) => [c.task_id, c]));
-  for (const c of candidates) if (inFlight.has(c.task_id)) limits.grant(c.account, c.view.req.need);
+  for (const c of candidates) {
+    const leases = inFlight.get(c.task_id);
+    if (leases === undefined) continue;
+    const need = c.view.req.need;
+    limits.grant(c.account, need, limits.hasModelQuotas ? leases.flatMap(wordsOf).slice(0, need) : undefined);
+  }
   // Cards on their way back beyond what their claimant needs (a lease is stopped whole; a claimant
   // cancelled or placed elsewhere needs none): later claimants take these before stopping anyone else.
   const spare = new Map<string, Map<number, RunningLeaseView>>();
@@ -107,9 +118,10 @@ export function reclaim(
     if (open === 0 && spare.size === 0) continue;
     if (!WAITS_FOR_CARDS.has(c.entry.reason.code) || c.account === undefined) continue;
     const need = c.view.req.need;
-    if (!limits.withinNominal(c.account, need)) continue;
+    // With model quotas the guarantee depends on the models of the worker it would run on (bestPlace).
+    if (!limits.hasModelQuotas && !limits.withinNominal(c.account, need)) continue;
     const line = new Set(limits.chain(c.account));
-    const best = bestPlace(c, pool, byWorker, taken, line, limits, spare);
+    const best = bestPlace(c, pool, byWorker, taken, line, limits, spare, wordsOf);
     if (best === null) continue;
     const { victims: pick, spareUsed, place } = best;
     // What it takes of the spare cards is its; what its own victims free beyond its need is spare.
@@ -118,16 +130,22 @@ export function reclaim(
     for (const i of spareUsed) here!.delete(i);
     if (here?.size === 0) spare.delete(place.worker_id);
     let short = need - place.open - spareUsed.length;
+    // The cards it will take there: the free ones, the spare ones, then its victims'.
+    const takes = limits.hasModelQuotas
+      ? [...place.open_words.slice(0, need), ...pool.cardWords(place.worker_id, spareUsed)]
+      : [];
     for (const lease of pick)
       for (const index of [...lease.card_indexes].sort((a, b) => a - b)) {
-        if (short > 0 && place.leased.has(index)) short--;
-        else addSpare(spare, lease, index);
+        if (short > 0 && place.leased.has(index)) {
+          short--;
+          if (limits.hasModelQuotas) takes.push(...pool.cardWords(place.worker_id, [index]));
+        } else addSpare(spare, lease, index);
       }
-    limits.grant(c.account, need);
+    limits.grant(c.account, need, limits.hasModelQuotas ? takes.slice(0, need) : undefined);
     for (const lease of pick) {
       taken.add(lease.lease_id);
       open--;
-      limits.release(lease.account!, lease.card_indexes.length);
+      limits.release(lease.account!, lease.card_indexes.length, wordsOf(lease));
       out.push({
         task_id: lease.task_id,
         lease_id: lease.lease_id,
@@ -162,6 +180,7 @@ function bestPlace(
   line: ReadonlySet<string>,
   limits: AccountLimits,
   spare: ReadonlyMap<string, ReadonlyMap<number, RunningLeaseView>>,
+  wordsOf: (lease: RunningLeaseView) => string[],
 ): { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null {
   const need = c.view.req.need;
   // CPUs it asks for (`limits.cpus`): only the victims' own CPUs free more of its host's.
@@ -169,6 +188,8 @@ function bestPlace(
   let best: { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null = null;
   let bestCards = Number.POSITIVE_INFINITY;
   for (const place of pool.reclaimPlaces(c.view)) {
+    // Within its nominal share on the models it would take here (ADR 0048).
+    if (limits.hasModelQuotas && !limits.withinNominal(c.account, need, place.models)) continue;
     const victims = byWorker.get(place.worker_id) ?? [];
     // Spare cards there that it can use (they still show as leased), as many as it lacks.
     const spareUsed = [...(spare.get(place.worker_id)?.keys() ?? [])]
@@ -192,7 +213,11 @@ function bestPlace(
         if (taken.has(lease.lease_id)) continue;
         const account = lease.account!;
         if (line.has(account) || limits.chain(account).some((a) => a === c.account)) continue;
-        const borrowed = limits.borrowed(account, picked.get(account) ?? 0);
+        const borrowed = limits.borrowed(
+          account,
+          picked.get(account) ?? 0,
+          limits.hasModelQuotas ? wordsOf(lease) : undefined,
+        );
         if (borrowed <= 0 || (withinShare && lease.card_indexes.length > borrowed)) continue;
         // Only its cards that the claimant can use count, and its CPUs while they are short; a lease is
         // stopped whole.

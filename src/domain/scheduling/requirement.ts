@@ -30,6 +30,11 @@ export interface Requirement {
   mig: 'never' | 'allowed' | { profile: string };
   /** What the spec asks of the host-bound limits: only a host that can give them may take it. */
   hostAsks: Partial<Record<HostAsk, number>>;
+  /**
+   * Padded model words of the cards it may not take this pass: the models whose quota its account line
+   * has filled (ADR 0048, `withoutModels`); null: none.
+   */
+  excluded: readonly string[] | null;
 }
 
 /**
@@ -90,7 +95,27 @@ function readRequirement(task: QueuedTaskView): Requirement {
     perNode,
     mig,
     hostAsks,
+    excluded: null,
   };
+}
+
+/**
+ * `req` kept off the cards whose model words hold any of `words` (padded model-quota keys, ADR 0048): a
+ * shape of its own, so the pool's per-shape caches stay right. `cache` is the pass's (decide.ts), so a
+ * queue of like tasks builds each narrowed shape once.
+ */
+export function withoutModels(
+  req: Requirement,
+  words: readonly string[],
+  cache: Map<string, Requirement>,
+): Requirement {
+  const key = `${req.key}|without${JSON.stringify(words)}`;
+  let narrowed = cache.get(key);
+  if (narrowed === undefined) {
+    narrowed = { ...req, key, excluded: [...(req.excluded ?? []), ...words] };
+    cache.set(key, narrowed);
+  }
+  return narrowed;
 }
 
 /**

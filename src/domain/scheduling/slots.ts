@@ -157,6 +157,8 @@ export function fitsShape(card: PoolCard, req: Requirement): boolean {
   else if (card.view.mig_mode === 'enabled') return false;
   if (req.modelWords !== null && (req.modelWords === '' || !card.words.includes(req.modelWords)))
     return false;
+  // Models whose quota the task's account line has filled this pass (ADR 0048).
+  if (req.excluded !== null) for (const w of req.excluded) if (card.words.includes(w)) return false;
   if (req.minMemoryMib !== null) {
     const total = card.view.memory_total_mib;
     if (total === null || total < req.minMemoryMib) return false;
@@ -166,10 +168,16 @@ export function fitsShape(card: PoolCard, req: Requirement): boolean {
 
 /**
  * How many of `slot`'s free cards are still OPEN and match `req`, from the slot's counts where `req`
- * asks for nothing but the kind of card (no model, memory or run), else by a scan.
+ * asks for nothing but the kind of card (no model, memory, run or excluded models), else by a scan.
  */
 export function countOpenFast(slot: Slot, req: Requirement): number {
-  if (req.modelWords !== null || req.minMemoryMib !== null || req.run !== null || slot.runReserved > 0)
+  if (
+    req.modelWords !== null ||
+    req.minMemoryMib !== null ||
+    req.run !== null ||
+    req.excluded !== null ||
+    slot.runReserved > 0
+  )
     return countOpen(slot, req);
   if (req.mig === 'never') return slot.openWhole;
   if (req.mig === 'allowed') return slot.openCount;

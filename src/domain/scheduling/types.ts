@@ -217,6 +217,26 @@ export interface AccountView {
   borrowing_limit?: number | null | undefined;
   /** Its card-hour budget this period: the limit, what leases ended in the period used, when it resets. */
   budget?: { limit_card_seconds: number; used_card_seconds: number; resets_at: number } | null | undefined;
+  /** Its quotas per card model (ADR 0048), beside the account-wide ones above; absent: none. */
+  model_quotas?: readonly ModelQuotaView[] | undefined;
+  /**
+   * Cards its own principals hold now (not its children's), by the card's model as its worker reports
+   * it; filled only where some account has a model quota. Absent: none.
+   */
+  running_by_model?: Readonly<Record<string, number>> | undefined;
+}
+
+/** One account's quota for the cards of one model, as a pass sees it (ADR 0048). */
+export interface ModelQuotaView {
+  /** As the operator named it ("H100"), for messages. */
+  model: string;
+  /** Its key's words padded with one space each side (" h100 "): it covers cards whose model holds them. */
+  words: string;
+  /** Cards of the model guaranteed when it asks; with `borrowing_limit`, the most its subtree may hold. */
+  nominal_cards: number | null;
+  borrowing_limit: number | null;
+  /** Its card-hour budget this period for cards of the model (its subtree's use), as an account's. */
+  budget: { limit_card_seconds: number; used_card_seconds: number; resets_at: number } | null;
 }
 
 /** What fair share needs of the accounts (./fair-order.ts). */
@@ -250,8 +270,10 @@ export interface FairShareView {
  *    policy requires isolation;
  *  - cordoned: cordons leave fewer than `need` matching cards on every usable worker;
  *  - quota_exceeded: granting it would take its owner over the per-owner card limit;
- *  - account_quota_exceeded: its account, or one above, would hold more than nominal + borrowing limit;
- *  - account_budget_exhausted: its account, or one above, spent its card-hour budget this period;
+ *  - account_quota_exceeded: its account, or one above, would hold more than nominal + borrowing limit
+ *    (with `model`: of that card model, and no card of a model with room is left for it);
+ *  - account_budget_exhausted: its account, or one above, spent its card-hour budget this period (with
+ *    `model`: its budget for that card model);
  *  - grant_failed: its last grants failed to apply; it is retried at `retry_at` (an alert is raised);
  *  - reclaiming: its account asks within its nominal share and no cards are free, so preemptible tasks
  *    of accounts borrowing beyond theirs are being stopped on `worker_id` to give it their cards.
@@ -305,6 +327,8 @@ export type WaitReason =
   | {
       code: 'account_quota_exceeded';
       account: string;
+      /** Set when the limit is the account's quota for one card model (ADR 0048). */
+      model?: string;
       limit: number;
       nominal: number;
       borrowing_limit: number;
@@ -315,6 +339,8 @@ export type WaitReason =
   | {
       code: 'account_budget_exhausted';
       account: string;
+      /** Set when the budget is the account's budget for one card model (ADR 0048). */
+      model?: string;
       budget_card_hours: number;
       used_card_hours: number;
       resets_at: number;
