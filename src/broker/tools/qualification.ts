@@ -117,7 +117,7 @@ function planRun(deps: BrokerDeps, worker: WorkerRecord, cards: number[] | undef
     pool,
     mig_mode_cards: layout.migMode,
     slices: layout.slices,
-    mig_allowed: deps.config.policy.mig !== 'forbid',
+    mig_refused: migRefused(deps, pool !== null),
   });
   // A Slurm pool's slots are not devices: Slurm places each rung anywhere in the partition, so the run
   // holds every usable slot for itself (ADR 0017). A local worker gives the run its lowest whole cards,
@@ -128,6 +128,17 @@ function planRun(deps: BrokerDeps, worker: WorkerRecord, cards: number[] | undef
       : layout.whole.slice(0, Math.max(0, ...plan.ladder, ...(plan.span ? [plan.span.cards] : [])));
   const reserved = [...whole, ...plan.slices.map((s) => s.index)].sort((a, b) => a - b);
   return { ...plan, reserved };
+}
+
+/** Why a run may not test MIG slices on this worker, or null (see `LadderInput.mig_refused`). */
+function migRefused(deps: BrokerDeps, slurmPool: boolean): string | null {
+  if (deps.config.policy.mig === 'forbid')
+    return 'policy.mig is "forbid", so no task may lease their slices (set it to "allow", or cordon those cards)';
+  // A pool's rung is a Slurm job whose workload reads the GPUs Slurm gave it, not a slice binding:
+  // the GEMM-only slice rung is built for local workers only (ADR 0046).
+  if (slurmPool)
+    return 'slice rungs are not built for a Slurm pool yet (a rung there is a Slurm job, not a slice binding); cordon those cards to qualify the rest';
+  return null;
 }
 
 /** start_qualification. Call inside a transaction. */

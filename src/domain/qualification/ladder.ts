@@ -73,8 +73,11 @@ export interface LadderInput {
   mig_mode_cards?: readonly number[];
   /** Usable MIG slices of the worker. */
   slices?: readonly SliceCandidate[];
-  /** policy.mig is `allow` (default true): with `forbid` no spec may ask for a slice. */
-  mig_allowed?: boolean;
+  /**
+   * Why no slice rung may run here (policy.mig `forbid`, a Slurm pool), as the end of a sentence an
+   * operator can act on; null or absent: slices may be tested.
+   */
+  mig_refused?: string | null;
 }
 
 /**
@@ -134,14 +137,9 @@ function planSlices(input: LadderInput): { rungs: SliceRung[]; skip: SkippedRung
   if (migCards.length === 0 && slices.length === 0) return { rungs: [], skip: null };
   const parents = migCards.length > 0 ? migCards : [...new Set(slices.map((s) => parentOf(s.index)))];
   const cards = `card(s) ${parents.join(', ')} in MIG mode`;
-  if (input.mig_allowed === false)
-    return {
-      rungs: [],
-      skip: {
-        cards: 1,
-        reason: `${cards} cannot be tested: policy.mig is "forbid", so no task may lease their slices (set it to "allow", or cordon those cards)`,
-      },
-    };
+  const refused = input.mig_refused ?? null;
+  if (refused !== null)
+    return { rungs: [], skip: { cards: 1, reason: `${cards} cannot be tested: ${refused}` } };
   if (slices.length === 0)
     return {
       rungs: [],

@@ -190,7 +190,14 @@ describe('planLadder on a worker with MIG slices (ADR 0046)', () => {
 
   it('policy.mig forbid: no slice rung, and the cards in MIG mode are reported untested (INCONCLUSIVE at best)', () => {
     const p = planLadder(
-      base({ usable: 1, total: 2, mig_mode_cards: [1], slices: split(1), mig_allowed: false }),
+      base({
+        usable: 1,
+        total: 2,
+        mig_mode_cards: [1],
+        slices: split(1),
+        mig_refused:
+          'policy.mig is "forbid", so no task may lease their slices (set it to "allow", or cordon those cards)',
+      }),
     );
     expect(p.slices).toEqual([]);
     expect(p.ladder).toEqual([1]);
@@ -207,7 +214,8 @@ describe('planLadder on a worker with MIG slices (ADR 0046)', () => {
         total: 1,
         mig_mode_cards: [0],
         slices: split(0),
-        mig_allowed: false,
+        mig_refused:
+          'policy.mig is "forbid", so no task may lease their slices (set it to "allow", or cordon those cards)',
       }),
     );
     expect(only.ladder).toEqual([]);
