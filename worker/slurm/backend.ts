@@ -7,6 +7,7 @@ import type { InputSource } from '../task-io/inputs.js';
 import type { LogChunkHandler } from '../task-io/logs.js';
 import type { DataMount } from '../task-io/mounts.js';
 import type { SlurmDriver } from './cli/driver.js';
+import type { PoolGres } from './cli/gres.js';
 
 /**
  * What a Slurm worker is configured with (docs/decisions/0013-slurm-backend.md): the operator's fixed
@@ -31,6 +32,12 @@ export interface SlurmBackend {
    * the task runs as the job's user with what the site's Slurm confines.
    */
   readonly sandbox: SlurmSandbox | null;
+  /**
+   * What the pool sampler last learnt of the GRES (sampler.ts PoolGres): which type to ask for a lease's
+   * cards (`--gres=gpu:<profile>:N` for MIG slices) and each node's device files by position, for the
+   * ranks to bind. Absent or null (no sample yet): untyped `--gres=gpu:N`, `<gpuDevDir>/nvidia<i>`.
+   */
+  readonly gres?: (() => PoolGres | null) | undefined;
 }
 
 /** A Slurm worker's sandbox: the local worker's bwrap setup, plus where the nodes' GPU device files are. */

@@ -14,6 +14,7 @@ import { placeInputs } from '../task-io/inputs.js';
 import { makeTaskDirs, type TaskLayout, taskLayout } from '../task-io/layout.js';
 import { mountsAsDeclared, type ResolvedMount, resolveMounts } from '../task-io/mounts.js';
 import type { SlurmBackend, SlurmExecutionOptions } from './backend.js';
+import type { PoolGres } from './cli/gres.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
 import type { SlurmSubmitRequest } from './cli/types.js';
@@ -94,7 +95,48 @@ export async function prepareSlurmJob(
     const problem = await placeInputs(inputs, layout.inputsDir, id, opts.inputs);
     if (problem !== null) return problem;
   }
-  return submitRequest(plan, opts, execDir, layout.taskDir);
+  const gpuType = leaseGresType(plan, backend.gres?.() ?? null);
+  if (gpuType !== undefined && gpuType.problem !== null) return gpuType.problem;
+  return submitRequest(plan, opts, execDir, layout.taskDir, gpuType?.type);
+}
+
+/**
+ * The GRES type to ask Slurm for the lease's cards (docs/slurm.md "MIG slices"): a slice's type
+ * (`1g.10gb`, or AutoDetect's `nvidia_a100_80gb_pcie_1g.10gb`) — Slurm then gives the job a slice of that
+ * profile, whichever the broker's slot named —, and on a pool with slices a whole card's type, since an
+ * untyped `gpu:N` may be given a slice. Undefined: today's untyped `--gres=gpu:N`. A lease whose cards
+ * the sample does not know, or of two types, is refused: the job would get other GPUs than reviewed.
+ */
+export function leaseGresType(
+  plan: Pick<ExecutionPlan, 'cards'>,
+  gres: PoolGres | null,
+): { type: string; problem: null } | { type?: undefined; problem: string } | undefined {
+  if (gres === null || !gres.hasSlices) return undefined;
+  const types = new Set<string | null>();
+  let slices = 0;
+  for (const card of plan.cards) {
+    const known = gres.cards.get(card.index);
+    if (known === undefined)
+      return { problem: `card ${card.index} of the lease is not in this Slurm pool's latest sample` };
+    types.add(known.type);
+    if (known.profile !== null) slices++;
+  }
+  const [type] = [...types];
+  if (types.size !== 1 || type === undefined)
+    return {
+      problem: `the lease's cards are of several GRES types (${[...types].join(', ')}): Slurm cannot give one job that`,
+    };
+  if (slices > 0 && slices !== plan.cards.length)
+    return { problem: 'the lease mixes MIG slices and whole cards' };
+  if (type === null) {
+    if (slices > 0) return { problem: 'a MIG slice without a GRES type' };
+    // An untyped whole card beside typed slices: `gpu:N` could get a slice; refuse rather than guess.
+    return {
+      problem:
+        "this Slurm pool has MIG slices and untyped whole cards: an untyped --gres=gpu:N could be given a slice; type the whole cards in slurm.conf's Gres= and gres.conf",
+    };
+  }
+  return { type, problem: null };
 }
 
 /** The argv each rank runs, or why the plan cannot run as a Slurm job. */
@@ -171,9 +213,22 @@ function rankSandbox(
     ).flatMap((h) => [h.host, h.path]),
     gpuDevDir: sandbox.gpuDevDir,
     gpuKind: sandbox.gpuKind ?? 'nvidia',
+    ...gresFilesOf(backend, sandbox.gpuKind ?? 'nvidia'),
     ...(sandbox.setup.seccomp == null ? {} : { seccomp: sandbox.setup.seccomp.program }),
     pins: (plan.pins ?? []).map((p) => ({ path: p.path, sha256: p.sha256 })),
   };
+}
+
+/**
+ * The nodes' device files by GPU position, where gres.conf says them (nvidia only): each rank binds
+ * exactly its positions' files (a MIG slice's parent and capability nodes), never `nvidia<position>`.
+ */
+function gresFilesOf(backend: SlurmBackend, kind: 'nvidia' | 'hy'): Pick<WrapperSandbox, 'gresFiles'> {
+  const gres = backend.gres?.() ?? null;
+  if (gres === null || kind !== 'nvidia') return {};
+  const map: Record<string, ReadonlyArray<readonly string[] | null>> = {};
+  for (const [node, positions] of gres.files) if (positions.some((p) => p !== null)) map[node] = positions;
+  return Object.keys(map).length === 0 ? {} : { gresFiles: map };
 }
 
 /** The task's environment from nothing: the base, the spec's env, GPU_BROKER_*; the ranks add the binding. */
@@ -237,6 +292,7 @@ async function submitRequest(
   opts: JobSetupOptions,
   execDir: string,
   taskDir: string,
+  gpuType: string | undefined,
 ): Promise<SlurmSubmitRequest> {
   const { backend } = opts;
   const id = plan.execution_id;
@@ -251,6 +307,7 @@ async function submitRequest(
     ...(backend.account === undefined ? {} : { account: backend.account }),
     ...(backend.qos === undefined ? {} : { qos: backend.qos }),
     gpusPerNode: perNode,
+    ...(gpuType === undefined ? {} : { gpuType }),
     nodes,
     // The task's memory limit, split over its nodes; Slurm's cgroup enforces it (docs/slurm.md).
     ...(plan.limits === undefined

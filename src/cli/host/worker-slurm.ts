@@ -142,6 +142,8 @@ export async function runSlurmWorker(
     ...fixed,
     driver,
     sandbox: bwrap === null ? null : { setup: bwrap, gpuDevDir, gpuKind },
+    // Typed GRES (MIG slices): the type to ask for and the nodes' device files (docs/slurm.md).
+    gres: () => sampler.gres(),
   };
   const worker = await startWorker({
     ...sharedWorkerOptions(settings, sampler, io),

@@ -21,7 +21,8 @@
  * not Slurm's: ids are reused only after MaxJobId wraps.
  */
 import { execFile } from 'node:child_process';
-import { delimiter, isAbsolute } from 'node:path';
+import { readFile, stat } from 'node:fs/promises';
+import { delimiter, dirname, isAbsolute, join } from 'node:path';
 import { findOnPath } from '../../../src/platform/find-on-path.js';
 import { SlurmCommandError, SlurmRequestError } from './errors.js';
 import { findJobcompRecord, parseConfig, safeExpand } from './jobcomp.js';
@@ -263,6 +264,28 @@ export class SlurmDriver {
       this.configCache = null;
     });
     return this.configCache;
+  }
+
+  /**
+   * The operator's gres.conf, which Slurm keeps beside slurm.conf (scontrol's SLURM_CONF, else the
+   * worker's SLURM_CONF, else /etc/slurm): its text, or null when it cannot be read or is over 1 MiB.
+   * A site that keeps one gres.conf for all nodes (Slurm's advice for cloud nodes) lets the worker see
+   * every node's typed GPUs and their files (gres.ts).
+   */
+  async gresConf(): Promise<string | null> {
+    const conf = await this.config().then(
+      (c) => c.get('SLURM_CONF'),
+      () => undefined,
+    );
+    const slurmConf =
+      conf !== undefined && isAbsolute(conf) ? conf : (this.env['SLURM_CONF'] ?? '/etc/slurm/slurm.conf');
+    const path = join(dirname(slurmConf), 'gres.conf');
+    try {
+      if ((await stat(path)).size > 1024 * 1024) return null;
+      return await readFile(path, 'utf8');
+    } catch {
+      return null;
+    }
   }
 
   /** Drops the cached config (after an operator's `scontrol reconfigure`). */

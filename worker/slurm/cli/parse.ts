@@ -9,6 +9,7 @@
  * previous value. A foreign value containing ` Word=` is therefore split; the broker's own names and
  * comments are checked to contain no whitespace, so its fields always parse exactly.
  */
+import { parseGresTypes } from './gres.js';
 import { expandHostlist } from './hostlist.js';
 import type { SlurmJob, SlurmJobState, SlurmNode, SlurmNodeGpus } from './types.js';
 
@@ -314,6 +315,7 @@ export function parseNodeLine(line: string): ParsedNode {
   const used = parseGpuGres(field(f, 'GresUsed'));
   const cpus = Number(field(f, 'CPUTot') ?? field(f, 'CPUEfctv'));
   const realMemory = Number(field(f, 'RealMemory'));
+  const types = parseGresTypes(nullable(field(f, 'Gres')));
   return {
     name: field(f, 'NodeName') ?? '',
     state: cleanBase,
@@ -321,6 +323,7 @@ export function parseNodeLine(line: string): ParsedNode {
     unavailable: UNAVAILABLE_FLAGS.has(cleanBase) || flags.some((x) => UNAVAILABLE_FLAGS.has(x)),
     cpus: Number.isFinite(cpus) ? cpus : 0,
     gpus: gres.count,
+    ...(types.some((t) => t.type !== null) ? { gresTypes: types } : {}),
     gpusUsed: used.count,
     usedGpuIndices: used.indices,
     reason: nullable(field(f, 'Reason')),

@@ -19,6 +19,7 @@
  * A rank that cannot set up its sandbox writes setup-error.<rank> and exits 125 without running the task.
  */
 import { SlurmRequestError } from './errors.js';
+import { sandboxDevicePath } from './gres.js';
 
 /** The exit status of a rank that could not set up its sandbox (the task did not run there). */
 export const SANDBOX_SETUP_EXIT = 125;
@@ -84,6 +85,13 @@ export interface WrapperSandbox {
    * as on a local worker (sandbox/devices.ts). Default nvidia.
    */
   gpuKind?: 'nvidia' | 'hy';
+  /**
+   * Per node, the device files of each GPU position (IDX, `SLURM_STEP_GPUS`) as the operator's gres.conf
+   * gives them (gres.ts): a whole card's `nvidia<N>`, a MIG slice's parent node and its two capability
+   * nodes. On a node named here a rank binds exactly the files of its positions (fails where one has
+   * none); elsewhere `<gpuDevDir>/nvidia<position>` as before. nvidia only.
+   */
+  gresFiles?: Readonly<Record<string, ReadonlyArray<readonly string[] | null>>>;
   /**
    * Files the policy pins by sha256 (an executable, an interpreter's script): each rank checks them on
    * its node before the sandbox is built (the worker checked them on the submit host).
@@ -232,10 +240,39 @@ LAUNCH=${bashQuote(LAUNCH)}
 GPU_DEV_DIR=${bashQuote(sandbox.gpuDevDir)}
 GPU_DEV_DIR=\${GPU_DEV_DIR//%n/$NODE}
 GPU_KIND=${bashQuote(sandbox.gpuKind ?? 'nvidia')}
+${gresFilesArrays(sandbox.gresFiles ?? {})}
 [ -x "$BWRAP" ] || setup_failed "bubblewrap ($BWRAP) is not installed"
 # Pinned files must be the bytes the policy pinned, here on this node too.
 PINS=(${bashArray((sandbox.pins ?? []).flatMap((p) => [p.sha256, p.path]))})
 `;
+}
+
+/** A file gres.conf names that rank.sh may bind: absolute, no comma (the list separator), no newline. */
+const GRES_FILE = /^\/[^,\0\n\r]*$/;
+
+/**
+ * The gres.conf map as two bash associative arrays: GRES_NODES (the nodes it covers) and GRES_FILES
+ * (`<node>/<position>` → comma-separated files). A position without files, or with a file that could
+ * not travel in the list, is left out: its rank fails rather than bind something else.
+ */
+function gresFilesArrays(map: Readonly<Record<string, ReadonlyArray<readonly string[] | null>>>): string {
+  const nodes: string[] = [];
+  const files: string[] = [];
+  for (const [node, positions] of Object.entries(map).sort(([a], [b]) => (a < b ? -1 : a > b ? 1 : 0))) {
+    if (!/^[A-Za-z0-9._-]{1,200}$/.test(node)) continue;
+    nodes.push(`[${bashQuote(node)}]=1`);
+    positions.forEach((list, i) => {
+      if (
+        list !== null &&
+        list.length > 0 &&
+        list.every((f) => GRES_FILE.test(f) && sandboxDevicePath(f) !== null)
+      )
+        files.push(`[${bashQuote(`${node}/${i}`)}]=${bashQuote(list.join(','))}`);
+    });
+  }
+  return `# Device files per GPU position, from the operator's gres.conf (MIG slices: parent and capability nodes).
+declare -A GRES_NODES=(${nodes.join(' ')})
+declare -A GRES_FILES=(${files.join(' ')})`;
 }
 
 /** Each pinned file must hash to its pin on this node. */
@@ -270,12 +307,37 @@ DEV=()
 [ "$GPU_KIND" = hy ] && DEV+=(--perms 0755 --dir /dev/dri)
 VISIBLE=''
 n=0
+# What Slurm set for the step, per GPU: a MIG- uuid (AutoDetect=nvml) names its slice as it is.
+IFS=, read -r -a SLURM_VISIBLE <<<"\${CUDA_VISIBLE_DEVICES:-}"
+declare -A BOUND=()
 for i in \${GPUS//,/ }; do
-  if [ "$GPU_KIND" = hy ]; then name="dri/renderD$((128 + i))"; else name="nvidia$i"; fi
-  node_file="$GPU_DEV_DIR/$name"
-  [ -c "$node_file" ] || setup_failed "the device node $node_file of GPU $i is missing"
-  DEV+=(--dev-bind "$node_file" "/dev/$name")
-  VISIBLE="$VISIBLE\${VISIBLE:+,}$n"
+  if [[ -v GRES_NODES[$NODE] ]]; then
+    # gres.conf names this GPU's files (a slice: its parent node and its two capability nodes): exactly these.
+    [[ -v GRES_FILES[$NODE/$i] ]] || setup_failed "gres.conf names no usable device files for GPU $i of node $NODE"
+    IFS=, read -r -a files <<<"\${GRES_FILES[$NODE/$i]}"
+    for f in "\${files[@]}"; do
+      if [[ "$f" =~ /nvidia-caps/(nvidia-cap[0-9]+)$ ]]; then at="/dev/nvidia-caps/\${BASH_REMATCH[1]}"
+      elif [[ "$f" =~ /(nvidia[0-9]+)$ ]]; then at="/dev/\${BASH_REMATCH[1]}"
+      else setup_failed "gres.conf's file $f of GPU $i is no nvidia device node"; fi
+      [ -c "$f" ] || setup_failed "the device node $f of GPU $i is missing"
+      [[ -v BOUND[$at] ]] && continue
+      BOUND[$at]=1
+      # bwrap would make /dev/nvidia-caps root's 0700: a task uid could not reach its cap nodes.
+      if [[ "$at" == /dev/nvidia-caps/* && ! -v BOUND[/dev/nvidia-caps] ]]; then
+        BOUND[/dev/nvidia-caps]=1
+        DEV+=(--perms 0755 --dir /dev/nvidia-caps)
+      fi
+      DEV+=(--dev-bind "$f" "$at")
+    done
+  else
+    if [ "$GPU_KIND" = hy ]; then name="dri/renderD$((128 + i))"; else name="nvidia$i"; fi
+    node_file="$GPU_DEV_DIR/$name"
+    [ -c "$node_file" ] || setup_failed "the device node $node_file of GPU $i is missing"
+    DEV+=(--dev-bind "$node_file" "/dev/$name")
+  fi
+  v=\${SLURM_VISIBLE[n]:-}
+  [[ "$v" == MIG-* ]] || v=$n
+  VISIBLE="$VISIBLE\${VISIBLE:+,}$v"
   n=$((n + 1))
 done
 if [ "$GPU_KIND" = hy ]; then
@@ -286,7 +348,8 @@ else
     [ -c "/dev/$c" ] && DEV+=(--dev-bind "/dev/$c" "/dev/$c")
   done
 fi
-# Only the rank's devices exist in the sandbox, and CUDA/HIP number what they can open from 0.
+# Only the rank's devices exist in the sandbox, and CUDA/HIP number what they can open from 0 (a MIG
+# slice Slurm named by its MIG- uuid keeps it: MIG devices are not renumbered).
 BIND+=("CUDA_VISIBLE_DEVICES=$VISIBLE" "HIP_VISIBLE_DEVICES=$VISIBLE" "ROCR_VISIBLE_DEVICES=$VISIBLE"
   "GPU_BROKER_GPU_IDS=$GPUS" CUDA_DEVICE_ORDER=PCI_BUS_ID)
 `;

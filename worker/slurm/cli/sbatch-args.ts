@@ -14,6 +14,8 @@ import type { SlurmSubmitRequest } from './types.js';
 
 /** Names and comments the broker sets: printable, no whitespace, no `=`-confusion issues in `-o` output. */
 const MARKER = /^[A-Za-z0-9._:@%+-]{1,200}$/;
+/** A GRES type (`1g.10gb`, `nvidia_a100_80gb_pcie_1g.10gb`, `h100`): no `:`, `,` or whitespace. */
+const GRES_TYPE = /^[A-Za-z0-9._+-]{1,64}$/;
 /** sbatch options the driver sets itself: an operator's extra arg may not set them (ambiguous precedence). */
 const RESERVED_OPTIONS = [
   '--export',
@@ -82,7 +84,10 @@ export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[] } {
     `--nodes=${nodes}`,
     `--ntasks-per-node=${tasks}`,
   );
-  if (gpus > 0) args.push(`--gres=gpu:${gpus}`);
+  if (req.gpuType !== undefined && !GRES_TYPE.test(req.gpuType))
+    throw new SlurmRequestError(`bad GRES type '${req.gpuType}': use [A-Za-z0-9._-], 1-64 characters`);
+  if (gpus > 0)
+    args.push(req.gpuType === undefined ? `--gres=gpu:${gpus}` : `--gres=gpu:${req.gpuType}:${gpus}`);
   if (req.memoryMibPerNode !== undefined) {
     checkCount('memoryMibPerNode', req.memoryMibPerNode, 1);
     args.push(`--mem=${req.memoryMibPerNode}M`);

@@ -106,6 +106,11 @@ export interface SlurmNode {
   cpus: number;
   /** GPUs configured (`Gres=gpu:8`, all types summed). */
   gpus: number;
+  /**
+   * The GPUs by type, in `Gres=` order (`gpu:h100:1,gpu:1g.10gb:2`): a job's IDX counts positions in
+   * this order (gres.ts). Absent: untyped, as `[{type: null, count: gpus}]`.
+   */
+  gresTypes?: Array<{ type: string | null; count: number }>;
   /** GPUs allocated to jobs (`GresUsed=gpu:2…`). */
   gpusUsed: number;
   /**
@@ -135,6 +140,12 @@ export interface SlurmSubmitRequest {
   qos?: string;
   /** GPUs per node (`--gres=gpu:N`); 0 or absent: no `--gres`. */
   gpusPerNode?: number;
+  /**
+   * The GRES type of those GPUs (`--gres=gpu:<type>:N`): a MIG profile as the nodes' gres.conf names it
+   * (`1g.10gb`), or a whole card's type where the pool also has slices (an untyped `gpu:N` could be
+   * given a slice). Absent: untyped, today's `--gres=gpu:N`.
+   */
+  gpuType?: string;
   /** `--nodes`, default 1. */
   nodes?: number;
   /**

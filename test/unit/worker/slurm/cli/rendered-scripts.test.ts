@@ -32,12 +32,28 @@ const NVIDIA: WrapperSandbox = {
 
 const HY: WrapperSandbox = { ...SANDBOX, prefix: [], gpuDevDir: '/srv/devs/%n', gpuKind: 'hy' };
 
+/** Typed GRES from gres.conf: a whole card at position 0, two MIG slices of card 0 (docs/slurm.md). */
+const MIG: WrapperSandbox = {
+  ...SANDBOX,
+  gresFiles: {
+    gn1: [
+      ['/dev/nvidia1'],
+      ['/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap21', '/dev/nvidia-caps/nvidia-cap22'],
+      ['/dev/nvidia0', '/dev/nvidia-caps/nvidia-cap30', '/dev/nvidia-caps/nvidia-cap31'],
+      null,
+    ],
+  },
+};
+
 describe('rendered Slurm scripts', () => {
   it('rank.sh without a sandbox', () => {
     expect(renderRankScript('/srv/jobs/t1', ARGV)).toBe(fixture('rank-none.sh'));
   });
   it('rank.sh in an nvidia sandbox with a pinned file', () => {
     expect(renderRankScript('/srv/jobs/t1', ARGV, NVIDIA)).toBe(fixture('rank-nvidia.sh'));
+  });
+  it('rank.sh in an nvidia sandbox binding gres.conf files (MIG slices)', () => {
+    expect(renderRankScript('/srv/jobs/t1', ARGV, MIG)).toBe(fixture('rank-mig.sh'));
   });
   it('rank.sh in a hy sandbox with a per-node device dir', () => {
     expect(renderRankScript('/srv/jobs/t1', ARGV, HY)).toBe(fixture('rank-hy.sh'));
