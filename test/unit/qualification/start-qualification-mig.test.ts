@@ -148,4 +148,25 @@ describe('start_qualification on a worker with MIG slices', () => {
       },
     ]);
   });
+
+  it('a reserved slice the worker stops reporting shows with no profile (its rung is then not run)', async () => {
+    const op = setUp();
+    await enrol(1, '2g.20gb+1g.10gb');
+    const v = await start(op, { cards: [1] });
+    expect(v.slices.map((r) => r.profile)).toEqual(['1g.10gb', '2g.20gb']);
+    // An operator re-partitioned the card: the 1g.10gb instance is gone from the sample and the row.
+    const gone = migCardIndex(0, 2, 0);
+    const live = f.deps.cluster.fleet.get(WORKER).cards.filter((c) => c.index !== gone);
+    f.deps.cluster.fleet.connected(WORKER, 'b1', live, f.clock.now());
+    const row = f.deps.store.workers.get(WORKER)!;
+    f.deps.store.workers.setCards(
+      WORKER,
+      row.cards.filter((c) => c.index !== gone),
+    );
+    const now = (await f.invoke(op, 'get_qualification_run', { run_id: v.run_id })) as QualificationRunView;
+    expect(now.slices).toEqual([
+      { card: '0:mig:1/0', profile: '2g.20gb' },
+      { card: '0:mig:2/0', profile: null },
+    ]);
+  });
 });
