@@ -37,6 +37,12 @@ export interface FairSimOptions {
   seed?: number;
   /** Usage counts the running leases' time so far too (default: only ended leases, as charged). */
   liveUsage?: boolean;
+  /**
+   * Each task's `time_limit_seconds` as a multiple of how long it really runs, rounded up to a whole
+   * minute (default 2: agents ask for about twice what a run takes); null: no limits on the views, so
+   * nothing is backfilled into reservations (ADR 0049).
+   */
+  limitFactor?: number | null;
 }
 
 export interface FairSimResult {
@@ -66,7 +72,7 @@ export interface FairSimResult {
 
 const STEP_MS = 5_000;
 
-function card(index: number, leased: boolean): CardView {
+function card(index: number, leased: boolean, endsBy: number | undefined): CardView {
   return {
     index,
     model: 'SIM-GPU',
@@ -78,6 +84,7 @@ function card(index: number, leased: boolean): CardView {
     simulated: true,
     cordoned: false,
     leased,
+    ...(endsBy === undefined ? {} : { lease_ends_by: endsBy }),
     quarantined: false,
     broker_pids: [],
   };
@@ -109,6 +116,8 @@ export function simulateFairShare(opts: FairSimOptions): FairSimResult {
   const totalCards = workerCount * 8;
   const [minS, maxS] = opts.durationSeconds ?? [120, 600];
   const halfLifeMs = (opts.halfLifeSeconds ?? 3600) * 1000;
+  const limitFactor = opts.limitFactor === undefined ? 2 : opts.limitFactor;
+  const durations = new Map<string, number>();
   const config: SchedulingConfig = {
     sample_interval_ms: 2000,
     vram_threshold_pct: 2,
@@ -166,8 +175,13 @@ export function simulateFairShare(opts: FairSimOptions): FairSimResult {
       for (const t of queued) if (t.account === account) have++;
       for (; have < backlogOf(account); have++) {
         seq++;
+        const duration = (minS + Math.floor(rnd() * ((maxS - minS) / 5 + 1)) * 5) * 1000;
+        const id = `t${String(seq).padStart(7, '0')}`;
+        durations.set(id, duration);
+        const limit = limitFactor === null ? undefined : Math.ceil((duration * limitFactor) / 60_000) * 60;
         queued.push({
-          task_id: `t${String(seq).padStart(7, '0')}`,
+          ...(limit === undefined ? {} : { time_limit_seconds: limit }),
+          task_id: id,
           owner: `${account}-agent`,
           account,
           priority: 0,
@@ -199,7 +213,14 @@ export function simulateFairShare(opts: FairSimOptions): FairSimResult {
         }),
       ),
     };
-    const workers: WorkerView[] = leased.map((set, w) => ({
+    // When each leased card's task is stopped by its time limit at the latest.
+    const leaseOf = leased.map(() => new Map<number, number>());
+    for (const r of running) {
+      const limit = r.task.time_limit_seconds;
+      if (limit === undefined) continue;
+      for (const c of r.cards) leaseOf[r.worker]!.set(c, r.started + limit * 1000);
+    }
+    const workers: WorkerView[] = leased.map((_set, w) => ({
       worker_id: `w${w}`,
       online: true,
       draining: false,
@@ -207,7 +228,7 @@ export function simulateFairShare(opts: FairSimOptions): FairSimResult {
       sampler_error: null,
       isolation: 'bwrap',
       container_engine: null,
-      cards: Array.from({ length: 8 }, (_, i) => card(i, set.has(i))),
+      cards: Array.from({ length: 8 }, (_, i) => card(i, leased[w]!.has(i), leaseOf[w]!.get(i))),
     }));
     const tasks = opts.fair === false ? queued.map((t) => ({ ...t, account: undefined })) : queued;
     const d = decide(
@@ -228,7 +249,8 @@ export function simulateFairShare(opts: FairSimOptions): FairSimResult {
       const t = queued[i]!;
       const worker = Number(g.worker_id.slice(1));
       for (const c of g.card_indexes) leased[worker]!.add(c);
-      const duration = (minS + Math.floor(rnd() * ((maxS - minS) / 5 + 1)) * 5) * 1000;
+      const duration = durations.get(t.task_id)!;
+      durations.delete(t.task_id);
       running.push({ task: t, worker, cards: [...g.card_indexes], started: now, ends: now + duration });
       everHeld.add(t.account!);
       if (now >= measureFrom) {

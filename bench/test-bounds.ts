@@ -161,6 +161,59 @@ export function decideFairRow(section = 'test-bounds', mixed = false): OpResult 
   );
 }
 
+/**
+ * Backfill's cost (ADR 0049): 64 × 8 cards with worker i running i % 8 cards' leases that end 10-60 min
+ * from now, 10,000 queued 1/2/4/8-card tasks with time limits (1 min to 1 h), all past the reservation
+ * age, so every wide task reserves and every later one may backfill; against the same pass with the
+ * leases' ends not known (nothing is promised, so nothing backfills), alternated.
+ */
+export function decideBackfillRow(section = 'fairness'): OpResult {
+  const busy = (ends: boolean): WorkerView[] =>
+    Array.from({ length: 64 }, (_, i) => {
+      const w = worker(`w${String(i).padStart(2, '0')}`);
+      return {
+        ...w,
+        cards: w.cards.map((c) =>
+          c.index < i % 8
+            ? { ...c, leased: true, lease_ends_by: ends ? NOW + (10 + (i % 6) * 10) * 60_000 : undefined }
+            : c,
+        ),
+      };
+    });
+  const aged = (ends: boolean): SchedulingSnapshot => {
+    const snap = bigSnapshot(false, true);
+    return {
+      ...snap,
+      workers: busy(ends),
+      tasks: snap.tasks.map((t, i) => ({
+        ...t,
+        approved_at: NOW - 1_200_000 - i,
+        time_limit_seconds: 60 * (1 + (i % 60)),
+      })),
+    };
+  };
+  const without = aged(false);
+  const withLimits = aged(true);
+  const granted = decide(withLimits, NOW).grants.length;
+  const grantedBare = decide(without, NOW).grants.length;
+  const started = performance.now();
+  const base: number[] = [];
+  const ms: number[] = [];
+  for (let i = 0; i < 7; i++) {
+    base.push(...timed(1, () => decide(without, NOW)));
+    ms.push(...timed(1, () => decide(withLimits, NOW)));
+  }
+  const ratio = median(ms) / median(base);
+  return summarise(
+    section,
+    'decide 64×8 half busy, 10,000 aged 1/2/4/8-card, limits (backfill)',
+    ms,
+    0,
+    (performance.now() - started) / 1000,
+    `median ${median(ms).toFixed(1)} ms, ×${ratio.toFixed(2)} the same with the leases' ends unknown (no backfill) ${median(base).toFixed(1)} ms (alternated); grants ${granted} with backfill, ${grantedBare} without`,
+  );
+}
+
 function implicitCodeRow(): OpResult {
   // The paths exactly as the test had them (all in one folder named `m$i % 50`).
   const paths = Array.from({ length: 1000 }, (_, i) => `src/m$i % 50/mod_${i}.py`);

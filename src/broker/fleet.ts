@@ -2,6 +2,7 @@ import { type CardMig, type CardSample, cardLabel, type MigMode } from '../contr
 import type { SlurmJobReport } from '../contracts/worker-protocol.js';
 import { type CardState, deriveCardState } from '../domain/machines/card-state.js';
 import type { CardView, SchedulingConfig, WorkerView } from '../domain/scheduling/types.js';
+import type { LiveLeaseCard } from '../store/leases-repo.js';
 import type { Store } from '../store/store.js';
 import type { KnownCard, WorkerRecord } from '../store/workers-repo.js';
 
@@ -213,8 +214,8 @@ export class Fleet {
   /** Builds the scheduler's view of every enrolled worker. */
   workerViews(store: Store, now: number): WorkerView[] {
     const cordoned = new Set(store.workers.cordons().map((c) => `${c.worker_id}/${c.card_index}`));
-    const leased = new Map<string, string>();
-    for (const c of store.leases.liveCards()) leased.set(`${c.worker_id}/${c.card_index}`, c.state);
+    const leased = new Map<string, LiveLeaseCard>();
+    for (const c of store.leases.liveCards()) leased.set(`${c.worker_id}/${c.card_index}`, c);
     const bound = boundGpus(store);
     const committed = store.leases.committedByWorker();
     return store.workers.list().map((rec) => {
@@ -239,7 +240,8 @@ export class Fleet {
         sampler_error: w.sampler_error,
         cards: cards.map((c): CardView => {
           const key = `${rec.id}/${c.index}`;
-          const leaseState = leased.get(key);
+          const lease = leased.get(key);
+          const leaseState = lease?.state;
           return {
             index: c.index,
             model: c.model,
@@ -256,6 +258,7 @@ export class Fleet {
             cordoned:
               cordoned.has(key) || (c.mig !== undefined && cordoned.has(`${rec.id}/${c.mig.parent_index}`)),
             leased: leaseState === 'ACTIVE' || leaseState === 'RELEASING',
+            ...(lease?.limit_ends_at != null ? { lease_ends_by: lease.limit_ends_at } : {}),
             quarantined: leaseState === 'QUARANTINED',
             broker_pids: [],
             held_by_worker: w.held_cards.includes(c.index),

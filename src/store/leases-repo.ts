@@ -55,6 +55,8 @@ export interface LiveLeaseCard {
   card_index: number;
   lease_epoch: number;
   state: LeaseState;
+  /** When its task's time limit stops it (its start + `time_limit_seconds`, ms); null: not started. */
+  limit_ends_at: number | null;
 }
 
 const toExecution = ({ slurm: _slurm, ...r }: ExecutionRow): ExecutionRecord => ({
@@ -103,7 +105,8 @@ export class LeasesRepo {
       ),
       releaseCards: db.prepare('UPDATE lease_cards SET live = 0 WHERE lease_id = ?'),
       liveCards: db.prepare<[], LiveLeaseCard>(
-        `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, c.card_index, l.lease_epoch, l.state
+        `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, c.card_index, l.lease_epoch, l.state,
+           t.started_at + json_extract(t.spec, '$.time_limit_seconds') * 1000 AS limit_ends_at
          FROM lease_cards c JOIN leases l ON l.id = c.lease_id JOIN tasks t ON t.id = l.task_id WHERE c.live = 1`,
       ),
       liveLeases: db.prepare<[], LeaseRow>(

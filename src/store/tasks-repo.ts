@@ -46,7 +46,7 @@ function toRow(t: TaskRecord): TaskRow {
 export interface QueuedTaskRow
   extends Pick<TaskRecord, 'id' | 'owner_id' | 'priority' | 'approved_at' | 'desired'> {
   /** The spec's cards, pinned worker and resource asks (`limits`: the host must be able to give them). */
-  spec: Pick<TaskSpec, 'cards' | 'worker' | 'limits'>;
+  spec: Pick<TaskSpec, 'cards' | 'worker' | 'limits' | 'time_limit_seconds'>;
   /** The spec's `runtime.kind`: container tasks need a worker with a container engine. */
   runtime_kind: TaskSpec['runtime']['kind'];
   /** The spec's named data mounts: only workers offering all of them may take it. */
@@ -193,13 +193,15 @@ export class TasksRepo {
           allow_mig: number | null;
           worker: string | null;
           limits: string | null;
+          time_limit_seconds: number;
         }
       >(
         `SELECT json_extract(spec, '$.cards.count') AS count, json_extract(spec, '$.cards.model') AS model,
            json_extract(spec, '$.cards.min_memory_mib') AS min_memory_mib, json_extract(spec, '$.cards.per_node') AS per_node,
            json_extract(spec, '$.cards.mig_profile') AS mig_profile, json_extract(spec, '$.cards.allow_mig') AS allow_mig,
            json_extract(spec, '$.worker') AS worker, json_extract(spec, '$.limits') AS limits,
-           json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts
+           json_extract(spec, '$.runtime.kind') AS runtime_kind, json_extract(spec, '$.mounts') AS mounts,
+           json_extract(spec, '$.time_limit_seconds') AS time_limit_seconds
          FROM tasks WHERE id = ?`,
       ),
       countQueuedByOwner: db.prepare<[string], { n: number }>(
@@ -372,6 +374,7 @@ export class TasksRepo {
         },
         ...(r.worker === null ? {} : { worker: r.worker }),
         ...(r.limits === null ? {} : { limits: JSON.parse(r.limits) as NonNullable<TaskSpec['limits']> }),
+        time_limit_seconds: r.time_limit_seconds,
       },
     };
   }

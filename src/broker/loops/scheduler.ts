@@ -6,7 +6,7 @@ import { budgetPeriod, DEFAULT_ACCOUNT, normalisedShares } from '../../domain/ac
 import { nextLeaseEpoch } from '../../domain/machines/lease.js';
 import { runArgv } from '../../domain/policy/run-argv.js';
 import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/policy/task-limits.js';
-import { decide } from '../../domain/scheduling/decide.js';
+import { BACKFILL_MARGIN_SECONDS, decide } from '../../domain/scheduling/decide.js';
 import type { RequirementCache } from '../../domain/scheduling/pool.js';
 import { grantFailed } from '../../domain/scheduling/reasons.js';
 import type {
@@ -392,6 +392,8 @@ export class Scheduler implements TaskObserver {
         sample_interval_ms: config.timing.sample_interval_ms,
         vram_threshold_pct: config.scheduling.vram_threshold_pct,
         reservation_after_seconds: config.scheduling.reservation_after_seconds,
+        // A backfilled task holds its cards past its limit by its start-up, the kill grace and cleanup.
+        backfill_margin_seconds: BACKFILL_MARGIN_SECONDS + config.timing.kill_grace_seconds,
         max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
         require_isolation: config.policy.require_isolation,
         host_reserve: config.policy.task_limits.host_reserve,
@@ -665,6 +667,7 @@ function queuedView(
       runtime: t.runtime_kind,
       mounts: t.mounts,
       limits: t.spec.limits,
+      time_limit_seconds: t.spec.time_limit_seconds,
     };
     views.set(t, view);
   }

@@ -121,8 +121,15 @@ export function decide(
       }
     }
     // 5. Admit: best fit among free matching cards (backfill: a later task may take cards an earlier
-    //    one could not use, except cards an aged task reserved in step 6).
-    const grant = pool.place(view);
+    //    one could not use, except cards an aged task reserved in step 6, unless it will have ended
+    //    before that task could start there: its time limit is a hard stop; ADR 0049).
+    const endsBy =
+      task.time_limit_seconds === undefined
+        ? Number.POSITIVE_INFINITY
+        : now +
+          (task.time_limit_seconds + (config.backfill_margin_seconds ?? BACKFILL_MARGIN_SECONDS)) * 1000;
+    const grant =
+      pool.place(view, endsBy) ?? (endsBy === Number.POSITIVE_INFINITY ? null : pool.backfill(view, endsBy));
     if (grant !== null) {
       decision.grants.push({ task_id: task.task_id, ...grant });
       usedByOwner.set(task.owner, inUse + req.need);
@@ -199,6 +206,12 @@ function* withClaimantsFirst(
   yield* snapshot.tasks.filter((t) => claimants.has(t.task_id)).sort(compareQueuedTasks);
   for (const t of rest) if (!claimants.has(t.task_id)) yield t;
 }
+
+/**
+ * What a backfilled task may hold its cards beyond its time limit (its start-up before the limit counts,
+ * the kill grace after it, its cleanup) when the settings do not say; the master adds its kill grace.
+ */
+export const BACKFILL_MARGIN_SECONDS = 60;
 
 /** Placeholder until step 8 replaces it; never returned. */
 const PENDING: WaitReason = waitingForCards(0, 0, 0);

@@ -80,6 +80,21 @@ export class CardPool {
   /** Free cards reserved for qualification runs, over all usable workers (they defeat the fast paths). */
   private runReservedTotal = 0;
   private reservationCount = 0;
+  /** The latest shadow of any reservation of this pass (`promise`): no task ending later backfills. */
+  private maxShadow = Number.NEGATIVE_INFINITY;
+  /** Each reservation's card indexes as the decision lists them (backfill takes cards out). */
+  private readonly held = new Map<number, number[]>();
+  /** Workers holding reserved cards with a shadow: the only places backfill looks. */
+  private readonly shadowSlots = new Set<Slot>();
+  /** Reserved cards with a shadow, still held (backfill needs these plus open cards to reach `need`). */
+  private shadowed = 0;
+  /** Bumped whenever `promise` adds shadowed cards: only that can let a failed backfill succeed. */
+  private shadowVersion = 0;
+  /**
+   * Per requirement shape, the earliest end that found nothing to backfill as of `shadowVersion`: a task
+   * of that shape ending as late or later finds nothing either (claims only take cards away).
+   */
+  private readonly noBackfill = new Map<string, { version: number; endsBy: number }>();
   /** Bumped on every claim or reservation, so a reason cached before one is never reused after it. */
   private version = 0;
 
@@ -183,7 +198,10 @@ export class CardPool {
    * the lower worker id; there, the lowest indexes. Claims them, or returns null when nothing fits.
    * On a Slurm pool the shape must also fit the free GPUs of its node(s), which the claim reduces.
    */
-  place(view: RequirementView): { worker_id: string; card_indexes: number[] } | null {
+  place(
+    view: RequirementView,
+    endsBy = Number.POSITIVE_INFINITY,
+  ): { worker_id: string; card_indexes: number[] } | null {
     const { req } = view;
     if (this.openTotal < req.need || this.unplaceable.has(req.key)) return null;
     let best: Slot | null = null;
@@ -220,7 +238,8 @@ export class CardPool {
       for (const name of ROOMS) left[name] -= bestRoom[name];
     }
     if (best.nodes !== null) claimNodes(best.nodes, req.need, req.perNode);
-    return { worker_id: best.worker.worker_id, card_indexes: this.mark(best, req, req.need, CLAIMED, 0) };
+    const card_indexes = this.mark(best, req, req.need, CLAIMED, 0, endsBy);
+    return { worker_id: best.worker.worker_id, card_indexes };
   }
 
   /**
@@ -267,6 +286,8 @@ export class CardPool {
     this.reservationCount++;
     if (bestNodes !== null) holdNodes(bestNodes, req.need, req.perNode, held, this.reservationCount);
     const card_indexes = this.mark(best, req, held, RESERVED, position);
+    this.held.set(this.reservationCount, card_indexes);
+    if (bestNodes === null) this.promise(best, req, held);
     const worker_id = best.worker.worker_id;
     return {
       reservation: { worker_id, card_indexes },
@@ -293,6 +314,89 @@ export class CardPool {
       this.reasons.set(key, reason);
     }
     return reason;
+  }
+
+  /**
+   * The reservation just made on `slot` (its `held` cards, the last ones marked) learns its shadow: when
+   * the cards it waits for free at the latest, i.e. the (need − held)-th earliest `endsBy` among the
+   * slot's leased and claimed matching cards. Unknown ends (+Infinity) promise nothing.
+   */
+  private promise(slot: Slot, req: Requirement, held: number): void {
+    const ends: number[] = [];
+    for (const card of slot.cards) {
+      if (card.cordoned || !matches(card, req)) continue;
+      if (card.state === 'LEASED' || (card.state === 'AVAILABLE' && card.mark === CLAIMED))
+        ends.push(card.endsBy);
+    }
+    const wait = req.need - held;
+    if (wait <= 0 || ends.length < wait) return;
+    ends.sort((a, b) => a - b);
+    const shadow = ends[wait - 1]!;
+    if (shadow === Number.POSITIVE_INFINITY) return;
+    for (const card of slot.free)
+      if (card.mark === RESERVED && card.reservation === this.reservationCount) {
+        card.shadow = shadow;
+        this.shadowed++;
+      }
+    if (shadow > this.maxShadow) this.maxShadow = shadow;
+    this.shadowSlots.add(slot);
+    this.shadowVersion++;
+  }
+
+  /**
+   * Backfill (ADR 0049): a task that could not be placed on open cards but will have ended by `endsBy`
+   * (its time limit is a hard stop) may take cards an aged task holds, where that task cannot start
+   * before `endsBy` anyway (the card's `shadow`): best fit over open plus such held cards, open cards
+   * first. The reservation's start does not move. Never on a Slurm pool (Slurm backfills its own).
+   */
+  backfill(view: RequirementView, endsBy: number): { worker_id: string; card_indexes: number[] } | null {
+    const { req } = view;
+    if (endsBy > this.maxShadow || req.perNode !== null || this.openTotal + this.shadowed < req.need)
+      return null;
+    const failed = this.noBackfill.get(req.key);
+    if (failed !== undefined && failed.version === this.shadowVersion && endsBy >= failed.endsBy) return null;
+    let best: Slot | null = null;
+    let bestCount = Number.POSITIVE_INFINITY;
+    let bestRoom: Record<RoomName, number> | null = null;
+    for (const slot of view.slots) {
+      if (!this.shadowSlots.has(slot)) continue;
+      let count = 0;
+      let held = 0;
+      for (const card of slot.free) {
+        if (!matches(card, req)) continue;
+        if (card.mark === OPEN) count++;
+        else if (card.mark === RESERVED && card.shadow >= endsBy) held++;
+      }
+      if (held === 0 || count + held < req.need || count + held >= bestCount) continue;
+      const room = this.roomOn(slot, req);
+      if (room !== null && this.roomMissing(slot, req, room) !== null) continue;
+      best = slot;
+      bestCount = count + held;
+      bestRoom = room;
+    }
+    if (best === null) {
+      this.noBackfill.set(req.key, { version: this.shadowVersion, endsBy });
+      return null;
+    }
+    if (bestRoom !== null) {
+      const left = this.hostRoom.get(best)!.left;
+      for (const name of ROOMS) left[name] -= bestRoom[name];
+    }
+    const open = Math.min(countOpen(best, req), req.need);
+    const card_indexes = open > 0 ? this.mark(best, req, open, CLAIMED, 0, endsBy) : [];
+    for (const card of req.mig === 'never' ? best.free : best.bySize) {
+      if (card_indexes.length === req.need) break;
+      if (card.mark !== RESERVED || card.shadow < endsBy || !matches(card, req)) continue;
+      card.mark = CLAIMED;
+      card.endsBy = endsBy;
+      this.shadowed--;
+      card_indexes.push(card.view.index);
+      // The reservation no longer holds it (the decision lists what each reservation holds).
+      const holding = this.held.get(card.reservation);
+      if (holding !== undefined) holding.splice(holding.indexOf(card.view.index), 1);
+    }
+    this.version++;
+    return { worker_id: best.worker.worker_id, card_indexes: card_indexes.sort((a, b) => a - b) };
   }
 
   /**
@@ -347,7 +451,14 @@ export class CardPool {
    * Marks the `count` lowest-index OPEN matching cards of `slot` (for a task that takes MIG slices: the
    * smallest first, ADR 0046); returns their indexes.
    */
-  private mark(slot: Slot, req: Requirement, count: number, mark: number, position: number): number[] {
+  private mark(
+    slot: Slot,
+    req: Requirement,
+    count: number,
+    mark: number,
+    position: number,
+    endsBy = Number.POSITIVE_INFINITY,
+  ): number[] {
     const indexes: number[] = [];
     for (const card of req.mig === 'never' ? slot.free : slot.bySize) {
       if (indexes.length === count) break;
@@ -359,7 +470,7 @@ export class CardPool {
       if (mark === RESERVED) {
         card.reservation = this.reservationCount;
         card.holderPosition = position;
-      }
+      } else card.endsBy = endsBy;
       indexes.push(card.view.index);
     }
     slot.openCount -= count;

@@ -29,6 +29,16 @@ export interface PoolCard {
   /** When RESERVED: which reservation of the pass (1-based) holds it, and that task's queue position. */
   reservation: number;
   holderPosition: number;
+  /**
+   * By when (ms) the card is free again at the latest: a leased card's `lease_ends_by`, a card claimed in
+   * this pass its task's start plus time limit; +Infinity when not known. Meaningless on an OPEN card.
+   */
+  endsBy: number;
+  /**
+   * When RESERVED: the earliest time its reservation's task can start (when the last lease it waits for
+   * ends by); a task that ends by then may take the card (backfill). -Infinity: nothing promised.
+   */
+  shadow: number;
 }
 
 /** One worker's cards in this pass. */
@@ -129,6 +139,8 @@ function poolCard(view: CardView, worker: WorkerView, now: number, config: CardS
     mark: OPEN,
     reservation: 0,
     holderPosition: 0,
+    endsBy: view.leased ? (view.lease_ends_by ?? Number.POSITIVE_INFINITY) : Number.POSITIVE_INFINITY,
+    shadow: Number.NEGATIVE_INFINITY,
   };
 }
 

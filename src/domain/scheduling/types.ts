@@ -49,6 +49,11 @@ export interface QueuedTaskView {
   /** Named data mounts the task needs: only workers offering all of them may take it. */
   mounts?: readonly string[] | undefined;
   /**
+   * The spec's `time_limit_seconds` (a hard stop): a task that will have ended before an aged task's
+   * reservation can start may take the cards it holds (backfill, ADR 0049). Absent: never backfilled.
+   */
+  time_limit_seconds?: number | undefined;
+  /**
    * What the spec asks of memory, /tmp, /dev/shm and disk (its `limits`): only a worker whose host can
    * give them may take it (docs/security.md "The task sandbox").
    */
@@ -82,6 +87,13 @@ export type CardView = Pick<
      * about that node's GPU.
      */
     node?: string | undefined;
+    /**
+     * When `leased`: when the time limit of the task holding it stops that task (its start plus its
+     * `time_limit_seconds`; the limit is a hard stop). An aged task waiting for this card cannot start
+     * before then, so a task that will have ended by then may use the cards it holds (backfill, pool.ts,
+     * ADR 0049). Absent: not known (a task not started yet), so nothing is promised on it.
+     */
+    lease_ends_by?: number | undefined;
   };
 
 /** One enrolled worker as the scheduler sees it. */
@@ -120,6 +132,11 @@ export interface WorkerView extends WorkerSampling {
 export interface SchedulingConfig extends CardStateConfig {
   /** A task queued longer than this reserves free cards on the worker where it will fit first. */
   reservation_after_seconds: number;
+  /**
+   * What a backfilled task may hold its cards beyond its time limit (its start-up before the limit
+   * counts, the kill grace, its cleanup), ADR 0049; absent: BACKFILL_MARGIN_SECONDS (decide.ts).
+   */
+  backfill_margin_seconds?: number | undefined;
   /** Most cards one owner may hold at once (running + granted now); null for no limit. */
   max_concurrent_cards_per_owner: number | null;
   /** `policy.require_isolation`: unisolated workers get no task. */
