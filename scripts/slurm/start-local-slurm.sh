@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Copied from ../shared/reference/slurm/start-local-slurm.sh (the issue 12 reference scripts), then
 # extended for gpu-broker's tests: SLURM_NODE_NAMES (several slurmd on one host, for multi-node jobs),
-# SLURMCTLD_PORT / SLURMD_PORT (a second cluster beside a running one). With the defaults it writes the
+# SLURMCTLD_PORT / SLURMD_PORT (a second cluster beside a running one), SLURM_NODE_GRES /
+# SLURM_GRES_CONF (typed GRES: MIG slices with stand-in device nodes). With the defaults it writes the
 # same configuration as the reference. test/support/slurm.ts drives it; docs/slurm.md has the findings.
 #
 # start-local-slurm.sh -- start a single-node Slurm "cluster" (munged + slurmctld
@@ -23,6 +24,10 @@
 #                     SLURM_FAKE_GPUS and SLURM_CPUS are per node [$SLURM_NODE_NAME]
 #   SLURMCTLD_PORT    slurmctld port [6817]
 #   SLURMD_PORT       slurmd port (of the first node) [6818]
+#   SLURM_NODE_GRES   the node's Gres= in slurm.conf [gpu:$SLURM_FAKE_GPUS]; typed GRES
+#                     such as gpu:3g.40gb:1,gpu:1g.10gb:2 (MIG slices) with SLURM_GRES_CONF
+#   SLURM_GRES_CONF   a file copied as gres.conf instead of the generated one; its
+#                     File=/MultipleFiles= device nodes are the caller's to make
 #   SLURM_FAKE_GPUS   number of fake GPUs in GRES                   [8]
 #   SLURM_GRES_MODE   mknod   -> gres.conf File=$SLURM_LOCAL_DIR/dev/nvidia[0-N], fake
 #                                char devices (c 195 N); Slurm binds devices and
@@ -55,6 +60,7 @@ GRES_MODE=${SLURM_GRES_MODE:-mknod}
 REAL_CPUS=$(nproc)
 CPUS=${SLURM_CPUS:-$REAL_CPUS}
 TIMEOUT=${SLURM_START_TIMEOUT:-60}
+NODE_GRES=${SLURM_NODE_GRES:-gpu:$NGPU}
 
 log() { printf '[start-local-slurm %(%H:%M:%S)T] %s\n' -1 "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
@@ -149,13 +155,13 @@ if [ "$MULTI" = 1 ]; then
   NODE_LINES=""
   i=0
   for n in "${NODES[@]}"; do
-    NODE_LINES+="NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$(hostname) Port=$((SLURMD_PORT0 + i)) $TOPO RealMemory=$REALMEM Gres=gpu:$NGPU State=UNKNOWN"$'\n'
+    NODE_LINES+="NodeName=$n NodeAddr=127.0.0.1 NodeHostname=$(hostname) Port=$((SLURMD_PORT0 + i)) $TOPO RealMemory=$REALMEM Gres=$NODE_GRES State=UNKNOWN"$'\n'
     mkdir -p "$RUN_DIR/spool/$n"
     i=$((i + 1))
   done
 else
   SLURMD_PIDNAME='slurmd.pid'; SLURMD_SPOOL='spool'; SLURMD_LOGNAME='slurmd.log'
-  NODE_LINES="NodeName=$NODE NodeAddr=127.0.0.1 $TOPO RealMemory=$REALMEM Gres=gpu:$NGPU State=UNKNOWN"
+  NODE_LINES="NodeName=$NODE NodeAddr=127.0.0.1 $TOPO RealMemory=$REALMEM Gres=$NODE_GRES State=UNKNOWN"
 fi
 
 cat >"$CONF_DIR/slurm.conf" <<EOF
@@ -256,6 +262,10 @@ if [ "$MULTI" = 1 ]; then
       echo "NodeName=$n Name=gpu File=$RUN_DIR/dev/$n/nvidia[0-$LAST]"
     done
   } >"$CONF_DIR/gres.conf"
+fi
+if [ -n "${SLURM_GRES_CONF:-}" ]; then
+  # the caller's gres.conf (typed GRES, MultipleFiles= of stand-in MIG nodes) replaces ours
+  cp "$SLURM_GRES_CONF" "$CONF_DIR/gres.conf"
 fi
 [ "$CONF_DIR" = /etc/slurm ] || { export SLURM_CONF="$CONF_DIR/slurm.conf"; log "NOTE: export SLURM_CONF=$SLURM_CONF for clients"; }
 

@@ -219,6 +219,89 @@ export function startMultiNodeSlurm(): SlurmAvailability {
   });
 }
 
+const MIG_DIR = '/tmp/gpu-broker-slurm-mig';
+
+/** The MIG cluster's layout: a whole card and three slices of card 0 (minors per the driver, ADR 0046). */
+export const MIG_SLURM_LAYOUT = {
+  /** slurm.conf's Gres= of node `mig1` (the IDX order). */
+  gres: 'gpu:h100:1,gpu:3g.40gb:1,gpu:1g.10gb:2',
+  /** Capability minors per slice (GI access, CI access): 3g.40gb GI 1, 1g.10gb GI 2 and 3. */
+  caps: {
+    '3g.40gb': [[12, 13]],
+    '1g.10gb': [
+      [21, 22],
+      [30, 31],
+    ],
+  } as Record<string, Array<[number, number]>>,
+};
+
+/**
+ * A third cluster with one node `mig1` whose GPUs are typed GRES: one whole `h100` and three MIG slices
+ * of card 0 (`3g.40gb`, two `1g.10gb`), declared in gres.conf with `MultipleFiles=` of stand-in device
+ * nodes (`<dir>/migdev/nvidia0`, `nvidia1` as 195:N, `nvidia-caps/nvidia-cap<M>` as 1:3, 0666, like the
+ * local worker's simulated cap nodes). Ports 7017/7018, config in /tmp/gpu-broker-slurm-mig/etc. Ensures
+ * the main cluster first so that munged belongs to it (docs/slurm.md "MIG slices").
+ */
+export function startMigSlurm(): SlurmAvailability & { devDir?: string } {
+  const main = ensureSlurm();
+  if (!main.ok) return main;
+  const conf = join(MIG_DIR, 'etc/slurm.conf');
+  const env = baseEnv(conf);
+  const devDir = join(MIG_DIR, 'migdev');
+  const slurm: TestSlurm = {
+    env,
+    conf,
+    localDir: MIG_DIR,
+    partition: 'gpu',
+    nodes: ['mig1'],
+    gpusPerNode: 4,
+    startedHere: true,
+  };
+  return withLock(() => {
+    if (usable(partitionStates(env, 'gpu'), 1))
+      return { ok: true, slurm: { ...slurm, startedHere: false }, devDir };
+    mkdirSync(join(devDir, 'nvidia-caps'), { recursive: true });
+    const cap = (m: number) => join(devDir, 'nvidia-caps', `nvidia-cap${m}`);
+    const nodes: Array<[string, string, string]> = [
+      [join(devDir, 'nvidia0'), '195', '0'],
+      [join(devDir, 'nvidia1'), '195', '1'],
+      ...Object.values(MIG_SLURM_LAYOUT.caps)
+        .flat(2)
+        .map((m): [string, string, string] => [cap(m), '1', '3']),
+    ];
+    for (const [path, major, minor] of nodes)
+      if (!existsSync(path)) execFileSync('mknod', ['-m', '0666', path, 'c', major, minor]);
+    const lines = ['AutoDetect=off', `NodeName=mig1 Name=gpu Type=h100 File=${join(devDir, 'nvidia1')}`];
+    for (const [type, pairs] of Object.entries(MIG_SLURM_LAYOUT.caps))
+      for (const [gi, ci] of pairs)
+        lines.push(
+          `NodeName=mig1 Name=gpu Type=${type} MultipleFiles=${join(devDir, 'nvidia0')},${cap(gi)},${cap(ci)}`,
+        );
+    const gresConf = join(MIG_DIR, 'gres.conf.in');
+    writeFileSync(gresConf, `${lines.join('\n')}\n`);
+    const r = startScript({
+      SLURM_LOCAL_DIR: MIG_DIR,
+      SLURM_CONF_DIR: join(MIG_DIR, 'etc'),
+      SLURM_NODE_NAME: 'mig1',
+      SLURMCTLD_PORT: '7017',
+      SLURMD_PORT: '7018',
+      SLURM_CPUS: '8',
+      SLURM_NODE_GRES: MIG_SLURM_LAYOUT.gres,
+      SLURM_GRES_CONF: gresConf,
+      SLURM_EXTRA_CONF: TEST_SLURM_CONF,
+      SLURM_INSTALL: '0',
+    });
+    if (!r.ok) throw new Error(`MIG start-local-slurm.sh failed:\n${r.output}`);
+    writeFileSync(join(MIG_DIR, MARKER), runId());
+    return { ok: true, slurm, devDir };
+  });
+}
+
+/** Stops the MIG cluster if this test run started it. */
+export function stopMigSlurm(): void {
+  stopIfOurs(MIG_DIR);
+}
+
 /** Stops a cluster by its pid files (scripts/slurm/stop-local-slurm.sh). */
 export function stopSlurm(localDir: string): void {
   execFileSync('bash', [STOP], { env: { ...process.env, SLURM_LOCAL_DIR: localDir }, stdio: 'ignore' });
@@ -231,6 +314,7 @@ export function stopMultiNodeSlurm(): void {
 
 /** Teardown: stops every cluster whose marker names this run (main first started here, multi-node). */
 export function stopSlurmStartedByThisRun(): void {
+  stopIfOurs(MIG_DIR);
   stopIfOurs(MULTI_DIR);
   stopIfOurs(MAIN_DIR);
 }
