@@ -295,6 +295,22 @@ export const AlertSchema = z.object({
 });
 
 /** One account's standing in get_status `accounts` (operators). */
+/** Where an account stands against one of its quotas per card model (ADR 0048). */
+const ModelStandingSchema = z.object({
+  model: z.string(),
+  /** Cards of the model its subtree holds now. */
+  held_cards: z.number().int(),
+  nominal_cards: z.number().int().nullable(),
+  /** nominal + borrowing limit; null: no limit. */
+  limit_cards: z.number().int().nullable(),
+  period: z.enum(['day', 'week', 'month', '7d']),
+  period_start: z.string(),
+  usage_card_hours: z.number(),
+  budget_card_hours: z.number().nullable(),
+  budget_left_card_hours: z.number().nullable(),
+  budget_resets_at: z.string().nullable(),
+});
+
 const AccountStandingSchema = z.object({
   account: z.string(),
   parent: z.string().nullable(),
@@ -318,6 +334,8 @@ const AccountStandingSchema = z.object({
       message: z.string(),
     })
     .nullable(),
+  /** Its quotas per card model and where it stands against each. */
+  model_quotas: z.array(ModelStandingSchema),
 });
 
 /** get_status */
@@ -325,7 +343,7 @@ export const getStatusTool = defineTool({
   name: 'get_status',
   title: 'Cluster status and alerts',
   description:
-    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds, its card-hours this period and budget left, and where your first queued task stands and why it waits, also in words. Operators and viewers also get `accounts`: the same for every account.',
+    'Live leases, task counts by state, and alerts: quarantined cards, sampler errors, offline workers, UNISOLATED workers (tasks not sandboxed), tasks needing reconciliation, a broken audit chain. `you`: your account, its share of the pool, the cards it holds, its card-hours this period and budget left (account-wide and per card model), and where your first queued task stands and why it waits, also in words. Operators and viewers also get `accounts`: the same for every account.',
   roles: EVERYONE,
   mutating: false,
   annotations: READ_ONLY,
@@ -365,6 +383,8 @@ export const getStatusTool = defineTool({
       usage_card_hours: z.number(),
       budget_left_card_hours: z.number().nullable(),
       budget_resets_at: z.string().nullable(),
+      /** Its account's quotas per card model and where it stands against each (ADR 0048). */
+      model_quotas: z.array(ModelStandingSchema),
       queued: z.number().int(),
       your_first_queued: z
         .object({

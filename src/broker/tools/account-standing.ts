@@ -2,6 +2,7 @@ import { budgetPeriod, normalisedShares } from '../../domain/accounts/tree.js';
 import type { AccountRecord } from '../../store/accounts-repo.js';
 import type { QueuedTaskRow } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
+import { type ModelStanding, modelStandings, modelStandingWords } from './model-standing.js';
 import { iso } from './views.js';
 
 /**
@@ -45,6 +46,8 @@ export interface AccountStanding {
     code: string;
     message: string;
   } | null;
+  /** Its quotas per card model and where it stands against each (./model-standing.ts, ADR 0048). */
+  model_quotas: ModelStanding[];
 }
 
 const WEEK_MS = 7 * 86_400_000;
@@ -106,6 +109,15 @@ export function accountStandings(
     return m;
   };
 
+  const byModel = modelStandings(
+    deps,
+    now,
+    list,
+    store.accounts.modelQuotas(),
+    { cards: liveCards, leases: leaseById },
+    (owner) => accountOf.get(owner),
+  );
+
   const queuedBy = new Map<string, number>();
   const first = new Map<string, { position: number; entry: AccountStanding['first_wait'] & object }>();
   for (const t of queued) {
@@ -151,6 +163,7 @@ export function accountStandings(
       budget_resets_at: budgeted ? iso(budgetPeriod(a.budget_period!, now).end) : null,
       queued: queuedBy.get(a.name) ?? 0,
       first_wait: first.get(a.name)?.entry ?? null,
+      model_quotas: byModel.get(a.name) ?? [],
     };
   });
 }
@@ -193,6 +206,7 @@ export function standingWords(
     );
   } else if (mine.queued > 0)
     parts.push(`${mine.account} has ${mine.queued} task(s) queued, none of them yours`);
+  parts.push(...modelStandingWords(mine.account, mine.model_quotas));
   if (mine.nominal_cards !== null && mine.nominal_cards > 0 && mine.held_cards >= mine.nominal_cards)
     parts.push(
       yours.held_cards >= mine.nominal_cards

@@ -338,6 +338,7 @@ function whereYouStand(
       budget_resets_at: null,
       queued: 0,
       first_wait: null,
+      model_quotas: [],
     } satisfies AccountStanding);
   let yourCards = 0;
   for (const c of deps.store.leases.liveCards())
@@ -382,6 +383,7 @@ function whereYouStand(
     usage_card_hours: mine.usage_card_hours,
     budget_left_card_hours: mine.budget_left_card_hours,
     budget_resets_at: mine.budget_resets_at,
+    model_quotas: mine.model_quotas,
     queued: mine.queued,
     your_first_queued: firstQueued,
     words: standingWords(mine, standings, { held_cards: yourCards, first_queued: firstQueued }),

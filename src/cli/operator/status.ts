@@ -90,28 +90,60 @@ interface AccountRow {
   budget_left_card_hours: number | null;
   queued: number;
   first_wait: { task_id: string | null; position: number | null; code: string; message: string } | null;
+  /** Its quotas per card model (ADR 0048); absent from older masters. */
+  model_quotas?: Array<{
+    model: string;
+    held_cards: number;
+    nominal_cards: number | null;
+    limit_cards: number | null;
+    period: string;
+    usage_card_hours: number;
+    budget_card_hours: number | null;
+    budget_left_card_hours: number | null;
+  }>;
 }
+
+/** Nominal / limit of a quota as the ACCOUNTS section prints it ("4/6", "4/any", "-/-"). */
+const limitsText = (a: { nominal_cards: number | null; limit_cards: number | null }) =>
+  `${a.nominal_cards ?? '-'}/${a.limit_cards ?? (a.nominal_cards === null ? '-' : 'any')}`;
+
+/** Budget left of a quota ("96.80 of 100 h", or "-"). */
+const budgetText = (a: { budget_left_card_hours: number | null; budget_card_hours: number | null }) =>
+  a.budget_left_card_hours === null
+    ? '-'
+    : `${a.budget_left_card_hours.toFixed(2)} of ${a.budget_card_hours} h`;
 
 /**
  * The ACCOUNTS section (operators): one row per account, its share, cards held against share and quota,
- * card-hours this period, budget left, queued tasks and why the first of them waits.
+ * card-hours this period, budget left, queued tasks and why the first of them waits; under it, one row
+ * per quota of a card model ("  H100"): the cards of the model held against that quota, and its budget.
  */
 function accountsSection(accounts: AccountRow[]): string[] {
   return [
     'ACCOUNTS',
     table(
       ['ACCOUNT', 'SHARE', 'CARDS', 'NOMINAL/LIMIT', 'USED (PERIOD)', 'BUDGET LEFT', 'QUEUED', 'FIRST WAITS'],
-      accounts.map((a) => [
-        a.parent === null ? a.account : `${a.account} (in ${a.parent})`,
-        `${(a.share * 100).toFixed(1)} % (${a.share_cards})`,
-        a.held_cards,
-        `${a.nominal_cards ?? '-'}/${a.limit_cards ?? (a.nominal_cards === null ? '-' : 'any')}`,
-        `${a.usage_card_hours.toFixed(2)} h (${a.period})`,
-        a.budget_left_card_hours === null
-          ? '-'
-          : `${a.budget_left_card_hours.toFixed(2)} of ${a.budget_card_hours} h`,
-        a.queued,
-        a.first_wait === null ? '' : `${a.first_wait.task_id ?? '(task)'}: ${a.first_wait.code}`,
+      accounts.flatMap((a) => [
+        [
+          a.parent === null ? a.account : `${a.account} (in ${a.parent})`,
+          `${(a.share * 100).toFixed(1)} % (${a.share_cards})`,
+          a.held_cards,
+          limitsText(a),
+          `${a.usage_card_hours.toFixed(2)} h (${a.period})`,
+          budgetText(a),
+          a.queued,
+          a.first_wait === null ? '' : `${a.first_wait.task_id ?? '(task)'}: ${a.first_wait.code}`,
+        ],
+        ...(a.model_quotas ?? []).map((q) => [
+          `  ${q.model}`,
+          '',
+          q.held_cards,
+          limitsText(q),
+          `${q.usage_card_hours.toFixed(2)} h (${q.period})`,
+          budgetText(q),
+          '',
+          '',
+        ]),
       ]),
     ),
   ];

@@ -1,7 +1,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
 import { createPrincipal } from '../../../../src/broker/principals.js';
-import { createAccount } from '../../../../src/broker/tools/accounts.js';
+import { createAccount, setAccount } from '../../../../src/broker/tools/accounts.js';
 import type { RevisionResult } from '../../../../src/broker/tools/proposals.js';
 import type { Principal } from '../../../../src/store/principals-repo.js';
 import type { BrokerFixture } from '../../../support/deps.js';
@@ -50,9 +50,11 @@ interface Standing {
   budget_left_card_hours: number | null;
   queued: number;
   first_wait: { task_id: string | null; code: string; message: string } | null;
+  model_quotas: Array<Record<string, unknown>>;
 }
 interface Status {
   you: {
+    model_quotas: Array<Record<string, unknown>>;
     account: string;
     held_cards: number;
     your_cards: number;
@@ -158,5 +160,37 @@ describe('get_status: where each account stands', () => {
     expect(a.you.words).toContain('team-b is over its share (holds 2 of 1.3 cards)');
     expect(a.you.words).not.toContain(b3);
     expect(a.you.words).toContain("is 1st in team-a's queue (waiting_for_cards)");
+  });
+
+  it('shows each account’s quotas per card model: the cards of the model held, the limit, use and budget left (ADR 0048)', async () => {
+    const { fx, ops, bob } = await scene();
+    setAccount(fx.deps, 'op', {
+      name: 'team-b',
+      model: 'Simulated',
+      nominal_cards: 2,
+      borrowing_limit: 1,
+      budget_card_hours: 5,
+      budget_period: 'day',
+    });
+    const s = (await fx.invoke(ops, 'get_status', {})) as Status;
+    const b = s.accounts!.find((a) => a.account === 'team-b')!;
+    expect(b.model_quotas).toEqual([
+      expect.objectContaining({
+        model: 'Simulated',
+        held_cards: 2,
+        nominal_cards: 2,
+        limit_cards: 3,
+        period: 'day',
+        budget_card_hours: 5,
+      }),
+    ]);
+    expect(b.model_quotas[0]!['usage_card_hours']).toBeCloseTo(1, 2);
+    expect(b.model_quotas[0]!['budget_left_card_hours']).toBeCloseTo(4, 2);
+    expect(s.accounts!.find((a) => a.account === 'team-a')!.model_quotas).toEqual([]);
+    const mine = (await fx.invoke(bob, 'get_status', {})) as Status;
+    expect(mine.you.model_quotas).toEqual(b.model_quotas);
+    expect(mine.you.words).toMatch(
+      /team-b's Simulated cards: holds 2 of its 2 nominal \(may hold 3\), 1(\.\d+)? card-hours this day, 4(\.\d+)? card-hours of budget left/,
+    );
   });
 });
