@@ -48,6 +48,8 @@ const LEASE_DEVICE_VARS = [
   'ROCR_VISIBLE_DEVICES',
   'GPU_BROKER_GPU_IDS',
   'GPU_BROKER_GPU_UUIDS',
+  // A slice's lease names a pool slot, not its MIG- uuid: the rank sets CUDA_VISIBLE_DEVICES for it.
+  'NVIDIA_VISIBLE_DEVICES',
 ] as const;
 
 /**
