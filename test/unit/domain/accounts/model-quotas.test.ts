@@ -5,6 +5,8 @@ import {
   modelKey,
   modelNameProblem,
   modelQuotaProblem,
+  quotaSlot,
+  sumPerQuota,
 } from '../../../../src/domain/accounts/model-quotas.js';
 import type { AccountNode, AccountQuotas } from '../../../../src/domain/accounts/tree.js';
 
@@ -100,5 +102,32 @@ describe('model quotas', () => {
       /already has 32 model quotas/,
     );
     expect(modelQuotaProblem(tree, many, 'team-a', 'm3', { ...none, nominal_cards: 2 })).toBeNull();
+  });
+
+  it('sums what each quota’s account and those below it have of its model, whole words only', () => {
+    const parentOf = new Map<string, string | null>([
+      ['root', null],
+      ['org', 'root'],
+      ['team-a', 'org'],
+      ['team-b', 'org'],
+    ]);
+    const sums = sumPerQuota(
+      [
+        { account: 'org', model_key: 'h100' },
+        { account: 'team-a', model_key: 'h100' },
+        { account: 'team-a', model_key: 'a100' },
+      ],
+      parentOf,
+      [
+        { account: 'team-a', model: 'NVIDIA H100 80GB HBM3', amount: 2 },
+        { account: 'team-b', model: 'NVIDIA H100-SXM', amount: 3 },
+        { account: 'team-a', model: 'NVIDIA H1000', amount: 7 },
+        { account: 'team-a', model: 'NVIDIA A100-SXM4-80GB MIG 1g.10gb', amount: 0.5 },
+        { account: 'root', model: 'NVIDIA H100', amount: 11 },
+      ],
+    );
+    expect(sums.get(quotaSlot('org', 'h100'))).toBe(5);
+    expect(sums.get(quotaSlot('team-a', 'h100'))).toBe(2);
+    expect(sums.get(quotaSlot('team-a', 'a100'))).toBe(0.5);
   });
 });

@@ -177,6 +177,22 @@ describe('quotas per card model in a pass', () => {
     expect(Object.fromEntries(d.grants.map((g) => [g.task_id, g.worker_id]))).toEqual({ t2: 'w2', b1: 'w1' });
   });
 
+  it('a task cannot dodge a model quota by naming the card another way: the quota counts the card’s model', () => {
+    const d = decide(
+      snapshot([task('t1', 'team-a', 1, '80GB HBM3'), task('t2', 'team-a', 1, 'nvidia')], {
+        'team-a': account({
+          model_quotas: [quota('H100', { nominal_cards: 1, borrowing_limit: 0 })],
+          running_by_model: { [H100]: 1 },
+          running_cards: 1,
+        }),
+      }),
+      1000,
+    );
+    expect(d.waiting.map((w) => [w.task_id, w.reason.code])).toEqual([['t1', 'account_quota_exceeded']]);
+    // "nvidia" fits both models: it takes the A100.
+    expect(d.grants).toEqual([{ task_id: 't2', worker_id: 'w2', card_indexes: [0] }]);
+  });
+
   it('the account-wide quota still applies beside the model quotas', () => {
     const d = decide(
       snapshot([task('t1', 'team-a', 1, 'A100')], {
