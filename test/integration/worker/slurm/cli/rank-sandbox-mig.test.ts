@@ -1,5 +1,5 @@
 import { spawnSync } from 'node:child_process';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { ALWAYS_HIDDEN, bwrapArgs, findOnPath, systemMounts } from '../../../../../worker/sandbox/bwrap.js';
@@ -184,6 +184,23 @@ describe.runIf(runs)('rank.sh on MIG slices: exactly the files gres.conf gives t
     const o = runRank(odd.rank, { SLURM_STEP_GPUS: '0' });
     expect(o.status).toBe(SANDBOX_SETUP_EXIT);
     expect(o.stdout).not.toContain('ran');
+  });
+
+  it('gres.conf text cannot inject shell: a quoted path is data, a node name with $(…) is left out', () => {
+    const marker = join(jobsRoot, 'pwned');
+    const evil = `${devDir}/x'$(touch ${marker})'/nvidia0`;
+    const quoted = job('inject-path', 'echo ran', { gresFiles: { node7: [[evil]] } });
+    const r = runRank(quoted.rank, { SLURM_STEP_GPUS: '0' });
+    expect(r.status).toBe(SANDBOX_SETUP_EXIT);
+    expect(readFileSync(join(quoted.jobDir, 'setup-error.0'), 'utf8')).toContain('is missing');
+    const named = job('inject-node', 'echo "dev=$(ls /dev | grep ^nvidia | tr "\\n" " ")"', {
+      gresFiles: { [`node7$(touch ${marker})`]: [[join(devDir, 'nvidia0')]] },
+    });
+    const n = runRank(named.rank, { SLURM_STEP_GPUS: '1' });
+    // The node is not in the map, so the rank keeps <gpuDevDir>/nvidia1 for position 1.
+    expect(n.status, n.stderr).toBe(0);
+    expect(n.stdout).toContain('dev=nvidia1 ');
+    expect(existsSync(marker)).toBe(false);
   });
 
   it('a node gres.conf does not cover keeps <gpuDevDir>/nvidia<position>', () => {
