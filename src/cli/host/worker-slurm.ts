@@ -93,7 +93,7 @@ function printSlurmBanner(s: SlurmStarted, json: boolean | undefined, io: CliIo)
   const isolation =
     sandbox === null
       ? "UNISOLATED (--isolation none): tasks run as Slurm jobs under this worker's Slurm user, confined only by what the site configured (cgroup ConstrainDevices); the master places no task here unless policy.require_isolation is false"
-      : `each rank runs in bwrap on its node with only its GPUs' device nodes (${gpuDevDir}/${gpuKind === 'hy' ? 'dri/renderD<128+N>, kfd' : 'nvidia<N>'}) — ${sandbox.summary}`;
+      : `each rank runs in bwrap on its node with only its GPUs' device nodes (${gpuDevDir}/${gpuKind === 'hy' ? 'dri/renderD<128+N>, kfd' : "nvidia<N>; on typed GRES the files gres.conf gives, a MIG slice's parent and two cap nodes"}) — ${sandbox.summary}`;
   if (json)
     io.stdout(
       `${JSON.stringify({
