@@ -28,6 +28,18 @@ describe('schema', () => {
     }
   });
 
+  it('a database file opens in WAL mode with the checkpoint every 10,000 pages and the WAL file bounded', () => {
+    const db = openDb(join(makeTempDir('db-pragmas'), 'broker.db'));
+    try {
+      expect(db.pragma('journal_mode', { simple: true })).toBe('wal');
+      expect(db.pragma('synchronous', { simple: true })).toBe(1); // NORMAL
+      expect(db.pragma('wal_autocheckpoint', { simple: true })).toBe(10_000);
+      expect(db.pragma('journal_size_limit', { simple: true })).toBe(64 * 1024 * 1024);
+    } finally {
+      db.close();
+    }
+  });
+
   it('migrations are numbered 001, 002, … without gaps; user_version ends at the last one', () => {
     const files = migrationFiles();
     expect(files.length).toBeGreaterThan(0);
