@@ -3,6 +3,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cardLabel } from '../../../src/contracts/sample.js';
 import { silentLogger } from '../../../src/platform/logger.js';
 import { type RunningWorker, startWorker } from '../../../worker/daemon/start-worker.js';
+import { findOnPath } from '../../../worker/sandbox/bwrap.js';
 import { prepareSandbox } from '../../../worker/sandbox/setup.js';
 import type { SlurmBackend } from '../../../worker/slurm/backend.js';
 import { SlurmDriver } from '../../../worker/slurm/cli/driver.js';
@@ -10,7 +11,7 @@ import { slurmPoolSampler } from '../../../worker/slurm/sampler.js';
 import { approveTask, clusterConfig, shellSpec, waitUntilSettled } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { isRoot } from '../../support/require-or-skip.js';
+import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { MIG_SLURM_LAYOUT, startMigSlurm, stopMigSlurm } from '../../support/slurm.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
@@ -22,7 +23,13 @@ import { waitFor } from '../../support/wait.js';
  * a spec with `cards.mig_profile` is placed on one, submitted as `--gres=gpu:1g.10gb:1`, and its rank's
  * sandbox holds that slice's parent and cap nodes only (docs/slurm.md "MIG slices").
  */
-const avail = isRoot ? startMigSlurm() : { ok: false as const, reason: 'needs root (stand-in device nodes)' };
+// Stand-in device nodes need mknod (root), each rank bwrap; startMigSlurm needs a local Slurm (CI: required).
+const machineOk = requireOrSkip(
+  'root and bubblewrap',
+  isRoot && findOnPath('bwrap', process.env.PATH ?? '') !== null,
+  'stand-in device nodes need mknod',
+);
+const avail = machineOk ? startMigSlurm() : { ok: false as const, reason: 'needs root and bubblewrap' };
 const WORKER_ID = `slurm-mig-${process.pid}`;
 
 let m: TestMaster;

@@ -13,7 +13,7 @@ import {
 } from '../../../worker/slurm/cli/rank-script.js';
 import { leaseGresType } from '../../../worker/slurm/job-setup.js';
 import { poolSample } from '../../../worker/slurm/sampler.js';
-import { isRoot } from '../../support/require-or-skip.js';
+import { isRoot, requireOrSkip } from '../../support/require-or-skip.js';
 import { MIG_SLURM_LAYOUT, startMigSlurm, stopMigSlurm } from '../../support/slurm.js';
 import { makeTempDir, removeTempDirs } from '../../support/temp.js';
 import { waitFor } from '../../support/wait.js';
@@ -28,8 +28,13 @@ import { waitFor } from '../../support/wait.js';
  */
 const bwrap = findOnPath('bwrap', process.env.PATH ?? '');
 const setpriv = findOnPath('setpriv', process.env.PATH ?? '');
-const avail =
-  isRoot && bwrap !== null ? startMigSlurm() : { ok: false as const, reason: 'needs root and bwrap' };
+// Stand-in device nodes need mknod (root), each rank bwrap; startMigSlurm needs a local Slurm (CI: required).
+const machineOk = requireOrSkip(
+  'root and bubblewrap',
+  isRoot && bwrap !== null,
+  'stand-in device nodes need mknod',
+);
+const avail = machineOk ? startMigSlurm() : { ok: false as const, reason: 'needs root and bubblewrap' };
 const TASK_UID = 2_000_000_779;
 
 describe.runIf(avail.ok)(
