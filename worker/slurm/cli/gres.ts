@@ -178,7 +178,8 @@ export function nodeGresPositions(
   const mine = records.filter((r) => r.nodes === null || r.nodes.includes(node));
   const out: GresPosition[] = [];
   for (const { type, count } of types) {
-    const ofType = mine.filter((r) => (type === null ? true : r.type === type));
+    // Slurm compares GRES types without regard to case.
+    const ofType = mine.filter((r) => type === null || r.type?.toLowerCase() === type.toLowerCase());
     const complete = ofType.length === count;
     for (let k = 0; k < count; k++)
       out.push({

@@ -121,6 +121,13 @@ describe('a node’s GPUs by position (IDX)', () => {
     ]);
   });
 
+  it('matches a type in any case, as Slurm does', () => {
+    const records = parseGresConf('NodeName=g1 Name=gpu Type=H100 File=/dev/nvidia3');
+    expect(nodeGresPositions('g1', [{ type: 'h100', count: 1 }], records)[0]?.files).toEqual([
+      '/dev/nvidia3',
+    ]);
+  });
+
   it('gives no files where gres.conf has no line for the node, or another count of a type', () => {
     const types = [{ type: '1g.10gb', count: 3 }];
     expect(nodeGresPositions('mig2', types, parseGresConf(GRES_CONF)).map((p) => p.files)).toEqual([
