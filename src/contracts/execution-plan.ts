@@ -37,6 +37,8 @@ export const FailureReasonSchema = z.enum([
   'STALE_EPOCH',
   'CANCELLED',
   'PREEMPTED',
+  /** A leased card (or MIG slice) left the worker's samples under the run; the worker stopped it (ADR 0046 §7). */
+  'CARD_LOST',
 ]);
 /** Why an execution failed. */
 export type FailureReason = z.infer<typeof FailureReasonSchema>;

@@ -3,6 +3,7 @@ import { hostname as osHostname } from 'node:os';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { BrokerError } from '../../src/contracts/errors.js';
+import type { CardSample } from '../../src/contracts/sample.js';
 import { HELLO_MAX_EXECUTIONS, type WorkerMessage } from '../../src/contracts/worker-protocol.js';
 import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { createPrivateFile, describeTightened } from '../../src/platform/file-modes.js';
@@ -150,27 +151,33 @@ async function startSampling(sampling: SamplingLoop, waitMs: number): Promise<vo
   clearTimeout(firstWait);
 }
 
-/** The sampling loop: each report goes out as the latest `sample`, with the cards executions hold. */
+/**
+ * The sampling loop: each report goes out as the latest `sample`, with the cards executions hold; the
+ * cards of a successful one also go to `onCards`.
+ */
 function samplingLoop(
   opts: WorkerOptions,
   store: LocalStore,
   outbox: OutboxSender,
   clock: Clock,
   log: Logger,
+  onCards: (cards: CardSample[]) => void,
 ): SamplingLoop {
   return new SamplingLoop({
     sampler: opts.sampler,
     logger: log,
     intervalMs: opts.sampleIntervalMs ?? DEFAULT_SAMPLE_INTERVAL_MS,
     clock,
-    onReport: ({ sampledAt, cards, samplerError }) =>
+    onReport: ({ sampledAt, cards, samplerError }) => {
+      if (samplerError === null) onCards(cards);
       outbox.enqueueLatest({
         type: 'sample',
         sampled_at: sampledAt,
         cards,
         sampler_error: samplerError,
         held_cards: heldCards(store),
-      }),
+      });
+    },
   });
 }
 
@@ -295,7 +302,8 @@ export async function startWorker(opts: WorkerOptions): Promise<RunningWorker> {
   let conn: WorkerConnection | null = null;
   const ports = linkPorts(() => conn);
   const outbox = new OutboxSender(store, bootId, ports.transport, log, clock);
-  const sampling = samplingLoop(opts, store, outbox, clock, log);
+  // A successful sample also tells the executions which leased cards are gone (ADR 0046 §7).
+  const sampling = samplingLoop(opts, store, outbox, clock, log, (cards) => executions.cardsSampled(cards));
   const { binding, executions } = bindExecutions(opts, store, outbox, sampling, clock, log);
   logSandbox(opts, log);
 

@@ -40,6 +40,28 @@ export function leasedCardsProblem(
 }
 
 /**
+ * Which leased cards a successful sample no longer lists as leased: the index is absent, or another
+ * uuid is there (a MIG layout changed under the task, or a card fell off the bus; ADR 0046 §7). Null when
+ * every card is there, and for an empty list: a sampler that lists nothing is not trusted to say a card
+ * is gone (the master's `leased_card_missing` alert reads samples the same way).
+ */
+export function goneCardsProblem(
+  leased: readonly LeasedCard[],
+  sampled: readonly CardSample[] | null,
+): string | null {
+  if (sampled === null || sampled.length === 0) return null;
+  const byIndex = new Map(sampled.map((c) => [c.index, c]));
+  const gone = leased.flatMap((card) => {
+    const found = byIndex.get(card.index);
+    if (found === undefined) return [`${cardLabel(card.index)} (${card.uuid}) is no longer on this worker`];
+    if (found.uuid !== card.uuid)
+      return [`${cardLabel(card.index)} is now ${found.uuid}, not ${card.uuid} as leased`];
+    return [];
+  });
+  return gone.length === 0 ? null : `leased card gone: ${gone.join('; ')}`;
+}
+
+/**
  * Why one sample shows the leased cards in use; null when they are clean. The rule is the master's
  * eligibility rule (card-state.ts): over `thresholdPct` of VRAM is busy; a card that reports only a
  * percentage (hy-smi's table) is judged by it; unmeasured memory is not clean.

@@ -11,7 +11,7 @@ import type { ReportedPhase } from '../../src/domain/machines/execution.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
 import type { ExecutionRecord, ExecutionSummary, LocalStore, OutboxEntry } from '../store/local-store.js';
-import { cardsCleanCheck, leasedCardsProblem } from './card-check.js';
+import { cardsCleanCheck, goneCardsProblem, leasedCardsProblem } from './card-check.js';
 import type {
   BackendRef,
   ExecutionExit,
@@ -34,7 +34,8 @@ import { exitSummary, finalSummary, outputBody, phaseBody } from './reports.js';
  *   rejected   refused before anything ran (STALE_EPOCH, or SETUP_FAILED: unknown card, uuid mismatch,
  *              a pinned file whose sha256 differs on this host)
  *   started    its process group runs (pgid recorded, so a restarted worker can stop it)
- *   exited     its main process ended and its outputs are queued ahead of this report
+ *   exited     its main process ended and its outputs are queued ahead of this report (CARD_LOST when
+ *              a leased card left this worker's samples under it: `cardsSampled`)
  *   cleaned    cleanup receipt: the group is gone and the cards are clean
  *   cleanup_failed  no receipt within cleanup_timeout_seconds; the master quarantines the lease
  *
@@ -65,9 +66,16 @@ export interface ExecutionManagerDeps {
 }
 
 interface Running {
+  readonly plan: ExecutionPlan;
   readonly handle: ExecutionHandle;
   /** Set when the worker itself stops the execution (clean shutdown), to report WORKER_LOST. */
   stopping: boolean;
+  /** Set when the master asked it to stop (cancel, preemption): a card lost afterwards changes nothing. */
+  stopAsked: boolean;
+  /** Successive successful samples that lacked one of its cards (`cardsSampled`). */
+  missingSamples: number;
+  /** Why the worker stopped it because a leased card is gone (reported CARD_LOST); null otherwise. */
+  lostCards: string | null;
   /** Settles once the `exited` report is queued. */
   readonly exitReported: Promise<void>;
   /** Settles once the final report (cleaned / cleanup_failed) is queued. */
@@ -78,6 +86,12 @@ type Sequenced<T extends MasterMessage['type']> = Extract<MasterMessage, { type:
 
 /** How long a clean stop waits for the cleanup receipts of executions it cancelled. */
 const STOP_CLEANUP_WAIT_MS = 5_000;
+
+/**
+ * Successive successful samples that must lack a leased card before the worker stops its run: one odd
+ * sample never kills a task; two (one sample interval apart, 2 s by default) end it CARD_LOST.
+ */
+export const CARD_GONE_SAMPLES = 2;
 
 /** Executions of this worker process; see the module comment. */
 export class ExecutionManager {
@@ -253,7 +267,30 @@ export class ExecutionManager {
       return {};
     }
     this.deps.logger.info({ execution_id: msg.execution_id, reason: msg.reason }, 'worker: cancelling');
+    if (run.lostCards === null) run.stopAsked = true;
     return { after: () => run.handle.cancel(msg.reason, { preempt: msg.preempt === true }) };
+  }
+
+  /**
+   * A successful sample (docs/decisions/0046-mig-slices-as-cards.md §7): a run on this host whose leased
+   * card the sample no longer lists, or lists with another uuid (a MIG instance destroyed or re-created
+   * under it, a card off the bus), in `CARD_GONE_SAMPLES` successive samples, is stopped like a cancel
+   * (SIGTERM, grace, SIGKILL) and its exit reported CARD_LOST with the cards named. A task cannot be
+   * using a card that no longer exists, and a re-created instance at the same GI/CI ids would have the
+   * same capability nodes its sandbox still binds. Runs the master already asked to stop are left to
+   * that stop; Slurm jobs (whose cards are Slurm's) are left to Slurm.
+   */
+  cardsSampled(cards: readonly CardSample[]): void {
+    for (const [id, run] of this.running) {
+      if (run.handle.detach !== undefined || run.stopping || run.stopAsked || run.lostCards !== null)
+        continue;
+      const gone = goneCardsProblem(run.plan.cards, cards);
+      run.missingSamples = gone === null ? 0 : run.missingSamples + 1;
+      if (gone === null || run.missingSamples < CARD_GONE_SAMPLES) continue;
+      run.lostCards = gone;
+      this.deps.logger.error({ execution_id: id, detail: gone }, 'worker: stopping a run whose card is gone');
+      run.handle.cancel(gone);
+    }
   }
 
   /** query: the latest phase again, as a new sequenced report. */
@@ -391,12 +428,8 @@ export class ExecutionManager {
       // A resumed run whose exit the previous worker process recorded (and queued, outputs first):
       // only its cleanup receipt is left to report.
       if (phase === 'exited') return;
-      this.reportExit(
-        plan,
-        phase,
-        exitSummary(exit, entry.stopping && exit.failure_reason === 'CANCELLED'),
-        exit,
-      );
+      const summary = exitSummary(exit, entry.stopping && exit.failure_reason === 'CANCELLED');
+      this.reportExit(plan, phase, cardLostSummary(summary, this.lostCardsAtExit(entry)), exit);
       phase = 'exited';
     };
     const exitReported = handle.started
@@ -410,8 +443,28 @@ export class ExecutionManager {
       .then((done) => this.reportDone(id, phase, done))
       .catch(failed('done'))
       .finally(() => this.running.delete(id));
-    const entry: Running = { handle, stopping: false, exitReported, settled };
+    const entry: Running = {
+      plan,
+      handle,
+      stopping: false,
+      stopAsked: false,
+      missingSamples: 0,
+      lostCards: null,
+      exitReported,
+      settled,
+    };
     this.running.set(id, entry);
+  }
+
+  /**
+   * Why a run's exit is CARD_LOST: the worker stopped it for a gone card, or (a run that failed on its
+   * own, e.g. its CUDA call failed when the instance went) the latest sample already lacks one of its
+   * cards. Never for a Slurm job, a stop the master asked for first, or a shutdown.
+   */
+  private lostCardsAtExit(run: Running): string | null {
+    if (run.lostCards !== null) return run.lostCards;
+    if (run.handle.detach !== undefined || run.stopping || run.stopAsked) return null;
+    return goneCardsProblem(run.plan.cards, this.deps.latestCards());
   }
 
   private reportStarted(id: string, pgid: number): void {
@@ -463,6 +516,23 @@ export class ExecutionManager {
       this.advance(id, from, final, result);
     });
   }
+}
+
+/**
+ * An exit that failed while a leased card was gone: CARD_LOST, the cards named first in its detail and
+ * the executor's own failure after them. A clean exit stays clean: the task finished before it noticed.
+ */
+export function cardLostSummary(summary: ExecutionSummary, lost: string | null): ExecutionSummary {
+  if (lost === null || summary.failure_reason === null) return summary;
+  const own = `the run ended ${summary.failure_reason}`;
+  return {
+    ...summary,
+    failure_reason: 'CARD_LOST',
+    detail: [lost, own, summary.detail]
+      .filter((d) => d !== undefined)
+      .join('; ')
+      .slice(0, 4096),
+  };
 }
 
 function unknownExecution(executionId: string): Handled {

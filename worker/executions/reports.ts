@@ -99,7 +99,12 @@ export function finalSummary(
     failure_reason: done.failure_reason,
     outputs: done.outputs.map((o) => ({ path: o.path, size: o.size, sha256: o.sha256 })),
   };
-  return { ...exit, cleaned: done.cleaned, detail: done.cleanup_detail };
+  // A run stopped for a gone card keeps the card named ahead of the receipt (which cannot confirm it).
+  const detail =
+    exit.failure_reason === 'CARD_LOST' && exit.detail !== undefined
+      ? clipDetail(`${exit.detail}; cleanup: ${done.cleanup_detail}`)
+      : done.cleanup_detail;
+  return { ...exit, cleaned: done.cleaned, detail };
 }
 
 function optionalDetail(detail: string | undefined): { detail?: string } {

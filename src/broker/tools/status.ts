@@ -93,9 +93,10 @@ function quarantinedLeaseAlerts(c: StatusContext): StatusAlert[] {
 
 /**
  * Cards a live lease holds that its online worker's samples no longer list: a MIG layout changed under a
- * running task (a slice gone), or a card fell off the bus. The run goes on on what it has; its cleanup
- * receipt cannot confirm a card that is gone, so the lease ends QUARANTINED (as any unconfirmed card) —
- * this says so while it runs (docs/operations.md "Alerts", docs/decisions/0046-mig-slices-as-cards.md).
+ * running task (a slice gone), or a card fell off the bus. The worker stops such a run after two samples
+ * without the card and reports it CARD_LOST (a Slurm job is left to Slurm); where its cleanup receipt
+ * checks cards it cannot confirm a card that is gone, so the lease ends QUARANTINED — this says so in
+ * between (docs/operations.md "Alerts", docs/decisions/0046-mig-slices-as-cards.md §7).
  */
 function leasedCardMissingAlerts({ deps, now, leases, taskRef }: StatusContext): StatusAlert[] {
   const alerts: StatusAlert[] = [];
@@ -114,7 +115,7 @@ function leasedCardMissingAlerts({ deps, now, leases, taskRef }: StatusContext):
       subject: `${l.worker_id}:${missing.join(',')}`,
       message: `card(s) ${missing.join(', ')} held by lease ${l.id} (task ${taskRef(l.task_id)}) are no longer in worker ${l.worker_id}'s samples: a MIG layout changed under a running task, or the card is gone from the host`,
       action:
-        'Change a MIG layout only on a drained worker (gpu-broker drain). The task keeps what it has; its cleanup cannot confirm a card that is gone, so the lease will be QUARANTINED: check the host, then reconcile it.',
+        'Change a MIG layout only on a drained worker (gpu-broker drain). The worker stops the task and it ends FAILED (CARD_LOST); its cleanup cannot confirm a card that is gone, so on a real card the lease is then QUARANTINED: check the host, then reconcile it.',
     });
   }
   return alerts;

@@ -332,9 +332,12 @@ function movesFor(
     }
     case 'cleanup_failed': {
       const detail = report.detail ?? 'cleanup not confirmed';
+      // A run stopped because its card is gone keeps that reason: its cleanup cannot confirm a card that
+      // no longer exists, which is why the lease is quarantined (ADR 0046 §7).
+      const failure = task.failure_reason === 'CARD_LOST' ? 'CARD_LOST' : 'CLEANUP_UNCONFIRMED';
       return [
         ...leaseMove('quarantine', detail),
-        taskMove('cleanup_failed', { failure_reason: 'CLEANUP_UNCONFIRMED' }, { detail }),
+        taskMove('cleanup_failed', { failure_reason: failure }, { detail }),
         { kind: 'move_execution', phase, changes: { detail } },
       ];
     }

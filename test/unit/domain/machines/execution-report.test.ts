@@ -381,6 +381,63 @@ const cases: Case[] = [
     ],
   },
   {
+    // ADR 0046 §7: the worker stopped the run because a leased card left its samples; a task that traps
+    // SIGTERM and exits 0 does not turn that into a success.
+    name: 'exited CARD_LOST with exit 0 after SIGTERM: the task fails CARD_LOST',
+    snapshot: snapshot(records({ phase: 'started', task: { state: 'RUNNING' } })),
+    report: report('exited', {
+      exit_code: 0,
+      signal: null,
+      failure_reason: 'CARD_LOST',
+      detail: 'leased card gone: 0:mig:1/0 (MIG-a) is no longer on this worker; the run ended CANCELLED',
+    }),
+    want: [
+      {
+        kind: 'move_task',
+        event: 'exited',
+        changes: { exit_code: 0, signal: null, failure_reason: 'CARD_LOST' },
+        data: { failure_reason: 'CARD_LOST' },
+      },
+      { kind: 'move_lease', event: 'execution_ended', reason: null },
+      {
+        kind: 'move_execution',
+        phase: 'exited',
+        changes: {
+          exit_code: 0,
+          signal: null,
+          failure_reason: 'CARD_LOST',
+          outputs: [],
+          detail: 'leased card gone: 0:mig:1/0 (MIG-a) is no longer on this worker; the run ended CANCELLED',
+        },
+      },
+    ],
+  },
+  {
+    name: 'cleanup_failed after CARD_LOST: the lease is quarantined, the task keeps CARD_LOST',
+    snapshot: snapshot(
+      records({
+        phase: 'exited',
+        task: { state: 'FINALIZING', failure_reason: 'CARD_LOST' },
+        lease: 'RELEASING',
+      }),
+    ),
+    report: report('cleanup_failed', { detail: 'card 0 (GPU-0) is missing from the sample' }),
+    want: [
+      { kind: 'move_lease', event: 'quarantine', reason: 'card 0 (GPU-0) is missing from the sample' },
+      {
+        kind: 'move_task',
+        event: 'cleanup_failed',
+        changes: { failure_reason: 'CARD_LOST' },
+        data: { detail: 'card 0 (GPU-0) is missing from the sample' },
+      },
+      {
+        kind: 'move_execution',
+        phase: 'cleanup_failed',
+        changes: { detail: 'card 0 (GPU-0) is missing from the sample' },
+      },
+    ],
+  },
+  {
     name: 'a late cleanup receipt releases the quarantined lease; the task keeps its state',
     snapshot: snapshot(records({ phase: 'cleanup_failed', task: { state: 'FAILED' }, lease: 'QUARANTINED' })),
     report: report('cleaned'),

@@ -1,6 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { type CardSample, migCardIndex } from '../../../../src/contracts/sample.js';
-import { dirtyCardsProblem, leasedCardsProblem } from '../../../../worker/executions/card-check.js';
+import {
+  dirtyCardsProblem,
+  goneCardsProblem,
+  leasedCardsProblem,
+} from '../../../../worker/executions/card-check.js';
+import { cardLostSummary } from '../../../../worker/executions/manager.js';
+import { finalSummary } from '../../../../worker/executions/reports.js';
 
 const card = (over: Partial<CardSample> = {}): CardSample => ({
   index: 0,
@@ -76,5 +82,71 @@ describe('the run check on MIG cards (ADR 0046)', () => {
     expect(leasedCardsProblem([{ index, uuid: 'MIG-a' }], [parent, blind])).toMatch(
       /MIG slice 0:mig:1\/0 has no known capability nodes/,
     );
+  });
+});
+
+describe('a leased card gone under a running task (ADR 0046 §7)', () => {
+  const slice = migCardIndex(0, 2, 0);
+  const leasedSlice = [{ index: slice, uuid: 'MIG-a' }];
+  const parent = card({ mig_mode: 'enabled' });
+
+  it('names a card or slice the sample no longer lists, and one listed with another uuid', () => {
+    expect(goneCardsProblem(leased, [card()])).toBeNull();
+    expect(goneCardsProblem(leased, [card({ index: 1, uuid: 'GPU-1' })])).toBe(
+      'leased card gone: 0 (GPU-0) is no longer on this worker',
+    );
+    expect(goneCardsProblem(leasedSlice, [parent])).toBe(
+      'leased card gone: 0:mig:2/0 (MIG-a) is no longer on this worker',
+    );
+    // Re-created at the same GI/CI ids: same index, a new MIG- uuid.
+    expect(goneCardsProblem(leasedSlice, [parent, card({ index: slice, uuid: 'MIG-b' })])).toBe(
+      'leased card gone: 0:mig:2/0 is now MIG-b, not MIG-a as leased',
+    );
+  });
+
+  it('trusts no empty or missing sample to say a card is gone', () => {
+    expect(goneCardsProblem(leased, [])).toBeNull();
+    expect(goneCardsProblem(leased, null)).toBeNull();
+  });
+
+  const exit = {
+    exit_code: 0,
+    signal: null,
+    failure_reason: 'CANCELLED' as const,
+    outputs: [],
+  };
+  const lost = 'leased card gone: 0:mig:2/0 (MIG-a) is no longer on this worker';
+
+  it('turns the stop into CARD_LOST, even when the task trapped SIGTERM and exited 0', () => {
+    expect(cardLostSummary(exit, lost)).toEqual({
+      ...exit,
+      failure_reason: 'CARD_LOST',
+      detail: `${lost}; the run ended CANCELLED`,
+    });
+    // A task that failed on its own once its slice went (a CUDA error) is CARD_LOST too, its detail kept.
+    expect(
+      cardLostSummary({ ...exit, exit_code: 1, failure_reason: 'EXIT_NONZERO', detail: 'x' }, lost),
+    ).toMatchObject({ failure_reason: 'CARD_LOST', detail: `${lost}; the run ended EXIT_NONZERO; x` });
+  });
+
+  it('leaves a clean exit and a run with no card gone as they are', () => {
+    expect(cardLostSummary({ ...exit, failure_reason: null }, lost).failure_reason).toBeNull();
+    expect(cardLostSummary(exit, null)).toBe(exit);
+  });
+
+  it('keeps the gone card ahead of the cleanup receipt that cannot confirm it', () => {
+    const done = {
+      ...exit,
+      output_errors: [],
+      log_errors: [],
+      outputs: [],
+      cleaned: false,
+      cleanup_detail: 'card 0:mig:2/0 (MIG-a) is missing from the sample',
+    };
+    const reported = cardLostSummary(exit, lost);
+    expect(finalSummary(done, reported).detail).toBe(
+      `${lost}; the run ended CANCELLED; cleanup: card 0:mig:2/0 (MIG-a) is missing from the sample`,
+    );
+    expect(finalSummary(done, exit).detail).toBe('card 0:mig:2/0 (MIG-a) is missing from the sample');
   });
 });
