@@ -1,0 +1,157 @@
+import { join } from 'node:path';
+import { afterEach, describe, expect, it } from 'vitest';
+import type { CardSample } from '../../../../src/contracts/sample.js';
+import { PROTOCOL_VERSION } from '../../../../src/contracts/worker-protocol.js';
+import { silentLogger } from '../../../../src/platform/logger.js';
+import type { ExecutionExit, ExecutionHandle, Executor } from '../../../../worker/executions/executor.js';
+import { CARD_GONE_SAMPLES, ExecutionManager } from '../../../../worker/executions/manager.js';
+import { OutboxSender } from '../../../../worker/link/outbox.js';
+import { type LocalStore, openLocalStore } from '../../../../worker/store/local-store.js';
+import { makePlan } from '../../../support/executor-plan.js';
+import { makeTempDir, removeTempDirs } from '../../../support/temp.js';
+
+/**
+ * ExecutionManager.cardsSampled (docs/decisions/0046-mig-slices-as-cards.md §7) on a real local store and
+ * outbox with a fake executor: when a run is stopped because its card left the samples, and when not.
+ */
+
+const card = (index: number, uuid: string): CardSample => ({
+  index,
+  uuid,
+  model: 'Simulated GPU',
+  memory_used_mib: 0,
+  memory_total_mib: 81920,
+  utilization_pct: 0,
+  temperature_c: null,
+  power_w: null,
+  health: 'ok',
+  health_reasons: [],
+  processes: [],
+  simulated: true,
+});
+const both = [card(0, 'GPU-sim-0'), card(1, 'GPU-sim-1')];
+const withoutZero = [card(1, 'GPU-sim-1')];
+
+/** A run that lasts until it is cancelled; records each cancel. */
+class FakeExecutor implements Executor {
+  readonly cancels: string[] = [];
+  start(plan: Parameters<Executor['start']>[0]): ExecutionHandle {
+    let exit!: (e: ExecutionExit) => void;
+    const exited = new Promise<ExecutionExit>((r) => {
+      exit = r;
+    });
+    const cancels = this.cancels;
+    return {
+      executionId: plan.execution_id,
+      pid: 4242,
+      started: Promise.resolve(4242),
+      exited,
+      done: exited.then((e) => ({ ...e, cleaned: true, cleanup_detail: 'clean' })),
+      cancel(reason: string) {
+        cancels.push(reason);
+        exit({
+          exit_code: null,
+          signal: 'SIGTERM',
+          failure_reason: 'CANCELLED',
+          outputs: [],
+          output_errors: [],
+          log_errors: [],
+        });
+      },
+    };
+  }
+}
+
+let stores: LocalStore[] = [];
+afterEach(() => {
+  for (const s of stores) s.close();
+  stores = [];
+  removeTempDirs();
+});
+
+async function running() {
+  const store = openLocalStore(join(makeTempDir('manager-card-lost'), 'worker.db'));
+  stores.push(store);
+  const outbox = new OutboxSender(
+    store,
+    'boot-w',
+    { send: () => false, bufferedAmount: () => 0 },
+    silentLogger(),
+  );
+  const executor = new FakeExecutor();
+  const manager = new ExecutionManager({
+    store,
+    outbox,
+    logger: silentLogger(),
+    sampler: { provider: 'sim', sample: async () => both },
+    latestCards: () => both,
+    executor,
+  });
+  const plan = makePlan({ argv: ['true'], cards: [{ index: 0, uuid: 'GPU-sim-0' }] });
+  const handled = manager.handleAssign({
+    type: 'assign',
+    protocol_version: PROTOCOL_VERSION,
+    boot_id: 'boot-m',
+    seq: 1,
+    plan,
+  });
+  handled.after?.();
+  outbox.ack('boot-w', 1); // the master recorded the acceptance: the run starts
+  const id = plan.execution_id;
+  await waitForPhase(store, id, 'started');
+  return { store, executor, manager, id };
+}
+
+async function waitForPhase(store: LocalStore, id: string, phase: string): Promise<void> {
+  for (let i = 0; i < 200 && store.getExecution(id)?.phase !== phase; i++)
+    await new Promise((r) => setTimeout(r, 5));
+  expect(store.getExecution(id)?.phase).toBe(phase);
+}
+
+describe('a run whose leased card leaves the samples', () => {
+  it(`is stopped after ${CARD_GONE_SAMPLES} successive samples without it and reported CARD_LOST`, async () => {
+    const { store, executor, manager, id } = await running();
+    manager.cardsSampled(withoutZero);
+    expect(executor.cancels).toEqual([]); // one odd sample never kills a task
+    manager.cardsSampled(withoutZero);
+    expect(executor.cancels).toEqual(['leased card gone: 0 (GPU-sim-0) is no longer on this worker']);
+    manager.cardsSampled(withoutZero);
+    expect(executor.cancels).toHaveLength(1);
+    await waitForPhase(store, id, 'cleaned');
+    expect(store.getExecution(id)?.result).toMatchObject({
+      failure_reason: 'CARD_LOST',
+      detail:
+        'leased card gone: 0 (GPU-sim-0) is no longer on this worker; the run ended CANCELLED; cleanup: clean',
+    });
+  });
+
+  it('is not stopped when the card comes back between two samples without it', async () => {
+    const { executor, manager } = await running();
+    manager.cardsSampled(withoutZero);
+    manager.cardsSampled(both);
+    manager.cardsSampled(withoutZero);
+    expect(executor.cancels).toEqual([]);
+    // Nor by a sample that lists nothing (a sampler that lists nothing is not trusted).
+    manager.cardsSampled([]);
+    expect(executor.cancels).toEqual([]);
+  });
+
+  it('keeps a stop the master asked for first: CANCELLED, never CARD_LOST', async () => {
+    const { store, executor, manager, id } = await running();
+    const cancel = manager.handleCancel({
+      type: 'cancel',
+      protocol_version: PROTOCOL_VERSION,
+      boot_id: 'boot-m',
+      seq: 2,
+      execution_id: id,
+      lease_epoch: 1,
+      reason: 'cancelled by its owner',
+    });
+    manager.cardsSampled(withoutZero);
+    manager.cardsSampled(withoutZero);
+    cancel.after?.();
+    expect(executor.cancels).toEqual(['cancelled by its owner']);
+    await waitForPhase(store, id, 'cleaned');
+    expect(store.getExecution(id)?.result?.failure_reason).toBe('CANCELLED');
+  });
+});
