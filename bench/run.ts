@@ -7,6 +7,7 @@ import { e2eSection } from './e2e.js';
 import { fairnessSection } from './fairness.js';
 import { inputsSection } from './inputs.js';
 import { mcpLoadSection } from './mcp-load.js';
+import { modelQuotasSection } from './model-quotas.js';
 import { noisySection, noisyToolsSection } from './noisy-neighbour.js';
 import { reclaimSection } from './reclaim.js';
 import { schedulingSection } from './scheduling.js';
@@ -44,6 +45,7 @@ const SECTIONS: BenchSection[] = [
   agentLoopSection,
   testBoundsSection,
   fairnessSection,
+  modelQuotasSection,
   reclaimSection,
   e2eSection,
 ];

@@ -3,7 +3,7 @@ import { fairOrder, fairShareNote, fairShareWords } from './fair-order.js';
 import { CardPool, type RequirementCache, type RequirementView, requirementOf } from './pool.js';
 import { grantFailed, quotaExceeded, waitingForCards } from './reasons.js';
 import { type ReclaimCandidate, reclaim } from './reclaim.js';
-import { type Requirement, withoutModels } from './requirement.js';
+import { type NarrowedCache, withoutModels } from './requirement.js';
 import type { QueuedTaskView, SchedulingDecision, SchedulingSnapshot, WaitReason } from './types.js';
 
 /**
@@ -62,7 +62,9 @@ export function decide(
   const limit = config.max_concurrent_cards_per_owner;
   const accountLimits = new AccountLimits(snapshot.fair_share);
   // Requirements narrowed off the models whose quota an account line has filled, built once per pass.
-  const narrowed = new Map<string, Requirement>();
+  const narrowed: NarrowedCache = new Map();
+  // Each wait reason with a model quota's words after it, once per pair (step 8).
+  const withQuota = new Map<WaitReason, Map<WaitReason, WaitReason>>();
   const usedByOwner = new Map<string, number>(Object.entries(snapshot.running_cards_by_owner));
 
   const decision: SchedulingDecision = { grants: [], waiting: [], reservations: [], preemptions: [] };
@@ -114,7 +116,7 @@ export function decide(
     //     that quota. A task that may go to an H100 or an A100 goes where its account has room.
     const full = accountLimits.fullModels(task.account, req.need);
     if (full !== null) {
-      view = pool.viewOf(withoutModels(req, full.words, narrowed));
+      view = pool.viewOf(withoutModels(req, full, narrowed));
       if (view.blocked !== null) {
         wait(task.task_id, full.reason);
         continue;
@@ -173,7 +175,19 @@ export function decide(
   for (const { entry, view, reservationsBefore, account, fullModel } of unexplained) {
     let reason = pool.waitReason(view, reservationsBefore);
     // Kept off a model by its quota: it says so, or it would seem to wait for cards it may not take.
-    if (fullModel !== undefined) reason = { ...reason, message: `${reason.message} ${fullModel.message}` };
+    if (fullModel !== undefined) {
+      let byQuota = withQuota.get(reason);
+      if (byQuota === undefined) {
+        byQuota = new Map();
+        withQuota.set(reason, byQuota);
+      }
+      let both = byQuota.get(fullModel);
+      if (both === undefined) {
+        both = { ...reason, message: `${reason.message} ${fullModel.message}` };
+        byQuota.set(fullModel, both);
+      }
+      reason = both;
+    }
     entry.reason = reason;
     // With several accounts queued, a task that waits for cards others took is told where its account
     // stands: its level and its place in the account's queue.

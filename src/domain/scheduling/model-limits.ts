@@ -19,6 +19,8 @@ interface Counted extends ModelQuotaView {
 export interface FullModels {
   /** Padded model words (`ModelQuotaView.words`) of the filled quotas, nearest account first. */
   words: string[];
+  /** `words` as one string, for the narrowed requirement's key. */
+  key: string;
   reason: WaitReason;
 }
 
@@ -27,6 +29,13 @@ export class ModelLimits {
   private readonly quotas = new Map<string, Counted[]>();
   /** Each card model's padded words, read once per pass. */
   private readonly wordsOfModel = new Map<string, string>();
+  /** Bumped by every change of a count: `full`'s answers cached before it are stale. */
+  private version = 0;
+  /**
+   * `full`'s answers by account and need, with the version they were given at: a saturated pass asks
+   * the same of thousands of waiting tasks, and nothing changes between them.
+   */
+  private readonly fullCache = new Map<string, { version: number; value: FullModels | null }>();
 
   constructor(
     fair: FairShareView,
@@ -61,6 +70,7 @@ export class ModelLimits {
 
   /** Adds `cards` cards of the model with `words` to `account`'s line (negative: takes them off). */
   add(account: string, words: string, cards: number): void {
+    this.version++;
     for (const at of this.chain(account))
       for (const q of this.quotas.get(at) ?? []) if (words.includes(q.words)) q.held += cards;
   }
@@ -70,14 +80,19 @@ export class ModelLimits {
    * nominal + borrowing limit, both set) or whose budget is spent, or null when none is.
    */
   full(account: string, need: number): FullModels | null {
+    const slot = `${account}\u0000${need}`;
+    const cached = this.fullCache.get(slot);
+    if (cached !== undefined && cached.version === this.version) return cached.value;
     let out: FullModels | null = null;
     for (const at of this.chain(account))
       for (const q of this.quotas.get(at) ?? []) {
         const reason = overReason(at, q, need);
         if (reason === null) continue;
-        if (out === null) out = { words: [q.words], reason };
+        if (out === null) out = { words: [q.words], key: '', reason };
         else if (!out.words.includes(q.words)) out.words.push(q.words);
       }
+    if (out !== null) out.key = out.words.join('|');
+    this.fullCache.set(slot, { version: this.version, value: out });
     return out;
   }
 

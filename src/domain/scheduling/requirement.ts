@@ -100,23 +100,35 @@ function readRequirement(task: QueuedTaskView): Requirement {
 }
 
 /**
- * `req` kept off the cards whose model words hold any of `words` (padded model-quota keys, ADR 0048): a
+ * `req` kept off the cards whose model words hold any of `full.words` (padded model-quota keys, ADR 0048): a
  * shape of its own, so the pool's per-shape caches stay right. `cache` is the pass's (decide.ts), so a
  * queue of like tasks builds each narrowed shape once.
  */
 export function withoutModels(
   req: Requirement,
-  words: readonly string[],
-  cache: Map<string, Requirement>,
+  full: { readonly words: readonly string[]; readonly key: string },
+  cache: NarrowedCache,
 ): Requirement {
-  const key = `${req.key}|without${JSON.stringify(words)}`;
-  let narrowed = cache.get(key);
+  // By the set of models and then the shape: no key is built for a task whose pair was seen before.
+  let byShape = cache.get(full.key);
+  if (byShape === undefined) {
+    byShape = new Map();
+    cache.set(full.key, byShape);
+  }
+  let narrowed = byShape.get(req.key);
   if (narrowed === undefined) {
-    narrowed = { ...req, key, excluded: [...(req.excluded ?? []), ...words] };
-    cache.set(key, narrowed);
+    narrowed = {
+      ...req,
+      key: `${req.key}|without|${full.key}`,
+      excluded: [...(req.excluded ?? []), ...full.words],
+    };
+    byShape.set(req.key, narrowed);
   }
   return narrowed;
 }
+
+/** One pass's narrowed requirements (`withoutModels`), by the excluded models' key, then by shape. */
+export type NarrowedCache = Map<string, Map<string, Requirement>>;
 
 /**
  * Whether a card's model satisfies a wanted model: case-insensitive, on whole words, ignoring
