@@ -1,5 +1,6 @@
 import type { Page } from 'playwright-core';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { setAccount } from '../../src/broker/tools/accounts.js';
 import { specRunning } from '../support/spec.js';
 import { type Browser, launchBrowser } from './browser.js';
 import { type SimCluster, sleepSpec, startSimCluster } from './sim-cluster.js';
@@ -37,6 +38,13 @@ describe('dashboard: where every account stands', () => {
       cards: { count: 4 },
     });
     await c.approve(await c.propose(wide));
+    // A quota per card model shows as a row under its account (ADR 0048).
+    setAccount(c.tm.deps, 'test', {
+      name: 'default',
+      model: 'Simulated',
+      nominal_cards: 2,
+      borrowing_limit: 1,
+    });
     await page.goto(c.tm.url);
     await page.fill('#token-input', c.tm.operatorToken);
     await page.click('#signin-button');
@@ -49,6 +57,9 @@ describe('dashboard: where every account stands', () => {
     expect(await row.locator('[data-col="used"]').textContent()).toMatch(/^\d+\.\d{2} hlast 7 days$/);
     expect(await row.locator('[data-col="share"]').textContent()).toMatch(/^\d+\.\d % \(\d+(\.\d)?\)$/);
     expect(await page.locator('#accounts tr[data-account="root"]').count()).toBe(1);
+    const model = page.locator('#accounts tr[data-model-of="default"][data-model="Simulated"]');
+    expect(await model.locator('[data-col="quota"]').textContent()).toBe('2 / 3');
+    expect(await model.locator('[data-col="held"]').textContent()).toBe('0');
     expect(await page.locator('#accounts').textContent()).not.toMatch(/null|undefined|NaN/);
   });
 

@@ -4,8 +4,9 @@ import { visible } from './visible.js';
 /**
  * Where every account stands (get_status `accounts`, operators only; docs/operations.md "Accounts and
  * usage"): its share, the cards it holds against share and quota, its card-hours this period, budget
- * left, queued tasks and why the first waits — the same as `gpu-broker status`'s ACCOUNTS table. Anyone
- * else sees their own account's line (`you.words`). Text only through h().
+ * left, queued tasks and why the first waits, and a row per quota of a card model under its account —
+ * the same as `gpu-broker status`'s ACCOUNTS table. Anyone else sees their own account's line
+ * (`you.words`). Text only through h().
  */
 
 function hours(n) {
@@ -43,7 +44,7 @@ export function renderAccounts(status) {
       h(
         'tbody',
         {},
-        status.accounts.map((a) =>
+        status.accounts.flatMap((a) => [
           h(
             'tr',
             { dataset: { account: a.account } },
@@ -89,8 +90,45 @@ export function renderAccounts(status) {
                 : '',
             ),
           ),
-        ),
+          ...modelRows(a),
+        ]),
       ),
     ),
   ];
+}
+
+/**
+ * One row under an account per quota of a card model (ADR 0048): the cards of the model its subtree
+ * holds against that quota, its card-hours of the model this period and budget left.
+ */
+function modelRows(a) {
+  return (a.model_quotas ?? []).map((q) =>
+    h(
+      'tr',
+      { class: 'model-quota', dataset: { modelOf: a.account, model: q.model } },
+      h('td', { class: 'muted' }, '↳ ', visible(q.model)),
+      h('td', {}, ''),
+      h('td', { class: 'num', dataset: { col: 'held' } }, q.held_cards),
+      h(
+        'td',
+        { class: 'num', dataset: { col: 'quota' } },
+        `${orDash(q.nominal_cards)} / ${q.limit_cards ?? (q.nominal_cards === null ? '–' : 'any')}`,
+      ),
+      h(
+        'td',
+        { class: 'num', dataset: { col: 'used' } },
+        hours(q.usage_card_hours),
+        h('div', { class: 'muted small' }, q.period === '7d' ? 'last 7 days' : `this ${q.period}`),
+      ),
+      h(
+        'td',
+        { class: 'num', dataset: { col: 'budget' } },
+        q.budget_left_card_hours === null
+          ? '–'
+          : `${hours(q.budget_left_card_hours)} of ${q.budget_card_hours}`,
+      ),
+      h('td', {}, ''),
+      h('td', {}, ''),
+    ),
+  );
 }
