@@ -101,7 +101,8 @@ function cardGauges(deps: BrokerDeps): ScrapedGauge[] {
     },
     // MIG slices under their card (docs/decisions/0046-mig-slices-as-cards.md): one series per slice,
     // labelled as people name it (`0:mig:2/0`), with its parent card, profile, state and whether a lease
-    // holds it; its memory and utilisation where the tool reports them.
+    // holds it; its memory (total and in use) and utilisation where the tool reports them (nvidia-smi has
+    // no utilisation per instance, so that series is absent on real and simulated slices alike).
     {
       name: 'gpu_broker_mig_slices',
       help: 'MIG slices, one series per slice: 1, labelled with its worker, parent card, slice label, profile, derived state and whether a lease holds it.',
@@ -136,6 +137,20 @@ function cardGauges(deps: BrokerDeps): ScrapedGauge[] {
             gauge.set(
               { worker: c.worker_id, slice: c.label ?? String(c.index), profile: c.mig.profile },
               c.memory_total_mib,
+            );
+      },
+    },
+    {
+      name: 'gpu_broker_mig_slice_memory_used_mib',
+      help: "A MIG slice's memory in use in MiB: its GPU instance's, from nvidia-smi's MIG devices table (absent where unmeasured).",
+      labelNames: ['worker', 'slice', 'profile'],
+      read(gauge) {
+        gauge.reset();
+        for (const c of listCards())
+          if (c.mig && c.memory_used_mib !== null)
+            gauge.set(
+              { worker: c.worker_id, slice: c.label ?? String(c.index), profile: c.mig.profile },
+              c.memory_used_mib,
             );
       },
     },

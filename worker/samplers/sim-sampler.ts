@@ -135,7 +135,8 @@ export class SimSampler implements CardSampler {
     for (let index = 0; index < this.count; index++) {
       cards.push({
         ...this.idle(index, simCardUuid(this.seed, index), SIM_MEMORY_TOTAL_MIB),
-        ...(this.mig ? { mig_mode: 'enabled' as const } : {}),
+        // nvidia-smi prints utilization.gpu [N/A] for a card in MIG mode.
+        ...(this.mig ? { mig_mode: 'enabled' as const, utilization_pct: null } : {}),
       });
     }
     for (let parent = 0; this.mig && parent < this.count; parent++) {
@@ -144,6 +145,10 @@ export class SimSampler implements CardSampler {
         const minors = simMigMinors(parent, instance.gpu_instance, 0);
         cards.push({
           ...this.idle(index, simMigUuid(this.seed, index), instance.memory_mib),
+          // As the nvidia sampler reports a slice: memory per instance, no utilisation, temperature or power.
+          utilization_pct: null,
+          temperature_c: null,
+          power_w: null,
           mig: {
             parent_index: parent,
             parent_uuid: simCardUuid(this.seed, parent),

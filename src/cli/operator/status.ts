@@ -213,6 +213,15 @@ function modelText(k: Card): string {
   return `${k.model}${sim}${k.mig_mode === 'enabled' ? ' [MIG mode]' : ''}`;
 }
 
+/**
+ * The UTIL column: `n/a` where no tool gives it (nvidia-smi has no utilisation per MIG instance, and
+ * `[N/A]` for a card in MIG mode; docs/operations.md "MIG slices"), `?` where a card's is unknown.
+ */
+function utilText(k: Card): string {
+  if (k.utilization_pct !== null) return `${k.utilization_pct}%`;
+  return k.mig || k.mig_mode === 'enabled' ? 'n/a' : '?';
+}
+
 /** The CARDS section: one row per card, with its lease and Slurm job; MIG slices under their card. */
 function cardsSection(cards: Card[]): string[] {
   return [
@@ -225,7 +234,7 @@ function cardsSection(cards: Card[]): string[] {
         modelText(k),
         k.state,
         k.memory_total_mib ? `${k.memory_used_mib ?? '?'}/${k.memory_total_mib} MiB` : '?',
-        k.utilization_pct === null ? '?' : `${k.utilization_pct}%`,
+        utilText(k),
         k.task_id,
         k.lease_epoch,
         slurmJobText(k.slurm),

@@ -112,7 +112,10 @@ function renderCard(c) {
     h(
       'div',
       { class: 'card-stats' },
-      h('span', {}, `util ${c.utilization_pct ?? '–'}%`),
+      // nvidia-smi has no utilisation per MIG instance, and [N/A] for a card in MIG mode.
+      absent(c.utilization_pct) && (c.mig || c.mig_mode === 'enabled')
+        ? h('span', { title: 'nvidia-smi reports no utilisation per MIG instance' }, 'util n/a')
+        : h('span', {}, `util ${c.utilization_pct ?? '–'}%`),
       h('span', {}, `${c.temperature_c ?? '–'} °C`),
       absent(c.power_w) ? null : h('span', {}, `${Math.round(c.power_w)} W`),
     ),

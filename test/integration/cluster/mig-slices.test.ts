@@ -3,6 +3,7 @@ import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { run as cardsCli } from '../../../src/cli/operator/cards.js';
+import { run as statusCli } from '../../../src/cli/operator/status.js';
 import { migCardIndex } from '../../../src/contracts/sample.js';
 import { parseSimMigLayout } from '../../../worker/samplers/sim-mig-layout.js';
 import { SimSampler, simMigMinors } from '../../../worker/samplers/sim-sampler.js';
@@ -79,6 +80,52 @@ describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
     expect(memory).toHaveLength(7);
     expect(memory.every((l) => /profile="1g\.10gb"\} [1-9]\d*$/.test(l))).toBe(true);
     expect(text).toContain('# TYPE gpu_broker_preemptions_total counter');
+  });
+
+  it('/metrics shows the memory a slice has in use as its instance reports it, and no utilisation per slice', async () => {
+    // 100 MiB in use on slice 0:mig:4/0 (1 % of it: still AVAILABLE), as the MIG devices table would say.
+    const index = migCardIndex(0, 4, 0);
+    (worker.sampler as SimSampler).setOverride(index, { memory_used_mib: 100 });
+    const scrape = async () => {
+      const res = await m.fetch(new URL('/metrics', m.url), {
+        headers: { authorization: `Bearer ${m.operatorToken}` },
+      });
+      return (await res.text()).split('\n');
+    };
+    const used = await waitFor(
+      async () => {
+        const lines = (await scrape()).filter((l) => l.startsWith('gpu_broker_mig_slice_memory_used_mib{'));
+        return lines.some((l) => l.endsWith(' 100')) ? lines : null;
+      },
+      { what: 'the slice memory in use scraped' },
+    );
+    expect(used).toHaveLength(7);
+    expect(used).toContain(
+      'gpu_broker_mig_slice_memory_used_mib{worker="mig-1",slice="0:mig:4/0",profile="1g.10gb"} 100',
+    );
+    expect(used.filter((l) => l.endsWith(' 0'))).toHaveLength(6);
+    // nvidia-smi reports no utilisation per MIG instance: the series is absent, never a made-up 0.
+    expect((await scrape()).filter((l) => l.startsWith('gpu_broker_mig_slice_utilization_pct{'))).toEqual([]);
+    (worker.sampler as SimSampler).setOverride(index, null);
+    await waitFor(() => cards('AVAILABLE') === 7, { what: 'seven available slices again' });
+  });
+
+  it('gpu-broker status lists each slice under its card with its memory, and n/a for utilisation', async () => {
+    const out = await runCli(statusCli, [], {
+      GPU_BROKER_URL: m.url,
+      GPU_BROKER_TOKEN: m.operatorToken,
+      GPU_BROKER_CA_FILE: m.caCertPath ?? '',
+    });
+    expect(out.code, out.stderr).toBe(0);
+    const rows = out.stdout.split('\n').filter((l) => l.startsWith('mig-1 ') && l.includes('MIG'));
+    expect(rows[0]).toMatch(
+      /^mig-1\s+0\s+Simulated GPU \(sim\) \[MIG mode\]\s+CORDONED\s+0\/81920 MiB\s+n\/a\s/,
+    );
+    expect(rows.slice(1)).toHaveLength(7);
+    for (const row of rows.slice(1))
+      expect(row).toMatch(
+        /^mig-1\s+└ 0:mig:[1-7]\/0\s+MIG 1g\.10gb \(sim\)\s+AVAILABLE\s+\d+\/\d+ MiB\s+n\/a\s/,
+      );
   });
 
   it('runs 7 one-slice tasks at once, each seeing only its own slice', async () => {

@@ -243,6 +243,29 @@ describe('NvidiaSampler on cards in MIG mode (ADR 0046)', () => {
     });
   }
 
+  it("gives a slice its own instance's memory in use (the MIG devices table), and no utilisation", async () => {
+    // nvidia-smi prints memory per instance in the MIG devices table; it has no utilisation per instance,
+    // and prints utilization.gpu [N/A] for a card in MIG mode.
+    const [card] = fakeMigCards('A100-80GB', 1);
+    const instances = card!.mig!.instances!.map((inst) =>
+      inst.gi === 3 ? { ...inst, memory_used_mib: 3021 } : inst,
+    );
+    const { sampler: s } = await migSampler({
+      cards: [{ ...card!, memory_used_mib: 3021, mig: { ...card!.mig!, instances } }],
+    });
+    const sample = await s.sample();
+    expect(sample[0]).toMatchObject({ mig_mode: 'enabled', memory_used_mib: 3021, utilization_pct: null });
+    const used = sample.slice(1).map((c) => [cardLabel(c.index), c.memory_used_mib, c.memory_total_mib]);
+    expect(used).toEqual([
+      ['0:mig:2/0', 0, 40192],
+      ['0:mig:3/0', 3021, 19968],
+      ['0:mig:9/0', 0, 9728],
+      ['0:mig:10/0', 0, 9728],
+    ]);
+    for (const slice of sample.slice(1))
+      expect(slice).toMatchObject({ utilization_pct: null, temperature_c: null, power_w: null });
+  });
+
   it('reads the R450 uuids too', async () => {
     const { sampler: s } = await migSampler({ cards: fakeMigCards('A100-80GB', 1, { r450_uuids: true }) });
     const slices = (await s.sample()).filter((c) => c.mig);

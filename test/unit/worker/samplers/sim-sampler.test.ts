@@ -103,6 +103,15 @@ describe('SimSampler in MIG mode (sim:N:mig=<layout>, ADR 0046)', () => {
     const slice = sample[6]!;
     expect(slice).toMatchObject({ simulated: true, model: SIM_MODEL, memory_total_mib: 20091, health: 'ok' });
     expect(slice.uuid).toMatch(/^MIG-SIM-/);
+    // As the nvidia sampler reports them: memory per instance, no utilisation (nvidia-smi has none per
+    // instance, and [N/A] for a card in MIG mode), no temperature or power per instance.
+    expect(slice).toMatchObject({
+      memory_used_mib: 0,
+      utilization_pct: null,
+      temperature_c: null,
+      power_w: null,
+    });
+    expect(sample[1]!.utilization_pct).toBeNull();
     expect(slice.mig).toEqual({
       parent_index: 1,
       parent_uuid: sample[1]!.uuid,
