@@ -1,3 +1,4 @@
+import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decide } from '../../../../src/domain/scheduling/decide.js';
 import type {
@@ -236,6 +237,71 @@ describe('quotas per card model in a pass', () => {
     const plain = { 'team-a': account({}), 'team-b': account({}) };
     const empty = { 'team-a': account({ model_quotas: [] }), 'team-b': account({ running_by_model: {} }) };
     expect(decide(snapshot(tasks, empty), 1000)).toEqual(decide(snapshot(tasks, plain), 1000));
+  });
+});
+
+describe('a pass never takes an account line past a model quota', () => {
+  it('whatever the tasks, quotas and cards held: granted H100s stay within every H100 limit of the line', () => {
+    const limit = fc.record({
+      nominal: fc.integer({ min: 0, max: 4 }),
+      borrowing: fc.integer({ min: 0, max: 3 }),
+    });
+    fc.assert(
+      fc.property(
+        fc.array(
+          fc.record({
+            account: fc.constantFrom('team-a', 'team-b'),
+            count: fc.constantFrom(1, 2, 3),
+            model: fc.constantFrom(undefined, 'H100', 'A100', 'NVIDIA'),
+          }),
+          { minLength: 1, maxLength: 12 },
+        ),
+        limit,
+        limit,
+        fc.integer({ min: 0, max: 3 }),
+        (asks, orgLimit, aLimit, heldByA) => {
+          const tasks = asks.map((a, i) => task(`t${i}`, a.account, a.count, a.model));
+          const held = [0, 1, 2, 3].slice(0, heldByA);
+          const d = decide(
+            snapshot(
+              tasks,
+              {
+                org: account({
+                  model_quotas: [
+                    quota('H100', { nominal_cards: orgLimit.nominal, borrowing_limit: orgLimit.borrowing }),
+                  ],
+                }),
+                'team-a': account({
+                  parent: 'org',
+                  running_cards: heldByA,
+                  running_by_model: { [H100]: heldByA },
+                  model_quotas: [
+                    quota('h100', { nominal_cards: aLimit.nominal, borrowing_limit: aLimit.borrowing }),
+                  ],
+                }),
+                'team-b': account({ parent: 'org' }),
+              },
+              { workers: [worker('w1', H100, held), worker('w2', A100)] },
+            ),
+            1000,
+          );
+          const accountOf = new Map(tasks.map((t) => [t.task_id, t.account]));
+          let a = heldByA;
+          let org = heldByA;
+          for (const g of d.grants) {
+            if (g.worker_id !== 'w1') continue;
+            org += g.card_indexes.length;
+            if (accountOf.get(g.task_id) === 'team-a') a += g.card_indexes.length;
+          }
+          // A line already over its limit gets no H100 at all; one below it never passes it.
+          if (org > heldByA) expect(org).toBeLessThanOrEqual(orgLimit.nominal + orgLimit.borrowing);
+          if (a > heldByA) expect(a).toBeLessThanOrEqual(aLimit.nominal + aLimit.borrowing);
+          // Every task waits with a reason, or is granted.
+          expect(d.grants.length + d.waiting.length).toBe(tasks.length);
+        },
+      ),
+      { numRuns: 300 },
+    );
   });
 });
 
