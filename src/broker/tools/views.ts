@@ -126,6 +126,8 @@ const FAILURE_NEXT_STEP: Readonly<Partial<Record<string, string>>> = {
     'Failed: over its memory limit (failure_detail names it). Use less memory, or propose a new revision asking for more in spec.limits.memory_mib, within the policy maximum.',
   DISK_LIMIT:
     'Failed: its task directory went over limits.disk_mib (failure_detail names it). Write less, or propose a new revision asking for more in spec.limits.disk_mib, within the policy maximum.',
+  CARD_LOST:
+    'Failed: a card or MIG slice it held left its worker while it ran (failure_detail names it: a MIG layout changed, or the card failed), so the worker stopped it; the task itself may be sound. To run it again, create a new proposal with the same spec.',
 };
 
 /** The message of a task's recorded `reason` (what happened to its worker), or null. */

@@ -91,6 +91,7 @@ describe('a leased card gone from under a running task', () => {
     expect(done.state).toBe('FAILED');
     expect(done.failure_reason).toBe('CARD_LOST');
     expect(done.failure_detail).toContain(`${slice.label} (${slice.uuid}) is no longer on this worker`);
+    expect(done.next_action).toMatch(/^Failed: a card or MIG slice it held left its worker/);
     // Simulated cards have no cleanup card check: the lease is released, as for any simulated run.
     expect(m.store.leases.latestLeaseForTask(taskId)?.state).toBe('RELEASED');
     expect(await alerts('leased_card_missing')).toEqual([]);
