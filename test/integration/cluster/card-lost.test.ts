@@ -107,6 +107,22 @@ describe('a leased card gone from under a running task', () => {
       `${again.cards[0]!.label} is now MIG-00000000-0000-4000-8000-00000000beef, not ${again.cards[0]!.uuid} as leased`,
     );
     sampler.uuids.clear();
+
+    // A hostile task that traps SIGTERM and exits 0 to pass for a success still ends CARD_LOST.
+    const third = await approveTask(
+      alice,
+      rita,
+      shellSpec("trap 'exit 0' TERM; while :; do sleep 0.1; done", {
+        title: 'exits 0 on SIGTERM',
+        worker: 'lost-mig',
+        cards: { count: 1, mig_profile: '1g.10gb' },
+      }),
+    );
+    const trapping = await running(third);
+    sampler.hidden.add(trapping.cards[0]!.index);
+    const trapped = await waitUntilSettled(alice, third, 30_000);
+    expect(trapped).toMatchObject({ state: 'FAILED', failure_reason: 'CARD_LOST', exit_code: 0 });
+    sampler.hidden.clear();
   });
 
   it('a whole card off the bus (nvidia-smi stops listing it): FAILED CARD_LOST, the lease QUARANTINED', async () => {
