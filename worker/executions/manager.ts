@@ -76,6 +76,8 @@ interface Running {
   missingSamples: number;
   /** Why the worker stopped it because a leased card is gone (reported CARD_LOST); null otherwise. */
   lostCards: string | null;
+  /** Its exit is reported: only the cleanup receipt is left, which judges the cards itself. */
+  exited: boolean;
   /** Settles once the `exited` report is queued. */
   readonly exitReported: Promise<void>;
   /** Settles once the final report (cleaned / cleanup_failed) is queued. */
@@ -282,8 +284,8 @@ export class ExecutionManager {
    */
   cardsSampled(cards: readonly CardSample[]): void {
     for (const [id, run] of this.running) {
-      if (run.handle.detach !== undefined || run.stopping || run.stopAsked || run.lostCards !== null)
-        continue;
+      if (run.handle.detach !== undefined || run.stopping || run.stopAsked || run.exited) continue;
+      if (run.lostCards !== null) continue;
       const gone = goneCardsProblem(run.plan.cards, cards);
       run.missingSamples = gone === null ? 0 : run.missingSamples + 1;
       if (gone === null || run.missingSamples < CARD_GONE_SAMPLES) continue;
@@ -427,6 +429,7 @@ export class ExecutionManager {
     const onExited = (exit: ExecutionExit) => {
       // A resumed run whose exit the previous worker process recorded (and queued, outputs first):
       // only its cleanup receipt is left to report.
+      entry.exited = true;
       if (phase === 'exited') return;
       const summary = exitSummary(exit, entry.stopping && exit.failure_reason === 'CANCELLED');
       this.reportExit(plan, phase, cardLostSummary(summary, this.lostCardsAtExit(entry)), exit);
@@ -450,6 +453,7 @@ export class ExecutionManager {
       stopAsked: false,
       missingSamples: 0,
       lostCards: null,
+      exited: false,
       exitReported,
       settled,
     };

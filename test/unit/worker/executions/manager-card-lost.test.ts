@@ -32,31 +32,44 @@ const card = (index: number, uuid: string): CardSample => ({
 const both = [card(0, 'GPU-sim-0'), card(1, 'GPU-sim-1')];
 const withoutZero = [card(1, 'GPU-sim-1')];
 
-/** A run that lasts until it is cancelled; records each cancel. */
+const killed: ExecutionExit = {
+  exit_code: null,
+  signal: 'SIGTERM',
+  failure_reason: 'CANCELLED',
+  outputs: [],
+  output_errors: [],
+  log_errors: [],
+};
+
+/**
+ * A run that lasts until it is cancelled (or `exit` ends it), whose cleanup receipt comes once `clean`
+ * is called; records each cancel.
+ */
 class FakeExecutor implements Executor {
   readonly cancels: string[] = [];
+  exit: (e: ExecutionExit) => void = () => {};
+  clean: () => void = () => {};
   start(plan: Parameters<Executor['start']>[0]): ExecutionHandle {
-    let exit!: (e: ExecutionExit) => void;
     const exited = new Promise<ExecutionExit>((r) => {
-      exit = r;
+      this.exit = r;
+    });
+    const cleaned = new Promise<void>((r) => {
+      this.clean = r;
     });
     const cancels = this.cancels;
+    const exit = (e: ExecutionExit) => this.exit(e);
     return {
       executionId: plan.execution_id,
       pid: 4242,
       started: Promise.resolve(4242),
       exited,
-      done: exited.then((e) => ({ ...e, cleaned: true, cleanup_detail: 'clean' })),
+      done: exited.then(async (e) => {
+        await cleaned;
+        return { ...e, cleaned: true, cleanup_detail: 'clean' };
+      }),
       cancel(reason: string) {
         cancels.push(reason);
-        exit({
-          exit_code: null,
-          signal: 'SIGTERM',
-          failure_reason: 'CANCELLED',
-          outputs: [],
-          output_errors: [],
-          log_errors: [],
-        });
+        exit(killed);
       },
     };
   }
@@ -117,6 +130,7 @@ describe('a run whose leased card leaves the samples', () => {
     expect(executor.cancels).toEqual(['leased card gone: 0 (GPU-sim-0) is no longer on this worker']);
     manager.cardsSampled(withoutZero);
     expect(executor.cancels).toHaveLength(1);
+    executor.clean();
     await waitForPhase(store, id, 'cleaned');
     expect(store.getExecution(id)?.result).toMatchObject({
       failure_reason: 'CARD_LOST',
@@ -151,7 +165,20 @@ describe('a run whose leased card leaves the samples', () => {
     manager.cardsSampled(withoutZero);
     cancel.after?.();
     expect(executor.cancels).toEqual(['cancelled by its owner']);
+    executor.clean();
     await waitForPhase(store, id, 'cleaned');
     expect(store.getExecution(id)?.result?.failure_reason).toBe('CANCELLED');
+  });
+
+  it('leaves a run that already exited to its cleanup receipt', async () => {
+    const { store, executor, manager, id } = await running();
+    executor.exit({ ...killed, exit_code: 0, signal: null, failure_reason: null });
+    await waitForPhase(store, id, 'exited');
+    manager.cardsSampled(withoutZero);
+    manager.cardsSampled(withoutZero);
+    expect(executor.cancels).toEqual([]);
+    executor.clean();
+    await waitForPhase(store, id, 'cleaned');
+    expect(store.getExecution(id)?.result?.failure_reason).toBeNull();
   });
 });
