@@ -295,6 +295,16 @@ export const AlertSchema = z.object({
 });
 
 /** One account's standing in get_status `accounts` (operators). */
+/** The budget period's fields an account's standing has, account-wide and per card model. */
+const periodStanding = {
+  period: z.enum(['day', 'week', 'month', '7d']),
+  period_start: z.string(),
+  usage_card_hours: z.number(),
+  budget_card_hours: z.number().nullable(),
+  budget_left_card_hours: z.number().nullable(),
+  budget_resets_at: z.string().nullable(),
+};
+
 /** Where an account stands against one of its quotas per card model (ADR 0048). */
 const ModelStandingSchema = z.object({
   model: z.string(),
@@ -303,12 +313,7 @@ const ModelStandingSchema = z.object({
   nominal_cards: z.number().int().nullable(),
   /** nominal + borrowing limit; null: no limit. */
   limit_cards: z.number().int().nullable(),
-  period: z.enum(['day', 'week', 'month', '7d']),
-  period_start: z.string(),
-  usage_card_hours: z.number(),
-  budget_card_hours: z.number().nullable(),
-  budget_left_card_hours: z.number().nullable(),
-  budget_resets_at: z.string().nullable(),
+  ...periodStanding,
 });
 
 const AccountStandingSchema = z.object({
@@ -319,12 +324,7 @@ const AccountStandingSchema = z.object({
   held_cards: z.number().int(),
   nominal_cards: z.number().int().nullable(),
   limit_cards: z.number().int().nullable(),
-  period: z.enum(['day', 'week', 'month', '7d']),
-  period_start: z.string(),
-  usage_card_hours: z.number(),
-  budget_card_hours: z.number().nullable(),
-  budget_left_card_hours: z.number().nullable(),
-  budget_resets_at: z.string().nullable(),
+  ...periodStanding,
   queued: z.number().int(),
   first_wait: z
     .object({

@@ -96,6 +96,23 @@ export async function getTask(client: Client, taskId: string): Promise<TaskView>
   return expectOk(await callTool<{ task: TaskView }>(client, 'get_task', { task_id: taskId })).task;
 }
 
+/** Polls get_task until `ok` holds for the task's view (at most `timeoutMs`); returns that view. */
+export async function waitForTask(
+  client: Client,
+  taskId: string,
+  ok: (t: TaskView) => boolean,
+  what: string,
+  timeoutMs = 15_000,
+): Promise<TaskView> {
+  return waitFor(
+    async () => {
+      const t = await getTask(client, taskId);
+      return ok(t) ? t : null;
+    },
+    { what, timeoutMs },
+  );
+}
+
 /**
  * wait_for_task in a loop (each call ≤ 25 s) until the task settles or `timeoutMs` passes; returns the
  * settled view, or throws naming the state it was stuck in. A wait refused by the per-principal cap

@@ -9,11 +9,11 @@ import {
   getTask,
   shellSpec,
   waitForAvailableCards,
+  waitForTask,
   waitUntilSettled,
 } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
@@ -42,15 +42,7 @@ afterAll(async () => {
   await m?.close();
 });
 
-async function waitTask(id: string, ok: (t: TaskView) => boolean, what: string): Promise<TaskView> {
-  return waitFor(
-    async () => {
-      const t = await getTask(alice, id);
-      return ok(t) ? t : null;
-    },
-    { what, timeoutMs: 15_000 },
-  );
-}
+const waitTask = (id: string, ok: (t: TaskView) => boolean, what: string) => waitForTask(alice, id, ok, what);
 
 describe('backfill into a reservation', () => {
   it('a short task runs on cards an aged wide task holds; a long one waits behind it; the wide task starts once the cards free', async () => {

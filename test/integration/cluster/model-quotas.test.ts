@@ -9,11 +9,11 @@ import {
   getTask,
   shellSpec,
   waitForAvailableCards,
+  waitForTask,
   waitUntilSettled,
 } from '../../support/cluster.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';
 import { callTool, expectOk } from '../../support/mcp.js';
-import { waitFor } from '../../support/wait.js';
 import { startWorkerOn, type TestWorker } from '../../support/worker.js';
 
 /**
@@ -66,15 +66,8 @@ afterAll(async () => {
   await m?.close();
 });
 
-async function waitFor_(id: string, ok: (t: TaskView) => boolean, what: string): Promise<TaskView> {
-  return waitFor(
-    async () => {
-      const t = await getTask(alice, id);
-      return ok(t) ? t : null;
-    },
-    { what, timeoutMs: 20_000 },
-  );
-}
+const waitFor_ = (id: string, ok: (t: TaskView) => boolean, what: string) =>
+  waitForTask(alice, id, ok, what, 20_000);
 
 describe('quotas per card model', () => {
   it('an H100 task over the quota waits naming it; an any-card task starts on the A100; the H100 task starts once one ends', async () => {
