@@ -149,7 +149,8 @@ export function decide(
     //    reclaimed: what its first victims free stays free for it while the others stop (else a requeued
     //    victim would take its own cards back, be preempted again, and so on up to the cap).
     if (task.approved_at < agedBefore || claimants.has(task.task_id)) {
-      const held = pool.reserve(view, decision.waiting.length + 1);
+      // A claimant's held cards are never backfilled: its victims free theirs now, not at their limits.
+      const held = pool.reserve(view, decision.waiting.length + 1, !claimants.has(task.task_id));
       if (held !== null) {
         decision.reservations.push({ task_id: task.task_id, ...held.reservation });
         const entry = wait(task.task_id, held.reason);

@@ -248,10 +248,13 @@ export class CardPool {
    * reach `need`, preferring the most free ones, ties to the lower worker id. Null when no worker
    * qualifies or none has a free matching card to hold. On a Slurm pool the same holds per node: it
    * holds GPUs only on the node(s) where the shape will fit first, never more than they have free.
+   * `promises`: whether the held cards may be backfilled (ADR 0049); false for a task cards are being
+   * reclaimed for, whose victims stop now, long before the hard stops a shadow would be taken from.
    */
   reserve(
     view: RequirementView,
     position: number,
+    promises = true,
   ): { reservation: { worker_id: string; card_indexes: number[] }; reason: WaitReason } | null {
     const { req } = view;
     if (this.openTotal === 0) return null;
@@ -287,7 +290,8 @@ export class CardPool {
     if (bestNodes !== null) holdNodes(bestNodes, req.need, req.perNode, held, this.reservationCount);
     const card_indexes = this.mark(best, req, held, RESERVED, position);
     this.held.set(this.reservationCount, card_indexes);
-    if (bestNodes === null) this.promise(best, req, held);
+    // Never on a Slurm pool, whether or not its cards name their nodes (Slurm backfills its own jobs).
+    if (promises && bestNodes === null && best.worker.backend !== 'slurm') this.promise(best, req, held);
     const worker_id = best.worker.worker_id;
     return {
       reservation: { worker_id, card_indexes },
