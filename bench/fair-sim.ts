@@ -6,6 +6,7 @@ import type {
   SchedulingConfig,
   WorkerView,
 } from '../src/domain/scheduling/types.js';
+import { benchCard } from './views.js';
 
 /**
  * A pool of simulated cards driven through decide() on a simulated clock, as the master drives it:
@@ -73,21 +74,12 @@ export interface FairSimResult {
 const STEP_MS = 5_000;
 
 function card(index: number, leased: boolean, endsBy: number | undefined): CardView {
-  return {
-    index,
+  return benchCard(index, {
     model: 'SIM-GPU',
-    memory_used_mib: 0,
-    memory_total_mib: 81559,
-    health: 'ok',
-    health_reasons: [],
-    processes: [],
     simulated: true,
-    cordoned: false,
     leased,
     ...(endsBy === undefined ? {} : { lease_ends_by: endsBy }),
-    quarantined: false,
-    broker_pids: [],
-  };
+  });
 }
 
 /** A small deterministic generator (the simulation must not depend on Math.random). */

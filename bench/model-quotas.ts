@@ -1,12 +1,12 @@
 import { decide } from '../src/domain/scheduling/decide.js';
 import type {
   AccountView,
-  CardView,
   QueuedTaskView,
   SchedulingSnapshot,
   WorkerView,
 } from '../src/domain/scheduling/types.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
+import { benchCard, benchWorker } from './views.js';
 
 /**
  * Quotas per card model in the pass (ADR 0048; `npm run bench -- --only model-quotas`): decide over
@@ -20,35 +20,10 @@ const NOW = 10_000_000;
 const H100 = 'NVIDIA H100 80GB HBM3';
 const A100 = 'NVIDIA A100-SXM4-80GB';
 
-function card(index: number, model: string): CardView {
-  return {
-    index,
-    model,
-    memory_used_mib: 0,
-    memory_total_mib: 81559,
-    health: 'ok',
-    health_reasons: [],
-    processes: [],
-    simulated: false,
-    cordoned: false,
-    leased: false,
-    quarantined: false,
-    broker_pids: [],
-  };
-}
-
 function worker(i: number): WorkerView {
   const model = i < 32 ? H100 : A100;
-  return {
-    worker_id: `w${String(i).padStart(2, '0')}`,
-    online: true,
-    draining: false,
-    sampled_at: NOW - 500,
-    sampler_error: null,
-    isolation: 'bwrap',
-    container_engine: null,
-    cards: Array.from({ length: 8 }, (_, c) => card(c, model)),
-  };
+  const cards = Array.from({ length: 8 }, (_, c) => benchCard(c, { model }));
+  return benchWorker(`w${String(i).padStart(2, '0')}`, cards, NOW - 500);
 }
 
 function snapshot(modelQuotas: boolean): SchedulingSnapshot {

@@ -10,6 +10,7 @@ import type {
 } from '../src/domain/scheduling/types.js';
 import type { BenchSection, OpResult } from './stats.js';
 import { summarise } from './stats.js';
+import { benchCard } from './views.js';
 
 /**
  * A scheduling pass over a pool that mixes whole cards and MIG slices (docs/decisions/0046-mig-slices-as-cards.md):
@@ -36,21 +37,7 @@ const CONFIG: SchedulingConfig = {
 };
 
 function card(index: number, over: Partial<CardView> = {}): CardView {
-  return {
-    index,
-    model: 'NVIDIA H100 80GB HBM3',
-    memory_used_mib: 0,
-    memory_total_mib: 81559,
-    health: 'ok',
-    health_reasons: [],
-    processes: [],
-    simulated: true,
-    cordoned: false,
-    leased: false,
-    quarantined: false,
-    broker_pids: [],
-    ...over,
-  };
+  return benchCard(index, { simulated: true, ...over });
 }
 
 function slice(parent: number, gi: number): CardView {

@@ -1,15 +1,11 @@
 import { implicitCodeIn } from '../src/domain/policy/implicit-code.js';
 import { decide } from '../src/domain/scheduling/decide.js';
-import type {
-  CardView,
-  QueuedTaskView,
-  SchedulingSnapshot,
-  WorkerView,
-} from '../src/domain/scheduling/types.js';
+import type { QueuedTaskView, SchedulingSnapshot, WorkerView } from '../src/domain/scheduling/types.js';
 import { systemClock } from '../src/platform/clock.js';
 import type { TaskBox } from '../worker/local/box.js';
 import { awaitCleanup } from '../worker/local/teardown.js';
 import { type BenchSection, type OpResult, summarise } from './stats.js';
+import { benchCard, benchWorker } from './views.js';
 
 /**
  * Time bounds the unit tests asserted until 2026-12-05 (docs/performance.md, "The suite on its own
@@ -31,34 +27,12 @@ const DECIDE_BOUND_MS = 100;
 const IMPLICIT_BOUND_MS = 50;
 const RECEIPT_BOUND_MS = 5_000;
 
-function card(index: number): CardView {
-  return {
-    index,
-    model: 'NVIDIA H100 80GB HBM3',
-    memory_used_mib: 0,
-    memory_total_mib: 81559,
-    health: 'ok',
-    health_reasons: [],
-    processes: [],
-    simulated: false,
-    cordoned: false,
-    leased: false,
-    quarantined: false,
-    broker_pids: [],
-  };
-}
-
 function worker(worker_id: string): WorkerView {
-  return {
+  return benchWorker(
     worker_id,
-    online: true,
-    draining: false,
-    sampled_at: NOW - 500,
-    sampler_error: null,
-    isolation: 'bwrap',
-    container_engine: null,
-    cards: Array.from({ length: 8 }, (_, i) => card(i)),
-  };
+    Array.from({ length: 8 }, (_, i) => benchCard(i)),
+    NOW - 500,
+  );
 }
 
 /**
