@@ -82,8 +82,11 @@ export class CardPool {
   private reservationCount = 0;
   /** The latest shadow of any reservation of this pass (`promise`): no task ending later backfills. */
   private maxShadow = Number.NEGATIVE_INFINITY;
-  /** Each reservation's card indexes as the decision lists them (backfill takes cards out). */
-  private readonly held = new Map<number, number[]>();
+  /**
+   * Each reservation's card indexes as the decision lists them, and its holder's wait reason (backfill
+   * takes cards out of both, so neither says it holds a card a backfilled task took).
+   */
+  private readonly held = new Map<number, { cards: number[]; reason: WaitReason }>();
   /** Workers holding reserved cards with a shadow: the only places backfill looks. */
   private readonly shadowSlots = new Set<Slot>();
   /** Reserved cards with a shadow, still held (backfill needs these plus open cards to reach `need`). */
@@ -289,14 +292,12 @@ export class CardPool {
     this.reservationCount++;
     if (bestNodes !== null) holdNodes(bestNodes, req.need, req.perNode, held, this.reservationCount);
     const card_indexes = this.mark(best, req, held, RESERVED, position);
-    this.held.set(this.reservationCount, card_indexes);
+    const worker_id = best.worker.worker_id;
+    const reason = holdingReservation(worker_id, held, req.need);
+    this.held.set(this.reservationCount, { cards: card_indexes, reason });
     // Never on a Slurm pool, whether or not its cards name their nodes (Slurm backfills its own jobs).
     if (promises && bestNodes === null && best.worker.backend !== 'slurm') this.promise(best, req, held);
-    const worker_id = best.worker.worker_id;
-    return {
-      reservation: { worker_id, card_indexes },
-      reason: holdingReservation(worker_id, held, req.need),
-    };
+    return { reservation: { worker_id, card_indexes }, reason };
   }
 
   /**
@@ -397,7 +398,12 @@ export class CardPool {
       card_indexes.push(card.view.index);
       // The reservation no longer holds it (the decision lists what each reservation holds).
       const holding = this.held.get(card.reservation);
-      if (holding !== undefined) holding.splice(holding.indexOf(card.view.index), 1);
+      if (holding !== undefined) {
+        holding.cards.splice(holding.cards.indexOf(card.view.index), 1);
+        const { reason } = holding;
+        if (reason.code === 'holding_reservation')
+          Object.assign(reason, holdingReservation(reason.worker_id, holding.cards.length, reason.need));
+      }
     }
     this.version++;
     return { worker_id: best.worker.worker_id, card_indexes: card_indexes.sort((a, b) => a - b) };

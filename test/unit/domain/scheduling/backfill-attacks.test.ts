@@ -128,6 +128,18 @@ describe('backfill attacks (ADR 0049)', () => {
     expect(d.grants).toEqual([]);
   });
 
+  it('after a backfill the aged task’s reason says what it still holds, as its reservation does', () => {
+    const d = decide(
+      snapshot([halfBusy('w0', NOW + 30 * MIN)], [task('big', 8, AGED), task('s', 1, FRESH, 60)]),
+      NOW,
+    );
+    expect(d.grants.map((g) => g.task_id)).toEqual(['s']);
+    expect(d.reservations[0]!.card_indexes).toEqual([5, 6, 7]);
+    const reason = d.waiting.find((w) => w.task_id === 'big')!.reason;
+    expect(reason).toMatchObject({ code: 'holding_reservation', held: 3, need: 8 });
+    expect(reason.message).toContain('holds 3 of the 8 cards');
+  });
+
   it('backfilled grants never share a card with each other, another grant or a reservation', () => {
     const tasks = [
       task('big', 8, AGED),
