@@ -140,6 +140,19 @@ describe('backfill attacks (ADR 0049)', () => {
     expect(reason.message).toContain('holds 3 of the 8 cards');
   });
 
+  it('a backfill must fit its host’s CPUs left like any placement', () => {
+    // 16 CPUs less the reserve; 14 promised to the running tasks: a task asking 4 CPUs fits no card here.
+    const w = {
+      ...halfBusy('w0', NOW + 30 * MIN),
+      host: { memory_mib: 1_048_576, cpus: 16, disk_mib: 10_485_760 },
+    };
+    const tasks = [task('big', 8, AGED), { ...task('s', 1, FRESH, 60), limits: { cpus: 4 } }];
+    expect(decide(snapshot([{ ...w, cpus_committed: 14 }], tasks), NOW).grants).toEqual([]);
+    expect(decide(snapshot([{ ...w, cpus_committed: 2 }], tasks), NOW).grants.map((g) => g.task_id)).toEqual([
+      's',
+    ]);
+  });
+
   it('backfilled grants never share a card with each other, another grant or a reservation', () => {
     const tasks = [
       task('big', 8, AGED),
