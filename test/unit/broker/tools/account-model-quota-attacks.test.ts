@@ -110,6 +110,27 @@ describe('model quota attacks over the tools', () => {
     expect(f.deps.store.accounts.modelQuotas().map((q) => q.account)).toContain('org');
   });
 
+  it('children are summed per spelling of the model’s words: a child’s “NVIDIA H100” is not held to its parent’s “H100” here (the pass applies both)', async () => {
+    // Pinned as built (docs/operations.md "Quotas per card model"); model-quota-attacks in the scheduling
+    // tests shows the parent's H100 quota still capping such a child at run time.
+    await f.invoke(ops, 'set_account', {
+      name: 'team-a',
+      model: 'NVIDIA H100',
+      nominal_cards: 100,
+      idempotency_key: key(),
+    });
+    expect(
+      f.deps.store.accounts
+        .modelQuotas()
+        .filter((q) => q.account === 'team-a')
+        .map((q) => q.model_key)
+        .sort(),
+    ).toEqual(['h100', 'nvidia h100']);
+    // The same words, spelled otherwise, are one quota and are held to the parent's.
+    const err = await refused('set_account', { name: 'team-a', model: 'h100', nominal_cards: 9 });
+    expect(err.code).toBe('INVALID_INPUT');
+  });
+
   it('a move with a model change checks the model quota as it will be under the new parent', async () => {
     await f.invoke(ops, 'create_account', {
       name: 'small',
