@@ -7,6 +7,7 @@ import { SERVE, START, WORKER } from './host/command-specs.js';
 import {
   ACCOUNT,
   AUDIT,
+  CARDS,
   CLIENT_KIT,
   CORDON,
   DRAIN,
@@ -45,6 +46,7 @@ export const COMMANDS: Record<string, CommandEntry> = {
   account: { spec: ACCOUNT, load: () => import('./operator/account.js') },
   usage: { spec: USAGE, load: () => import('./operator/usage.js') },
   status: { spec: STATUS, load: () => import('./operator/status.js') },
+  cards: { spec: CARDS, load: () => import('./operator/card-list.js') },
   review: { spec: REVIEW, load: () => import('./review/review.js') },
   propose: { spec: PROPOSE, load: () => import('./agent/propose.js') },
   grant: { spec: GRANT, load: () => import('./review/grant.js') },

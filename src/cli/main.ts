@@ -13,12 +13,16 @@ const USAGE = `gpu-broker — GPU time for coding agents, safely
   start                         master + a local worker + client configs (quick start)
   serve [--listen H:P] [--tls auto|off] [--config F] [--data-dir D]
   worker --url URL --token-file F [--id ID] [--gpus auto|nvidia|hy|sim:N] [--data-dir D]
-  token create --name N --role R [--role R…] [--worker-id ID] | token list | token revoke NAME
-  status                        workers, cards, queue, leases, alerts
+  token create --name N --role R [--role R…] [--account A] [--worker-id ID] | token list | token revoke NAME
+  account create|list|show|set|delete …   teams: weights, quotas (per card model too), budgets
+  usage [--by account|principal|model] [--since T] [--until T] [--csv]   who used how many card-hours
+  status                        workers, cards, queue, leases, accounts, alerts
+  cards                         every card, MIG slices under their card
   propose --dir D --entry 'python3 train.py' [--include GLOB…] [--cards N] [--title T] [--output P…] [--proposal P] [--confirm]
   run [--dir D] [--cards N] [--output P…] -- python3 train.py   propose, wait, stream logs, fetch outputs, exit as the task
   task list | show T | logs T [--follow] | wait T | outputs T [--dir D] | cancel T
   review list | show P | approve|request-changes|reject P --revision R --comment TEXT
+  grant list | show G | …       standing grants (see gpu-broker grant --help)
   cordon|uncordon WORKER:CARD… [--reason T] ; drain|undrain|remove-worker WORKER… ; reconcile TASK… --resolution R --reason T
   qualify [--worker ID] [--cards 1,2,4,8] [--submitter scripted|claude|codex] | qualify show RUN
   mcp-stdio --url URL [--token-env NAME] [--ca-file F]

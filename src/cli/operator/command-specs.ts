@@ -56,6 +56,18 @@ export const STATUS = defineCommand({
   ],
 });
 
+export const CARDS = defineCommand({
+  name: 'cards',
+  usage: ['cards [--url URL] [--token-file FILE] [--ca-file FILE] [--json]'],
+  summary:
+    'Every card of every worker: model, state, memory, utilisation, who holds it; MIG slices under their card with their profile.',
+  flags: REMOTE_FLAGS,
+  env: REMOTE_ENV,
+  examples: [
+    'cards --url https://127.0.0.1:8443 --token-file .gpu-broker/operator.token --ca-file .gpu-broker/tls/ca.pem',
+  ],
+});
+
 function cardCommand(name: 'cordon' | 'uncordon') {
   return defineCommand({
     name,

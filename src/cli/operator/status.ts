@@ -26,7 +26,7 @@ interface SlurmJob {
   pending_reason: string | null;
   binding: { nodes: Array<{ node: string; gpus: number[] }> } | null;
 }
-interface Card {
+export interface Card {
   worker_id: string;
   index: number;
   model: string;
@@ -223,7 +223,7 @@ function utilText(k: Card): string {
 }
 
 /** The CARDS section: one row per card, with its lease and Slurm job; MIG slices under their card. */
-function cardsSection(cards: Card[]): string[] {
+export function cardsSection(cards: Card[]): string[] {
   return [
     'CARDS',
     table(

@@ -2,6 +2,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { run as cardListCli } from '../../../src/cli/operator/card-list.js';
 import { run as cardsCli } from '../../../src/cli/operator/cards.js';
 import { run as statusCli } from '../../../src/cli/operator/status.js';
 import { migCardIndex } from '../../../src/contracts/sample.js';
@@ -126,6 +127,25 @@ describe('one simulated card in MIG mode, 1g.10gb × 7', () => {
       expect(row).toMatch(
         /^mig-1\s+└ 0:mig:[1-7]\/0\s+MIG 1g\.10gb \(sim\)\s+AVAILABLE\s+\d+\/\d+ MiB\s+n\/a\s/,
       );
+  });
+
+  it('gpu-broker cards prints the same rows alone, and --json the cards with their slice fields', async () => {
+    const env = {
+      GPU_BROKER_URL: m.url,
+      GPU_BROKER_TOKEN: m.operatorToken,
+      GPU_BROKER_CA_FILE: m.caCertPath ?? '',
+    };
+    const out = await runCli(cardListCli, [], env);
+    expect(out.code, out.stderr).toBe(0);
+    expect(out.stdout.split('\n')[0]).toBe('CARDS');
+    const slices = out.stdout.split('\n').filter((l) => /^mig-1\s+└ 0:mig:[1-7]\/0\s+MIG 1g\.10gb/.test(l));
+    expect(slices).toHaveLength(7);
+    expect(out.stdout).not.toMatch(/^QUEUE|^LEASES|^ALERTS/m);
+    const json = await runCli(cardListCli, ['--json'], env);
+    const cards = (
+      JSON.parse(json.stdout) as { cards: Array<{ label?: string; mig?: { profile: string } | null }> }
+    ).cards;
+    expect(cards.filter((c) => c.mig?.profile === '1g.10gb').map((c) => c.label)).toHaveLength(7);
   });
 
   it('runs 7 one-slice tasks at once, each seeing only its own slice', async () => {
