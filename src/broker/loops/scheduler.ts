@@ -392,8 +392,10 @@ export class Scheduler implements TaskObserver {
         sample_interval_ms: config.timing.sample_interval_ms,
         vram_threshold_pct: config.scheduling.vram_threshold_pct,
         reservation_after_seconds: config.scheduling.reservation_after_seconds,
-        // A backfilled task holds its cards past its limit by its start-up, the kill grace and cleanup.
-        backfill_margin_seconds: BACKFILL_MARGIN_SECONDS + config.timing.kill_grace_seconds,
+        // A backfilled task holds its cards past its limit by its start-up, the kill grace and its cleanup,
+        // which may take up to the cleanup timeout (an operator may raise it to an hour).
+        backfill_margin_seconds:
+          BACKFILL_MARGIN_SECONDS + config.timing.kill_grace_seconds + config.timing.cleanup_timeout_seconds,
         max_concurrent_cards_per_owner: config.scheduling.max_concurrent_cards_per_owner,
         require_isolation: config.policy.require_isolation,
         host_reserve: config.policy.task_limits.host_reserve,

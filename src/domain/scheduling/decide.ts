@@ -224,7 +224,8 @@ function* withClaimantsFirst(
 
 /**
  * What a backfilled task may hold its cards beyond its time limit (its start-up before the limit counts,
- * the kill grace after it, its cleanup) when the settings do not say; the master adds its kill grace.
+ * the kill grace after it, its cleanup) when the settings do not say; the master adds its kill grace and
+ * its cleanup timeout.
  */
 export const BACKFILL_MARGIN_SECONDS = 60;
 
