@@ -6,6 +6,7 @@ import type {
   CardView,
   ModelQuotaView,
   QueuedTaskView,
+  RunningLeaseView,
   SchedulingSnapshot,
   WorkerView,
 } from '../../../../src/domain/scheduling/types.js';
@@ -183,6 +184,53 @@ describe('model quota attacks (ADR 0048)', () => {
     );
     expect(d.grants).toEqual([]);
     expect(d.waiting[0]!.reason).toMatchObject({ code: 'account_quota_exceeded', account: 'org' });
+  });
+
+  it('reclaim never stops tasks on a model the claimant’s own quota keeps it off (budget spent there)', () => {
+    // team-b has a nominal share of 2 H100s but spent its H100 budget: its any-model task may only take
+    // A100s, all held by team-c (not preemptible). team-a borrows w1's H100s with preemptible tasks:
+    // stopping them would free cards the claimant may not take.
+    const lease = (n: number): RunningLeaseView => ({
+      task_id: `a${n}`,
+      lease_id: `l${n}`,
+      lease_epoch: n,
+      worker_id: 'w1',
+      card_indexes: [2 * n, 2 * n + 1],
+      account: 'team-a',
+      preemptible: true,
+      preemptions: 0,
+      granted_at: 100 * (n + 1),
+      grace_seconds: 30,
+    });
+    const teamB = (budget: boolean) =>
+      account({
+        model_quotas: [
+          quota('H100', {
+            nominal_cards: 2,
+            budget: budget
+              ? { limit_card_seconds: 3600, used_card_seconds: 3600, resets_at: NOW + MIN }
+              : null,
+          }),
+        ],
+      });
+    const s = (budget: boolean): SchedulingSnapshot => ({
+      ...snapshot(
+        [task('b1', 'team-b', { count: 2 })],
+        [worker('w1', H100, [0, 1, 2, 3]), worker('w2', A100, [0, 1, 2, 3])],
+        {
+          'team-a': account({ running_cards: 4, running_by_model: { [H100]: 4 } }),
+          'team-b': teamB(budget),
+          'team-c': account({ running_cards: 4, running_by_model: { [A100]: 4 } }),
+        },
+      ),
+      running: [lease(0), lease(1)],
+      running_cards_by_owner: { 'team-a-agent': 4, 'team-c-agent': 4 },
+    });
+    const spent = decide(s(true), NOW);
+    expect(spent.preemptions).toEqual([]);
+    expect(spent.waiting[0]!.reason.message).toContain('H100 card-hours');
+    // Control: with budget left it reclaims one of team-a's H100 leases.
+    expect(decide(s(false), NOW).preemptions.map((p) => p.for_task_id)).toEqual(['b1']);
   });
 
   it('a quota of an account the view lacks, a task of no account or of an unknown one, and a parent cycle neither throw nor hang', () => {
