@@ -157,7 +157,7 @@ export function modelQuotaExceeded(
   need: number,
 ): WaitReason {
   const limit = nominal + borrowingLimit;
-  const raise = `gpu-broker account set ${account} --model ${model} --nominal/--borrow`;
+  const raise = `gpu-broker account set ${account} --model ${shellWord(model)} --nominal/--borrow`;
   const message =
     need > limit
       ? `Needs ${plural(need, `${model} card`)}, more than account ${account} may ever hold of them (nominal ${nominal} + borrowing ${borrowingLimit}); no card of another model it may use is left, so it cannot start unless an operator raises the quota (${raise}).`
@@ -185,7 +185,7 @@ export function modelBudgetExhausted(
   const hours = (s: number) => Math.round((s / 3600) * 100) / 100;
   const message =
     `${account} used ${hours(budget.used_card_seconds)} of its ${hours(budget.limit_card_seconds)} ${model} card-hours this period, and no card of another model it may use can take it; ` +
-    `resets at ${isoUtc(budget.resets_at)}, or an operator raises it (gpu-broker account set ${account} --model ${model} --budget).`;
+    `resets at ${isoUtc(budget.resets_at)}, or an operator raises it (gpu-broker account set ${account} --model ${shellWord(model)} --budget).`;
   return {
     code: 'account_budget_exhausted',
     account,
@@ -195,4 +195,9 @@ export function modelBudgetExhausted(
     resets_at: budget.resets_at,
     message,
   };
+}
+
+/** A model name as one shell word in a suggested command: quoted when it holds a space ("Simulated GPU"). */
+function shellWord(model: string): string {
+  return /^[A-Za-z0-9._+-]+$/.test(model) ? model : `'${model}'`;
 }

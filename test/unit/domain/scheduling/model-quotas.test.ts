@@ -123,6 +123,29 @@ describe('quotas per card model in a pass', () => {
     expect(d.waiting[0]!.reason.message).toMatch(
       /^team-a holds 6 of its 4 nominal \+ 2 borrowing H100 cards; 1 more would pass it.*Frees when one of its H100 tasks ends/,
     );
+    expect(d.waiting[0]!.reason.message).toContain(
+      'gpu-broker account set team-a --model H100 --nominal/--borrow',
+    );
+  });
+
+  it('the command a wait reason suggests quotes a model name with a space (one shell word)', () => {
+    const d = decide(
+      snapshot(
+        [task('t1', 'team-a', 1, 'Simulated GPU')],
+        {
+          'team-a': account({
+            model_quotas: [quota('Simulated GPU', { nominal_cards: 1, borrowing_limit: 0 })],
+            running_by_model: { 'simulated gpu': 1 },
+            running_cards: 1,
+          }),
+        },
+        { workers: [worker('w1', 'Simulated GPU (sim)')] },
+      ),
+      1000,
+    );
+    expect(d.waiting[0]!.reason.message).toContain(
+      "gpu-broker account set team-a --model 'Simulated GPU' --nominal/--borrow",
+    );
   });
 
   it('counts this pass’s grants per model, and a parent’s model quota holds its children', () => {
