@@ -154,7 +154,14 @@ export function decide(
       if (held !== null) {
         decision.reservations.push({ task_id: task.task_id, ...held.reservation });
         const entry = wait(task.task_id, held.reason);
-        candidates.push({ entry, task_id: task.task_id, account: task.account, view });
+        // What it holds is free for it: reclaim stops only what it still lacks.
+        candidates.push({
+          entry,
+          task_id: task.task_id,
+          account: task.account,
+          view,
+          held: held.reservation,
+        });
         continue;
       }
     }

@@ -413,9 +413,13 @@ export class CardPool {
    * Where cards could be reclaimed for `view` (reclaim.ts): each usable local worker it may run on, with
    * its OPEN matching free cards now, the indexes of its leased, uncordoned matching cards and its host's
    * CPUs left (a CPU ask the victims cannot free is no reason to stop them). A Slurm
-   * pool is never reclaimed from (Slurm owns its jobs), nor a multi-node shape.
+   * pool is never reclaimed from (Slurm owns its jobs), nor a multi-node shape. `held`: the cards the
+   * task's own reservation holds this pass; they are free for it, so they count as open where they are.
    */
-  reclaimPlaces(view: RequirementView): ReclaimPlace[] {
+  reclaimPlaces(
+    view: RequirementView,
+    held?: { readonly worker_id: string; readonly card_indexes: readonly number[] },
+  ): ReclaimPlace[] {
     const { req } = view;
     if (req.perNode !== null) return [];
     const places: ReclaimPlace[] = [];
@@ -430,8 +434,9 @@ export class CardPool {
         }
       if (leased.size > 0) {
         const open_words: string[] = [];
+        const own = held?.worker_id === slot.worker.worker_id ? held.card_indexes : [];
         for (const card of slot.free)
-          if (card.mark === OPEN && matches(card, req)) {
+          if ((card.mark === OPEN || own.includes(card.view.index)) && matches(card, req)) {
             open_words.push(card.words);
             models.add(card.words);
           }

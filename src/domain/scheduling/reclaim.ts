@@ -36,6 +36,8 @@ export interface ReclaimCandidate {
   readonly task_id: string;
   readonly account: string | undefined;
   readonly view: RequirementView;
+  /** The cards its reservation holds this pass (an aged task or a claimant): free for it already. */
+  readonly held?: { readonly worker_id: string; readonly card_indexes: readonly number[] } | undefined;
 }
 
 /** Wait codes that mean "cards, not something else": only these tasks may reclaim. */
@@ -187,7 +189,7 @@ function bestPlace(
   const cpusNeed = c.view.req.hostAsks.cpus ?? 0;
   let best: { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null = null;
   let bestCards = Number.POSITIVE_INFINITY;
-  for (const place of pool.reclaimPlaces(c.view)) {
+  for (const place of pool.reclaimPlaces(c.view, c.held)) {
     // Within its nominal share on the models it would take here (ADR 0048).
     if (limits.hasModelQuotas && !limits.withinNominal(c.account, need, place.models)) continue;
     const victims = byWorker.get(place.worker_id) ?? [];
