@@ -183,6 +183,9 @@ export function exitFailureWithPreemption(
   desired: 'run' | 'cancel',
 ): FailureReason | null {
   if (exit.failure_reason === 'PREEMPTED' && !preempting) return judgedExit(exit);
+  // The worker restarted while the run was being preempted: the run is gone either way, its cards were
+  // asked back, so it is requeued as a preempted run rather than failed (ADR 0044).
+  if (exit.failure_reason === 'WORKER_LOST' && preempting && desired === 'run') return 'PREEMPTED';
   if (exit.failure_reason === 'CANCELLED' && preempting && desired === 'run') {
     const failure = exitFailure(exit);
     return failure === null ? null : 'PREEMPTED';

@@ -615,6 +615,24 @@ function preemptionCases(): Case[] {
       'PREEMPTED',
     ),
     exited(
+      'WORKER_LOST while a preemption was asked (the worker restarted mid-grace): PREEMPTED, queued again',
+      { preempting: true },
+      { exit_code: null, signal: null, failure_reason: 'WORKER_LOST' },
+      'PREEMPTED',
+    ),
+    exited(
+      'WORKER_LOST with no preemption asked: WORKER_LOST, as ever',
+      { preempting: false },
+      { exit_code: null, signal: null, failure_reason: 'WORKER_LOST' },
+      'WORKER_LOST',
+    ),
+    exited(
+      'WORKER_LOST while preempting but the owner cancelled: WORKER_LOST (nothing to requeue)',
+      { preempting: true, desired: 'cancel' },
+      { exit_code: null, signal: null, failure_reason: 'WORKER_LOST' },
+      'WORKER_LOST',
+    ),
+    exited(
       'CANCELLED for a preempted lease whose owner also cancelled: CANCELLED (a cancel wins)',
       { preempting: true, desired: 'cancel' },
       { exit_code: null, signal: 'SIGTERM', failure_reason: 'CANCELLED' },
