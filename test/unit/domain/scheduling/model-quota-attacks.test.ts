@@ -233,6 +233,26 @@ describe('model quota attacks (ADR 0048)', () => {
     expect(decide(s(false), NOW).preemptions.map((p) => p.for_task_id)).toEqual(['b1']);
   });
 
+  it('a task asking more H100s than its quota ever allows is told it cannot start until the quota is raised', () => {
+    for (const [nominal, borrowing, need] of [
+      [0, 0, 1],
+      [2, 1, 4],
+    ] as const) {
+      const d = decide(
+        snapshot([task('t1', 'team-a', { count: need, model: 'H100' })], [worker('w1', H100)], {
+          'team-a': account({
+            model_quotas: [quota('H100', { nominal_cards: nominal, borrowing_limit: borrowing })],
+          }),
+        }),
+        NOW,
+      );
+      expect(d.grants).toEqual([]);
+      expect(d.waiting[0]!.reason).toMatchObject({ code: 'account_quota_exceeded', model: 'H100', need });
+      expect(d.waiting[0]!.reason.message).toContain('more than account team-a may ever hold');
+      expect(d.waiting[0]!.reason.message).toContain('gpu-broker account set team-a --model H100');
+    }
+  });
+
   it('a quota of an account the view lacks, a task of no account or of an unknown one, and a parent cycle neither throw nor hang', () => {
     const d = decide(
       snapshot(
