@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest';
+import { type CardMig, migCardIndex } from '../../../../src/contracts/sample.js';
 import { decide } from '../../../../src/domain/scheduling/decide.js';
 import type {
+  CardView,
   QueuedTaskView,
   SchedulingSnapshot,
   WorkerView,
@@ -150,6 +152,55 @@ describe('backfill attacks (ADR 0049)', () => {
     expect(decide(snapshot([{ ...w, cpus_committed: 14 }], tasks), NOW).grants).toEqual([]);
     expect(decide(snapshot([{ ...w, cpus_committed: 2 }], tasks), NOW).grants.map((g) => g.task_id)).toEqual([
       's',
+    ]);
+  });
+
+  it('MIG: a slice held for an aged slice task is backfilled only by a task that takes slices', () => {
+    // w0: card 0 whole and free; card 1 in MIG mode with two 3g.40gb slices, the first leased until
+    // 30 min from now. 'big' (aged) needs both slices: it holds the free one.
+    const base = simWorkerView('w0', [], 2);
+    const sliceOf = (gi: number, leased: boolean): CardView => {
+      const mig: CardMig = {
+        parent_index: 1,
+        parent_uuid: 'GPU-1',
+        profile: '3g.40gb',
+        gpu_instance_profile: '3g.40gb',
+        gpu_instance: gi,
+        compute_instance: 0,
+        compute_slices: 3,
+        gi_access_minor: 3 + 9 * gi,
+        ci_access_minor: 4 + 9 * gi,
+        memory_source: 'instance',
+      };
+      return {
+        ...base.cards[1]!,
+        index: migCardIndex(1, gi, 0),
+        memory_total_mib: 40448,
+        mig,
+        leased,
+        ...(leased ? { lease_ends_by: NOW + 30 * MIN } : {}),
+      };
+    };
+    const worker: WorkerView = {
+      ...base,
+      cards: [
+        base.cards[0]!,
+        { ...base.cards[1]!, mig_mode: 'enabled' },
+        sliceOf(1, true),
+        sliceOf(2, false),
+      ],
+    };
+    const big: QueuedTaskView = { ...task('big', 2, AGED), cards: { count: 2, mig_profile: '3g.40gb' } };
+    const sliceTask: QueuedTaskView = {
+      ...task('s', 1, FRESH, 60),
+      cards: { count: 1, mig_profile: '3g.40gb' },
+    };
+    const wholeTask = task('wh', 2, FRESH, 60);
+    // A whole-card task needing 2 finds one whole card: it may not take the held slice.
+    expect(decide(snapshot([worker], [big, wholeTask]), NOW).grants).toEqual([]);
+    // A slice task that ends in time takes the held slice.
+    expect(decide(snapshot([worker], [big, sliceTask]), NOW).grants).toEqual([
+      { task_id: 's', worker_id: 'w0', card_indexes: [migCardIndex(1, 2, 0)] },
     ]);
   });
 
