@@ -376,14 +376,15 @@ describe('attacks on reclaim by preemption (broker)', () => {
     expect(fresh.runPass().grants.map((g) => g.task_id)).toEqual([b1]);
   });
 
-  it('a victim whose worker restarts mid-preemption (its run lost, WORKER_LOST) fails as any lost run; the claimant gets the cards', async () => {
+  it('a victim whose worker restarts mid-preemption (its run lost, WORKER_LOST) is requeued as preempted; the claimant gets the cards', async () => {
     const t = await setUp();
     const { a2, b1, ea2 } = await t.preempting();
     t.report(ea2, 'exited', { exit_code: null, signal: null, failure_reason: 'WORKER_LOST', outputs: [] });
     t.report(ea2, 'cleaned');
-    // Not requeued: a lost run is never retried by itself, preemption or not (its owner resubmits).
-    expect(t.state(a2)).toBe('FAILED');
-    expect(t.fx.deps.store.tasks.get(a2)!.failure_reason).toBe('WORKER_LOST');
+    // Its spec let it be stopped and run again (preemptible) and its cards were asked back: the restart
+    // only ended the run sooner, so it queues again at its old place like any preempted run (ADR 0044).
+    expect(t.state(a2)).toBe('QUEUED');
+    expect(t.fx.deps.store.tasks.get(a2)!.failure_reason).toBeNull();
     expect(t.pass().grants.map((g) => g.task_id)).toEqual([b1]);
   });
 
