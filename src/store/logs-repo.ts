@@ -28,7 +28,12 @@ export class LogsRepo {
   constructor(db: Db) {
     this.s = {
       putChunk: db.prepare(
-        'INSERT OR IGNORE INTO task_logs (execution_id, stream, offset, data) VALUES (?, ?, ?, ?)',
+        // A chunk resent at the same offset may carry more than the first one did (a restarted worker
+        // reads the file again from 0 in one chunk): the longer one is kept, so nothing past the first
+        // chunk's end is lost; a shorter or equal resend changes nothing.
+        `INSERT INTO task_logs (execution_id, stream, offset, data) VALUES (?, ?, ?, ?)
+         ON CONFLICT (execution_id, stream, offset) DO UPDATE SET data = excluded.data
+         WHERE length(excluded.data) > length(task_logs.data)`,
       ),
       chunksFrom: db.prepare<[string, string, number], { offset: number; data: Buffer }>(
         'SELECT offset, data FROM task_logs WHERE execution_id = ? AND stream = ? AND offset + length(data) > ? ORDER BY offset',
@@ -99,7 +104,7 @@ export class LogsRepo {
     return this.s.pruned.get(taskId) ?? { logs_pruned_at: null, outputs_pruned_at: null };
   }
 
-  /** Stores a chunk (a re-sent chunk at the same offset is ignored). */
+  /** Stores a chunk (a re-sent chunk at the same offset replaces it only when longer). */
   putChunk(executionId: string, stream: 'stdout' | 'stderr', offset: number, data: Buffer): void {
     this.s.putChunk.run(executionId, stream, offset, data);
   }

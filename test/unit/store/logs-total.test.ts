@@ -61,3 +61,21 @@ describe('LogsRepo.total reads only the last window of a stream (docs/performanc
     }
   });
 });
+
+describe('LogsRepo.putChunk: a chunk resent at the same offset', () => {
+  it('replaces the stored one when longer (a restarted worker reads its file again from 0 in one chunk), never when shorter', () => {
+    f = makeBrokerDeps();
+    const logs = f.deps.store.logs;
+    logs.putChunk('ex', 'stdout', 0, Buffer.from('before\n'));
+    // Before: INSERT OR IGNORE dropped this whole chunk, and with it every byte after "before\n".
+    logs.putChunk('ex', 'stdout', 0, Buffer.from('before\nafter\n'));
+    expect(logs.read('ex', 'stdout', 0, 1000).data.toString()).toBe('before\nafter\n');
+    expect(logs.total('ex', 'stdout')).toBe(13);
+    logs.putChunk('ex', 'stdout', 0, Buffer.from('bef'));
+    expect(logs.read('ex', 'stdout', 0, 1000).data.toString()).toBe('before\nafter\n');
+    // A later chunk that overlaps the longer one reads once, trimmed.
+    logs.putChunk('ex', 'stdout', 7, Buffer.from('after\nmore\n'));
+    expect(logs.read('ex', 'stdout', 0, 1000).data.toString()).toBe('before\nafter\nmore\n');
+    expect(logs.total('ex', 'stdout')).toBe(18);
+  });
+});
