@@ -35,6 +35,9 @@ export interface RunningLeaseFacts {
   cards: string;
   /** The host CPUs the lease holds (`leases.cpus`); null: none asked. */
   cpus: number | null;
+  /** The host memory and task-dir disk its task was given (`leases.memory_mib`, `disk_mib`), MiB; null: not recorded. */
+  memory_mib: number | null;
+  disk_mib: number | null;
 }
 
 /**
@@ -89,7 +92,7 @@ export class PreemptionsRepo {
           AND u.lease_id <> ?`,
     );
     this.runningStmt = db.prepare<[{ now: number; slack: number }], RunningLeaseFacts>(
-      `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at, l.cpus,
+      `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, l.lease_epoch, l.created_at AS granted_at, l.cpus, l.memory_mib, l.disk_mib,
               json_extract(t.spec, '$.preemptible') AS preemptible,
               json_extract(t.spec, '$.preemption_grace_seconds') AS grace_seconds,
               (SELECT count(*) FROM preemptions q WHERE q.task_id = l.task_id) AS preemptions,

@@ -448,6 +448,8 @@ export class Scheduler implements TaskObserver {
         preempting_for: r.preempting_for,
         ...(r.preempt_overdue === 1 ? { preempt_overdue: true } : {}),
         ...(r.cpus === null ? {} : { cpus: r.cpus }),
+        ...(r.memory_mib === null ? {} : { memory_mib: r.memory_mib }),
+        ...(r.disk_mib === null ? {} : { disk_mib: r.disk_mib }),
       };
     });
     return { running, reclaiming: store.preemptions.claimants(now - RECLAIM_HOLD_MS, now, slack) };

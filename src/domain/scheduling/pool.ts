@@ -35,8 +35,14 @@ export interface ReclaimPlace {
   readonly open: number;
   /** Indexes of its leased, uncordoned cards that match. */
   readonly leased: ReadonlySet<number>;
-  /** Its host's CPUs no task was promised yet, this pass's grants counted; null: host not known. */
-  readonly cpus_left: number | null;
+  /**
+   * Its host's room no task was promised yet (memory and task-dir disk in MiB, CPUs), this pass's grants
+   * counted, and what the task would take of it there; null: host not known (nothing ruled out).
+   */
+  readonly room: {
+    readonly left: Readonly<Record<RoomName, number>>;
+    readonly need: Readonly<Record<RoomName, number>>;
+  } | null;
   /** Padded model words of its OPEN matching free cards, in index order (model quotas, ADR 0048). */
   readonly open_words: readonly string[];
   /** The distinct padded model words of those and of its leased matching cards. */
@@ -47,8 +53,8 @@ export interface ReclaimPlace {
  * The host room a task takes and the scheduler counts per worker: memory and task-dir disk (every task
  * takes its resolved share), and CPUs (only a task that asks for `limits.cpus` takes any).
  */
-type RoomName = 'memory_mib' | 'disk_mib' | 'cpus';
-const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib', 'cpus'];
+export type RoomName = 'memory_mib' | 'disk_mib' | 'cpus';
+export const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib', 'cpus'];
 
 /**
  * The cards of one scheduling pass and what has happened to them so far in it. Built once per pass;
@@ -444,13 +450,20 @@ export class CardPool {
           worker_id: slot.worker.worker_id,
           open: open_words.length,
           leased,
-          cpus_left: this.hostRoom.get(slot)?.left.cpus ?? null,
+          room: this.roomFor(slot, req),
           open_words,
           models: [...models],
         });
       }
     }
     return places;
+  }
+
+  /** A reclaim place's host room: what is left on `slot`'s host and what `req` would take; null: not known. */
+  private roomFor(slot: Slot, req: Requirement): ReclaimPlace['room'] {
+    const host = this.hostRoom.get(slot);
+    const need = this.roomOn(slot, req);
+    return host === undefined || need === null ? null : { left: { ...host.left }, need };
   }
 
   /**

@@ -1,5 +1,5 @@
 import type { AccountLimits } from './account-limits.js';
-import type { CardPool, ReclaimPlace, RequirementView } from './pool.js';
+import { type CardPool, type ReclaimPlace, type RequirementView, ROOMS, type RoomName } from './pool.js';
 import { reclaiming } from './reasons.js';
 import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } from './types.js';
 
@@ -16,7 +16,8 @@ import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } fro
  *  - a task of the claimant's own account line (the account, those above it, those below it),
  *  - a task of an account that does not borrow (holds no more than its nominal share),
  *  - on a Slurm pool, or for a multi-node shape,
- *  - where the claimant's `limits.cpus` would not fit its host's CPUs even with the victims' own back,
+ *  - where the claimant's memory, task-dir disk or `limits.cpus` would not fit its host even with the
+ *    victims' own back (what it would be given there against what no task was promised yet),
  *  - for a task whose cards are already being reclaimed (it waits for those; no second round).
  * Cards being reclaimed from earlier passes count as their claimants' and no longer their victims'
  * accounts', so two passes never take an account below its share, nor give one beyond its share.
@@ -185,8 +186,6 @@ function bestPlace(
   wordsOf: (lease: RunningLeaseView) => string[],
 ): { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null {
   const need = c.view.req.need;
-  // CPUs it asks for (`limits.cpus`): only the victims' own CPUs free more of its host's.
-  const cpusNeed = c.view.req.hostAsks.cpus ?? 0;
   let best: { victims: RunningLeaseView[]; spareUsed: number[]; place: ReclaimPlace } | null = null;
   let bestCards = Number.POSITIVE_INFINITY;
   for (const place of pool.reclaimPlaces(c.view, c.held)) {
@@ -208,10 +207,13 @@ function bestPlace(
       // Cards of each account already picked here: an account is reclaimed only down to about its share.
       const picked = new Map<string, number>();
       let free = place.open + spareUsed.length;
-      let cpusFree = place.cpus_left ?? Number.POSITIVE_INFINITY;
+      // Its host's room (memory, task-dir disk, CPUs): only the victims' own give more of it back, so a
+      // task whose ask the victims cannot make fit is no reason to stop them.
+      const room = place.room === null ? null : { ...place.room.left };
+      const short = (): boolean => room !== null && ROOMS.some((name) => room[name] < place.room!.need[name]);
       let cards = 0;
       for (const lease of victims) {
-        if (free >= need && cpusFree >= cpusNeed) break;
+        if (free >= need && !short()) break;
         if (taken.has(lease.lease_id)) continue;
         const account = lease.account!;
         if (line.has(account) || limits.chain(account).some((a) => a === c.account)) continue;
@@ -221,19 +223,21 @@ function bestPlace(
           limits.hasModelQuotas ? wordsOf(lease) : undefined,
         );
         if (borrowed <= 0 || (withinShare && lease.card_indexes.length > borrowed)) continue;
-        // Only its cards that the claimant can use count, and its CPUs while they are short; a lease is
-        // stopped whole.
+        // Only its cards that the claimant can use count, and its room where the claimant's is short; a
+        // lease is stopped whole.
         const usable = free >= need ? 0 : lease.card_indexes.filter((i) => place.leased.has(i)).length;
-        const cpus = cpusFree >= cpusNeed ? 0 : (lease.cpus ?? 0);
-        if (usable === 0 && cpus === 0) continue;
+        const gives =
+          room !== null &&
+          ROOMS.some((name) => room[name] < place.room!.need[name] && roomOf(lease, name) > 0);
+        if (usable === 0 && !gives) continue;
         pick.push(lease);
         picked.set(account, (picked.get(account) ?? 0) + lease.card_indexes.length);
         free += usable;
-        cpusFree += lease.cpus ?? 0;
+        if (room !== null) for (const name of ROOMS) room[name] += roomOf(lease, name);
         cards += lease.card_indexes.length;
       }
-      // Cards and CPUs both, or stopping them would not start it.
-      return free < need || cpusFree < cpusNeed ? null : { pick, cards };
+      // Cards and room both, or stopping them would not start it.
+      return free < need || short() ? null : { pick, cards };
     };
     const chosen = choose(true) ?? choose(false);
     if (chosen === null) continue;
@@ -255,4 +259,9 @@ function reasonFor(leases: readonly RunningLeaseView[]): WaitReason {
     leases.reduce((n, l) => n + l.card_indexes.length, 0),
     Math.max(...leases.map((l) => l.grace_seconds)),
   );
+}
+
+/** The host room `lease` gives back when it ends: its memory, task-dir disk or CPUs (0 when none). */
+function roomOf(lease: RunningLeaseView, name: RoomName): number {
+  return lease[name] ?? 0;
 }

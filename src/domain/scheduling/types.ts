@@ -180,6 +180,9 @@ export interface RunningLeaseView {
   grace_seconds: number;
   /** The host CPUs it holds (its spec's `limits.cpus`, the lease's `cpus`); absent or 0: none. */
   cpus?: number | undefined;
+  /** The host memory and task-dir disk its task was given, MiB (the lease's); absent: none counted. */
+  memory_mib?: number | undefined;
+  disk_mib?: number | undefined;
   /** The queued task its cards are being reclaimed for, once asked; null or absent: not asked. */
   preempting_for?: string | null | undefined;
   /**

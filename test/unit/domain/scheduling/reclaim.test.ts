@@ -217,6 +217,26 @@ describe('reclaim by preemption', () => {
     expect(decide(withCpus, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a3', 'a2']);
   });
 
+  it('attack: never preempts for a task whose memory the host could not give even with its victims’ memory back', () => {
+    // w1: 256 GiB of RAM, almost all promised to a non-preemptible task elsewhere on it; team-a's
+    // preemptible leases were given none (not recorded). b1 asks 2 cards and 64 GiB: stopping team-a
+    // frees cards but no memory, so b1 could still not start there.
+    const host = { memory_mib: 262_144, cpus: 64, disk_mib: 10_485_760 };
+    const s = snapshot({ tasks: [{ ...task('b1', 'team-b'), limits: { memory_mib: 65_536 } }] });
+    s.workers = [{ ...s.workers[0]!, host, memory_committed_mib: 250_000 }];
+    expect(decide(s, 1_000).preemptions).toEqual([]);
+    // With the memory there, it reclaims as before.
+    s.workers = [{ ...s.workers[0]!, host, memory_committed_mib: 0 }];
+    expect(decide(s, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a3']);
+    // A victim that was given memory gives it back too: a2's 128 GiB (of the 250,000 MiB) make room.
+    const withMemory = snapshot({
+      tasks: [{ ...task('b1', 'team-b'), limits: { memory_mib: 65_536 } }],
+      running: [0, 1, 2, 3].map((n) => lease(n, n === 2 ? { memory_mib: 131_072 } : {})),
+    });
+    withMemory.workers = [{ ...s.workers[0]!, host, memory_committed_mib: 250_000 }];
+    expect(decide(withMemory, 1_000).preemptions.map((p) => p.task_id)).toEqual(['a3', 'a2']);
+  });
+
   it('attack: cards already being reclaimed from an account count as given back: it is never taken below its nominal share', () => {
     // team-a (nominal 4) holds 8: a3 and a2 are already stopping for b1 and b2 (4 cards on their way
     // back), so team-a is down to its share; team-c's c1, within its own, must not stop a1 or a0 too.
