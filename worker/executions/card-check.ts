@@ -11,6 +11,25 @@ import type { CardSampler } from '../samplers/card-sampler.js';
 /** VRAM use at or under this percent of the total counts as clean when the plan names no threshold. */
 export const DEFAULT_CLEAN_VRAM_PCT = 2;
 
+const NO_CARDS: ReadonlySet<number> = new Set();
+
+/** Whether `found`, a MIG slice, shares its GPU instance with a compute instance another task holds. */
+function sharesMemoryWithOthers(
+  found: CardSample,
+  sampled: readonly CardSample[],
+  heldByOthers: ReadonlySet<number>,
+): boolean {
+  const mig = found.mig;
+  if (mig === undefined || mig === null || heldByOthers.size === 0) return false;
+  return sampled.some(
+    (c) =>
+      c.index !== found.index &&
+      heldByOthers.has(c.index) &&
+      c.mig?.parent_index === mig.parent_index &&
+      c.mig.gpu_instance === mig.gpu_instance,
+  );
+}
+
 /** Why `cards` cannot be run on, given the latest sample; null when they can. */
 export function leasedCardsProblem(
   leased: readonly LeasedCard[],
@@ -70,6 +89,7 @@ export function dirtyCardsProblem(
   leased: readonly LeasedCard[],
   sampled: readonly CardSample[],
   thresholdPct: number = DEFAULT_CLEAN_VRAM_PCT,
+  heldByOthers: ReadonlySet<number> = NO_CARDS,
 ): string | null {
   const problems: string[] = [];
   for (const card of leased) {
@@ -82,6 +102,10 @@ export function dirtyCardsProblem(
       const list = found.processes.map((p) => `${p.pid} (${p.name})`).join(', ');
       problems.push(`card ${card.index} still has compute processes: ${list}`);
     }
+    // A MIG compute instance reports its GPU instance's memory, which sibling compute instances of the
+    // same GPU instance share: while another task holds one of them, the memory in use is not this
+    // slice's to judge (ADR 0046 §7), so only the rest of the check applies.
+    if (sharesMemoryWithOthers(found, sampled, heldByOthers)) continue;
     const used = found.memory_used_mib;
     const total = found.memory_total_mib;
     const pct =
@@ -97,17 +121,19 @@ export function dirtyCardsProblem(
 }
 
 /**
- * The executor's `checkCardsClean` for `leased`: samples again and applies `dirtyCardsProblem`.
+ * The executor's `checkCardsClean` for `leased`: samples again and applies `dirtyCardsProblem`, with
+ * `heldByOthers` the card indexes the worker's other running executions hold at that moment.
  * Undefined for simulated cards, which hold no memory and show no processes of their own.
  */
 export function cardsCleanCheck(
   sampler: CardSampler,
   leased: readonly LeasedCard[],
   thresholdPct: number = DEFAULT_CLEAN_VRAM_PCT,
+  heldByOthers: () => ReadonlySet<number> = () => NO_CARDS,
 ): (() => Promise<{ clean: boolean; detail?: string }>) | undefined {
   if (sampler.provider === 'sim') return undefined;
   return async () => {
-    const problem = dirtyCardsProblem(leased, await sampler.sample(), thresholdPct);
+    const problem = dirtyCardsProblem(leased, await sampler.sample(), thresholdPct, heldByOthers());
     return problem === null ? { clean: true } : { clean: false, detail: problem };
   };
 }

@@ -384,6 +384,14 @@ export class ExecutionManager {
     return moved;
   }
 
+  /** The card indexes the other running executions hold (a MIG slice's siblings may be among them). */
+  private cardsHeldBesides(id: string): ReadonlySet<number> {
+    const held = new Set<number>();
+    for (const [other, run] of this.running)
+      if (other !== id) for (const card of run.plan.cards) held.add(card.index);
+    return held;
+  }
+
   /**
    * Runs `plan` from `from`, the phase recorded for it: `accepted` for a fresh run; for a resumed one
    * (`resume`), the phase the previous worker process recorded. `begin` starts (or resumes) it.
@@ -395,7 +403,9 @@ export class ExecutionManager {
   ): void {
     const { outbox, logger } = this.deps;
     const id = plan.execution_id;
-    const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct);
+    const check = cardsCleanCheck(this.deps.sampler, plan.cards, plan.vram_clean_pct, () =>
+      this.cardsHeldBesides(id),
+    );
     // Logs take the log lane (link/log-lane.ts): a seq only at their fair turn, behind no report.
     const onLog = (stream: 'stdout' | 'stderr', offset: number, data: string) => {
       outbox.enqueueLog(id, stream, offset, data);

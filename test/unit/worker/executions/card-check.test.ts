@@ -85,6 +85,54 @@ describe('the run check on MIG cards (ADR 0046)', () => {
   });
 });
 
+describe('the cleanup check of a MIG compute instance that shares its GPU instance (ADR 0046 §7)', () => {
+  // GPU instance 1 split into two compute instances: nvidia-smi gives both rows the GPU instance's memory.
+  const ci = (n: number): CardSample =>
+    card({
+      index: migCardIndex(0, 1, n),
+      uuid: `MIG-ci${n}`,
+      memory_used_mib: 20_000,
+      memory_total_mib: 40_192,
+      mig: {
+        parent_index: 0,
+        parent_uuid: 'GPU-0',
+        profile: '1c.3g.40gb',
+        gpu_instance_profile: '3g.40gb',
+        gpu_instance: 1,
+        compute_instance: n,
+        compute_slices: 1,
+        gi_access_minor: 12,
+        ci_access_minor: 13 + n,
+        memory_source: 'instance',
+      },
+    });
+  const other = card({
+    index: migCardIndex(0, 2, 0),
+    uuid: 'MIG-other',
+    memory_used_mib: 20_000,
+    memory_total_mib: 40_192,
+    mig: { ...ci(0).mig!, gpu_instance: 2, compute_instance: 0 },
+  });
+  const sampled = [card({ mig_mode: 'enabled' }), ci(0), ci(1), other];
+  const mine = [{ index: migCardIndex(0, 1, 0), uuid: 'MIG-ci0' }];
+
+  it('does not judge the memory while another task holds a sibling compute instance: it is theirs too', () => {
+    expect(dirtyCardsProblem(mine, sampled, 2, new Set([migCardIndex(0, 1, 1)]))).toBeNull();
+  });
+
+  it('judges it as before when no sibling is held by another task (the memory is its own), or only another GPU instance is', () => {
+    expect(dirtyCardsProblem(mine, sampled)).toMatch(/still uses 20000 MiB of 40192 MiB/);
+    expect(dirtyCardsProblem(mine, sampled, 2, new Set([migCardIndex(0, 2, 0)]))).toMatch(/still uses/);
+    // Processes are still a problem whoever else holds a sibling.
+    const busy = sampled.map((c) =>
+      c.index === mine[0]!.index ? { ...c, processes: [{ pid: 7, name: 'x', used_memory_mib: 1 }] } : c,
+    );
+    expect(dirtyCardsProblem(mine, busy, 2, new Set([migCardIndex(0, 1, 1)]))).toMatch(
+      /compute processes: 7/,
+    );
+  });
+});
+
 describe('a leased card gone under a running task (ADR 0046 §7)', () => {
   const slice = migCardIndex(0, 2, 0);
   const leasedSlice = [{ index: slice, uuid: 'MIG-a' }];
