@@ -100,7 +100,12 @@ export function slurmExit(e: SlurmEnd): ExecutionExit {
   // Slurm's ExitCode is the batch script's: only a job that ended by itself (COMPLETED, FAILED) has
   // the task's. A cancelled or timed-out job's "0:15" must not read as a clean exit 0.
   const byItself = ended.state === 'COMPLETED' || ended.state === 'FAILED';
-  const exitCode = e.exitFileCode ?? (byItself ? ended.exitCode : null);
+  // A job the broker itself ended (its scancel: a cancel, a preemption, the time limit) that Slurm did
+  // not see end by itself was cut: whatever status the step left in exit.json (srun can return 0 for a
+  // step it tore down) is not the task finishing, so it carries no exit code and the kill reason stands.
+  // (Seen on Slurm 22.05: a cancel 60 ms after the task step started ended COMPLETED, exit 0.)
+  const cut = e.killReason !== null && !byItself;
+  const exitCode = cut ? null : (e.exitFileCode ?? (byItself ? ended.exitCode : null));
   const signal = ended.signal !== null && ended.signal !== 0 ? signalName(ended.signal) : null;
   const verdict = slurmVerdict({
     killReason: e.killReason,
@@ -113,7 +118,7 @@ export function slurmExit(e: SlurmEnd): ExecutionExit {
     ...(e.memoryLimitMib === undefined ? {} : { memoryLimitMib: e.memoryLimitMib }),
   });
   return {
-    exit_code: e.exitFileCode === null && signal !== null ? null : exitCode,
+    exit_code: cut || (e.exitFileCode === null && signal !== null) ? null : exitCode,
     // (exit.json exists only when the task's srun step returned, so then its code is the task's.)
     signal,
     failure_reason: verdict.failure,

@@ -421,8 +421,10 @@ describe.runIf(slurmUp)('Slurm backend against a real Slurm', () => {
     // A cancel that lands between binding.json and the task's srun step used to start the task anyway
     // (job.sh swallowed the SIGTERM) and wait for Slurm's KillWait; test/integration/worker/slurm/cli/
     // job-log-cap.test.ts pins that job.sh now never starts it.
-    // Up to 100 s: one loaded CI run (2026-12-06) did not see it settle within 60 s; the cause was not
-    // found (a busy slurmctld can make scancel and scontrol each wait out the driver's 30 s timeout).
+    // Up to 100 s: on a loaded machine Slurm can keep a job COMPLETING for ~66 s after the scancel (its
+    // step's IO abandoned after 60 s, seen 2026-12-06), and the worker waits for the end, as it must:
+    // the GPUs are not free before. (That run also showed the step's exit.json saying 0 for a job it had
+    // cancelled: it now ends CANCELLED, not COMPLETED; job-outcome.test.ts pins it.)
     const done = await waitUntilSettled(alice, taskId, 100_000);
     expect(done, JSON.stringify(done)).toMatchObject({ state: 'CANCELLED' });
     expect(jobState(jobId)).not.toMatch(/RUNNING|PENDING/);

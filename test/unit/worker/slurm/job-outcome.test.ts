@@ -7,6 +7,7 @@ import {
   JobLogTail,
   type SlurmOutcome,
   signalName,
+  slurmExit,
   slurmVerdict,
 } from '../../../../worker/slurm/job-outcome.js';
 import { LogBudget } from '../../../../worker/task-io/log-budget.js';
@@ -50,6 +51,35 @@ describe('slurmVerdict', () => {
       'KILLED_BY_SIGNAL',
     );
     expect(signalName(15)).toBe('SIGTERM');
+  });
+});
+
+describe('slurmExit', () => {
+  const end = (
+    state: 'CANCELLED' | 'COMPLETED' | 'TIMEOUT',
+    killReason: SlurmOutcome['killReason'],
+    exitFileCode: number | null,
+  ) =>
+    slurmExit({
+      ended: { state, exitCode: 0, signal: state === 'COMPLETED' ? null : 15 },
+      lostDetail: null,
+      exitFileCode,
+      killReason,
+      collection: { outputs: [], errors: [], requiredMissing: false },
+      setupErrors: [],
+      logErrors: [],
+    });
+
+  it('a job the broker cancelled that Slurm ended CANCELLED carries no exit code, even when exit.json says 0', () => {
+    // srun can return 0 for a step it tore down: exit 0 would read as a clean finish (COMPLETED).
+    expect(end('CANCELLED', 'CANCELLED', 0)).toMatchObject({ exit_code: null, failure_reason: 'CANCELLED' });
+    expect(end('CANCELLED', 'PREEMPTED', 0)).toMatchObject({ exit_code: null, failure_reason: 'PREEMPTED' });
+    expect(end('TIMEOUT', 'TIMED_OUT', 0)).toMatchObject({ exit_code: null, failure_reason: 'TIMED_OUT' });
+  });
+
+  it('a job that finished by itself keeps its exit code, even if a cancel was asked as it ended', () => {
+    expect(end('COMPLETED', 'CANCELLED', 0)).toMatchObject({ exit_code: 0, failure_reason: 'CANCELLED' });
+    expect(end('COMPLETED', null, 0)).toMatchObject({ exit_code: 0, failure_reason: null });
   });
 });
 
