@@ -1,4 +1,10 @@
-import type { CardView, SchedulingConfig, WorkerView } from '../../src/domain/scheduling/types.js';
+import type {
+  AccountView,
+  CardView,
+  ModelQuotaView,
+  SchedulingConfig,
+  WorkerView,
+} from '../../src/domain/scheduling/types.js';
 
 /**
  * Scheduler snapshots for the pure scheduling tests: an idle simulated card, a worker of such cards
@@ -43,5 +49,31 @@ export function simWorkerView(id: string, leased: readonly number[] = [], count 
     isolation: 'bwrap',
     container_engine: null,
     cards: Array.from({ length: count }, (_, i) => simCardView(i, leased.includes(i))),
+  };
+}
+
+/** An account under root with half the shares, no usage, no cards held and no quotas, `over` last. */
+export function accountView(over: Partial<AccountView> = {}): AccountView {
+  return {
+    share: 0.5,
+    usage: 0,
+    running_cards: 0,
+    parent: 'root',
+    nominal_cards: null,
+    borrowing_limit: null,
+    budget: null,
+    ...over,
+  };
+}
+
+/** An account's quota for one card model (ADR 0048) with no limits set, `over` last. */
+export function modelQuotaView(model: string, over: Partial<ModelQuotaView> = {}): ModelQuotaView {
+  return {
+    model,
+    words: ` ${model.toLowerCase()} `,
+    nominal_cards: null,
+    borrowing_limit: null,
+    budget: null,
+    ...over,
   };
 }

@@ -1,7 +1,7 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import type { TaskSpec } from '../../../src/contracts/task-spec.js';
-import { Store } from '../../../src/store/store.js';
+import type { Store } from '../../../src/store/store.js';
 import type { TaskRecord } from '../../../src/store/tasks-repo.js';
+import { seededTask, storeWithRevision } from '../../support/store-seed.js';
 
 /**
  * ADR 0049: each live lease card's `limit_ends_at` (its task's started_at + time_limit_seconds) is what
@@ -11,61 +11,15 @@ import type { TaskRecord } from '../../../src/store/tasks-repo.js';
 
 let store: Store;
 beforeEach(() => {
-  store = Store.open(':memory:');
-  store.principals.insert({
-    id: 'prin_a',
-    name: 'a',
-    roles: ['submitter'],
-    worker_id: null,
-    created_at: 1,
-    token_hash: 'f'.repeat(64),
-  });
-  store.proposals.insert({
-    id: 'prop_1',
-    owner_id: 'prin_a',
-    state: 'IN_REVIEW',
-    current_revision_id: 'rev_1',
-    task_id: null,
-    created_at: 1,
-    updated_at: 1,
-    expires_at: 10,
-  });
-  store.proposals.insertRevision({
-    id: 'rev_1',
-    proposal_id: 'prop_1',
-    number: 1,
-    spec: { title: 't' } as TaskSpec,
-    digest: 'd'.repeat(64),
-    findings: [],
-    created_by: 'prin_a',
-    created_at: 1,
-    confirmed_at: 1,
-  });
+  store = storeWithRevision();
 });
 afterEach(() => store.close());
 
 function task(over: Partial<TaskRecord>): TaskRecord {
-  return {
-    id: 'task_1',
-    proposal_id: 'prop_1',
-    revision_id: 'rev_1',
-    owner_id: 'prin_a',
-    spec: { title: 'T', cards: { count: 1 }, time_limit_seconds: 600 } as TaskSpec,
-    spec_digest: 'd'.repeat(64),
-    priority: 0,
-    state: 'RUNNING',
-    desired: 'run',
-    reason: null,
-    failure_reason: null,
-    exit_code: null,
-    signal: null,
-    approved_at: 1,
-    created_at: 1,
-    updated_at: 1,
-    started_at: 10_000,
-    finished_at: null,
-    ...over,
-  };
+  return seededTask(
+    { time_limit_seconds: 600 },
+    { state: 'RUNNING', reason: null, started_at: 10_000, ...over },
+  );
 }
 
 function lease(id: string, state: 'ACTIVE' | 'RELEASING', epoch: number) {

@@ -1,8 +1,8 @@
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { canonicalJson, canonicalJsonWith } from '../../../src/contracts/canonical-json.js';
 import type { TaskSpec } from '../../../src/contracts/task-spec.js';
-import { Store } from '../../../src/store/store.js';
-import type { TaskRecord } from '../../../src/store/tasks-repo.js';
+import type { Store } from '../../../src/store/store.js';
+import { seededTask, storeWithRevision } from '../../support/store-seed.js';
 
 /**
  * docs/performance.md: an execution report and a wait_for_task wake-up read a task's state facts and
@@ -12,62 +12,11 @@ import type { TaskRecord } from '../../../src/store/tasks-repo.js';
 
 let store: Store;
 beforeEach(() => {
-  store = Store.open(':memory:');
-  store.principals.insert({
-    id: 'prin_a',
-    name: 'a',
-    roles: ['submitter'],
-    worker_id: null,
-    created_at: 1,
-    token_hash: 'f'.repeat(64),
-  });
-  store.proposals.insert({
-    id: 'prop_1',
-    owner_id: 'prin_a',
-    state: 'IN_REVIEW',
-    current_revision_id: 'rev_1',
-    task_id: null,
-    created_at: 1,
-    updated_at: 1,
-    expires_at: 10,
-  });
-  store.proposals.insertRevision({
-    id: 'rev_1',
-    proposal_id: 'prop_1',
-    number: 1,
-    spec: { title: 't' } as TaskSpec,
-    digest: 'd'.repeat(64),
-    findings: [],
-    created_by: 'prin_a',
-    created_at: 1,
-    confirmed_at: 1,
-  });
+  store = storeWithRevision();
 });
 afterEach(() => store.close());
 
-function task(spec: Partial<TaskSpec>, over: Partial<TaskRecord> = {}): TaskRecord {
-  return {
-    id: 'task_1',
-    proposal_id: 'prop_1',
-    revision_id: 'rev_1',
-    owner_id: 'prin_a',
-    spec: { title: 'T', cards: { count: 1 }, ...spec } as TaskSpec,
-    spec_digest: 'd'.repeat(64),
-    priority: 0,
-    state: 'QUEUED',
-    desired: 'run',
-    reason: { code: 'pending_scheduling', message: 'waiting' },
-    failure_reason: null,
-    exit_code: null,
-    signal: null,
-    approved_at: 1,
-    created_at: 1,
-    updated_at: 1,
-    started_at: null,
-    finished_at: null,
-    ...over,
-  };
-}
+const task = seededTask;
 
 describe('task facts', () => {
   it('reads state, reason code and declared outputs as the whole record has them', () => {

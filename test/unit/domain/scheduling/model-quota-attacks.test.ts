@@ -4,13 +4,17 @@ import { decide } from '../../../../src/domain/scheduling/decide.js';
 import type {
   AccountView,
   CardView,
-  ModelQuotaView,
   QueuedTaskView,
   RunningLeaseView,
   SchedulingSnapshot,
   WorkerView,
 } from '../../../../src/domain/scheduling/types.js';
-import { SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
+import {
+  accountView,
+  modelQuotaView,
+  SCHEDULING_CONFIG,
+  simWorkerView,
+} from '../../../support/scheduling-views.js';
 
 /**
  * A hostile review of quotas per card model (ADR 0048) in the pass: a task cannot dodge a full model by
@@ -73,25 +77,9 @@ const task = (
   ...over,
 });
 
-const quota = (model: string, over: Partial<ModelQuotaView> = {}): ModelQuotaView => ({
-  model,
-  words: ` ${model.toLowerCase()} `,
-  nominal_cards: null,
-  borrowing_limit: null,
-  budget: null,
-  ...over,
-});
+const quota = modelQuotaView;
 
-const account = (over: Partial<AccountView>): AccountView => ({
-  share: 0.5,
-  usage: 0,
-  running_cards: 0,
-  parent: 'root',
-  nominal_cards: null,
-  borrowing_limit: null,
-  budget: null,
-  ...over,
-});
+const account = accountView;
 
 function snapshot(
   tasks: QueuedTaskView[],

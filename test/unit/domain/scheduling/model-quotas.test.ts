@@ -3,13 +3,17 @@ import { describe, expect, it } from 'vitest';
 import { decide } from '../../../../src/domain/scheduling/decide.js';
 import type {
   AccountView,
-  ModelQuotaView,
   QueuedTaskView,
   RunningLeaseView,
   SchedulingSnapshot,
   WorkerView,
 } from '../../../../src/domain/scheduling/types.js';
-import { SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
+import {
+  accountView,
+  modelQuotaView,
+  SCHEDULING_CONFIG,
+  simWorkerView,
+} from '../../../support/scheduling-views.js';
 
 /**
  * Quotas per account and card model (ADR 0048; decide's step 4c, reclaim): a task goes to a model its
@@ -35,25 +39,9 @@ const task = (id: string, account: string, count = 1, model?: string): QueuedTas
   cards: { count, ...(model === undefined ? {} : { model }) },
 });
 
-const quota = (model: string, over: Partial<ModelQuotaView> = {}): ModelQuotaView => ({
-  model,
-  words: ` ${model.toLowerCase()} `,
-  nominal_cards: null,
-  borrowing_limit: null,
-  budget: null,
-  ...over,
-});
+const quota = modelQuotaView;
 
-const account = (over: Partial<AccountView>): AccountView => ({
-  share: 0.5,
-  usage: 0,
-  running_cards: 0,
-  parent: 'root',
-  nominal_cards: null,
-  borrowing_limit: null,
-  budget: null,
-  ...over,
-});
+const account = accountView;
 
 /** w1: 4 H100s, w2: 4 A100s (w1 first in best fit's ties); the accounts as given under root. */
 function snapshot(

@@ -1,11 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { decide } from '../../../../src/domain/scheduling/decide.js';
-import type {
-  AccountView,
-  RunningLeaseView,
-  SchedulingSnapshot,
-} from '../../../../src/domain/scheduling/types.js';
-import { SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
+import type { RunningLeaseView, SchedulingSnapshot } from '../../../../src/domain/scheduling/types.js';
+import { accountView, SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
 
 /**
  * Reclaim for a task that holds a reservation (decide's steps 6 and 9): the free cards it holds are its
@@ -28,16 +24,7 @@ const lease = (n: number): RunningLeaseView => ({
   grace_seconds: 30,
 });
 
-const account = (over: Partial<AccountView>): AccountView => ({
-  share: 0.5,
-  usage: 0,
-  running_cards: 0,
-  parent: 'root',
-  nominal_cards: null,
-  borrowing_limit: null,
-  budget: null,
-  ...over,
-});
+const account = accountView;
 
 /** w1: 0-5 held by team-a (3 preemptible leases of 2, borrowing), 6-7 free; team-b (nominal 4) asks 4. */
 function snapshot(approvedAt: number): SchedulingSnapshot {

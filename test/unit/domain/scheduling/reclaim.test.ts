@@ -7,7 +7,7 @@ import type {
   RunningLeaseView,
   SchedulingSnapshot,
 } from '../../../../src/domain/scheduling/types.js';
-import { SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
+import { accountView, SCHEDULING_CONFIG, simWorkerView } from '../../../support/scheduling-views.js';
 
 /**
  * Reclaim by preemption (src/domain/scheduling/reclaim.ts, decide's step 9): a task whose account asks
@@ -42,16 +42,7 @@ const lease = (n: number, over: Partial<RunningLeaseView> = {}): RunningLeaseVie
   ...over,
 });
 
-const account = (over: Partial<AccountView>): AccountView => ({
-  share: 0.5,
-  usage: 0,
-  running_cards: 0,
-  parent: 'root',
-  nominal_cards: null,
-  borrowing_limit: null,
-  budget: null,
-  ...over,
-});
+const account = accountView;
 
 /** w1's 8 cards all held by team-a (4 leases of 2), team-b asking; team-b's nominal 4. */
 function snapshot(over: Partial<SchedulingSnapshot> = {}, accounts: Record<string, AccountView> = {}) {
