@@ -170,7 +170,7 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
       const clock = new AdvancingClock();
       const { plan, handle, chunks } = start(
         sh(
-          'sleep 600 & s=$!; bomb() { bomb & bomb & wait; }; bomb 2>/dev/null & read t0 _ </proc/uptime; t0=${t0%.*}; while :; do c=0; for p in /proc/[0-9]*; do c=$((c+1)); done; [ $c -ge 40 ] && break; read t _ </proc/uptime; [ ${t%.*} -ge $((t0 + 15)) ] && break; done; echo "n=$c"; wait $s',
+          'sleep 600 & s=$!; bomb() { bomb & bomb & wait; }; bomb 2>/dev/null & IFS=. read t0 _ </proc/uptime; while :; do c=0; for p in /proc/[0-9]*; do c=$((c+1)); done; [ $c -ge 40 ] && break; IFS=. read t _ </proc/uptime; [ $t -ge $((t0 + 15)) ] && break; done; echo "n=$c"; wait $s',
         ),
         {},
         // The time limit ends it; 20 s leaves the count time to be printed under the whole suite's load,
