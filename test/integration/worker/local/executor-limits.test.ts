@@ -161,16 +161,18 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
     });
 
     it('holds a fork bomb at the pids limit and kills it all at the end', async () => {
-      // Each shell forks as fast as it can; the kernel refuses fork past pids.max. Once the bomb runs,
-      // the task's own shell never forks again (dash exits on a fork that fails): it counts its
-      // processes with builtins (a glob) until the bomb has filled the namespace, prints the count, and
-      // waits (a builtin) for a sleep it started before the bomb, until the time limit ends it all. The
-      // count is bounded by time (read from /proc/uptime, a builtin), not by a number of passes: under
-      // load the bomb's first fork can come after thousands of quick passes (CI once printed n=3).
+      // Each shell forks two more as fast as it can, then blocks opening a FIFO no one writes; the
+      // kernel refuses fork past pids.max, and a shell whose fork fails exits (dash does). A bomb whose
+      // shells waited for their children instead could die out under load (CI printed n=3 twice: the
+      // tree collapsed from its failing leaves before the count looked); blocked shells hold their
+      // slots, so the namespace stays full. Once the bomb runs the task's own shell never forks again:
+      // it counts its processes with builtins (a glob) until the bomb has filled the namespace or 15 s
+      // have passed (read from /proc/uptime, a builtin), prints the count, and waits (a builtin) for a
+      // sleep it started before the bomb, until the time limit ends it all.
       const clock = new AdvancingClock();
       const { plan, handle, chunks } = start(
         sh(
-          'sleep 600 & s=$!; bomb() { bomb & bomb & wait; }; bomb 2>/dev/null & IFS=. read t0 _ </proc/uptime; while :; do c=0; for p in /proc/[0-9]*; do c=$((c+1)); done; [ $c -ge 40 ] && break; IFS=. read t _ </proc/uptime; [ $t -ge $((t0 + 15)) ] && break; done; echo "n=$c"; wait $s',
+          'mkfifo /tmp/hold; sleep 600 & s=$!; bomb() { bomb & bomb & read x </tmp/hold; }; bomb 2>/dev/null & IFS=. read t0 _ </proc/uptime; while :; do c=0; for p in /proc/[0-9]*; do c=$((c+1)); done; [ $c -ge 40 ] && break; IFS=. read t _ </proc/uptime; [ $t -ge $((t0 + 15)) ] && break; done; echo "n=$c"; wait $s',
         ),
         {},
         // The time limit ends it; 20 s leaves the count time to be printed under the whole suite's load,
