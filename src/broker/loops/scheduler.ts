@@ -131,6 +131,14 @@ export class Scheduler implements TaskObserver {
     const started = performance.now();
     try {
       const now = this.deps.clock.now();
+      // 0. Nothing queued to run: a pass decides nothing (grants, wait reasons, reservations and reclaim
+      //    all start from a queued task), so it reads nothing more. Half the passes of a busy pool find
+      //    the queue empty: a lease's release asks for one (docs/performance.md "e2e").
+      if (!this.queuedRows(now).some((t) => t.desired === 'run')) {
+        this.queue = new Map();
+        this.failingGrants.clear();
+        return { grants: [], waiting: [], reservations: [], preemptions: [] };
+      }
       const snapshot = this.snapshot(now);
       const decision = decide(snapshot, now, this.requirements);
       let conflicts = 0;
@@ -337,6 +345,15 @@ export class Scheduler implements TaskObserver {
     return out;
   }
 
+  /** The queued rows, read in full at least every FULL_QUEUE_READ_INTERVAL_MS (else only what changed). */
+  private queuedRows(now: number): QueuedTaskRow[] {
+    if (!(now - this.fullQueueReadAt < FULL_QUEUE_READ_INTERVAL_MS)) {
+      this.deps.store.tasks.forgetQueued();
+      this.fullQueueReadAt = now;
+    }
+    return this.deps.store.tasks.queuedForScheduling();
+  }
+
   /** Step 1: everything `decide` reads. */
   snapshot(now: number): SchedulingSnapshot {
     const { store, config } = this.deps;
@@ -354,10 +371,7 @@ export class Scheduler implements TaskObserver {
       for (const index of run.reserved_cards) reservedFor.set(`${run.worker_id}/${index}`, run.id);
     }
     const workers = this.fleet.workerViews(store, now);
-    if (!(now - this.fullQueueReadAt < FULL_QUEUE_READ_INTERVAL_MS)) {
-      store.tasks.forgetQueued();
-      this.fullQueueReadAt = now;
-    }
+    const queued = this.queuedRows(now);
     if (reservedFor.size > 0)
       for (const w of workers)
         w.cards = w.cards.map((c) => ({
@@ -370,7 +384,7 @@ export class Scheduler implements TaskObserver {
       accountList.filter((a) => a.max_priority !== null).map((a) => [a.name, a.max_priority as number]),
     );
     const tasks: QueuedTaskView[] = [];
-    for (const t of store.tasks.queuedForScheduling()) {
+    for (const t of queued) {
       if (t.desired !== 'run') continue;
       const view = queuedView(this.views, t, this.account(t.owner_id), this.maxPriority);
       const run_id = runBySubmitter.get(t.owner_id);

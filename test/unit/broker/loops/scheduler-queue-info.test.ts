@@ -1,5 +1,6 @@
-import { afterEach, describe, expect, it } from 'vitest';
+import { afterEach, describe, expect, it, vi } from 'vitest';
 import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
+import { cancelTaskAs } from '../../../../src/broker/tools/tasks.js';
 import type { BrokerFixture } from '../../../support/deps.js';
 import { CARDS, enrolledCluster } from '../../../support/enrolled-cluster.js';
 
@@ -31,5 +32,27 @@ describe('Scheduler.queueInfo', () => {
     expect(scheduler.queueInfo(waiting[1]!)?.reason).toMatchObject({ code: 'waiting_for_cards' });
     // A granted task has no queue info.
     expect(scheduler.queueInfo(decision.grants[0]!.task_id)).toBeNull();
+  });
+});
+
+describe('a pass over an empty queue', () => {
+  it('decides nothing, reads no snapshot, and forgets what the last pass published', async () => {
+    // Four cards for a 4-card task; the 1-card task after it waits.
+    const c = await enrolledCluster([CARDS, 1]);
+    f = c.f;
+    const scheduler = new Scheduler(f.deps, f.deps.cluster.fleet, f.deps.cluster.link);
+    const first = scheduler.runPass();
+    expect(first.grants).toHaveLength(1);
+    const waiting = first.waiting[0]!.task_id;
+    expect(scheduler.queueInfo(waiting)?.reason).toMatchObject({ code: 'waiting_for_cards' });
+    // The waiting task leaves the queue: the next pass finds nothing to run.
+    cancelTaskAs(f.deps, 'alice', f.deps.store.tasks.get(waiting)!);
+    const views = vi.spyOn(f.deps.cluster.fleet, 'workerViews');
+    const accounts = vi.spyOn(f.deps.store.accounts, 'list');
+    const second = scheduler.runPass();
+    expect(second).toEqual({ grants: [], waiting: [], reservations: [], preemptions: [] });
+    expect(views).not.toHaveBeenCalled();
+    expect(accounts).not.toHaveBeenCalled();
+    expect(scheduler.queueInfo(waiting)).toBeNull();
   });
 });
