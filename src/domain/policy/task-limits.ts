@@ -18,7 +18,7 @@ import type { Add } from './types.js';
  * Each limit is the spec's ask when it gives one, else the policy's per-card default times the cards
  * the task leases; an ask above the per-card maximum times the cards is an error finding
  * (LIMIT_OVER_POLICY), so the spec is saved as a draft but cannot go to review. The master resolves the
- * same way for the reviewer's view (sandboxOf) and for the plan (scheduler.ts sandboxOfPlan).
+ * same way for the reviewer's view (sandboxOf) and for the plan (src/broker/loops/pass-apply.ts sandboxOfPlan).
  */
 
 /** The largest value each limit can take, whatever the policy (the contract's bounds). */

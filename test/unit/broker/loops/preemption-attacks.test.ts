@@ -1,7 +1,8 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { sweepGrants } from '../../../../src/broker/loops/grant-sweep.js';
 import { sweepExecutions } from '../../../../src/broker/loops/liveness.js';
-import { PREEMPT_SLACK_SECONDS, Scheduler } from '../../../../src/broker/loops/scheduler.js';
+import { Scheduler } from '../../../../src/broker/loops/scheduler.js';
+import { PREEMPT_SLACK_SECONDS } from '../../../../src/broker/loops/snapshot.js';
 import { createPrincipal } from '../../../../src/broker/principals.js';
 import { createAccount } from '../../../../src/broker/tools/accounts.js';
 import { handleExecutionReport } from '../../../../src/broker/workers/reports.js';

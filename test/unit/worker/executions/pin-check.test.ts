@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
-import { pinnedFiles } from '../../../../src/broker/loops/scheduler.js';
+import { pinnedFiles } from '../../../../src/broker/loops/pass-apply.js';
 import { PolicySchema } from '../../../../src/contracts/policy.js';
 import { pinsProblem } from '../../../../worker/executions/pin-check.js';
 
