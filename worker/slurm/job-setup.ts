@@ -17,6 +17,7 @@ import type { SlurmBackend, SlurmExecutionOptions } from './backend.js';
 import type { PoolGres } from './cli/gres.js';
 import { jobFiles, type WrapperSandbox, writeJobFiles } from './cli/job-wrapper.js';
 import { hiddenPathList, splitBwrapArgs } from './cli/rank-script.js';
+import { GRES_TYPE } from './cli/sbatch-args.js';
 import type { SlurmSubmitRequest } from './cli/types.js';
 
 /** Variable names Slurm reads or sets itself: a spec may not set them for its task. */
@@ -108,12 +109,22 @@ export async function prepareSlurmJob(
  * profile, whichever the broker's slot named —, and on a pool with slices a whole card's type, since an
  * untyped `gpu:N` may be given a slice. Undefined: today's untyped `--gres=gpu:N`. A lease whose cards
  * the sample does not know, or of two types, is refused: the job would get other GPUs than reviewed.
+ * On a pool without slices, whole cards all of one type are asked for by it (their model names it, so a
+ * task placed for `cards.model: H100` gets H100s on a node that also has others); any other lease there
+ * is untyped as before (so is a type sbatch would not be given).
  */
 export function leaseGresType(
   plan: Pick<ExecutionPlan, 'cards'>,
   gres: PoolGres | null,
 ): { type: string; problem: null } | { type?: undefined; problem: string } | undefined {
-  if (gres === null || !gres.hasSlices) return undefined;
+  if (gres === null) return undefined;
+  if (!gres.hasSlices) {
+    const types = new Set(plan.cards.map((card) => gres.cards.get(card.index)?.type ?? null));
+    const [type] = [...types];
+    return types.size === 1 && typeof type === 'string' && GRES_TYPE.test(type)
+      ? { type, problem: null }
+      : undefined;
+  }
   const types = new Set<string | null>();
   let slices = 0;
   for (const card of plan.cards) {

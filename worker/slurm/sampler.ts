@@ -23,7 +23,10 @@ import { markerPrefix } from './job-setup.js';
  * partition's nodes and who holds their GPUs (the driver's `nodes()`, i.e. `scontrol show node/job`)
  * and reports the partition's GPUs as cards 0..N-1 over the nodes in name order:
  *
- *  - uuid `slurm:<node>:gpu<i>`; model `slurm gpu` (Slurm's gres says no more);
+ *  - uuid `slurm:<node>:gpu<i>`; model `slurm gpu`, followed by the GPU's GRES type where the node's
+ *    `Gres=` types it (`gpu:h100:4` → `slurm gpu h100`; a slice's AutoDetect type less its profile,
+ *    `nvidia_a100_80gb_pcie_1g.10gb` → `slurm gpu nvidia_a100_80gb_pcie`): a spec's `cards.model` and a
+ *    model quota then match it by words (`H100`, `A100`); an untyped GPU says no more than `slurm gpu`;
  *  - a GPU held by a job without this worker's comment marker carries a pseudo process
  *    `slurm job <id> <name>`, so the master derives BUSY_FOREIGN and the pool's free count drops;
  *  - GPUs of this worker's own jobs carry nothing: the master already counts them through its leases;
@@ -175,7 +178,7 @@ export function poolSample(
       const base: CardSample = {
         index: whole,
         uuid: `slurm:${node.name}:gpu${i}`.slice(0, 128),
-        model: simulated ? 'slurm gpu (simulated)' : 'slurm gpu',
+        model: slurmCardModel(pos, simulated),
         memory_used_mib: null,
         memory_total_mib: null,
         memory_used_pct: 0,
@@ -211,6 +214,23 @@ export function poolSample(
     }
   }
   return { cards, gres: { cards: gresCards, files, hasSlices } };
+}
+
+/**
+ * A pool card's model: `slurm gpu`, then the GRES type where there is one (a slice's less its profile,
+ * which its `mig` fields carry; a type that is only the profile names no model), then ` (simulated)` on
+ * a simulated pool.
+ */
+export function slurmCardModel(pos: Pick<GresPosition, 'type' | 'profile'>, simulated: boolean): string {
+  let type = pos.type;
+  if (type !== null && pos.profile !== null) {
+    const lower = type.toLowerCase();
+    if (lower === pos.profile) type = null;
+    else if (lower.endsWith(`_${pos.profile}`)) type = type.slice(0, -pos.profile.length - 1);
+  }
+  // The sample's model is at most 128 characters, " (simulated)" included.
+  const model = type === null || type === '' ? 'slurm gpu' : `slurm gpu ${type}`.slice(0, 110);
+  return simulated ? `${model} (simulated)` : model;
 }
 
 /** Whole cards a pool reports at most (indexes below MIG_INDEX_BASE). */

@@ -56,6 +56,49 @@ describe.runIf(avail.ok)(
       removeTempDirs();
     });
 
+    /** Submits `probe` in a rank sandbox through the job wrapper as `--gres=gpu:<gpuType>:1`; its job dir. */
+    const submitProbe = async (name: string, probe: string, gpuType: string): Promise<string> => {
+      const dir = join(root, name);
+      const taskDir = join(dir, 'task');
+      const argv = ['/bin/sh', '-c', probe];
+      const identity = setpriv !== null ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
+      const args = bwrapArgs({
+        system: systemMounts(),
+        taskDir,
+        hidden: [],
+        pinned: [],
+        devices: [],
+        network: 'none',
+        identity,
+        statusFd: null,
+        argv,
+      });
+      const sandbox: WrapperSandbox = {
+        bwrap: bwrap as string,
+        ...splitBwrapArgs(args, argv)!,
+        hidden: hiddenPathList([...ALWAYS_HIDDEN]),
+        gpuDevDir: '/nonexistent',
+        gresFiles: Object.fromEntries(gres.files),
+      };
+      const f = await writeJobFiles({ jobDir: dir, argv, sandbox });
+      mkdirSync(taskDir, { mode: 0o700 });
+      if (identity !== null) chownSync(taskDir, TASK_UID, TASK_UID);
+      const id = await driver.submit({
+        scriptPath: f.script,
+        stdout: f.stdout,
+        stderr: f.stderr,
+        chdir: taskDir,
+        jobName: `gbtest-mig-${name}-${process.pid}`,
+        comment: `gbtest-mig-${process.pid}`,
+        partition: 'gpu',
+        gpusPerNode: 1,
+        gpuType,
+        timeLimitSeconds: 120,
+      });
+      submitted.push(id);
+      return dir;
+    };
+
     it('the pool sampler reads the typed GRES and the gres.conf beside slurm.conf into slice cards with their minors', async () => {
       const nodes = await driver.nodes('gpu');
       expect(nodes.map((n) => [n.name, n.gpus, n.gresTypes])).toEqual([
@@ -86,6 +129,14 @@ describe.runIf(avail.ok)(
         ['0:mig:3/0', '1g.10gb', 30],
       ]);
       expect(sample.cards.every((c) => c.health === 'ok')).toBe(true);
+      // The whole card's model names its type (a spec's `cards.model: H100` matches it); the slices'
+      // types are their profiles.
+      expect(sample.cards.map((c) => c.model)).toEqual([
+        'slurm gpu h100 (simulated)',
+        'slurm gpu (simulated)',
+        'slurm gpu (simulated)',
+        'slurm gpu (simulated)',
+      ]);
     });
 
     it('two 1g.10gb jobs run at once, each on its slice: its own cap nodes open, the other slice’s do not exist', async () => {
@@ -100,47 +151,7 @@ describe.runIf(avail.ok)(
         'sleep 4',
       ].join('; ');
       const dirs: string[] = [];
-      for (const name of ['a', 'b']) {
-        const dir = join(root, name);
-        const taskDir = join(dir, 'task');
-        const argv = ['/bin/sh', '-c', probe];
-        const identity = setpriv !== null ? { uid: TASK_UID, gid: TASK_UID, setpriv } : null;
-        const args = bwrapArgs({
-          system: systemMounts(),
-          taskDir,
-          hidden: [],
-          pinned: [],
-          devices: [],
-          network: 'none',
-          identity,
-          statusFd: null,
-          argv,
-        });
-        const sandbox: WrapperSandbox = {
-          bwrap: bwrap as string,
-          ...splitBwrapArgs(args, argv)!,
-          hidden: hiddenPathList([...ALWAYS_HIDDEN]),
-          gpuDevDir: '/nonexistent',
-          gresFiles: Object.fromEntries(gres.files),
-        };
-        const f = await writeJobFiles({ jobDir: dir, argv, sandbox });
-        mkdirSync(taskDir, { mode: 0o700 });
-        if (identity !== null) chownSync(taskDir, TASK_UID, TASK_UID);
-        const id = await driver.submit({
-          scriptPath: f.script,
-          stdout: f.stdout,
-          stderr: f.stderr,
-          chdir: taskDir,
-          jobName: `gbtest-mig-${name}-${process.pid}`,
-          comment: `gbtest-mig-${process.pid}`,
-          partition: 'gpu',
-          gpusPerNode: 1,
-          gpuType: type?.type as string,
-          timeLimitSeconds: 120,
-        });
-        submitted.push(id);
-        dirs.push(dir);
-      }
+      for (const name of ['a', 'b']) dirs.push(await submitProbe(name, probe, type?.type as string));
       const outputs: string[] = [];
       for (const dir of dirs) {
         const exit = await waitFor(() => readExit(dir), {
@@ -162,6 +173,21 @@ describe.runIf(avail.ok)(
         for (const m of theirs ?? [])
           expect(out).toMatch(new RegExp(`open ${m}: .*No such file or directory`));
       }
+    });
+
+    it('a whole card asked for by its type is the one Slurm gives, not a slice beside it', async () => {
+      const whole = [...gres.cards].find(([, c]) => c.profile === null)?.[0] as number;
+      const type = leaseGresType({ cards: [{ index: whole, uuid: 'slurm:mig1:gpu0' }] }, gres);
+      expect(type).toEqual({ type: 'h100', problem: null });
+      const dir = await submitProbe('whole', 'echo "steps=$GPU_BROKER_GPU_IDS"', type?.type as string);
+      const exit = await waitFor(() => readExit(dir), {
+        timeoutMs: 90_000,
+        intervalMs: 200,
+        what: 'exit.json',
+      });
+      const out = readFileSync(join(dir, 'stdout.log'), 'utf8');
+      expect(exit.exit_code, `${out}\n${readFileSync(join(dir, 'stderr.log'), 'utf8')}`).toBe(0);
+      expect(out).toContain('steps=0\n');
     });
   },
 );

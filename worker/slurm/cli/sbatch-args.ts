@@ -15,7 +15,8 @@ import type { SlurmSubmitRequest } from './types.js';
 /** Names and comments the broker sets: printable, no whitespace, no `=`-confusion issues in `-o` output. */
 const MARKER = /^[A-Za-z0-9._:@%+-]{1,200}$/;
 /** A GRES type (`1g.10gb`, `nvidia_a100_80gb_pcie_1g.10gb`, `h100`): no `:`, `,` or whitespace. */
-const GRES_TYPE = /^[A-Za-z0-9._+-]{1,64}$/;
+/** A GRES type sbatch is given: Slurm's own characters, nothing that could end the option. */
+export const GRES_TYPE = /^[A-Za-z0-9._+-]{1,64}$/;
 /** sbatch options the driver sets itself: an operator's extra arg may not set them (ambiguous precedence). */
 const RESERVED_OPTIONS = [
   '--export',

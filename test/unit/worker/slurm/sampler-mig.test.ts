@@ -1,11 +1,12 @@
 import { describe, expect, it } from 'vitest';
 import { CardSampleSchema, cardLabel } from '../../../../src/contracts/sample.js';
+import { modelMatches } from '../../../../src/domain/scheduling/requirement.js';
 import { SlurmRequestError } from '../../../../worker/slurm/cli/errors.js';
 import { parseGresConf } from '../../../../worker/slurm/cli/gres.js';
 import { buildSbatchArgs } from '../../../../worker/slurm/cli/sbatch-args.js';
 import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { leaseGresType } from '../../../../worker/slurm/job-setup.js';
-import { poolCards, poolSample } from '../../../../worker/slurm/sampler.js';
+import { poolCards, poolSample, slurmCardModel } from '../../../../worker/slurm/sampler.js';
 
 /**
  * A Slurm pool with MIG slices as typed GRES (docs/slurm.md "MIG slices"): the slices become slice
@@ -181,10 +182,41 @@ describe('submitting a lease on a pool with slices', () => {
     ).toContain('untyped --gres=gpu:N could be given a slice');
   });
 
-  it('keeps today’s untyped flags on a pool without slices, and refuses a type that could smuggle options', () => {
-    const plain = poolSample([node('g1', { gresTypes: [{ type: 'a100', count: 4 }] })], nobody, false, null);
-    expect(leaseGresType({ cards: [{ index: 0, uuid: 'slurm:g1:gpu0' }] }, plain.gres)).toBeUndefined();
+  it('on a pool without slices asks for whole cards of one type by it, anything else untyped as before; refuses a type that could smuggle options', () => {
+    const typed = poolSample([node('g1', { gresTypes: [{ type: 'a100', count: 4 }] })], nobody, false, null);
+    const card = (i: number) => ({ index: i, uuid: `slurm:g1:gpu${i}` });
+    expect(leaseGresType({ cards: [card(0), card(3)] }, typed.gres)).toEqual({ type: 'a100', problem: null });
+    // A node with two types: a lease of one type asks for it; a lease across both stays untyped.
+    const mixed = poolSample(
+      [
+        node('g1', {
+          gresTypes: [
+            { type: 'h100', count: 2 },
+            { type: 'a100', count: 2 },
+          ],
+        }),
+      ],
+      nobody,
+      false,
+      null,
+    );
+    expect(mixed.cards.map((c) => c.model)).toEqual([
+      'slurm gpu h100',
+      'slurm gpu h100',
+      'slurm gpu a100',
+      'slurm gpu a100',
+    ]);
+    expect(leaseGresType({ cards: [card(2), card(3)] }, mixed.gres)).toEqual({ type: 'a100', problem: null });
+    expect(leaseGresType({ cards: [card(1), card(2)] }, mixed.gres)).toBeUndefined();
+    // Untyped GPUs, a card the sample does not know, no sample yet: untyped `gpu:N` as before.
+    const untyped = poolSample([node('g1', { gresTypes: [{ type: null, count: 4 }] })], nobody, false, null);
+    expect(untyped.cards.every((c) => c.model === 'slurm gpu')).toBe(true);
+    expect(leaseGresType({ cards: [card(0)] }, untyped.gres)).toBeUndefined();
+    expect(leaseGresType({ cards: [{ index: 9, uuid: 'x' }] }, typed.gres)).toBeUndefined();
     expect(leaseGresType({ cards: [{ index: 0, uuid: 'x' }] }, null)).toBeUndefined();
+    // A type sbatch would not be given (not Slurm's characters) is not asked for: untyped as before.
+    const odd = poolSample([node('g1', { gresTypes: [{ type: 'a100 x', count: 4 }] })], nobody, false, null);
+    expect(leaseGresType({ cards: [card(0)] }, odd.gres)).toBeUndefined();
     for (const bad of ['1g.10gb:2,gpu', '1g 10gb', '', 'x'.repeat(65), '--mem=1']) {
       const req = {
         scriptPath: '/j/job.sh',
@@ -196,5 +228,30 @@ describe('submitting a lease on a pool with slices', () => {
       };
       expect(() => buildSbatchArgs({ ...req, gpusPerNode: 1, gpuType: bad })).toThrow(SlurmRequestError);
     }
+  });
+});
+
+describe('a Slurm pool card’s model', () => {
+  it('names the GRES type, so that a spec’s cards.model and a model quota match it by words', () => {
+    const cards = poolCards([node('g1')], nobody, false, GRES_CONF);
+    // The whole card is typed h100; the slices' types are only their profiles, which name no model.
+    expect(cards.map((c) => c.model)).toEqual(['slurm gpu h100', 'slurm gpu', 'slurm gpu', 'slurm gpu']);
+    expect(poolCards([node('g1')], nobody, true, GRES_CONF)[0]?.model).toBe('slurm gpu h100 (simulated)');
+    // AutoDetect's slice types carry the card's name before the profile: the model keeps it.
+    expect(slurmCardModel({ type: 'nvidia_a100_80gb_pcie_1g.10gb', profile: '1g.10gb' }, false)).toBe(
+      'slurm gpu nvidia_a100_80gb_pcie',
+    );
+    expect(slurmCardModel({ type: 'NVIDIA_A100_1G.10GB', profile: '1g.10gb' }, false)).toBe(
+      'slurm gpu NVIDIA_A100',
+    );
+    expect(slurmCardModel({ type: null, profile: null }, true)).toBe('slurm gpu (simulated)');
+    const long = slurmCardModel({ type: 'x'.repeat(300), profile: null }, true);
+    expect(CardSampleSchema.shape.model.safeParse(long).success).toBe(true);
+    // Matched by words, as every card's model is (src/domain/scheduling/requirement.ts).
+    expect(modelMatches('slurm gpu h100', 'H100')).toBe(true);
+    expect(modelMatches('slurm gpu nvidia_h100_80gb_hbm3', 'H100')).toBe(true);
+    expect(modelMatches('slurm gpu nvidia_a100_80gb_pcie', 'A100')).toBe(true);
+    expect(modelMatches('slurm gpu a100', 'H100')).toBe(false);
+    expect(modelMatches('slurm gpu a100', 'A10')).toBe(false);
   });
 });
