@@ -1,10 +1,12 @@
 import { type CardSample, cardLabel } from '../../src/contracts/sample.js';
-import type { LeasedCard } from '../../src/contracts/worker-protocol.js';
+import type { ExecutionPlan, LeasedCard } from '../../src/contracts/worker-protocol.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
+import type { ExecutionSummary } from '../store/local-store.js';
 
 /**
  * Card checks of the worker daemon: before running (do the leased cards exist here, with the uuids the master
- * leased?) and for the cleanup receipt (docs/worker-protocol.md: no process left on the leased cards and
+ * leased? does another of this worker's executions still hold one?), while running (is a leased card
+ * gone from the samples: CARD_LOST) and for the cleanup receipt (docs/worker-protocol.md: no process left on the leased cards and
  * memory back under the threshold).
  */
 
@@ -136,4 +138,44 @@ export function cardsCleanCheck(
     const problem = dirtyCardsProblem(leased, await sampler.sample(), thresholdPct, heldByOthers());
     return problem === null ? { clean: true } : { clean: false, detail: problem };
   };
+}
+/**
+ * Successive successful samples that must lack a leased card before the worker stops its run: one odd
+ * sample never kills a task; two (one sample interval apart, 2 s by default) end it CARD_LOST.
+ */
+export const CARD_GONE_SAMPLES = 2;
+
+/**
+ * An exit that failed while a leased card was gone: CARD_LOST, the cards named first in its detail and
+ * the executor's own failure after them. A clean exit stays clean: the task finished before it noticed.
+ */
+export function cardLostSummary(summary: ExecutionSummary, lost: string | null): ExecutionSummary {
+  if (lost === null || summary.failure_reason === null) return summary;
+  const own = `the run ended ${summary.failure_reason}`;
+  return {
+    ...summary,
+    failure_reason: 'CARD_LOST',
+    detail: [lost, own, summary.detail]
+      .filter((d) => d !== undefined)
+      .join('; ')
+      .slice(0, 4096),
+  };
+}
+
+/**
+ * Why `plan` may not start while `unfinished` executions of this worker run: one of them still holds one
+ * of its cards (the master lost track of it, e.g. restored from a backup). Null when the cards are free.
+ */
+export function heldCardsProblem(
+  plan: ExecutionPlan,
+  unfinished: ReadonlyArray<{ execution_id: string; lease_epoch: number; plan: ExecutionPlan }>,
+): string | null {
+  const wanted = new Set(plan.cards.map((c) => c.index));
+  for (const e of unfinished) {
+    if (e.execution_id === plan.execution_id) continue;
+    const card = e.plan.cards.find((c) => wanted.has(c.index));
+    if (card !== undefined)
+      return `card ${card.index} is still held by execution ${e.execution_id} (lease epoch ${e.lease_epoch}) on this worker`;
+  }
+  return null;
 }

@@ -1,27 +1,22 @@
 import type { Logger } from 'pino';
 import type { CardSample } from '../../src/contracts/sample.js';
-import type {
-  ExecutionPlan,
-  FailureReason,
-  MasterMessage,
-  WorkerErrorCode,
-} from '../../src/contracts/worker-protocol.js';
+import type { ExecutionPlan, MasterMessage, WorkerErrorCode } from '../../src/contracts/worker-protocol.js';
 import { DEFAULT_MAX_LOG_BYTES_PER_TASK } from '../../src/contracts/worker-protocol.js';
-import type { ReportedPhase } from '../../src/domain/machines/execution.js';
 import type { OutboxSender } from '../link/outbox.js';
 import type { CardSampler } from '../samplers/card-sampler.js';
-import type { ExecutionRecord, ExecutionSummary, LocalStore, OutboxEntry } from '../store/local-store.js';
-import { cardsCleanCheck, goneCardsProblem, leasedCardsProblem } from './card-check.js';
-import type {
-  BackendRef,
-  ExecutionExit,
-  ExecutionHandle,
-  ExecutionHooks,
-  ExecutionResult,
-  Executor,
-} from './executor.js';
+import type { ExecutionRecord, LocalStore } from '../store/local-store.js';
+import {
+  CARD_GONE_SAMPLES,
+  cardLostSummary,
+  cardsCleanCheck,
+  goneCardsProblem,
+  heldCardsProblem,
+  leasedCardsProblem,
+} from './card-check.js';
+import type { BackendRef, ExecutionExit, ExecutionHandle, ExecutionHooks, Executor } from './executor.js';
+import { PhaseReports } from './phase-reports.js';
 import { pinsProblem } from './pin-check.js';
-import { exitSummary, finalSummary, outputBody, phaseBody } from './reports.js';
+import { exitSummary } from './reports.js';
 
 /**
  * What the worker does with `assign`, `cancel` and `query` (docs/worker-protocol.md), and how a running
@@ -89,12 +84,6 @@ type Sequenced<T extends MasterMessage['type']> = Extract<MasterMessage, { type:
 /** How long a clean stop waits for the cleanup receipts of executions it cancelled. */
 const STOP_CLEANUP_WAIT_MS = 5_000;
 
-/**
- * Successive successful samples that must lack a leased card before the worker stops its run: one odd
- * sample never kills a task; two (one sample interval apart, 2 s by default) end it CARD_LOST.
- */
-export const CARD_GONE_SAMPLES = 2;
-
 /** Executions of this worker process; see the module comment. */
 export class ExecutionManager {
   private readonly running = new Map<string, Running>();
@@ -106,7 +95,12 @@ export class ExecutionManager {
   /** Log bytes kept per task started from now on: the master's cap, from its latest welcome. */
   private logCap = DEFAULT_MAX_LOG_BYTES_PER_TASK;
 
-  constructor(private readonly deps: ExecutionManagerDeps) {}
+  /** Records and reports each phase (./phase-reports.ts). */
+  private readonly reports: PhaseReports;
+
+  constructor(private readonly deps: ExecutionManagerDeps) {
+    this.reports = new PhaseReports(deps);
+  }
 
   /** The master's per-task log cap (welcome); applies to executions started after it. */
   setLogCap(bytes: number): void {
@@ -152,47 +146,13 @@ export class ExecutionManager {
     });
   }
 
-  /** An accepted execution that never started ends: `exited` (CANCELLED) then `cleaned` (nothing ran). */
+  /** An accepted execution that never started ends (`exited` CANCELLED, then `cleaned`: nothing ran). */
   private endUnstarted(executionId: string, detail: string): void {
     const w = this.awaiting.get(executionId);
     if (w === undefined) return;
     this.awaiting.delete(executionId);
     this.deps.outbox.forgetAck(w.report);
-    const { store, logger } = this.deps;
-    logger.warn(
-      { execution_id: executionId, detail },
-      'worker: accepted execution withdrawn before it started',
-    );
-    const result: ExecutionSummary = {
-      exit_code: null,
-      signal: null,
-      failure_reason: 'CANCELLED',
-      outputs: [],
-      detail,
-    };
-    store.transaction(() => {
-      this.advance(executionId, 'accepted', 'exited', result);
-      this.advance(executionId, 'exited', 'cleaned', result);
-    });
-  }
-
-  /**
-   * One step of an execution's life: moves it `from` → `to` in the local store (compare-and-set) and
-   * queues the report of its new phase. Call inside a store transaction, so the move and its report
-   * commit together.
-   */
-  private advance(
-    executionId: string,
-    from: ReportedPhase,
-    to: ReportedPhase,
-    result?: ExecutionSummary,
-  ): OutboxEntry {
-    return this.report(this.deps.store.moveExecution(executionId, from, to, result));
-  }
-
-  /** Queues the report of `record`'s phase as stored (a new, a re-reported or a rejected execution). */
-  private report(record: ExecutionRecord): OutboxEntry {
-    return this.deps.outbox.enqueue(phaseBody(record));
+    this.reports.withdrawn(executionId, detail);
   }
 
   /** assign: re-delivery check, fencing, card check, record, report; the run starts after commit. */
@@ -208,7 +168,7 @@ export class ExecutionManager {
         { execution_id: plan.execution_id, phase: known.phase },
         'worker: assign for a known execution; reporting its phase instead of running it again',
       );
-      this.report(known);
+      this.reports.report(known);
       return {};
     }
     // The execution is new here (a known one returned above), so its epoch must be above every mark.
@@ -218,7 +178,7 @@ export class ExecutionManager {
       { strict: true },
     );
     if (!fence.ok) {
-      this.reject(
+      this.reports.rejected(
         plan,
         'STALE_EPOCH',
         fence.recorded_epoch === plan.lease_epoch
@@ -230,15 +190,15 @@ export class ExecutionManager {
     // Whatever the master believes, a card one of this worker's executions still holds is not free.
     const held = heldCardsProblem(plan, store.listUnfinishedExecutions());
     if (held !== null) {
-      this.reject(plan, 'SETUP_FAILED', held);
+      this.reports.rejected(plan, 'SETUP_FAILED', held);
       return {};
     }
     const problem = leasedCardsProblem(plan.cards, this.deps.latestCards()) ?? pinsProblem(plan.pins ?? []);
     if (problem !== null) {
-      this.reject(plan, 'SETUP_FAILED', problem);
+      this.reports.rejected(plan, 'SETUP_FAILED', problem);
       return {};
     }
-    const report = this.report(store.recordExecution(plan, 'accepted'));
+    const report = this.reports.report(store.recordExecution(plan, 'accepted'));
     return { after: () => this.startWhenAcknowledged(plan, report) };
   }
 
@@ -265,7 +225,7 @@ export class ExecutionManager {
     const run = this.running.get(msg.execution_id);
     if (run === undefined) {
       // Already finished (or left by a previous worker process and being cleaned up): say where it is.
-      this.report(record);
+      this.reports.report(record);
       return {};
     }
     this.deps.logger.info({ execution_id: msg.execution_id, reason: msg.reason }, 'worker: cancelling');
@@ -299,7 +259,7 @@ export class ExecutionManager {
   handleQuery(msg: Sequenced<'query'>): Handled {
     const record = this.deps.store.getExecution(msg.execution_id);
     if (record === null) return unknownExecution(msg.execution_id);
-    this.report(record);
+    this.reports.report(record);
     return {};
   }
 
@@ -334,18 +294,6 @@ export class ExecutionManager {
     clearTimeout(timer);
   }
 
-  private reject(plan: ExecutionPlan, reason: FailureReason, detail: string): void {
-    this.deps.logger.warn({ execution_id: plan.execution_id, reason, detail }, 'worker: assign rejected');
-    const result: ExecutionSummary = {
-      exit_code: null,
-      signal: null,
-      failure_reason: reason,
-      outputs: [],
-      detail,
-    };
-    this.report(this.deps.store.recordExecution(plan, 'rejected', result));
-  }
-
   /**
    * Resumes an execution a previous worker process left with a task that outlives the worker (found by
    * the backend's recovery, e.g. slurm/recovery.ts, and known by `ref`): the executor watches it again
@@ -362,26 +310,6 @@ export class ExecutionManager {
       return;
     }
     this.run(record.plan, phase, (hooks) => resumeRun.call(executor, record.plan, ref, hooks));
-  }
-
-  /**
-   * The executor's news of a run: `record` writes the backend's facts, and the execution is reported at
-   * its (possibly new) phase, in one transaction. Returns whether it moved the execution `accepted` →
-   * `started` (compare-and-set on the stored phase).
-   */
-  private onProgress(id: string, phase: 'accepted' | 'started', record: () => void): boolean {
-    const { store } = this.deps;
-    let moved = false;
-    store.transaction(() => {
-      record();
-      const current = store.getExecution(id);
-      if (current === null) return;
-      if (phase === 'started' && current.phase === 'accepted') {
-        this.advance(id, 'accepted', 'started');
-        moved = true;
-      } else this.report(current);
-    });
-    return moved;
   }
 
   /** The card indexes the other running executions hold (a MIG slice's siblings may be among them). */
@@ -417,7 +345,7 @@ export class ExecutionManager {
       onLog,
       maxLogBytes: this.logCap,
       onProgress: (news, record) => {
-        const moved = this.onProgress(id, news, record);
+        const moved = this.reports.progress(id, news, record);
         if (moved) phase = 'started';
         return moved;
       },
@@ -433,7 +361,7 @@ export class ExecutionManager {
     };
     const onStarted = (pid: number | null) => {
       if (pid === null) return;
-      this.reportStarted(id, pid);
+      this.reports.started(id, pid);
       phase = 'started';
     };
     const onExited = (exit: ExecutionExit) => {
@@ -442,7 +370,7 @@ export class ExecutionManager {
       entry.exited = true;
       if (phase === 'exited') return;
       const summary = exitSummary(exit, entry.stopping && exit.failure_reason === 'CANCELLED');
-      this.reportExit(plan, phase, cardLostSummary(summary, this.lostCardsAtExit(entry)), exit);
+      this.reports.exited(plan, phase, cardLostSummary(summary, this.lostCardsAtExit(entry)), exit);
       phase = 'exited';
     };
     const exitReported = handle.started
@@ -453,7 +381,7 @@ export class ExecutionManager {
       .catch(failed('exited'));
     const settled = exitReported
       .then(() => handle.done)
-      .then((done) => this.reportDone(id, phase, done))
+      .then((done) => this.reports.done(id, phase, done))
       .catch(failed('done'))
       .finally(() => this.running.delete(id));
     const entry: Running = {
@@ -480,95 +408,10 @@ export class ExecutionManager {
     if (run.handle.detach !== undefined || run.stopping || run.stopAsked) return null;
     return goneCardsProblem(run.plan.cards, this.deps.latestCards());
   }
-
-  private reportStarted(id: string, pgid: number): void {
-    const { store, logger, executor } = this.deps;
-    logger.info({ execution_id: id, pgid }, 'worker: execution started');
-    const identity = executor.identify?.(pgid) ?? null;
-    store.transaction(() => {
-      store.setExecutionPgid(id, pgid, identity);
-      this.advance(id, 'accepted', 'started');
-    });
-  }
-
-  /** Queues the run's logs, its outputs and then `exited`, in one transaction. */
-  private reportExit(
-    plan: ExecutionPlan,
-    from: 'accepted' | 'started',
-    result: ExecutionSummary,
-    exit: ExecutionExit,
-  ): void {
-    const { store, outbox, logger } = this.deps;
-    const id = plan.execution_id;
-    logger.info({ execution_id: id, ...result, outputs: result.outputs.length }, 'worker: execution exited');
-    store.transaction(() => {
-      // An ordinary task's log goes ahead of its exit; a flood's tail keeps its turns (log-lane.ts).
-      outbox.enqueueLogsBeforeExit(id);
-      // Outputs first: when the master sees `exited`, every output it lists has already arrived.
-      for (const o of exit.outputs) outbox.enqueue(outputBody(plan, o));
-      this.advance(id, from, 'exited', result);
-    });
-  }
-
-  /**
-   * The cleanup receipt: `cleaned`, or `cleanup_failed` when the executor could not confirm it. The move
-   * and its report commit together, like every other phase: a crash between two commits would leave the
-   * record final with no report queued for it.
-   */
-  private reportDone(id: string, from: 'accepted' | 'started' | 'exited', done: ExecutionResult): void {
-    const { store, logger } = this.deps;
-    const final = done.cleaned ? 'cleaned' : 'cleanup_failed';
-    (done.cleaned ? logger.info : logger.error).call(
-      logger,
-      { execution_id: id, detail: done.cleanup_detail },
-      `worker: execution ${final}`,
-    );
-    store.transaction(() => {
-      const result = finalSummary(done, store.getExecution(id)?.result);
-      // From `exited` only: when that report could not be recorded, the record stays unfinished and
-      // the next worker process reports it, rather than jumping over `exited` here.
-      this.advance(id, from, final, result);
-    });
-  }
-}
-
-/**
- * An exit that failed while a leased card was gone: CARD_LOST, the cards named first in its detail and
- * the executor's own failure after them. A clean exit stays clean: the task finished before it noticed.
- */
-export function cardLostSummary(summary: ExecutionSummary, lost: string | null): ExecutionSummary {
-  if (lost === null || summary.failure_reason === null) return summary;
-  const own = `the run ended ${summary.failure_reason}`;
-  return {
-    ...summary,
-    failure_reason: 'CARD_LOST',
-    detail: [lost, own, summary.detail]
-      .filter((d) => d !== undefined)
-      .join('; ')
-      .slice(0, 4096),
-  };
 }
 
 function unknownExecution(executionId: string): Handled {
   return {
     error: { code: 'UNKNOWN_EXECUTION', message: `execution ${executionId} is not known to this worker` },
   };
-}
-
-/**
- * Why `plan` may not start while `unfinished` executions of this worker run: one of them still holds one
- * of its cards (the master lost track of it, e.g. restored from a backup). Null when the cards are free.
- */
-export function heldCardsProblem(
-  plan: ExecutionPlan,
-  unfinished: ReadonlyArray<{ execution_id: string; lease_epoch: number; plan: ExecutionPlan }>,
-): string | null {
-  const wanted = new Set(plan.cards.map((c) => c.index));
-  for (const e of unfinished) {
-    if (e.execution_id === plan.execution_id) continue;
-    const card = e.plan.cards.find((c) => wanted.has(c.index));
-    if (card !== undefined)
-      return `card ${card.index} is still held by execution ${e.execution_id} (lease epoch ${e.lease_epoch}) on this worker`;
-  }
-  return null;
 }

@@ -2,7 +2,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it, onTestFinished } from 'vitest';
 import type { ExecutionPlan } from '../../../src/contracts/worker-protocol.js';
 import { PROTOCOL_VERSION } from '../../../src/contracts/worker-protocol.js';
-import { heldCardsProblem } from '../../../worker/executions/manager.js';
+import { heldCardsProblem } from '../../../worker/executions/card-check.js';
 import { approveTask, clusterConfig, getTask, shellSpec } from '../../support/cluster.js';
 import { makePlan } from '../../support/executor-plan.js';
 import { startTestMaster, type TestMaster } from '../../support/master.js';

@@ -1,11 +1,11 @@
 import { describe, expect, it } from 'vitest';
 import { type CardSample, migCardIndex } from '../../../../src/contracts/sample.js';
 import {
+  cardLostSummary,
   dirtyCardsProblem,
   goneCardsProblem,
   leasedCardsProblem,
 } from '../../../../worker/executions/card-check.js';
-import { cardLostSummary } from '../../../../worker/executions/manager.js';
 import { finalSummary } from '../../../../worker/executions/reports.js';
 
 const card = (over: Partial<CardSample> = {}): CardSample => ({
