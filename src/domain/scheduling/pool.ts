@@ -1,14 +1,9 @@
-import {
-  DEFAULT_HOST_RESERVE,
-  DEFAULT_LIMITS_PER_CARD,
-  DEFAULT_MAX_LIMITS_PER_CARD,
-} from '../../contracts/task-limits.js';
 import type { CardStateConfig } from '../machines/card-state.js';
-import { type HostAllowance, hostAllowance, resolveOne } from '../policy/task-limits.js';
 import { explainWait } from './explain.js';
 import { buildView, type RequirementView } from './feasibility.js';
+import { HostRooms, type RoomName, type RoomView } from './host-room.js';
 import { claimNodes, holdNodes, nodesFit, nodesToReserve, type PoolNode } from './nodes.js';
-import { holdingReservation, waitingForHostRoom } from './reasons.js';
+import { holdingReservation } from './reasons.js';
 import type { Requirement } from './requirement.js';
 import {
   buildSlots,
@@ -39,10 +34,7 @@ export interface ReclaimPlace {
    * Its host's room no task was promised yet (memory and task-dir disk in MiB, CPUs), this pass's grants
    * counted, and what the task would take of it there; null: host not known (nothing ruled out).
    */
-  readonly room: {
-    readonly left: Readonly<Record<RoomName, number>>;
-    readonly need: Readonly<Record<RoomName, number>>;
-  } | null;
+  readonly room: RoomView | null;
   /** Padded model words of its OPEN matching free cards, in index order (model quotas, ADR 0048). */
   readonly open_words: readonly string[];
   /** The distinct padded model words of those and of its leased matching cards. */
@@ -50,17 +42,10 @@ export interface ReclaimPlace {
 }
 
 /**
- * The host room a task takes and the scheduler counts per worker: memory and task-dir disk (every task
- * takes its resolved share), and CPUs (only a task that asks for `limits.cpus` takes any).
- */
-export type RoomName = 'memory_mib' | 'disk_mib' | 'cpus';
-export const ROOMS: readonly RoomName[] = ['memory_mib', 'disk_mib', 'cpus'];
-
-/**
  * The cards of one scheduling pass and what has happened to them so far in it. Built once per pass;
  * `decide` (decide.ts) walks the queue and asks it to place, reserve or explain each task. Its parts:
  * the requirement (requirement.ts), the slots and card marks (slots.ts), the feasibility chain
- * (feasibility.ts) and the wait explanation (explain.ts).
+ * (feasibility.ts), the hosts' room (host-room.ts) and the wait explanation (explain.ts).
  *
  * Cost model. 64 workers × 8 cards with 10,000 queued tasks takes 5-12 ms per pass on the shared
  * 2-core dev machine (1-card tasks; mixed 1-8-card tasks with model and memory constraints; with and
@@ -111,15 +96,8 @@ export class CardPool {
   private readonly requireIsolation: boolean;
   /** `policy.task_limits.host_reserve`: what each host keeps; absent: the default. */
   private readonly hostReserve: SchedulingConfig['host_reserve'];
-  /** Per worker whose host is known: what its host can give, and the room no task was promised yet. */
-  private readonly hostRoom = new Map<Slot, { allowance: HostAllowance; left: Record<RoomName, number> }>();
-  /** The memory and disk per card a task asking for none is given (before its host's share). */
-  private readonly roomPerCard: SchedulingConfig['room_per_card'] & object;
-  /** Requirements that found cards but not room on a worker this pass: which room, where, need and left. */
-  private readonly roomShort = new Map<
-    string,
-    { name: RoomName; worker_id: string; need: number; left: number }
-  >();
+  /** Each known host's room left this pass (host-room.ts). */
+  private readonly rooms: HostRooms;
 
   constructor(
     workers: readonly WorkerView[],
@@ -128,67 +106,12 @@ export class CardPool {
   ) {
     this.requireIsolation = config.require_isolation;
     this.hostReserve = config.host_reserve;
-    this.roomPerCard = config.room_per_card ?? {
-      memory_mib: {
-        default_mib: DEFAULT_LIMITS_PER_CARD.memory_mib,
-        max_mib: DEFAULT_MAX_LIMITS_PER_CARD.memory_mib,
-      },
-      disk_mib: {
-        default_mib: DEFAULT_LIMITS_PER_CARD.disk_mib,
-        max_mib: DEFAULT_MAX_LIMITS_PER_CARD.disk_mib,
-      },
-    };
     const built = buildSlots(workers, now, config);
     this.slots = built.slots;
     this.openTotal = built.totals.open;
     this.runReservedTotal = built.totals.runReserved;
-    for (const slot of this.slots) {
-      this.slotById.set(slot.worker.worker_id, slot);
-      const host = slot.worker.host;
-      if (host == null) continue;
-      const allowance = hostAllowance(
-        host,
-        slot.worker.cards.length,
-        this.hostReserve ?? DEFAULT_HOST_RESERVE,
-      );
-      const left = {
-        memory_mib: allowance.total.memory_mib - (slot.worker.memory_committed_mib ?? 0),
-        disk_mib: allowance.total.disk_mib - (slot.worker.disk_committed_mib ?? 0),
-        cpus: allowance.total.cpus - (slot.worker.cpus_committed ?? 0),
-      };
-      this.hostRoom.set(slot, { allowance, left });
-    }
-  }
-
-  /**
-   * What `req` would be given of `slot`'s host memory and disk, and the CPUs it asks for; null where its
-   * host is not known (then nothing is counted there).
-   */
-  private roomOn(slot: Slot, req: Requirement): Record<RoomName, number> | null {
-    const host = this.hostRoom.get(slot);
-    if (host === undefined) return null;
-    const need = (name: 'memory_mib' | 'disk_mib') => {
-      const { default_mib, max_mib } = this.roomPerCard[name];
-      return resolveOne(name, req.hostAsks[name], req.need, default_mib, max_mib, host.allowance);
-    };
-    return { memory_mib: need('memory_mib'), disk_mib: need('disk_mib'), cpus: req.hostAsks.cpus ?? 0 };
-  }
-
-  /** The first room `need` does not fit in on `slot` (noting it for the wait reason), or null. */
-  private roomMissing(slot: Slot, req: Requirement, need: Record<RoomName, number>): RoomName | null {
-    const left = this.hostRoom.get(slot)!.left;
-    for (const name of ROOMS) {
-      if (need[name] <= left[name]) continue;
-      if (!this.roomShort.has(req.key))
-        this.roomShort.set(req.key, {
-          name,
-          worker_id: slot.worker.worker_id,
-          need: need[name],
-          left: left[name],
-        });
-      return name;
-    }
-    return null;
+    for (const slot of this.slots) this.slotById.set(slot.worker.worker_id, slot);
+    this.rooms = new HostRooms(this.slots, config);
   }
 
   /** The pass-long view of a requirement (cached per shape). */
@@ -228,8 +151,8 @@ export class CardPool {
       if (count >= req.need && (bySize < 0 || (bySize === 0 && count < bestCount))) {
         if (slot.nodes !== null && !nodesFit(slot.nodes, req.need, req.perNode)) continue;
         // The host must have the memory and disk left that the task would be given (docs/operations.md "Task limits").
-        const room = this.roomOn(slot, req);
-        if (room !== null && this.roomMissing(slot, req, room) !== null) continue;
+        const room = this.rooms.fits(slot, req);
+        if (room === false) continue;
         best = slot;
         bestCount = count;
         bestRoom = room;
@@ -242,10 +165,7 @@ export class CardPool {
       return null;
     }
     // Room left only shrinks within a pass, so a shape refused before stays refused (`unplaceable`).
-    if (bestRoom !== null) {
-      const left = this.hostRoom.get(best)!.left;
-      for (const name of ROOMS) left[name] -= bestRoom[name];
-    }
+    this.rooms.take(best, bestRoom);
     if (best.nodes !== null) claimNodes(best.nodes, req.need, req.perNode);
     const card_indexes = this.mark(best, req, req.need, CLAIMED, 0, endsBy);
     return { worker_id: best.worker.worker_id, card_indexes };
@@ -314,8 +234,8 @@ export class CardPool {
    */
   waitReason(view: RequirementView, reservationsBefore: number): WaitReason {
     // Cards were free for it, but not its host's memory or disk: that is the wait, not the cards.
-    const short = this.roomShort.get(view.req.key);
-    if (short !== undefined) return waitingForHostRoom(short.name, short.worker_id, short.need, short.left);
+    const short = this.rooms.shortReason(view.req.key);
+    if (short !== null) return short;
     // A shape's reason depends only on which reservations came before it; cache on exactly that.
     const key = `${view.req.key}#${reservationsBefore}#${this.version}`;
     let reason = this.reasons.get(key);
@@ -379,8 +299,8 @@ export class CardPool {
         else if (card.mark === RESERVED && card.shadow >= endsBy) held++;
       }
       if (held === 0 || count + held < req.need || count + held >= bestCount) continue;
-      const room = this.roomOn(slot, req);
-      if (room !== null && this.roomMissing(slot, req, room) !== null) continue;
+      const room = this.rooms.fits(slot, req);
+      if (room === false) continue;
       best = slot;
       bestCount = count + held;
       bestRoom = room;
@@ -389,10 +309,7 @@ export class CardPool {
       this.noBackfill.set(req.key, { version: this.shadowVersion, endsBy });
       return null;
     }
-    if (bestRoom !== null) {
-      const left = this.hostRoom.get(best)!.left;
-      for (const name of ROOMS) left[name] -= bestRoom[name];
-    }
+    this.rooms.take(best, bestRoom);
     const open = Math.min(countOpen(best, req), req.need);
     const card_indexes = open > 0 ? this.mark(best, req, open, CLAIMED, 0, endsBy) : [];
     for (const card of req.mig === 'never' ? best.free : best.bySize) {
@@ -450,20 +367,13 @@ export class CardPool {
           worker_id: slot.worker.worker_id,
           open: open_words.length,
           leased,
-          room: this.roomFor(slot, req),
+          room: this.rooms.view(slot, req),
           open_words,
           models: [...models],
         });
       }
     }
     return places;
-  }
-
-  /** A reclaim place's host room: what is left on `slot`'s host and what `req` would take; null: not known. */
-  private roomFor(slot: Slot, req: Requirement): ReclaimPlace['room'] {
-    const host = this.hostRoom.get(slot);
-    const need = this.roomOn(slot, req);
-    return host === undefined || need === null ? null : { left: { ...host.left }, need };
   }
 
   /**

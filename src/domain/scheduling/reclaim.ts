@@ -1,5 +1,6 @@
 import type { AccountLimits } from './account-limits.js';
-import { type CardPool, type ReclaimPlace, type RequirementView, ROOMS, type RoomName } from './pool.js';
+import { ROOMS, type RoomName } from './host-room.js';
+import type { CardPool, ReclaimPlace, RequirementView } from './pool.js';
 import { reclaiming } from './reasons.js';
 import type { Preemption, RunningLeaseView, SchedulingSnapshot, WaitReason } from './types.js';
 
