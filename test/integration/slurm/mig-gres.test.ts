@@ -99,6 +99,18 @@ describe.runIf(avail.ok)(
       return dir;
     };
 
+    /** The job's stdout once it exited 0 (its stderr in the message when it did not). */
+    const succeeded = async (dir: string): Promise<string> => {
+      const exit = await waitFor(() => readExit(dir), {
+        timeoutMs: 90_000,
+        intervalMs: 200,
+        what: 'exit.json',
+      });
+      const out = readFileSync(join(dir, 'stdout.log'), 'utf8');
+      expect(exit.exit_code, `${out}\n${readFileSync(join(dir, 'stderr.log'), 'utf8')}`).toBe(0);
+      return out;
+    };
+
     it('the pool sampler reads the typed GRES and the gres.conf beside slurm.conf into slice cards with their minors', async () => {
       const nodes = await driver.nodes('gpu');
       expect(nodes.map((n) => [n.name, n.gpus, n.gresTypes])).toEqual([
@@ -153,16 +165,7 @@ describe.runIf(avail.ok)(
       const dirs: string[] = [];
       for (const name of ['a', 'b']) dirs.push(await submitProbe(name, probe, type?.type as string));
       const outputs: string[] = [];
-      for (const dir of dirs) {
-        const exit = await waitFor(() => readExit(dir), {
-          timeoutMs: 90_000,
-          intervalMs: 200,
-          what: 'exit.json',
-        });
-        const out = readFileSync(join(dir, 'stdout.log'), 'utf8');
-        expect(exit.exit_code, `${out}\n${readFileSync(join(dir, 'stderr.log'), 'utf8')}`).toBe(0);
-        outputs.push(out);
-      }
+      for (const dir of dirs) outputs.push(await succeeded(dir));
       const steps = outputs.map((o) => /steps=(\d+)/.exec(o)?.[1]);
       expect(new Set(steps)).toEqual(new Set(['2', '3']));
       for (const out of outputs) {
@@ -180,14 +183,7 @@ describe.runIf(avail.ok)(
       const type = leaseGresType({ cards: [{ index: whole, uuid: 'slurm:mig1:gpu0' }] }, gres);
       expect(type).toEqual({ type: 'h100', problem: null });
       const dir = await submitProbe('whole', 'echo "steps=$GPU_BROKER_GPU_IDS"', type?.type as string);
-      const exit = await waitFor(() => readExit(dir), {
-        timeoutMs: 90_000,
-        intervalMs: 200,
-        what: 'exit.json',
-      });
-      const out = readFileSync(join(dir, 'stdout.log'), 'utf8');
-      expect(exit.exit_code, `${out}\n${readFileSync(join(dir, 'stderr.log'), 'utf8')}`).toBe(0);
-      expect(out).toContain('steps=0\n');
+      expect(await succeeded(dir)).toContain('steps=0\n');
     });
   },
 );
