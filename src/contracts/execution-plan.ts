@@ -106,6 +106,19 @@ export const ExecutionPlanSchema = z.object({
    * `--cpus`); absent: no cap. Beside `limits`, not in it: an older worker refuses unknown keys there.
    */
   cpus: z.number().int().min(1).max(65536).optional(),
+  /**
+   * A backfilled task's deadline (docs/decisions/0049-backfill-into-reservations.md): counted from when the
+   * executor begins (its setup, inputs and image included), the run is stopped TIMED_OUT after this many
+   * seconds at the latest, however much of its own time limit is left. The master promised the cards an
+   * aged task holds back by then: its time limit plus a start-up allowance. Absent: only the time limit
+   * (counted from the start) applies. An older worker ignores it.
+   */
+  stop_within_seconds: z
+    .number()
+    .int()
+    .min(1)
+    .max(10 * 86400)
+    .optional(),
 });
 /** Everything a worker needs to run one execution. */
 export type ExecutionPlan = z.infer<typeof ExecutionPlanSchema>;

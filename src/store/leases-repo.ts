@@ -55,7 +55,10 @@ export interface LiveLeaseCard {
   card_index: number;
   lease_epoch: number;
   state: LeaseState;
-  /** When its task's time limit stops it (its start + `time_limit_seconds`, ms); null: not started. */
+  /**
+   * When its run is stopped at the latest (ms): its task's start + `time_limit_seconds`, or a backfilled
+   * lease's `stop_by` if that is earlier (before the start: `stop_by`); null: not started, not backfilled.
+   */
   limit_ends_at: number | null;
 }
 
@@ -77,8 +80,8 @@ export class LeasesRepo {
         'INSERT INTO card_epochs (worker_id, card_index, epoch) VALUES (?, ?, ?) ON CONFLICT DO UPDATE SET epoch = max(epoch, excluded.epoch)',
       ),
       insertLease: db.prepare(
-        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib, disk_mib, cpus)
-         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib, @disk_mib, @cpus)`,
+        `INSERT INTO leases (id, task_id, worker_id, lease_epoch, state, reason, created_at, updated_at, released_at, memory_mib, disk_mib, cpus, stop_by)
+         VALUES (@id, @task_id, @worker_id, @lease_epoch, @state, @reason, @created_at, @updated_at, @released_at, @memory_mib, @disk_mib, @cpus, @stop_by)`,
       ),
       committed: db.prepare<
         [],
@@ -106,7 +109,11 @@ export class LeasesRepo {
       releaseCards: db.prepare('UPDATE lease_cards SET live = 0 WHERE lease_id = ?'),
       liveCards: db.prepare<[], LiveLeaseCard>(
         `SELECT l.id AS lease_id, l.task_id, t.owner_id, l.worker_id, c.card_index, l.lease_epoch, l.state,
-           t.started_at + json_extract(t.spec, '$.time_limit_seconds') * 1000 AS limit_ends_at
+           CASE
+             WHEN l.stop_by IS NULL THEN t.started_at + json_extract(t.spec, '$.time_limit_seconds') * 1000
+             WHEN t.started_at IS NULL THEN l.stop_by
+             ELSE min(l.stop_by, t.started_at + json_extract(t.spec, '$.time_limit_seconds') * 1000)
+           END AS limit_ends_at
          FROM lease_cards c JOIN leases l ON l.id = c.lease_id JOIN tasks t ON t.id = l.task_id WHERE c.live = 1`,
       ),
       liveLeases: db.prepare<[], LeaseRow>(
@@ -155,12 +162,14 @@ export class LeasesRepo {
   /**
    * Inserts a lease and its cards, raising the per-card epochs. A card already live fails the unique index.
    * `given`: the memory and disk its task was given on that worker's host (null: the host is not known);
-   * `cpus`: the CPUs its task asked for (null: none).
+   * `cpus`: the CPUs its task asked for (null: none); `stopBy`: a backfilled lease's deadline (ms; null:
+   * not backfilled, migration 025).
    */
   insertLease(
     l: LeaseRecord,
     given: { memory_mib: number; disk_mib: number } | null = null,
     cpus: number | null = null,
+    stopBy: number | null = null,
   ): void {
     this.s.insertLease.run({
       ...l,
@@ -168,6 +177,7 @@ export class LeasesRepo {
       memory_mib: given?.memory_mib ?? null,
       disk_mib: given?.disk_mib ?? null,
       cpus,
+      stop_by: stopBy,
     });
     for (const c of l.cards) {
       this.s.insertCard.run(l.id, l.worker_id, c.index, c.uuid);

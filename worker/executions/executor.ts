@@ -94,7 +94,7 @@ export interface ExecutionResult extends ExecutionExit {
  * cancelled first) or the executor itself failed. Shared by the local and the Slurm executor.
  */
 export function exitWithoutTask(
-  reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED',
+  reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED' | 'TIMED_OUT',
   setupError?: string,
 ): ExecutionExit {
   return {

@@ -120,12 +120,19 @@ class ExecutionRun {
   private killTimer: NodeJS.Timeout | undefined;
   private limitTimer: NodeJS.Timeout | undefined;
   private readonly clock: Clock;
+  /**
+   * A backfilled run's deadline (plan `stop_within_seconds`, ADR 0049), counted from when this run
+   * began, its setup included; +Infinity: none.
+   */
+  private readonly stopAt: number;
 
   constructor(
     private readonly plan: ExecutionPlan,
     private readonly opts: ExecutorOptions,
   ) {
     this.clock = opts.clock ?? systemClock;
+    const within = plan.stop_within_seconds;
+    this.stopAt = within === undefined ? Number.POSITIVE_INFINITY : this.clock.now() + within * 1000;
     this.started = new Promise((r) => {
       this.resolveStarted = r;
     });
@@ -169,8 +176,8 @@ class ExecutionRun {
       if (!this.mainExited) box.kill();
     });
 
-    // 3. time limit and cancel
-    this.watchTimeLimit(this.clock.now() + this.plan.spec.time_limit_seconds * 1000);
+    // 3. time limit (a backfilled run's deadline if that comes first) and cancel
+    this.watchTimeLimit(Math.min(this.clock.now() + this.plan.spec.time_limit_seconds * 1000, this.stopAt));
     if (this.cancelRequested) this.beginKill(this.stopReason());
 
     // 4. exit, then leftovers
@@ -211,6 +218,15 @@ class ExecutionRun {
       await setup.box.dispose();
       releaseTaskUid(this.plan, this.opts);
       return this.neverStarted(this.stopReason());
+    }
+    // A backfilled run whose setup (inputs, image) outlasted its deadline never starts.
+    if (this.clock.now() >= this.stopAt) {
+      await setup.box.dispose();
+      releaseTaskUid(this.plan, this.opts);
+      return this.neverStarted(
+        'TIMED_OUT',
+        `backfilled: its setup took past its deadline of ${this.plan.stop_within_seconds} s (its time limit plus the start-up allowance; docs/operations.md "Backfill")`,
+      );
     }
     // Read before spawning: the child inherits this cgroup at fork, and a baseline taken after its
     // first allocation could already include its own OOM kill.
@@ -368,7 +384,7 @@ class ExecutionRun {
   }
 
   private neverStarted(
-    reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED',
+    reason: 'SETUP_FAILED' | 'CANCELLED' | 'PREEMPTED' | 'TIMED_OUT',
     setupError?: string,
   ): ExecutionResult {
     this.resolveStarted(null);

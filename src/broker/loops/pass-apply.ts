@@ -5,7 +5,8 @@ import type { ExecutionPlan, LeasedCard } from '../../contracts/worker-protocol.
 import { nextLeaseEpoch } from '../../domain/machines/lease.js';
 import { runArgv } from '../../domain/policy/run-argv.js';
 import { type HostAllowance, hostAllowance, resolveLimits } from '../../domain/policy/task-limits.js';
-import type { Preemption } from '../../domain/scheduling/types.js';
+import { BACKFILL_MARGIN_SECONDS } from '../../domain/scheduling/decide.js';
+import type { Grant, Preemption } from '../../domain/scheduling/types.js';
 import type { LeaseRecord } from '../../store/leases-repo.js';
 import type { TaskRecord } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
@@ -79,8 +80,13 @@ export class PassApplier {
     });
   }
 
-  /** Step 3 for one grant: lease with a fresh epoch, execution, task → ASSIGNED, assign in the outbox. */
-  applyGrant(taskId: string, workerId: string, indexes: number[]): void {
+  /**
+   * Step 3 for one grant: lease with a fresh epoch, execution, task → ASSIGNED, assign in the outbox. A
+   * backfilled grant's run gets its deadline (ADR 0049): its time limit plus the start-up allowance, from
+   * when its worker begins it (plan `stop_within_seconds`), and the lease records when that is.
+   */
+  applyGrant(g: Grant): void {
+    const { task_id: taskId, worker_id: workerId, card_indexes: indexes } = g;
     const { store, config } = this.deps;
     const task = store.tasks.get(taskId);
     if (task?.state !== 'QUEUED' || task.desired !== 'run') return;
@@ -94,12 +100,14 @@ export class PassApplier {
     // memory promised, which the next passes count against the host (docs/operations.md "Task limits").
     const allowance = this.hostAllowanceOf(workerId);
     const limits = resolveLimits(task.spec, config.policy, allowance);
+    const stopWithin = g.backfilled === true ? task.spec.time_limit_seconds + BACKFILL_MARGIN_SECONDS : null;
     const grant = this.recordGrant(
       taskId,
       workerId,
       this.sampledCards(workerId, indexes),
       allowance === undefined ? null : { memory_mib: limits.memory_mib, disk_mib: limits.disk_mib },
       task.spec.limits?.cpus ?? null,
+      stopWithin,
     );
     moveTask(
       this.deps,
@@ -112,7 +120,11 @@ export class PassApplier {
     const preemptions = store.preemptions.countFor(taskId);
     enqueueForWorker(this.deps, this.link, workerId, {
       type: 'assign',
-      plan: { ...assignPlan(task, grant, config, limits), ...(preemptions > 0 ? { preemptions } : {}) },
+      plan: {
+        ...assignPlan(task, grant, config, limits),
+        ...(preemptions > 0 ? { preemptions } : {}),
+        ...(stopWithin === null ? {} : { stop_within_seconds: stopWithin }),
+      },
     });
   }
 
@@ -143,7 +155,8 @@ export class PassApplier {
     cards: LeasedCard[],
     given: { memory_mib: number; disk_mib: number } | null,
     cpus: number | null,
-  ): Grant {
+    stopWithin: number | null,
+  ): RecordedGrant {
     const { store, clock, ids } = this.deps;
     const indexes = cards.map((c) => c.index);
     const now = clock.now();
@@ -160,7 +173,7 @@ export class PassApplier {
       cards,
     };
     // the unique index refuses a card that is already live
-    store.leases.insertLease(lease, given, cpus);
+    store.leases.insertLease(lease, given, cpus, stopWithin === null ? null : now + stopWithin * 1000);
     const executionId = ids('exec');
     const assignmentId = ids('asg');
     store.leases.insertExecution({
@@ -193,6 +206,7 @@ export class PassApplier {
         cards,
         execution_id: executionId,
         assignment_id: assignmentId,
+        ...(stopWithin === null ? {} : { backfilled: true, stop_within_seconds: stopWithin }),
       },
     });
     return { lease, executionId, assignmentId };
@@ -200,7 +214,7 @@ export class PassApplier {
 }
 
 /** A recorded grant: the lease and the ids of its execution and assignment. */
-interface Grant {
+interface RecordedGrant {
   readonly lease: LeaseRecord;
   readonly executionId: string;
   readonly assignmentId: string;
@@ -209,7 +223,7 @@ interface Grant {
 /** The `assign` plan of a granted task. */
 function assignPlan(
   task: TaskRecord,
-  grant: Grant,
+  grant: RecordedGrant,
   config: BrokerDeps['config'],
   limits: ResolvedLimits,
 ): ExecutionPlan {

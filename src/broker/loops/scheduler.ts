@@ -105,9 +105,7 @@ export class Scheduler implements TaskObserver {
         this.deps.store.transaction(() => {
           for (const grant of grants) {
             try {
-              this.deps.store.transaction(() =>
-                this.applier.applyGrant(grant.task_id, grant.worker_id, grant.card_indexes),
-              );
+              this.deps.store.transaction(() => this.applier.applyGrant(grant));
               this.failingGrants.delete(grant.task_id);
             } catch (err) {
               conflicts++;

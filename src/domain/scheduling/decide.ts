@@ -130,10 +130,16 @@ export function decide(
         ? Number.POSITIVE_INFINITY
         : now +
           (task.time_limit_seconds + (config.backfill_margin_seconds ?? BACKFILL_MARGIN_SECONDS)) * 1000;
-    const grant =
-      pool.place(view, endsBy) ?? (endsBy === Number.POSITIVE_INFINITY ? null : pool.backfill(view, endsBy));
+    const placed = pool.place(view, endsBy);
+    const backfilled =
+      placed === null && endsBy !== Number.POSITIVE_INFINITY ? pool.backfill(view, endsBy) : null;
+    const grant = placed ?? backfilled;
     if (grant !== null) {
-      decision.grants.push({ task_id: task.task_id, ...grant });
+      decision.grants.push({
+        task_id: task.task_id,
+        ...grant,
+        ...(backfilled !== null ? { backfilled: true } : {}),
+      });
       usedByOwner.set(task.owner, inUse + req.need);
       const account = task.account ?? '';
       grantedByAccount.set(account, (grantedByAccount.get(account) ?? 0) + req.need);
@@ -232,7 +238,9 @@ function* withClaimantsFirst(
 /**
  * What a backfilled task may hold its cards beyond its time limit (its start-up before the limit counts,
  * the kill grace after it, its cleanup) when the settings do not say; the master adds its kill grace and
- * its cleanup timeout.
+ * its cleanup timeout. The start-up part is enforced: a backfilled run is stopped TIMED_OUT at its time
+ * limit plus this from when its worker begins it (plan `stop_within_seconds`), however long it took to
+ * start.
  */
 export const BACKFILL_MARGIN_SECONDS = 60;
 

@@ -385,6 +385,12 @@ export interface Grant {
   worker_id: string;
   /** Ascending, exactly `cards.count` of them. */
   card_indexes: number[];
+  /**
+   * Set when the task took cards an aged task holds back (backfill, ADR 0049): the master then enforces
+   * its time limit plus the start-up allowance from the grant, so the promise holds however long it
+   * takes to start.
+   */
+  backfilled?: true;
 }
 
 /** An aged task holds these free cards so later tasks cannot take them; it keeps waiting. */

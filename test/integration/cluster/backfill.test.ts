@@ -2,6 +2,7 @@ import type { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { Scheduler } from '../../../src/broker/loops/scheduler.js';
 import type { TaskView } from '../../../src/contracts/views.js';
+import { BACKFILL_MARGIN_SECONDS } from '../../../src/domain/scheduling/decide.js';
 import { SimSampler } from '../../../worker/samplers/sim-sampler.js';
 import {
   approveTask,
@@ -70,6 +71,27 @@ describe('backfill into a reservation', () => {
     const slow = await approveTask(alice, rita, shellSpec('true', { time_limit_seconds: 3000 }));
     const quick = await approveTask(alice, rita, shellSpec('true', { time_limit_seconds: 60 }));
     expect((await waitUntilSettled(alice, quick)).state).toBe('COMPLETED');
+    // The backfilled run was told its deadline (its 60 s limit plus the 60 s start-up allowance) and its
+    // lease recorded it (ADR 0049 §5); the 2-card task, placed on open cards, has none.
+    const planOf = (task: string) =>
+      (
+        m.deps.store.db
+          .prepare("SELECT body FROM master_outbox WHERE json_extract(body, '$.type') = 'assign'")
+          .all() as Array<{ body: string }>
+      )
+        .map((r) => JSON.parse(r.body).plan as { task_id: string; stop_within_seconds?: number })
+        .find((p) => p.task_id === task);
+    expect(planOf(quick)?.stop_within_seconds).toBe(60 + BACKFILL_MARGIN_SECONDS);
+    expect(planOf(long)).toBeDefined();
+    expect(planOf(long)?.stop_within_seconds).toBeUndefined();
+    const stopBy = (task: string) =>
+      m.deps.store.db.prepare('SELECT stop_by, created_at FROM leases WHERE task_id = ?').get(task) as {
+        stop_by: number | null;
+        created_at: number;
+      };
+    const q = stopBy(quick);
+    expect(q.stop_by).toBe(q.created_at + (60 + BACKFILL_MARGIN_SECONDS) * 1000);
+    expect(stopBy(long).stop_by).toBeNull();
     // The long one would still run when the wide one could start: it waits behind the reservation.
     const waiting = await getTask(alice, slow);
     expect(waiting.state).toBe('QUEUED');

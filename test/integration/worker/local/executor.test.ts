@@ -11,6 +11,7 @@ import type { ExecutorOptions } from '../../../../worker/local/executor.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import { probeOomKills } from '../../../../worker/local/process-group.js';
 import { startLogPump } from '../../../../worker/task-io/logs.js';
+import { AdvancingClock } from '../../../support/advancing-clock.js';
 import type { Chunk } from '../../../support/executor-plan.js';
 import { isLive, makePlan, sh, text } from '../../../support/executor-plan.js';
 import { waitFor } from '../../../support/wait.js';
@@ -255,6 +256,43 @@ describe('time limit, cancel and the process group', () => {
     const result = await handle.done;
     expect(text(chunks, 'stdout')).toBe('ready\n');
     expect(result).toMatchObject({ failure_reason: 'TIMED_OUT', signal: 'SIGKILL', cleaned: true });
+  });
+
+  it('a backfilled run stops TIMED_OUT at its deadline from when the executor began, whatever its limit left', async () => {
+    // ADR 0049 §5: the master promised its cards back by its limit plus the start-up allowance from the
+    // grant. Here the deadline (10 s) comes long before the limit (600 s from the start): once the task
+    // runs, the executor's clock is moved past the deadline, and the run ends TIMED_OUT.
+    const clock = new AdvancingClock();
+    const base = makePlan({ argv: sh('echo ready; sleep 1000'), timeLimit: 600, grace: 0.3 });
+    const { handle, chunks } = start({ ...base, stop_within_seconds: 10 }, { clock });
+    await waitFor(() => text(chunks, 'stdout').includes('ready'), { what: 'the task running' });
+    clock.advance(10_000);
+    const result = await handle.done;
+    expect(result).toMatchObject({ failure_reason: 'TIMED_OUT', cleaned: true });
+    expect(isLive(handle.pid!)).toBe(false);
+  });
+
+  it('a backfilled run whose setup outlasted its deadline never starts: TIMED_OUT, saying why', async () => {
+    const clock = new AdvancingClock();
+    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
+    const { handle, chunks } = start({ ...base, stop_within_seconds: 5 }, { clock });
+    // Setup is asynchronous: the clock passes the deadline before it ends (as slow inputs or a pull would).
+    clock.advance(6_000);
+    expect(await handle.started).toBeNull();
+    const result = await handle.done;
+    expect(result).toMatchObject({ failure_reason: 'TIMED_OUT', exit_code: null, cleaned: true });
+    expect(result.setup_error).toContain('deadline of 5 s');
+    expect(text(chunks, 'stdout')).toBe('');
+  });
+
+  it('without a deadline the time limit counts from the start, however long setup took', async () => {
+    const clock = new AdvancingClock();
+    const plan = makePlan({ argv: sh('echo ran'), timeLimit: 5 });
+    const { handle, chunks } = start(plan, { clock });
+    clock.advance(6_000);
+    const result = await handle.done;
+    expect(result).toMatchObject({ failure_reason: null, exit_code: 0 });
+    expect(text(chunks, 'stdout')).toBe('ran\n');
   });
 
   it('cancels a running task and kills its whole group', async () => {

@@ -200,7 +200,7 @@ describe('backfill attacks (ADR 0049)', () => {
     expect(decide(snapshot([worker], [big, wholeTask]), NOW).grants).toEqual([]);
     // A slice task that ends in time takes the held slice.
     expect(decide(snapshot([worker], [big, sliceTask]), NOW).grants).toEqual([
-      { task_id: 's', worker_id: 'w0', card_indexes: [migCardIndex(1, 2, 0)] },
+      { task_id: 's', worker_id: 'w0', card_indexes: [migCardIndex(1, 2, 0)], backfilled: true },
     ]);
   });
 

@@ -52,8 +52,20 @@ describe('backfill into an aged task’s reservation', () => {
       snapshot([halfBusy(NOW + 30 * MIN)], [task('big', 8, AGED), task('small', 1, FRESH, 600)]),
       NOW,
     );
-    expect(d.grants).toEqual([{ task_id: 'small', worker_id: 'w0', card_indexes: [4] }]);
+    // Marked: the master enforces its limit plus the start-up allowance from the grant (ADR 0049 §5).
+    expect(d.grants).toEqual([{ task_id: 'small', worker_id: 'w0', card_indexes: [4], backfilled: true }]);
     expect(d.reservations).toEqual([{ task_id: 'big', worker_id: 'w0', card_indexes: [5, 6, 7] }]);
+  });
+
+  it('a task placed on open cards is not marked backfilled, with or without a limit', () => {
+    const d = decide(
+      snapshot([halfBusy(NOW + 30 * MIN)], [task('a', 1, FRESH, 600), task('b', 1, FRESH)]),
+      NOW,
+    );
+    expect(d.grants.map((g) => [g.task_id, g.backfilled])).toEqual([
+      ['a', undefined],
+      ['b', undefined],
+    ]);
   });
 
   it('a task that could still run when the aged one could start waits behind it', () => {
