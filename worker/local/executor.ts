@@ -125,6 +125,8 @@ class ExecutionRun {
    * began, its setup included; +Infinity: none.
    */
   private readonly stopAt: number;
+  /** The deadline comes before the time limit from the start: a TIMED_OUT then says which stopped it. */
+  private deadlineFirst = false;
 
   constructor(
     private readonly plan: ExecutionPlan,
@@ -177,7 +179,9 @@ class ExecutionRun {
     });
 
     // 3. time limit (a backfilled run's deadline if that comes first) and cancel
-    this.watchTimeLimit(Math.min(this.clock.now() + this.plan.spec.time_limit_seconds * 1000, this.stopAt));
+    const limitAt = this.clock.now() + this.plan.spec.time_limit_seconds * 1000;
+    this.deadlineFirst = this.stopAt < limitAt;
+    this.watchTimeLimit(Math.min(limitAt, this.stopAt));
     if (this.cancelRequested) this.beginKill(this.stopReason());
 
     // 4. exit, then leftovers
@@ -294,8 +298,21 @@ class ExecutionRun {
         this.lostReason === null
           ? main.logErrors
           : [...main.logErrors, `the task's exit status was lost (${this.lostReason}); it was killed`],
-      ...limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
+      ...this.stopDetail(
+        failure,
+        limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
+      ),
     };
+  }
+
+  /** The limits' detail, after which a run its deadline stopped says so (its own limit had time left). */
+  private stopDetail(
+    failure: ExecutionExit['failure_reason'],
+    detail: { limits_detail?: readonly string[] },
+  ): { limits_detail?: readonly string[] } {
+    if (failure !== 'TIMED_OUT' || !this.deadlineFirst || this.killReason !== 'TIMED_OUT') return detail;
+    const why = `backfilled: stopped at its deadline of ${this.plan.stop_within_seconds} s from when the worker began it (its time limit plus the start-up allowance), before its own time limit`;
+    return { limits_detail: [why, ...(detail.limits_detail ?? [])] };
   }
 
   /**

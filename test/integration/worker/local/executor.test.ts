@@ -256,6 +256,7 @@ describe('time limit, cancel and the process group', () => {
     const result = await handle.done;
     expect(text(chunks, 'stdout')).toBe('ready\n');
     expect(result).toMatchObject({ failure_reason: 'TIMED_OUT', signal: 'SIGKILL', cleaned: true });
+    expect(result.limits_detail?.join('\n') ?? '').not.toContain('backfilled');
   });
 
   it('a backfilled run stops TIMED_OUT at its deadline from when the executor began, whatever its limit left', async () => {
@@ -269,6 +270,7 @@ describe('time limit, cancel and the process group', () => {
     clock.advance(10_000);
     const result = await handle.done;
     expect(result).toMatchObject({ failure_reason: 'TIMED_OUT', cleaned: true });
+    expect(result.limits_detail?.join('\n')).toContain('backfilled: stopped at its deadline of 10 s');
     expect(isLive(handle.pid!)).toBe(false);
   });
 
