@@ -17,7 +17,7 @@ import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js
 import { type LocalSetup, type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
 import { sharedSpawner } from './spawner.js';
 import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
-import { localVerdict } from './verdict.js';
+import { deadlineDetail, localVerdict } from './verdict.js';
 
 /**
  * Runs one ExecutionPlan on this host (docs/worker-protocol.md, docs/security.md).
@@ -298,21 +298,13 @@ class ExecutionRun {
         this.lostReason === null
           ? main.logErrors
           : [...main.logErrors, `the task's exit status was lost (${this.lostReason}); it was killed`],
-      ...this.stopDetail(
-        failure,
+      ...deadlineDetail(
+        failure === 'TIMED_OUT' && this.deadlineFirst && this.killReason === 'TIMED_OUT'
+          ? this.plan.stop_within_seconds
+          : undefined,
         limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
       ),
     };
-  }
-
-  /** The limits' detail, after which a run its deadline stopped says so (its own limit had time left). */
-  private stopDetail(
-    failure: ExecutionExit['failure_reason'],
-    detail: { limits_detail?: readonly string[] },
-  ): { limits_detail?: readonly string[] } {
-    if (failure !== 'TIMED_OUT' || !this.deadlineFirst || this.killReason !== 'TIMED_OUT') return detail;
-    const why = `backfilled: stopped at its deadline of ${this.plan.stop_within_seconds} s from when the worker began it (its time limit plus the start-up allowance), before its own time limit`;
-    return { limits_detail: [why, ...(detail.limits_detail ?? [])] };
   }
 
   /**

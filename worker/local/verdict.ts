@@ -36,3 +36,17 @@ export function localVerdict(o: LocalOutcome): FailureReason | null {
   if (o.exitCode !== 0) return 'EXIT_NONZERO';
   return o.requiredMissing ? 'OUTPUT_MISSING' : null;
 }
+
+/**
+ * The limits' detail of a run, after which a backfilled run its deadline stopped (`stoppedWithin`, the
+ * plan's `stop_within_seconds`; undefined: its own time limit or nothing stopped it) says so: it had time
+ * left of its limit (ADR 0049 §5).
+ */
+export function deadlineDetail(
+  stoppedWithin: number | undefined,
+  detail: { limits_detail?: readonly string[] },
+): { limits_detail?: readonly string[] } {
+  if (stoppedWithin === undefined) return detail;
+  const why = `backfilled: stopped at its deadline of ${stoppedWithin} s from when the worker began it (its time limit plus the start-up allowance), before its own time limit`;
+  return { limits_detail: [why, ...(detail.limits_detail ?? [])] };
+}

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { type LocalOutcome, localVerdict } from '../../../../worker/local/verdict.js';
+import { deadlineDetail, type LocalOutcome, localVerdict } from '../../../../worker/local/verdict.js';
 
 /** How a local execution's end becomes a failure reason (worker/local/verdict.ts). */
 
@@ -51,5 +51,17 @@ describe('localVerdict', () => {
     expect(localVerdict(base)).toBeNull();
     expect(localVerdict({ ...base, exitCode: 3, requiredMissing: true })).toBe('EXIT_NONZERO');
     expect(localVerdict({ ...base, requiredMissing: true })).toBe('OUTPUT_MISSING');
+  });
+});
+
+describe('deadlineDetail', () => {
+  it('puts the deadline first when it stopped the run, and leaves any other detail alone', () => {
+    const limits = { limits_detail: ['limits enforced: memory_mib 128 MiB'] };
+    expect(deadlineDetail(undefined, limits)).toBe(limits);
+    expect(deadlineDetail(undefined, {})).toEqual({});
+    const stopped = deadlineDetail(120, limits).limits_detail ?? [];
+    expect(stopped[0]).toContain('backfilled: stopped at its deadline of 120 s');
+    expect(stopped.slice(1)).toEqual(limits.limits_detail);
+    expect(deadlineDetail(120, {}).limits_detail).toHaveLength(1);
   });
 });
