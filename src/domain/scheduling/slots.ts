@@ -67,6 +67,13 @@ export interface Slot {
   openByProfile: Map<string, number>;
   /** A usable Slurm pool whose cards name their nodes: each node's free GPUs (nodes.ts). */
   nodes: PoolNode[] | null;
+  /**
+   * `countOpen`'s answers by requirement key, each with the `openCount` it was counted at: OPEN cards
+   * only ever leave a pass's free list (marked), and every mark lowers `openCount`, so an answer counted
+   * at the current `openCount` is still right, and a queue of like tasks scans each slot once per grant
+   * on it instead of once per task.
+   */
+  openMemo: Map<string, { readonly at: number; readonly n: number }>;
 }
 
 /** What building the slots of a pass counted: every usable free card, and those reserved for a run. */
@@ -120,6 +127,7 @@ export function buildSlots(
         openWhole: free.length - slices,
         openByProfile,
         nodes,
+        openMemo: new Map(),
       };
     });
   return { slots, totals };
@@ -196,10 +204,13 @@ export function countOpenFast(slot: Slot, req: Requirement): number {
   return slot.openByProfile.get(req.mig.profile) ?? 0;
 }
 
-/** How many of `slot`'s free cards are still OPEN and match `req`. */
+/** How many of `slot`'s free cards are still OPEN and match `req` (remembered until a card is marked). */
 export function countOpen(slot: Slot, req: Requirement): number {
+  const memo = slot.openMemo.get(req.key);
+  if (memo !== undefined && memo.at === slot.openCount) return memo.n;
   let n = 0;
   for (const card of slot.free) if (card.mark === OPEN && matches(card, req)) n++;
+  slot.openMemo.set(req.key, { at: slot.openCount, n });
   return n;
 }
 

@@ -223,3 +223,45 @@ describe('a task that asks for slices (cards.mig_profile, cards.allow_mig)', () 
     }
   });
 });
+
+describe('a queue of like tasks with a memory floor (the pool remembers counts per slot until a card is marked)', () => {
+  it('gets exactly the cards that fit, one each, however many ask; the rest wait for cards', () => {
+    // w1: a card split 1g.10gb ×2 + 3g.40gb; w2: two whole cards. A 9,000 MiB floor fits all five;
+    // a 20,000 MiB floor only the 3g.40gb slice and the whole cards.
+    const workers = [
+      worker('w1', migCard(0, ['1g.10gb', '1g.10gb', '3g.40gb'])),
+      worker('w2', [whole(0), whole(1)]),
+    ];
+    const small = Array.from({ length: 4 }, () => task({ count: 1, min_memory_mib: 9000, allow_mig: true }));
+    const big = Array.from({ length: 3 }, () => task({ count: 1, min_memory_mib: 20000, allow_mig: true }));
+    const d = run(workers, [...small, ...big]);
+    const granted = d.grants.map((g) => `${g.worker_id}/${g.card_indexes.join(',')}`);
+    // Every card granted once; smallest first: the small tasks take the 1g slices, then the 3g, then a
+    // whole card; the first big task the one whole card left, and the other two wait.
+    expect(new Set(granted).size).toBe(granted.length);
+    expect(granted).toEqual([
+      `w1/${migCardIndex(0, 1, 0)}`,
+      `w1/${migCardIndex(0, 2, 0)}`,
+      `w1/${migCardIndex(0, 3, 0)}`,
+      'w2/0',
+      'w2/1',
+    ]);
+    expect(d.grants.map((g) => g.task_id)).toEqual([...small, big[0]!].map((t) => t.task_id));
+    expect(d.waiting.map((w) => [w.task_id, w.reason.code])).toEqual([
+      [big[1]!.task_id, 'waiting_for_cards'],
+      [big[2]!.task_id, 'waiting_for_cards'],
+    ]);
+  });
+
+  it('a slot whose fitting card was just taken counts none left, though other cards of it are still open', () => {
+    // w1: a 3g.40gb slice (fits 20,000 MiB) beside two 1g.10gb slices (do not); w2: one whole card.
+    const workers = [worker('w1', migCard(0, ['3g.40gb', '1g.10gb', '1g.10gb'])), worker('w2', [whole(0)])];
+    const big = Array.from({ length: 2 }, () => task({ count: 1, min_memory_mib: 20000, allow_mig: true }));
+    const d = run(workers, big);
+    // The first takes the slice (smallest that fits); the second must go to w2, never to w1 again.
+    expect(d.grants).toEqual([
+      { task_id: big[0]!.task_id, worker_id: 'w1', card_indexes: [migCardIndex(0, 1, 0)] },
+      { task_id: big[1]!.task_id, worker_id: 'w2', card_indexes: [0] },
+    ]);
+  });
+});
