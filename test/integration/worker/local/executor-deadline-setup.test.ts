@@ -1,0 +1,77 @@
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import type { ExecutionResult } from '../../../../worker/executions/executor.js';
+import { startExecution } from '../../../../worker/local/executor.js';
+import { InputCache } from '../../../../worker/task-io/input-cache.js';
+import { AdvancingClock } from '../../../support/advancing-clock.js';
+import { makePlan, sh } from '../../../support/executor-plan.js';
+import { waitFor } from '../../../support/wait.js';
+
+/**
+ * Hostile review of ADR 0049 §5 (the backfill deadline): the deadline is only looked at once setup has
+ * ended, so a setup that is still fetching its inputs when the deadline passes keeps the backfilled
+ * task's cards (its execution is not done, so no receipt reaches the master) for as long as the fetch
+ * takes. The master's input fetcher is bounded only by 120 s plus the size at 1 MiB/s (up to 1 GiB per
+ * file: some 17 minutes a file), far past the 60 s start-up allowance the aged task was promised.
+ *
+ * `it.fails`: this passes while the defect is there; once setup is raced against the deadline, flip it
+ * to `it`.
+ */
+
+let root: string;
+beforeAll(() => {
+  root = mkdtempSync(join(tmpdir(), 'gpu-broker-deadline-setup-'));
+});
+afterAll(() => {
+  rmSync(root, { recursive: true, force: true });
+});
+
+describe('a backfilled run whose setup is still going at its deadline', () => {
+  it.fails('ends TIMED_OUT at its deadline, not whenever its inputs arrive', async () => {
+    const clock = new AdvancingClock();
+    let release: () => void = () => undefined;
+    const fetching = new Promise<void>((r) => {
+      release = r;
+    });
+    let fetchStarted = false;
+    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
+    const plan = {
+      ...base,
+      stop_within_seconds: 5,
+      spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: 'a'.repeat(64), size: 1 }] },
+    };
+    const handle = startExecution(plan, {
+      rootDir: root,
+      workerId: 'worker-1',
+      provider: 'sim',
+      onLog: () => undefined,
+      cleanupPollMs: 20,
+      clock,
+      inputs: {
+        cache: new InputCache(join(root, 'cache'), 1 << 20),
+        // A slow master: the blob arrives only when the test lets it (then wrong, so setup fails).
+        fetch: async () => {
+          fetchStarted = true;
+          await fetching;
+          throw new Error('released by the test');
+        },
+      },
+    });
+    let result: ExecutionResult | null = null;
+    void handle.done.then((r) => {
+      result = r;
+    });
+    try {
+      await waitFor(() => fetchStarted, { what: 'setup fetching its input' });
+      clock.advance(6_000);
+      // The deadline has passed: the run must end now (TIMED_OUT), not when the fetch ends.
+      const ended = await waitFor(() => result, { what: 'the run ending at its deadline', timeoutMs: 3_000 });
+      expect(ended.failure_reason).toBe('TIMED_OUT');
+    } finally {
+      release();
+      await handle.done;
+    }
+  });
+});
