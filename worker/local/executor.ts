@@ -77,6 +77,8 @@ export interface ExecutorOptions extends LocalSetupOptions {
 const DEFAULT_CLEANUP_POLL_MS = 200;
 /** The time limit is checked against the clock at least this often (ms). */
 const LIMIT_CHECK_MS = 1000;
+/** What `untilDeadline` answers when a backfilled run's deadline came before its setup ended. */
+const PAST_DEADLINE: unique symbol = Symbol('past deadline');
 
 /** Starts running `plan`; returns at once. See the module comment for the steps. */
 export function startExecution(plan: ExecutionPlan, opts: ExecutorOptions): ExecutionHandle {
@@ -211,7 +213,25 @@ class ExecutionRun {
   private async setup(
     execRoot: string,
   ): Promise<{ readonly setup: LocalSetup; readonly oomProbe: OomProbe | null } | ExecutionResult> {
-    const setup = await setupExecution(this.plan, this.opts, execRoot);
+    const pending = setupExecution(this.plan, this.opts, execRoot);
+    const setup = await this.untilDeadline(pending);
+    if (setup === PAST_DEADLINE) {
+      // A backfilled run's setup (an input fetch) still going at its deadline: its cards go back now (no
+      // process of the task exists, and setup holds no card); what setup made is undone once it ends,
+      // since a fetch cannot be stopped half-way.
+      void pending.then(
+        async (late) => {
+          if (typeof late !== 'string') await late.box.dispose().catch(() => undefined);
+          await removeEnvFiles(execRoot);
+          releaseTaskUid(this.plan, this.opts);
+        },
+        () => releaseTaskUid(this.plan, this.opts),
+      );
+      return this.neverStarted(
+        'TIMED_OUT',
+        `backfilled: its setup was still going at its deadline of ${this.plan.stop_within_seconds} s (its time limit plus the start-up allowance; docs/operations.md "Backfill")`,
+      );
+    }
     if (typeof setup === 'string') {
       // Nothing ran under the task's uid, so it can go back at once.
       releaseTaskUid(this.plan, this.opts);
@@ -240,6 +260,33 @@ class ExecutionRun {
       return this.neverStarted(this.stopReason());
     }
     return { setup, oomProbe };
+  }
+
+  /**
+   * `work`, or PAST_DEADLINE once the clock passes a backfilled run's deadline first (ADR 0049 §5: the
+   * deadline counts setup, which would otherwise hold the cards for as long as its inputs take).
+   */
+  private untilDeadline<T>(work: Promise<T>): Promise<T | typeof PAST_DEADLINE> {
+    if (this.stopAt === Number.POSITIVE_INFINITY) return work;
+    return new Promise((resolve, reject) => {
+      let timer: NodeJS.Timeout | undefined;
+      const look = (): void => {
+        const left = this.stopAt - this.clock.now();
+        if (left <= 0) resolve(PAST_DEADLINE);
+        else timer = setTimeout(look, Math.min(left, LIMIT_CHECK_MS));
+      };
+      work.then(
+        (value) => {
+          clearTimeout(timer);
+          resolve(value);
+        },
+        (err: unknown) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      );
+      look();
+    });
   }
 
   /**

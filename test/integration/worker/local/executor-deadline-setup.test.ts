@@ -10,14 +10,11 @@ import { makePlan, sh } from '../../../support/executor-plan.js';
 import { waitFor } from '../../../support/wait.js';
 
 /**
- * Hostile review of ADR 0049 §5 (the backfill deadline): the deadline is only looked at once setup has
- * ended, so a setup that is still fetching its inputs when the deadline passes keeps the backfilled
- * task's cards (its execution is not done, so no receipt reaches the master) for as long as the fetch
- * takes. The master's input fetcher is bounded only by 120 s plus the size at 1 MiB/s (up to 1 GiB per
- * file: some 17 minutes a file), far past the 60 s start-up allowance the aged task was promised.
- *
- * `it.fails`: this passes while the defect is there; once setup is raced against the deadline, flip it
- * to `it`.
+ * Hostile review of ADR 0049 §5 (the backfill deadline): the deadline was only looked at once setup had
+ * ended, so a setup still fetching its inputs when the deadline passed kept the backfilled task's cards
+ * (its execution not done, no receipt for the master) for as long as the fetch took: the master's input
+ * fetcher is bounded only by 120 s plus the size at 1 MiB/s (up to 1 GiB a file, some 17 minutes), far
+ * past the 60 s start-up allowance the aged task was promised. Setup is now raced against the deadline.
  */
 
 let root: string;
@@ -29,7 +26,7 @@ afterAll(() => {
 });
 
 describe('a backfilled run whose setup is still going at its deadline', () => {
-  it.fails('ends TIMED_OUT at its deadline, not whenever its inputs arrive', async () => {
+  it('ends TIMED_OUT at its deadline, not whenever its inputs arrive', async () => {
     const clock = new AdvancingClock();
     let release: () => void = () => undefined;
     const fetching = new Promise<void>((r) => {
@@ -68,7 +65,9 @@ describe('a backfilled run whose setup is still going at its deadline', () => {
       clock.advance(6_000);
       // The deadline has passed: the run must end now (TIMED_OUT), not when the fetch ends.
       const ended = await waitFor(() => result, { what: 'the run ending at its deadline', timeoutMs: 3_000 });
-      expect(ended.failure_reason).toBe('TIMED_OUT');
+      expect(ended).toMatchObject({ failure_reason: 'TIMED_OUT', exit_code: null, cleaned: true });
+      expect(ended.setup_error).toContain('still going at its deadline of 5 s');
+      expect(await handle.started).toBeNull();
     } finally {
       release();
       await handle.done;
