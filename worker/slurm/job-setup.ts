@@ -98,9 +98,9 @@ export async function prepareSlurmJob(
     const problem = await placeInputs(inputs, layout.inputsDir, id, opts.inputs);
     if (problem !== null) return problem;
   }
-  const gpuType = leaseGresType(plan, backend.gres?.() ?? null);
-  if (gpuType !== undefined && gpuType.problem !== null) return gpuType.problem;
-  return submitRequest(plan, opts, execDir, layout.taskDir, gpuType?.type);
+  const gres = leaseGresType(plan, backend.gres?.() ?? null);
+  if (gres !== undefined && gres.problem !== null) return gres.problem;
+  return submitRequest(plan, opts, execDir, layout.taskDir, gres);
 }
 
 /**
@@ -109,22 +109,14 @@ export async function prepareSlurmJob(
  * profile, whichever the broker's slot named —, and on a pool with slices a whole card's type, since an
  * untyped `gpu:N` may be given a slice. Undefined: today's untyped `--gres=gpu:N`. A lease whose cards
  * the sample does not know, or of two types, is refused: the job would get other GPUs than reviewed.
- * On a pool without slices, whole cards all of one type are asked for by it (their model names it, so a
- * task placed for `cards.model: H100` gets H100s on a node that also has others); any other lease there
- * is untyped as before (so is a type sbatch would not be given).
+ * On a pool without slices, typed whole cards are asked for by their types (`typedWholeCards`).
  */
 export function leaseGresType(
   plan: Pick<ExecutionPlan, 'cards'>,
   gres: PoolGres | null,
-): { type: string; problem: null } | { type?: undefined; problem: string } | undefined {
+): LeaseGres | undefined {
   if (gres === null) return undefined;
-  if (!gres.hasSlices) {
-    const types = new Set(plan.cards.map((card) => gres.cards.get(card.index)?.type ?? null));
-    const [type] = [...types];
-    return types.size === 1 && typeof type === 'string' && GRES_TYPE.test(type)
-      ? { type, problem: null }
-      : undefined;
-  }
+  if (!gres.hasSlices) return typedWholeCards(plan, gres);
   const types = new Set<string | null>();
   let slices = 0;
   for (const card of plan.cards) {
@@ -150,6 +142,35 @@ export function leaseGresType(
     };
   }
   return { type, problem: null };
+}
+
+/** What to ask Slurm for a lease's cards: one GRES type, several on one node, or why it cannot run. */
+export type LeaseGres =
+  | { type: string; types?: undefined; problem: null }
+  | { type?: undefined; types: ReadonlyArray<{ type: string; count: number }>; problem: null }
+  | { type?: undefined; types?: undefined; problem: string };
+
+/**
+ * A lease of whole cards on a pool without slices, asked for by type (their model names it: a task
+ * placed for `cards.model: A100` must get the A100s it was placed on, not a node's H100s): all of one
+ * type as `gpu:<type>:N`; of several types on one node as `gpu:<a>:n,gpu:<b>:m`. Untyped as before
+ * (undefined) when a card is untyped or not in the sample, a type is one sbatch would not be given, or
+ * the cards of several types span nodes (one `--gres` applies to every node of the job).
+ */
+function typedWholeCards(plan: Pick<ExecutionPlan, 'cards'>, gres: PoolGres): LeaseGres | undefined {
+  const counts = new Map<string, number>();
+  const nodes = new Set<string>();
+  for (const card of plan.cards) {
+    const known = gres.cards.get(card.index);
+    if (known === undefined || known.type === null || !GRES_TYPE.test(known.type)) return undefined;
+    counts.set(known.type, (counts.get(known.type) ?? 0) + 1);
+    nodes.add(known.node);
+  }
+  const [first] = counts.keys();
+  if (first === undefined) return undefined;
+  if (counts.size === 1) return { type: first, problem: null };
+  if (nodes.size !== 1) return undefined;
+  return { types: [...counts].map(([type, count]) => ({ type, count })), problem: null };
 }
 
 /** The argv each rank runs, or why the plan cannot run as a Slurm job. */
@@ -305,7 +326,7 @@ async function submitRequest(
   opts: JobSetupOptions,
   execDir: string,
   taskDir: string,
-  gpuType: string | undefined,
+  gres: LeaseGres | undefined,
 ): Promise<SlurmSubmitRequest> {
   const { backend } = opts;
   const id = plan.execution_id;
@@ -320,7 +341,8 @@ async function submitRequest(
     ...(backend.account === undefined ? {} : { account: backend.account }),
     ...(backend.qos === undefined ? {} : { qos: backend.qos }),
     gpusPerNode: perNode,
-    ...(gpuType === undefined ? {} : { gpuType }),
+    ...(gres?.type === undefined ? {} : { gpuType: gres.type }),
+    ...(gres?.types === undefined ? {} : { gpuTypes: gres.types }),
     nodes,
     // The task's memory limit, split over its nodes; Slurm's cgroup enforces it (docs/slurm.md).
     ...(plan.limits === undefined

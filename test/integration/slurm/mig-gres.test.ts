@@ -56,8 +56,15 @@ describe.runIf(avail.ok)(
       removeTempDirs();
     });
 
-    /** Submits `probe` in a rank sandbox through the job wrapper as `--gres=gpu:<gpuType>:1`; its job dir. */
-    const submitProbe = async (name: string, probe: string, gpuType: string): Promise<string> => {
+    /**
+     * Submits `probe` in a rank sandbox through the job wrapper as `--gres=gpu:<type>:1`, or one GPU of
+     * each of several types (`--gres=gpu:<a>:n,gpu:<b>:m`); its job dir.
+     */
+    const submitProbe = async (
+      name: string,
+      probe: string,
+      ask: string | ReadonlyArray<{ type: string; count: number }>,
+    ): Promise<string> => {
       const dir = join(root, name);
       const taskDir = join(dir, 'task');
       const argv = ['/bin/sh', '-c', probe];
@@ -91,8 +98,9 @@ describe.runIf(avail.ok)(
         jobName: `gbtest-mig-${name}-${process.pid}`,
         comment: `gbtest-mig-${process.pid}`,
         partition: 'gpu',
-        gpusPerNode: 1,
-        gpuType,
+        ...(typeof ask === 'string'
+          ? { gpusPerNode: 1, gpuType: ask }
+          : { gpusPerNode: ask.reduce((n, t) => n + t.count, 0), gpuTypes: ask }),
         timeLimitSeconds: 120,
       });
       submitted.push(id);
@@ -184,6 +192,22 @@ describe.runIf(avail.ok)(
       expect(type).toEqual({ type: 'h100', problem: null });
       const dir = await submitProbe('whole', 'echo "steps=$GPU_BROKER_GPU_IDS"', type?.type as string);
       expect(await succeeded(dir)).toContain('steps=0\n');
+    });
+
+    it('several GRES types in one request: Slurm gives one GPU of each, the positions of those types', async () => {
+      // `--gres=gpu:3g.40gb:1,gpu:1g.10gb:1` (what a one-node lease across types is submitted as).
+      const dir = await submitProbe('types', 'echo "steps=$GPU_BROKER_GPU_IDS"', [
+        { type: '3g.40gb', count: 1 },
+        { type: '1g.10gb', count: 1 },
+      ]);
+      const steps = /steps=([\d,]+)/
+        .exec(await succeeded(dir))?.[1]
+        ?.split(',')
+        .map(Number);
+      // Position 1 is the 3g.40gb slice, 2 and 3 the 1g.10gb ones; 0 (the h100) is not given.
+      expect(steps).toHaveLength(2);
+      expect(steps).toContain(1);
+      expect(steps?.some((p) => p === 2 || p === 3)).toBe(true);
     });
   },
 );

@@ -85,10 +85,7 @@ export function buildSbatchArgs(req: SlurmSubmitRequest): { args: string[] } {
     `--nodes=${nodes}`,
     `--ntasks-per-node=${tasks}`,
   );
-  if (req.gpuType !== undefined && !GRES_TYPE.test(req.gpuType))
-    throw new SlurmRequestError(`bad GRES type '${req.gpuType}': use [A-Za-z0-9._-], 1-64 characters`);
-  if (gpus > 0)
-    args.push(req.gpuType === undefined ? `--gres=gpu:${gpus}` : `--gres=gpu:${req.gpuType}:${gpus}`);
+  if (gpus > 0) args.push(`--gres=${gresValue(req, gpus)}`);
   if (req.memoryMibPerNode !== undefined) {
     checkCount('memoryMibPerNode', req.memoryMibPerNode, 1);
     args.push(`--mem=${req.memoryMibPerNode}M`);
@@ -141,4 +138,25 @@ function checkExtraArg(a: string): void {
     throw new SlurmRequestError(`extra sbatch argument '${a}' sets an option the driver owns`);
   if (!name.startsWith('--') && RESERVED_SHORT.some((o) => a.startsWith(o)))
     throw new SlurmRequestError(`extra sbatch argument '${a}' sets an option the driver owns`);
+}
+
+/** `--gres`'s value: untyped `gpu:N`, one type `gpu:<type>:N`, or several `gpu:<a>:n,gpu:<b>:m` summing to N. */
+function gresValue(req: Pick<SlurmSubmitRequest, 'gpuType' | 'gpuTypes'>, gpus: number): string {
+  const badType = (type: string) =>
+    new SlurmRequestError(`bad GRES type '${type}': use [A-Za-z0-9._-], 1-64 characters`);
+  if (req.gpuTypes !== undefined) {
+    if (req.gpuType !== undefined) throw new SlurmRequestError('give gpuType or gpuTypes, not both');
+    let sum = 0;
+    for (const { type, count } of req.gpuTypes) {
+      if (!GRES_TYPE.test(type)) throw badType(type);
+      checkCount('gpuTypes count', count, 1);
+      sum += count;
+    }
+    if (sum !== gpus || new Set(req.gpuTypes.map((t) => t.type)).size !== req.gpuTypes.length)
+      throw new SlurmRequestError(`gpuTypes must name distinct types whose counts sum to ${gpus}`);
+    return req.gpuTypes.map(({ type, count }) => `gpu:${type}:${count}`).join(',');
+  }
+  if (req.gpuType === undefined) return `gpu:${gpus}`;
+  if (!GRES_TYPE.test(req.gpuType)) throw badType(req.gpuType);
+  return `gpu:${req.gpuType}:${gpus}`;
 }

@@ -146,6 +146,13 @@ export interface SlurmSubmitRequest {
    * given a slice). Absent: untyped, today's `--gres=gpu:N`.
    */
   gpuType?: string;
+  /**
+   * Several GRES types in one request (`--gres=gpu:<a>:1,gpu:<b>:1`), instead of `gpuType`: a one-node
+   * lease of whole cards of several types on a pool whose GPUs are typed, so Slurm gives the job exactly
+   * that mix (an untyped `gpu:N` could be given GPUs of a type the task was not placed on). The counts
+   * sum to `gpusPerNode`.
+   */
+  gpuTypes?: ReadonlyArray<{ readonly type: string; readonly count: number }>;
   /** `--nodes`, default 1. */
   nodes?: number;
   /**

@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { modelMatches } from '../../../../src/domain/scheduling/requirement.js';
+import { SlurmRequestError } from '../../../../worker/slurm/cli/errors.js';
+import { buildSbatchArgs } from '../../../../worker/slurm/cli/sbatch-args.js';
 import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { leaseGresType } from '../../../../worker/slurm/job-setup.js';
 import { poolSample } from '../../../../worker/slurm/sampler.js';
@@ -13,8 +15,8 @@ import { poolSample } from '../../../../worker/slurm/sampler.js';
  * (which card of which type its lease holds, what a model quota counts) no longer says what the job
  * holds. A pool with slices refuses such a lease ('several GRES types'); this one does not.
  *
- * `it.fails`: this passes while the defect is there; once a mixed lease is asked for per type
- * (`--gres=gpu:a:1,gpu:b:1`) or refused, flip it to `it`.
+ * Fixed: a one-node lease of several types is asked for per type (`--gres=gpu:a:1,gpu:b:1`); across
+ * nodes (one `--gres` for every node) it stays untyped.
  */
 
 function node(name: string, gresTypes: Array<{ type: string | null; count: number }>): SlurmNode {
@@ -34,8 +36,17 @@ function node(name: string, gresTypes: Array<{ type: string | null; count: numbe
   };
 }
 
+const REQ = {
+  scriptPath: '/j/job.sh',
+  jobName: 'gb-t1',
+  comment: 'c',
+  stdout: '/j/o',
+  stderr: '/j/e',
+  chdir: '/j',
+};
+
 describe('a lease across GRES types on a Slurm pool without slices', () => {
-  it.fails('is not left to Slurm to fill with any GPU of the node', () => {
+  it('is not left to Slurm to fill with any GPU of the node: each type is asked for', () => {
     const sample = poolSample(
       [
         node('g1', [
@@ -51,7 +62,70 @@ describe('a lease across GRES types on a Slurm pool without slices', () => {
     // Both A100s match a spec's `cards.model: A100`, the H100s do not: the broker may lease cards 0 and 1.
     expect(sample.cards.map((c) => modelMatches(c.model, 'A100'))).toEqual([true, true, false, false]);
     const lease = { cards: [0, 1].map((i) => ({ index: i, uuid: `slurm:g1:gpu${i}` })) };
-    // Untyped `--gres=gpu:2` lets Slurm pick the H100s: the job would get other GPUs than reviewed.
-    expect(leaseGresType(lease, sample.gres)).not.toBeUndefined();
+    // Untyped `--gres=gpu:2` would let Slurm pick the H100s: each type is asked for instead.
+    const gres = leaseGresType(lease, sample.gres);
+    expect(gres).toEqual({
+      types: [
+        { type: 'nvidia_a100_80gb_pcie', count: 1 },
+        { type: 'nvidia_a100_40gb_pcie', count: 1 },
+      ],
+      problem: null,
+    });
+    const args = buildSbatchArgs({ ...REQ, gpusPerNode: 2, gpuTypes: gres!.types! }).args;
+    expect(args).toContain('--gres=gpu:nvidia_a100_80gb_pcie:1,gpu:nvidia_a100_40gb_pcie:1');
+    // An H100 and an A100: the same, one of each.
+    const mixed = { cards: [0, 2].map((i) => ({ index: i, uuid: `slurm:g1:gpu${i}` })) };
+    expect(leaseGresType(mixed, sample.gres)?.types?.map((t) => t.type)).toEqual([
+      'nvidia_a100_80gb_pcie',
+      'nvidia_h100_80gb_hbm3',
+    ]);
+  });
+
+  it('across nodes stays untyped (one --gres applies to every node of the job); one type across nodes is typed', () => {
+    const sample = poolSample(
+      [node('g1', [{ type: 'a100', count: 2 }]), node('g2', [{ type: 'h100', count: 2 }])],
+      () => false,
+      false,
+      null,
+    );
+    const lease = (...i: number[]) => ({ cards: i.map((x) => ({ index: x, uuid: `u${x}` })) });
+    expect(leaseGresType(lease(1, 2), sample.gres)).toBeUndefined();
+    expect(leaseGresType(lease(0, 1), sample.gres)).toEqual({ type: 'a100', problem: null });
+    const same = poolSample(
+      [node('g1', [{ type: 'a100', count: 2 }]), node('g2', [{ type: 'a100', count: 2 }])],
+      () => false,
+      false,
+      null,
+    );
+    expect(leaseGresType(lease(0, 1, 2, 3), same.gres)).toEqual({ type: 'a100', problem: null });
+  });
+
+  it('sbatch refuses a types list that does not add up, repeats a type, names a bad one, or comes with gpuType', () => {
+    const bad = [
+      { gpusPerNode: 2, gpuTypes: [{ type: 'a', count: 1 }] },
+      {
+        gpusPerNode: 2,
+        gpuTypes: [
+          { type: 'a', count: 1 },
+          { type: 'a', count: 1 },
+        ],
+      },
+      {
+        gpusPerNode: 2,
+        gpuTypes: [
+          { type: 'a', count: 1 },
+          { type: 'b:1,gpu', count: 1 },
+        ],
+      },
+      {
+        gpusPerNode: 2,
+        gpuTypes: [
+          { type: 'a', count: 2 },
+          { type: 'b', count: 0 },
+        ],
+      },
+      { gpusPerNode: 2, gpuType: 'a', gpuTypes: [{ type: 'a', count: 2 }] },
+    ];
+    for (const b of bad) expect(() => buildSbatchArgs({ ...REQ, ...b })).toThrow(SlurmRequestError);
   });
 });

@@ -182,11 +182,11 @@ describe('submitting a lease on a pool with slices', () => {
     ).toContain('untyped --gres=gpu:N could be given a slice');
   });
 
-  it('on a pool without slices asks for whole cards of one type by it, anything else untyped as before; refuses a type that could smuggle options', () => {
+  it('on a pool without slices asks for whole cards by their types, untyped GPUs untyped as before; refuses a type that could smuggle options', () => {
     const typed = poolSample([node('g1', { gresTypes: [{ type: 'a100', count: 4 }] })], nobody, false, null);
     const card = (i: number) => ({ index: i, uuid: `slurm:g1:gpu${i}` });
     expect(leaseGresType({ cards: [card(0), card(3)] }, typed.gres)).toEqual({ type: 'a100', problem: null });
-    // A node with two types: a lease of one type asks for it; a lease across both stays untyped.
+    // A node with two types: a lease of one type asks for it; a lease across both asks for one of each.
     const mixed = poolSample(
       [
         node('g1', {
@@ -207,7 +207,13 @@ describe('submitting a lease on a pool with slices', () => {
       'slurm gpu a100',
     ]);
     expect(leaseGresType({ cards: [card(2), card(3)] }, mixed.gres)).toEqual({ type: 'a100', problem: null });
-    expect(leaseGresType({ cards: [card(1), card(2)] }, mixed.gres)).toBeUndefined();
+    expect(leaseGresType({ cards: [card(1), card(2)] }, mixed.gres)).toEqual({
+      types: [
+        { type: 'h100', count: 1 },
+        { type: 'a100', count: 1 },
+      ],
+      problem: null,
+    });
     // Untyped GPUs, a card the sample does not know, no sample yet: untyped `gpu:N` as before.
     const untyped = poolSample([node('g1', { gresTypes: [{ type: null, count: 4 }] })], nobody, false, null);
     expect(untyped.cards.every((c) => c.model === 'slurm gpu')).toBe(true);
