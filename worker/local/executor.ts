@@ -11,6 +11,7 @@ import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
 import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
+import { PAST_DEADLINE, untilDeadline } from './deadline.js';
 import type { Launcher } from './launch.js';
 import type { OomProbe } from './process-group.js';
 import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js';
@@ -77,8 +78,6 @@ export interface ExecutorOptions extends LocalSetupOptions {
 const DEFAULT_CLEANUP_POLL_MS = 200;
 /** The time limit is checked against the clock at least this often (ms). */
 const LIMIT_CHECK_MS = 1000;
-/** What `untilDeadline` answers when a backfilled run's deadline came before its setup ended. */
-const PAST_DEADLINE: unique symbol = Symbol('past deadline');
 
 /** Starts running `plan`; returns at once. See the module comment for the steps. */
 export function startExecution(plan: ExecutionPlan, opts: ExecutorOptions): ExecutionHandle {
@@ -214,7 +213,7 @@ class ExecutionRun {
     execRoot: string,
   ): Promise<{ readonly setup: LocalSetup; readonly oomProbe: OomProbe | null } | ExecutionResult> {
     const pending = setupExecution(this.plan, this.opts, execRoot);
-    const setup = await this.untilDeadline(pending);
+    const setup = await untilDeadline(pending, this.stopAt, this.clock, LIMIT_CHECK_MS);
     if (setup === PAST_DEADLINE) {
       // A backfilled run's setup (an input fetch) still going at its deadline: its cards go back now (no
       // process of the task exists, and setup holds no card); what setup made is undone once it ends,
@@ -260,33 +259,6 @@ class ExecutionRun {
       return this.neverStarted(this.stopReason());
     }
     return { setup, oomProbe };
-  }
-
-  /**
-   * `work`, or PAST_DEADLINE once the clock passes a backfilled run's deadline first (ADR 0049 §5: the
-   * deadline counts setup, which would otherwise hold the cards for as long as its inputs take).
-   */
-  private untilDeadline<T>(work: Promise<T>): Promise<T | typeof PAST_DEADLINE> {
-    if (this.stopAt === Number.POSITIVE_INFINITY) return work;
-    return new Promise((resolve, reject) => {
-      let timer: NodeJS.Timeout | undefined;
-      const look = (): void => {
-        const left = this.stopAt - this.clock.now();
-        if (left <= 0) resolve(PAST_DEADLINE);
-        else timer = setTimeout(look, Math.min(left, LIMIT_CHECK_MS));
-      };
-      work.then(
-        (value) => {
-          clearTimeout(timer);
-          resolve(value);
-        },
-        (err: unknown) => {
-          clearTimeout(timer);
-          reject(err);
-        },
-      );
-      look();
-    });
   }
 
   /**
