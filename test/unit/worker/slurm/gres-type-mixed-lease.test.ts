@@ -5,6 +5,7 @@ import { buildSbatchArgs } from '../../../../worker/slurm/cli/sbatch-args.js';
 import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { leaseGresType } from '../../../../worker/slurm/job-setup.js';
 import { poolSample } from '../../../../worker/slurm/sampler.js';
+import { slurmNode } from '../../../support/slurm-node.js';
 
 /**
  * Hostile review of 59cdfc3 (typed Slurm cards): a pool card's model now names its GRES type, so a
@@ -20,20 +21,7 @@ import { poolSample } from '../../../../worker/slurm/sampler.js';
  */
 
 function node(name: string, gresTypes: Array<{ type: string | null; count: number }>): SlurmNode {
-  return {
-    name,
-    state: 'MIXED',
-    stateFlags: [],
-    unavailable: false,
-    cpus: 16,
-    gpus: gresTypes.reduce((n, t) => n + t.count, 0),
-    gresTypes,
-    gpusUsed: 0,
-    usedGpuIndices: [],
-    holders: [],
-    reason: null,
-    partitions: ['gpu'],
-  };
+  return slurmNode(name, { gpus: gresTypes.reduce((n, t) => n + t.count, 0), gresTypes });
 }
 
 const REQ = {

@@ -7,6 +7,7 @@ import { buildSbatchArgs } from '../../../../worker/slurm/cli/sbatch-args.js';
 import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { leaseGresType } from '../../../../worker/slurm/job-setup.js';
 import { poolCards, poolSample, slurmCardModel } from '../../../../worker/slurm/sampler.js';
+import { slurmNode } from '../../../support/slurm-node.js';
 
 /**
  * A Slurm pool with MIG slices as typed GRES (docs/slurm.md "MIG slices"): the slices become slice
@@ -15,25 +16,14 @@ import { poolCards, poolSample, slurmCardModel } from '../../../../worker/slurm/
  */
 
 function node(name: string, over: Partial<SlurmNode> = {}): SlurmNode {
-  return {
-    name,
-    state: 'MIXED',
-    stateFlags: [],
-    unavailable: false,
-    cpus: 16,
-    gpus: 4,
+  return slurmNode(name, {
     gresTypes: [
       { type: 'h100', count: 1 },
       { type: '3g.40gb', count: 1 },
       { type: '1g.10gb', count: 2 },
     ],
-    gpusUsed: 0,
-    usedGpuIndices: [],
-    holders: [],
-    reason: null,
-    partitions: ['gpu'],
     ...over,
-  };
+  });
 }
 
 const GRES_CONF = parseGresConf(`NodeName=g[1-2] Name=gpu Type=h100 File=/dev/nvidia1

@@ -1,26 +1,11 @@
 import { describe, expect, it } from 'vitest';
-import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { markerPrefix } from '../../../../worker/slurm/job-setup.js';
 import { poolCards } from '../../../../worker/slurm/sampler.js';
+import { slurmNode } from '../../../support/slurm-node.js';
 
 /** The pool as cards (worker/slurm/sampler.ts): numbering, foreign GPUs, down nodes, copied markers. */
 
-function node(name: string, over: Partial<SlurmNode> = {}): SlurmNode {
-  return {
-    name,
-    state: 'MIXED',
-    stateFlags: [],
-    unavailable: false,
-    cpus: 16,
-    gpus: 4,
-    gpusUsed: 0,
-    usedGpuIndices: [],
-    holders: [],
-    reason: null,
-    partitions: ['gpu'],
-    ...over,
-  };
-}
+const node = slurmNode;
 
 const prefix = markerPrefix('w1');
 const mine = (ids: string[]) => (h: { jobId: string; comment: string | null }) =>
