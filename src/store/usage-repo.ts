@@ -98,7 +98,7 @@ export class UsageRepo {
 
   /**
    * Card-seconds per account and minute of leases that ended at or after `since` (ms): what fair share
-   * decays (src/broker/loops/scheduler.ts), bounded by accounts × minutes whatever the lease count.
+   * decays (src/broker/loops/snapshot.ts), bounded by accounts × minutes whatever the lease count.
    */
   recentByAccount(since: number): Array<{ account: string; minute: number; card_seconds: number }> {
     return this.db

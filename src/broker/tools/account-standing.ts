@@ -2,7 +2,12 @@ import { budgetPeriod, normalisedShares } from '../../domain/accounts/tree.js';
 import type { AccountRecord } from '../../store/accounts-repo.js';
 import type { QueuedTaskRow } from '../../store/tasks-repo.js';
 import type { BrokerDeps } from '../deps.js';
-import { type ModelStanding, modelStandings, modelStandingWords } from './model-standing.js';
+import {
+  type ModelStanding,
+  modelStandings,
+  modelStandingWords,
+  type QuotaStanding,
+} from './model-standing.js';
 import { iso } from './views.js';
 
 /**
@@ -15,27 +20,14 @@ import { iso } from './views.js';
  * An account's cards, card-hours and queued tasks count its whole subtree, as its quota and budget do
  * (src/domain/scheduling/account-limits.ts). "This period" is its budget's period (UTC day, week from
  * Monday, month) when it has a budget, else the last 7 days; it counts the leases that ended in it and
- * the live leases' time in it so far, as the budget check does (src/broker/loops/scheduler.ts).
+ * the live leases' time in it so far, as the budget check does (src/broker/loops/snapshot.ts).
  */
-export interface AccountStanding {
+export interface AccountStanding extends QuotaStanding {
   account: string;
   parent: string | null;
   /** Normalised share of the pool (0..1], and in cards of the workers known now. */
   share: number;
   share_cards: number;
-  /** Cards its subtree's principals hold now (quarantined leases left out). */
-  held_cards: number;
-  nominal_cards: number | null;
-  /** nominal + borrowing limit: the most its subtree may hold; null: no limit. */
-  limit_cards: number | null;
-  /** 'day' | 'week' | 'month' (its budget's) or '7d'. */
-  period: 'day' | 'week' | 'month' | '7d';
-  period_start: string;
-  usage_card_hours: number;
-  budget_card_hours: number | null;
-  budget_left_card_hours: number | null;
-  /** When the budget's period ends; null without a budget. */
-  budget_resets_at: string | null;
   /** Its subtree's QUEUED tasks. */
   queued: number;
   /** The first of them in the queue and why it waits; null when none is queued. */

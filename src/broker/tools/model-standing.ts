@@ -12,17 +12,24 @@ import { iso } from './views.js';
  * (its budget's UTC day, week or month, else the last 7 days) and budget left. Counted as the scheduler
  * counts them (src/broker/loops/model-quota-facts.ts): a card's model is what its worker reported.
  */
-export interface ModelStanding {
+export interface ModelStanding extends QuotaStanding {
   model: string;
+}
+
+/** Where a quota stands (an account's, account-standing.ts, or one of its model quotas). */
+export interface QuotaStanding {
+  /** Cards its subtree's principals hold now (quarantined leases left out). */
   held_cards: number;
   nominal_cards: number | null;
-  /** nominal + borrowing limit: the most of the model its subtree may hold; null: no limit. */
+  /** nominal + borrowing limit: the most its subtree may hold; null: no limit. */
   limit_cards: number | null;
+  /** 'day' | 'week' | 'month' (its budget's) or '7d'. */
   period: 'day' | 'week' | 'month' | '7d';
   period_start: string;
   usage_card_hours: number;
   budget_card_hours: number | null;
   budget_left_card_hours: number | null;
+  /** When the budget's period ends; null without a budget. */
   budget_resets_at: string | null;
 }
 

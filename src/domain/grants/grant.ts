@@ -7,7 +7,7 @@ import { envControlOf } from '../policy/env-control.js';
  * Standing grants (docs/decisions/0029-grants.md): a reviewer's decision that lets later
  * revisions of one submitter run without a new per-revision review, bounded by what runs (the scope,
  * ./standing-grant-coverage.ts), how much (runs, card-hours, concurrency) and until when (expires_at).
- * Not to be confused with a scheduler's lease grant (src/broker/loops/scheduler.ts).
+ * Not to be confused with a scheduler's lease grant (src/broker/loops/pass-apply.ts).
  *
  * States:
  * - `REQUESTED`: drafted by the grantee (or a reviewer); covers nothing until decided.
