@@ -3,7 +3,7 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 import type { BrokerDeps } from '../broker/deps.js';
 import { CardStateSchema } from '../contracts/tools-cluster.js';
 import { TaskStateSchema } from '../contracts/views.js';
-import { isTerminalTask, TERMINAL_TASK_STATES } from '../domain/machines/task.js';
+import { isTerminalTask, type TaskState, TERMINAL_TASK_STATES } from '../domain/machines/task.js';
 import { registerGrantGauge } from './grant-metrics.js';
 
 /**
@@ -380,17 +380,20 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
   const known = new Set(opts.toolNames);
   const started = new RecentIds();
   const ended = new RecentIds();
-  /** Reads the task behind a `task:<id>` notification (state and timestamps); counts its start and its end once each. */
-  const onTopic = (topic: string) => {
-    if (!topic.startsWith('task:')) return;
-    const id = topic.slice('task:'.length);
-    // A task counted as ended has nothing left to count; the others are read by their four columns.
-    if (ended.has(id)) return;
-    const t = deps.store.tasks.startFacts(id);
-    if (!t) return;
-    if (t.started_at !== null && started.add(t.id))
-      admission.observe(Math.max(0, t.started_at - t.approved_at) / 1000);
-    if (isTerminalTask(t.state) && ended.add(t.id)) finished.inc({ state: t.state });
+  /**
+   * Counts a task's start and its end once each, from the audit row of each of its moves (every move of
+   * a task is one, src/broker/machines/apply-move.ts) once it committed: a move to RUNNING, or an end
+   * not seen to start, reads the task's two timestamps; an end is counted from the row alone. Before, each
+   * `task:` notification read the task (about seven a task).
+   */
+  const onTaskMove = (id: string, to: string) => {
+    const terminal = isTerminalTask(to as TaskState);
+    if (!started.has(id) && (to === 'RUNNING' || terminal)) {
+      const t = deps.store.tasks.startFacts(id);
+      if (t && t.started_at !== null && started.add(id))
+        admission.observe(Math.max(0, t.started_at - t.approved_at) / 1000);
+    }
+    if (terminal && ended.add(id)) finished.inc({ state: to });
   };
 
   return {
@@ -402,12 +405,17 @@ export function createMetrics(deps: BrokerDeps, opts: MetricsOptions): BrokerMet
       );
     },
     register(app) {
-      const unsubscribe = deps.notifier.onAny((topic) => {
-        try {
-          onTopic(topic);
-        } catch (err) {
-          deps.logger.warn({ err, topic }, 'metrics: could not read a changed task');
-        }
+      const unsubscribe = deps.store.audit.observe((e) => {
+        if (e.subject_type !== 'task') return;
+        const to = (e.data as { to?: unknown } | null)?.to;
+        if (typeof to !== 'string') return;
+        deps.store.afterCommit(() => {
+          try {
+            onTaskMove(e.subject_id, to);
+          } catch (err) {
+            deps.logger.warn({ err, task_id: e.subject_id }, 'metrics: could not read a changed task');
+          }
+        });
       });
       const unsubscribeDecisions = deps.events.on('review_decision', (e) => {
         decisionTime.observe({ kind: e.kind }, e.seconds);

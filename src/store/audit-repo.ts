@@ -1,5 +1,5 @@
 import { createHash } from 'node:crypto';
-import { canonicalJson } from '../contracts/canonical-json.js';
+import { canonicalJson, canonicalJsonWith } from '../contracts/canonical-json.js';
 import type { AuditAction } from '../domain/retention/audit-action.js';
 import type { Db } from './db.js';
 
@@ -78,9 +78,17 @@ interface AuditRow {
   hash: string;
 }
 
-/** hash = sha256(prev_hash ‖ canonical JSON of the event's own fields). */
-export function auditHash(prevHash: string, e: Omit<AuditEvent, 'hash' | 'prev_hash'>): string {
-  const body = canonicalJson({
+/**
+ * hash = sha256(prev_hash ‖ canonical JSON of the event's own fields). `dataJson`, when given, is
+ * canonicalJson(e.data) already made (the appender stores that text too): the same hash, one
+ * serialisation of the data fewer.
+ */
+export function auditHash(
+  prevHash: string,
+  e: Omit<AuditEvent, 'hash' | 'prev_hash'>,
+  dataJson?: string,
+): string {
+  const fields = {
     seq: e.seq,
     at: e.at,
     actor: e.actor,
@@ -88,7 +96,8 @@ export function auditHash(prevHash: string, e: Omit<AuditEvent, 'hash' | 'prev_h
     subject_type: e.subject_type,
     subject_id: e.subject_id,
     data: e.data,
-  });
+  };
+  const body = dataJson === undefined ? canonicalJson(fields) : canonicalJsonWith(fields, { data: dataJson });
   return createHash('sha256').update(prevHash).update('\n').update(body).digest('hex');
 }
 
@@ -123,6 +132,15 @@ export class AuditRepo {
   private readonly checkpointStmt;
   private readonly saveCheckpointStmt;
   private readonly observers: Array<(e: AuditEvent) => void> = [];
+  /**
+   * The chain's head as this connection's open transaction left it, so that a transaction appending
+   * several rows reads the head once (a report's moves append two to four). Only kept while the store
+   * says a transaction is open (`holdHead`); forgotten when it ends, when any part of it rolls back, and
+   * by every other write to the table here. Inside one transaction the head cannot change under it:
+   * SQLite's snapshot is fixed, and a write lock taken on a stale snapshot fails (SQLITE_BUSY_SNAPSHOT).
+   */
+  private heldHead: ChainPoint | null = null;
+  private holding = false;
 
   constructor(private readonly db: Db) {
     this.headStmt = db.prepare<[], { seq: number; hash: string }>(
@@ -162,12 +180,13 @@ export class AuditRepo {
 
   /** Appends one event to the chain. Call inside a transaction. */
   append(input: AuditInput): AuditEvent {
-    const head = this.headStmt.get();
+    const head = (this.holding ? this.heldHead : null) ?? this.headStmt.get();
     const seq = (head?.seq ?? 0) + 1;
     const prev_hash = head?.hash ?? GENESIS_HASH;
     const data = input.data ?? {};
     const event = { seq, ...input, data };
-    const hash = auditHash(prev_hash, event);
+    const dataJson = canonicalJson(data);
+    const hash = auditHash(prev_hash, event, dataJson);
     this.insertStmt.run(
       seq,
       input.at,
@@ -175,21 +194,40 @@ export class AuditRepo {
       input.action,
       input.subject_type,
       input.subject_id,
-      canonicalJson(data),
+      dataJson,
       prev_hash,
       hash,
     );
+    if (this.holding) this.heldHead = { seq, hash };
     const appended = { ...event, prev_hash, hash };
     for (const observe of this.observers) observe(appended);
     return appended;
   }
 
   /**
-   * Calls `fn` with every event appended from now on, inside the appending transaction (so `fn` should
-   * defer anything visible with the store's afterCommit).
+   * The store's transaction bookkeeping (src/store/store.ts): `true` when its outermost transaction
+   * begins, `false` when it ends; `forgetHead` when any part of one rolls back. See `heldHead`.
    */
-  observe(fn: (e: AuditEvent) => void): void {
+  holdHead(open: boolean): void {
+    this.holding = open;
+    this.heldHead = null;
+  }
+
+  /** Drops the held head (a rollback, or a write to the table other than `append`). */
+  forgetHead(): void {
+    this.heldHead = null;
+  }
+
+  /**
+   * Calls `fn` with every event appended from now on, inside the appending transaction (so `fn` should
+   * defer anything visible with the store's afterCommit). Returns the call that stops it.
+   */
+  observe(fn: (e: AuditEvent) => void): () => void {
     this.observers.push(fn);
+    return () => {
+      const i = this.observers.indexOf(fn);
+      if (i >= 0) this.observers.splice(i, 1);
+    };
   }
 
   /** Events about one subject still in the live table, oldest first. */
@@ -331,6 +369,7 @@ export class AuditRepo {
    * `limit`: none are left). The delete trigger refuses any row no recorded segment covers.
    */
   deleteArchived(limit: number): number {
+    this.forgetHead();
     return this.db.transaction(() => this.deleteArchivedStmt.run(this.liveStart().seq, limit).changes)();
   }
 

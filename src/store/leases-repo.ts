@@ -3,6 +3,15 @@ import type { ExecutionPhase } from '../domain/machines/execution.js';
 import type { LeaseState } from '../domain/machines/lease.js';
 import type { Db } from './db.js';
 
+/** One card of a lease: its index on the worker and its uuid. */
+export interface LeaseCard {
+  index: number;
+  uuid: string;
+}
+
+/** How many leases' cards `LeasesRepo` remembers before it starts again. */
+const CARDS_MEMO_MAX = 4096;
+
 /** A lease row with its cards. */
 export interface LeaseRecord {
   id: string;
@@ -14,7 +23,7 @@ export interface LeaseRecord {
   created_at: number;
   updated_at: number;
   released_at: number | null;
-  cards: Array<{ index: number; uuid: string }>;
+  cards: LeaseCard[];
 }
 
 /** Where an execution stands as the worker reported it (the execution machine's states). */
@@ -70,6 +79,13 @@ const toExecution = ({ slurm: _slurm, ...r }: ExecutionRow): ExecutionRecord => 
 /** Leases, their cards, per-card epochs, and executions. */
 export class LeasesRepo {
   private readonly s;
+  /**
+   * A lease's cards by lease id. They never change once inserted (only their `live` flag, which no
+   * reader of this memo sees), so no other writer can make an entry stale; a lease's row is read first,
+   * so a pruned or rolled-back lease is never answered from here. A report read them two to four times
+   * per task. Bounded: emptied when it reaches CARDS_MEMO_MAX.
+   */
+  private readonly cardsMemo = new Map<string, ReadonlyArray<Readonly<LeaseCard>>>();
 
   constructor(db: Db) {
     this.s = {
@@ -185,16 +201,32 @@ export class LeasesRepo {
     }
   }
 
+  /** A lease's cards, oldest index first (see `cardsMemo`); a fresh array each call. */
+  private cardsOf(leaseId: string): LeaseCard[] {
+    let cards = this.cardsMemo.get(leaseId);
+    if (cards === undefined) {
+      cards = this.s.leaseCards.all(leaseId).map((c) => Object.freeze(c));
+      // An empty answer is not remembered: the lease's cards may not be inserted yet.
+      if (cards.length > 0) this.remember(leaseId, cards);
+    }
+    return cards.slice();
+  }
+
+  private remember(leaseId: string, cards: ReadonlyArray<Readonly<LeaseCard>>): void {
+    if (this.cardsMemo.size >= CARDS_MEMO_MAX) this.cardsMemo.clear();
+    this.cardsMemo.set(leaseId, cards);
+  }
+
   /** One lease with its cards. */
   lease(id: string): LeaseRecord | undefined {
     const r = this.s.lease.get(id);
-    return r ? { ...r, cards: this.s.leaseCards.all(r.id) } : undefined;
+    return r ? { ...r, cards: this.cardsOf(r.id) } : undefined;
   }
 
   /** The newest lease of a task. */
   latestLeaseForTask(taskId: string): LeaseRecord | undefined {
     const r = this.s.latestLeaseForTask.get(taskId);
-    return r ? { ...r, cards: this.s.leaseCards.all(r.id) } : undefined;
+    return r ? { ...r, cards: this.cardsOf(r.id) } : undefined;
   }
 
   /** Compare-and-set lease update; releasing frees its cards in the same statement group. */
@@ -231,7 +263,7 @@ export class LeasesRepo {
 
   /** Live leases. */
   liveLeases(): LeaseRecord[] {
-    return this.s.liveLeases.all().map((r) => ({ ...r, cards: this.s.leaseCards.all(r.id) }));
+    return this.s.liveLeases.all().map((r) => ({ ...r, cards: this.cardsOf(r.id) }));
   }
 
   /** Inserts an execution. */
@@ -243,6 +275,14 @@ export class LeasesRepo {
   execution(id: string): ExecutionRecord | undefined {
     const r = this.s.execution.get(id);
     return r ? toExecution(r) : undefined;
+  }
+
+  /** One execution and the Slurm job behind it (as `executionSlurm` says), from one read. */
+  executionAndSlurm(id: string): { execution: ExecutionRecord; slurm: SlurmJobReport | null } | undefined {
+    const r = this.s.execution.get(id);
+    if (!r) return undefined;
+    const raw = r.slurm ?? null;
+    return { execution: toExecution(r), slurm: raw === null ? null : (JSON.parse(raw) as SlurmJobReport) };
   }
 
   /** The execution of a lease. */

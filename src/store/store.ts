@@ -82,6 +82,7 @@ export class Store {
 
   /** Runs `fn` in a transaction (a savepoint when nested); after-commit callbacks run on success. */
   transaction<T>(fn: () => T): T {
+    if (this.depth === 0) this.audit.holdHead(true);
     this.depth++;
     const mark = this.pending.length;
     let result: T;
@@ -89,6 +90,9 @@ export class Store {
       result = this.inTransaction(fn) as T;
     } catch (err) {
       this.depth--;
+      // Rows appended by the part that rolled back are gone: the next append reads the head again.
+      this.audit.forgetHead();
+      if (this.depth === 0) this.audit.holdHead(false);
       // Callbacks registered by the part that rolled back must never run.
       this.pending.length = mark;
       this.runAtEnd();
@@ -102,6 +106,7 @@ export class Store {
     }
     this.depth--;
     if (this.depth === 0) {
+      this.audit.holdHead(false);
       const callbacks = this.pending;
       this.pending = [];
       for (const cb of callbacks) cb();

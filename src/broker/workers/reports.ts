@@ -1,7 +1,11 @@
 import { createHash } from 'node:crypto';
 import type { z } from 'zod';
 import { BrokerError } from '../../contracts/errors.js';
-import type { LogMessageSchema, OutputMessageSchema } from '../../contracts/worker-protocol.js';
+import type {
+  LogMessageSchema,
+  OutputMessageSchema,
+  SlurmJobReport,
+} from '../../contracts/worker-protocol.js';
 import {
   type ExecutionReport,
   fenceReport,
@@ -87,8 +91,9 @@ export function handleExecutionReport(
   msg: ExecutionReport,
 ): ReportOutcome {
   return deps.store.transaction(() => {
-    const e = deps.store.leases.execution(msg.execution_id) ?? null;
-    const reactions = reactToReport(reportSnapshot(deps, workerId, e), msg);
+    const read = deps.store.leases.executionAndSlurm(msg.execution_id);
+    const e = read?.execution ?? null;
+    const reactions = reactToReport(reportSnapshot(deps, workerId, e, read?.slurm ?? null), msg);
     const refusal = reactions.find((r): r is ReportReaction & { kind: 'refuse' } => r.kind === 'refuse');
     if (refusal !== undefined) throw new BrokerError(refusal.code, refusal.message, refusal.hint);
     // reactToReport refuses a report about an execution the master does not have.
@@ -96,8 +101,16 @@ export function handleExecutionReport(
   });
 }
 
-/** What the master holds about the reported execution (`e`, already read), for `reactToReport`. */
-function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord | null): ReportSnapshot {
+/**
+ * What the master holds about the reported execution (`e`, already read with its Slurm job `slurm`),
+ * for `reactToReport`.
+ */
+function reportSnapshot(
+  deps: BrokerDeps,
+  workerId: string,
+  e: ExecutionRecord | null,
+  slurm: SlurmJobReport | null,
+): ReportSnapshot {
   const now = deps.clock.now();
   // Only the fence reads an execution of another worker; nothing else of it is read.
   if (e === null || e.worker_id !== workerId) return { worker_id: workerId, records: null, now };
@@ -109,7 +122,7 @@ function reportSnapshot(deps: BrokerDeps, workerId: string, e: ExecutionRecord |
     now,
     records: {
       execution: e,
-      slurm_binding: deps.store.leases.executionSlurm(e.id)?.binding ?? null,
+      slurm_binding: slurm?.binding ?? null,
       task: {
         state: task.state,
         desired: task.desired,

@@ -1,0 +1,123 @@
+import { rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { canonicalJson } from '../../../src/contracts/canonical-json.js';
+import { type AuditInput, auditHash, GENESIS_HASH } from '../../../src/store/audit-repo.js';
+import { Store } from '../../../src/store/store.js';
+
+/**
+ * The audit chain's head is read once per transaction (a report's moves append two to four rows): it is
+ * held only while the store's transaction is open, and dropped when any part of it rolls back, so the
+ * chain stays one line whatever commits, rolls back or is written by another connection in between.
+ */
+
+let store: Store;
+const row = (i: number): AuditInput => ({
+  at: 1_000 + i,
+  actor: 'a',
+  action: 'worker.connected',
+  subject_type: 'thing',
+  subject_id: `t${i}`,
+  data: { i, nested: { b: 2, a: 1 } },
+});
+
+beforeEach(() => {
+  store = Store.open(':memory:');
+});
+afterEach(() => store.close());
+
+/** Counts the head reads (`SELECT seq, hash … LIMIT 1`) that `fn` makes. */
+function headReads(fn: () => void): number {
+  const stmt = (store.audit as unknown as { headStmt: { get: () => unknown } }).headStmt;
+  const spy = vi.spyOn(stmt, 'get');
+  try {
+    fn();
+    return spy.mock.calls.length;
+  } finally {
+    spy.mockRestore();
+  }
+}
+
+describe('audit head held within a transaction', () => {
+  it('reads the head once for several appends in one transaction, and again in the next', () => {
+    expect(
+      headReads(() =>
+        store.transaction(() => {
+          for (const i of [1, 2, 3, 4]) store.audit.append(row(i));
+        }),
+      ),
+    ).toBe(1);
+    expect(headReads(() => store.transaction(() => store.audit.append(row(5))))).toBe(1);
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 5 });
+  });
+
+  it('reads the head on every append made outside a store transaction', () => {
+    expect(
+      headReads(() => {
+        for (const i of [1, 2]) store.audit.append(row(i));
+      }),
+    ).toBe(2);
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+  });
+
+  it('forgets a head appended by a savepoint that rolled back; the chain has no gap', () => {
+    store.transaction(() => {
+      store.audit.append(row(1));
+      try {
+        store.transaction(() => {
+          store.audit.append(row(2));
+          throw new Error('inner part refused');
+        });
+      } catch {
+        // the outer part goes on
+      }
+      store.audit.append(row(3));
+    });
+    const seqs = store.db.prepare('SELECT seq, subject_id FROM audit_events ORDER BY seq').all();
+    expect(seqs).toEqual([
+      { seq: 1, subject_id: 't1' },
+      { seq: 2, subject_id: 't3' },
+    ]);
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+  });
+
+  it('forgets the head of a rolled-back transaction', () => {
+    store.transaction(() => store.audit.append(row(1)));
+    expect(() =>
+      store.transaction(() => {
+        store.audit.append(row(2));
+        throw new Error('refused');
+      }),
+    ).toThrow('refused');
+    store.transaction(() => store.audit.append(row(3)));
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+  });
+
+  it('follows rows another connection appended between two transactions', () => {
+    const file = join(tmpdir(), `audit-held-${process.pid}-${Date.now()}.db`);
+    const a = Store.open(file);
+    const b = Store.open(file);
+    try {
+      a.transaction(() => a.audit.append(row(1)));
+      b.transaction(() => b.audit.append(row(2)));
+      a.transaction(() => {
+        for (const i of [3, 4]) a.audit.append(row(i));
+      });
+      expect(a.audit.verify()).toMatchObject({ ok: true, events: 4 });
+    } finally {
+      a.close();
+      b.close();
+      for (const f of [file, `${file}-wal`, `${file}-shm`]) rmSync(f, { force: true });
+    }
+  });
+
+  it('hashes the same with the data serialised once as with the whole event serialised', () => {
+    const e = { seq: 7, at: 1, actor: 'a', action: 'x', subject_type: 's', subject_id: 'i' };
+    for (const data of [{}, { b: [1, { d: 'x', c: null }], a: 'é\n"' }, { n: 1.5e-7 }]) {
+      expect(auditHash(GENESIS_HASH, { ...e, data }, canonicalJson(data))).toBe(
+        auditHash(GENESIS_HASH, { ...e, data }),
+      );
+    }
+  });
+});
