@@ -120,6 +120,7 @@ export function checkAuditRow(prev: ChainPoint, row: AuditEvent): string | null 
 export class AuditRepo {
   private readonly headStmt;
   private readonly insertStmt;
+  private readonly insertOnHeldStmt;
   private readonly afterStmt;
   private readonly rowStmt;
   private readonly bySubjectStmt;
@@ -136,8 +137,12 @@ export class AuditRepo {
    * The chain's head as this connection's open transaction left it, so that a transaction appending
    * several rows reads the head once (a report's moves append two to four). Only kept while the store
    * says a transaction is open (`holdHead`); forgotten when it ends, when any part of it rolls back, and
-   * by every other write to the table here. Inside one transaction the head cannot change under it:
+   * by every other write to the table here. Inside one transaction another connection cannot move it:
    * SQLite's snapshot is fixed, and a write lock taken on a stale snapshot fails (SQLITE_BUSY_SNAPSHOT).
+   * This connection can drop it where the store does not see: a raw `db.transaction` savepoint that
+   * rolls back inside the store's transaction, or SQLite rolling the whole transaction back itself
+   * (SQLITE_FULL, IOERR) while a caller that caught the error goes on. So an append on a held head is
+   * made only if that head is still the newest row (`insertOnHeldStmt`), and reads the head otherwise.
    */
   private heldHead: ChainPoint | null = null;
   private holding = false;
@@ -148,6 +153,13 @@ export class AuditRepo {
     );
     this.insertStmt = db.prepare(
       'INSERT INTO audit_events (seq, at, actor, action, subject_type, subject_id, data, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)',
+    );
+    // The same insert, made only if the row `held` names is still the newest one (an index seek inside
+    // the one statement): a held head the store could not see go (see `heldHead`) inserts nothing.
+    this.insertOnHeldStmt = db.prepare(
+      `INSERT INTO audit_events (seq, at, actor, action, subject_type, subject_id, data, prev_hash, hash)
+       SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?
+       WHERE (SELECT seq = ? AND hash = ? FROM audit_events ORDER BY seq DESC LIMIT 1)`,
     );
     this.afterStmt = db.prepare<[number, number], AuditRow>(
       'SELECT * FROM audit_events WHERE seq > ? ORDER BY seq LIMIT ?',
@@ -180,14 +192,27 @@ export class AuditRepo {
 
   /** Appends one event to the chain. Call inside a transaction. */
   append(input: AuditInput): AuditEvent {
-    const head = (this.holding ? this.heldHead : null) ?? this.headStmt.get();
+    const held = this.holding ? this.heldHead : null;
+    if (held !== null) {
+      const appended = this.insertAfter(held, input, true);
+      if (appended !== null) return this.observed(appended);
+      // The held head is gone or no longer the newest row: rolled back where the store could not see
+      // it (a raw savepoint, a transaction SQLite itself rolled back on SQLITE_FULL / IOERR while the
+      // caller went on), or another repo on this connection appended. Read the head again.
+      this.heldHead = null;
+    }
+    return this.observed(this.insertAfter(this.headStmt.get() ?? null, input, false)!);
+  }
+
+  /** Inserts `input` after `head`; when `checked`, only if `head` is still the newest row (else null). */
+  private insertAfter(head: ChainPoint | null, input: AuditInput, checked: boolean): AuditEvent | null {
     const seq = (head?.seq ?? 0) + 1;
     const prev_hash = head?.hash ?? GENESIS_HASH;
     const data = input.data ?? {};
     const event = { seq, ...input, data };
     const dataJson = canonicalJson(data);
     const hash = auditHash(prev_hash, event, dataJson);
-    this.insertStmt.run(
+    const values = [
       seq,
       input.at,
       input.actor,
@@ -197,9 +222,16 @@ export class AuditRepo {
       dataJson,
       prev_hash,
       hash,
-    );
+    ] as const;
+    if (checked) {
+      if (this.insertOnHeldStmt.run(...values, head?.seq ?? 0, prev_hash).changes !== 1) return null;
+    } else this.insertStmt.run(...values);
     if (this.holding) this.heldHead = { seq, hash };
-    const appended = { ...event, prev_hash, hash };
+    return { ...event, prev_hash, hash };
+  }
+
+  /** Hands an appended event to the observers; returns it. */
+  private observed(appended: AuditEvent): AuditEvent {
     for (const observe of this.observers) observe(appended);
     return appended;
   }

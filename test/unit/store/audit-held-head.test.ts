@@ -3,7 +3,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { canonicalJson } from '../../../src/contracts/canonical-json.js';
-import { type AuditInput, auditHash, GENESIS_HASH } from '../../../src/store/audit-repo.js';
+import { type AuditInput, AuditRepo, auditHash, GENESIS_HASH } from '../../../src/store/audit-repo.js';
 import { Store } from '../../../src/store/store.js';
 
 /**
@@ -80,6 +80,59 @@ describe('audit head held within a transaction', () => {
       { seq: 2, subject_id: 't3' },
     ]);
     expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+  });
+
+  it('does not link to a row a raw db.transaction savepoint rolled back inside a store transaction', () => {
+    store.transaction(() => {
+      store.audit.append(row(1));
+      try {
+        // better-sqlite3's own wrapper: a savepoint the store does not see roll back
+        store.db.transaction(() => {
+          store.audit.append(row(2));
+          throw new Error('inner part refused');
+        })();
+      } catch {
+        // the outer part goes on
+      }
+      store.audit.append(row(3));
+    });
+    const seqs = store.db.prepare('SELECT seq, subject_id FROM audit_events ORDER BY seq').all();
+    expect(seqs).toEqual([
+      { seq: 1, subject_id: 't1' },
+      { seq: 2, subject_id: 't3' },
+    ]);
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+  });
+
+  it('does not link to rows of a transaction SQLite rolled back under the store while the caller went on', () => {
+    store.transaction(() => store.audit.append(row(1)));
+    // SQLITE_FULL / IOERR may roll the whole transaction back; a caller that catches the error goes on
+    // in autocommit (the store's COMMIT then fails). Stood in for by a ROLLBACK the store does not see.
+    expect(() =>
+      store.transaction(() => {
+        store.audit.append(row(2));
+        store.db.exec('ROLLBACK');
+        store.audit.append(row(3));
+      }),
+    ).toThrow(/no transaction is active/);
+    store.transaction(() => store.audit.append(row(4)));
+    const seqs = store.db.prepare('SELECT seq, subject_id FROM audit_events ORDER BY seq').all();
+    expect(seqs).toEqual([
+      { seq: 1, subject_id: 't1' },
+      { seq: 2, subject_id: 't3' },
+      { seq: 3, subject_id: 't4' },
+    ]);
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 3 });
+  });
+
+  it('goes on (no UNIQUE failure, no fork) after another repo on the same connection appended in the transaction', () => {
+    const other = new AuditRepo(store.db);
+    store.transaction(() => {
+      store.audit.append(row(1));
+      other.append(row(2));
+      store.audit.append(row(3));
+    });
+    expect(store.audit.verify()).toMatchObject({ ok: true, events: 3 });
   });
 
   it('forgets the head of a rolled-back transaction', () => {
