@@ -82,7 +82,8 @@ export class LeasesRepo {
   /**
    * A lease's cards by lease id. They never change once inserted (only their `live` flag, which no
    * reader of this memo sees), so no other writer can make an entry stale; a lease's row is read first,
-   * so a pruned or rolled-back lease is never answered from here. A report read them two to four times
+   * so a pruned or rolled-back lease is never answered from here, and `insertLease` drops the entry, so
+   * an id inserted again after its first insert rolled back is read again. A report read them two to four times
    * per task. Bounded: emptied when it reaches CARDS_MEMO_MAX.
    */
   private readonly cardsMemo = new Map<string, ReadonlyArray<Readonly<LeaseCard>>>();
@@ -187,6 +188,8 @@ export class LeasesRepo {
     cpus: number | null = null,
     stopBy: number | null = null,
   ): void {
+    // Cards remembered for this id belong to an earlier insert that rolled back: read them again.
+    this.cardsMemo.delete(l.id);
     this.s.insertLease.run({
       ...l,
       cards: undefined,

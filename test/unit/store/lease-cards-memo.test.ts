@@ -89,4 +89,16 @@ describe('a lease’s cards read once', () => {
     ).toThrow('refused');
     expect(store.leases.lease('lease_1')).toBeUndefined();
   });
+
+  it('answers the cards inserted last for a lease id whose earlier insert rolled back', () => {
+    expect(() =>
+      store.transaction(() => {
+        store.leases.insertLease(lease('lease_1'));
+        expect(store.leases.lease('lease_1')?.cards).toHaveLength(2);
+        throw new Error('refused');
+      }),
+    ).toThrow('refused');
+    store.leases.insertLease({ ...lease('lease_1'), cards: [{ index: 0, uuid: 'GPU-0' }] });
+    expect(store.leases.lease('lease_1')?.cards).toEqual([{ index: 0, uuid: 'GPU-0' }]);
+  });
 });
