@@ -1,10 +1,11 @@
 import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { canonicalJson } from '../../../src/contracts/canonical-json.js';
 import { type AuditInput, AuditRepo, auditHash, GENESIS_HASH } from '../../../src/store/audit-repo.js';
 import { Store } from '../../../src/store/store.js';
+import { statementCalls } from '../../support/statement-calls.js';
 
 /**
  * The audit chain's head is read once per transaction (a report's moves append two to four rows): it is
@@ -29,14 +30,32 @@ afterEach(() => store.close());
 
 /** Counts the head reads (`SELECT seq, hash … LIMIT 1`) that `fn` makes. */
 function headReads(fn: () => void): number {
-  const stmt = (store.audit as unknown as { headStmt: { get: () => unknown } }).headStmt;
-  const spy = vi.spyOn(stmt, 'get');
-  try {
-    fn();
-    return spy.mock.calls.length;
-  } finally {
-    spy.mockRestore();
-  }
+  return statementCalls(store.audit, 'headStmt', 'get', fn);
+}
+
+/**
+ * Appends rows 1 and 3 in one store transaction, and row 2 between them in a part that rolls back
+ * through `rollBack` (a store savepoint, or one the store does not see); the chain must be 1 → 3.
+ */
+function rowInRolledBackPart(rollBack: (inner: () => void) => void): void {
+  store.transaction(() => {
+    store.audit.append(row(1));
+    try {
+      rollBack(() => {
+        store.audit.append(row(2));
+        throw new Error('inner part refused');
+      });
+    } catch {
+      // the outer part goes on
+    }
+    store.audit.append(row(3));
+  });
+  const seqs = store.db.prepare('SELECT seq, subject_id FROM audit_events ORDER BY seq').all();
+  expect(seqs).toEqual([
+    { seq: 1, subject_id: 't1' },
+    { seq: 2, subject_id: 't3' },
+  ]);
+  expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
 }
 
 describe('audit head held within a transaction', () => {
@@ -62,46 +81,12 @@ describe('audit head held within a transaction', () => {
   });
 
   it('forgets a head appended by a savepoint that rolled back; the chain has no gap', () => {
-    store.transaction(() => {
-      store.audit.append(row(1));
-      try {
-        store.transaction(() => {
-          store.audit.append(row(2));
-          throw new Error('inner part refused');
-        });
-      } catch {
-        // the outer part goes on
-      }
-      store.audit.append(row(3));
-    });
-    const seqs = store.db.prepare('SELECT seq, subject_id FROM audit_events ORDER BY seq').all();
-    expect(seqs).toEqual([
-      { seq: 1, subject_id: 't1' },
-      { seq: 2, subject_id: 't3' },
-    ]);
-    expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+    rowInRolledBackPart((inner) => store.transaction(inner));
   });
 
   it('does not link to a row a raw db.transaction savepoint rolled back inside a store transaction', () => {
-    store.transaction(() => {
-      store.audit.append(row(1));
-      try {
-        // better-sqlite3's own wrapper: a savepoint the store does not see roll back
-        store.db.transaction(() => {
-          store.audit.append(row(2));
-          throw new Error('inner part refused');
-        })();
-      } catch {
-        // the outer part goes on
-      }
-      store.audit.append(row(3));
-    });
-    const seqs = store.db.prepare('SELECT seq, subject_id FROM audit_events ORDER BY seq').all();
-    expect(seqs).toEqual([
-      { seq: 1, subject_id: 't1' },
-      { seq: 2, subject_id: 't3' },
-    ]);
-    expect(store.audit.verify()).toMatchObject({ ok: true, events: 2 });
+    // better-sqlite3's own wrapper: a savepoint the store does not see roll back
+    rowInRolledBackPart((inner) => store.db.transaction(inner)());
   });
 
   it('does not link to rows of a transaction SQLite rolled back under the store while the caller went on', () => {

@@ -1,6 +1,7 @@
-import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import type { LeaseRecord } from '../../../src/store/leases-repo.js';
 import type { Store } from '../../../src/store/store.js';
+import { statementCalls } from '../../support/statement-calls.js';
 import { seededTask, storeWithRevision } from '../../support/store-seed.js';
 
 /**
@@ -36,14 +37,18 @@ function lease(id: string): LeaseRecord {
 
 /** Counts reads of `lease_cards` that `fn` makes. */
 function cardReads(fn: () => void): number {
-  const stmt = (store.leases as unknown as { s: { leaseCards: { all: () => unknown } } }).s.leaseCards;
-  const spy = vi.spyOn(stmt, 'all');
-  try {
-    fn();
-    return spy.mock.calls.length;
-  } finally {
-    spy.mockRestore();
-  }
+  return statementCalls((store.leases as unknown as { s: object }).s, 'leaseCards', 'all', fn);
+}
+
+/** Inserts lease_1 in a transaction that reads its cards and then rolls back. */
+function insertRolledBack(): void {
+  expect(() =>
+    store.transaction(() => {
+      store.leases.insertLease(lease('lease_1'));
+      expect(store.leases.lease('lease_1')?.cards).toHaveLength(2);
+      throw new Error('refused');
+    }),
+  ).toThrow('refused');
 }
 
 describe('a lease’s cards read once', () => {
@@ -80,24 +85,12 @@ describe('a lease’s cards read once', () => {
   });
 
   it('does not remember an insert that rolled back', () => {
-    expect(() =>
-      store.transaction(() => {
-        store.leases.insertLease(lease('lease_1'));
-        expect(store.leases.lease('lease_1')?.cards).toHaveLength(2);
-        throw new Error('refused');
-      }),
-    ).toThrow('refused');
+    insertRolledBack();
     expect(store.leases.lease('lease_1')).toBeUndefined();
   });
 
   it('answers the cards inserted last for a lease id whose earlier insert rolled back', () => {
-    expect(() =>
-      store.transaction(() => {
-        store.leases.insertLease(lease('lease_1'));
-        expect(store.leases.lease('lease_1')?.cards).toHaveLength(2);
-        throw new Error('refused');
-      }),
-    ).toThrow('refused');
+    insertRolledBack();
     store.leases.insertLease({ ...lease('lease_1'), cards: [{ index: 0, uuid: 'GPU-0' }] });
     expect(store.leases.lease('lease_1')?.cards).toEqual([{ index: 0, uuid: 'GPU-0' }]);
   });
