@@ -109,6 +109,8 @@ class ExecutionRun {
   private resolveStarted!: (pid: number | null) => void;
   private resolveExited!: (exit: ExecutionExit) => void;
   private box: TaskBox | undefined;
+  /** Stops setup's input fetches part-way: a cancel, or a backfilled run's deadline, during setup. */
+  private readonly setupStop = new AbortController();
   private cancelRequested = false;
   private mainExited = false;
   private killReason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED' | null = null;
@@ -152,6 +154,7 @@ class ExecutionRun {
     // whether the stop is a preemption (a cancel asked for first stays a cancel).
     if (!this.cancelRequested && opts?.preempt === true) this.preemptRequested = true;
     this.cancelRequested = true;
+    this.setupStop.abort();
     this.beginKill(this.stopReason());
   }
 
@@ -212,12 +215,13 @@ class ExecutionRun {
   private async setup(
     execRoot: string,
   ): Promise<{ readonly setup: LocalSetup; readonly oomProbe: OomProbe | null } | ExecutionResult> {
-    const pending = setupExecution(this.plan, this.opts, execRoot);
+    const pending = setupExecution(this.plan, this.opts, execRoot, this.setupStop.signal);
     const setup = await untilDeadline(pending, this.stopAt, this.clock, LIMIT_CHECK_MS);
     if (setup === PAST_DEADLINE) {
       // A backfilled run's setup (an input fetch) still going at its deadline: its cards go back now (no
-      // process of the task exists, and setup holds no card); what setup made is undone once it ends,
-      // since a fetch cannot be stopped half-way.
+      // process of the task exists, and setup holds no card). Its fetch is stopped part-way; what setup
+      // made is undone once setup has ended.
+      this.setupStop.abort();
       void pending.then(
         async (late) => {
           if (typeof late !== 'string') await late.box.dispose().catch(() => undefined);
@@ -231,17 +235,18 @@ class ExecutionRun {
         `backfilled: its setup was still going at its deadline of ${this.plan.stop_within_seconds} s (its time limit plus the start-up allowance; docs/operations.md "Backfill")`,
       );
     }
+    // A cancel during setup stopped its fetches (setup then failed for that reason): it ends as asked.
+    if (this.cancelRequested) {
+      if (typeof setup !== 'string') await setup.box.dispose();
+      releaseTaskUid(this.plan, this.opts);
+      return this.neverStarted(this.stopReason());
+    }
     if (typeof setup === 'string') {
       // Nothing ran under the task's uid, so it can go back at once.
       releaseTaskUid(this.plan, this.opts);
       return this.neverStarted('SETUP_FAILED', setup);
     }
     this.box = setup.box;
-    if (this.cancelRequested) {
-      await setup.box.dispose();
-      releaseTaskUid(this.plan, this.opts);
-      return this.neverStarted(this.stopReason());
-    }
     // A backfilled run whose setup (inputs, image) outlasted its deadline never starts.
     if (this.clock.now() >= this.stopAt) {
       await setup.box.dispose();

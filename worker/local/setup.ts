@@ -54,11 +54,15 @@ export interface LocalSetup {
 
 type Identity = { uid: number; gid: number };
 
-/** Makes the execution's directories under `execRoot` and its box; returns why it could not. */
+/**
+ * Makes the execution's directories under `execRoot` and its box; returns why it could not. `signal`
+ * stops an input fetch part-way (the execution was cancelled, or a backfilled run's deadline came).
+ */
 export async function setupExecution(
   plan: ExecutionPlan,
   opts: LocalSetupOptions,
   execRoot: string,
+  signal?: AbortSignal,
 ): Promise<LocalSetup | string> {
   const badId = executionIdProblem(plan.execution_id);
   if (badId !== null) return badId;
@@ -73,8 +77,9 @@ export async function setupExecution(
   const layout = taskLayout(execRoot, sandboxed);
   const dirs = await makeExecutionDirs(plan, opts, execRoot, layout, identity);
   if (typeof dirs === 'string') return dirs;
-  const inputsProblem = await placeSpecInputs(plan, opts, layout);
+  const inputsProblem = await placeSpecInputs(plan, opts, layout, signal);
   if (inputsProblem !== null) return inputsProblem;
+  if (signal?.aborted === true) return 'setup was stopped';
   const handOver = await handOverTaskDirs(layout, dirs.giveTo);
   if (handOver !== null) return handOver;
   // 1c. named data mounts: exactly those the spec asks for, and only in a sandbox.
@@ -215,6 +220,7 @@ async function placeSpecInputs(
   plan: ExecutionPlan,
   opts: LocalSetupOptions,
   layout: TaskLayout,
+  signal: AbortSignal | undefined,
 ): Promise<string | null> {
   const inputs = plan.spec.inputs ?? [];
   // Not yet bound into containers: refuse rather than run a container without the reviewed files.
@@ -227,5 +233,5 @@ async function placeSpecInputs(
   } catch (err) {
     return `cannot create the inputs directory: ${errorMessage(err)}`;
   }
-  return placeInputs(inputs, layout.inputsDir, plan.execution_id, opts.inputs);
+  return placeInputs(inputs, layout.inputsDir, plan.execution_id, opts.inputs, signal);
 }

@@ -16,13 +16,15 @@ import { workerInputPath } from '../../src/contracts/paths.js';
 /**
  * Fetches the bytes named `sha256` for `executionId` into the new file `into` (created O_EXCL, 0600),
  * streamed: at most `maxBytes`; rejects with a message on any failure (the caller removes the file and
- * hashes it either way).
+ * hashes it either way). `signal` stops it part-way (its execution was cancelled, or a backfilled run's
+ * deadline came first): the connection is dropped and the fetch rejects.
  */
 export type FetchBlob = (
   executionId: string,
   sha256: string,
   maxBytes: number,
   into: string,
+  signal?: AbortSignal,
 ) => Promise<void>;
 
 /** Where and how to fetch. */
@@ -52,19 +54,29 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
     .replace(/\/api\/v1\/workers\/connect$/, '');
   const idleMs = opts.timeoutMs ?? 120_000;
   const minRate = opts.minBytesPerSecond ?? 1024 * 1024;
-  return (executionId, sha256, maxBytes, into) =>
+  return (executionId, sha256, maxBytes, into, signal) =>
     new Promise<void>((resolve, reject) => {
+      if (signal?.aborted === true) {
+        reject(new Error('stopped before it began'));
+        return;
+      }
       const deadlineMs = idleMs + Math.ceil((maxBytes / minRate) * 1000);
       const deadline = setTimeout(() => {
         req.destroy(new Error(`took longer than ${deadlineMs} ms for at most ${maxBytes} bytes`));
       }, deadlineMs);
+      const stop = () => req.destroy(new Error('stopped part-way: its execution no longer needs it'));
+      signal?.addEventListener('abort', stop, { once: true });
+      const done = () => {
+        clearTimeout(deadline);
+        signal?.removeEventListener('abort', stop);
+      };
       const settle = {
         resolve: () => {
-          clearTimeout(deadline);
+          done();
           resolve();
         },
         reject: (err: unknown) => {
-          clearTimeout(deadline);
+          done();
           reject(err);
         },
       };

@@ -31,12 +31,16 @@ export interface InputSource {
   readonly fetch: FetchBlob;
 }
 
-/** Places every input under `dir`; returns null, or why it could not (the SETUP_FAILED detail). */
+/**
+ * Places every input under `dir`; returns null, or why it could not (the SETUP_FAILED detail). `signal`
+ * stops a fetch part-way and places nothing more.
+ */
 export async function placeInputs(
   inputs: readonly InputFile[],
   dir: string,
   executionId: string,
   source: InputSource,
+  signal?: AbortSignal,
 ): Promise<string | null> {
   for (const input of inputs) {
     const segments = input.path.split('/');
@@ -55,7 +59,8 @@ export async function placeInputs(
     } catch (err) {
       return `input ${input.path}: cannot place it: ${errorMessage(err)}`;
     }
-    const problem = await placeOne(input, dest, placed.get(input.sha256), executionId, source);
+    if (signal?.aborted === true) return `input ${input.path}: not placed: setup was stopped`;
+    const problem = await placeOne(input, dest, placed.get(input.sha256), executionId, source, signal);
     if (problem !== null) {
       await unlink(dest).catch(() => undefined);
       return problem;
@@ -77,6 +82,7 @@ async function placeOne(
   verified: string | undefined,
   executionId: string,
   source: InputSource,
+  signal: AbortSignal | undefined,
 ): Promise<string | null> {
   const copy = async (from: string): Promise<string | null> => {
     try {
@@ -99,7 +105,7 @@ async function placeOne(
     return `input ${input.path}: the worker's cached copy of sha256 ${input.sha256} has sha256 ${got.sha256} (${got.size} bytes); the cache was changed outside the worker, the entry is removed, the task did not run`;
   }
   try {
-    await source.fetch(executionId, input.sha256, input.size, dest);
+    await source.fetch(executionId, input.sha256, input.size, dest, signal);
   } catch (err) {
     return `input ${input.path}: cannot fetch sha256 ${input.sha256} from the master: ${errorMessage(err)}`;
   }

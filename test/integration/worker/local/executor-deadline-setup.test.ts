@@ -25,6 +25,17 @@ afterAll(() => {
   rmSync(root, { recursive: true, force: true });
 });
 
+/** A master that sends nothing until the fetch's signal stops it; `signals` are those it was given. */
+function stalledFetch(signals: AbortSignal[]) {
+  return async (_e: string, _s: string, _m: number, _into: string, signal?: AbortSignal): Promise<void> => {
+    if (signal === undefined) throw new Error('the fetch was given no signal');
+    signals.push(signal);
+    await new Promise<void>((_r, reject) => {
+      signal.addEventListener('abort', () => reject(new Error('stopped part-way')), { once: true });
+    });
+  };
+}
+
 describe('a backfilled run whose setup is still going at its deadline', () => {
   it('ends TIMED_OUT at its deadline, not whenever its inputs arrive', async () => {
     const clock = new AdvancingClock();
@@ -72,5 +83,56 @@ describe('a backfilled run whose setup is still going at its deadline', () => {
       release();
       await handle.done;
     }
+  });
+
+  it('stops its input fetch part-way at the deadline instead of letting it run to its own end', async () => {
+    const clock = new AdvancingClock();
+    const signals: AbortSignal[] = [];
+    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
+    const plan = {
+      ...base,
+      stop_within_seconds: 5,
+      spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: 'b'.repeat(64), size: 1 }] },
+    };
+    const handle = startExecution(plan, {
+      rootDir: root,
+      workerId: 'worker-1',
+      provider: 'sim',
+      onLog: () => undefined,
+      cleanupPollMs: 20,
+      clock,
+      inputs: { cache: new InputCache(join(root, 'cache-2'), 1 << 20), fetch: stalledFetch(signals) },
+    });
+    await waitFor(() => signals.length === 1, { what: 'setup fetching its input' });
+    expect(signals[0]?.aborted).toBe(false);
+    clock.advance(6_000);
+    const ended = await handle.done;
+    expect(ended).toMatchObject({ failure_reason: 'TIMED_OUT', exit_code: null });
+    expect(signals[0]?.aborted).toBe(true);
+  });
+});
+
+describe('a run cancelled while its setup fetches inputs', () => {
+  it('stops the fetch part-way and ends CANCELLED, never SETUP_FAILED and never started', async () => {
+    const signals: AbortSignal[] = [];
+    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
+    const plan = {
+      ...base,
+      spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: 'c'.repeat(64), size: 1 }] },
+    };
+    const handle = startExecution(plan, {
+      rootDir: root,
+      workerId: 'worker-1',
+      provider: 'sim',
+      onLog: () => undefined,
+      cleanupPollMs: 20,
+      inputs: { cache: new InputCache(join(root, 'cache-3'), 1 << 20), fetch: stalledFetch(signals) },
+    });
+    await waitFor(() => signals.length === 1, { what: 'setup fetching its input' });
+    handle.cancel('the owner cancelled it');
+    const ended = await handle.done;
+    expect(signals[0]?.aborted).toBe(true);
+    expect(ended).toMatchObject({ failure_reason: 'CANCELLED', exit_code: null });
+    expect(await handle.started).toBeNull();
   });
 });

@@ -146,4 +146,54 @@ describe('httpsBlobFetcher against a real server', () => {
       for (const t of timers) clearInterval(t);
     }
   });
+
+  it('a signal stops a fetch part-way: the connection is dropped and the fetch rejects at once', async () => {
+    const timers: NodeJS.Timeout[] = [];
+    let closed = false;
+    let firstByte: () => void = () => undefined;
+    const writing = new Promise<void>((r) => {
+      firstByte = r;
+    });
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { 'content-length': '1000' });
+      res.on('close', () => {
+        closed = true;
+      });
+      // A slow master, well inside every timeout: only the signal can end it early.
+      timers.push(
+        setInterval(() => {
+          if (res.destroyed) return;
+          res.write('b');
+          firstByte();
+        }, 20),
+      );
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    const stop = new AbortController();
+    const fetching = httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, 1000, into, stop.signal);
+    try {
+      await writing;
+      stop.abort();
+      await expect(fetching).rejects.toThrow('stopped part-way');
+      await expect.poll(() => closed).toBe(true);
+    } finally {
+      for (const t of timers) clearInterval(t);
+    }
+  });
+
+  it('a signal already stopped asks the master for nothing', async () => {
+    let asked = false;
+    const url = await serve((_req, res) => {
+      asked = true;
+      res.end('x');
+    });
+    const stop = new AbortController();
+    stop.abort();
+    const into = join(makeTempDir('fetch-'), 'blob');
+    await expect(
+      httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, 1, into, stop.signal),
+    ).rejects.toThrow('stopped before it began');
+    expect(asked).toBe(false);
+    expect(existsSync(into)).toBe(false);
+  });
 });
