@@ -5,20 +5,18 @@ import { type Clock, systemClock } from '../../src/platform/clock.js';
 import { errorMessage } from '../../src/platform/error-message.js';
 import type { ExecutionExit, ExecutionHandle, ExecutionResult } from '../executions/executor.js';
 import { exitWithoutTask } from '../executions/executor.js';
-import { describeEnforced, type LimitBreach } from '../sandbox/limits.js';
 import { LogBudget } from '../task-io/log-budget.js';
 import type { LogChunkHandler, LogPump } from '../task-io/logs.js';
 import { startLogPump } from '../task-io/logs.js';
-import { collectOutputs } from '../task-io/outputs.js';
 import type { TaskBox } from './box.js';
 import { PAST_DEADLINE, untilDeadline } from './deadline.js';
+import { judgeExit } from './judge.js';
 import type { Launcher } from './launch.js';
 import type { OomProbe } from './process-group.js';
-import { probeOomKills, readOomKillCount, signalGroup } from './process-group.js';
+import { probeOomKills, signalGroup } from './process-group.js';
 import { type LocalSetup, type LocalSetupOptions, releaseTaskUid, setupExecution } from './setup.js';
 import { sharedSpawner } from './spawner.js';
 import { awaitCleanup, drainPumps, terminateLeftovers } from './teardown.js';
-import { deadlineDetail, localVerdict } from './verdict.js';
 
 /**
  * Runs one ExecutionPlan on this host (docs/worker-protocol.md, docs/security.md).
@@ -46,8 +44,8 @@ import { deadlineDetail, localVerdict } from './verdict.js';
  *   3. time limit or cancel: SIGTERM to the task's processes, `kill_grace_seconds`, SIGKILL to the box.
  *   4. main process exits: whatever is left gets SIGTERM, the rest of the grace, SIGKILL (a sandbox
  *      has nothing left: its PID namespace died with the task's first process) (teardown.ts).
- *   5. outputs are collected (no symlink followed anywhere) and the failure reason decided (verdict.ts)
- *      → `exited`.
+ *   5. outputs are collected (no symlink followed anywhere) and the failure reason decided (judge.ts,
+ *      verdict.ts) → `exited`.
  *   6. cleanup receipt: poll until the box has no live process and `checkCardsClean` says clean,
  *      for at most `cleanup_timeout_seconds` (counted from the end of step 4) → `done` settles
  *      (teardown.ts); the box is disposed (a bwrap box with limits: its cgroup emptied and removed, the
@@ -192,7 +190,14 @@ class ExecutionRun {
     const main = await this.awaitExit(spawned, box);
 
     // 5. outputs and the verdict
-    const exited = await this.judge(main, box, execRoot, setup.owner, oomProbe);
+    const exited = await judgeExit(this.plan, main, box, {
+      execRoot,
+      owner: setup.owner,
+      oomProbe,
+      killReason: this.lostReason === null ? this.killReason : 'WORKER_LOST',
+      lostReason: this.lostReason,
+      deadlineFirst: this.deadlineFirst,
+    });
     this.resolveExited(exited);
 
     // 6. cleanup receipt
@@ -286,49 +291,6 @@ class ExecutionRun {
     await terminateLeftovers(box, graceMs, this.clock);
     const logErrors = await drainPumps(spawned.pumps);
     return { code, signal, logErrors };
-  }
-
-  /** Step 5: collects the outputs and decides the failure reason (verdict.ts). */
-  private async judge(
-    main: { code: number | null; signal: NodeJS.Signals | null; logErrors: string[] },
-    box: TaskBox,
-    execRoot: string,
-    owner: LocalSetup['owner'],
-    oomProbe: OomProbe | null,
-  ): Promise<ExecutionExit> {
-    const { code, signal } = main;
-    const collection = await collectOutputs(
-      { base: execRoot, below: ['task', 'out'], owner },
-      this.plan.spec.outputs,
-    );
-    const oomKilled = signal === 'SIGKILL' && oomProbe !== null && (await oomCountRose(oomProbe));
-    const limits = box.limits;
-    const breach = limits === undefined ? null : await limits.breach();
-    const failure = localVerdict({
-      killReason: this.lostReason === null ? this.killReason : 'WORKER_LOST',
-      exitCode: code,
-      signal,
-      oomKilled,
-      breach: breach?.reason ?? null,
-      requiredMissing: collection.requiredMissing,
-    });
-    return {
-      exit_code: code,
-      signal,
-      failure_reason: failure,
-      outputs: collection.outputs,
-      output_errors: collection.errors,
-      log_errors:
-        this.lostReason === null
-          ? main.logErrors
-          : [...main.logErrors, `the task's exit status was lost (${this.lostReason}); it was killed`],
-      ...deadlineDetail(
-        failure === 'TIMED_OUT' && this.deadlineFirst && this.killReason === 'TIMED_OUT'
-          ? this.plan.stop_within_seconds
-          : undefined,
-        limitsDetail(this.plan, box, breach !== null && failure === breach.reason ? breach : null),
-      ),
-    };
   }
 
   /**
@@ -440,26 +402,6 @@ class ExecutionRun {
     this.resolveExited(exited);
     return { ...exited, cleaned: false, cleanup_detail: 'executor failed; cleanup not confirmed' };
   }
-}
-
-/** What the exit reports of the task's limits: the one it broke, and what was enforced (sandbox/limits.ts). */
-function limitsDetail(
-  plan: ExecutionPlan,
-  box: TaskBox,
-  broke: LimitBreach | null,
-): Pick<ExecutionExit, 'limits_detail'> {
-  if (plan.limits === undefined) return {};
-  if (box.limits !== undefined)
-    return {
-      limits_detail: [...(broke === null ? [] : [broke.detail]), describeEnforced(box.limits.enforced())],
-    };
-  // An unsandboxed worker enforces nothing, and says so once, in its hello (UNISOLATED).
-  return {};
-}
-
-async function oomCountRose(probe: OomProbe): Promise<boolean> {
-  const now = await readOomKillCount(probe.file);
-  return now !== null && now > probe.baseline;
 }
 
 /**
