@@ -1,4 +1,4 @@
-import { createWriteStream } from 'node:fs';
+import { createWriteStream, type WriteStream } from 'node:fs';
 import { request as httpRequest } from 'node:http';
 import { request as httpsRequest } from 'node:https';
 import { Transform } from 'node:stream';
@@ -70,6 +70,10 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
         clearTimeout(deadline);
         signal?.removeEventListener('abort', stop);
       };
+      // The file `into`, once the answer is a success: a failure (the signal, a timeout, a dropped
+      // connection) is answered only once the file is closed, so the caller's unlink is final (a write
+      // stream still opening, or still writing, could otherwise create or fill it afterwards).
+      let file: { readonly stream: WriteStream; readonly closed: Promise<void> } | undefined;
       const settle = {
         resolve: () => {
           done();
@@ -77,7 +81,12 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
         },
         reject: (err: unknown) => {
           done();
-          reject(err);
+          if (file === undefined) {
+            reject(err);
+            return;
+          }
+          file.stream.destroy();
+          void file.closed.then(() => reject(err));
         },
       };
       const url = new URL(`${base.replace(/\/$/, '')}${workerInputPath(executionId, sha256)}`);
@@ -123,10 +132,9 @@ export function httpsBlobFetcher(opts: BlobFetchOptions): FetchBlob {
               else done(null, chunk);
             },
           });
-          pipeline(res, cap, createWriteStream(into, { flags: 'wx', mode: 0o600 })).then(
-            settle.resolve,
-            settle.reject,
-          );
+          const stream = createWriteStream(into, { flags: 'wx', mode: 0o600 });
+          file = { stream, closed: new Promise<void>((r) => stream.once('close', () => r())) };
+          pipeline(res, cap, stream).then(settle.resolve, settle.reject);
         },
       );
       req.on('timeout', () => req.destroy(new Error(`no data for ${idleMs} ms`)));

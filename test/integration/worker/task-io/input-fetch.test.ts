@@ -1,5 +1,13 @@
 import { once } from 'node:events';
-import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import {
+  existsSync,
+  readdirSync,
+  readFileSync,
+  readlinkSync,
+  statSync,
+  unlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { join } from 'node:path';
@@ -20,6 +28,18 @@ afterEach(async () => {
   }
   removeTempDirs();
 });
+
+/** Whether this process still has `path` open (Linux: /proc/self/fd); a deleted file reads as `path (deleted)`. */
+function heldOpen(path: string): boolean {
+  for (const fd of readdirSync('/proc/self/fd')) {
+    try {
+      if (readlinkSync(`/proc/self/fd/${fd}`).startsWith(path)) return true;
+    } catch {
+      // gone since the listing
+    }
+  }
+  return false;
+}
 
 async function serve(handler: (req: IncomingMessage, res: ServerResponse) => void): Promise<string> {
   const server = createServer(handler);
@@ -176,6 +196,34 @@ describe('httpsBlobFetcher against a real server', () => {
       stop.abort();
       await expect(fetching).rejects.toThrow('stopped part-way');
       await expect.poll(() => closed).toBe(true);
+    } finally {
+      for (const t of timers) clearInterval(t);
+    }
+  });
+
+  it("a fetch stopped part-way has closed its file when it rejects, so the caller's unlink is final", async () => {
+    const timers: NodeJS.Timeout[] = [];
+    const url = await serve((_req, res) => {
+      res.writeHead(200, { 'content-length': '1000' });
+      timers.push(
+        setInterval(() => {
+          if (!res.destroyed) res.write('b');
+        }, 20),
+      );
+    });
+    const into = join(makeTempDir('fetch-'), 'blob');
+    const stop = new AbortController();
+    const fetching = httpsBlobFetcher({ masterUrl: url, token: 't' })('exec-1', SHA, 1000, into, stop.signal);
+    try {
+      await expect.poll(() => existsSync(into)).toBe(true);
+      stop.abort();
+      await expect(fetching).rejects.toThrow('stopped part-way');
+      // Rejected while its write stream was still open (or still opening), the fetch would let that stream
+      // create or write the file after the caller (inputs.ts) removed it.
+      expect(heldOpen(into)).toBe(false);
+      unlinkSync(into);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(existsSync(into)).toBe(false);
     } finally {
       for (const t of timers) clearInterval(t);
     }
