@@ -265,7 +265,9 @@ class ExecutionRun {
     // first allocation could already include its own OOM kill.
     const oomProbe = await probeOomKills('self');
     if (this.cancelRequested) {
+      // Nothing ran under the task's uid either: it goes back, as for a cancel before the probe.
       await setup.box.dispose();
+      releaseTaskUid(this.plan, this.opts);
       return this.neverStarted(this.stopReason());
     }
     return { setup, oomProbe };

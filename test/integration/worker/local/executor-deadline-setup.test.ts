@@ -1,13 +1,29 @@
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
 import type { ExecutionResult } from '../../../../worker/executions/executor.js';
 import { startExecution } from '../../../../worker/local/executor.js';
+import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import { InputCache } from '../../../../worker/task-io/input-cache.js';
 import { AdvancingClock } from '../../../support/advancing-clock.js';
 import { makePlan, sh } from '../../../support/executor-plan.js';
+import { bwrapSetupFor } from '../../../support/local-sandbox.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 import { waitFor } from '../../../support/wait.js';
+
+/** Called as the executor takes its OOM baseline (after setup, before the spawn); passes through otherwise. */
+const probeHook = vi.hoisted(() => ({ before: null as (() => void) | null }));
+vi.mock('../../../../worker/local/process-group.js', async (importOriginal) => {
+  const actual = await importOriginal<typeof import('../../../../worker/local/process-group.js')>();
+  return {
+    ...actual,
+    probeOomKills: async (pid: number | 'self') => {
+      probeHook.before?.();
+      return actual.probeOomKills(pid);
+    },
+  };
+});
 
 /**
  * Hostile review of ADR 0049 §5 (the backfill deadline): the deadline was only looked at once setup had
@@ -134,5 +150,42 @@ describe('a run cancelled while its setup fetches inputs', () => {
     expect(signals[0]?.aborted).toBe(true);
     expect(ended).toMatchObject({ failure_reason: 'CANCELLED', exit_code: null });
     expect(await handle.started).toBeNull();
+  });
+});
+
+const bwrap = await probeBwrap({ root: isRoot });
+const uidsReady =
+  requireOrSkip('bubblewrap', bwrap.ok && bwrap.bwrap !== null && bwrap.env !== null, bwrap.detail) &&
+  requireOrSkip('root (a task uid of its own)', isRoot);
+
+describe('a run cancelled after its setup, while the executor takes its OOM baseline', () => {
+  it.runIf(uidsReady)('gives its task uid back, as a cancel during setup does', async () => {
+    const dataDir = mkdtempSync(join('/var/tmp', 'gpu-broker-deadline-setup-uids-'));
+    try {
+      const sandbox = await bwrapSetupFor(bwrap, dataDir, {
+        uids: { first: 2_000_590_000, last: 2_000_590_009 },
+      });
+      const uids = sandbox.uids;
+      if (uids === null) throw new Error('a root worker has a uid pool');
+      const plan = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
+      let cancel: () => void = () => undefined;
+      probeHook.before = () => cancel();
+      const handle = startExecution(plan, {
+        rootDir: join(dataDir, 'executions'),
+        workerId: 'worker-1',
+        provider: 'sim',
+        onLog: () => undefined,
+        cleanupPollMs: 20,
+        sandbox,
+      });
+      cancel = () => handle.cancel('the owner cancelled it');
+      const ended = await handle.done;
+      expect(ended).toMatchObject({ failure_reason: 'CANCELLED', exit_code: null });
+      expect(await handle.started).toBeNull();
+      expect(uids.inUse()).toBe(0);
+    } finally {
+      probeHook.before = null;
+      rmSync(dataDir, { recursive: true, force: true });
+    }
   });
 });
