@@ -2,10 +2,11 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it, vi } from 'vitest';
-import type { ExecutionResult } from '../../../../worker/executions/executor.js';
+import type { ExecutionHandle, ExecutionResult } from '../../../../worker/executions/executor.js';
 import { startExecution } from '../../../../worker/local/executor.js';
 import { probeBwrap } from '../../../../worker/sandbox/bwrap.js';
 import { InputCache } from '../../../../worker/task-io/input-cache.js';
+import type { FetchBlob } from '../../../../worker/task-io/input-fetch.js';
 import { AdvancingClock } from '../../../support/advancing-clock.js';
 import { makePlan, sh } from '../../../support/executor-plan.js';
 import { bwrapSetupFor } from '../../../support/local-sandbox.js';
@@ -52,6 +53,32 @@ function stalledFetch(signals: AbortSignal[]) {
   };
 }
 
+/**
+ * Starts a run of `echo ran` with one input of `sha` fetched by `fetch`, stopped by `stop_within_seconds`
+ * when given (a backfilled run), on `clock` when given.
+ */
+function runWithInput(
+  sha: string,
+  fetch: FetchBlob,
+  more: { stopWithin?: number; clock?: AdvancingClock } = {},
+): ExecutionHandle {
+  const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
+  const plan = {
+    ...base,
+    ...(more.stopWithin === undefined ? {} : { stop_within_seconds: more.stopWithin }),
+    spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: sha, size: 1 }] },
+  };
+  return startExecution(plan, {
+    rootDir: root,
+    workerId: 'worker-1',
+    provider: 'sim',
+    onLog: () => undefined,
+    cleanupPollMs: 20,
+    ...(more.clock === undefined ? {} : { clock: more.clock }),
+    inputs: { cache: new InputCache(join(root, `cache-${sha.slice(0, 1)}`), 1 << 20), fetch },
+  });
+}
+
 describe('a backfilled run whose setup is still going at its deadline', () => {
   it('ends TIMED_OUT at its deadline, not whenever its inputs arrive', async () => {
     const clock = new AdvancingClock();
@@ -60,29 +87,13 @@ describe('a backfilled run whose setup is still going at its deadline', () => {
       release = r;
     });
     let fetchStarted = false;
-    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
-    const plan = {
-      ...base,
-      stop_within_seconds: 5,
-      spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: 'a'.repeat(64), size: 1 }] },
+    // A slow master: the blob arrives only when the test lets it (then wrong, so setup fails).
+    const slow = async () => {
+      fetchStarted = true;
+      await fetching;
+      throw new Error('released by the test');
     };
-    const handle = startExecution(plan, {
-      rootDir: root,
-      workerId: 'worker-1',
-      provider: 'sim',
-      onLog: () => undefined,
-      cleanupPollMs: 20,
-      clock,
-      inputs: {
-        cache: new InputCache(join(root, 'cache'), 1 << 20),
-        // A slow master: the blob arrives only when the test lets it (then wrong, so setup fails).
-        fetch: async () => {
-          fetchStarted = true;
-          await fetching;
-          throw new Error('released by the test');
-        },
-      },
-    });
+    const handle = runWithInput('a'.repeat(64), slow, { stopWithin: 5, clock });
     let result: ExecutionResult | null = null;
     void handle.done.then((r) => {
       result = r;
@@ -104,21 +115,7 @@ describe('a backfilled run whose setup is still going at its deadline', () => {
   it('stops its input fetch part-way at the deadline instead of letting it run to its own end', async () => {
     const clock = new AdvancingClock();
     const signals: AbortSignal[] = [];
-    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
-    const plan = {
-      ...base,
-      stop_within_seconds: 5,
-      spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: 'b'.repeat(64), size: 1 }] },
-    };
-    const handle = startExecution(plan, {
-      rootDir: root,
-      workerId: 'worker-1',
-      provider: 'sim',
-      onLog: () => undefined,
-      cleanupPollMs: 20,
-      clock,
-      inputs: { cache: new InputCache(join(root, 'cache-2'), 1 << 20), fetch: stalledFetch(signals) },
-    });
+    const handle = runWithInput('b'.repeat(64), stalledFetch(signals), { stopWithin: 5, clock });
     await waitFor(() => signals.length === 1, { what: 'setup fetching its input' });
     expect(signals[0]?.aborted).toBe(false);
     clock.advance(6_000);
@@ -131,19 +128,7 @@ describe('a backfilled run whose setup is still going at its deadline', () => {
 describe('a run cancelled while its setup fetches inputs', () => {
   it('stops the fetch part-way and ends CANCELLED, never SETUP_FAILED and never started', async () => {
     const signals: AbortSignal[] = [];
-    const base = makePlan({ argv: sh('echo ran'), timeLimit: 600 });
-    const plan = {
-      ...base,
-      spec: { ...base.spec, inputs: [{ path: 'data.bin', sha256: 'c'.repeat(64), size: 1 }] },
-    };
-    const handle = startExecution(plan, {
-      rootDir: root,
-      workerId: 'worker-1',
-      provider: 'sim',
-      onLog: () => undefined,
-      cleanupPollMs: 20,
-      inputs: { cache: new InputCache(join(root, 'cache-3'), 1 << 20), fetch: stalledFetch(signals) },
-    });
+    const handle = runWithInput('c'.repeat(64), stalledFetch(signals));
     await waitFor(() => signals.length === 1, { what: 'setup fetching its input' });
     handle.cancel('the owner cancelled it');
     const ended = await handle.done;
