@@ -96,6 +96,21 @@ function moduleFileOf(path: string): ModuleFile | null {
 
 const dirOf = (path: string) => path.split('/').slice(0, -1).join('/');
 
+/**
+ * The path relative to the task dir (/task: the cwd, where the inputs are placed) that argv item `a`
+ * names as Python resolves it, or null outside it: `./pkg/train.py`, `/task/pkg/train.py`,
+ * `pkg/./train.py` and `pkg//train.py` are all `pkg/train.py` (taking only `./` off let the other
+ * spellings run a script whose dir was not counted as an import root).
+ */
+function inTaskDir(a: string): string | null {
+  const segs: string[] = [];
+  for (const s of (a.startsWith('/') ? a : `/task/${a}`).split('/')) {
+    if (s === '..') segs.pop();
+    else if (s !== '' && s !== '.') segs.push(s);
+  }
+  return segs[0] === 'task' ? segs.slice(1).join('/') : null;
+}
+
 /** Code points every viewer draws as nothing (soft hyphen, variation selectors, fillers, tags…). */
 const IGNORABLE = /\p{Default_Ignorable_Code_Point}/gu;
 
@@ -130,8 +145,8 @@ export function indexInputs(paths: readonly string[], argv: readonly string[]): 
   const all = new Set(paths);
   const importRoots = new Set(['']);
   for (const a of argv) {
-    const p = a.startsWith('./') ? a.slice(2) : a;
-    if (all.has(p)) importRoots.add(dirOf(p));
+    const p = inTaskDir(a);
+    if (p !== null && all.has(p)) importRoots.add(dirOf(p));
   }
   const confusable = new Map([...byForm].filter(([, ps]) => new Set(ps).size > 1));
   return { moduleFile, modules, packages, importRoots, confusable };

@@ -156,6 +156,13 @@ const CASES: Record<string, Case[]> = {
       argv: [PY, './pkg/train.py'],
       flagged: 'pkg/json.py',
     },
+    // The same script spelled as Python still finds it (python3 in policy.executables runs any spelling):
+    // absolute under the task dir, `.` and empty segments; sys.path[0] is pkg/ all the same.
+    ...['/task/pkg/train.py', 'pkg/./train.py', './/pkg//train.py', 'pkg/../pkg/train.py'].map((script) => ({
+      paths: ['pkg/__init__.py', 'pkg/train.py', 'pkg/json.py'],
+      argv: [PY, script],
+      flagged: 'pkg/json.py',
+    })),
     // A directory that is not a regular package: a script there may be run by a launcher.
     {
       paths: ['run.sh', 'scripts/train.py', 'scripts/typing.py'],
