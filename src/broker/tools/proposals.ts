@@ -4,7 +4,7 @@ import { MAX_SPEC_BYTES, type TaskSpec } from '../../contracts/task-spec.js';
 import type { ProposalView } from '../../contracts/views.js';
 import type { ProposalState } from '../../domain/machines/proposal.js';
 import { evaluatePolicy, type Finding, filesToDigest, isConfirmable } from '../../domain/policy/evaluate.js';
-import { digestsToInspect } from '../../domain/policy/inputs.js';
+import { digestsToInspect, inspectionPaths } from '../../domain/policy/inputs.js';
 import { type HostAsk, hostAllowance } from '../../domain/policy/task-limits.js';
 import type { TextInspection } from '../../domain/policy/text-inspection.js';
 import { revisionQuotaBreach } from '../../domain/retention/proposal-quota.js';
@@ -99,7 +99,7 @@ export function inspectionSteps(deps: BrokerDeps, ownerId: string, spec: TaskSpe
     ownerId,
     inputs.map((i) => i.sha256),
   );
-  const pathOf = new Map(inputs.map((i) => [i.sha256, i.path]));
+  const pathOf = inspectionPaths(inputs);
   return digestsToInspect(spec, storedBlobs)
     .filter((sha256) => !isInspected(deps, ownerId, sha256, pathOf.get(sha256) ?? ''))
     .map((sha256) => () => {
@@ -127,7 +127,7 @@ export function findingsFor(deps: BrokerDeps, ownerId: string, spec: TaskSpec): 
   const offeredMounts = [...new Set(workers.flatMap((w) => w.mounts.map((m) => m.name)))];
   const largestHost = largestHostOf(workers, deps.config.policy.task_limits.host_reserve);
   const inputText: Record<string, TextInspection> = {};
-  const pathOf = new Map((spec.inputs ?? []).map((i) => [i.sha256, i.path]));
+  const pathOf = inspectionPaths(spec.inputs ?? []);
   for (const sha256 of digestsToInspect(spec, storedBlobs)) {
     try {
       inputText[sha256] = inspectedInput(deps, ownerId, sha256, pathOf.get(sha256) ?? '');

@@ -1,7 +1,7 @@
 import type { Policy } from '../../contracts/policy.js';
 import type { InputFile, TaskSpec } from '../../contracts/task-spec.js';
 import { implicitCodeIn } from './implicit-code.js';
-import { MAX_INSPECT_FILE_BYTES, MAX_INSPECT_REVISION_BYTES } from './text-inspection.js';
+import { isSourcePath, MAX_INSPECT_FILE_BYTES, MAX_INSPECT_REVISION_BYTES } from './text-inspection.js';
 import type { Add, PolicyFacts } from './types.js';
 import { quoteUntrusted as q, quoteList } from './untrusted.js';
 
@@ -137,4 +137,19 @@ export function digestsToInspect(spec: TaskSpec, storedBlobs: Readonly<Record<st
     budget -= size;
   }
   return [...chosen];
+}
+
+/**
+ * For each digest of `inputs`, the path its one inspection reads it under: a source path when any input
+ * with those bytes has one (inspectText reports bytes that are not UTF-8 only in a source file, and the
+ * findings of every input with the digest come from that one inspection), else the first. Taking the
+ * last path, as before, let the same bytes listed again as `zz.bin` hide helper.py's warning.
+ */
+export function inspectionPaths(inputs: readonly InputFile[]): Map<string, string> {
+  const paths = new Map<string, string>();
+  for (const i of inputs) {
+    const seen = paths.get(i.sha256);
+    if (seen === undefined || (!isSourcePath(seen) && isSourcePath(i.path))) paths.set(i.sha256, i.path);
+  }
+  return paths;
 }

@@ -38,6 +38,11 @@ export interface TextInspection {
 const SOURCE_EXT =
   /\.(py|pyw|pyi|sh|bash|zsh|pl|pm|rb|js|mjs|cjs|ts|lua|r|jl|c|cc|cpp|cxx|h|hpp|cu|cuh|java|go|rs|toml|ya?ml|json|cfg|ini|conf|txt|md)$/i;
 
+/** Whether inspectText treats `path` as source, where bytes that are not UTF-8 are a finding. */
+export function isSourcePath(path: string): boolean {
+  return SOURCE_EXT.test(path);
+}
+
 /** Encodings that decode the same bytes as the UTF-8 a reviewer's view shows. */
 const SAME_AS_UTF8: ReadonlySet<string> = new Set(['utf-8', 'utf8', 'utf-8-sig', 'ascii', 'us-ascii']);
 
@@ -59,7 +64,7 @@ export function inspectText(path: string, bytes: Uint8Array): TextInspection {
   const invalid = decoded === null ? firstInvalidUtf8(bytes) : -1;
   const nul = bytes.indexOf(0);
   if (invalid >= 0 || nul >= 0) {
-    const looksLikeSource = SOURCE_EXT.test(path) || (bytes[0] === 0x23 && bytes[1] === 0x21); // "#!"
+    const looksLikeSource = isSourcePath(path) || (bytes[0] === 0x23 && bytes[1] === 0x21); // "#!"
     if (looksLikeSource) {
       const at = invalid >= 0 && (nul < 0 || invalid < nul) ? invalid : nul;
       note(

@@ -199,3 +199,37 @@ describe('findings computed by the broker with real file digests', () => {
     expect(f[0]?.hint).toContain('policy.executables');
   });
 });
+
+describe('text inspection of bytes named at several paths', () => {
+  it('a non-UTF-8 source file keeps its TEXT_DISPLAYS_DIFFERENTLY warning when the same bytes are also listed under a data name', async () => {
+    const f = makeBrokerDeps({
+      config: { policy: { scripts: [{ interpreter: '/usr/bin/python3', script_from_inputs: true }] } },
+    });
+    try {
+      const alice = f.principal('alice', ['submitter']);
+      const latin = Buffer.from('# \xe9\nimport os\n', 'latin1').toString('base64');
+      const up = (await f.invoke(alice, 'upload_inputs', {
+        files: [
+          { path: 'main.py', content: 'import helper\n' },
+          { path: 'helper.py', content: latin, encoding: 'base64' },
+        ],
+        idempotency_key: 'u',
+      })) as { inputs: Array<{ path: string; sha256: string; size: number }> };
+      const [main, helper] = up.inputs;
+      const warned = async (inputs: Array<{ path: string; sha256: string; size: number }>, key: string) => {
+        const r = (await f.invoke(alice, 'create_proposal', {
+          spec: validSpec({ runtime: { kind: 'process', argv: ['/usr/bin/python3', 'main.py'] }, inputs }),
+          idempotency_key: key,
+        })) as RevisionResult;
+        return r.findings
+          .filter((x) => x.code === 'TEXT_DISPLAYS_DIFFERENTLY')
+          .map((x) => x.message.match(/"[^"]+"/)?.[0]);
+      };
+      expect(await warned([main!, helper!], 'a')).toEqual(['"helper.py"']);
+      // The same bytes once more, under a name that is not source, after it: the warning must stay.
+      expect(await warned([main!, helper!, { ...helper!, path: 'zz.bin' }], 'b')).toContain('"helper.py"');
+    } finally {
+      f.close();
+    }
+  });
+});
