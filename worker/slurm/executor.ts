@@ -103,6 +103,8 @@ class SlurmRun {
   private jobId: string | null = null;
   private report: SlurmJobReport | null = null;
   private cancelRequested = false;
+  /** Stops setup's input fetches part-way when a cancel comes during setup. */
+  private readonly setupStop = new AbortController();
   private killReason: 'TIMED_OUT' | 'CANCELLED' | 'PREEMPTED' | null = null;
   private lastScancelAt: number | null = null;
   private detached = false;
@@ -131,6 +133,7 @@ class SlurmRun {
     this.cancelRequested = true;
     // A preemption's grace is Slurm's (scancel: SIGTERM, KillWait, SIGKILL).
     if (this.killReason === null) this.killReason = opts?.preempt === true ? 'PREEMPTED' : 'CANCELLED';
+    this.setupStop.abort();
     if (this.jobId !== null) void this.scancel();
     this.wake?.();
   }
@@ -179,10 +182,11 @@ class SlurmRun {
   /** Steps 1 and 2: the job's files, then sbatch; the job id, or the result of a job never submitted. */
   private async setupAndSubmit(): Promise<string | ExecutionResult> {
     // 1. setup
-    const problem = await prepareSlurmJob(this.plan, this.opts, this.execDir);
-    if (typeof problem === 'string') return this.neverStarted('SETUP_FAILED', problem);
+    const problem = await prepareSlurmJob(this.plan, this.opts, this.execDir, this.setupStop.signal);
+    // A cancel during setup stopped its fetches (setup then failed for that reason): it ends as asked.
     if (this.cancelRequested)
       return this.neverStarted(this.killReason === 'PREEMPTED' ? 'PREEMPTED' : 'CANCELLED');
+    if (typeof problem === 'string') return this.neverStarted('SETUP_FAILED', problem);
     // 2. submit
     let jobId: string;
     try {

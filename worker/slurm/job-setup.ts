@@ -58,12 +58,14 @@ const LEASE_DEVICE_VARS = [
  * mounts without the sandbox), places the inputs on the shared job dir, fixes the rank's bwrap sandbox
  * (all but the device binds and which hidden paths exist, which only the node knows), writes the job
  * wrapper, the task's env file (the only way the spec's env travels: docs/security.md "Code the reviewer did not read") and the task's
- * directories, and returns the sbatch request — or why the plan cannot run as a Slurm job.
+ * directories, and returns the sbatch request — or why the plan cannot run as a Slurm job. `signal`
+ * stops an input fetch part-way (the execution was cancelled).
  */
 export async function prepareSlurmJob(
   plan: ExecutionPlan,
   opts: JobSetupOptions,
   execDir: string,
+  signal?: AbortSignal,
 ): Promise<SlurmSubmitRequest | string> {
   const { backend } = opts;
   const id = plan.execution_id;
@@ -95,7 +97,8 @@ export async function prepareSlurmJob(
   if (written !== null) return written;
   const inputs = plan.spec.inputs ?? [];
   if (inputs.length > 0 && opts.inputs !== undefined) {
-    const problem = await placeInputs(inputs, layout.inputsDir, id, opts.inputs);
+    // A cancel stops a fetch part-way (`signal`), as on a local worker.
+    const problem = await placeInputs(inputs, layout.inputsDir, id, opts.inputs, signal);
     if (problem !== null) return problem;
   }
   const gres = leaseGresType(plan, backend.gres?.() ?? null);
