@@ -15,15 +15,30 @@ export function anyGlobMatches(globs: readonly string[], path: string): boolean 
   return globs.some((g) => globMatches(g, path));
 }
 
+/**
+ * Whether segments `g` match segments `p`, by a table over (glob position, path position) filled from
+ * the ends: one segment test per cell, so at most |g| × |p| of them. The backtracking this replaced tried
+ * every way to split the path between `**`s: ~170 ms for `**` three times against a 256-segment path
+ * (an input path can have that many), 11 s for a grant's 64 such globs, in one block of the event loop.
+ */
 function matchSegments(g: readonly string[], p: readonly string[]): boolean {
-  if (g.length === 0) return p.length === 0;
-  const [head, ...rest] = g;
-  if (head === '**') {
-    for (let skip = 0; skip <= p.length; skip++) if (matchSegments(rest, p.slice(skip))) return true;
-    return false;
+  const width = p.length + 1;
+  // next[j]: g from gi + 1 matches p from j; row[j]: g from gi does.
+  let next = new Uint8Array(width);
+  next[p.length] = 1;
+  for (let gi = g.length - 1; gi >= 0; gi--) {
+    const row = new Uint8Array(width);
+    const head = g[gi]!;
+    for (let j = p.length; j >= 0; j--)
+      row[j] =
+        head === '**'
+          ? next[j]! || (j < p.length ? row[j + 1]! : 0)
+          : j < p.length && next[j + 1] && segmentMatches(head, p[j]!)
+            ? 1
+            : 0;
+    next = row;
   }
-  if (p.length === 0) return false;
-  return segmentMatches(head!, p[0]!) && matchSegments(rest, p.slice(1));
+  return next[0] === 1;
 }
 
 /** One segment against one pattern segment, iteratively (no regex built from submitter text). */

@@ -7,7 +7,7 @@ import {
 } from '../../../../src/contracts/standing-grant.js';
 import { type TaskSpec, TaskSpecSchema } from '../../../../src/contracts/task-spec.js';
 import { type CoverageInput, coverage } from '../../../../src/domain/grants/coverage.js';
-import { globMatches } from '../../../../src/domain/grants/glob.js';
+import { anyGlobMatches, globMatches } from '../../../../src/domain/grants/glob.js';
 import {
   chargeOf,
   crossedAlerts,
@@ -259,6 +259,42 @@ describe('globs', () => {
         fc.array(seg, { minLength: 1, maxLength: 4 }),
         (a, b) => {
           expect(globMatches(a.join('/'), b.join('/'))).toBe(a.join('/') === b.join('/'));
+        },
+      ),
+    );
+  });
+});
+
+describe('globs against deep paths (a grantee picks the paths, explain_grant and confirm match them)', () => {
+  // 256 segments, within the 512 characters of an input path; no glob below matches it.
+  const deep = `${Array(255).fill('a').join('/')}/b`;
+
+  it('three ** segments cost one pass, not one per way to split the path', () => {
+    const globs = Array.from({ length: 64 }, (_, i) => `**/**/**/x${i}.py`);
+    const started = performance.now();
+    expect(anyGlobMatches(globs, deep)).toBe(false);
+    // Backtracking took ~170 ms per glob here (11 s for a grant's 64): the master's event loop stood still.
+    expect(performance.now() - started).toBeLessThan(1000);
+  });
+
+  it('answers as the backtracking matcher did (property)', () => {
+    const reference = (g: readonly string[], p: readonly string[]): boolean => {
+      if (g.length === 0) return p.length === 0;
+      const [head, ...rest] = g;
+      if (head === '**') {
+        for (let skip = 0; skip <= p.length; skip++) if (reference(rest, p.slice(skip))) return true;
+        return false;
+      }
+      return p.length > 0 && globMatches(head!, p[0]!) && reference(rest, p.slice(1));
+    };
+    const seg = fc.constantFrom('a', 'b', 'ab', 'x.py');
+    const gseg = fc.constantFrom('a', 'b', '*', '?', 'a*', '*.py', '**');
+    fc.assert(
+      fc.property(
+        fc.array(gseg, { minLength: 1, maxLength: 5 }),
+        fc.array(seg, { minLength: 1, maxLength: 6 }),
+        (g, p) => {
+          expect(globMatches(g.join('/'), p.join('/'))).toBe(reference(g, p));
         },
       ),
     );
