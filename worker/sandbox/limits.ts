@@ -1,4 +1,5 @@
-import { lstat, readdir, rm } from 'node:fs/promises';
+import { randomUUID } from 'node:crypto';
+import { chmod, lstat, readdir, rename, rm, rmdir, unlink } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { EnforcedLimits, ResolvedLimits } from '../../src/contracts/task-limits.js';
 import { errorMessage } from '../../src/platform/error-message.js';
@@ -316,12 +317,16 @@ function taskDirGuard(
       fs !== null
         ? { bytes: await fs.used(), truncated: false }
         : await diskUse(taskDir, DISK_WATCH_MAX_ENTRIES);
-    if (used.bytes <= diskMib * MIB && !used.truncated) return null;
+    const unmeasured = ('unmeasured' in used ? used.unmeasured : undefined) ?? null;
+    if (used.bytes <= diskMib * MIB && !used.truncated && unmeasured === null) return null;
     return {
       reason: 'DISK_LIMIT',
-      detail: used.truncated
-        ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${diskMib} MiB)`
-        : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${diskMib} MiB`,
+      detail:
+        unmeasured !== null
+          ? `the task dir holds what the watch cannot measure (${unmeasured}; disk limit ${diskMib} MiB)`
+          : used.truncated
+            ? `the task dir holds more than ${DISK_WATCH_MAX_ENTRIES} entries (disk limit ${diskMib} MiB)`
+            : `the task dir reached ${Math.ceil(used.bytes / MIB)} MiB, over its disk limit of ${diskMib} MiB`,
     };
   };
   return {
@@ -345,7 +350,7 @@ function taskDirGuard(
     },
     remove: async () => {
       await fs?.release();
-      await rm(taskDir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+      await removeTaskDir(taskDir);
     },
   };
 }
@@ -402,24 +407,36 @@ export function describeEnforced(e: EnforcedLimits): string {
   return `limits enforced: ${parts.join(', ')}`;
 }
 
+/** Errors of a walk that mean only that the entry went (or changed kind) while it was looked at. */
+const GONE = new Set(['ENOENT', 'ENOTDIR']);
+
 /**
  * Bytes allocated below `dir` (st_blocks × 512, as du counts: sparse holes are free), never following
- * a symlink; `truncated` when more than `maxEntries` entries were seen.
+ * a symlink; `truncated` when more than `maxEntries` entries were seen; `unmeasured` says why part of the
+ * tree could not be read (a directory nested past PATH_MAX, whose path no call takes: ENAMETOOLONG; one
+ * the worker's user may not read: EACCES), which the watch counts as over the limit: otherwise a task
+ * hides any amount of data there.
  */
 export async function diskUse(
   dir: string,
   maxEntries: number,
-): Promise<{ bytes: number; truncated: boolean }> {
+): Promise<{ bytes: number; truncated: boolean; unmeasured?: string }> {
   let bytes = 0;
   let entries = 0;
   const stack = [dir];
+  const unmeasured = (err: unknown) => ({
+    bytes,
+    truncated: false,
+    unmeasured: `${(err as NodeJS.ErrnoException).code ?? 'error'} below the task dir`,
+  });
   while (stack.length > 0) {
     const current = stack.pop()!;
     let names: string[];
     try {
       names = await readdir(current);
-    } catch {
-      continue;
+    } catch (err) {
+      if (GONE.has((err as NodeJS.ErrnoException).code ?? '')) continue;
+      return unmeasured(err);
     }
     for (const name of names) {
       if (++entries > maxEntries) return { bytes, truncated: true };
@@ -428,10 +445,60 @@ export async function diskUse(
         const st = await lstat(path);
         bytes += st.blocks * 512;
         if (st.isDirectory()) stack.push(path);
-      } catch {
+      } catch (err) {
         // removed while we looked
+        if (!GONE.has((err as NodeJS.ErrnoException).code ?? '')) return unmeasured(err);
       }
     }
   }
   return { bytes, truncated: false };
+}
+
+/** A directory whose path is longer than this (bytes) is moved up before it is entered (removeTaskDir). */
+const HOIST_PATH_BYTES = 3000;
+
+/**
+ * Removes a task dir and all below it once nothing of the task runs; never follows a symlink, never
+ * throws. Unlike `rm -r` by path it also removes what a task nested past PATH_MAX (each directory whose
+ * path grows past HOIST_PATH_BYTES is first renamed up to `dir`, so every path it names stays short) and
+ * what a task of the worker's own uid (a worker that is not root) made unreadable (its directories are
+ * made 0700 before they are read): either would otherwise stay on the worker's disk for good.
+ */
+export async function removeTaskDir(dir: string): Promise<void> {
+  const root = process.geteuid?.() === 0;
+  const dirs: string[] = [];
+  const stack = [dir];
+  while (stack.length > 0) {
+    const current = stack.pop()!;
+    dirs.push(current);
+    if (!root) await chmod(current, 0o700).catch(() => undefined);
+    let names: string[];
+    try {
+      names = await readdir(current);
+    } catch {
+      continue;
+    }
+    for (const name of names) {
+      let path = join(current, name);
+      const st = await lstat(path).catch(() => null);
+      if (st === null) continue;
+      if (!st.isDirectory()) {
+        await unlink(path).catch(() => undefined);
+        continue;
+      }
+      if (Buffer.byteLength(path) > HOIST_PATH_BYTES) {
+        const up = join(dir, `.gpu-broker-removing-${randomUUID()}`);
+        try {
+          await rename(path, up);
+        } catch {
+          continue;
+        }
+        path = up;
+      }
+      stack.push(path);
+    }
+  }
+  // Children were entered after their parents: removed in the reverse order, each is empty by then.
+  for (const d of dirs.reverse()) await rmdir(d).catch(() => undefined);
+  await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
 }

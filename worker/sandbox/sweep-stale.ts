@@ -1,7 +1,8 @@
-import { readdir, rm } from 'node:fs/promises';
+import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../../src/platform/logger.js';
 import type { CgroupHierarchy } from './cgroups.js';
+import { removeTaskDir } from './limits.js';
 
 /**
  * What a crashed worker left on its host (docs/performance.md "Noisy neighbours"): a task's cgroup (with whatever still ran in it)
@@ -57,7 +58,7 @@ export async function sweepStale(deps: SweepDeps): Promise<SweepResult> {
   for (const id of execNames.filter(stale)) {
     const dir = join(deps.executionsDir, id, 'task');
     if ((await readdir(dir).catch(() => null)) === null) continue;
-    await rm(dir, { recursive: true, force: true, maxRetries: 2 }).catch(() => undefined);
+    await removeTaskDir(dir);
     removed.taskDirs.push(id);
   }
   if (removed.cgroups.length + removed.taskDirs.length > 0)

@@ -223,6 +223,20 @@ describe.each(SANDBOX_ENGINES)('built by $name', ({ native }) => {
       expect(existsSync(join(execRoot, 'task'))).toBe(false);
     });
 
+    it('ends a task that hides its data in dirs nested past PATH_MAX with DISK_LIMIT, and removes it all (attack)', async () => {
+      // Relative mkdir and cd only: the bottom's host path is past PATH_MAX, so a walk by path (the watch,
+      // `rm -r`) can name nothing there; the watch used to count none of it and the removal to leave it.
+      const { handle, execRoot } = start(
+        sh(
+          'i=0; while [ $i -lt 400 ]; do mkdir dddddddddd && cd -P dddddddddd || exit 3; i=$((i+1)); done; head -c 40M /dev/zero > big; echo written; sleep 30',
+        ),
+      );
+      const result = await handle.done;
+      expect(result.failure_reason).toBe('DISK_LIMIT');
+      expect((await handle.exited).limits_detail?.join('\n')).toContain('cannot measure');
+      expect(existsSync(join(execRoot, 'task'))).toBe(false);
+    });
+
     it('an executor failure still gives back the box: its task dir (and cgroup) do not outlive the result', async () => {
       const base = makePlan({ argv: sh('true') });
       const plan: ExecutionPlan = { ...base, limits: LIMITS };

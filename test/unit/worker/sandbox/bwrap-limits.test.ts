@@ -1,6 +1,11 @@
+import { execFileSync } from 'node:child_process';
+import { existsSync, mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type BwrapRequest, bwrapArgs } from '../../../../worker/sandbox/bwrap.js';
-import { describeEnforced, diskUse } from '../../../../worker/sandbox/limits.js';
+import { describeEnforced, diskUse, removeTaskDir } from '../../../../worker/sandbox/limits.js';
+import { isRoot } from '../../../support/require-or-skip.js';
 
 // The sandbox's /tmp and /dev/shm sizes from the task's limits (bwrap `--size`), and the
 // enforced-limits line the worker reports.
@@ -57,3 +62,74 @@ describe('diskUse', () => {
     expect((await diskUse('/usr/bin', 3)).truncated).toBe(true);
   });
 });
+
+/**
+ * What a task can make in its dir with relative calls only: `levels` directories nested one in the
+ * next, then `bytes` of data at the bottom; the host path of that bottom is past PATH_MAX (4096), so no
+ * call can name it by path.
+ */
+function nestPastPathMax(dir: string, levels = 400, bytes = 4 * 2 ** 20): void {
+  execFileSync('/bin/sh', [
+    '-c',
+    `cd -P "$1" && i=0; while [ $i -lt ${levels} ]; do mkdir dddddddddd && cd -P dddddddddd || exit 3; i=$((i+1)); done; head -c ${bytes} /dev/zero > big`,
+    'nest',
+    dir,
+  ]);
+}
+
+describe('a task dir nested past PATH_MAX (attack)', () => {
+  it('diskUse does not pass over it silently: it says what it could not measure', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-deep-'));
+    try {
+      nestPastPathMax(dir);
+      const used = await diskUse(dir, 200_000);
+      expect(used.unmeasured).toMatch(/ENAMETOOLONG/);
+    } finally {
+      await removeTaskDir(dir);
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
+  it('removeTaskDir removes all of it, the data at the bottom included', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-deep-'));
+    nestPastPathMax(dir);
+    await removeTaskDir(dir);
+    expect(existsSync(dir)).toBe(false);
+  });
+});
+
+describe.runIf(isRoot)(
+  "a task of the worker's own uid (a worker that is not root) that makes a dir unreadable (attack)",
+  () => {
+    it('diskUse says it cannot measure it, and removeTaskDir still removes it all', async () => {
+      // The worker that is not root runs its tasks as its own uid (bwrap in a user namespace): a task can
+      // chmod 000 a dir of its data, which that uid can then neither walk nor empty. Played here by
+      // uid 65534 making the tree and this process taking that uid as its effective one.
+      const dir = mkdtempSync(join(tmpdir(), 'gpu-broker-unreadable-'));
+      execFileSync('/bin/chown', ['65534:65534', dir]);
+      execFileSync('/usr/bin/setpriv', [
+        '--reuid=65534',
+        '--regid=65534',
+        '--clear-groups',
+        '/bin/sh',
+        '-c',
+        'mkdir "$1/hide" "$1/ro" && head -c 4194304 /dev/zero > "$1/hide/big" && touch "$1/ro/f" && chmod 000 "$1/hide" && chmod 500 "$1/ro"',
+        'unreadable',
+        dir,
+      ]);
+      let used: Awaited<ReturnType<typeof diskUse>>;
+      process.setegid!(65534);
+      process.seteuid!(65534);
+      try {
+        used = await diskUse(dir, 200_000);
+        await removeTaskDir(dir);
+      } finally {
+        process.seteuid!(0);
+        process.setegid!(0);
+      }
+      expect(used.unmeasured).toMatch(/EACCES/);
+      expect(existsSync(dir)).toBe(false);
+      rmSync(dir, { recursive: true, force: true });
+    });
+  },
+);
