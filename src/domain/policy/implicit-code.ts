@@ -226,6 +226,13 @@ export const IMPLICIT_CODE: readonly ImplicitCodeEntry[] = [
   },
   {
     scope: 'path',
+    pattern: '.numba_config.yaml',
+    family: 'gpu libraries',
+    why: 'Numba reads NUMBA_* settings from the working dir at import, cache_dir among them (it loads compiled functions and pickled indexes from there: NUMBA_CACHE_DIR as env is ENV_CONTROL)',
+    test: /^\.numba_config\.yaml$/,
+  },
+  {
+    scope: 'path',
     pattern: '.profile, .bashrc, .bash_profile, .bash_login, .bash_logout, .zshenv, .zprofile, .zshrc',
     family: 'shell',
     why: 'shells run these files from HOME (the task dir) at start or exit',

@@ -82,6 +82,7 @@ const CASES: Record<string, Case[]> = {
     { paths: ['main.py', '.nv/ComputeCache/index'], flagged: '.nv/ComputeCache/index' },
   ],
   '.nccl.conf': [{ paths: ['main.py', '.nccl.conf'], flagged: '.nccl.conf' }],
+  '.numba_config.yaml': [{ paths: ['main.py', '.numba_config.yaml'], flagged: '.numba_config.yaml' }],
   '.profile, .bashrc, .bash_profile, .bash_login, .bash_logout, .zshenv, .zprofile, .zshrc': [
     { paths: ['main.py', '.bashrc'], flagged: '.bashrc' },
   ],
