@@ -226,6 +226,13 @@ export const IMPLICIT_CODE: readonly ImplicitCodeEntry[] = [
   },
   {
     scope: 'path',
+    pattern: '.cupy/, .pyxbld/',
+    family: 'gpu libraries',
+    why: 'more default caches in HOME: CuPy loads compiled kernels from .cupy/kernel_cache instead of compiling the source it was given, pyximport loads a built module from .pyxbld instead of building the .pyx',
+    test: /^\.(cupy|pyxbld)\//,
+  },
+  {
+    scope: 'path',
     pattern: '.numba_config.yaml',
     family: 'gpu libraries',
     why: 'Numba reads NUMBA_* settings from the working dir at import, cache_dir among them (it loads compiled functions and pickled indexes from there: NUMBA_CACHE_DIR as env is ENV_CONTROL)',

@@ -82,6 +82,13 @@ const CASES: Record<string, Case[]> = {
     { paths: ['main.py', '.nv/ComputeCache/index'], flagged: '.nv/ComputeCache/index' },
   ],
   '.nccl.conf': [{ paths: ['main.py', '.nccl.conf'], flagged: '.nccl.conf' }],
+  '.cupy/, .pyxbld/': [
+    { paths: ['main.py', '.cupy/kernel_cache/0123abcd.cubin'], flagged: '.cupy/kernel_cache/0123abcd.cubin' },
+    {
+      paths: ['main.py', '.pyxbld/lib.linux-x86_64-cpython-311/fast.cpython-311-x86_64-linux-gnu.so'],
+      flagged: '.pyxbld/lib.linux-x86_64-cpython-311/fast.cpython-311-x86_64-linux-gnu.so',
+    },
+  ],
   '.numba_config.yaml': [{ paths: ['main.py', '.numba_config.yaml'], flagged: '.numba_config.yaml' }],
   '.profile, .bashrc, .bash_profile, .bash_login, .bash_logout, .zshenv, .zprofile, .zshrc': [
     { paths: ['main.py', '.bashrc'], flagged: '.bashrc' },
