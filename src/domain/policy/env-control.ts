@@ -285,6 +285,17 @@ export const ENV_CONTROL: readonly EnvControlEntry[] = [
   ),
   loadDir('NUMBA_CACHE_DIR', 'gpu library', 'Numba loads compiled functions (and pickled indexes) from it'),
   loadDir('CUPY_CACHE_DIR', 'gpu library', 'CuPy loads compiled kernels from it'),
+  loadDir('NUMBA_CUDA_DRIVER', 'gpu library', 'Numba loads the CUDA driver library (libcuda) from it'),
+  loadDir(
+    'CUDA_HOME',
+    'gpu library',
+    'Numba loads libnvvm and libdevice from under it; torch extensions and CuPy run its bin/nvcc',
+  ),
+  loadDir(
+    'CUDA_PATH',
+    'gpu library',
+    'Numba loads libnvvm and libdevice from under it; torch extensions and CuPy run its bin/nvcc',
+  ),
   loadDir(
     'HF_HOME',
     'python library',

@@ -62,6 +62,9 @@ describe('values that only select installed code or task-private paths (docs/sec
     ['TORCH_EXTENSIONS_DIR', '/tmp/ext/'],
     ['CUDA_CACHE_PATH', '/tmp/nv'],
     ['NUMBA_CACHE_DIR', '/tmp/numba'],
+    ['CUDA_HOME', '/usr/local/cuda'],
+    ['CUDA_PATH', '/usr/local/cuda-12.4'],
+    ['NUMBA_CUDA_DRIVER', '/usr/lib/x86_64-linux-gnu/libcuda.so.1'],
     ['HF_HOME', '/tmp/hf'],
     ['NCCL_NET_PLUGIN', 'none'],
     ['NCCL_NET_PLUGIN', 'aws-ofi'],
@@ -105,6 +108,10 @@ describe('values that only select installed code or task-private paths (docs/sec
     ['PYTHONOPTIMIZE', '1'],
     ['JUPYTER_PATH', '/task/j'],
     ['IPYTHONDIR', '/task/ipy'],
+    // Libraries that load (or run) what these name: a libcuda, libnvvm, nvcc of the inputs.
+    ['NUMBA_CUDA_DRIVER', '/task/libcuda.so'],
+    ['CUDA_HOME', '/task/cuda'],
+    ['CUDA_PATH', '/task/cuda'],
   ];
   it.each(attacks)('%s=%s: an ENV_CONTROL error', (name, value) => {
     expect(findingsOf(name, value)).toEqual(['error:ENV_CONTROL']);
