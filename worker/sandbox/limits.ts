@@ -407,8 +407,12 @@ export function describeEnforced(e: EnforcedLimits): string {
   return `limits enforced: ${parts.join(', ')}`;
 }
 
-/** Errors of a walk that mean only that the entry went (or changed kind) while it was looked at. */
-const GONE = new Set(['ENOENT', 'ENOTDIR']);
+/**
+ * Errors of a walk that a task causes on purpose to hide what is below: a path nested past PATH_MAX, a
+ * directory its uid (the worker's own, on a worker that is not root) made unreadable. Any other (the entry
+ * went while it was looked at, the worker short of descriptors) skips the entry, as before.
+ */
+const HIDDEN_BY_TASK = new Set(['ENAMETOOLONG', 'EACCES', 'EPERM']);
 
 /**
  * Bytes allocated below `dir` (st_blocks × 512, as du counts: sparse holes are free), never following
@@ -435,7 +439,7 @@ export async function diskUse(
     try {
       names = await readdir(current);
     } catch (err) {
-      if (GONE.has((err as NodeJS.ErrnoException).code ?? '')) continue;
+      if (!HIDDEN_BY_TASK.has((err as NodeJS.ErrnoException).code ?? '')) continue;
       return unmeasured(err);
     }
     for (const name of names) {
@@ -446,8 +450,8 @@ export async function diskUse(
         bytes += st.blocks * 512;
         if (st.isDirectory()) stack.push(path);
       } catch (err) {
-        // removed while we looked
-        if (!GONE.has((err as NodeJS.ErrnoException).code ?? '')) return unmeasured(err);
+        // removed while we looked, unless hidden on purpose
+        if (HIDDEN_BY_TASK.has((err as NodeJS.ErrnoException).code ?? '')) return unmeasured(err);
       }
     }
   }
