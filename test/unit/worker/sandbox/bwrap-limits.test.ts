@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type BwrapRequest, bwrapArgs } from '../../../../worker/sandbox/bwrap.js';
 import { describeEnforced, diskUse, removeTaskDir } from '../../../../worker/sandbox/limits.js';
-import { isRoot } from '../../../support/require-or-skip.js';
+import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 // The sandbox's /tmp and /dev/shm sizes from the task's limits (bwrap `--size`), and the
 // enforced-limits line the worker reports.
@@ -98,7 +98,7 @@ describe('a task dir nested past PATH_MAX (attack)', () => {
   });
 });
 
-describe.runIf(isRoot)(
+describe.runIf(requireOrSkip('root', isRoot, 'the check takes uid 65534 and chowns the tree'))(
   "a task of the worker's own uid (a worker that is not root) that makes a dir unreadable (attack)",
   () => {
     it('diskUse says it cannot measure it, and removeTaskDir still removes it all', async () => {
