@@ -38,14 +38,18 @@ const RevisionResultSchema = z.object({
   next_action: z.string(),
 });
 
-const BlobRefSchema = z.object({ sha256: z.string(), size: z.number().int() });
+/** One side of a changed input: its bytes by digest, and whether it is placed executable (0555). */
+const InputSideSchema = z.object({ sha256: z.string(), size: z.number().int(), executable: z.boolean() });
 
-/** One input file changed between two revisions (get_revision). */
+/**
+ * One input file changed between two revisions (get_revision): its bytes, or only whether it is placed
+ * executable (the same bytes, `before.executable` ≠ `after.executable`, said in `note`).
+ */
 export const InputChangeSchema = z.object({
   path: z.string(),
   change: z.enum(['added', 'removed', 'modified']),
-  before: BlobRefSchema.optional(),
-  after: BlobRefSchema.optional(),
+  before: InputSideSchema.optional(),
+  after: InputSideSchema.optional(),
   text_diff: z
     .object({
       unified: z.string(),

@@ -167,7 +167,10 @@ function fileSections(
     const content = verifiedBlob(deps, ownerId, i.sha256);
     left -= i.size;
     if (isText(content))
-      sections.push({ label: `file ${path} (${i.size} bytes)`, text: content.toString('utf8') });
+      sections.push({
+        label: `file ${path} (${i.size} bytes${i.executable === true ? ', executable' : ''})`,
+        text: content.toString('utf8'),
+      });
     else {
       unreadable++;
       sections.push({ label: `file ${path} (${i.size} bytes): binary, not shown`, text: '' });

@@ -31,12 +31,19 @@ import { principalName } from './views.js';
  * `verifiedBlob` in the owner's name (re-hashed on every read), so a blob changed behind the master's back is never shown.
  */
 
+/** One side of a changed path: its bytes by digest, and whether it is placed executable (0555). */
+export interface InputSide {
+  sha256: string;
+  size: number;
+  executable: boolean;
+}
+
 /** One changed path between two manifests, as get_revision shows it. */
 export interface InputChange {
   path: string;
   change: 'added' | 'removed' | 'modified';
-  before?: { sha256: string; size: number } | undefined;
-  after?: { sha256: string; size: number } | undefined;
+  before?: InputSide | undefined;
+  after?: InputSide | undefined;
   /** For a modified or added text file: the unified diff (added: every line `+`), one bounded page. */
   text_diff?: TextDiff | undefined;
   /** Why no text diff was computed: the file or the answer is over its diff budget (docs/performance.md "Noisy neighbours"). */
@@ -99,6 +106,11 @@ export function diffBaseOf(deps: BrokerDeps, r: RevisionRecord): DiffBaseChoice 
     ...decisionKindOfReview(deps, v),
   }));
   return chooseDiffBase(r.number, revisions, decisions);
+}
+
+/** How an input is placed: 0555 when executable, else 0444. */
+function modeOf(i: InputFile): string {
+  return i.executable === true ? 'executable, 0555' : 'not executable, 0444';
 }
 
 /** The spec without its input manifest, which the file changes show file by file instead. */
@@ -206,14 +218,16 @@ export async function diffInputs(
   const a = new Map(before.map((i) => [i.path, i]));
   const b = new Map(after.map((i) => [i.path, i]));
   const paths = [...new Set([...a.keys(), ...b.keys()])].sort();
-  const meta = (i: InputFile | undefined) => (i ? { sha256: i.sha256, size: i.size } : undefined);
+  const meta = (i: InputFile | undefined): InputSide | undefined =>
+    i ? { sha256: i.sha256, size: i.size, executable: i.executable === true } : undefined;
   const changes: InputChange[] = [];
   const outcomes = new Map<string, FileOutcome>();
   const work: Array<{ change: InputChange; x: InputFile | undefined; y: InputFile }> = [];
   for (const path of paths) {
     const x = a.get(path);
     const y = b.get(path);
-    if (x && y && x.sha256 === y.sha256) continue;
+    const flagged = x !== undefined && y !== undefined && (x.executable === true) !== (y.executable === true);
+    if (x && y && x.sha256 === y.sha256 && !flagged) continue;
     const change: InputChange = {
       path,
       change: !y ? 'removed' : x ? 'modified' : 'added',
@@ -221,7 +235,10 @@ export async function diffInputs(
       after: meta(y),
     };
     changes.push(change);
-    if (y) work.push({ change, x, y });
+    // The same bytes placed with another mode: nothing to diff, but a file that now runs is a change.
+    if (x && y && x.sha256 === y.sha256)
+      change.note = `only its executable flag changed (${modeOf(x)} → ${modeOf(y)}); the bytes are the same`;
+    else if (y) work.push({ change, x, y });
   }
   // The paged file first: it gets the budget before the rest of the answer.
   work.sort((p, q) => Number(q.change.path === page.path) - Number(p.change.path === page.path));

@@ -48,8 +48,8 @@ export interface RevisionDocument {
   input_changes?: Array<{
     path: string;
     change: string;
-    before?: { sha256: string; size: number };
-    after?: { sha256: string; size: number };
+    before?: { sha256: string; size: number; executable?: boolean };
+    after?: { sha256: string; size: number; executable?: boolean };
     text_diff?: { unified: string; total_lines: number; truncated: boolean };
     note?: string;
   }>;
@@ -90,8 +90,9 @@ function fileChangeLines(d: RevisionDocument): string[] {
   const out: string[] = [];
   for (const c of d.input_changes ?? []) {
     const blob = c.after ?? c.before;
+    const mode = blob?.executable === true ? ', executable' : '';
     out.push(
-      `    ${c.change} ${f(c.path)}${blob ? ` (${blob.size} B, sha256 ${blob.sha256})` : ''}${c.note ? ` — ${c.note}` : ''}`,
+      `    ${c.change} ${f(c.path)}${blob ? ` (${blob.size} B, sha256 ${blob.sha256}${mode})` : ''}${c.note ? ` — ${c.note}` : ''}`,
     );
     if (c.text_diff) {
       if (c.text_diff.unified !== '')

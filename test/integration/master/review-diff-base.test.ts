@@ -18,6 +18,7 @@ interface Input {
   path: string;
   sha256: string;
   size: number;
+  executable?: boolean;
 }
 interface Created {
   proposal_id: string;
@@ -189,12 +190,45 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
       expect.objectContaining({
         path: 'main.sh',
         change: 'added',
-        after: { sha256: v1[0]!.sha256, size: Buffer.byteLength(MAIN_V1) },
+        after: { sha256: v1[0]!.sha256, size: Buffer.byteLength(MAIN_V1), executable: false },
       }),
     ]);
     expect(view.input_changes[0]!.text_diff!.unified).toBe(
       '@@ -0,0 +1,2 @@\n+echo "training"\n+# compute the loss',
     );
+  });
+
+  it('shows a file that only became executable: the same bytes, a change all the same (MCP and the CLI text)', async () => {
+    const v1 = await upload([{ path: 'helper.sh', content: PAYLOAD }]);
+    const r1 = await create(spec(v1));
+    await confirm(r1);
+    expectOk(
+      await m.callTool(rita, 'submit_review', {
+        proposal_id: r1.proposal_id,
+        revision_id: r1.revision_id,
+        decision: 'REQUEST_CHANGES',
+        comments: 'say what the helper is for',
+        idempotency_key: m.key(),
+      }),
+    );
+    // The same bytes, now placed 0555: whatever runs it (a script the reviewer read, a later argv) now can.
+    const r2 = await revise(r1.proposal_id, spec([{ ...v1[0]!, executable: true }]));
+    await confirm(r2);
+    const view = await getRevision(r2);
+    expect(view.diff).toEqual([]);
+    const side = { sha256: v1[0]!.sha256, size: Buffer.byteLength(PAYLOAD) };
+    expect(view.input_changes).toEqual([
+      {
+        path: 'helper.sh',
+        change: 'modified',
+        before: { ...side, executable: false },
+        after: { ...side, executable: true },
+        note: 'only its executable flag changed (not executable, 0444 → executable, 0555); the bytes are the same',
+      },
+    ]);
+    const text = formatRevision(view as unknown as RevisionDocument);
+    expect(text).toContain('modified helper.sh');
+    expect(text).toContain('only its executable flag changed');
   });
 
   it('pages one file’s diff to its end with diff_path and diff_offset', async () => {

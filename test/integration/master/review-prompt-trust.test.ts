@@ -159,4 +159,42 @@ describe('the trusted part of the review prompt', () => {
     for (const line of facts.split('\n').slice(1))
       if (line !== '') expect(line, line).toMatch(/^[a-z0-9_ .]+: [A-Za-z0-9_.:-]+$/);
   });
+
+  it('says which files are placed executable, inside the block with the file', async () => {
+    const up = expectOk(
+      await m.callTool<{ inputs: Array<{ path: string; sha256: string; size: number }> }>(
+        submitter,
+        'upload_inputs',
+        {
+          files: [
+            { path: 'run.sh', content: 'echo run\n', encoding: 'utf8' },
+            { path: 'data.txt', content: 'plain\n', encoding: 'utf8' },
+          ],
+          idempotency_key: m.key(),
+        },
+      ),
+    ).inputs;
+    const inputs = up.map((i) => (i.path === 'run.sh' ? { ...i, executable: true } : i));
+    const created = expectOk(
+      await m.callTool<{ proposal_id: string; revision_id: string }>(submitter, 'create_proposal', {
+        spec: { ...canarySpec('3'), inputs },
+        idempotency_key: m.key(),
+      }),
+    );
+    expectOk(
+      await m.callTool(submitter, 'confirm_revision', {
+        proposal_id: created.proposal_id,
+        revision_id: created.revision_id,
+        idempotency_key: m.key(),
+      }),
+    );
+    const out = expectOk(
+      await m.callTool<{ prompt: string; nonce: string }>(agent, 'get_review_prompt', {
+        proposal_id: created.proposal_id,
+      }),
+    );
+    const { block } = split(out.prompt, out.nonce);
+    expect(block).toMatch(/file "run\.sh" \(9 bytes, executable\)/);
+    expect(block).toMatch(/file "data\.txt" \(6 bytes\)/);
+  });
 });
