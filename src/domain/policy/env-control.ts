@@ -71,6 +71,28 @@ export function installedOrPrivatePaths(value: string): boolean {
 /** A bare name (a backend or plugin an installed library resolves itself), no path, no module://. */
 const bareName = (value: string) => /^[A-Za-z0-9_-]+$/.test(value);
 
+/**
+ * An XLA flags value (`XLA_FLAGS`, `TF_XLA_FLAGS`) that names no file the submitter could have placed:
+ * whitespace-separated `--name` or `--name=value` tokens, each value that looks like a path (a `/`, or a
+ * leading `.` or `~`) installed or task-private. Flags such as `--xla_gpu_cuda_data_dir` (where XLA runs
+ * `ptxas` from), `--xla_gpu_ptx_file` or `--xla_gpu_kernel_cache_file` (compiled GPU code used instead
+ * of compiling) load code from their paths; counts and switches (`--xla_force_host_platform_device_count=8`)
+ * do not. Anything else, quoting included, is not benign.
+ */
+export function xlaFlagsBenign(value: string): boolean {
+  if (value.trim() === '') return true;
+  return value
+    .trim()
+    .split(/\s+/)
+    .every((t) => {
+      const m = /^--[A-Za-z0-9_]+(?:=([^\s'"\\]*))?$/.exec(t);
+      if (m === null) return false;
+      const v = m[1];
+      if (v === undefined || !/[/~]|^\./.test(v)) return true;
+      return installedOrPrivatePaths(v);
+    });
+}
+
 /** A row for a directory a library loads code from (its own default lives in HOME, the task dir). */
 const loadDir = (name: string, family: string, why: string): EnvControlEntry => ({
   name,
@@ -286,6 +308,23 @@ export const ENV_CONTROL: readonly EnvControlEntry[] = [
   loadDir('NUMBA_CACHE_DIR', 'gpu library', 'Numba loads compiled functions (and pickled indexes) from it'),
   loadDir('CUPY_CACHE_DIR', 'gpu library', 'CuPy loads compiled kernels from it'),
   loadDir('NUMBA_CUDA_DRIVER', 'gpu library', 'Numba loads the CUDA driver library (libcuda) from it'),
+  loadDir(
+    'JAX_COMPILATION_CACHE_DIR',
+    'gpu library',
+    'JAX loads compiled executables from it instead of compiling',
+  ),
+  {
+    name: 'XLA_FLAGS',
+    family: 'gpu library',
+    why: 'XLA runs ptxas from, or loads compiled GPU code from, the paths some of its flags name',
+    benign: xlaFlagsBenign,
+  },
+  {
+    name: 'TF_XLA_FLAGS',
+    family: 'gpu library',
+    why: "TensorFlow's XLA runs ptxas from, or loads compiled GPU code from, the paths some of its flags name",
+    benign: xlaFlagsBenign,
+  },
   loadDir(
     'CUDA_HOME',
     'gpu library',

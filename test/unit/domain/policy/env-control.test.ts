@@ -65,6 +65,12 @@ describe('values that only select installed code or task-private paths (docs/sec
     ['CUDA_HOME', '/usr/local/cuda'],
     ['CUDA_PATH', '/usr/local/cuda-12.4'],
     ['NUMBA_CUDA_DRIVER', '/usr/lib/x86_64-linux-gnu/libcuda.so.1'],
+    ['JAX_COMPILATION_CACHE_DIR', '/tmp/jax-cache'],
+    ['XLA_FLAGS', '--xla_force_host_platform_device_count=8'],
+    ['XLA_FLAGS', '--xla_gpu_cuda_data_dir=/usr/local/cuda --xla_gpu_enable_triton_gemm=false'],
+    ['XLA_FLAGS', '  --xla_dump_to=/tmp/xla-dump   --xla_dump_hlo_as_text '],
+    ['TF_XLA_FLAGS', '--tf_xla_auto_jit=2 --tf_xla_cpu_global_jit'],
+    ['XLA_FLAGS', ''],
     ['HF_HOME', '/tmp/hf'],
     ['NCCL_NET_PLUGIN', 'none'],
     ['NCCL_NET_PLUGIN', 'aws-ofi'],
@@ -112,6 +118,16 @@ describe('values that only select installed code or task-private paths (docs/sec
     ['NUMBA_CUDA_DRIVER', '/task/libcuda.so'],
     ['CUDA_HOME', '/task/cuda'],
     ['CUDA_PATH', '/task/cuda'],
+    // XLA runs ptxas from the first, and uses compiled GPU code from the others instead of compiling.
+    ['XLA_FLAGS', '--xla_gpu_cuda_data_dir=/task/cuda'],
+    ['XLA_FLAGS', '--xla_force_host_platform_device_count=8 --xla_gpu_ptx_file=/task/k.ptx'],
+    ['XLA_FLAGS', '--xla_gpu_kernel_cache_file=./cache.bin'],
+    ['XLA_FLAGS', '--xla_gpu_cuda_data_dir=~/cuda'],
+    ['XLA_FLAGS', '--xla_gpu_cuda_data_dir=/usr/../task'],
+    ['XLA_FLAGS', '--xla_gpu_cuda_data_dir="/task/cuda"'],
+    ['XLA_FLAGS', 'xla_gpu_cuda_data_dir=/task/cuda'],
+    ['TF_XLA_FLAGS', '--tf_xla_auto_jit=2 --xla_gpu_cuda_data_dir=/mnt/shared/cuda'],
+    ['JAX_COMPILATION_CACHE_DIR', '/task/jax'],
   ];
   it.each(attacks)('%s=%s: an ENV_CONTROL error', (name, value) => {
     expect(findingsOf(name, value)).toEqual(['error:ENV_CONTROL']);
