@@ -2,7 +2,7 @@ import { readdir } from 'node:fs/promises';
 import { join } from 'node:path';
 import type { Logger } from '../../src/platform/logger.js';
 import type { CgroupHierarchy } from './cgroups.js';
-import { removeTaskDir } from './limits.js';
+import { removeTaskDir } from './task-dir.js';
 
 /**
  * What a crashed worker left on its host (docs/performance.md "Noisy neighbours"): a task's cgroup (with whatever still ran in it)

@@ -4,7 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, expect, it } from 'vitest';
 import { type BwrapRequest, bwrapArgs } from '../../../../worker/sandbox/bwrap.js';
-import { describeEnforced, diskUse, removeTaskDir } from '../../../../worker/sandbox/limits.js';
+import { describeEnforced } from '../../../../worker/sandbox/limits.js';
+import { diskUse, removeTaskDir } from '../../../../worker/sandbox/task-dir.js';
 import { isRoot, requireOrSkip } from '../../../support/require-or-skip.js';
 
 // The sandbox's /tmp and /dev/shm sizes from the task's limits (bwrap `--size`), and the
