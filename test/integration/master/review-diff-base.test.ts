@@ -103,6 +103,19 @@ async function confirm(r: Created): Promise<void> {
   );
 }
 
+/** A person (rita) asks for changes on revision `r`: it becomes the diff base of the next. */
+async function ritaRequestsChanges(r: Created, comments: string): Promise<void> {
+  expectOk(
+    await m.callTool(rita, 'submit_review', {
+      proposal_id: r.proposal_id,
+      revision_id: r.revision_id,
+      decision: 'REQUEST_CHANGES',
+      comments,
+      idempotency_key: m.key(),
+    }),
+  );
+}
+
 async function getRevision(r: Created, extra: Record<string, unknown> = {}): Promise<RevisionView> {
   return expectOk(
     await m.callTool<RevisionView>(rita, 'get_revision', {
@@ -118,15 +131,7 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
     const v1 = await upload([{ path: 'main.sh', content: MAIN_V1 }]);
     const r1 = await create(spec(v1));
     await confirm(r1);
-    expectOk(
-      await m.callTool(rita, 'submit_review', {
-        proposal_id: r1.proposal_id,
-        revision_id: r1.revision_id,
-        decision: 'REQUEST_CHANGES',
-        comments: 'please fix the comment typo',
-        idempotency_key: m.key(),
-      }),
-    );
+    await ritaRequestsChanges(r1, 'please fix the comment typo');
     const [payload] = await upload([{ path: 'setup_hook.sh', content: PAYLOAD }]);
     const r2 = await revise(r1.proposal_id, spec([...v1, payload!], 'Also a setup hook.'));
     const [main3] = await upload([{ path: 'main.sh', content: MAIN_V3 }]);
@@ -202,15 +207,7 @@ describe('the diff base is the latest revision a reviewer decided on', () => {
     const v1 = await upload([{ path: 'helper.sh', content: PAYLOAD }]);
     const r1 = await create(spec(v1));
     await confirm(r1);
-    expectOk(
-      await m.callTool(rita, 'submit_review', {
-        proposal_id: r1.proposal_id,
-        revision_id: r1.revision_id,
-        decision: 'REQUEST_CHANGES',
-        comments: 'say what the helper is for',
-        idempotency_key: m.key(),
-      }),
-    );
+    await ritaRequestsChanges(r1, 'say what the helper is for');
     // The same bytes, now placed 0555: whatever runs it (a script the reviewer read, a later argv) now can.
     const r2 = await revise(r1.proposal_id, spec([{ ...v1[0]!, executable: true }]));
     await confirm(r2);
@@ -268,15 +265,7 @@ describe('the diff base is a revision a person read (docs/security.md "What a re
     const v1 = await upload([{ path: 'main.sh', content: MAIN_V1 }]);
     const r1 = await create(spec(v1));
     await confirm(r1);
-    expectOk(
-      await m.callTool(rita, 'submit_review', {
-        proposal_id: r1.proposal_id,
-        revision_id: r1.revision_id,
-        decision: 'REQUEST_CHANGES',
-        comments: 'please fix the comment typo',
-        idempotency_key: m.key(),
-      }),
-    );
+    await ritaRequestsChanges(r1, 'please fix the comment typo');
     // Revision 2 carries the payload; the agent reviewer sends it back for a title typo only.
     const [payload] = await upload([{ path: 'setup_hook.sh', content: PAYLOAD }]);
     const r2 = await revise(r1.proposal_id, { ...spec([...v1, payload!]), title: 'matmul smoke tset' });
@@ -325,15 +314,7 @@ describe('reading blobs for the reviewer', () => {
     const before = await upload([{ path: 'data.txt', content: 'numbers: 0 0 0\n' }]);
     const r1 = await create(spec(before));
     await confirm(r1);
-    expectOk(
-      await m.callTool(rita, 'submit_review', {
-        proposal_id: r1.proposal_id,
-        revision_id: r1.revision_id,
-        decision: 'REQUEST_CHANGES',
-        comments: 'use the real numbers',
-        idempotency_key: m.key(),
-      }),
-    );
+    await ritaRequestsChanges(r1, 'use the real numbers');
     const inputs = await upload([{ path: 'data.txt', content: 'numbers: 1 2 3\n' }]);
     m.store.db
       .prepare('UPDATE blobs SET content = ? WHERE sha256 = ?')

@@ -46,6 +46,17 @@ function split(prompt: string, nonce: string): { trusted: string; block: string 
 }
 
 /** Every submitter-controlled string of a spec, each carrying its own canary. */
+/** The submitter confirms revision `revisionId` of proposal `proposalId`. */
+async function confirm(proposalId: string, revisionId: string): Promise<void> {
+  expectOk(
+    await m.callTool(submitter, 'confirm_revision', {
+      proposal_id: proposalId,
+      revision_id: revisionId,
+      idempotency_key: m.key(),
+    }),
+  );
+}
+
 function canarySpec(version: string) {
   return validSpec({
     title: c(`title${version}`),
@@ -104,13 +115,7 @@ describe('the trusted part of the review prompt', () => {
         },
       ),
     );
-    expectOk(
-      await m.callTool(submitter, 'confirm_revision', {
-        proposal_id: first.proposal_id,
-        revision_id: first.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    await confirm(first.proposal_id, first.revision_id);
     expectOk(
       await m.callTool(person, 'submit_review', {
         proposal_id: first.proposal_id,
@@ -128,13 +133,7 @@ describe('the trusted part of the review prompt', () => {
         idempotency_key: m.key(),
       }),
     );
-    expectOk(
-      await m.callTool(submitter, 'confirm_revision', {
-        proposal_id: first.proposal_id,
-        revision_id: second.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    await confirm(first.proposal_id, second.revision_id);
     const out = expectOk(
       await m.callTool<{ prompt: string; nonce: string; agent_ceiling: { within: boolean } }>(
         agent,
@@ -181,13 +180,7 @@ describe('the trusted part of the review prompt', () => {
         idempotency_key: m.key(),
       }),
     );
-    expectOk(
-      await m.callTool(submitter, 'confirm_revision', {
-        proposal_id: created.proposal_id,
-        revision_id: created.revision_id,
-        idempotency_key: m.key(),
-      }),
-    );
+    await confirm(created.proposal_id, created.revision_id);
     const out = expectOk(
       await m.callTool<{ prompt: string; nonce: string }>(agent, 'get_review_prompt', {
         proposal_id: created.proposal_id,
