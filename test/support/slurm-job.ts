@@ -1,4 +1,14 @@
-import type { SlurmJob } from '../../worker/slurm/cli/types.js';
+import type { SlurmJob, SlurmSubmitRequest } from '../../worker/slurm/cli/types.js';
+
+/** The fields every sbatch request names besides its resources: a job t1's script, name, logs and dir. */
+export const SUBMIT_BASE: SlurmSubmitRequest = {
+  scriptPath: '/j/job.sh',
+  jobName: 'gb-t1',
+  comment: 'c',
+  stdout: '/j/o',
+  stderr: '/j/e',
+  chdir: '/j',
+};
 
 /** A job as the Slurm driver reports it: one RUNNING 1-GPU job on node n1, with `over` applied. */
 export function slurmJob(id: string, over: Partial<SlurmJob> = {}): SlurmJob {

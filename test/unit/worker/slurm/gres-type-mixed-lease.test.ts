@@ -5,6 +5,7 @@ import { buildSbatchArgs } from '../../../../worker/slurm/cli/sbatch-args.js';
 import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { leaseGresType } from '../../../../worker/slurm/job-setup.js';
 import { poolSample } from '../../../../worker/slurm/sampler.js';
+import { SUBMIT_BASE } from '../../../support/slurm-job.js';
 import { slurmNode } from '../../../support/slurm-node.js';
 
 /**
@@ -23,15 +24,6 @@ import { slurmNode } from '../../../support/slurm-node.js';
 function node(name: string, gresTypes: Array<{ type: string | null; count: number }>): SlurmNode {
   return slurmNode(name, { gpus: gresTypes.reduce((n, t) => n + t.count, 0), gresTypes });
 }
-
-const REQ = {
-  scriptPath: '/j/job.sh',
-  jobName: 'gb-t1',
-  comment: 'c',
-  stdout: '/j/o',
-  stderr: '/j/e',
-  chdir: '/j',
-};
 
 describe('a lease across GRES types on a Slurm pool without slices', () => {
   it('is not left to Slurm to fill with any GPU of the node: each type is asked for', () => {
@@ -59,7 +51,7 @@ describe('a lease across GRES types on a Slurm pool without slices', () => {
       ],
       problem: null,
     });
-    const args = buildSbatchArgs({ ...REQ, gpusPerNode: 2, gpuTypes: gres!.types! }).args;
+    const args = buildSbatchArgs({ ...SUBMIT_BASE, gpusPerNode: 2, gpuTypes: gres!.types! }).args;
     expect(args).toContain('--gres=gpu:nvidia_a100_80gb_pcie:1,gpu:nvidia_a100_40gb_pcie:1');
     // An H100 and an A100: the same, one of each.
     const mixed = { cards: [0, 2].map((i) => ({ index: i, uuid: `slurm:g1:gpu${i}` })) };
@@ -114,6 +106,6 @@ describe('a lease across GRES types on a Slurm pool without slices', () => {
       },
       { gpusPerNode: 2, gpuType: 'a', gpuTypes: [{ type: 'a', count: 2 }] },
     ];
-    for (const b of bad) expect(() => buildSbatchArgs({ ...REQ, ...b })).toThrow(SlurmRequestError);
+    for (const b of bad) expect(() => buildSbatchArgs({ ...SUBMIT_BASE, ...b })).toThrow(SlurmRequestError);
   });
 });

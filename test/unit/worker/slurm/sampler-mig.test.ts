@@ -7,6 +7,7 @@ import { buildSbatchArgs } from '../../../../worker/slurm/cli/sbatch-args.js';
 import type { SlurmNode } from '../../../../worker/slurm/cli/types.js';
 import { leaseGresType } from '../../../../worker/slurm/job-setup.js';
 import { poolCards, poolSample, slurmCardModel } from '../../../../worker/slurm/sampler.js';
+import { SUBMIT_BASE } from '../../../support/slurm-job.js';
 import { slurmNode } from '../../../support/slurm-node.js';
 
 /**
@@ -214,15 +215,9 @@ describe('submitting a lease on a pool with slices', () => {
     const odd = poolSample([node('g1', { gresTypes: [{ type: 'a100 x', count: 4 }] })], nobody, false, null);
     expect(leaseGresType({ cards: [card(0)] }, odd.gres)).toBeUndefined();
     for (const bad of ['1g.10gb:2,gpu', '1g 10gb', '', 'x'.repeat(65), '--mem=1']) {
-      const req = {
-        scriptPath: '/j/job.sh',
-        jobName: 'gb-t1',
-        comment: 'c',
-        stdout: '/j/o',
-        stderr: '/j/e',
-        chdir: '/j',
-      };
-      expect(() => buildSbatchArgs({ ...req, gpusPerNode: 1, gpuType: bad })).toThrow(SlurmRequestError);
+      expect(() => buildSbatchArgs({ ...SUBMIT_BASE, gpusPerNode: 1, gpuType: bad })).toThrow(
+        SlurmRequestError,
+      );
     }
   });
 });
